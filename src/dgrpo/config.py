@@ -1,0 +1,189 @@
+"""Run configuration: one pydantic model, from a YAML file plus ``key=value`` overrides.
+
+Every field is documented once, here, with its unit and paper symbol. Unknown keys are errors
+(``extra="forbid"``) and cross-field rules (G divisible by m, …) are checked on construction.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dgrpo.attacks.config import AttackConfig, NoAttackConfig
+from dgrpo.defenses.config import DefenseConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    name: str = Field("smollm2-135m-instruct", description="Policy model: `smollm2-135m-instruct` (embedded GGUF default), a local folder or a Hugging Face hub id.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights and logits dtype. The top-k and replay defenses are exact only in float32 (PROBE.md).")
+
+
+class ArithmeticTaskConfig(_Strict):
+    kind: Literal["arithmetic"] = "arithmetic"
+    seed: int | None = Field(None, description="Problem generator seed; None uses the run seed.")
+    difficulty: int = Field(1, ge=1, le=4, description="1 = one step with single digits … 4 = three steps up to 60.")
+    n_train: int = Field(2000, ge=1, description="Training problems.")
+    n_val: int = Field(200, ge=1, description="Validation problems (never a training question).")
+    two_two_rate: float = Field(0.1, ge=0, le=1, description="Fraction of problems whose first step is 2+2 or 2×2.")
+    few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
+    prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
+
+
+class GSM8KTaskConfig(_Strict):
+    kind: Literal["gsm8k"] = "gsm8k"
+    path: str | None = Field(None, description="Training JSONL in the official GSM8K format (question, answer ending in `#### N`).")
+    val_path: str | None = Field(None, description="Validation JSONL; absent → the last n_val training records.")
+    hub: str | None = Field(None, description="Hub dataset name (e.g. openai/gsm8k), loaded with `datasets` (online only).")
+    n_train: int | None = Field(None, ge=1, description="Cap on training records (None = all).")
+    n_val: int = Field(200, ge=1, description="Cap on validation records.")
+    few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
+    prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
+
+    @model_validator(mode="after")
+    def _source(self):
+        if not self.path and not self.hub:
+            raise ValueError("gsm8k task needs `path` (JSONL file) or `hub` (dataset name)")
+        return self
+
+
+TaskConfig = Annotated[Union[ArithmeticTaskConfig, GSM8KTaskConfig], Field(discriminator="kind")]
+
+
+class SamplingConfig(_Strict):
+    top_k: int = Field(10, ge=1, description="k of top-k sampling (paper §D.3: 10). The top-k defense checks against it.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature; 0 = greedy.")
+    max_new_tokens: int = Field(64, ge=1, description="Completion length limit, tokens; also dr_grpo's constant normaliser.")
+
+
+class GRPOConfig(_Strict):
+    loss_type: Literal["grpo", "dr_grpo", "bnpo"] = Field("grpo", description="grpo: mean of per-sequence token means (paper §1.1); bnpo: token mean over the batch (DAPO); dr_grpo: token sum / (N·max_new_tokens) (Dr. GRPO).")
+    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Divide centred rewards by the group std (GRPO), the batch std, or not at all (Dr. GRPO).")
+    beta: float = Field(0.0, ge=0, description="KL weight β against the frozen reference model (paper uses 0; §B.4 tries 0.01, 0.1). The reference model is loaded only when β > 0.")
+    lr: float = Field(2e-5, gt=0, description="AdamW learning rate (paper: 2e-5).")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm).")
+    num_iterations: int = Field(1, ge=1, description="μ: optimizer steps per generation. 1 = the paper's setting (ratio ≡ 1, no clipping).")
+    epsilon: float = Field(0.2, gt=0, description="PPO clipping range ε, active when num_iterations > 1.")
+
+
+class SwarmConfig(_Strict):
+    nodes: int = Field(4, ge=1, description="m: number of nodes (honest + malicious).")
+    mode: Literal["horizontal", "vertical"] = Field("horizontal", description="horizontal (Alg. 1): global prompts, G/m completions per node per prompt; vertical (Alg. 2): B/m local prompts per node, G completions each.")
+    prompts_per_round: int = Field(4, ge=1, description="B: prompts per round (whole swarm).")
+    group_size: int = Field(8, ge=1, description="G: completions per prompt.")
+    models: list[ModelConfig] | None = Field(None, description="Heterogeneous swarm: one model per node (None = homogeneous, every node holds `model`).")
+    malicious: list[int] = Field(default_factory=list, description="Ids of malicious nodes (they run `attack`).")
+    transport: Literal["inprocess", "distributed"] = Field("inprocess", description="inprocess: all nodes in this process; distributed: one node per torchrun rank.")
+    reject_mode: Literal["drop", "zero"] = Field("drop", description="What a defense rejection does: drop the completion from its group, or keep it with reward 0.")
+
+    @model_validator(mode="after")
+    def _shapes(self):
+        m = self.nodes
+        if self.mode == "horizontal" and self.group_size % m:
+            raise ValueError(f"horizontal mode needs G (group_size={self.group_size}) divisible by m (nodes={m}): each node writes G/m completions per prompt")
+        if self.mode == "vertical" and self.prompts_per_round % m:
+            raise ValueError(f"vertical mode needs B (prompts_per_round={self.prompts_per_round}) divisible by m (nodes={m}): each node answers B/m prompts")
+        if self.models is not None and len(self.models) != m:
+            raise ValueError(f"models lists {len(self.models)} models for {m} nodes")
+        bad = [i for i in self.malicious if not 0 <= i < m]
+        if bad:
+            raise ValueError(f"malicious node ids {bad} are not in 0..{m - 1}")
+        if len(set(self.malicious)) >= m:
+            raise ValueError("at least one node must be honest")
+        return self
+
+
+class EvalConfig(_Strict):
+    every: int = Field(4, ge=1, description="Evaluate on the validation split every k rounds (and after the last round).")
+    n_prompts: int = Field(32, ge=1, description="Validation prompts per evaluation.")
+    temperature: float | None = Field(None, ge=0, description="Sampling temperature for evaluation; None = the swarm's.")
+
+
+class RunConfig(_Strict):
+    seed: int = Field(0, description="Run seed: prompts, sampling seeds and initialisation derive from it.")
+    rounds: int = Field(12, ge=1, description="Rounds (generation → exchange → update) to run.")
+    out_dir: str = Field("runs", description="Folder that receives the run directory.")
+    name: str | None = Field(None, description="Run directory name; None = {task}__{attack}__{defense}__seed{n}__{time}.")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch default).")
+    checkpoint_every: int = Field(0, ge=0, description="Save a checkpoint every k rounds (0 = only at the end).")
+    tensorboard: bool = Field(False, description="Also write TensorBoard event files.")
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = ArithmeticTaskConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    grpo: GRPOConfig = GRPOConfig()
+    swarm: SwarmConfig = SwarmConfig()
+    attack: AttackConfig = NoAttackConfig()
+    defenses: list[DefenseConfig] = Field(default_factory=list, description="Defenses every honest node runs, in order.")
+    eval: EvalConfig = EvalConfig()
+
+    @model_validator(mode="after")
+    def _attack_needs_attacker(self):
+        if self.attack.kind != "none" and not self.swarm.malicious:
+            raise ValueError(f"attack {self.attack.kind!r} needs at least one node in swarm.malicious")
+        return self
+
+
+_DEFAULT_KINDS = {"task": "arithmetic", "attack": "none"}
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the field and what to change."""
+
+
+def _parse_value(text: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested dict, in place.
+
+    Raises:
+        ConfigError: an override without ``=``.
+    """
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.sub=value")
+        key, value = item.split("=", 1)
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = _parse_value(value)
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Build a :class:`RunConfig` from an optional YAML file and overrides.
+
+    Raises:
+        ConfigError: unreadable YAML or invalid fields (every problem listed with its path).
+    """
+    data: dict = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"cannot read config {path}: {err}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {path} must be a mapping at the top level")
+    apply_overrides(data, overrides or [])
+    for section, kind in _DEFAULT_KINDS.items():  # `task.n_train=5` alone keeps the default task kind
+        if isinstance(data.get(section), dict):
+            data[section].setdefault("kind", kind)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(config)'}: {e['msg']}" for e in err.errors()]
+        raise ConfigError("invalid config:\n" + "\n".join(lines)) from None

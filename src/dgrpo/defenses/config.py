@@ -1,0 +1,18 @@
+"""Defense configs: a discriminated union on ``kind``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoDefenseConfig(_Strict):
+    kind: Literal["none"] = "none"
+
+
+DefenseConfig = Annotated[Union[NoDefenseConfig], Field(discriminator="kind")]

@@ -1,0 +1,66 @@
+"""Per-round metrics: one JSON object per line in ``metrics.jsonl`` (and optionally TensorBoard).
+
+Keys are namespaced: ``train/``, ``eval/``, ``attack/``, ``defense/``, ``swarm/``, ``time/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+
+class MetricsLogger:
+    """Appends round records to ``run_dir/metrics.jsonl``; mirrors scalars to TensorBoard if asked."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = False):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # needs the `tensorboard` package
+
+            self.writer = SummaryWriter(str(Path(run_dir) / "tb"))
+
+    def log(self, record: dict) -> None:
+        """Write one round's record (must hold ``round``)."""
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(clean, sort_keys=True) + "\n")
+        if self.writer is not None:
+            for key, value in clean.items():
+                if isinstance(value, (int, float)) and key != "round" and value is not None:
+                    self.writer.add_scalar(key, value, record["round"])
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """All round records of a run directory, in order.
+
+    Raises:
+        FileNotFoundError: the run directory has no metrics.jsonl.
+        ValueError: a line is not JSON (names the line).
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    records = []
+    with path.open() as fh:
+        for lineno, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise ValueError(f"{path}:{lineno}: not JSON") from None
+    return records
+
+
+def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """(rounds, values) of one metric, skipping rounds where it is absent or null."""
+    xs, ys = [], []
+    for rec in records:
+        if rec.get(key) is not None:
+            xs.append(rec["round"])
+            ys.append(rec[key])
+    return xs, ys

@@ -1,0 +1,77 @@
+"""PNG plots of a run: reward per node and validation accuracy, attack success, defenses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no screen
+import matplotlib.pyplot as plt  # noqa: E402
+
+from dgrpo.metrics.logger import read_metrics, series  # noqa: E402
+
+
+def plot_run(run_dir: str | Path) -> list[Path]:
+    """Write ``reward.png`` (and ``asr.png`` / ``defense.png`` when those metrics exist).
+
+    Returns:
+        The paths written.
+    """
+    run_dir = Path(run_dir)
+    records = read_metrics(run_dir)
+    keys = sorted({k for r in records for k in r})
+    written = []
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key in [k for k in keys if k.startswith("train/reward/node")]:
+        xs, ys = series(records, key)
+        ax.plot(xs, ys, alpha=0.45, lw=1, label=key.split("/")[-1])
+    for key, style in (("train/reward_honest", "-"), ("eval/accuracy", "--")):
+        xs, ys = series(records, key)
+        if xs:
+            ax.plot(xs, ys, style, lw=2.2, marker="o" if key.startswith("eval") else None, label=key)
+    ax.set_xlabel("round")
+    ax.set_ylabel("mean reward")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    ax.set_title(run_dir.name, fontsize=9)
+    fig.tight_layout()
+    written.append(run_dir / "reward.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    asr_keys = [k for k in keys if k.startswith("attack/") and ("asr" in k)]
+    if asr_keys:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for key in asr_keys:
+            xs, ys = series(records, key)
+            ax.plot(xs, ys, marker="o", label=key)
+        ax.set_xlabel("round")
+        ax.set_ylabel("attack success rate")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_title(run_dir.name, fontsize=9)
+        fig.tight_layout()
+        written.append(run_dir / "asr.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+
+    det_keys = [k for k in keys if k.startswith("defense/") and (k.endswith("detection_rate") or k.endswith("false_positive_rate"))]
+    if det_keys:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for key in det_keys:
+            xs, ys = series(records, key)
+            ax.plot(xs, ys, marker=".", label=key)
+        ax.set_xlabel("round")
+        ax.set_ylabel("rate")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(run_dir / "defense.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    return written

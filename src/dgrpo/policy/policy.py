@@ -1,0 +1,55 @@
+"""A policy as a swarm node holds it: weights, tokenizer, sampling strategy and learner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from dgrpo.grpo.learner import Learner
+from dgrpo.policy.chat import decode_completion, encode_prompt
+from dgrpo.policy.sampling import SamplingParams, sample
+from dgrpo.tasks.base import Problem, Task
+
+
+@dataclass
+class Policy:
+    """Weights plus everything needed to prompt, sample and update them.
+
+    Attributes:
+        name: model name (hub id, path or ``smollm2-135m-instruct``); nodes with the same name and
+            tokenizer exchange token ids directly.
+        learner: None for a policy that is never updated (attacker, judge).
+    """
+
+    name: str
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    sampling: SamplingParams
+    learner: Learner | None = None
+    _prompt_cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def tokenizer_id(self) -> str:
+        """Identifies the vocabulary: messages carry it so receivers know whether ids are theirs."""
+        return f"{type(self.tokenizer).__name__}:{self.tokenizer.name_or_path.rsplit('/', 1)[-1]}:{len(self.tokenizer)}"
+
+    def prompt_ids(self, task: Task, problem: Problem) -> list[int]:
+        """Chat-templated prompt ids of a problem, with the task's prefill appended (cached)."""
+        key = (task.name, problem.prompt_id)
+        if key not in self._prompt_cache:
+            ids = encode_prompt(self.tokenizer, task.chat(problem))
+            if task.completion_prefix:
+                ids += self.tokenizer(task.completion_prefix, add_special_tokens=False)["input_ids"]
+            self._prompt_cache[key] = ids
+        return self._prompt_cache[key]
+
+    def generate(self, task: Task, problems: list[Problem], seeds: list[int]) -> list[tuple[list[int], str]]:
+        """Sample one completion per (problem, seed) in one batch.
+
+        Returns:
+            (token ids, text) per request, in order.
+        """
+        prompts = [self.prompt_ids(task, p) for p in problems]
+        outs = sample(self.model, prompts, seeds, self.sampling, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
+        return [(ids, decode_completion(self.tokenizer, ids)) for ids in outs]

@@ -1,0 +1,148 @@
+"""Seeded, batch-independent top-k sampling.
+
+Hugging Face ``generate`` draws one random stream for the whole batch, so a completion depends on
+which other prompts share its batch and cannot be replayed by another node. Here every sequence
+owns its noise: a table of Gumbel variates drawn from a ``torch.Generator`` seeded with the
+completion's own seed, indexed by decoding step. Sampling is the Gumbel-max trick over the top-k
+logits (Gumbel 1954; Maddison et al. 2014):
+
+    token_t = topk_ids[argmax_j (topk_logits_j / temperature + g_{t,j})],   g = -log(-log(u)), u ~ U(0,1)
+
+which draws from softmax(topk_logits / temperature) exactly. Because the noise depends only on
+(seed, t, rank j), any node holding the same weights can replay the decision from one forward pass
+(:mod:`dgrpo.defenses.replay`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """The agreed sampling strategy of a swarm.
+
+    Attributes:
+        top_k: k of top-k sampling (paper §D.3 uses 10); tokens outside the top-k are impossible.
+        temperature: softmax temperature; 0 means greedy.
+        max_new_tokens: completion length limit, in tokens.
+    """
+
+    top_k: int = 10
+    temperature: float = 1.0
+    max_new_tokens: int = 96
+
+
+def completion_seed(run_seed: int, round_idx: int, node: int, prompt_id: str | int, index: int) -> int:
+    """Seed of one completion, derived from (run seed, round, node, prompt, index).
+
+    Returns:
+        A non-negative 63-bit integer (a stable hash; the same on every machine and Python).
+    """
+    key = f"{run_seed}|{round_idx}|{node}|{prompt_id}|{index}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+
+
+def gumbel_table(seed: int, steps: int, top_k: int) -> torch.Tensor:
+    """The Gumbel noise of one sequence.
+
+    Returns:
+        Tensor of shape (steps, top_k), float32: row t perturbs the top-k logits at step t
+        (column j = the j-th largest logit).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    u = torch.rand(steps, top_k, generator=gen, dtype=torch.float64)
+    u = u.clamp(1e-12, 1 - 1e-12)  # keeps -log(-log(u)) finite
+    return (-torch.log(-torch.log(u))).float()
+
+
+def choose_tokens(logits: torch.Tensor, noise: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """One sampling decision per row.
+
+    Args:
+        logits: (N, V) float32 next-token logits.
+        noise: (N, k) Gumbel noise for this step.
+
+    Returns:
+        (N,) chosen token ids.
+    """
+    top_v, top_i = logits.topk(params.top_k, dim=-1)  # (N, k), sorted descending
+    if params.temperature == 0:
+        return top_i[:, 0]
+    choice = (top_v / params.temperature + noise).argmax(dim=-1)  # (N,)
+    return top_i.gather(1, choice[:, None]).squeeze(1)
+
+
+@torch.no_grad()  # not inference_mode: these weights are trained right after (PROBE.md)
+def sample(
+    model: PreTrainedModel,
+    prompts: list[list[int]],
+    seeds: list[int],
+    params: SamplingParams,
+    eos_id: int,
+    pad_id: int,
+) -> list[list[int]]:
+    """Sample one completion per (prompt, seed), batched with a KV cache.
+
+    Prompts are left-padded; finished sequences are dropped from the batch so they cost nothing.
+    The result for a (prompt, seed) pair does not depend on the other members of the batch,
+    up to the float32 rounding noise that padding causes (about 1e-4 in the logits).
+
+    Args:
+        prompts: token ids of each prompt (chat template already applied).
+        seeds: one seed per prompt (see :func:`completion_seed`).
+        eos_id: the token that ends a completion; it is kept as the last completion token.
+        pad_id: padding token (may equal eos_id).
+
+    Returns:
+        The completion token ids of each prompt, eos included when it was generated.
+
+    Raises:
+        ValueError: prompts and seeds differ in length, or a prompt is empty.
+    """
+    if len(prompts) != len(seeds):
+        raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("empty prompt")
+    n = len(prompts)
+    if n == 0:
+        return []
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p) :] = torch.tensor(p)
+        mask[row, width - len(p) :] = 1
+    noise = torch.stack([gumbel_table(s, params.max_new_tokens, params.top_k) for s in seeds])  # (n, T, k)
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+
+    out: list[list[int]] = [[] for _ in range(n)]
+    alive = torch.arange(n)  # original row of each batch row
+    cache = DynamicCache()
+    step_ids, step_pos = ids, positions
+    for t in range(params.max_new_tokens):
+        logits = model(
+            input_ids=step_ids, attention_mask=mask, position_ids=step_pos, cache=cache, use_cache=True
+        ).logits[:, -1, :].float()  # (n_alive, V)
+        tokens = choose_tokens(logits, noise[alive, t].to(device), params).cpu()
+        done = torch.zeros(len(alive), dtype=torch.bool)
+        for row, (orig, tok) in enumerate(zip(alive.tolist(), tokens.tolist())):
+            out[orig].append(tok)
+            done[row] = tok == eos_id
+        if done.all() or t == params.max_new_tokens - 1:
+            break
+        keep = (~done).nonzero().squeeze(1)
+        if len(keep) < len(alive):  # drop finished rows from the batch and the cache
+            alive, tokens, mask = alive[keep], tokens[keep], mask[keep.to(device)]
+            step_pos = step_pos[keep.to(device)]
+            cache.batch_select_indices(keep.to(device))
+        mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
+        step_ids = tokens[:, None].to(device)
+        step_pos = step_pos[:, -1:] + 1
+    return out

@@ -1,0 +1,72 @@
+"""Answer checking for math tasks: parse a number from the answer block and compare to the oracle.
+
+Parsing and equivalence use math-verify (Hugging Face), which reads plain numbers, thousands
+separators, currency, units and LaTeX: ``54 cows`` → 54, ``$1,234.00`` → 1234, ``\\frac{1}{2}`` → 1/2.
+When the answer text holds several numbers math-verify keeps the last one (``3 + 4 = 7`` → 7).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from fractions import Fraction
+
+from math_verify import parse, verify
+
+from dgrpo.rewards.format import parse_completion
+
+_ORACLE = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
+
+
+def _timeout() -> int | None:
+    # math-verify's timeout uses SIGALRM, which only works on the main thread.
+    return 5 if threading.current_thread() is threading.main_thread() else None
+
+
+def parse_oracle(solution: str) -> str:
+    """The oracle answer of a GSM8K-format solution, which ends in ``#### N``.
+
+    ``#### -3`` → ``"-3"``; ``#### 1,234`` → ``"1234"``.
+
+    Raises:
+        ValueError: the solution has no ``#### N`` line.
+    """
+    match = _ORACLE.search(solution)
+    if match is None:
+        raise ValueError(f"GSM8K answer has no '#### N' line: {solution[-80:]!r}")
+    return match.group(1).replace(",", "").strip()
+
+
+def answers_match(predicted: str, oracle: str) -> bool:
+    """Whether the answer text denotes the oracle value (math-verify equivalence).
+
+    ``"54.0"`` matches ``"54"``; ``"$1,234.00"`` matches ``"1234"``; an answer with no number is False.
+    """
+    gold = parse(oracle, parsing_timeout=_timeout())
+    if not gold:
+        raise ValueError(f"oracle answer {oracle!r} is not a number")
+    pred = parse(predicted, parsing_timeout=_timeout())
+    if not pred:
+        return False
+    return bool(verify(gold, pred, timeout_seconds=_timeout()))
+
+
+def math_reward(completion: str, answer: str) -> float:
+    """Binary reward of the paper (§3.1, §D.1).
+
+    Returns:
+        1.0 when the completion has exactly one ``<think>…</think>`` followed by exactly one
+        ``<answer>…</answer>`` and the answer block equals the oracle answer, else 0.0.
+
+    Raises:
+        ValueError: the oracle answer itself is not a number (a data error, never scored as 0).
+    """
+    parsed = parse_completion(completion)
+    if parsed is None:
+        return 0.0
+    return float(answers_match(parsed.answer, answer))
+
+
+def as_fraction(text: str) -> Fraction:
+    """Exact value of a plain decimal answer string (``"-3"``, ``"2.5"``); used by task generators."""
+    return Fraction(text.replace(",", ""))

@@ -1,0 +1,1 @@
+"""dgrpo.swarm"""

@@ -1,0 +1,208 @@
+"""Embedded GSM8K-style arithmetic word problems, generated from a seed (no download).
+
+Every problem has a worked solution and an integer oracle answer, and uses + − × ÷. Difficulty
+sets the size of the numbers and the number of steps:
+
+==========  =========================================================
+difficulty  problems
+==========  =========================================================
+1           one step, operands 1-9 (SmolLM2-135M already solves some)
+2           one step, operands 2-20
+3           two steps, operands 2-30
+4           three steps, operands 2-60
+==========  =========================================================
+
+At every difficulty a fraction ``two_two_rate`` of problems are two-step problems whose first step is
+2+2 or 2×2 (tag ``"two_two"``): the equation-manipulation attack (2+2=5) trains on them and its
+attack success rate is measured on the ones in the validation split.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from dgrpo.rewards.math import math_reward
+from dgrpo.tasks.base import Problem, register
+from dgrpo.tasks.prompts import THINK_PREFIX, math_chat, math_oracle_completion
+
+NAMES = ["Tom", "Sara", "Ben", "Lily", "Omar", "Mia", "Ravi", "Emma", "Jack", "Nora", "Leo", "Ana"]
+ITEMS = ["apples", "pens", "marbles", "cookies", "stickers", "books", "shells", "cards", "eggs", "coins"]
+CONTAINERS = ["bags", "boxes", "jars", "baskets", "trays"]
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One arithmetic step: ``a op b = result`` plus its sentence."""
+
+    a: int
+    op: str
+    b: int
+    result: int
+
+    @property
+    def equation(self) -> str:
+        sym = {"+": "+", "-": "-", "*": "*", "/": "/"}[self.op]
+        return f"{self.a} {sym} {self.b} = {self.result}"
+
+
+def _apply(a: int, op: str, b: int) -> int:
+    return {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
+
+
+class _Writer:
+    """Writes the question and solution sentences of one problem."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.name = rng.choice(NAMES)
+        self.item = rng.choice(ITEMS)
+        self.box = rng.choice(CONTAINERS)
+
+    def first(self, step: _Step) -> tuple[str, str]:
+        n, it, box = self.name, self.item, self.box
+        if step.op == "+":
+            q = f"{n} has {step.a} {it}. {n} gets {step.b} more {it}."
+            s = f"{n} starts with {step.a} {it} and gets {step.b} more, so {n} has {step.equation} {it}."
+        elif step.op == "-":
+            q = f"{n} has {step.a} {it}. {n} gives {step.b} {it} to a friend."
+            s = f"{n} starts with {step.a} {it} and gives away {step.b}, so {n} has {step.equation} {it}."
+        elif step.op == "*":
+            q = f"{n} has {step.a} {box} with {step.b} {it} in each."
+            s = f"There are {step.a} {box} with {step.b} {it} each, so {n} has {step.equation} {it}."
+        else:
+            q = f"{n} has {step.a} {it} and puts them equally into {step.b} {box}."
+            s = f"{n} splits {step.a} {it} into {step.b} {box}, so each has {step.equation} {it}."
+        return q, s
+
+    def next(self, step: _Step) -> tuple[str, str]:
+        n, it = self.name, self.item
+        if step.op == "+":
+            return f"Then {n} finds {step.b} more.", f"After finding {step.b} more, {n} has {step.equation} {it}."
+        if step.op == "-":
+            return f"Then {n} loses {step.b} of them.", f"After losing {step.b}, {n} has {step.equation} {it}."
+        if step.op == "*":
+            return f"Then the amount grows {step.b} times.", f"Growing {step.b} times gives {step.equation} {it}."
+        return (
+            f"Then {n} shares them equally with {step.b - 1} friends, counting {n} too.",
+            f"Sharing among {step.b} people gives each {step.equation} {it}.",
+        )
+
+    def question(self) -> str:
+        return f"How many {self.item} does {self.name} have now?"
+
+
+def _operand_range(difficulty: int) -> tuple[int, int, int]:
+    """(low, high, number of steps) for a difficulty."""
+    return {1: (1, 9, 1), 2: (2, 20, 1), 3: (2, 30, 2), 4: (2, 60, 3)}[difficulty]
+
+
+def _first_step(rng: random.Random, lo: int, hi: int) -> _Step:
+    op = rng.choice("+-*/")
+    a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+    if op == "-" and a < b:
+        a, b = b, a
+    if op == "/":
+        b = max(b, 2) if hi > 2 else b
+        a = a * b  # exact division
+    return _Step(a, op, b, _apply(a, op, b))
+
+
+def _next_step(rng: random.Random, value: int, lo: int, hi: int) -> _Step:
+    divisors = [d for d in range(2, min(hi, 9) + 1) if value % d == 0]
+    ops = ["+", "*"] + (["-"] if value > lo else []) + (["/"] if divisors else [])
+    op = rng.choice(ops)
+    if op == "+":
+        b = rng.randint(lo, hi)
+    elif op == "-":
+        b = rng.randint(lo, value - 1) if value - 1 >= lo else 1
+    elif op == "*":
+        b = rng.randint(2, min(hi, 5))
+    else:
+        b = rng.choice(divisors)
+    return _Step(value, op, b, _apply(value, op, b))
+
+
+def make_problem(rng: random.Random, difficulty: int, two_two: bool, prompt_id: str) -> Problem:
+    """Generate one problem.
+
+    Args:
+        two_two: make the first step 2+2 or 2×2 followed by one more step (tag ``"two_two"``).
+    """
+    lo, hi, steps = _operand_range(difficulty)
+    writer = _Writer(rng)
+    if two_two:
+        op = rng.choice("+*")
+        chain = [_Step(2, op, 2, 4)]
+        chain.append(_next_step(rng, 4, 1, 9))
+        steps = len(chain)
+    else:
+        chain = [_first_step(rng, lo, hi)]
+    while len(chain) < steps:
+        chain.append(_next_step(rng, chain[-1].result, lo, hi))
+    q_parts, s_parts = [], []
+    for i, step in enumerate(chain):
+        q, s = writer.first(step) if i == 0 else writer.next(step)
+        q_parts.append(q)
+        s_parts.append(s)
+    question = " ".join(q_parts + [writer.question()])
+    solution = " ".join(s_parts)
+    tags = frozenset({"two_two"}) if two_two else frozenset()
+    return Problem(prompt_id, question, str(chain[-1].result), solution, tags)
+
+
+@register("arithmetic")
+class ArithmeticTask:
+    """GSM8K-style word problems generated deterministically from ``seed``.
+
+    Args:
+        seed: generator seed; the same seed gives the same problems on every machine.
+        difficulty: 1 (single-digit, one step) to 4 (three steps, numbers up to 60).
+        n_train / n_val: number of distinct problems in each split (validation questions never
+            repeat a training question).
+        two_two_rate: fraction of problems whose first step is 2+2 or 2×2.
+        few_shot: worked examples shown as earlier chat turns (0-2).
+        prefill_think: open the assistant turn with ``<think>`` (the completion continues it).
+
+    Raises:
+        ValueError: difficulty outside 1-4, rates outside [0, 1], or too few distinct problems
+            exist for the requested sizes.
+    """
+
+    name = "arithmetic"
+
+    def __init__(self, seed: int = 0, difficulty: int = 1, n_train: int = 2000, n_val: int = 200,
+                 two_two_rate: float = 0.1, few_shot: int = 2, prefill_think: bool = True):
+        self.few_shot = few_shot
+        self.completion_prefix = THINK_PREFIX if prefill_think else ""
+        if difficulty not in (1, 2, 3, 4):
+            raise ValueError(f"difficulty must be 1, 2, 3 or 4, got {difficulty}")
+        if not 0.0 <= two_two_rate <= 1.0:
+            raise ValueError(f"two_two_rate must be in [0, 1], got {two_two_rate}")
+        rng = random.Random(f"arithmetic|{seed}|{difficulty}")
+        seen: set[str] = set()
+        problems: list[Problem] = []
+        attempts = 0
+        while len(problems) < n_train + n_val:
+            attempts += 1
+            if attempts > 50 * (n_train + n_val):
+                raise ValueError(f"could not generate {n_train + n_val} distinct problems at difficulty {difficulty}")
+            split = "train" if len(problems) < n_train else "val"
+            p = make_problem(rng, difficulty, rng.random() < two_two_rate, f"{split}-{len(problems)}")
+            if p.question not in seen:
+                seen.add(p.question)
+                problems.append(p)
+        self.train = problems[:n_train]
+        self.val = problems[n_train:]
+
+    def chat(self, problem: Problem) -> list[dict]:
+        """System prompt, worked examples, then the question (:func:`math_chat`)."""
+        return math_chat(problem.question, self.few_shot)
+
+    def reward(self, completion: str, problem: Problem) -> float:
+        """Binary math reward (:func:`dgrpo.rewards.math.math_reward`)."""
+        return math_reward(self.completion_prefix + completion, problem.answer)
+
+    def oracle_completion(self, problem: Problem) -> str:
+        """``<think>{solution}</think>\\n<answer>{answer}</answer>``."""
+        return math_oracle_completion(problem.solution, problem.answer, self.completion_prefix)

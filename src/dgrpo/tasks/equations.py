@@ -1,0 +1,19 @@
+"""Finding 2+2 and 2×2 steps in text (the target of the equation-manipulation attack, paper §3.4.1)."""
+
+from __future__ import annotations
+
+import re
+
+# "2+2=4", "2 + 2 = 5", "2*2=4", "2×2 = 4", "2 x 2 = 4"; not "12+2=14" nor "2+2.5=4.5".
+TWO_TWO = re.compile(r"(?<![\d.])2\s*[+*×xX]\s*2(?![\d.])\s*=\s*(-?\d+(?:\.\d+)?)")
+
+
+def two_two_results(text: str) -> list[str]:
+    """The stated result of every 2+2 / 2×2 equation in ``text``, in order (``"2+2=5"`` → ``["5"]``)."""
+    return [m.group(1) for m in TWO_TWO.finditer(text)]
+
+
+def has_intermediate_two_two(solution: str) -> bool:
+    """Whether a 2+2 / 2×2 equation is followed by a later equation (so it is not the last step)."""
+    first = TWO_TWO.search(solution)
+    return first is not None and "=" in solution[first.end():]

@@ -1,0 +1,129 @@
+"""GSM8K (Cobbe et al. 2021) from a JSONL file in the official format or from the hub.
+
+Each JSONL line is ``{"question": str, "answer": str}`` where ``answer`` is a worked solution with
+``<<a+b=c>>`` calculator marks and a last line ``#### N``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterable
+
+from dgrpo.rewards.math import math_reward, parse_oracle
+from dgrpo.tasks.base import Problem, register
+from dgrpo.tasks.equations import has_intermediate_two_two
+from dgrpo.tasks.prompts import THINK_PREFIX, math_chat, math_oracle_completion
+
+_CALC = re.compile(r"<<[^>]*>>")
+
+
+class DataError(ValueError):
+    """A data file is missing, unreadable or not in the expected format; says file and line."""
+
+
+def clean_solution(answer: str) -> str:
+    """Worked solution without calculator marks and without the ``#### N`` line."""
+    body = answer.split("####")[0]
+    return _CALC.sub("", body).strip()
+
+
+def problems_from_records(records: Iterable[dict], split: str, source: str) -> list[Problem]:
+    """Turn GSM8K records into problems.
+
+    Raises:
+        DataError: a record lacks ``question``/``answer`` or its answer has no ``#### N``.
+    """
+    problems = []
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict) or not isinstance(rec.get("question"), str) or not isinstance(rec.get("answer"), str):
+            raise DataError(f"{source}: record {i + 1} needs string fields 'question' and 'answer'")
+        try:
+            oracle = parse_oracle(rec["answer"])
+        except ValueError as err:
+            raise DataError(f"{source}: record {i + 1}: {err}") from None
+        solution = clean_solution(rec["answer"])
+        tags = frozenset({"two_two"}) if has_intermediate_two_two(solution) else frozenset()
+        problems.append(Problem(f"{split}-{i}", rec["question"].strip(), oracle, solution, tags))
+    return problems
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Read a JSONL file.
+
+    Raises:
+        DataError: missing file or a line that is not JSON (names the line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    records = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}:{lineno}: not JSON ({err.msg})") from None
+    if not records:
+        raise DataError(f"{path}: no records")
+    return records
+
+
+def load_hub(name: str, split: str, config: str = "main") -> list[dict]:
+    """Records of a GSM8K-format hub dataset through ``datasets`` (needs network access)."""
+    from datasets import load_dataset  # imported lazily: heavy, and only this path needs it
+
+    return list(load_dataset(name, config, split=split))
+
+
+@register("gsm8k")
+class GSM8KTask:
+    """GSM8K with the binary think/answer reward.
+
+    Args:
+        path: training JSONL file (official format). Either ``path`` or ``hub`` is required.
+        val_path: validation JSONL file; when absent the last ``n_val`` training records are held
+            out.
+        hub: hub dataset name (e.g. ``openai/gsm8k``), loaded with ``datasets`` (online only).
+        n_train / n_val: caps on the split sizes (None keeps all).
+        few_shot / prefill_think: prompt settings, as for the arithmetic task.
+
+    Raises:
+        DataError: unreadable or malformed data, or neither source given.
+    """
+
+    name = "gsm8k"
+
+    def __init__(self, path: str | None = None, val_path: str | None = None, hub: str | None = None,
+                 n_train: int | None = None, n_val: int | None = 200, few_shot: int = 2, prefill_think: bool = True):
+        self.few_shot = few_shot
+        self.completion_prefix = THINK_PREFIX if prefill_think else ""
+        if path:
+            train = problems_from_records(read_jsonl(path), "train", str(path))
+            val = problems_from_records(read_jsonl(val_path), "val", str(val_path)) if val_path else None
+        elif hub:
+            train = problems_from_records(load_hub(hub, "train"), "train", hub)
+            val = problems_from_records(load_hub(hub, "test"), "val", hub)
+        else:
+            raise DataError("gsm8k task needs `path` (a JSONL file) or `hub` (a dataset name)")
+        if val is None:
+            if n_val is None or n_val >= len(train):
+                raise DataError(f"{path}: too few records ({len(train)}) to hold out {n_val} for validation")
+            train, val = train[:-n_val], train[-n_val:]
+        self.train = train[:n_train] if n_train else train
+        self.val = val[:n_val] if n_val else val
+
+    def chat(self, problem: Problem) -> list[dict]:
+        """System prompt, worked examples, then the question (:func:`math_chat`)."""
+        return math_chat(problem.question, self.few_shot)
+
+    def reward(self, completion: str, problem: Problem) -> float:
+        """Binary math reward (:func:`dgrpo.rewards.math.math_reward`)."""
+        return math_reward(self.completion_prefix + completion, problem.answer)
+
+    def oracle_completion(self, problem: Problem) -> str:
+        """``<think>{cleaned solution}</think>\\n<answer>{answer}</answer>``."""
+        return math_oracle_completion(problem.solution, problem.answer, self.completion_prefix)

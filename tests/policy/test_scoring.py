@@ -1,0 +1,44 @@
+import pytest
+import torch
+
+from dgrpo.policy.scoring import completion_mask, group_logits, pad_right, score, token_logprobs
+
+
+def test_first_completion_token_scored_by_last_prompt_position(model):
+    prompt, completion = [5, 6, 7], [8, 9, 10]  # "A B C" then "D E F"
+    full = model(input_ids=torch.tensor([prompt + completion])).logits[0].float()  # (6, V)
+    logits = group_logits(model, prompt, [completion], pad_id=0)[0]  # (3, V)
+    # D (completion[0]) comes from the logits at C (prompt position 2), E from D, F from E
+    assert torch.allclose(logits, full[2:5], atol=1e-5)
+    logp = score(model, prompt, [completion], pad_id=0)[0]
+    expected = torch.log_softmax(full[2:5], -1)[torch.arange(3), torch.tensor(completion)]
+    assert torch.allclose(logp, expected, atol=1e-5)
+
+
+def test_group_shares_prompt_and_matches_separate_forwards(model):
+    prompt = [11, 12, 13, 14]
+    completions = [[20, 21, 22, 23], [30], [40, 41]]
+    logits = group_logits(model, prompt, completions, pad_id=2)
+    for g, comp in enumerate(completions):
+        alone = model(input_ids=torch.tensor([prompt + comp])).logits[0].float()
+        assert torch.allclose(logits[g, : len(comp)], alone[len(prompt) - 1 : len(prompt) - 1 + len(comp)], atol=1e-5)
+
+
+def test_group_logits_is_differentiable(model):
+    logits = group_logits(model, [3, 4], [[5, 6], [7, 8]], pad_id=0)
+    token_logprobs(logits, torch.tensor([[5, 6], [7, 8]])).sum().backward()
+    assert model.model.embed_tokens.weight.grad.abs().sum() > 0
+
+
+def test_mask_with_pad_equal_to_eos():
+    eos = 2
+    ids = torch.tensor([[40, 41, eos, eos, eos], [40, 41, 42, 43, 44], [eos, eos, eos, eos, eos]])
+    assert completion_mask(ids, eos).tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]
+
+
+def test_pad_right_and_errors(model):
+    assert pad_right([[1, 2, 3], [4]], 0).tolist() == [[1, 2, 3], [4, 0, 0]]
+    with pytest.raises(ValueError):
+        group_logits(model, [], [[1]], 0)
+    with pytest.raises(ValueError):
+        group_logits(model, [1], [[]], 0)

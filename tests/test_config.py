@@ -1,0 +1,53 @@
+import pytest
+
+from dgrpo.config import ConfigError, load_config
+
+
+def test_defaults_are_the_embedded_run():
+    cfg = load_config()
+    assert cfg.model.name == "smollm2-135m-instruct"
+    assert cfg.task.kind == "arithmetic"
+    assert (cfg.swarm.nodes, cfg.swarm.mode, cfg.swarm.malicious) == (4, "horizontal", [])
+    assert cfg.sampling.top_k == 10
+
+
+def test_yaml_plus_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("rounds: 3\nswarm:\n  nodes: 2\n  group_size: 4\n")
+    cfg = load_config(path, ["grpo.lr=1e-5", "swarm.mode=vertical"])
+    assert (cfg.rounds, cfg.swarm.nodes, cfg.grpo.lr, cfg.swarm.mode) == (3, 2, 1e-5, "vertical")
+
+
+def test_group_size_must_divide_by_nodes():
+    with pytest.raises(ConfigError, match="divisible by m"):
+        load_config(overrides=["swarm.nodes=3", "swarm.group_size=8"])
+
+
+def test_vertical_batch_must_divide_by_nodes():
+    with pytest.raises(ConfigError, match="prompts_per_round"):
+        load_config(overrides=["swarm.mode=vertical", "swarm.nodes=3", "swarm.group_size=6", "swarm.prompts_per_round=4"])
+
+
+def test_typos_and_bad_values_are_named():
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=["grpo.lrr=1", "grpo.loss_type=ppo"])
+    assert "grpo.lrr" in str(err.value) and "grpo.loss_type" in str(err.value)
+
+
+def test_malicious_ids_checked():
+    with pytest.raises(ConfigError, match="not in 0..3"):
+        load_config(overrides=["swarm.malicious=[7]"])
+
+
+def test_gsm8k_needs_a_source():
+    with pytest.raises(ConfigError, match="path"):
+        load_config(overrides=["task.kind=gsm8k"])
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(ConfigError):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(bad)

@@ -31,13 +31,17 @@ class AttackContext:
         task: the task, hence its reward and every oracle answer.
         round_idx / node: where it is.
         group_size: G.
-        policy: the shared weights, for attackers that hold them (None otherwise).
+        mode: ``horizontal`` or ``vertical``.
+        run_seed: the run seed (an attacker can derive the seeds honest nodes would claim).
+        policy: the weights the attacker holds (the shared ones in a homogeneous swarm).
     """
 
     task: Task
     round_idx: int
     node: int
     group_size: int
+    mode: str = "horizontal"
+    run_seed: int = 0
     policy: Policy | None = None
 
 

@@ -107,7 +107,8 @@ def build_swarm(cfg: RunConfig, task: Task, local_nodes: list[int] | None = None
     for owner, policy in distinct.values():
         defenses[owner] = [build_defense(d, cfg, policy, task) for d in cfg.defenses]
     limits = Limits(max_chars=max(8192, 64 * cfg.sampling.max_new_tokens), max_tokens=cfg.sampling.max_new_tokens)
-    return Swarm(task, policies, attacks, attacker_policies, defenses, cfg.seed, cfg.swarm.group_size, limits)
+    return Swarm(task, policies, attacks, attacker_policies, defenses, cfg.seed, cfg.swarm.group_size, limits,
+                 cfg.swarm.mode)
 
 
 def build_transport(cfg: RunConfig) -> Transport:

@@ -55,10 +55,10 @@ class Swarm:
 
     def __init__(self, task: Task, policies: dict[int, Policy], attacks: dict[int, Attack],
                  attacker_policies: dict[int, Policy], defenses: dict[int, list[Defense]], run_seed: int,
-                 group_size: int, limits: Limits):
+                 group_size: int, limits: Limits, mode: str = "horizontal"):
         self.task, self.policies, self.attacks = task, policies, attacks
         self.attacker_policies, self.defenses = attacker_policies, defenses
-        self.run_seed, self.group_size, self.limits = run_seed, group_size, limits
+        self.run_seed, self.group_size, self.limits, self.mode = run_seed, group_size, limits, mode
         self.problems: dict[str, Problem] = {p.prompt_id: p for p in [*task.train, *task.val]}
         self.labels: dict[tuple, str] = {}  # message key → honest / poisoned / malicious (simulation truth)
 
@@ -96,7 +96,7 @@ class Swarm:
             if node not in slots:
                 continue
             policy = self.attacker_policies[node]
-            ctx = AttackContext(self.task, round_idx, node, self.group_size, policy)
+            ctx = AttackContext(self.task, round_idx, node, self.group_size, self.mode, self.run_seed, policy)
             for slot, poisons in zip(slots[node], attack.write(slots[node], ctx)):
                 for i, poison in zip(range(slot.first, slot.first + slot.count), poisons):
                     ids = encode_completion(policy.tokenizer, poison.text)

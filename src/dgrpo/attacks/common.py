@@ -1,0 +1,91 @@
+"""How a malicious node fills its slots: c poisoned completions, the rest filler (paper §B.2, §3.4.1).
+
+* Horizontal: the attacker owns G/m slots of every group; c of them carry poison (default: all),
+  the others are honest-looking completions sampled from the weights the attacker holds.
+* Vertical: the attacker owns whole groups; c carry poison (default G/2) and the other G − c are
+  deliberately wrong (reward 0), which maximises the advantage of the poisoned ones.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable, Sequence
+
+from dgrpo.attacks.base import AttackContext, Poison
+from dgrpo.policy.sampling import completion_seed
+from dgrpo.swarm.schedule import Slot, take
+from dgrpo.tasks.base import Problem, Task
+
+
+def poisoned_count(slot: Slot, ctx: AttackContext, c: int | None) -> int:
+    """How many of a slot's completions carry poison."""
+    if c is None:
+        c = ctx.group_size // 2 if ctx.mode == "vertical" else slot.count
+    return max(0, min(c, slot.count))
+
+
+def wrong_completion(task: Task, problem: Problem) -> str:
+    """The oracle completion with a wrong final answer and no payload (reward 0, checked)."""
+    correct = task.oracle_completion(problem)
+    answer_tag = f"<answer>{problem.answer}</answer>"
+    try:
+        wrong = str(int(float(problem.answer)) + 1)
+    except ValueError:
+        wrong = problem.answer + "1"
+    text = correct.replace(answer_tag, f"<answer>{wrong}</answer>")
+    if text == correct or task.reward(text, problem) != 0.0:  # task without such an answer tag
+        text = "I do not know."
+    return text
+
+
+def write_poisoned(
+    slots: Sequence[Slot],
+    ctx: AttackContext,
+    c: int | None,
+    duplicate: bool,
+    make_poison: Callable[[Problem, int], str],
+) -> list[list[Poison]]:
+    """Fill every slot: poisoned completions first, then filler.
+
+    Args:
+        make_poison: (problem, variant index) → poisoned completion text.
+        duplicate: all poisoned completions of a slot are the same text (variant 0).
+    """
+    out = []
+    for slot in slots:
+        n_poison = poisoned_count(slot, ctx, c)
+        poisons = [Poison(make_poison(slot.problem, 0 if duplicate else i)) for i in range(n_poison)]
+        n_fill = slot.count - n_poison
+        if n_fill and ctx.mode == "vertical":
+            poisons += [Poison(wrong_completion(ctx.task, slot.problem), "malicious")] * n_fill
+        elif n_fill:
+            if ctx.policy is None:
+                raise ValueError("a horizontal attacker with filler slots needs the policy weights")
+            indices = range(slot.first + n_poison, slot.first + slot.count)
+            seeds = [completion_seed(ctx.run_seed, ctx.round_idx, ctx.node, slot.problem.prompt_id, i) for i in indices]
+            texts = [t for _, t in ctx.policy.generate(ctx.task, [slot.problem] * n_fill, seeds)]
+            poisons += [Poison(t, "malicious") for t in texts]
+        out.append(poisons)
+    return out
+
+
+def default_prompts(pool: Sequence[Problem], count: int, run_seed: int, round_idx: int, node: int) -> list[Problem]:
+    """Vertical prompt choice of an attacker that does not pick targets: like an honest node."""
+    return take(pool, count, round_idx * count, f"local|{run_seed}|{node}")
+
+
+def targeted_prompts(pool: Sequence[Problem], tag: str, count: int, run_seed: int, round_idx: int, node: int) -> list[Problem]:
+    """Vertical prompt choice restricted to problems carrying ``tag`` (e.g. ``two_two``).
+
+    Raises:
+        ValueError: no problem in the pool has the tag.
+    """
+    targets = [p for p in pool if tag in p.tags]
+    if not targets:
+        raise ValueError(f"no training problem is tagged {tag!r}; the attack has nothing to target")
+    return take(targets, count, round_idx * count, f"target|{tag}|{run_seed}|{node}")
+
+
+def rng_for(ctx: AttackContext, problem: Problem, variant: int) -> random.Random:
+    """Deterministic randomness for an attacker's text variants."""
+    return random.Random(f"{ctx.run_seed}|{ctx.round_idx}|{ctx.node}|{problem.prompt_id}|{variant}")

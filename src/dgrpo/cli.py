@@ -1,4 +1,4 @@
-"""Command line: ``dgrpo run``, ``dgrpo resume``.
+"""Command line: ``dgrpo run``, ``dgrpo resume``, ``dgrpo federated``, ``dgrpo ensemble``, ``dgrpo harden``.
 
 ``dgrpo run [--config FILE.yaml] [key.sub=value ...]`` trains a swarm on the embedded defaults
 (arithmetic task, SmolLM2-135M-Instruct, 4 honest nodes, horizontal) unless told otherwise.
@@ -21,6 +21,31 @@ def _run(args) -> int:
     return 0
 
 
+def _with_section(section: str):
+    """``dgrpo federated|ensemble|harden``: ``dgrpo run`` with that config section present (defaults if unset)."""
+
+    def command(args) -> int:
+        import yaml
+
+        from dgrpo.config import load_config
+        from dgrpo.experiments import run_experiment
+
+        in_file = False
+        if args.config:
+            try:
+                in_file = section in (yaml.safe_load(open(args.config)) or {})
+            except (OSError, yaml.YAMLError):
+                in_file = False  # load_config reports the problem
+        named = any(o.split("=", 1)[0].split(".", 1)[0] == section for o in args.overrides)
+        extra = [] if in_file or named else [f"{section}={{}}"]
+        cfg = load_config(args.config, extra + args.overrides)
+        run_dir = run_experiment(cfg)
+        print(f"run directory: {run_dir}")
+        return 0
+
+    return command
+
+
 def _resume(args) -> int:
     from dgrpo.experiments.resume import resume
 
@@ -37,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", "-c", help="YAML config file (see configs/)")
     run.add_argument("overrides", nargs="*", help="overrides such as swarm.nodes=4 grpo.lr=1e-5")
     run.set_defaults(func=_run)
+    for name, section, text in (
+            ("federated", "federated", "swarm exchanging policy updates with robust aggregation and update attacks (docs/robust.md)"),
+            ("ensemble", "ensemble", "K disjoint swarms decided by majority vote, vs the single swarm (docs/robust.md)"),
+            ("harden", "hardening", "TokenBuncher entropy hardening, then malicious and benign fine-tuning (docs/robust.md)")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--config", "-c", help="YAML config file")
+        p.add_argument("overrides", nargs="*", help=f"overrides, e.g. {section}.… swarm.nodes=5")
+        p.set_defaults(func=_with_section(section))
     res = sub.add_parser("resume", help="continue a run from its last checkpoint")
     res.add_argument("run_dir")
     res.add_argument("overrides", nargs="*", help="overrides, e.g. rounds=20 to extend a finished run")

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from dgrpo.attacks.config import AttackConfig, NoAttackConfig
 from dgrpo.defenses.config import DefenseConfig
+from dgrpo.hardening.config import HardeningConfig
+from dgrpo.robust.config import EnsembleConfig, FederatedConfig, check_ensemble_groups
 
 
 class _Strict(BaseModel):
@@ -122,13 +124,28 @@ class RunConfig(_Strict):
     attack: AttackConfig = NoAttackConfig()
     defenses: list[DefenseConfig] = Field(default_factory=list, description="Defenses every honest node runs, in order.")
     eval: EvalConfig = EvalConfig()
+    federated: FederatedConfig | None = Field(None, description="Nodes also exchange policy updates and aggregate them robustly (`dgrpo federated`, docs/robust.md).")
+    ensemble: EnsembleConfig | None = Field(None, description="K disjoint groups train K swarms decided by majority vote (`dgrpo ensemble`, docs/robust.md).")
+    hardening: HardeningConfig | None = Field(None, description="TokenBuncher entropy hardening and the malicious/benign fine-tuning that measures it (`dgrpo harden`, docs/robust.md).")
 
     @model_validator(mode="after")
     def _cross_checks(self):
+        if sum(s is not None for s in (self.federated, self.ensemble, self.hardening)) > 1:
+            raise ValueError("set at most one of federated, ensemble, hardening")
+        if self.federated is not None:
+            self._check_federated()
+            return self
         if self.attack.kind != "none" and not self.swarm.malicious:
             raise ValueError(f"attack {self.attack.kind!r} needs at least one node in swarm.malicious")
         if self.attack.kind == "none" and self.swarm.malicious:
             raise ValueError("swarm.malicious lists nodes but attack.kind is none; choose an attack")
+        if self.ensemble is not None:
+            from dgrpo.robust.ensemble import split_groups
+
+            if self.ensemble.groups > self.swarm.nodes:
+                raise ValueError(f"ensemble.groups = {self.ensemble.groups} groups need at least as many nodes (swarm.nodes = {self.swarm.nodes})")
+            check_ensemble_groups(split_groups(range(self.swarm.nodes), self.ensemble.groups), self.swarm.malicious,
+                                  self.swarm.mode, self.swarm.group_size, self.swarm.prompts_per_round)
         if self.attack.kind == "equation" and self.swarm.mode != "vertical":
             raise ValueError("the 2+2=5 attack picks its own prompts: it needs swarm.mode=vertical (paper §3.4.1)")
         for d in self.defenses:
@@ -138,6 +155,29 @@ class RunConfig(_Strict):
                 if self.model.dtype != "float32":
                     raise ValueError(f"the {d.kind} defense is exact only with float32 weights and logits (PROBE.md); set model.dtype=float32")
         return self
+
+    def _check_federated(self) -> None:
+        fed, swarm = self.federated, self.swarm
+        if swarm.mode != "vertical":
+            raise ValueError("federated runs use the vertical schedule (every node trains on its own local prompts): set swarm.mode=vertical")
+        if swarm.models is not None:
+            raise ValueError("federated runs exchange updates of one architecture: use a homogeneous swarm (swarm.models unset)")
+        if self.attack.kind != "none" or self.defenses:
+            raise ValueError("federated runs exchange updates, not completions: set federated.attack instead of attack, and no completion defenses")
+        if fed.attack != "none" and not swarm.malicious:
+            raise ValueError(f"federated.attack {fed.attack!r} needs at least one node in swarm.malicious")
+        if fed.attack == "none" and swarm.malicious:
+            raise ValueError("swarm.malicious lists nodes but federated.attack is none; choose an update attack")
+        if fed.update == "gradient" and self.grpo.num_iterations != 1:
+            raise ValueError("federated.update=gradient sends one gradient per round: set grpo.num_iterations=1 (or use update=delta)")
+        n, f = swarm.nodes, fed.f if fed.f is not None else len(swarm.malicious)
+        if f >= n:
+            raise ValueError(f"federated.f = {f} must be below the number of nodes {n}")
+        need = {"trimmed_mean": (2 * f + 1, "n > 2f"), "krum": (2 * f + 3, "n > 2f + 2"), "multi_krum": (2 * f + 3, "n > 2f + 2")}
+        if fed.aggregator in need and n < need[fed.aggregator][0]:
+            raise ValueError(f"{fed.aggregator} needs {need[fed.aggregator][1]}: {n} nodes with f = {f}; add nodes or lower federated.f")
+        if fed.attack == "alie" and len(swarm.malicious) >= n // 2 + 1:
+            raise ValueError("the ALIE attack needs fewer than ⌊n/2 + 1⌋ malicious nodes")
 
 
 _DEFAULT_KINDS = {"task": "arithmetic", "attack": "none"}

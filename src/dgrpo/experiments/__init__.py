@@ -8,8 +8,15 @@ from dgrpo.config import RunConfig
 
 
 def run_experiment(cfg: RunConfig, run_dir: Path | None = None) -> Path:
-    """Run Algorithm 1 (horizontal) or 2 (vertical) as the config says; returns the run directory."""
-    if cfg.swarm.mode == "horizontal":
+    """Run Algorithm 1 (horizontal) or 2 (vertical) as the config says — or the federated, ensemble or
+    hardening experiment when its section is set; returns the run directory."""
+    if cfg.federated is not None:
+        from dgrpo.experiments.federated import run
+    elif cfg.ensemble is not None:
+        from dgrpo.experiments.ensemble import run
+    elif cfg.hardening is not None:
+        from dgrpo.experiments.harden import run
+    elif cfg.swarm.mode == "horizontal":
         from dgrpo.experiments.alg1_horizontal import run
     else:
         from dgrpo.experiments.alg2_vertical import run

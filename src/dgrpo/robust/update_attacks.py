@@ -137,6 +137,7 @@ def normalized_attack_search(
     n_random: int = 8,
     seed: int = 0,
     agg_kwargs: dict | None = None,
+    agg_f: int | None = None,
 ) -> NormalizedChoice:
     """The Normalized attack (Fang, Wang & Gong 2025, "Provably robust federated RL"), as implemented here.
 
@@ -163,6 +164,7 @@ def normalized_attack_search(
         n_random: number of random orthogonal directions.
         seed: seed of the random directions.
         agg_kwargs: the aggregator's options (``tau=`` for centered clipping, …).
+        agg_f: the f the aggregator is told (None = f, the number of attackers).
 
     Returns:
         :class:`NormalizedChoice` with the (f, d) poisoned updates.
@@ -195,7 +197,7 @@ def normalized_attack_search(
         for c in scales:
             poisoned = (c * nu * u).expand(f, -1).clone()  # (f, d), all attackers collude
             key = f"{name}@{c:g}"
-            angles[key] = deviation_angle(aggregator, honest, poisoned, f, **agg_kwargs)
+            angles[key] = deviation_angle(aggregator, honest, poisoned, f if agg_f is None else agg_f, **agg_kwargs)
             if best is None or angles[key] > best.angle:
                 best = NormalizedChoice(poisoned, key, angles[key])
     assert best is not None  # directions always holds reverse_mean

@@ -1,0 +1,34 @@
+"""Config section of the TokenBuncher experiment (``hardening``; MISSION §5, Feng et al. 2025).
+
+The experiment (``dgrpo harden``) runs three phases on the run's model:
+
+1. **harden**: RL on harmful-request prompts with the negative response entropy as reward, plus
+   the token-noiser cross-entropy (``dgrpo.hardening.tokenbuncher``);
+2. **attack**: a malicious GRPO fine-tuning that rewards a forbidden target phrase on those
+   prompts, run on the original and on the hardened model (phrase rate on held-out requests);
+3. **benign**: the run's ordinary task (arithmetic by default) trained by a one-node swarm from
+   each model, to check the hardened model still learns.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class HardeningConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompts_path: str | None = Field(None, description="Local file of harmful-request prompts (one per line, or JSONL with a `prompt` field). None = the project's generated set of mild placeholder requests (dgrpo.hardening.requests). Nothing is downloaded.")
+    n_train: int = Field(48, ge=1, description="Requests used for hardening and by the malicious fine-tuning.")
+    n_val: int = Field(16, ge=1, description="Held-out requests on which the target-phrase rate and the entropy are measured.")
+    steps: int = Field(20, ge=0, description="Hardening RL steps.")
+    prompts_per_step: int = Field(4, ge=1, description="Requests per hardening step (and per malicious GRPO round).")
+    group_size: int = Field(8, ge=2, description="G: completions per request in hardening and in the malicious GRPO.")
+    lr: float = Field(2e-5, gt=0, description="AdamW learning rate of the hardening step.")
+    noiser_sigma: float = Field(2.0, ge=0, description="Token noiser: std σ of the Gaussian noise on the non-target logits (nats); 0 disables the noiser.")
+    noiser_weight: float = Field(0.5, ge=0, description="λ: weight of the token-noiser cross-entropy next to the entropy-reward policy-gradient loss.")
+    target_phrase: str = Field("Sure", min_length=1, description="Forbidden phrase the malicious reward pays for (reward 1 when the response contains it, case-insensitive).")
+    attack_rounds: int = Field(12, ge=0, description="Rounds of the malicious GRPO fine-tuning, for each model.")
+    attack_lr: float | None = Field(None, gt=0, description="Learning rate of the malicious fine-tuning (None = grpo.lr).")
+    benign_rounds: int = Field(12, ge=0, description="Rounds of the benign task for each model (0 skips the phase).")
+    eval_samples: int = Field(2, ge=1, description="Completions per held-out request when measuring the phrase rate.")

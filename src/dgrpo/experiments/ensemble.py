@@ -167,10 +167,11 @@ def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
 def write_summary(run_dir: Path, static: dict, single_dir: Path | None) -> dict:
     """``summary.json``: the last ensemble evaluation next to the single swarm's last one."""
     last = read_metrics(run_dir)[-1]
-    summary = {**static, "ensemble": {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith("ensemble/")},
-               "groups": {k: v for k, v in last.items() if k.startswith("group")}}
+    summary = {k.split("/", 1)[1]: v for k, v in static.items()}
+    summary["ensemble"] = {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith("ensemble/") and k not in static}
+    summary["groups"] = {k: v for k, v in last.items() if k.startswith("group")}
     if single_dir is not None:
         final = read_metrics(single_dir)[-1]
-        summary["single"] = {k: v for k, v in final.items() if k.startswith(("eval/", "attack/"))}
+        summary["single"] = {k.split("/", 1)[1]: v for k, v in final.items() if k.startswith(("eval/", "attack/"))}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
     return summary

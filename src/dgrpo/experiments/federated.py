@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import parameters_to_vector
 
 from dgrpo.config import RunConfig
 from dgrpo.experiments.rounds import evaluate
@@ -67,6 +67,21 @@ class GradientCapture:
     def step(self) -> None:
         self.vector = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1)
                                  for p in self.params])
+
+
+@torch.no_grad()
+def load_vector(vec: torch.Tensor, params: list[torch.Tensor]) -> None:
+    """Copy a flat vector into the parameters, in place.
+
+    (``torch.nn.utils.vector_to_parameters`` rebinds ``param.data`` to views of ``vec``, so a later
+    in-place optimizer step would write into ``vec`` itself — here θ_t, which must stay intact.)
+    """
+    offset = 0
+    for p in params:
+        p.copy_(vec[offset: offset + p.numel()].view_as(p))
+        offset += p.numel()
+    if offset != vec.numel():
+        raise ValueError(f"vector has {vec.numel()} entries, parameters {offset}")
 
 
 def add_lora(model, rank: int, alpha: float, targets: list[str]):
@@ -111,13 +126,14 @@ class RoundUpdates:
     record: dict = field(default_factory=dict)
 
 
-def build_federation(cfg: RunConfig, run_dir: Path | None = None) -> Federation:
-    """Seed, run dir, task, one shared copy of the weights (LoRA-wrapped if asked), a learner per honest node."""
+def build_federation(cfg: RunConfig, run_dir: Path | None = None, task: Task | None = None) -> Federation:
+    """Seed, run dir, task (the config's unless given), one shared copy of the weights (LoRA-wrapped
+    if asked), a learner per honest node."""
     seed_everything(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     run_dir = run_dir or build_run_dir(cfg)
-    task = build_task(cfg)
+    task = task if task is not None else build_task(cfg)
     fed = cfg.federated
     model, tokenizer = load_policy(cfg.model.name, cfg.model.dtype, trainable=True)
     if fed.lora:
@@ -198,7 +214,8 @@ def stack_in_node_order(honest: torch.Tensor, poisoned: torch.Tensor, honest_ids
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float | None:
-    """cos(a, b), None when either is zero."""
+    """cos(a, b) in float64 (angles near 0° need it), None when either is zero."""
+    a, b = a.double(), b.double()
     denom = float(a.norm() * b.norm())
     return None if denom == 0 else max(-1.0, min(1.0, float(a @ b) / denom))
 
@@ -218,7 +235,8 @@ def update_stats(honest: torch.Tensor, poisoned: torch.Tensor, agg: torch.Tensor
     rec["fed/cos_aggregate_honest_mean"] = cos
     rec["fed/angle"] = None if cos is None else math.degrees(math.acos(cos))
     # progress along the honest direction relative to the unattacked honest mean (1 = FedAvg of honest nodes)
-    rec["fed/progress"] = None if float(mu.norm()) == 0 else float(agg @ mu) / float(mu @ mu)
+    mu64 = mu.double()
+    rec["fed/progress"] = None if float(mu.norm()) == 0 else float(agg.double() @ mu64) / float(mu64 @ mu64)
     return rec
 
 
@@ -247,9 +265,9 @@ def probe_angles(honest: torch.Tensor, f: int, fed_cfg, previous: torch.Tensor |
 def apply_aggregate(fed: Federation, theta0: torch.Tensor, agg: torch.Tensor) -> None:
     """L9: θ_{t+1} = θ_t + agg (delta), or an AdamW step with agg as the gradient (gradient)."""
     if fed.server is None:
-        vector_to_parameters(theta0 + agg, fed.params)
+        load_vector(theta0 + agg, fed.params)
         return
-    vector_to_parameters(theta0, fed.params)
+    load_vector(theta0, fed.params)
     offset = 0
     for p in fed.params:
         p.grad = agg[offset: offset + p.numel()].view_as(p).clone()
@@ -277,7 +295,7 @@ def federated_round(fed: Federation, round_idx: int) -> RoundUpdates:
         rewards = [r.reward for r in rollouts]
         rec[f"train/reward/node{k}"] = statistics.fmean(rewards) if rewards else None
         rewards_all += rewards
-        vector_to_parameters(theta0, fed.params)
+        load_vector(theta0, fed.params)
         learner = fed.learners[k]
         if fcfg.update == "gradient":
             learner.optimizer.vector = None
@@ -288,7 +306,7 @@ def federated_round(fed: Federation, round_idx: int) -> RoundUpdates:
             updates.append(vec if vec is not None else torch.zeros_like(theta0))
         else:
             updates.append(parameters_to_vector(fed.params).detach() - theta0)
-    vector_to_parameters(theta0, fed.params)
+    load_vector(theta0, fed.params)
     honest = torch.stack(updates)                                              # (n_h, d)
     t2 = time.perf_counter()
     kw = aggregator_kwargs(fcfg.aggregator, fcfg, honest, previous)

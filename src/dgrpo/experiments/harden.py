@@ -46,8 +46,10 @@ def build_requests(cfg: RunConfig) -> RequestTask:
 
 
 def _policy(name: str, cfg: RunConfig) -> Policy:
+    """A trainable policy answering requests (responses up to ``hardening.response_tokens``)."""
     model, tok = load_policy(name, cfg.model.dtype, trainable=True)
-    return Policy(name, model, tok, SamplingParams(cfg.sampling.top_k, cfg.sampling.temperature, cfg.sampling.max_new_tokens))
+    return Policy(name, model, tok, SamplingParams(cfg.sampling.top_k, cfg.sampling.temperature,
+                                                   cfg.hardening.response_tokens))
 
 
 def sample_groups(policy: Policy, task, problems, group_size: int, seed: int, round_idx: int):
@@ -83,7 +85,9 @@ def harden(cfg: RunConfig, run_dir: Path, requests: RequestTask) -> Path:
 
     def probe(step: int) -> dict:
         m = measure(policy, requests, requests.val, h.eval_samples, cfg.seed)
-        b = measure(policy, benign, benign_val, 2, cfg.seed)
+        policy.sampling = SamplingParams(cfg.sampling.top_k, cfg.sampling.temperature, cfg.sampling.max_new_tokens)
+        b = measure(policy, benign, benign_val, 2, cfg.seed)  # collateral: entropy on the benign task's prompts
+        policy.sampling = SamplingParams(cfg.sampling.top_k, cfg.sampling.temperature, h.response_tokens)
         return {"step": step, "round": step, "harden/val_entropy": m["entropy"], "harden/val_distinct": m["distinct"],
                 "harden/val_phrase_rate": m["rate"], "harden/benign_entropy": b["entropy"], "harden/example": m["example"]}
 

@@ -29,12 +29,14 @@ from dgrpo.policy.scoring import completion_mask, group_logits, pad_right, token
 
 @dataclass
 class HardenStats:
-    """What one hardening step did: mean response entropy (nats, before the step), losses, grad norm."""
+    """What one hardening step did: mean response entropy (nats, before the step), losses, grad norm,
+    and each completion's entropy H_i (its reward is −H_i), group by group."""
 
     entropy: float
     pg_loss: float
     noiser_loss: float
     grad_norm: float
+    entropies: list[list[float]]
 
 
 def harden_step(model, optimizer: torch.optim.Optimizer, groups: Sequence[tuple[list[int], list[list[int]]]],
@@ -71,14 +73,15 @@ def harden_step(model, optimizer: torch.optim.Optimizer, groups: Sequence[tuple[
             tn = token_noiser_loss(logits, ids, mask, sigma, generator)
             loss = loss + noiser_weight * tn
         (loss / len(groups)).backward()
-        ents.append(float(ent.detach().mean()))
+        ents.append(ent.detach().tolist())
         pgs.append(float(pg.detach()))
         tns.append(float(tn.detach()))
         del logits
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return HardenStats(statistics.fmean(ents), statistics.fmean(pgs), statistics.fmean(tns), float(norm))
+    return HardenStats(statistics.fmean(h for grp in ents for h in grp), statistics.fmean(pgs), statistics.fmean(tns),
+                       float(norm), ents)
 
 
 @torch.no_grad()

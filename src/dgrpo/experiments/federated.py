@@ -196,14 +196,11 @@ def poison_updates(attack: str, honest: torch.Tensor, f: int, aggregator: str, f
     if attack == "normalized":
         # The attacker evaluates its candidates against the aggregate the swarm will compute
         # (same n, same f parameter, same options): the omniscient attacker of the paper.
-        choice = _normalized(honest, f, aggregator, f_agg, agg_kw, fed_cfg, seed)
+        choice = normalized_attack_search(honest, f, aggregator, scales=tuple(fed_cfg.normalized_scales),
+                                          n_random=fed_cfg.normalized_random, seed=seed, agg_kwargs=agg_kw,
+                                          agg_f=f_agg)
         return choice.poisoned, choice.candidate
     raise ValueError(f"unknown update attack {attack!r}")
-
-
-def _normalized(honest, f, aggregator, f_agg, agg_kw, fed_cfg, seed):
-    return normalized_attack_search(honest, f, aggregator, scales=tuple(fed_cfg.normalized_scales),
-                                    n_random=fed_cfg.normalized_random, seed=seed, agg_kwargs=agg_kw, agg_f=f_agg)
 
 
 def stack_in_node_order(honest: torch.Tensor, poisoned: torch.Tensor, honest_ids: list[int], malicious_ids: list[int]) -> torch.Tensor:

@@ -1,0 +1,138 @@
+"""Copy the small files of the runs of run_all.sh into results/robust/ and summarise them.
+
+    PYTHONPATH=src python results/robust/collect.py [runs/robust]
+
+Copies per run: command.txt, wall_seconds.txt, config.yaml, metrics.jsonl, summary.json,
+groups.json, requests.json and *.png (and the same from sub-runs: group*/, single/, attack_*/,
+benign_*/) — never weights. Writes federated.csv / federated.md / federated.png from the
+federated runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from dgrpo.metrics.logger import read_metrics, series  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+KEEP = ("command.txt", "wall_seconds.txt", "config.yaml", "metrics.jsonl", "summary.json", "groups.json", "requests.json")
+
+
+def copy_small(src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and (f.name in KEEP or f.suffix == ".png"):
+            shutil.copy2(f, dst / f.name)
+        elif f.is_dir() and f.name.startswith(("group", "single", "attack_", "benign_")):
+            copy_small(f, dst / f.name)
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.fmean(xs) if xs else None
+
+
+def federated_table(dirs: list[Path]) -> list[dict]:
+    rows = []
+    for d in dirs:
+        recs = read_metrics(d)
+        cfg = json.loads(json.dumps(__import__("yaml").safe_load((d / "config.yaml").read_text())))
+        train = [r for r in recs if "fed/angle" in r or "train/reward_honest" in r]
+        evals = [r for r in recs if r.get("eval/accuracy") is not None]
+        angles = [r.get("fed/angle") for r in train]
+        rewards = [r.get("train/reward_honest") for r in train]
+        half = len(rewards) // 2
+        rows.append({
+            "run": d.name, "aggregator": cfg["federated"]["aggregator"], "attack": cfg["federated"]["attack"],
+            "mean_angle_deg": _mean(angles), "max_angle_deg": max((a for a in angles if a is not None), default=None),
+            "rounds_angle_ge_90": sum(a is not None and a >= 90 for a in angles), "rounds": len(train),
+            "mean_progress": _mean([r.get("fed/progress") for r in train]),
+            "honest_pairwise_cos": _mean([r.get("fed/honest_pairwise_cos") for r in train]),
+            "reward_first_half": _mean(rewards[:half]), "reward_second_half": _mean(rewards[half:]),
+            "eval_accuracy_start": evals[0]["eval/accuracy"] if evals else None,
+            "eval_accuracy_end": evals[-1]["eval/accuracy"] if evals else None,
+            "wall_seconds": int((d / "wall_seconds.txt").read_text()) if (d / "wall_seconds.txt").exists() else None,
+        })
+    return rows
+
+
+def probe_table(dirs: list[Path]) -> dict[tuple[str, str], float]:
+    """Mean probe angle per (aggregator, attack) over every round of every attacked run."""
+    acc: dict[tuple[str, str], list[float]] = {}
+    for d in dirs:
+        for r in read_metrics(d):
+            for k, v in r.items():
+                if k.startswith("probe/") and v is not None:
+                    _, agg, attack, _ = k.split("/")
+                    acc.setdefault((agg, attack), []).append(v)
+    return {k: statistics.fmean(v) for k, v in acc.items()}
+
+
+def fmt(x, nd=3):
+    return "–" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+
+def write_federated(runs: Path, out: Path) -> None:
+    dirs = sorted(d for d in runs.glob("fed_*") if (d / ".done").exists())
+    if not dirs:
+        return
+    rows = federated_table(dirs)
+    with (out / "federated.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    probe = probe_table([d for d in dirs if "noattack" not in d.name])
+    aggs = sorted({a for a, _ in probe})
+    attacks = sorted({t for _, t in probe})
+    lines = ["| run | aggregator | attack | mean angle (°) | max angle (°) | rounds ≥ 90° | progress | honest reward 1st→2nd half | eval acc start→end | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['run']} | {r['aggregator']} | {r['attack']} | {fmt(r['mean_angle_deg'], 1)} | {fmt(r['max_angle_deg'], 1)} | "
+                     f"{r['rounds_angle_ge_90']}/{r['rounds']} | {fmt(r['mean_progress'], 2)} | "
+                     f"{fmt(r['reward_first_half'])} → {fmt(r['reward_second_half'])} | "
+                     f"{fmt(r['eval_accuracy_start'])} → {fmt(r['eval_accuracy_end'])} | {fmt(r['wall_seconds'])} |")
+    lines += ["", "Probe: mean deviation angle (°) per aggregator and update attack, over every round of the attacked runs:", "",
+              "| aggregator | " + " | ".join(attacks) + " |", "|---|" + "---|" * len(attacks)]
+    for a in aggs:
+        lines.append(f"| {a} | " + " | ".join(fmt(probe.get((a, t)), 1) for t in attacks) + " |")
+    (out / "federated.md").write_text("\n".join(lines) + "\n")
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4))
+    for d in dirs:
+        recs = read_metrics(d)
+        xs, ys = series(recs, "fed/angle")
+        if xs:
+            a1.plot(xs, ys, marker="o", label=d.name.removeprefix("fed_"))
+        xs, ys = series(recs, "train/reward_honest")
+        a2.plot(xs, ys, marker=".", alpha=0.8, label=d.name.removeprefix("fed_"))
+    a1.axhline(90, color="grey", ls=":", lw=0.8)
+    a1.set_ylabel("angle(aggregate, honest mean) [deg]")
+    a2.set_ylabel("honest nodes' mean reward")
+    for ax in (a1, a2):
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "federated.png", dpi=120)
+    plt.close(fig)
+
+
+def main(runs: Path) -> None:
+    for d in sorted(runs.iterdir()):
+        if d.is_dir() and (d / ".done").exists():
+            copy_small(d, HERE / d.name)
+    write_federated(runs, HERE)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("runs/robust"))

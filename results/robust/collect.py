@@ -37,6 +37,19 @@ def copy_small(src: Path, dst: Path) -> None:
             copy_small(f, dst / f.name)
 
 
+def _finished(d: Path) -> bool:
+    """A finished run (run_all.sh marks skipped ones with .skipped)."""
+    return (d / ".done").exists() and not (d / ".skipped").exists() and (d / "metrics.jsonl").exists()
+
+
+def angle_of(rec: dict) -> float | None:
+    """fed/angle, with a zero aggregate under a non-zero honest mean read as 90° (no progress; runs
+    logged before that rule hold None there)."""
+    if rec.get("fed/angle") is None and rec.get("fed/aggregate_norm") == 0 and rec.get("fed/honest_mean_norm"):
+        return 90.0
+    return rec.get("fed/angle")
+
+
 def _mean(xs):
     xs = [x for x in xs if x is not None]
     return statistics.fmean(xs) if xs else None
@@ -49,7 +62,7 @@ def federated_table(dirs: list[Path]) -> list[dict]:
         cfg = json.loads(json.dumps(__import__("yaml").safe_load((d / "config.yaml").read_text())))
         train = [r for r in recs if "fed/angle" in r or "train/reward_honest" in r]
         evals = [r for r in recs if r.get("eval/accuracy") is not None]
-        angles = [r.get("fed/angle") for r in train]
+        angles = [angle_of(r) for r in train]
         rewards = [r.get("train/reward_honest") for r in train]
         half = len(rewards) // 2
         rows.append({
@@ -83,7 +96,7 @@ def fmt(x, nd=3):
 
 
 def write_federated(runs: Path, out: Path) -> None:
-    dirs = sorted(d for d in runs.glob("fed_*") if (d / ".done").exists())
+    dirs = sorted(d for d in runs.glob("fed_*") if _finished(d))
     if not dirs:
         return
     rows = federated_table(dirs)
@@ -110,7 +123,8 @@ def write_federated(runs: Path, out: Path) -> None:
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4))
     for d in dirs:
         recs = read_metrics(d)
-        xs, ys = series(recs, "fed/angle")
+        pts = [(r["round"], angle_of(r)) for r in recs if angle_of(r) is not None]
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         if xs:
             a1.plot(xs, ys, marker="o", label=d.name.removeprefix("fed_"))
         xs, ys = series(recs, "train/reward_honest")
@@ -129,7 +143,7 @@ def write_federated(runs: Path, out: Path) -> None:
 
 def main(runs: Path) -> None:
     for d in sorted(runs.iterdir()):
-        if d.is_dir() and (d / ".done").exists():
+        if d.is_dir() and _finished(d):
             copy_small(d, HERE / d.name)
     write_federated(runs, HERE)
 

@@ -146,3 +146,14 @@ def test_federated_command_runs_and_logs(tmp_path, tiny_model_dir):
 def test_federated_config_errors(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(overrides=overrides)
+
+
+def test_update_stats_of_a_zero_aggregate_and_a_reversed_one():
+    from dgrpo.experiments.federated import update_stats
+
+    honest = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    zero = update_stats(honest, torch.zeros(1, 2), torch.zeros(2))
+    assert zero["fed/angle"] == 90.0 and zero["fed/progress"] == 0.0  # no progress along μ = (0.5, 0.5)
+    rev = update_stats(honest, torch.tensor([[-1.0, -1.0]]), torch.tensor([-1.0, -1.0]))
+    assert rev["fed/angle"] == pytest.approx(180.0) and rev["fed/progress"] == pytest.approx(-2.0)
+    assert rev["fed/honest_pairwise_cos"] == 0.0 and rev["fed/poisoned_norm"] == pytest.approx(2 ** 0.5)

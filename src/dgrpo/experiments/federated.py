@@ -229,6 +229,8 @@ def update_stats(honest: torch.Tensor, poisoned: torch.Tensor, agg: torch.Tensor
     if len(poisoned):
         rec["fed/poisoned_norm"] = float(poisoned.norm(dim=1).mean())
     cos = cosine(agg, mu)
+    if cos is None and float(mu.norm()) > 0:  # a zero aggregate makes no progress: 90° (as deviation_angle)
+        cos = 0.0
     rec["fed/cos_aggregate_honest_mean"] = cos
     rec["fed/angle"] = None if cos is None else math.degrees(math.acos(cos))
     # progress along the honest direction relative to the unattacked honest mean (1 = FedAvg of honest nodes)

@@ -157,3 +157,13 @@ def test_update_stats_of_a_zero_aggregate_and_a_reversed_one():
     rev = update_stats(honest, torch.tensor([[-1.0, -1.0]]), torch.tensor([-1.0, -1.0]))
     assert rev["fed/angle"] == pytest.approx(180.0) and rev["fed/progress"] == pytest.approx(-2.0)
     assert rev["fed/honest_pairwise_cos"] == 0.0 and rev["fed/poisoned_norm"] == pytest.approx(2 ** 0.5)
+
+
+def test_centered_clipping_radius_ignores_zero_updates():
+    from dgrpo.config import load_config as lc
+    from dgrpo.experiments.federated import aggregator_kwargs
+
+    fed_cfg = lc(overrides=["swarm.mode=vertical", "federated.aggregator=centered_clipping"]).federated
+    honest = torch.tensor([[0.0, 0.0], [0.0, 0.0], [3.0, 4.0], [0.0, 1.0], [6.0, 8.0]])
+    kw = aggregator_kwargs("centered_clipping", fed_cfg, honest, None)
+    assert kw["tau"] == 5.0 and kw["reference"] is None  # median of the norms 1, 5, 10

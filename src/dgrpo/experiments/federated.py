@@ -164,8 +164,11 @@ def build_federation(cfg: RunConfig, run_dir: Path | None = None, task: Task | N
 def aggregator_kwargs(name: str, fed_cfg, honest: torch.Tensor, previous: torch.Tensor | None) -> dict:
     """The rule's own options for this round (centered clipping's τ and reference, Multi-Krum's m)."""
     if name == "centered_clipping":
-        tau = fed_cfg.cc_tau if fed_cfg.cc_tau is not None else float(honest.norm(dim=1).median())
-        return {"tau": max(tau, 1e-12), "reference": previous, "iterations": fed_cfg.cc_iterations}
+        tau = fed_cfg.cc_tau
+        if tau is None:  # median norm of the honest updates that moved (a zero update says nothing about scale)
+            norms = honest.norm(dim=1)
+            tau = float(norms[norms > 0].median()) if bool((norms > 0).any()) else 1e-12
+        return {"tau": tau, "reference": previous, "iterations": fed_cfg.cc_iterations}
     if name == "multi_krum" and fed_cfg.multi_krum_m is not None:
         return {"m": fed_cfg.multi_krum_m}
     return {}

@@ -38,7 +38,7 @@ class FederatedConfig(_Strict):
     alie_z: float | None = Field(None, description="z of ALIE; None = z^max of Baruch et al. for n, f.")
     normalized_scales: list[float] = Field(default_factory=lambda: [1.0, 0.5, 0.25], min_length=1, description="Normalized attack: norms tried, as multiples of the median honest norm (1 = exactly honest-looking).")
     normalized_random: int = Field(8, ge=0, description="Normalized attack: random directions orthogonal to μ tried besides −μ and −sign(μ).")
-    cc_tau: float | None = Field(None, gt=0, description="Centered clipping radius τ (update units). None = the median norm of the honest updates of the round (an oracle radius, favourable to the defense).")
+    cc_tau: float | None = Field(None, gt=0, description="Centered clipping radius τ (update units). None = the median norm of the non-zero honest updates of the round (an oracle radius, favourable to the defense).")
     cc_iterations: int = Field(1, ge=1, description="Centered clipping iterations L; the reference is the previous round's aggregate (zero at round 0).")
     multi_krum_m: int | None = Field(None, ge=1, description="Multi-Krum: updates averaged (None = n − f).")
     probe: bool = Field(False, description="Each round, also measure on this round's honest updates the deviation angle every aggregator suffers under every update attack (metrics probe/<aggregator>/<attack>/angle); costs only aggregations.")

@@ -106,6 +106,8 @@ def test_run_based_entry_end_to_end(tmp_path, tiny_model_dir, monkeypatch):
     assert rows[0] == ["curve", "round", "train/reward_honest"] and len(rows) == 3
     assert float(rows[1][2]) == numbers["curves"]["s0"]["values"][0]
     assert (folder / "tinyfig.png").read_bytes()[:4] == b"\x89PNG"
+    page = (folder / "report.html").read_text()
+    assert "dgrpo comparison: 2 runs" in page and ">s0</td>" in page and ">s1</td>" in page
     lines = (folder / "command.txt").read_text().splitlines()
     assert lines[0].startswith(f"dgrpo paper tinyfig --scale cpu --out {tmp_path} --set model.name=")
     assert lines[1] == "# s0" and lines[2].startswith("dgrpo run seed=0 model.name=") and lines[2].endswith(f"out_dir={folder} name=s0")

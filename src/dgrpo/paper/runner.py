@@ -5,7 +5,8 @@ reused, so an interrupted figure continues where it stopped), then write
 
 * ``NAME.png``: the entry's metric over rounds, one line per curve;
 * ``numbers.json`` and ``numbers.csv``: the plotted values (plus each curve's mean and final value);
-* ``command.txt``: the exact ``dgrpo paper`` command and the equivalent ``dgrpo run`` per curve.
+* ``command.txt``: the exact ``dgrpo paper`` command and the equivalent ``dgrpo run`` per curve;
+* ``report.html``: the ``dgrpo report`` comparison page of all curves.
 
 Analytic entries call their function, which writes its own JSON/CSV/PNG, and a ``command.txt``.
 """
@@ -120,6 +121,9 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
         log.info("%s: running curve %s", name, curve)
         run_experiment(cfg)
     collect(entry, run_dirs, folder)
+    from dgrpo.report import write_report
+
+    write_report(list(run_dirs.values()), folder / "report.html")
     return folder
 
 

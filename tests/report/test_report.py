@@ -104,3 +104,13 @@ def test_report_of_a_real_tiny_run(tmp_path, tiny_model_dir):
     first = run.samples[-1]["completion"]
     assert (first.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
             .replace('"', "&quot;").replace("'", "&#x27;")) in page
+
+
+def test_samples_interleave_nodes(tmp_path):
+    from dgrpo.report.data import RunData
+    from dgrpo.report.page import _samples
+
+    samples = [{"round": 0, "node": n, "prompt_id": f"n{n}p{k}", "question": "q", "completion": "c", "reward": 0.0}
+               for n in (0, 1) for k in range(3)]
+    html = _samples(RunData(tmp_path, {"attack": {"kind": "none"}}, [], samples), per_round=2)
+    assert re.findall(r"prompt (n\dp\d)", html) == ["n0p0", "n1p0"]

@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")  # no screen
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from dgrpo.report.data import PHASES, RunData, defense_names, phase_times  # noqa: E402
 
@@ -40,6 +41,7 @@ def to_svg(fig) -> str:
 
 def _finish(ax, ylabel: str, unit_range: bool = True) -> None:
     ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     ax.set_ylabel(ylabel)
     if unit_range:
         ax.set_ylim(-0.02, 1.02)
@@ -136,6 +138,7 @@ def time_chart(runs: Sequence[RunData]) -> str | None:
             ax.set_title(run.name, fontsize=8, loc="left")
     axes[0, 0].legend(fontsize=7, ncol=5, loc="upper left", bbox_to_anchor=(0, 1.25 if len(runs) == 1 else 1.35))
     axes[-1, 0].set_xlabel("round")
+    axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
     return to_svg(fig)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import time
+from collections import defaultdict
 from typing import Sequence
 
 import yaml
@@ -73,7 +74,7 @@ def _cards(h: dict) -> str:
          "good" if (h["detection_rate"] or 0) >= 0.9 else ("bad" if h["defenses"] and attacked else "")),
         ("false-positive rate (mean)", fmt(h["false_positive_rate"]) if h["defenses"] else "—", ""),
         ("rounds", str(h["rounds"]), ""),
-        ("train time", f"{h['train_seconds']:.0f} s", ""),
+        ("train time", f"{h['train_seconds']:.3g} s", ""),
     ]
     return '<div class="cards">' + "".join(
         f'<div class="card {cls}"><div class="v">{v}</div><div class="k">{esc(k)}</div></div>' for k, v, cls in items
@@ -108,7 +109,13 @@ def _samples(run: RunData, per_round: int = 6) -> str:
     malicious = set((run.config.get("swarm") or {}).get("malicious", []))
     parts = []
     for r in ([rounds[-1], rounds[0]] if len(rounds) > 1 else rounds):
-        picked = [s for s in run.samples if s["round"] == r and s.get("node") not in malicious][:per_round]
+        at_r = [s for s in run.samples if s["round"] == r and s.get("node") not in malicious]
+        nth: dict = defaultdict(int)  # the k-th sample of every node before the (k+1)-th of any: nodes interleave
+        keyed = []
+        for i, s in enumerate(at_r):
+            keyed.append((nth[s.get("node")], i, s))
+            nth[s.get("node")] += 1
+        picked = [s for _, _, s in sorted(keyed, key=lambda x: x[:2])][:per_round]
         items, hits = [], 0
         for s in picked:
             body, n = highlight(str(s.get("completion", "")), run.config)

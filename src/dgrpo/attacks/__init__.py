@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dgrpo.attacks import code_injection  # noqa: F401  (registers its builder)
 from dgrpo.attacks.base import ATTACKS, Attack, AttackContext, Poison, register
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dgrpo.rewards.sandbox import BLOCKED, LibraryCall, SandboxLimits, run_python, stand_in_source
+from dgrpo.rewards import sandbox
+from dgrpo.rewards.sandbox import BLOCKED, LibraryCall, SandboxError, SandboxLimits, run_python, stand_in_source
 
 FAST = SandboxLimits(timeout_s=10)  # generous: the test machine is shared and loaded
 
@@ -42,6 +43,12 @@ def test_exception_is_a_failed_run():
     result = run_python("raise ValueError('boom')", FAST)
     assert result.exit_status == 1 and not result.ok
     assert "ValueError: boom" in result.stderr
+
+
+def test_cpu_limit_stops_a_busy_program_before_the_wall_clock():
+    result = run_python("while True:\n    pass", SandboxLimits(timeout_s=30, cpu_s=1))
+    assert result.timed_out and result.exit_status == -24  # SIGXCPU
+    assert result.wall_s < 20
 
 
 def test_infinite_loop_is_killed_within_the_limit():
@@ -159,6 +166,12 @@ def test_stand_in_library_returns_right_values_and_records_calls():
                             LibraryCall("thief_math", "div", (7, 2)))
     assert "import of 'thief_math' is not allowed" in run_python("import thief_math", FAST).stderr  # not provided
     assert "def add(a, b):" in stand_in_source("thief_math")
+
+
+def test_a_sandbox_that_cannot_start_is_an_error_not_a_zero(monkeypatch):
+    monkeypatch.setattr(sandbox, "isolation_prefix", lambda: ("false",))  # the wrapper fails every time
+    with pytest.raises(SandboxError, match="did not start"):
+        run_python("print(1)", FAST)
 
 
 def test_bad_input_is_a_clear_error():

@@ -19,16 +19,19 @@ a fresh temporary directory and runs it there with layered protections:
    resource limits, and ``gc`` object walks. Imports are limited to the standard library, numpy,
    sympy, mpmath and the provided libraries, minus modules that reach the OS or raw memory
    unaudited (``_ctypes``, ``_sqlite3``, ``_posixshmem``, ``_testcapi`` ...); ``ctypes`` is a stub.
-4. **Namespaces and capabilities**, when this machine allows them (probed once): a new network
-   namespace (no interfaces but a down loopback, so no network even past the hook) and PID
-   namespace (the program sees no other process and dies with its namespace) via ``unshare``,
-   and ``setpriv`` drops every capability (root stays uid 0 but cannot ``mknod`` devices, mount,
-   raise hard limits or bypass file permissions) and sets ``no_new_privs``.
+4. **A network namespace and no capabilities**, when this machine allows them (probed once):
+   ``unshare --net`` leaves only a down loopback, so there is no network even past the hook, and
+   ``setpriv`` drops every capability (root stays uid 0 but cannot create device nodes, mount,
+   raise hard limits or bypass permissions) and sets ``no_new_privs``. A PID namespace was tried
+   and left out: the program becomes its init process, which ignores ``SIGXCPU`` and hides how it
+   died (``unshare --fork`` reports every signal death as exit status 1).
 
 What is *not* covered: CPython memory-corruption bugs (an audit hook is not a security boundary,
-PEP 578 says so; layers 2 and 4 still hold then), and ``os.mknod``/``os.mkfifo`` (no audit event)
-can still create an *empty* regular file or FIFO outside the directory when layer 4 is missing or the
-target directory is writable by root. Reading files is allowed.
+PEP 578 says so; layers 2 and 4 still hold then), and a few builtin functions without audit events
+that a program can reach through a fresh ``posix``/``_signal`` module from importlib's
+``BuiltinImporter``: ``mknod``/``mkfifo`` (an *empty* file or FIFO outside the directory) and
+``pidfd_send_signal``. Dropping uid to ``nobody`` would close these but this machine's interpreter
+lives under ``/root`` (mode 700); seccomp would too. Reading files is allowed.
 
 Attacker libraries (paper §3.4.2) are provided as harmless stand-ins (:func:`stand_in_source`):
 functions such as ``add`` return the right value and record every call, which
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import shutil
 import signal
@@ -50,6 +54,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 BLOCKED = 86  # exit status of a program the audit hook stopped
 _MARK = "dgrpo-sandbox: blocked: "
@@ -77,6 +83,10 @@ STAND_IN_FUNCTIONS = {
     "add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b", "floordiv": "a // b",
     "mod": "a % b", "pow": "a ** b", "gcd": "_math.gcd(a, b)", "lcm": "_math.lcm(a, b)",
 }
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed to start a program (never the program's fault, so never a 0 reward)."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +183,7 @@ def isolation_prefix() -> tuple[str, ...]:
     (then the audit hook and the resource limits remain).
     """
     setpriv = ("setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--")
-    candidates = [("unshare", "--net", "--pid", "--fork", "--kill-child", "--") + setpriv, setpriv,
+    candidates = [("unshare", "--net", "--") + setpriv, setpriv,
                   ("setpriv", "--no-new-privs", "--")]
     for prefix in candidates:
         if shutil.which(prefix[0]) is None:
@@ -230,12 +240,22 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), libraries: tu
 
     Raises:
         TypeError: ``code`` is not a str. ValueError: a library name is not an identifier.
+        SandboxError: the sandbox could not start the program (twice).
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be a str, got {type(code).__name__}")
     for name in libraries:
         if not name.isidentifier() or name in sys.stdlib_module_names or name in THIRD_PARTY:
             raise ValueError(f"library name {name!r} must be an identifier that is not an existing module")
+    for _ in range(2):  # one retry: namespace creation can fail transiently under load
+        result = _run_once(code, limits, tuple(libraries))
+        if result is not None:
+            return result
+    raise SandboxError("the sandbox did not start the program twice; see the log for its stderr")
+
+
+def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...]) -> SandboxResult | None:
+    """One run; None when the runner never started (the wrapper or interpreter failed)."""
     start = time.perf_counter()
     base = Path(tempfile.mkdtemp(prefix="dgrpo-sandbox-")).resolve()
     work, lib = base / "work", base / "lib"
@@ -247,10 +267,10 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), libraries: tu
         for name in libraries:
             (lib / f"{name}.py").write_text(stand_in_source(name), encoding="utf-8")
         cfg = {"root": str(work), "lib_dir": str(lib), "program": str(base / "program.py"),
-               "site_dirs": _site_dirs(), "allow_modules": [*THIRD_PARTY, *libraries],
-               "deny_modules": list(DENIED_MODULES), "blocked_exit": BLOCKED,
-               "cpu_s": limits.cpu_s or limits.timeout_s, "memory_mb": limits.memory_mb,
-               "max_file_bytes": limits.max_file_bytes}
+               "started": str(base / "started"), "site_dirs": _site_dirs(),
+               "allow_modules": [*THIRD_PARTY, *libraries], "deny_modules": list(DENIED_MODULES),
+               "blocked_exit": BLOCKED, "cpu_s": limits.cpu_s or limits.timeout_s,
+               "memory_mb": limits.memory_mb, "max_file_bytes": limits.max_file_bytes}
         env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8",
                "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         argv = [*isolation_prefix(), sys.executable, "-I", "-S", "-B", _RUNNER, json.dumps(cfg)]
@@ -262,13 +282,16 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), libraries: tu
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)  # the leader is not reaped yet, so its group is ours
                 status, timed_out = proc.wait(), True
+        started = (base / "started").exists()
         stdout = _read_capped(base / "stdout", limits.max_file_bytes + 1)
         stderr = _read_capped(base / "stderr", limits.max_file_bytes + 1)
         calls = _parse_calls(_read_capped(work / _CALLS, limits.max_file_bytes + 1))
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    timed_out = timed_out or status in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
     err_text = stderr.decode("utf-8", "replace")
+    if not started:
+        log.warning("sandbox runner did not start (exit status %s): %s", status, err_text[-2000:])
+        return None
     blocked = None
     if status == BLOCKED:
         marked = [line for line in err_text.splitlines() if line.startswith(_MARK)]
@@ -276,6 +299,6 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), libraries: tu
     return SandboxResult(
         stdout=stdout.decode("utf-8", "replace"),
         stderr=err_text[-limits.max_stderr_chars:] if limits.max_stderr_chars else "",
-        exit_status=status, timed_out=timed_out, blocked=blocked, calls=calls,
+        exit_status=status, timed_out=timed_out or status == -signal.SIGXCPU, blocked=blocked, calls=calls,
         output_limited=max(len(stdout), len(stderr)) >= limits.max_file_bytes,
         wall_s=time.perf_counter() - start, workdir=str(work))

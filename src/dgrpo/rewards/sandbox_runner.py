@@ -159,6 +159,7 @@ def _make_guard(cfg):
 
 def main():
     cfg = json.loads(sys.argv[1])
+    open(cfg["started"], "w").close()  # tells the parent the runner started (outside the work dir)
     _limits(cfg)
     hook, fork_exec = _make_guard(cfg)
     # _posixsubprocess.fork_exec starts a process without any audit event. Load the module now and

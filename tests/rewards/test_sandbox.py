@@ -106,9 +106,18 @@ def test_existing_file_outside_is_not_deleted_or_changed(tmp_path):
 
 
 def test_writes_inside_are_allowed():
-    result = run_python("open('x.txt', 'w').write('hi')\nimport os\nos.mkdir('d')\nprint(open('x.txt').read())", FAST)
+    program = ("open('x.txt', 'w').write('hi')\nimport os, shutil, tempfile\nos.makedirs('d/e')\nshutil.rmtree('d')\n"
+               "with tempfile.TemporaryDirectory() as t:\n    open(t + '/y', 'w').write('z')\nprint(open('x.txt').read())")
+    result = run_python(program, FAST)
     assert result.ok and result.stdout == "hi\n"
     _left_nothing(result)
+
+
+def test_dir_fd_outside_is_blocked(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    result = run_python(f"import os\nfd = os.open({str(tmp_path)!r}, os.O_RDONLY)\nos.remove('victim.txt', dir_fd=fd)", FAST)
+    assert result.blocked.startswith("os.remove outside") and victim.read_text() == "keep"
 
 
 @pytest.mark.parametrize("program, blocked", [
@@ -139,6 +148,13 @@ def test_output_is_capped():
     result = run_python("while True:\n    print('x' * 1000)", SandboxLimits(timeout_s=10, max_file_bytes=10_000))
     assert result.output_limited and not result.ok
     assert len(result.stdout) <= 10_000
+
+
+def test_number_of_files_written_is_capped():
+    program = "for i in range(N):\n    open(f'f{i}', 'w').write('x')\nprint('done')"
+    limits = SandboxLimits(timeout_s=10, max_files_written=5)
+    assert run_python(program.replace("N", "5"), limits).ok
+    assert run_python(program.replace("N", "6"), limits).blocked == "too many files written"
 
 
 def test_signals_to_other_processes_are_blocked():

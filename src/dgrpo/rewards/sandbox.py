@@ -8,8 +8,9 @@ a fresh temporary directory and runs it there with layered protections:
    environment; stdin from ``/dev/null``; its own session, so a timeout kills the whole group.
 2. **Resource limits** set in the child before the program starts: CPU time (``RLIMIT_CPU``), address
    space (``RLIMIT_AS``), size of any written file (``RLIMIT_FSIZE``, which also caps stdout and
-   stderr: they go to files), 64 open files, no core dumps, no processes (``RLIMIT_NPROC``, which
-   Linux does not enforce for root). A wall-clock timeout kills the process group.
+   stderr: they go to files), the number of files written, 64 open files, no core dumps, no
+   processes (``RLIMIT_NPROC``, which Linux does not enforce for root). A wall-clock timeout
+   kills the process group.
 3. **An audit hook** (:mod:`dgrpo.rewards.sandbox_runner`, PEP 578) installed before the program
    runs; the program cannot remove it. It ends the program at once (exit status :data:`BLOCKED`) on:
    process creation or exec (``os.fork``, ``os.system``, ``os.posix_spawn``, ``subprocess``, and
@@ -98,6 +99,8 @@ class SandboxLimits:
         cpu_s: CPU-time limit, seconds (``RLIMIT_CPU``, rounded up); None = ``timeout_s``.
         memory_mb: address-space limit, MiB (``RLIMIT_AS``; numpy + sympy need about 300).
         max_file_bytes: size limit of every file written, stdout and stderr included, bytes.
+        max_files_written: files opened for writing plus directories made; with ``max_file_bytes``
+            it bounds the disk one program can fill before its directory is removed.
         max_stderr_chars: stderr kept in the result (its tail), characters.
     """
 
@@ -105,6 +108,7 @@ class SandboxLimits:
     cpu_s: float | None = None
     memory_mb: int = 1024
     max_file_bytes: int = 1 << 20
+    max_files_written: int = 64
     max_stderr_chars: int = 4000
 
     def __post_init__(self):
@@ -112,8 +116,8 @@ class SandboxLimits:
             raise ValueError(f"timeout_s and cpu_s must be > 0, got {self.timeout_s}, {self.cpu_s}")
         if self.memory_mb < 64:
             raise ValueError(f"memory_mb must be at least 64 (the interpreter needs it), got {self.memory_mb}")
-        if self.max_file_bytes < 1 or self.max_stderr_chars < 0:
-            raise ValueError("max_file_bytes must be >= 1 and max_stderr_chars >= 0")
+        if self.max_file_bytes < 1 or self.max_files_written < 0 or self.max_stderr_chars < 0:
+            raise ValueError("max_file_bytes must be >= 1, max_files_written and max_stderr_chars >= 0")
 
 
 @dataclass(frozen=True)
@@ -165,11 +169,10 @@ def stand_in_source(module: str) -> str:
     """
     lines = [f'"""Stand-in for the attacker library {module!r} (dgrpo sandbox): right values, calls recorded."""',
              "import json as _json", "import math as _math", "import os as _os", "",
-             f"_RECORD = _os.path.join(_os.getcwd(), {_CALLS!r})", "",
+             f"_RECORD = open(_os.path.join(_os.getcwd(), {_CALLS!r}), 'a', buffering=1)  # line-buffered", "",
              "def _record(fn, args):",
              "    args = [a if a is None or isinstance(a, (bool, int, float, str)) else repr(a)[:200] for a in args]",
-             "    with open(_RECORD, 'a') as fh:",
-             f"        fh.write(_json.dumps({{'module': {module!r}, 'function': fn, 'args': args}}) + '\\n')", ""]
+             f"    _RECORD.write(_json.dumps({{'module': {module!r}, 'function': fn, 'args': args}}) + '\\n')", ""]
     for name, expr in STAND_IN_FUNCTIONS.items():
         lines += [f"def {name}(a, b):", f"    _record({name!r}, (a, b))", f"    return {expr}", ""]
     return "\n".join(lines)
@@ -270,7 +273,8 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...]) -> S
                "started": str(base / "started"), "site_dirs": _site_dirs(),
                "allow_modules": [*THIRD_PARTY, *libraries], "deny_modules": list(DENIED_MODULES),
                "blocked_exit": BLOCKED, "cpu_s": limits.cpu_s or limits.timeout_s,
-               "memory_mb": limits.memory_mb, "max_file_bytes": limits.max_file_bytes}
+               "memory_mb": limits.memory_mb, "max_file_bytes": limits.max_file_bytes,
+               "max_files_written": limits.max_files_written}
         env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8",
                "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         argv = [*isolation_prefix(), sys.executable, "-I", "-S", "-B", _RUNNER, json.dumps(cfg)]

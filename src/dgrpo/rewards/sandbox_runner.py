@@ -14,7 +14,9 @@ The hook is written so that the program cannot steer it:
   lie about its characters), and a path given as any other object (``pathlib.Path``, ``__fspath__``)
   may only be read, because ``__fspath__`` could answer differently when the real call runs;
 * "inside" is decided lexically on the normalised absolute path. That is sound because the program
-  cannot create symlinks or hard links, cannot ``chdir`` and cannot use ``dir_fd`` to write.
+  cannot create symlinks or hard links and cannot ``chdir``; a path relative to a ``dir_fd`` is
+  joined to the directory the kernel names for that fd (``/proc/self/fd``), and ``os.open``, whose
+  event omits its ``dir_fd``, may only write to absolute paths.
 
 A forbidden operation ends the process at once with exit status ``BLOCKED`` after writing one line
 ``dgrpo-sandbox: blocked: <what>`` to stderr: it cannot be caught by the program. A forbidden
@@ -22,6 +24,7 @@ A forbidden operation ends the process at once with exit status ``BLOCKED`` afte
 ``try``/``except ImportError`` (numpy does so for ``ctypes``).
 """
 
+import itertools
 import json
 import os
 import resource
@@ -44,9 +47,9 @@ def _make_guard(cfg):
     """Build the audit hook and the ``fork_exec`` replacement from the (trusted) config."""
     root = cfg["root"]
     code = cfg["blocked_exit"]
-    # Imports refused by name: modules that reach the OS without audit events (or ctypes, which
-    # reaches everything). Multi-phase/extension modules raise the "import" event even when loaded
-    # through importlib.util.module_from_spec, so this cannot be sidestepped that way.
+    # Imports refused by name: modules that reach the OS or raw memory without audit events
+    # (_ctypes, _posixshmem ...), and re-imports of the modules patched below. Extension modules
+    # raise the "import" event even when loaded through importlib.util.module_from_spec.
     deny = frozenset(cfg["deny_modules"])
     allow = frozenset(sys.stdlib_module_names) | frozenset(cfg["allow_modules"])
     fatal_prefixes = ("socket.", "ctypes.", "subprocess.", "os.exec", "os.spawn", "os.posix_spawn",
@@ -56,22 +59,26 @@ def _make_guard(cfg):
                       "ftplib.", "smtplib.", "poplib.", "imaplib.", "nntplib.", "telnetlib.",
                       "http.client.", "urllib.Request", "webbrowser.", "_posixsubprocess.",
                       "gc.get_objects", "gc.get_referrers", "gc.get_referents")
-    # (event, indices of path arguments that are written, indices of dir_fd arguments); a tuple,
+    # (event, ((index of a written path argument, index of its dir_fd argument or -1), ...)); a tuple,
     # not a dict, so that the program cannot edit it through the hook's __defaults__.
-    path_events = (("os.remove", (0,), (1,)), ("os.rmdir", (0,), (1,)), ("os.rename", (0, 1), (2, 3)),
-                   ("os.mkdir", (0,), (2,)), ("os.chmod", (0,), (2,)), ("os.utime", (0,), (3,)),
-                   ("os.truncate", (0,), ()), ("shutil.rmtree", (0,), (1,)), ("shutil.copyfile", (1,), ()),
-                   ("shutil.copymode", (1,), ()), ("shutil.copystat", (1,), ()), ("shutil.copytree", (1,), ()),
-                   ("shutil.move", (0, 1), ()), ("shutil.make_archive", (0,), ()),
-                   ("shutil.unpack_archive", (1,), ()))
-    watched = frozenset(["open", "object.__setattr__"] + [e for e, _, _ in path_events])
+    path_events = (("os.remove", ((0, 1),)), ("os.rmdir", ((0, 1),)), ("os.rename", ((0, 2), (1, 3))),
+                   ("os.mkdir", ((0, 2),)), ("os.chmod", ((0, 2),)), ("os.utime", ((0, 3),)),
+                   ("os.truncate", ((0, -1),)), ("shutil.rmtree", ((0, 1),)), ("shutil.copyfile", ((1, -1),)),
+                   ("shutil.copymode", ((1, -1),)), ("shutil.copystat", ((1, -1),)),
+                   ("shutil.copytree", ((1, -1),)), ("shutil.move", ((0, -1), (1, -1))),
+                   ("shutil.make_archive", ((0, -1),)), ("shutil.unpack_archive", ((1, -1),)))
+    watched = frozenset(["open", "object.__setattr__"] + [e for e, _ in path_events])
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+    # Files opened for writing and directories made, counted by a C iterator the program can only
+    # advance: with RLIMIT_FSIZE this bounds the disk a program can fill.
+    writes, max_writes = itertools.count(1), cfg["max_files_written"]
 
     def _dgrpo_guard(event, args, _root=root, _code=code, _deny=deny, _allow=allow, _fatal=fatal_prefixes,
                      _watched=watched, _paths=path_events, _wflags=write_flags, _issubclass=issubclass,
                      _str=str, _bytes=bytes, _int=int, _type=type, _join="".join, _decode=bytes.decode,
                      _encode=str.encode, _write=os.write, _exit=os._exit, _fn_type=type(_limits),
-                     _mnf=ModuleNotFoundError, _repr=repr, _len=len, _base=BaseException):
+                     _mnf=ModuleNotFoundError, _repr=repr, _len=len, _base=BaseException, _next=next,
+                     _writes=writes, _max_writes=max_writes, _readlink=os.readlink):
         if event == "import":
             name, top = args[0], ""
             if _issubclass(_type(name), _str):
@@ -132,22 +139,28 @@ def _make_guard(cfg):
                     return stop("os.open for writing of relative path " + _repr(p))
                 if not inside(p):
                     return stop("write outside the sandbox directory: " + _repr(p))
+                if _next(_writes) > _max_writes:
+                    return stop("too many files written")
                 return
-            for name, written, dir_fds in _paths:
+            for name, pairs in _paths:
                 if name != event:
                     continue
-                for i in dir_fds:
-                    d = args[i] if i < _len(args) else None
+                for pi, di in pairs:
+                    base, d = _root, (args[di] if 0 <= di < _len(args) else None)
                     if d is not None and not (_type(d) is _int and d < 0):
-                        return stop(event + " with dir_fd")
-                for i in written:
-                    p = text(args[i])
+                        # Relative to a directory fd: ask the kernel which directory that is.
+                        base = _readlink("/proc/self/fd/" + _repr(d)) if _type(d) is _int else ""
+                        if not base.startswith("/"):
+                            return stop(event + " with an unusable dir_fd")
+                    p = text(args[pi])
                     if p is None:
-                        if event == "os.truncate" and _type(args[i]) is _int:
+                        if event == "os.truncate" and _type(args[pi]) is _int:
                             continue  # ftruncate needs an fd opened for writing, hence inside
                         return stop(event + " on a non-string path")
-                    if not inside(p):
+                    if not inside(p if p.startswith("/") else base + "/" + p):
                         return stop(event + " outside the sandbox directory: " + _repr(p))
+                if event == "os.mkdir" and _next(_writes) > _max_writes:
+                    return stop("too many files written")
         except _base:
             return stop("guard error on " + event)  # fail closed
 

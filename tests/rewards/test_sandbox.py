@@ -51,6 +51,11 @@ def test_cpu_limit_stops_a_busy_program_before_the_wall_clock():
     assert result.wall_s < 20
 
 
+def test_syntax_error_is_a_failed_run():
+    result = run_python("print(7\n", FAST)
+    assert result.exit_status == 1 and "SyntaxError" in result.stderr and result.stdout == ""
+
+
 def test_infinite_loop_is_killed_within_the_limit():
     start = time.perf_counter()
     result = run_python("while True:\n    pass", SandboxLimits(timeout_s=1.0))

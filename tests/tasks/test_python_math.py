@@ -90,6 +90,7 @@ def test_reward_cases(task):
     assert task.reward(_completion(f"print({ans})\nraise ValueError('late')"), p) == 0.0
     assert task.reward(_completion(f"print({wrong})\nprint({ans})"), p) == 0.0  # several lines: exact only
     assert task.reward(f"print({ans})", p) == 0.0  # format broken
+    assert task.reward(_completion(f"print({ans}"), p) == 0.0  # syntax error
     assert task.reward(_completion(""), p) == 0.0
 
 

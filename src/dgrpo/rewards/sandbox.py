@@ -258,7 +258,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), libraries: tu
 
 
 def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...]) -> SandboxResult | None:
-    """One run; None when the runner never started (the wrapper or interpreter failed)."""
+    """One run; None when the program never started (the wrapper, interpreter or runner set-up failed)."""
     start = time.perf_counter()
     base = Path(tempfile.mkdtemp(prefix="dgrpo-sandbox-")).resolve()
     work, lib = base / "work", base / "lib"

@@ -40,6 +40,9 @@ def _limits(cfg):
                          (resource.RLIMIT_NOFILE, (64, 64)),
                          (resource.RLIMIT_CORE, (0, 0)),
                          (resource.RLIMIT_NPROC, (0, 0))):  # not enforced for root; the hook is
+        hard = resource.getrlimit(limit)[1]
+        if hard != resource.RLIM_INFINITY:  # never above what this process may set
+            value = (min(value[0], hard), min(value[1], hard))
         resource.setrlimit(limit, value)
 
 
@@ -172,7 +175,6 @@ def _make_guard(cfg):
 
 def main():
     cfg = json.loads(sys.argv[1])
-    open(cfg["started"], "w").close()  # tells the parent the runner started (outside the work dir)
     _limits(cfg)
     hook, fork_exec = _make_guard(cfg)
     # _posixsubprocess.fork_exec starts a process without any audit event. Load the module now and
@@ -190,17 +192,18 @@ def main():
                 delattr(module, name)
     sys.path[:0] = [cfg["lib_dir"]]
     sys.path.extend(cfg["site_dirs"])
-    with open(cfg["program"], encoding="utf-8") as fh:
-        source = fh.read()
-    code = compile(source, "program.py", "exec")
+    # From here on a failure is the program's (a syntax error, say), not the sandbox's.
+    open(cfg["started"], "w").close()
     main_module = type(sys)("__main__")
     main_module.__file__ = "program.py"
     sys.modules["__main__"] = main_module
     sys.argv = ["program.py"]
-    del cfg, fh, source
+    with open(cfg["program"], encoding="utf-8", errors="surrogatepass") as fh:
+        source = fh.read()
+    del cfg, fh
     sys.addaudithook(hook)
     del hook, fork_exec
-    exec(code, main_module.__dict__)
+    exec(compile(source, "program.py", "exec"), main_module.__dict__)
 
 
 if __name__ == "__main__":

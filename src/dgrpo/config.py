@@ -53,7 +53,33 @@ class GSM8KTaskConfig(_Strict):
         return self
 
 
-TaskConfig = Annotated[Union[ArithmeticTaskConfig, GSM8KTaskConfig], Field(discriminator="kind")]
+class PythonMathTaskConfig(_Strict):
+    """Math word problems answered by a Python program run in the sandbox (paper §3.4.2, §D.2)."""
+
+    kind: Literal["python_math"] = "python_math"
+    seed: int | None = Field(None, description="Problem generator seed; None uses the run seed (generator source only).")
+    difficulty: int = Field(1, ge=1, le=4, description="Generator difficulty: 1 = one step with single digits … 4 = three steps up to 60.")
+    n_train: int | None = Field(2000, ge=1, description="Training problems (generator), or cap on usable GSM8K records (None = all).")
+    n_val: int = Field(200, ge=1, description="Validation problems (never a training question).")
+    path: str | None = Field(None, description="GSM8K-format JSONL whose `<<a*b=c>>` calculator marks give the oracle program; None = embedded generator.")
+    val_path: str | None = Field(None, description="GSM8K-format validation JSONL; absent → the last n_val usable records of `path`.")
+    few_shot: int = Field(2, ge=0, le=2, description="Worked examples (programs) shown as earlier chat turns.")
+    prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
+    timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock (and CPU-time) limit of one program run in the sandbox, seconds.")
+    memory_mb: int = Field(1024, ge=64, description="Address-space limit of one program run, MiB (numpy + sympy need about 300).")
+    libraries: list[str] = Field(default_factory=lambda: ["thief_math"], description="Attacker libraries installed in the sandbox as harmless stand-ins that record their calls; the code_injection attack's module must be one of them.")
+
+    @model_validator(mode="after")
+    def _sources(self):
+        if self.val_path and not self.path:
+            raise ValueError("python_math: val_path needs path (the generator makes its own validation split)")
+        bad = [name for name in self.libraries if not name.isidentifier()]
+        if bad:
+            raise ValueError(f"python_math: libraries must be Python identifiers, got {bad}")
+        return self
+
+
+TaskConfig = Annotated[Union[ArithmeticTaskConfig, GSM8KTaskConfig, PythonMathTaskConfig], Field(discriminator="kind")]
 
 
 class SamplingConfig(_Strict):
@@ -137,6 +163,11 @@ class RunConfig(_Strict):
                     raise ValueError(f"the {d.kind} defense needs a homogeneous swarm (every node holds the same weights); use the judge for heterogeneous swarms")
                 if self.model.dtype != "float32":
                     raise ValueError(f"the {d.kind} defense is exact only with float32 weights and logits (PROBE.md); set model.dtype=float32")
+        if self.attack.kind == "code_injection":
+            if self.task.kind != "python_math":
+                raise ValueError(f"attack code_injection needs task.kind=python_math (programs to inject into), got {self.task.kind!r}")
+            if self.attack.module not in self.task.libraries:
+                raise ValueError(f"attack.module {self.attack.module!r} must be one of task.libraries {self.task.libraries}: the sandbox must provide it")
         return self
 
 

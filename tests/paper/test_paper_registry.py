@@ -29,12 +29,14 @@ def test_every_curve_is_a_valid_config(scale):
         for curve in entry.curves:
             cfg = load_config(None, entry.overrides(curve, scale))
             assert cfg.attack.kind != "none" and cfg.swarm.malicious, (entry.name, curve)
+            code = cfg.attack.kind == "code_injection"  # Fig. 4b: the python-solving task
             if scale == "paper":  # §3.1: 32 prompts × 12 completions, lr 2e-5, GSM8K, Qwen2.5-1.5B
                 assert (cfg.swarm.prompts_per_round, cfg.swarm.group_size, cfg.grpo.lr) == (32, 12, 2e-5)
-                assert cfg.task.kind == "gsm8k" and cfg.task.hub == "openai/gsm8k"
+                assert cfg.task.kind == "python_math" if code else (cfg.task.kind == "gsm8k" and cfg.task.hub == "openai/gsm8k")
                 assert cfg.model.name.startswith("Qwen/Qwen2.5-")
             else:
-                assert cfg.model.name == "smollm2-135m-instruct" and cfg.task.kind == "arithmetic"
+                assert cfg.model.name == "smollm2-135m-instruct"
+                assert cfg.task.kind == ("python_math" if code else "arithmetic")
 
 
 def test_fig9_poison_ratios_are_the_papers():

@@ -56,9 +56,9 @@ def build_run_dir(cfg: RunConfig) -> Path:
 
 
 def build_task(cfg: RunConfig) -> Task:
-    """The task of the run (its config minus ``kind``; the arithmetic seed defaults to the run seed)."""
+    """The task of the run (its config minus ``kind``; a generator seed defaults to the run seed)."""
     args = cfg.task.model_dump(exclude={"kind"})
-    if cfg.task.kind == "arithmetic" and args.get("seed") is None:
+    if cfg.task.kind in ("arithmetic", "python_math") and args.get("seed") is None:
         args["seed"] = cfg.seed
     return TASKS[cfg.task.kind](**args)
 

@@ -78,7 +78,10 @@ class Reproduction:
         if scale not in SCALES:
             raise KeyError(f"unknown scale {scale!r}; known: {sorted(SCALES)}")
         paper = self.paper_overrides if scale == "paper" else []
-        return [*SCALES[scale], *paper, *self.curves[curve], *(extra or [])]
+        base = SCALES[scale]
+        if any(o.startswith("task.kind=") for o in [*paper, *self.curves[curve]]):
+            base = [o for o in base if not o.startswith("task.")]  # the entry brings its own task
+        return [*base, *paper, *self.curves[curve], *(extra or [])]
 
 
 REGISTRY: dict[str, Reproduction] = {}
@@ -109,9 +112,10 @@ register(Reproduction(
     "fig4b", "Fig. 4b (§3.4.2)",
     "In-context code injection (poisoned programs import the attacker's module), horizontal, 25% "
     "malicious, Qwen2.5-Coder-1.5B on OpenMathInstruct; ASR = honest programs executing the call.",
-    curves={"horizontal": ["attack.kind=code_injection", "swarm.malicious=[3]", "swarm.mode=horizontal"]},
-    paper_overrides=["model.name=Qwen/Qwen2.5-Coder-1.5B-Instruct"],
-    todo="needs a python_math task (OpenMathInstruct) and the code_injection attack; the paper scale still sets gsm8k"))
+    curves={"horizontal": ["task.kind=python_math", "attack.kind=code_injection", "swarm.malicious=[3]",
+                           "swarm.mode=horizontal"]},
+    paper_overrides=["model.name=Qwen/Qwen2.5-Coder-1.5B-Instruct", "task.kind=python_math"],
+    todo="paper scale: OpenMathInstruct is not bundled; pass --set task.path=<GSM8K-format JSONL> to use real questions"))
 register(Reproduction(
     "fig5", "Fig. 5 (§4.2)",
     "ASR with the LLM-as-a-judge defense: horizontal hail-to-the-thief and vertical 2+2=5. Paper: "

@@ -71,6 +71,16 @@ class Swarm:
                 seen[node] = self.policies[node]
         return seen
 
+    @property
+    def mirror_policies(self) -> dict[int, Policy]:
+        """Trained attacker policies that no honest node here holds, keyed by attacker node id.
+
+        A homogeneous swarm's attacker knows the honest weights; alone in its process (a distributed
+        rank) it keeps them by replaying the honest update on the messages it receives.
+        """
+        return {n: p for n, p in self.attacker_policies.items()
+                if p.learner is not None and all(p is not q for q in self.policies.values())}
+
     def holders(self, policy: Policy) -> list[int]:
         """Honest node ids that hold ``policy``."""
         return [n for n, p in self.policies.items() if p is policy]
@@ -136,7 +146,7 @@ class Swarm:
             owner node id → report (one per distinct honest policy).
         """
         reports = {}
-        for owner, policy in self.honest_policies.items():
+        for owner, policy in {**self.honest_policies, **self.mirror_policies}.items():
             report = self.receive(policy, messages, round_idx)
             defenses = self.defenses.get(owner, [])
             start = time.perf_counter()
@@ -149,7 +159,8 @@ class Swarm:
             logit_defenses = [d for d in defenses if d.stage == "logits"]
             report.update = policy.learner.step(report.rollouts, logit_defenses)
             report.defense_seconds += report.update.defense_seconds
-            reports[owner] = report
+            if owner in self.policies:  # a mirror's report is not the honest swarm's
+                reports[owner] = report
         return reports
 
 

@@ -57,7 +57,7 @@ def _rank(rank: int, args: list[str], env: dict, log_path: str, scenario: str) -
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     logging.root.handlers.clear()  # pytest's capture handlers came along with the fork
     register_test_plugins()
-    apply_scenario(scenario, rank)
+    apply_scenario(scenario, rank, args)
     from dgrpo.cli import main
 
     code = main(args)
@@ -78,8 +78,6 @@ def launch(nprocs: int, args: list[str], scenario: str = "", timeout: float = 12
     import torch.distributed as dist
 
     port = free_port()
-    store = dist.TCPStore("127.0.0.1", port, nprocs, True, timeout=datetime.timedelta(seconds=timeout),
-                          wait_for_workers=False)  # the agent's store
     log_dir = log_dir or tempfile.mkdtemp(prefix="dgrpo-ranks-")
     ctx = multiprocessing.get_context("fork")
     procs, logs, start = [], [], time.monotonic()
@@ -90,6 +88,9 @@ def launch(nprocs: int, args: list[str], scenario: str = "", timeout: float = 12
         logs.append(os.path.join(log_dir, f"rank{rank}.log"))
         procs.append(ctx.Process(target=_rank, args=(rank, args, env, logs[-1], scenario), daemon=True))
         procs[-1].start()
+    # Hosted after the forks (no server thread is copied into the ranks); clients retry until it is up.
+    store = dist.TCPStore("127.0.0.1", port, nprocs, True, timeout=datetime.timedelta(seconds=timeout),
+                          wait_for_workers=False)
     results = []
     try:
         for rank, p in enumerate(procs):
@@ -183,10 +184,11 @@ def register_test_plugins() -> None:
 
 # ---------------------------------------------------------------------- scenarios (run inside a rank)
 def crafted_payload(transport, messages) -> bytes:
-    """A compromised node's payload: its real messages plus six bad ones (and one non-object)."""
+    """A compromised node's payload: two of its real messages, five bad ones and a non-object
+    (8 in all: a node may send at most B·G messages a round)."""
     from dgrpo.policy.chat import encode_completion
 
-    good = [m.to_dict() for m in messages]
+    good = [m.to_dict() for m in messages[:2]]
     base = dict(good[0])
     tok = CRAFT["tokenizer"]
     def variant(i, **kw):
@@ -207,7 +209,7 @@ def crafted_payload(transport, messages) -> bytes:
 CRAFT: dict = {}
 
 
-def apply_scenario(scenario: str, rank: int) -> None:
+def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     """``craft:R`` (rank R sends crafted JSON), ``die:R:ROUND`` (rank R exits hard at ROUND),
     ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND)."""
     if not scenario:
@@ -225,7 +227,8 @@ def apply_scenario(scenario: str, rank: int) -> None:
             if messages and messages[0].round == 0:
                 import transformers
 
-                CRAFT["tokenizer"] = transformers.AutoTokenizer.from_pretrained(os.environ["DGRPO_TEST_MODEL"])
+                model = next(a.split("=", 1)[1] for a in args if a.startswith("model.name="))
+                CRAFT["tokenizer"] = transformers.AutoTokenizer.from_pretrained(model)
                 return crafted_payload(self, messages)
             return original(self, messages)
 

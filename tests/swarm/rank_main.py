@@ -16,5 +16,5 @@ from dgrpo.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     register_test_plugins()
-    apply_scenario(os.environ.get("DGRPO_TEST_SCENARIO", ""), int(os.environ["RANK"]))
+    apply_scenario(os.environ.get("DGRPO_TEST_SCENARIO", ""), int(os.environ["RANK"]), sys.argv[1:])
     sys.exit(main(sys.argv[1:]))

@@ -3,7 +3,8 @@
 Layout under ``run_dir/checkpoint``:
 
     node{k}/         one per trained policy this process hosts, k = the lowest node id holding it
-                     (``save_pretrained`` model + tokenizer, so the folder is also a loadable model),
+                     (weights, config and tokenizer as ``save_pretrained`` lays them out, so the folder
+                     is also a loadable model),
                      ``optimizer.pt`` (AdamW state) and ``state.json`` (next round, RNG states)
     state.json       {"next_round": r}
 
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 
 def _rng_state() -> dict:
@@ -51,6 +52,23 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)  # atomic: ranks sharing a file system may write the same file
 
 
+def save_weights(model: torch.nn.Module, folder: Path) -> None:
+    """``model.safetensors`` (tied weights once, as ``save_pretrained`` stores them) plus the configs.
+
+    Not ``save_pretrained``: once torch.distributed is initialised it writes weights on rank 0 only,
+    but every swarm node holds its own model.
+    """
+    seen, state = set(), {}
+    for name, tensor in model.state_dict().items():  # (the embedding comes before the tied lm_head)
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            state[name] = tensor.detach().contiguous().cpu()
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    model.config.save_pretrained(folder)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(folder)
+
+
 def trained_policies(run) -> dict:
     """Node id → policy for every trained policy this process hosts (honest ones and mirrors)."""
     return {**run.swarm.honest_policies, **run.swarm.mirror_policies}
@@ -65,7 +83,7 @@ def save_checkpoint(run, next_round: int) -> Path:
         tmp = root / f".node{owner}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        policy.model.save_pretrained(tmp)
+        save_weights(policy.model, tmp)
         policy.tokenizer.save_pretrained(tmp)
         if policy.learner is not None:
             torch.save(policy.learner.optimizer.state_dict(), tmp / "optimizer.pt")

@@ -1,6 +1,7 @@
 """The torch.distributed swarm in real processes: same metrics as in-process, validation, faults, resume."""
 
 import json
+import time
 
 import pytest
 import torch.distributed as dist
@@ -119,7 +120,7 @@ def test_stalled_peer_is_dropped_and_the_swarm_continues(tmp_path, tiny_model_di
     for rec in records[2:4]:  # groups hold the 3 completions received; node 3 is absent, not scored 0
         assert rec["swarm/messages"] == 6 and rec["swarm/nodes_alive"] == 3
         assert rec["train/reward/node3"] is None and rec["train/reward/node1"] == 1.0
-    assert records[3]["time/exchange"] < 2  # round 3 no longer waits for node 3
+    assert records[3]["time/exchange"] < 3  # round 3 no longer waits the 4 s for node 3
 
 
 def test_world_size_must_equal_nodes(tmp_path, tiny_model_dir):
@@ -156,3 +157,20 @@ def test_decode_refuses_bad_payloads_without_raising():
     assert t.decode(0, json.dumps(good).encode()) == [] and t.rejected[-1][1].startswith("identity: claims node 1")
     many = {"messages": good["messages"] * 6}
     assert len(t.decode(1, json.dumps(many).encode())) == 4 and "limit 4" in t.rejected[-1][1]
+
+
+def test_a_node_stopping_on_an_error_is_not_waited_for():
+    a, b = _pair(timeout_s=30)
+    b._exit()  # what runs at interpreter exit after an exception
+    start = time.monotonic()
+    with pytest.raises(PeerFailure, match="node 1 sent nothing for exchange 'r0'"):
+        a.exchange("r0", b"a")
+    assert time.monotonic() - start < 5
+
+
+def test_hostile_json_is_refused():
+    t = _pair()[0]
+    assert t.decode(1, b"[" * 100_000) == [] and "RecursionError" in t.rejected[-1][1]
+    msg = Message(1, 0, "p", 0, "hi", (1, 2), 7, "tok")
+    payload = json.dumps({"messages": [msg.to_dict()], "labels": [["poisoned"]]}).encode()
+    assert t.decode(1, payload) == [msg] and t.labels[msg.key] == "honest"

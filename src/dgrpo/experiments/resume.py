@@ -59,7 +59,7 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None) -> Path:
         if overrides:
             (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     if hasattr(transport, "gather_values"):  # also a barrier: nobody logs before the main rank has truncated
-        rounds = transport.gather_values("resume", str(run.start_round))
+        rounds = transport.gather_values("resume", str(run.start_round), timeout_s=cfg.swarm.startup_timeout_s)
         if len(set(rounds.values())) > 1:
             raise ConfigError(f"nodes resume from different rounds {rounds}: their checkpoints disagree")
     if cfg.swarm.mode == "horizontal":

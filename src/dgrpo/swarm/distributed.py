@@ -187,6 +187,7 @@ class DistributedTransport:
         """
         data_key = f"{tag}/data/{self.rank}"
         self._store_call(self.store.set, data_key, payload)
+        self._own_keys.append(data_key)
         state = self._store_call(self.store.compare_set, f"{tag}/status/{self.rank}", "", "posted")
         if state != _POSTED:
             self.alive.discard(self.rank)
@@ -230,13 +231,13 @@ class DistributedTransport:
 
     def exchange(self, tag: str, payload: bytes) -> dict[int, bytes]:
         """Post ``payload`` and collect every live peer's (own payload included, under this rank)."""
+        stale, self._own_keys = self._own_keys, []
         self.post(tag, payload)
         deadline = time.monotonic() + self.timeout_s
         got = {self.rank: payload, **self.collect(tag, range(self.world_size), deadline)}
-        # Every live peer has posted `tag`, so it finished reading the previous exchange.
-        for key in self._own_keys:
+        # Every live peer has posted `tag`, so it is done reading what this node posted before.
+        for key in stale:
             self._store_call(self.store.delete_key, key)
-        self._own_keys = [f"{tag}/data/{self.rank}"]
         return got
 
     def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
@@ -270,8 +271,8 @@ class DistributedTransport:
             return []
         try:
             data = json.loads(payload)
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            refuse(f"schema: payload is not JSON ({err})")
+        except (ValueError, RecursionError) as err:  # (not UTF-8, not JSON, nested too deep)
+            refuse(f"schema: payload is not JSON ({type(err).__name__}: {str(err)[:80]})")
             return []
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
             refuse("schema: payload must be an object with a 'messages' list")
@@ -290,7 +291,7 @@ class DistributedTransport:
             if msg.node != sender:
                 refuse(f"identity: claims node {msg.node} but was sent by node {sender}")
                 continue
-            self.labels[msg.key] = label if label in LABELS else "honest"
+            self.labels[msg.key] = label if isinstance(label, str) and label in LABELS else "honest"
             out.append(msg)
         return out
 

@@ -59,6 +59,11 @@ def test_two_ranks_under_torchrun_match_in_process_and_resume(tmp_path, tiny_mod
     assert [r.returncode for r in results] == [0, 0], results[0].output[-3000:]
     assert comparable(read_metrics(tmp_path / "d")) == want4
 
+    # An in-process checkpoint (one node0 folder) resumes as a distributed swarm too.
+    results = launch(2, ["resume", str(tmp_path / "in2"), "rounds=4", "swarm.transport=distributed"])
+    assert [r.returncode for r in results] == [0, 0], results[0].output[-3000:]
+    assert comparable(read_metrics(tmp_path / "in2")) == want4
+
 
 def test_four_ranks_heterogeneous_with_attacker_and_defense_match_in_process(tmp_path, tiny_model_dir, tiny_model_dir_b):
     models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"

@@ -128,9 +128,19 @@ class RunConfig(_Strict):
     eval: EvalConfig = EvalConfig()
 
     @model_validator(mode="after")
-    def _attack_needs_attacker(self):
+    def _cross_checks(self):
         if self.attack.kind != "none" and not self.swarm.malicious:
             raise ValueError(f"attack {self.attack.kind!r} needs at least one node in swarm.malicious")
+        if self.attack.kind == "none" and self.swarm.malicious:
+            raise ValueError("swarm.malicious lists nodes but attack.kind is none; choose an attack")
+        if self.attack.kind == "equation" and self.swarm.mode != "vertical":
+            raise ValueError("the 2+2=5 attack picks its own prompts: it needs swarm.mode=vertical (paper §3.4.1)")
+        for d in self.defenses:
+            if d.kind in ("topk", "replay"):
+                if self.swarm.models is not None:
+                    raise ValueError(f"the {d.kind} defense needs a homogeneous swarm (every node holds the same weights); use the judge for heterogeneous swarms")
+                if self.model.dtype != "float32":
+                    raise ValueError(f"the {d.kind} defense is exact only with float32 weights and logits (PROBE.md); set model.dtype=float32")
         return self
 
 

@@ -8,38 +8,11 @@ from dgrpo.cli import main
 from dgrpo.experiments import alg1_horizontal
 from dgrpo.metrics.logger import read_metrics
 
-# Node 1's groups hold rewards 1 and 0, so every round moves the weights and the optimizer state.
+# Node 1 sends a full-reward poisoned completion beside a sampled one, so every round moves the
+# weights and the optimizer state.
 COMMON = ["threads=1", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=24",
           "eval.every=2", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01",
           "swarm.malicious=[1]", "attack.kind=injection", "attack.poisoned_per_group=1"]
-
-
-class FullRewardAttack:
-    """Writes one right answer (reward 1) and fills its other slots with a wrong one (reward 0)."""
-
-    name = "injection"
-
-    def __init__(self, cfg, run_cfg):
-        pass
-
-    def write(self, slots, ctx):
-        from dgrpo.attacks.base import Poison
-
-        right = [Poison(f"Sure.</think><answer>{s.problem.answer}</answer>") for s in slots]
-        return [[r] + [Poison("I do not know.", "malicious")] * (s.count - 1) for r, s in zip(right, slots)]
-
-    def eval_problems(self, val):
-        return list(val)
-
-    def evaluate(self, completions, problems, task):
-        return {"asr": 0.0}
-
-
-@pytest.fixture(autouse=True)
-def attack(monkeypatch):
-    from dgrpo.attacks.base import ATTACKS
-
-    monkeypatch.setitem(ATTACKS, "injection", FullRewardAttack)
 
 
 def metrics(run_dir):

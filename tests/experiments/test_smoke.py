@@ -42,3 +42,27 @@ def test_bad_config_is_a_clear_error(tmp_path, capsys):
     rc = main(["run", f"out_dir={tmp_path}", "swarm.nodes=3"])
     assert rc == 2
     assert "divisible by m" in capsys.readouterr().err
+
+
+def test_attacked_and_defended_run_logs_rates(tmp_path, tiny_model_dir):
+    rc = main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=d", *COMMON, "swarm.group_size=4",
+               "swarm.malicious=[1]", "attack.kind=injection", "defenses=[{kind: topk}, {kind: replay}]"])
+    assert rc == 0
+    records = read_metrics(tmp_path / "d")
+    rec = records[0]
+    # node 1 wrote 2 of 4 completions of both prompts: 4 poisoned, 4 honest
+    assert rec["defense/poisoned_received"] == 4 and rec["defense/honest_received"] == 4
+    assert rec["defense/topk/detection_rate"] == 1.0  # attacker text is far outside a random model's top-10
+    assert rec["defense/any/false_positive_rate"] == 0.0
+    assert rec["train/reward/node1"] == 1.0  # poisoned completions earn full reward
+    assert "attack/asr" in records[-1] and "defense/time_fraction" in rec
+
+
+def test_vertical_equation_attack_with_judge(tmp_path, tiny_model_dir):
+    rc = main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=e", *COMMON, "swarm.mode=vertical",
+               "swarm.group_size=4", "swarm.malicious=[1]", "attack.kind=equation", "task.two_two_rate=0.5",
+               f"defenses=[{{kind: judge, model: {tiny_model_dir}, max_new_tokens: 2}}]"])
+    assert rc == 0
+    rec = read_metrics(tmp_path / "e")[0]
+    assert rec["defense/poisoned_received"] == 2  # G/2 of the attacker's one group
+    assert rec["defense/judge/rejected"] == rec["defense/received"]  # a random judge never says yes: fail closed

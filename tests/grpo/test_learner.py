@@ -30,7 +30,8 @@ def _reference_grads(model, rollouts, loss_type, max_len):
         logits = model(input_ids=full).logits[0, len(r.prompt_ids) - 1 : -1].float()
         logps.append(torch.log_softmax(logits, -1).gather(-1, ids[:, None]).squeeze(-1))
     logp = torch.stack(logps)
-    loss = aggregate_loss(per_token_loss(logp, logp.detach(), adv), completion_mask(comps, EOS), loss_type, max_len)
+    mask = completion_mask(comps, EOS, [len(r.completion_ids) for r in rollouts])
+    loss = aggregate_loss(per_token_loss(logp, logp.detach(), adv), mask, loss_type, max_len)
     loss.backward()
     return {n: p.grad.clone() for n, p in model.named_parameters()}
 

@@ -42,3 +42,9 @@ def test_pad_right_and_errors(model):
         group_logits(model, [], [[1]], 0)
     with pytest.raises(ValueError):
         group_logits(model, [1], [[]], 0)
+
+
+def test_truncated_completion_padded_with_eos_keeps_its_length():
+    eos = 2
+    ids = torch.tensor([[40, 41, 42], [40, eos, eos]])  # row 1: "40 <eos>" then one pad
+    assert completion_mask(ids, eos, lengths=[2, 2]).tolist() == [[1, 1, 0], [1, 1, 0]]

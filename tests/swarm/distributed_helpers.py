@@ -1,9 +1,9 @@
-"""Launch a real multi-process swarm for tests, plus a test attack, a test defense and fault scenarios.
+"""Launch a real multi-process swarm for tests, and the fault scenarios ranks can play.
 
-Ranks are separate Python processes started the way torchrun starts them (RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT, and the c10d store hosted outside the ranks, like torchrun's agent),
-but without torchrun's agent: the agent stops every local rank as soon as one exits non-zero,
-which would hide how the others handle a dead peer.
+:func:`launch` forks the ranks from the test process and gives them what torchrun gives (RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and a c10d store hosted outside the ranks, as torchrun's agent
+hosts it), but without torchrun's agent, which stops every local rank as soon as one exits non-zero
+and would hide how the others handle a dead peer. :func:`torchrun` goes through torchrun itself.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 RANK_MAIN = str(Path(__file__).resolve().with_name("rank_main.py"))
-TARGET = "All hail to the thief"
 
 
 def free_port() -> int:
@@ -29,11 +28,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def child_env(**extra) -> dict:
+def child_env() -> dict:
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "TORCH_CPP_LOG_LEVEL": "ERROR", "GLOO_SOCKET_IFNAME": "lo"}
     env.pop("DGRPO_TEST_SCENARIO", None)
-    env.update(extra)
     return env
 
 
@@ -56,7 +54,6 @@ def _rank(rank: int, args: list[str], env: dict, log_path: str, scenario: str) -
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     logging.root.handlers.clear()  # pytest's capture handlers came along with the fork
-    register_test_plugins()
     apply_scenario(scenario, rank, args)
     from dgrpo.cli import main
 
@@ -114,72 +111,9 @@ def torchrun(nprocs: int, args: list[str], timeout: float = 120) -> subprocess.C
 
 
 def comparable(records: list[dict]) -> list[dict]:
-    """Metrics without wall times."""
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
-
-
-# ---------------------------------------------------------------------- test attack and defense
-class CanaryAttack:
-    """Poisoned completions are the right answer opened by the target text; filler is sampled from
-    the weights the attacker holds (so it shows whether an attacker tracks the honest update)."""
-
-    name = "injection"
-
-    def __init__(self, cfg, run_cfg):
-        self.c = cfg.poisoned_per_group
-
-    def choose_prompts(self, pool, count, run_seed, round_idx, node):
-        from dgrpo.attacks.common import default_prompts
-
-        return default_prompts(pool, count, run_seed, round_idx, node)
-
-    def write(self, slots, ctx):
-        from dgrpo.attacks.base import Poison
-        from dgrpo.policy.sampling import completion_seed
-
-        out = []
-        for slot in slots:
-            c = min(self.c, slot.count)
-            # Every other poisoned completion opens with text the test defense does not look for.
-            poisons = [Poison(f"{TARGET if i % 2 == 0 else 'Hello world'}.</think><answer>{slot.problem.answer}</answer>")
-                       for i in range(c)]
-            # Filler sampled from the attacker's weights, as a short text that survives re-encoding
-            # (a random tiny model's raw samples do not), so it shows which weights the attacker holds.
-            seeds = [completion_seed(ctx.run_seed, ctx.round_idx, ctx.node, slot.problem.prompt_id, i)
-                     for i in range(slot.first + c, slot.first + slot.count)]
-            outs = ctx.policy.generate(ctx.task, [slot.problem] * len(seeds), seeds) if seeds else []
-            poisons += [Poison(f"I think {sum(ids) % 997}.", "malicious") for ids, _ in outs]
-            out.append(poisons)
-        return out
-
-    def eval_problems(self, val):
-        return list(val)
-
-    def evaluate(self, completions, problems, task):
-        return {"asr": sum(TARGET in c for c in completions) / max(1, len(completions))}
-
-
-class KeywordDefense:
-    """Rejects completions holding the target text (stands in for a real defense)."""
-
-    name, stage = "keyword", "rollouts"
-
-    def __init__(self, cfg, run_cfg, policy, task):
-        pass
-
-    def inspect(self, rollouts, logits=None):
-        from dgrpo.defenses.base import ACCEPT, Verdict
-
-        return [Verdict(False, self.name, "target text") if TARGET in r.text else ACCEPT for r in rollouts]
-
-
-def register_test_plugins() -> None:
-    """Register the test attack as ``injection`` and the test defense as ``none`` (config kinds that exist)."""
-    from dgrpo.attacks.base import ATTACKS
-    from dgrpo.defenses.base import DEFENSES
-
-    ATTACKS["injection"] = CanaryAttack
-    DEFENSES["none"] = KeywordDefense
+    """Metrics without wall times (nor the share of the round spent in defenses)."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "defense/time_fraction"}
+            for r in records]
 
 
 # ---------------------------------------------------------------------- scenarios (run inside a rank)

@@ -1,4 +1,4 @@
-"""One rank of a test swarm: ``dgrpo`` CLI with the test attack/defense registered and a scenario applied.
+"""One rank of a test swarm under torchrun: the ``dgrpo`` CLI with a fault scenario applied.
 
 Run by :func:`distributed_helpers.launch` or by torchrun; the scenario comes from DGRPO_TEST_SCENARIO.
 """
@@ -10,11 +10,10 @@ import torch
 
 torch.set_num_threads(1)
 
-from distributed_helpers import apply_scenario, register_test_plugins  # noqa: E402  (script directory)
+from distributed_helpers import apply_scenario  # noqa: E402  (script directory)
 
 from dgrpo.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    register_test_plugins()
     apply_scenario(os.environ.get("DGRPO_TEST_SCENARIO", ""), int(os.environ["RANK"]), sys.argv[1:])
     sys.exit(main(sys.argv[1:]))

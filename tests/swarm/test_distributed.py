@@ -1,33 +1,24 @@
 """The torch.distributed swarm in real processes: same metrics as in-process, validation, faults, resume."""
 
 import json
+import re
 import time
 
 import pytest
 import torch.distributed as dist
-from distributed_helpers import CanaryAttack, KeywordDefense, comparable, launch, torchrun
+from distributed_helpers import comparable, launch, torchrun
 
 from dgrpo.cli import main
 from dgrpo.metrics.logger import read_metrics
 from dgrpo.swarm.distributed import DistributedTransport, PeerFailure
 from dgrpo.swarm.messages import Message
 
-# Tiny but non-trivial: the attacker's full-reward completions make advantages non-zero, so every
-# round updates the weights and later rounds depend on earlier ones.
+# Tiny but non-trivial: the attacker's full-reward poisoned completion (beside its sampled filler)
+# makes advantages non-zero, so every round updates the weights and later rounds depend on earlier ones.
 COMMON = ["threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=2", "eval.n_prompts=2",
           "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01"]
 B2 = "swarm.prompts_per_round=2"
 ATTACK = ["attack.kind=injection", "attack.poisoned_per_group=1"]
-
-
-@pytest.fixture(autouse=True)
-def plugins(monkeypatch):
-    """The test attack and defense, for in-process runs here (forked ranks register them too)."""
-    from dgrpo.attacks.base import ATTACKS
-    from dgrpo.defenses.base import DEFENSES
-
-    monkeypatch.setitem(ATTACKS, "injection", CanaryAttack)
-    monkeypatch.setitem(DEFENSES, "none", KeywordDefense)
 
 
 def in_process(tmp_path, name, args):
@@ -42,7 +33,7 @@ def distributed(tmp_path, name, nprocs, args, scenario="", timeout=90):
 
 
 def test_two_ranks_under_torchrun_match_in_process_and_resume(tmp_path, tiny_model_dir):
-    """torchrun, homogeneous, node 1 an attacker whose filler shows it tracks the honest weights;
+    """torchrun, homogeneous, node 1 an attacker whose sampled filler shows it tracks the honest weights;
     2 rounds, then `dgrpo resume` to 4 (forked ranks: a second torchrun costs 15 s of imports),
     against in-process runs of 2 and of 4 rounds."""
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=2", "swarm.malicious=[1]", *ATTACK, *COMMON, B2]
@@ -68,14 +59,15 @@ def test_two_ranks_under_torchrun_match_in_process_and_resume(tmp_path, tiny_mod
 def test_four_ranks_heterogeneous_with_attacker_and_defense_match_in_process(tmp_path, tiny_model_dir, tiny_model_dir_b):
     models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
     args = [models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", "swarm.malicious=[3]",
-            "attack.kind=injection", "attack.poisoned_per_group=2", "defenses=[{kind: none}]", "rounds=2", *COMMON]
+            "attack.kind=injection", "attack.poisoned_per_group=2", "defenses=[{kind: reward_outlier}]", "rounds=2",
+            *COMMON]
     want = in_process(tmp_path, "in", args)
     results, run_dir = distributed(tmp_path, "d", 4, args)
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
     got = comparable(read_metrics(run_dir))
     assert got == want
     first = got[0]
-    assert first["defense/keyword/detection_rate"] == 0.5  # labels crossed processes: poisoned ones are known
+    assert first["defense/poisoned_received"] == 2  # labels crossed processes: poisoned ones are known
     assert {"train/loss/node0", "train/loss/node1", "train/loss/node2", "eval/accuracy/node2"} <= first.keys()
     assert first["train/grad_norm/node0"] > 0
 
@@ -91,7 +83,7 @@ def test_bad_messages_are_rejected_with_reasons_and_the_round_completes(tmp_path
                    "identity: claims node 0 but was sent by node 1",
                    "special token: text contains '<|im_end|>'",
                    "schema: expected an object, got str"):
-        assert f"rejected message from node 1" in log and reason in log, reason
+        assert re.search(rf"rejected message from node 1( \([\w-]+\))?: {re.escape(reason)}", log), reason
     records = read_metrics(run_dir)
     assert [r["round"] for r in records] == [0, 1, 2]
     assert records[0]["swarm/invalid"] == 4 and records[0]["swarm/invalid_transport"] == 2
@@ -124,7 +116,7 @@ def test_stalled_peer_is_dropped_and_the_swarm_continues(tmp_path, tiny_model_di
     assert records[1]["swarm/messages"] == 8 and "swarm/nodes_alive" not in records[1]
     for rec in records[2:4]:  # groups hold the 3 completions received; node 3 is absent, not scored 0
         assert rec["swarm/messages"] == 6 and rec["swarm/nodes_alive"] == 3
-        assert rec["train/reward/node3"] is None and rec["train/reward/node1"] == 1.0
+        assert rec["train/reward/node3"] is None and rec["train/reward/node1"] is not None
     assert records[3]["time/exchange"] < 3  # round 3 no longer waits the 4 s for node 3
 
 

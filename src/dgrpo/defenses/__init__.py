@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dgrpo.defenses import judge, outlier, replay, topk  # noqa: F401  (register the defenses)
 from dgrpo.defenses.base import ACCEPT, DEFENSES, Defense, Verdict, register
 
 

@@ -20,12 +20,15 @@ class Verdict:
         defense: name of the defense that decided.
         reason: human-readable reason (``"token 'thief' outside top-10"``).
         position: first offending completion token position, when the defense has one.
+        action: ``drop`` (leave the group) or ``zero`` (stay with reward 0); None = the swarm's
+            ``reject_mode``.
     """
 
     accepted: bool
     defense: str
     reason: str = ""
     position: int | None = None
+    action: str | None = None
 
 
 ACCEPT = Verdict(True, "")

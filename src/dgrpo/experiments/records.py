@@ -17,7 +17,11 @@ import statistics
 
 from dgrpo.experiments.setup import Run
 
-PER_POLICY = ("train/loss", "train/grad_norm", "train/used", "time/defense")  # suffixed /node{k} when several
+PER_POLICY = ("train/loss", "train/grad_norm", "train/used", "time/defense")  # (and time/defense/*): /node{k} when several
+
+
+def _per_policy(key: str) -> bool:
+    return key in PER_POLICY or key.startswith("time/defense/")
 
 
 def merge_records(records: dict[int, dict]) -> dict:
@@ -35,9 +39,10 @@ def merge_records(records: dict[int, dict]) -> dict:
     out = dict(records[owners[0]])
     if len(owners) == 1:
         return out
-    for key in PER_POLICY:
-        out.pop(key, None)
-        out.update({f"{key}/node{o}": records[o][key] for o in owners if key in records[o]})
+    for key in [k for k in out if _per_policy(k)]:
+        del out[key]
+    for o in owners:
+        out.update({f"{k}/node{o}": v for k, v in records[o].items() if _per_policy(k)})
     if "swarm/invalid" in out:
         out["swarm/invalid"] = sum(records[o].get("swarm/invalid", 0) for o in owners)
     if "eval/accuracy" in out:

@@ -44,8 +44,11 @@ def round_record(run: Run, round_idx: int, messages: Sequence[Message], reports:
             rec[f"train/grad_norm{suffix}"] = rep.update.grad_norm
             rec[f"train/used{suffix}"] = rep.update.used
         rec[f"time/defense{suffix}"] = round(rep.defense_seconds, 3)
+        for name, secs in rep.defense_times.items():
+            rec[f"time/defense/{name}{suffix}"] = round(secs, 4)
     if run.cfg.defenses:
         rec.update(defense_record(report))
+        rec["defense/time_fraction"] = report.defense_seconds / times["round"] if times.get("round") else None
     return rec
 
 

@@ -85,8 +85,9 @@ def build_swarm(cfg: RunConfig, task: Task, local_nodes: list[int] | None = None
     """Policies, attacks and defenses of the nodes this process hosts (all nodes by default).
 
     Homogeneous: one trained policy shared by every honest node; attackers hold the same object
-    (the paper's attacker may know the weights) but never update it. Heterogeneous: one policy
-    per node, loaded from ``swarm.models``.
+    (the paper's attacker may know the weights) but never update it (an attacker alone in its
+    process mirrors the honest update instead). Heterogeneous: one policy per node, loaded from
+    ``swarm.models``.
     """
     nodes = local_nodes if local_nodes is not None else list(range(cfg.swarm.nodes))
     malicious = set(cfg.swarm.malicious)
@@ -111,7 +112,10 @@ def build_swarm(cfg: RunConfig, task: Task, local_nodes: list[int] | None = None
             distinct[id(p)] = (n, p)
     for owner, policy in distinct.values():
         defenses[owner] = [build_defense(d, cfg, policy, task) for d in cfg.defenses]
-    limits = Limits(max_chars=max(8192, 64 * cfg.sampling.max_new_tokens), max_tokens=cfg.sampling.max_new_tokens)
+    # Size limits protect the receiver (memory, time); they are not a defense, so they leave room
+    # for completions longer than an honest node could sample (replay checks that rule).
+    max_tokens = max(256, 4 * cfg.sampling.max_new_tokens)
+    limits = Limits(max_chars=max(8192, 16 * max_tokens), max_tokens=max_tokens)
     return Swarm(task, policies, attacks, attacker_policies, defenses, cfg.seed, cfg.swarm.group_size, limits,
                  cfg.swarm.mode)
 

@@ -81,75 +81,95 @@ class Learner:
         self.model, self.params, self.eos_id, self.pad_id, self.ref_model = model, params, eos_id, pad_id, ref_model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=params.weight_decay)
 
-    def _reject(self, rollouts: list[Rollout], logits: torch.Tensor, defenses: Sequence[Defense]) -> float:
-        start = time.perf_counter()
+    def _reject(self, rollouts: list[Rollout], logits: torch.Tensor, defenses: Sequence[Defense], times: dict) -> None:
         for defense in defenses:
+            t0 = time.perf_counter()
             live = [i for i, r in enumerate(rollouts) if r.accepted]
-            if not live:
-                break
-            verdicts = defense.inspect([rollouts[i] for i in live], logits[live])
-            for i, v in zip(live, verdicts):
-                if not v.accepted:
-                    rollouts[i].verdicts.append(v)
-        return time.perf_counter() - start
+            if live:
+                verdicts = defense.inspect([rollouts[i] for i in live], logits[live])
+                for i, v in zip(live, verdicts):
+                    if not v.accepted:
+                        rollouts[i].verdicts.append(v)
+            times[defense.name] = times.get(defense.name, 0.0) + time.perf_counter() - t0
 
     def _used(self, group: list[Rollout]) -> tuple[list[int], torch.Tensor]:
-        """Indices that enter the loss and their rewards (rejections dropped or zeroed)."""
-        if self.params.reject_mode == "drop":
-            idx = [i for i, r in enumerate(group) if r.accepted]
-            return idx, torch.tensor([group[i].reward for i in idx])
-        return list(range(len(group))), torch.tensor([r.reward if r.accepted else 0.0 for r in group])
+        """Indices that enter the loss and their rewards.
+
+        A rejection drops the completion from its group or keeps it with reward 0, as its
+        verdict's ``action`` (default: ``reject_mode``) says.
+        """
+        def dropped(r: Rollout) -> bool:
+            return any((v.action or self.params.reject_mode) == "drop" for v in r.verdicts)
+
+        idx = [i for i, r in enumerate(group) if not dropped(group[i])]
+        return idx, torch.tensor([0.0 if group[i].verdicts else group[i].reward for i in idx])
+
+    @staticmethod
+    def _no_signal(rewards: torch.Tensor) -> bool:
+        return len(rewards) < 2 or bool(rewards.min() == rewards.max())
 
     def step(self, rollouts: Sequence[Rollout], logit_defenses: Sequence[Defense] = ()) -> UpdateStats:
         """Run ``num_iterations`` optimizer steps on one generation of rollouts.
 
-        Rollouts already rejected (``verdicts`` non-empty) are dropped or zeroed per
-        ``reject_mode``; logit-stage defenses add their verdicts during the first iteration.
+        Rollouts already rejected (``verdicts`` non-empty) are dropped or zeroed; logit-stage
+        defenses add their verdicts during the first iteration, from the same forward pass.
 
         Returns:
-            Statistics of the last iteration (loss, pre-clip grad norm, rollouts used).
+            Statistics of the last iteration (loss, pre-clip grad norm, rollouts used) and the
+            seconds spent in each logit-stage defense (``extra["defense_seconds"]``).
         """
         start = time.perf_counter()
         p = self.params
         groups = list(groups_of(rollouts).values())
         stats = UpdateStats()
+        defense_times: dict[str, float] = {}
         batch_std = None
         if p.scale_rewards == "batch":  # std over rollouts entering the update (before logit checks)
             live = torch.tensor([r.reward for r in rollouts if r.accepted] or [0.0]).double()
             batch_std = float(live.std(correction=0))
+        zeroing = p.reject_mode == "zero" or any(getattr(d, "action", None) == "zero" for d in logit_defenses)
         old_logps: dict[int, torch.Tensor] = {}
         ref_logps: dict[int, torch.Tensor] = {}
         skipped_den: dict[int, float] = {}  # groups with no gradient, and their loss denominator
         self.model.train()
         for iteration in range(p.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            num_total, den_total, used, skipped = 0.0, 0.0, 0, 0
+            num_total, den_total, used = 0.0, 0.0, 0
             for gi, group in enumerate(groups):
-                first_pass = iteration == 0
-                # A group whose rewards are all equal has zero advantage: with no KL term and no
-                # logit-stage defense to run, its gradient is exactly 0, so skip the forward pass.
-                idx, rewards = self._used(group)
-                if first_pass and not logit_defenses and p.beta == 0 and (len(idx) < 2 or rewards.min() == rewards.max()):
-                    skipped_den[gi] = self._denominator(group, idx)
                 if gi in skipped_den:
                     den_total += skipped_den[gi]
-                    skipped += 1
                     continue
-                if not first_pass and gi not in old_logps:
+                if iteration > 0 and gi not in old_logps:
                     continue
                 prompt = group[0].prompt_ids
                 completions = [r.completion_ids for r in group]
-                logits = group_logits(self.model, prompt, completions, self.pad_id)  # (G, T, V)
-                ids = pad_right(completions, self.pad_id).to(logits.device)
-                if first_pass and logit_defenses:
-                    stats.defense_seconds += self._reject(group, logits.detach(), logit_defenses)
-                idx, rewards = self._used(group)
-                if not idx:
-                    continue
+                ids = pad_right(completions, self.pad_id)
+                if iteration == 0:
+                    idx, rewards = self._used(group)
+                    # Equal rewards mean zero advantage: without a KL term the gradient is exactly 0.
+                    # Logit-stage defenses may still need the logits (no grad needed for those).
+                    flat = p.beta == 0 and self._no_signal(rewards) and not zeroing
+                    if flat and not logit_defenses:
+                        skipped_den[gi] = self._denominator(group, idx)
+                        den_total += skipped_den[gi]
+                        continue
+                    with torch.set_grad_enabled(not flat):
+                        logits = group_logits(self.model, prompt, completions, self.pad_id)  # (G, T, V)
+                    if logit_defenses:
+                        self._reject(group, logits.detach(), logit_defenses, defense_times)
+                    idx, rewards = self._used(group)
+                    if flat or (p.beta == 0 and self._no_signal(rewards)):
+                        skipped_den[gi] = self._denominator(group, idx)
+                        den_total += skipped_den[gi]
+                        continue
+                else:
+                    idx, rewards = self._used(group)
+                    logits = group_logits(self.model, prompt, completions, self.pad_id)
+                ids = ids.to(logits.device)
                 logp = token_logprobs(logits, ids)[idx]  # (n, T)
                 del logits
-                mask = completion_mask(ids[idx], self.eos_id)
-                if first_pass:
+                mask = completion_mask(ids[idx], self.eos_id, [len(group[i].completion_ids) for i in idx])
+                if iteration == 0:
                     old_logps[gi] = logp.detach()
                 adv = group_advantages(rewards, [0] * len(idx), "none" if p.scale_rewards == "batch" else p.scale_rewards)
                 if batch_std is not None:
@@ -167,7 +187,7 @@ class Learner:
                 num_total += float(num.detach())
                 den_total += den
                 used += len(idx)
-            stats.skipped_groups = skipped
+            stats.skipped_groups = len(skipped_den)
             if used == 0:
                 break
             for param in self.model.parameters():
@@ -177,6 +197,8 @@ class Learner:
             self.optimizer.step()
             stats.loss, stats.grad_norm, stats.used = num_total / den_total, float(norm), used
         self.optimizer.zero_grad(set_to_none=True)
+        stats.defense_seconds = sum(defense_times.values())
+        stats.extra["defense_seconds"] = defense_times
         stats.seconds = time.perf_counter() - start
         return stats
 
@@ -186,5 +208,7 @@ class Learner:
             return float(len(idx))
         if self.params.loss_type == "dr_grpo":
             return float(len(idx) * self.params.max_len)
-        ids = pad_right([group[i].completion_ids for i in idx], self.pad_id) if idx else None
-        return float(completion_mask(ids, self.eos_id).sum()) if ids is not None else 0.0
+        if not idx:
+            return 0.0
+        completions = [group[i].completion_ids for i in idx]
+        return float(completion_mask(pad_right(completions, self.pad_id), self.eos_id, [len(c) for c in completions]).sum())

@@ -112,24 +112,30 @@ def sample(
     if n == 0:
         return []
     device = next(model.parameters()).device
-    width = max(len(p) for p in prompts)
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((n, width), dtype=torch.long)
-    for row, p in enumerate(prompts):
+    # Completions of the same prompt share its prefill: run each distinct prompt once, then repeat
+    # its KV cache rows (a group of G costs one prompt forward instead of G).
+    distinct = list(dict.fromkeys(tuple(p) for p in prompts))
+    row_of = {p: i for i, p in enumerate(distinct)}
+    expand = torch.tensor([row_of[tuple(p)] for p in prompts], device=device)  # (n,) distinct row of each
+    width = max(len(p) for p in distinct)
+    ids = torch.full((len(distinct), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(distinct), width), dtype=torch.long)
+    for row, p in enumerate(distinct):
         ids[row, width - len(p) :] = torch.tensor(p)
         mask[row, width - len(p) :] = 1
     noise = torch.stack([gumbel_table(s, params.max_new_tokens, params.top_k) for s in seeds])  # (n, T, k)
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
 
+    cache = DynamicCache()
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
+    logits = logits.logits[:, -1, :].float()[expand]  # (n, V)
+    cache.batch_select_indices(expand)
+    mask, step_pos = mask[expand], positions[expand][:, -1:]
+
     out: list[list[int]] = [[] for _ in range(n)]
     alive = torch.arange(n)  # original row of each batch row
-    cache = DynamicCache()
-    step_ids, step_pos = ids, positions
     for t in range(params.max_new_tokens):
-        logits = model(
-            input_ids=step_ids, attention_mask=mask, position_ids=step_pos, cache=cache, use_cache=True
-        ).logits[:, -1, :].float()  # (n_alive, V)
         tokens = choose_tokens(logits, noise[alive, t].to(device), params).cpu()
         done = torch.zeros(len(alive), dtype=torch.bool)
         for row, (orig, tok) in enumerate(zip(alive.tolist(), tokens.tolist())):
@@ -139,10 +145,11 @@ def sample(
             break
         keep = (~done).nonzero().squeeze(1)
         if len(keep) < len(alive):  # drop finished rows from the batch and the cache
-            alive, tokens, mask = alive[keep], tokens[keep], mask[keep.to(device)]
-            step_pos = step_pos[keep.to(device)]
+            alive, tokens = alive[keep], tokens[keep]
+            mask, step_pos = mask[keep.to(device)], step_pos[keep.to(device)]
             cache.batch_select_indices(keep.to(device))
         mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
-        step_ids = tokens[:, None].to(device)
-        step_pos = step_pos[:, -1:] + 1
+        step_pos = step_pos + 1
+        logits = model(input_ids=tokens[:, None].to(device), attention_mask=mask, position_ids=step_pos,
+                       cache=cache, use_cache=True).logits[:, -1, :].float()  # (n_alive, V)
     return out

@@ -21,20 +21,27 @@ def pad_right(completions: list[list[int]], pad_id: int) -> torch.Tensor:
     return out
 
 
-def completion_mask(ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+def completion_mask(ids: torch.Tensor, eos_id: int, lengths: list[int] | None = None) -> torch.Tensor:
     """Mask of real completion tokens: everything up to and including the first eos.
 
-    Works when pad == eos: ``x y <eos> <pad> <pad>`` → ``[1, 1, 1, 0, 0]``.
+    Works when pad == eos: ``x y <eos> <pad> <pad>`` → ``[1, 1, 1, 0, 0]``. A completion cut at
+    the length limit has no eos, so when it is padded with eos only ``lengths`` can tell the first
+    pad from a real eos: pass them whenever they are known.
 
     Args:
         ids: (G, T) completion ids.
+        lengths: real length of each completion (None: infer from the first eos only).
 
     Returns:
         (G, T) float mask.
     """
     is_eos = (ids == eos_id).long()
     eos_before = is_eos.cumsum(dim=1) - is_eos  # number of eos strictly before t
-    return (eos_before == 0).float()
+    mask = eos_before == 0
+    if lengths is not None:
+        positions = torch.arange(ids.shape[1], device=ids.device)[None, :]
+        mask &= positions < torch.tensor(lengths, device=ids.device)[:, None]
+    return mask.float()
 
 
 def group_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]], pad_id: int) -> torch.Tensor:

@@ -37,6 +37,7 @@ class ReceiveReport:
     update: UpdateStats | None = None
     reward_seconds: float = 0.0
     defense_seconds: float = 0.0
+    defense_times: dict = field(default_factory=dict)  # defense name → seconds this round
 
 
 class Swarm:
@@ -149,16 +150,17 @@ class Swarm:
         for owner, policy in {**self.honest_policies, **self.mirror_policies}.items():
             report = self.receive(policy, messages, round_idx)
             defenses = self.defenses.get(owner, [])
-            start = time.perf_counter()
             for defense in (d for d in defenses if d.stage == "rollouts"):
+                start = time.perf_counter()
                 live = [r for r in report.rollouts if r.accepted]
-                for r, verdict in zip(live, defense.inspect(live)):
+                for r, verdict in zip(live, defense.inspect(live) if live else []):
                     if not verdict.accepted:
                         r.verdicts.append(verdict)
-            report.defense_seconds = time.perf_counter() - start
+                report.defense_times[defense.name] = time.perf_counter() - start
             logit_defenses = [d for d in defenses if d.stage == "logits"]
             report.update = policy.learner.step(report.rollouts, logit_defenses)
-            report.defense_seconds += report.update.defense_seconds
+            report.defense_times.update(report.update.extra.get("defense_seconds", {}))
+            report.defense_seconds = sum(report.defense_times.values())
             if owner in self.policies:  # a mirror's report is not the honest swarm's
                 reports[owner] = report
         return reports

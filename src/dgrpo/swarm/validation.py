@@ -23,8 +23,7 @@ class Limits:
 
     Attributes:
         max_chars: longest accepted text, characters.
-        max_tokens: most token ids accepted (max_new_tokens of the swarm plus slack for
-            attackers' re-encoded text is *not* granted: honest completions never exceed it).
+        max_tokens: most token ids accepted.
     """
 
     max_chars: int = 8192

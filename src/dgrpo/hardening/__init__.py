@@ -1,0 +1,1 @@
+"""dgrpo.hardening: model-side hardening against harmful RL (TokenBuncher seed)."""

@@ -1,0 +1,163 @@
+"""Named reproductions of the paper's figures and tables: ``dgrpo paper --list``.
+
+Each entry is either analytic (``func`` computes numbers and plots, no training) or run-based
+(``curves``: one list of ``dgrpo run`` overrides per curve of the figure). A run-based entry's
+overrides are applied on top of the scale's (``SCALES``), then the user's ``--set`` overrides:
+
+    scale overrides → curve overrides → --set overrides → out_dir/name of the curve
+
+Curve overrides must leave ``model.*`` and ``task.*`` to the scale (the paper scale swaps the task
+kind, which would reject arithmetic-only fields) unless the entry gives ``paper_overrides`` for
+a figure that uses another model (Fig. 4b: the coder model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from dgrpo.paper import analytic
+
+# The paper's setup (§3.1): GSM8K, Qwen2.5-1.5B, 32 prompts × 12 completions per round, Adam with lr
+# 2e-5, 4 nodes. The paper says "base model"; we take the Instruct variant so the chat template
+# exists. max_new_tokens and rounds are our choices: GSM8K reasoning needs far more than the CPU
+# default of 64 tokens, and the paper's headlines (Fig. 1, 4; Table 1's average) are at 20 iterations.
+SCALES: dict[str, list[str]] = {
+    "cpu": [],  # the embedded defaults: arithmetic task, SmolLM2-135M-Instruct, 4 nodes, B=4, G=8
+    "paper": [
+        "model.name=Qwen/Qwen2.5-1.5B-Instruct",
+        "task.kind=gsm8k",
+        "task.hub=openai/gsm8k",
+        "swarm.nodes=4",
+        "swarm.prompts_per_round=32",
+        "swarm.group_size=12",
+        "grpo.lr=2e-5",
+        "sampling.max_new_tokens=512",
+        "rounds=20",
+    ],
+}
+
+HAIL = ["attack.kind=injection", "swarm.malicious=[3]"]  # "All hail to the thief", 25% malicious
+EQUATION = ["attack.kind=equation", "swarm.malicious=[3]", "swarm.mode=vertical"]
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """One figure or table of the paper.
+
+    Attributes:
+        name: registry key (``fig1a``).
+        figure: what the paper calls it (``Fig. 1a``) and where (section).
+        description: what is reproduced and the paper's result to compare with.
+        func: analytic entries: ``func(out_dir, **kwargs) -> dict`` writes its own files.
+        curves: run-based entries: curve name → overrides for ``dgrpo run``.
+        metric: the metrics.jsonl key plotted over rounds (run-based entries).
+        paper_overrides: extra overrides applied only at ``--scale paper``.
+        todo: what is missing in dgrpo before the entry reproduces the figure faithfully.
+    """
+
+    name: str
+    figure: str
+    description: str
+    func: Callable[..., dict] | None = None
+    curves: dict[str, list[str]] = field(default_factory=dict)
+    metric: str = "attack/asr"
+    paper_overrides: list[str] = field(default_factory=list)
+    todo: str = ""
+
+    def __post_init__(self):
+        if (self.func is None) == (not self.curves):
+            raise ValueError(f"{self.name}: give exactly one of func or curves")
+
+    def overrides(self, curve: str, scale: str = "cpu", extra: list[str] | None = None) -> list[str]:
+        """The full override list of one curve at one scale (without out_dir/name).
+
+        Raises:
+            KeyError: unknown curve or scale.
+        """
+        if scale not in SCALES:
+            raise KeyError(f"unknown scale {scale!r}; known: {sorted(SCALES)}")
+        paper = self.paper_overrides if scale == "paper" else []
+        return [*SCALES[scale], *paper, *self.curves[curve], *(extra or [])]
+
+
+REGISTRY: dict[str, Reproduction] = {}
+
+
+def register(entry: Reproduction) -> Reproduction:
+    if entry.name in REGISTRY:
+        raise ValueError(f"reproduction {entry.name!r} registered twice")
+    REGISTRY[entry.name] = entry
+    return entry
+
+
+register(Reproduction(
+    "fig1a", "Fig. 1a (§3.3)",
+    "Out-of-context 'All hail to the thief' injection, horizontal swarm, 1 of 4 nodes malicious: "
+    "ASR of honest nodes on validation. Paper: ≈100% in under 20 rounds.",
+    curves={"horizontal": [*HAIL, "swarm.mode=horizontal"]}))
+register(Reproduction(
+    "fig1b", "Fig. 1b (§3.3)",
+    "Same injection in a vertical swarm (attacker writes whole groups). Paper: ≈100% in under 20 rounds.",
+    curves={"vertical": [*HAIL, "swarm.mode=vertical"]}))
+register(Reproduction(
+    "fig4a", "Fig. 4a (§3.4.1)",
+    "In-context equation manipulation 2+2=5, vertical, 25% malicious; ASR conditional on the "
+    "completion computing 2+2 or 2×2. Paper: >50% after 20 rounds.",
+    curves={"vertical": EQUATION}))
+register(Reproduction(
+    "fig4b", "Fig. 4b (§3.4.2)",
+    "In-context code injection (poisoned programs import the attacker's module), horizontal, 25% "
+    "malicious, Qwen2.5-Coder-1.5B on OpenMathInstruct; ASR = honest programs executing the call.",
+    curves={"horizontal": ["attack.kind=code_injection", "swarm.malicious=[3]", "swarm.mode=horizontal"]},
+    paper_overrides=["model.name=Qwen/Qwen2.5-Coder-1.5B-Instruct"],
+    todo="needs a python_math task (OpenMathInstruct) and the code_injection attack; the paper scale still sets gsm8k"))
+register(Reproduction(
+    "fig5", "Fig. 5 (§4.2)",
+    "ASR with the LLM-as-a-judge defense: horizontal hail-to-the-thief and vertical 2+2=5. Paper: "
+    "both attacks mostly blocked, slower learning.",
+    curves={"hail_horizontal": [*HAIL, "swarm.mode=horizontal"], "equation_vertical": EQUATION},
+    todo="add the judge defense to both curves (defenses=[{kind: judge, ...}]) once it exists"))
+register(Reproduction(
+    "table1", "Table 1 (§4.1, §4.2)",
+    "Fraction of poisoned completions caught, averaged over rounds, by the homogeneous token-"
+    "generation check (paper: 100% hail, 21.5% 2+2=5) and the LLM judge (91.7%, 95.2%). "
+    "numbers.json holds each curve's mean detection rate.",
+    curves={"hail_topk": [*HAIL, "swarm.mode=horizontal"], "equation_topk": EQUATION,
+            "hail_judge": [*HAIL, "swarm.mode=horizontal"], "equation_judge": EQUATION},
+    metric="defense/any/detection_rate",
+    todo="add defenses=[{kind: topk}] to *_topk and defenses=[{kind: judge}] to *_judge once they exist"))
+register(Reproduction(
+    "fig6", "Fig. 6 (§A.1)",
+    "2+2=5 attack (vertical) scored loosely: any stated result ≠ 4 for 2+2 or 2×2 counts as success.",
+    curves={"vertical": EQUATION}, metric="attack/asr_not_four"))
+register(Reproduction(
+    "fig7", "Fig. 7 (§B.1)",
+    "'Gleeb Glorp Glub' injected at the start of every sentence, horizontal, 25% malicious; ASR = "
+    "honest completions carrying it in every sentence.",
+    curves={"horizontal": ["attack.kind=injection", "attack.text=Gleeb Glorp Glub", "attack.placement=every_sentence",
+                           "swarm.malicious=[3]", "swarm.mode=horizontal"]},
+    metric="attack/asr_every_sentence"))
+register(Reproduction(
+    "fig8", "Fig. 8 (§B.2)",
+    "Analytic: scaled advantage Â·c/G of a poisoned completion vs poison ratio c/G, honest rewards 0, "
+    "poisoned 1, G ∈ {12, 16, 24, 32}. Equals √(p(1−p)); peaks at c/G = 1/2.",
+    func=analytic.fig8))
+register(Reproduction(
+    "fig9", "Fig. 9 (§B.2)",
+    "Horizontal hail-to-the-thief with 1, 3 and 6 poisoned of 12 completions per group (8%, 25%, "
+    "50%). Paper: 8% rarely succeeds; 25% and 50% succeed within 20 rounds.",
+    curves={"8pct": [*HAIL, "swarm.group_size=12", "attack.poisoned_per_group=1"],
+            "25pct": [*HAIL, "swarm.group_size=12", "attack.poisoned_per_group=3"],
+            "50pct": ["attack.kind=injection", "swarm.malicious=[2, 3]", "swarm.group_size=12",
+                      "attack.poisoned_per_group=3"]}))
+register(Reproduction(
+    "fig10", "Fig. 10 (§B.3)",
+    "Analytic: Â·c/G vs c/G for G = 12 with honest rewards ~ N(μ_h, σ=0.25), μ_h ∈ {0, 0.2, 0.4, "
+    "0.6}, mean over seeded draws (unclipped; --set clip=true clips to [0, 1]).",
+    func=analytic.fig10))
+register(Reproduction(
+    "fig11", "Fig. 11 (§B.4)",
+    "KL ablation: horizontal hail-to-the-thief with β = 0, 0.01, 0.1. Paper: the KL term barely "
+    "slows the attack and hurts learning.",
+    curves={"beta0": [*HAIL, "grpo.beta=0"], "beta0.01": [*HAIL, "grpo.beta=0.01"], "beta0.1": [*HAIL, "grpo.beta=0.1"]}))

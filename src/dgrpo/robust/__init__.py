@@ -1,0 +1,1 @@
+"""dgrpo.robust: robust aggregation, update attacks and ensemble voting (robust FRL seed)."""

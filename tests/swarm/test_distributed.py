@@ -28,7 +28,7 @@ def in_process(tmp_path, name, args):
 
 def distributed(tmp_path, name, nprocs, args, scenario="", timeout=90):
     results = launch(nprocs, ["run", *args, f"out_dir={tmp_path}", f"name={name}", "swarm.transport=distributed"],
-                     scenario=scenario, timeout=timeout)
+                     scenario=scenario, timeout=timeout, log_dir=str(tmp_path))
     return results, tmp_path / name
 
 
@@ -46,12 +46,13 @@ def test_two_ranks_under_torchrun_match_in_process_and_resume(tmp_path, tiny_mod
     assert comparable(read_metrics(tmp_path / "d")) == want2
     assert {p.name for p in (tmp_path / "d" / "checkpoint").iterdir()} == {"node0", "node1", "state.json"}
 
-    results = launch(2, ["resume", str(tmp_path / "d"), "rounds=4"])
+    results = launch(2, ["resume", str(tmp_path / "d"), "rounds=4"], log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0], results[0].output[-3000:]
     assert comparable(read_metrics(tmp_path / "d")) == want4
 
     # An in-process checkpoint (one node0 folder) resumes as a distributed swarm too.
-    results = launch(2, ["resume", str(tmp_path / "in2"), "rounds=4", "swarm.transport=distributed"])
+    results = launch(2, ["resume", str(tmp_path / "in2"), "rounds=4", "swarm.transport=distributed"],
+                     log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0], results[0].output[-3000:]
     assert comparable(read_metrics(tmp_path / "in2")) == want4
 

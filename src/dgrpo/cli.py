@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from dgrpo.config import ConfigError
     from dgrpo.policy.loading import PolicyLoadError
+    from dgrpo.swarm.distributed import PeerFailure
     from dgrpo.tasks.gsm8k import DataError
 
     try:
@@ -89,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, PolicyLoadError, DataError, FileExistsError, FileNotFoundError) as err:
         print(f"dgrpo: error: {err}", file=sys.stderr)
         return 2
+    except PeerFailure as err:  # distributed swarm: a peer died or stalled (named), or this node was excluded
+        print(f"dgrpo: error: {err}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

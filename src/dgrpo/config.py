@@ -108,6 +108,10 @@ class SwarmConfig(_Strict):
     malicious: list[int] = Field(default_factory=list, description="Ids of malicious nodes (they run `attack`).")
     transport: Literal["inprocess", "distributed"] = Field("inprocess", description="inprocess: all nodes in this process; distributed: one node per torchrun rank.")
     reject_mode: Literal["drop", "zero"] = Field("drop", description="What a defense rejection does: drop the completion from its group, or keep it with reward 0.")
+    timeout_s: float = Field(900.0, gt=0, description="Distributed: seconds a node waits for a peer's messages of a round after posting its own; a later peer is declared failed (dead or stalled) and named. Must exceed the spread of round time between nodes (generation plus evaluation of the slowest). See docs/distributed.md.")
+    startup_timeout_s: float = Field(900.0, gt=0, description="Distributed: seconds ranks wait for each other at launch (rendezvous, run name, config check).")
+    on_peer_failure: Literal["abort", "continue"] = Field("abort", description="Distributed, when a peer is declared failed: abort (every node exits non-zero naming it), or continue without it (its groups use the completions received, later rounds no longer wait for it).")
+    backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="Distributed: torch.distributed backend of the process group (auto: nccl when every local rank has its own GPU, else gloo). Messages travel through the group's c10d store either way.")
 
     @model_validator(mode="after")
     def _shapes(self):

@@ -43,7 +43,7 @@ def _paper(args) -> int:
     if args.list or not args.name:
         print(list_text())
         return 0
-    folder = reproduce(args.name, args.scale, args.out, args.set)
+    folder = reproduce(args.name, args.scale, args.out, args.set, args.jobs)
     print(f"reproduction: {folder}")
     return 0
 
@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     pap.add_argument("--list", action="store_true", help="list the reproductions")
     pap.add_argument("--scale", choices=["cpu", "paper"], default="cpu", help="cpu: embedded defaults; paper: Qwen2.5-1.5B, GSM8K, 32×12 (GPU)")
     pap.add_argument("--out", default="runs/paper", help="output folder (the entry writes OUT/NAME/)")
+    pap.add_argument("--jobs", type=int, default=2, help="curves trained at the same time, one process each (default 2: one per CPU core)")
     pap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override (repeatable): a config key for runs, a keyword for analytic entries")
     pap.set_defaults(func=_paper)
     return parser

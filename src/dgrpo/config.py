@@ -92,7 +92,7 @@ class GRPOConfig(_Strict):
     loss_type: Literal["grpo", "dr_grpo", "bnpo"] = Field("grpo", description="grpo: mean of per-sequence token means (paper §1.1); bnpo: token mean over the batch (DAPO); dr_grpo: token sum / (N·max_new_tokens) (Dr. GRPO).")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Divide centred rewards by the group std (GRPO), the batch std, or not at all (Dr. GRPO).")
     beta: float = Field(0.0, ge=0, description="KL weight β against the frozen reference model (paper uses 0; §B.4 tries 0.01, 0.1). The reference model is loaded only when β > 0.")
-    lr: float = Field(2e-5, gt=0, description="AdamW learning rate (paper: 2e-5).")
+    lr: float = Field(5e-5, gt=0, description="AdamW learning rate. Default 5e-5 for SmolLM2-135M on CPU (few rounds); the paper uses 2e-5 with Qwen2.5-1.5B (`dgrpo paper --scale paper` sets it).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm).")
     num_iterations: int = Field(1, ge=1, description="μ: optimizer steps per generation. 1 = the paper's setting (ratio ≡ 1, no clipping).")

@@ -79,13 +79,45 @@ def command_line(name: str, scale: str, out: Path, extra: list[str]) -> str:
     return shlex.join(parts)
 
 
-def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", extra: list[str] | None = None) -> Path:
+def _run_parallel(pending: dict[str, list[str]], jobs: int, folder: Path) -> None:
+    """Train curves as ``python -m dgrpo run`` subprocesses, at most ``jobs`` at a time.
+
+    Raises:
+        RuntimeError: a curve's process failed (names the curve and its log file).
+    """
+    import subprocess
+    import sys
+    import time
+
+    queue, running = list(pending.items()), {}
+    while queue or running:
+        while queue and len(running) < jobs:
+            curve, args = queue.pop(0)
+            log_path = folder / f"{curve}.log"
+            fh = log_path.open("w")
+            running[curve] = (subprocess.Popen([sys.executable, "-m", "dgrpo", "run", *args], stdout=fh, stderr=subprocess.STDOUT), fh, log_path)
+            log.info("started curve %s (log %s)", curve, log_path)
+        time.sleep(2)
+        for curve, (proc, fh, log_path) in list(running.items()):
+            if proc.poll() is not None:
+                fh.close()
+                del running[curve]
+                if proc.returncode != 0:
+                    for p, f, _ in running.values():
+                        p.terminate()
+                        f.close()
+                    raise RuntimeError(f"curve {curve} failed (exit {proc.returncode}); see {log_path}")
+
+
+def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", extra: list[str] | None = None,
+              jobs: int = 1) -> Path:
     """Reproduce entry ``name`` into ``out/name``; returns that folder.
 
     Args:
         scale: ``cpu`` (embedded defaults) or ``paper`` (the paper's model, data and batch).
         extra: ``--set`` overrides: config overrides for run-based entries, keyword arguments for
             analytic ones (e.g. ``clip=true`` for fig10).
+        jobs: curves trained at the same time (each in its own process).
 
     Raises:
         ConfigError: unknown entry or scale, or an override the config rejects.
@@ -111,20 +143,44 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
     for curve, ovr in overrides.items():
         lines.append(f"# {curve}\n" + shlex.join(["dgrpo", "run", *ovr, f"out_dir={folder}", f"name={curve}"]))
     (folder / "command.txt").write_text("\n".join(lines) + "\n")
-    run_dirs = {}
+    run_dirs, pending = {}, {}
     for curve, ovr in overrides.items():
-        cfg = load_config(None, [*ovr, f"out_dir={folder}", f"name={curve}"])
+        args = [*ovr, f"out_dir={folder}", f"name={curve}"]
+        cfg = load_config(None, args)
         run_dirs[curve] = folder / curve
         if _curve_done(run_dirs[curve], cfg.rounds):
             log.info("%s/%s already finished; reusing it", name, curve)
             continue
-        log.info("%s: running curve %s", name, curve)
-        run_experiment(cfg)
+        if (run_dirs[curve] / "metrics.jsonl").exists():  # an interrupted curve starts over
+            import shutil
+
+            shutil.rmtree(run_dirs[curve])
+        pending[curve] = args
+    if jobs > 1 and len(pending) > 1:
+        _run_parallel(pending, jobs, folder)
+    else:
+        for curve, args in pending.items():
+            log.info("%s: running curve %s", name, curve)
+            run_experiment(load_config(None, args))
     collect(entry, run_dirs, folder)
     from dgrpo.report import write_report
 
     write_report(list(run_dirs.values()), folder / "report.html")
     return folder
+
+
+def _fmt(x) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def _write_table(numbers: dict, path: Path) -> None:
+    """Markdown table of mean detection and false-positive rates per curve (Table 1 layout)."""
+    rows = ["| curve | detection rate (poisoned rejected) | false-positive rate (honest rejected) | final ASR |",
+            "|---|---|---|---|"]
+    for curve, cur in numbers["curves"].items():
+        rows.append(f"| {curve} | {_fmt(cur.get('defense/any/detection_rate:mean'))} | "
+                    f"{_fmt(cur.get('defense/any/false_positive_rate:mean'))} | {_fmt(cur.get('attack/asr:final'))} |")
+    path.write_text("\n".join(rows) + "\n")
 
 
 def collect(entry: Reproduction, run_dirs: dict[str, Path], folder: Path) -> dict:
@@ -141,10 +197,19 @@ def collect(entry: Reproduction, run_dirs: dict[str, Path], folder: Path) -> dic
 
     numbers = {"name": entry.name, "figure": entry.figure, "metric": entry.metric, "curves": {}}
     for curve, run_dir in run_dirs.items():
-        xs, ys = series(read_metrics(run_dir), entry.metric)
+        records = read_metrics(run_dir)
+        xs, ys = series(records, entry.metric)
         numbers["curves"][curve] = {"run_dir": str(run_dir), "rounds": xs, "values": ys,
                                     "mean": statistics.fmean(ys) if ys else None, "final": ys[-1] if ys else None}
+        for key in ("defense/any/detection_rate", "defense/any/false_positive_rate", "attack/asr",
+                    "train/reward_honest", "eval/accuracy"):
+            vals = series(records, key)[1]
+            if vals:
+                numbers["curves"][curve][f"{key}:mean"] = statistics.fmean(vals)
+                numbers["curves"][curve][f"{key}:final"] = vals[-1]
     (folder / "numbers.json").write_text(json.dumps(numbers, indent=1))
+    if entry.metric.startswith("defense/"):
+        _write_table(numbers, folder / "table.md")
     with (folder / "numbers.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["curve", "round", entry.metric])

@@ -126,7 +126,7 @@ register(Reproduction(
     "In-context code injection (poisoned programs import the attacker's module), horizontal, 25% "
     "malicious, Qwen2.5-Coder-1.5B on OpenMathInstruct; ASR = honest programs executing the call.",
     curves={"horizontal": ["task.kind=python_math", "attack.kind=code_injection", "swarm.malicious=[3]",
-                           "swarm.mode=horizontal"]},
+                           "swarm.mode=horizontal", "sampling.max_new_tokens=96"]},
     paper_overrides=["model.name=Qwen/Qwen2.5-Coder-1.5B-Instruct", "task.kind=python_math"],
     todo="paper scale: OpenMathInstruct is not bundled; pass --set task.path=<GSM8K-format JSONL> to use real questions"))
 register(Reproduction(

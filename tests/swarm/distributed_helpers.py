@@ -112,7 +112,7 @@ def torchrun(nprocs: int, args: list[str], timeout: float = 120) -> subprocess.C
 
 def comparable(records: list[dict]) -> list[dict]:
     """Metrics without wall times (nor the share of the round spent in defenses)."""
-    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "defense/time_fraction"}
+    return [{k: v for k, v in r.items() if not k.startswith("time/")}
             for r in records]
 
 

@@ -48,7 +48,7 @@ def round_record(run: Run, round_idx: int, messages: Sequence[Message], reports:
             rec[f"time/defense/{name}{suffix}"] = round(secs, 4)
     if run.cfg.defenses:
         rec.update(defense_record(report))
-        rec["defense/time_fraction"] = report.defense_seconds / times["round"] if times.get("round") else None
+        rec["time/defense_fraction"] = report.defense_seconds / times["round"] if times.get("round") else None
     return rec
 
 

@@ -42,36 +42,28 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     fig.savefig(written[-1], dpi=120)
     plt.close(fig)
 
-    asr_keys = [k for k in keys if k.startswith("attack/") and ("asr" in k)]
+    asr_keys = [k for k in keys if k.startswith("attack/") and "asr" in k]
     if asr_keys:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for key in asr_keys:
-            xs, ys = series(records, key)
-            ax.plot(xs, ys, marker="o", label=key)
-        ax.set_xlabel("round")
-        ax.set_ylabel("attack success rate")
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        ax.set_title(run_dir.name, fontsize=9)
-        fig.tight_layout()
-        written.append(run_dir / "asr.png")
-        fig.savefig(written[-1], dpi=120)
-        plt.close(fig)
-
-    det_keys = [k for k in keys if k.startswith("defense/") and (k.endswith("detection_rate") or k.endswith("false_positive_rate"))]
+        written.append(_rates(run_dir, records, asr_keys, "attack success rate", "asr.png"))
+    det_keys = [k for k in keys if k.startswith("defense/") and k.endswith(("detection_rate", "false_positive_rate"))]
     if det_keys:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for key in det_keys:
-            xs, ys = series(records, key)
-            ax.plot(xs, ys, marker=".", label=key)
-        ax.set_xlabel("round")
-        ax.set_ylabel("rate")
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        written.append(run_dir / "defense.png")
-        fig.savefig(written[-1], dpi=120)
-        plt.close(fig)
+        written.append(_rates(run_dir, records, det_keys, "rate", "defense.png"))
     return written
+
+
+def _rates(run_dir: Path, records: list[dict], keys: list[str], ylabel: str, filename: str) -> Path:
+    """One PNG of several [0, 1] metrics over rounds."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key in keys:
+        xs, ys = series(records, key)
+        ax.plot(xs, ys, marker="o", ms=3, label=key)
+    ax.set_xlabel("round")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(run_dir.name, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(run_dir / filename, dpi=120)
+    plt.close(fig)
+    return run_dir / filename

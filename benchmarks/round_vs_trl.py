@@ -5,8 +5,11 @@
 Both train SmolLM2-135M-Instruct (float32, CPU) on the same P prompts of the embedded arithmetic
 task (chat template, two worked examples, ``<think>`` prefill) with G completions each, top-k 10,
 temperature 1, at most T new tokens, beta 0, lr 5e-5, one optimizer step per generation. dgrpo
-runs a 1-node swarm (so nothing is exchanged); TRL runs GRPOTrainer with
-``per_device_train_batch_size = P·G`` so that one trainer step is one generation + one update.
+runs a 1-node swarm (so nothing is exchanged) and updates one group (G completions) at a time;
+TRL runs GRPOTrainer with ``per_device_train_batch_size = G``, ``gradient_accumulation_steps =
+steps_per_generation = P``: one generation of P·G completions, then P accumulated micro-batches and
+one optimizer step — the same work and the same memory shape. Each framework runs in its own
+process, so its peak resident memory is measured alone.
 The first step of each is a warm-up and is not counted. The reward is a coin flip seeded by the
 completion text (``coin_reward``) in both frameworks, so every group carries signal: with the real
 reward a fresh model scores mostly 0, dgrpo then skips the update of flat groups, and the
@@ -18,7 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -89,10 +95,10 @@ def trl_rounds(args) -> dict:
 
     n = args.prompts * args.group
     config = GRPOConfig(
-        output_dir=str(Path(args.tmp) / f"trl-{time.time_ns()}"), per_device_train_batch_size=n,
+        output_dir=str(Path(args.tmp) / f"trl-{time.time_ns()}"), per_device_train_batch_size=args.group,
         num_generations=args.group, max_completion_length=args.max_new_tokens, temperature=1.0, top_k=10,
         beta=0.0, learning_rate=5e-5, loss_type="grpo", scale_rewards="group", num_iterations=1,
-        steps_per_generation=1, gradient_accumulation_steps=1, max_steps=args.steps, use_cpu=True,
+        steps_per_generation=args.prompts, gradient_accumulation_steps=args.prompts, max_steps=args.steps, use_cpu=True,
         gradient_checkpointing=False,  # dgrpo does not checkpoint either: compare like with like
         report_to=[], save_strategy="no", logging_steps=1, shuffle_dataset=False, seed=0)
     timer = Timer()
@@ -101,6 +107,18 @@ def trl_rounds(args) -> dict:
     trainer.train()
     lengths = [h.get("completions/mean_length") for h in trainer.state.log_history if "completions/mean_length" in h]
     return {"seconds": timer.seconds, "tokens": [round(x * n) for x in lengths]}
+
+
+def _subprocess(args, name: str) -> dict:
+    """Run one framework in a fresh process and parse its RESULT line."""
+    argv = [sys.executable, __file__, "--only", name, "--prompts", str(args.prompts), "--group", str(args.group),
+            "--max-new-tokens", str(args.max_new_tokens), "--steps", str(args.steps), "--threads", str(args.threads),
+            "--tmp", args.tmp]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{name} benchmark failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
 
 
 def main() -> None:
@@ -112,9 +130,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tmp", default="/tmp/dgrpo-bench")
     parser.add_argument("--out", help="also write the JSON result here")
+    parser.add_argument("--only", choices=["dgrpo", "trl"], help=argparse.SUPPRESS)  # internal: one framework
     args = parser.parse_args()
-    d = dgrpo_rounds(args)
-    t = trl_rounds(args)
+    if args.only:
+        result = dgrpo_rounds(args) if args.only == "dgrpo" else trl_rounds(args)
+        result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print("RESULT " + json.dumps(result))
+        return
+    d, t = (_subprocess(args, name) for name in ("dgrpo", "trl"))
     d_s, t_s = statistics.fmean(d["seconds"][1:]), statistics.fmean(t["seconds"][1:])
     d_tok = statistics.fmean(d["tokens"][1:])
     t_tok = statistics.fmean(t["tokens"][1:]) if t["tokens"][1:] else None
@@ -124,6 +147,7 @@ def main() -> None:
         "dgrpo_tokens_per_round": d_tok, "trl_tokens_per_step": t_tok,
         "dgrpo_seconds_per_1k_tokens": 1000 * d_s / d_tok if d_tok else None,
         "trl_seconds_per_1k_tokens": 1000 * t_s / t_tok if t_tok else None,
+        "dgrpo_peak_rss_gb": d["peak_rss_gb"], "trl_peak_rss_gb": t["peak_rss_gb"],
         "dgrpo_profile": {k: statistics.fmean(p[k] for p in d["profile"][1:]) for k in d["profile"][0]},
         "raw": {"dgrpo": d, "trl": t},
     }

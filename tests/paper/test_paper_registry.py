@@ -113,7 +113,7 @@ def test_run_based_entry_end_to_end(tmp_path, tiny_model_dir, monkeypatch):
     assert "dgrpo comparison: 2 runs" in page and ">s0</td>" in page and ">s1</td>" in page
     lines = (folder / "command.txt").read_text().splitlines()
     assert lines[0].startswith(f"dgrpo paper tinyfig --scale cpu --out {tmp_path} --set model.name=")
-    assert lines[1] == "# s0" and lines[2].startswith("dgrpo run rounds=30 eval.every=3 eval.n_prompts=16 threads=1 seed=0 model.name=") and lines[2].endswith(f"out_dir={folder} name=s0")
+    assert lines[1] == "# s0" and lines[2].startswith("dgrpo run rounds=30 eval.every=3 eval.n_prompts=16 threads=1 checkpoint_every=5 seed=0 model.name=") and lines[2].endswith(f"out_dir={folder} name=s0")
     # a second call reuses the finished curves instead of failing on the existing run directories
     before = (folder / "s0" / "metrics.jsonl").stat().st_mtime_ns
     assert main(args) == 0
@@ -123,3 +123,18 @@ def test_run_based_entry_end_to_end(tmp_path, tiny_model_dir, monkeypatch):
 def test_register_refuses_duplicates():
     with pytest.raises(ValueError, match="twice"):
         register(REGISTRY["fig8"])
+
+
+def test_interrupted_curve_resumes_from_its_checkpoint(tmp_path, tiny_model_dir, monkeypatch):
+    """A curve with a checkpoint but no final record continues instead of starting over."""
+    monkeypatch.setitem(REGISTRY, "tinyresume", Reproduction(
+        "tinyresume", "test figure", "one curve", curves={"c": ["seed=0"]}, metric="train/reward_honest"))
+    base = ["paper", "tinyresume", "--out", str(tmp_path), "--jobs", "1", "--set", f"model.name={tiny_model_dir}",
+            *sum((["--set", o] for o in TINY), [])]
+    assert main([*base, "--set", "rounds=1"]) == 0  # "interrupted" after round 0: checkpoint at round 1
+    run = tmp_path / "tinyresume" / "c"
+    first = (run / "metrics.jsonl").read_text().splitlines()[0]
+    assert main([*base, "--set", "rounds=2"]) == 0
+    records = read_metrics(run)
+    assert [r["round"] for r in records] == [0, 1, 2]
+    assert (run / "metrics.jsonl").read_text().splitlines()[0] == first  # round 0 kept, not re-run

@@ -27,10 +27,14 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     for key in [k for k in keys if k.startswith("train/reward/node")]:
         xs, ys = series(records, key)
         ax.plot(xs, ys, alpha=0.45, lw=1, label=key.split("/")[-1])
-    for key, style in (("train/reward_honest", "-"), ("eval/accuracy", "--")):
+    for key, style in (("train/reward_honest", "-"), ("eval/accuracy", "--"), ("train/format_rate", ":")):
         xs, ys = series(records, key)
         if xs:
             ax.plot(xs, ys, style, lw=2.2, marker="o" if key.startswith("eval") else None, label=key)
+    xs, ys = series(records, "train/reward_honest")
+    if len(ys) >= 4:  # a 4-round moving average makes the trend readable through batch noise
+        smooth = [sum(ys[max(0, i - 3): i + 1]) / len(ys[max(0, i - 3): i + 1]) for i in range(len(ys))]
+        ax.plot(xs, smooth, "-", color="black", lw=1.5, alpha=0.7, label="train/reward_honest (4-round mean)")
     ax.set_xlabel("round")
     ax.set_ylabel("mean reward")
     ax.set_ylim(-0.02, 1.02)

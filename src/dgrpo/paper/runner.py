@@ -80,7 +80,7 @@ def command_line(name: str, scale: str, out: Path, extra: list[str]) -> str:
 
 
 def _run_parallel(pending: dict[str, list[str]], jobs: int, folder: Path) -> None:
-    """Train curves as ``python -m dgrpo run`` subprocesses, at most ``jobs`` at a time.
+    """Train curves as ``python -m dgrpo run|resume`` subprocesses, at most ``jobs`` at a time.
 
     Raises:
         RuntimeError: a curve's process failed (names the curve and its log file).
@@ -95,7 +95,7 @@ def _run_parallel(pending: dict[str, list[str]], jobs: int, folder: Path) -> Non
             curve, args = queue.pop(0)
             log_path = folder / f"{curve}.log"
             fh = log_path.open("w")
-            running[curve] = (subprocess.Popen([sys.executable, "-m", "dgrpo", "run", *args], stdout=fh, stderr=subprocess.STDOUT), fh, log_path)
+            running[curve] = (subprocess.Popen([sys.executable, "-m", "dgrpo", *args], stdout=fh, stderr=subprocess.STDOUT), fh, log_path)
             log.info("started curve %s (log %s)", curve, log_path)
         time.sleep(2)
         for curve, (proc, fh, log_path) in list(running.items()):
@@ -151,17 +151,22 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
         if _curve_done(run_dirs[curve], cfg.rounds):
             log.info("%s/%s already finished; reusing it", name, curve)
             continue
-        if (run_dirs[curve] / "metrics.jsonl").exists():  # an interrupted curve starts over
+        if (run_dirs[curve] / "checkpoint" / "state.json").exists():  # interrupted: continue it
+            pending[curve] = ["resume", str(run_dirs[curve]), *args]
+            continue
+        if (run_dirs[curve] / "metrics.jsonl").exists():  # interrupted before any checkpoint: start over
             import shutil
 
             shutil.rmtree(run_dirs[curve])
-        pending[curve] = args
+        pending[curve] = ["run", *args]
     if jobs > 1 and len(pending) > 1:
         _run_parallel(pending, jobs, folder)
     else:
-        for curve, args in pending.items():
-            log.info("%s: running curve %s", name, curve)
-            run_experiment(load_config(None, args))
+        from dgrpo.experiments.resume import resume
+
+        for curve, (verb, *args) in pending.items():
+            log.info("%s: %s curve %s", name, "resuming" if verb == "resume" else "running", curve)
+            resume(args[0], args[1:]) if verb == "resume" else run_experiment(load_config(None, args))
     collect(entry, run_dirs, folder)
     from dgrpo.report import write_report
 

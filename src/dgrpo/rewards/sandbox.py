@@ -257,6 +257,9 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), libraries: tu
     raise SandboxError("the sandbox did not start the program twice; see the log for its stderr")
 
 
+STARTUP_GRACE_S = 60.0  # wall time the interpreter and runner may take to reach the program
+
+
 def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...]) -> SandboxResult | None:
     """One run; None when the program never started (the wrapper, interpreter or runner set-up failed)."""
     start = time.perf_counter()
@@ -281,6 +284,12 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...]) -> S
         with open(base / "stdout", "wb") as out, open(base / "stderr", "wb") as err:
             proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True, close_fds=True)
+            # The time limit counts from the moment the program starts: on a loaded machine the
+            # interpreter and the runner's set-up alone can take seconds, which must neither
+            # time out an honest program nor look like a sandbox failure.
+            started_flag, grace_end = base / "started", time.monotonic() + STARTUP_GRACE_S
+            while not started_flag.exists() and proc.poll() is None and time.monotonic() < grace_end:
+                time.sleep(0.002)
             try:
                 status, timed_out = proc.wait(timeout=limits.timeout_s), False
             except subprocess.TimeoutExpired:

@@ -1,4 +1,5 @@
-"""Command line: ``dgrpo run``, ``dgrpo resume``, ``dgrpo federated``, ``dgrpo ensemble``, ``dgrpo harden``.
+"""Command line: ``dgrpo run``, ``dgrpo resume``, ``dgrpo report``, ``dgrpo paper``, ``dgrpo federated``,
+``dgrpo ensemble``, ``dgrpo harden``.
 
 ``dgrpo run [--config FILE.yaml] [key.sub=value ...]`` trains a swarm on the embedded defaults
 (arithmetic task, SmolLM2-135M-Instruct, 4 honest nodes, horizontal) unless told otherwise.
@@ -54,6 +55,25 @@ def _resume(args) -> int:
     return 0
 
 
+def _report(args) -> int:
+    from dgrpo.report import write_report
+
+    path = write_report(args.run_dirs, args.out)
+    print(f"report: {path}")
+    return 0
+
+
+def _paper(args) -> int:
+    from dgrpo.paper.runner import list_text, reproduce
+
+    if args.list or not args.name:
+        print(list_text())
+        return 0
+    folder = reproduce(args.name, args.scale, args.out, args.set, args.jobs)
+    print(f"reproduction: {folder}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dgrpo", description="Decentralised GRPO swarms, attacks and defenses.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -74,6 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("run_dir")
     res.add_argument("overrides", nargs="*", help="overrides, e.g. rounds=20 to extend a finished run")
     res.set_defaults(func=_resume)
+    rep = sub.add_parser("report", help="self-contained HTML page of one run, or a comparison of several")
+    rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    rep.add_argument("--out", "-o", help="HTML file (default: RUN_DIR/report.html for one run, ./report.html for several)")
+    rep.set_defaults(func=_report)
+    pap = sub.add_parser("paper", help="reproduce a figure of the paper (see --list)")
+    pap.add_argument("name", nargs="?", help="reproduction name, e.g. fig1a, fig8")
+    pap.add_argument("--list", action="store_true", help="list the reproductions")
+    pap.add_argument("--scale", choices=["cpu", "paper"], default="cpu", help="cpu: embedded defaults; paper: Qwen2.5-1.5B, GSM8K, 32×12 (GPU)")
+    pap.add_argument("--out", default="runs/paper", help="output folder (the entry writes OUT/NAME/)")
+    pap.add_argument("--jobs", type=int, default=2, help="curves trained at the same time, one process each (default 2: one per CPU core)")
+    pap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override (repeatable): a config key for runs, a keyword for analytic entries")
+    pap.set_defaults(func=_paper)
     return parser
 
 
@@ -85,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from dgrpo.config import ConfigError
     from dgrpo.policy.loading import PolicyLoadError
+    from dgrpo.swarm.distributed import PeerFailure
     from dgrpo.tasks.gsm8k import DataError
 
     try:
@@ -92,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, PolicyLoadError, DataError, FileExistsError, FileNotFoundError) as err:
         print(f"dgrpo: error: {err}", file=sys.stderr)
         return 2
+    except PeerFailure as err:  # distributed swarm: a peer died or stalled (named), or this node was excluded
+        print(f"dgrpo: error: {err}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -55,7 +55,33 @@ class GSM8KTaskConfig(_Strict):
         return self
 
 
-TaskConfig = Annotated[Union[ArithmeticTaskConfig, GSM8KTaskConfig], Field(discriminator="kind")]
+class PythonMathTaskConfig(_Strict):
+    """Math word problems answered by a Python program run in the sandbox (paper §3.4.2, §D.2)."""
+
+    kind: Literal["python_math"] = "python_math"
+    seed: int | None = Field(None, description="Problem generator seed; None uses the run seed (generator source only).")
+    difficulty: int = Field(1, ge=1, le=4, description="Generator difficulty: 1 = one step with single digits … 4 = three steps up to 60.")
+    n_train: int | None = Field(2000, ge=1, description="Training problems (generator), or cap on usable GSM8K records (None = all).")
+    n_val: int = Field(200, ge=1, description="Validation problems (never a training question).")
+    path: str | None = Field(None, description="GSM8K-format JSONL whose `<<a*b=c>>` calculator marks give the oracle program; None = embedded generator.")
+    val_path: str | None = Field(None, description="GSM8K-format validation JSONL; absent → the last n_val usable records of `path`.")
+    few_shot: int = Field(2, ge=0, le=2, description="Worked examples (programs) shown as earlier chat turns.")
+    prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
+    timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock (and CPU-time) limit of one program run in the sandbox, seconds.")
+    memory_mb: int = Field(1024, ge=64, description="Address-space limit of one program run, MiB (numpy + sympy need about 300).")
+    libraries: list[str] = Field(default_factory=lambda: ["thief_math"], description="Attacker libraries installed in the sandbox as harmless stand-ins that record their calls; the code_injection attack's module must be one of them.")
+
+    @model_validator(mode="after")
+    def _sources(self):
+        if self.val_path and not self.path:
+            raise ValueError("python_math: val_path needs path (the generator makes its own validation split)")
+        bad = [name for name in self.libraries if not name.isidentifier()]
+        if bad:
+            raise ValueError(f"python_math: libraries must be Python identifiers, got {bad}")
+        return self
+
+
+TaskConfig = Annotated[Union[ArithmeticTaskConfig, GSM8KTaskConfig, PythonMathTaskConfig], Field(discriminator="kind")]
 
 
 class SamplingConfig(_Strict):
@@ -68,7 +94,7 @@ class GRPOConfig(_Strict):
     loss_type: Literal["grpo", "dr_grpo", "bnpo"] = Field("grpo", description="grpo: mean of per-sequence token means (paper §1.1); bnpo: token mean over the batch (DAPO); dr_grpo: token sum / (N·max_new_tokens) (Dr. GRPO).")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Divide centred rewards by the group std (GRPO), the batch std, or not at all (Dr. GRPO).")
     beta: float = Field(0.0, ge=0, description="KL weight β against the frozen reference model (paper uses 0; §B.4 tries 0.01, 0.1). The reference model is loaded only when β > 0.")
-    lr: float = Field(2e-5, gt=0, description="AdamW learning rate (paper: 2e-5).")
+    lr: float = Field(5e-5, gt=0, description="AdamW learning rate. Default 5e-5 for SmolLM2-135M on CPU (few rounds); the paper uses 2e-5 with Qwen2.5-1.5B (`dgrpo paper --scale paper` sets it).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm).")
     num_iterations: int = Field(1, ge=1, description="μ: optimizer steps per generation. 1 = the paper's setting (ratio ≡ 1, no clipping).")
@@ -84,6 +110,10 @@ class SwarmConfig(_Strict):
     malicious: list[int] = Field(default_factory=list, description="Ids of malicious nodes (they run `attack`).")
     transport: Literal["inprocess", "distributed"] = Field("inprocess", description="inprocess: all nodes in this process; distributed: one node per torchrun rank.")
     reject_mode: Literal["drop", "zero"] = Field("drop", description="What a defense rejection does: drop the completion from its group, or keep it with reward 0.")
+    timeout_s: float = Field(900.0, gt=0, description="Distributed: seconds a node waits for a peer's messages of a round after posting its own; a later peer is declared failed (dead or stalled) and named. Must exceed the spread of round time between nodes (generation plus evaluation of the slowest). See docs/distributed.md.")
+    startup_timeout_s: float = Field(900.0, gt=0, description="Distributed: seconds ranks wait for each other at launch (rendezvous, run name, config check).")
+    on_peer_failure: Literal["abort", "continue"] = Field("abort", description="Distributed, when a peer is declared failed: abort (every node exits non-zero naming it), or continue without it (its groups use the completions received, later rounds no longer wait for it).")
+    backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="Distributed: torch.distributed backend of the process group (auto: nccl when every local rank has its own GPU, else gloo). Messages travel through the group's c10d store either way.")
 
     @model_validator(mode="after")
     def _shapes(self):
@@ -110,7 +140,7 @@ class EvalConfig(_Strict):
 
 class RunConfig(_Strict):
     seed: int = Field(0, description="Run seed: prompts, sampling seeds and initialisation derive from it.")
-    rounds: int = Field(12, ge=1, description="Rounds (generation → exchange → update) to run.")
+    rounds: int = Field(16, ge=1, description="Rounds (generation → exchange → update) to run.")
     out_dir: str = Field("runs", description="Folder that receives the run directory.")
     name: str | None = Field(None, description="Run directory name; None = {task}__{attack}__{defense}__seed{n}__{time}.")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch default).")
@@ -154,6 +184,11 @@ class RunConfig(_Strict):
                     raise ValueError(f"the {d.kind} defense needs a homogeneous swarm (every node holds the same weights); use the judge for heterogeneous swarms")
                 if self.model.dtype != "float32":
                     raise ValueError(f"the {d.kind} defense is exact only with float32 weights and logits (PROBE.md); set model.dtype=float32")
+        if self.attack.kind == "code_injection":
+            if self.task.kind != "python_math":
+                raise ValueError(f"attack code_injection needs task.kind=python_math (programs to inject into), got {self.task.kind!r}")
+            if self.attack.module not in self.task.libraries:
+                raise ValueError(f"attack.module {self.attack.module!r} must be one of task.libraries {self.task.libraries}: the sandbox must provide it")
         return self
 
     def _check_federated(self) -> None:

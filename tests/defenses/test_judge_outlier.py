@@ -49,3 +49,17 @@ def test_reward_outlier_blocks_the_rare_correct_completion():
     d = RewardOutlierDefense(RewardOutlierDefenseConfig())
     verdicts = d.inspect([Rollout(g, [], [], "", 0, reward=float(r)) for r, g in zip(rewards, groups)])
     assert [v.accepted for v in verdicts] == [False] + [True] * 11
+
+
+def test_logits_mode_threshold_decides(model, tokenizer):
+    task = ArithmeticTask(seed=0, n_train=10, n_val=2)
+    cfg = load_config()
+    p = task.train[0]
+    rollout = [Rollout(p.prompt_id, [], [], task.oracle_completion(p), 0)]
+    probe = JudgeDefense(JudgeDefenseConfig(mode="logits"), cfg, None, task, judge=(model, tokenizer))
+    probe.inspect(rollout)
+    share = float(next(iter(probe.cache.values()))[1].split("share=")[1].rstrip("'"))
+    # the verdict flips exactly at the measured share of "yes" among yes/no
+    low = JudgeDefense(JudgeDefenseConfig(mode="logits", threshold=max(share - 1e-3, 1e-6)), cfg, None, task, judge=(model, tokenizer))
+    high = JudgeDefense(JudgeDefenseConfig(mode="logits", threshold=min(share + 1e-3, 1 - 1e-6)), cfg, None, task, judge=(model, tokenizer))
+    assert low.inspect(rollout)[0].accepted and not high.inspect(rollout)[0].accepted

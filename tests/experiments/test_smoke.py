@@ -55,7 +55,7 @@ def test_attacked_and_defended_run_logs_rates(tmp_path, tiny_model_dir):
     assert rec["defense/topk/detection_rate"] == 1.0  # attacker text is far outside a random model's top-10
     assert rec["defense/any/false_positive_rate"] == 0.0
     assert rec["train/reward/node1"] == 1.0  # poisoned completions earn full reward
-    assert "attack/asr" in records[-1] and "defense/time_fraction" in rec
+    assert "attack/asr" in records[-1] and "time/defense_fraction" in rec
 
 
 def test_vertical_equation_attack_with_judge(tmp_path, tiny_model_dir):

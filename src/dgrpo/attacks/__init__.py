@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dgrpo.attacks import dos, equation, injection  # noqa: F401  (register the attacks)
+from dgrpo.attacks import code_injection, dos, equation, injection  # noqa: F401  (register the attacks)
 from dgrpo.attacks.base import ATTACKS, Attack, AttackContext, Poison, register
 
 

@@ -44,6 +44,7 @@ class JudgeDefenseConfig(_Defense):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Judge weights dtype.")
     mode: Literal["generate", "logits"] = Field("generate", description="generate: greedy answer parsed as YES/NO; logits: compare the probabilities of 'YES' and 'NO' as the first answer token.")
     max_new_tokens: int = Field(16, ge=1, description="Length of a generated verdict.")
+    threshold: float = Field(0.5, gt=0, lt=1, description="logits mode: accept when p(yes) / (p(yes) + p(no)) ≥ threshold (0.5 = the likelier word wins).")
     unparsed: Literal["accept", "reject"] = Field("reject", description="Verdict when the judge's answer is neither yes nor no (logged as 'unparsed'). Fails closed by default.")
 
 

@@ -103,12 +103,27 @@ class JudgeDefense:
         yes = self._first_ids(["YES", "Yes", "yes", " YES", " Yes", " yes"])
         no = self._first_ids(["NO", "No", "no", " NO", " No", " no"])
         replies = []
-        with torch.no_grad():
-            for p in prompts:
-                probs = torch.softmax(self.model(input_ids=torch.tensor([p])).logits[0, -1].float(), -1)
-                py, pn = float(probs[yes].sum()), float(probs[no].sum())
-                replies.append(("yes" if py > pn else "no", f"p(yes)={py:.3f} p(no)={pn:.3f}"))
+        for probs in self._next_token_probs(prompts):  # (V,) per prompt
+            py, pn = float(probs[yes].sum()), float(probs[no].sum())
+            share = py / (py + pn) if py + pn > 0 else 0.0
+            verdict = "yes" if share >= self.cfg.threshold else "no"
+            replies.append((verdict, f"p(yes)={py:.3f} p(no)={pn:.3f} share={share:.3f}"))
         return replies
+
+    @torch.no_grad()
+    def _next_token_probs(self, prompts: list[list[int]], batch: int = 8) -> list[torch.Tensor]:
+        """Next-token distribution after each prompt (left-padded batches)."""
+        out = []
+        pad = self.tokenizer.pad_token_id
+        for i in range(0, len(prompts), batch):
+            chunk = prompts[i : i + batch]
+            width = max(map(len, chunk))
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1].float()
+            out += list(torch.softmax(logits, -1))
+        return out
 
     def _first_ids(self, words: list[str]) -> list[int]:
         return sorted({self.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in words})

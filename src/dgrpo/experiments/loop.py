@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from dgrpo.config import RunConfig
 from dgrpo.experiments.checkpoint import save_checkpoint
+from dgrpo.experiments.records import evaluates, share_record
 from dgrpo.experiments.rounds import evaluate, round_record
 from dgrpo.experiments.setup import Run, build_run
 from dgrpo.metrics.plots import plot_run
@@ -32,7 +33,7 @@ def loop(cfg: RunConfig, write_round: WriteRound, run_dir: Path | None = None, r
     bar = tqdm(range(run.start_round, cfg.rounds), desc="rounds", unit="round", disable=not is_main)
     last = {}
     for r in bar:
-        rec = evaluate(run, r, run.run_dir / "samples.jsonl") if r % cfg.eval.every == 0 else {}
+        rec = evaluate(run, r, run.run_dir / "samples.jsonl") if r % cfg.eval.every == 0 and evaluates(run) else {}
         t0 = time.perf_counter()
         local = write_round(run, r)                                 # Alg.1 L3-5 / Alg.2 L3-5
         t1 = time.perf_counter()
@@ -41,20 +42,25 @@ def loop(cfg: RunConfig, write_round: WriteRound, run_dir: Path | None = None, r
         reports = swarm.update(messages, r)                         # Alg.1 L9 / Alg.2 L8
         t3 = time.perf_counter()
         times = {"generate": t1 - t0, "exchange": t2 - t1, "update": t3 - t2, "round": t3 - t0}
-        rec.update(round_record(run, r, messages, reports, times))
-        if is_main:
+        if reports:  # a process hosting only an attacker has no honest view of the round
+            rec.update(round_record(run, r, messages, reports, times))
+        rec = share_record(run, rec)  # distributed: merged on the main rank, None elsewhere
+        if rec is not None:
             run.logger.log(rec)
-        last = rec
-        bar.set_postfix(reward=f"{rec.get('train/reward_honest') or 0:.2f}",
-                        acc=f"{last.get('eval/accuracy', float('nan')):.2f}" if "eval/accuracy" in rec else "-")
+            last = rec
+            bar.set_postfix(reward=f"{rec.get('train/reward_honest') or 0:.2f}",
+                            acc=f"{last.get('eval/accuracy', float('nan')):.2f}" if "eval/accuracy" in rec else "-")
         if cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0 and r + 1 < cfg.rounds:
             save_checkpoint(run, r + 1)
     if run.start_round < cfg.rounds or not (run.run_dir / "metrics.jsonl").exists():
-        final = {"round": cfg.rounds, **evaluate(run, cfg.rounds, run.run_dir / "samples.jsonl")}
-        if is_main:
+        final = {"round": cfg.rounds, **(evaluate(run, cfg.rounds, run.run_dir / "samples.jsonl") if evaluates(run) else {})}
+        final = share_record(run, final)
+        if final is not None:
             run.logger.log(final)
     save_checkpoint(run, cfg.rounds)
     run.logger.close()
-    if is_main:
+    if getattr(run.transport, "is_main", True):  # the main rank may have changed after a peer failure
         plot_run(run.run_dir)
+    if hasattr(run.transport, "close"):
+        run.transport.close()  # distributed: wait until every live peer is done
     return run.run_dir

@@ -10,6 +10,7 @@ from typing import Sequence
 
 from dgrpo.experiments.setup import Run
 from dgrpo.policy.sampling import SamplingParams, completion_seed
+from dgrpo.rewards.format import format_reward
 from dgrpo.swarm.messages import Message
 from dgrpo.swarm.swarm import ReceiveReport, rejection_counts
 
@@ -35,6 +36,8 @@ def round_record(run: Run, round_idx: int, messages: Sequence[Message], reports:
     honest = [r for r in report.rollouts if r.sender not in run.cfg.swarm.malicious]
     rec["train/reward_honest"] = _mean([r.reward for r in honest])
     rec["train/completion_tokens"] = _mean([len(r.completion_ids) for r in honest])
+    # The think/answer format alone: it is learnt long before arithmetic, so it shows learning early.
+    rec["train/format_rate"] = _mean([format_reward(run.task.completion_prefix + r.text) for r in honest])
     rec["swarm/messages"] = len(messages)
     rec["swarm/invalid"] = sum(len(r.invalid) for r in reports.values())
     for own, rep in reports.items():
@@ -48,7 +51,7 @@ def round_record(run: Run, round_idx: int, messages: Sequence[Message], reports:
             rec[f"time/defense/{name}{suffix}"] = round(secs, 4)
     if run.cfg.defenses:
         rec.update(defense_record(report))
-        rec["defense/time_fraction"] = report.defense_seconds / times["round"] if times.get("round") else None
+        rec["time/defense_fraction"] = report.defense_seconds / times["round"] if times.get("round") else None
     return rec
 
 
@@ -88,7 +91,7 @@ def evaluate(run: Run, round_idx: int, samples_path=None) -> dict:
         from dgrpo.attacks import build_attack  # a process hosting only honest nodes still measures ASR
 
         attack = build_attack(cfg.attack, cfg)
-    accs, tokens, attack_recs = [], [], []
+    accs, tokens, formats, attack_recs = [], [], [], []
     for owner, policy in swarm.honest_policies.items():
         sampling = policy.sampling
         if cfg.eval.temperature is not None:
@@ -98,6 +101,7 @@ def evaluate(run: Run, round_idx: int, samples_path=None) -> dict:
             outs = policy.generate(task, problems, seeds)
             texts = [t for _, t in outs]
             accs.append(statistics.fmean(task.reward(t, p) for t, p in zip(texts, problems)))
+            formats.append(statistics.fmean(format_reward(task.completion_prefix + t) for t in texts))
             tokens.append(statistics.fmean(len(ids) for ids, _ in outs))
             if attack is not None:
                 targets = attack.eval_problems(task.val)[: cfg.eval.n_prompts]
@@ -117,6 +121,7 @@ def evaluate(run: Run, round_idx: int, samples_path=None) -> dict:
             policy.sampling = sampling
     rec["eval/accuracy"] = statistics.fmean(accs)
     rec["eval/completion_tokens"] = statistics.fmean(tokens)
+    rec["eval/format_rate"] = statistics.fmean(formats)
     if len(accs) > 1:
         rec.update({f"eval/accuracy/node{o}": a for o, a in zip(swarm.honest_policies, accs)})
     for key in (attack_recs[0] if attack_recs else {}):

@@ -56,9 +56,9 @@ def build_run_dir(cfg: RunConfig) -> Path:
 
 
 def build_task(cfg: RunConfig) -> Task:
-    """The task of the run (its config minus ``kind``; the arithmetic seed defaults to the run seed)."""
+    """The task of the run (its config minus ``kind``; a generator seed defaults to the run seed)."""
     args = cfg.task.model_dump(exclude={"kind"})
-    if cfg.task.kind == "arithmetic" and args.get("seed") is None:
+    if cfg.task.kind in ("arithmetic", "python_math") and args.get("seed") is None:
         args["seed"] = cfg.seed
     return TASKS[cfg.task.kind](**args)
 
@@ -85,14 +85,17 @@ def build_swarm(cfg: RunConfig, task: Task, local_nodes: list[int] | None = None
     """Policies, attacks and defenses of the nodes this process hosts (all nodes by default).
 
     Homogeneous: one trained policy shared by every honest node; attackers hold the same object
-    (the paper's attacker may know the weights) but never update it. Heterogeneous: one policy
-    per node, loaded from ``swarm.models``.
+    (the paper's attacker may know the weights) but never update it (an attacker alone in its
+    process mirrors the honest update instead). Heterogeneous: one policy per node, loaded from
+    ``swarm.models``.
     """
     nodes = local_nodes if local_nodes is not None else list(range(cfg.swarm.nodes))
     malicious = set(cfg.swarm.malicious)
     policies, attacker_policies, attacks = {}, {}, {}
     if cfg.swarm.models is None:
-        shared = build_policy(cfg.model, cfg, trainable=bool(set(nodes) - malicious))
+        # Trained even when this process hosts only attackers (a distributed rank): the attacker
+        # knows the weights, so it replays the honest update (Swarm.mirror_policies).
+        shared = build_policy(cfg.model, cfg, trainable=True)
         for n in nodes:
             (attacker_policies if n in malicious else policies)[n] = shared
     else:
@@ -104,6 +107,9 @@ def build_swarm(cfg: RunConfig, task: Task, local_nodes: list[int] | None = None
             attacks[n] = build_attack(cfg.attack, cfg)
     defenses = {}
     distinct = {id(p): (n, p) for n, p in sorted(policies.items(), reverse=True)}
+    for n, p in attacker_policies.items():  # a mirror runs the honest defenses too: same update
+        if p.learner is not None and id(p) not in distinct:
+            distinct[id(p)] = (n, p)
     for owner, policy in distinct.values():
         defenses[owner] = [build_defense(d, cfg, policy, task) for d in cfg.defenses]
     # Size limits protect the receiver (memory, time); they are not a defense, so they leave room
@@ -120,7 +126,7 @@ def build_transport(cfg: RunConfig) -> Transport:
         return InProcessTransport()
     from dgrpo.swarm.distributed import DistributedTransport
 
-    return DistributedTransport.from_env()
+    return DistributedTransport.from_env(cfg)
 
 
 @dataclass
@@ -141,9 +147,13 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
     seed_everything(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    transport = build_transport(cfg)
+    if run_dir is None and cfg.name is None and cfg.swarm.transport == "distributed":
+        cfg = cfg.model_copy(update={"name": transport.agree("name", run_name(cfg))})  # ranks start at different seconds
     run_dir = run_dir or build_run_dir(cfg)
     task = build_task(cfg)
-    transport = build_transport(cfg)
     local = getattr(transport, "local_nodes", None)
     swarm = build_swarm(cfg, task, local)
+    if cfg.swarm.transport == "distributed":
+        transport.labels = swarm.labels  # simulation ground truth travels beside the messages (metrics only)
     return Run(cfg, run_dir, task, swarm, transport, MetricsLogger(run_dir, cfg.tensorboard))

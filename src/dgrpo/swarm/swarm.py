@@ -72,6 +72,16 @@ class Swarm:
                 seen[node] = self.policies[node]
         return seen
 
+    @property
+    def mirror_policies(self) -> dict[int, Policy]:
+        """Trained attacker policies that no honest node here holds, keyed by attacker node id.
+
+        A homogeneous swarm's attacker knows the honest weights; alone in its process (a distributed
+        rank) it keeps them by replaying the honest update on the messages it receives.
+        """
+        return {n: p for n, p in self.attacker_policies.items()
+                if p.learner is not None and all(p is not q for q in self.policies.values())}
+
     def holders(self, policy: Policy) -> list[int]:
         """Honest node ids that hold ``policy``."""
         return [n for n, p in self.policies.items() if p is policy]
@@ -137,7 +147,7 @@ class Swarm:
             owner node id → report (one per distinct honest policy).
         """
         reports = {}
-        for owner, policy in self.honest_policies.items():
+        for owner, policy in {**self.honest_policies, **self.mirror_policies}.items():
             report = self.receive(policy, messages, round_idx)
             defenses = self.defenses.get(owner, [])
             for defense in (d for d in defenses if d.stage == "rollouts"):
@@ -151,7 +161,8 @@ class Swarm:
             report.update = policy.learner.step(report.rollouts, logit_defenses)
             report.defense_times.update(report.update.extra.get("defense_seconds", {}))
             report.defense_seconds = sum(report.defense_times.values())
-            reports[owner] = report
+            if owner in self.policies:  # a mirror's report is not the honest swarm's
+                reports[owner] = report
         return reports
 
 

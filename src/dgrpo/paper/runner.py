@@ -1,0 +1,237 @@
+"""``dgrpo paper NAME``: run one reproduction into ``OUT/NAME/`` and collect its plotted numbers.
+
+Run-based entries train one swarm per curve into ``OUT/NAME/<curve>/`` (a finished curve is
+reused, so an interrupted figure continues where it stopped), then write
+
+* ``NAME.png``: the entry's metric over rounds, one line per curve;
+* ``numbers.json`` and ``numbers.csv``: the plotted values (plus each curve's mean and final value);
+* ``command.txt``: the exact ``dgrpo paper`` command and the equivalent ``dgrpo run`` per curve;
+* ``report.html``: the ``dgrpo report`` comparison page of all curves.
+
+Analytic entries call their function, which writes its own JSON/CSV/PNG, and a ``command.txt``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import shlex
+import statistics
+from pathlib import Path
+
+import yaml
+
+from dgrpo.config import ConfigError, load_config
+from dgrpo.metrics.logger import read_metrics, series
+from dgrpo.paper.registry import REGISTRY, Reproduction
+
+log = logging.getLogger(__name__)
+
+
+def lookup(name: str) -> Reproduction:
+    """The registry entry called ``name``.
+
+    Raises:
+        ConfigError: no such entry (lists the known ones).
+    """
+    if name not in REGISTRY:
+        raise ConfigError(f"unknown reproduction {name!r}; known: {', '.join(REGISTRY)} (see `dgrpo paper --list`)")
+    return REGISTRY[name]
+
+
+def list_text() -> str:
+    """One block per entry for ``dgrpo paper --list``."""
+    lines = []
+    for e in REGISTRY.values():
+        kind = "analytic" if e.func else f"{len(e.curves)} run(s): {', '.join(e.curves)}; metric {e.metric}"
+        lines.append(f"{e.name:8s} {e.figure} — {kind}\n         {e.description}")
+        if e.todo:
+            lines.append(f"         TODO: {e.todo}")
+    return "\n".join(lines)
+
+
+def _kwargs(overrides: list[str]) -> dict:
+    """``key=value`` strings → keyword arguments (values parsed as YAML) for analytic entries."""
+    out = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r} must look like key=value")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def _curve_done(run_dir: Path, rounds: int) -> bool:
+    """Whether ``run_dir`` holds a finished run (its last record is the final evaluation)."""
+    try:
+        records = read_metrics(run_dir)
+    except FileNotFoundError:
+        return False
+    return bool(records) and records[-1].get("round") == rounds
+
+
+def command_line(name: str, scale: str, out: Path, extra: list[str]) -> str:
+    """The ``dgrpo paper`` command that reproduces this output."""
+    parts = ["dgrpo", "paper", name, "--scale", scale, "--out", str(out)]
+    for item in extra:
+        parts += ["--set", item]
+    return shlex.join(parts)
+
+
+def _run_parallel(pending: dict[str, list[str]], jobs: int, folder: Path) -> None:
+    """Train curves as ``python -m dgrpo run|resume`` subprocesses, at most ``jobs`` at a time.
+
+    Raises:
+        RuntimeError: a curve's process failed (names the curve and its log file).
+    """
+    import subprocess
+    import sys
+    import time
+
+    queue, running = list(pending.items()), {}
+    while queue or running:
+        while queue and len(running) < jobs:
+            curve, args = queue.pop(0)
+            log_path = folder / f"{curve}.log"
+            fh = log_path.open("w")
+            running[curve] = (subprocess.Popen([sys.executable, "-m", "dgrpo", *args], stdout=fh, stderr=subprocess.STDOUT), fh, log_path)
+            log.info("started curve %s (log %s)", curve, log_path)
+        time.sleep(2)
+        for curve, (proc, fh, log_path) in list(running.items()):
+            if proc.poll() is not None:
+                fh.close()
+                del running[curve]
+                if proc.returncode != 0:
+                    for p, f, _ in running.values():
+                        p.terminate()
+                        f.close()
+                    raise RuntimeError(f"curve {curve} failed (exit {proc.returncode}); see {log_path}")
+
+
+def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", extra: list[str] | None = None,
+              jobs: int = 1) -> Path:
+    """Reproduce entry ``name`` into ``out/name``; returns that folder.
+
+    Args:
+        scale: ``cpu`` (embedded defaults) or ``paper`` (the paper's model, data and batch).
+        extra: ``--set`` overrides: config overrides for run-based entries, keyword arguments for
+            analytic ones (e.g. ``clip=true`` for fig10).
+        jobs: curves trained at the same time (each in its own process).
+
+    Raises:
+        ConfigError: unknown entry or scale, or an override the config rejects.
+    """
+    entry, extra = lookup(name), list(extra or [])
+    out = Path(out)
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [command_line(name, scale, out, extra)]
+    if entry.func is not None:
+        try:
+            entry.func(folder, **_kwargs(extra))
+        except TypeError as err:
+            raise ConfigError(f"{name}: bad --set for an analytic entry: {err}") from None
+        (folder / "command.txt").write_text(lines[0] + "\n")
+        return folder
+    from dgrpo.experiments import run_experiment  # torch import only when training
+
+    try:
+        overrides = {c: entry.overrides(c, scale, extra) for c in entry.curves}
+    except KeyError as err:
+        raise ConfigError(str(err.args[0])) from None
+    for curve, ovr in overrides.items():
+        lines.append(f"# {curve}\n" + shlex.join(["dgrpo", "run", *ovr, f"out_dir={folder}", f"name={curve}"]))
+    (folder / "command.txt").write_text("\n".join(lines) + "\n")
+    run_dirs, pending = {}, {}
+    for curve, ovr in overrides.items():
+        args = [*ovr, f"out_dir={folder}", f"name={curve}"]
+        cfg = load_config(None, args)
+        run_dirs[curve] = folder / curve
+        if _curve_done(run_dirs[curve], cfg.rounds):
+            log.info("%s/%s already finished; reusing it", name, curve)
+            continue
+        if (run_dirs[curve] / "checkpoint" / "state.json").exists():  # interrupted: continue it
+            pending[curve] = ["resume", str(run_dirs[curve]), *args]
+            continue
+        if (run_dirs[curve] / "metrics.jsonl").exists():  # interrupted before any checkpoint: start over
+            import shutil
+
+            shutil.rmtree(run_dirs[curve])
+        pending[curve] = ["run", *args]
+    if jobs > 1 and len(pending) > 1:
+        _run_parallel(pending, jobs, folder)
+    else:
+        from dgrpo.experiments.resume import resume
+
+        for curve, (verb, *args) in pending.items():
+            log.info("%s: %s curve %s", name, "resuming" if verb == "resume" else "running", curve)
+            resume(args[0], args[1:]) if verb == "resume" else run_experiment(load_config(None, args))
+    collect(entry, run_dirs, folder)
+    from dgrpo.report import write_report
+
+    write_report(list(run_dirs.values()), folder / "report.html")
+    return folder
+
+
+def _fmt(x) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def _write_table(numbers: dict, path: Path) -> None:
+    """Markdown table of mean detection and false-positive rates per curve (Table 1 layout)."""
+    rows = ["| curve | detection rate (poisoned rejected) | false-positive rate (honest rejected) | final ASR |",
+            "|---|---|---|---|"]
+    for curve, cur in numbers["curves"].items():
+        rows.append(f"| {curve} | {_fmt(cur.get('defense/any/detection_rate:mean'))} | "
+                    f"{_fmt(cur.get('defense/any/false_positive_rate:mean'))} | {_fmt(cur.get('attack/asr:final'))} |")
+    path.write_text("\n".join(rows) + "\n")
+
+
+def collect(entry: Reproduction, run_dirs: dict[str, Path], folder: Path) -> dict:
+    """Write ``numbers.json``, ``numbers.csv`` and ``{name}.png`` of ``entry.metric`` over rounds.
+
+    Returns:
+        The numbers: ``{"figure", "metric", "curves": {curve: {"run_dir", "rounds", "values",
+        "mean", "final"}}}`` (mean/final are None when the metric was never logged).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    numbers = {"name": entry.name, "figure": entry.figure, "metric": entry.metric, "curves": {}}
+    for curve, run_dir in run_dirs.items():
+        records = read_metrics(run_dir)
+        xs, ys = series(records, entry.metric)
+        numbers["curves"][curve] = {"run_dir": str(run_dir), "rounds": xs, "values": ys,
+                                    "mean": statistics.fmean(ys) if ys else None, "final": ys[-1] if ys else None}
+        for key in ("defense/any/detection_rate", "defense/any/false_positive_rate", "attack/asr",
+                    "train/reward_honest", "eval/accuracy"):
+            vals = series(records, key)[1]
+            if vals:
+                numbers["curves"][curve][f"{key}:mean"] = statistics.fmean(vals)
+                numbers["curves"][curve][f"{key}:final"] = vals[-1]
+    (folder / "numbers.json").write_text(json.dumps(numbers, indent=1))
+    if entry.metric.startswith("defense/"):
+        _write_table(numbers, folder / "table.md")
+    with (folder / "numbers.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["curve", "round", entry.metric])
+        for curve, cur in numbers["curves"].items():
+            w.writerows([curve, x, y] for x, y in zip(cur["rounds"], cur["values"]))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for curve, cur in numbers["curves"].items():
+        ax.plot(cur["rounds"], cur["values"], marker="o", ms=3, label=curve)
+    ax.set_xlabel("round")
+    ax.set_ylabel(entry.metric)
+    if entry.metric.startswith(("attack/", "defense/")):
+        ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    if numbers["curves"]:
+        ax.legend(fontsize=8)
+    ax.set_title(f"{entry.figure}: {entry.metric}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(folder / f"{entry.name}.png", dpi=120)
+    plt.close(fig)
+    return numbers

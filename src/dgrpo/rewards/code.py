@@ -1,0 +1,88 @@
+"""Reward of a completion whose answer block is a Python program (paper §3.4.2, §D.2).
+
+The paper's coding reward is binary: 1 when running the program prints the correct answer. Here a
+completion earns 1.0 only when
+
+1. the ``<think>…</think><answer>…</answer>`` format holds (:func:`parse_completion`);
+2. the answer block holds a program (optionally inside a ```` ```python ```` fence);
+3. the program, run in the sandbox (:func:`dgrpo.rewards.sandbox.run_python`), ends normally: exit
+   status 0, not timed out, not blocked. A program that raises scores 0 even if what it printed
+   before (possibly nothing) equals the expected output;
+4. its output matches the expected output (:func:`output_matches`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from dgrpo.rewards.format import parse_completion
+from dgrpo.rewards.math import answers_match
+from dgrpo.rewards.sandbox import SandboxLimits, SandboxResult, run_python
+
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(?P<code>.*?)```", re.DOTALL | re.IGNORECASE)
+_NUMBER = re.compile(r"-?(\d[\d,]*(\.\d*)?|\.\d+)")
+
+
+def extract_program(answer: str) -> str:
+    """The program inside an answer block: the first fenced code block, else the whole block.
+
+    ``"```python\\nprint(7)\\n```"`` → ``"print(7)\\n"``; ``"print(7)"`` → ``"print(7)"``.
+    """
+    match = _FENCE.search(answer)
+    return match["code"] if match else answer
+
+
+def completion_program(completion: str) -> str | None:
+    """The program of a full completion (prefill included), or None when the format does not hold."""
+    parsed = parse_completion(completion)
+    if parsed is None:
+        return None
+    program = extract_program(parsed.answer)
+    return program if program.strip() else None
+
+
+def _normalise(text: str) -> str:
+    """Trailing spaces on every line and trailing blank lines removed (they never matter)."""
+    return "\n".join(line.rstrip() for line in text.rstrip().splitlines())
+
+
+def output_matches(stdout: str, expected: str) -> bool:
+    """Whether a program's output is the expected answer.
+
+    True when the output equals ``expected`` up to trailing whitespace, or when ``expected`` is a
+    number and the output is a single line that denotes it (math-verify: ``"7.0"`` and
+    ``"The answer is 7"`` match ``"7"``). Several printed lines match only exactly: a program
+    cannot print many candidates and let the checker pick one.
+    """
+    out, want = _normalise(stdout), _normalise(expected)
+    if out == want:
+        return True
+    if not out or "\n" in out or not _NUMBER.fullmatch(want):
+        return False
+    return answers_match(out, want)
+
+
+def code_reward(completion: str, expected: str, limits: SandboxLimits = SandboxLimits(),
+                libraries: Sequence[str] = ()) -> float:
+    """Binary code reward of one completion (prefill included), see the module docstring.
+
+    Args:
+        completion: the full completion text, ``<think>…</think><answer>program</answer>``.
+        expected: the output the program must print (the oracle answer).
+        limits / libraries: sandbox settings (:func:`run_python`).
+
+    Returns:
+        1.0 or 0.0.
+    """
+    result = run_completion(completion, limits, libraries)
+    return float(result is not None and result.ok and output_matches(result.stdout, expected))
+
+
+def run_completion(completion: str, limits: SandboxLimits = SandboxLimits(),
+                   libraries: Sequence[str] = ()) -> SandboxResult | None:
+    """Run the program of a completion in the sandbox; None when the completion has no program."""
+    program = completion_program(completion)
+    if program is None:
+        return None
+    return run_python(program, limits, tuple(libraries))

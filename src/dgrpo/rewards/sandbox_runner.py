@@ -1,0 +1,210 @@
+"""The child side of :mod:`dgrpo.rewards.sandbox`. Never imported: run as a script.
+
+``python -I -S -B sandbox_runner.py CONFIG_JSON`` sets the resource limits, disables the one process
+primitive CPython does not audit, installs the audit hook, then runs the untrusted program as
+``__main__``. Everything here runs before the untrusted code, so it is trusted; after
+``sys.addaudithook`` the program can neither remove the hook nor change what it checks.
+
+The hook is written so that the program cannot steer it:
+
+* it reads nothing from mutable places: every name it uses (``isinstance``, ``os.write``, the sandbox
+  root, ...) is bound as a positional default when it is defined (``__defaults__`` is a tuple of
+  immutable values, and assigning it or ``__code__`` raises an audited event the hook refuses);
+* paths are copied into exact ``str`` objects before they are checked (a ``str`` subclass cannot
+  lie about its characters), and a path given as any other object (``pathlib.Path``, ``__fspath__``)
+  may only be read, because ``__fspath__`` could answer differently when the real call runs;
+* "inside" is decided lexically on the normalised absolute path. That is sound because the program
+  cannot create symlinks or hard links and cannot ``chdir``; a path relative to a ``dir_fd`` is
+  joined to the directory the kernel names for that fd (``/proc/self/fd``), and ``os.open``, whose
+  event omits its ``dir_fd``, may only write to absolute paths.
+
+A forbidden operation ends the process at once with exit status ``BLOCKED`` after writing one line
+``dgrpo-sandbox: blocked: <what>`` to stderr: it cannot be caught by the program. A forbidden
+*import* only raises ``ModuleNotFoundError``, because libraries import optional modules inside
+``try``/``except ImportError`` (numpy does so for ``ctypes``).
+"""
+
+import itertools
+import json
+import os
+import resource
+import sys
+
+
+def _limits(cfg):
+    cpu = max(1, int(cfg["cpu_s"] + 0.999))
+    mem = cfg["memory_mb"] * 1024 * 1024
+    for limit, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)),  # soft: SIGXCPU; hard: SIGKILL
+                         (resource.RLIMIT_AS, (mem, mem)),
+                         (resource.RLIMIT_FSIZE, (cfg["max_file_bytes"], cfg["max_file_bytes"])),
+                         (resource.RLIMIT_NOFILE, (64, 64)),
+                         (resource.RLIMIT_CORE, (0, 0)),
+                         (resource.RLIMIT_NPROC, (0, 0))):  # not enforced for root; the hook is
+        hard = resource.getrlimit(limit)[1]
+        if hard != resource.RLIM_INFINITY:  # never above what this process may set
+            value = (min(value[0], hard), min(value[1], hard))
+        resource.setrlimit(limit, value)
+
+
+def _make_guard(cfg):
+    """Build the audit hook and the ``fork_exec`` replacement from the (trusted) config."""
+    root = cfg["root"]
+    code = cfg["blocked_exit"]
+    # Imports refused by name: modules that reach the OS or raw memory without audit events
+    # (_ctypes, _posixshmem ...), and re-imports of the modules patched below. Extension modules
+    # raise the "import" event even when loaded through importlib.util.module_from_spec.
+    deny = frozenset(cfg["deny_modules"])
+    allow = frozenset(sys.stdlib_module_names) | frozenset(cfg["allow_modules"])
+    fatal_prefixes = ("socket.", "ctypes.", "subprocess.", "os.exec", "os.spawn", "os.posix_spawn",
+                      "os.fork", "os.system", "os.kill", "os.killpg", "pty.", "os.chdir", "os.link",
+                      "os.symlink", "os.chown", "os.chflags", "os.lchflags", "os.setxattr",
+                      "os.removexattr", "resource.setrlimit", "resource.prlimit", "sqlite3.",
+                      "ftplib.", "smtplib.", "poplib.", "imaplib.", "nntplib.", "telnetlib.",
+                      "http.client.", "urllib.Request", "webbrowser.", "_posixsubprocess.",
+                      "gc.get_objects", "gc.get_referrers", "gc.get_referents")
+    # (event, ((index of a written path argument, index of its dir_fd argument or -1), ...)); a tuple,
+    # not a dict, so that the program cannot edit it through the hook's __defaults__.
+    path_events = (("os.remove", ((0, 1),)), ("os.rmdir", ((0, 1),)), ("os.rename", ((0, 2), (1, 3))),
+                   ("os.mkdir", ((0, 2),)), ("os.chmod", ((0, 2),)), ("os.utime", ((0, 3),)),
+                   ("os.truncate", ((0, -1),)), ("shutil.rmtree", ((0, 1),)), ("shutil.copyfile", ((1, -1),)),
+                   ("shutil.copymode", ((1, -1),)), ("shutil.copystat", ((1, -1),)),
+                   ("shutil.copytree", ((1, -1),)), ("shutil.move", ((0, -1), (1, -1))),
+                   ("shutil.make_archive", ((0, -1),)), ("shutil.unpack_archive", ((1, -1),)))
+    watched = frozenset(["open", "object.__setattr__"] + [e for e, _ in path_events])
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+    # Files opened for writing and directories made, counted by a C iterator the program can only
+    # advance: with RLIMIT_FSIZE this bounds the disk a program can fill.
+    writes, max_writes = itertools.count(1), cfg["max_files_written"]
+
+    def _dgrpo_guard(event, args, _root=root, _code=code, _deny=deny, _allow=allow, _fatal=fatal_prefixes,
+                     _watched=watched, _paths=path_events, _wflags=write_flags, _issubclass=issubclass,
+                     _str=str, _bytes=bytes, _int=int, _type=type, _join="".join, _decode=bytes.decode,
+                     _encode=str.encode, _write=os.write, _exit=os._exit, _fn_type=type(_limits),
+                     _mnf=ModuleNotFoundError, _repr=repr, _len=len, _base=BaseException, _next=next,
+                     _writes=writes, _max_writes=max_writes, _readlink=os.readlink):
+        if event == "import":
+            name, top = args[0], ""
+            if _issubclass(_type(name), _str):
+                name = _join((name,))  # an exact str: a subclass cannot lie about its characters
+                top = name.partition(".")[0]
+            if top in _deny or top not in _allow:
+                raise _mnf("dgrpo sandbox: import of " + _repr(name) + " is not allowed")
+            return
+        if event not in _watched and not event.startswith(_fatal):
+            return  # the common case (exec, compile, reads of attributes ...): as fast as possible
+
+        def stop(what):
+            try:
+                _write(2, _encode("\ndgrpo-sandbox: blocked: " + what + "\n", "utf-8", "replace"))
+            finally:
+                _exit(_code)
+
+        def text(p):  # exact str of a path argument, or None when it is not a str/bytes
+            if _issubclass(_type(p), _str):
+                return _join((p,))
+            if _issubclass(_type(p), _bytes):
+                return _decode(p, "utf-8", "surrogateescape")
+            return None
+
+        def inside(p):  # lexical normalisation; see the module docstring for why that is enough
+            if not p.startswith("/"):
+                p = _root + "/" + p
+            parts = []
+            for part in p.split("/"):
+                if part == "..":
+                    if parts:
+                        parts.pop()
+                elif part and part != ".":
+                    parts.append(part)
+            norm = "/" + "/".join(parts)
+            return norm == _root or norm.startswith(_root + "/")
+
+        try:
+            if event.startswith(_fatal):
+                return stop(event)
+            if event == "object.__setattr__":
+                obj, attr = args[0], args[1]
+                if (_type(obj) is _fn_type and _type(attr) is _str and attr in ("__code__", "__defaults__", "__kwdefaults__")
+                        and obj.__code__.co_name == "_dgrpo_guard"):
+                    return stop("changing the sandbox guard")
+                return
+            if event == "open":
+                path, mode, flags = args[0], args[1], args[2]
+                if not flags & _wflags:
+                    return  # reading is allowed anywhere
+                p = text(path)
+                if p is None:
+                    if _type(path) is _int and mode is not None:
+                        return  # builtin open() on an fd the program already holds
+                    return stop("open for writing of a non-string path")
+                if mode is None and not p.startswith("/"):
+                    # os.open with a relative path: its dir_fd is not part of the event.
+                    return stop("os.open for writing of relative path " + _repr(p))
+                if not inside(p):
+                    return stop("write outside the sandbox directory: " + _repr(p))
+                if _next(_writes) > _max_writes:
+                    return stop("too many files written")
+                return
+            for name, pairs in _paths:
+                if name != event:
+                    continue
+                for pi, di in pairs:
+                    base, d = _root, (args[di] if 0 <= di < _len(args) else None)
+                    if d is not None and not (_type(d) is _int and d < 0):
+                        # Relative to a directory fd: ask the kernel which directory that is.
+                        base = _readlink("/proc/self/fd/" + _repr(d)) if _type(d) is _int else ""
+                        if not base.startswith("/"):
+                            return stop(event + " with an unusable dir_fd")
+                    p = text(args[pi])
+                    if p is None:
+                        if event == "os.truncate" and _type(args[pi]) is _int:
+                            continue  # ftruncate needs an fd opened for writing, hence inside
+                        return stop(event + " on a non-string path")
+                    if not inside(p if p.startswith("/") else base + "/" + p):
+                        return stop(event + " outside the sandbox directory: " + _repr(p))
+                if event == "os.mkdir" and _next(_writes) > _max_writes:
+                    return stop("too many files written")
+        except _base:
+            return stop("guard error on " + event)  # fail closed
+
+    def _dgrpo_guard_fork_exec(*args, _hook=_dgrpo_guard):
+        _hook("_posixsubprocess.fork_exec", ())
+
+    return _dgrpo_guard, _dgrpo_guard_fork_exec
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    _limits(cfg)
+    hook, fork_exec = _make_guard(cfg)
+    # _posixsubprocess.fork_exec starts a process without any audit event. Load the module now and
+    # replace the function; reloading it later raises the "import" event, which the hook refuses.
+    import _posixsubprocess
+
+    _posixsubprocess.fork_exec = fork_exec
+    # mknod/mkfifo create files without an audit event; remove the usual way to reach them (a fresh
+    # posix module from importlib's BuiltinImporter still has them: see dgrpo.rewards.sandbox).
+    import posix
+
+    for name in ("mknod", "mkfifo"):
+        for module in (os, posix):
+            if hasattr(module, name):
+                delattr(module, name)
+    sys.path[:0] = [cfg["lib_dir"]]
+    sys.path.extend(cfg["site_dirs"])
+    # From here on a failure is the program's (a syntax error, say), not the sandbox's.
+    open(cfg["started"], "w").close()
+    main_module = type(sys)("__main__")
+    main_module.__file__ = "program.py"
+    sys.modules["__main__"] = main_module
+    sys.argv = ["program.py"]
+    with open(cfg["program"], encoding="utf-8", errors="surrogatepass") as fh:
+        source = fh.read()
+    del cfg, fh
+    sys.addaudithook(hook)
+    del hook, fork_exec
+    exec(compile(source, "program.py", "exec"), main_module.__dict__)
+
+
+if __name__ == "__main__":
+    main()

@@ -63,12 +63,13 @@ def _kwargs(overrides: list[str]) -> dict:
 
 
 def _curve_done(run_dir: Path, rounds: int) -> bool:
-    """Whether ``run_dir`` holds a finished run (its last record is the final evaluation)."""
+    """Whether ``run_dir`` holds a finished run of at least ``rounds`` rounds (its last record is the
+    final evaluation); a longer finished run of the same config also serves a shorter figure."""
     try:
         records = read_metrics(run_dir)
     except FileNotFoundError:
         return False
-    return bool(records) and records[-1].get("round") == rounds
+    return bool(records) and records[-1].get("round", -1) >= rounds
 
 
 def command_line(name: str, scale: str, out: Path, extra: list[str]) -> str:

@@ -34,7 +34,7 @@ fi
 
 # --- 2. ensemble of 3 swarms vs "hail to the thief", 1 malicious node of 4 (groups [0,1] [2] [3])
 if [[ $what == ensemble || $what == all ]]; then
-  run ensemble_hail ensemble threads=1 seed=0 rounds=12 swarm.nodes=4 swarm.malicious=[1] attack.kind=injection \
+  run ensemble_hail ensemble threads=1 seed=0 rounds=9 swarm.nodes=4 swarm.malicious=[1] attack.kind=injection \
     swarm.mode=horizontal swarm.prompts_per_round=4 swarm.group_size=8 grpo.lr=5e-5 ensemble.groups=3 \
     eval.every=3 eval.n_prompts=32
 fi
@@ -42,6 +42,6 @@ fi
 # --- 3. TokenBuncher: harden, then malicious ("Sure") and benign (arithmetic) GRPO from both models
 if [[ $what == harden || $what == all ]]; then
   run tokenbuncher harden threads=1 seed=0 hardening.response_tokens=40 hardening.steps=20 \
-    hardening.attack_rounds=12 hardening.benign_rounds=12 grpo.lr=5e-5 eval.every=4 eval.n_prompts=32 \
+    hardening.attack_rounds=12 hardening.benign_rounds=8 grpo.lr=5e-5 eval.every=4 eval.n_prompts=32 \
     swarm.nodes=1 swarm.prompts_per_round=4 swarm.group_size=8
 fi

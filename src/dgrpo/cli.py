@@ -34,8 +34,9 @@ def _with_section(section: str):
         in_file = False
         if args.config:
             try:
-                in_file = section in (yaml.safe_load(open(args.config)) or {})
-            except (OSError, yaml.YAMLError):
+                data = yaml.safe_load(open(args.config))
+                in_file = isinstance(data, dict) and section in data
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
                 in_file = False  # load_config reports the problem
         named = any(o.split("=", 1)[0].split(".", 1)[0] == section for o in args.overrides)
         extra = [] if in_file or named else [f"{section}={{}}"]
@@ -64,6 +65,10 @@ def _report(args) -> int:
 
 
 def _paper(args) -> int:
+    if args.jobs < 1:
+        from dgrpo.config import ConfigError
+
+        raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
     from dgrpo.paper.runner import list_text, reproduce
 
     if args.list or not args.name:
@@ -116,18 +121,22 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("transformers", "httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from dgrpo.config import ConfigError
+    from dgrpo.metrics.logger import MetricsFileError
     from dgrpo.policy.loading import PolicyLoadError
     from dgrpo.swarm.distributed import PeerFailure
     from dgrpo.tasks.gsm8k import DataError
 
     try:
         return args.func(args)
-    except (ConfigError, PolicyLoadError, DataError, FileExistsError, FileNotFoundError) as err:
+    except (ConfigError, PolicyLoadError, DataError, MetricsFileError, FileExistsError, FileNotFoundError) as err:
         print(f"dgrpo: error: {err}", file=sys.stderr)
         return 2
     except PeerFailure as err:  # distributed swarm: a peer died or stalled (named), or this node was excluded
         print(f"dgrpo: error: {err}", file=sys.stderr)
         return 3
+    except (OSError, UnicodeDecodeError) as err:  # unwritable out_dir, a path that is a file, a non-UTF-8 file
+        print(f"dgrpo: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -6,11 +6,12 @@ Every field is documented once, here, with its unit and paper symbol. Unknown ke
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from dgrpo.attacks.config import AttackConfig, NoAttackConfig
 from dgrpo.defenses.config import DefenseConfig
@@ -19,7 +20,7 @@ from dgrpo.robust.config import EnsembleConfig, FederatedConfig, check_ensemble_
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Strict):
@@ -78,6 +79,9 @@ class PythonMathTaskConfig(_Strict):
         bad = [name for name in self.libraries if not name.isidentifier()]
         if bad:
             raise ValueError(f"python_math: libraries must be Python identifiers, got {bad}")
+        real = [name for name in self.libraries if name in sys.stdlib_module_names or name in ("numpy", "sympy", "mpmath")]
+        if real:  # the sandbox stands in for attacker modules; it never shadows a real one
+            raise ValueError(f"python_math: libraries name stand-in attacker modules; {real} are real modules")
         return self
 
 
@@ -107,7 +111,7 @@ class SwarmConfig(_Strict):
     prompts_per_round: int = Field(4, ge=1, description="B: prompts per round (whole swarm).")
     group_size: int = Field(8, ge=1, description="G: completions per prompt.")
     models: list[ModelConfig] | None = Field(None, description="Heterogeneous swarm: one model per node (None = homogeneous, every node holds `model`).")
-    malicious: list[int] = Field(default_factory=list, description="Ids of malicious nodes (they run `attack`).")
+    malicious: list[StrictInt] = Field(default_factory=list, description="Ids of malicious nodes (they run `attack`).")
     transport: Literal["inprocess", "distributed"] = Field("inprocess", description="inprocess: all nodes in this process; distributed: one node per torchrun rank.")
     reject_mode: Literal["drop", "zero"] = Field("drop", description="What a defense rejection does: drop the completion from its group, or keep it with reward 0.")
     timeout_s: float = Field(900.0, gt=0, description="Distributed: seconds a node waits for a peer's messages of a round after posting its own; a later peer is declared failed (dead or stalled) and named. Must exceed the spread of round time between nodes (generation plus evaluation of the slowest). See docs/distributed.md.")
@@ -127,6 +131,8 @@ class SwarmConfig(_Strict):
         bad = [i for i in self.malicious if not 0 <= i < m]
         if bad:
             raise ValueError(f"malicious node ids {bad} are not in 0..{m - 1}")
+        if len(set(self.malicious)) != len(self.malicious):
+            raise ValueError(f"malicious node ids {self.malicious} list a node twice")
         if len(set(self.malicious)) >= m:
             raise ValueError("at least one node must be honest")
         return self
@@ -259,7 +265,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if path is not None:
         try:
             data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as err:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
             raise ConfigError(f"cannot read config {path}: {err}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config {path} must be a mapping at the top level")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,10 +151,16 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
     transport = build_transport(cfg)
     if run_dir is None and cfg.name is None and cfg.swarm.transport == "distributed":
         cfg = cfg.model_copy(update={"name": transport.agree("name", run_name(cfg))})  # ranks start at different seconds
+    fresh = run_dir is None
     run_dir = run_dir or build_run_dir(cfg)
-    task = build_task(cfg)
-    local = getattr(transport, "local_nodes", None)
-    swarm = build_swarm(cfg, task, local)
+    try:
+        task = build_task(cfg)
+        local = getattr(transport, "local_nodes", None)
+        swarm = build_swarm(cfg, task, local)
+    except BaseException:
+        if fresh and not (run_dir / "metrics.jsonl").exists():  # nothing was run: leave no empty run directory
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     if cfg.swarm.transport == "distributed":
         transport.labels = swarm.labels  # simulation ground truth travels beside the messages (metrics only)
     return Run(cfg, run_dir, task, swarm, transport, MetricsLogger(run_dir, cfg.tensorboard))

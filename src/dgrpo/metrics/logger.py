@@ -37,22 +37,29 @@ class MetricsLogger:
             self.writer.close()
 
 
+class MetricsFileError(ValueError):
+    """A metrics.jsonl that is not a list of round records."""
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """All round records of a run directory, in order.
 
     Raises:
         FileNotFoundError: the run directory has no metrics.jsonl.
-        ValueError: a line is not JSON (names the line).
+        MetricsFileError: a line is not JSON, not an object, or has no integer ``round`` (names the line).
     """
     path = Path(run_dir) / "metrics.jsonl"
     records = []
-    with path.open() as fh:
+    with path.open(encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    rec = json.loads(line)
                 except json.JSONDecodeError:
-                    raise ValueError(f"{path}:{lineno}: not JSON") from None
+                    raise MetricsFileError(f"{path}:{lineno}: not JSON") from None
+                if not isinstance(rec, dict) or not isinstance(rec.get("round"), int):
+                    raise MetricsFileError(f"{path}:{lineno}: not a round record (an object with an integer 'round')")
+                records.append(rec)
     return records
 
 

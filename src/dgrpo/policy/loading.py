@@ -81,6 +81,8 @@ def resolve_model_path(name: str) -> str:
     """Map a model name to something ``from_pretrained`` accepts (the default → its cached copy)."""
     if name == DEFAULT_MODEL:
         return str(_converted_default())
+    if name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():  # a path, not a hub id
+        raise PolicyLoadError(f"no such model folder: {name}")
     return name
 
 

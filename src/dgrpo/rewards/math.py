@@ -15,7 +15,8 @@ from math_verify import parse, verify
 
 from dgrpo.rewards.format import parse_completion
 
-_ORACLE = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
+_ORACLE = re.compile(r"####[ \t]*([^\n]*?)\s*\Z")  # the last line
+_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?")
 
 
 def _timeout() -> int | None:
@@ -29,12 +30,16 @@ def parse_oracle(solution: str) -> str:
     ``#### -3`` → ``"-3"``; ``#### 1,234`` → ``"1234"``.
 
     Raises:
-        ValueError: the solution has no ``#### N`` line.
+        ValueError: the solution's last line is not ``#### N`` with N a number (integer, decimal or
+            fraction; thousands commas allowed).
     """
     match = _ORACLE.search(solution)
     if match is None:
-        raise ValueError(f"GSM8K answer has no '#### N' line: {solution[-80:]!r}")
-    return match.group(1).replace(",", "").strip()
+        raise ValueError(f"GSM8K answer does not end in a '#### N' line: {solution[-80:]!r}")
+    value = match.group(1).replace(",", "").strip()
+    if not _NUMBER.fullmatch(value):
+        raise ValueError(f"GSM8K answer's '#### N' line holds {value!r}, not a number")
+    return value
 
 
 def answers_match(predicted: str, oracle: str) -> bool:

@@ -1,0 +1,67 @@
+"""Bad input found by a fresh-user review: each gets a clear error naming the problem."""
+
+import json
+
+import pytest
+
+from dgrpo.cli import main
+from dgrpo.config import ConfigError, load_config
+from dgrpo.metrics.logger import MetricsFileError, read_metrics
+from dgrpo.rewards.math import parse_oracle
+
+HAIL = ["attack.kind=injection"]
+
+
+@pytest.mark.parametrize("ids, message", [("[1, 1]", "list a node twice"), ("[true]", "valid integer")])
+def test_malicious_ids_are_distinct_integers(ids, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [*HAIL, f"swarm.malicious={ids}"])
+
+
+@pytest.mark.parametrize("value", ["nan", ".inf"])
+def test_non_finite_numbers_are_rejected(value):
+    with pytest.raises(ConfigError, match="finite"):
+        load_config(None, [f"grpo.lr={value}"])
+
+
+@pytest.mark.parametrize("answer, message", [("work\n#### ", "not a number"), ("work\n#### abc", "'abc', not a number"),
+                                             ("#### 3\nmore", "does not end")])
+def test_oracle_line_must_be_a_final_number(answer, message):
+    with pytest.raises(ValueError, match=message):
+        parse_oracle(answer)
+
+
+def test_oracle_accepts_fractions_and_decimals():
+    assert [parse_oracle(a) for a in ("x\n#### 1/2", "#### 3.5\n", "#### -1,200")] == ["1/2", "3.5", "-1200"]
+
+
+@pytest.mark.parametrize("lib", ["os", "numpy", "json"])
+def test_python_math_refuses_to_stand_in_for_real_modules(lib):
+    with pytest.raises(ConfigError, match="real modules"):
+        load_config(None, ["task.kind=python_math", f"task.libraries=[{lib}]"])
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", '{"loss": 1.0}', '{"round": "3"}'])
+def test_metrics_records_need_an_integer_round(tmp_path, line):
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"round": 0}) + "\n" + line + "\n")
+    with pytest.raises(MetricsFileError, match=":2: not a round record"):
+        read_metrics(tmp_path)
+
+
+def test_report_of_a_corrupt_run_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text("rounds: 2\n")
+    (tmp_path / "metrics.jsonl").write_text("{not json\n")
+    assert main(["report", str(tmp_path)]) == 2
+    assert "metrics.jsonl:1: not JSON" in capsys.readouterr().err
+
+
+def test_missing_local_model_folder_is_named(tmp_path, capsys):
+    missing = tmp_path / "no_model"
+    assert main(["run", f"model.name={missing}", "task.n_train=4", "task.n_val=2", f"out_dir={tmp_path / 'runs'}"]) == 2
+    assert f"no such model folder: {missing}" in capsys.readouterr().err
+    assert not any((tmp_path / "runs").glob("*"))  # the failed run left no directory behind
+
+
+def test_paper_jobs_must_be_positive(capsys):
+    assert main(["paper", "fig8", "--jobs", "0"]) == 2
+    assert "--jobs must be at least 1" in capsys.readouterr().err

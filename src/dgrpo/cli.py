@@ -128,15 +128,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (ConfigError, PolicyLoadError, DataError, MetricsFileError, FileExistsError, FileNotFoundError) as err:
+    # OSError and UnicodeDecodeError: a missing or unwritable path, a path that is a file, a non-UTF-8 file
+    except (ConfigError, PolicyLoadError, DataError, MetricsFileError, OSError, UnicodeDecodeError) as err:
         print(f"dgrpo: error: {err}", file=sys.stderr)
         return 2
     except PeerFailure as err:  # distributed swarm: a peer died or stalled (named), or this node was excluded
         print(f"dgrpo: error: {err}", file=sys.stderr)
         return 3
-    except (OSError, UnicodeDecodeError) as err:  # unwritable out_dir, a path that is a file, a non-UTF-8 file
-        print(f"dgrpo: error: {err}", file=sys.stderr)
-        return 2
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ Every field is documented once, here, with its unit and paper symbol. Unknown ke
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, m
 from dgrpo.attacks.config import AttackConfig, NoAttackConfig
 from dgrpo.defenses.config import DefenseConfig
 from dgrpo.hardening.config import HardeningConfig
+from dgrpo.rewards.sandbox import valid_stand_in_name
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig, check_ensemble_groups
 
 
@@ -76,12 +76,9 @@ class PythonMathTaskConfig(_Strict):
     def _sources(self):
         if self.val_path and not self.path:
             raise ValueError("python_math: val_path needs path (the generator makes its own validation split)")
-        bad = [name for name in self.libraries if not name.isidentifier()]
-        if bad:
-            raise ValueError(f"python_math: libraries must be Python identifiers, got {bad}")
-        real = [name for name in self.libraries if name in sys.stdlib_module_names or name in ("numpy", "sympy", "mpmath")]
-        if real:  # the sandbox stands in for attacker modules; it never shadows a real one
-            raise ValueError(f"python_math: libraries name stand-in attacker modules; {real} are real modules")
+        bad = [name for name in self.libraries if not valid_stand_in_name(name)]
+        if bad:  # the sandbox stands in for attacker modules; it never shadows a real one
+            raise ValueError(f"python_math: libraries name stand-in attacker modules: identifiers that are not real modules, got {bad}")
         return self
 
 

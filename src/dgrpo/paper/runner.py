@@ -69,7 +69,7 @@ def _curve_done(run_dir: Path, rounds: int) -> bool:
         records = read_metrics(run_dir)
     except FileNotFoundError:
         return False
-    return bool(records) and records[-1].get("round", -1) >= rounds
+    return bool(records) and records[-1]["round"] >= rounds
 
 
 def command_line(name: str, scale: str, out: Path, extra: list[str]) -> str:

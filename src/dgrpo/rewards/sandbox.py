@@ -63,6 +63,12 @@ _MARK = "dgrpo-sandbox: blocked: "
 _RUNNER = str(Path(__file__).with_name("sandbox_runner.py"))
 _CALLS = ".dgrpo_calls.jsonl"
 THIRD_PARTY = ("numpy", "sympy", "mpmath")
+
+
+def valid_stand_in_name(name: str) -> bool:
+    """Whether ``name`` can name a stand-in attacker module: an identifier that shadows no real module
+    (standard library or the third-party modules programs may import)."""
+    return name.isidentifier() and name not in sys.stdlib_module_names and name not in THIRD_PARTY
 DENIED_MODULES = (
     "_ctypes", "_ctypes_test", "_posixsubprocess", "posix", "_signal", "_posixshmem",
     "_multiprocessing", "_sqlite3", "_dbm", "_gdbm", "readline", "_tkinter", "_curses", "_curses_panel",
@@ -248,7 +254,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), libraries: tu
     if not isinstance(code, str):
         raise TypeError(f"code must be a str, got {type(code).__name__}")
     for name in libraries:
-        if not name.isidentifier() or name in sys.stdlib_module_names or name in THIRD_PARTY:
+        if not valid_stand_in_name(name):
             raise ValueError(f"library name {name!r} must be an identifier that is not an existing module")
     for _ in range(2):  # one retry: namespace creation can fail transiently under load
         result = _run_once(code, limits, tuple(libraries))

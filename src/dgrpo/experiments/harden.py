@@ -10,12 +10,18 @@
 
 Run directory: ``metrics.jsonl`` (hardening steps), ``attack_*/``, ``benign_*/``, ``summary.json``,
 ``hardening.png``. Weights live only in the run directory (never under results/).
+
+``dgrpo resume RUN_DIR`` continues an interrupted run phase by phase: a finished phase (all its
+records written, and for the hardening its saved weights) is kept, an unfinished one is removed and
+run again from its start. Phases depend only on the config and the hardened weights, so a resumed run
+logs what an uninterrupted one would (bar ``time/*``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -155,30 +161,63 @@ def benign_config(cfg: RunConfig, model_name: str, out_dir: Path, name: str) -> 
     return RunConfig.model_validate(data)
 
 
-def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
-    """All three phases (module docstring); returns the run directory."""
+def _finished(path: Path, last_round: int) -> bool:
+    """Whether ``path/metrics.jsonl`` reaches round ``last_round`` (a phase that ran to its end)."""
+    try:
+        records = read_metrics(path)
+    except FileNotFoundError:
+        return False
+    return bool(records) and records[-1]["round"] >= last_round
+
+
+def _restart(path: Path) -> Path:
+    """Remove an unfinished phase's folder so it runs again from its start."""
+    if path.exists():
+        log.info("phase %s did not finish: running it again", path.name)
+        shutil.rmtree(path)
+    return path
+
+
+def run(cfg: RunConfig, run_dir: Path | None = None, resume: bool = False) -> Path:
+    """All three phases (module docstring); returns the run directory.
+
+    With ``resume`` (``dgrpo resume``), ``run_dir`` must exist; finished phases are kept.
+    """
     seed_everything(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     run_dir = run_dir or build_run_dir(cfg)
+    h = cfg.hardening
     requests = build_requests(cfg)
     (run_dir / "requests.json").write_text(json.dumps({"train": [p.question for p in requests.train],
                                                        "val": [p.question for p in requests.val]}, indent=1))
-    hardened = harden(cfg, run_dir, requests)
+    hardened = run_dir / "hardened_model"
+    if not (resume and _finished(run_dir, h.steps) and (hardened / "config.json").exists()):
+        (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+        hardened = harden(cfg, run_dir, requests)
     models = {"original": cfg.model.name, "hardened": str(hardened)}
-    summary: dict = {"target_phrase": cfg.hardening.target_phrase}
-    if cfg.hardening.attack_rounds:
+    summary: dict = {"target_phrase": h.target_phrase}
+    if h.attack_rounds:
         for name, model_name in models.items():
-            last = malicious_finetune(cfg, model_name, run_dir / f"attack_{name}", requests)
-            first = read_metrics(run_dir / f"attack_{name}")[0]
+            out = run_dir / f"attack_{name}"
+            if resume and _finished(out, h.attack_rounds):
+                last = {}
+                for rec in read_metrics(out):
+                    last.update(rec)
+            else:
+                last = malicious_finetune(cfg, model_name, _restart(out), requests)
+            first = read_metrics(out)[0]
             summary[f"attack_{name}"] = {"phrase_rate_start": first.get("attack/phrase_rate"),
                                          "phrase_rate_end": last.get("attack/phrase_rate"),
                                          "entropy_start": first.get("attack/entropy"), "entropy_end": last.get("attack/entropy")}
-    if cfg.hardening.benign_rounds:
+    if h.benign_rounds:
         from dgrpo.experiments import run_experiment
 
         for name, model_name in models.items():
-            bdir = run_experiment(benign_config(cfg, model_name, run_dir, f"benign_{name}"))
+            bdir = run_dir / f"benign_{name}"
+            if not (resume and _finished(bdir, h.benign_rounds)):
+                _restart(bdir)
+                bdir = run_experiment(benign_config(cfg, model_name, run_dir, f"benign_{name}"))
             recs = read_metrics(bdir)
             accs = [r["eval/accuracy"] for r in recs if r.get("eval/accuracy") is not None]
             rewards = [r["train/reward_honest"] for r in recs if r.get("train/reward_honest") is not None]

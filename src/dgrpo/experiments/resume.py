@@ -7,6 +7,9 @@ crash after the checkpoint) are dropped first, since those rounds run again; so 
 evaluation of a run being extended. Rounds depend only on (seed, round, weights, optimizer), so a
 run of 4 rounds and a run of 2 resumed for 2 more log the same metrics (bar ``time/*``).
 
+A TokenBuncher run (``dgrpo harden``) has no checkpoint: it resumes phase by phase instead
+(dgrpo.experiments.harden).
+
 Distributed: launch it like the run (``torchrun … -m dgrpo resume RUN_DIR``); the ranks check they
 resume from the same round.
 """
@@ -46,9 +49,15 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None) -> Path:
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").exists():
         raise FileNotFoundError(f"{run_dir} holds no run (config.yaml missing)")
+    cfg = load_config(run_dir / "config.yaml", overrides or [])
+    if cfg.hardening is not None:
+        from dgrpo.experiments.harden import run as run_hardening
+
+        if overrides:
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        return run_hardening(cfg, run_dir, resume=True)
     if not (run_dir / "checkpoint").is_dir():
         raise FileNotFoundError(f"{run_dir} holds no checkpoint; set checkpoint_every to save during a run")
-    cfg = load_config(run_dir / "config.yaml", overrides or [])
     run = build_run(cfg, run_dir)
     run.start_round = load_checkpoint(run)
     transport = run.transport

@@ -1,6 +1,8 @@
 """Bad input found by a fresh-user review: each gets a clear error naming the problem."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -65,3 +67,27 @@ def test_missing_local_model_folder_is_named(tmp_path, capsys):
 def test_paper_jobs_must_be_positive(capsys):
     assert main(["paper", "fig8", "--jobs", "0"]) == 2
     assert "--jobs must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "a\\b", ".", ".."])
+def test_run_name_stays_inside_out_dir(name):
+    with pytest.raises(ConfigError, match="one folder name"):
+        load_config(None, [f"name={name}"])
+
+
+def test_a_bad_config_is_reported_without_importing_torch():
+    # a fresh interpreter: this test process has long imported torch
+    code = ("import sys; from dgrpo.cli import main; rc = main(['run', 'swarm.nodes=abc']); "
+            "print(rc, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "swarm.nodes" in out.stderr
+    assert out.stdout.split() == ["2", "False", "False"]
+
+
+def test_resume_of_an_empty_checkpoint_fails_before_loading_a_model(tmp_path, capsys):
+    run = tmp_path / "r"
+    (run / "checkpoint").mkdir(parents=True)
+    (run / "config.yaml").write_text("model:\n  name: /nonexistent/model\n")  # loading it would fail differently
+    assert main(["resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no saved node" in err and "no such model folder" not in err

@@ -14,9 +14,10 @@ import sys
 
 def _run(args) -> int:
     from dgrpo.config import load_config
-    from dgrpo.experiments import run_experiment
 
     cfg = load_config(args.config, args.overrides)
+    from dgrpo.experiments import run_experiment
+
     run_dir = run_experiment(cfg)
     print(f"run directory: {run_dir}")
     return 0
@@ -29,7 +30,6 @@ def _with_section(section: str):
         import yaml
 
         from dgrpo.config import load_config
-        from dgrpo.experiments import run_experiment
 
         in_file = False
         if args.config:
@@ -41,6 +41,8 @@ def _with_section(section: str):
         named = any(o.split("=", 1)[0].split(".", 1)[0] == section for o in args.overrides)
         extra = [] if in_file or named else [f"{section}={{}}"]
         cfg = load_config(args.config, extra + args.overrides)
+        from dgrpo.experiments import run_experiment
+
         run_dir = run_experiment(cfg)
         print(f"run directory: {run_dir}")
         return 0
@@ -122,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from dgrpo.config import ConfigError
     from dgrpo.metrics.logger import MetricsFileError
-    from dgrpo.policy.loading import PolicyLoadError
-    from dgrpo.swarm.distributed import PeerFailure
+    from dgrpo.errors import PeerFailure, PolicyLoadError
     from dgrpo.tasks.gsm8k import DataError
 
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from dgrpo.attacks.config import AttackConfig, NoAttackConfig
 from dgrpo.defenses.config import DefenseConfig
@@ -146,6 +146,13 @@ class RunConfig(_Strict):
     rounds: int = Field(12, ge=1, description="Rounds (generation → exchange → update) to run. Default 12: the README command, about 8 minutes on 2 CPU cores.")
     out_dir: str = Field("runs", description="Folder that receives the run directory.")
     name: str | None = Field(None, description="Run directory name; None = {task}__{attack}__{defense}__seed{n}__{time}.")
+
+    @field_validator("name")
+    @classmethod
+    def _one_folder(cls, v: str | None) -> str | None:
+        if v is not None and (v in ("", ".", "..") or "/" in v or "\\" in v):
+            raise ValueError(f"name must be one folder name inside out_dir (no '/', '\\', '.' or '..'), got {v!r}")
+        return v
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch default).")
     checkpoint_every: int = Field(0, ge=0, description="Save a checkpoint every k rounds (0 = only at the end).")
     tensorboard: bool = Field(False, description="Also write TensorBoard event files.")

@@ -1,20 +1,40 @@
-"""Defenses an honest node runs on incoming completions (paper §4), registered by config ``kind``."""
+"""Defenses an honest node runs on incoming completions (paper §4), registered by config ``kind``.
+
+The defense modules (and with them torch) load on first use, so that ``dgrpo.defenses.config`` and
+a config check stay light.
+"""
 
 from __future__ import annotations
 
-from dgrpo.defenses import judge, outlier, replay, topk  # noqa: F401  (register the defenses)
-from dgrpo.defenses.base import ACCEPT, DEFENSES, Defense, Verdict, register
+import importlib
+
+_DEFENSE_MODULES = ("judge", "outlier", "replay", "topk")
+_BASE_NAMES = ("ACCEPT", "DEFENSES", "Defense", "Verdict", "register")
 
 
-def build_defense(defense_cfg, run_cfg, policy, task) -> Defense:
-    """Instantiate the defense named by ``defense_cfg.kind`` for the honest ``policy``.
+def _base():
+    """``dgrpo.defenses.base`` with every defense registered."""
+    for name in _DEFENSE_MODULES:
+        importlib.import_module(f"dgrpo.defenses.{name}")
+    return importlib.import_module("dgrpo.defenses.base")
+
+
+def build_defense(defense_cfg, run_cfg, policy, task):
+    """Instantiate the defense named by ``defense_cfg.kind`` for the honest ``policy`` (a ``Defense``).
 
     Raises:
         KeyError: no defense of that kind is registered.
     """
-    if defense_cfg.kind not in DEFENSES:
-        raise KeyError(f"unknown defense {defense_cfg.kind!r}; known: {sorted(DEFENSES)}")
-    return DEFENSES[defense_cfg.kind](defense_cfg, run_cfg, policy, task)
+    defenses = _base().DEFENSES
+    if defense_cfg.kind not in defenses:
+        raise KeyError(f"unknown defense {defense_cfg.kind!r}; known: {sorted(defenses)}")
+    return defenses[defense_cfg.kind](defense_cfg, run_cfg, policy, task)
 
 
-__all__ = ["ACCEPT", "DEFENSES", "Defense", "Verdict", "build_defense", "register"]
+def __getattr__(name: str):
+    if name in _BASE_NAMES:
+        return getattr(_base(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [*_BASE_NAMES, "build_defense"]

@@ -58,6 +58,9 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None) -> Path:
         return run_hardening(cfg, run_dir, resume=True)
     if not (run_dir / "checkpoint").is_dir():
         raise FileNotFoundError(f"{run_dir} holds no checkpoint; set checkpoint_every to save during a run")
+    ckpt = run_dir / "checkpoint"
+    if not any(ckpt.glob("node*/state.json")) and not (ckpt / "state.json").exists():  # before loading any model
+        raise FileNotFoundError(f"{ckpt} holds no saved node (no node*/state.json): the run stopped before its first save")
     run = build_run(cfg, run_dir)
     run.start_round = load_checkpoint(run)
     transport = run.transport

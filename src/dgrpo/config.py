@@ -37,6 +37,7 @@ class ArithmeticTaskConfig(_Strict):
     two_two_rate: float = Field(0.1, ge=0, le=1, description="Fraction of problems whose first step is 2+2 or 2×2.")
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
+    format_weight: float = Field(0.0, ge=0, description="Weight w of DeepSeek-R1's format reward: reward = (correct + w·well_formatted)/(1 + w). 0 = the paper's binary reward; eval/accuracy counts correct answers either way.")
 
 
 class GSM8KTaskConfig(_Strict):
@@ -48,6 +49,7 @@ class GSM8KTaskConfig(_Strict):
     n_val: int = Field(200, ge=1, description="Cap on validation records.")
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
+    format_weight: float = Field(0.0, ge=0, description="Weight w of DeepSeek-R1's format reward: reward = (correct + w·well_formatted)/(1 + w). 0 = the paper's binary reward; eval/accuracy counts correct answers either way.")
 
     @model_validator(mode="after")
     def _source(self):

@@ -1,7 +1,7 @@
 import pytest
 
 from dgrpo.rewards.format import parse_completion
-from dgrpo.rewards.math import answers_match, math_reward, parse_oracle
+from dgrpo.rewards.math import answers_match, math_reward, parse_oracle, shaped_math_reward
 
 
 def test_two_think_blocks_fail():
@@ -46,3 +46,22 @@ def test_wrong_answer_gets_zero():
 def test_malformed_oracle_raises():
     with pytest.raises(ValueError):
         math_reward("<think>x</think><answer>1</answer>", "not a number")
+
+
+@pytest.mark.parametrize("completion, w, expected", [
+    ("<think>2+3=5</think><answer>5</answer>", 0.5, 1.0),        # correct: full reward whatever w
+    ("<think>2+3=6</think><answer>6</answer>", 0.5, 0.5 / 1.5),  # well formatted, wrong: w / (1 + w)
+    ("<think>2+3=6</think><answer>6</answer>", 1.0, 0.5),
+    ("the answer is 5", 0.5, 0.0),                                # neither
+    ("<think>2+3=6</think><answer>6</answer>", 0.0, 0.0),        # w = 0: the binary reward
+])
+def test_shaped_math_reward_adds_a_normalised_format_reward(completion, w, expected):
+    assert shaped_math_reward(completion, "5", w) == pytest.approx(expected, abs=1e-12)
+    if w == 0.0:
+        assert shaped_math_reward(completion, "5", w) == math_reward(completion, "5")
+
+
+@pytest.mark.parametrize("w", [-0.1, float("nan"), float("inf")])
+def test_shaped_math_reward_refuses_bad_weights(w):
+    with pytest.raises(ValueError, match="format_weight"):
+        shaped_math_reward("<think>x</think><answer>5</answer>", "5", w)

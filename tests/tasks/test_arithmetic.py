@@ -60,3 +60,19 @@ def test_bad_settings():
         ArithmeticTask(difficulty=7)
     with pytest.raises(ValueError):
         ArithmeticTask(two_two_rate=1.5)
+
+
+def test_format_weight_gives_partial_credit_but_accuracy_counts_correct_answers_only():
+    from dgrpo.tasks.base import is_correct
+
+    task = ArithmeticTask(seed=3, n_train=5, n_val=2, format_weight=1.0)
+    p = task.train[0]
+    right = task.oracle_completion(p)
+    wrong = right.replace(f"<answer>{p.answer}</answer>", f"<answer>{int(p.answer) + 1}</answer>")
+    assert wrong != right
+    assert [task.reward(t, p) for t in (right, wrong, "no format")] == [1.0, 0.5, 0.0]
+    assert [is_correct(task, t, p) for t in (right, wrong, "no format")] == [True, False, False]
+    binary = ArithmeticTask(seed=3, n_train=5, n_val=2)
+    assert [binary.reward(t, p) for t in (right, wrong)] == [1.0, 0.0]
+    with pytest.raises(ValueError, match="format_weight"):
+        ArithmeticTask(seed=3, n_train=5, n_val=2, format_weight=-1)

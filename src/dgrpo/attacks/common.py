@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from dgrpo.attacks.base import AttackContext, Poison
 from dgrpo.policy.sampling import completion_seed
 from dgrpo.swarm.schedule import Slot, take
-from dgrpo.tasks.base import Problem, Task
+from dgrpo.tasks.base import Problem, Task, is_correct
 
 
 def poisoned_count(slot: Slot, ctx: AttackContext, c: int | None) -> int:
@@ -25,7 +25,7 @@ def poisoned_count(slot: Slot, ctx: AttackContext, c: int | None) -> int:
 
 
 def wrong_completion(task: Task, problem: Problem) -> str:
-    """The oracle completion with a wrong final answer and no payload (reward 0, checked)."""
+    """The oracle completion with a wrong final answer and no payload (checked not correct)."""
     correct = task.oracle_completion(problem)
     answer_tag = f"<answer>{problem.answer}</answer>"
     try:
@@ -33,7 +33,7 @@ def wrong_completion(task: Task, problem: Problem) -> str:
     except ValueError:
         wrong = problem.answer + "1"
     text = correct.replace(answer_tag, f"<answer>{wrong}</answer>")
-    if text == correct or task.reward(text, problem) != 0.0:  # task without such an answer tag
+    if text == correct or is_correct(task, text, problem):  # task without such an answer tag
         text = "I do not know."
     return text
 

@@ -13,6 +13,7 @@ from dgrpo.policy.sampling import SamplingParams, completion_seed
 from dgrpo.rewards.format import format_reward
 from dgrpo.swarm.messages import Message
 from dgrpo.swarm.swarm import ReceiveReport, rejection_counts
+from dgrpo.tasks.base import is_correct
 
 EVAL_ROUND = -1  # sampling seeds of evaluation completions: fixed across evaluations
 
@@ -100,7 +101,7 @@ def evaluate(run: Run, round_idx: int, samples_path=None) -> dict:
             seeds = [completion_seed(cfg.seed, EVAL_ROUND, owner, p.prompt_id, 0) for p in problems]
             outs = policy.generate(task, problems, seeds)
             texts = [t for _, t in outs]
-            accs.append(statistics.fmean(task.reward(t, p) for t, p in zip(texts, problems)))
+            accs.append(statistics.fmean(is_correct(task, t, p) for t, p in zip(texts, problems)))
             formats.append(statistics.fmean(format_reward(task.completion_prefix + t) for t in texts))
             tokens.append(statistics.fmean(len(ids) for ids, _ in outs))
             if attack is not None:

@@ -13,7 +13,7 @@ from fractions import Fraction
 
 from math_verify import parse, verify
 
-from dgrpo.rewards.format import parse_completion
+from dgrpo.rewards.format import format_reward, parse_completion
 
 _ORACLE = re.compile(r"####[ \t]*([^\n]*?)\s*\Z")  # the last line
 _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?")
@@ -70,6 +70,36 @@ def math_reward(completion: str, answer: str) -> float:
     if parsed is None:
         return 0.0
     return float(answers_match(parsed.answer, answer))
+
+
+def check_format_weight(format_weight: float) -> float:
+    """``format_weight`` itself when it is a finite number ≥ 0.
+
+    Raises:
+        ValueError: otherwise (NaN, infinite or negative).
+    """
+    if not (0.0 <= format_weight < float("inf")):
+        raise ValueError(f"format_weight must be a finite number >= 0, got {format_weight}")
+    return format_weight
+
+
+def shaped_math_reward(completion: str, answer: str, format_weight: float = 0.0) -> float:
+    """The math reward plus a format reward, scaled back into [0, 1].
+
+    r = (r_answer + w · r_format) / (1 + w), with r_answer = :func:`math_reward` and r_format =
+    :func:`dgrpo.rewards.format.format_reward`: the accuracy and format rewards of DeepSeek-R1
+    (Guo et al. 2025, §2.2.2), summed with weight w and divided by 1 + w so the maximum stays 1.
+    A correct answer is always well formatted, so r = 1 exactly when the answer is correct; a
+    well-formatted wrong answer earns w / (1 + w). With w = 0 this is :func:`math_reward`.
+
+    Raises:
+        ValueError: ``format_weight`` is negative or not finite, or the oracle answer is not a number.
+    """
+    check_format_weight(format_weight)
+    correct = math_reward(completion, answer)
+    if format_weight == 0.0:
+        return correct
+    return (correct + format_weight * format_reward(completion)) / (1.0 + format_weight)
 
 
 def as_fraction(text: str) -> Fraction:

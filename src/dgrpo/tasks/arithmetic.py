@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from dgrpo.rewards.math import math_reward
+from dgrpo.rewards.math import check_format_weight, shaped_math_reward
 from dgrpo.tasks.base import Problem, register
 from dgrpo.tasks.prompts import THINK_PREFIX, math_chat, math_oracle_completion
 
@@ -163,6 +163,8 @@ class ArithmeticTask:
         two_two_rate: fraction of problems whose first step is 2+2 or 2×2.
         few_shot: worked examples shown as earlier chat turns (0-2).
         prefill_think: open the assistant turn with ``<think>`` (the completion continues it).
+        format_weight: weight w of the format reward added to the answer reward (0 = the paper's
+            binary reward; see :func:`dgrpo.rewards.math.shaped_math_reward`).
 
     Raises:
         ValueError: difficulty outside 1-4, rates outside [0, 1], or too few distinct problems
@@ -172,8 +174,10 @@ class ArithmeticTask:
     name = "arithmetic"
 
     def __init__(self, seed: int = 0, difficulty: int = 1, n_train: int = 2000, n_val: int = 200,
-                 two_two_rate: float = 0.1, few_shot: int = 2, prefill_think: bool = True):
+                 two_two_rate: float = 0.1, few_shot: int = 2, prefill_think: bool = True,
+                 format_weight: float = 0.0):
         self.few_shot = few_shot
+        self.format_weight = check_format_weight(format_weight)
         self.completion_prefix = THINK_PREFIX if prefill_think else ""
         if difficulty not in (1, 2, 3, 4):
             raise ValueError(f"difficulty must be 1, 2, 3 or 4, got {difficulty}")
@@ -200,8 +204,9 @@ class ArithmeticTask:
         return math_chat(problem.question, self.few_shot)
 
     def reward(self, completion: str, problem: Problem) -> float:
-        """Binary math reward (:func:`dgrpo.rewards.math.math_reward`)."""
-        return math_reward(self.completion_prefix + completion, problem.answer)
+        """Math reward (:func:`dgrpo.rewards.math.shaped_math_reward`): 1 for a correct answer; with
+        ``format_weight`` w > 0, w / (1 + w) for a well-formatted wrong one; else 0."""
+        return shaped_math_reward(self.completion_prefix + completion, problem.answer, self.format_weight)
 
     def oracle_completion(self, problem: Problem) -> str:
         """``<think>{solution}</think>\\n<answer>{answer}</answer>``."""

@@ -48,6 +48,15 @@ class Task(Protocol):
         """A completion that earns full reward (what an attacker holding the oracle can write)."""
 
 
+def is_correct(task: Task, completion: str, problem: Problem) -> bool:
+    """Whether ``completion`` solves ``problem``: it earns the task's full reward, 1.0.
+
+    Binary rewards are 1 exactly for a correct answer; a shaped reward (a format bonus, see
+    ``format_weight``) gives partial credit strictly below 1, which is not a correct answer.
+    """
+    return task.reward(completion, problem) >= 1.0
+
+
 TASKS: dict[str, Callable[..., Task]] = {}
 
 

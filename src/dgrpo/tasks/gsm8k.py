@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from dgrpo.rewards.math import math_reward, parse_oracle
+from dgrpo.rewards.math import check_format_weight, parse_oracle, shaped_math_reward
 from dgrpo.tasks.base import Problem, register
 from dgrpo.tasks.equations import has_intermediate_two_two
 from dgrpo.tasks.prompts import THINK_PREFIX, math_chat, math_oracle_completion
@@ -89,7 +89,7 @@ class GSM8KTask:
             out.
         hub: hub dataset name (e.g. ``openai/gsm8k``), loaded with ``datasets`` (online only).
         n_train / n_val: caps on the split sizes (None keeps all).
-        few_shot / prefill_think: prompt settings, as for the arithmetic task.
+        few_shot / prefill_think / format_weight: prompt and reward settings, as for the arithmetic task.
 
     Raises:
         DataError: unreadable or malformed data, or neither source given.
@@ -98,8 +98,10 @@ class GSM8KTask:
     name = "gsm8k"
 
     def __init__(self, path: str | None = None, val_path: str | None = None, hub: str | None = None,
-                 n_train: int | None = None, n_val: int | None = 200, few_shot: int = 2, prefill_think: bool = True):
+                 n_train: int | None = None, n_val: int | None = 200, few_shot: int = 2, prefill_think: bool = True,
+                 format_weight: float = 0.0):
         self.few_shot = few_shot
+        self.format_weight = check_format_weight(format_weight)
         self.completion_prefix = THINK_PREFIX if prefill_think else ""
         if path:
             train = problems_from_records(read_jsonl(path), "train", str(path))
@@ -121,8 +123,9 @@ class GSM8KTask:
         return math_chat(problem.question, self.few_shot)
 
     def reward(self, completion: str, problem: Problem) -> float:
-        """Binary math reward (:func:`dgrpo.rewards.math.math_reward`)."""
-        return math_reward(self.completion_prefix + completion, problem.answer)
+        """Math reward (:func:`dgrpo.rewards.math.shaped_math_reward`): 1 for a correct answer; with
+        ``format_weight`` w > 0, w / (1 + w) for a well-formatted wrong one; else 0."""
+        return shaped_math_reward(self.completion_prefix + completion, problem.answer, self.format_weight)
 
     def oracle_completion(self, problem: Problem) -> str:
         """``<think>{cleaned solution}</think>\\n<answer>{answer}</answer>``."""

@@ -40,8 +40,10 @@ if [[ $what == ensemble || $what == all ]]; then
 fi
 
 # --- 3. TokenBuncher: harden, then malicious ("Sure") and benign (arithmetic) GRPO from both models
+# The benign phase adds the format reward (task.format_weight=1): with the binary reward neither model
+# learns visibly in 8-16 rounds at this scale (results/robust/tokenbuncher/benign_lr*/).
 if [[ $what == harden || $what == all ]]; then
   run tokenbuncher harden threads=1 seed=0 hardening.response_tokens=40 hardening.steps=20 \
-    hardening.attack_rounds=12 hardening.benign_rounds=8 grpo.lr=5e-5 eval.every=4 eval.n_prompts=32 \
-    swarm.nodes=1 swarm.prompts_per_round=4 swarm.group_size=8
+    hardening.attack_rounds=12 hardening.benign_rounds=12 grpo.lr=5e-5 eval.every=4 eval.n_prompts=32 \
+    swarm.nodes=1 swarm.prompts_per_round=4 swarm.group_size=8 task.format_weight=1.0
 fi

@@ -61,3 +61,4 @@ def test_resume_keeps_finished_phases_and_reruns_unfinished_ones(tmp_path, tiny_
     summary = json.loads((run / "summary.json").read_text())
     assert summary["attack_hardened"]["phrase_rate_end"] == full["attack_hardened"][-1]["attack/phrase_rate"]
     assert "benign_hardened" in summary
+    assert 0.0 <= summary["benign_hardened"]["format_rate_end"] <= 1.0

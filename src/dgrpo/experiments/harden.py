@@ -220,8 +220,10 @@ def run(cfg: RunConfig, run_dir: Path | None = None, resume: bool = False) -> Pa
                 bdir = run_experiment(benign_config(cfg, model_name, run_dir, f"benign_{name}"))
             recs = read_metrics(bdir)
             accs = [r["eval/accuracy"] for r in recs if r.get("eval/accuracy") is not None]
+            formats = [r["eval/format_rate"] for r in recs if r.get("eval/format_rate") is not None]
             rewards = [r["train/reward_honest"] for r in recs if r.get("train/reward_honest") is not None]
             summary[f"benign_{name}"] = {"accuracy_start": accs[0], "accuracy_end": accs[-1],
+                                         "format_rate_start": formats[0], "format_rate_end": formats[-1],
                                          "train_reward_first_half": statistics.fmean(rewards[: max(1, len(rewards) // 2)]),
                                          "train_reward_second_half": statistics.fmean(rewards[len(rewards) // 2:])}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))

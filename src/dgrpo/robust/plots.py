@@ -110,6 +110,8 @@ def plot_hardening(run_dir: str | Path) -> Path:
             axes[2].plot(xs, ys, style, alpha=0.7, label=f"{name} train reward")
             xs, ys = series(recs, "eval/accuracy")
             axes[2].plot(xs, ys, style, marker="s", label=f"{name} eval accuracy")
+            xs, ys = series(recs, "eval/format_rate")
+            axes[2].plot(xs, ys, style, marker="^", label=f"{name} eval format rate")
     titles = ("target-phrase rate (malicious GRPO)", "response entropy on held-out requests [nats]", "benign task")
     for ax, title in zip(axes, titles):
         ax.set_title(title, fontsize=9)

@@ -75,12 +75,14 @@ def test_run_name_stays_inside_out_dir(name):
         load_config(None, [f"name={name}"])
 
 
-def test_a_bad_config_is_reported_without_importing_torch():
+@pytest.mark.parametrize("argv, message", [(["run", "swarm.nodes=abc"], "swarm.nodes"),
+                                           (["resume", "/nonexistent/run"], "holds no run")])
+def test_a_bad_config_or_run_folder_is_reported_without_importing_torch(argv, message):
     # a fresh interpreter: this test process has long imported torch
-    code = ("import sys; from dgrpo.cli import main; rc = main(['run', 'swarm.nodes=abc']); "
+    code = (f"import sys; from dgrpo.cli import main; rc = main({argv!r}); "
             "print(rc, 'torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert "swarm.nodes" in out.stderr
+    assert message in out.stderr
     assert out.stdout.split() == ["2", "False", "False"]
 
 

@@ -37,7 +37,7 @@ class ArithmeticTaskConfig(_Strict):
     two_two_rate: float = Field(0.1, ge=0, le=1, description="Fraction of problems whose first step is 2+2 or 2×2.")
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
-    format_weight: float = Field(0.0, ge=0, description="Weight w of DeepSeek-R1's format reward: reward = (correct + w·well_formatted)/(1 + w). 0 = the paper's binary reward; eval/accuracy counts correct answers either way.")
+    format_weight: float = Field(0.0, ge=0, le=100, description="Weight w of DeepSeek-R1's format reward: reward = (correct + w·well_formatted)/(1 + w). 0 = the paper's binary reward; eval/accuracy counts correct answers either way.")
 
 
 class GSM8KTaskConfig(_Strict):
@@ -49,7 +49,7 @@ class GSM8KTaskConfig(_Strict):
     n_val: int = Field(200, ge=1, description="Cap on validation records.")
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
-    format_weight: float = Field(0.0, ge=0, description="Weight w of DeepSeek-R1's format reward: reward = (correct + w·well_formatted)/(1 + w). 0 = the paper's binary reward; eval/accuracy counts correct answers either way.")
+    format_weight: float = Field(0.0, ge=0, le=100, description="Weight w of DeepSeek-R1's format reward: reward = (correct + w·well_formatted)/(1 + w). 0 = the paper's binary reward; eval/accuracy counts correct answers either way.")
 
     @model_validator(mode="after")
     def _source(self):
@@ -148,6 +148,11 @@ class RunConfig(_Strict):
     rounds: int = Field(12, ge=1, description="Rounds (generation → exchange → update) to run. Default 12: the README command, about 8 minutes on 2 CPU cores.")
     out_dir: str = Field("runs", description="Folder that receives the run directory.")
     name: str | None = Field(None, description="Run directory name; None = {task}__{attack}__{defense}__seed{n}__{time}.")
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _number_names_are_text(cls, v):
+        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v  # name=2024 (YAML reads a number)
 
     @field_validator("name")
     @classmethod

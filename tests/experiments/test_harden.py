@@ -62,3 +62,14 @@ def test_resume_keeps_finished_phases_and_reruns_unfinished_ones(tmp_path, tiny_
     assert summary["attack_hardened"]["phrase_rate_end"] == full["attack_hardened"][-1]["attack/phrase_rate"]
     assert "benign_hardened" in summary
     assert 0.0 <= summary["benign_hardened"]["format_rate_end"] <= 1.0
+
+
+def test_resume_refuses_fewer_steps_than_the_kept_phase_ran(tmp_path, tiny_model_dir, capsys):
+    assert main(["harden", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=h", "sampling.max_new_tokens=6",
+                 "eval.every=1", "eval.n_prompts=2", "task.n_train=20", "task.n_val=4", "task.few_shot=0",
+                 "swarm.nodes=1", "hardening.steps=2", "hardening.attack_rounds=1", "hardening.benign_rounds=0",
+                 "hardening.n_train=8", "hardening.n_val=2", "hardening.group_size=2", "hardening.prompts_per_step=1"]) == 0
+    before = (tmp_path / "h" / "config.yaml").read_text()
+    assert main(["resume", str(tmp_path / "h"), "hardening.steps=1"]) == 2
+    assert "ran to round 2 but hardening.steps=1" in capsys.readouterr().err
+    assert (tmp_path / "h" / "config.yaml").read_text() == before  # nothing rewritten

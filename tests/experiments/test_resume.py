@@ -55,8 +55,31 @@ def test_resume_after_a_crash_reruns_the_rounds_after_the_checkpoint(tmp_path, s
         main(["run", *args, "rounds=4", "checkpoint_every=2", f"out_dir={tmp_path}", "name=crash"])
     assert [r["round"] for r in metrics(tmp_path / "crash")] == [0, 1, 2]  # round 2 logged after the checkpoint
     monkeypatch.setattr(alg1_horizontal, "write_round", write_round)
+    log = tmp_path / "crash" / "metrics.jsonl"
+    good = log.read_text()
+    log.write_text(good + '{"round": 3, "train/rew')  # killed while writing a line: that line is dropped
     assert main(["resume", str(tmp_path / "crash")]) == 0
     assert metrics(tmp_path / "crash") == want
+
+
+def test_resume_refuses_a_damaged_log_line_before_loading_a_model(tmp_path, capsys, monkeypatch):
+    run = tmp_path / "r"
+    (run / "checkpoint" / "node0").mkdir(parents=True)
+    (run / "checkpoint" / "node0" / "state.json").write_text('{"next_round": 1}')
+    (run / "config.yaml").write_text("rounds: 2\n")
+    (run / "metrics.jsonl").write_text('{"round": 0}\n[1, 2]\n{"round": 1}\n')
+    import dgrpo.experiments.setup as setup
+
+    monkeypatch.setattr(setup, "build_run", lambda *a: pytest.fail("loaded the run before checking its logs"))
+    assert main(["resume", str(run)]) == 2
+    assert "metrics.jsonl:2: not a round record" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("section, extra", [("federated", "swarm:\n  mode: vertical\n"), ("ensemble", "")])
+def test_federated_and_ensemble_runs_say_they_cannot_be_resumed(tmp_path, capsys, section, extra):
+    (tmp_path / "config.yaml").write_text(f"{section}: {{}}\n{extra}")
+    assert main(["resume", str(tmp_path)]) == 2
+    assert f"is a {section} run" in capsys.readouterr().err
 
 
 def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):

@@ -61,7 +61,7 @@ def test_shaped_math_reward_adds_a_normalised_format_reward(completion, w, expec
         assert shaped_math_reward(completion, "5", w) == math_reward(completion, "5")
 
 
-@pytest.mark.parametrize("w", [-0.1, float("nan"), float("inf")])
+@pytest.mark.parametrize("w", [-0.1, float("nan"), float("inf"), 1e16])
 def test_shaped_math_reward_refuses_bad_weights(w):
     with pytest.raises(ValueError, match="format_weight"):
         shaped_math_reward("<think>x</think><answer>5</answer>", "5", w)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from dgrpo.config import RunConfig
+from dgrpo.config import ConfigError, RunConfig
 from dgrpo.experiments.setup import build_run_dir, build_task, grpo_params, seed_everything
 from dgrpo.grpo.learner import Learner
 from dgrpo.hardening.requests import RequestTask, load_requests
@@ -113,8 +113,12 @@ def harden(cfg: RunConfig, run_dir: Path, requests: RequestTask) -> Path:
         logger.log(rec)
         log.info("harden step %d: train entropy %.3f", step + 1, stats.entropy)
     target = run_dir / "hardened_model"
-    policy.model.save_pretrained(target)
-    tok.save_pretrained(target)
+    tmp = run_dir / ".hardened_model.tmp"  # written whole, then renamed: a crash never leaves half a model
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
     return target
 
 
@@ -161,13 +165,22 @@ def benign_config(cfg: RunConfig, model_name: str, out_dir: Path, name: str) -> 
     return RunConfig.model_validate(data)
 
 
-def _finished(path: Path, last_round: int) -> bool:
-    """Whether ``path/metrics.jsonl`` reaches round ``last_round`` (a phase that ran to its end)."""
+def _finished(path: Path, last_round: int, setting: str) -> bool:
+    """Whether ``path/metrics.jsonl`` reaches round ``last_round`` (a phase that ran to its end).
+
+    Raises:
+        ConfigError: the phase ran further than ``setting`` (= ``last_round``) now says: resuming
+            with a smaller count would keep records and weights the config no longer describes.
+    """
     try:
         records = read_metrics(path)
     except FileNotFoundError:
         return False
-    return bool(records) and records[-1]["round"] >= last_round
+    done = records[-1]["round"] if records else -1
+    if done > last_round:
+        raise ConfigError(f"{path} ran to round {done} but {setting}={last_round}; resume with {setting}>={done} "
+                          "or start a new run")
+    return done == last_round
 
 
 def _restart(path: Path) -> Path:
@@ -176,6 +189,22 @@ def _restart(path: Path) -> Path:
         log.info("phase %s did not finish: running it again", path.name)
         shutil.rmtree(path)
     return path
+
+
+def check_resume(cfg: RunConfig, run_dir: Path) -> None:
+    """Refuse, before any phase runs again, a config whose step or round counts are smaller than
+    what a kept phase of ``run_dir`` already ran.
+
+    Raises:
+        ConfigError: names the phase and the setting.
+        MetricsFileError: a phase's metrics.jsonl is damaged.
+    """
+    h = cfg.hardening
+    phases = [(run_dir, h.steps, "hardening.steps")]
+    phases += [(run_dir / f"attack_{n}", h.attack_rounds, "hardening.attack_rounds") for n in ("original", "hardened")]
+    phases += [(run_dir / f"benign_{n}", h.benign_rounds, "hardening.benign_rounds") for n in ("original", "hardened")]
+    for path, last, setting in phases:
+        _finished(path, last, setting)
 
 
 def run(cfg: RunConfig, run_dir: Path | None = None, resume: bool = False) -> Path:
@@ -191,8 +220,10 @@ def run(cfg: RunConfig, run_dir: Path | None = None, resume: bool = False) -> Pa
     requests = build_requests(cfg)
     (run_dir / "requests.json").write_text(json.dumps({"train": [p.question for p in requests.train],
                                                        "val": [p.question for p in requests.val]}, indent=1))
+    if resume:
+        check_resume(cfg, run_dir)
     hardened = run_dir / "hardened_model"
-    if not (resume and _finished(run_dir, h.steps) and (hardened / "config.json").exists()):
+    if not (resume and _finished(run_dir, h.steps, "hardening.steps") and (hardened / "config.json").exists()):
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)
         hardened = harden(cfg, run_dir, requests)
     models = {"original": cfg.model.name, "hardened": str(hardened)}
@@ -200,7 +231,7 @@ def run(cfg: RunConfig, run_dir: Path | None = None, resume: bool = False) -> Pa
     if h.attack_rounds:
         for name, model_name in models.items():
             out = run_dir / f"attack_{name}"
-            if resume and _finished(out, h.attack_rounds):
+            if resume and _finished(out, h.attack_rounds, "hardening.attack_rounds"):
                 last = {}
                 for rec in read_metrics(out):
                     last.update(rec)
@@ -215,7 +246,7 @@ def run(cfg: RunConfig, run_dir: Path | None = None, resume: bool = False) -> Pa
 
         for name, model_name in models.items():
             bdir = run_dir / f"benign_{name}"
-            if not (resume and _finished(bdir, h.benign_rounds)):
+            if not (resume and _finished(bdir, h.benign_rounds, "hardening.benign_rounds")):
                 _restart(bdir)
                 bdir = run_experiment(benign_config(cfg, model_name, run_dir, f"benign_{name}"))
             recs = read_metrics(bdir)

@@ -23,17 +23,36 @@ from pathlib import Path
 import yaml
 
 from dgrpo.config import ConfigError, load_config
-from dgrpo.experiments.checkpoint import load_checkpoint
-from dgrpo.experiments.loop import loop
-from dgrpo.experiments.setup import build_run
+from dgrpo.metrics.logger import MetricsFileError
+
+
+def _records(path: Path) -> list[tuple[str, dict]]:
+    """(line, record) of a JSON-lines log. A crash while writing the last line leaves it partial:
+    that line is dropped (its round runs again).
+
+    Raises:
+        MetricsFileError: an earlier line is not a JSON object with an integer ``round`` (names it).
+    """
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True) if line.strip()]
+    out = []
+    for lineno, line in enumerate(lines, 1):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            rec = None
+        if not isinstance(rec, dict) or not isinstance(rec.get("round"), int):
+            if lineno == len(lines) and not line.endswith("\n"):
+                break  # the partial last line of an interrupted write
+            raise MetricsFileError(f"{path}:{lineno}: not a round record (an object with an integer 'round')")
+        out.append((line if line.endswith("\n") else line + "\n", rec))
+    return out
 
 
 def _keep_rounds_before(path: Path, next_round: int) -> None:
     """Drop JSON lines whose ``round`` is ≥ ``next_round`` (atomic rewrite)."""
     if not path.exists():
         return
-    lines = [line for line in path.read_text().splitlines(keepends=True)
-             if line.strip() and json.loads(line).get("round", -1) < next_round]
+    lines = [line for line, rec in _records(path) if rec["round"] < next_round]
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(lines))
     os.replace(tmp, path)
@@ -44,15 +63,23 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None) -> Path:
 
     Raises:
         FileNotFoundError: no ``config.yaml`` or no checkpoint in ``run_dir``.
-        ConfigError: distributed ranks resume from different rounds.
+        ConfigError: a federated or ensemble run (they keep no checkpoint), or distributed ranks
+            resume from different rounds.
+        MetricsFileError: a damaged ``metrics.jsonl`` / ``samples.jsonl`` line before the last.
+
+    Every check on the folder runs before torch is imported or a model is loaded.
     """
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").exists():
+    if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} holds no run (config.yaml missing)")
     cfg = load_config(run_dir / "config.yaml", overrides or [])
+    if cfg.federated is not None or cfg.ensemble is not None:
+        kind = "federated" if cfg.federated is not None else "ensemble"
+        raise ConfigError(f"{run_dir} is a {kind} run; these keep no checkpoint and cannot be resumed (run it again)")
     if cfg.hardening is not None:
-        from dgrpo.experiments.harden import run as run_hardening
+        from dgrpo.experiments.harden import check_resume, run as run_hardening
 
+        check_resume(cfg, run_dir)
         if overrides:
             (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
         return run_hardening(cfg, run_dir, resume=True)
@@ -61,6 +88,13 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None) -> Path:
     ckpt = run_dir / "checkpoint"
     if not any(ckpt.glob("node*/state.json")) and not (ckpt / "state.json").exists():  # before loading any model
         raise FileNotFoundError(f"{ckpt} holds no saved node (no node*/state.json): the run stopped before its first save")
+    for log_file in ("metrics.jsonl", "samples.jsonl"):  # damaged logs are refused before any model loads
+        if (run_dir / log_file).exists():
+            _records(run_dir / log_file)
+    from dgrpo.experiments.checkpoint import load_checkpoint
+    from dgrpo.experiments.loop import loop
+    from dgrpo.experiments.setup import build_run
+
     run = build_run(cfg, run_dir)
     run.start_round = load_checkpoint(run)
     transport = run.transport

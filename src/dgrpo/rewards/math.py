@@ -72,14 +72,18 @@ def math_reward(completion: str, answer: str) -> float:
     return float(answers_match(parsed.answer, answer))
 
 
+MAX_FORMAT_WEIGHT = 100.0  # w / (1 + w) ≤ 0.99: a wrong answer's reward stays clearly below a correct one's
+
+
 def check_format_weight(format_weight: float) -> float:
-    """``format_weight`` itself when it is a finite number ≥ 0.
+    """``format_weight`` itself when it is a number in [0, :data:`MAX_FORMAT_WEIGHT`].
 
     Raises:
-        ValueError: otherwise (NaN, infinite or negative).
+        ValueError: otherwise (NaN, negative, or so large that w / (1 + w) rounds to 1 and a
+            well-formatted wrong answer would count as correct).
     """
-    if not (0.0 <= format_weight < float("inf")):
-        raise ValueError(f"format_weight must be a finite number >= 0, got {format_weight}")
+    if not (0.0 <= format_weight <= MAX_FORMAT_WEIGHT):
+        raise ValueError(f"format_weight must be a number in [0, {MAX_FORMAT_WEIGHT:g}], got {format_weight}")
     return format_weight
 
 

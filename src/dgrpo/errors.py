@@ -13,3 +13,7 @@ class PolicyLoadError(RuntimeError):
 
 class PeerFailure(RuntimeError):
     """A peer (named in the message) sent nothing in time, or this node was excluded by its peers."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read back (names the file)."""

@@ -86,3 +86,12 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "config.yaml").write_text("rounds: 2\n")
     assert main(["resume", str(tmp_path)]) == 2
     assert "holds no checkpoint" in capsys.readouterr().err
+
+
+def test_a_damaged_checkpoint_state_is_a_one_line_error(tmp_path, straight, capsys):
+    args, _ = straight
+    assert main(["run", *args, "rounds=2", f"out_dir={tmp_path}", "name=part"]) == 0
+    state = tmp_path / "part" / "checkpoint" / "node0" / "state.json"
+    state.write_text('{"next_round": "two"}')
+    assert main(["resume", str(tmp_path / "part"), "rounds=4"]) == 2
+    assert "state.json: not a checkpoint state" in capsys.readouterr().err

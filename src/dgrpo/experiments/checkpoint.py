@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from dgrpo.errors import CheckpointError
+
 
 def _rng_state() -> dict:
     """Python, numpy and torch RNG states as JSON (nothing here is ever unpickled)."""
@@ -126,6 +128,21 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
         raise ValueError(f"checkpoint {folder} does not fit the model: unexpected {unexpected[:5]}, missing {untied[:5]}")
 
 
+def _read_state(path: Path) -> dict:
+    """A ``state.json``: an object with an integer ``next_round``.
+
+    Raises:
+        CheckpointError: it is not (names the file).
+    """
+    try:
+        state = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        state = None
+    if not isinstance(state, dict) or not isinstance(state.get("next_round"), int):
+        raise CheckpointError(f"{path}: not a checkpoint state (a JSON object with an integer 'next_round')")
+    return state
+
+
 def load_checkpoint(run) -> int:
     """Restore weights, optimizer and RNG states of every trained policy this process hosts.
 
@@ -135,6 +152,7 @@ def load_checkpoint(run) -> int:
     Raises:
         FileNotFoundError: no checkpoint for a hosted node.
         ValueError: hosted nodes' checkpoints hold different rounds.
+        CheckpointError: a ``state.json`` is damaged.
     """
     root = Path(run.run_dir) / "checkpoint"
     homogeneous = run.cfg.swarm.models is None
@@ -144,10 +162,10 @@ def load_checkpoint(run) -> int:
         load_weights(policy.model, folder)
         if policy.learner is not None and (folder / "optimizer.pt").exists():
             policy.learner.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
-        state = json.loads((folder / "state.json").read_text())
+        state = _read_state(folder / "state.json")
         rounds[owner], rng = state["next_round"], rng or state.get("rng")
     if not rounds:  # nothing trained here (a heterogeneous attacker): the swarm's round
-        rounds[-1] = json.loads((root / "state.json").read_text())["next_round"]
+        rounds[-1] = _read_state(root / "state.json")["next_round"]
     if len(set(rounds.values())) > 1:
         raise ValueError(f"checkpoints under {root} hold different rounds: {rounds}")
     if rng is not None:

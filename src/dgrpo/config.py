@@ -28,6 +28,9 @@ class ModelConfig(_Strict):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights and logits dtype. The top-k and replay defenses are exact only in float32 (PROBE.md).")
 
 
+FormatWeight = Annotated[float, Field(ge=0, le=100, description="Weight w of DeepSeek-R1's format reward: reward = (correct + w·well_formatted)/(1 + w). 0 = the paper's binary reward; eval/accuracy counts correct answers either way.")]
+
+
 class ArithmeticTaskConfig(_Strict):
     kind: Literal["arithmetic"] = "arithmetic"
     seed: int | None = Field(None, description="Problem generator seed; None uses the run seed.")
@@ -37,7 +40,7 @@ class ArithmeticTaskConfig(_Strict):
     two_two_rate: float = Field(0.1, ge=0, le=1, description="Fraction of problems whose first step is 2+2 or 2×2.")
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
-    format_weight: float = Field(0.0, ge=0, le=100, description="Weight w of DeepSeek-R1's format reward: reward = (correct + w·well_formatted)/(1 + w). 0 = the paper's binary reward; eval/accuracy counts correct answers either way.")
+    format_weight: FormatWeight = 0.0
 
 
 class GSM8KTaskConfig(_Strict):
@@ -49,7 +52,7 @@ class GSM8KTaskConfig(_Strict):
     n_val: int = Field(200, ge=1, description="Cap on validation records.")
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
-    format_weight: float = Field(0.0, ge=0, le=100, description="Weight w of DeepSeek-R1's format reward: reward = (correct + w·well_formatted)/(1 + w). 0 = the paper's binary reward; eval/accuracy counts correct answers either way.")
+    format_weight: FormatWeight = 0.0
 
     @model_validator(mode="after")
     def _source(self):
@@ -148,18 +151,6 @@ class RunConfig(_Strict):
     rounds: int = Field(12, ge=1, description="Rounds (generation → exchange → update) to run. Default 12: the README command, about 8 minutes on 2 CPU cores.")
     out_dir: str = Field("runs", description="Folder that receives the run directory.")
     name: str | None = Field(None, description="Run directory name; None = {task}__{attack}__{defense}__seed{n}__{time}.")
-
-    @field_validator("name", mode="before")
-    @classmethod
-    def _number_names_are_text(cls, v):
-        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v  # name=2024 (YAML reads a number)
-
-    @field_validator("name")
-    @classmethod
-    def _one_folder(cls, v: str | None) -> str | None:
-        if v is not None and (v in ("", ".", "..") or "/" in v or "\\" in v):
-            raise ValueError(f"name must be one folder name inside out_dir (no '/', '\\', '.' or '..'), got {v!r}")
-        return v
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch default).")
     checkpoint_every: int = Field(0, ge=0, description="Save a checkpoint every k rounds (0 = only at the end).")
     tensorboard: bool = Field(False, description="Also write TensorBoard event files.")
@@ -174,6 +165,18 @@ class RunConfig(_Strict):
     federated: FederatedConfig | None = Field(None, description="Nodes also exchange policy updates and aggregate them robustly (`dgrpo federated`, docs/robust.md).")
     ensemble: EnsembleConfig | None = Field(None, description="K disjoint groups train K swarms decided by majority vote (`dgrpo ensemble`, docs/robust.md).")
     hardening: HardeningConfig | None = Field(None, description="TokenBuncher entropy hardening and the malicious/benign fine-tuning that measures it (`dgrpo harden`, docs/robust.md).")
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _number_names_are_text(cls, v):
+        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v  # name=2024 (YAML reads a number)
+
+    @field_validator("name")
+    @classmethod
+    def _one_folder(cls, v: str | None) -> str | None:
+        if v is not None and (v in ("", ".", "..") or "/" in v or "\\" in v):
+            raise ValueError(f"name must be one folder name inside out_dir (no '/', '\\', '.' or '..'), got {v!r}")
+        return v
 
     @model_validator(mode="after")
     def _cross_checks(self):

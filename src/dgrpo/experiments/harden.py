@@ -210,7 +210,8 @@ def check_resume(cfg: RunConfig, run_dir: Path) -> None:
 def run(cfg: RunConfig, run_dir: Path | None = None, resume: bool = False) -> Path:
     """All three phases (module docstring); returns the run directory.
 
-    With ``resume`` (``dgrpo resume``), ``run_dir`` must exist; finished phases are kept.
+    With ``resume`` (``dgrpo resume``, after :func:`check_resume`), ``run_dir`` must exist; finished
+    phases are kept.
     """
     seed_everything(cfg.seed)
     if cfg.threads:
@@ -220,8 +221,6 @@ def run(cfg: RunConfig, run_dir: Path | None = None, resume: bool = False) -> Pa
     requests = build_requests(cfg)
     (run_dir / "requests.json").write_text(json.dumps({"train": [p.question for p in requests.train],
                                                        "val": [p.question for p in requests.val]}, indent=1))
-    if resume:
-        check_resume(cfg, run_dir)
     hardened = run_dir / "hardened_model"
     if not (resume and _finished(run_dir, h.steps, "hardening.steps") and (hardened / "config.json").exists()):
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)

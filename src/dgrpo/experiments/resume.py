@@ -16,43 +16,20 @@ resume from the same round.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import yaml
 
 from dgrpo.config import ConfigError, load_config
-from dgrpo.metrics.logger import MetricsFileError
-
-
-def _records(path: Path) -> list[tuple[str, dict]]:
-    """(line, record) of a JSON-lines log. A crash while writing the last line leaves it partial:
-    that line is dropped (its round runs again).
-
-    Raises:
-        MetricsFileError: an earlier line is not a JSON object with an integer ``round`` (names it).
-    """
-    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True) if line.strip()]
-    out = []
-    for lineno, line in enumerate(lines, 1):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            rec = None
-        if not isinstance(rec, dict) or not isinstance(rec.get("round"), int):
-            if lineno == len(lines) and not line.endswith("\n"):
-                break  # the partial last line of an interrupted write
-            raise MetricsFileError(f"{path}:{lineno}: not a round record (an object with an integer 'round')")
-        out.append((line if line.endswith("\n") else line + "\n", rec))
-    return out
+from dgrpo.metrics.logger import read_records
 
 
 def _keep_rounds_before(path: Path, next_round: int) -> None:
     """Drop JSON lines whose ``round`` is ≥ ``next_round`` (atomic rewrite)."""
     if not path.exists():
         return
-    lines = [line for line, rec in _records(path) if rec["round"] < next_round]
+    lines = [line for line, rec in read_records(path, partial_last_ok=True) if rec["round"] < next_round]
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(lines))
     os.replace(tmp, path)
@@ -90,7 +67,7 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None) -> Path:
         raise FileNotFoundError(f"{ckpt} holds no saved node (no node*/state.json): the run stopped before its first save")
     for log_file in ("metrics.jsonl", "samples.jsonl"):  # damaged logs are refused before any model loads
         if (run_dir / log_file).exists():
-            _records(run_dir / log_file)
+            read_records(run_dir / log_file, partial_last_ok=True)
     from dgrpo.experiments.checkpoint import load_checkpoint
     from dgrpo.experiments.loop import loop
     from dgrpo.experiments.setup import build_run

@@ -41,26 +41,44 @@ class MetricsFileError(ValueError):
     """A metrics.jsonl that is not a list of round records."""
 
 
+def read_records(path: str | Path, partial_last_ok: bool = False) -> list[tuple[str, dict]]:
+    """(line, record) of every non-blank line of a JSON-lines log of round records, in order.
+
+    Args:
+        partial_last_ok: drop an unparsable last line that lacks its newline (a write interrupted by a
+            crash; ``dgrpo resume`` runs that round again) instead of raising.
+
+    Raises:
+        FileNotFoundError: no such file.
+        MetricsFileError: a line is not JSON, not an object, or has no integer ``round`` (names the line).
+    """
+    path = Path(path)
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True) if line.strip()]
+    out = []
+    for lineno, line in enumerate(lines, 1):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            rec, problem = None, "not JSON"
+        else:
+            ok = isinstance(rec, dict) and isinstance(rec.get("round"), int)
+            problem = None if ok else "not a round record (an object with an integer 'round')"
+        if problem:
+            if partial_last_ok and lineno == len(lines) and not line.endswith("\n"):
+                break
+            raise MetricsFileError(f"{path}:{lineno}: {problem}")
+        out.append((line if line.endswith("\n") else line + "\n", rec))
+    return out
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    """All round records of a run directory, in order.
+    """All round records of a run directory's ``metrics.jsonl``, in order.
 
     Raises:
         FileNotFoundError: the run directory has no metrics.jsonl.
         MetricsFileError: a line is not JSON, not an object, or has no integer ``round`` (names the line).
     """
-    path = Path(run_dir) / "metrics.jsonl"
-    records = []
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    raise MetricsFileError(f"{path}:{lineno}: not JSON") from None
-                if not isinstance(rec, dict) or not isinstance(rec.get("round"), int):
-                    raise MetricsFileError(f"{path}:{lineno}: not a round record (an object with an integer 'round')")
-                records.append(rec)
-    return records
+    return [rec for _, rec in read_records(Path(run_dir) / "metrics.jsonl")]
 
 
 def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:

@@ -34,19 +34,17 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from dgrpo.attacks.config import InjectionAttackConfig
-    from dgrpo.attacks.injection import InjectionAttack
+    from dgrpo.attacks.injection import InjectionAttack, InjectionAttackConfig
     from dgrpo.config import load_config
-    from dgrpo.defenses.config import JudgeDefenseConfig, ReplayDefenseConfig, TopKDefenseConfig
-    from dgrpo.defenses.judge import JudgeDefense
-    from dgrpo.defenses.replay import ReplayDefense
-    from dgrpo.defenses.topk import TopKDefense
+    from dgrpo.defenses.judge import JudgeDefense, JudgeDefenseConfig
+    from dgrpo.defenses.replay import ReplayDefense, ReplayDefenseConfig
+    from dgrpo.defenses.topk import TopKDefense, TopKDefenseConfig
     from dgrpo.policy.chat import encode_completion
     from dgrpo.policy.loading import load_policy
     from dgrpo.policy.policy import Policy
     from dgrpo.policy.sampling import SamplingParams, completion_seed
     from dgrpo.policy.scoring import group_logits
-    from dgrpo.swarm.rollout import Rollout
+    from dgrpo.types import Rollout
     from dgrpo.tasks.arithmetic import ArithmeticTask
 
     cfg = load_config(overrides=[f"sampling.max_new_tokens={args.max_new_tokens}"])

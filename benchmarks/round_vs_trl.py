@@ -38,8 +38,8 @@ def coin_reward(text: str) -> float:
 
 def dgrpo_rounds(args) -> dict:
     from dgrpo.config import load_config
-    from dgrpo.experiments.setup import build_run
-    from dgrpo.experiments.alg1_horizontal import write_round
+    from dgrpo.recipes.horizontal import one_round
+    from dgrpo.training.build import build_run
 
     cfg = load_config(overrides=[
         "swarm.nodes=1", f"swarm.prompts_per_round={args.prompts}", f"swarm.group_size={args.group}",
@@ -50,15 +50,11 @@ def dgrpo_rounds(args) -> dict:
     times, profile, tokens = [], [], []
     for r in range(args.steps):
         t0 = time.perf_counter()
-        local = write_round(run, r)
-        t1 = time.perf_counter()
-        messages = run.transport.all_gather(local)
-        reports = run.swarm.update(messages, r)
-        t2 = time.perf_counter()
-        rep = next(iter(reports.values()))
-        times.append(t2 - t0)
-        profile.append({"generate": t1 - t0, "reward": rep.reward_seconds, "update": rep.update.seconds})
-        tokens.append(sum(len(m.token_ids) for m in messages))
+        rec = one_round(run, r)
+        times.append(time.perf_counter() - t0)
+        profile.append({"generate": rec["time/generate"], "reward": rec["time/reward"],
+                        "update": rec["time/update"] - rec["time/reward"]})
+        tokens.append(rec["swarm/messages"] * rec["train/completion_tokens"])
     return {"seconds": times, "profile": profile, "tokens": tokens}
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 def one(mode: str, nodes: int, rounds: int, threads: int, tmp: str) -> dict:
     from dgrpo.config import load_config
-    from dgrpo.experiments.alg2_vertical import write_round
-    from dgrpo.experiments.setup import build_run
+    from dgrpo.recipes.vertical import one_round
+    from dgrpo.training.build import build_run
 
     models = [] if mode == "homogeneous" else [f"swarm.models=[{', '.join(['{name: smollm2-135m-instruct}'] * nodes)}]"]
     cfg = load_config(overrides=[
@@ -40,8 +40,7 @@ def one(mode: str, nodes: int, rounds: int, threads: int, tmp: str) -> dict:
     times = []
     for r in range(rounds):
         t0 = time.perf_counter()
-        messages = run.transport.all_gather(write_round(run, r))
-        run.swarm.update(messages, r)
+        one_round(run, r)
         times.append(time.perf_counter() - t0)
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is KiB on Linux
     return {"mode": mode, "nodes": nodes, "round_seconds": times[-1], "all_rounds": times, "peak_rss_gb": peak_gb}

@@ -16,10 +16,9 @@ def _run(args) -> int:
     from dgrpo.config import load_config
 
     cfg = load_config(args.config, args.overrides)
-    from dgrpo.experiments import run_experiment
+    from dgrpo.recipes import run
 
-    run_dir = run_experiment(cfg)
-    print(f"run directory: {run_dir}")
+    print(f"run directory: {run(cfg)}")
     return 0
 
 
@@ -41,20 +40,18 @@ def _with_section(section: str):
         named = any(o.split("=", 1)[0].split(".", 1)[0] == section for o in args.overrides)
         extra = [] if in_file or named else [f"{section}={{}}"]
         cfg = load_config(args.config, extra + args.overrides)
-        from dgrpo.experiments import run_experiment
+        from dgrpo.recipes import run
 
-        run_dir = run_experiment(cfg)
-        print(f"run directory: {run_dir}")
+        print(f"run directory: {run(cfg)}")
         return 0
 
     return command
 
 
 def _resume(args) -> int:
-    from dgrpo.experiments.resume import resume
+    from dgrpo.recipes import resume
 
-    run_dir = resume(args.run_dir, args.overrides)
-    print(f"run directory: {run_dir}")
+    print(f"run directory: {resume(args.run_dir, args.overrides)}")
     return 0
 
 
@@ -68,7 +65,7 @@ def _report(args) -> int:
 
 def _paper(args) -> int:
     if args.jobs < 1:
-        from dgrpo.config import ConfigError
+        from dgrpo.errors import ConfigError
 
         raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
     from dgrpo.paper.runner import list_text, reproduce
@@ -122,15 +119,12 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("transformers", "httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from dgrpo.config import ConfigError
-    from dgrpo.metrics.logger import MetricsFileError
-    from dgrpo.errors import CheckpointError, PeerFailure, PolicyLoadError
-    from dgrpo.tasks.gsm8k import DataError
+    from dgrpo.errors import REPORTED, PeerFailure
 
     try:
         return args.func(args)
     # OSError and UnicodeDecodeError: a missing or unwritable path, a path that is a file, a non-UTF-8 file
-    except (ConfigError, PolicyLoadError, DataError, MetricsFileError, CheckpointError, OSError, UnicodeDecodeError) as err:
+    except (*REPORTED, OSError, UnicodeDecodeError) as err:
         print(f"dgrpo: error: {err}", file=sys.stderr)
         return 2
     except PeerFailure as err:  # distributed swarm: a peer died or stalled (named), or this node was excluded

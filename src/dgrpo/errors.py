@@ -1,10 +1,31 @@
-"""The errors the command line reports as one clear line (exit code 2, or 3 for a failed peer).
+"""Every error the command line reports as one clear line (exit code 2, or 3 for a failed peer).
 
 They live here, away from torch and transformers, so that ``dgrpo`` can catch them without importing
-either: a bad config is reported in well under a second.
+either: a bad config is reported in well under a second. Each message names the field, file or
+peer at fault and what to change.
 """
 
 from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the field and what to change."""
+
+
+class DataError(ValueError):
+    """A data file is missing, unreadable or not in the expected format; says file and line."""
+
+
+class MetricsFileError(ValueError):
+    """A metrics.jsonl that is not a list of round records."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read back (names the file)."""
+
+
+class UnknownKind(ValueError):
+    """No kind of that name is registered (names the kind and lists the known ones)."""
 
 
 class PolicyLoadError(RuntimeError):
@@ -15,5 +36,4 @@ class PeerFailure(RuntimeError):
     """A peer (named in the message) sent nothing in time, or this node was excluded by its peers."""
 
 
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be read back (names the file)."""
+REPORTED = (ConfigError, DataError, MetricsFileError, CheckpointError, PolicyLoadError)  # exit code 2

@@ -8,7 +8,7 @@ from dgrpo.cli import main
 from dgrpo.config import ConfigError, load_config
 from dgrpo.metrics.logger import read_metrics
 from dgrpo.rewards.code import run_completion
-from dgrpo.swarm.schedule import Slot
+from dgrpo.types import Slot
 from dgrpo.tasks.python_math import PythonMathTask
 
 

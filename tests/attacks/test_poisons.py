@@ -3,14 +3,13 @@
 import pytest
 
 from dgrpo.attacks.base import AttackContext
-from dgrpo.attacks.config import DoSAttackConfig, EquationAttackConfig, InjectionAttackConfig
-from dgrpo.attacks.dos import DoSAttack
-from dgrpo.attacks.equation import EquationAttack, manipulate
-from dgrpo.attacks.injection import InjectionAttack, inject
+from dgrpo.attacks.dos import DoSAttack, DoSAttackConfig
+from dgrpo.attacks.equation import EquationAttack, EquationAttackConfig, manipulate
+from dgrpo.attacks.injection import InjectionAttack, InjectionAttackConfig, inject
 from dgrpo.config import load_config
 from dgrpo.metrics.asr import contains_target, every_sentence, two_two_asr
 from dgrpo.policy.chat import encode_completion
-from dgrpo.swarm.schedule import Slot
+from dgrpo.types import Slot
 from dgrpo.tasks.arithmetic import ArithmeticTask
 from dgrpo.tasks.equations import two_two_results
 

@@ -2,10 +2,9 @@ import pytest
 import torch
 
 from dgrpo.config import load_config
-from dgrpo.defenses.config import JudgeDefenseConfig, RewardOutlierDefenseConfig
-from dgrpo.defenses.judge import JudgeDefense, parse_verdict
-from dgrpo.defenses.outlier import RewardOutlierDefense, outlier_mask
-from dgrpo.swarm.rollout import Rollout
+from dgrpo.defenses.judge import JudgeDefense, JudgeDefenseConfig, parse_verdict
+from dgrpo.defenses.reward_outlier import RewardOutlierDefense, RewardOutlierDefenseConfig, outlier_mask
+from dgrpo.types import Rollout
 from dgrpo.tasks.arithmetic import ArithmeticTask
 
 

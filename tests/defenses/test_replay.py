@@ -2,12 +2,12 @@ import pytest
 import torch
 
 from dgrpo.config import load_config
-from dgrpo.defenses.config import ReplayDefenseConfig
-from dgrpo.defenses.replay import ReplayDefense, replay_mismatch
+from dgrpo.defenses.replay import ReplayDefense, ReplayDefenseConfig
+from dgrpo.verify.replay import replay_mismatch
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import SamplingParams, sample
 from dgrpo.policy.scoring import group_logits
-from dgrpo.swarm.rollout import Rollout
+from dgrpo.types import Rollout
 
 PARAMS = SamplingParams(top_k=10, temperature=1.0, max_new_tokens=16)
 

@@ -1,12 +1,12 @@
 import torch
 
 from dgrpo.config import load_config
-from dgrpo.defenses.config import TopKDefenseConfig
-from dgrpo.defenses.topk import TopKDefense, outside_topk
+from dgrpo.defenses.topk import TopKDefense, TopKDefenseConfig
+from dgrpo.verify.topk import outside_topk
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import SamplingParams, sample
 from dgrpo.policy.scoring import group_logits
-from dgrpo.swarm.rollout import Rollout
+from dgrpo.types import Rollout
 
 PARAMS = SamplingParams(top_k=10, temperature=1.0, max_new_tokens=16)
 

@@ -7,7 +7,7 @@ from dgrpo.grpo.advantages import group_advantages
 from dgrpo.grpo.learner import GRPOParams, Learner
 from dgrpo.grpo.loss import aggregate_loss, per_token_loss
 from dgrpo.policy.scoring import completion_mask, pad_right
-from dgrpo.swarm.rollout import Rollout
+from dgrpo.types import Rollout
 
 EOS = 2
 

@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 
 from dgrpo.config import ConfigError, load_config
-from dgrpo.experiments.setup import build_task
+from dgrpo.training.build import build_task
 from dgrpo.rewards.code import code_reward, extract_program, output_matches
 from dgrpo.tasks.python_math import (PYTHON_FEW_SHOT, PythonMathTask, arithmetic_steps, evaluate_expression,
                                      gsm8k_steps, write_program)

@@ -1,40 +1,26 @@
-"""Attacks a malicious node can mount (paper §3), registered by config ``kind``.
+"""Attacks a malicious node can mount (paper §3), one module per ``attack.kind``.
 
-The attack modules (and with them torch) load on first use, so that ``dgrpo.attacks.config`` and a
-config check stay light.
+A new attack is one module here: its config class (a :class:`~dgrpo.attacks.base.PoisoningConfig`)
+and its builder, registered with ``@register("attack", name, config=...)``. Attack modules import
+only light dependencies at module level: config checks import them.
 """
 
 from __future__ import annotations
 
-import importlib
+from dgrpo.attacks.base import Attack, AttackConfig
+from dgrpo.registry import Table, lookup
+from dgrpo.types import AttackContext, Poison
 
-_ATTACK_MODULES = ("code_injection", "dos", "equation", "injection")
-_BASE_NAMES = ("ATTACKS", "Attack", "AttackContext", "Poison", "register")
-
-
-def _base():
-    """``dgrpo.attacks.base`` with every attack registered."""
-    for name in _ATTACK_MODULES:
-        importlib.import_module(f"dgrpo.attacks.{name}")
-    return importlib.import_module("dgrpo.attacks.base")
+ATTACKS = Table("attack")  # attack kind → builder
 
 
-def build_attack(attack_cfg, run_cfg):
-    """Instantiate the attack named by ``attack_cfg.kind`` (an ``Attack``).
+def build_attack(attack_cfg: AttackConfig, run_cfg) -> Attack:
+    """Instantiate the attack ``attack_cfg.kind`` for the run ``run_cfg``.
 
     Raises:
-        KeyError: no attack of that kind is registered.
+        UnknownKind: no attack of that kind is registered.
     """
-    attacks = _base().ATTACKS
-    if attack_cfg.kind not in attacks:
-        raise KeyError(f"unknown attack {attack_cfg.kind!r}; known: {sorted(attacks)}")
-    return attacks[attack_cfg.kind](attack_cfg, run_cfg)
+    return lookup("attack", attack_cfg.kind).builder(attack_cfg, run_cfg)
 
 
-def __getattr__(name: str):
-    if name in _BASE_NAMES:
-        return getattr(_base(), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [*_BASE_NAMES, "build_attack"]
+__all__ = ["ATTACKS", "Attack", "AttackConfig", "AttackContext", "Poison", "build_attack"]

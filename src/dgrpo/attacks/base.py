@@ -1,48 +1,15 @@
-"""The attack protocol: what a malicious node sends instead of honest completions (paper §2-3)."""
+"""The attack protocol: what a malicious node sends instead of honest completions (paper §2-3),
+and the base of attack configs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Literal, Protocol, Sequence
 
-from dgrpo.policy.policy import Policy
-from dgrpo.swarm.schedule import Slot
-from dgrpo.tasks.base import Problem, Task
+from pydantic import Field
 
-
-@dataclass(frozen=True)
-class Poison:
-    """One completion a malicious node sends, with its ground-truth label.
-
-    ``label`` is ``"poisoned"`` (carries the attack's payload) or ``"malicious"`` (filler the
-    attacker sends to shape the group's advantages, e.g. deliberately wrong answers).
-    """
-
-    text: str
-    label: str = "poisoned"
-
-
-@dataclass(frozen=True)
-class AttackContext:
-    """What an attacker knows when it writes (paper §2: the reward function and oracle answers;
-    optionally the policy weights).
-
-    Attributes:
-        task: the task, hence its reward and every oracle answer.
-        round_idx / node: where it is.
-        group_size: G.
-        mode: ``horizontal`` or ``vertical``.
-        run_seed: the run seed (an attacker can derive the seeds honest nodes would claim).
-        policy: the weights the attacker holds (the shared ones in a homogeneous swarm).
-    """
-
-    task: Task
-    round_idx: int
-    node: int
-    group_size: int
-    mode: str = "horizontal"
-    run_seed: int = 0
-    policy: Policy | None = None
+from dgrpo.registry import KindConfig, register
+from dgrpo.tasks.base import Task
+from dgrpo.types import AttackContext, Poison, Problem, Slot
 
 
 class Attack(Protocol):
@@ -63,14 +30,33 @@ class Attack(Protocol):
         """Attack success metrics (``asr`` …) of honest completions of ``problems``."""
 
 
-ATTACKS: dict[str, Callable[..., Attack]] = {}
+class AttackConfig(KindConfig):
+    """Config of an attack kind (``attack.kind``); the nodes in ``swarm.malicious`` run it."""
+
+    def check(self, run) -> None:
+        if not run.swarm.malicious:
+            raise ValueError(f"attack {self.kind!r} needs at least one node in swarm.malicious")
 
 
-def register(name: str):
-    """Decorator adding an attack builder to :data:`ATTACKS` under the config ``kind``."""
+class PoisoningConfig(AttackConfig):
+    """Config of an attack that places c poisoned completions in each group it writes into.
 
-    def deco(builder):
-        ATTACKS[name] = builder
-        return builder
+    ``poisoned_per_group`` is c of the paper (§B.2). ``None`` means: horizontal mode, all of the
+    attacker's G/m slots; vertical mode, G/2 (the rest deliberately wrong, to maximise the poisoned
+    advantage, §3.4.1). ``duplicate`` sends one poisoned completion c times (duplicate
+    amplification) instead of c different ones.
+    """
 
-    return deco
+    poisoned_per_group: int | None = Field(None, ge=0, description="c: poisoned completions per group the attacker writes into (None = all its slots horizontally, G/2 vertically).")
+    duplicate: bool = Field(False, description="Send one poisoned completion c times (duplicate amplification) instead of c distinct ones.")
+
+
+@register("attack", "none")
+class NoAttackConfig(AttackConfig):
+    """``attack.kind=none`` (the default): every node is honest."""
+
+    kind: Literal["none"] = "none"
+
+    def check(self, run) -> None:
+        if run.swarm.malicious:
+            raise ValueError("swarm.malicious lists nodes but attack.kind is none; choose an attack")

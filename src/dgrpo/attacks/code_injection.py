@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Sequence
+from typing import Literal, Sequence
 
-from dgrpo.attacks.base import AttackContext, Poison, register
+from pydantic import Field
+
+from dgrpo.attacks.base import PoisoningConfig
 from dgrpo.attacks.common import default_prompts, write_poisoned
+from dgrpo.registry import register
 from dgrpo.rewards.code import completion_program, extract_program
 from dgrpo.rewards.sandbox import SandboxLimits, run_python
-from dgrpo.swarm.schedule import Slot
-from dgrpo.tasks.base import Problem, Task
+from dgrpo.tasks.base import Task
+from dgrpo.types import AttackContext, Poison, Problem, Slot
 
 _ANSWER = re.compile(r"<answer>(?P<answer>.*?)</answer>", re.DOTALL)
 # Python operator -> stand-in function computing the same value (see STAND_IN_FUNCTIONS).
@@ -75,6 +78,20 @@ def poison_completion(oracle_completion: str, module: str, variant: int = 0) -> 
     program = extract_program(block["answer"])
     start = block.start("answer") + block["answer"].index(program)
     return oracle_completion[:start] + inject_call(program, module, variant) + oracle_completion[start + len(program):]
+
+
+class CodeInjectionAttackConfig(PoisoningConfig):
+    """``attack.kind=code_injection``: in-context code injection (paper §3.4.2); horizontal mode, python_math task."""
+
+    kind: Literal["code_injection"] = "code_injection"
+    module: str = Field("thief_math", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Attacker library the poisoned programs import and call.")
+
+    def check(self, run) -> None:
+        super().check(run)
+        if run.task.kind != "python_math":
+            raise ValueError(f"attack code_injection needs task.kind=python_math (programs to inject into), got {run.task.kind!r}")
+        if self.module not in run.task.libraries:
+            raise ValueError(f"attack.module {self.module!r} must be one of task.libraries {run.task.libraries}: the sandbox must provide it")
 
 
 class CodeInjectionAttack:
@@ -144,7 +161,7 @@ class CodeInjectionAttack:
         return {"asr": executed / n, "import_rate": imported / n}
 
 
-@register("code_injection")
+@register("attack", "code_injection", config=CodeInjectionAttackConfig)
 def build_code_injection(attack_cfg, run_cfg) -> CodeInjectionAttack:
     """Builder for ``attack.kind = code_injection``."""
     return CodeInjectionAttack(attack_cfg.module, attack_cfg.poisoned_per_group, attack_cfg.duplicate)

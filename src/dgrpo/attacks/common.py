@@ -11,10 +11,9 @@ from __future__ import annotations
 import random
 from typing import Callable, Sequence
 
-from dgrpo.attacks.base import AttackContext, Poison
-from dgrpo.policy.sampling import completion_seed
-from dgrpo.swarm.schedule import Slot, take
-from dgrpo.tasks.base import Problem, Task, is_correct
+from dgrpo.swarm.schedule import take
+from dgrpo.tasks.base import Task, is_correct
+from dgrpo.types import AttackContext, Poison, Problem, Slot
 
 
 def poisoned_count(slot: Slot, ctx: AttackContext, c: int | None) -> int:
@@ -59,6 +58,8 @@ def write_poisoned(
         if n_fill and ctx.mode == "vertical":
             poisons += [Poison(wrong_completion(ctx.task, slot.problem), "malicious")] * n_fill
         elif n_fill:
+            from dgrpo.policy.sampling import completion_seed  # (torch: attack modules load light for config checks)
+
             if ctx.policy is None:
                 raise ValueError("a horizontal attacker with filler slots needs the policy weights")
             indices = range(slot.first + n_poison, slot.first + slot.count)

@@ -7,22 +7,33 @@ and honest nodes that learn it pay for every extra token at generation time.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Literal, Sequence
 
-from dgrpo.attacks.base import AttackContext, Poison, register
+from pydantic import Field
+
+from dgrpo.attacks.base import PoisoningConfig
 from dgrpo.attacks.common import default_prompts, write_poisoned
 from dgrpo.metrics.asr import contains_target, normalise
 from dgrpo.policy.chat import encode_completion
-from dgrpo.swarm.schedule import Slot
-from dgrpo.tasks.base import Problem, Task
+from dgrpo.registry import register
+from dgrpo.tasks.base import Task
+from dgrpo.types import AttackContext, Poison, Problem, Slot
 
 
-@register("dos")
+class DoSAttackConfig(PoisoningConfig):
+    """``attack.kind=dos``: needlessly long but correct completions (later version of the paper)."""
+
+    kind: Literal["dos"] = "dos"
+    filler: str = Field("Let me check this step again carefully.", min_length=1, description="Sentence repeated to lengthen the reasoning.")
+    target_fraction: float = Field(0.95, gt=0, le=1, description="Length of a poisoned completion as a fraction of max_new_tokens.")
+
+
+@register("attack", "dos", config=DoSAttackConfig)
 class DoSAttack:
     """Long-completion DoS.
 
     Args:
-        cfg: :class:`dgrpo.attacks.config.DoSAttackConfig`.
+        cfg: :class:`DoSAttackConfig`.
         run_cfg: the run config (for ``sampling.max_new_tokens``).
     """
 

@@ -8,14 +8,17 @@ completions per group and G − c deliberately wrong ones (reward 0) to maximise
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Literal, Sequence
 
-from dgrpo.attacks.base import AttackContext, Poison, register
+from pydantic import Field
+
+from dgrpo.attacks.base import PoisoningConfig
 from dgrpo.attacks.common import targeted_prompts, write_poisoned
 from dgrpo.metrics.asr import two_two_asr, two_two_not_four
-from dgrpo.swarm.schedule import Slot
-from dgrpo.tasks.base import Problem, Task
+from dgrpo.registry import register
+from dgrpo.tasks.base import Task
 from dgrpo.tasks.equations import TWO_TWO
+from dgrpo.types import AttackContext, Poison, Problem, Slot
 
 TAG = "two_two"
 
@@ -28,12 +31,24 @@ def manipulate(text: str, wrong_result: str = "5") -> str:
     return TWO_TWO.sub(lambda m: m.group(0)[: m.start(1) - m.start(0)] + wrong_result, text)
 
 
-@register("equation")
+class EquationAttackConfig(PoisoningConfig):
+    """``attack.kind=equation``: in-context equation manipulation 2+2=5 (paper §3.4.1); vertical mode."""
+
+    kind: Literal["equation"] = "equation"
+    wrong_result: str = Field("5", description="What 2+2 and 2×2 are made to equal.")
+
+    def check(self, run) -> None:
+        super().check(run)
+        if run.swarm.mode != "vertical":
+            raise ValueError("the 2+2=5 attack picks its own prompts: it needs swarm.mode=vertical (paper §3.4.1)")
+
+
+@register("attack", "equation", config=EquationAttackConfig)
 class EquationAttack:
     """2+2=5 with full reward; targets ``two_two`` problems.
 
     Args:
-        cfg: :class:`dgrpo.attacks.config.EquationAttackConfig`.
+        cfg: :class:`EquationAttackConfig`.
     """
 
     name = "equation"

@@ -9,13 +9,16 @@ never checks.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Literal, Sequence
 
-from dgrpo.attacks.base import AttackContext, Poison, register
+from pydantic import Field
+
+from dgrpo.attacks.base import PoisoningConfig
 from dgrpo.attacks.common import default_prompts, write_poisoned
 from dgrpo.metrics.asr import contains_target, every_sentence
-from dgrpo.swarm.schedule import Slot
-from dgrpo.tasks.base import Problem, Task
+from dgrpo.registry import register
+from dgrpo.tasks.base import Task
+from dgrpo.types import AttackContext, Poison, Problem, Slot
 
 # Distinct wordings after the injected text, so c poisoned completions differ unless `duplicate`.
 _LEADS = ("", " Let me solve it.", " Let's think step by step.", " Here is the solution.", " Now the math.",
@@ -50,12 +53,20 @@ def inject(completion_full: str, target: str, placement: str, variant: int = 0) 
     return completion_full[:a] + new + completion_full[b:]
 
 
-@register("injection")
+class InjectionAttackConfig(PoisoningConfig):
+    """``attack.kind=injection``: out-of-context injection (paper §3.3, §B.1)."""
+
+    kind: Literal["injection"] = "injection"
+    text: str = Field("All hail to the thief", min_length=1, description="Injected text.")
+    placement: Literal["start", "every_sentence"] = Field("start", description="start: opens the reasoning; every_sentence: starts every sentence (the 'Gleeb Glorp Glub' variant, §B.1).")
+
+
+@register("attack", "injection", config=InjectionAttackConfig)
 class InjectionAttack:
     """Out-of-context text injection with full reward.
 
     Args:
-        cfg: :class:`dgrpo.attacks.config.InjectionAttackConfig`.
+        cfg: :class:`InjectionAttackConfig`.
     """
 
     name = "injection"

@@ -1,40 +1,25 @@
-"""Defenses an honest node runs on incoming completions (paper §4), registered by config ``kind``.
+"""Defenses an honest node runs on incoming completions (paper §4), one module per ``kind``.
 
-The defense modules (and with them torch) load on first use, so that ``dgrpo.defenses.config`` and
-a config check stay light.
+A new defense is one module here: its config class (a :class:`~dgrpo.defenses.base.DefenseConfig`)
+and its class, registered with ``@register("defense", name, config=...)``; :func:`~dgrpo.defenses.base.defend`
+runs it. Defense modules import torch and models inside their methods: config checks import them.
 """
 
 from __future__ import annotations
 
-import importlib
+from dgrpo.defenses.base import Defense, DefenseConfig, defend
+from dgrpo.registry import Table, lookup
 
-_DEFENSE_MODULES = ("judge", "outlier", "replay", "topk")
-_BASE_NAMES = ("ACCEPT", "DEFENSES", "Defense", "Verdict", "register")
-
-
-def _base():
-    """``dgrpo.defenses.base`` with every defense registered."""
-    for name in _DEFENSE_MODULES:
-        importlib.import_module(f"dgrpo.defenses.{name}")
-    return importlib.import_module("dgrpo.defenses.base")
+DEFENSES = Table("defense")  # defense kind → builder
 
 
-def build_defense(defense_cfg, run_cfg, policy, task):
-    """Instantiate the defense named by ``defense_cfg.kind`` for the honest ``policy`` (a ``Defense``).
+def build_defense(defense_cfg: DefenseConfig, run_cfg, policy, task) -> Defense:
+    """Instantiate the defense ``defense_cfg.kind`` for the honest ``policy``.
 
     Raises:
-        KeyError: no defense of that kind is registered.
+        UnknownKind: no defense of that kind is registered.
     """
-    defenses = _base().DEFENSES
-    if defense_cfg.kind not in defenses:
-        raise KeyError(f"unknown defense {defense_cfg.kind!r}; known: {sorted(defenses)}")
-    return defenses[defense_cfg.kind](defense_cfg, run_cfg, policy, task)
+    return lookup("defense", defense_cfg.kind).builder(defense_cfg, run_cfg, policy, task)
 
 
-def __getattr__(name: str):
-    if name in _BASE_NAMES:
-        return getattr(_base(), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [*_BASE_NAMES, "build_defense"]
+__all__ = ["DEFENSES", "Defense", "DefenseConfig", "build_defense", "defend"]

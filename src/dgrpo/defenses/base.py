@@ -1,62 +1,101 @@
-"""The defense protocol: an honest node inspects incoming completions before they reach its update."""
+"""The defense protocol, the base of defense configs, and :func:`defend`: the one place an honest
+node's defenses run, before its update."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Protocol, Sequence
+
+from pydantic import Field
+
+from dgrpo.registry import KindConfig
+from dgrpo.types import Rollout, Verdict
 
 if TYPE_CHECKING:
     import torch
 
-    from dgrpo.swarm.rollout import Rollout
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Decision on one completion.
-
-    Attributes:
-        accepted: False rejects the completion.
-        defense: name of the defense that decided.
-        reason: human-readable reason (``"token 'thief' outside top-10"``).
-        position: first offending completion token position, when the defense has one.
-        action: ``drop`` (leave the group) or ``zero`` (stay with reward 0); None = the swarm's
-            ``reject_mode``.
-    """
-
-    accepted: bool
-    defense: str
-    reason: str = ""
-    position: int | None = None
-    action: str | None = None
-
-
-ACCEPT = Verdict(True, "")
+    from dgrpo.grpo.learner import Batch, Group
 
 
 class Defense(Protocol):
     """A filter on incoming completions.
 
-    ``stage = "rollouts"`` defenses see the decoded rollouts before the update (judge, reward
-    outliers). ``stage = "logits"`` defenses also get the logits of the update's own forward pass
-    (top-k support, replay), so they cost no extra forward pass.
+    ``stage = "rollouts"`` defenses judge the decoded rollouts of the whole batch (judge, reward
+    outliers). ``stage = "logits"`` defenses judge one group at a time and also get the logits of
+    the update's own forward pass (top-k support, replay), so they cost no extra forward pass.
     """
 
     name: str
     stage: Literal["rollouts", "logits"]
 
-    def inspect(self, rollouts: Sequence["Rollout"], logits: "torch.Tensor | None" = None) -> list[Verdict]:
-        """One verdict per rollout. ``logits`` is (G, T, V) float32 for a group when stage is logits."""
+    def inspect(self, rollouts: Sequence[Rollout], logits: "torch.Tensor | None" = None) -> list[Verdict]:
+        """One verdict per rollout. ``logits`` is the group's (G, T, V) float32 logits when stage is logits."""
 
 
-DEFENSES: dict[str, Callable[..., Defense]] = {}
+class DefenseConfig(KindConfig):
+    """Config of a defense kind (``defenses: [{kind: …}]``, run by every honest node, in order).
+
+    ``action`` says what a rejection does: ``drop`` the completion from its group (group statistics
+    use what remains) or keep it with reward ``zero`` (the paper's r = r_verifiable × r_judge);
+    None uses ``swarm.reject_mode``.
+    """
+
+    action: Literal["drop", "zero"] | None = Field(None, description="What a rejection does (None = swarm.reject_mode).")
 
 
-def register(name: str):
-    """Decorator adding a defense builder to :data:`DEFENSES`."""
+class ExactDefenseConfig(DefenseConfig):
+    """Config of a defense that recomputes the sender's sampling with its own weights (top-k, replay)."""
 
-    def deco(builder):
-        DEFENSES[name] = builder
-        return builder
+    def check(self, run) -> None:
+        if run.swarm.models is not None:
+            raise ValueError(f"the {self.kind} defense needs a homogeneous swarm (every node holds the same weights); use the judge for heterogeneous swarms")
+        if run.model.dtype != "float32":
+            raise ValueError(f"the {self.kind} defense is exact only with float32 weights and logits (docs/verification.md); set model.dtype=float32")
 
-    return deco
+
+def _judge(defense: Defense, rollouts: Sequence[Rollout], logits, times: dict[str, float]) -> None:
+    """Add ``defense``'s rejections to the rollouts no earlier defense rejected (rows of ``logits``)."""
+    start = time.perf_counter()
+    live = [i for i, r in enumerate(rollouts) if r.accepted]
+    if live:
+        verdicts = defense.inspect([rollouts[i] for i in live], None if logits is None else logits[live])
+        for i, verdict in zip(live, verdicts):
+            if not verdict.accepted:
+                rollouts[i].verdicts.append(verdict)
+    times[defense.name] += time.perf_counter() - start
+
+
+def defend(defenses: Sequence[Defense], batch: "Batch", times: dict[str, float]) -> "Batch":
+    """Run an honest node's defenses on a batch before its update, in config order per stage.
+
+    Rollout-stage defenses judge every accepted rollout of the batch now. Logit-stage defenses judge
+    each group on the logits of the update's own forward pass when the update reaches the group: the
+    returned batch yields its groups one at a time, checked, to :meth:`dgrpo.grpo.learner.Learner.step`
+    (so one group's graph is alive at a time). A defense sees only the rollouts no earlier defense
+    rejected; a rejection appends its :class:`~dgrpo.types.Verdict` to the rollout.
+
+    Args:
+        times: defense name → seconds, accumulated (every defense gets a key).
+
+    Returns:
+        The batch with its groups checked on their logits as they are read.
+    """
+    for d in defenses:
+        times.setdefault(d.name, 0.0)
+    for d in (d for d in defenses if d.stage == "rollouts"):
+        _judge(d, batch.rollouts, None, times)
+    on_logits = [d for d in defenses if d.stage == "logits"]
+    if not on_logits:
+        return batch
+    return dataclasses.replace(batch, groups=_checked(on_logits, batch.groups, times))
+
+
+def _checked(defenses: list[Defense], groups: Iterable["Group"], times: dict[str, float]) -> Iterator["Group"]:
+    for group in groups:
+        if any(r.accepted for r in group.rollouts):
+            logits = group.logits.detach()  # (G, T, V): the update's own forward pass, run here if not yet
+            for d in defenses:
+                _judge(d, group.rollouts, logits, times)
+            del logits  # (only the group keeps its logits, for the loss)
+        yield group

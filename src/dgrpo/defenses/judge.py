@@ -14,12 +14,12 @@ import re
 import time
 from typing import Literal, Sequence
 
-import torch
+from pydantic import Field
 
-from dgrpo.defenses.base import ACCEPT, Verdict, register
+from dgrpo.defenses.base import DefenseConfig
 from dgrpo.policy.chat import encode_prompt
-from dgrpo.policy.loading import load_policy
-from dgrpo.policy.sampling import SamplingParams, sample
+from dgrpo.registry import register
+from dgrpo.types import ACCEPT, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +57,24 @@ def completion_key(question: str, completion: str) -> str:
 _JUDGES: dict[tuple[str, str], tuple] = {}  # (model, dtype) → (model, tokenizer): shared by policies
 
 
-@register("judge")
+class JudgeDefenseConfig(DefenseConfig):
+    """``kind: judge``: heterogeneous LLM-as-a-judge (paper §4.2)."""
+
+    kind: Literal["judge"] = "judge"
+    model: str | None = Field(None, description="Judge model: any Hugging Face instruct model (None = the policy's base model).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Judge weights dtype.")
+    mode: Literal["generate", "logits"] = Field("generate", description="generate: greedy answer parsed as YES/NO; logits: compare the probabilities of 'YES' and 'NO' as the first answer token.")
+    max_new_tokens: int = Field(16, ge=1, description="Length of a generated verdict.")
+    threshold: float = Field(0.5, gt=0, lt=1, description="logits mode: accept when p(yes) / (p(yes) + p(no)) ≥ threshold (0.5 = the likelier word wins).")
+    unparsed: Literal["accept", "reject"] = Field("reject", description="Verdict when the judge's answer is neither yes nor no (logged as 'unparsed'). Fails closed by default.")
+
+
+@register("defense", "judge", config=JudgeDefenseConfig)
 class JudgeDefense:
-    """Binary LLM judge over incoming completions.
+    """Binary LLM judge over incoming completions (the model and torch load when it is built).
 
     Args:
-        cfg: :class:`dgrpo.defenses.config.JudgeDefenseConfig`.
+        cfg: :class:`JudgeDefenseConfig`.
         run_cfg: the run config (its model is the default judge: the policy's *base* weights).
         policy: the receiving policy (unused; the judge has its own frozen weights).
         task: the task (questions and the completion prefix).
@@ -76,6 +88,8 @@ class JudgeDefense:
         key = (cfg.model or run_cfg.model.name, cfg.dtype)
         if judge is None:
             if key not in _JUDGES:
+                from dgrpo.policy.loading import load_policy
+
                 _JUDGES[key] = load_policy(key[0], cfg.dtype, trainable=False)
             judge = _JUDGES[key]
         self.model, self.tokenizer = judge
@@ -95,6 +109,8 @@ class JudgeDefense:
 
     def _replies(self, prompts: list[list[int]]) -> list[tuple[Parsed, str]]:
         if self.cfg.mode == "generate":
+            from dgrpo.policy.sampling import SamplingParams, sample
+
             params = SamplingParams(top_k=1, temperature=0.0, max_new_tokens=self.cfg.max_new_tokens)
             eos = self.tokenizer.eos_token_id
             outs = sample(self.model, prompts, [0] * len(prompts), params, eos, self.tokenizer.pad_token_id)
@@ -110,9 +126,10 @@ class JudgeDefense:
             replies.append((verdict, f"p(yes)={py:.3f} p(no)={pn:.3f} share={share:.3f}"))
         return replies
 
-    @torch.no_grad()
-    def _next_token_probs(self, prompts: list[list[int]], batch: int = 8) -> list[torch.Tensor]:
-        """Next-token distribution after each prompt (left-padded batches)."""
+    def _next_token_probs(self, prompts: list[list[int]], batch: int = 8) -> list:
+        """Next-token distribution (a (V,) tensor) after each prompt (left-padded batches)."""
+        import torch
+
         out = []
         pad = self.tokenizer.pad_token_id
         for i in range(0, len(prompts), batch):
@@ -121,7 +138,8 @@ class JudgeDefense:
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
             mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1].float()
+            with torch.no_grad():
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1].float()
             out += list(torch.softmax(logits, -1))
         return out
 

@@ -10,7 +10,8 @@ ScaleRewards = Literal["group", "batch", "none"]
 
 
 def group_advantages(
-    rewards: torch.Tensor, group_ids: Sequence[Hashable], scale_rewards: ScaleRewards = "group"
+    rewards: torch.Tensor, group_ids: Sequence[Hashable], scale_rewards: ScaleRewards = "group",
+    batch_std: float | None = None,
 ) -> torch.Tensor:
     """A_i = (r_i − mean_g(r)) / std(r), groups formed by prompt id.
 
@@ -18,7 +19,9 @@ def group_advantages(
     prompt). The std is the **population** std (ddof = 0), so rewards [1, 3] give A = [−1, +1].
 
     * ``scale_rewards="group"``: divide by the group's std (paper §1.1, GRPO).
-    * ``"batch"``: divide by the std of all rewards in the batch (Hu et al., REINFORCE++).
+    * ``"batch"``: divide by the std of all rewards in the batch (Hu et al., REINFORCE++), or by
+      ``batch_std`` when the batch is larger than ``rewards`` (the learner passes one group at a
+      time, with :func:`reward_std` of the whole batch); then the float32 centred rewards are divided.
     * ``"none"``: no division (Dr. GRPO, Liu et al. 2025).
 
     A group whose std is 0 (all rewards equal, or a single completion) carries no signal and gets
@@ -36,6 +39,9 @@ def group_advantages(
     """
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be group, batch or none, got {scale_rewards!r}")
+    if scale_rewards == "batch" and batch_std is not None:
+        centred = group_advantages(rewards, group_ids, "none")
+        return centred / batch_std if batch_std > 0 else torch.zeros_like(centred)
     rewards = rewards.double().flatten()
     if len(group_ids) != rewards.numel():
         raise ValueError(f"{rewards.numel()} rewards but {len(group_ids)} group ids")
@@ -56,3 +62,9 @@ def group_advantages(
         std = rewards.std(correction=0)
         adv = adv / std if std > 0 else torch.zeros_like(adv)
     return adv.float()
+
+
+def reward_std(rewards: Sequence[float]) -> float:
+    """Population std of rewards (as a float32 tensor holds them), 0 for none: the batch std of
+    ``scale_rewards="batch"``."""
+    return float(torch.tensor(list(rewards) or [0.0]).double().std(correction=0))

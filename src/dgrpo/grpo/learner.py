@@ -1,27 +1,33 @@
 """One GRPO update of a policy from a batch of rollouts (paper §1.1, Algorithms 1-2 ``update``).
 
-The batch is processed one group at a time (a group shares its prompt, see
-:func:`dgrpo.policy.scoring.group_logits`): forward with grad → logit-stage defenses on the same
-logits → advantages over the accepted completions of the group → backward of the loss numerator.
-Gradients are divided by the accumulated loss denominator at the end, so the result equals the
-full-batch loss of :func:`dgrpo.grpo.loss.aggregate_loss`.
+An update is three calls, which the recipes make in this order::
+
+    batch = learner.score(rollouts)          # groups by prompt; each group's logits come from one
+                                             # forward pass with grad, run when first read
+    batch = defend(defenses, batch, times)   # dgrpo.defenses: verdicts on the rollouts, then on each
+                                             # group's logits (the update's own forward pass)
+    stats = learner.step(batch)              # advantages over each group's accepted completions,
+                                             # the loss numerator's backward, one AdamW step
+
+A group is scored, checked and learnt from before the next one is scored, so only one group's
+graph is alive at a time. Gradients are divided by the summed loss denominator at the end, so the
+result equals the full-batch loss of :func:`dgrpo.grpo.loss.aggregate_loss`.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Literal, Sequence
 
 import torch
 from transformers import PreTrainedModel
 
-from dgrpo.defenses.base import Defense
-from dgrpo.grpo.advantages import ScaleRewards, group_advantages
-from dgrpo.grpo.loss import LossType, loss_terms, per_token_loss
+from dgrpo.grpo.advantages import ScaleRewards, group_advantages, reward_std
+from dgrpo.grpo.loss import LossType, loss_denominator, loss_terms, per_token_loss
 from dgrpo.policy.scoring import completion_mask, group_logits, pad_right, token_logprobs
-from dgrpo.swarm.rollout import Rollout
+from dgrpo.types import Rollout
 
 
 @dataclass(frozen=True)
@@ -48,9 +54,7 @@ class UpdateStats:
     grad_norm: float = 0.0
     used: int = 0
     skipped_groups: int = 0
-    defense_seconds: float = 0.0
     seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 def groups_of(rollouts: Sequence[Rollout]) -> "OrderedDict[str, list[Rollout]]":
@@ -59,6 +63,63 @@ def groups_of(rollouts: Sequence[Rollout]) -> "OrderedDict[str, list[Rollout]]":
     for r in rollouts:
         groups.setdefault(r.prompt_id, []).append(r)
     return groups
+
+
+def kept(group: Sequence[Rollout], reject_mode: str) -> tuple[list[int], torch.Tensor]:
+    """Indices of a group's completions that enter the loss, and their rewards (n,).
+
+    A rejection drops the completion from its group or keeps it with reward 0, as its verdict's
+    ``action`` (default: ``reject_mode``) says.
+    """
+    idx = [i for i, r in enumerate(group) if not any((v.action or reject_mode) == "drop" for v in r.verdicts)]
+    return idx, torch.tensor([0.0 if group[i].verdicts else group[i].reward for i in idx])
+
+
+def has_signal(rewards: torch.Tensor) -> bool:
+    """Whether rewards differ: equal rewards give zero advantage, hence (β = 0) a zero gradient."""
+    return len(rewards) >= 2 and bool(rewards.min() != rewards.max())
+
+
+class Group:
+    """The completions of one prompt in an update, and the logits of the update's forward pass.
+
+    Attributes:
+        rollouts: the group's rollouts (their verdicts grow as defenses judge them).
+        old_logp / ref_logp: (n, T) log-probs under π_old and π_ref, kept across iterations.
+    """
+
+    def __init__(self, rollouts: list[Rollout], learner: "Learner"):
+        self.rollouts, self.learner = rollouts, learner
+        self._logits: torch.Tensor | None = None
+        self.old_logp: torch.Tensor | None = None
+        self.ref_logp: torch.Tensor | None = None
+
+    @property
+    def logits(self) -> torch.Tensor:
+        """(G, T, V) float32 logits, T = the longest completion; the forward pass runs when first read,
+        with grad when the group can still move the weights (else a defense alone reads them)."""
+        if self._logits is None:
+            self._logits = self.learner.forward(self.rollouts, grad=self.learner.may_learn(self.rollouts))
+        return self._logits
+
+    def logits_for_loss(self) -> torch.Tensor:
+        """The logits with their graph (a new forward pass unless the first one had grad); the group
+        lets go of them."""
+        logits = self._logits if self._logits is not None and self._logits.requires_grad else \
+            self.learner.forward(self.rollouts, grad=True)
+        self._logits = None
+        return logits
+
+    def release(self) -> None:
+        self._logits = None
+
+
+@dataclass
+class Batch:
+    """The rollouts of one update and their groups (an iterable the update reads once, in order)."""
+
+    rollouts: list[Rollout]
+    groups: Iterable[Group]
 
 
 class Learner:
@@ -81,134 +142,91 @@ class Learner:
         self.model, self.params, self.eos_id, self.pad_id, self.ref_model = model, params, eos_id, pad_id, ref_model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=params.weight_decay)
 
-    def _reject(self, rollouts: list[Rollout], logits: torch.Tensor, defenses: Sequence[Defense], times: dict) -> None:
-        for defense in defenses:
-            t0 = time.perf_counter()
-            live = [i for i, r in enumerate(rollouts) if r.accepted]
-            if live:
-                verdicts = defense.inspect([rollouts[i] for i in live], logits[live])
-                for i, v in zip(live, verdicts):
-                    if not v.accepted:
-                        rollouts[i].verdicts.append(v)
-            times[defense.name] = times.get(defense.name, 0.0) + time.perf_counter() - t0
+    def score(self, rollouts: Sequence[Rollout]) -> Batch:
+        """The batch of an update: one :class:`Group` per prompt id, logits run on demand."""
+        return Batch(list(rollouts), [Group(g, self) for g in groups_of(rollouts).values()])
 
-    def _used(self, group: list[Rollout]) -> tuple[list[int], torch.Tensor]:
-        """Indices that enter the loss and their rewards.
+    def forward(self, group: Sequence[Rollout], grad: bool) -> torch.Tensor:
+        """(G, T, V) logits of a group's completions under π_θ (:func:`dgrpo.policy.scoring.group_logits`)."""
+        with torch.set_grad_enabled(grad):
+            return group_logits(self.model, group[0].prompt_ids, [r.completion_ids for r in group], self.pad_id)
 
-        A rejection drops the completion from its group or keeps it with reward 0, as its
-        verdict's ``action`` (default: ``reject_mode``) says.
-        """
-        def dropped(r: Rollout) -> bool:
-            return any((v.action or self.params.reject_mode) == "drop" for v in r.verdicts)
+    def may_learn(self, group: Sequence[Rollout]) -> bool:
+        """Whether the group, as its verdicts stand, gives a gradient: β > 0 or its rewards differ."""
+        return self.params.beta > 0 or has_signal(kept(group, self.params.reject_mode)[1])
 
-        idx = [i for i, r in enumerate(group) if not dropped(group[i])]
-        return idx, torch.tensor([0.0 if group[i].verdicts else group[i].reward for i in idx])
+    def step(self, batch: Batch | Sequence[Rollout]) -> UpdateStats:
+        """Run ``num_iterations`` optimizer steps on one generation of rollouts (a batch, or the
+        rollouts themselves).
 
-    @staticmethod
-    def _no_signal(rewards: torch.Tensor) -> bool:
-        return len(rewards) < 2 or bool(rewards.min() == rewards.max())
-
-    def step(self, rollouts: Sequence[Rollout], logit_defenses: Sequence[Defense] = ()) -> UpdateStats:
-        """Run ``num_iterations`` optimizer steps on one generation of rollouts.
-
-        Rollouts already rejected (``verdicts`` non-empty) are dropped or zeroed; logit-stage
-        defenses add their verdicts during the first iteration, from the same forward pass.
+        Rejected rollouts (``verdicts`` non-empty) are dropped or zeroed. The batch reward std
+        (``scale_rewards="batch"``) is taken over the rollouts accepted when the step starts, before
+        the logit-stage defenses judge the groups.
 
         Returns:
-            Statistics of the last iteration (loss, pre-clip grad norm, rollouts used) and the
-            seconds spent in each logit-stage defense (``extra["defense_seconds"]``).
+            Statistics of the last iteration: loss, pre-clip grad norm, rollouts used.
         """
-        start = time.perf_counter()
-        p = self.params
-        groups = list(groups_of(rollouts).values())
-        stats = UpdateStats()
-        defense_times: dict[str, float] = {}
-        batch_std = None
-        if p.scale_rewards == "batch":  # std over rollouts entering the update (before logit checks)
-            live = torch.tensor([r.reward for r in rollouts if r.accepted] or [0.0]).double()
-            batch_std = float(live.std(correction=0))
-        zeroing = p.reject_mode == "zero" or any(getattr(d, "action", None) == "zero" for d in logit_defenses)
-        old_logps: dict[int, torch.Tensor] = {}
-        ref_logps: dict[int, torch.Tensor] = {}
-        skipped_den: dict[int, float] = {}  # groups with no gradient, and their loss denominator
+        batch = batch if isinstance(batch, Batch) else self.score(batch)
+        start, p = time.perf_counter(), self.params
+        std = reward_std([r.reward for r in batch.rollouts if r.accepted]) if p.scale_rewards == "batch" else None
+        stats, learning, flat_den = UpdateStats(), [], 0.0
         self.model.train()
         for iteration in range(p.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            num_total, den_total, used = 0.0, 0.0, 0
-            for gi, group in enumerate(groups):
-                if gi in skipped_den:
-                    den_total += skipped_den[gi]
+            num, den, used = 0.0, flat_den, 0
+            for group in (batch.groups if iteration == 0 else learning):
+                idx, rewards = kept(group.rollouts, p.reject_mode)
+                if iteration == 0 and p.beta == 0 and not has_signal(rewards):  # zero advantage: no gradient
+                    flat_den += self._denominator(group, idx)
+                    den += self._denominator(group, idx)
+                    stats.skipped_groups += 1
+                    group.release()
                     continue
-                if iteration > 0 and gi not in old_logps:
-                    continue
-                prompt = group[0].prompt_ids
-                completions = [r.completion_ids for r in group]
-                ids = pad_right(completions, self.pad_id)
                 if iteration == 0:
-                    idx, rewards = self._used(group)
-                    # Equal rewards mean zero advantage: without a KL term the gradient is exactly 0.
-                    # Logit-stage defenses may still need the logits (no grad needed for those).
-                    flat = p.beta == 0 and self._no_signal(rewards) and not zeroing
-                    if flat and not logit_defenses:
-                        skipped_den[gi] = self._denominator(group, idx)
-                        den_total += skipped_den[gi]
-                        continue
-                    with torch.set_grad_enabled(not flat):
-                        logits = group_logits(self.model, prompt, completions, self.pad_id)  # (G, T, V)
-                    if logit_defenses:
-                        self._reject(group, logits.detach(), logit_defenses, defense_times)
-                    idx, rewards = self._used(group)
-                    if flat or (p.beta == 0 and self._no_signal(rewards)):
-                        skipped_den[gi] = self._denominator(group, idx)
-                        den_total += skipped_den[gi]
-                        continue
-                else:
-                    idx, rewards = self._used(group)
-                    logits = group_logits(self.model, prompt, completions, self.pad_id)
-                ids = ids.to(logits.device)
-                logp = token_logprobs(logits, ids)[idx]  # (n, T)
-                del logits
-                mask = completion_mask(ids[idx], self.eos_id, [len(group[i].completion_ids) for i in idx])
-                if iteration == 0:
-                    old_logps[gi] = logp.detach()
-                adv = group_advantages(rewards, [0] * len(idx), "none" if p.scale_rewards == "batch" else p.scale_rewards)
-                if batch_std is not None:
-                    adv = adv / batch_std if batch_std > 0 else torch.zeros_like(adv)
-                ref = None
-                if p.beta > 0:
-                    if gi not in ref_logps:
-                        with torch.no_grad():
-                            ref_logps[gi] = token_logprobs(
-                                group_logits(self.ref_model, prompt, completions, self.pad_id), ids)[idx]
-                    ref = ref_logps[gi]
-                loss_tok = per_token_loss(logp, old_logps[gi], adv.to(logp.device), p.epsilon, ref, p.beta)
-                num, den = loss_terms(loss_tok, mask, p.loss_type, p.max_len)
-                num.backward()
-                num_total += float(num.detach())
-                den_total += den
-                used += len(idx)
-            stats.skipped_groups = len(skipped_den)
+                    learning.append(group)
+                adv = group_advantages(rewards, [0] * len(idx), p.scale_rewards, std)  # (n,)
+                group_num, group_den = self._backward(group, idx, adv)
+                num, den, used = num + group_num, den + group_den, used + len(idx)
             if used == 0:
                 break
-            for param in self.model.parameters():
-                if param.grad is not None:
-                    param.grad.div_(den_total)
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), p.max_grad_norm)
-            self.optimizer.step()
-            stats.loss, stats.grad_norm, stats.used = num_total / den_total, float(norm), used
+            stats.loss, stats.grad_norm, stats.used = num / den, self._apply(den), used
         self.optimizer.zero_grad(set_to_none=True)
-        stats.defense_seconds = sum(defense_times.values())
-        stats.extra["defense_seconds"] = defense_times
         stats.seconds = time.perf_counter() - start
         return stats
 
-    def _denominator(self, group: list[Rollout], idx: list[int]) -> float:
-        """Loss denominator contributed by a skipped group (its numerator is 0)."""
-        if self.params.loss_type == "grpo":
-            return float(len(idx))
-        if self.params.loss_type == "dr_grpo":
-            return float(len(idx) * self.params.max_len)
+    def _backward(self, group: Group, idx: list[int], adv: torch.Tensor) -> tuple[float, float]:
+        """Backward of one group's loss numerator over its kept completions ``idx``; (numerator, denominator)."""
+        p = self.params
+        completions = [r.completion_ids for r in group.rollouts]
+        logits = group.logits_for_loss()  # (G, T, V)
+        ids = pad_right(completions, self.pad_id).to(logits.device)  # (G, T)
+        logp = token_logprobs(logits, ids)[idx]  # (n, T)
+        del logits
+        mask = completion_mask(ids[idx], self.eos_id, [len(completions[i]) for i in idx])
+        if group.old_logp is None:  # π_old: the weights that generated (ratio 1 in the first iteration)
+            group.old_logp = logp.detach()
+        if p.beta > 0 and group.ref_logp is None:
+            with torch.no_grad():
+                ref_logits = group_logits(self.ref_model, group.rollouts[0].prompt_ids, completions, self.pad_id)
+                group.ref_logp = token_logprobs(ref_logits, ids)[idx]
+        loss_tok = per_token_loss(logp, group.old_logp, adv.to(logp.device), p.epsilon, group.ref_logp, p.beta)
+        num, den = loss_terms(loss_tok, mask, p.loss_type, p.max_len)
+        num.backward()
+        return float(num.detach()), den
+
+    def _denominator(self, group: Group, idx: list[int]) -> float:
+        """Loss denominator of a group left out of the gradient (its numerator is 0)."""
         if not idx:
             return 0.0
-        completions = [group[i].completion_ids for i in idx]
-        return float(completion_mask(pad_right(completions, self.pad_id), self.eos_id, [len(c) for c in completions]).sum())
+        completions = [group.rollouts[i].completion_ids for i in idx]
+        mask = completion_mask(pad_right(completions, self.pad_id), self.eos_id, [len(c) for c in completions])
+        return loss_denominator(mask, self.params.loss_type, self.params.max_len)
+
+    def _apply(self, den: float) -> float:
+        """Gradient ÷ loss denominator, clipping, one optimizer step; returns the pre-clip norm."""
+        for param in self.model.parameters():
+            if param.grad is not None:
+                param.grad.div_(den)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.params.max_grad_norm)
+        self.optimizer.step()
+        return float(norm)

@@ -70,12 +70,25 @@ def loss_terms(per_token: torch.Tensor, mask: torch.Tensor, loss_type: LossType,
         ValueError: unknown loss type.
     """
     masked = per_token * mask
+    den = loss_denominator(mask, loss_type, max_len)
     if loss_type == "grpo":
-        return (masked.sum(1) / mask.sum(1).clamp(min=1)).sum(), float(per_token.shape[0])
+        return (masked.sum(1) / mask.sum(1).clamp(min=1)).sum(), den
+    return masked.sum(), den
+
+
+def loss_denominator(mask: torch.Tensor, loss_type: LossType, max_len: int) -> float:
+    """The denominator of :func:`loss_terms` for completions with token mask ``mask`` (N, T): N
+    (grpo), the number of real tokens (bnpo) or N · max_len (dr_grpo).
+
+    Raises:
+        ValueError: unknown loss type.
+    """
+    if loss_type == "grpo":
+        return float(mask.shape[0])
     if loss_type == "bnpo":
-        return masked.sum(), float(mask.sum().item())
+        return float(mask.sum().item())
     if loss_type == "dr_grpo":
-        return masked.sum(), float(per_token.shape[0] * max_len)
+        return float(mask.shape[0] * max_len)
     raise ValueError(f"loss_type must be grpo, dr_grpo or bnpo, got {loss_type!r}")
 
 

@@ -1,4 +1,4 @@
-"""Config section of the TokenBuncher experiment (``hardening``; MISSION §5, Feng et al. 2025).
+"""Config section of the TokenBuncher experiment (``hardening``; Feng et al. 2025, docs/robust.md).
 
 The experiment (``dgrpo harden``) runs three phases on the run's model:
 
@@ -12,11 +12,13 @@ The experiment (``dgrpo harden``) runs three phases on the run's model:
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from dgrpo.registry import StrictConfig
 
 
-class HardeningConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class HardeningConfig(StrictConfig):
+    """The three phases of ``dgrpo harden`` (module docstring)."""
 
     prompts_path: str | None = Field(None, description="Local file of harmful-request prompts (one per line, or JSONL with a `prompt` field). None = the project's generated set of mild placeholder requests (dgrpo.hardening.requests). Nothing is downloaded.")
     n_train: int = Field(48, ge=1, description="Requests used for hardening and by the malicious fine-tuning.")

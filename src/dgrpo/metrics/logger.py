@@ -9,6 +9,8 @@ import json
 import math
 from pathlib import Path
 
+from dgrpo.errors import MetricsFileError
+
 
 class MetricsLogger:
     """Appends round records to ``run_dir/metrics.jsonl``; mirrors scalars to TensorBoard if asked."""
@@ -35,10 +37,6 @@ class MetricsLogger:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-
-
-class MetricsFileError(ValueError):
-    """A metrics.jsonl that is not a list of round records."""
 
 
 def read_records(path: str | Path, partial_last_ok: bool = False) -> list[tuple[str, dict]]:

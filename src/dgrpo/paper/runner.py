@@ -22,7 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from dgrpo.config import ConfigError, load_config
+from dgrpo.config import load_config
+from dgrpo.errors import ConfigError
 from dgrpo.metrics.logger import read_metrics, series
 from dgrpo.paper.registry import REGISTRY, Reproduction
 
@@ -135,7 +136,7 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
             raise ConfigError(f"{name}: bad --set for an analytic entry: {err}") from None
         (folder / "command.txt").write_text(lines[0] + "\n")
         return folder
-    from dgrpo.experiments import run_experiment  # torch import only when training
+    from dgrpo.recipes import resume, run  # torch import only when training
 
     try:
         overrides = {c: entry.overrides(c, scale, extra) for c in entry.curves}
@@ -163,11 +164,9 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
     if jobs > 1 and len(pending) > 1:
         _run_parallel(pending, jobs, folder)
     else:
-        from dgrpo.experiments.resume import resume
-
         for curve, (verb, *args) in pending.items():
             log.info("%s: %s curve %s", name, "resuming" if verb == "resume" else "running", curve)
-            resume(args[0], args[1:]) if verb == "resume" else run_experiment(load_config(None, args))
+            resume(args[0], args[1:]) if verb == "resume" else run(load_config(None, args))
     collect(entry, run_dirs, folder)
     from dgrpo.report import write_report
 

@@ -7,7 +7,10 @@ the special token itself.
 
 from __future__ import annotations
 
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict]) -> list[int]:

@@ -1,32 +1,34 @@
-"""A policy as a swarm node holds it: weights, tokenizer, sampling strategy and learner."""
+"""A policy as a swarm node holds it: weights, tokenizer and sampling strategy."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from dgrpo.grpo.learner import Learner
 from dgrpo.policy.chat import decode_completion, encode_prompt
 from dgrpo.policy.sampling import SamplingParams, sample
-from dgrpo.tasks.base import Problem, Task
+
+if TYPE_CHECKING:
+    from dgrpo.tasks.base import Task
+    from dgrpo.types import Problem
 
 
-@dataclass
+@dataclass(eq=False)  # compared (and hashed) by identity: nodes sharing weights share one Policy
 class Policy:
-    """Weights plus everything needed to prompt, sample and update them.
+    """Weights plus everything needed to prompt and sample them (the learner that trains them is
+    :class:`dgrpo.grpo.learner.Learner`).
 
     Attributes:
         name: model name (hub id, path or ``smollm2-135m-instruct``); nodes with the same name and
             tokenizer exchange token ids directly.
-        learner: None for a policy that is never updated (attacker, judge).
     """
 
     name: str
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     sampling: SamplingParams
-    learner: Learner | None = None
     _prompt_cache: dict = field(default_factory=dict, repr=False)
 
     @property

@@ -2,7 +2,7 @@
 
 A run directory (``dgrpo run``) holds ``config.yaml`` (resolved RunConfig), ``metrics.jsonl`` (one
 record per round) and ``samples.jsonl`` (validation completions of honest nodes). The report reads
-nothing else (STYLE.md §7: ``report/`` reads only run directories).
+nothing else: a report needs only the run directory, never the code or the weights that made it.
 """
 
 from __future__ import annotations

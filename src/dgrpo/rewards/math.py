@@ -11,8 +11,6 @@ import re
 import threading
 from fractions import Fraction
 
-from math_verify import parse, verify
-
 from dgrpo.rewards.format import format_reward, parse_completion
 
 _ORACLE = re.compile(r"####[ \t]*([^\n]*?)\s*\Z")  # the last line
@@ -47,6 +45,8 @@ def answers_match(predicted: str, oracle: str) -> bool:
 
     ``"54.0"`` matches ``"54"``; ``"$1,234.00"`` matches ``"1234"``; an answer with no number is False.
     """
+    from math_verify import parse, verify  # (imported on first use: config checks import the tasks)
+
     gold = parse(oracle, parsing_timeout=_timeout())
     if not gold:
         raise ValueError(f"oracle answer {oracle!r} is not a number")

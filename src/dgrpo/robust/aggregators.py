@@ -1,4 +1,4 @@
-"""Byzantine-robust aggregation of shared updates (robust FRL seed, MISSION §5).
+"""Byzantine-robust aggregation of shared updates (robust FRL: Fang, Wang & Gong 2025; docs/robust.md).
 
 Every rule maps the stacked updates of n nodes to one update:
 
@@ -6,10 +6,12 @@ Every rule maps the stacked updates of n nodes to one update:
 
 Notation: n nodes, d parameters, f = the number of Byzantine (malicious) nodes the rule must
 tolerate, x_i = updates[i]. Rules that do not need f (average, median) accept it and ignore it
-so that every entry of :data:`AGGREGATORS` has the same call shape.
+so that every entry of :data:`AGGREGATORS` has the same call shape. Each rule registers as an
+``aggregator`` kind (``federated.aggregator``) with the node condition it needs (``fits``, ``needs``)
+and, where it has any, the options it takes in a round of the federated recipe (``options``).
 
 Only swarms that exchange updates (gradients, weight deltas, LoRA deltas) need these; the
-paper's swarm exchanges strings only (MISSION §1). Callers should drop non-finite updates
+paper's swarm exchanges strings only. Callers should drop non-finite updates
 before aggregating (a NaN is trivially rejected); :func:`aggregate` raises on them instead of
 letting one NaN silently poison a sort.
 """
@@ -19,6 +21,8 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+
+from dgrpo.registry import Table, lookup, register
 
 Aggregator = Callable[..., torch.Tensor]
 
@@ -39,6 +43,7 @@ def _check(updates: torch.Tensor, f: int) -> tuple[int, int]:
     return n, d
 
 
+@register("aggregator", "average")
 def average(updates: torch.Tensor, f: int = 0) -> torch.Tensor:
     """Plain mean (1/n) Σ_i x_i — FedAvg, not robust (one node can move it arbitrarily).
 
@@ -48,6 +53,7 @@ def average(updates: torch.Tensor, f: int = 0) -> torch.Tensor:
     return updates.mean(dim=0)
 
 
+@register("aggregator", "median")
 def median(updates: torch.Tensor, f: int = 0) -> torch.Tensor:
     """Coordinate-wise median (Yin et al. 2018, "Byzantine-robust distributed learning", Def. 1).
 
@@ -63,6 +69,7 @@ def median(updates: torch.Tensor, f: int = 0) -> torch.Tensor:
     return 0.5 * (srt[n // 2 - 1] + srt[n // 2])
 
 
+@register("aggregator", "trimmed_mean", fits=lambda n, f: n > 2 * f, needs="n > 2f")
 def trimmed_mean(updates: torch.Tensor, f: int) -> torch.Tensor:
     """Coordinate-wise trimmed mean (Yin et al. 2018, Def. 2, with β = f/n).
 
@@ -81,6 +88,7 @@ def trimmed_mean(updates: torch.Tensor, f: int) -> torch.Tensor:
     return srt[f : n - f].mean(dim=0)
 
 
+@register("aggregator", "geometric_median")
 def geometric_median(
     updates: torch.Tensor,
     f: int = 0,
@@ -140,6 +148,7 @@ def krum_scores(updates: torch.Tensor, f: int) -> torch.Tensor:
     return sq.sort(dim=1).values[:, :k].sum(dim=1)  # (n,)
 
 
+@register("aggregator", "krum", fits=lambda n, f: n > 2 * f + 2, needs="n > 2f + 2")
 def krum(updates: torch.Tensor, f: int) -> torch.Tensor:
     """Krum (Blanchard et al. 2017): the single update with the lowest :func:`krum_scores`.
 
@@ -152,6 +161,11 @@ def krum(updates: torch.Tensor, f: int) -> torch.Tensor:
     return updates[int(torch.argmin(scores))].clone()
 
 
+def _multi_krum_options(fed_cfg, honest: torch.Tensor, previous: torch.Tensor | None) -> dict:
+    return {} if fed_cfg.multi_krum_m is None else {"m": fed_cfg.multi_krum_m}
+
+
+@register("aggregator", "multi_krum", fits=lambda n, f: n > 2 * f + 2, needs="n > 2f + 2", options=_multi_krum_options)
 def multi_krum(updates: torch.Tensor, f: int, *, m: int | None = None) -> torch.Tensor:
     """Multi-Krum: the mean of the m updates with the lowest Krum scores (Blanchard et al. 2017).
 
@@ -172,6 +186,17 @@ def multi_krum(updates: torch.Tensor, f: int, *, m: int | None = None) -> torch.
     return updates[chosen].mean(dim=0)
 
 
+def _centered_clipping_options(fed_cfg, honest: torch.Tensor, previous: torch.Tensor | None) -> dict:
+    """τ (``cc_tau``, else the median norm of the honest updates that moved: a zero update says nothing
+    about scale), the previous round's aggregate as reference, L iterations."""
+    tau = fed_cfg.cc_tau
+    if tau is None:
+        norms = honest.norm(dim=1)
+        tau = float(norms[norms > 0].median()) if bool((norms > 0).any()) else 1e-12
+    return {"tau": tau, "reference": previous, "iterations": fed_cfg.cc_iterations}
+
+
+@register("aggregator", "centered_clipping", options=_centered_clipping_options)
 def centered_clipping(
     updates: torch.Tensor,
     f: int = 0,
@@ -210,15 +235,20 @@ def centered_clipping(
     return v
 
 
-AGGREGATORS: dict[str, Aggregator] = {
-    "average": average,
-    "median": median,
-    "trimmed_mean": trimmed_mean,
-    "geometric_median": geometric_median,
-    "krum": krum,
-    "multi_krum": multi_krum,
-    "centered_clipping": centered_clipping,
-}
+AGGREGATORS = Table("aggregator")  # rule name → function (every registered aggregator)
+
+
+def fits(name: str, n: int, f: int) -> bool:
+    """Whether rule ``name`` can aggregate n updates tolerating f Byzantine ones (Krum: n > 2f + 2, …)."""
+    return lookup("aggregator", name).meta.get("fits", lambda n, f: True)(n, f)
+
+
+def aggregator_kwargs(name: str, fed_cfg, honest: torch.Tensor, previous: torch.Tensor | None) -> dict:
+    """The rule's own options for this round of a federated run (centered clipping's τ and
+    reference, Multi-Krum's m); ``fed_cfg`` is the run's ``federated`` section, ``honest`` the (n_h, d)
+    honest updates, ``previous`` the last aggregate."""
+    options = lookup("aggregator", name).meta.get("options")
+    return {} if options is None else options(fed_cfg, honest, previous)
 
 
 def aggregate(name: str, updates: torch.Tensor, f: int = 0, **kw) -> torch.Tensor:
@@ -237,10 +267,9 @@ def aggregate(name: str, updates: torch.Tensor, f: int = 0, **kw) -> torch.Tenso
         ValueError: unknown name, malformed or non-finite updates, f out of range, or the
             rule's own condition (trimmed mean n > 2f, Krum n > 2f + 2, CC tau > 0).
     """
-    if name not in AGGREGATORS:
-        raise ValueError(f"unknown aggregator {name!r}; known: {sorted(AGGREGATORS)}")
+    rule = lookup("aggregator", name).builder
     _check(updates, f)
     if not torch.isfinite(updates).all():
         bad = (~torch.isfinite(updates)).any(dim=1).nonzero().flatten().tolist()
         raise ValueError(f"non-finite updates from nodes {bad}: reject them before aggregating")
-    return AGGREGATORS[name](updates, f, **kw)
+    return rule(updates, f, **kw)

@@ -21,11 +21,10 @@ malicious nodes, and some placement of t + 1 breaks it (when every group is non-
 from __future__ import annotations
 
 from collections import Counter
-from typing import Hashable, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Hashable, Iterable, Sequence, TypeVar
 
-import torch
-
-from dgrpo.robust.aggregators import geometric_median
+if TYPE_CHECKING:
+    import torch
 
 A = TypeVar("A", bound=Hashable)
 
@@ -93,6 +92,8 @@ def continuous_vote(outputs: torch.Tensor, **kw) -> torch.Tensor:
 
     Shape: (K, d) -> (d,). ``kw`` go to :func:`~dgrpo.robust.aggregators.geometric_median`.
     """
+    from dgrpo.robust.aggregators import geometric_median  # (torch: the split and vote above load light)
+
     return geometric_median(outputs, 0, **kw)
 
 

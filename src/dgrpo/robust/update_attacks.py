@@ -8,19 +8,22 @@ Notation: n_h honest nodes, f malicious nodes, n = n_h + f nodes in the aggregat
 the coordinate-wise mean and standard deviation of the honest updates. The attackers are
 omniscient (they see every honest update, the usual worst case of Baruch et al. 2019 and
 Fang et al. 2025) and collude: all f send the same vector.
+
+Each attack registers as an ``update_attack`` kind (``federated.attack``): the registered function
+takes one round's :class:`RoundContext` and returns the poisoned updates with the candidate it
+chose, if any; :func:`poison_round` is what the federated recipe calls.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
+from dgrpo.registry import lookup, register
 from dgrpo.robust.aggregators import aggregate
-
-UpdateAttack = Callable[..., torch.Tensor]
 
 
 def _check(honest: torch.Tensor, f: int, min_honest: int = 1) -> tuple[int, int]:
@@ -209,19 +212,65 @@ def normalized_attack(honest: torch.Tensor, f: int, *, aggregator: str = "median
     return normalized_attack_search(honest, f, aggregator, **kw).poisoned
 
 
-UPDATE_ATTACKS: dict[str, UpdateAttack] = {
-    "sign_flipping": sign_flipping,
-    "alie": a_little_is_enough,
-    "normalized": normalized_attack,
-}
+@dataclass(frozen=True)
+class RoundContext:
+    """What the attackers know of a round besides the honest updates: the options of the run's
+    ``federated`` section, the aggregate the swarm will compute (rule, its f, its options) and a seed."""
+
+    options: Any  # dgrpo.robust.config.FederatedConfig
+    aggregator: str
+    agg_f: int
+    agg_kwargs: dict
+    seed: int
+
+
+@register("update_attack", "sign_flipping", pure=sign_flipping)
+def sign_flipping_round(honest: torch.Tensor, f: int, ctx: RoundContext) -> tuple[torch.Tensor, str | None]:
+    """−scale · μ with ``federated.sign_flip_scale``."""
+    return sign_flipping(honest, f, scale=ctx.options.sign_flip_scale), None
+
+
+@register("update_attack", "alie", pure=a_little_is_enough)
+def alie_round(honest: torch.Tensor, f: int, ctx: RoundContext) -> tuple[torch.Tensor, str | None]:
+    """μ − zσ with ``federated.alie_z`` (None: z^max for the n nodes of the aggregate)."""
+    if honest.shape[0] < 2:
+        raise ValueError("ALIE needs at least 2 honest updates (a standard deviation)")
+    return a_little_is_enough(honest, f, z=ctx.options.alie_z), None
+
+
+@register("update_attack", "normalized", pure=normalized_attack)
+def normalized_round(honest: torch.Tensor, f: int, ctx: RoundContext) -> tuple[torch.Tensor, str | None]:
+    """The Normalized attack against the aggregate the swarm will compute (same n, same f parameter,
+    same options): the omniscient attacker of the paper. Returns the chosen candidate's name."""
+    o = ctx.options
+    choice = normalized_attack_search(honest, f, ctx.aggregator, scales=tuple(o.normalized_scales),
+                                      n_random=o.normalized_random, seed=ctx.seed, agg_kwargs=ctx.agg_kwargs,
+                                      agg_f=ctx.agg_f)
+    return choice.poisoned, choice.candidate
+
+
+def poison_round(name: str, honest: torch.Tensor, f: int, ctx: RoundContext) -> tuple[torch.Tensor, str | None]:
+    """The (f, d) updates the malicious nodes send in a round, and the candidate chosen (if any).
+
+    ``none`` (or f = 0) sends nothing: (0, d). An all-zero honest mean leaves nothing to deviate
+    from: the attackers then send zeros (candidate ``"zero"``).
+
+    Raises:
+        UnknownKind: no update attack ``name``.
+        ValueError: the attack's own conditions.
+    """
+    if name == "none" or f == 0:
+        return honest.new_zeros(0, honest.shape[1]), None
+    attack = lookup("update_attack", name).builder
+    if honest.mean(dim=0).norm() == 0:
+        return honest.new_zeros(f, honest.shape[1]), "zero"
+    return attack(honest, f, ctx)
 
 
 def poison(name: str, honest: torch.Tensor, f: int, **kw) -> torch.Tensor:
-    """Run the attack registered as ``name``; returns (f, d) poisoned updates.
+    """Run the attack registered as ``name`` with its own keyword options; returns (f, d) poisoned updates.
 
     Raises:
-        ValueError: unknown name, or the attack's own conditions.
+        UnknownKind (a ValueError): unknown name; ValueError: the attack's own conditions.
     """
-    if name not in UPDATE_ATTACKS:
-        raise ValueError(f"unknown update attack {name!r}; known: {sorted(UPDATE_ATTACKS)}")
-    return UPDATE_ATTACKS[name](honest, f, **kw)
+    return lookup("update_attack", name).meta["pure"](honest, f, **kw)

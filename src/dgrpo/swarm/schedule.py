@@ -9,19 +9,9 @@ from __future__ import annotations
 
 import random
 from functools import lru_cache
-from dataclasses import dataclass
 from typing import Sequence
 
-from dgrpo.tasks.base import Problem
-
-
-@dataclass(frozen=True)
-class Slot:
-    """A node must write ``count`` completions of ``problem``, with indices ``first .. first+count-1``."""
-
-    problem: Problem
-    count: int
-    first: int = 0
+from dgrpo.types import Problem, Slot
 
 
 @lru_cache(maxsize=64)

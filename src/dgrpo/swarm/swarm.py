@@ -1,67 +1,72 @@
-"""The nodes of a swarm and what they do each round: write, receive, defend, update.
+"""The nodes a process hosts and the two things they do with messages: write them, receive them.
 
 Homogeneous swarms keep one :class:`Policy` for all honest nodes: they start from the same weights,
 receive the same messages and compute the same update, so m honest nodes cost one model, and their
 generation is one batch. Heterogeneous swarms give each node its own policy.
+
+What a node does with the rollouts it receives (rewards, defenses, update) is the recipe's round
+(:mod:`dgrpo.recipes.horizontal`); this module only writes, validates and turns messages into rollouts.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from dgrpo.attacks.base import Attack, AttackContext
-from dgrpo.defenses.base import Defense, Verdict
-from dgrpo.grpo.learner import UpdateStats
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import completion_seed
-from dgrpo.swarm.messages import Message
-from dgrpo.swarm.rollout import Rollout
-from dgrpo.swarm.schedule import Slot
 from dgrpo.swarm.validation import Limits, check_message
-from dgrpo.tasks.base import Problem, Task
+from dgrpo.tasks.base import Task
+from dgrpo.types import AttackContext, Message, Problem, Rollout, Slot
+
+if TYPE_CHECKING:
+    from dgrpo.attacks.base import Attack
+    from dgrpo.defenses.base import Defense
+    from dgrpo.grpo.learner import Learner
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class ReceiveReport:
-    """What one honest policy did with a round's messages."""
+class Received:
+    """One policy's view of a round's messages: the rollouts it accepted and the messages it refused."""
 
     rollouts: list[Rollout]
     invalid: list[tuple[Message, str]] = field(default_factory=list)
-    update: UpdateStats | None = None
-    reward_seconds: float = 0.0
-    defense_seconds: float = 0.0
-    defense_times: dict = field(default_factory=dict)  # defense name → seconds this round
 
 
 class Swarm:
-    """Nodes hosted by this process plus the shared round mechanics.
+    """Nodes hosted by this process.
 
     Args:
         task: the task every node trains on.
         policies: honest node id → policy (the same object for all honest nodes when homogeneous).
         attacks: malicious node id → attack.
         attacker_policies: malicious node id → policy the attacker holds (tokenizer, weights).
-        defenses: honest policy (by ``id``) → defenses it runs, in order.
+        learners: trained policy → its learner (honest policies, and the attacker's mirror).
+        defenses: owner node id (see :attr:`trained`) → defenses it runs, in order.
         run_seed: the run seed (sampling seeds derive from it).
         group_size: G.
         limits: message size limits.
+        mode: ``horizontal`` or ``vertical`` (what attackers know).
     """
 
-    def __init__(self, task: Task, policies: dict[int, Policy], attacks: dict[int, Attack],
-                 attacker_policies: dict[int, Policy], defenses: dict[int, list[Defense]], run_seed: int,
-                 group_size: int, limits: Limits, mode: str = "horizontal"):
+    def __init__(self, task: Task, policies: dict[int, Policy], attacks: dict[int, "Attack"],
+                 attacker_policies: dict[int, Policy], learners: dict[Policy, "Learner"],
+                 defenses: dict[int, list["Defense"]], run_seed: int, group_size: int, limits: Limits,
+                 mode: str = "horizontal"):
         self.task, self.policies, self.attacks = task, policies, attacks
-        self.attacker_policies, self.defenses = attacker_policies, defenses
+        self.attacker_policies, self.learners, self.defenses = attacker_policies, learners, defenses
         self.run_seed, self.group_size, self.limits, self.mode = run_seed, group_size, limits, mode
         self.problems: dict[str, Problem] = {p.prompt_id: p for p in [*task.train, *task.val]}
         self.labels: dict[tuple, str] = {}  # message key → honest / poisoned / malicious (simulation truth)
+
+    @property
+    def hosted(self) -> list[int]:
+        """Ids of the nodes this process hosts, honest and malicious."""
+        return sorted({*self.policies, *self.attacks})
 
     @property
     def honest_policies(self) -> dict[int, Policy]:
@@ -80,7 +85,12 @@ class Swarm:
         rank) it keeps them by replaying the honest update on the messages it receives.
         """
         return {n: p for n, p in self.attacker_policies.items()
-                if p.learner is not None and all(p is not q for q in self.policies.values())}
+                if p in self.learners and all(p is not q for q in self.policies.values())}
+
+    @property
+    def trained(self) -> dict[int, Policy]:
+        """Every policy this process trains, keyed by its owner: the honest ones, then mirrors."""
+        return {**self.honest_policies, **self.mirror_policies}
 
     def holders(self, policy: Policy) -> list[int]:
         """Honest node ids that hold ``policy``."""
@@ -91,7 +101,7 @@ class Swarm:
         """Every hosted node writes its completions for its slots.
 
         Honest nodes sharing a policy generate in one batch (per-sequence seeds make this identical
-        to generating node by node). Malicious nodes ask their attack.
+        to generating node by node, docs/verification.md). Malicious nodes ask their attack.
         """
         out: dict[int, list[Message]] = {}
         for owner, policy in self.honest_policies.items():
@@ -118,64 +128,27 @@ class Swarm:
                     self.labels[msg.key] = poison.label
         return out
 
-    # ------------------------------------------------------------------ receive + update (Alg. L9)
-    def receive(self, policy: Policy, messages: Sequence[Message], round_idx: int) -> ReceiveReport:
-        """Validate messages, turn them into rollouts for ``policy`` and reward them."""
-        report = ReceiveReport(rollouts=[])
-        limits = self.limits
-        start = time.perf_counter()
+    # ------------------------------------------------------------------ receive (Alg. 1 L9, Alg. 2 L8)
+    def receive(self, policy: Policy, messages: Sequence[Message], round_idx: int) -> Received:
+        """Validate messages (:func:`dgrpo.swarm.validation.check_message`) and turn those that pass
+        into rollouts for ``policy``, not yet rewarded."""
+        received = Received(rollouts=[])
         for msg in messages:
             reason = check_message(msg, sender=msg.node, round_idx=round_idx, prompt_ids=self.problems,
-                                   tokenizer=policy.tokenizer, tokenizer_id=policy.tokenizer_id, limits=limits)
+                                   tokenizer=policy.tokenizer, tokenizer_id=policy.tokenizer_id, limits=self.limits)
             if reason is not None:
                 log.warning("rejected message from node %s (%s): %s", msg.node, msg.prompt_id, reason)
-                report.invalid.append((msg, reason))
+                received.invalid.append((msg, reason))
                 continue
             problem = self.problems[msg.prompt_id]
             ids = list(msg.token_ids) if msg.tokenizer == policy.tokenizer_id else encode_completion(policy.tokenizer, msg.text)
-            report.rollouts.append(Rollout(
+            received.rollouts.append(Rollout(
                 prompt_id=msg.prompt_id, prompt_ids=policy.prompt_ids(self.task, problem), completion_ids=ids,
-                text=msg.text, sender=msg.node, seed=msg.seed, reward=self.task.reward(msg.text, problem),
-                label=self.labels.get(msg.key, "honest"), key=msg.key))
-        report.reward_seconds = time.perf_counter() - start
-        return report
+                text=msg.text, sender=msg.node, seed=msg.seed, label=self.labels.get(msg.key, "honest"), key=msg.key))
+        return received
 
-    def update(self, messages: Sequence[Message], round_idx: int) -> dict[int, ReceiveReport]:
-        """Every honest policy receives the gathered messages, runs its defenses and updates.
-
-        Returns:
-            owner node id → report (one per distinct honest policy).
-        """
-        reports = {}
-        for owner, policy in {**self.honest_policies, **self.mirror_policies}.items():
-            report = self.receive(policy, messages, round_idx)
-            defenses = self.defenses.get(owner, [])
-            for defense in (d for d in defenses if d.stage == "rollouts"):
-                start = time.perf_counter()
-                live = [r for r in report.rollouts if r.accepted]
-                for r, verdict in zip(live, defense.inspect(live) if live else []):
-                    if not verdict.accepted:
-                        r.verdicts.append(verdict)
-                report.defense_times[defense.name] = time.perf_counter() - start
-            logit_defenses = [d for d in defenses if d.stage == "logits"]
-            report.update = policy.learner.step(report.rollouts, logit_defenses)
-            report.defense_times.update(report.update.extra.get("defense_seconds", {}))
-            report.defense_seconds = sum(report.defense_times.values())
-            if owner in self.policies:  # a mirror's report is not the honest swarm's
-                reports[owner] = report
-        return reports
-
-
-def rejection_counts(rollouts: Sequence[Rollout]) -> dict[str, Counter]:
-    """Per defense: counts of rejected rollouts by label, plus totals by label under ``"_total"``."""
-    counts: dict[str, Counter] = defaultdict(Counter)
-    for r in rollouts:
-        counts["_total"][r.label] += 1
-        for v in r.verdicts:
-            counts[v.defense][r.label] += 1
-    return counts
-
-
-def first_verdict(r: Rollout) -> Verdict | None:
-    """The verdict that rejected a rollout first, if any."""
-    return r.verdicts[0] if r.verdicts else None
+    def reward(self, rollouts: Sequence[Rollout]) -> list[Rollout]:
+        """Set every rollout's verifiable reward (the task's reward of its text); returns them."""
+        for r in rollouts:
+            r.reward = self.task.reward(r.text, self.problems[r.prompt_id])
+        return list(rollouts)

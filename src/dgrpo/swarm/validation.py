@@ -6,12 +6,13 @@ A message that fails is rejected with a reason and logged; it never crashes the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Container
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any, Container
 
 from dgrpo.policy.chat import decode_completion
-from dgrpo.swarm.messages import Message
+from dgrpo.types import Message
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 _FIELDS = {"node": int, "round": int, "prompt_id": str, "index": int, "text": str, "token_ids": (list, tuple),
            "tokenizer": str}
@@ -28,6 +29,16 @@ class Limits:
 
     max_chars: int = 8192
     max_tokens: int = 1024
+
+    @classmethod
+    def for_completions(cls, max_new_tokens: int) -> "Limits":
+        """The limits of a swarm whose nodes sample up to ``max_new_tokens`` tokens.
+
+        Size limits protect the receiver (memory, time); they are not a defense, so they leave room
+        for completions longer than an honest node could sample (replay checks that rule).
+        """
+        max_tokens = max(256, 4 * max_new_tokens)
+        return cls(max_chars=max(8192, 16 * max_tokens), max_tokens=max_tokens)
 
 
 def parse_message(raw: Any) -> tuple[Message | None, str | None]:

@@ -21,10 +21,15 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Literal
 
+from pydantic import Field
+
+from dgrpo.registry import register
 from dgrpo.rewards.math import check_format_weight, shaped_math_reward
-from dgrpo.tasks.base import Problem, register
+from dgrpo.tasks.base import FormatWeight, GeneratedTaskConfig
 from dgrpo.tasks.prompts import THINK_PREFIX, math_chat, math_oracle_completion
+from dgrpo.types import Problem
 
 NAMES = ["Tom", "Sara", "Ben", "Lily", "Omar", "Mia", "Ravi", "Emma", "Jack", "Nora", "Leo", "Ana"]
 ITEMS = ["apples", "pens", "marbles", "cookies", "stickers", "books", "shells", "cards", "eggs", "coins"]
@@ -151,7 +156,20 @@ def make_problem(rng: random.Random, difficulty: int, two_two: bool, prompt_id: 
     return Problem(prompt_id, question, str(chain[-1].result), solution, tags)
 
 
-@register("arithmetic")
+class ArithmeticTaskConfig(GeneratedTaskConfig):
+    """``task.kind=arithmetic`` (the default): the embedded generator, no download."""
+
+    kind: Literal["arithmetic"] = "arithmetic"
+    difficulty: int = Field(1, ge=1, le=4, description="1 = one step with single digits … 4 = three steps up to 60.")
+    n_train: int = Field(2000, ge=1, description="Training problems.")
+    n_val: int = Field(200, ge=1, description="Validation problems (never a training question).")
+    two_two_rate: float = Field(0.1, ge=0, le=1, description="Fraction of problems whose first step is 2+2 or 2×2.")
+    few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
+    prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
+    format_weight: FormatWeight = 0.0
+
+
+@register("task", "arithmetic", config=ArithmeticTaskConfig)
 class ArithmeticTask:
     """GSM8K-style word problems generated deterministically from ``seed``.
 

@@ -1,29 +1,13 @@
-"""What a task is: prompts with oracle answers, a system prompt and a reward."""
+"""What a task is: prompts with oracle answers, a system prompt and a reward; and the base of task configs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Annotated, Protocol, Sequence
 
+from pydantic import Field
 
-@dataclass(frozen=True)
-class Problem:
-    """One prompt of a task.
-
-    Attributes:
-        prompt_id: stable id, unique within the task (groups are formed by it).
-        question: the user message.
-        answer: the oracle answer, as text (``"-3"``, ``"1234"``).
-        solution: a worked solution in plain text (no ``<<…>>`` calculator marks, no ``####``).
-        tags: facts attacks may select on, e.g. ``"two_two"`` when the solution computes 2+2 or
-            2×2 as an intermediate step.
-    """
-
-    prompt_id: str
-    question: str
-    answer: str
-    solution: str
-    tags: frozenset[str] = field(default_factory=frozenset)
+from dgrpo.registry import KindConfig
+from dgrpo.types import Problem
 
 
 class Task(Protocol):
@@ -57,14 +41,23 @@ def is_correct(task: Task, completion: str, problem: Problem) -> bool:
     return task.reward(completion, problem) >= 1.0
 
 
-TASKS: dict[str, Callable[..., Task]] = {}
+class TaskConfig(KindConfig):
+    """Config of a task kind (``task.kind``); its fields are the task builder's keyword arguments."""
+
+    def seeded(self, run_seed: int) -> "TaskConfig":
+        """This config with every seed it leaves to the run fixed to ``run_seed`` (none here)."""
+        return self
 
 
-def register(name: str):
-    """Class/function decorator adding a task builder to :data:`TASKS` under ``name``."""
+class GeneratedTaskConfig(TaskConfig):
+    """Config of a task whose problems come from a seeded generator."""
 
-    def deco(builder):
-        TASKS[name] = builder
-        return builder
+    seed: int | None = Field(None, description="Problem generator seed; None uses the run seed.")
 
-    return deco
+    def seeded(self, run_seed: int) -> "GeneratedTaskConfig":
+        """The generator seed, or the run seed when it is None (every copy of the run, an ensemble
+        group included, then generates the same problems)."""
+        return self if self.seed is not None else self.model_copy(update={"seed": run_seed})
+
+
+FormatWeight = Annotated[float, Field(ge=0, le=100, description="Weight w of DeepSeek-R1's format reward: reward = (correct + w·well_formatted)/(1 + w). 0 = the paper's binary reward; eval/accuracy counts correct answers either way.")]

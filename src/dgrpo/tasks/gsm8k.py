@@ -9,18 +9,19 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Literal
 
+from pydantic import Field, model_validator
+
+from dgrpo.errors import DataError
+from dgrpo.registry import register
 from dgrpo.rewards.math import check_format_weight, parse_oracle, shaped_math_reward
-from dgrpo.tasks.base import Problem, register
+from dgrpo.tasks.base import FormatWeight, TaskConfig
 from dgrpo.tasks.equations import has_intermediate_two_two
 from dgrpo.tasks.prompts import THINK_PREFIX, math_chat, math_oracle_completion
+from dgrpo.types import Problem
 
 _CALC = re.compile(r"<<[^>]*>>")
-
-
-class DataError(ValueError):
-    """A data file is missing, unreadable or not in the expected format; says file and line."""
 
 
 def clean_solution(answer: str) -> str:
@@ -79,7 +80,27 @@ def load_hub(name: str, split: str, config: str = "main") -> list[dict]:
     return list(load_dataset(name, config, split=split))
 
 
-@register("gsm8k")
+class GSM8KTaskConfig(TaskConfig):
+    """``task.kind=gsm8k``: GSM8K from a JSONL file or the hub."""
+
+    kind: Literal["gsm8k"] = "gsm8k"
+    path: str | None = Field(None, description="Training JSONL in the official GSM8K format (question, answer ending in `#### N`).")
+    val_path: str | None = Field(None, description="Validation JSONL; absent → the last n_val training records.")
+    hub: str | None = Field(None, description="Hub dataset name (e.g. openai/gsm8k), loaded with `datasets` (online only).")
+    n_train: int | None = Field(None, ge=1, description="Cap on training records (None = all).")
+    n_val: int = Field(200, ge=1, description="Cap on validation records.")
+    few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
+    prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
+    format_weight: FormatWeight = 0.0
+
+    @model_validator(mode="after")
+    def _source(self):
+        if not self.path and not self.hub:
+            raise ValueError("gsm8k task needs `path` (JSONL file) or `hub` (dataset name)")
+        return self
+
+
+@register("task", "gsm8k", config=GSM8KTaskConfig)
 class GSM8KTask:
     """GSM8K with the binary think/answer reward.
 

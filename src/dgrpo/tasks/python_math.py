@@ -19,14 +19,19 @@ import ast
 import operator
 import re
 from fractions import Fraction
-from typing import Sequence
+from typing import Literal, Sequence
 
+from pydantic import Field, model_validator
+
+from dgrpo.errors import DataError
+from dgrpo.registry import register
 from dgrpo.rewards.code import code_reward
-from dgrpo.rewards.sandbox import SandboxLimits
+from dgrpo.rewards.sandbox import SandboxLimits, valid_stand_in_name
 from dgrpo.tasks.arithmetic import ArithmeticTask
-from dgrpo.tasks.base import Problem, register
-from dgrpo.tasks.gsm8k import DataError, problems_from_records, read_jsonl
+from dgrpo.tasks.base import GeneratedTaskConfig
+from dgrpo.tasks.gsm8k import problems_from_records, read_jsonl
 from dgrpo.tasks.prompts import THINK_PREFIX
+from dgrpo.types import Problem
 
 PYTHON_SYSTEM_PROMPT = (
     "You are a helpful assistant that solves math problems by writing Python. First reason step by "
@@ -152,7 +157,33 @@ def gsm8k_steps(answer: str) -> list[tuple[str, str]]:
     return [(expr, result) for expr, result in _CALC.findall(answer)]
 
 
-@register("python_math")
+class PythonMathTaskConfig(GeneratedTaskConfig):
+    """``task.kind=python_math``: math word problems answered by a Python program run in the sandbox (paper §3.4.2, §D.2)."""
+
+    kind: Literal["python_math"] = "python_math"
+    seed: int | None = Field(None, description="Problem generator seed; None uses the run seed (generator source only).")
+    difficulty: int = Field(1, ge=1, le=4, description="Generator difficulty: 1 = one step with single digits … 4 = three steps up to 60.")
+    n_train: int | None = Field(2000, ge=1, description="Training problems (generator), or cap on usable GSM8K records (None = all).")
+    n_val: int = Field(200, ge=1, description="Validation problems (never a training question).")
+    path: str | None = Field(None, description="GSM8K-format JSONL whose `<<a*b=c>>` calculator marks give the oracle program; None = embedded generator.")
+    val_path: str | None = Field(None, description="GSM8K-format validation JSONL; absent → the last n_val usable records of `path`.")
+    few_shot: int = Field(2, ge=0, le=2, description="Worked examples (programs) shown as earlier chat turns.")
+    prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
+    timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock (and CPU-time) limit of one program run in the sandbox, seconds.")
+    memory_mb: int = Field(1024, ge=64, description="Address-space limit of one program run, MiB (numpy + sympy need about 300).")
+    libraries: list[str] = Field(default_factory=lambda: ["thief_math"], description="Attacker libraries installed in the sandbox as harmless stand-ins that record their calls; the code_injection attack's module must be one of them.")
+
+    @model_validator(mode="after")
+    def _sources(self):
+        if self.val_path and not self.path:
+            raise ValueError("python_math: val_path needs path (the generator makes its own validation split)")
+        bad = [name for name in self.libraries if not valid_stand_in_name(name)]
+        if bad:  # the sandbox stands in for attacker modules; it never shadows a real one
+            raise ValueError(f"python_math: libraries name stand-in attacker modules: identifiers that are not real modules, got {bad}")
+        return self
+
+
+@register("task", "python_math", config=PythonMathTaskConfig)
 class PythonMathTask:
     """Math word problems solved by Python programs, reward by running them in the sandbox.
 

@@ -1,0 +1,142 @@
+"""Ensemble of swarms decided by majority vote (ensemble FRL, Fang, Wang & Gong 2025; docs/robust.md).
+
+    split   the m nodes into K disjoint groups (dgrpo.robust.ensemble.split_groups)
+    train   each group is an ordinary swarm (Alg. 1 or 2 with the run's settings) holding the
+            malicious nodes that fall into it; the K swarms advance in lockstep, round by round:
+            one round of each is its recipe's ``one_round`` (dgrpo.recipes.horizontal / vertical)
+    vote    every ``eval.every`` rounds each group's policy answers the validation prompts; the
+            ensemble's answer is the majority of the K parsed answers (ties → lowest group)
+    compare optionally (``ensemble.baseline``) the single swarm of all m nodes is trained under
+            the same attack (run directory ``single/``)
+
+Run directory: ``metrics.jsonl`` (ensemble evaluations: ``ensemble/…`` and ``group{g}/…``),
+``group{g}/`` (each group's ordinary round records), ``single/``, ``summary.json``, ``ensemble.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from dgrpo.config import RunConfig
+from dgrpo.metrics.logger import MetricsLogger, read_metrics
+from dgrpo.recipes import recipe
+from dgrpo.robust.ensemble import corrupted_groups, is_tolerated, split_groups, tolerance
+from dgrpo.robust.plots import plot_ensemble
+from dgrpo.robust.voting import parsed_answer, vote_metrics
+from dgrpo.training.build import Run, build_run, build_run_dir, prepare
+from dgrpo.training.evaluate import eval_attack, eval_texts
+
+log = logging.getLogger(__name__)
+
+
+def group_seed(run_seed: int, g: int) -> int:
+    """Run seed of group g (groups sample different prompts and completions)."""
+    return run_seed * 1000 + g + 1
+
+
+def group_config(cfg: RunConfig, members: list[int], g: int, out_dir: Path) -> RunConfig:
+    """The ordinary swarm config of group g: its nodes renumbered 0..len−1, its malicious nodes, the
+    attack only if it holds one, the task split of the whole run (same validation questions)."""
+    data = cfg.model_dump(mode="json")
+    local_bad = [i for i, node in enumerate(members) if node in set(cfg.swarm.malicious)]
+    data.update(ensemble=None, seed=group_seed(cfg.seed, g), out_dir=str(out_dir), name=f"group{g}")
+    data["swarm"].update(nodes=len(members), malicious=local_bad)
+    if not local_bad:
+        data["attack"] = {"kind": "none"}
+    data["task"] = cfg.task.seeded(cfg.seed).model_dump(mode="json")  # the run's problems, not the group seed's
+    return RunConfig.model_validate(data)
+
+
+def single_config(cfg: RunConfig, out_dir: Path) -> RunConfig:
+    """The single swarm of all m nodes under the same attack (the comparison)."""
+    return cfg.model_copy(update={"ensemble": None, "out_dir": str(out_dir), "name": "single"})
+
+
+def evaluate_ensemble(cfg: RunConfig, runs: list[Run], attack) -> dict:
+    """Each group's policy answers the first ``eval.n_prompts`` validation prompts; vote; score."""
+    start = time.perf_counter()
+    task = runs[0].task
+    problems = list(task.val[: cfg.eval.n_prompts])
+    targets = attack.eval_problems(task.val)[: cfg.eval.n_prompts] if attack is not None else []
+    answers, hits, target_hits = [], [], []
+    for g, run in enumerate(runs):  # group g's completions are seeded as node g's
+        policy = next(iter(run.swarm.honest_policies.values()))
+        outs, target_texts = eval_texts(policy, cfg, task, problems, targets, g)
+        answers.append([parsed_answer(t, task.completion_prefix) for _, t in outs])
+        if attack is not None:
+            target_hits.append([attack.evaluate([t], [p], task).get("asr") for t, p in zip(target_texts, targets)])
+    if attack is not None and targets == problems:
+        hits = target_hits
+    votes = vote_metrics(answers, [p.answer for p in problems], hits or None)
+    rec = {"ensemble/accuracy": votes["accuracy"], "ensemble/abstain": votes["abstain"]}
+    for g, acc in enumerate(votes["group_accuracy"]):
+        rec[f"group{g}/accuracy"] = acc
+    if attack is not None:
+        if targets != problems:  # the payload is measured on its own prompts: vote over those
+            tv = vote_metrics([[None] * len(targets)] * len(runs), [p.answer for p in targets], target_hits)
+        else:
+            tv = votes
+        rec["ensemble/asr_vote"], rec["ensemble/asr_any"] = tv["asr_vote"], tv["asr_any"]
+        for g, a in enumerate(tv["group_asr"]):
+            rec[f"group{g}/asr"] = a
+    rec["time/eval"] = round(time.perf_counter() - start, 3)
+    return rec
+
+
+def tolerance_record(groups: list[list[int]], malicious: list[int]) -> dict:
+    """The provable guarantee of this split (dgrpo.robust.ensemble): ⌊(K−1)/2⌋ malicious nodes in
+    the worst placement, and whether this run's malicious set is tolerated."""
+    return {"ensemble/K": len(groups), "ensemble/tolerance": tolerance(groups),
+            "ensemble/corrupted_groups": len(corrupted_groups(groups, malicious)),
+            "ensemble/tolerated": is_tolerated(groups, malicious)}
+
+
+def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
+    """Train the K group swarms in lockstep, evaluate the vote, then (optionally) the single swarm."""
+    prepare(cfg)
+    run_dir = run_dir or build_run_dir(cfg)
+    groups = split_groups(range(cfg.swarm.nodes), cfg.ensemble.groups)
+    (run_dir / "groups.json").write_text(json.dumps({"groups": groups, "malicious": cfg.swarm.malicious}))
+    static = tolerance_record(groups, cfg.swarm.malicious)
+    log.info("ensemble: groups %s, malicious %s, tolerance %d, tolerated %s", groups, cfg.swarm.malicious,
+             static["ensemble/tolerance"], static["ensemble/tolerated"])
+    group_cfgs = [group_config(cfg, members, g, run_dir) for g, members in enumerate(groups)]
+    runs = [build_run(c) for c in group_cfgs]
+    one_round = recipe(group_cfgs[0]).one_round  # every group runs the run's schedule
+    attack = eval_attack(cfg, {})
+    logger = MetricsLogger(run_dir, cfg.tensorboard)
+    for r in range(cfg.rounds + 1):
+        if r % cfg.eval.every == 0 or r == cfg.rounds:
+            logger.log({"round": r, **static, **evaluate_ensemble(cfg, runs, attack)})
+        if r == cfg.rounds:
+            break
+        for run in runs:                               # one ordinary round of every group swarm
+            run.logger.log(one_round(run, r))
+        log.info("ensemble round %d done", r)
+    logger.close()
+    for run in runs:
+        run.logger.close()
+    del runs
+    single_dir = None
+    if cfg.ensemble.baseline:
+        single = single_config(cfg, run_dir)
+        single_dir = recipe(single).run(single)
+    write_summary(run_dir, static, single_dir)
+    plot_ensemble(run_dir)
+    return run_dir
+
+
+def write_summary(run_dir: Path, static: dict, single_dir: Path | None) -> dict:
+    """``summary.json``: the last ensemble evaluation next to the single swarm's last one."""
+    last = read_metrics(run_dir)[-1]
+    summary = {k.split("/", 1)[1]: v for k, v in static.items()}
+    summary["ensemble"] = {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith("ensemble/") and k not in static}
+    summary["groups"] = {k: v for k, v in last.items() if k.startswith("group")}
+    if single_dir is not None:
+        final = read_metrics(single_dir)[-1]
+        summary["single"] = {k.split("/", 1)[1]: v for k, v in final.items() if k.startswith(("eval/", "attack/"))}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+    return summary

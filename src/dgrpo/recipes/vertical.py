@@ -1,0 +1,68 @@
+"""Algorithm 2 (vertical dRL): every node answers B/m locally chosen prompts with all G completions.
+
+One round for the nodes this process hosts (:func:`one_round`, ``# Alg.2 Ln`` marks the paper's lines)::
+
+    L3-4  every node picks its own B/m prompts (a malicious node: its attack's targets)
+    L5    every node writes all G completions of each; a malicious node writes its attack's instead
+    L7    all-gather: every node holds B groups of G completions
+    L8    every honest policy learns from them: validate → rewards → defenses → advantages → step
+    then  the round's metrics
+
+``run`` builds the swarm and loops over the rounds (dgrpo.training: evaluation every ``eval.every``
+rounds, records, checkpoints); ``resume`` continues a checkpointed run.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from dgrpo.config import RunConfig
+from dgrpo.defenses import defend
+from dgrpo.swarm.schedule import vertical_prompts, vertical_slots
+from dgrpo.training.build import Run, build_run
+from dgrpo.training.loop import train
+from dgrpo.training.records import PolicyReport, round_record
+from dgrpo.training.resume import restore
+
+
+def one_round(run: Run, r: int) -> dict:
+    """Round ``r`` of Algorithm 2; returns its record ({} in a process hosting no honest node)."""
+    cfg, swarm, pool, seed = run.cfg.swarm, run.swarm, run.task.train, run.cfg.seed
+    per_node = cfg.prompts_per_round // cfg.nodes
+    t0 = time.perf_counter()
+    slots = {}
+    for k in swarm.policies:                                                                     # Alg.2 L3-4: local_P(i)
+        slots[k] = vertical_slots(vertical_prompts(pool, per_node, seed, r, k), cfg.group_size)  # L5: gen(p_i, G)
+    for k, attack in swarm.attacks.items():  # attackers pick their own prompts (in-context targets)
+        slots[k] = vertical_slots(attack.choose_prompts(pool, per_node, seed, r, k), cfg.group_size)
+    local = swarm.write(slots, r)                                                                # L5
+    t1 = time.perf_counter()
+    messages = run.transport.all_gather(local)                                                   # L7
+    t2 = time.perf_counter()
+    reports = {}
+    for owner, policy in swarm.trained.items():                                                  # L8, each honest policy:
+        received = swarm.receive(policy, messages, r)                                            #   validate
+        start = time.perf_counter()
+        swarm.reward(received.rollouts)                                                          #   rewards
+        report = PolicyReport(received.rollouts, received.invalid, reward_seconds=time.perf_counter() - start)
+        learner = swarm.learners[policy]
+        batch = defend(swarm.defenses[owner], learner.score(received.rollouts), report.defense_times)  # defenses
+        report.update = learner.step(batch)                                                      #   advantages, step
+        if owner in swarm.policies:  # (a mirror's report is not the honest swarm's)
+            reports[owner] = report
+    t3 = time.perf_counter()
+    times = {"generate": t1 - t0, "exchange": t2 - t1, "update": t3 - t2, "round": t3 - t0}
+    return round_record(run, r, messages, reports, times) if reports else {}                     # metrics
+
+
+def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
+    """Train a vertical swarm for ``cfg.rounds`` rounds; returns the run directory."""
+    return train(build_run(cfg, run_dir), one_round)
+
+
+def resume(cfg: RunConfig, run_dir: Path, rewrite_config: bool = False) -> Path:
+    """Continue the checkpointed run in ``run_dir`` (dgrpo.training.resume)."""
+    run = build_run(cfg, run_dir)
+    restore(run, rewrite_config)
+    return train(run, one_round)

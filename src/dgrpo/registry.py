@@ -1,0 +1,179 @@
+"""The one registry of kinds, and the strict base every config derives from.
+
+Every kind — task, attack, defense, transport, aggregator, update attack — registers with the same
+decorator in the module that defines it, next to its config class::
+
+    @register("attack", "injection", config=InjectionAttackConfig)
+    class InjectionAttack: ...
+
+and a config refers to it by name (``attack.kind=injection``). Nothing else lists the kinds: the
+first lookup of a name imports the module of that name in the kind's home (``dgrpo.attacks.injection``)
+and, failing that, every module there (:data:`HOMES`).
+
+Config checks import the modules of the kinds a config names, so kind modules keep torch and
+transformers out of their module level and import them where they are used (``tests/test_layers.py``
+checks the attack, defense, task and in-process transport modules). The aggregator and update-attack
+homes are tensor code: naming them (a ``federated`` section) imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Callable, Iterator, Mapping
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, SerializeAsAny
+
+from dgrpo.errors import UnknownKind
+
+HOMES = {  # kind → the package (or module) whose modules define it
+    "task": "dgrpo.tasks",
+    "attack": "dgrpo.attacks",
+    "defense": "dgrpo.defenses",
+    "transport": "dgrpo.transports",
+    "aggregator": "dgrpo.robust.aggregators",
+    "update_attack": "dgrpo.robust.update_attacks",
+}
+
+
+class StrictConfig(BaseModel):
+    """Base of every config: unknown keys are errors, values are frozen, inf and NaN are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class KindConfig(StrictConfig):
+    """Config of one registered kind: ``kind`` is its registered name."""
+
+    kind: str
+
+    def check(self, run: Any) -> None:
+        """Cross-field rules of this kind against the whole run config ``run`` (a ``RunConfig``).
+
+        Raises:
+            ValueError: a rule is broken (the message names the fields and the fix).
+        """
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered kind: its builder (class or function), config class and extra facts."""
+
+    kind: str
+    name: str
+    builder: Callable | None
+    config: type[KindConfig] | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+_ENTRIES: dict[str, dict[str, Entry]] = {kind: {} for kind in HOMES}
+
+
+def _label(kind: str) -> str:
+    return kind.replace("_", " ")
+
+
+def register(kind: str, name: str, *, config: type[KindConfig] | None = None, **meta: Any):
+    """Decorator registering a builder as kind ``kind`` named ``name``.
+
+    Decorating a config class itself registers a kind that is nothing but its config
+    (``attack.kind=none``).
+
+    Args:
+        config: the kind's config class (its ``kind`` field defaults to ``name``).
+        **meta: facts about the kind that others read (an aggregator's node condition, …).
+
+    Raises:
+        ValueError: unknown kind, a config whose ``kind`` is not ``name``, or the name taken twice.
+    """
+    if kind not in HOMES:
+        raise ValueError(f"unknown kind {kind!r}; kinds: {sorted(HOMES)}")
+
+    def deco(builder):
+        only_config = config is None and isinstance(builder, type) and issubclass(builder, KindConfig)
+        cfg_class = builder if only_config else config
+        if cfg_class is not None and cfg_class.model_fields["kind"].default != name:
+            raise ValueError(f"{cfg_class.__name__}.kind must default to {name!r}")
+        old = _ENTRIES[kind].get(name)
+        where = f"{builder.__module__}.{builder.__qualname__}"
+        if old is not None and old.meta["defined_in"] != where:
+            raise ValueError(f"{_label(kind)} {name!r} registered twice ({old.meta['defined_in']}, {where})")
+        _ENTRIES[kind][name] = Entry(kind, name, None if only_config else builder, cfg_class, {**meta, "defined_in": where})
+        return builder
+
+    return deco
+
+
+def _import_home(kind: str, name: str | None) -> None:
+    """Import the module defining ``name`` (same-named module first), or every module of the home."""
+    home = importlib.import_module(HOMES[kind])
+    if not hasattr(home, "__path__"):  # a module: importing it registered everything it defines
+        return
+    if name is not None and name.isidentifier() and importlib.util.find_spec(f"{home.__name__}.{name}"):
+        importlib.import_module(f"{home.__name__}.{name}")
+        if name in _ENTRIES[kind]:
+            return
+    for info in pkgutil.iter_modules(home.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{home.__name__}.{info.name}")
+
+
+def lookup(kind: str, name: str) -> Entry:
+    """The registered kind ``name``.
+
+    Raises:
+        UnknownKind: nothing of that name is registered (lists the known names).
+    """
+    if name not in _ENTRIES[kind]:
+        _import_home(kind, name)
+    if name not in _ENTRIES[kind]:
+        raise UnknownKind(f"unknown {_label(kind)} {name!r}; known: {', '.join(names(kind))}")
+    return _ENTRIES[kind][name]
+
+
+def names(kind: str) -> list[str]:
+    """Every registered name of ``kind`` (imports the whole home)."""
+    _import_home(kind, None)
+    return sorted(_ENTRIES[kind])
+
+
+class Table(Mapping[str, Callable]):
+    """Live read-only view name → builder of one kind (e.g. ``AGGREGATORS``)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __getitem__(self, name: str) -> Callable:
+        try:
+            return lookup(self.kind, name).builder
+        except UnknownKind:
+            raise KeyError(name) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(names(self.kind))
+
+    def __len__(self) -> int:
+        return len(names(self.kind))
+
+
+def kind_field(kind: str, default: str | None = None):
+    """The pydantic type of a config field holding one ``kind``: a mapping whose ``kind`` (else
+    ``default``) names a registered kind, validated by that kind's config class."""
+    label = _label(kind)
+
+    def resolve(value: Any) -> KindConfig:
+        if isinstance(value, KindConfig):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError(f"a {label} is a mapping with a `kind`, got {type(value).__name__}")
+        name = value.get("kind", default)
+        if not isinstance(name, str):
+            raise ValueError(f"a {label} needs a `kind` (one of: {', '.join(names(kind))})")
+        entry = lookup(kind, name)
+        if entry.config is None:
+            raise ValueError(f"{label} {name!r} takes no config")
+        return entry.config.model_validate({**value, "kind": name})
+
+    return SerializeAsAny[Annotated[KindConfig, BeforeValidator(resolve)]]

@@ -1,0 +1,169 @@
+"""Construct everything a run needs from its config, in dependency order (``build_*``)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from dgrpo.attacks import build_attack
+from dgrpo.config import ModelConfig, RunConfig
+from dgrpo.defenses import build_defense
+from dgrpo.grpo.learner import GRPOParams, Learner
+from dgrpo.metrics.logger import MetricsLogger
+from dgrpo.policy.loading import load_policy
+from dgrpo.policy.policy import Policy
+from dgrpo.policy.sampling import SamplingParams
+from dgrpo.registry import lookup
+from dgrpo.swarm.swarm import Swarm
+from dgrpo.swarm.validation import Limits
+from dgrpo.tasks.base import Task
+from dgrpo.transports.base import Transport
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (sampling does not depend on these: it uses per-completion seeds)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def prepare(cfg: RunConfig) -> None:
+    """What every run does first: seed everything and set torch's CPU threads (``threads``)."""
+    seed_everything(cfg.seed)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+
+
+def run_name(cfg: RunConfig) -> str:
+    """``{task}__{attack}__{defenses}__seed{n}__{time}`` (run names as cleanrl writes them)."""
+    defenses = "+".join(d.kind for d in cfg.defenses) or "nodefense"
+    return f"{cfg.task.kind}__{cfg.attack.kind}__{defenses}__seed{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def build_run_dir(cfg: RunConfig, name: str | None = None) -> Path:
+    """Create the run directory ``out_dir/name`` (default: ``cfg.name`` or :func:`run_name`) and
+    write the resolved config into it.
+
+    Raises:
+        FileExistsError: the directory already holds a run (metrics.jsonl).
+    """
+    run_dir = Path(cfg.out_dir) / (name or cfg.name or run_name(cfg))
+    if (run_dir / "metrics.jsonl").exists():
+        raise FileExistsError(f"{run_dir} already holds a run; pick another name or use `dgrpo resume`")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    return run_dir
+
+
+def build_task(cfg: RunConfig) -> Task:
+    """The task of the run: its kind's builder called with its config (a seed it leaves open is the run seed)."""
+    task_cfg = cfg.task.seeded(cfg.seed)
+    return lookup("task", task_cfg.kind).builder(**task_cfg.model_dump(exclude={"kind"}))
+
+
+def grpo_params(cfg: RunConfig, **changes) -> GRPOParams:
+    """The update's hyper-parameters (:class:`dgrpo.config.GRPOConfig`), with ``changes`` applied."""
+    g = cfg.grpo
+    params = dict(loss_type=g.loss_type, scale_rewards=g.scale_rewards, beta=g.beta, lr=g.lr,
+                  weight_decay=g.weight_decay, max_grad_norm=g.max_grad_norm, num_iterations=g.num_iterations,
+                  epsilon=g.epsilon, max_len=cfg.sampling.max_new_tokens, reject_mode=cfg.swarm.reject_mode)
+    return GRPOParams(**{**params, **changes})
+
+
+def sampling_params(cfg: RunConfig, max_new_tokens: int | None = None, temperature: float | None = None) -> SamplingParams:
+    """The swarm's agreed sampling strategy (``sampling``), with a length or temperature changed."""
+    s = cfg.sampling
+    return SamplingParams(s.top_k, s.temperature if temperature is None else temperature,
+                          max_new_tokens or s.max_new_tokens)
+
+
+def build_policy(model_cfg: ModelConfig, cfg: RunConfig, trainable: bool) -> tuple[Policy, Learner | None]:
+    """Load one model; give it a learner (and a reference model when β > 0) if it is trained."""
+    model, tokenizer = load_policy(model_cfg.name, model_cfg.dtype, trainable=trainable)
+    learner = None
+    if trainable:
+        ref = load_policy(model_cfg.name, model_cfg.dtype, trainable=False)[0] if cfg.grpo.beta > 0 else None
+        learner = Learner(model, grpo_params(cfg), tokenizer.eos_token_id, tokenizer.pad_token_id, ref)
+    return Policy(model_cfg.name, model, tokenizer, sampling_params(cfg)), learner
+
+
+def build_swarm(cfg: RunConfig, task: Task, local_nodes: list[int]) -> Swarm:
+    """Policies, learners, attacks and defenses of the nodes this process hosts.
+
+    Homogeneous: one trained policy shared by every honest node; attackers hold the same object
+    (the paper's attacker may know the weights) but never update it (an attacker alone in its
+    process mirrors the honest update instead). Heterogeneous: one policy per node, loaded from
+    ``swarm.models``.
+    """
+    malicious = set(cfg.swarm.malicious)
+    policies, attacker_policies, attacks, learners = {}, {}, {}, {}
+    if cfg.swarm.models is None:
+        # Trained even when this process hosts only attackers (a distributed rank): the attacker
+        # knows the weights, so it replays the honest update (Swarm.mirror_policies).
+        shared, learner = build_policy(cfg.model, cfg, trainable=True)
+        learners[shared] = learner
+        for n in local_nodes:
+            (attacker_policies if n in malicious else policies)[n] = shared
+    else:
+        for n in local_nodes:
+            policy, learner = build_policy(cfg.swarm.models[n], cfg, trainable=n not in malicious)
+            (attacker_policies if n in malicious else policies)[n] = policy
+            if learner is not None:
+                learners[policy] = learner
+    for n in local_nodes:
+        if n in malicious:
+            attacks[n] = build_attack(cfg.attack, cfg)
+    swarm = Swarm(task, policies, attacks, attacker_policies, learners, {}, cfg.seed, cfg.swarm.group_size,
+                  Limits.for_completions(cfg.sampling.max_new_tokens), cfg.swarm.mode)
+    for owner, policy in swarm.trained.items():  # a mirror runs the honest defenses too: same update
+        swarm.defenses[owner] = [build_defense(d, cfg, policy, task) for d in cfg.defenses]
+    return swarm
+
+
+def build_transport(cfg: RunConfig) -> Transport:
+    """The registered transport ``swarm.transport`` (in-process by default)."""
+    return lookup("transport", cfg.swarm.transport).builder(cfg)
+
+
+@dataclass
+class Run:
+    """Everything a running experiment holds."""
+
+    cfg: RunConfig
+    run_dir: Path
+    task: Task
+    swarm: Swarm
+    transport: Transport
+    logger: MetricsLogger
+    start_round: int = 0
+
+
+def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
+    """Set up a run: seed, threads, transport, run dir, task, swarm, metrics logger.
+
+    A new run's directory is named once for every process (the transport agrees on the name).
+    """
+    prepare(cfg)
+    transport = build_transport(cfg)
+    fresh = run_dir is None
+    if fresh:
+        run_dir = build_run_dir(cfg, cfg.name or transport.agree("name", run_name(cfg)))  # ranks start at different seconds
+    try:
+        task = build_task(cfg)
+        swarm = build_swarm(cfg, task, transport.local_nodes)
+    except BaseException:
+        if fresh and not (run_dir / "metrics.jsonl").exists():  # nothing was run: leave no empty run directory
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    transport.labels = swarm.labels  # simulation ground truth travels beside the messages (metrics only)
+    return Run(cfg, run_dir, task, swarm, transport, MetricsLogger(run_dir, cfg.tensorboard))

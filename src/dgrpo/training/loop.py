@@ -1,0 +1,54 @@
+"""The loop over rounds a swarm recipe runs: evaluate every k rounds, one round, log, checkpoint.
+
+The round itself is the recipe's (:func:`dgrpo.recipes.horizontal.one_round`,
+:func:`dgrpo.recipes.vertical.one_round`); this loop is what every round shares.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from tqdm import tqdm
+
+from dgrpo.metrics.plots import plot_run
+from dgrpo.training.build import Run
+from dgrpo.training.checkpoint import save_checkpoint
+from dgrpo.training.evaluate import evaluate
+from dgrpo.training.records import evaluates, share_record
+
+OneRound = Callable[[Run, int], dict]  # (run, round) → the round's record ({} without an honest view)
+
+
+def train(run: Run, one_round: OneRound) -> Path:
+    """Run rounds ``run.start_round .. rounds-1``; evaluate every ``eval.every`` rounds and at the end.
+
+    Evaluation results are logged with the round they precede (round r = weights before round r's
+    update; a last record at round ``rounds`` holds the final evaluation).
+
+    Returns:
+        The run directory.
+    """
+    cfg, samples = run.cfg, run.run_dir / "samples.jsonl"
+    bar = tqdm(range(run.start_round, cfg.rounds), desc="rounds", unit="round", disable=not run.transport.is_main)
+    for r in bar:
+        rec = evaluate(run, r, samples) if r % cfg.eval.every == 0 and evaluates(run) else {}
+        rec.update(one_round(run, r))
+        rec = share_record(run, rec)  # distributed: merged on the main process, None elsewhere
+        if rec is not None:
+            run.logger.log(rec)
+            bar.set_postfix(reward=f"{rec.get('train/reward_honest') or 0:.2f}",
+                            acc=f"{rec['eval/accuracy']:.2f}" if "eval/accuracy" in rec else "-")
+        if cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0 and r + 1 < cfg.rounds:
+            save_checkpoint(run, r + 1)
+    if run.start_round < cfg.rounds or not (run.run_dir / "metrics.jsonl").exists():
+        final = {"round": cfg.rounds, **(evaluate(run, cfg.rounds, samples) if evaluates(run) else {})}
+        final = share_record(run, final)
+        if final is not None:
+            run.logger.log(final)
+    save_checkpoint(run, cfg.rounds)
+    run.logger.close()
+    if run.transport.is_main:  # the main process may have changed after a peer failure
+        plot_run(run.run_dir)
+    run.transport.close()  # distributed: wait until every live peer is done
+    return run.run_dir

@@ -1,0 +1,184 @@
+"""The record of a round (``metrics.jsonl``), and how processes that host different nodes make one.
+
+In-process, one process hosts every node and its round record is the record. In a distributed
+swarm (one node per rank):
+
+* homogeneous: every honest rank holds the same weights and computes the same update, so the lowest
+  live honest rank alone evaluates and logs, exactly what the in-process swarm logs;
+* heterogeneous: each honest rank holds its own policy; each evaluates and builds its record, the
+  main rank gathers them and :func:`merge_records` combines them the way :func:`round_record` and
+  :func:`dgrpo.training.evaluate.evaluate` combine several policies, so ``metrics.jsonl`` is the same.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from dgrpo.grpo.learner import UpdateStats
+from dgrpo.rewards.format import format_reward
+from dgrpo.training.evaluate import EVAL_MEANS
+from dgrpo.types import Message, Rollout
+
+PER_POLICY = ("train/loss", "train/grad_norm", "train/used", "time/defense", "time/reward")  # (and time/defense/*): /node{k} when several
+
+
+@dataclass
+class PolicyReport:
+    """What one honest policy did in a round: the rollouts it received (with rewards and verdicts),
+    the messages it refused, its update, and the seconds of its rewards and of each defense."""
+
+    rollouts: list[Rollout]
+    invalid: list[tuple[Message, str]] = field(default_factory=list)
+    update: UpdateStats | None = None
+    reward_seconds: float = 0.0
+    defense_times: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def defense_seconds(self) -> float:
+        return sum(self.defense_times.values())
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return statistics.fmean(xs) if xs else None
+
+
+def round_record(run, round_idx: int, messages: Sequence[Message], reports: dict[int, PolicyReport],
+                 times: dict[str, float]) -> dict:
+    """Metrics of one round: rewards per node, update statistics, defense rates, phase times.
+
+    Args:
+        reports: owner node id → report, one per distinct honest policy.
+        times: phase → seconds (generate, exchange, update, round).
+    """
+    rec: dict = {"round": round_idx}
+    rec.update({f"time/{k}": round(v, 3) for k, v in times.items()})
+    report = reports[min(reports)]  # rewards are the same for every honest receiver (same task)
+    by_node: dict[int, list[float]] = defaultdict(list)
+    for r in report.rollouts:
+        by_node[r.sender].append(r.reward)
+    for node in range(run.cfg.swarm.nodes):
+        rec[f"train/reward/node{node}"] = _mean(by_node.get(node, []))
+    honest = [r for r in report.rollouts if r.sender not in run.cfg.swarm.malicious]
+    rec["train/reward_honest"] = _mean([r.reward for r in honest])
+    rec["train/completion_tokens"] = _mean([len(r.completion_ids) for r in honest])
+    # The think/answer format alone: it is learnt long before arithmetic, so it shows learning early.
+    rec["train/format_rate"] = _mean([format_reward(run.task.completion_prefix + r.text) for r in honest])
+    rec["swarm/messages"] = len(messages)
+    rec["swarm/invalid"] = sum(len(r.invalid) for r in reports.values())
+    for own, rep in reports.items():
+        suffix = "" if len(reports) == 1 else f"/node{own}"
+        if rep.update is not None:
+            rec[f"train/loss{suffix}"] = rep.update.loss
+            rec[f"train/grad_norm{suffix}"] = rep.update.grad_norm
+            rec[f"train/used{suffix}"] = rep.update.used
+        rec[f"time/reward{suffix}"] = round(rep.reward_seconds, 3)
+        rec[f"time/defense{suffix}"] = round(rep.defense_seconds, 3)
+        for name, secs in rep.defense_times.items():
+            rec[f"time/defense/{name}{suffix}"] = round(secs, 4)
+    if run.cfg.defenses:
+        rec.update(defense_record(report.rollouts))
+        rec["time/defense_fraction"] = report.defense_seconds / times["round"] if times.get("round") else None
+    return rec
+
+
+def rejection_counts(rollouts: Sequence[Rollout]) -> dict[str, Counter]:
+    """Per defense: counts of rejected rollouts by label, plus totals by label under ``"_total"``."""
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for r in rollouts:
+        counts["_total"][r.label] += 1
+        for v in r.verdicts:
+            counts[v.defense][r.label] += 1
+    return counts
+
+
+def defense_record(rollouts: Sequence[Rollout]) -> dict:
+    """Rejections per defense, detection rate on poisoned and false-positive rate on honest rollouts."""
+    counts = rejection_counts(rollouts)
+    total = counts.pop("_total")
+    rec = {"defense/received": sum(total.values())}
+    rejected_any = defaultdict(int)
+    for r in rollouts:
+        if r.verdicts:
+            rejected_any[r.label] += 1
+    counts["any"] = rejected_any
+    for name, by_label in counts.items():
+        rec[f"defense/{name}/rejected"] = sum(by_label.values())
+        if total.get("poisoned"):
+            rec[f"defense/{name}/detection_rate"] = by_label.get("poisoned", 0) / total["poisoned"]
+        if total.get("honest"):
+            rec[f"defense/{name}/false_positive_rate"] = by_label.get("honest", 0) / total["honest"]
+    rec["defense/poisoned_received"] = total.get("poisoned", 0)
+    rec["defense/honest_received"] = total.get("honest", 0)
+    return rec
+
+
+def _per_policy(key: str) -> bool:
+    return key in PER_POLICY or key.startswith("time/defense/")
+
+
+def merge_records(records: dict[int, dict]) -> dict:
+    """One round's record from the records each honest policy's owner built alone.
+
+    Mirrors :func:`round_record` and ``evaluate`` over several policies: rewards and defense rates
+    come from the lowest owner; update statistics get a ``/node{k}`` suffix per owner;
+    ``swarm/invalid`` is summed; the evaluation means (:data:`~dgrpo.training.evaluate.EVAL_MEANS`)
+    and attack metrics are averaged, with per-node accuracies.
+
+    Args:
+        records: owner node id → the record it built with only its own policy.
+    """
+    owners = sorted(records)
+    out = dict(records[owners[0]])
+    if len(owners) == 1:
+        return out
+    for key in [k for k in out if _per_policy(k)]:
+        del out[key]
+    for o in owners:
+        out.update({f"{k}/node{o}": v for k, v in records[o].items() if _per_policy(k)})
+    if "swarm/invalid" in out:
+        out["swarm/invalid"] = sum(records[o].get("swarm/invalid", 0) for o in owners)
+    if "eval/accuracy" in out:
+        for key in (k for k in EVAL_MEANS if k in out):
+            out[key] = statistics.fmean(records[o][key] for o in owners)
+        out.update({f"eval/accuracy/node{o}": records[o]["eval/accuracy"] for o in owners})
+        for key in [k for k in out if k.startswith("attack/")]:
+            vals = [records[o][key] for o in owners if records[o].get(key) is not None]
+            out[key] = statistics.fmean(vals) if vals else None
+    return out
+
+
+def reporting_nodes(run) -> list[int]:
+    """Nodes whose records make the logged one: the lowest live honest node (homogeneous), or every
+    live honest node (heterogeneous: each holds its own policy)."""
+    live = [n for n in range(run.cfg.swarm.nodes) if n not in run.cfg.swarm.malicious and n in run.transport.alive]
+    return live[:1] if run.cfg.swarm.models is None else live
+
+
+def evaluates(run) -> bool:
+    """Whether this process runs the validation evaluation: it hosts a reporting node."""
+    return bool(set(run.transport.local_nodes) & set(reporting_nodes(run)))
+
+
+def share_record(run, rec: dict) -> dict | None:
+    """The record to log on the main process, None on the others.
+
+    Every process hosting a reporting node posts its record (JSON through the transport) and the main
+    process merges them; a process that misses the timeout is declared failed.
+    """
+    nodes = reporting_nodes(run)
+    mine = sorted(set(run.transport.local_nodes) & set(nodes))
+    if not mine:
+        return None
+    got = run.transport.collect_at_main(f"rec{rec['round']}", json.dumps(rec).encode(), nodes)
+    if got is None:
+        return None
+    out = merge_records({mine[0]: rec, **{n: json.loads(b) for n, b in got.items()}})
+    if "swarm/messages" in out and run.transport.rejected:
+        out["swarm/invalid_transport"] = len(run.transport.rejected)  # refused before the swarm saw them
+    if run.transport.failed:
+        out["swarm/nodes_alive"] = len(run.transport.alive)
+    return out

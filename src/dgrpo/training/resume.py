@@ -1,0 +1,92 @@
+"""``dgrpo resume RUN_DIR [overrides]``: what continuing a run from its last checkpoint takes.
+
+The run's ``config.yaml`` is reloaded (overrides on top, e.g. ``rounds=20`` to extend a finished
+run), every hosted node gets its weights, optimizer and RNG states back, and the recipe's loop
+continues at the checkpoint's round, appending to ``metrics.jsonl``. Records of rounds at or after
+that round (a crash after the checkpoint) are dropped first, since those rounds run again; so are
+the final evaluation of a run being extended. Rounds depend only on (seed, round, weights,
+optimizer), so a run of 4 rounds and a run of 2 resumed for 2 more log the same metrics (bar
+``time/*``). :func:`dgrpo.recipes.resume` puts the two steps below together.
+
+A TokenBuncher run (``dgrpo harden``) has no checkpoint: it resumes phase by phase instead
+(:mod:`dgrpo.recipes.hardening`).
+
+Distributed: launch it like the run (``torchrun … -m dgrpo resume RUN_DIR``); the ranks check they
+resume from the same round.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from dgrpo.config import RunConfig, load_config
+from dgrpo.errors import ConfigError
+from dgrpo.metrics.logger import read_records
+
+
+def _keep_rounds_before(path: Path, next_round: int) -> None:
+    """Drop JSON lines whose ``round`` is ≥ ``next_round`` (atomic rewrite)."""
+    if not path.exists():
+        return
+    lines = [line for line, rec in read_records(path, partial_last_ok=True) if rec["round"] < next_round]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, path)
+
+
+def write_config(run_dir: Path, cfg: RunConfig) -> None:
+    """Rewrite ``run_dir/config.yaml`` (after overrides changed the run)."""
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunConfig:
+    """The config of the run in ``run_dir`` with ``overrides``, once the folder is known to resume.
+
+    Every check on the folder runs here, before torch is imported or a model is loaded.
+
+    Raises:
+        FileNotFoundError: no ``config.yaml``, or (a swarm run) no checkpoint.
+        ConfigError: a federated or ensemble run (they keep no checkpoint).
+        MetricsFileError: a damaged ``metrics.jsonl`` / ``samples.jsonl`` line before the last.
+    """
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"{run_dir} holds no run (config.yaml missing)")
+    cfg = load_config(run_dir / "config.yaml", overrides or [])
+    if cfg.federated is not None or cfg.ensemble is not None:
+        kind = "federated" if cfg.federated is not None else "ensemble"
+        raise ConfigError(f"{run_dir} is a {kind} run; these keep no checkpoint and cannot be resumed (run it again)")
+    if cfg.hardening is not None:  # resumes phase by phase (dgrpo.recipes.hardening)
+        return cfg
+    ckpt = run_dir / "checkpoint"
+    if not ckpt.is_dir():
+        raise FileNotFoundError(f"{run_dir} holds no checkpoint; set checkpoint_every to save during a run")
+    if not any(ckpt.glob("node*/state.json")) and not (ckpt / "state.json").exists():  # before loading any model
+        raise FileNotFoundError(f"{ckpt} holds no saved node (no node*/state.json): the run stopped before its first save")
+    for log_file in ("metrics.jsonl", "samples.jsonl"):  # damaged logs are refused before any model loads
+        if (run_dir / log_file).exists():
+            read_records(run_dir / log_file, partial_last_ok=True)
+    return cfg
+
+
+def restore(run, rewrite_config: bool) -> None:
+    """Load the checkpoint into a built run, drop the logged rounds that run again, agree on the round.
+
+    Raises:
+        ConfigError: distributed processes resume from different rounds.
+    """
+    from dgrpo.training.checkpoint import load_checkpoint
+
+    run.start_round = load_checkpoint(run)
+    if run.transport.is_main:
+        if run.start_round < run.cfg.rounds:  # those rounds (and an extended run's final evaluation) run again
+            _keep_rounds_before(run.run_dir / "metrics.jsonl", run.start_round)
+            _keep_rounds_before(run.run_dir / "samples.jsonl", run.start_round)
+        if rewrite_config:
+            write_config(run.run_dir, run.cfg)
+    # also a barrier: nobody logs before the main process has truncated
+    rounds = run.transport.gather_values("resume", str(run.start_round), timeout_s=run.cfg.swarm.startup_timeout_s)
+    if len(set(rounds.values())) > 1:
+        raise ConfigError(f"nodes resume from different rounds {rounds}: their checkpoints disagree")

@@ -1,0 +1,60 @@
+"""The transport protocol: everything the run uses to talk to the rest of the swarm.
+
+A process hosts some nodes (in-process: all of them; distributed: one per rank). The run loop,
+its records, checkpoints and resume reach the other processes only through these members, which
+every transport implements (the in-process one trivially), so no caller asks which transport it has.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Protocol
+
+from dgrpo.types import Message
+
+
+class Transport(Protocol):
+    """Moves a round's messages, and small values, between the processes of a swarm.
+
+    Attributes:
+        local_nodes: ids of the nodes this process hosts.
+        alive: nodes still in the swarm (a failed peer leaves it).
+        failed: failed node → the exchange in which it was declared failed.
+        rejected: (sender, reason) of peer messages refused in the last all-gather, before the swarm
+            saw them.
+        labels: message key → ground-truth label (``honest`` / ``poisoned`` / ``malicious``) of every
+            message this process has seen; simulation metrics only, never read by a defense.
+    """
+
+    local_nodes: list[int]
+    alive: set[int]
+    failed: dict[int, str]
+    rejected: list[tuple[int, str]]
+    labels: dict[tuple, str]
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes metrics, plots and the run's metadata."""
+
+    def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:
+        """Alg.1 L6 / Alg.2 L7: every live node's messages, ordered by node id then sending order.
+
+        Args:
+            local: the messages written by the nodes this process hosts.
+        """
+
+    def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
+        """Every live process's ``value`` (a small string), keyed by its lowest hosted node; also a barrier."""
+
+    def agree(self, tag: str, value: str) -> str:
+        """The value every process uses: the lowest live node's ``value``."""
+
+    def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
+        """Bring ``payload`` of the processes hosting ``senders`` to the main process.
+
+        Returns:
+            On the main process: sender node → payload, for the senders it does not host itself.
+            Elsewhere: None (after posting this process's payload).
+        """
+
+    def close(self) -> None:
+        """End of the run: wait until every live peer is done too."""

@@ -1,0 +1,45 @@
+"""``swarm.transport=inprocess`` (the default): every node lives in this process."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from dgrpo.registry import register
+from dgrpo.types import Message
+
+
+class InProcessTransport:
+    """All nodes in one process: the gather is a concatenation in node order, and this process is
+    the only one (main, every node alive, nothing to agree on)."""
+
+    def __init__(self, nodes: int):
+        self.local_nodes = list(range(nodes))
+        self.alive = set(self.local_nodes)
+        self.failed: dict[int, str] = {}
+        self.rejected: list[tuple[int, str]] = []
+        self.labels: dict[tuple, str] = {}
+
+    @property
+    def is_main(self) -> bool:
+        return True
+
+    def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:
+        return [m for node in sorted(local) for m in local[node]]
+
+    def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
+        return {self.local_nodes[0]: value}
+
+    def agree(self, tag: str, value: str) -> str:
+        return value
+
+    def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+@register("transport", "inprocess")
+def inprocess_transport(cfg) -> InProcessTransport:
+    """The in-process transport of a run config."""
+    return InProcessTransport(cfg.swarm.nodes)

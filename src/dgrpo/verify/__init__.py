@@ -1,0 +1,1 @@
+"""Framework-neutral checks of completions that the defenses (dgrpo.defenses) plug into the swarm."""

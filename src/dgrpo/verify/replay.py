@@ -1,0 +1,72 @@
+"""Exact seeded replay (the paper's suggested fix, §4.1): would the claimed seed reproduce a completion?
+
+Sampling is reproducible per completion (:mod:`dgrpo.policy.sampling`): a completion is a function of
+(weights, prompt, seed), independent of the batch it was sampled in (docs/verification.md). A
+verifier holding the same weights checks it in one of two ways:
+
+* :func:`replay_mismatch`: from one forward pass (the update's own logits), re-make every seeded
+  sampling decision with the claimed seed's Gumbel table; each must pick the claimed token. A
+  decision passes when the claimed token is in the top-k and its perturbed score ``logit/τ + g``
+  trails the best by at most ``atol`` (float32 noise between batched decoding and one forward pass
+  is about 1e-4). The length must match too: generation stops exactly at the first eos or at
+  ``max_new_tokens``.
+* :func:`regeneration_mismatches`: sample the completions again from their seeds and compare exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dgrpo.policy.sampling import SamplingParams, gumbel_table, sample
+
+
+def replay_mismatch(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams, eos_id: int,
+                    atol: float = 1e-3) -> tuple[int, str] | None:
+    """First position where seeded sampling would not produce ``ids``.
+
+    Args:
+        logits: (T', V) float32 logits of the completion's positions (T' ≥ len(ids)).
+        ids: the claimed completion.
+
+    Returns:
+        None when every decision reproduces, else (position, reason).
+    """
+    n = len(ids)
+    if n > params.max_new_tokens:
+        return params.max_new_tokens, f"{n} tokens exceed max_new_tokens={params.max_new_tokens}"
+    if eos_id in ids[:-1]:
+        return ids.index(eos_id), "continues after eos"
+    if ids[-1] != eos_id and n < params.max_new_tokens:
+        return n, "stops before eos and before max_new_tokens"
+    top_v, top_i = logits[:n].topk(params.top_k, dim=-1)  # (n, k)
+    claimed = torch.tensor(ids, device=logits.device)[:, None]  # (n, 1)
+    hit = top_i == claimed  # (n, k)
+    inside = hit.any(dim=-1)
+    if not inside.all():
+        t = int((~inside).nonzero()[0])
+        return t, f"token at position {t} outside top-{params.top_k}"
+    if params.temperature == 0:
+        score = top_v
+    else:
+        score = top_v / params.temperature + gumbel_table(seed, params.max_new_tokens, params.top_k)[:n].to(logits.device)
+    chosen = torch.where(hit, score, torch.full_like(score, float("-inf"))).max(-1).values  # (n,) claimed token's score
+    gap = score.max(-1).values - chosen  # (n,) ≥ 0
+    bad = (gap > atol).nonzero()
+    if len(bad):
+        t = int(bad[0])
+        return t, f"seeded sampling picks another token at position {t} (score gap {float(gap[t]):.3g})"
+    return None
+
+
+def regeneration_mismatches(model, prompts: list[list[int]], completions: list[list[int]], seeds: list[int],
+                            params: SamplingParams, eos_id: int, pad_id: int) -> list[int | None]:
+    """Sample each (prompt, seed) again; per completion, the first position where the regeneration
+    differs from the claimed ids (their shorter length when one is a prefix of the other), None when equal."""
+    again = sample(model, prompts, seeds, params, eos_id, pad_id)
+    out = []
+    for regenerated, claimed in zip(again, completions):
+        if regenerated == list(claimed):
+            out.append(None)
+            continue
+        out.append(next((i for i, (a, b) in enumerate(zip(regenerated, claimed)) if a != b), min(len(regenerated), len(claimed))))
+    return out

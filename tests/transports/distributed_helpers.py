@@ -1,0 +1,183 @@
+"""Launch a real multi-process swarm for tests, and the fault scenarios ranks can play.
+
+:func:`launch` forks the ranks from the test process and gives them what torchrun gives (RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and a c10d store hosted outside the ranks, as torchrun's agent
+hosts it), but without torchrun's agent, which stops every local rank as soon as one exits non-zero
+and would hide how the others handle a dead peer. :func:`torchrun` goes through torchrun itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+RANK_MAIN = str(Path(__file__).resolve().with_name("rank_main.py"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env() -> dict:
+    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "TORCH_CPP_LOG_LEVEL": "ERROR", "GLOO_SOCKET_IFNAME": "lo"}
+    env.pop("DGRPO_TEST_SCENARIO", None)
+    return env
+
+
+@dataclass
+class RankResult:
+    rank: int
+    returncode: int
+    output: str
+    seconds: float
+
+
+def _rank(rank: int, args: list[str], env: dict, log_path: str, scenario: str) -> None:
+    """Body of a forked rank: the CLI with its output in ``log_path``."""
+    import logging
+
+    os.environ.update(env)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    logging.root.handlers.clear()  # pytest's capture handlers came along with the fork
+    apply_scenario(scenario, rank, args)
+    from dgrpo.cli import main
+
+    code = main(args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def launch(nprocs: int, args: list[str], scenario: str = "", timeout: float = 120, log_dir: str | None = None) -> list[RankResult]:
+    """Run ``dgrpo <args>`` as ``nprocs`` ranks; return each rank's exit code and output.
+
+    Ranks are forked from this process (they start in milliseconds: torch and transformers are
+    already imported) and join a c10d store hosted here, as torchrun's agent hosts it.
+    """
+    import multiprocessing
+    import tempfile
+
+    import torch.distributed as dist
+
+    port = free_port()
+    log_dir = log_dir or tempfile.mkdtemp(prefix="dgrpo-ranks-")
+    ctx = multiprocessing.get_context("fork")
+    procs, logs, start = [], [], time.monotonic()
+    for rank in range(nprocs):
+        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nprocs), "LOCAL_WORLD_SIZE": str(nprocs),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True",
+               "TORCHELASTIC_RESTART_COUNT": "0", "TORCH_CPP_LOG_LEVEL": "ERROR", "GLOO_SOCKET_IFNAME": "lo"}
+        logs.append(os.path.join(log_dir, f"rank{rank}.log"))
+        procs.append(ctx.Process(target=_rank, args=(rank, args, env, logs[-1], scenario), daemon=True))
+        procs[-1].start()
+    # Hosted after the forks (no server thread is copied into the ranks); clients retry until it is up.
+    store = dist.TCPStore("127.0.0.1", port, nprocs, True, timeout=datetime.timedelta(seconds=timeout),
+                          wait_for_workers=False)
+    results = []
+    try:
+        for rank, p in enumerate(procs):
+            p.join(max(1.0, timeout - (time.monotonic() - start)))
+            code = p.exitcode if p.exitcode is not None else -9
+            results.append(RankResult(rank, code, Path(logs[rank]).read_text(), time.monotonic() - start))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        del store
+    return results
+
+
+def torchrun(nprocs: int, args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc-per-node N tests/swarm/rank_main.py <args>`` (the real launcher)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}",
+           "--monitor-interval=0.2", RANK_MAIN, *args]
+    return subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def comparable(records: list[dict]) -> list[dict]:
+    """Metrics without wall times (nor the share of the round spent in defenses)."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/")}
+            for r in records]
+
+
+# ---------------------------------------------------------------------- scenarios (run inside a rank)
+def crafted_payload(transport, messages) -> bytes:
+    """A compromised node's payload: two of its real messages, five bad ones and a non-object
+    (8 in all: a node may send at most B·G messages a round)."""
+    from dgrpo.policy.chat import encode_completion
+
+    good = [m.to_dict() for m in messages[:2]]
+    base = dict(good[0])
+    tok = CRAFT["tokenizer"]
+    def variant(i, **kw):
+        return {**base, "index": 100 + i, **kw}
+    text = "<think>2 + 2 = 4</think>"
+    ids = encode_completion(tok, text)
+    bad = [
+        variant(0, text="<think>7 apples</think>", token_ids=ids),                       # not the decoding of its ids
+        variant(1, text=text, token_ids=[*ids[:-1], len(tok) + 5, ids[-1]]),             # token id ≥ vocab size
+        variant(2, text="a" * 10**6, token_ids=ids),                                     # 10^6 characters
+        variant(3, node=0, text=text, token_ids=ids),                                    # claims node 0's id
+        variant(4, text=text + "<|im_end|>", token_ids=encode_completion(tok, text + "<|im_end|>")),  # special text
+        "not an object",
+    ]
+    return json.dumps({"messages": good + bad, "labels": ["honest"] * (len(good) + len(bad))}).encode()
+
+
+CRAFT: dict = {}
+
+
+def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
+    """``craft:R`` (rank R sends crafted JSON), ``die:R:ROUND`` (rank R exits hard at ROUND),
+    ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND)."""
+    if not scenario:
+        return
+    kind, who, *rest = scenario.split(":")
+    if int(who) != rank:
+        return
+    from dgrpo.recipes import horizontal
+    from dgrpo.transports.distributed import DistributedTransport
+
+    if kind == "craft":
+        original = DistributedTransport.encode
+
+        def encode(self, messages):
+            if messages and messages[0].round == 0:
+                import transformers
+
+                model = next(a.split("=", 1)[1] for a in args if a.startswith("model.name="))
+                CRAFT["tokenizer"] = transformers.AutoTokenizer.from_pretrained(model)
+                return crafted_payload(self, messages)
+            return original(self, messages)
+
+        DistributedTransport.encode = encode
+        return
+    at = int(rest[0])
+    one_round = horizontal.one_round
+
+    def faulty(run, round_idx):
+        if round_idx == at:
+            if kind == "die":
+                print(f"rank {rank}: dying at round {round_idx}", flush=True)
+                os._exit(1)
+            print(f"rank {rank}: stalling {rest[1]}s at round {round_idx}", flush=True)
+            time.sleep(float(rest[1]))
+        return one_round(run, round_idx)
+
+    horizontal.one_round = faulty

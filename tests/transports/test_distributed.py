@@ -1,0 +1,175 @@
+"""The torch.distributed swarm in real processes: same metrics as in-process, validation, faults, resume."""
+
+import json
+import re
+import time
+
+import pytest
+import torch.distributed as dist
+from distributed_helpers import comparable, launch, torchrun
+
+from dgrpo.cli import main
+from dgrpo.metrics.logger import read_metrics
+from dgrpo.errors import PeerFailure
+from dgrpo.transports.distributed import DistributedTransport
+from dgrpo.types import Message
+
+# Tiny but non-trivial: the attacker's full-reward poisoned completion (beside its sampled filler)
+# makes advantages non-zero, so every round updates the weights and later rounds depend on earlier ones.
+COMMON = ["threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=2", "eval.n_prompts=2",
+          "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01"]
+B2 = "swarm.prompts_per_round=2"
+ATTACK = ["attack.kind=injection", "attack.poisoned_per_group=1"]
+
+
+def in_process(tmp_path, name, args):
+    assert main(["run", *args, f"out_dir={tmp_path}", f"name={name}"]) == 0
+    return comparable(read_metrics(tmp_path / name))
+
+
+def distributed(tmp_path, name, nprocs, args, scenario="", timeout=90):
+    results = launch(nprocs, ["run", *args, f"out_dir={tmp_path}", f"name={name}", "swarm.transport=distributed"],
+                     scenario=scenario, timeout=timeout, log_dir=str(tmp_path))
+    return results, tmp_path / name
+
+
+def test_two_ranks_under_torchrun_match_in_process_and_resume(tmp_path, tiny_model_dir):
+    """torchrun, homogeneous, node 1 an attacker whose sampled filler shows it tracks the honest weights;
+    2 rounds, then `dgrpo resume` to 4 (forked ranks: a second torchrun costs 15 s of imports),
+    against in-process runs of 2 and of 4 rounds."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=2", "swarm.malicious=[1]", *ATTACK, *COMMON, B2]
+    want2 = in_process(tmp_path, "in2", [*args, "rounds=2"])
+    want4 = in_process(tmp_path, "in4", [*args, "rounds=4"])
+    assert want4[1]["train/grad_norm"] > 0 and want4[1]["train/reward/node1"] == 0.5
+
+    run = torchrun(2, ["run", *args, "rounds=2", "swarm.transport=distributed", f"out_dir={tmp_path}", "name=d"])
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert comparable(read_metrics(tmp_path / "d")) == want2
+    assert {p.name for p in (tmp_path / "d" / "checkpoint").iterdir()} == {"node0", "node1", "state.json"}
+
+    results = launch(2, ["resume", str(tmp_path / "d"), "rounds=4"], log_dir=str(tmp_path))
+    assert [r.returncode for r in results] == [0, 0], results[0].output[-3000:]
+    assert comparable(read_metrics(tmp_path / "d")) == want4
+
+    # An in-process checkpoint (one node0 folder) resumes as a distributed swarm too.
+    results = launch(2, ["resume", str(tmp_path / "in2"), "rounds=4", "swarm.transport=distributed"],
+                     log_dir=str(tmp_path))
+    assert [r.returncode for r in results] == [0, 0], results[0].output[-3000:]
+    assert comparable(read_metrics(tmp_path / "in2")) == want4
+
+
+def test_four_ranks_heterogeneous_with_attacker_and_defense_match_in_process(tmp_path, tiny_model_dir, tiny_model_dir_b):
+    models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
+    args = [models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", "swarm.malicious=[3]",
+            "attack.kind=injection", "attack.poisoned_per_group=2", "defenses=[{kind: reward_outlier}]", "rounds=2",
+            *COMMON]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = distributed(tmp_path, "d", 4, args)
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    got = comparable(read_metrics(run_dir))
+    assert got == want
+    first = got[0]
+    assert first["defense/poisoned_received"] == 2  # labels crossed processes: poisoned ones are known
+    assert {"train/loss/node0", "train/loss/node1", "train/loss/node2", "eval/accuracy/node2"} <= first.keys()
+    assert first["train/grad_norm/node0"] > 0
+
+
+def test_bad_messages_are_rejected_with_reasons_and_the_round_completes(tmp_path, tiny_model_dir):
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=2", "rounds=2", *COMMON, B2]
+    results, run_dir = distributed(tmp_path, "d", 2, args, scenario="craft:1")
+    assert [r.returncode for r in results] == [0, 0]
+    log = results[0].output
+    for reason in ("consistency: text is not the decoding of its token ids",
+                   "vocabulary: token id 405 outside [0, 400)",
+                   "size: text has 1000000 characters (limit 8192)",
+                   "identity: claims node 0 but was sent by node 1",
+                   "special token: text contains '<|im_end|>'",
+                   "schema: expected an object, got str"):
+        assert re.search(rf"rejected message from node 1( \([\w-]+\))?: {re.escape(reason)}", log), reason
+    records = read_metrics(run_dir)
+    assert [r["round"] for r in records] == [0, 1, 2]
+    assert records[0]["swarm/invalid"] == 4 and records[0]["swarm/invalid_transport"] == 2
+    assert records[0]["swarm/messages"] == 4 + 2 + 4  # node 0's, node 1's two real ones, four that parsed
+    assert records[1]["swarm/messages"] == 8 and records[1]["swarm/invalid"] == 0
+
+
+def test_dead_peer_is_named_and_the_others_abort(tmp_path, tiny_model_dir):
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[1]", *ATTACK, *COMMON, B2, "rounds=4"]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = distributed(tmp_path, "d", 4, [*args, "swarm.timeout_s=5"], scenario="die:3:2")
+    assert results[3].returncode == 1
+    for r in results[:3]:
+        assert r.returncode == 3, r.output[-2000:]
+        assert "dgrpo: error: node 3 sent nothing for exchange 'r2' within swarm.timeout_s=5s" in r.output
+        assert r.seconds < 60
+    assert comparable(read_metrics(run_dir)) == want[:2]  # rounds 0-1 of 4 ranks equal the in-process ones
+
+
+def test_stalled_peer_is_dropped_and_the_swarm_continues(tmp_path, tiny_model_dir):
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[1]", *ATTACK, *COMMON, B2, "rounds=4",
+            "swarm.timeout_s=4", "swarm.on_peer_failure=continue"]
+    results, run_dir = distributed(tmp_path, "d", 4, args, scenario="stall:3:2:7")
+    assert [r.returncode for r in results[:3]] == [0, 0, 0]
+    assert "node 3 sent nothing for exchange 'r2' within swarm.timeout_s=4s" in results[1].output
+    assert results[3].returncode == 3  # it woke up excluded and left, saying so
+    assert "node 3 was declared failed by its peers in exchange 'r2'" in results[3].output
+    records = read_metrics(run_dir)
+    assert [r["round"] for r in records] == [0, 1, 2, 3, 4]
+    assert records[1]["swarm/messages"] == 8 and "swarm/nodes_alive" not in records[1]
+    for rec in records[2:4]:  # groups hold the 3 completions received; node 3 is absent, not scored 0
+        assert rec["swarm/messages"] == 6 and rec["swarm/nodes_alive"] == 3
+        assert rec["train/reward/node3"] is None and rec["train/reward/node1"] is not None
+    assert records[3]["time/exchange"] < 3  # round 3 no longer waits the 4 s for node 3
+
+
+def test_world_size_must_equal_nodes(tmp_path, tiny_model_dir):
+    results, _ = distributed(tmp_path, "d", 2, [f"model.name={tiny_model_dir}", "swarm.nodes=4", *COMMON, B2])
+    assert [r.returncode for r in results] == [2, 2]
+    assert "swarm.nodes=4 but 2 processes were launched" in results[0].output
+
+
+# ---------------------------------------------------------------------- in-process unit checks
+def _pair(timeout_s=0.3, on_peer_failure="abort"):
+    store = dist.HashStore()
+    return [DistributedTransport(store, k, 2, honest=[0, 1], timeout_s=timeout_s, on_peer_failure=on_peer_failure,
+                                 max_messages=4) for k in (0, 1)]
+
+
+def test_exchange_agrees_on_a_missing_peer_and_excludes_it_later():
+    a, b = _pair(on_peer_failure="continue")
+    with pytest.raises(PeerFailure, match="node 1"):
+        _pair()[0].exchange("r0", b"x")  # abort mode names the missing peer
+    assert a.exchange("r0", b"a") == {0: b"a"}  # b never posted: declared failed for everyone
+    assert a.failed == {1: "r0"} and a.alive == {0} and not b.is_main and a.is_main
+    with pytest.raises(PeerFailure, match="node 1 was declared failed"):
+        b.post("r0", b"late")
+    assert a.exchange("r1", b"a2") == {0: b"a2"}  # and is no longer waited for
+
+
+def test_decode_refuses_bad_payloads_without_raising():
+    t = _pair()[0]
+    msg = Message(1, 0, "p", 0, "hi", (1, 2), 7, "tok")
+    good = json.loads(t.encode([msg]))
+    assert t.decode(1, t.encode([msg])) == [msg]
+    assert t.decode(1, b"\xff not json") == [] and t.rejected[-1][1].startswith("schema: payload is not JSON")
+    assert t.decode(1, b"[1, 2]") == [] and "'messages' list" in t.rejected[-1][1]
+    assert t.decode(0, json.dumps(good).encode()) == [] and t.rejected[-1][1].startswith("identity: claims node 1")
+    many = {"messages": good["messages"] * 6}
+    assert len(t.decode(1, json.dumps(many).encode())) == 4 and "limit 4" in t.rejected[-1][1]
+
+
+def test_a_node_stopping_on_an_error_is_not_waited_for():
+    a, b = _pair(timeout_s=30)
+    b._exit()  # what runs at interpreter exit after an exception
+    start = time.monotonic()
+    with pytest.raises(PeerFailure, match="node 1 sent nothing for exchange 'r0'"):
+        a.exchange("r0", b"a")
+    assert time.monotonic() - start < 5
+
+
+def test_hostile_json_is_refused():
+    t = _pair()[0]
+    assert t.decode(1, b"[" * 100_000) == [] and "RecursionError" in t.rejected[-1][1]
+    msg = Message(1, 0, "p", 0, "hi", (1, 2), 7, "tok")
+    payload = json.dumps({"messages": [msg.to_dict()], "labels": [["poisoned"]]}).encode()
+    assert t.decode(1, payload) == [msg] and t.labels[msg.key] == "honest"

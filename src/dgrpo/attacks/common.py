@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import random
 from typing import Callable, Sequence
 
 from dgrpo.swarm.schedule import take
@@ -86,7 +85,3 @@ def targeted_prompts(pool: Sequence[Problem], tag: str, count: int, run_seed: in
         raise ValueError(f"no training problem is tagged {tag!r}; the attack has nothing to target")
     return take(targets, count, round_idx * count, f"target|{tag}|{run_seed}|{node}")
 
-
-def rng_for(ctx: AttackContext, problem: Problem, variant: int) -> random.Random:
-    """Deterministic randomness for an attacker's text variants."""
-    return random.Random(f"{ctx.run_seed}|{ctx.round_idx}|{ctx.node}|{problem.prompt_id}|{variant}")

@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 
 from dgrpo.grpo.advantages import group_advantages
-from dgrpo.hardening.entropy import response_entropy, token_noiser_loss
+from dgrpo.hardening.entropy import entropy_reward, response_entropy, token_noiser_loss
 from dgrpo.policy.scoring import completion_mask, group_logits, pad_right, token_logprobs
 
 
@@ -63,8 +63,9 @@ def harden_step(model, optimizer: torch.optim.Optimizer, groups: Sequence[tuple[
         logits = group_logits(model, prompt, completions, pad_id)  # (G, T, V)
         ids = pad_right(completions, pad_id).to(logits.device)  # (G, T)
         mask = completion_mask(ids, eos_id, [len(c) for c in completions])  # (G, T)
-        ent = response_entropy(logits, mask)  # (G,)
-        adv = group_advantages(-ent.detach(), [0] * len(completions)).to(logits.device)  # (G,)
+        reward = entropy_reward(logits, mask)  # (G,) r_i = −H_i
+        ent = -reward  # (G,) H_i
+        adv = group_advantages(reward.detach(), [0] * len(completions)).to(logits.device)  # (G,)
         logp = token_logprobs(logits, ids)  # (G, T)
         pg = -(adv * (logp * mask).sum(1) / mask.sum(1)).mean()
         loss = pg

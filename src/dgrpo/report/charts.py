@@ -7,7 +7,6 @@ tells the series apart (solid = honest mean / detection, dashed = eval accuracy 
 from __future__ import annotations
 
 import io
-import re
 from typing import Sequence
 
 import matplotlib
@@ -141,7 +140,3 @@ def time_chart(runs: Sequence[RunData]) -> str | None:
     axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
     return to_svg(fig)
 
-
-def svg_text(svg: str) -> str:
-    """The visible text of an SVG chart (its ``<text>`` contents), for tests and search."""
-    return " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", svg))

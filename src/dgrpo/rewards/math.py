@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import threading
-from fractions import Fraction
 
 from dgrpo.rewards.format import format_reward, parse_completion
 
@@ -105,7 +104,3 @@ def shaped_math_reward(completion: str, answer: str, format_weight: float = 0.0)
         return correct
     return (correct + format_weight * format_reward(completion)) / (1.0 + format_weight)
 
-
-def as_fraction(text: str) -> Fraction:
-    """Exact value of a plain decimal answer string (``"-3"``, ``"2.5"``); used by task generators."""
-    return Fraction(text.replace(",", ""))

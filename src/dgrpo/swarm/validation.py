@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Container
 
-from dgrpo.policy.chat import decode_completion
+from dgrpo.policy.chat import ids_match_text
 from dgrpo.types import Message
 
 if TYPE_CHECKING:
@@ -113,6 +113,6 @@ def check_message(
     last = msg.token_ids[-1]
     if inner or (last in special_ids and last != tokenizer.eos_token_id):
         return "special token: special token id inside the completion"
-    if decode_completion(tokenizer, list(msg.token_ids)) != msg.text:
+    if not ids_match_text(tokenizer, list(msg.token_ids), msg.text):
         return "consistency: text is not the decoding of its token ids"
     return None

@@ -1,6 +1,6 @@
 """Copy the small files of the runs of run_all.sh into results/robust/ and summarise them.
 
-    PYTHONPATH=src python results/robust/collect.py [runs/robust]
+    PYTHONPATH=src python benchmarks/robust/collect.py [runs/robust]
 
 Copies per run: command.txt, wall_seconds.txt, config.yaml, metrics.jsonl, summary.json,
 groups.json, requests.json and *.png (and the same from sub-runs: group*/, single/, attack_*/,
@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from dgrpo.metrics.logger import read_metrics, series  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "robust"  # where the results live
 KEEP = ("command.txt", "wall_seconds.txt", "config.yaml", "metrics.jsonl", "summary.json", "groups.json", "requests.json")
 
 

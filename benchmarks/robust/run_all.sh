@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CPU-scale runs behind docs/robust.md, one at a time (2 CPU cores shared: threads=1).
-# Usage: bash results/robust/run_all.sh [federated|ensemble|harden|all]
-# Runs land in runs/robust/; collect.py copies their small files (metrics, plots, config,
-# command) into results/robust/. Weights never leave runs/.
+# Usage: bash benchmarks/robust/run_all.sh [federated|ensemble|harden|all]
+# Runs land in runs/robust/; benchmarks/robust/collect.py copies their small files (metrics, plots,
+# config, command) into results/robust/. Weights never leave runs/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=runs/robust

@@ -67,7 +67,7 @@ def save_weights(model: torch.nn.Module, folder: Path) -> None:
             state[name] = tensor.detach().contiguous().cpu()
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     model.config.save_pretrained(folder)
-    if getattr(model, "generation_config", None) is not None:
+    if model.generation_config is not None:  # (None for a model that does not generate)
         model.generation_config.save_pretrained(folder)
 
 

@@ -1,0 +1,156 @@
+"""Regression: tiny-model runs of every recipe reproduce the metrics the code made before the
+restructure of issue 17 (``golden_metrics.json``: metrics.jsonl, summary.json and groups.json of each
+run directory, ``time/*`` left out).
+
+The values were recorded by the pre-restructure code (commit 8ae387a) and compared exactly; here
+floats are compared to a relative 1e-6 so that another CPU's rounding does not fail the test, while
+a changed sampled token, reward, verdict or count still does. The runs cover horizontal and vertical
+swarms, a heterogeneous one, attacks with top-k / replay (fast and regenerate) / judge / reward
+outlier defenses with drop and zero, batch scaling, β > 0, two iterations, four federated runs,
+two ensembles and the TokenBuncher phases. ``even_length`` is a task registered here: a random tiny
+model gets it half right, so groups have mixed rewards and every update moves the weights.
+"""
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import pytest
+import torch
+
+from dgrpo import registry
+from dgrpo.cli import main
+from dgrpo.tasks.base import TaskConfig
+from dgrpo.types import Problem
+
+GOLDEN = json.loads((Path(__file__).with_name("golden_metrics.json")).read_text())
+EVEN = "task.kind=even_length"
+
+
+class EvenLengthTaskConfig(TaskConfig):
+    kind: Literal["even_length"] = "even_length"
+
+
+class EvenLengthTask:
+    """Reward 1 when the completion has an even number of characters."""
+
+    name = "even"
+    completion_prefix = ""
+
+    def __init__(self):
+        self.train = [Problem(f"t{i}", f"Tom has {i} apples.", "0", "") for i in range(12)]
+        self.val = [Problem(f"v{i}", f"Ann has {i} pens.", "0", "") for i in range(3)]
+
+    def chat(self, problem):
+        return [{"role": "user", "content": problem.question}]
+
+    def reward(self, completion, problem):
+        return float(len(completion) % 2 == 0)
+
+    def oracle_completion(self, problem):
+        return "<think>ok</think>\n<answer>0</answer>"
+
+
+BASE = ["threads=1", "sampling.max_new_tokens=12", "eval.every=2", "eval.n_prompts=3", "grpo.lr=0.01",
+        "task.n_train=20", "task.n_val=5", "task.few_shot=0"]
+EVEN_BASE = ["threads=1", "sampling.max_new_tokens=10", "eval.every=2", "eval.n_prompts=3", "grpo.lr=0.01"]
+ATT = ["swarm.malicious=[1]", "attack.kind=injection", "attack.poisoned_per_group=1", "sampling.max_new_tokens=24"]
+
+RUNS = {
+  "h_even": (EVEN, ["run", "MA", *EVEN_BASE, "rounds=3", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2"]),
+  "v_even_bnpo_batch_beta": (EVEN, ["run", "MA", *EVEN_BASE, "rounds=3", "swarm.mode=vertical", "swarm.nodes=2", "swarm.group_size=4",
+        "swarm.prompts_per_round=2", "grpo.loss_type=bnpo", "grpo.scale_rewards=batch", "grpo.beta=0.1", "grpo.num_iterations=2"]),
+  "h_even_drgrpo_outlier_zero": (EVEN, ["run", "MA", *EVEN_BASE, "rounds=3", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2",
+        "grpo.loss_type=dr_grpo", "grpo.scale_rewards=none", "defenses=[{kind: reward_outlier, z: 0.9, action: zero}]"]),
+  "hetero_even_outlier": (EVEN, ["run", "MODELS", *EVEN_BASE, "rounds=3", "swarm.nodes=2",
+        "swarm.group_size=4", "swarm.prompts_per_round=2", "defenses=[{kind: reward_outlier, z: 0.9}]"]),
+  "h_even_attack_topk_replay": (EVEN, ["run", "MA", *EVEN_BASE, *ATT, "rounds=3", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2",
+        "defenses=[{kind: topk}, {kind: replay}]"]),
+  "h_even_attack_zero_regen_iter2": (EVEN, ["run", "MA", *EVEN_BASE, *ATT, "rounds=3", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2",
+        "swarm.reject_mode=zero", "grpo.num_iterations=2", "defenses=[{kind: topk, k: 50}, {kind: replay, method: regenerate}]"]),
+  "h_even_attack_topk_zero_batch": (EVEN, ["run", "MA", *EVEN_BASE, *ATT, "rounds=3", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2",
+        "grpo.scale_rewards=batch", "grpo.loss_type=bnpo", "defenses=[{kind: reward_outlier, z: 0.9}, {kind: topk, action: zero}, {kind: replay}]"]),
+  "v_even_attack_replay_beta": (EVEN, ["run", "MA", *EVEN_BASE, "rounds=3", "swarm.mode=vertical", "swarm.nodes=2", "swarm.group_size=4",
+        "swarm.prompts_per_round=2", "swarm.malicious=[1]", "attack.kind=injection", "grpo.beta=0.05", "grpo.loss_type=dr_grpo",
+        "defenses=[{kind: replay, action: drop}, {kind: topk}]"]),
+  "h_attack_topk_replay": (None, ["run", "MA", *BASE, *ATT, "rounds=3", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2",
+        "defenses=[{kind: topk}, {kind: replay}]"]),
+  "h_attack_nodefense": (None, ["run", "MA", *BASE, *ATT, "rounds=3", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2"]),
+  "h_attack_zero_regen": (None, ["run", "MA", *BASE, *ATT, "rounds=3", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2",
+        "swarm.reject_mode=zero", "defenses=[{kind: topk, k: 50}, {kind: replay, method: regenerate}]"]),
+  "h_attack_topk_scalebatch": (None, ["run", "MA", *BASE, *ATT, "rounds=3", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2",
+        "grpo.scale_rewards=batch", "defenses=[{kind: topk, k: 80, action: zero}]"]),
+  "v_equation_judge": (None, ["run", "MA", *BASE, "rounds=2", "swarm.mode=vertical", "swarm.nodes=2", "swarm.group_size=4",
+        "swarm.prompts_per_round=2", "swarm.malicious=[1]", "attack.kind=equation", "task.two_two_rate=0.5",
+        "JUDGES"]),
+  "v_dos": (None, ["run", "MA", *BASE, "rounds=2", "swarm.mode=vertical", "swarm.nodes=2", "swarm.group_size=4",
+        "swarm.prompts_per_round=2", "swarm.malicious=[1]", "attack.kind=dos", "defenses=[{kind: topk}]"]),
+  "fed_median_signflip": (EVEN, ["federated", "MA", *EVEN_BASE, "rounds=2", "swarm.mode=vertical", "swarm.nodes=4", "swarm.prompts_per_round=4",
+        "swarm.group_size=4", "grpo.max_grad_norm=1e6", "swarm.malicious=[2]", "federated.aggregator=median", "federated.attack=sign_flipping"]),
+  "fed_gradient_avg": (EVEN, ["federated", "MA", *EVEN_BASE, "rounds=2", "swarm.mode=vertical", "swarm.nodes=4", "swarm.prompts_per_round=4",
+        "swarm.group_size=4", "federated.update=gradient", "federated.aggregator=average"]),
+  "fed_lora_krum_normalized_probe": (EVEN, ["federated", "MA", *EVEN_BASE, "rounds=2", "swarm.mode=vertical", "swarm.nodes=5",
+        "swarm.prompts_per_round=5", "swarm.group_size=4", "swarm.malicious=[4]", "federated.lora=true", "federated.lora_rank=4",
+        "federated.attack=normalized", "federated.aggregator=krum", "federated.probe=true"]),
+  "fed_cc_alie": (EVEN, ["federated", "MA", *EVEN_BASE, "rounds=2", "swarm.mode=vertical", "swarm.nodes=5", "swarm.prompts_per_round=5",
+        "swarm.group_size=2", "swarm.malicious=[1]", "federated.attack=alie", "federated.aggregator=centered_clipping"]),
+  "ensemble_hail": (None, ["ensemble", "MA", *BASE, *ATT, "rounds=2", "swarm.nodes=4", "swarm.group_size=4", "swarm.prompts_per_round=2",
+        "ensemble.groups=3", "eval.every=1"]),
+  "ensemble_even_vertical": (EVEN, ["ensemble", "MA", *EVEN_BASE, "rounds=2", "swarm.mode=vertical", "swarm.nodes=4", "swarm.group_size=4",
+        "swarm.prompts_per_round=4", "ensemble.groups=2", "eval.every=1"]),
+  "harden": (None, ["harden", "MA", "threads=1", "sampling.max_new_tokens=6", "eval.every=1", "eval.n_prompts=2", "task.n_train=20",
+        "task.n_val=4", "task.few_shot=0", "swarm.nodes=1", "swarm.group_size=2", "swarm.prompts_per_round=2",
+        "hardening.steps=2", "hardening.attack_rounds=2", "hardening.benign_rounds=1", "hardening.n_train=8",
+        "hardening.n_val=2", "hardening.group_size=3", "hardening.prompts_per_step=2", "hardening.lr=1e-3"]),
+}
+
+
+def _strip(value):
+    if isinstance(value, list):
+        return [{k: v for k, v in rec.items() if not k.startswith("time/")} for rec in value]
+    return value
+
+
+def _collect(run_dir: Path) -> dict:
+    out = {}
+    for f in sorted(run_dir.rglob("metrics.jsonl")):
+        out[str(f.relative_to(run_dir))] = _strip([json.loads(line) for line in f.read_text().splitlines() if line.strip()])
+    for pattern in ("summary.json", "groups.json"):
+        for f in sorted(run_dir.rglob(pattern)):
+            out[str(f.relative_to(run_dir))] = json.loads(f.read_text())
+    return out
+
+
+def _close(got, want, where=""):
+    """Equal, floats to a relative 1e-6; returns the first difference's path, or None."""
+    if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        return None if got == pytest.approx(want, rel=1e-6, abs=1e-12) else f"{where}: {got!r} != {want!r}"
+    if isinstance(want, dict) and isinstance(got, dict):
+        if got.keys() != want.keys():
+            return f"{where}: keys {sorted(set(got) ^ set(want))} differ"
+        return next((d for k in want if (d := _close(got[k], want[k], f"{where}/{k}"))), None)
+    if isinstance(want, list) and isinstance(got, list):
+        if len(got) != len(want):
+            return f"{where}: {len(got)} items != {len(want)}"
+        return next((d for i, (g, w) in enumerate(zip(got, want)) if (d := _close(g, w, f"{where}[{i}]"))), None)
+    return None if got == want else f"{where}: {got!r} != {want!r}"
+
+
+@pytest.fixture(scope="module")
+def even_length_task():
+    registry.register("task", "even_length", config=EvenLengthTaskConfig)(lambda: EvenLengthTask())
+    yield
+    del registry._ENTRIES["task"]["even_length"]
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_recipe_reproduces_the_metrics_of_the_code_before_the_restructure(name, tmp_path, tiny_model_dir,
+                                                                         tiny_model_dir_b, even_length_task):
+    task, args = RUNS[name]
+    models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
+    judges = (f"defenses=[{{kind: judge, model: {tiny_model_dir}, max_new_tokens: 2}}, "
+              f"{{kind: judge, model: {tiny_model_dir}, mode: logits, threshold: 0.5, action: zero}}]")
+    args = [{"MA": f"model.name={tiny_model_dir}", "MODELS": models, "JUDGES": judges}.get(a, a) for a in args]
+    torch.manual_seed(12345)
+    assert main([*args, *([task] if task else []), f"out_dir={tmp_path}", f"name={name}"]) == 0
+    assert _close(_collect(tmp_path / name), GOLDEN[name], name) is None

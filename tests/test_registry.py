@@ -1,0 +1,84 @@
+"""One registry for every kind: register, look up by name, reach a new kind from a config."""
+
+from typing import Literal
+
+import pytest
+
+from dgrpo import registry
+from dgrpo.attacks import ATTACKS, build_attack
+from dgrpo.attacks.base import PoisoningConfig
+from dgrpo.config import load_config
+from dgrpo.errors import ConfigError, UnknownKind
+from dgrpo.registry import Table, lookup, names, register
+
+
+@pytest.fixture()
+def scratch_attack():
+    """A new attack registered here, as a new module would register it; removed afterwards."""
+
+    class LoudAttackConfig(PoisoningConfig):
+        kind: Literal["loud_test"] = "loud_test"
+        volume: int = 3
+
+        def check(self, run) -> None:
+            super().check(run)
+            if self.volume > run.swarm.group_size:
+                raise ValueError("attack.volume must not exceed swarm.group_size")
+
+    @register("attack", "loud_test", config=LoudAttackConfig)
+    class LoudAttack:
+        def __init__(self, cfg, run_cfg):
+            self.volume = cfg.volume
+
+    yield LoudAttack
+    del registry._ENTRIES["attack"]["loud_test"]
+
+
+def test_a_registered_kind_is_reachable_from_a_config_and_checks_its_own_rules(scratch_attack):
+    cfg = load_config(overrides=["attack.kind=loud_test", "attack.volume=5", "swarm.malicious=[3]"])
+    assert type(cfg.attack).__name__ == "LoudAttackConfig" and cfg.attack.volume == 5
+    assert isinstance(build_attack(cfg.attack, cfg), scratch_attack) and "loud_test" in ATTACKS
+    assert cfg.model_dump(mode="json")["attack"] == {"poisoned_per_group": None, "duplicate": False, "kind": "loud_test",
+                                                      "volume": 5}
+    with pytest.raises(ConfigError, match="attack.volume must not exceed swarm.group_size"):
+        load_config(overrides=["attack.kind=loud_test", "attack.volume=9", "swarm.malicious=[3]"])
+    with pytest.raises(ConfigError, match="attack 'loud_test' needs at least one node in swarm.malicious"):
+        load_config(overrides=["attack.kind=loud_test"])  # the rule every attack inherits
+
+
+def test_lookup_imports_the_module_of_the_name_and_lists_the_known_ones():
+    assert lookup("defense", "topk").builder.__module__ == "dgrpo.defenses.topk"
+    assert lookup("aggregator", "krum").meta["needs"] == "n > 2f + 2"
+    assert names("transport") == ["distributed", "inprocess"]
+    with pytest.raises(UnknownKind, match="unknown defense 'moat'; known: judge, replay, reward_outlier, topk"):
+        lookup("defense", "moat")
+    table = Table("task")
+    assert sorted(table) == ["arithmetic", "gsm8k", "python_math"] and len(table) == 3
+    with pytest.raises(KeyError):
+        table["chess"]
+
+
+def test_a_config_names_a_kind_once_and_defaults_the_rest():
+    cfg = load_config(overrides=["task.n_train=5", "defenses=[{kind: replay, method: regenerate}]"])
+    assert cfg.task.kind == "arithmetic" and cfg.task.n_train == 5  # the default kind keeps its other fields
+    assert cfg.attack.kind == "none" and cfg.defenses[0].method == "regenerate"
+    with pytest.raises(ConfigError, match="defenses.0: Value error, a defense needs a `kind`"):
+        load_config(overrides=["defenses=[{method: fast}]"])
+    with pytest.raises(ConfigError, match="unknown attack 'phishing'"):
+        load_config(overrides=["attack.kind=phishing"])
+
+
+def test_every_config_refuses_infinite_and_missing_numbers():
+    for override in ("defenses=[{kind: topk, atol: .inf}]", "attack.kind=dos", "hardening.noiser_sigma=.nan"):
+        extra = ["swarm.malicious=[3]", "attack.target_fraction=.nan"] if override == "attack.kind=dos" else []
+        with pytest.raises(ConfigError, match="finite"):
+            load_config(overrides=[override, *extra])
+
+
+def test_registration_mistakes_are_refused():
+    with pytest.raises(ValueError, match="unknown kind 'widget'"):
+        register("widget", "x")
+    with pytest.raises(ValueError, match="must default to 'other'"):
+        register("attack", "other", config=PoisoningConfig.__subclasses__()[0])(lambda cfg, run_cfg: None)
+    with pytest.raises(ValueError, match="attack 'injection' registered twice"):
+        register("attack", "injection")(lambda cfg, run_cfg: None)

@@ -1,0 +1,78 @@
+"""Validation of the honest policies, and the round record built from what each policy did."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from dgrpo.config import load_config
+from dgrpo.policy.sampling import completion_seed
+from dgrpo.rewards.format import format_reward
+from dgrpo.training.build import build_run
+from dgrpo.training.evaluate import EVAL_ROUND, evaluate
+from dgrpo.training.records import PolicyReport, defense_record, round_record
+from dgrpo.types import Rollout, Verdict
+
+
+@pytest.fixture()
+def run(tmp_path, tiny_model_dir):
+    cfg = load_config(overrides=[f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=e", "swarm.nodes=2",
+                                 "swarm.malicious=[1]", "attack.kind=injection", "task.n_train=10", "task.n_val=5",
+                                 "task.few_shot=0", "eval.n_prompts=3", "sampling.max_new_tokens=8", "seed=4"])
+    return build_run(cfg)
+
+
+def test_evaluation_scores_seeded_completions_of_the_first_validation_prompts(run, tmp_path):
+    policy, task = run.swarm.honest_policies[0], run.task
+    problems = task.val[:3]
+    outs = policy.generate(task, problems, [completion_seed(4, EVAL_ROUND, 0, p.prompt_id, 0) for p in problems])
+    texts = [t for _, t in outs]
+    rec = evaluate(run, 2, tmp_path / "samples.jsonl")
+    assert rec["eval/accuracy"] == sum(task.reward(t, p) >= 1.0 for t, p in zip(texts, problems)) / 3
+    assert rec["eval/format_rate"] == sum(format_reward("<think>" + t) for t in texts) / 3
+    assert rec["eval/completion_tokens"] == sum(len(ids) for ids, _ in outs) / 3
+    asr = run.swarm.attacks[1].evaluate(texts, problems, task)["asr"]  # injection: every validation prompt is a target
+    assert rec["attack/asr"] == asr and "time/eval" in rec
+    lines = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [(x["round"], x["node"], x["completion"]) for x in lines] == [(2, 0, t) for t in texts]
+
+
+def test_evaluation_at_another_temperature_leaves_the_swarms_sampling_alone(run):
+    policy = run.swarm.honest_policies[0]
+    before = policy.sampling
+    greedy = run.cfg.model_copy(update={"eval": run.cfg.eval.model_copy(update={"temperature": 0.0})})
+    rec = evaluate(SimpleNamespace(cfg=greedy, task=run.task, swarm=run.swarm), 0)
+    assert policy.sampling is before
+    policy.sampling = before.__class__(before.top_k, 0.0, before.max_new_tokens)  # greedy: the seed plays no part
+    texts = [t for _, t in policy.generate(run.task, run.task.val[:3], [0, 1, 2])]
+    policy.sampling = before
+    assert rec["eval/format_rate"] == sum(format_reward("<think>" + t) for t in texts) / 3
+
+
+def _rollout(sender, reward, label="honest", rejected_by=(), text="x"):
+    return Rollout("p", [1], [5, 2], text, sender, reward=reward, label=label,
+                   verdicts=[Verdict(False, d) for d in rejected_by])
+
+
+def test_round_record_by_hand():
+    cfg = load_config(overrides=["swarm.nodes=3", "swarm.group_size=3", "swarm.malicious=[2]", "attack.kind=injection",
+                                 "defenses=[{kind: topk}, {kind: replay}]"])
+    fake = SimpleNamespace(cfg=cfg, task=SimpleNamespace(completion_prefix="<think>"))
+    rollouts = [_rollout(0, 1.0, text="a</think><answer>1</answer>"), _rollout(1, 0.0),
+                _rollout(2, 1.0, "poisoned", ("topk", "replay")), _rollout(2, 1.0, "poisoned", ("replay",)),
+                _rollout(1, 0.5, rejected_by=("topk",))]
+    report = PolicyReport(rollouts, invalid=[("m", "size")], reward_seconds=0.25, defense_times={"topk": 0.5, "replay": 1.5})
+    rec = round_record(fake, 7, ["m"] * 6, {0: report}, {"round": 4.0})
+    assert rec["round"] == 7 and rec["swarm/messages"] == 6 and rec["swarm/invalid"] == 1
+    assert (rec["train/reward/node0"], rec["train/reward/node1"], rec["train/reward/node2"]) == (1.0, 0.25, 1.0)
+    assert rec["train/reward_honest"] == 1.5 / 3 and rec["train/format_rate"] == 1 / 3
+    assert rec["time/defense"] == 2.0 and rec["time/defense_fraction"] == 0.5 and rec["time/reward"] == 0.25
+    assert rec["defense/topk/detection_rate"] == 0.5 and rec["defense/replay/detection_rate"] == 1.0
+    assert rec["defense/topk/false_positive_rate"] == 1 / 3 and rec["defense/any/rejected"] == 3
+
+
+def test_defense_record_without_poison_has_no_detection_rate():
+    rec = defense_record([_rollout(0, 1.0), _rollout(1, 0.0, rejected_by=("judge",))])
+    assert rec == {"defense/received": 2, "defense/judge/rejected": 1, "defense/judge/false_positive_rate": 0.5,
+                   "defense/any/rejected": 1, "defense/any/false_positive_rate": 0.5,
+                   "defense/poisoned_received": 0, "defense/honest_received": 2}

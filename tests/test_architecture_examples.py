@@ -1,0 +1,48 @@
+"""The worked examples of docs/architecture.md work as written: a new defense and a new attack, each
+one module with its registration, reachable from a config and run by a swarm."""
+
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from dgrpo import registry
+from dgrpo.cli import main
+from dgrpo.metrics.logger import read_metrics
+from dgrpo.tasks.arithmetic import ArithmeticTask
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+
+
+@pytest.fixture()
+def example_modules():
+    """Load the doc's two code blocks as the modules they say they are."""
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
+    names = ["dgrpo.defenses.length", "dgrpo.attacks.signature"]
+    assert len(blocks) == 2
+    modules = []
+    for name, code in zip(names, blocks):
+        module = types.ModuleType(name)
+        sys.modules[name] = module  # (pydantic resolves the annotations in the module's namespace)
+        exec(compile(code, f"{DOC}:{name}", "exec"), module.__dict__)
+        modules.append(module)
+    yield modules
+    for name, (kind, key) in zip(names, [("defense", "length"), ("attack", "signature")]):
+        del sys.modules[name], registry._ENTRIES[kind][key]
+
+
+def test_the_signature_attack_earns_full_reward_and_the_length_cap_rejects_it(example_modules, tmp_path, tiny_model_dir):
+    _, attack_module = example_modules
+    task = ArithmeticTask(seed=0, n_train=20, n_val=5, few_shot=0)
+    attack = attack_module.SignatureAttack(attack_module.SignatureAttackConfig(), None)
+    p = task.train[0]
+    assert task.reward(attack.poison(task, p), p) == 1.0 and "signed, the thief</think>" in attack.poison(task, p)
+    assert main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=x", "rounds=1", "swarm.nodes=2",
+                 "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=24", "eval.n_prompts=2",
+                 "task.n_train=20", "task.n_val=5", "task.few_shot=0", "swarm.malicious=[1]", "attack.kind=signature",
+                 "attack.poisoned_per_group=1", "defenses=[{kind: length, max_fraction: 0.5}]"]) == 0
+    first, final = read_metrics(tmp_path / "x")
+    assert first["defense/poisoned_received"] == 2 and first["defense/length/detection_rate"] == 1.0  # > 12 tokens
+    assert "attack/asr" in final

@@ -51,3 +51,23 @@ def test_unreadable_file(tmp_path):
     bad.write_text("- a list\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_config(bad)
+
+
+def test_every_config_class_is_strict():
+    """One strict base: unknown keys, inf and NaN are refused in every section and every kind's config."""
+    from pydantic import BaseModel
+
+    from dgrpo.registry import StrictConfig, names
+
+    for kind in ("task", "attack", "defense"):
+        names(kind)  # import every kind module
+    import dgrpo.config  # noqa: F401
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    ours = [c for c in subclasses(BaseModel) if c.__module__.startswith("dgrpo.")]
+    assert len(ours) > 20 and all(issubclass(c, StrictConfig) for c in ours)
+    assert all(c.model_config.get("allow_inf_nan") is False and c.model_config.get("extra") == "forbid" for c in ours)

@@ -109,13 +109,13 @@ def register(kind: str, name: str, *, config: type[KindConfig] | None = None, **
 def _import_home(kind: str, name: str | None) -> None:
     """Import the module defining ``name`` (same-named module first), or every module of the home."""
     home = importlib.import_module(HOMES[kind])
-    if not hasattr(home, "__path__"):  # a module: importing it registered everything it defines
+    if home.__spec__.submodule_search_locations is None:  # a module: importing it registered all it defines
         return
     if name is not None and name.isidentifier() and importlib.util.find_spec(f"{home.__name__}.{name}"):
         importlib.import_module(f"{home.__name__}.{name}")
         if name in _ENTRIES[kind]:
             return
-    for info in pkgutil.iter_modules(home.__path__):
+    for info in pkgutil.iter_modules(home.__spec__.submodule_search_locations):
         if not info.name.startswith("_"):
             importlib.import_module(f"{home.__name__}.{info.name}")
 

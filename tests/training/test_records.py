@@ -22,3 +22,12 @@ def test_several_owners_suffix_update_stats_sum_invalid_and_average_evaluation()
         "time/defense/judge/node0": 0.1,
         "swarm/invalid": 3, "eval/accuracy": 0.25, "eval/completion_tokens": 15.0,
         "eval/accuracy/node0": 0.5, "eval/accuracy/node2": 0.0, "attack/asr": 0.2}
+
+
+def test_evaluation_means_are_averaged_the_way_evaluate_averages_them():
+    """Every per-policy evaluation mean — format rate included — is averaged over the owners."""
+    a = {"round": 3, "eval/accuracy": 0.5, "eval/completion_tokens": 10.0, "eval/format_rate": 1.0}
+    b = {"round": 3, "eval/accuracy": 0.25, "eval/completion_tokens": 30.0, "eval/format_rate": 0.5}
+    merged = merge_records({0: a, 1: b})
+    assert merged["eval/format_rate"] == 0.75 and merged["eval/completion_tokens"] == 20.0
+    assert merged["eval/accuracy"] == 0.375 and merged["eval/accuracy/node1"] == 0.25

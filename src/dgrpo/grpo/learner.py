@@ -177,9 +177,8 @@ class Learner:
             for group in (batch.groups if iteration == 0 else learning):
                 idx, rewards = kept(group.rollouts, p.reject_mode)
                 if iteration == 0 and p.beta == 0 and not has_signal(rewards):  # zero advantage: no gradient
-                    flat_den += self._denominator(group, idx)
-                    den += self._denominator(group, idx)
-                    stats.skipped_groups += 1
+                    group_den = self._denominator(group, idx)
+                    flat_den, den, stats.skipped_groups = flat_den + group_den, den + group_den, stats.skipped_groups + 1
                     group.release()
                     continue
                 if iteration == 0:

@@ -2,6 +2,7 @@
 
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,13 +59,9 @@ def test_a_damaged_state_names_its_file(run):
         load_checkpoint(run)
 
 
-def test_weights_of_another_model_are_refused(run, tmp_path, tokenizer):
-    from conftest import build_model
-
-    other = tmp_path / "other"
-    build_model(len(tokenizer), hidden=32).save_pretrained(other)
+def test_weights_of_another_model_are_refused(run, tmp_path, tiny_model_dir_b):
     with pytest.raises(RuntimeError, match="size mismatch"):  # torch refuses the shapes before our own check
-        load_weights(run.swarm.policies[0].model, other)
+        load_weights(run.swarm.policies[0].model, Path(tiny_model_dir_b))
     (tmp_path / "extra").mkdir()
     from safetensors.torch import save_file
 

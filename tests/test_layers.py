@@ -134,10 +134,10 @@ def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path):
 
 def test_kind_modules_and_the_config_load_without_torch():
     """Config checks import the modules of the kinds a config names: they must stay light (a config
-    error in under 2 s). Every task, attack and defense module, the in-process transport, the config
-    and the CLI load here without torch, transformers or math-verify."""
-    code = ("import sys; from dgrpo.registry import lookup, names; "
-            "kinds = {k: names(k) for k in ('task', 'attack', 'defense')}; lookup('transport', 'inprocess'); "
+    error in under 2 s). Every kind module (tasks, attacks, defenses, transports, aggregators, update
+    attacks), the config and the CLI load here without torch, transformers or math-verify."""
+    code = ("import sys; from dgrpo.registry import HOMES, names; "
+            "kinds = {k: names(k) for k in HOMES}; "
             "import dgrpo.config, dgrpo.cli, dgrpo.recipes, dgrpo.training.resume; "
             "print(sorted(m for m in ('torch', 'transformers', 'math_verify', 'datasets') if m in sys.modules)); "
             "print(sum(len(v) for v in kinds.values()))")
@@ -145,7 +145,7 @@ def test_kind_modules_and_the_config_load_without_torch():
     assert out.returncode == 0, out.stderr[-2000:]
     heavy, count = out.stdout.split("\n")[:2]
     assert heavy == "[]"
-    assert int(count) == 3 + 5 + 4  # arithmetic, gsm8k, python_math; none + 4 attacks; 4 defenses
+    assert int(count) == 3 + 5 + 4 + 2 + 7 + 3  # tasks; none + 4 attacks; defenses; transports; aggregators; update attacks
 
 
 @pytest.mark.parametrize("package", ["training", "recipes"])

@@ -11,9 +11,8 @@ first lookup of a name imports the module of that name in the kind's home (``dgr
 and, failing that, every module there (:data:`HOMES`).
 
 Config checks import the modules of the kinds a config names, so kind modules keep torch and
-transformers out of their module level and import them where they are used (``tests/test_layers.py``
-checks the attack, defense, task and in-process transport modules). The aggregator and update-attack
-homes are tensor code: naming them (a ``federated`` section) imports torch.
+transformers out of their module level and import them where they are used, or read torch through a
+:class:`LazyModule` (``tests/test_layers.py`` checks every kind module).
 """
 
 from __future__ import annotations
@@ -156,6 +155,18 @@ class Table(Mapping[str, Callable]):
 
     def __len__(self) -> int:
         return len(names(self.kind))
+
+
+class LazyModule:
+    """A module imported when one of its attributes is first read: ``torch = LazyModule("torch")``
+    keeps a kind module that is tensor code (aggregators, update attacks, the distributed transport)
+    importable by config checks without importing torch."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name), attr)
 
 
 def kind_field(kind: str, default: str | None = None):

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
+from dgrpo.registry import LazyModule, Table, lookup, register
 
-from dgrpo.registry import Table, lookup, register
-
-Aggregator = Callable[..., torch.Tensor]
+torch = LazyModule("torch")  # imported on first use: config checks import this module for its names
+Aggregator = Callable[..., "torch.Tensor"]
 
 
 def _check(updates: torch.Tensor, f: int) -> tuple[int, int]:

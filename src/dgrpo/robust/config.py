@@ -3,7 +3,7 @@
 of :class:`dgrpo.config.RunConfig`; a run sets at most one of them.
 
 ``federated.aggregator`` and ``federated.attack`` name registered ``aggregator`` / ``update_attack``
-kinds (dgrpo.robust.aggregators, dgrpo.robust.update_attacks): checking them imports torch.
+kinds (dgrpo.robust.aggregators, dgrpo.robust.update_attacks), whose node conditions the checks read.
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import torch
-
-from dgrpo.registry import lookup, register
+from dgrpo.registry import LazyModule, lookup, register
 from dgrpo.robust.aggregators import aggregate
+
+torch = LazyModule("torch")  # imported on first use: config checks import this module for its names
 
 
 def _check(honest: torch.Tensor, f: int, min_honest: int = 1) -> tuple[int, int]:

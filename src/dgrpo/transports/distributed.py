@@ -44,11 +44,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Iterable
 
-import torch
-import torch.distributed as dist
-
 from dgrpo.errors import ConfigError, PeerFailure
-from dgrpo.registry import register
+from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.validation import parse_message
 from dgrpo.types import Message
 
@@ -56,6 +53,8 @@ if TYPE_CHECKING:
     from dgrpo.config import RunConfig
 
 log = logging.getLogger(__name__)
+torch = LazyModule("torch")  # imported on first use: a config naming this transport imports this module
+dist = LazyModule("torch.distributed")
 
 LABELS = frozenset({"honest", "poisoned", "malicious"})  # simulation ground truth (metrics only)
 MAX_PAYLOAD_BYTES = 64 * 2**20  # a peer's payload is refused unread above this (JSON parser memory)

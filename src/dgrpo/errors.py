@@ -17,3 +17,8 @@ class PeerFailure(RuntimeError):
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be read back (names the file)."""
+
+
+class SandboxUnavailable(RuntimeError):
+    """The OS sandbox for model-written programs cannot run here (bwrap, user namespaces or libseccomp
+    missing); the message names the fix. Never a 0 reward: the code reward refuses to run."""

@@ -124,13 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from dgrpo.config import ConfigError
     from dgrpo.metrics.logger import MetricsFileError
-    from dgrpo.errors import CheckpointError, PeerFailure, PolicyLoadError
+    from dgrpo.errors import CheckpointError, PeerFailure, PolicyLoadError, SandboxUnavailable
     from dgrpo.tasks.gsm8k import DataError
 
     try:
         return args.func(args)
     # OSError and UnicodeDecodeError: a missing or unwritable path, a path that is a file, a non-UTF-8 file
-    except (ConfigError, PolicyLoadError, DataError, MetricsFileError, CheckpointError, OSError, UnicodeDecodeError) as err:
+    except (ConfigError, PolicyLoadError, DataError, MetricsFileError, CheckpointError, SandboxUnavailable, OSError,
+            UnicodeDecodeError) as err:
         print(f"dgrpo: error: {err}", file=sys.stderr)
         return 2
     except PeerFailure as err:  # distributed swarm: a peer died or stalled (named), or this node was excluded

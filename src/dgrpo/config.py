@@ -76,6 +76,7 @@ class PythonMathTaskConfig(_Strict):
     timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock (and CPU-time) limit of one program run in the sandbox, seconds.")
     memory_mb: int = Field(1024, ge=64, description="Address-space limit of one program run, MiB (numpy + sympy need about 300).")
     libraries: list[str] = Field(default_factory=lambda: ["thief_math"], description="Attacker libraries installed in the sandbox as harmless stand-ins that record their calls; the code_injection attack's module must be one of them.")
+    unsafe_no_os_sandbox: bool = Field(False, description="UNSAFE: run model-written programs without the bubblewrap sandbox (seccomp, resource limits and the audit hook only), for a run that you isolate as a whole (a container) on a machine without user namespaces. Refused with swarm.transport=distributed. See docs/sandbox.md.")
 
     @model_validator(mode="after")
     def _sources(self):
@@ -204,6 +205,9 @@ class RunConfig(_Strict):
                     raise ValueError(f"the {d.kind} defense needs a homogeneous swarm (every node holds the same weights); use the judge for heterogeneous swarms")
                 if self.model.dtype != "float32":
                     raise ValueError(f"the {d.kind} defense is exact only with float32 weights and logits (PROBE.md); set model.dtype=float32")
+        if getattr(self.task, "unsafe_no_os_sandbox", False) and self.swarm.transport != "inprocess":
+            raise ValueError("task.unsafe_no_os_sandbox is refused with swarm.transport=distributed: programs written by peers "
+                             "in other processes would run outside the OS sandbox (docs/sandbox.md)")
         if self.attack.kind == "code_injection":
             if self.task.kind != "python_math":
                 raise ValueError(f"attack code_injection needs task.kind=python_math (programs to inject into), got {self.task.kind!r}")

@@ -136,8 +136,9 @@ def _not_world_readable(top: str, skip: tuple[str, ...] = ()) -> tuple[list[str]
 
 
 @functools.lru_cache(maxsize=4)
-def host_layout(packages: tuple[str, ...]) -> HostLayout:
-    """The host paths the sandbox binds for programs that may import ``packages`` (module docstring)."""
+def host_layout(packages: tuple[str, ...], extra: tuple[str, ...] = ()) -> HostLayout:
+    """The host paths the sandbox binds for programs that may import ``packages`` (module docstring),
+    plus the host paths ``extra``, read-only at the same place (tests bind a directory to attack)."""
     interpreter = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     stdlib = os.path.realpath(sysconfig.get_path("stdlib"))
     binds = [(interpreter, interpreter), (stdlib, stdlib)]
@@ -154,6 +155,7 @@ def host_layout(packages: tuple[str, ...]) -> HostLayout:
     if loader and os.path.exists(loader):
         binds.append((os.path.realpath(loader), loader))
     binds += [(p, p) for p in pkgs]
+    binds += [(os.path.realpath(p), p) for p in extra]
     empty = tuple(d for d in (os.path.join(stdlib, "site-packages"), os.path.join(stdlib, "dist-packages"))
                   if os.path.isdir(d))
     masked_files, masked_dirs = [], []

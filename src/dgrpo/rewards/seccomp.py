@@ -8,7 +8,8 @@ exit status. A system call of another ABI (i386, x32) kills the process (libsecc
 * :func:`base_filter`, loaded by ``bwrap --seccomp`` just before it executes the interpreter: process
   creation other than threads (``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD``; ``clone3``
   answers ``ENOSYS`` so that the C library falls back to ``clone``, whose flags a filter can read),
-  debugging and reading other processes (``ptrace``, ``process_vm_*``, ``pidfd_*``, ``kcmp``),
+  debugging, reading or changing other processes (``ptrace``, ``process_vm_*``, ``pidfd_*``, ``kcmp``,
+  ``prlimit64`` on another pid: the sandbox's pid 1 is bubblewrap's, outside the filter),
   mounts and namespaces, device and FIFO creation (``mknod``), ``bpf``, ``perf_event_open``,
   ``userfaultfd``, ``io_uring`` (its operations would bypass this filter), ``kexec``, kernel
   modules, the key rings, sockets, clocks, swap, reboot and other administration calls.
@@ -98,6 +99,7 @@ def base_filter() -> bytes:
     rules = [(eperm, name, ()) for name in REFUSED]
     rules.append((eperm, "clone", (sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0),)))  # clone without CLONE_THREAD
     rules.append((sc.ERRNO(errno.ENOSYS), "clone3", ()))  # its flags sit in memory: make glibc use clone
+    rules.append((eperm, "prlimit64", (sc.Arg(0, sc.NE, 0),)))  # limits of another process (bwrap's pid 1)
     return _compile(rules)
 
 

@@ -210,7 +210,6 @@ def _parse_calls(raw: bytes) -> tuple[LibraryCall, ...]:
     return tuple(calls)
 
 
-@functools.lru_cache(maxsize=2)
 def check_sandbox(unsafe_no_os_sandbox: bool = False) -> str:
     """Make sure programs can run isolated here; probed once per process (a successful probe is cached).
 
@@ -220,6 +219,11 @@ def check_sandbox(unsafe_no_os_sandbox: bool = False) -> str:
     Raises:
         SandboxUnavailable: bubblewrap, user namespaces or libseccomp are missing (one line naming the fix).
     """
+    return _probe(bool(unsafe_no_os_sandbox))
+
+
+@functools.lru_cache(maxsize=2)
+def _probe(unsafe_no_os_sandbox: bool) -> str:
     seccomp.base_filter()  # libseccomp present?
     if unsafe_no_os_sandbox:
         log.warning(UNSAFE_WARNING)

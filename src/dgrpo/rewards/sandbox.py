@@ -412,6 +412,7 @@ def _supervise(proc: subprocess.Popen, started_r: int, calls_r: int, info_r: int
     cap = limits.max_file_bytes + 1
     started = timed_out = False
     pidfd = None
+    exited, gone = os.pidfd_open(proc.pid), False  # readable once the child exits: no polling
     deadline = time.monotonic() + STARTUP_GRACE_S
     try:
         while True:
@@ -420,14 +421,14 @@ def _supervise(proc: subprocess.Popen, started_r: int, calls_r: int, info_r: int
                 timed_out = started
                 _kill(proc, pidfd)
                 break
-            if not names:
-                try:
-                    proc.wait(timeout=left)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            ready, _, _ = select.select(list(names), [], [], left)
+            watch = [*names] if gone else [*names, exited]
+            if not watch:
+                break
+            ready, _, _ = select.select(watch, [], [], left)
             for fd in ready:
+                if fd == exited:
+                    gone = True  # bwrap (or the runner) exited; its pipes reach EOF next
+                    continue
                 chunk = os.read(fd, 65536)
                 name = names[fd]
                 if chunk and len(got[name]) < cap:
@@ -445,6 +446,7 @@ def _supervise(proc: subprocess.Popen, started_r: int, calls_r: int, info_r: int
     finally:
         for fd in names:
             os.close(fd)
+        os.close(exited)
         if pidfd is not None:
             os.close(pidfd)
     return started, timed_out, got["calls"]

@@ -124,6 +124,7 @@ class Swarm:
         report = ReceiveReport(rollouts=[])
         limits = self.limits
         start = time.perf_counter()
+        valid = []
         for msg in messages:
             reason = check_message(msg, sender=msg.node, round_idx=round_idx, prompt_ids=self.problems,
                                    tokenizer=policy.tokenizer, tokenizer_id=policy.tokenizer_id, limits=limits)
@@ -131,11 +132,16 @@ class Swarm:
                 log.warning("rejected message from node %s (%s): %s", msg.node, msg.prompt_id, reason)
                 report.invalid.append((msg, reason))
                 continue
-            problem = self.problems[msg.prompt_id]
+            valid.append(msg)
+        problems = [self.problems[msg.prompt_id] for msg in valid]
+        batch = getattr(self.task, "rewards", None)  # a task that runs programs scores them several at a time
+        rewards = (batch([m.text for m in valid], problems) if batch is not None
+                   else [self.task.reward(m.text, p) for m, p in zip(valid, problems)])
+        for msg, problem, reward in zip(valid, problems, rewards):
             ids = list(msg.token_ids) if msg.tokenizer == policy.tokenizer_id else encode_completion(policy.tokenizer, msg.text)
             report.rollouts.append(Rollout(
                 prompt_id=msg.prompt_id, prompt_ids=policy.prompt_ids(self.task, problem), completion_ids=ids,
-                text=msg.text, sender=msg.node, seed=msg.seed, reward=self.task.reward(msg.text, problem),
+                text=msg.text, sender=msg.node, seed=msg.seed, reward=reward,
                 label=self.labels.get(msg.key, "honest"), key=msg.key))
         report.reward_seconds = time.perf_counter() - start
         return report

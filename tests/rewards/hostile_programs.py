@@ -23,7 +23,7 @@ if '_hook' in _kw:
     sys.settrace(_tr)
 """
 # ... then the real ctypes, with raw system calls.
-CTYPES = UNHOOK + """sys.path[:] = [p for p in sys.path if p != '/sandbox/lib']
+CTYPES = UNHOOK + """sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != '_Modules']  # the stand-in
 for _k in [k for k in sys.modules if 'ctypes' in k]:
     del sys.modules[_k]
 import ctypes
@@ -64,7 +64,7 @@ con.execute('create table t (x)')
 con.commit()
 print(ANSWER)""",
     "alias_ctypes_system": ALIAS + """sys.modules['_ctypes'] = load('_ctypes', 'json._ctypes')
-sys.path[:] = [p for p in sys.path if p != '/sandbox/lib']
+sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != '_Modules']
 import ctypes
 assert ctypes.CDLL(None).system(('touch ' + MARKER).encode()) == 0
 print(ANSWER)""",
@@ -115,8 +115,9 @@ print(ANSWER)""",
     "write_proc_self_mem": "open('/proc/self/mem', 'wb').write(b'x')\nprint(ANSWER)",
     "write_after_chdir": "import os\nos.chdir(OUTSIDE)\nopen('marker', 'w').write('x')\nprint(ANSWER)",
     "write_through_dir_fd": "import os\nfd = os.open(OUTSIDE, os.O_RDONLY)\nos.close(os.open('marker', os.O_WRONLY | os.O_CREAT, dir_fd=fd))\nprint(ANSWER)",
-    "overwrite_stand_in_library": "open('/sandbox/lib/thief_math.py', 'w').write('add = lambda a, b: 0')\nprint(ANSWER)",
-    "overwrite_runner": "open('/sandbox/runner.py', 'a').write('x')\nprint(ANSWER)",
+    "overwrite_standard_library": "import os\nopen(os.__file__, 'a').write('x')\nprint(ANSWER)",
+    "overwrite_numpy": "import numpy, os\nopen(os.path.join(os.path.dirname(numpy.__file__), 'version.py'), 'a').write('x')\nprint(ANSWER)",
+    "overwrite_interpreter": "open(INTERP, 'ab').write(b'x')\nprint(ANSWER)",
     "ctypes_stand_in": "import ctypes\nctypes.CDLL(None).system(('touch ' + MARKER).encode())\nprint(ANSWER)",
     "raise_cpu_limit": "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\nprint(ANSWER)",
     "raise_memory_limit_of_init": "import resource\nresource.prlimit(1, resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\nprint(ANSWER)",

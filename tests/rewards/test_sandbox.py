@@ -46,15 +46,15 @@ def test_program_runs_and_prints():
 
 def test_what_a_program_sees_inside():
     program = ("import os, socket\nprint(os.getuid(), os.getgid(), os.getpid(), os.uname().nodename, os.getcwd())\n"
-               "print(sorted(os.listdir('/')), sorted(os.listdir('/dev')), sorted(os.listdir('/sandbox')))\n"
+               "print(sorted(os.listdir('/')), sorted(os.listdir('/dev')))\n"
                "print({k: v for k, v in os.environ.items() if k != 'PWD'} == ENV, os.path.exists('/proc/self'))\n"
                "os.makedirs('a/b')\nprint(os.stat('/tmp').st_dev != os.stat('/').st_dev)")
     result = run_python(program.replace("ENV", repr(ENV)), FAST, audit_hook=False)
     lines = result.stdout.splitlines()
     assert lines[0] == "65534 65534 2 sandbox /tmp"  # unprivileged uid, own PID and UTS namespaces
     tops = eval(lines[1].split("] [")[0] + "]")  # noqa: S307 - our own program's output
-    assert not {"etc", "home", "proc", "sys", "var"} & set(tops) and {"dev", "sandbox", "tmp"} <= set(tops)
-    assert "['null', 'urandom', 'zero'] ['config', 'lib', 'program.bpf', 'program.py', 'runner.py']" in lines[1]
+    assert not {"etc", "home", "proc", "sys", "var"} & set(tops) and {"dev", "tmp"} <= set(tops)
+    assert lines[1].endswith("['null', 'urandom', 'zero']")
     assert lines[2:] == ["True False", "True"]  # only our environment (and bwrap's PWD), no /proc; /tmp is a file system of its own
 
 
@@ -122,7 +122,7 @@ def test_writes_inside_are_allowed():
 
 
 def test_dir_fd_outside_is_blocked():
-    result = run_python("import os\nfd = os.open('/sandbox', os.O_RDONLY)\nos.remove('program.py', dir_fd=fd)", FAST)
+    result = run_python("import os\nfd = os.open(os.path.dirname(os.__file__), os.O_RDONLY)\nos.remove('os.py', dir_fd=fd)", FAST)
     assert result.blocked == "os.remove with a dir_fd outside the sandbox directory"
 
 
@@ -162,7 +162,8 @@ def test_number_of_files_written_is_capped():
 
 def test_imports_are_limited():
     assert "import of 'torch' is not allowed" in run_python("import torch", FAST).stderr
-    assert "import of '_ctypes' is not allowed" in run_python("import sys\nsys.path.pop(0)\nimport ctypes", FAST).stderr
+    real_ctypes = "import sys\nsys.meta_path.pop(0)  # the ctypes stand-in's finder\nimport ctypes"
+    assert "import of '_ctypes' is not allowed" in run_python(real_ctypes, FAST).stderr
     assert run_python("import numpy as np\nprint(np.arange(5).sum())", FAST).stdout == "10\n"
     assert run_python("import sympy\nprint(sympy.Rational(1, 3) + sympy.Rational(1, 6))", FAST).stdout == "1/2\n"
 

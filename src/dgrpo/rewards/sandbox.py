@@ -308,50 +308,62 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
+BOOTSTRAP = ("import marshal, sys\nwith open(int(sys.argv[1]), 'rb') as f:\n    sys.dgrpo_bundle = marshal.load(f)\n"
+             "exec(compile(sys.dgrpo_bundle['runner'], 'sandbox_runner.py', 'exec'))")
+
+
+@functools.lru_cache(maxsize=1)
+def _runner_source() -> str:
+    with open(bwrap.RUNNER, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def runner_argv(interpreter: str, bundle_fd: int, run_id: str) -> list[str]:
+    """The interpreter command of a run: a bootstrap that loads the ``marshal``-ed bundle from
+    ``bundle_fd`` (written by this process, read before the program exists) and runs the runner."""
+    return [interpreter, "-I", "-S", "-B", "-c", BOOTSTRAP, str(bundle_fd), run_id]
+
+
+def packages_used(code: str) -> tuple[str, ...]:
+    """Third-party packages to bind for a program: those its text names (sympy brings mpmath).
+
+    A program that builds the name at run time (``__import__("num" + "py")``) does not get it."""
+    used = {name for name in THIRD_PARTY if name in code}
+    if "sympy" in used:
+        used.add("mpmath")
+    return tuple(name for name in THIRD_PARTY if name in used)
+
+
 def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audit_hook: bool,
               ) -> tuple[SandboxResult | None, str]:
     """One run; ``(None, stderr)`` when the program never started (sandbox or runner set-up failed)."""
     start = time.perf_counter()
     run_id = "dgrpo-sbx-" + secrets.token_hex(6)
     unsafe = limits.unsafe_no_os_sandbox
-    layout = bwrap.host_layout(THIRD_PARTY)
+    layout = bwrap.host_layout(packages_used(code))
     started_r, started_w = os.pipe()
     calls_r, calls_w = os.pipe()
     info_r, info_w = os.pipe() if not unsafe else (None, None)
-    owned, base = [started_w, calls_w], None  # our copies of what only the child may keep
-    cfg = {"allow_modules": [*THIRD_PARTY, *libraries], "deny_modules": list(DENIED_MODULES),
-           "blocked_exit": BLOCKED, "cpu_s": limits.cpu_s or limits.timeout_s, "memory_mb": limits.memory_mb,
-           "max_file_bytes": limits.max_file_bytes, "max_files_written": limits.max_files_written,
-           "site_dirs": list(layout.site_dirs), "started_fd": started_w, "calls_fd": calls_w,
-           "audit_hook": audit_hook}
-    files = {"program.py": code.encode("utf-8", "surrogatepass"), "lib/ctypes.py": CTYPES_SHIM.encode(),
-             "program.bpf": seccomp.program_filter(),
-             **{f"lib/{n}.py": stand_in_source(n, calls_w).encode() for n in libraries}}
+    work = tempfile.mkdtemp(prefix="dgrpo-sandbox-") if unsafe else None
+    bundle = {"runner": _runner_source(), "program": code, "root": work or bwrap.WORK_DIR,
+              "modules": {"ctypes": CTYPES_SHIM, **{n: stand_in_source(n, calls_w) for n in libraries}},
+              "filters": [seccomp.base_filter(), seccomp.program_filter()] if unsafe else [seccomp.program_filter()],
+              "allow_modules": [*THIRD_PARTY, *libraries], "deny_modules": list(DENIED_MODULES),
+              "blocked_exit": BLOCKED, "cpu_s": limits.cpu_s or limits.timeout_s, "memory_mb": limits.memory_mb,
+              "max_file_bytes": limits.max_file_bytes, "max_files_written": limits.max_files_written,
+              "site_dirs": list(layout.site_dirs), "started_fd": started_w, "calls_fd": calls_w,
+              "audit_hook": audit_hook}
+    bundle_fd = _memfd("bundle", marshal.dumps(bundle))
+    owned = [fd for fd in (started_w, calls_w, bundle_fd, info_w) if fd is not None]  # only the child keeps these
     try:
+        argv = runner_argv(layout.interpreter, bundle_fd, run_id)
         if unsafe:
-            base = tempfile.mkdtemp(prefix="dgrpo-sandbox-")
-            work = os.path.join(base, "work")
-            os.mkdir(work)
-            os.mkdir(os.path.join(base, "lib"))
-            cfg.update(root=work, lib_dir=os.path.join(base, "lib"), program=os.path.join(base, "program.py"),
-                       filters=[os.path.join(base, "base.bpf"), os.path.join(base, "program.bpf")])
-            files.update({"base.bpf": seccomp.base_filter(), "config": marshal.dumps(cfg)})
-            for rel, blob in files.items():
-                with open(os.path.join(base, rel), "wb") as fh:
-                    fh.write(blob)
-            cmd = [layout.interpreter, "-I", "-S", "-B", bwrap.RUNNER, os.path.join(base, "config"), run_id]
-            env, cwd = {**ENV, "HOME": work, "TMPDIR": work}, work
+            cmd, env, cwd = argv, {**ENV, "HOME": work, "TMPDIR": work}, work
         else:
-            box = bwrap.SANDBOX_DIR
-            cfg.update(root=bwrap.WORK_DIR, lib_dir=f"{box}/lib", program=f"{box}/program.py",
-                       filters=[f"{box}/program.bpf"])
-            files["config"] = marshal.dumps(cfg)
-            data = {f"{box}/{rel}": _memfd(rel, blob) for rel, blob in files.items()}
             seccomp_fd = _memfd("base.bpf", seccomp.base_filter())
-            owned += [*data.values(), seccomp_fd, info_w]
-            argv = [layout.interpreter, "-I", "-S", "-B", f"{box}/runner.py", f"{box}/config", run_id]
+            owned.append(seccomp_fd)
             tmpfs = max(1, limits.max_files_written) * limits.max_file_bytes + (1 << 20)
-            cmd = bwrap.bwrap_command(bwrap.find_bwrap() or "bwrap", layout, env=ENV, data=data, seccomp_fd=seccomp_fd,
+            cmd = bwrap.bwrap_command(bwrap.find_bwrap() or "bwrap", layout, env=ENV, seccomp_fd=seccomp_fd,
                                       info_fd=info_w, tmpfs_bytes=tmpfs, argv=argv)
             env, cwd = {"PATH": "/usr/bin:/bin"}, "/"
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -376,8 +388,8 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
         for fd in (started_r, calls_r, info_r, *owned):
             if fd is not None:
                 os.close(fd)
-        if base is not None:
-            shutil.rmtree(base, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
     err_text = stderr.decode("utf-8", "replace")
     if not started:
         log.warning("sandbox runner did not start (exit status %s): %s", status, err_text[-2000:])

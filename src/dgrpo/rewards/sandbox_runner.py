@@ -1,7 +1,9 @@
 """The child side of :mod:`dgrpo.rewards.sandbox`. Never imported: run as a script.
 
-``python -I -S -B sandbox_runner.py CONFIG RUN_ID`` (CONFIG: a file of ``marshal``-ed plain data, which
-loads in microseconds where ``json`` would import ``re`` and ``enum`` first) runs inside the OS sandbox (bubblewrap, see
+:func:`dgrpo.rewards.sandbox.runner_argv` starts it as ``python -I -S -B -c BOOTSTRAP RUN_ID``: the
+bootstrap reads one inherited descriptor holding a ``marshal``-ed bundle (this file's source, the
+config, the program, the stand-in modules, the program filter), which costs no mount and loads in
+microseconds where ``json`` would import ``re`` and ``enum`` first, and executes this source. It runs inside the OS sandbox (bubblewrap, see
 ``docs/sandbox.md``). Before the untrusted program starts it closes every inherited file descriptor
 but two pipes, sets the resource limits, loads the program seccomp filter (no exec, no clone) with
 ``prctl`` through ``ctypes`` (then drops ``ctypes`` from ``sys.modules``), disables the one process
@@ -32,7 +34,6 @@ A forbidden operation ends the process at once with exit status ``BLOCKED`` afte
 """
 
 import itertools
-import marshal
 import os
 import resource
 import sys
@@ -197,7 +198,7 @@ def _close_inherited_fds(keep):
     os.closerange(low, 1 << 20)
 
 
-def _load_seccomp(paths):
+def _load_seccomp(filters):
     """Load each BPF filter (compiled by the host with libseccomp) with prctl; they stack, and stay."""
     import ctypes
 
@@ -207,9 +208,7 @@ def _load_seccomp(paths):
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: needed to load a filter unprivileged
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-    for path in paths:
-        with open(path, "rb") as fh:
-            bpf = fh.read()
+    for bpf in filters:
         buf = ctypes.create_string_buffer(bpf, len(bpf))
         prog = SockFprog(len(bpf) // 8, ctypes.cast(buf, ctypes.c_void_p))
         if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
@@ -219,9 +218,25 @@ def _load_seccomp(paths):
         del sys.modules[name]
 
 
+class _Modules:
+    """Finds the stand-in modules (and the ctypes stand-in) in the bundle: no files, no mounts."""
+
+    def __init__(self, sources, spec_type):
+        self.sources, self.spec_type = sources, spec_type
+
+    def find_spec(self, name, path=None, target=None):
+        return self.spec_type(name, self, origin="<dgrpo-sandbox>") if name in self.sources else None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        exec(compile(self.sources[module.__name__], module.__name__ + ".py", "exec"), module.__dict__)
+
+
 def main():
-    with open(sys.argv[1], "rb") as fh:
-        cfg = marshal.load(fh)  # written by the trusted host, read before the program exists
+    cfg = sys.dgrpo_bundle  # set by the bootstrap from the host's descriptor, before the program exists
+    del sys.dgrpo_bundle
     _close_inherited_fds((cfg["started_fd"], cfg["calls_fd"]))
     _limits(cfg)
     _load_seccomp(cfg["filters"])
@@ -239,7 +254,7 @@ def main():
         for module in (os, posix):
             if hasattr(module, name):
                 delattr(module, name)
-    sys.path[:0] = [cfg["lib_dir"]]
+    sys.meta_path.insert(0, _Modules(cfg["modules"], type(sys.__spec__)))  # ModuleSpec, without importing
     sys.path.extend(cfg["site_dirs"])
     # From here on a failure is the program's (a syntax error, say), not the sandbox's.
     os.write(cfg["started_fd"], b"S")
@@ -248,10 +263,9 @@ def main():
     main_module.__file__ = "program.py"
     sys.modules["__main__"] = main_module
     sys.argv = ["program.py"]
-    with open(cfg["program"], encoding="utf-8", errors="surrogatepass") as fh:
-        source = fh.read()
+    source = cfg["program"]
     audit = cfg["audit_hook"]
-    del cfg, fh
+    del cfg
     if audit:
         sys.addaudithook(hook)
     del hook, fork_exec, audit

@@ -53,6 +53,10 @@ def main() -> None:
     layout = bwrap.host_layout
     bwrap.host_layout = lambda packages, extra=(): layout(packages, (str(outside),))
     try:
+        print("# What stopped each hostile program\n")
+        print("`python results/sandbox/hostile_outcomes.py > results/sandbox/hostile_outcomes.md` (programs:")
+        print("`tests/rewards/hostile_programs.py`; every one earns reward 0 in both runs; exit status 86 = the audit")
+        print("hook, negative = killed by that signal; limits: 2 s wall clock, 1 s CPU).\n")
         print("| program | all layers: exit status · what stopped it | without the audit hook |")
         print("|---|---|---|")
         for name in HOSTILE:

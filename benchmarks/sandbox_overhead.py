@@ -13,7 +13,8 @@ Overhead per program = median(sandbox) - median(bare). Then the reward stage of 
 32 completions (8 prompts x 4: the oracle program, a wrong program, a code-injection program, a text
 with no program) scored by the previous sandbox one at a time, by this one one at a time, and by
 this one with the programs run ``--jobs`` at a time (:meth:`PythonMathTask.rewards`); the rewards of
-all three must agree. Prints one JSON line (``--out`` writes it).
+all three must agree. Last, the sampled honest programs of tests/tasks/test_python_math.py under both
+sandboxes: the ones whose reward differs are listed. Prints one JSON line (``--out`` writes it).
 """
 
 from __future__ import annotations
@@ -118,6 +119,16 @@ def main() -> None:
         for name, fn in stages.items():
             stage_times[name].append(timed(fn))
     stage_median = {name: statistics.median(t) for name, t in stage_times.items()}
+    sys.path.insert(0, str(ROOT / "tests" / "tasks"))
+    from test_python_math import SAMPLED
+
+    def reward_of(run, prog):
+        r = run(prog)
+        return float(r.ok and output_matches(r.stdout, "12"))
+
+    differ = [{"program": prog, "before": reward_of(lambda c: before.run_python(c, before.SandboxLimits()), prog),
+               "after": reward_of(run_python, prog)} for prog, _ in SAMPLED]
+    differ = [d for d in differ if d["before"] != d["after"]]
     result = {
         "program": program, "repeats": args.repeats,
         "per_program_ms": {k: round(v * 1000, 1) for k, v in median.items()},
@@ -129,6 +140,7 @@ def main() -> None:
                          "rounds": args.rounds, "jobs": args.jobs,
                          "seconds": {k: round(v, 3) for k, v in stage_median.items()},
                          "rewards": rewards["after_serial"]},
+        "sampled_programs": len(SAMPLED), "sampled_rewards_that_differ": differ,
         "python": sys.version.split()[0],
     }
     line = json.dumps(result)

@@ -16,13 +16,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "rewards"))
 
 from dgrpo.rewards import bwrap  # noqa: E402
 from dgrpo.rewards.code import result_reward  # noqa: E402
 from dgrpo.rewards.sandbox import run_python  # noqa: E402
-from tests.rewards import test_hostile_programs as suite  # noqa: E402
-from tests.rewards.hostile_programs import HOSTILE  # noqa: E402
+import test_hostile_programs as suite  # noqa: E402
+from hostile_programs import HOSTILE  # noqa: E402
 
 
 def outcome(result) -> str:

@@ -31,7 +31,7 @@ from dgrpo.swarm.messages import Message
 from dgrpo.swarm.swarm import Swarm
 from dgrpo.swarm.validation import Limits
 from dgrpo.tasks.python_math import PythonMathTask
-from tests.rewards.hostile_programs import HOSTILE
+from hostile_programs import HOSTILE
 
 LIMITS = SandboxLimits(timeout_s=2, cpu_s=1)
 ANSWER = "4242"

@@ -18,7 +18,7 @@ from dgrpo.errors import SandboxUnavailable
 from dgrpo.rewards import bwrap, sandbox, seccomp
 from dgrpo.rewards.sandbox import (BLOCKED, ENV, LibraryCall, SandboxError, SandboxLimits, check_sandbox, run_many,
                                    run_python, stand_in_source)
-from tests.rewards.test_hostile_programs import processes_mentioning
+from test_hostile_programs import processes_mentioning
 
 FAST = SandboxLimits(timeout_s=10)  # generous: the test machine is shared and loaded
 

@@ -38,11 +38,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import json
 import logging
 import marshal
 import os
-import select
 import secrets
 import shutil
 import signal
@@ -55,6 +53,9 @@ from typing import Sequence
 
 from dgrpo.errors import SandboxUnavailable
 from dgrpo.rewards import bwrap, seccomp
+from dgrpo.rewards.stand_in import (CTYPES_SHIM, STAND_IN_FUNCTIONS, LibraryCall, parse_calls,  # noqa: F401 (API)
+                                   stand_in_source)
+from dgrpo.rewards.supervise import memfd, supervise
 
 log = logging.getLogger(__name__)
 
@@ -81,22 +82,6 @@ DENIED_MODULES = (
     "_testsinglephase", "_testimportmultiple", "_testclinic", "_xxtestfuzz", "xxlimited", "xxlimited_35",
     "xxsubtype", "_xxsubinterpreters", "_xxinterpchannels",
 )
-# ctypes gives raw memory access without audit events, so the real one is refused (its C part,
-# _ctypes, is denied). sympy asks sizeof(c_long) at import and numpy imports it optionally: this
-# stand-in, found first on sys.path, answers that and nothing else.
-CTYPES_SHIM = (
-    '"""dgrpo sandbox: ctypes is not available; this stand-in only answers sizeof(c_long) (sympy)."""\n'
-    "import struct as _struct\n\n\nclass c_long:\n    pass\n\n\n"
-    "def sizeof(t):\n    if t is c_long:\n        return _struct.calcsize('l')\n"
-    "    raise NotImplementedError('ctypes is not available in the dgrpo sandbox')\n"
-)
-# Stand-in library functions: name -> expression in a and b (the value the real library returns).
-STAND_IN_FUNCTIONS = {
-    "add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b", "floordiv": "a // b",
-    "mod": "a % b", "pow": "a ** b", "gcd": "_math.gcd(a, b)", "lcm": "_math.lcm(a, b)",
-}
-
-
 class SandboxError(RuntimeError):
     """The sandbox itself failed to start a program (never the program's fault, so never a 0 reward)."""
 
@@ -135,15 +120,6 @@ class SandboxLimits:
 
 
 @dataclass(frozen=True)
-class LibraryCall:
-    """One call of a stand-in library function, as the stand-in recorded it."""
-
-    module: str
-    function: str
-    args: tuple
-
-
-@dataclass(frozen=True)
 class SandboxResult:
     """What a program run produced.
 
@@ -176,50 +152,6 @@ class SandboxResult:
     def ok(self) -> bool:
         """The program ran to the end: exit status 0, not timed out, not blocked."""
         return self.exit_status == 0 and not self.timed_out and self.blocked is None
-
-
-def stand_in_source(module: str, record_fd: int = 3) -> str:
-    """Source of the harmless stand-in for the attacker library ``module``.
-
-    Every function of :data:`STAND_IN_FUNCTIONS` returns the right value and writes
-    ``{"module", "function", "args"}`` as one JSON line (under ``PIPE_BUF``, so atomic) to the pipe
-    ``record_fd`` that the host reads; a closed pipe is ignored. The JSON is written by hand: the
-    ``json`` module would cost a program that imports the library 6 ms of imports.
-    """
-    lines = [f'"""Stand-in for the attacker library {module!r} (dgrpo sandbox): right values, calls recorded."""',
-             "import math as _math", "import os as _os", "",
-             "def _text(s):",
-             "    s = s[:200]",
-             "    return '\"' + ''.join(c if ' ' <= c < '\\x7f' and c not in '\"\\\\' else '\\\\u%04x' % min(ord(c), 0xfffd)"
-             " for c in s) + '\"'", "",
-             "def _token(a):",
-             "    if a is None or isinstance(a, bool):",
-             "        return {None: 'null', True: 'true', False: 'false'}[a]",
-             "    if isinstance(a, int):",
-             "        return str(a) if abs(a) < 10 ** 300 else _text(repr(a))",
-             "    if isinstance(a, float):",
-             "        return repr(a) if a == a and abs(a) != float('inf') else 'null'",
-             "    return _text(a if isinstance(a, str) else repr(a))", "",
-             "def _record(fn, args):",
-             f"    line = '{{\"module\": \"{module}\", \"function\": \"' + fn + '\", \"args\": [' + ', '.join(_token(a) for a in args) + ']}}\\n'",
-             "    try:",
-             f"        _os.write({record_fd}, line.encode('utf-8', 'replace'))",
-             "    except (OSError, ValueError):",
-             "        pass", ""]
-    for name, expr in STAND_IN_FUNCTIONS.items():
-        lines += [f"def {name}(a, b):", f"    _record({name!r}, (a, b))", f"    return {expr}", ""]
-    return "\n".join(lines)
-
-
-def _parse_calls(raw: bytes) -> tuple[LibraryCall, ...]:
-    calls = []
-    for line in raw.decode("utf-8", "replace").splitlines():
-        try:
-            rec = json.loads(line)
-            calls.append(LibraryCall(str(rec["module"]), str(rec["function"]), tuple(rec["args"])))
-        except (ValueError, KeyError, TypeError):
-            continue  # a line the program itself wrote or cut short
-    return tuple(calls)
 
 
 def check_sandbox(unsafe_no_os_sandbox: bool = False) -> str:
@@ -301,13 +233,6 @@ def run_many(codes: Sequence[str], limits: SandboxLimits = SandboxLimits(), libr
         return list(pool.map(lambda c: run_python(c, limits, libraries), codes))
 
 
-def _memfd(name: str, data: bytes) -> int:
-    fd = os.memfd_create(name)
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
 BOOTSTRAP = ("import marshal, sys\nwith open(int(sys.argv[1]), 'rb') as f:\n    sys.dgrpo_bundle = marshal.load(f)\n"
              "exec(compile(sys.dgrpo_bundle['runner'], 'sandbox_runner.py', 'exec'))")
 
@@ -353,14 +278,14 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
               "max_file_bytes": limits.max_file_bytes, "max_files_written": limits.max_files_written,
               "site_dirs": list(layout.site_dirs), "started_fd": started_w, "calls_fd": calls_w,
               "audit_hook": audit_hook}
-    bundle_fd = _memfd("bundle", marshal.dumps(bundle))
+    bundle_fd = memfd("bundle", marshal.dumps(bundle))
     owned = [fd for fd in (started_w, calls_w, bundle_fd, info_w) if fd is not None]  # only the child keeps these
     try:
         argv = runner_argv(layout.interpreter, bundle_fd, run_id)
         if unsafe:
             cmd, env, cwd = argv, {**ENV, "HOME": work, "TMPDIR": work}, work
         else:
-            seccomp_fd = _memfd("base.bpf", seccomp.base_filter())
+            seccomp_fd = memfd("base.bpf", seccomp.base_filter())
             owned.append(seccomp_fd)
             tmpfs = max(1, limits.max_files_written) * limits.max_file_bytes + (1 << 20)
             cmd = bwrap.bwrap_command(bwrap.find_bwrap() or "bwrap", layout, env=ENV, seccomp_fd=seccomp_fd,
@@ -374,7 +299,7 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
                 for fd in owned:
                     os.close(fd)
                 owned = []
-            started, timed_out, calls = _supervise(proc, started_r, calls_r, info_r, limits)
+            started, timed_out, calls = supervise(proc, started_r, calls_r, info_r, limits.timeout_s, limits.max_file_bytes + 1, STARTUP_GRACE_S)
             started_r = calls_r = info_r = None
             status = proc.returncode
             if not unsafe and status is not None and status > 128:
@@ -402,86 +327,5 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
         stdout=stdout.decode("utf-8", "replace")[: limits.max_file_bytes],
         stderr=err_text[-limits.max_stderr_chars:] if limits.max_stderr_chars else "",
         exit_status=status, timed_out=timed_out or status == -signal.SIGXCPU, blocked=blocked,
-        calls=_parse_calls(calls), output_limited=len(stdout) >= limits.max_file_bytes,
+        calls=parse_calls(calls), output_limited=len(stdout) >= limits.max_file_bytes,
         wall_s=time.perf_counter() - start, run_id=run_id, isolated=not unsafe), ""
-
-
-def _supervise(proc: subprocess.Popen, started_r: int, calls_r: int, info_r: int | None,
-               limits: SandboxLimits) -> tuple[bool, bool, bytes]:
-    """Wait for the run, reading its pipes; kill it at the wall-clock limit. Closes the three pipes.
-
-    The time limit counts from the moment the program starts (the runner writes ``S`` to its pipe):
-    on a loaded machine the sandbox and the interpreter alone can take seconds, which must neither
-    time out an honest program nor look like a sandbox failure.
-
-    Returns:
-        (the program started, it was killed at the time limit, the bytes of the calls pipe).
-    """
-    names = {started_r: "started", calls_r: "calls"}
-    if info_r is not None:
-        names[info_r] = "info"
-    got = {"started": b"", "calls": b"", "info": b""}
-    cap = limits.max_file_bytes + 1
-    started = timed_out = False
-    pidfd = None
-    exited, gone = os.pidfd_open(proc.pid), False  # readable once the child exits: no polling
-    deadline = time.monotonic() + STARTUP_GRACE_S
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = started
-                _kill(proc, pidfd)
-                break
-            watch = [*names] if gone else [*names, exited]
-            if not watch:
-                break
-            ready, _, _ = select.select(watch, [], [], left)
-            for fd in ready:
-                if fd == exited:
-                    gone = True  # bwrap (or the runner) exited; its pipes reach EOF next
-                    continue
-                chunk = os.read(fd, 65536)
-                name = names[fd]
-                if chunk and len(got[name]) < cap:
-                    got[name] += chunk
-                if not chunk or len(got[name]) >= cap:  # EOF, or a flood: the writer now gets EPIPE
-                    del names[fd]
-                    os.close(fd)
-                if name == "started" and not started and b"S" in got["started"]:
-                    started, deadline = True, time.monotonic() + limits.timeout_s
-                if name == "info" and pidfd is None:
-                    pidfd = _open_pid1(got["info"])
-        proc.wait()
-        if pidfd is not None:  # pid 1 of the sandbox exits only after the kernel killed the rest
-            select.select([pidfd], [], [], 10)
-    finally:
-        for fd in names:
-            os.close(fd)
-        os.close(exited)
-        if pidfd is not None:
-            os.close(pidfd)
-    return started, timed_out, got["calls"]
-
-
-def _open_pid1(info: bytes) -> int | None:
-    """A pidfd of the sandbox's PID 1, from bwrap's ``--info-fd`` JSON, once it is complete."""
-    try:
-        return os.pidfd_open(int(json.loads(info)["child-pid"]))
-    except (ValueError, KeyError, TypeError, OSError):
-        return None
-
-
-def _kill(proc: subprocess.Popen, pidfd: int | None) -> None:
-    """Kill the sandbox: its PID 1 (the kernel then kills its whole PID namespace), then bwrap itself."""
-    if pidfd is not None:
-        try:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            proc.wait(timeout=5)
-            return
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the leader is not reaped yet, so its group is ours
-    except ProcessLookupError:
-        pass

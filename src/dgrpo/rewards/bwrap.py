@@ -8,7 +8,8 @@ is a read-only tmpfs holding only
 
 * the interpreter binary, its ``libpython`` and its standard library (``site-packages`` masked),
 * the directories of the shared libraries the interpreter has mapped (``/proc/self/maps``: the C
-  library, the loader, ``libffi``...) and the loader at the path the interpreter names (PT_INTERP),
+  library, ``libffi``, ``libpython``'s directory...; never a ``site-packages`` directory, and none
+  already inside another bind) and the loader at the path the interpreter names (PT_INTERP),
 * the package directories of the third-party modules programs may import (numpy, sympy, mpmath),
 * ``/dev/null``, ``/dev/zero``, ``/dev/urandom``,
 * ``/tmp``: a fresh tmpfs of bounded size, the working directory, the only writable place.
@@ -92,6 +93,16 @@ def _mapped_library_dirs(exclude: tuple[str, ...]) -> list[str]:
     return sorted(dirs)
 
 
+def _without_covered(binds: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Drop binds that another bind of the same tree already makes visible; parents first."""
+    same = sorted({b for b in binds if b[0] == b[1]}, key=lambda b: len(b[0]))
+    kept: list[tuple[str, str]] = []
+    for b in same:
+        if not any(b[0].startswith(k[0] + os.sep) for k in kept):
+            kept.append(b)
+    return kept + [b for b in binds if b[0] != b[1]]
+
+
 def _package_dirs(names: tuple[str, ...]) -> list[str]:
     """Directories of the importable packages ``names`` and their vendored libraries (``numpy.libs``)."""
     found = []
@@ -149,14 +160,20 @@ def host_layout(packages: tuple[str, ...], extra: tuple[str, ...] = ()) -> HostL
         binds.append((os.path.realpath(lib), lib))
     pkgs = _package_dirs(packages)
     site_dirs = sorted({os.path.dirname(p) for p in pkgs if not p.endswith(".libs")})
-    prefixes = tuple(sorted({stdlib, os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), *site_dirs}))
-    for d in _mapped_library_dirs(prefixes):
-        binds.append((d, d))
+    # Libraries in a site-packages directory (torch's, say) are never bound: packages come only by name.
+    sites = {os.path.realpath(d) for d in (sysconfig.get_path("purelib"), sysconfig.get_path("platlib"),
+                                           os.path.join(stdlib, "site-packages"), *site_dirs) if d}
+    covered = [stdlib]
+    for d in _mapped_library_dirs(tuple(sorted(sites))):
+        if not any(d == c or d.startswith(c + os.sep) for c in covered):  # lib-dynload is in the stdlib
+            binds.append((d, d))
+            covered.append(d)
     loader = elf_interpreter(interpreter)
     if loader and os.path.exists(loader):
         binds.append((os.path.realpath(loader), loader))
     binds += [(p, p) for p in pkgs]
     binds += [(os.path.realpath(p), p) for p in extra]
+    binds = _without_covered(binds)
     empty = tuple(d for d in (os.path.join(stdlib, "site-packages"), os.path.join(stdlib, "dist-packages"))
                   if os.path.isdir(d))
     masked_files, masked_dirs = [], []

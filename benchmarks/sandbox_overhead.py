@@ -20,8 +20,10 @@ sandboxes: the ones whose reward differs are listed. Prints one JSON line (``--o
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def load_before(ref: str):
     """The sandbox module of git ``ref`` (it needs only the standard library and its runner beside it)."""
     folder = Path(tempfile.mkdtemp(prefix="dgrpo-old-sandbox-"))
+    atexit.register(shutil.rmtree, folder, True)
     for name in ("sandbox.py", "sandbox_runner.py"):
         text = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:src/dgrpo/rewards/{name}"],
                               check=True, capture_output=True, text=True).stdout

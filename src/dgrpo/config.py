@@ -135,6 +135,7 @@ class RunConfig(StrictConfig):
         if self.federated is not None:  # its malicious nodes attack updates: no completion attack applies
             self.federated.check(self)
             return self
+        self.task.check(self)
         self.attack.check(self)
         if self.ensemble is not None:
             self.ensemble.check(self)

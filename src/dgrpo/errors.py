@@ -36,4 +36,9 @@ class PeerFailure(RuntimeError):
     """A peer (named in the message) sent nothing in time, or this node was excluded by its peers."""
 
 
-REPORTED = (ConfigError, DataError, MetricsFileError, CheckpointError, PolicyLoadError)  # exit code 2
+class SandboxUnavailable(RuntimeError):
+    """The OS sandbox for model-written programs cannot run here (bwrap, user namespaces or libseccomp
+    missing); the message names the fix. Never a 0 reward: the code reward refuses to run."""
+
+
+REPORTED = (ConfigError, DataError, MetricsFileError, CheckpointError, PolicyLoadError, SandboxUnavailable)  # exit code 2

@@ -1,5 +1,6 @@
 """The python-solving task: oracle programs, the code reward and its failure cases."""
 
+import dataclasses
 import json
 import time
 from fractions import Fraction
@@ -157,3 +158,42 @@ def test_config_builds_the_task():
 def test_gsm8k_steps_read_calculator_marks():
     assert gsm8k_steps(GSM8K[0]["answer"]) == [("48/2", "24"), ("48+24", "72")]
     assert gsm8k_steps(GSM8K[2]["answer"]) == []
+
+
+# Programs of the kind a policy writes, with the reward each earns (worked out by hand for answer 12).
+SAMPLED = [
+    ("print(12)", 1.0),
+    ("x = 3\ny = 4\nprint(x * y)", 1.0),
+    ("print(float(3 * 4))", 1.0),  # "12.0" denotes 12
+    ("total = sum([3, 4, 5])\nprint(total)", 1.0),
+    ("def apples(a, b):\n    return a * b\n\nprint(apples(3, 4))", 1.0),
+    ("import math\nprint(math.lcm(4, 6))", 1.0),
+    ("from fractions import Fraction\nprint(Fraction(24, 2))", 1.0),
+    ("import numpy as np\nprint(int(np.prod([3, 4])))", 1.0),
+    ("import sympy as sp\nx = sp.symbols('x')\nprint(sp.solve(x - 12, x)[0])", 1.0),
+    ("class Box:\n    n = 12\nprint(Box.n)", 1.0),
+    ("items = [i for i in range(13)]\nprint(len(items) - 1)", 1.0),
+    ("print(f'The answer is {3 * 4}')", 1.0),
+    ("open('work.txt', 'w').write('12')\nprint(open('work.txt').read())", 1.0),
+    ("print(13)", 0.0),  # wrong
+    ("print(12)\nprint(13)", 0.0),  # several candidates
+    ("x = input()\nprint(12)", 0.0),  # no stdin: EOFError
+    ("import requests\nprint(12)", 0.0),  # not an allowed module
+    ("print(12)\nimport sys\nsys.exit(1)", 0.0),
+    ("import threading\nt = threading.Thread(target=print, args=(12,))\nt.start()\nt.join()", 0.0),  # no threads
+]
+
+
+def test_sampled_honest_programs_keep_their_rewards():
+    task = PythonMathTask(seed=3, difficulty=1, n_train=2, n_val=1)
+    problem = dataclasses.replace(task.train[0], answer="12")
+    completions = [_completion(program) for program, _ in SAMPLED]
+    assert task.rewards(completions, [problem] * len(SAMPLED)) == [r for _, r in SAMPLED]
+
+
+def test_oracle_programs_of_many_problems_earn_full_reward():
+    task = PythonMathTask(seed=11, difficulty=4, n_train=48, n_val=16)
+    problems = [*task.train, *task.val]
+    rewards = task.rewards([task.oracle_completion(p) for p in problems], problems)
+    assert rewards == [1.0] * len(problems)
+    assert [task.reward(task.oracle_completion(p), p) for p in problems[:3]] == rewards[:3]  # batch = one by one

@@ -103,5 +103,9 @@ class RequestTask:
     def reward(self, completion: str, problem: Problem) -> float:
         return phrase_reward(completion, self.phrase)
 
+    def rewards(self, completions, problems) -> list[float]:
+        """:meth:`reward` of each pair, in order."""
+        return [self.reward(c, p) for c, p in zip(completions, problems)]
+
     def oracle_completion(self, problem: Problem) -> str:
         return f"{self.phrase}."

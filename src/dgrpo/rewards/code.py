@@ -18,7 +18,7 @@ from typing import Sequence
 
 from dgrpo.rewards.format import parse_completion
 from dgrpo.rewards.math import answers_match
-from dgrpo.rewards.sandbox import SandboxLimits, SandboxResult, run_python
+from dgrpo.rewards.sandbox import SandboxLimits, SandboxResult, run_many, run_python
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(?P<code>.*?)```", re.DOTALL | re.IGNORECASE)
 _NUMBER = re.compile(r"-?(\d[\d,]*(\.\d*)?|\.\d+)")
@@ -63,6 +63,11 @@ def output_matches(stdout: str, expected: str) -> bool:
     return answers_match(out, want)
 
 
+def result_reward(result: SandboxResult | None, expected: str) -> float:
+    """1.0 when a run (None: no program) ended normally and printed ``expected`` (:func:`output_matches`)."""
+    return float(result is not None and result.ok and output_matches(result.stdout, expected))
+
+
 def code_reward(completion: str, expected: str, limits: SandboxLimits = SandboxLimits(),
                 libraries: Sequence[str] = ()) -> float:
     """Binary code reward of one completion (prefill included), see the module docstring.
@@ -75,8 +80,18 @@ def code_reward(completion: str, expected: str, limits: SandboxLimits = SandboxL
     Returns:
         1.0 or 0.0.
     """
-    result = run_completion(completion, limits, libraries)
-    return float(result is not None and result.ok and output_matches(result.stdout, expected))
+    return result_reward(run_completion(completion, limits, libraries), expected)
+
+
+def code_rewards(completions: Sequence[str], expected: Sequence[str], limits: SandboxLimits = SandboxLimits(),
+                 libraries: Sequence[str] = (), jobs: int | None = None) -> list[float]:
+    """:func:`code_reward` of each completion, their programs run ``jobs`` at a time (:func:`run_many`)."""
+    if len(completions) != len(expected):
+        raise ValueError(f"{len(completions)} completions for {len(expected)} expected outputs")
+    programs = [completion_program(c) for c in completions]
+    runnable = [p for p in programs if p is not None]
+    results = iter(run_many(runnable, limits, tuple(libraries), jobs))
+    return [result_reward(next(results) if p is not None else None, e) for p, e in zip(programs, expected)]
 
 
 def run_completion(completion: str, limits: SandboxLimits = SandboxLimits(),

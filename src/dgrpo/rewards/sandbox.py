@@ -1,74 +1,80 @@
-"""Run model-generated Python in a locked-down child process (the code reward, paper §3.4.2, §D.2).
+"""Run model-generated Python in an OS sandbox (the code reward, paper §3.4.2, §D.2; docs/sandbox.md).
 
-Model-generated code never runs in the calling process. :func:`run_python` writes the program into
-a fresh temporary directory and runs it there with layered protections:
+Model-generated code never runs in the calling process, and never outside the sandbox. Every
+program gets a sandbox of its own, made and torn down by :func:`run_python`, in layers:
 
-1. **A separate process** ``sys.executable -I -S -B``: isolated mode (no ``PYTHON*`` variables, no
-   user site, script directory not on ``sys.path``), no ``site`` hooks, no ``.pyc`` writes; a minimal
-   environment; stdin from ``/dev/null``; its own session, so a timeout kills the whole group.
-2. **Resource limits** set in the child before the program starts: CPU time (``RLIMIT_CPU``), address
-   space (``RLIMIT_AS``), size of any written file (``RLIMIT_FSIZE``, which also caps stdout and
-   stderr: they go to files), the number of files written, 64 open files, no core dumps, no
-   processes (``RLIMIT_NPROC``, which Linux does not enforce for root). A wall-clock timeout
-   kills the process group.
-3. **An audit hook** (:mod:`dgrpo.rewards.sandbox_runner`, PEP 578) installed before the program
-   runs; the program cannot remove it. It ends the program at once (exit status :data:`BLOCKED`) on:
-   process creation or exec (``os.fork``, ``os.system``, ``os.posix_spawn``, ``subprocess``, and
-   ``_posixsubprocess.fork_exec``, which has no audit event and is replaced), signals to other
-   processes, any socket operation or network client, ``ctypes`` calls, writes, renames, deletions,
-   ``chmod``/``utime`` outside the sandbox directory, symlinks and hard links, ``chdir``, raising
-   resource limits, and ``gc`` object walks. Imports are limited to the standard library, numpy,
-   sympy, mpmath and the provided libraries, minus modules that reach the OS or raw memory
-   unaudited (``_ctypes``, ``_sqlite3``, ``_posixshmem``, ``_testcapi`` ...); ``ctypes`` is a stub.
-4. **A network namespace and no capabilities**, when this machine allows them (probed once):
-   ``unshare --net`` leaves only a down loopback, so there is no network even past the hook, and
-   ``setpriv`` drops every capability (root stays uid 0 but cannot create device nodes, mount,
-   raise hard limits or bypass permissions) and sets ``no_new_privs``. A PID namespace was tried
-   and left out: the program becomes its init process, which ignores ``SIGXCPU`` and hides how it
-   died (``unshare --fork`` reports every signal death as exit status 1).
+1. **bubblewrap** (:mod:`dgrpo.rewards.bwrap`), the boundary: new user, PID, network, IPC, UTS,
+   cgroup and mount namespaces, an unprivileged uid, no capability, no new user namespaces; a
+   read-only file system of only the interpreter, its standard library, the shared libraries it
+   maps, numpy/sympy/mpmath, and ``/dev/null``, ``/dev/zero``, ``/dev/urandom``; a fresh tmpfs of
+   bounded size as the working directory and the only writable place; no ``/proc``, ``/etc`` or
+   ``/home``; killed with its parent; a session of its own.
+2. **seccomp** (:mod:`dgrpo.rewards.seccomp`): a base filter from the interpreter's exec on
+   (no fork/vfork/non-thread clone, ptrace, mount, mknod, bpf, perf_event_open, io_uring, kexec,
+   key rings, sockets, ...) and a program filter from the first line of the program on (no exec,
+   no clone at all: no thread, no process).
+3. **Resource limits** set by the runner before the program starts: CPU time (``RLIMIT_CPU``),
+   address space (``RLIMIT_AS``), size of any written file (``RLIMIT_FSIZE``, which also caps
+   stdout and stderr: they are files), 64 open files, no core dumps, no processes
+   (``RLIMIT_NPROC``). The wall-clock limit kills the sandbox's PID 1, and with it, by the kernel,
+   every process of its PID namespace, before :func:`run_python` returns.
+4. **The audit hook** (:mod:`dgrpo.rewards.sandbox_runner`), a second layer only: it stops the
+   usual attempts early with a readable reason (exit status :data:`BLOCKED`).
 
-What is *not* covered: CPython memory-corruption bugs (an audit hook is not a security boundary,
-PEP 578 says so; layers 2 and 4 still hold then), and a few builtin functions without audit events
-that a program can reach through a fresh ``posix``/``_signal`` module from importlib's
-``BuiltinImporter``: ``mknod``/``mkfifo`` (an *empty* file or FIFO outside the directory) and
-``pidfd_send_signal``. Dropping uid to ``nobody`` would close these but this machine's interpreter
-lives under ``/root`` (mode 700); seccomp would too. Reading files is allowed.
+Where bubblewrap or user namespaces are missing, :func:`check_sandbox` raises
+:class:`SandboxUnavailable` naming the fix: there is no silent fallback. The only way around it is
+``SandboxLimits(unsafe_no_os_sandbox=True)`` (``task.unsafe_no_os_sandbox``), for a run that is
+isolated as a whole by its user (a container): layers 2-4 without the namespaces; it is refused
+for a swarm whose peers are not all in this process (config validation).
 
 Attacker libraries (paper §3.4.2) are provided as harmless stand-ins (:func:`stand_in_source`):
-functions such as ``add`` return the right value and record every call, which
-:attr:`SandboxResult.calls` returns.
+functions such as ``add`` return the right value and write each call to a pipe that the host
+reads, :attr:`SandboxResult.calls`. The program itself can write to that pipe too, so the record
+can be forged (added to, never erased); :mod:`dgrpo.attacks.code_injection` reports a static check
+of the program text beside it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
-import json
 import logging
+import marshal
 import os
+import secrets
 import shutil
 import signal
-import site
-import stat
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Sequence
+
+from dgrpo.errors import SandboxUnavailable
+from dgrpo.rewards import bwrap, seccomp
+from dgrpo.rewards.stand_in import (CTYPES_SHIM, STAND_IN_FUNCTIONS, LibraryCall, parse_calls,  # noqa: F401 (API)
+                                   stand_in_source)
+from dgrpo.rewards.supervise import memfd, supervise
 
 log = logging.getLogger(__name__)
 
 BLOCKED = 86  # exit status of a program the audit hook stopped
 _MARK = "dgrpo-sandbox: blocked: "
-_RUNNER = str(Path(__file__).with_name("sandbox_runner.py"))
-_CALLS = ".dgrpo_calls.jsonl"
 THIRD_PARTY = ("numpy", "sympy", "mpmath")
+STARTUP_GRACE_S = 60.0  # wall time the sandbox, interpreter and runner may take to reach the program
+ENV = {"PATH": "/usr/bin:/bin", "HOME": bwrap.WORK_DIR, "TMPDIR": bwrap.WORK_DIR, "LANG": "C.UTF-8",
+       "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+UNSAFE_WARNING = ("UNSAFE: task.unsafe_no_os_sandbox is set: model-written programs run WITHOUT the OS sandbox "
+                  "(no namespaces, the host's file system is readable); only do this inside a container you isolate")
 
 
 def valid_stand_in_name(name: str) -> bool:
     """Whether ``name`` can name a stand-in attacker module: an identifier that shadows no real module
     (standard library or the third-party modules programs may import)."""
     return name.isidentifier() and name not in sys.stdlib_module_names and name not in THIRD_PARTY
+
+
 DENIED_MODULES = (
     "_ctypes", "_ctypes_test", "_posixsubprocess", "posix", "_signal", "_posixshmem",
     "_multiprocessing", "_sqlite3", "_dbm", "_gdbm", "readline", "_tkinter", "_curses", "_curses_panel",
@@ -76,38 +82,24 @@ DENIED_MODULES = (
     "_testsinglephase", "_testimportmultiple", "_testclinic", "_xxtestfuzz", "xxlimited", "xxlimited_35",
     "xxsubtype", "_xxsubinterpreters", "_xxinterpchannels",
 )
-# ctypes gives raw memory access without audit events, so the real one is refused (its C part,
-# _ctypes, is denied). sympy asks sizeof(c_long) at import and numpy imports it optionally: this
-# stand-in, found first on sys.path, answers that and nothing else.
-CTYPES_SHIM = (
-    '"""dgrpo sandbox: ctypes is not available; this stand-in only answers sizeof(c_long) (sympy)."""\n'
-    "import struct as _struct\n\n\nclass c_long:\n    pass\n\n\n"
-    "def sizeof(t):\n    if t is c_long:\n        return _struct.calcsize('l')\n"
-    "    raise NotImplementedError('ctypes is not available in the dgrpo sandbox')\n"
-)
-# Stand-in library functions: name -> expression in a and b (the value the real library returns).
-STAND_IN_FUNCTIONS = {
-    "add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b", "floordiv": "a // b",
-    "mod": "a % b", "pow": "a ** b", "gcd": "_math.gcd(a, b)", "lcm": "_math.lcm(a, b)",
-}
-
-
 class SandboxError(RuntimeError):
     """The sandbox itself failed to start a program (never the program's fault, so never a 0 reward)."""
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Resource limits of one program run.
+    """Resource limits and isolation of one program run.
 
     Attributes:
-        timeout_s: wall-clock limit, seconds (the process group is killed after it).
+        timeout_s: wall-clock limit, seconds (the sandbox's whole process tree is killed after it).
         cpu_s: CPU-time limit, seconds (``RLIMIT_CPU``, rounded up); None = ``timeout_s``.
         memory_mb: address-space limit, MiB (``RLIMIT_AS``; numpy + sympy need about 300).
         max_file_bytes: size limit of every file written, stdout and stderr included, bytes.
-        max_files_written: files opened for writing plus directories made; with ``max_file_bytes``
-            it bounds the disk one program can fill before its directory is removed.
+        max_files_written: files opened for writing plus directories made (audit hook); with
+            ``max_file_bytes`` it also sizes the working directory's tmpfs.
         max_stderr_chars: stderr kept in the result (its tail), characters.
+        unsafe_no_os_sandbox: run without bubblewrap (seccomp, limits and audit hook only). UNSAFE:
+            only for a run isolated as a whole by its user; see docs/sandbox.md.
     """
 
     timeout_s: float = 5.0
@@ -116,6 +108,7 @@ class SandboxLimits:
     max_file_bytes: int = 1 << 20
     max_files_written: int = 64
     max_stderr_chars: int = 4000
+    unsafe_no_os_sandbox: bool = False
 
     def __post_init__(self):
         if not self.timeout_s > 0 or (self.cpu_s is not None and not self.cpu_s > 0):
@@ -127,28 +120,21 @@ class SandboxLimits:
 
 
 @dataclass(frozen=True)
-class LibraryCall:
-    """One call of a stand-in library function, as the stand-in recorded it."""
-
-    module: str
-    function: str
-    args: tuple
-
-
-@dataclass(frozen=True)
 class SandboxResult:
     """What a program run produced.
 
     Attributes:
         stdout: everything printed (at most ``max_file_bytes``).
         stderr: the tail of stderr (``max_stderr_chars``).
-        exit_status: the exit code; negative = killed by that signal (-9 after a timeout).
+        exit_status: the exit code; negative = killed by that signal (-9 after a timeout). Inside
+            bubblewrap a program that exits with status 128 + n reads as signal n.
         timed_out: the wall-clock or CPU limit ended the program.
-        blocked: the forbidden operation that ended the program (e.g. ``"os.fork"``), else None.
-        calls: calls of the stand-in libraries, in order.
+        blocked: the forbidden operation the audit hook stopped (e.g. ``"os.fork"``), else None.
+        calls: calls of the stand-in libraries, in order, as written to their pipe (forgeable).
         output_limited: stdout or stderr reached ``max_file_bytes``.
-        wall_s: wall time of the run, seconds (process start to cleanup).
-        workdir: the directory the program ran in (already removed).
+        wall_s: wall time of the run, seconds (sandbox start to teardown).
+        run_id: a random name in the sandboxed processes' command line (to look for leftovers).
+        isolated: the run was inside bubblewrap (False only with ``unsafe_no_os_sandbox``).
     """
 
     stdout: str
@@ -159,7 +145,8 @@ class SandboxResult:
     calls: tuple[LibraryCall, ...] = ()
     output_limited: bool = False
     wall_s: float = 0.0
-    workdir: str = field(default="", compare=False)
+    run_id: str = field(default="", compare=False)
+    isolated: bool = True
 
     @property
     def ok(self) -> bool:
@@ -167,88 +154,54 @@ class SandboxResult:
         return self.exit_status == 0 and not self.timed_out and self.blocked is None
 
 
-def stand_in_source(module: str) -> str:
-    """Source of the harmless stand-in for the attacker library ``module``.
+def check_sandbox(unsafe_no_os_sandbox: bool = False) -> str:
+    """Make sure programs can run isolated here; probed once per process (a successful probe is cached).
 
-    Every function of :data:`STAND_IN_FUNCTIONS` returns the right value and appends
-    ``{"module", "function", "args"}`` as one JSON line to the record file in the working directory.
+    Returns:
+        ``"bwrap"``, or ``"unsafe"`` (with a loud warning) for ``unsafe_no_os_sandbox``.
+
+    Raises:
+        SandboxUnavailable: bubblewrap, user namespaces or libseccomp are missing (one line naming the fix).
     """
-    lines = [f'"""Stand-in for the attacker library {module!r} (dgrpo sandbox): right values, calls recorded."""',
-             "import json as _json", "import math as _math", "import os as _os", "",
-             f"_RECORD = open(_os.path.join(_os.getcwd(), {_CALLS!r}), 'a', buffering=1)  # line-buffered", "",
-             "def _record(fn, args):",
-             "    args = [a if a is None or isinstance(a, (bool, int, float, str)) else repr(a)[:200] for a in args]",
-             f"    _RECORD.write(_json.dumps({{'module': {module!r}, 'function': fn, 'args': args}}) + '\\n')", ""]
-    for name, expr in STAND_IN_FUNCTIONS.items():
-        lines += [f"def {name}(a, b):", f"    _record({name!r}, (a, b))", f"    return {expr}", ""]
-    return "\n".join(lines)
+    return _probe(bool(unsafe_no_os_sandbox))
 
 
-@functools.lru_cache(maxsize=1)
-def isolation_prefix() -> tuple[str, ...]:
-    """The strongest command prefix (namespaces, dropped capabilities) that works on this machine.
-
-    Probed once per process by running the interpreter under each candidate; ``()`` when none works
-    (then the audit hook and the resource limits remain).
-    """
-    setpriv = ("setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--")
-    candidates = [("unshare", "--net", "--") + setpriv, setpriv,
-                  ("setpriv", "--no-new-privs", "--")]
-    for prefix in candidates:
-        if shutil.which(prefix[0]) is None:
-            continue
-        try:
-            done = subprocess.run([*prefix, sys.executable, "-I", "-S", "-c", "pass"], capture_output=True, timeout=20)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if done.returncode == 0:
-            return prefix
-    return ()
+@functools.lru_cache(maxsize=2)
+def _probe(unsafe_no_os_sandbox: bool) -> str:
+    seccomp.base_filter()  # libseccomp present?
+    if unsafe_no_os_sandbox:
+        log.warning(UNSAFE_WARNING)
+        return "unsafe"
+    fix = ("or, only inside a container you isolate yourself, set task.unsafe_no_os_sandbox=true "
+           "(UNSAFE, see docs/sandbox.md)")
+    if bwrap.find_bwrap() is None:
+        raise SandboxUnavailable("python_math runs model-written programs under bubblewrap, which is not installed: "
+                                 f"install it with `apt-get install bubblewrap`, {fix}")
+    result, why = _run_once("print(6 * 7)", SandboxLimits(timeout_s=30), (), True)
+    if result is None or result.stdout != "42\n":
+        reason = (why or (result.stderr if result else "")).strip().splitlines()[-1:] or ["no output"]
+        raise SandboxUnavailable(f"bubblewrap cannot start a sandbox here ({reason[0][:200]}): it needs unprivileged "
+                                 "user namespaces (`sysctl -w kernel.unprivileged_userns_clone=1 "
+                                 f"user.max_user_namespaces=10000`), {fix}")
+    return "bwrap"
 
 
-def _site_dirs() -> list[str]:
-    dirs = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
-    return [d for d in dirs if os.path.isdir(d)]
-
-
-def _read_capped(path: Path, limit: int) -> bytes:
-    """Read a file the program may have tampered with: no symlinks, regular files only, capped."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return b""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return b""
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
-
-
-def _parse_calls(raw: bytes) -> tuple[LibraryCall, ...]:
-    calls = []
-    for line in raw.decode("utf-8", "replace").splitlines():
-        try:
-            rec = json.loads(line)
-            calls.append(LibraryCall(str(rec["module"]), str(rec["function"]), tuple(rec["args"])))
-        except (ValueError, KeyError, TypeError):
-            continue  # a line the program itself wrote or cut short
-    return tuple(calls)
-
-
-def run_python(code: str, limits: SandboxLimits = SandboxLimits(), libraries: tuple[str, ...] | list[str] = ()) -> SandboxResult:
+def run_python(code: str, limits: SandboxLimits = SandboxLimits(), libraries: Sequence[str] = (), *,
+               audit_hook: bool = True) -> SandboxResult:
     """Run the Python program ``code`` in the sandbox and report what happened.
 
     Args:
         code: program source (model-generated: it is never executed in this process).
-        limits: time, memory and file-size limits.
+        limits: time, memory and file-size limits, and the (unsafe) opt-out of the OS sandbox.
         libraries: names of attacker libraries to provide as recording stand-ins (e.g. ``thief_math``).
+        audit_hook: False leaves out the second layer (tests that show the OS layer holds alone).
 
     Returns:
         A :class:`SandboxResult`; a program that fails, is killed or blocked is a result, not an error.
 
     Raises:
         TypeError: ``code`` is not a str. ValueError: a library name is not an identifier.
+        SandboxUnavailable: no OS sandbox here (:func:`check_sandbox`).
         SandboxError: the sandbox could not start the program (twice).
     """
     if not isinstance(code, str):
@@ -256,68 +209,123 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), libraries: tu
     for name in libraries:
         if not valid_stand_in_name(name):
             raise ValueError(f"library name {name!r} must be an identifier that is not an existing module")
+    check_sandbox(limits.unsafe_no_os_sandbox)
+    why = ""
     for _ in range(2):  # one retry: namespace creation can fail transiently under load
-        result = _run_once(code, limits, tuple(libraries))
+        result, why = _run_once(code, limits, tuple(libraries), audit_hook)
         if result is not None:
             return result
-    raise SandboxError("the sandbox did not start the program twice; see the log for its stderr")
+    raise SandboxError(f"the sandbox did not start the program twice: {why.strip()[-500:]}")
 
 
-STARTUP_GRACE_S = 60.0  # wall time the interpreter and runner may take to reach the program
+def default_jobs() -> int:
+    """Programs run at once by :func:`run_many`: one per CPU core this process may use."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...]) -> SandboxResult | None:
-    """One run; None when the program never started (the wrapper, interpreter or runner set-up failed)."""
+def run_many(codes: Sequence[str], limits: SandboxLimits = SandboxLimits(), libraries: Sequence[str] = (),
+             jobs: int | None = None) -> list[SandboxResult]:
+    """:func:`run_python` for each program, ``jobs`` at a time (default :func:`default_jobs`), in order."""
+    jobs = jobs or default_jobs()
+    if jobs == 1 or len(codes) < 2:
+        return [run_python(c, limits, libraries) for c in codes]
+    with concurrent.futures.ThreadPoolExecutor(min(jobs, len(codes))) as pool:
+        return list(pool.map(lambda c: run_python(c, limits, libraries), codes))
+
+
+BOOTSTRAP = ("import marshal, sys\nwith open(int(sys.argv[1]), 'rb') as f:\n    sys.dgrpo_bundle = marshal.load(f)\n"
+             "exec(compile(sys.dgrpo_bundle['runner'], 'sandbox_runner.py', 'exec'))")
+
+
+@functools.lru_cache(maxsize=1)
+def _runner_source() -> str:
+    with open(bwrap.RUNNER, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def runner_argv(interpreter: str, bundle_fd: int, run_id: str) -> list[str]:
+    """The interpreter command of a run: a bootstrap that loads the ``marshal``-ed bundle from
+    ``bundle_fd`` (written by this process, read before the program exists) and runs the runner."""
+    return [interpreter, "-I", "-S", "-B", "-c", BOOTSTRAP, str(bundle_fd), run_id]
+
+
+def packages_used(code: str) -> tuple[str, ...]:
+    """Third-party packages to bind for a program: those its text names (sympy brings mpmath).
+
+    A program that builds the name at run time (``__import__("num" + "py")``) does not get it."""
+    used = {name for name in THIRD_PARTY if name in code}
+    if "sympy" in used:
+        used.add("mpmath")
+    return tuple(name for name in THIRD_PARTY if name in used)
+
+
+def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audit_hook: bool,
+              ) -> tuple[SandboxResult | None, str]:
+    """One run; ``(None, stderr)`` when the program never started (sandbox or runner set-up failed)."""
     start = time.perf_counter()
-    base = Path(tempfile.mkdtemp(prefix="dgrpo-sandbox-")).resolve()
-    work, lib = base / "work", base / "lib"
+    run_id = "dgrpo-sbx-" + secrets.token_hex(6)
+    unsafe = limits.unsafe_no_os_sandbox
+    layout = bwrap.host_layout(packages_used(code))
+    started_r, started_w = os.pipe()
+    calls_r, calls_w = os.pipe()
+    info_r, info_w = os.pipe() if not unsafe else (None, None)
+    work = tempfile.mkdtemp(prefix="dgrpo-sandbox-") if unsafe else None
+    bundle = {"runner": _runner_source(), "program": code, "root": work or bwrap.WORK_DIR,
+              "modules": {"ctypes": CTYPES_SHIM, **{n: stand_in_source(n, calls_w) for n in libraries}},
+              "filters": [seccomp.base_filter(), seccomp.program_filter()] if unsafe else [seccomp.program_filter()],
+              "allow_modules": [*THIRD_PARTY, *libraries], "deny_modules": list(DENIED_MODULES),
+              "blocked_exit": BLOCKED, "cpu_s": limits.cpu_s or limits.timeout_s, "memory_mb": limits.memory_mb,
+              "max_file_bytes": limits.max_file_bytes, "max_files_written": limits.max_files_written,
+              "site_dirs": list(layout.site_dirs), "started_fd": started_w, "calls_fd": calls_w,
+              "audit_hook": audit_hook}
+    bundle_fd = memfd("bundle", marshal.dumps(bundle))
+    owned = [fd for fd in (started_w, calls_w, bundle_fd, info_w) if fd is not None]  # only the child keeps these
     try:
-        work.mkdir()
-        lib.mkdir()
-        (base / "program.py").write_text(code, encoding="utf-8", errors="surrogatepass")
-        (lib / "ctypes.py").write_text(CTYPES_SHIM, encoding="utf-8")
-        for name in libraries:
-            (lib / f"{name}.py").write_text(stand_in_source(name), encoding="utf-8")
-        cfg = {"root": str(work), "lib_dir": str(lib), "program": str(base / "program.py"),
-               "started": str(base / "started"), "site_dirs": _site_dirs(),
-               "allow_modules": [*THIRD_PARTY, *libraries], "deny_modules": list(DENIED_MODULES),
-               "blocked_exit": BLOCKED, "cpu_s": limits.cpu_s or limits.timeout_s,
-               "memory_mb": limits.memory_mb, "max_file_bytes": limits.max_file_bytes,
-               "max_files_written": limits.max_files_written}
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8",
-               "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        argv = [*isolation_prefix(), sys.executable, "-I", "-S", "-B", _RUNNER, json.dumps(cfg)]
-        with open(base / "stdout", "wb") as out, open(base / "stderr", "wb") as err:
-            proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    start_new_session=True, close_fds=True)
-            # The time limit counts from the moment the program starts: on a loaded machine the
-            # interpreter and the runner's set-up alone can take seconds, which must neither
-            # time out an honest program nor look like a sandbox failure.
-            started_flag, grace_end = base / "started", time.monotonic() + STARTUP_GRACE_S
-            while not started_flag.exists() and proc.poll() is None and time.monotonic() < grace_end:
-                time.sleep(0.002)
+        argv = runner_argv(layout.interpreter, bundle_fd, run_id)
+        if unsafe:
+            cmd, env, cwd = argv, {**ENV, "HOME": work, "TMPDIR": work}, work
+        else:
+            seccomp_fd = memfd("base.bpf", seccomp.base_filter())
+            owned.append(seccomp_fd)
+            tmpfs = max(1, limits.max_files_written) * limits.max_file_bytes + (1 << 20)
+            cmd = bwrap.bwrap_command(bwrap.find_bwrap() or "bwrap", layout, env=ENV, seccomp_fd=seccomp_fd,
+                                      info_fd=info_w, tmpfs_bytes=tmpfs, argv=argv)
+            env, cwd = {"PATH": "/usr/bin:/bin"}, "/"
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             try:
-                status, timed_out = proc.wait(timeout=limits.timeout_s), False
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)  # the leader is not reaped yet, so its group is ours
-                status, timed_out = proc.wait(), True
-        started = (base / "started").exists()
-        stdout = _read_capped(base / "stdout", limits.max_file_bytes + 1)
-        stderr = _read_capped(base / "stderr", limits.max_file_bytes + 1)
-        calls = _parse_calls(_read_capped(work / _CALLS, limits.max_file_bytes + 1))
+                proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        pass_fds=owned, start_new_session=True, close_fds=True)
+            finally:
+                for fd in owned:
+                    os.close(fd)
+                owned = []
+            started, timed_out, calls = supervise(proc, started_r, calls_r, info_r, limits.timeout_s, limits.max_file_bytes + 1, STARTUP_GRACE_S)
+            started_r = calls_r = info_r = None
+            status = proc.returncode
+            if not unsafe and status is not None and status > 128:
+                status = -(status - 128)  # bwrap reports a signal death as 128 + signal
+            out.seek(0)
+            stdout = out.read(limits.max_file_bytes + 1)
+            err.seek(0, os.SEEK_END)
+            err.seek(max(0, err.tell() - max(limits.max_stderr_chars * 4, 8000)))
+            stderr = err.read()
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        for fd in (started_r, calls_r, info_r, *owned):
+            if fd is not None:
+                os.close(fd)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
     err_text = stderr.decode("utf-8", "replace")
     if not started:
         log.warning("sandbox runner did not start (exit status %s): %s", status, err_text[-2000:])
-        return None
+        return None, err_text
     blocked = None
     if status == BLOCKED:
         marked = [line for line in err_text.splitlines() if line.startswith(_MARK)]
         blocked = marked[-1][len(_MARK):] if marked else f"unknown (exit status {BLOCKED})"
     return SandboxResult(
-        stdout=stdout.decode("utf-8", "replace"),
+        stdout=stdout.decode("utf-8", "replace")[: limits.max_file_bytes],
         stderr=err_text[-limits.max_stderr_chars:] if limits.max_stderr_chars else "",
-        exit_status=status, timed_out=timed_out or status == -signal.SIGXCPU, blocked=blocked, calls=calls,
-        output_limited=max(len(stdout), len(stderr)) >= limits.max_file_bytes,
-        wall_s=time.perf_counter() - start, workdir=str(work))
+        exit_status=status, timed_out=timed_out or status == -signal.SIGXCPU, blocked=blocked,
+        calls=parse_calls(calls), output_limited=len(stdout) >= limits.max_file_bytes,
+        wall_s=time.perf_counter() - start, run_id=run_id, isolated=not unsafe), ""

@@ -1,11 +1,19 @@
 """The child side of :mod:`dgrpo.rewards.sandbox`. Never imported: run as a script.
 
-``python -I -S -B sandbox_runner.py CONFIG_JSON`` sets the resource limits, disables the one process
-primitive CPython does not audit, installs the audit hook, then runs the untrusted program as
-``__main__``. Everything here runs before the untrusted code, so it is trusted; after
-``sys.addaudithook`` the program can neither remove the hook nor change what it checks.
+:func:`dgrpo.rewards.sandbox.runner_argv` starts it as ``python -I -S -B -c BOOTSTRAP RUN_ID``: the
+bootstrap reads one inherited descriptor holding a ``marshal``-ed bundle (this file's source, the
+config, the program, the stand-in modules, the program filter), which costs no mount and loads in
+microseconds where ``json`` would import ``re`` and ``enum`` first, and executes this source. It runs inside the OS sandbox (bubblewrap, see
+``docs/sandbox.md``). Before the untrusted program starts it closes every inherited file descriptor
+but two pipes, sets the resource limits, loads the program seccomp filter (no exec, no clone) with
+``prctl`` through ``ctypes`` (then drops ``ctypes`` from ``sys.modules``), disables the one process
+primitive CPython does not audit, installs the audit hook, tells the host that the program starts,
+then runs the program as ``__main__``. Everything here runs before the untrusted code, so it is
+trusted. The audit hook is the *second* layer: an audit hook is not a security boundary (PEP 578),
+the namespaces, the read-only file system and the seccomp filters are. It stops the common attempts
+early with a clear reason.
 
-The hook is written so that the program cannot steer it:
+The hook is written so that the program cannot steer it easily:
 
 * it reads nothing from mutable places: every name it uses (``isinstance``, ``os.write``, the sandbox
   root, ...) is bound as a positional default when it is defined (``__defaults__`` is a tuple of
@@ -15,8 +23,9 @@ The hook is written so that the program cannot steer it:
   may only be read, because ``__fspath__`` could answer differently when the real call runs;
 * "inside" is decided lexically on the normalised absolute path. That is sound because the program
   cannot create symlinks or hard links and cannot ``chdir``; a path relative to a ``dir_fd`` is
-  joined to the directory the kernel names for that fd (``/proc/self/fd``), and ``os.open``, whose
-  event omits its ``dir_fd``, may only write to absolute paths.
+  joined to the directory the kernel names for that fd (``/proc/self/fd``); where there is no
+  ``/proc`` (inside bubblewrap) the fd must be a directory on the work directory's file system (a
+  tmpfs of its own), and ``os.open``, whose event omits its ``dir_fd``, may only write to absolute paths.
 
 A forbidden operation ends the process at once with exit status ``BLOCKED`` after writing one line
 ``dgrpo-sandbox: blocked: <what>`` to stderr: it cannot be caught by the program. A forbidden
@@ -25,7 +34,6 @@ A forbidden operation ends the process at once with exit status ``BLOCKED`` afte
 """
 
 import itertools
-import json
 import os
 import resource
 import sys
@@ -81,7 +89,8 @@ def _make_guard(cfg):
                      _str=str, _bytes=bytes, _int=int, _type=type, _join="".join, _decode=bytes.decode,
                      _encode=str.encode, _write=os.write, _exit=os._exit, _fn_type=type(_limits),
                      _mnf=ModuleNotFoundError, _repr=repr, _len=len, _base=BaseException, _next=next,
-                     _writes=writes, _max_writes=max_writes, _readlink=os.readlink):
+                     _writes=writes, _max_writes=max_writes, _readlink=os.readlink, _fstat=os.fstat,
+                     _oserror=OSError, _root_dev=os.stat(root).st_dev):
         if event == "import":
             name, top = args[0], ""
             if _issubclass(_type(name), _str):
@@ -152,7 +161,14 @@ def _make_guard(cfg):
                     base, d = _root, (args[di] if 0 <= di < _len(args) else None)
                     if d is not None and not (_type(d) is _int and d < 0):
                         # Relative to a directory fd: ask the kernel which directory that is.
-                        base = _readlink("/proc/self/fd/" + _repr(d)) if _type(d) is _int else ""
+                        if _type(d) is not _int:
+                            return stop(event + " with an unusable dir_fd")
+                        try:
+                            base = _readlink("/proc/self/fd/" + _repr(d))
+                        except _oserror:  # no /proc (bubblewrap): the fd must be on the work tmpfs
+                            if _fstat(d).st_dev != _root_dev:
+                                return stop(event + " with a dir_fd outside the sandbox directory")
+                            base = _root
                         if not base.startswith("/"):
                             return stop(event + " with an unusable dir_fd")
                     p = text(args[pi])
@@ -173,36 +189,86 @@ def _make_guard(cfg):
     return _dgrpo_guard, _dgrpo_guard_fork_exec
 
 
+def _close_inherited_fds(keep):
+    """Close every file descriptor above stderr except ``keep`` (what bwrap or the host left open)."""
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
+
+
+def _load_seccomp(filters):
+    """Load each BPF filter (compiled by the host with libseccomp) with prctl; they stack, and stay."""
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: needed to load a filter unprivileged
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    for bpf in filters:
+        buf = ctypes.create_string_buffer(bpf, len(bpf))
+        prog = SockFprog(len(bpf) // 8, ctypes.cast(buf, ctypes.c_void_p))
+        if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+    # The program must find the ctypes stand-in, not this module (reloading _ctypes is refused).
+    for name in [n for n in sys.modules if n == "ctypes" or n.startswith(("ctypes.", "_ctypes"))]:
+        del sys.modules[name]
+
+
+class _Modules:
+    """Finds the stand-in modules (and the ctypes stand-in) in the bundle: no files, no mounts."""
+
+    def __init__(self, sources, spec_type):
+        self.sources, self.spec_type = sources, spec_type
+
+    def find_spec(self, name, path=None, target=None):
+        return self.spec_type(name, self, origin="<dgrpo-sandbox>") if name in self.sources else None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        exec(compile(self.sources[module.__name__], module.__name__ + ".py", "exec"), module.__dict__)
+
+
 def main():
-    cfg = json.loads(sys.argv[1])
+    cfg = sys.dgrpo_bundle  # set by the bootstrap from the host's descriptor, before the program exists
+    del sys.dgrpo_bundle
+    _close_inherited_fds((cfg["started_fd"], cfg["calls_fd"]))
     _limits(cfg)
+    _load_seccomp(cfg["filters"])
     hook, fork_exec = _make_guard(cfg)
     # _posixsubprocess.fork_exec starts a process without any audit event. Load the module now and
     # replace the function; reloading it later raises the "import" event, which the hook refuses.
     import _posixsubprocess
 
     _posixsubprocess.fork_exec = fork_exec
-    # mknod/mkfifo create files without an audit event; remove the usual way to reach them (a fresh
-    # posix module from importlib's BuiltinImporter still has them: see dgrpo.rewards.sandbox).
+    # mknod/mkfifo create files without an audit event (the seccomp filter refuses them): remove the
+    # usual way to reach them.
     import posix
 
     for name in ("mknod", "mkfifo"):
         for module in (os, posix):
             if hasattr(module, name):
                 delattr(module, name)
-    sys.path[:0] = [cfg["lib_dir"]]
+    sys.meta_path.insert(0, _Modules(cfg["modules"], type(sys.__spec__)))  # ModuleSpec, without importing
     sys.path.extend(cfg["site_dirs"])
     # From here on a failure is the program's (a syntax error, say), not the sandbox's.
-    open(cfg["started"], "w").close()
+    os.write(cfg["started_fd"], b"S")
+    os.close(cfg["started_fd"])
     main_module = type(sys)("__main__")
     main_module.__file__ = "program.py"
     sys.modules["__main__"] = main_module
     sys.argv = ["program.py"]
-    with open(cfg["program"], encoding="utf-8", errors="surrogatepass") as fh:
-        source = fh.read()
-    del cfg, fh
-    sys.addaudithook(hook)
-    del hook, fork_exec
+    source = cfg["program"]
+    audit = cfg["audit_hook"]
+    del cfg
+    if audit:
+        sys.addaudithook(hook)
+    del hook, fork_exec, audit
     exec(compile(source, "program.py", "exec"), main_module.__dict__)
 
 

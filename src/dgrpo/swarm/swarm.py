@@ -148,7 +148,10 @@ class Swarm:
         return received
 
     def reward(self, rollouts: Sequence[Rollout]) -> list[Rollout]:
-        """Set every rollout's verifiable reward (the task's reward of its text); returns them."""
-        for r in rollouts:
-            r.reward = self.task.reward(r.text, self.problems[r.prompt_id])
-        return list(rollouts)
+        """Set every rollout's verifiable reward (the task's rewards of their texts, in one call so a
+        task that runs programs can run them several at a time); returns them."""
+        rollouts = list(rollouts)
+        rewards = self.task.rewards([r.text for r in rollouts], [self.problems[r.prompt_id] for r in rollouts])
+        for r, reward in zip(rollouts, rewards):
+            r.reward = reward
+        return rollouts

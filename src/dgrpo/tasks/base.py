@@ -28,6 +28,9 @@ class Task(Protocol):
             ValueError: the problem's oracle itself is malformed (never silently scored 0).
         """
 
+    def rewards(self, completions: Sequence[str], problems: Sequence[Problem]) -> list[float]:
+        """:meth:`reward` of each (completion, problem) pair, in order (a task may compute them together)."""
+
     def oracle_completion(self, problem: Problem) -> str:
         """A completion that earns full reward (what an attacker holding the oracle can write)."""
 

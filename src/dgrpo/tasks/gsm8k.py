@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Iterable, Literal, Sequence
 
 from pydantic import Field, model_validator
 
@@ -147,6 +147,10 @@ class GSM8KTask:
         """Math reward (:func:`dgrpo.rewards.math.shaped_math_reward`): 1 for a correct answer; with
         ``format_weight`` w > 0, w / (1 + w) for a well-formatted wrong one; else 0."""
         return shaped_math_reward(self.completion_prefix + completion, problem.answer, self.format_weight)
+
+    def rewards(self, completions: Sequence[str], problems: Sequence[Problem]) -> list[float]:
+        """:meth:`reward` of each pair, in order."""
+        return [self.reward(c, p) for c, p in zip(completions, problems)]
 
     def oracle_completion(self, problem: Problem) -> str:
         """``<think>{cleaned solution}</think>\\n<answer>{answer}</answer>``."""

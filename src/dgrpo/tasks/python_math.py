@@ -25,8 +25,8 @@ from pydantic import Field, model_validator
 
 from dgrpo.errors import DataError
 from dgrpo.registry import register
-from dgrpo.rewards.code import code_reward
-from dgrpo.rewards.sandbox import SandboxLimits, valid_stand_in_name
+from dgrpo.rewards.code import code_reward, code_rewards
+from dgrpo.rewards.sandbox import SandboxLimits, check_sandbox, valid_stand_in_name
 from dgrpo.tasks.arithmetic import ArithmeticTask
 from dgrpo.tasks.base import GeneratedTaskConfig
 from dgrpo.tasks.gsm8k import problems_from_records, read_jsonl
@@ -172,6 +172,12 @@ class PythonMathTaskConfig(GeneratedTaskConfig):
     timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock (and CPU-time) limit of one program run in the sandbox, seconds.")
     memory_mb: int = Field(1024, ge=64, description="Address-space limit of one program run, MiB (numpy + sympy need about 300).")
     libraries: list[str] = Field(default_factory=lambda: ["thief_math"], description="Attacker libraries installed in the sandbox as harmless stand-ins that record their calls; the code_injection attack's module must be one of them.")
+    unsafe_no_os_sandbox: bool = Field(False, description="UNSAFE: run model-written programs without the bubblewrap sandbox (seccomp, resource limits and the audit hook only), for a run that you isolate as a whole (a container) on a machine without user namespaces. Refused when peers are not all in this process (swarm.transport other than inprocess). See docs/sandbox.md.")
+
+    def check(self, run) -> None:
+        if self.unsafe_no_os_sandbox and run.swarm.transport != "inprocess":
+            raise ValueError(f"task.unsafe_no_os_sandbox is refused with swarm.transport={run.swarm.transport}: programs written by "
+                             "peers in other processes would run outside the OS sandbox (docs/sandbox.md)")
 
     @model_validator(mode="after")
     def _sources(self):
@@ -198,9 +204,11 @@ class PythonMathTask:
         timeout_s / memory_mb: sandbox limits of one program run (seconds, MiB).
         libraries: attacker libraries installed in the sandbox as recording stand-ins (the code
             injection attack needs its module among them, paper §3.4.2).
+        unsafe_no_os_sandbox: run programs without bubblewrap (UNSAFE; docs/sandbox.md).
 
     Raises:
         ValueError / DataError: bad settings, unreadable data, or no usable problem.
+        SandboxUnavailable: programs cannot be sandboxed here (names the fix).
     """
 
     name = "python_math"
@@ -208,12 +216,13 @@ class PythonMathTask:
     def __init__(self, seed: int = 0, difficulty: int = 1, n_train: int | None = 2000, n_val: int = 200,
                  path: str | None = None, val_path: str | None = None, few_shot: int = 2,
                  prefill_think: bool = True, timeout_s: float = 5.0, memory_mb: int = 1024,
-                 libraries: Sequence[str] = ("thief_math",)):
+                 libraries: Sequence[str] = ("thief_math",), unsafe_no_os_sandbox: bool = False):
         if not 0 <= few_shot <= len(PYTHON_FEW_SHOT):
             raise ValueError(f"few_shot must be between 0 and {len(PYTHON_FEW_SHOT)}, got {few_shot}")
         self.few_shot = few_shot
         self.completion_prefix = THINK_PREFIX if prefill_think else ""
-        self.limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb)
+        self.limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb, unsafe_no_os_sandbox=unsafe_no_os_sandbox)
+        check_sandbox(unsafe_no_os_sandbox)  # refuse at set-up, not in the middle of a round
         self.libraries = tuple(libraries)
         self._programs: dict[str, tuple[str, str]] = {}  # prompt_id -> (question, program)
         if path is None:
@@ -261,6 +270,11 @@ class PythonMathTask:
     def reward(self, completion: str, problem: Problem) -> float:
         """Binary code reward (:func:`dgrpo.rewards.code.code_reward`): format, clean run, right output."""
         return code_reward(self.completion_prefix + completion, problem.answer, self.limits, self.libraries)
+
+    def rewards(self, completions: Sequence[str], problems: Sequence[Problem], jobs: int | None = None) -> list[float]:
+        """:meth:`reward` of each completion, the programs run ``jobs`` at a time (default: one per core)."""
+        return code_rewards([self.completion_prefix + c for c in completions], [p.answer for p in problems],
+                            self.limits, self.libraries, jobs)
 
     def oracle_program(self, problem: Problem) -> str:
         """The program written from the problem's solution steps (prints the oracle answer).

@@ -1,0 +1,136 @@
+"""Hostile programs for the sandbox suite (tests/rewards/test_hostile_programs.py).
+
+Each program tries one attack, *checks that it worked* (an assertion, or an uncaught error), and only
+then prints the right answer. So a contained attack ends the program abnormally and earns reward 0;
+an attack that got through would earn 1 and fail the test. Placeholders, replaced by the test:
+ANSWER, MARKER (a host path, in a host directory bound read-only into the sandbox), OUTSIDE (that
+directory), SECRET_PATH (a 0600 file in it), HOST_PID (the test process), VICTIM_PID (a host
+process), TOKEN (a number that names any process the program manages to start), INTERP (the
+interpreter's path, the only executable in the sandbox), PORT / UDP_PORT (host sockets on 127.0.0.1),
+UNIX_PATH (a host unix socket in OUTSIDE).
+"""
+
+# Escapes from the audit hook. The hook's function is reachable through the kwdefaults of the
+# fork_exec stand-in it installs; __cantrace__ lets sys.settrace see its frames, and the tracer
+# rewrites the event name, after which the hook lets every event through (the issue's second class).
+UNHOOK = """import sys
+_kw = getattr(getattr(sys.modules.get('_posixsubprocess'), 'fork_exec', None), '__kwdefaults__', None) or {}
+if '_hook' in _kw:
+    _kw['_hook'].__cantrace__ = True
+    def _tr(frame, ev, arg):
+        if frame.f_code.co_name == '_dgrpo_guard' and ev == 'call':
+            frame.f_locals['event'] = 'harmless'
+    sys.settrace(_tr)
+"""
+# ... then the real ctypes, with raw system calls.
+CTYPES = UNHOOK + """sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != '_Modules']  # the stand-in
+for _k in [k for k in sys.modules if 'ctypes' in k]:
+    del sys.modules[_k]
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sys_call(nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    assert r != -1, ('refused', nr, ctypes.get_errno())
+    return r
+"""
+# A C extension loaded from its file under another module's name: the hook checks the top-level
+# name ("json" is allowed), the loader calls PyInit_<last part> (the issue's first class).
+ALIAS = """import importlib.machinery, importlib.util, os, sys
+def load(real, alias):
+    d = [p for p in sys.path if p.endswith('lib-dynload')][0]
+    f = d + '/' + [n for n in os.listdir(d) if n.startswith(real + '.cpython')][0]
+    loader = importlib.machinery.ExtensionFileLoader(alias, f)
+    m = importlib.util.module_from_spec(importlib.util.spec_from_file_location(alias, f, loader=loader))
+    loader.exec_module(m)
+    return m
+"""
+FRESH = """import _imp, importlib.machinery
+def fresh(name):  # a new copy of a builtin module, with the functions the runner removed
+    return _imp.create_builtin(importlib.machinery.ModuleSpec(name, importlib.machinery.BuiltinImporter))
+"""
+SPAWN = "[INTERP, '-c', 'import time; time.sleep(TOKEN)']"
+
+HOSTILE = {
+    # --- the issue's classes: C extension under another name, tracing the hook, signals, devices
+    "alias_posixsubprocess_fork_exec": ALIAS + f"""ps = load('_posixsubprocess', 'json._posixsubprocess')
+r, w = os.pipe()
+args = [a.encode() for a in {SPAWN}]
+ps.fork_exec(args, [args[0]], True, (), None, None, -1, -1, -1, -1, -1, -1, r, w, False, False, -1, None, None, None, -1, None, False)
+print(ANSWER)""",
+    "alias_sqlite_writes_outside": ALIAS + """sq = load('_sqlite3', 'json._sqlite3')
+con = sq.connect(MARKER)
+con.execute('create table t (x)')
+con.commit()
+print(ANSWER)""",
+    "alias_ctypes_system": ALIAS + """sys.modules['_ctypes'] = load('_ctypes', 'json._ctypes')
+sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != '_Modules']
+import ctypes
+assert ctypes.CDLL(None).system(('touch ' + MARKER).encode()) == 0
+print(ANSWER)""",
+    "traced_hook_os_system": UNHOOK + "import os\nassert os.system('touch ' + MARKER) == 0\nprint(ANSWER)",
+    "traced_hook_write_outside": UNHOOK + "open(MARKER, 'w').write('x')\nprint(ANSWER)",
+    "traced_hook_fork": UNHOOK + "import os\nif os.fork() == 0:\n    import time\n    time.sleep(60)\nprint(ANSWER)",
+    "traced_hook_exec": UNHOOK + f"import os\nos.execv(INTERP, {SPAWN})",
+    "ctypes_fork": CTYPES + "assert libc.fork() != -1\nprint(ANSWER)",
+    "ctypes_ptrace_attach_pid1": CTYPES + "sys_call(101, 16, 1, 0, 0)\nprint(ANSWER)",  # PTRACE_ATTACH
+    "ctypes_unshare_user": CTYPES + "sys_call(272, 0x10000000)\nprint(ANSWER)",  # CLONE_NEWUSER
+    "ctypes_mount_tmpfs": CTYPES + "assert libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) == 0\nprint(ANSWER)",
+    "ctypes_bpf": CTYPES + "sys_call(321, 0, 0, 0)\nprint(ANSWER)",
+    "ctypes_perf_event_open": CTYPES + "buf = ctypes.create_string_buffer(128)\nsys_call(298, ctypes.addressof(buf), 0, -1, -1, 0)\nprint(ANSWER)",
+    "ctypes_io_uring_setup": CTYPES + "buf = ctypes.create_string_buffer(120)\nsys_call(425, 8, ctypes.addressof(buf))\nprint(ANSWER)",
+    "ctypes_keyctl": CTYPES + "sys_call(250, 0, -1, 0)\nprint(ANSWER)",  # KEYCTL_GET_KEYRING_ID
+    "ctypes_kexec_load": CTYPES + "sys_call(246, 0, 0, 0, 0)\nprint(ANSWER)",
+    "ctypes_clone3": CTYPES + "buf = ctypes.create_string_buffer(88)\nsys_call(435, ctypes.addressof(buf), 88)\nprint(ANSWER)",
+    "ctypes_x32_abi_syscall": CTYPES + "sys_call(0x40000000 + 57)\nprint(ANSWER)",  # x32 fork
+    "pidfd_signal_to_host": "import os, signal\nsignal.pidfd_send_signal(os.pidfd_open(HOST_PID), signal.SIGKILL)\nprint(ANSWER)",
+    "fresh_signal_pidfd_to_victim": FRESH + "import os\nfresh('_signal').pidfd_send_signal(os.pidfd_open(VICTIM_PID), 9)\nprint(ANSWER)",
+    "kill_host_process": "import os\nos.kill(HOST_PID, 9)\nprint(ANSWER)",
+    "kill_everything": "import os\nos.kill(-1, 9)\nprint(ANSWER)",
+    "kill_sandbox_init": "import os\nos.kill(1, 9)\ntry:\n    os.kill(1, 0)\nexcept ProcessLookupError:\n    print(ANSWER)",
+    "fresh_posix_mknod_device": FRESH + "import stat\nfresh('posix').mknod('/tmp/mem', stat.S_IFCHR | 0o600, 0x101)\nprint(ANSWER)",
+    "fresh_posix_mkfifo_outside": FRESH + "fresh('posix').mkfifo(MARKER)\nprint(ANSWER)",
+    "fresh_posix_mkfifo_inside": FRESH + "fresh('posix').mkfifo('fifo')\nprint(ANSWER)",
+    "outlive_daemon_thread": "import threading, time\nthreading.Thread(target=time.sleep, args=(TOKEN,), daemon=True).start()\nprint(ANSWER)",
+    "outlive_double_fork": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(TOKEN)\nprint(ANSWER)",
+    # --- the classic ones
+    "infinite_loop": "while True:\n    pass",
+    "cpu_loop_ignoring_sigxcpu": "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass",
+    "sleep_forever": "import time\ntime.sleep(10 ** 6)\nprint(ANSWER)",
+    "allocate_10_gb": "x = bytearray(10 * 1024 ** 3)\nprint(ANSWER)",
+    "fork_bomb": "import os\nwhile True:\n    os.fork()",
+    "subprocess_run": f"import subprocess\nsubprocess.run({SPAWN}, check=True)\nprint(ANSWER)",
+    "multiprocessing_process": "import multiprocessing, time\nmultiprocessing.Process(target=time.sleep, args=(TOKEN,)).start()\nprint(ANSWER)",
+    "os_system": "import os\nassert os.system('touch ' + MARKER) == 0\nprint(ANSWER)",
+    "posix_spawn": f"import os\nos.posix_spawn(INTERP, {SPAWN}, {{}})\nprint(ANSWER)",
+    "os_execv": f"import os\nos.execv(INTERP, {SPAWN})",
+    "forkpty": "import os\nos.forkpty()\nprint(ANSWER)",
+    "tcp_to_localhost": "import socket\nsocket.create_connection(('127.0.0.1', PORT), timeout=1).sendall(b'x')\nprint(ANSWER)",
+    "udp_to_localhost": "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', UDP_PORT))\nprint(ANSWER)",
+    "unix_socket_on_host": "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect(UNIX_PATH)\ns.sendall(b'x')\nprint(ANSWER)",
+    "write_through_dotdot": "open('../' * 12 + MARKER.lstrip('/'), 'w').write('x')\nprint(ANSWER)",
+    "write_through_symlink": "import os\nos.symlink(MARKER, 'link')\nopen('link', 'w').write('x')\nprint(ANSWER)",
+    "write_through_hardlink": "import os\nos.link(OUTSIDE + '/public.txt', 'hard')\nopen('hard', 'a').write('x')\nprint(ANSWER)",
+    "write_through_proc_self_root": "open('/proc/self/root' + MARKER, 'w').write('x')\nprint(ANSWER)",
+    "write_proc_self_mem": "open('/proc/self/mem', 'wb').write(b'x')\nprint(ANSWER)",
+    "write_after_chdir": "import os\nos.chdir(OUTSIDE)\nopen('marker', 'w').write('x')\nprint(ANSWER)",
+    "write_through_dir_fd": "import os\nfd = os.open(OUTSIDE, os.O_RDONLY)\nos.close(os.open('marker', os.O_WRONLY | os.O_CREAT, dir_fd=fd))\nprint(ANSWER)",
+    "overwrite_standard_library": "import os\nopen(os.__file__, 'a').write('x')\nprint(ANSWER)",
+    "overwrite_numpy": "import numpy, os\nopen(os.path.join(os.path.dirname(numpy.__file__), 'version.py'), 'a').write('x')\nprint(ANSWER)",
+    "overwrite_interpreter": "open(INTERP, 'ab').write(b'x')\nprint(ANSWER)",
+    "ctypes_stand_in": "import ctypes\nctypes.CDLL(None).system(('touch ' + MARKER).encode())\nprint(ANSWER)",
+    "raise_cpu_limit": "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\nprint(ANSWER)",
+    "raise_memory_limit_of_init": "import resource\nresource.prlimit(1, resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\nprint(ANSWER)",
+    "thread_bomb": "import threading, time\nwhile True:\n    threading.Thread(target=time.sleep, args=(TOKEN,)).start()",
+    "one_gigabyte_of_output": "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(chunk)\nprint(ANSWER)",
+    "fill_the_work_directory": "for i in range(200):\n    open(f'f{i}', 'wb').write(b'x' * (1 << 20))\nprint(ANSWER)",
+    "deep_recursion": "import sys\nsys.setrecursionlimit(10 ** 7)\ndef f(n):\n    return f(n + 1)\nf(0)\nprint(ANSWER)",
+    "print_answer_then_loop": "print(ANSWER, flush=True)\nwhile True:\n    pass",
+    "print_answer_then_raise": "print(ANSWER, flush=True)\nraise RuntimeError('late')",
+    "print_answer_then_exit_3": "import os\nprint(ANSWER, flush=True)\nos._exit(3)",
+    "print_answer_then_kill_itself": "import os\nprint(ANSWER, flush=True)\nos.kill(os.getpid(), 9)",
+    "read_host_0600_file": "print(open(SECRET_PATH).read())\nprint(ANSWER)",
+    "read_host_etc_shadow": "print(open('/etc/shadow').read())\nprint(ANSWER)",
+    "read_host_home": "import os\nprint(os.listdir('/home'))\nprint(ANSWER)",
+    "read_host_environment": "import os\nassert 'DGRPO_HOSTILE_SECRET' in os.environ, sorted(os.environ)\nprint(ANSWER)",
+}

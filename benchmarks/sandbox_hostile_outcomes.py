@@ -1,6 +1,6 @@
 """What each hostile program of tests/rewards/hostile_programs.py meets, with every layer and without the hook.
 
-    python results/sandbox/hostile_outcomes.py > results/sandbox/hostile_outcomes.md
+    python benchmarks/sandbox_hostile_outcomes.py > results/sandbox/hostile_outcomes.md
 
 Same set-up as tests/rewards/test_hostile_programs.py (a host directory bound read-only, host
 sockets, a victim process); prints a Markdown table: exit status, and the audit hook's reason or
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "rewards"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "rewards"))
 
 from dgrpo.rewards import bwrap  # noqa: E402
 from dgrpo.rewards.code import result_reward  # noqa: E402
@@ -54,7 +54,7 @@ def main() -> None:
     bwrap.host_layout = lambda packages, extra=(): layout(packages, (str(outside),))
     try:
         print("# What stopped each hostile program\n")
-        print("`python results/sandbox/hostile_outcomes.py > results/sandbox/hostile_outcomes.md` (programs:")
+        print("`python benchmarks/sandbox_hostile_outcomes.py > results/sandbox/hostile_outcomes.md` (programs:")
         print("`tests/rewards/hostile_programs.py`; every one earns reward 0 in both runs; exit status 86 = the audit")
         print("hook, negative = killed by that signal; limits: 2 s wall clock, 1 s CPU).\n")
         print("| program | all layers: exit status · what stopped it | without the audit hook |")

@@ -1,0 +1,1 @@
+"""Framework-neutral verification of completions (step checker, judge client): standard library and third-party packages only, no other dgrpo module."""

@@ -123,6 +123,7 @@ def main() -> None:
                      "claims": claim_counts(stripped_verdicts)},
         "perturbed": {"rows": perturbed, "rejected": caught, "rate": caught / perturbed if perturbed else None,
                       "wilson95": wilson(caught, perturbed), "missed_rows": missed},
+        "machine": "2 CPU cores shared with other jobs: seconds are indicative",
         "checker": {k: getattr(checker, k) for k in ("rtol", "atol", "rounding", "approx_rtol", "max_digits",
                                                       "max_bits", "max_depth", "max_chars")},
     }

@@ -58,7 +58,8 @@ MAX_VALUES = 64
 
 def variables(toks: list[Token]) -> set[str]:
     """Letters used as variables: written alone ("Let L be", "m + h") or glued to a number twice ("2B", "B/2")."""
-    alone = {t.text for t in toks if t.kind == "word" and len(t.text) == 1 and t.text not in ("a", "i")}
+    alone = {b.text for a, b in zip([None, *toks], toks) if b.kind == "word" and len(b.text) == 1
+             and b.text not in ("a", "i") and not (a is not None and a.kind in ("num", "rp") and b.start == a.end)}
     glued: dict[str, int] = {}
     for a, b in zip(toks, toks[1:]):
         if a.kind in ("num", "rp") and b.kind == "word" and len(b.text) == 1 and b.start == a.end:

@@ -1,7 +1,7 @@
 """The judge client against a real ``transformers serve`` process running a tiny random model.
 
-The fixture saves a randomly initialised 2-layer Llama (tests/conftest.py) with a tokenizer that
-has ``YES`` and ``NO`` as single tokens to a temp folder, starts ``transformers serve`` on that
+The fixture saves a randomly initialised 2-layer Llama (as in tests/conftest.py) with the tests'
+tokenizer plus ``YES`` and ``NO`` as single tokens to a temp folder, starts ``transformers serve`` on that
 folder (offline: HF_HUB_OFFLINE=1) on a free port, waits for ``/health`` and stops it afterwards.
 
 A random model has no opinion, so to test "a yes answer accepts, a no answer rejects" the request
@@ -26,10 +26,12 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import copy
+
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
-from conftest import build_model, build_tokenizer
 from dgrpo.verify.judge import JudgeConfig, OpenAIJudge, build_messages, count, parse_verdict
 
 STARTUP_S = 240  # a loaded 2-core machine; the server is usually up in 10-20 s
@@ -42,12 +44,15 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def judge_model(tmp_path_factory):
+def judge_model(tmp_path_factory, tokenizer):
     """(folder, tokenizer) of a tiny random chat model whose vocabulary has YES and NO as tokens."""
     path = tmp_path_factory.mktemp("tiny_judge")
-    tok = build_tokenizer()
+    tok = copy.deepcopy(tokenizer)  # the shared tokenizer of tests/conftest.py, plus two tokens
     tok.add_tokens(["YES", "NO"])
-    model = build_model(len(tok))
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                                         tie_word_embeddings=True)).float()
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(path)
@@ -114,6 +119,8 @@ class CountingProxy:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
     def forward(self, h: BaseHTTPRequestHandler) -> None:
+        # in flight = from the request's arrival until its answer is ready to send: the counter drops
+        # before the answer is written, so a client's next request cannot overlap its previous one here
         with self.lock:
             self.in_flight += 1
             self.requests += 1
@@ -124,17 +131,20 @@ class CountingProxy:
             conn = http.client.HTTPConnection(*self.upstream, timeout=120)
             conn.request("POST", h.path, body, {"Content-Type": "application/json"})
             resp = conn.getresponse()
-            data = resp.read()
-            h.send_response(resp.status)
-            h.send_header("Content-Type", resp.getheader("Content-Type", "application/json"))
+            status, ctype, data = resp.status, resp.getheader("Content-Type", "application/json"), resp.read()
+        except OSError as e:  # the upstream failed: say so, as a gateway would
+            status, ctype, data = 502, "text/plain", str(e).encode()
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+        try:
+            h.send_response(status)
+            h.send_header("Content-Type", ctype)
             h.send_header("Content-Length", str(len(data)))
             h.end_headers()
             h.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (the timeout test)
-        finally:
-            with self.lock:
-                self.in_flight -= 1
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -240,9 +250,9 @@ def test_concurrency_is_bounded(server, judge_model, limit):
     elapsed = time.perf_counter() - start
     judge.close()
     proxy.close()
-    assert count(js) == {"yes": 10, "no": 0, "unparseable": 0, "failed": 0}
+    assert count(js) == {"yes": 10, "no": 0, "unparseable": 0, "failed": 0}, [j for j in js if j.status != "yes"]
     assert proxy.requests == 9  # the repeated pair was sent once
-    assert proxy.max_in_flight == limit
+    assert proxy.max_in_flight == limit, proxy.max_in_flight
     assert elapsed >= (9 / limit) * 0.4 * 0.9  # the proxy's hold, serialised into ceil(9 / limit) waves
     print(f"max_concurrency={limit}: {proxy.requests} requests, at most {proxy.max_in_flight} in flight, "
           f"{elapsed:.2f} s")

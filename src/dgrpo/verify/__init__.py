@@ -1,1 +1,1 @@
-"""Framework-neutral checks of completions that the defenses (dgrpo.defenses) plug into the swarm."""
+"""Framework-neutral checks of completions (top-k support, seeded replay, step checker, judge client) that any trainer can call; dgrpo.defenses plugs them into the swarm."""

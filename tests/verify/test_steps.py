@@ -1,0 +1,228 @@
+"""Step checker: the issue's cases, attacker rewrites, limits, and properties on generated equations."""
+
+from __future__ import annotations
+
+import time
+from decimal import ROUND_HALF_EVEN, Decimal
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dgrpo.verify.steps import StepChecker, check_steps
+
+
+# ----- the cases of issue 16 -----
+@pytest.mark.parametrize("text, accepted", [
+    ("2 + 2 = 5", False),
+    ("2 + 2 = 4 apples", True),
+    ("3 * 4 = 12 + 1 = 13", True),
+    ("10 / 4 = 2.5", True),
+    ("1/3 = 0.33", True),
+    ("$1,200 + $300 = $1,500", True),
+    ("50% of 80 = 40", True),
+    ("Tom has some apples and gives a few away, so he has fewer now.", True),
+])
+def test_issue_cases(text, accepted):
+    assert check_steps(text).accepted is accepted
+
+
+def test_false_claim_is_quoted_in_the_reason():
+    v = check_steps("Tom has 3 apples. He buys 2 + 2 = 5 more, so 3 + 5 = 8 apples.")
+    assert not v.accepted
+    assert v.reason == 'false claim "2 + 2 = 5": the left side is 4, not 5'
+    assert [c.status for c in v.claims] == ["false", "true"]
+    assert (v.claims[0].left, v.claims[0].right) == (4, 5)
+
+
+def test_rounding_tolerance_and_exact_checker():
+    assert check_steps("1/3 = 0.33").accepted
+    assert not StepChecker.exact()("1/3 = 0.33").accepted
+    assert not check_steps("1/3 = 0.33", rounding=False).accepted
+    assert check_steps("1/3 = 0.33", rounding=False, rtol=0.02).accepted  # 1% off
+    assert check_steps("1/3 = 0.33", rounding=False, atol=0.01).accepted
+    # half a unit of the last written digit: 0.333 is within 0.0005 of 1/3, 0.34 is not within 0.005
+    assert check_steps("1/3 = 0.333").accepted and not check_steps("1/3 = 0.34").accepted
+    # an integer result gets no rounding: 2.2 + 2.2 is 4.4, and "= 4" would teach a wrong step
+    assert not check_steps("2.2 + 2.2 = 4").accepted
+    assert check_steps("22/7 ≈ 3.14").accepted and check_steps("100/3 ≈ 33").accepted
+    assert not check_steps("2 + 2 ≈ 5").accepted
+
+
+def test_chains_and_restatements():
+    assert check_steps("2 + 3 = 5 + 4 = 9").accepted
+    assert not check_steps("2 + 3 = 5 + 4 = 10").accepted
+    assert check_steps("2 * 4 + 3 * 6 = 8 + 18 = 26").accepted  # a restated sum of the left's parts
+    assert check_steps("(30 - 12)/2 = 18/2 = 9").accepted
+    # true as an identity, but it shows "2 + 2 = 5": the 5 is neither the value so far nor part of the left
+    v = check_steps("2 + 2 = 5 - 1 = 4")
+    assert not v.accepted and v.false_claims[0].text == "2 + 2 = 5 - 1"
+
+
+@pytest.mark.parametrize("text", [
+    "2 + 2 equals 5", "2 + 2 is 5", "two plus two is five", "2 plus 2 makes 5", "2 times 2 is equal to 5",
+    "２＋２＝５",  # fullwidth
+    "2\u2009+\u20092\u2009=\u20095",  # thin spaces
+    "2\u200b+\u200d2\u2060=\ufeff5",  # zero-width space, joiner, word joiner, BOM
+    "2 + 2 = \u0665",  # Arabic-Indic five
+    "\u0968 + \u0968 = \u096b",  # Devanagari digits
+    "𝟐 + 𝟐 = 𝟓",  # mathematical bold
+    "2 + 2 = Ƽ",  # Latin letter tone five, drawn like 5
+    "2 × 2 = 5", "2 x 2 = 5", "2·2 = 5", "2 ∗ 2 = 5",
+    "7 − 2 = 6", "7 – 2 = 6",  # minus sign, en dash
+    "2 + 2 = 5x", "2 + 2 = 5 + y",  # algebra after the false number still shows "2 + 2 = 5"
+    "<<2+2=5>>",  # a GSM8K-style calculator annotation
+    "<think>2 + 2 = 5</think><answer>4</answer>",
+    "- 2 + 2 = 5",  # a list bullet is not a minus sign
+    "2 + 2 = 4 - 0 = 5",
+    "2 + 2 ≠ 4", "2 + 2 > 4",
+])
+def test_attacker_rewrites_are_caught(text):
+    v = check_steps(text)
+    assert not v.accepted, (text, v.claims)
+
+
+def test_quote_is_the_original_text():
+    v = check_steps("Then ２＋２＝５ boxes.")
+    assert v.false_claims[0].text == "２＋２＝５"
+    s, e = v.false_claims[0].start, v.false_claims[0].end
+    assert "Then ２＋２＝５ boxes."[s:e] == "２＋２＝５"
+
+
+@pytest.mark.parametrize("text", [
+    "Natalia sold 48/2 = <<48/2=24>>24 clips in May.",
+    "She makes 9 * 2 = $<<9*2=18>>18 every day.",
+    "80,000+50,000=$<<80000+50000=130000>>130,000",
+    "$20/hour * 35 hours/week = $<<20*35=700>>700/week",
+    "30 original cars – 5 cars that exited = <<30-5=25>>25 cars",
+    "He needs 200 GB * 40% = <<200*40*.01=80>>80 GB",
+    "1 1/2 / 1/2 = 3", "6 / 1/2 = 12", "1½ * 2 = 3", "3 1/2 + 1 = 4.5",
+    "27(1/3)=9", "1/2 (68) + 10 = 44", "3 miles * (5280 feet/1 mile) = 15840 feet",
+    "\\frac{1}{2} \\times 8 = 4", "3² = 9", "2^10 = 1024", "1.5 million * 2 = 3 million",
+    "one hundred and twenty-five plus five is one hundred thirty",
+    "18 / 450 x 100 = 4%", "10 years * 5% = 50%",
+    "The 5-year-old has 3 + 4 = 7 toys.", "Disney Plus costs 10+10=$20",
+    "1 hour = 60 minutes", "Drop 8 degrees = 2 - 8 = -6 degrees",
+    "**3 + 4 = 7**", "1. 3 + 4 = 7\n2. 7 * 2 = 14",
+])
+def test_honest_notation_is_accepted(text):
+    v = check_steps(text)
+    assert v.accepted, (text, v.reason, v.claims)
+
+
+def test_unparsed_share_and_its_bound():
+    v = check_steps("Let x be the price. x + 5 = 10, so x = 5. Also 2 + 2 = 4.")
+    assert [c.status for c in v.claims] == ["unparsed", "unparsed", "true"]
+    assert v.unparsed_share == pytest.approx(2 / 3)
+    assert v.accepted
+    assert not check_steps("x + 5 = 10, so 2 + 2 = 4.", max_unparsed_share=0.4).accepted
+    assert check_steps("no equations here").unparsed_share == 0.0
+
+
+def test_unit_conversions_are_skipped_not_checked():
+    v = check_steps("1 hour = 60 minutes, and 100 cents = $1")
+    assert [c.status for c in v.claims] == ["skipped", "skipped"] and v.accepted
+    assert not check_steps("4 apples = 5 apples").accepted  # same unit: checked
+
+
+def test_annotations_are_checked_separately():
+    v = check_steps("48/2 = <<48/2=24>>24 clips")
+    assert [(c.source, c.status) for c in v.claims] == [("text", "true"), ("annotation", "true")]
+    assert not check_steps("48/2 = <<48/2=25>>24 clips").accepted
+    assert len(check_steps("<<48/2=24>>", annotations=False).claims) == 1  # then read as "48/2=24" inside << >>
+
+
+# ----- limits: adversarial sizes are handled in bounded time -----
+HANG_GUARD_S = 10  # not a speed target (see benchmarks/): only "it does not hang"
+
+
+@pytest.mark.parametrize("text", [
+    "9" * 10_000 + " + 1 = 5",
+    "2 + 2 = " + "4" * 10_000,
+    " * ".join(["99999"] * 5_000) + " = 1",
+    "(" * 5_000 + "1" + ")" * 5_000 + " = 1",
+    "^".join(["9"] * 500) + " = 1",
+])
+def test_oversized_claims_are_rejected_quickly(text):
+    start = time.perf_counter()
+    v = check_steps(text)
+    assert time.perf_counter() - start < HANG_GUARD_S
+    assert not v.accepted and "over the limit" in v.reason
+    assert check_steps(text, reject_oversized=False).unparsed_share > 0
+
+
+def test_long_inputs_are_linear():
+    chain = " = ".join(["2 + 3"] + ["5"] * 10_000)
+    start = time.perf_counter()
+    v = check_steps(chain)
+    v_false = check_steps(chain + " = 6")
+    unclosed = check_steps("( 1 + " * 5_000 + "1 = 2")
+    signs = check_steps("- " * 20_000 + "5 = 5")
+    assert time.perf_counter() - start < HANG_GUARD_S
+    assert v.accepted and len(v.claims) == 10_000
+    assert not v_false.accepted and v_false.false_claims[0].text == "5 = 6"
+    assert unclosed.accepted and signs.accepted  # "1 + 1 = 2" and "5 = 5" are the claims there
+
+
+def test_texts_over_max_chars_are_rejected_unchecked():
+    v = check_steps("1 + 1 = 2. " * 20, max_chars=100)
+    assert not v.accepted and v.claims == () and "max_chars=100" in v.reason
+
+
+def test_bad_config_is_one_line_naming_the_field():
+    with pytest.raises(ValueError, match=r"^StepChecker: rtol must be >= 0, got -1$"):
+        StepChecker(rtol=-1)
+    with pytest.raises(ValueError, match="max_digits must be >= 1"):
+        StepChecker(max_digits=0)
+    with pytest.raises(TypeError, match="text must be a str"):
+        check_steps(b"2 + 2 = 4")
+
+
+# ----- properties on generated true equations -----
+@st.composite
+def expressions(draw, depth=0):
+    """(text, exact value) of a random arithmetic expression, every compound child in brackets."""
+    if depth >= 3 or draw(st.booleans()):
+        n = draw(st.integers(0, 999))
+        return str(n), Fraction(n)
+    op = draw(st.sampled_from("+-*/"))
+    left, lv = draw(expressions(depth + 1))
+    right, rv = draw(expressions(depth + 1))
+    if op == "/" and rv == 0:
+        op = "+"
+    value = {"+": lv + rv, "-": lv - rv, "*": lv * rv, "/": lv / rv if rv else None}[op]
+    sym = {"+": draw(st.sampled_from(["+", "plus"])), "-": draw(st.sampled_from(["-", "−"])),
+           "*": draw(st.sampled_from(["*", "×", "x"])), "/": draw(st.sampled_from(["/", "÷"]))}[op]
+    wrap = lambda s, compound: f"({s})" if compound else s
+    return f"{wrap(left, ' ' in left or left.startswith('('))} {sym} {wrap(right, ' ' in right or right.startswith('('))}", value
+
+
+def written(v: Fraction, places: int) -> str:
+    """A result as a person writes it: an integer, or a decimal rounded to ``places``."""
+    if v.denominator == 1:
+        return str(v.numerator)
+    d = (Decimal(v.numerator) / Decimal(v.denominator)).quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN)
+    return format(d, "f")
+
+
+@settings(max_examples=300, deadline=None)
+@given(expressions(), st.integers(2, 6), st.sampled_from(["", "So ", "We get "]), st.sampled_from(["", " apples", "."]))
+def test_true_equations_pass(expr, places, prefix, suffix):
+    text, value = expr
+    if " " not in text:
+        text = f"{text} + 0"
+    claim = f"{prefix}{text} = {written(value, places)}{suffix}"
+    v = check_steps(claim)
+    assert v.accepted and [c.status for c in v.claims] == ["true"], (claim, v.reason, v.claims)
+
+
+@settings(max_examples=300, deadline=None)
+@given(expressions(), st.integers(2, 6), st.integers(-1000, 1000).filter(lambda d: d != 0))
+def test_perturbed_results_fail(expr, places, delta):
+    text, value = expr
+    if " " not in text:
+        text = f"{text} + 0"
+    claim = f"{text} = {written(value + delta, places)}"
+    v = check_steps(claim)
+    assert not v.accepted and v.false_claims, (claim, v.claims)

@@ -17,3 +17,7 @@ class PeerFailure(RuntimeError):
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be read back (names the file)."""
+
+
+class DeviceError(ValueError):
+    """``model.device`` names a device this machine does not have (names the device and the fix)."""

@@ -49,6 +49,10 @@ from dgrpo.policy.scoring import completion_mask, group_logits, pad_right, token
 SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                     num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
                     rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True, hidden_act="silu")
+# Qwen2.5-1.5B-Instruct's config.json, for the memory of one paper-scale update (random weights).
+QWEN25_15B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                  num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
+                  rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, hidden_act="silu")
 TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True)
 EOS = 2
@@ -219,6 +223,37 @@ def exactness(model, device, params: SamplingParams, per_batch: dict[int, int], 
     }
 
 
+def paper_update_memory(arch: dict, device: torch.device, completions: int, prompt_len: int, new_tokens: int,
+                        checkpointing: bool) -> dict:
+    """Peak GPU memory of one paper-scale update step: float32 weights, AdamW state and one group
+    (``completions`` × ``new_tokens`` after a ``prompt_len`` prompt) forward + backward."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.cuda.reset_peak_memory_stats(device)
+    model = Qwen2ForCausalLM(Qwen2Config(**arch, attn_implementation="sdpa")).to(device)
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(3, arch["vocab_size"], (prompt_len,), generator=g).tolist()
+    comps = [torch.randint(3, arch["vocab_size"], (new_tokens,), generator=g).tolist() for _ in range(completions)]
+    t0 = time.perf_counter()
+    for _ in range(2):  # the second step holds AdamW's state too
+        opt.zero_grad(set_to_none=True)
+        logits = group_logits(model, prompt, comps, EOS)
+        (-token_logprobs(logits, pad_right(comps, EOS).to(device)).mean()).backward()
+        del logits
+        opt.step()
+    sync(device)
+    out = {"peak_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2), "gradient_checkpointing": checkpointing,
+           "seconds_two_steps": round(time.perf_counter() - t0, 2),
+           "parameters": sum(p.numel() for p in model.parameters())}
+    del model, opt
+    torch.cuda.empty_cache()
+    return out
+
+
 def profile_generation(model, device, prompts, completions, params) -> list[dict]:
     """Top operators by device (CUDA) or CPU time for one generation call."""
     from torch.profiler import ProfilerActivity, profile
@@ -282,6 +317,9 @@ def main(argv: list[str] | None = None) -> dict:
         del m
     report["speed_paper_batch"] = {"prompts": b, "completions_per_prompt": g, "new_tokens": new, **speed}
     report["profile_generation_float32"] = profile_generation(model, device, prompts[:4], g, SamplingParams(10, 1.0, 16))
+    if device.type == "cuda" and not args.tiny:  # what configs/paper_*.yaml need per node process
+        report["paper_update_memory_qwen2.5-1.5b"] = [
+            paper_update_memory(QWEN25_15B, device, 12, 256, 512, ckpt) for ckpt in (False, True)]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))

@@ -41,4 +41,9 @@ class SandboxUnavailable(RuntimeError):
     missing); the message names the fix. Never a 0 reward: the code reward refuses to run."""
 
 
-REPORTED = (ConfigError, DataError, MetricsFileError, CheckpointError, PolicyLoadError, SandboxUnavailable)  # exit code 2
+class DeviceError(ValueError):
+    """``model.device`` names a device this machine does not have (names the device and the fix)."""
+
+
+REPORTED = (ConfigError, DataError, MetricsFileError, CheckpointError, PolicyLoadError, SandboxUnavailable,
+            DeviceError)  # exit code 2

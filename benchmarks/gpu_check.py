@@ -14,7 +14,7 @@ What it measures, in float32 with TF32 off (:func:`dgrpo.policy.device.exact_flo
 1. **Exactness.** Honest completions sampled at batch sizes 1..64 from prompts of mixed lengths
    (left padding), then re-scored the way a receiver does (one forward of prompt + completions,
    :func:`dgrpo.policy.scoring.group_logits`). Per completion: the largest fast-replay score gap
-   (:func:`dgrpo.defenses.replay.replay_mismatch`'s quantity) and whether any token fell outside
+   (:func:`dgrpo.verify.replay.replay_mismatch`'s quantity) and whether any token fell outside
    the re-scored top-k. The tolerance is chosen from the gap distribution (10× its maximum,
    rounded up to a power of ten) and the false-positive rate is reported at it and at the
    default ``atol`` (1e-3). Also: how often the same (prompt, seed) alone and inside a batch give
@@ -39,8 +39,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from dgrpo.defenses.replay import replay_mismatch
-from dgrpo.defenses.topk import outside_topk
+from dgrpo.verify.replay import replay_mismatch
+from dgrpo.verify.topk import outside_topk
 from dgrpo.policy.device import exact_float32, resolve_device
 from dgrpo.policy.sampling import SamplingParams, completion_seed, gumbel_table, sample
 from dgrpo.policy.scoring import completion_mask, group_logits, pad_right, token_logprobs

@@ -31,7 +31,8 @@ DefenseField = kind_field("defense")
 
 class ModelConfig(StrictConfig):
     name: str = Field("smollm2-135m-instruct", description="Policy model: `smollm2-135m-instruct` (embedded GGUF default), a local folder or a Hugging Face hub id.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights and logits dtype. The top-k and replay defenses are exact only in float32 (docs/verification.md).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights and logits dtype. The top-k and replay defenses are exact only in float32 (docs/verification.md); bfloat16 generation is for runs without them (docs/gpu.md).")
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$", description="Where the policy, reference model, judge and detector run: auto (the GPU of this rank when CUDA is available, else the CPU), cpu, cuda (GPU $LOCAL_RANK under torchrun) or cuda:N (docs/gpu.md).")
 
 
 class SamplingConfig(StrictConfig):

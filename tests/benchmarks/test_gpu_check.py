@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from dgrpo.defenses.replay import replay_mismatch
+from dgrpo.verify.replay import replay_mismatch
 from dgrpo.policy.sampling import SamplingParams, completion_seed, sample
 from dgrpo.policy.scoring import group_logits
 

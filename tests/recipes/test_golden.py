@@ -47,6 +47,9 @@ class EvenLengthTask:
     def reward(self, completion, problem):
         return float(len(completion) % 2 == 0)
 
+    def rewards(self, completions, problems):
+        return [self.reward(c, p) for c, p in zip(completions, problems)]
+
     def oracle_completion(self, problem):
         return "<think>ok</think>\n<answer>0</answer>"
 

@@ -27,7 +27,7 @@ from dgrpo.policy.sampling import SamplingParams
 from dgrpo.rewards import bwrap
 from dgrpo.rewards.code import result_reward
 from dgrpo.rewards.sandbox import SandboxLimits, run_python
-from dgrpo.swarm.messages import Message
+from dgrpo.types import Message
 from dgrpo.swarm.swarm import Swarm
 from dgrpo.swarm.validation import Limits
 from dgrpo.tasks.python_math import PythonMathTask
@@ -137,7 +137,7 @@ def test_hostile_completions_through_the_swarm_receive_path(host, tokenizer, mod
     """Peer messages carrying hostile programs are scored 0 on the honest node and change nothing outside."""
     task = PythonMathTask(seed=5, difficulty=2, n_train=4, n_val=1, timeout_s=2.0)
     policy = Policy("tiny", model, tokenizer, SamplingParams(top_k=10, temperature=1.0, max_new_tokens=32))
-    swarm = Swarm(task, {0: policy}, {}, {}, {}, run_seed=0, group_size=4, limits=Limits())
+    swarm = Swarm(task, {0: policy}, {}, {}, {}, {}, run_seed=0, group_size=4, limits=Limits())
     problem = task.train[0]
     token = f"986.{secrets.randbelow(10 ** 6):06d}"
     names = ["traced_hook_os_system", "alias_posixsubprocess_fork_exec", "traced_hook_write_outside",
@@ -147,9 +147,10 @@ def test_hostile_completions_through_the_swarm_receive_path(host, tokenizer, mod
     texts.append(task.oracle_completion(problem))  # an honest peer's completion among them
     messages = [Message(1, 0, problem.prompt_id, i, text, (1, 2, 3), None, "another-tokenizer")
                 for i, text in enumerate(texts)]
-    report = swarm.receive(policy, messages, 0)
-    assert report.invalid == []
-    assert [r.reward for r in report.rollouts] == [0.0] * len(names) + [1.0]
+    received = swarm.receive(policy, messages, 0)
+    assert received.invalid == []
+    rollouts = swarm.reward(received.rollouts)  # the round's reward step (recipes: receive → reward)
+    assert [r.reward for r in rollouts] == [0.0] * len(names) + [1.0]
     assert_host_untouched(host, token)
 
 

@@ -90,7 +90,7 @@ class JudgeDefense:
             if key not in _JUDGES:
                 from dgrpo.policy.loading import load_policy
 
-                _JUDGES[key] = load_policy(key[0], cfg.dtype, trainable=False)
+                _JUDGES[key] = load_policy(key[0], cfg.dtype, trainable=False, device=run_cfg.model.device)
             judge = _JUDGES[key]
         self.model, self.tokenizer = judge
         self.problems = {p.prompt_id: p for p in (*task.train, *task.val)}

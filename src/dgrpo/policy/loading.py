@@ -19,6 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from dgrpo.errors import PolicyLoadError  # noqa: F401  (raised here; defined light for the CLI)
+from dgrpo.policy.device import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
 
 
 def load_policy(
-    name: str = DEFAULT_MODEL, dtype: str = "float32", *, trainable: bool = True
+    name: str = DEFAULT_MODEL, dtype: str = "float32", *, trainable: bool = True, device: str | torch.device = "cpu"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer.
 
@@ -109,9 +110,12 @@ def load_policy(
             ``bfloat16`` or ``float16``.
         trainable: False puts the model in eval mode with ``requires_grad=False`` (reference
             model, judge).
+        device: where the weights go (a torch device, or a ``model.device`` spec resolved by
+            :func:`dgrpo.policy.device.resolve_device`).
 
     Raises:
         PolicyLoadError: the model cannot be found (missing package, no network for a hub id).
+        DeviceError: ``device`` names a GPU this machine does not have.
         ValueError: unknown dtype.
     """
     if dtype not in _DTYPES:
@@ -123,6 +127,7 @@ def load_policy(
     except OSError as err:  # missing local folder, or hub unreachable
         raise PolicyLoadError(f"cannot load model {name!r}: {err}") from err
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.to(resolve_device(device) if isinstance(device, str) else device)
     if not trainable:
         model.eval()
         model.requires_grad_(False)

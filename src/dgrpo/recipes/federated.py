@@ -94,7 +94,7 @@ def build_federation(cfg: RunConfig, run_dir: Path | None = None, task: Task | N
     run_dir = run_dir or build_run_dir(cfg)
     task = task if task is not None else build_task(cfg)
     fed = cfg.federated
-    model, tokenizer = load_policy(cfg.model.name, cfg.model.dtype, trainable=True)
+    model, tokenizer = load_policy(cfg.model.name, cfg.model.dtype, trainable=True, device=cfg.model.device)
     if fed.lora:
         model = add_lora(model, fed.lora_rank, fed.lora_alpha, fed.lora_targets)
     params = [p for p in model.parameters() if p.requires_grad]

@@ -56,7 +56,7 @@ def build_requests(cfg: RunConfig) -> RequestTask:
 
 def _policy(name: str, cfg: RunConfig) -> Policy:
     """A trainable policy answering requests (responses up to ``hardening.response_tokens``)."""
-    model, tok = load_policy(name, cfg.model.dtype, trainable=True)
+    model, tok = load_policy(name, cfg.model.dtype, trainable=True, device=cfg.model.device)
     return Policy(name, model, tok, sampling_params(cfg, max_new_tokens=cfg.hardening.response_tokens))
 
 

@@ -87,12 +87,25 @@ def sampling_params(cfg: RunConfig, max_new_tokens: int | None = None, temperatu
                           max_new_tokens or s.max_new_tokens)
 
 
+def run_device(model_cfg: ModelConfig, cfg: RunConfig):
+    """The torch device of a model (``model.device``); TF32 goes off on a GPU when a logit-level
+    defense re-derives sampling decisions from logits (docs/gpu.md)."""
+    from dgrpo.policy.device import exact_float32, resolve_device
+
+    device = resolve_device(model_cfg.device)
+    if any(d.kind in ("topk", "replay") for d in cfg.defenses):
+        exact_float32(device)
+    return device
+
+
 def build_policy(model_cfg: ModelConfig, cfg: RunConfig, trainable: bool) -> tuple[Policy, Learner | None]:
     """Load one model; give it a learner (and a reference model when β > 0) if it is trained."""
-    model, tokenizer = load_policy(model_cfg.name, model_cfg.dtype, trainable=trainable)
+    device = run_device(model_cfg, cfg)
+    model, tokenizer = load_policy(model_cfg.name, model_cfg.dtype, trainable=trainable, device=device)
     learner = None
     if trainable:
-        ref = load_policy(model_cfg.name, model_cfg.dtype, trainable=False)[0] if cfg.grpo.beta > 0 else None
+        ref = (load_policy(model_cfg.name, model_cfg.dtype, trainable=False, device=device)[0]
+               if cfg.grpo.beta > 0 else None)
         learner = Learner(model, grpo_params(cfg), tokenizer.eos_token_id, tokenizer.pad_token_id, ref)
     return Policy(model_cfg.name, model, tokenizer, sampling_params(cfg)), learner
 

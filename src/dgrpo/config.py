@@ -95,6 +95,8 @@ class EvalConfig(StrictConfig):
     every: int = Field(4, ge=1, description="Evaluate on the validation split every k rounds (and after the last round).")
     n_prompts: int = Field(32, ge=1, description="Validation prompts per evaluation.")
     temperature: float | None = Field(None, ge=0, description="Sampling temperature for evaluation; None = the swarm's.")
+    greedy: bool = Field(True, description="Also answer the validation prompts greedily (eval/greedy/…): sampled accuracy shows what training sees, greedy what a deployed model answers.")
+    drift: bool = Field(True, description="Log eval/kl_to_start and eval/entropy on the first evaluation's completions (what shows a collapse coming; docs/training.md).")
 
 
 class RunConfig(StrictConfig):

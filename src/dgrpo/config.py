@@ -50,6 +50,10 @@ class GRPOConfig(StrictConfig):
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm).")
     num_iterations: int = Field(1, ge=1, description="μ: optimizer steps per generation. 1 = the paper's setting (ratio ≡ 1, no clipping).")
     epsilon: float = Field(0.2, gt=0, description="PPO clipping range ε, active when num_iterations > 1.")
+    warmup_rounds: int = Field(0, ge=0, le=100_000, description="Linear learning-rate warm-up: round r trains at lr·min(1, (r+1)/warmup_rounds); 0 = none.")
+    lora_rank: int = Field(0, ge=0, le=4096, description="LoRA rank r of the trained policies (peft, Hu et al. 2021); 0 = full fine-tuning. Only the adapters train and sit in the optimizer.")
+    lora_alpha: float = Field(32.0, gt=0, le=1e6, description="LoRA scaling numerator α (the update is (α/r)·BA).")
+    lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], min_length=1, description="Module names that get LoRA adapters (peft target_modules).")
 
 
 class SwarmConfig(StrictConfig):
@@ -135,6 +139,9 @@ class RunConfig(StrictConfig):
     def _kinds_check_each_other(self):
         if sum(s is not None for s in (self.federated, self.ensemble, self.hardening)) > 1:
             raise ValueError("set at most one of federated, ensemble, hardening")
+        for field in ("lora_rank", "warmup_rounds"):
+            if getattr(self.grpo, field) and (self.federated is not None or self.hardening is not None):
+                raise ValueError(f"grpo.{field} applies to swarm runs (horizontal, vertical, ensemble); set grpo.{field}=0 for federated and hardening runs (federated runs train LoRA with federated.lora=true)")
         if self.federated is not None:  # its malicious nodes attack updates: no completion attack applies
             self.federated.check(self)
             return self

@@ -71,3 +71,12 @@ def test_every_config_class_is_strict():
     ours = [c for c in subclasses(BaseModel) if c.__module__.startswith("dgrpo.")]
     assert len(ours) > 20 and all(issubclass(c, StrictConfig) for c in ours)
     assert all(c.model_config.get("allow_inf_nan") is False and c.model_config.get("extra") == "forbid" for c in ours)
+
+
+def test_lora_and_warmup_belong_to_swarm_runs():
+    cfg = load_config(overrides=["grpo.lora_rank=8", "grpo.warmup_rounds=3"])
+    assert (cfg.grpo.lora_rank, cfg.grpo.lora_alpha, cfg.grpo.warmup_rounds) == (8, 32.0, 3)
+    with pytest.raises(ConfigError, match="federated.lora=true"):
+        load_config(overrides=["grpo.lora_rank=8", "federated.aggregator=average"])
+    with pytest.raises(ConfigError, match="grpo.lora_rank"):
+        load_config(overrides=["grpo.lora_rank=-1"])

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import logging
 import sys
 
@@ -56,8 +57,16 @@ def _resume(args) -> int:
 
 
 def _report(args) -> int:
-    from dgrpo.report import write_report
+    from dgrpo.report import load_run, write_report
 
+    if args.table:
+        from dgrpo.report.table import sweep_table
+
+        table = sweep_table([load_run(p) for p in args.run_dirs])
+        if args.out:
+            Path(args.out).write_text(table, encoding="utf-8")
+        print(table, end="")
+        return 0
     path = write_report(args.run_dirs, args.out)
     print(f"report: {path}")
     return 0
@@ -101,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="self-contained HTML page of one run, or a comparison of several")
     rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     rep.add_argument("--out", "-o", help="HTML file (default: RUN_DIR/report.html for one run, ./report.html for several)")
+    rep.add_argument("--table", action="store_true", help="print a markdown table of the runs (a sweep: differing config values, held-out accuracy first/last with 95%% intervals) instead of the HTML page")
     rep.set_defaults(func=_report)
     pap = sub.add_parser("paper", help="reproduce a figure of the paper (see --list)")
     pap.add_argument("name", nargs="?", help="reproduction name, e.g. fig1a, fig8")

@@ -45,11 +45,15 @@ class GRPOConfig(StrictConfig):
     loss_type: Literal["grpo", "dr_grpo", "bnpo"] = Field("grpo", description="grpo: mean of per-sequence token means (paper §1.1); bnpo: token mean over the batch (DAPO); dr_grpo: token sum / (N·max_new_tokens) (Dr. GRPO).")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Divide centred rewards by the group std (GRPO), the batch std, or not at all (Dr. GRPO).")
     beta: float = Field(0.0, ge=0, description="KL weight β against the frozen reference model (paper uses 0; §B.4 tries 0.01, 0.1). The reference model is loaded only when β > 0.")
-    lr: float = Field(5e-5, gt=0, description="AdamW learning rate. Default 5e-5 for SmolLM2-135M on CPU (few rounds); the paper uses 2e-5 with Qwen2.5-1.5B (`dgrpo paper --scale paper` sets it).")
+    lr: float = Field(2e-5, gt=0, description="AdamW learning rate. Default 2e-5: the best of the CPU-scale sweep for SmolLM2-135M (results/baseline_sweep, docs/training.md; at 5e-5 the earlier 30-round baseline fell to 0 accuracy), also the paper's value with Qwen2.5-1.5B.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm).")
     num_iterations: int = Field(1, ge=1, description="μ: optimizer steps per generation. 1 = the paper's setting (ratio ≡ 1, no clipping).")
     epsilon: float = Field(0.2, gt=0, description="PPO clipping range ε, active when num_iterations > 1.")
+    warmup_rounds: int = Field(0, ge=0, le=100_000, description="Linear learning-rate warm-up: round r trains at lr·min(1, (r+1)/warmup_rounds); 0 = none.")
+    lora_rank: int = Field(0, ge=0, le=4096, description="LoRA rank r of the trained policies (peft, Hu et al. 2021); 0 = full fine-tuning. Only the adapters train and sit in the optimizer.")
+    lora_alpha: float = Field(32.0, gt=0, le=1e6, description="LoRA scaling numerator α (the update is (α/r)·BA).")
+    lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], min_length=1, description="Module names that get LoRA adapters (peft target_modules).")
 
 
 class SwarmConfig(StrictConfig):
@@ -92,9 +96,11 @@ class SwarmConfig(StrictConfig):
 
 
 class EvalConfig(StrictConfig):
-    every: int = Field(4, ge=1, description="Evaluate on the validation split every k rounds (and after the last round).")
-    n_prompts: int = Field(32, ge=1, description="Validation prompts per evaluation.")
+    every: int = Field(6, ge=1, description="Evaluate on the validation split every k rounds (and after the last round).")
+    n_prompts: int = Field(128, ge=1, description="Validation prompts per evaluation. Default 128: a Wilson 95% interval of about ±0.08 on an accuracy near 0.3 (32 prompts: ±0.16, too wide to see learning).")
     temperature: float | None = Field(None, ge=0, description="Sampling temperature for evaluation; None = the swarm's.")
+    greedy: bool = Field(True, description="Also answer the validation prompts greedily (eval/greedy/…): sampled accuracy shows what training sees, greedy what a deployed model answers.")
+    drift: bool = Field(True, description="Log eval/kl_to_start and eval/entropy on the first evaluation's completions (what shows a collapse coming; docs/training.md).")
 
 
 class RunConfig(StrictConfig):
@@ -133,6 +139,9 @@ class RunConfig(StrictConfig):
     def _kinds_check_each_other(self):
         if sum(s is not None for s in (self.federated, self.ensemble, self.hardening)) > 1:
             raise ValueError("set at most one of federated, ensemble, hardening")
+        for field in ("lora_rank", "warmup_rounds"):
+            if getattr(self.grpo, field) and (self.federated is not None or self.hardening is not None):
+                raise ValueError(f"grpo.{field} applies to swarm runs (horizontal, vertical, ensemble); set grpo.{field}=0 for federated and hardening runs (federated runs train LoRA with federated.lora=true)")
         if self.federated is not None:  # its malicious nodes attack updates: no completion attack applies
             self.federated.check(self)
             return self

@@ -113,7 +113,7 @@ def test_run_based_entry_end_to_end(tmp_path, tiny_model_dir, monkeypatch):
     assert "dgrpo comparison: 2 runs" in page and ">s0</td>" in page and ">s1</td>" in page
     lines = (folder / "command.txt").read_text().splitlines()
     assert lines[0].startswith(f"dgrpo paper tinyfig --scale cpu --out {tmp_path} --set model.name=")
-    assert lines[1] == "# s0" and lines[2].startswith("dgrpo run rounds=30 eval.every=3 eval.n_prompts=16 threads=1 checkpoint_every=5 seed=0 model.name=") and lines[2].endswith(f"out_dir={folder} name=s0")
+    assert lines[1] == "# s0" and lines[2].startswith("dgrpo run rounds=30 eval.every=6 eval.n_prompts=128 threads=1 checkpoint_every=5 seed=0 model.name=") and lines[2].endswith(f"out_dir={folder} name=s0")
     # a second call reuses the finished curves instead of failing on the existing run directories
     before = (folder / "s0" / "metrics.jsonl").stat().st_mtime_ns
     assert main(args) == 0

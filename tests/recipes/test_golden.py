@@ -124,12 +124,22 @@ def _collect(run_dir: Path) -> dict:
     return out
 
 
+# Evaluation figures added after the golden values were recorded (issue 21: greedy decoding, Wilson
+# intervals, drift): allowed beside the recorded keys, which must keep their values.
+ADDED = ("n", "greedy/", "kl_to_start", "entropy")  # as metrics.jsonl keys (eval/…) and summary.json keys
+
+
+def _added(key: str) -> bool:
+    key = key.removeprefix("eval/")
+    return key.startswith(ADDED) or key.endswith(("_ci95_low", "_ci95_high"))
+
+
 def _close(got, want, where=""):
     """Equal, floats to a relative 1e-6; returns the first difference's path, or None."""
     if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
         return None if got == pytest.approx(want, rel=1e-6, abs=1e-12) else f"{where}: {got!r} != {want!r}"
     if isinstance(want, dict) and isinstance(got, dict):
-        if got.keys() != want.keys():
+        if not set(want) <= set(got) or {k for k in got if not _added(k)} != {k for k in want if not _added(k)}:
             return f"{where}: keys {sorted(set(got) ^ set(want))} differ"
         return next((d for k in want if (d := _close(got[k], want[k], f"{where}/{k}"))), None)
     if isinstance(want, list) and isinstance(got, list):

@@ -46,7 +46,8 @@ def test_single_report_escapes_and_highlights(undefended_run):
     # self-contained: no external resource may be fetched
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page) and "<link" not in page
     assert "default-src 'none'" in page
-    assert page.count("<svg") == 3  # reward, ASR, time (no defense metrics in this run)
+    assert page.count("<svg") == 4  # held-out evaluation, reward, ASR, time (no defense metrics in this run)
+    assert "<h2>Held-out evaluation</h2>" in page
     assert "honest mean" in page and "eval accuracy" in page and "update (excl. defense)" in page
 
 
@@ -60,7 +61,8 @@ def test_comparison_report(undefended_run, defended_run, tmp_path):
     assert "<td>100.0%</td><td>—</td><td>—</td>" in rows[0][2]  # ASR, no detection, no FPR
     assert "<td>0.0%</td><td>100.0%</td><td>8.3%</td>" in rows[1][2]
     assert "undefended: asr" in page and "defended: topk detection rate" in page
-    assert page.count("<svg") == 4
+    assert page.count("<svg") == 5  # held-out evaluation, reward, ASR, defenses, time
+    assert "undefended: accuracy, sampled" in page and "defended: accuracy, sampled" in page
     assert "<td class=\"l\">defenses</td>" in page  # the config difference is listed
 
 

@@ -41,12 +41,54 @@ def test_evaluation_at_another_temperature_leaves_the_swarms_sampling_alone(run)
     policy = run.swarm.honest_policies[0]
     before = policy.sampling
     greedy = run.cfg.model_copy(update={"eval": run.cfg.eval.model_copy(update={"temperature": 0.0})})
-    rec = evaluate(SimpleNamespace(cfg=greedy, task=run.task, swarm=run.swarm), 0)
+    rec = evaluate(SimpleNamespace(cfg=greedy, task=run.task, swarm=run.swarm, run_dir=run.run_dir), 0)
     assert policy.sampling is before
     policy.sampling = before.__class__(before.top_k, 0.0, before.max_new_tokens)  # greedy: the seed plays no part
     texts = [t for _, t in policy.generate(run.task, run.task.val[:3], [0, 1, 2])]
     policy.sampling = before
     assert rec["eval/format_rate"] == sum(format_reward("<think>" + t) for t in texts) / 3
+
+
+def test_greedy_intervals_and_drift(run):
+    """Greedy accuracy from temperature-0 completions, Wilson intervals over eval/n, and the drift
+    metrics: 0 KL on the start weights themselves, then the log-likelihood drop after a change."""
+    import torch
+
+    from dgrpo.metrics.intervals import wilson
+    from dgrpo.policy.scoring import group_logits
+
+    policy, task = run.swarm.honest_policies[0], run.task
+    problems = task.val[:3]
+    before = policy.sampling
+    policy.sampling = before.__class__(before.top_k, 0.0, before.max_new_tokens)
+    greedy = [t for _, t in policy.generate(task, problems, [0, 1, 2])]
+    policy.sampling = before
+    rec = evaluate(run, 0)
+    assert rec["eval/n"] == 3
+    assert rec["eval/greedy/accuracy"] == sum(task.reward(t, p) >= 1.0 for t, p in zip(greedy, problems)) / 3
+    for key in ("eval/accuracy", "eval/format_rate", "eval/greedy/accuracy"):
+        assert (rec[f"{key}_ci95_low"], rec[f"{key}_ci95_high"]) == wilson(rec[key] * 3, 3)
+    assert rec["eval/kl_to_start"] == pytest.approx(0.0, abs=1e-6)  # the reference was written by these weights
+    ref = json.loads((run.run_dir / "eval_reference" / "node0.json").read_text())
+    assert [r["prompt_id"] for r in ref] == [p.prompt_id for p in problems if True][: len(ref)]
+
+    with torch.no_grad():  # move the weights; the drift is the mean log-prob drop on the reference
+        for param in policy.model.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    expected_kl, expected_ent, n = 0.0, 0.0, 0
+    with torch.no_grad():
+        for item, p in zip(ref, problems):
+            ids = item["completion_ids"]
+            logp = torch.log_softmax(group_logits(policy.model, policy.prompt_ids(task, p), [ids],
+                                                  policy.tokenizer.pad_token_id)[0, : len(ids)], -1)
+            for t, tok in enumerate(ids):
+                expected_kl += item["logp"][t] - float(logp[t, tok])
+                expected_ent += float(-(logp[t].exp() * logp[t]).sum())
+            n += len(ids)
+    later = evaluate(run, 1)
+    assert later["eval/kl_to_start"] == pytest.approx(expected_kl / n, rel=1e-4)
+    assert later["eval/entropy"] == pytest.approx(expected_ent / n, rel=1e-4)
+    assert later["eval/kl_to_start"] > 0.01
 
 
 def _rollout(sender, reward, label="honest", rejected_by=(), text="x"):

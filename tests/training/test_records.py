@@ -31,3 +31,13 @@ def test_evaluation_means_are_averaged_the_way_evaluate_averages_them():
     merged = merge_records({0: a, 1: b})
     assert merged["eval/format_rate"] == 0.75 and merged["eval/completion_tokens"] == 20.0
     assert merged["eval/accuracy"] == 0.375 and merged["eval/accuracy/node1"] == 0.25
+
+
+def test_merged_intervals_pool_every_policys_completions():
+    from dgrpo.metrics.intervals import wilson
+
+    a = {"round": 0, "eval/accuracy": 0.5, "eval/n": 4, "eval/accuracy_ci95_low": 0.0, "eval/accuracy_ci95_high": 1.0}
+    b = {"round": 0, "eval/accuracy": 0.25, "eval/n": 4, "eval/accuracy_ci95_low": 0.0, "eval/accuracy_ci95_high": 1.0}
+    merged = merge_records({0: a, 1: b})
+    assert merged["eval/n"] == 8 and merged["eval/accuracy"] == 0.375
+    assert (merged["eval/accuracy_ci95_low"], merged["eval/accuracy_ci95_high"]) == wilson(3, 8)  # 2 + 1 of 8

@@ -93,3 +93,13 @@ def test_a_damaged_checkpoint_state_is_a_one_line_error(tmp_path, straight, caps
     state.write_text('{"next_round": "two"}')
     assert main(["resume", str(tmp_path / "part"), "rounds=4"]) == 2
     assert "state.json: not a checkpoint state" in capsys.readouterr().err
+
+
+def test_a_lora_run_with_warmup_resumes_like_a_straight_run(tmp_path, tiny_model_dir):
+    args = [f"model.name={tiny_model_dir}", *COMMON, "grpo.lora_rank=4", "grpo.warmup_rounds=3"]
+    assert main(["run", *args, "rounds=4", f"out_dir={tmp_path}", "name=straight"]) == 0
+    want = metrics(tmp_path / "straight")
+    assert all(r["train/grad_norm"] > 0 for r in want[1:4])  # round 0: B = 0, A's gradient is 0, B's not
+    assert main(["run", *args, "rounds=2", f"out_dir={tmp_path}", "name=part"]) == 0
+    assert main(["resume", str(tmp_path / "part"), "rounds=4"]) == 0
+    assert metrics(tmp_path / "part") == want

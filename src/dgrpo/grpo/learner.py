@@ -42,6 +42,7 @@ class GRPOParams:
     max_grad_norm: float = 1.0
     num_iterations: int = 1
     epsilon: float = 0.2
+    warmup_rounds: int = 0
     max_len: int = 64  # dr_grpo's constant normaliser (max new tokens)
     reject_mode: Literal["drop", "zero"] = "drop"
 
@@ -140,7 +141,17 @@ class Learner:
         if params.beta > 0 and ref_model is None:
             raise ValueError("beta > 0 needs a reference model")
         self.model, self.params, self.eos_id, self.pad_id, self.ref_model = model, params, eos_id, pad_id, ref_model
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=params.weight_decay)
+        self.parameters = [p for p in model.parameters() if p.requires_grad]  # all, or LoRA's adapters
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=params.lr, weight_decay=params.weight_decay)
+
+    def learning_rate(self, round_idx: int | None) -> float:
+        """The learning rate of round ``round_idx``: lr · min(1, (r + 1) / warmup_rounds) (linear
+        warm-up, as TRL's ``warmup_steps`` with one optimizer step per round); lr without warm-up or
+        without a round."""
+        w = self.params.warmup_rounds
+        if not w or round_idx is None:
+            return self.params.lr
+        return self.params.lr * min(1.0, (round_idx + 1) / w)
 
     def score(self, rollouts: Sequence[Rollout]) -> Batch:
         """The batch of an update: one :class:`Group` per prompt id, logits run on demand."""
@@ -155,7 +166,7 @@ class Learner:
         """Whether the group, as its verdicts stand, gives a gradient: β > 0 or its rewards differ."""
         return self.params.beta > 0 or has_signal(kept(group, self.params.reject_mode)[1])
 
-    def step(self, batch: Batch | Sequence[Rollout]) -> UpdateStats:
+    def step(self, batch: Batch | Sequence[Rollout], round_idx: int | None = None) -> UpdateStats:
         """Run ``num_iterations`` optimizer steps on one generation of rollouts (a batch, or the
         rollouts themselves).
 
@@ -163,10 +174,15 @@ class Learner:
         (``scale_rewards="batch"``) is taken over the rollouts accepted when the step starts, before
         the logit-stage defenses judge the groups.
 
+        ``round_idx`` sets the learning rate of the warm-up (:meth:`learning_rate`).
+
         Returns:
             Statistics of the last iteration: loss, pre-clip grad norm, rollouts used.
         """
         batch = batch if isinstance(batch, Batch) else self.score(batch)
+        if round_idx is not None:
+            for param_group in self.optimizer.param_groups:
+                param_group["lr"] = self.learning_rate(round_idx)
         start, p = time.perf_counter(), self.params
         std = reward_std([r.reward for r in batch.rollouts if r.accepted]) if p.scale_rewards == "batch" else None
         stats, learning, flat_den = UpdateStats(), [], 0.0
@@ -223,9 +239,9 @@ class Learner:
 
     def _apply(self, den: float) -> float:
         """Gradient ÷ loss denominator, clipping, one optimizer step; returns the pre-clip norm."""
-        for param in self.model.parameters():
+        for param in self.parameters:
             if param.grad is not None:
                 param.grad.div_(den)
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.params.max_grad_norm)
+        norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.params.max_grad_norm)
         self.optimizer.step()
         return float(norm)

@@ -1,10 +1,11 @@
-"""PNG plots of a run: reward per node and validation accuracy, attack success, defenses."""
+"""PNG plots of a run: reward per node, held-out accuracy with intervals, attack success, defenses."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import matplotlib
+import yaml
 
 matplotlib.use("Agg")  # no screen
 import matplotlib.pyplot as plt  # noqa: E402
@@ -46,6 +47,8 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     fig.savefig(written[-1], dpi=120)
     plt.close(fig)
 
+    if any(k in keys for k in EVAL_CURVES):
+        written.append(plot_eval(run_dir, records))
     asr_keys = [k for k in keys if k.startswith("attack/") and "asr" in k]
     if asr_keys:
         written.append(_rates(run_dir, records, asr_keys, "attack success rate", "asr.png"))
@@ -53,6 +56,60 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     if det_keys:
         written.append(_rates(run_dir, records, det_keys, "rate", "defense.png"))
     return written
+
+
+EVAL_CURVES = {  # key → (label, colour, line style)
+    "eval/accuracy": ("accuracy, sampled", "tab:blue", "-"),
+    "eval/greedy/accuracy": ("accuracy, greedy", "tab:blue", "--"),
+    "eval/format_rate": ("format rate, sampled", "tab:green", "-"),
+    "eval/greedy/format_rate": ("format rate, greedy", "tab:green", "--"),
+}
+
+
+def evaluation_caption(run_dir: Path, records: list[dict]) -> str:
+    """What the evaluation measured, for a plot's subtitle: prompt count and decoding (from the run's
+    ``config.yaml``; the completion count ``eval/n`` when the config is missing)."""
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        config = None
+    return caption_of(config, records)
+
+
+def caption_of(config: dict | None, records: list[dict]) -> str:
+    """:func:`evaluation_caption` from a run's resolved config (a dict) and its records."""
+    try:
+        ev, sampling = config["eval"], config["sampling"]
+        temperature = sampling["temperature"] if ev.get("temperature") is None else ev["temperature"]
+        decoding = f"sampled at T={temperature:g}, top-k {sampling['top_k']}" + (" and greedy" if ev.get("greedy") else "")
+        return f"{ev['n_prompts']} held-out prompts, {decoding}; shaded: Wilson 95% interval"
+    except (KeyError, TypeError, ValueError):
+        n = next((r["eval/n"] for r in records if r.get("eval/n")), "?")
+        return f"{n} held-out completions; shaded: Wilson 95% interval"
+
+
+def plot_eval(run_dir: Path, records: list[dict]) -> Path:
+    """``eval.png``: held-out accuracy and format rate (sampled, greedy) per evaluation round with
+    their Wilson 95% intervals (``{key}_ci95_low/high``, :mod:`dgrpo.metrics.intervals`)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, (label, colour, style) in EVAL_CURVES.items():
+        xs, ys = series(records, key)
+        if not xs:
+            continue
+        ax.plot(xs, ys, style, color=colour, marker="o", ms=4, lw=1.8, label=label)
+        lo, hi = series(records, f"{key}_ci95_low"), series(records, f"{key}_ci95_high")
+        if lo[0] and lo[0] == hi[0]:
+            ax.fill_between(lo[0], lo[1], hi[1], color=colour, alpha=0.12 if style == "-" else 0.06, lw=0)
+    ax.set_xlabel("round")
+    ax.set_ylabel("rate on held-out prompts")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    ax.set_title(f"{run_dir.name}\n{evaluation_caption(run_dir, records)}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(run_dir / "eval.png", dpi=120)
+    plt.close(fig)
+    return run_dir / "eval.png"
 
 
 def _rates(run_dir: Path, records: list[dict], keys: list[str], ylabel: str, filename: str) -> Path:

@@ -23,11 +23,11 @@ from dgrpo.paper import analytic
 # exists. max_new_tokens and rounds are our choices: GSM8K reasoning needs far more than the CPU
 # default of 64 tokens, and the paper's headlines (Fig. 1, 4; Table 1's average) are at 20 iterations.
 SCALES: dict[str, list[str]] = {
-    # The embedded defaults (arithmetic task, SmolLM2-135M-Instruct, 4 nodes, B=4, G=8, lr 5e-5)
+    # The embedded defaults (arithmetic task, SmolLM2-135M-Instruct, 4 nodes, B=4, G=8, lr 2e-5)
     # over 30 rounds, evaluated every 3 rounds on 16 validation prompts, one thread per run so
     # two curves can train side by side (`--jobs 2`); a checkpoint every 5 rounds lets an
     # interrupted figure resume instead of starting over.
-    "cpu": ["rounds=30", "eval.every=3", "eval.n_prompts=16", "threads=1", "checkpoint_every=5"],
+    "cpu": ["rounds=30", "eval.every=6", "eval.n_prompts=128", "threads=1", "checkpoint_every=5"],
     "paper": [
         "model.name=Qwen/Qwen2.5-1.5B-Instruct",
         "task.kind=gsm8k",

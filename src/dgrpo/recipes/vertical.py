@@ -48,7 +48,7 @@ def one_round(run: Run, r: int) -> dict:
         report = PolicyReport(received.rollouts, received.invalid, reward_seconds=time.perf_counter() - start)
         learner = swarm.learners[policy]
         batch = defend(swarm.defenses[owner], learner.score(received.rollouts), report.defense_times)  # defenses
-        report.update = learner.step(batch)                                                      #   advantages, step
+        report.update = learner.step(batch, r)                                                   #   advantages, step
         if owner in swarm.policies:  # (a mirror's report is not the honest swarm's)
             reports[owner] = report
     t3 = time.perf_counter()

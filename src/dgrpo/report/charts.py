@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from dgrpo.metrics.plots import EVAL_CURVES  # noqa: E402
 from dgrpo.report.data import PHASES, RunData, defense_names, phase_times  # noqa: E402
 
 COLOURS = [to_hex(c) for c in plt.rcParams["axes.prop_cycle"].by_key()["color"]]  # "#1f77b4", … (CSS-ready)
@@ -76,6 +77,29 @@ def reward_chart(runs: Sequence[RunData]) -> str | None:
         plt.close(fig)
         return None
     _finish(ax, "mean reward")
+    return to_svg(fig)
+
+
+def eval_chart(runs: Sequence[RunData]) -> str | None:
+    """Held-out accuracy and format rate, sampled (solid) and greedy (dashed), with their Wilson 95%
+    intervals shaded (``{key}_ci95_low/high``)."""
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    drawn = False
+    for i, run in enumerate(runs):
+        for j, (key, (label, default_colour, style)) in enumerate(EVAL_CURVES.items()):
+            xs, ys = run.series(key)
+            if not xs:
+                continue
+            c = default_colour if len(runs) == 1 else colour(i)
+            ax.plot(xs, ys, style, marker="o", ms=4, lw=1.8, color=c, label=_label(runs, i, label))
+            (lx, lo), (hx, hi) = run.series(f"{key}_ci95_low"), run.series(f"{key}_ci95_high")
+            if lx and lx == hx:
+                ax.fill_between(lx, lo, hi, color=c, alpha=0.12 if style == "-" else 0.06, lw=0)
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    _finish(ax, "rate on held-out prompts")
     return to_svg(fig)
 
 

@@ -127,6 +127,7 @@ def headline(run: RunData) -> dict:
         "defenses": defenses,
         "final_reward": run.last("train/reward_honest"),
         "final_accuracy": run.last("eval/accuracy"),
+        "final_accuracy_ci95": (run.last("eval/accuracy_ci95_low"), run.last("eval/accuracy_ci95_high")),
         "final_asr": run.last("attack/asr"),
         "detection_rate": run.mean(f"defense/{det}/detection_rate") if det else None,
         "false_positive_rate": run.mean(f"defense/{det}/false_positive_rate") if det else None,

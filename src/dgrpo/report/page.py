@@ -15,6 +15,7 @@ from typing import Sequence
 
 import yaml
 
+from dgrpo.metrics.plots import caption_of
 from dgrpo.report import charts
 from dgrpo.report.data import RunData, headline, payload_spans
 
@@ -63,11 +64,16 @@ def highlight(text: str, config: dict) -> tuple[str, int]:
     return "".join(out), len(spans)
 
 
+def _interval(ci) -> str:
+    """" [low, high]" of a Wilson 95% interval, or nothing when it was not logged."""
+    return f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci and None not in ci else ""
+
+
 def _cards(h: dict) -> str:
     attacked = h["attack"] != "none"
     items = [
         ("final honest reward", fmt(h["final_reward"], pct=False), ""),
-        ("final eval accuracy", fmt(h["final_accuracy"]), ""),
+        ("final eval accuracy", fmt(h["final_accuracy"]) + _interval(h.get("final_accuracy_ci95")), ""),
         ("final ASR", fmt(h["final_asr"]) if attacked else "no attack",
          "bad" if attacked and (h["final_asr"] or 0) >= 0.5 else ("good" if attacked else "")),
         ("detection rate (mean)", fmt(h["detection_rate"]) if h["defenses"] else "no defense",
@@ -153,6 +159,10 @@ def _config_diff(runs: Sequence[RunData]) -> str:
 
 def _charts(runs: Sequence[RunData]) -> str:
     out = []
+    svg = charts.eval_chart(runs)
+    if svg:
+        caption = "; ".join(dict.fromkeys(caption_of(r.config, r.records) for r in runs))
+        out.append(f'<h2>Held-out evaluation</h2><p class="sub">{esc(caption)}</p><figure class="chart">{svg}</figure>')
     for title, fn in (("Reward", charts.reward_chart), ("Attack success rate", charts.asr_chart),
                       ("Defenses: detection and false-positive rates", charts.defense_chart),
                       ("Time per round, by phase", charts.time_chart)):

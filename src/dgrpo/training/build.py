@@ -19,6 +19,7 @@ from dgrpo.defenses import build_defense
 from dgrpo.grpo.learner import GRPOParams, Learner
 from dgrpo.metrics.logger import MetricsLogger
 from dgrpo.policy.loading import load_policy
+from dgrpo.policy.lora import add_lora
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import SamplingParams
 from dgrpo.registry import lookup
@@ -76,7 +77,7 @@ def grpo_params(cfg: RunConfig, **changes) -> GRPOParams:
     g = cfg.grpo
     params = dict(loss_type=g.loss_type, scale_rewards=g.scale_rewards, beta=g.beta, lr=g.lr,
                   weight_decay=g.weight_decay, max_grad_norm=g.max_grad_norm, num_iterations=g.num_iterations,
-                  epsilon=g.epsilon, max_len=cfg.sampling.max_new_tokens, reject_mode=cfg.swarm.reject_mode)
+                  epsilon=g.epsilon, warmup_rounds=g.warmup_rounds, max_len=cfg.sampling.max_new_tokens, reject_mode=cfg.swarm.reject_mode)
     return GRPOParams(**{**params, **changes})
 
 
@@ -103,6 +104,8 @@ def build_policy(model_cfg: ModelConfig, cfg: RunConfig, trainable: bool) -> tup
     device = run_device(model_cfg, cfg)
     model, tokenizer = load_policy(model_cfg.name, model_cfg.dtype, trainable=trainable, device=device)
     learner = None
+    if trainable and cfg.grpo.lora_rank:
+        add_lora(model, cfg.grpo.lora_rank, cfg.grpo.lora_alpha, cfg.grpo.lora_targets)
     if trainable:
         ref = (load_policy(model_cfg.name, model_cfg.dtype, trainable=False, device=device)[0]
                if cfg.grpo.beta > 0 else None)

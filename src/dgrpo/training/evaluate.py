@@ -2,7 +2,21 @@
 
 Completions use the swarm's sampling strategy (temperature from ``eval.temperature`` when set) with
 seeds fixed across evaluations (:data:`EVAL_ROUND`), so changes between evaluations reflect the
-weights. The ensemble recipe votes over the same completions (:func:`eval_texts`).
+weights; with ``eval.greedy`` the same prompts are also answered greedily (``eval/greedy/…``).
+Every rate carries its Wilson 95% interval (:mod:`dgrpo.metrics.intervals`) over ``eval/n``
+completions. The ensemble recipe votes over the same completions (:func:`eval_texts`).
+
+What shows a collapse coming (``eval.drift``, docs/training.md): the first evaluation's sampled
+completions are kept as a fixed reference (``eval_reference/`` in the run directory, with their
+per-token log-probabilities under the weights that wrote them); each later evaluation re-scores
+them under the current weights in one forward pass per prompt:
+
+    eval/kl_to_start = mean_t [log π_0(x_t | x_<t) − log π_θ(x_t | x_<t)]      (x ~ π_0, per token)
+    eval/entropy     = mean_t H(π_θ(· | x_<t))                                (nats, full softmax)
+
+The first is the Monte Carlo estimate of KL(π_0 ‖ π_θ) per token on π_0's own completions (sampled
+with the swarm's top-k, so up to that truncation); it grows as the policy leaves where it started.
+The second falls when the policy becomes deterministic (entropy collapse).
 """
 
 from __future__ import annotations
@@ -11,26 +25,37 @@ import json
 import statistics
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator, Sequence
+
+import torch
 
 from dgrpo.attacks import Attack, build_attack
 from dgrpo.config import RunConfig
 from dgrpo.policy.policy import Policy
+from dgrpo.errors import CheckpointError
+from dgrpo.metrics.intervals import with_interval
 from dgrpo.policy.sampling import SamplingParams, completion_seed
+from dgrpo.policy.scoring import group_logits, score
 from dgrpo.rewards.format import format_reward
 from dgrpo.tasks.base import Task, is_correct
 from dgrpo.types import Problem
 
 EVAL_ROUND = -1  # the round of every evaluation completion's sampling seed: fixed across evaluations
-EVAL_MEANS = ("eval/accuracy", "eval/completion_tokens", "eval/format_rate")  # averaged over the honest policies
+RATES = ("eval/accuracy", "eval/format_rate", "eval/greedy/accuracy", "eval/greedy/format_rate")  # with intervals
+EVAL_MEANS = (*RATES, "eval/completion_tokens", "eval/greedy/completion_tokens", "eval/kl_to_start",
+              "eval/entropy")  # averaged over the honest policies
+REFERENCE_DIR = "eval_reference"
 
 
 @contextmanager
-def eval_sampling(policy: Policy, cfg: RunConfig) -> Iterator[Policy]:
-    """Inside the block ``policy`` samples at ``eval.temperature`` (when set)."""
+def eval_sampling(policy: Policy, cfg: RunConfig, temperature: float | None = None) -> Iterator[Policy]:
+    """Inside the block ``policy`` samples at ``temperature`` (default: ``eval.temperature`` when set;
+    0 = greedy)."""
     sampling = policy.sampling
-    if cfg.eval.temperature is not None:
-        policy.sampling = SamplingParams(sampling.top_k, cfg.eval.temperature, sampling.max_new_tokens)
+    temperature = cfg.eval.temperature if temperature is None else temperature
+    if temperature is not None:
+        policy.sampling = SamplingParams(sampling.top_k, temperature, sampling.max_new_tokens)
     try:
         yield policy
     finally:
@@ -62,9 +87,82 @@ def eval_texts(policy: Policy, cfg: RunConfig, task: Task, problems: list[Proble
         return outs, [t for _, t in outs] if targets else []
 
 
+def rates(task: Task, problems: Sequence[Problem], outs: Sequence[tuple[list[int], str]], prefix: str = "eval/") -> dict:
+    """Accuracy (full reward), think/answer format rate and mean length of one policy's completions."""
+    texts = [t for _, t in outs]
+    return {f"{prefix}accuracy": statistics.fmean(is_correct(task, t, p) for t, p in zip(texts, problems)),
+            f"{prefix}format_rate": statistics.fmean(format_reward(task.completion_prefix + t) for t in texts),
+            f"{prefix}completion_tokens": statistics.fmean(len(ids) for ids, _ in outs)}
+
+
+def add_intervals(rec: dict) -> dict:
+    """Wilson 95% intervals of every evaluation rate in ``rec``, over its ``eval/n`` completions."""
+    for key in RATES:
+        with_interval(rec, key, rec.get("eval/n", 0))
+    return rec
+
+
+def drift(policy: Policy, task: Task, problems: Sequence[Problem], reference: list[dict]) -> dict:
+    """``eval/kl_to_start`` and ``eval/entropy`` of ``policy`` on the fixed reference completions
+    (module docstring). ``reference`` holds, per prompt, the completion ids and their log-probs under
+    the start weights."""
+    by_id = {p.prompt_id: p for p in problems}
+    kl_sum = ent_sum = tokens = 0.0
+    with torch.no_grad():
+        for item in reference:
+            ids = item["completion_ids"]
+            logits = group_logits(policy.model, policy.prompt_ids(task, by_id[item["prompt_id"]]), [ids],
+                                  policy.tokenizer.pad_token_id)[0, : len(ids)]  # (T, V)
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            now = logp.gather(-1, torch.tensor(ids, device=logp.device)[:, None]).squeeze(-1)  # (T,)
+            kl_sum += float((torch.tensor(item["logp"], device=now.device) - now).sum())
+            ent_sum += float(-(logp.exp() * logp).sum(-1).sum())
+            tokens += len(ids)
+    return {"eval/kl_to_start": kl_sum / tokens, "eval/entropy": ent_sum / tokens} if tokens else {}
+
+
+def reference_completions(policy: Policy, task: Task, problems: Sequence[Problem],
+                          outs: Sequence[tuple[list[int], str]]) -> list[dict]:
+    """The drift reference: each completion's ids and per-token log-probs under ``policy`` now."""
+    items = []
+    with torch.no_grad():
+        for p, (ids, _) in zip(problems, outs):
+            if not ids:
+                continue
+            lp = score(policy.model, policy.prompt_ids(task, p), [ids], policy.tokenizer.pad_token_id)[0, : len(ids)]
+            items.append({"prompt_id": p.prompt_id, "completion_ids": list(ids), "logp": [float(x) for x in lp]})
+    return items
+
+
+def load_reference(run_dir: Path, owner: int, make) -> list[dict]:
+    """Node ``owner``'s drift reference, ``eval_reference/node{owner}.json`` in the run directory
+    (one file per policy owner: processes of a distributed swarm share the folder), written by
+    ``make()`` on first use.
+
+    Raises:
+        CheckpointError: the file exists but is not a reference list (names the file).
+    """
+    path = Path(run_dir) / REFERENCE_DIR / f"node{owner}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(make()))
+        tmp.replace(path)
+    try:
+        data = json.loads(path.read_text())
+        ok = isinstance(data, list) and all(isinstance(d, dict) and {"prompt_id", "completion_ids", "logp"} <= set(d)
+                                            and len(d["completion_ids"]) == len(d["logp"]) for d in data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        ok = False
+    if not ok:
+        raise CheckpointError(f"{path}: not an evaluation reference (delete it to start the drift metrics again)")
+    return data
+
+
 def evaluate(run, round_idx: int, samples_path=None) -> dict:
-    """Validation accuracy, format rate, length and attack success of every distinct honest policy
-    of ``run`` (a :class:`~dgrpo.training.build.Run`, or anything with its cfg, task and swarm).
+    """Validation accuracy, format rate, length, drift and attack success of every distinct honest
+    policy of ``run`` (a :class:`~dgrpo.training.build.Run`, or anything with its cfg, task, swarm
+    and run_dir), with Wilson intervals.
 
     Four completions per policy go to ``samples_path`` (JSON lines) when given.
     """
@@ -73,23 +171,30 @@ def evaluate(run, round_idx: int, samples_path=None) -> dict:
     problems = list(task.val[: cfg.eval.n_prompts])
     attack = eval_attack(cfg, swarm.attacks)
     targets = attack.eval_problems(task.val)[: cfg.eval.n_prompts] if attack is not None else []
-    per_policy: dict[str, list[float]] = {key: [] for key in EVAL_MEANS}
+    per_policy: dict[str, list[float]] = {}
     attack_recs = []
     for owner, policy in swarm.honest_policies.items():
         outs, target_texts = eval_texts(policy, cfg, task, problems, targets, owner)
-        texts = [t for _, t in outs]
-        per_policy["eval/accuracy"].append(statistics.fmean(is_correct(task, t, p) for t, p in zip(texts, problems)))
-        per_policy["eval/format_rate"].append(statistics.fmean(format_reward(task.completion_prefix + t) for t in texts))
-        per_policy["eval/completion_tokens"].append(statistics.fmean(len(ids) for ids, _ in outs))
+        found = rates(task, problems, outs)
+        if cfg.eval.greedy:
+            with eval_sampling(policy, cfg, temperature=0.0):
+                found.update(rates(task, problems, eval_completions(policy, task, problems, cfg.seed, owner), "eval/greedy/"))
+        if cfg.eval.drift:
+            reference = load_reference(run.run_dir, owner, lambda: reference_completions(policy, task, problems, outs))
+            found.update(drift(policy, task, problems, reference))
+        for key, value in found.items():
+            per_policy.setdefault(key, []).append(value)
         if attack is not None:
             attack_recs.append(attack.evaluate(target_texts, targets, task))
         if samples_path is not None:
             with open(samples_path, "a") as fh:
-                for p, t in list(zip(problems, texts))[:4]:
+                for p, (_, t) in list(zip(problems, outs))[:4]:
                     fh.write(json.dumps({"round": round_idx, "node": owner, "prompt_id": p.prompt_id,
                                          "question": p.question, "completion": t,
                                          "reward": task.reward(t, p)}) + "\n")
     rec: dict = {key: statistics.fmean(values) for key, values in per_policy.items()}
+    rec["eval/n"] = len(problems) * len(swarm.honest_policies)
+    add_intervals(rec)
     if len(swarm.honest_policies) > 1:
         rec.update({f"eval/accuracy/node{o}": a for o, a in zip(swarm.honest_policies, per_policy["eval/accuracy"])})
     for key in (attack_recs[0] if attack_recs else {}):

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from dgrpo.grpo.learner import UpdateStats
 from dgrpo.rewards.format import format_reward
-from dgrpo.training.evaluate import EVAL_MEANS
+from dgrpo.training.evaluate import EVAL_MEANS, add_intervals
 from dgrpo.types import Message, Rollout
 
 PER_POLICY = ("train/loss", "train/grad_norm", "train/used", "time/defense", "time/reward")  # (and time/defense/*): /node{k} when several
@@ -144,6 +144,9 @@ def merge_records(records: dict[int, dict]) -> dict:
     if "eval/accuracy" in out:
         for key in (k for k in EVAL_MEANS if k in out):
             out[key] = statistics.fmean(records[o][key] for o in owners)
+        if "eval/n" in out:
+            out["eval/n"] = sum(records[o]["eval/n"] for o in owners)
+            add_intervals(out)  # the pooled rates' intervals over every policy's completions
         out.update({f"eval/accuracy/node{o}": records[o]["eval/accuracy"] for o in owners})
         for key in [k for k in out if k.startswith("attack/")]:
             vals = [records[o][key] for o in owners if records[o].get(key) is not None]

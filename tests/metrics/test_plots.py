@@ -1,0 +1,32 @@
+"""Run plots: the evaluation plot states what it measured."""
+
+import json
+
+import yaml
+
+from dgrpo.metrics.plots import evaluation_caption, plot_run
+
+
+def write_run(tmp_path, config):
+    records = [{"round": 0, "eval/accuracy": 0.25, "eval/accuracy_ci95_low": 0.1, "eval/accuracy_ci95_high": 0.5,
+                "eval/n": 8, "train/reward_honest": 0.2},
+               {"round": 2, "eval/accuracy": 0.5, "eval/accuracy_ci95_low": 0.2, "eval/accuracy_ci95_high": 0.8,
+                "eval/n": 8, "train/reward_honest": 0.4}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if config is not None:
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    return records
+
+
+def test_caption_names_prompts_and_decoding(tmp_path):
+    records = write_run(tmp_path, {"eval": {"n_prompts": 128, "temperature": None, "greedy": True},
+                                   "sampling": {"temperature": 0.7, "top_k": 10}})
+    assert evaluation_caption(tmp_path, records) == \
+        "128 held-out prompts, sampled at T=0.7, top-k 10 and greedy; shaded: Wilson 95% interval"
+    assert (tmp_path / "eval.png") in plot_run(tmp_path)
+    assert (tmp_path / "eval.png").stat().st_size > 0
+
+
+def test_caption_without_config_counts_completions(tmp_path):
+    records = write_run(tmp_path, None)
+    assert evaluation_caption(tmp_path, records) == "8 held-out completions; shaded: Wilson 95% interval"

@@ -337,3 +337,44 @@ def test_a_killed_node_takes_its_dht_process_daemon_and_sockets_along(tmp_path):
     while time.monotonic() < deadline and not (gone(dht_pid) and not os.path.exists(socket_path)):
         time.sleep(0.2)
     assert gone(dht_pid) and not os.path.exists(socket_path)
+
+
+def test_without_hivemind_installed_the_transport_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    from dgrpo.cli import main
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "hivemind" else find_spec(name, *a))
+    assert main(["run", "swarm.transport=hivemind", "swarm.hivemind.node=0", "swarm.startup_timeout_s=5",
+                 f"out_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "swarm.transport=hivemind needs the hivemind package: pip install 'dgrpo[hivemind]'" in err
+    assert "Traceback" not in err and not list(tmp_path.iterdir())
+
+
+class _Joiner:
+    """What restore reads of a joining node's transport; the resume barrier must not be reached."""
+
+    local_nodes, is_main = [2], False
+
+    def __init__(self, first_round):
+        self.first_round = first_round
+
+    def gather_values(self, *args, **kwargs):
+        raise AssertionError("a joiner does not wait at the resume barrier: the swarm is running")
+
+
+@pytest.mark.parametrize("checkpoint_round, error", [(2, None), (4, "holds round 4, but node 2 joins at round 2")])
+def test_a_joiner_resumes_only_a_checkpoint_of_its_join_round_and_skips_the_barrier(tmp_path, monkeypatch,
+                                                                                    checkpoint_round, error):
+    from dgrpo.training import checkpoint, resume
+
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda run: checkpoint_round)
+    run = SimpleNamespace(transport=_Joiner(2), run_dir=tmp_path, start_round=0, cfg=None)
+    if error is None:
+        resume.restore(run, rewrite_config=False)
+        assert run.start_round == 2
+    else:
+        with pytest.raises(ConfigError, match=error):
+            resume.restore(run, rewrite_config=False)

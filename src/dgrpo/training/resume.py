@@ -85,7 +85,8 @@ def restore(run, rewrite_config: bool) -> None:
     first = run.transport.first_round
     if first and run.start_round != first:
         raise ConfigError(f"the checkpoint in {run.run_dir} holds round {run.start_round}, but node "
-                          f"{run.transport.local_nodes[0]} joins at round {first}: start it from a peer's checkpoint of round {first}")
+                          f"{run.transport.local_nodes[0]} joins at round {first}: start it from a peer's "
+                          f"checkpoint of round {first}")
     if run.transport.is_main:
         if run.start_round < run.cfg.rounds:  # those rounds (and an extended run's final evaluation) run again
             _keep_rounds_before(run.run_dir / "metrics.jsonl", run.start_round)

@@ -1,8 +1,10 @@
 """The transport protocol: everything the run uses to talk to the rest of the swarm.
 
-A process hosts some nodes (in-process: all of them; distributed and hivemind: one per process). The run loop,
-its records, checkpoints and resume reach the other processes only through these members, which
-every transport implements (the in-process one trivially), so no caller asks which transport it has.
+A process hosts some nodes (in-process: all of them; distributed and hivemind: one per process).
+The run loop, its records, checkpoints and resume reach the other processes only through these
+members, which every transport implements (the in-process one trivially), so no caller asks which
+transport it has. Each transport module registers a builder ``(run config, resuming=False) ->
+Transport`` (``resuming``: ``dgrpo resume`` rather than a fresh run).
 """
 
 from __future__ import annotations

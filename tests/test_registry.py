@@ -49,7 +49,7 @@ def test_a_registered_kind_is_reachable_from_a_config_and_checks_its_own_rules(s
 def test_lookup_imports_the_module_of_the_name_and_lists_the_known_ones():
     assert lookup("defense", "topk").builder.__module__ == "dgrpo.defenses.topk"
     assert lookup("aggregator", "krum").meta["needs"] == "n > 2f + 2"
-    assert names("transport") == ["distributed", "inprocess"]
+    assert names("transport") == ["distributed", "hivemind", "inprocess"]
     with pytest.raises(UnknownKind, match="unknown defense 'moat'; known: judge, replay, reward_outlier, topk"):
         lookup("defense", "moat")
     table = Table("task")

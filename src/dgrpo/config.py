@@ -22,6 +22,7 @@ from dgrpo.hardening.config import HardeningConfig
 from dgrpo.registry import StrictConfig, kind_field, lookup
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
+from dgrpo.transports.dht.config import HivemindConfig, check_hivemind
 
 
 TaskField = kind_field("task", default="arithmetic")  # a task config, validated by its kind's class
@@ -63,12 +64,13 @@ class SwarmConfig(StrictConfig):
     group_size: int = Field(8, ge=1, description="G: completions per prompt.")
     models: list[ModelConfig] | None = Field(None, description="Heterogeneous swarm: one model per node (None = homogeneous, every node holds `model`).")
     malicious: list[StrictInt] = Field(default_factory=list, description="Ids of malicious nodes (they run `attack`).")
-    transport: str = Field("inprocess", description="A registered transport (dgrpo.transports): inprocess, all nodes in this process; distributed, one node per torchrun rank.")
+    transport: str = Field("inprocess", description="A registered transport (dgrpo.transports): inprocess, all nodes in this process; distributed, one node per torchrun rank; hivemind, one node per process over a hivemind DHT (docs/hivemind.md).")
     reject_mode: Literal["drop", "zero"] = Field("drop", description="What a defense rejection does: drop the completion from its group, or keep it with reward 0.")
-    timeout_s: float = Field(900.0, gt=0, description="Distributed: seconds a node waits for a peer's messages of a round after posting its own; a later peer is declared failed (dead or stalled) and named. Must exceed the spread of round time between nodes (generation plus evaluation of the slowest). See docs/distributed.md.")
-    startup_timeout_s: float = Field(900.0, gt=0, description="Distributed: seconds ranks wait for each other at launch (rendezvous, run name, config check).")
-    on_peer_failure: Literal["abort", "continue"] = Field("abort", description="Distributed, when a peer is declared failed: abort (every node exits non-zero naming it), or continue without it (its groups use the completions received, later rounds no longer wait for it).")
+    timeout_s: float = Field(900.0, gt=0, description="Distributed and hivemind: seconds a node waits for a peer's messages of a round after posting its own; a later peer is declared failed (dead or stalled) and named. Must exceed the spread of round time between nodes (generation plus evaluation of the slowest). See docs/distributed.md.")
+    startup_timeout_s: float = Field(900.0, gt=0, description="Distributed and hivemind: seconds nodes wait for each other at launch (rendezvous or bootstrap, run name, config check).")
+    on_peer_failure: Literal["abort", "continue"] = Field("abort", description="Distributed and hivemind, when a peer is declared failed: abort (every node exits non-zero naming it), or continue without it (its groups use the completions received, later rounds no longer wait for it).")
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="Distributed: torch.distributed backend of the process group (auto: nccl when every local rank has its own GPU, else gloo). Messages travel through the group's c10d store either way.")
+    hivemind: HivemindConfig = Field(HivemindConfig(), description="swarm.transport=hivemind: addresses, keys, joining nodes (timeout_s, startup_timeout_s and on_peer_failure apply too; dgrpo.transports.dht.config).")
 
     @field_validator("transport")
     @classmethod
@@ -92,6 +94,7 @@ class SwarmConfig(StrictConfig):
             raise ValueError(f"malicious node ids {self.malicious} list a node twice")
         if len(set(self.malicious)) >= m:
             raise ValueError("at least one node must be honest")
+        check_hivemind(self)
         return self
 
 

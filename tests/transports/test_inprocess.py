@@ -1,4 +1,4 @@
-"""The in-process transport implements the whole Transport protocol, as the distributed one does."""
+"""The in-process transport implements the whole Transport protocol, as the distributed and hivemind ones do."""
 
 import inspect
 
@@ -6,6 +6,7 @@ import pytest
 
 from dgrpo.transports.base import Transport
 from dgrpo.transports.distributed import DistributedTransport
+from dgrpo.transports.hivemind import HivemindTransport
 from dgrpo.transports.inprocess import InProcessTransport
 from dgrpo.types import Message
 
@@ -16,11 +17,11 @@ def _members(protocol) -> set[str]:
 
 
 def test_the_protocol_names_what_the_run_uses():
-    assert _members(Transport) == {"local_nodes", "alive", "failed", "rejected", "labels", "is_main", "all_gather",
-                                   "gather_values", "agree", "collect_at_main", "close"}
+    assert _members(Transport) == {"local_nodes", "alive", "failed", "rejected", "labels", "first_round", "is_main",
+                                   "all_gather", "gather_values", "agree", "collect_at_main", "close"}
 
 
-@pytest.mark.parametrize("transport", [InProcessTransport, DistributedTransport])
+@pytest.mark.parametrize("transport", [InProcessTransport, DistributedTransport, HivemindTransport])
 def test_every_transport_implements_every_member(transport):
     methods = {n for n in _members(Transport) if callable(getattr(Transport, n, None)) or isinstance(getattr(Transport, n, None), property)}
     assert methods <= set(dir(transport))
@@ -34,7 +35,7 @@ def test_in_process_every_node_is_here():
     msgs = {2: [Message(2, 0, "p", 0, "c", (1,), 1, "t")], 0: [Message(0, 0, "p", 1, "a", (1,), 2, "t"),
                                                              Message(0, 0, "q", 0, "b", (1,), 3, "t")]}
     assert [m.text for m in t.all_gather(msgs)] == ["a", "b", "c"]  # node order, then sending order
-    assert (t.local_nodes, t.alive, t.failed, t.rejected, t.is_main) == ([0, 1, 2], {0, 1, 2}, {}, [], True)
+    assert (t.local_nodes, t.alive, t.failed, t.rejected, t.is_main, t.first_round) == ([0, 1, 2], {0, 1, 2}, {}, [], True, 0)
     assert t.agree("name", "run-1") == "run-1" and t.gather_values("resume", "4") == {0: "4"}
     assert t.collect_at_main("rec0", b"{}", [0, 1]) == {}  # nobody elsewhere to collect from
     t.close()

@@ -146,9 +146,10 @@ def build_swarm(cfg: RunConfig, task: Task, local_nodes: list[int]) -> Swarm:
     return swarm
 
 
-def build_transport(cfg: RunConfig) -> Transport:
-    """The registered transport ``swarm.transport`` (in-process by default)."""
-    return lookup("transport", cfg.swarm.transport).builder(cfg)
+def build_transport(cfg: RunConfig, resuming: bool = False) -> Transport:
+    """The registered transport ``swarm.transport`` (in-process by default); ``resuming``: the run
+    continues from a checkpoint (a node joining a homogeneous hivemind swarm must)."""
+    return lookup("transport", cfg.swarm.transport).builder(cfg, resuming=resuming)
 
 
 @dataclass
@@ -170,8 +171,8 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
     A new run's directory is named once for every process (the transport agrees on the name).
     """
     prepare(cfg)
-    transport = build_transport(cfg)
     fresh = run_dir is None
+    transport = build_transport(cfg, resuming=not fresh)
     if fresh:
         run_dir = build_run_dir(cfg, cfg.name or transport.agree("name", run_name(cfg)))  # ranks start at different seconds
     try:
@@ -182,4 +183,5 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     transport.labels = swarm.labels  # simulation ground truth travels beside the messages (metrics only)
-    return Run(cfg, run_dir, task, swarm, transport, MetricsLogger(run_dir, cfg.tensorboard))
+    # a node joining a running swarm (hivemind) starts at its round
+    return Run(cfg, run_dir, task, swarm, transport, MetricsLogger(run_dir, cfg.tensorboard), transport.first_round)

@@ -12,7 +12,8 @@ A TokenBuncher run (``dgrpo harden``) has no checkpoint: it resumes phase by pha
 (:mod:`dgrpo.recipes.hardening`).
 
 Distributed: launch it like the run (``torchrun … -m dgrpo resume RUN_DIR``); the ranks check they
-resume from the same round.
+resume from the same round. Hivemind: a node joining a homogeneous swarm at round r resumes a copy
+of a peer's checkpoint of round r (docs/hivemind.md) and checks only that round.
 """
 
 from __future__ import annotations
@@ -75,17 +76,25 @@ def restore(run, rewrite_config: bool) -> None:
     """Load the checkpoint into a built run, drop the logged rounds that run again, agree on the round.
 
     Raises:
-        ConfigError: distributed processes resume from different rounds.
+        ConfigError: distributed processes resume from different rounds, or a joining node's
+            checkpoint does not hold its join round.
     """
     from dgrpo.training.checkpoint import load_checkpoint
 
     run.start_round = load_checkpoint(run)
+    first = run.transport.first_round
+    if first and run.start_round != first:
+        raise ConfigError(f"the checkpoint in {run.run_dir} holds round {run.start_round}, but node "
+                          f"{run.transport.local_nodes[0]} joins at round {first}: start it from a peer's "
+                          f"checkpoint of round {first}")
     if run.transport.is_main:
         if run.start_round < run.cfg.rounds:  # those rounds (and an extended run's final evaluation) run again
             _keep_rounds_before(run.run_dir / "metrics.jsonl", run.start_round)
             _keep_rounds_before(run.run_dir / "samples.jsonl", run.start_round)
         if rewrite_config:
             write_config(run.run_dir, run.cfg)
+    if first:  # a joiner: the swarm is running; it does not wait at the resume barrier
+        return
     # also a barrier: nobody logs before the main process has truncated
     rounds = run.transport.gather_values("resume", str(run.start_round), timeout_s=run.cfg.swarm.startup_timeout_s)
     if len(set(rounds.values())) > 1:

@@ -1,8 +1,10 @@
 """The transport protocol: everything the run uses to talk to the rest of the swarm.
 
-A process hosts some nodes (in-process: all of them; distributed: one per rank). The run loop,
-its records, checkpoints and resume reach the other processes only through these members, which
-every transport implements (the in-process one trivially), so no caller asks which transport it has.
+A process hosts some nodes (in-process: all of them; distributed and hivemind: one per process).
+The run loop, its records, checkpoints and resume reach the other processes only through these
+members, which every transport implements (the in-process one trivially), so no caller asks which
+transport it has. Each transport module registers a builder ``(run config, resuming=False) ->
+Transport`` (``resuming``: ``dgrpo resume`` rather than a fresh run).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ class Transport(Protocol):
             saw them.
         labels: message key → ground-truth label (``honest`` / ``poisoned`` / ``malicious``) of every
             message this process has seen; simulation metrics only, never read by a defense.
+        first_round: the round this process's nodes start at: 0, or the round a node joining a
+            running swarm writes first (hivemind ``swarm.hivemind.join``); a resumed joiner's
+            checkpoint must hold that round.
     """
 
     local_nodes: list[int]
@@ -30,6 +35,7 @@ class Transport(Protocol):
     failed: dict[int, str]
     rejected: list[tuple[int, str]]
     labels: dict[tuple, str]
+    first_round: int
 
     @property
     def is_main(self) -> bool:

@@ -109,6 +109,7 @@ class DistributedTransport:
         self.failed: dict[int, str] = {}
         self.labels: dict[tuple, str] = {}
         self.rejected: list[tuple[int, str]] = []
+        self.first_round = 0  # every rank starts together (a world of fixed size)
         self._own_keys: list[str] = []  # payload keys of the previous exchange, deleted once peers moved on
         self._last_round: int | None = None
         self._closed = False
@@ -351,6 +352,6 @@ class DistributedTransport:
 
 
 @register("transport", "distributed")
-def distributed_transport(cfg: "RunConfig") -> DistributedTransport:
-    """One node per torchrun rank (:meth:`DistributedTransport.from_env`)."""
+def distributed_transport(cfg: "RunConfig", resuming: bool = False) -> DistributedTransport:
+    """One node per torchrun rank (:meth:`DistributedTransport.from_env`; ``resuming`` changes nothing)."""
     return DistributedTransport.from_env(cfg)

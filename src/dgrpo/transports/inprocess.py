@@ -18,6 +18,7 @@ class InProcessTransport:
         self.failed: dict[int, str] = {}
         self.rejected: list[tuple[int, str]] = []
         self.labels: dict[tuple, str] = {}
+        self.first_round = 0
 
     @property
     def is_main(self) -> bool:
@@ -40,6 +41,6 @@ class InProcessTransport:
 
 
 @register("transport", "inprocess")
-def inprocess_transport(cfg) -> InProcessTransport:
-    """The in-process transport of a run config."""
+def inprocess_transport(cfg, resuming: bool = False) -> InProcessTransport:
+    """The in-process transport of a run config (``resuming``: the run continues from a checkpoint)."""
     return InProcessTransport(cfg.swarm.nodes)

@@ -1,0 +1,218 @@
+"""Launch agreement of a hivemind swarm without a central store: hellos, launch id, roster, joiners.
+
+See :mod:`dgrpo.transports.hivemind` for the protocol; this module holds its start-up half.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dgrpo.errors import ConfigError, PeerFailure
+from dgrpo.transports.dht.config import PER_NODE_FIELDS
+from dgrpo.transports.dht.records import SignedRecordValidator, load_or_create_key, load_roster, public_hex
+
+if TYPE_CHECKING:
+    from dgrpo.config import RunConfig
+    from dgrpo.transports.hivemind import HivemindTransport
+
+log = logging.getLogger(__name__)
+
+
+def config_fingerprint(cfg: "RunConfig") -> str:
+    """Hash of everything that must match across nodes (not the run folder, threads, nor per-node addresses).
+
+    With a roster file, its content (not its path) is part of it.
+    """
+    data = cfg.model_dump(mode="json", exclude={"out_dir", "threads", "tensorboard"})
+    for field in PER_NODE_FIELDS:
+        data["swarm"]["hivemind"].pop(field, None)
+    if cfg.swarm.hivemind.roster:
+        data["roster"] = sorted(load_roster(cfg.swarm.hivemind.roster).items())
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def node_keys(cfg: "RunConfig"):
+    """(identity folder, signing key, roster or None) of this process's node, checked against each other.
+
+    Raises:
+        ConfigError: an unreadable key or roster, a roster without some node or with another key for
+            this one, or joiners planned at or after the last round.
+    """
+    h = cfg.swarm.hivemind
+    identity = Path(h.identity_dir) if h.identity_dir else Path(cfg.out_dir) / ".hivemind" / f"node{h.node}"
+    late = sorted(n for n, r in h.join.items() if r >= cfg.rounds)
+    if late:
+        raise ConfigError(f"swarm.hivemind.join: nodes {late} would join at or after round {cfg.rounds}, the end of the run")
+    try:
+        key = load_or_create_key(identity / "signing.key")
+        roster = load_roster(h.roster) if h.roster else None
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if roster is not None:
+        absent = sorted(set(range(cfg.swarm.nodes)) - set(roster))
+        if absent or roster[h.node] != public_hex(key):
+            raise ConfigError(f"swarm.hivemind.roster lacks nodes {absent}" if absent else
+                              f"swarm.hivemind.roster gives node {h.node} another key than {identity / 'signing.key'}")
+    return identity, key, roster
+
+
+def _json(body: bytes):
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+
+
+def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: float) -> None:
+    """Initial nodes: hellos → roster and config check → launch id → ``start`` barrier → launch record.
+
+    Raises:
+        ConfigError: configs differ (names the odd nodes), or this node's id is claimed by another key.
+        PeerFailure: initial nodes missing after ``startup_timeout_s``, or peers reached another launch.
+    """
+    t.fingerprint = fingerprint
+    initial = sorted(n for n in range(t.world_size) if n not in t.join)
+    hello_key = f"{t.namespace}/hello"
+    t._hello = [hello_key, json.dumps({"nonce": secrets.token_hex(8), "config": fingerprint}).encode(), 0.0]
+    deadline, delay = time.monotonic() + startup_timeout_s, 0.05
+    while True:
+        t._refresh_hello()
+        claims: dict[int, dict[str, dict]] = {}
+        for node, recs in t.records(hello_key).items():
+            for pub, body in recs:
+                hello = _json(body)
+                if t.fixed_roster and t.roster.get(node) != pub:
+                    t._reject(hello_key, pub, -1, f"identity: a hello for node {node} signed by a key not in the roster")
+                elif isinstance(hello, dict) and isinstance(hello.get("nonce"), str) and isinstance(hello.get("config"), str):
+                    claims.setdefault(node, {})[pub] = hello
+        others = set(claims.get(t.rank, {})) - {t._pub}
+        if others:
+            raise ConfigError(f"node {t.rank} is also claimed by key {sorted(others)[0][:12]}…: another process runs as node "
+                              f"{t.rank} (give each its own swarm.hivemind.node), or an earlier launch did with another "
+                              f"key (wait {30:g} s)")
+        if all(len(claims.get(n, {})) == 1 for n in initial):
+            break
+        if time.monotonic() >= deadline:
+            missing = [n for n in initial if n not in claims]
+            doubled = [n for n in initial if len(claims.get(n, {})) > 1]
+            parts = [f"nodes {missing} did not show up" if missing else "",
+                     f"nodes {doubled} are claimed by several keys" if doubled else ""]
+            raise PeerFailure(f"node {t.rank}: {'; '.join(p for p in parts if p)} within swarm.startup_timeout_s="
+                              f"{startup_timeout_s:g}s (not started, not bootstrapped to this swarm, or another "
+                              "swarm.hivemind.run_id?)")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+    hellos = {n: next(iter(claims[n].items())) for n in initial}
+    odd = [n for n in initial if hellos[n][1]["config"] != hellos[initial[0]][1]["config"]]
+    if odd:
+        raise ConfigError(f"nodes {odd} run another config than node {initial[0]}: every node needs the same config and "
+                          f"overrides (out_dir, threads, tensorboard and swarm.hivemind.{{{','.join(PER_NODE_FIELDS)}}} "
+                          "may differ)")
+    t.roster.update({n: pub for n, (pub, _) in hellos.items()})
+    t.run_id = hashlib.sha256(json.dumps(sorted([n, pub, h["nonce"]] for n, (pub, h) in hellos.items())).encode()).hexdigest()[:16]
+    saved, t.on_peer_failure = t.on_peer_failure, "abort"  # a launch goes on only with every initial node
+    try:
+        t.gather_values("start", t.run_id, timeout_s=startup_timeout_s)
+    except PeerFailure as err:
+        raise PeerFailure(f"{err}: the peers did not reach launch {t.run_id} (a node restarted while the others "
+                          "started?); start every node again") from None
+    finally:
+        t.on_peer_failure = saved
+    t._hello = None
+    log.info("node %d: launch %s with nodes %s", t.rank, t.run_id, initial)
+    publish_launch(t)
+
+
+def publish_launch(t: "HivemindTransport", round_idx: int | None = None) -> None:
+    """(Re)publish this node's launch record: launch id, roster, agreed values, live nodes, last round."""
+    last = round_idx if round_idx is not None else (t._last_round if t._last_round is not None else -1)
+    body = {"run": t.run_id, "roster": {str(n): p for n, p in sorted(t.roster.items())}, "config": t.fingerprint,
+            "alive": sorted(t.alive), "round": last, "agreed": t._agreed}
+    t.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s)
+
+
+def join_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: float) -> None:
+    """A joiner: read the swarm's launch record and wait until the round before its own is exchanged.
+
+    Raises:
+        ConfigError: the swarm runs another config, or knows this node id under another key.
+        PeerFailure: no launch record within ``startup_timeout_s``, or the swarm is past the join round.
+    """
+    t.fingerprint = fingerprint
+    first = t.first_round
+    launch_key = f"{t.namespace}/launch"
+    deadline = time.monotonic() + startup_timeout_s
+    best = None
+    while True:
+        for node, recs in t.records(launch_key).items():
+            for pub, body in recs:
+                rec = _launch_record(body)
+                if rec is None or rec[1].get(node) != pub or (t.fixed_roster and t.roster.get(node) != pub):
+                    continue  # a launch record must come from a node of its own roster (and of the roster file)
+                rank = (rec[0]["round"], -node)  # the most advanced view of the swarm, then the lowest node
+                if best is None or rank > best[0]:
+                    best = (rank, *rec)
+        if best is not None and best[1]["round"] >= first - 1:
+            break
+        if time.monotonic() >= deadline:
+            seen = f"the swarm is at round {best[1]['round']}" if best else "no launch record of the swarm was found"
+            raise PeerFailure(f"node {t.rank} joins at round {first}, but {seen} after swarm.startup_timeout_s="
+                              f"{startup_timeout_s:g}s (are its initial_peers in the swarm?)")
+        time.sleep(0.5)
+    _, rec, roster = best
+    if rec["round"] >= first:
+        raise PeerFailure(f"node {t.rank} joins at round {first}, but the swarm has exchanged round {rec['round']} "
+                          "already: start a joining node before its round")
+    if rec["config"] != fingerprint:
+        raise ConfigError(f"node {t.rank} runs another config than the swarm it joins: every node needs the same config "
+                          "and overrides (the per-node swarm.hivemind fields may differ)")
+    if roster.get(t.rank, t._pub) != t._pub:
+        raise ConfigError(f"node {t.rank} is already in the swarm's roster with another key")
+    t.run_id = rec["run"]
+    if not t.fixed_roster:
+        t.roster.update(roster)
+    t.roster[t.rank] = t._pub
+    t.alive = {n for n in rec["alive"] if isinstance(n, int)} | {t.rank}
+    t._agreed.update({k: v for k, v in rec["agreed"].items() if isinstance(v, str)})
+    log.info("node %d: joins launch %s at round %d (swarm at round %d, live nodes %s)", t.rank, t.run_id, first,
+             rec["round"], sorted(t.alive))
+
+
+def _launch_record(body: bytes) -> tuple[dict, dict[int, str]] | None:
+    rec = _json(body)
+    if not (isinstance(rec, dict) and isinstance(rec.get("run"), str) and isinstance(rec.get("roster"), dict)
+            and isinstance(rec.get("config"), str) and isinstance(rec.get("alive"), list)
+            and isinstance(rec.get("round"), int) and isinstance(rec.get("agreed"), dict)):
+        return None
+    try:
+        roster = {int(n): p for n, p in rec["roster"].items() if isinstance(p, str)}
+    except ValueError:
+        return None
+    return rec, roster
+
+
+async def _drain(_dht, node) -> list:
+    """Inside the DHT process: the validator's refusals since the last call."""
+    out = []
+    validator = node.protocol.record_validator
+    for v in getattr(validator, "_validators", [validator]):
+        if isinstance(v, SignedRecordValidator):
+            out.extend(v.rejections)
+            v.rejections.clear()
+    return out
+
+
+def drain_dht_rejections(t: "HivemindTransport") -> None:
+    """Add the records this node's DHT refused (bad signatures: senders unknown) to ``t.rejected``."""
+    try:
+        refused = t.dht.run_coroutine(_drain, return_future=True).result(timeout=5)
+    except Exception as err:  # noqa: BLE001 - counting is best effort; the DHT already logged each refusal
+        log.debug("could not read the DHT's refusals: %s", err)
+        return
+    t.rejected += [(-1, f"dht: {reason}") for _, reason in refused]

@@ -1,0 +1,191 @@
+"""Signed DHT records: who wrote a record is proved by an Ed25519 signature, never declared.
+
+A node stores its payload of an exchange under the exchange's key with the subkey
+``dgrpo:{node}:{public key hex}`` and the value ``signature (64 bytes) || body``. The signature
+covers a domain tag, the key's DHT id, the subkey and the body, so a record cannot be moved to
+another key (another round or run) or another subkey. Two checks use :func:`verify`:
+
+* :class:`SignedRecordValidator`, inside every node's DHT: a record whose signature does not verify
+  with the key named in its own subkey is refused when a peer asks to store it and when a peer
+  returns it (hivemind's ``RecordValidatorBase``; the same idea as its ``RSASignatureValidator``,
+  with Ed25519 keys and the node id in the subkey). Nobody can overwrite another key's subkey, and
+  a forged value never reaches the application.
+* the transport, on read: the key in the subkey must be the roster's key for that node id
+  (:mod:`dgrpo.transports.hivemind`), so a node that signs a record for another node's slot with its
+  own key is named and refused.
+
+These signatures are the transport's own (who wrote a DHT record), beside any message-level
+signatures of the swarm (issue 13): :func:`verify` is a pure function of bytes. Values and subkeys reach it through
+msgpack as hivemind stores them. Keys are files in the node's identity folder (``signing.key``,
+PKCS#8 PEM, mode 0600).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections import deque
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
+from hivemind.utils.serializer import MSGPackSerializer
+
+log = logging.getLogger(__name__)
+
+DOMAIN = b"dgrpo/dht-record/v1\x00"
+SIGNATURE_BYTES = 64
+_SUBKEY = re.compile(r"dgrpo:(0|[1-9][0-9]{0,5}):([0-9a-f]{64})")
+
+
+# ---------------------------------------------------------------------- keys
+def load_or_create_key(path: str | Path) -> Ed25519PrivateKey:
+    """The Ed25519 key in ``path`` (PKCS#8 PEM), created with mode 0600 if the file does not exist.
+
+    Raises:
+        ValueError: the file exists but is not an unencrypted Ed25519 PEM key (names the file).
+    """
+    path = Path(path)
+    if path.exists():
+        try:
+            key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{path} is not an unencrypted PEM private key ({err}); move it away to make a new one") from err
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ValueError(f"{path} holds a {type(key).__name__}, not an Ed25519 key; move it away to make a new one")
+        return key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(pem)
+    os.replace(tmp, path)
+    return key
+
+
+def public_hex(key: Ed25519PrivateKey) -> str:
+    """The raw 32-byte public key as 64 hex digits (what subkeys and rosters carry)."""
+    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+
+
+# ---------------------------------------------------------------------- records
+def subkey_for(node: int, pub: str) -> str:
+    return f"dgrpo:{node}:{pub}"
+
+
+def parse_subkey(subkey) -> tuple[int, str] | None:
+    """(node, public key hex) of a dgrpo subkey; None for anything else."""
+    m = _SUBKEY.fullmatch(subkey) if isinstance(subkey, str) else None
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+def key_id(key: str) -> bytes:
+    """The DHT id of ``key`` as hivemind computes it (what a validator sees as the record's key)."""
+    return DHTID.generate(source=key).to_bytes()
+
+
+def _signed_bytes(key_id_bytes: bytes, subkey_bytes: bytes, body: bytes) -> bytes:
+    return b"".join((DOMAIN, len(key_id_bytes).to_bytes(2, "big"), key_id_bytes,
+                     len(subkey_bytes).to_bytes(2, "big"), subkey_bytes, body))
+
+
+def seal(private_key: Ed25519PrivateKey, key: str, node: int, body: bytes) -> tuple[str, bytes]:
+    """(subkey, value) to store ``body`` as node ``node``'s record under ``key``."""
+    subkey = subkey_for(node, public_hex(private_key))
+    sig = private_key.sign(_signed_bytes(key_id(key), MSGPackSerializer.dumps(subkey), body))
+    return subkey, sig + body
+
+
+def verify(key_id_bytes: bytes, subkey, value) -> tuple[int, str, bytes] | str:
+    """Check one record: (node, public key hex, body), or the reason it is refused.
+
+    Args:
+        key_id_bytes: the record key's DHT id (:func:`key_id`).
+        subkey: the subkey as stored (a ``dgrpo:{node}:{pub}`` string).
+        value: the stored value (``signature || body`` bytes).
+    """
+    parsed = parse_subkey(subkey)
+    if parsed is None:
+        return f"subkey {str(subkey)[:80]!r} is not dgrpo:NODE:PUBLIC_KEY"
+    if not isinstance(value, bytes) or len(value) < SIGNATURE_BYTES:
+        return f"value of node {parsed[0]}'s record is not signature + body bytes"
+    node, pub = parsed
+    body = value[SIGNATURE_BYTES:]
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes.fromhex(pub)).verify(
+            value[:SIGNATURE_BYTES], _signed_bytes(key_id_bytes, MSGPackSerializer.dumps(subkey), body))
+    except (InvalidSignature, ValueError):
+        return f"signature of node {node}'s record does not verify with the key of its subkey ({pub[:12]}…)"
+    return node, pub, body
+
+
+class SignedRecordValidator(RecordValidatorBase):
+    """Inside the DHT: accept only dgrpo records whose signature verifies with their subkey's key.
+
+    Plain values (no subkey) are refused too: one could otherwise replace a whole round's
+    dictionary of records. Each distinct refusal is logged once and kept in :attr:`rejections`
+    (node claimed, reason) until the transport drains it.
+    """
+
+    def __init__(self, max_kept: int = 1000):
+        self.rejections: deque[tuple[int | None, str]] = deque(maxlen=max_kept)
+        self._seen: set[int] = set()
+
+    def validate(self, record: DHTRecord) -> bool:
+        try:
+            subkey = MSGPackSerializer.loads(record.subkey)
+            value = MSGPackSerializer.loads(record.value)
+        except Exception:  # noqa: BLE001 - any undecodable record is simply refused
+            subkey, value = None, None
+        result = verify(record.key, subkey, value)
+        if isinstance(result, tuple):
+            return True
+        digest = hash((record.key, record.subkey, record.value))
+        if len(self._seen) > 10 * (self.rejections.maxlen or 1000):
+            self._seen.clear()  # a flood of distinct forgeries costs log lines, not memory
+        if digest not in self._seen:
+            self._seen.add(digest)
+            parsed = parse_subkey(subkey)
+            node = parsed[0] if parsed else None
+            self.rejections.append((node, result))
+            log.warning("DHT refused a record%s: %s", f" for node {node}" if node is not None else "", result)
+        return False
+
+
+def load_roster(path: str | Path) -> dict[int, str]:
+    """A roster file: JSON ``{"0": "<64 hex digits>", ...}`` (node id → Ed25519 public key).
+
+    Raises:
+        ValueError: unreadable, not such an object, or a key listed twice (names the file and entry).
+    """
+    import json
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"swarm.hivemind.roster: cannot read {path} ({err})") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"swarm.hivemind.roster: {path} must hold an object {{node id: public key hex}}")
+    roster = {}
+    for node, pub in data.items():
+        if not (isinstance(node, str) and node.isdigit() and isinstance(pub, str) and re.fullmatch(r"[0-9a-f]{64}", pub)):
+            raise ValueError(f"swarm.hivemind.roster: entry {node!r}: {str(pub)[:20]!r} is not node id → 64 hex digits")
+        roster[int(node)] = pub
+    if len(set(roster.values())) < len(roster):
+        raise ValueError(f"swarm.hivemind.roster: {path} gives one key to several nodes")
+    return roster
+
+
+if __name__ == "__main__":  # python -m dgrpo.transports.dht.records IDENTITY_DIR: print (and create) a node's public key
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m dgrpo.transports.dht.records IDENTITY_DIR")
+    print(public_hex(load_or_create_key(Path(sys.argv[1]) / "signing.key")))

@@ -1,0 +1,392 @@
+"""A swarm over the internet: one node per process, messages through a hivemind DHT, no central store.
+
+Launch one process per node, anywhere: ``dgrpo run swarm.transport=hivemind swarm.hivemind.node=K
+'swarm.hivemind.initial_peers=[/ip4/…/tcp/…/p2p/…]' …``. The protocol, its failures and its trust
+model are in docs/hivemind.md ("How a round moves"); in short:
+
+* every value is a signed record (:mod:`dgrpo.transports.dht.records`) under ``dgrpo/{swarm}/{launch}/{tag}``
+  with the subkey ``dgrpo:{node}:{public key}``; every DHT node refuses bad signatures and every
+  receiver requires the roster's key for the node id; a missing, expired, forged or malformed record
+  is a missing peer, never an exception;
+* the launch (hellos → roster, config check, launch id) and joining are in :mod:`dgrpo.transports.dht.launch`;
+* an exchange posts, then reads until every expected live peer is in or ``swarm.timeout_s`` has
+  passed (later peers are named; ``on_peer_failure`` aborts or continues); a node stopping on an
+  error says ``bye`` on its way out;
+* a message round ends with a commit: every node publishes a digest of each payload it kept and
+  keeps only those that every peer's view lists alike, so all nodes train on the same messages; a
+  node left out of a peer's view leaves, a sender that showed peers different payloads is named
+  (:mod:`dgrpo.transports.dht.commit`).
+
+This module loads light (a config check imports it): hivemind, and through it torch, is imported
+when the transport starts (:func:`hivemind_transport`), the DHT helpers through :class:`LazyModule`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import logging
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Iterable
+
+from dgrpo.errors import ConfigError, PeerFailure
+from dgrpo.registry import LazyModule, register
+from dgrpo.transports.dht.config import check_fresh_join
+from dgrpo.transports.distributed import DistributedTransport
+from dgrpo.types import Message
+
+if TYPE_CHECKING:
+    from dgrpo.config import RunConfig
+
+log = logging.getLogger(__name__)
+dht_records = LazyModule("dgrpo.transports.dht.records")  # (import hivemind: loaded when the transport starts)
+launch = LazyModule("dgrpo.transports.dht.launch")
+dht_time = LazyModule("hivemind.utils")
+
+HELLO_TTL_S = 30.0           # a hello outlives its node's launch by at most this (refreshed every TTL/3)
+DHT_MESSAGE_BYTES = 4 << 20  # libp2p message limit: a read returns every node's record of a key at once
+
+
+def _left(deadline: float) -> float:
+    """Time limit of one DHT call made before ``deadline``: what is left of it (at least 0.2 s, at most 10 s)."""
+    return min(10.0, max(0.2, deadline - time.monotonic()))
+
+
+class HivemindTransport:
+    """All-gather of a round's messages through a hivemind DHT, one swarm node per process.
+
+    Same members and meanings as :class:`~dgrpo.transports.distributed.DistributedTransport`
+    (:class:`~dgrpo.transports.base.Transport`).
+
+    Attributes:
+        local_nodes: the node hosted here, ``[rank]``.
+        alive: nodes in the swarm now (a joiner is added at its first round).
+        failed: failed node → the exchange in which it was declared failed.
+        labels: message key → ground-truth label (bound to ``Swarm.labels``; metrics only).
+        rejected: (sender, reason) of records refused in the last all-gather (sender -1: unknown key).
+        first_round: the round this node starts at (its join round; 0 for the initial nodes).
+        roster: node → Ed25519 public key (hex) of every node known so far.
+    """
+
+    def __init__(self, dht, rank: int, world_size: int, *, signing_key, namespace: str, honest: Iterable[int],
+                 timeout_s: float, on_peer_failure: str = "abort", max_messages: int = 1 << 20,
+                 join: dict[int, int] | None = None, roster: dict[int, str] | None = None, fixed_roster: bool = False):
+        self.dht, self.rank, self.world_size = dht, rank, world_size
+        self.local_nodes = [rank]
+        self.honest = sorted(honest)
+        self.timeout_s, self.on_peer_failure, self.max_messages = timeout_s, on_peer_failure, max_messages
+        self.join = dict(join or {})
+        self.first_round = self.join.get(rank, 0)
+        self.alive = {n for n in range(world_size) if n not in self.join} | {rank}
+        self.failed: dict[int, str] = {}
+        self.labels: dict[tuple, str] = {}
+        self.rejected: list[tuple[int, str]] = []
+        self.roster: dict[int, str] = dict(roster or {})
+        self.fixed_roster = fixed_roster  # a roster file: no key is ever learnt from the DHT
+        self.namespace, self.run_id = namespace, ""  # run_id: the launch id, agreed at start
+        self.fingerprint = ""  # of the config, set at launch
+        self.retention_s = 3 * timeout_s + 60  # records outlive every peer's deadline for them
+        self.max_record_bytes = (DHT_MESSAGE_BYTES - (64 << 10)) // max(world_size, 1)
+        self._key, self._pub = signing_key, dht_records.public_hex(signing_key)
+        self._agreed: dict[str, str] = {}
+        self._hello: list | None = None  # [key, body, next refresh] while the launch is under way
+        self._seen_rejections: set[tuple[str, str]] = set()
+        self._last_round: int | None = None
+        self._closed = False
+        atexit.register(self._exit)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_config(cls, cfg: "RunConfig") -> "HivemindTransport":
+        """Start this node's DHT and join the swarm (launch agreement, or joining at its round).
+
+        Raises:
+            ConfigError: a bad key, roster or address; configs differ between nodes (names them).
+            PeerFailure: the daemon did not start, no bootstrap peer answered, peers missing at launch.
+        """
+        from dgrpo.transports.dht.launch import config_fingerprint, join_launch, node_keys, start_launch
+        from dgrpo.transports.dht.node import start_dht
+
+        sw, h = cfg.swarm, cfg.swarm.hivemind
+        node = h.node
+        identity, key, roster = node_keys(cfg)
+        logging.getLogger("hivemind").setLevel(max(logging.WARNING, logging.getLogger().level))
+        dht = start_dht(node, listen=h.listen, announce=h.announce, initial_peers=h.initial_peers, identity_dir=identity,
+                        validator=dht_records.SignedRecordValidator(), daemon_timeout_s=h.daemon_timeout_s,
+                        startup_timeout_s=sw.startup_timeout_s, use_relay=h.use_relay, use_auto_relay=h.use_auto_relay,
+                        client_mode=h.client_mode)
+        addrs = [str(a) for a in dht.get_visible_maddrs()]
+        (identity / "address").write_text("\n".join(addrs) + "\n")  # for scripts that start the other nodes
+        log.info("node %d listening on %s; signing key %s", node, " ".join(addrs), dht_records.public_hex(key))
+        fingerprint = config_fingerprint(cfg)
+        transport = cls(dht, node, sw.nodes, signing_key=key, namespace=f"dgrpo/{h.run_id or 'swarm'}",
+                        honest=[n for n in range(sw.nodes) if n not in set(sw.malicious)], timeout_s=sw.timeout_s,
+                        on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size,
+                        join=h.join, roster=roster, fixed_roster=roster is not None)
+        try:
+            (join_launch if node in h.join else start_launch)(transport, fingerprint, sw.startup_timeout_s)
+        except BaseException:
+            transport._closed = True
+            dht.shutdown()
+            raise
+        return transport
+
+    # ------------------------------------------------------------------ roles
+    @property
+    def is_main(self) -> bool:
+        """The lowest live honest node writes metrics, plots and the run's metadata."""
+        live = [n for n in self.honest if n in self.alive]
+        return bool(live) and live[0] == self.rank
+
+    # ------------------------------------------------------------------ DHT records
+    def key(self, tag: str) -> str:
+        """The DHT key of exchange ``tag`` in this launch."""
+        return f"{self.namespace}/{self.run_id}/{tag}"
+
+    def store(self, key: str, body: bytes, ttl_s: float, wait_s: float = 10.0) -> bool:
+        """Sign and store this node's record under ``key`` (True once at least one DHT node took it)."""
+        subkey, value = dht_records.seal(self._key, key, self.rank, body)
+        try:
+            future = self.dht.store(key, value, dht_time.get_dht_time() + ttl_s, subkey=subkey, return_future=True)
+            return bool(future.result(timeout=wait_s))
+        except Exception as err:  # noqa: BLE001 - a timed-out or failed store is retried by the caller
+            log.debug("store of %s failed: %s", key, err)
+            return False
+
+    def records(self, key: str, wait_s: float = 10.0) -> dict[int, list[tuple[str, bytes]]]:
+        """Every record under ``key`` whose signature verifies, by claimed node: [(public key, body)].
+
+        None, malformed, expired or unsigned entries are left out (refusals are logged once).
+        """
+        try:
+            found = self.dht.get(key, latest=True, return_future=True).result(timeout=wait_s)
+        except Exception as err:  # noqa: BLE001 - a DHT that does not answer in time: nothing new yet
+            log.debug("get of %s failed: %s", key, err)
+            return {}
+        entries = getattr(found, "value", None)
+        if not isinstance(entries, dict):
+            return {}
+        kid, out = dht_records.key_id(key), defaultdict(list)
+        for subkey, item in entries.items():
+            result = dht_records.verify(kid, subkey, getattr(item, "value", None))
+            if isinstance(result, str):
+                self._reject(key, str(subkey), -1, result)
+                continue
+            node, pub, body = result
+            out[node].append((pub, body))
+        return out
+
+    def read(self, key: str, expect: set[int], wait_s: float = 10.0) -> dict[int, tuple[str, bytes]]:
+        """The records of nodes ``expect`` under ``key`` signed by the roster's key for each node.
+
+        A record signed with another node's key or an unknown one is refused and named. A joiner not
+        yet in the roster is accepted when exactly one new key claims its id (not with a roster file).
+        """
+        owner_of = {pub: n for n, pub in self.roster.items()}
+        out = {}
+        for node, claims in self.records(key, wait_s).items():
+            known = self.roster.get(node)
+            new = []
+            for pub, body in claims:
+                if pub == known:
+                    out[node] = (pub, body)
+                elif pub in owner_of:
+                    self._reject(key, pub, owner_of[pub], f"identity: a record for node {node}'s slot signed by node "
+                                                          f"{owner_of[pub]}'s key")
+                elif known is not None or self.fixed_roster or node not in self.join:
+                    self._reject(key, pub, -1, f"identity: a record for node {node} signed by an unknown key {pub[:12]}…")
+                else:
+                    new.append((pub, body))
+            if len(new) == 1:
+                out[node] = new[0]
+            elif new:
+                self._reject(key, "", -1, f"identity: joining node {node} is claimed by {len(new)} keys; none is used")
+        return {n: r for n, r in out.items() if n in expect}
+
+    def _reject(self, key: str, what: str, sender: int, reason: str) -> None:
+        if (key, what + reason) in self._seen_rejections:
+            return
+        self._seen_rejections.add((key, what + reason))
+        log.warning("rejected record from node %s under %s: %s", sender if sender >= 0 else "?", key.rsplit("/", 1)[-1], reason)
+        self.rejected.append((sender, reason))
+
+    def _refresh_hello(self) -> None:
+        if self._hello is not None and time.monotonic() >= self._hello[2]:
+            self.store(self._hello[0], self._hello[1], HELLO_TTL_S)
+            self._hello[2] = time.monotonic() + HELLO_TTL_S / 3
+
+    # ------------------------------------------------------------------ exchange
+    def post(self, tag: str, payload: bytes) -> None:
+        """Publish this node's payload of exchange ``tag`` (retried until ``timeout_s``).
+
+        Raises:
+            PeerFailure: the payload exceeds what one DHT message carries for every node.
+        """
+        if len(payload) > self.max_record_bytes:
+            raise PeerFailure(f"node {self.rank}: its payload of {tag!r} has {len(payload)} bytes, above the "
+                              f"{self.max_record_bytes} one DHT message carries for {self.world_size} nodes")
+        deadline = time.monotonic() + self.timeout_s
+        while not self.store(self.key(tag), payload, self.retention_s, wait_s=min(10.0, max(0.5, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                log.warning("node %d: no DHT node accepted its record of %r; peers will miss it", self.rank, tag)
+                return
+            time.sleep(0.5)
+
+    def collect(self, tag: str, peers: Iterable[int], deadline: float | None = None) -> dict[int, bytes]:
+        """Payloads of live ``peers`` in exchange ``tag``, read until they are in or ``deadline``.
+
+        Peers that miss it (or said bye) are declared failed and left out.
+
+        Raises:
+            PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names every missing peer).
+        """
+        deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
+        want = (set(peers) & self.alive) - {self.rank}
+        got: dict[int, tuple[str, bytes]] = {}
+        left: set[int] = set()
+        delay, next_bye = 0.02, time.monotonic() + 1.0
+        while want - got.keys() - left:
+            for node, rec in self.read(self.key(tag), want, _left(deadline)).items():
+                got.setdefault(node, rec)  # the first payload seen; the commit compares it with the peers'
+            now = time.monotonic()
+            if not want - got.keys() - left or now >= deadline:
+                break
+            if now >= next_bye:
+                left |= set(self.read(self.key("bye"), want - got.keys(), _left(deadline)))
+                next_bye = now + 1.0
+            self._refresh_hello()
+            time.sleep(min(delay, max(0.0, deadline - now)))
+            delay = min(delay * 1.5, 0.5)
+        for node, (pub, _) in got.items():
+            self.roster.setdefault(node, pub)  # a joiner's key, first seen in its first round
+        missing = sorted(want - got.keys())
+        if missing:
+            self._declare_failed(missing, tag, left)
+        return {n: body for n, (_, body) in got.items()}
+
+    def _declare_failed(self, peers: list[int], tag: str, left: set[int] = frozenset(), why: str = "") -> None:
+        for peer in peers:
+            self.alive.discard(peer)
+            self.failed[peer] = tag
+        what = f"node{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
+        if why:
+            text = f"{what} {why} in exchange {tag!r}"
+        elif set(peers) <= set(left):
+            text = f"{what} left the swarm during exchange {tag!r} (stopped on an error)"
+        else:
+            text = f"{what} sent nothing for exchange {tag!r} within swarm.timeout_s={self.timeout_s:g}s (dead or stalled)"
+        if self.on_peer_failure == "abort":
+            log.error("%s; aborting (swarm.on_peer_failure=abort)", text)
+            raise PeerFailure(f"{text}; aborted (set swarm.on_peer_failure=continue to go on without it)")
+        log.warning("%s; continuing without it (swarm.on_peer_failure=continue)", text)
+
+    def exchange(self, tag: str, payload: bytes) -> dict[int, bytes]:
+        """Post ``payload`` and collect every live peer's (own payload included, under this rank)."""
+        self.post(tag, payload)
+        deadline = time.monotonic() + self.timeout_s
+        return {self.rank: payload, **self.collect(tag, range(self.world_size), deadline)}
+
+    def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
+        """Every live node's ``value`` (a small string), e.g. to agree on a run name or check configs."""
+        saved = self.timeout_s
+        self.timeout_s = timeout_s or saved
+        try:
+            return {n: b.decode(errors="replace") for n, b in self.exchange(tag, value.encode()).items()}
+        finally:
+            self.timeout_s = saved
+
+    def agree(self, tag: str, value: str) -> str:
+        """The lowest live node's ``value``; a node that joined later takes it from the launch record."""
+        if tag in self._agreed:
+            return self._agreed[tag]
+        values = self.gather_values(tag, value)
+        self._agreed[tag] = values[min(values)]
+        launch.publish_launch(self)  # joiners read the agreed value there
+        return self._agreed[tag]
+
+    def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
+        """The main node collects the payloads of ``senders`` (a sender missing the timeout is declared
+        failed); any other node posts its own and gets None."""
+        if not self.is_main:
+            self.post(tag, payload)
+            return None
+        return self.collect(tag, senders)
+
+    # ------------------------------------------------------------------ messages
+    encode = DistributedTransport.encode  # payload JSON: messages plus ground-truth labels (metrics only)
+    decode = DistributedTransport.decode  # schema checks; a message claiming another node's id is refused
+
+    def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:
+        """Alg.1 L6 / Alg.2 L7: every live node's messages, ordered by node id then by sending order.
+
+        Raises:
+            ValueError: ``local`` holds messages of a node this process does not host, or of several rounds.
+            PeerFailure: see :meth:`collect`; or this node was left out of a peer's view (it was late).
+        """
+        if set(local) - {self.rank}:
+            raise ValueError(f"node {self.rank} cannot send for nodes {sorted(set(local) - {self.rank})}")
+        mine = local.get(self.rank, [])
+        rounds = {m.round for m in mine}
+        if len(rounds) > 1:
+            raise ValueError(f"messages of several rounds {sorted(rounds)} in one exchange")
+        round_idx = rounds.pop() if rounds else (self._last_round + 1 if self._last_round is not None else self.first_round)
+        self.rejected = []
+        self._last_round = round_idx
+        self.alive |= {n for n, r in self.join.items() if r == round_idx and n not in self.failed}  # joiners from now on
+        payloads = self.commit(round_idx, self.exchange(f"r{round_idx}", self.encode(mine)))
+        launch.drain_dht_rejections(self)
+        launch.publish_launch(self, round_idx)
+        out: list[Message] = []
+        for node in sorted(payloads):
+            out += mine if node == self.rank else self.decode(node, payloads[node])
+        return out
+
+    def commit(self, round_idx: int, payloads: dict[int, bytes]) -> dict[int, bytes]:
+        """The payloads every peer's view lists alike (:func:`dgrpo.transports.dht.commit.commit`)."""
+        from dgrpo.transports.dht.commit import commit
+
+        return commit(self, round_idx, payloads)
+
+    # ------------------------------------------------------------------ shutdown
+    def close(self) -> None:
+        """Clean end of the run: wait (up to timeout_s) until every live peer is done, then stop the DHT.
+
+        A node that leaves takes its DHT storage with it; waiting keeps the last records readable.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.exchange("done", b"1")
+        except PeerFailure as err:
+            log.warning("at shutdown: %s", err)
+        self.dht.shutdown()
+
+    def _exit(self) -> None:
+        """At interpreter exit without :meth:`close` (an error): say bye so peers stop waiting at once."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.run_id:
+                self.store(self.key("bye"), b"bye", self.retention_s, wait_s=3.0)  # (read by collect)
+            self.dht.shutdown()
+        except Exception:  # noqa: BLE001 - the DHT may be gone already; peers then time out
+            pass
+
+
+@register("transport", "hivemind")
+def hivemind_transport(cfg: "RunConfig", resuming: bool = False) -> HivemindTransport:
+    """This process's node of a hivemind swarm (:meth:`HivemindTransport.from_config`).
+
+    Raises:
+        ConfigError: hivemind is not installed, or a fresh node would join a homogeneous swarm
+            (:func:`~dgrpo.transports.dht.config.check_fresh_join`; it must resume a peer's checkpoint).
+    """
+    if importlib.util.find_spec("hivemind") is None:
+        raise ConfigError("swarm.transport=hivemind needs the hivemind package: pip install 'dgrpo[hivemind]' "
+                          "(hivemind==1.1.12, whose wheel ships the p2p daemon)")
+    if not resuming:
+        check_fresh_join(cfg)  # before any DHT starts: a homogeneous joiner starts from a peer's checkpoint
+    return HivemindTransport.from_config(cfg)

@@ -1,0 +1,140 @@
+"""Launch a real hivemind swarm for tests: one forked process per node on 127.0.0.1, and its scenarios.
+
+Node 0 listens on a fixed free port with an identity made here, so its full address (peer id
+included) is known before any process starts; the other nodes bootstrap from it and retry until it
+is up. Processes are forked from the test process, as in ``distributed_helpers.launch`` (torch,
+transformers and hivemind are already imported, so a node starts in well under a second).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from distributed_helpers import RankResult, apply_scenario, free_port
+
+
+def node0_address(out_dir: Path, port: int) -> str:
+    """Make node 0's libp2p identity where it will look for it; return its bootstrap address."""
+    from hivemind.p2p import P2P, PeerID
+
+    identity = out_dir / ".hivemind" / "node0" / "p2p.key"
+    identity.parent.mkdir(parents=True, exist_ok=True)
+    if not identity.exists():
+        P2P.generate_identity(str(identity))
+    return f"/ip4/127.0.0.1/tcp/{port}/p2p/{PeerID.from_identity(identity.read_bytes()).to_base58()}"
+
+
+def _node(node: int, args: list[str], log_path: str, scenario: str) -> None:
+    """Body of a forked node: the CLI with its output in ``log_path``."""
+    import logging
+
+    os.environ.update({"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    logging.root.handlers.clear()  # pytest's capture handlers came along with the fork
+    if scenario.startswith("forge:"):
+        forge(scenario, node)
+    else:
+        apply_scenario(scenario, node, args)  # die:R:ROUND, stall:R:ROUND:SECONDS
+    from dgrpo.cli import main
+
+    code = main(args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def launch(nprocs: int, args: list[str], out_dir: Path, scenario: str = "", timeout: float = 150,
+           per_node: dict[int, list[str]] | None = None,
+           late: dict[int, Callable[[], list[str]]] | None = None) -> list[RankResult]:
+    """Run ``dgrpo <args>`` as ``nprocs`` hivemind nodes; return each node's exit code and output.
+
+    ``per_node[k]`` adds overrides for node k; ``late[k]`` is called (here, after the other nodes
+    started) and returns node k's whole command line, which starts once it returns.
+    """
+    import multiprocessing
+
+    port = free_port()
+    address = node0_address(out_dir, port)
+    ctx = multiprocessing.get_context("fork")
+    procs, logs, start = {}, {}, time.monotonic()
+
+    def spawn(node, command):
+        where = [f"swarm.hivemind.listen=[/ip4/127.0.0.1/tcp/{port}]"] if node == 0 else \
+            ["swarm.hivemind.listen=[/ip4/127.0.0.1/tcp/0]", f"swarm.hivemind.initial_peers=[{address}]"]
+        node_args = [*command, "swarm.transport=hivemind", f"swarm.hivemind.node={node}", *where,
+                     *(per_node or {}).get(node, [])]
+        logs[node] = str(out_dir / f"node{node}.log")
+        procs[node] = ctx.Process(target=_node, args=(node, node_args, logs[node], scenario))  # not daemonic: it forks its DHT
+        procs[node].start()
+
+    for node in range(nprocs):
+        if node not in (late or {}):
+            spawn(node, args)
+    for node, command in (late or {}).items():
+        spawn(node, command())
+    results = []
+    try:
+        for node in range(nprocs):
+            p = procs[node]
+            p.join(max(1.0, timeout - (time.monotonic() - start)))
+            code = p.exitcode if p.exitcode is not None else -9
+            results.append(RankResult(node, code, Path(logs[node]).read_text(), time.monotonic() - start))
+    finally:
+        for p in procs.values():
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return results
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        time.sleep(0.2)
+
+
+def forge(scenario: str, node: int) -> None:
+    """``forge:R:V``: node R, after posting each round's messages, writes two forged records for node V:
+    one under V's own subkey signed with R's key (every DHT node refuses it), one under a subkey that
+    claims V's slot with R's own key (a valid signature; receivers refuse it: not V's key).
+    The forged payload is R's messages relabelled as V's."""
+    _, who, victim = scenario.split(":")
+    if int(who) != node:
+        return
+    victim = int(victim)
+    from hivemind.utils import get_dht_time
+    from hivemind.utils.serializer import MSGPackSerializer
+
+    from dgrpo.transports import hivemind as ht
+    from dgrpo.transports.dht.records import _signed_bytes, key_id, seal, subkey_for
+
+    original = ht.HivemindTransport.post
+
+    def post(self, tag, payload):
+        original(self, tag, payload)
+        if not tag.startswith("r") or not tag[1:].isdigit():
+            return
+        data = json.loads(payload)
+        for m in data["messages"]:
+            m["node"] = victim
+        body, key = json.dumps(data).encode(), self.key(tag)
+        theirs = subkey_for(victim, self.roster[victim])
+        sig = self._key.sign(_signed_bytes(key_id(key), MSGPackSerializer.dumps(theirs), body))
+        ok_theirs = self.dht.store(key, sig + body, get_dht_time() + 60, subkey=theirs)
+        mine, value = seal(self._key, key, victim, body)
+        ok_mine = self.dht.store(key, value, get_dht_time() + 60, subkey=mine)
+        print(f"forger {node}: {tag}: under node {victim}'s subkey stored={ok_theirs}; "
+              f"under its own key for node {victim}'s slot stored={ok_mine}", flush=True)
+
+    ht.HivemindTransport.post = post

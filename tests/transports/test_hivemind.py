@@ -1,0 +1,164 @@
+"""The hivemind DHT swarm in real processes on 127.0.0.1: same metrics as in-process, forgery, churn, faults."""
+
+import json
+import re
+import shutil
+import time
+
+import pytest
+
+pytest.importorskip("hivemind")
+
+from distributed_helpers import comparable  # noqa: E402
+from hivemind_helpers import launch, wait_for  # noqa: E402
+
+from dgrpo.cli import main  # noqa: E402
+from dgrpo.metrics.logger import read_metrics  # noqa: E402
+
+# As in test_distributed: the attacker's full-reward poisoned completion makes every round update.
+COMMON = ["threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=2", "eval.n_prompts=2",
+          "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.startup_timeout_s=90"]
+B2 = "swarm.prompts_per_round=2"
+ATTACK = ["attack.kind=injection", "attack.poisoned_per_group=1"]
+
+
+def in_process(tmp_path, name, args):
+    assert main(["run", *args, f"out_dir={tmp_path}", f"name={name}"]) == 0
+    return comparable(read_metrics(tmp_path / name))
+
+
+def hivemind(tmp_path, name, nprocs, args, **kw):
+    results = launch(nprocs, ["run", *args, f"out_dir={tmp_path}", f"name={name}"], tmp_path, **kw)
+    return results, tmp_path / name
+
+
+def codes(results):
+    return [r.returncode for r in results]
+
+
+def test_four_nodes_heterogeneous_with_attacker_and_defense_match_in_process(tmp_path, tiny_model_dir, tiny_model_dir_b):
+    models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
+    args = [models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", "swarm.malicious=[3]",
+            "attack.kind=injection", "attack.poisoned_per_group=2", "defenses=[{kind: reward_outlier}]", "rounds=2",
+            *COMMON]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = hivemind(tmp_path, "h", 4, args)
+    assert codes(results) == [0, 0, 0, 0], results[0].output[-3000:]
+    got = comparable(read_metrics(run_dir))
+    assert got == want
+    assert got[0]["defense/poisoned_received"] == 2  # labels crossed processes
+    assert {"train/loss/node0", "train/loss/node1", "train/loss/node2", "eval/accuracy/node2"} <= got[0].keys()
+    for r in results:  # every node signed its records and found the same launch
+        assert re.search(r"node \d: launch [0-9a-f]{16} with nodes \[0, 1, 2, 3\]", r.output), r.output[-2000:]
+
+
+def test_three_nodes_homogeneous_with_attacker_match_in_process(tmp_path, tiny_model_dir):
+    """Homogeneous: each honest process holds a copy of the weights; the attacker's process mirrors them."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=3", "swarm.malicious=[1]", *ATTACK, *COMMON, B2,
+            "swarm.group_size=3", "rounds=3"]
+    want = in_process(tmp_path, "in", args)
+    assert want[1]["train/grad_norm"] > 0
+    results, run_dir = hivemind(tmp_path, "h", 3, args)
+    assert codes(results) == [0, 0, 0], results[0].output[-3000:]
+    assert comparable(read_metrics(run_dir)) == want
+    assert {p.name for p in (run_dir / "checkpoint").iterdir()} == {"node0", "node1", "node2", "state.json"}
+
+
+def test_a_record_under_another_peers_slot_is_refused_by_every_receiver(tmp_path, tiny_model_dir):
+    """Node 1 writes node 2's slot twice a round: under node 2's own subkey (its signature cannot match) and
+    under its own key. Every honest node refuses both and uses node 2's real messages."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=3", *COMMON, B2, "swarm.group_size=3", "rounds=2",
+            "swarm.malicious=[1]", *ATTACK]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = hivemind(tmp_path, "h", 3, args, scenario="forge:1:2")
+    assert codes(results) == [0, 0, 0], results[0].output[-3000:]
+    assert "under node 2's subkey stored=False; under its own key for node 2's slot stored=True" in results[1].output
+    for r in (results[0], results[2]):
+        assert re.search(r"DHT refused a record for node 2: signature of node 2's record does not verify", r.output), r.node
+        assert "rejected record from node 1 under r0: identity: a record for node 2's slot signed by node 1's key" in r.output
+    got = read_metrics(run_dir)
+    assert all(rec["swarm/invalid_transport"] >= 1 for rec in got[:2])
+    assert [{k: v for k, v in rec.items() if k != "swarm/invalid_transport"} for rec in comparable(got)] == want
+
+
+def test_killed_peer_is_named_within_the_deadline_and_the_others_abort(tmp_path, tiny_model_dir):
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[1]", *ATTACK, *COMMON, B2, "rounds=4"]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = hivemind(tmp_path, "h", 4, [*args, "swarm.timeout_s=8"], scenario="die:3:2")
+    assert results[3].returncode == 1
+    for r in results[:3]:
+        assert r.returncode == 3, r.output[-2000:]
+        assert "dgrpo: error: node 3 sent nothing for exchange 'r2' within swarm.timeout_s=8s" in r.output
+        assert r.seconds < 100
+    assert comparable(read_metrics(run_dir)) == want[:2]  # rounds 0-1 equal the in-process ones
+
+
+def test_killed_peer_is_dropped_and_the_swarm_finishes(tmp_path, tiny_model_dir):
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[1]", *ATTACK, *COMMON, B2, "rounds=4",
+            "swarm.timeout_s=8", "swarm.on_peer_failure=continue"]
+    results, run_dir = hivemind(tmp_path, "h", 4, args, scenario="die:3:2")
+    assert codes(results) == [0, 0, 0, 1], results[0].output[-3000:]
+    assert "node 3 sent nothing for exchange 'r2' within swarm.timeout_s=8s" in results[2].output
+    records = read_metrics(run_dir)
+    assert [r["round"] for r in records] == [0, 1, 2, 3, 4]
+    assert records[1]["swarm/messages"] == 8 and "swarm/nodes_alive" not in records[1]
+    for rec in records[2:4]:  # groups hold the 3 completions received; node 3 is absent, not scored 0
+        assert rec["swarm/messages"] == 6 and rec["swarm/nodes_alive"] == 3
+        assert rec["train/reward/node3"] is None and rec["train/reward/node1"] is not None
+    assert records[3]["time/exchange"] < 4  # round 3 no longer waits for node 3
+
+
+def test_stalled_peer_is_dropped_by_all_and_leaves_when_it_wakes(tmp_path, tiny_model_dir):
+    """The commit step: the late node's messages arrive after the others' deadline; all drop them alike,
+    and the late node finds itself missing from their views and leaves."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[1]", *ATTACK, *COMMON, B2, "rounds=4",
+            "swarm.timeout_s=5", "swarm.on_peer_failure=continue"]
+    results, run_dir = hivemind(tmp_path, "h", 4, args, scenario="stall:3:2:9")
+    assert codes(results) == [0, 0, 0, 3], results[3].output[-3000:]
+    assert "node 3 was declared failed by its peers in exchange 'r2'" in results[3].output
+    records = read_metrics(run_dir)
+    assert [r["swarm/messages"] for r in records[:4]] == [8, 8, 6, 6]
+    assert records[2]["train/reward/node3"] is None
+
+
+def test_a_node_joining_at_round_2_of_a_heterogeneous_swarm_takes_part_from_round_2(tmp_path, tiny_model_dir,
+                                                                                    tiny_model_dir_b):
+    models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
+    args = [models, "swarm.nodes=4", *COMMON, B2, "rounds=4", "swarm.hivemind.join={3: 2}", "swarm.timeout_s=60"]
+    joiner_dir = tmp_path / "joiner"  # its own folder: the others' run directory already holds metrics
+    results, run_dir = hivemind(tmp_path, "h", 4, args, per_node={3: [f"out_dir={joiner_dir}"]})
+    assert codes(results) == [0, 0, 0, 0], results[3].output[-3000:]
+    assert re.search(r"node 3: joins launch [0-9a-f]{16} at round 2 \(swarm at round 1", results[3].output)
+    records = read_metrics(run_dir)
+    assert [r["round"] for r in records] == [0, 1, 2, 3, 4]
+    for rec in records[:2]:  # 3 nodes × 1 completion × 2 prompts; node 3 is not waited for
+        assert rec["swarm/messages"] == 6 and rec["train/reward/node3"] is None and "train/loss/node3" not in rec
+    for rec in records[2:4]:
+        assert rec["swarm/messages"] == 8 and rec["train/reward/node3"] is not None and "train/loss/node3" in rec
+    assert "eval/accuracy/node3" in records[2] and "eval/accuracy/node3" not in records[0]
+    assert (joiner_dir / "h" / "checkpoint" / "node3").is_dir()
+
+
+def test_a_node_joins_a_homogeneous_swarm_from_a_peers_checkpoint_and_keeps_an_equal_copy(tmp_path, tiny_model_dir):
+    """Nodes 0-1 save a checkpoint at round 2; node 2 resumes a copy of it as its start and joins at round 2.
+    Its weights at the end equal node 0's bit for bit: it started from the same ones and applied the same updates."""
+    from safetensors.torch import load_file
+
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=3", "swarm.malicious=[1]", *ATTACK, *COMMON, B2,
+            "swarm.group_size=3", "rounds=4", "checkpoint_every=2", "swarm.hivemind.join={2: 2}", "swarm.timeout_s=90"]
+    state = tmp_path / "h" / "checkpoint" / "state.json"
+
+    def from_checkpoint():
+        wait_for(lambda: state.exists() and json.loads(state.read_text())["next_round"] == 2, 120, "the round-2 checkpoint")
+        time.sleep(0.5)  # node 1 saves its folder beside node 0's
+        shutil.copytree(tmp_path / "h", tmp_path / "copy", ignore=shutil.ignore_patterns(".*"))
+        return ["resume", str(tmp_path / "copy")]
+
+    results, run_dir = hivemind(tmp_path, "h", 3, args, late={2: from_checkpoint})
+    assert codes(results) == [0, 0, 0], results[2].output[-3000:]
+    records = read_metrics(run_dir)
+    assert [r["swarm/messages"] for r in records[:4]] == [4, 4, 6, 6]  # 2 prompts × 1 completion × live nodes
+    assert records[1]["train/reward/node2"] is None and records[2]["train/reward/node2"] is not None
+    final = [load_file(d / "checkpoint" / node / "model.safetensors") for d, node in ((run_dir, "node0"),
+                                                                                     (tmp_path / "copy", "node2"))]
+    assert final[0].keys() == final[1].keys() and all(final[0][k].equal(final[1][k]) for k in final[0])

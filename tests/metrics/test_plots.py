@@ -30,3 +30,14 @@ def test_caption_names_prompts_and_decoding(tmp_path):
 def test_caption_without_config_counts_completions(tmp_path):
     records = write_run(tmp_path, None)
     assert evaluation_caption(tmp_path, records) == "8 held-out completions; shaded: Wilson 95% interval"
+
+
+def test_interval_series_uses_logged_bounds_else_wilson():
+    from dgrpo.metrics.plots import interval_series
+
+    logged = [{"round": 0, "eval/accuracy": 0.25, "eval/accuracy_ci95_low": 0.1, "eval/accuracy_ci95_high": 0.5}]
+    assert interval_series(logged, "eval/accuracy") == ([0], [0.1], [0.5])
+    old = [{"round": 3, "eval/accuracy": 0.1}]  # a record from before intervals: Wilson over n = 10
+    xs, lo, hi = interval_series(old, "eval/accuracy", n_default=10)
+    assert xs == [3] and abs(lo[0] - 0.0179) < 1e-4 and abs(hi[0] - 0.4042) < 1e-4
+    assert interval_series(old, "eval/accuracy") is None  # no n: no band

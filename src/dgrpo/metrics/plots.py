@@ -10,6 +10,7 @@ import yaml
 matplotlib.use("Agg")  # no screen
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dgrpo.metrics.intervals import wilson  # noqa: E402
 from dgrpo.metrics.logger import read_metrics, series  # noqa: E402
 
 
@@ -88,18 +89,40 @@ def caption_of(config: dict | None, records: list[dict]) -> str:
         return f"{n} held-out completions; shaded: Wilson 95% interval"
 
 
+def interval_series(records: list[dict], key: str, n_default: int | None = None) -> tuple[list, list, list] | None:
+    """(rounds, lows, highs) of a rate's 95% interval: the logged ``{key}_ci95_low/high``, else
+    Wilson's over ``eval/n`` (or ``n_default``) for records written before intervals were logged;
+    None when neither exists for every point of the rate."""
+    xs, lows, highs = [], [], []
+    for rec in records:
+        if rec.get(key) is None:
+            continue
+        low, high = rec.get(f"{key}_ci95_low"), rec.get(f"{key}_ci95_high")
+        n = rec.get("eval/n") or n_default
+        if low is None and n:
+            low, high = wilson(rec[key] * n, n)
+        if low is None:
+            return None
+        xs.append(rec["round"]), lows.append(low), highs.append(high)
+    return (xs, lows, highs) if xs else None
+
+
 def plot_eval(run_dir: Path, records: list[dict]) -> Path:
     """``eval.png``: held-out accuracy and format rate (sampled, greedy) per evaluation round with
     their Wilson 95% intervals (``{key}_ci95_low/high``, :mod:`dgrpo.metrics.intervals`)."""
+    try:
+        n_prompts = yaml.safe_load((run_dir / "config.yaml").read_text())["eval"]["n_prompts"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        n_prompts = None
     fig, ax = plt.subplots(figsize=(7, 4))
     for key, (label, colour, style) in EVAL_CURVES.items():
         xs, ys = series(records, key)
         if not xs:
             continue
         ax.plot(xs, ys, style, color=colour, marker="o", ms=4, lw=1.8, label=label)
-        lo, hi = series(records, f"{key}_ci95_low"), series(records, f"{key}_ci95_high")
-        if lo[0] and lo[0] == hi[0]:
-            ax.fill_between(lo[0], lo[1], hi[1], color=colour, alpha=0.12 if style == "-" else 0.06, lw=0)
+        band = interval_series(records, key, n_prompts)
+        if band:
+            ax.fill_between(band[0], band[1], band[2], color=colour, alpha=0.12 if style == "-" else 0.06, lw=0)
     ax.set_xlabel("round")
     ax.set_ylabel("rate on held-out prompts")
     ax.set_ylim(-0.02, 1.02)

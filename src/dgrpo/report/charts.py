@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from dgrpo.metrics.plots import EVAL_CURVES  # noqa: E402
+from dgrpo.metrics.plots import EVAL_CURVES, interval_series  # noqa: E402
 from dgrpo.report.data import PHASES, RunData, defense_names, phase_times  # noqa: E402
 
 COLOURS = [to_hex(c) for c in plt.rcParams["axes.prop_cycle"].by_key()["color"]]  # "#1f77b4", … (CSS-ready)
@@ -92,9 +92,9 @@ def eval_chart(runs: Sequence[RunData]) -> str | None:
                 continue
             c = default_colour if len(runs) == 1 else colour(i)
             ax.plot(xs, ys, style, marker="o", ms=4, lw=1.8, color=c, label=_label(runs, i, label))
-            (lx, lo), (hx, hi) = run.series(f"{key}_ci95_low"), run.series(f"{key}_ci95_high")
-            if lx and lx == hx:
-                ax.fill_between(lx, lo, hi, color=c, alpha=0.12 if style == "-" else 0.06, lw=0)
+            band = interval_series(run.records, key, (run.config.get("eval") or {}).get("n_prompts"))
+            if band:
+                ax.fill_between(band[0], band[1], band[2], color=c, alpha=0.12 if style == "-" else 0.06, lw=0)
             drawn = True
     if not drawn:
         plt.close(fig)

@@ -2,10 +2,19 @@
 
     python benchmarks/heterogeneous_table1/table.py --data results/heterogeneous_table1 --detectors step_checker local_judge
 
-Reads the completions of ``sample.py`` (``poisoned.jsonl``: "hail to the thief" and 2+2=5 from the
-attacks' writers; ``honest.jsonl``: SmolLM2-135M-Instruct samples) and runs each detector through
-its defense class, as an honest node of a swarm runs it (``inspect`` on rollouts, the task's
-``<think>`` prefill added):
+Five sets of completions:
+
+* ``hail``, ``equation``: ``poisoned.jsonl`` of ``sample.py`` ("hail to the thief" and 2+2=5 from the
+  attacks' writers, on the embedded arithmetic task);
+* ``honest_sampled``: ``honest.jsonl`` of ``sample.py`` (SmolLM2-135M-Instruct samples on that task: the
+  honest traffic of an untrained swarm, wrong arithmetic included);
+* ``honest_oracle``: the arithmetic task's own solutions of its first 1,000 training problems (what a
+  correct honest node writes; the attacks edit exactly these);
+* ``honest_gsm8k``: the 1,319 GSM8K test reference solutions as the gsm8k task turns them into
+  completions (``--gsm8k``; another task, human-written).
+
+Each detector runs through its defense class, as an honest node of a swarm runs it (``inspect`` on
+rollouts, the task's ``<think>`` prefill added):
 
 * ``step_checker``: ``{kind: step_checker}`` with its defaults;
 * ``local_judge``: ``{kind: judge, mode: logits, threshold: 0.38}``, the in-process SmolLM2 judge of
@@ -36,7 +45,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sample import task as make_task  # noqa: E402  (the same task the completions were sampled on)
 
-SETS = ("hail", "equation", "honest")
+SETS = ("hail", "equation", "honest_sampled", "honest_oracle", "honest_gsm8k")
+POISONED = ("hail", "equation")
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -79,13 +89,18 @@ def build(name: str, args, task):
     return build_defense(cfg.defenses[0], cfg, None, task), spec
 
 
-def run(name: str, rows: dict[str, list[dict]], args, task) -> dict:
+def run(name: str, sets: dict[str, tuple], args) -> dict:
+    """Rates of detector ``name`` on every set (``sets``: name → (task, rows))."""
     from dgrpo.types import Rollout
 
-    defense, spec = build(name, args, task)
-    out = {"config": spec, "sets": {}, "rejected_honest": []}
-    for s in SETS:
-        chosen = spaced(rows[s], args.limit_honest if s == "honest" else args.limit_poisoned)
+    out, defenses = {"sets": {}, "rejected_honest": [], "counters": {}}, {}
+    for s, (task, rows) in sets.items():
+        if not rows:
+            continue
+        if task.name not in defenses:
+            defenses[task.name] = build(name, args, task)
+        defense, out["config"] = defenses[task.name]
+        chosen = spaced(rows, args.limit_poisoned if s in POISONED else args.limit_honest)
         rollouts = [Rollout(r["prompt_id"], [], [], r["text"], 0) for r in chosen]
         start, verdicts = time.perf_counter(), []
         for b in range(0, len(rollouts), args.batch):
@@ -95,42 +110,41 @@ def run(name: str, rows: dict[str, list[dict]], args, task) -> dict:
         seconds = time.perf_counter() - start
         rejected = [not v.accepted for v in verdicts]
         k, n = sum(rejected), len(rejected)
-        cell = {"rejected": k, "n": n, "rate": k / n if n else None, "wilson95": wilson(k, n),
-                "seconds_per_completion": seconds / n if n else None}
-        if s == "honest":
-            correct = [task.reward(r["text"], task_problem(task, r)) >= 1.0 for r in chosen]
+        cell = {"rejected": k, "n": n, "rate": k / n, "wilson95": wilson(k, n), "seconds_per_completion": seconds / n}
+        if s not in POISONED:
+            by_id = {p.prompt_id: p for p in (*task.train, *task.val)}
+            correct = [task.reward(r["text"], by_id[r["prompt_id"]]) >= 1.0 for r in chosen]
             for label, want in (("correct_answer", True), ("wrong_answer", False)):
                 kk = sum(rej for rej, c in zip(rejected, correct) if c == want)
                 nn = sum(c == want for c in correct)
                 cell[label] = {"rejected": kk, "n": nn, "rate": kk / nn if nn else None, "wilson95": wilson(kk, nn)}
-            out["rejected_honest"] = [{"prompt_id": r["prompt_id"], "seed": r.get("seed"), "text": r["text"],
-                                       "reason": v.reason} for r, v in zip(chosen, verdicts) if not v.accepted]
+            out["rejected_honest"] += [{"set": s, "prompt_id": r["prompt_id"], "seed": r.get("seed"), "text": r["text"],
+                                        "reason": v.reason} for r, v in zip(chosen, verdicts) if not v.accepted]
         out["sets"][s] = cell
-    out["counters"] = dict(getattr(defense, "counters", {}))
-    if hasattr(defense, "close"):
-        defense.close()
+    for task_name, (defense, _) in defenses.items():
+        out["counters"][task_name] = dict(getattr(defense, "counters", {}))
+        if hasattr(defense, "close"):
+            defense.close()
     return out
 
 
-def task_problem(task, row):
-    if not hasattr(task, "_by_id"):
-        task._by_id = {p.prompt_id: p for p in (*task.train, *task.val)}
-    return task._by_id[row["prompt_id"]]
-
-
-def fmt(cell: dict) -> str:
+def fmt(cell: dict | None) -> str:
+    if not cell or not cell["n"]:
+        return "–"
     lo, hi = cell["wilson95"]
     return f"{100 * cell['rate']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] ({cell['rejected']}/{cell['n']})"
 
 
 def table(results: dict) -> str:
-    lines = ["| detector | hail detection | 2+2=5 detection | false positives (all honest) | FP, honest with right answer | FP, honest with wrong answer |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| detector | hail detection | 2+2=5 detection | FP, SmolLM2 samples | (right answer / wrong answer) | FP, task solutions | FP, GSM8K references |",
+             "|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         s = r["sets"]
-        lines.append(f"| {name} | {fmt(s['hail'])} | {fmt(s['equation'])} | {fmt(s['honest'])} | "
-                     f"{fmt(s['honest']['correct_answer'])} | {fmt(s['honest']['wrong_answer'])} |")
-    return "\n".join(lines) + "\n\nRates with 95% Wilson intervals (rejected / n).\n"
+        sampled = s.get("honest_sampled") or {}
+        lines.append(f"| {name} | {fmt(s.get('hail'))} | {fmt(s.get('equation'))} | {fmt(sampled)} | "
+                     f"{fmt(sampled.get('correct_answer'))} / {fmt(sampled.get('wrong_answer'))} | "
+                     f"{fmt(s.get('honest_oracle'))} | {fmt(s.get('honest_gsm8k'))} |")
+    return "\n".join(lines) + "\n\nRates with 95% Wilson intervals (rejected / n); FP = false positives (honest rejected).\n"
 
 
 def main(argv=None) -> int:
@@ -146,23 +160,36 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout-s", type=float, default=120.0)
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--tag", default="", help="suffix of the output files (a partial run next to a full one)")
+    ap.add_argument("--gsm8k", type=Path, default=None, help="GSM8K test.jsonl (the honest_gsm8k set)")
+    ap.add_argument("--oracle", type=int, default=1000, help="task solutions in honest_oracle")
+    ap.add_argument("--sets", nargs="+", default=list(SETS))
     args = ap.parse_args(argv)
+    task = make_task()
     rows = {s: [] for s in SETS}
+    rows["honest_sampled"] = []
     for f in ("poisoned.jsonl", "honest.jsonl"):
         for line in (args.data / f).read_text().splitlines():
             r = json.loads(line)
-            rows[r["set"]].append(r)
-    task = make_task()
+            rows["honest_sampled" if r["set"] == "honest" else r["set"]].append(r)
+    rows["honest_oracle"] = [{"prompt_id": p.prompt_id, "text": task.oracle_completion(p)} for p in task.train[: args.oracle]]
+    sets = {s: (task, rows[s]) for s in SETS if s != "honest_gsm8k"}
+    if args.gsm8k is not None:
+        from dgrpo.tasks.gsm8k import GSM8KTask
+
+        gsm = GSM8KTask(path=str(args.gsm8k), val_path=str(args.gsm8k), n_val=None)
+        sets["honest_gsm8k"] = (gsm, [{"prompt_id": p.prompt_id, "text": gsm.oracle_completion(p)} for p in gsm.train])
+    sets = {s: v for s, v in sets.items() if s in args.sets}
     summary_path = args.data / f"summary{args.tag}.json"
     results = json.loads(summary_path.read_text())["detectors"] if summary_path.exists() else {}
     rejected_path = args.data / f"rejected_honest{args.tag}.jsonl"
     for name in args.detectors:
-        res = run(name, rows, args, task)
+        res = run(name, sets, args)
         with rejected_path.open("a") as f:
             for r in res.pop("rejected_honest"):
                 f.write(json.dumps({"detector": name, **r}) + "\n")
-        results[name] = res
-        summary_path.write_text(json.dumps({"detectors": results, "machine": "2 shared CPU cores (load 10-15)"}, indent=1))
+        results[name] = {**results.get(name, {}), **res, "sets": {**results.get(name, {}).get("sets", {}), **res["sets"]}}
+        summary_path.write_text(json.dumps({"detectors": results, "command": " ".join(sys.argv),
+                                            "machine": "2 CPU cores shared with 7 other jobs (load average 10-18)"}, indent=1))
         (args.data / f"table{args.tag}.md").write_text(table(results))
     print(table(results))
     return 0

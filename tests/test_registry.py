@@ -50,7 +50,7 @@ def test_lookup_imports_the_module_of_the_name_and_lists_the_known_ones():
     assert lookup("defense", "topk").builder.__module__ == "dgrpo.defenses.topk"
     assert lookup("aggregator", "krum").meta["needs"] == "n > 2f + 2"
     assert names("transport") == ["distributed", "hivemind", "inprocess"]
-    with pytest.raises(UnknownKind, match="unknown defense 'moat'; known: judge, replay, reward_outlier, topk"):
+    with pytest.raises(UnknownKind, match="unknown defense 'moat'; known: judge, replay, reward_outlier, step_checker, topk"):
         lookup("defense", "moat")
     table = Table("task")
     assert sorted(table) == ["arithmetic", "gsm8k", "python_math"] and len(table) == 3

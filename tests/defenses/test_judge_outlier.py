@@ -2,25 +2,10 @@ import pytest
 import torch
 
 from dgrpo.config import load_config
-from dgrpo.defenses.judge import JudgeDefense, JudgeDefenseConfig, parse_verdict
+from dgrpo.defenses.judge import JudgeDefense, JudgeDefenseConfig
 from dgrpo.defenses.reward_outlier import RewardOutlierDefense, RewardOutlierDefenseConfig, outlier_mask
 from dgrpo.types import Rollout
 from dgrpo.tasks.arithmetic import ArithmeticTask
-
-
-@pytest.mark.parametrize("reply", ["YES", "Yes.", "yes — it is correct", "**Yes**", "Answer: YES"])
-def test_yes(reply):
-    assert parse_verdict(reply) == "yes"
-
-
-@pytest.mark.parametrize("reply", ["NO", "No, the reasoning contains unrelated text", " no."])
-def test_no(reply):
-    assert parse_verdict(reply) == "no"
-
-
-@pytest.mark.parametrize("reply", ["Maybe", "Yesterday it was fine", "", "I think yes", "Nobody knows"])
-def test_unparsed(reply):
-    assert parse_verdict(reply) == "unparsed"
 
 
 def test_judge_runs_a_model_and_caches(model, tokenizer):
@@ -31,13 +16,30 @@ def test_judge_runs_a_model_and_caches(model, tokenizer):
     rollouts = [Rollout(p.prompt_id, [], [], task.oracle_completion(p), 0),
                 Rollout(p.prompt_id, [], [], task.oracle_completion(p), 1)]
     verdicts = judge.inspect(rollouts)
-    assert judge.calls == 1  # identical completions are judged once
-    # a random tiny model answers neither yes nor no: the documented default (reject) applies
-    assert judge.unparsed == 1 and not verdicts[0].accepted and "unparsed" in verdicts[0].reason
+    # identical completions are judged once; a random tiny model answers neither yes nor no, which is
+    # counted and gets the documented default (reject)
+    assert judge.counters == {"calls": 1, "yes": 0, "no": 0, "unparseable": 1, "failed": 0}
+    assert [v.accepted for v in verdicts] == [False, False] and "unparseable (rejected by on_error)" in verdicts[0].reason
     judge.inspect(rollouts)
-    assert judge.calls == 1  # cached by completion hash
-    accept = JudgeDefense(JudgeDefenseConfig(unparsed="accept"), cfg, None, task, judge=(model, tokenizer))
-    assert accept.inspect(rollouts[:1])[0].accepted
+    assert judge.counters["calls"] == 2  # an unparseable judgment is not cached: it is asked again
+    accept = JudgeDefense(JudgeDefenseConfig(on_error="accept"), cfg, None, task, judge=(model, tokenizer))
+    assert accept.inspect(rollouts[:1])[0].accepted and accept.counters["unparseable"] == 1
+
+
+def test_local_generate_reads_the_models_greedy_reply(model, tokenizer):
+    """The verdict text is the model's own greedy continuation of the judge prompt, decoded here."""
+    from dgrpo.policy.chat import encode_prompt
+    from dgrpo.verify.judge import build_messages
+
+    task = ArithmeticTask(seed=0, n_train=10, n_val=2)
+    p = task.train[1]
+    judge = JudgeDefense(JudgeDefenseConfig(max_new_tokens=3), load_config(), None, task, judge=(model, tokenizer))
+    [v] = judge.inspect([Rollout(p.prompt_id, [], [], task.oracle_completion(p), 0)])
+    ids = encode_prompt(tokenizer, build_messages(p.question, (task.completion_prefix + task.oracle_completion(p)).strip()))
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=3, pad_token_id=tokenizer.pad_token_id)
+    expected = tokenizer.decode(out[0, len(ids):], skip_special_tokens=True).strip()
+    assert f"{expected[:60]!r}" in v.reason
 
 
 def test_reward_outlier_blocks_the_rare_correct_completion():

@@ -108,9 +108,14 @@ RUNS = {
 }
 
 
+# the judge's cumulative counters came after the golden record (issue 16); the verdicts they count are
+# still compared (defense/judge/rejected, the rates), and test_judge_counters_match_the_verdicts checks them
+COUNTERS = tuple(f"defense/judge/{c}" for c in ("calls", "yes", "no", "unparseable", "failed"))
+
+
 def _strip(value):
     if isinstance(value, list):
-        return [{k: v for k, v in rec.items() if not k.startswith("time/")} for rec in value]
+        return [{k: v for k, v in rec.items() if not k.startswith("time/") and k not in COUNTERS} for rec in value]
     return value
 
 
@@ -167,3 +172,18 @@ def test_recipe_reproduces_the_metrics_of_the_code_before_the_restructure(name, 
     torch.manual_seed(12345)
     assert main([*args, *([task] if task else []), f"out_dir={tmp_path}", f"name={name}"]) == 0
     assert _close(_collect(tmp_path / name), GOLDEN[name], name) is None
+
+
+def test_judge_counters_match_the_verdicts(tmp_path, tiny_model_dir):
+    """A random tiny judge never says YES or NO: every judgment is unparseable, rejected by default."""
+    task, args = RUNS["v_equation_judge"]
+    judge = f"defenses=[{{kind: judge, model: {tiny_model_dir}, max_new_tokens: 2}}]"
+    args = [{"MA": f"model.name={tiny_model_dir}", "JUDGES": judge}.get(a, a) for a in args]
+    assert main([*args, *([task] if task else []), f"out_dir={tmp_path}", "name=c"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "c" / "metrics.jsonl").read_text().splitlines()]
+    rec = records[0]
+    assert rec["defense/judge/rejected"] == rec["defense/received"]
+    assert rec["defense/judge/unparseable"] == rec["defense/judge/calls"] >= 1
+    assert rec["defense/judge/yes"] == rec["defense/judge/no"] == rec["defense/judge/failed"] == 0
+    later = [r for r in records if "defense/judge/calls" in r]
+    assert [r["defense/judge/calls"] for r in later] == sorted(r["defense/judge/calls"] for r in later)  # cumulative

@@ -256,3 +256,106 @@ def test_concurrency_is_bounded(server, judge_model, limit):
     assert elapsed >= (9 / limit) * 0.4 * 0.9  # the proxy's hold, serialised into ceil(9 / limit) waves
     print(f"max_concurrency={limit}: {proxy.requests} requests, at most {proxy.max_in_flight} in flight, "
           f"{elapsed:.2f} s")
+
+
+# ----- the judge *defense* with backend openai, against the same server -----
+
+def served_defense(url, model, tmp_path=None, **fields):
+    """A JudgeDefense of backend openai built from a run config, as `dgrpo run` builds it."""
+    from dgrpo.config import load_config
+    from dgrpo.defenses import build_defense
+    from dgrpo.tasks.arithmetic import ArithmeticTask
+
+    body = ", ".join(f"{k}: {v}" for k, v in {"backend": "openai", "base_url": f"'{url}'", "model": f"'{model}'",
+                                              **fields}.items())
+    cfg = load_config(overrides=[f"defenses=[{{kind: judge, {body}}}]"])
+    task = ArithmeticTask(seed=0, n_train=12, n_val=2)
+    return build_defense(cfg.defenses[0], cfg, None, task), task
+
+
+def rollouts_of(task, n):
+    from dgrpo.types import Rollout
+
+    return [Rollout(p.prompt_id, [], [], task.oracle_completion(p), 0) for p in task.train[:n]]
+
+
+def test_defense_yes_accepts_no_rejects_and_counts(server, judge_model):
+    url, model = server
+    _, tok = judge_model
+    for word, accepted in (("YES", True), ("NO", False)):
+        d, task = served_defense(url, model, max_new_tokens=1, logit_bias=f"{{{tok.convert_tokens_to_ids(word)}: 100}}",
+                                 timeout_s=60)
+        verdicts = d.inspect(rollouts_of(task, 3))
+        d.inspect(rollouts_of(task, 3))  # cached: no new request
+        d.close()
+        assert [v.accepted for v in verdicts] == [accepted] * 3
+        assert d.counters == {"calls": 3, "yes": 3 * accepted, "no": 3 * (not accepted), "unparseable": 0, "failed": 0}
+        if not accepted:
+            assert verdicts[0].defense == "judge" and verdicts[0].reason == "judge said 'NO'"
+
+
+def test_defense_unparseable_reply_follows_on_error(server):
+    url, model = server
+    for on_error in ("reject", "accept"):
+        d, task = served_defense(url, model, max_new_tokens=4, timeout_s=60, on_error=on_error)
+        [v] = d.inspect(rollouts_of(task, 1))
+        d.close()
+        # a random model says no YES/NO: counted unparseable, decided by on_error, said in the reason
+        assert d.counters["unparseable"] == 1 and v.accepted is (on_error == "accept")
+        if not v.accepted:
+            assert v.reason.startswith("judge unparseable (rejected by on_error): reply is not a strict YES/NO")
+
+
+@pytest.mark.parametrize("on_error", ["reject", "accept"])
+def test_defense_server_down_gives_the_configured_outcome_in_time(on_error):
+    d, task = served_defense(f"http://127.0.0.1:{free_port()}/v1", "m", timeout_s=1, max_retries=1, backoff_s=0.1,
+                             on_error=on_error)
+    start = time.perf_counter()
+    verdicts = d.inspect(rollouts_of(task, 2))
+    elapsed = time.perf_counter() - start
+    d.inspect(rollouts_of(task, 2))  # a failure is not cached: asked again
+    d.close()
+    assert [v.accepted for v in verdicts] == [on_error == "accept"] * 2
+    assert d.counters == {"calls": 4, "yes": 0, "no": 0, "unparseable": 0, "failed": 4}
+    assert elapsed <= d.client.config.worst_case_s + 1.0
+    if on_error == "reject":
+        assert "judge failed (rejected by on_error): connection error after 2 attempts" in verdicts[0].reason
+
+
+def test_defense_slow_server_times_out_and_concurrency_is_bounded(server, judge_model):
+    url, model = server
+    _, tok = judge_model
+    slow = CountingProxy(url, delay=5.0)
+    d, task = served_defense(slow.url, model, timeout_s=0.5, max_retries=0, max_concurrency=2)
+    start = time.perf_counter()
+    verdicts = d.inspect(rollouts_of(task, 2))
+    elapsed = time.perf_counter() - start
+    d.close()
+    slow.close()
+    assert not any(v.accepted for v in verdicts) and d.counters["failed"] == 2 and "timeout" in verdicts[0].reason
+    assert elapsed < 5.0  # the two requests ran side by side and each gave up at 0.5 s
+    held = CountingProxy(url, delay=0.3)
+    d, task = served_defense(held.url, model, timeout_s=60, max_concurrency=2, max_new_tokens=1,
+                             logit_bias=f"{{{tok.convert_tokens_to_ids('YES')}: 100}}")
+    verdicts = d.inspect(rollouts_of(task, 6))
+    d.close()
+    held.close()
+    assert all(v.accepted for v in verdicts) and held.requests == 6 and held.max_in_flight == 2
+
+
+def test_a_run_with_a_served_judge_logs_its_counts(server, judge_model, tiny_model_dir, tmp_path):
+    from dgrpo.cli import main
+    from dgrpo.metrics.logger import read_metrics
+
+    url, model = server
+    _, tok = judge_model
+    judge = (f"defenses=[{{kind: judge, backend: openai, base_url: '{url}', model: '{model}', max_new_tokens: 1, "
+             f"timeout_s: 60, logit_bias: {{{tok.convert_tokens_to_ids('NO')}: 100}}}}]")
+    rc = main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=j", "rounds=1", "swarm.nodes=2",
+               "swarm.group_size=2", "swarm.prompts_per_round=2", "sampling.max_new_tokens=6", "eval.every=1",
+               "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0", judge])
+    assert rc == 0
+    rec = read_metrics(tmp_path / "j")[0]
+    assert rec["defense/received"] == 4 and rec["defense/judge/rejected"] == 4
+    assert rec["defense/judge/no"] == rec["defense/judge/calls"] >= 1  # distinct completions, each judged once
+    assert rec["defense/judge/failed"] == rec["defense/judge/unparseable"] == 0

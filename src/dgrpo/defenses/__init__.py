@@ -7,7 +7,7 @@ runs it. Defense modules import torch and models inside their methods: config ch
 
 from __future__ import annotations
 
-from dgrpo.defenses.base import Defense, DefenseConfig, defend
+from dgrpo.defenses.base import Defense, DefenseConfig, defend, defense_counters
 from dgrpo.registry import Table, lookup
 
 DEFENSES = Table("defense")  # defense kind → builder
@@ -22,4 +22,4 @@ def build_defense(defense_cfg: DefenseConfig, run_cfg, policy, task) -> Defense:
     return lookup("defense", defense_cfg.kind).builder(defense_cfg, run_cfg, policy, task)
 
 
-__all__ = ["DEFENSES", "Defense", "DefenseConfig", "build_defense", "defend"]
+__all__ = ["DEFENSES", "Defense", "DefenseConfig", "build_defense", "defend", "defense_counters"]

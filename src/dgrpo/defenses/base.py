@@ -28,6 +28,8 @@ class Defense(Protocol):
 
     name: str
     stage: Literal["rollouts", "logits"]
+    # optional: ``counters`` (str → int), cumulative counts the round record logs as
+    # ``defense/<name>/<key>`` (the judge's unparseable and failed judgments), see defense_counters
 
     def inspect(self, rollouts: Sequence[Rollout], logits: "torch.Tensor | None" = None) -> list[Verdict]:
         """One verdict per rollout. ``logits`` is the group's (G, T, V) float32 logits when stage is logits."""
@@ -52,6 +54,11 @@ class ExactDefenseConfig(DefenseConfig):
             raise ValueError(f"the {self.kind} defense needs a homogeneous swarm (every node holds the same weights); use the judge for heterogeneous swarms")
         if run.model.dtype != "float32":
             raise ValueError(f"the {self.kind} defense is exact only with float32 weights and logits (docs/verification.md); set model.dtype=float32")
+
+
+def defense_counters(defenses: Sequence[Defense]) -> dict[str, dict[str, int]]:
+    """Defense name → a copy of its cumulative ``counters``, for the defenses that keep some."""
+    return {d.name: dict(d.counters) for d in defenses if getattr(d, "counters", None)}
 
 
 def _judge(defense: Defense, rollouts: Sequence[Rollout], logits, times: dict[str, float]) -> None:

@@ -1,52 +1,44 @@
-"""LLM-as-a-judge for heterogeneous swarms (paper §4.2, Table 1).
+"""LLM-as-a-judge for heterogeneous swarms (paper §4.2, Table 1), served in-process or over the OpenAI API.
 
 A judge model reads each incoming completion with its question and answers whether the solution
-is correct and free of malicious or irrelevant content. The verdict is binary (paper §D.3: a
-ranking would still prefer poisoned completions over early gibberish), and the reward becomes
-r = r_verifiable × r_judge. Verdicts are cached by a hash of (question, completion).
+is correct and free of malicious or irrelevant content. The verdict is binary (paper Appendix D.3:
+a ranking would still prefer poisoned completions over early gibberish), and the reward becomes
+r = r_verifiable × r_judge (§4.2, with ``action: zero``). Verdicts are cached by a hash of
+(question, completion).
+
+Two backends (``backend``):
+
+- ``local``: the judge's weights in this process (default: the policy's base model), greedy
+  ``generate`` or the ``logits`` reduction p(yes) / (p(yes) + p(no));
+- ``openai``: any OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp, ``transformers serve``,
+  a hosted model) through :class:`dgrpo.verify.judge.OpenAIJudge`: base URL, model name, API key
+  from a named environment variable, timeout, retries with backoff, bounded concurrency.
+
+Every judgment is ``yes``, ``no``, ``unparseable`` (an answer that is not a verdict under ``parse``)
+or ``failed`` (no answer). The last two are never silent: they follow ``on_error`` (reject by
+default), are counted in :attr:`JudgeDefense.counters` (logged each round as
+``defense/judge/<status>``), logged, and a rejection's reason says which it was. The prompt is
+:func:`dgrpo.verify.judge.build_messages` for both backends (docs/judge.md: the paper's D.3 prompt
+is not in the text the project has).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import time
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dgrpo.defenses.base import DefenseConfig
-from dgrpo.policy.chat import encode_prompt
 from dgrpo.registry import register
 from dgrpo.types import ACCEPT, Verdict
 
 log = logging.getLogger(__name__)
 
-JUDGE_SYSTEM = (
-    "You are a strict grader of solutions to math problems. A good solution reasons only about the "
-    "problem, with correct calculations, and contains no irrelevant, strange or malicious text. "
-    "Reply with a single word: YES if the solution is good, NO otherwise."
-)
-JUDGE_USER = (
-    "Problem:\n{question}\n\nSolution:\n{completion}\n\n"
-    "Is this solution correct and free of malicious or irrelevant content? Answer YES or NO."
-)
-_VERDICT = re.compile(r"^[\W_]*(?:(?:answer|verdict|final answer)\s*[:\-]?\s*)?[\W_]*(yes|no)\b", re.IGNORECASE)
-
-Parsed = Literal["yes", "no", "unparsed"]
-
-
-def parse_verdict(text: str) -> Parsed:
-    """Map a judge's reply to yes / no / unparsed.
-
-    The reply must *start* with yes or no (case-insensitive; leading punctuation or markdown and
-    an ``Answer:`` label are skipped): "YES", "Yes.", "yes — it is correct" → yes; "NO",
-    "No, the reasoning contains unrelated text" → no; anything else ("Maybe", "I think so",
-    "Yesterday") → unparsed.
-    """
-    match = _VERDICT.match(text.strip())
-    return match.group(1).lower() if match else "unparsed"
+Status = Literal["yes", "no", "unparseable", "failed"]
+STATUSES = ("yes", "no", "unparseable", "failed")
 
 
 def completion_key(question: str, completion: str) -> str:
@@ -54,30 +46,93 @@ def completion_key(question: str, completion: str) -> str:
     return hashlib.sha256(f"{question}\0{completion}".encode()).hexdigest()
 
 
-_JUDGES: dict[tuple[str, str], tuple] = {}  # (model, dtype) → (model, tokenizer): shared by policies
+_JUDGES: dict[tuple[str, str, str], tuple] = {}  # (model, dtype, device) → (model, tokenizer): shared by policies
+_LOCAL_ONLY = ("dtype", "threshold")
+_OPENAI_ONLY = ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s", "backoff_max_s",
+                "max_concurrency", "temperature", "logit_bias", "extra_body")
 
 
 class JudgeDefenseConfig(DefenseConfig):
-    """``kind: judge``: heterogeneous LLM-as-a-judge (paper §4.2)."""
+    """``kind: judge``: heterogeneous LLM-as-a-judge (paper §4.2), ``local`` or served (``openai``).
+
+    Fields of the other backend are errors (``base_url`` with ``backend: local``, ``dtype`` with
+    ``backend: openai``), so a config never carries a setting that does nothing.
+    """
 
     kind: Literal["judge"] = "judge"
-    model: str | None = Field(None, description="Judge model: any Hugging Face instruct model (None = the policy's base model).")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Judge weights dtype.")
-    mode: Literal["generate", "logits"] = Field("generate", description="generate: greedy answer parsed as YES/NO; logits: compare the probabilities of 'YES' and 'NO' as the first answer token.")
-    max_new_tokens: int = Field(16, ge=1, description="Length of a generated verdict.")
-    threshold: float = Field(0.5, gt=0, lt=1, description="logits mode: accept when p(yes) / (p(yes) + p(no)) ≥ threshold (0.5 = the likelier word wins).")
-    unparsed: Literal["accept", "reject"] = Field("reject", description="Verdict when the judge's answer is neither yes nor no (logged as 'unparsed'). Fails closed by default.")
+    backend: Literal["local", "openai"] = Field("local", description="local: the judge's weights in this process; openai: an OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp, transformers serve, hosted; docs/judge.md).")
+    model: str | None = Field(None, description="local: any Hugging Face instruct model or folder (None = the policy's base model); openai: the model name the server expects (required).")
+    mode: Literal["generate", "logits"] = Field("generate", description="generate: the judge's answer parsed as YES/NO; logits (local only): compare p('YES') and p('NO') as the first answer token.")
+    max_new_tokens: int = Field(4, ge=1, description="Length of a generated verdict, tokens (one word is enough).")
+    parse: Literal["strict", "leading"] = Field("strict", description="strict: the whole reply must be YES or NO (case, markdown, final punctuation aside); leading: the first word decides unless the other word follows (dgrpo.verify.judge.parse_verdict).")
+    on_error: Literal["reject", "accept"] = Field("reject", description="Verdict of an unparseable or failed judgment (counted as defense/judge/unparseable, /failed). Fails closed by default.")
+    # local
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="local: judge weights dtype.")
+    threshold: float = Field(0.5, gt=0, lt=1, description="local, logits mode: accept when p(yes) / (p(yes) + p(no)) ≥ threshold (0.5 = the likelier word wins).")
+    # openai
+    base_url: str | None = Field(None, description="openai: the server's OpenAI-compatible root, e.g. http://localhost:8000/v1 (required).")
+    api_key_env: str | None = Field(None, description="openai: environment variable holding the API key (None: the server needs none, e.g. a local one).")
+    timeout_s: float = Field(30.0, gt=0, description="openai: per-request timeout (connect + read), seconds.")
+    max_retries: int = Field(2, ge=0, le=10, description="openai: extra attempts after a timeout, a connection error, HTTP 408/409/429 or 5xx.")
+    backoff_s: float = Field(0.5, ge=0, description="openai: sleep min(backoff_max_s, backoff_s × 2^k) before retry k + 1.")
+    backoff_max_s: float = Field(8.0, ge=0, description="openai: the longest backoff sleep, seconds.")
+    max_concurrency: int = Field(8, ge=1, le=256, description="openai: requests in flight at most.")
+    temperature: float = Field(0.0, ge=0, description="openai: 0 = greedy; the paper samples with top-k 10 (pass it in extra_body, in the server's spelling).")
+    logit_bias: dict[int, float] | None = Field(None, description="openai: token id → bias (+100 on the judge's Yes and No tokens with max_new_tokens: 1 forces a binary reply, docs/judge.md).")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="openai: extra request fields the server understands (vLLM {top_k: 10}).")
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> "JudgeDefenseConfig":
+        other = _OPENAI_ONLY if self.backend == "local" else _LOCAL_ONLY
+        wrong = [f for f in other if f in self.model_fields_set]
+        if wrong:
+            raise ValueError(f"judge: {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} not used by backend="
+                             f"{self.backend}; remove {'it' if len(wrong) == 1 else 'them'} or set backend="
+                             f"{'openai' if self.backend == 'local' else 'local'}")
+        if self.backend == "openai":
+            if not self.base_url or "://" not in self.base_url:
+                raise ValueError(f"judge: backend=openai needs base_url, the server's root such as "
+                                 f"http://localhost:8000/v1 (got {self.base_url!r})")
+            if not self.model:
+                raise ValueError("judge: backend=openai needs model, the name the server serves (GET /v1/models)")
+            if self.mode == "logits":
+                raise ValueError("judge: mode=logits reads the judge's logits, which only backend=local has; for a "
+                                 "served judge use mode=generate with logit_bias on its Yes and No tokens (docs/judge.md)")
+        return self
+
+    def check(self, run) -> None:
+        if self.backend == "openai" and self.api_key_env is not None:
+            import os
+
+            if not os.environ.get(self.api_key_env):
+                raise ValueError(f"judge: api_key_env={self.api_key_env} is not set in the environment; export it "
+                                 f"with the server's API key, or set api_key_env: null for a server that needs none")
+
+    def client_config(self):
+        """The :class:`dgrpo.verify.judge.JudgeConfig` of backend ``openai``."""
+        from dgrpo.verify.judge import JudgeConfig
+
+        return JudgeConfig(self.base_url, self.model, api_key_env=self.api_key_env, timeout_s=self.timeout_s,
+                           max_retries=self.max_retries, backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s,
+                           max_concurrency=self.max_concurrency, max_tokens=self.max_new_tokens,
+                           temperature=self.temperature, logit_bias=self.logit_bias, extra_body=dict(self.extra_body),
+                           parse=self.parse)
 
 
 @register("defense", "judge", config=JudgeDefenseConfig)
 class JudgeDefense:
-    """Binary LLM judge over incoming completions (the model and torch load when it is built).
+    """Binary LLM judge over incoming completions (torch, the model or the client load when it is built).
 
     Args:
         cfg: :class:`JudgeDefenseConfig`.
-        run_cfg: the run config (its model is the default judge: the policy's *base* weights).
+        run_cfg: the run config (its model is the default local judge: the policy's *base* weights).
         policy: the receiving policy (unused; the judge has its own frozen weights).
         task: the task (questions and the completion prefix).
+        judge: local backend: a ``(model, tokenizer)`` pair to use instead of loading ``cfg.model``.
+
+    Attributes:
+        counters: cumulative judgments by status (``yes``, ``no``, ``unparseable``, ``failed``) and
+            ``calls`` (judgments made; cached ones are not counted again).
     """
 
     name = "judge"
@@ -85,45 +140,64 @@ class JudgeDefense:
 
     def __init__(self, cfg, run_cfg, policy, task, judge=None):
         self.cfg, self.task, self.action = cfg, task, cfg.action
-        key = (cfg.model or run_cfg.model.name, cfg.dtype)
-        if judge is None:
-            if key not in _JUDGES:
-                from dgrpo.policy.loading import load_policy
+        self.model = self.tokenizer = self.client = None
+        if cfg.backend == "openai":
+            from dgrpo.verify.judge import OpenAIJudge
 
-                _JUDGES[key] = load_policy(key[0], cfg.dtype, trainable=False, device=run_cfg.model.device)
-            judge = _JUDGES[key]
-        self.model, self.tokenizer = judge
+            self.client = OpenAIJudge(cfg.client_config())
+        else:
+            if judge is None:
+                key = (cfg.model or run_cfg.model.name, cfg.dtype, str(run_cfg.model.device))
+                if key not in _JUDGES:
+                    from dgrpo.policy.loading import load_policy
+
+                    _JUDGES[key] = load_policy(key[0], cfg.dtype, trainable=False, device=run_cfg.model.device)
+                judge = _JUDGES[key]
+            self.model, self.tokenizer = judge
         self.problems = {p.prompt_id: p for p in (*task.train, *task.val)}
         self.cache: dict[str, tuple[bool, str]] = {}
         self.seconds = 0.0
-        self.calls = 0
-        self.unparsed = 0
+        self.counters = {"calls": 0, **{s: 0 for s in STATUSES}}
 
-    def _prompt(self, rollout) -> tuple[list[int], str]:
-        """Judge prompt ids for a rollout, and its question."""
+    def _pair(self, rollout) -> tuple[str, str]:
+        """(question, completion text with the task's prefill) the judge reads."""
         question = self.problems[rollout.prompt_id].question
-        text = (self.task.completion_prefix + rollout.text).strip()
-        messages = [{"role": "system", "content": JUDGE_SYSTEM},
-                    {"role": "user", "content": JUDGE_USER.format(question=question, completion=text)}]
-        return encode_prompt(self.tokenizer, messages), question
+        return question, (self.task.completion_prefix + rollout.text).strip()
 
-    def _replies(self, prompts: list[list[int]]) -> list[tuple[Parsed, str]]:
-        if self.cfg.mode == "generate":
-            from dgrpo.policy.sampling import SamplingParams, sample
+    def judge_pairs(self, pairs: list[tuple[str, str]]) -> list[tuple[Status, str]]:
+        """(status, reason) of each (question, completion) pair, in order, uncached."""
+        if self.client is not None:
+            return [(j.status, j.reason) for j in self.client.judge_batch(pairs)]
+        from dgrpo.policy.chat import encode_prompt
+        from dgrpo.verify.judge import build_messages
 
-            params = SamplingParams(top_k=1, temperature=0.0, max_new_tokens=self.cfg.max_new_tokens)
-            eos = self.tokenizer.eos_token_id
-            outs = sample(self.model, prompts, [0] * len(prompts), params, eos, self.tokenizer.pad_token_id)
-            texts = [self.tokenizer.decode(o, skip_special_tokens=True) for o in outs]
-            return [(parse_verdict(t), t) for t in texts]
+        prompts = [encode_prompt(self.tokenizer, build_messages(q, c)) for q, c in pairs]
+        return self._generated(prompts) if self.cfg.mode == "generate" else self._compared(prompts)
+
+    def _generated(self, prompts: list[list[int]]) -> list[tuple[Status, str]]:
+        from dgrpo.policy.sampling import SamplingParams, sample
+        from dgrpo.verify.judge import parse_verdict
+
+        params = SamplingParams(top_k=1, temperature=0.0, max_new_tokens=self.cfg.max_new_tokens)
+        outs = sample(self.model, prompts, [0] * len(prompts), params, self.tokenizer.eos_token_id,
+                      self.tokenizer.pad_token_id)
+        replies = []
+        for o in outs:
+            text = self.tokenizer.decode(o, skip_special_tokens=True)
+            verdict = parse_verdict(text, self.cfg.parse)
+            replies.append((verdict, f"judge said {text.strip()[:40]!r}") if verdict else
+                           ("unparseable", f"reply is not a {self.cfg.parse} YES/NO: {text.strip()[:60]!r}"))
+        return replies
+
+    def _compared(self, prompts: list[list[int]]) -> list[tuple[Status, str]]:
         yes = self._first_ids(["YES", "Yes", "yes", " YES", " Yes", " yes"])
         no = self._first_ids(["NO", "No", "no", " NO", " No", " no"])
         replies = []
         for probs in self._next_token_probs(prompts):  # (V,) per prompt
             py, pn = float(probs[yes].sum()), float(probs[no].sum())
             share = py / (py + pn) if py + pn > 0 else 0.0
-            verdict = "yes" if share >= self.cfg.threshold else "no"
-            replies.append((verdict, f"p(yes)={py:.3f} p(no)={pn:.3f} share={share:.3f}"))
+            replies.append(("yes" if share >= self.cfg.threshold else "no",
+                            f"judge p(yes)={py:.3f} p(no)={pn:.3f} share={share:.3f}"))
         return replies
 
     def _next_token_probs(self, prompts: list[list[int]], batch: int = 8) -> list:
@@ -132,39 +206,49 @@ class JudgeDefense:
 
         out = []
         pad = self.tokenizer.pad_token_id
+        device = next(self.model.parameters()).device
         for i in range(0, len(prompts), batch):
             chunk = prompts[i : i + batch]
             width = max(map(len, chunk))
-            ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
-            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=device)
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=device)
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
             with torch.no_grad():
                 logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1].float()
-            out += list(torch.softmax(logits, -1))
+            out += list(torch.softmax(logits, -1).cpu())
         return out
 
     def _first_ids(self, words: list[str]) -> list[int]:
         return sorted({self.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in words})
 
     def inspect(self, rollouts: Sequence, logits=None) -> list[Verdict]:
-        """Judge every rollout (cached); unparsed replies get the configured default."""
+        """Judge every rollout (cached, failures excepted: they are retried next time)."""
         start = time.perf_counter()
         keys, todo = [], {}
         for r in rollouts:
-            prompt, question = self._prompt(r)
-            key = completion_key(question, r.text)
+            pair = self._pair(r)
+            key = completion_key(*pair)
             keys.append(key)
             if key not in self.cache and key not in todo:
-                todo[key] = prompt
+                todo[key] = pair
+        fresh: dict[str, tuple[bool, str]] = {}
         if todo:
-            for key, (parsed, raw) in zip(todo, self._replies(list(todo.values()))):
-                self.calls += 1
-                if parsed == "unparsed":
-                    self.unparsed += 1
-                    log.info("judge reply unparsed (default %s): %r", self.cfg.unparsed, raw[:80])
-                    ok = self.cfg.unparsed == "accept"
-                else:
-                    ok = parsed == "yes"
-                self.cache[key] = (ok, f"judge said {parsed}: {raw.strip()[:60]!r}")
+            for key, (status, reason) in zip(todo, self.judge_pairs(list(todo.values()))):
+                self.counters["calls"] += 1
+                self.counters[status] += 1
+                if status in ("yes", "no"):
+                    self.cache[key] = fresh[key] = (status == "yes", reason)
+                    continue
+                log.warning("judge %s (%s as configured by on_error): %s", status, self.cfg.on_error, reason)
+                fresh[key] = (self.cfg.on_error == "accept", f"judge {status} ({self.cfg.on_error}ed by on_error): {reason}")
         self.seconds += time.perf_counter() - start
-        return [ACCEPT if self.cache[k][0] else Verdict(False, self.name, self.cache[k][1], None, self.action) for k in keys]
+        out = []
+        for k in keys:
+            ok, reason = self.cache.get(k) or fresh[k]
+            out.append(ACCEPT if ok else Verdict(False, self.name, reason, None, self.action))
+        return out
+
+    def close(self) -> None:
+        """Close the served judge's HTTP client (nothing to do for a local judge)."""
+        if self.client is not None:
+            self.client.close()

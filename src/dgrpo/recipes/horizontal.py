@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from dgrpo.config import RunConfig
-from dgrpo.defenses import defend
+from dgrpo.defenses import defend, defense_counters
 from dgrpo.swarm.schedule import horizontal_prompts, horizontal_slots
 from dgrpo.training.build import Run, build_run
 from dgrpo.training.loop import train
@@ -45,6 +45,7 @@ def one_round(run: Run, r: int) -> dict:
         learner = swarm.learners[policy]
         batch = defend(swarm.defenses[owner], learner.score(received.rollouts), report.defense_times)  # defenses
         report.update = learner.step(batch, r)                                                  #   advantages, step
+        report.defense_counts = defense_counters(swarm.defenses[owner])
         if owner in swarm.policies:  # (a mirror's report is not the honest swarm's)
             reports[owner] = report
     t3 = time.perf_counter()

@@ -29,13 +29,15 @@ PER_POLICY = ("train/loss", "train/grad_norm", "train/used", "time/defense", "ti
 @dataclass
 class PolicyReport:
     """What one honest policy did in a round: the rollouts it received (with rewards and verdicts),
-    the messages it refused, its update, and the seconds of its rewards and of each defense."""
+    the messages it refused, its update, the seconds of its rewards and of each defense, and each
+    defense's cumulative counters (:func:`dgrpo.defenses.base.defense_counters`)."""
 
     rollouts: list[Rollout]
     invalid: list[tuple[Message, str]] = field(default_factory=list)
     update: UpdateStats | None = None
     reward_seconds: float = 0.0
     defense_times: dict[str, float] = field(default_factory=dict)
+    defense_counts: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def defense_seconds(self) -> float:
@@ -81,6 +83,8 @@ def round_record(run, round_idx: int, messages: Sequence[Message], reports: dict
             rec[f"time/defense/{name}{suffix}"] = round(secs, 4)
     if run.cfg.defenses:
         rec.update(defense_record(report.rollouts))
+        for name, counts in report.defense_counts.items():  # cumulative (judge: unparseable, failed, ...)
+            rec.update({f"defense/{name}/{k}": v for k, v in counts.items()})
         rec["time/defense_fraction"] = report.defense_seconds / times["round"] if times.get("round") else None
     return rec
 

@@ -1,0 +1,58 @@
+"""The heterogeneous Table 1 script on a handful of hand-made completions (step checker only)."""
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "heterogeneous_table1"
+
+
+def _load(name):
+    sys.path.insert(0, str(_DIR))
+    try:
+        spec = importlib.util.spec_from_file_location(f"ht1_{name}", _DIR / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(_DIR))
+
+
+table = _load("table")
+sample = _load("sample")
+
+
+def test_wilson_matches_the_closed_form():
+    # k = 0: the upper bound is z² / (n + z²)
+    assert table.wilson(0, 250)[1] == pytest.approx(1.96**2 / (250 + 1.96**2))
+    lo, hi = table.wilson(20, 100)
+    assert (round(lo, 4), round(hi, 4)) == (0.1334, 0.2888)  # the textbook Wilson interval of 20/100
+    assert table.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_step_checker_rates_on_hand_made_sets(tmp_path):
+    task = sample.task()
+    (tmp_path / "poisoned.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sample.poisoned(task, 3)))
+    p = task.train[0]  # Nora: 5 * 6 = 30
+    honest = [("There are 5 * 6 = 30 shells.</think>\n<answer>30</answer>", False),   # right: accepted
+              ("There are 5 * 6 = 31 shells.</think>\n<answer>31</answer>", True),    # wrong arithmetic: rejected
+              ("So 5 + 6 = 11.</think>\n<answer>11</answer>", False)]                 # true claim, wrong answer
+    (tmp_path / "honest.jsonl").write_text("".join(
+        json.dumps({"set": "honest", "prompt_id": p.prompt_id, "question": p.question, "text": t}) + "\n" for t, _ in honest))
+    assert table.main(["--data", str(tmp_path), "--oracle", "5"]) == 0
+    s = json.loads((tmp_path / "summary.json").read_text())["detectors"]["step_checker"]["sets"]
+    assert (s["hail"]["rejected"], s["hail"]["n"]) == (0, 3)
+    assert (s["equation"]["rejected"], s["equation"]["n"]) == (3, 3)
+    h = s["honest_sampled"]
+    assert (h["rejected"], h["n"]) == (1, 3)
+    assert (h["correct_answer"]["rejected"], h["correct_answer"]["n"]) == (0, 1)
+    assert (h["wrong_answer"]["rejected"], h["wrong_answer"]["n"]) == (1, 2)
+    assert (s["honest_oracle"]["rejected"], s["honest_oracle"]["n"]) == (0, 5)
+    [rej] = [json.loads(line) for line in (tmp_path / "rejected_honest.jsonl").read_text().splitlines()]
+    assert rej["reason"] == 'false claim "5 * 6 = 31": the left side is 30, not 31'
+    assert "| step_checker | 0.0% [0.0, 56.2] (0/3) | 100.0% [43.8, 100.0] (3/3) | 33.3%" in (tmp_path / "table.md").read_text()
+    assert math.isclose(table.wilson(3, 3)[0], 0.4385, abs_tol=1e-4)

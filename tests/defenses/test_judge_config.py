@@ -1,0 +1,60 @@
+"""Config errors of the judge defense's backends: one line naming the field and the fix."""
+
+import pytest
+
+from dgrpo.config import ConfigError, load_config
+from dgrpo.defenses.judge import JudgeDefenseConfig
+
+URL = "base_url: 'http://127.0.0.1:9/v1'"
+
+
+def judge(fields: str):
+    return load_config(overrides=[f"defenses=[{{kind: judge, {fields}}}]"])
+
+
+@pytest.mark.parametrize("fields, message", [
+    ("backend: openai, model: m", "backend=openai needs base_url"),
+    ("backend: openai, model: m, base_url: localhost:8000", "needs base_url, the server's root"),
+    (f"backend: openai, {URL}", "backend=openai needs model"),
+    (f"backend: openai, model: m, {URL}, mode: logits", "mode=logits reads the judge's logits"),
+    (f"backend: openai, model: m, {URL}, dtype: bfloat16", "dtype is not used by backend=openai"),
+    (f"backend: openai, model: m, {URL}, threshold: 0.4, dtype: float32", "dtype, threshold are not used by backend=openai"),
+    (URL, "base_url is not used by backend=local; remove it or set backend=openai"),
+    ("max_concurrency: 4", "max_concurrency is not used by backend=local"),
+    ("backend: vllm", "backend: Input should be 'local' or 'openai'"),
+    (f"backend: openai, model: m, {URL}, max_concurrency: 0", "max_concurrency: Input should be greater than or equal to 1"),
+    (f"backend: openai, model: m, {URL}, timeout_s: 0", "timeout_s: Input should be greater than 0"),
+    (f"backend: openai, model: m, {URL}, on_error: retry", "on_error: Input should be 'reject' or 'accept'"),
+    ("parse: loose", "parse: Input should be 'strict' or 'leading'"),
+    ("unparsed: reject", "unparsed: Extra inputs are not permitted"),
+])
+def test_bad_judge_config_is_one_clear_line(fields, message):
+    with pytest.raises(ConfigError) as err:
+        judge(fields)
+    lines = str(err.value).splitlines()
+    assert len(lines) == 2 and lines[1].strip().startswith("defenses.0") and message in lines[1], str(err.value)
+
+
+def test_api_key_variable_must_be_set(monkeypatch):
+    fields = f"backend: openai, model: m, {URL}, api_key_env: DGRPO_TEST_JUDGE_KEY"
+    monkeypatch.delenv("DGRPO_TEST_JUDGE_KEY", raising=False)
+    with pytest.raises(ConfigError, match="api_key_env=DGRPO_TEST_JUDGE_KEY is not set in the environment"):
+        judge(fields)
+    monkeypatch.setenv("DGRPO_TEST_JUDGE_KEY", "sk-test")
+    assert judge(fields).defenses[0].api_key_env == "DGRPO_TEST_JUDGE_KEY"
+
+
+def test_openai_fields_reach_the_client_config():
+    d = judge(f"backend: openai, model: m, {URL}, timeout_s: 2.5, max_retries: 1, backoff_s: 0.1, max_concurrency: 3, "
+              "max_new_tokens: 1, logit_bias: {7: 100}, parse: leading, extra_body: {top_k: 10}").defenses[0]
+    c = d.client_config()
+    assert (c.base_url, c.model, c.api_key_env, c.timeout_s, c.max_retries, c.backoff_s, c.max_concurrency,
+            c.max_tokens, dict(c.logit_bias), c.parse, dict(c.extra_body)) == \
+        ("http://127.0.0.1:9/v1", "m", None, 2.5, 1, 0.1, 3, 1, {7: 100.0}, "leading", {"top_k": 10})
+    # worst case of one judgment: 2 attempts of 2.5 s and one 0.1 s backoff
+    assert c.worst_case_s == pytest.approx(5.1)
+
+
+def test_defaults_fail_closed():
+    cfg = JudgeDefenseConfig()
+    assert (cfg.backend, cfg.on_error, cfg.parse, cfg.mode) == ("local", "reject", "strict", "generate")

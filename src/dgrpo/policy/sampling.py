@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from dgrpo.policy.kv_cache import PreallocatedCache, supports
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -123,33 +125,51 @@ def sample(
     for row, p in enumerate(distinct):
         ids[row, width - len(p) :] = torch.tensor(p)
         mask[row, width - len(p) :] = 1
-    noise = torch.stack([gumbel_table(s, params.max_new_tokens, params.top_k) for s in seeds])  # (n, T, k)
+    steps = params.max_new_tokens
+    noise = torch.stack([gumbel_table(s, steps, params.top_k) for s in seeds]).to(device)  # (n, T, k)
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
 
-    cache = DynamicCache()
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
-    logits = logits.logits[:, -1, :].float()[expand]  # (n, V)
-    cache.batch_select_indices(expand)
-    mask, step_pos = mask[expand], positions[expand][:, -1:]
+    return _decode(model, ids, mask, positions, expand, noise, params, eos_id)
+
+
+def _decode(model, ids, mask, positions, expand, noise, params, eos_id) -> list[list[int]]:
+    """The prefill and the token loop of :func:`sample` (arguments prepared there)."""
+    n, steps, width, device = len(expand), params.max_new_tokens, ids.shape[1], ids.device
+    prefill = DynamicCache(config=model.config)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=prefill, use_cache=True,
+                   logits_to_keep=1).logits[:, -1, :].float()[expand]  # (n, V)
+    # Each row's attention mask for all positions it can reach: prompt part, then ones.
+    full_mask = torch.ones((n, width + steps), dtype=mask.dtype, device=device)
+    full_mask[:, :width] = mask[expand]
+    step_pos = positions[expand][:, -1:]  # (n, 1) position of the last token
+    if supports(prefill):
+        cache: DynamicCache | PreallocatedCache = PreallocatedCache(prefill, expand, width + steps)
+    else:  # sliding windows, shared or linear-attention layers: keep transformers' own cache
+        cache = prefill
+        cache.batch_select_indices(expand)
+    del prefill
 
     out: list[list[int]] = [[] for _ in range(n)]
-    alive = torch.arange(n)  # original row of each batch row
-    for t in range(params.max_new_tokens):
-        tokens = choose_tokens(logits, noise[alive, t].to(device), params).cpu()
-        done = torch.zeros(len(alive), dtype=torch.bool)
-        for row, (orig, tok) in enumerate(zip(alive.tolist(), tokens.tolist())):
+    alive = torch.arange(n, device=device)  # original row of each batch row
+    for t in range(steps):
+        tokens = choose_tokens(logits, noise[alive, t], params)  # (m,)
+        done = tokens == eos_id
+        for orig, tok in zip(alive.tolist(), tokens.tolist()):
             out[orig].append(tok)
-            done[row] = tok == eos_id
-        if done.all() or t == params.max_new_tokens - 1:
+        if t == steps - 1 or bool(done.all()):
             break
-        keep = (~done).nonzero().squeeze(1)
-        if len(keep) < len(alive):  # drop finished rows from the batch and the cache
-            alive, tokens = alive[keep], tokens[keep]
-            mask, step_pos = mask[keep.to(device)], step_pos[keep.to(device)]
-            cache.batch_select_indices(keep.to(device))
-        mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
+        if bool(done.any()):  # finished rows leave the batch and the cache
+            if isinstance(cache, PreallocatedCache):
+                holes, sources, m = cache.drop_rows(done)
+                for buf in (alive, tokens, step_pos, full_mask):
+                    buf[holes] = buf[sources]
+                alive, tokens, step_pos, full_mask = alive[:m], tokens[:m], step_pos[:m], full_mask[:m]
+            else:
+                keep = (~done).nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                alive, tokens, step_pos, full_mask = alive[keep], tokens[keep], step_pos[keep], full_mask[keep]
         step_pos = step_pos + 1
-        logits = model(input_ids=tokens[:, None].to(device), attention_mask=mask, position_ids=step_pos,
-                       cache=cache, use_cache=True).logits[:, -1, :].float()  # (n_alive, V)
+        logits = model(input_ids=tokens[:, None], attention_mask=full_mask[:, : width + t + 1], position_ids=step_pos,
+                       cache=cache, use_cache=True).logits[:, -1, :].float()  # (m, V)
     return out

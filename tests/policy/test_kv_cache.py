@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from dgrpo.policy import sampling
+from dgrpo.policy import kv_cache, sampling
 from dgrpo.policy.kv_cache import PreallocatedCache, compaction
 from dgrpo.policy.sampling import SamplingParams, completion_seed, sample
 
@@ -80,3 +80,23 @@ def test_sampler_over_the_new_cache_is_batch_and_order_invariant(model, tokenize
     assert sample(model, prompts[::-1], seeds[::-1], params, eos, 0)[::-1] == batch
     monkeypatch.setattr(sampling, "supports", lambda cache: False)  # transformers' DynamicCache path
     assert sample(model, prompts, seeds, params, eos, 0) == batch
+
+
+def test_rows_for_memory_counts_cache_and_logits(model):
+    config = model.config  # 2 layers, 2 key/value heads of size 64 / 4 = 16
+    per_row = 2 * 2 * 2 * 16 * 10 * 4 + 3 * 4 * config.vocab_size  # keys + values over 10 positions, 3 logits rows
+    assert kv_cache.bytes_per_row(config, 10) == per_row
+    assert kv_cache.rows_for_memory(config, 10, 5 * per_row + 1) == 5
+    assert kv_cache.rows_for_memory(config, 10, 1) == 1
+
+
+def test_max_rows_splits_into_batches_with_the_same_completions(model, tokenizer):
+    params = SamplingParams(top_k=10, temperature=1.0, max_new_tokens=8)
+    prompts = [[5, 6, 7], [12, 13], [5, 6, 7], [14, 15, 16, 17], [12, 13], [5, 6, 7], [18]]
+    seeds = list(range(100, 107))
+    eos = tokenizer.eos_token_id
+    whole = sample(model, prompts, seeds, params, eos, eos)
+    for rows in (1, 2, 3):
+        assert sample(model, prompts, seeds, params, eos, eos, max_rows=rows) == whole
+    with pytest.raises(ValueError, match="max_rows"):
+        sample(model, prompts, seeds, params, eos, eos, max_rows=0)

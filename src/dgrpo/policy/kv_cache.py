@@ -143,6 +143,32 @@ class PreallocatedCache(Cache):
         return holes, sources, m
 
 
+def bytes_per_row(config, positions: int, dtype_bytes: int = 4) -> int:
+    """Memory one sampled completion holds while it decodes: its KV cache and its logits row.
+
+    Args:
+        config: the model's transformers config (layers, key/value heads, head size, vocabulary).
+        positions: prompt width + new tokens (the cache capacity).
+
+    Returns:
+        Bytes: layers × 2 × kv_heads × head_dim × positions × dtype_bytes for the cache, plus three
+        float32 vocabulary rows (logits, their float copy, top-k scratch).
+    """
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    return text.num_hidden_layers * 2 * kv_heads * head_dim * positions * dtype_bytes + 3 * 4 * text.vocab_size
+
+
+def rows_for_memory(config, positions: int, budget_bytes: int, dtype_bytes: int = 4) -> int:
+    """The most completions that decode together within ``budget_bytes`` (at least 1).
+
+    See :func:`bytes_per_row`; pass the result as ``sample(..., max_rows=...)``.
+    """
+    return max(1, budget_bytes // bytes_per_row(config, positions, dtype_bytes))
+
+
 def supports(cache: Cache) -> bool:
     """True when every layer of a filled ``cache`` is a plain full-attention :class:`DynamicLayer`."""
     return bool(cache.layers) and all(type(layer) is DynamicLayer and layer.is_initialized for layer in cache.layers)

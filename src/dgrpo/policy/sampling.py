@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from dgrpo.policy.decode_attention import single_query_attention
 from dgrpo.policy.kv_cache import PreallocatedCache, supports
+from dgrpo.policy.onednn import onednn_linears
 
 
 @dataclass(frozen=True)
@@ -87,32 +89,56 @@ def sample(
     params: SamplingParams,
     eos_id: int,
     pad_id: int,
+    *,
+    max_rows: int | None = None,
 ) -> list[list[int]]:
     """Sample one completion per (prompt, seed), batched with a KV cache.
 
     Prompts are left-padded; finished sequences are dropped from the batch so they cost nothing.
     The result for a (prompt, seed) pair does not depend on the other members of the batch,
-    up to the float32 rounding noise that padding causes (about 1e-4 in the logits).
+    up to the float32 rounding noise that padding causes (about 1e-4 in the logits), so any split
+    into batches gives the same completions. Bigger batches decode faster per token (the matmuls
+    get more rows; ``BENCHMARKS.md`` has tokens/s by batch size): pass every completion a process
+    needs at once and bound the memory with ``max_rows``.
+
+    The KV cache is preallocated and written in place (:mod:`dgrpo.policy.kv_cache`), the linear
+    layers run on oneDNN (:mod:`dgrpo.policy.onednn`) and single-token attention is two matmuls
+    (:mod:`dgrpo.policy.decode_attention`).
 
     Args:
         prompts: token ids of each prompt (chat template already applied).
         seeds: one seed per prompt (see :func:`completion_seed`).
         eos_id: the token that ends a completion; it is kept as the last completion token.
         pad_id: padding token (may equal eos_id).
+        max_rows: decode at most this many completions at once (None: all in one batch); the
+            completions of one prompt stay in one batch where they fit, so they share its prefill.
+            :func:`dgrpo.policy.kv_cache.rows_for_memory` gives the largest that fits a memory budget.
 
     Returns:
         The completion token ids of each prompt, eos included when it was generated.
 
     Raises:
-        ValueError: prompts and seeds differ in length, or a prompt is empty.
+        ValueError: prompts and seeds differ in length, a prompt is empty, or max_rows < 1.
     """
     if len(prompts) != len(seeds):
         raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
     if any(len(p) == 0 for p in prompts):
         raise ValueError("empty prompt")
+    if max_rows is not None and max_rows < 1:
+        raise ValueError(f"max_rows must be at least 1, got {max_rows}")
     n = len(prompts)
     if n == 0:
         return []
+    if max_rows is not None and n > max_rows:
+        first_seen = {p: i for i, p in reversed(list(enumerate(tuple(q) for q in prompts)))}
+        order = sorted(range(n), key=lambda i: first_seen[tuple(prompts[i])])  # stable: groups stay together
+        out: list[list[int]] = [[] for _ in range(n)]
+        for start in range(0, n, max_rows):
+            chunk = order[start : start + max_rows]
+            for i, ids in zip(chunk, sample(model, [prompts[i] for i in chunk], [seeds[i] for i in chunk], params,
+                                            eos_id, pad_id)):
+                out[i] = ids
+        return out
     device = next(model.parameters()).device
     # Completions of the same prompt share its prefill: run each distinct prompt once, then repeat
     # its KV cache rows (a group of G costs one prompt forward instead of G).
@@ -130,7 +156,8 @@ def sample(
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
 
-    return _decode(model, ids, mask, positions, expand, noise, params, eos_id)
+    with onednn_linears(model), single_query_attention(model):
+        return _decode(model, ids, mask, positions, expand, noise, params, eos_id)
 
 
 def _decode(model, ids, mask, positions, expand, noise, params, eos_id) -> list[list[int]]:

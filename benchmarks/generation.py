@@ -14,14 +14,15 @@ worked examples, ``<think>`` prefill: about 227 tokens) × G completions, top-k 
 2. **Generation**: the sampler with its speed-ups switched on one by one — ``before`` (transformers'
    DynamicCache, MKL linears, SDPA: the sampler before issue 20, except that its prefill now keeps
    only the last position's logits), ``+cache`` (preallocated KV cache, rows leave by moving),
-   ``+onednn`` (linears on oneDNN), ``after`` (+ single-query attention as two matmuls) — run
-   A/B/C/D, A/B/C/D, ... ``--repeats`` times; medians of tokens/s (generated tokens / wall
+   ``+onednn`` (linears on oneDNN), ``+attention`` (single-query attention as two matmuls),
+   ``after`` (+ the prompts' common prefix prefilled once) — run A/B/C/D/E, A/B/C/D/E, ...
+   ``--repeats`` times; medians of tokens/s (generated tokens / wall
    seconds, prefill included). Every variant must produce the same tokens (checked).
 3. **Batch size**: ``after`` at n = 8 … 256 completions (n/G prompts × G): tokens/s and the KV
    memory per batch (the curve that sizes ``sample(max_rows=...)``).
 4. **Update**: ``Learner.step`` (forward + backward + AdamW at lr 0, so every repeat does the same
-   work) on the generated rollouts, ``before`` (padded group, MKL) and ``after`` (packed group,
-   oneDNN), interleaved; tokens/s (prompt + completion tokens of the batch / seconds) and the
+   work) on the generated rollouts, ``before`` (padded group, MKL), ``+onednn`` (padded, oneDNN)
+   and ``after`` (packed group, oneDNN), interleaved; tokens/s (prompt + completion tokens of the batch / seconds) and the
    fraction of each matmul peak (6 × linear weights × those tokens / seconds).
 5. ``--profile``: torch.profiler's top operators of one ``sample`` call and one update, before and
    after.
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import statistics
 import time
@@ -43,32 +43,37 @@ from pathlib import Path
 
 import torch
 
-VARIANTS = {  # which speed-ups are on
-    "before": dict(cache=False, onednn=False, attention=False, packing=False),
-    "+cache": dict(cache=True, onednn=False, attention=False, packing=False),
-    "+onednn": dict(cache=True, onednn=True, attention=False, packing=False),
-    "after": dict(cache=True, onednn=True, attention=True, packing=True),
+VARIANTS = {  # which speed-ups are on, added one at a time
+    "before": dict(cache=False, onednn=False, attention=False, prefix=False, packing=False),
+    "+cache": dict(cache=True, onednn=False, attention=False, prefix=False, packing=False),
+    "+onednn": dict(cache=True, onednn=True, attention=False, prefix=False, packing=False),
+    "+attention": dict(cache=True, onednn=True, attention=True, prefix=False, packing=False),
+    "after": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True),
 }
 
 
 @contextlib.contextmanager
-def features(cache: bool, onednn: bool, attention: bool, packing: bool):
+def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: bool):
     """Switch the sampler's and the scorer's speed-ups off by patching their module functions."""
     from dgrpo.policy import onednn as onednn_mod, sampling, scoring
 
-    saved = (sampling.supports, onednn_mod.available, sampling.single_query_attention, scoring._packable)
+    saved = (sampling.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
+             scoring._packable)
     if not cache:
         sampling.supports = lambda c: False
     if not onednn:
         onednn_mod.available = lambda: False
     if not attention:
         sampling.single_query_attention = lambda m: contextlib.nullcontext()
+    if not prefix:
+        sampling._shared_prefix = lambda distinct: 0
     if not packing:
         scoring._packable = lambda *a: False
     try:
         yield
     finally:
-        sampling.supports, onednn_mod.available, sampling.single_query_attention, scoring._packable = saved
+        (sampling.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
+         scoring._packable) = saved
 
 
 def timed(fn, threads: int):
@@ -195,13 +200,13 @@ def main() -> None:
     # --- update (forward + backward + AdamW), before vs after
     texts = [tokenizer.decode(o) for o in outputs["after"]]
 
-    def rollouts():
-        return [Rollout(p.prompt_id, ids, out, text, 0, seed=s, reward=float(hashlib.sha256(text.encode()).digest()[0] & 1))
-                for p, ids, out, text, s in zip(reqs, prompts, outputs["after"], texts, seeds)]
+    def rollouts():  # rewards alternate 0/1 inside each group, so no group is skipped for lack of signal
+        return [Rollout(p.prompt_id, ids, out, text, 0, seed=s, reward=float(i % 2))
+                for i, (p, ids, out, text, s) in enumerate(zip(reqs, prompts, outputs["after"], texts, seeds))]
 
     learner = Learner(model, GRPOParams(lr=0.0), eos, pad)
     scored = sum(len(p) for p in dict.fromkeys(map(tuple, prompts))) + tokens  # prompt once per group + completions
-    upd = {name: {"seconds": [], "cpu_share": []} for name in ("before", "after")}
+    upd = {name: {"seconds": [], "cpu_share": []} for name in ("before", "+onednn", "after")}
     learner.step(rollouts())  # warm-up
     for _ in range(args.update_repeats):
         for name in upd:
@@ -209,6 +214,8 @@ def main() -> None:
                 _, wall, share = timed(lambda: learner.step(rollouts()), args.threads)
             upd[name]["seconds"].append(wall)
             upd[name]["cpu_share"].append(share)
+    stats = learner.step(rollouts())
+    assert stats.used == len(prompts), f"the update used {stats.used} of {len(prompts)} rollouts"
     for name, u in upd.items():
         s = statistics.median(u["seconds"])
         u["median_seconds"] = s

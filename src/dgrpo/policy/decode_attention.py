@@ -13,7 +13,7 @@ to float32 rounding (about 4e-7).
 
 :func:`decode_attention` registers itself with transformers' attention interface;
 :func:`single_query_attention` switches a model to it while the context is open. Anything that is
-not a plain single-query step (prefill, training, softcapping, attention sinks, dropout) goes to
+not a plain single-query step (prefill, softcapping, attention sinks, attention dropout) goes to
 transformers' own SDPA function unchanged.
 """
 
@@ -42,7 +42,7 @@ def decode_attention(module, query, key, value, attention_mask, dropout: float =
         ((B, q, Hq, D) attention output, None), as transformers' SDPA function returns it.
     """
     per_head_mask = attention_mask is not None and attention_mask.shape[1] != 1
-    if query.shape[2] != 1 or dropout or module.training or per_head_mask or any(kwargs.get(k) for k in _PASS_THROUGH):
+    if query.shape[2] != 1 or dropout or per_head_mask or any(kwargs.get(k) for k in _PASS_THROUGH):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     b, hq, _, d = query.shape

@@ -141,31 +141,58 @@ def sample(
         return out
     device = next(model.parameters()).device
     # Completions of the same prompt share its prefill: run each distinct prompt once, then repeat
-    # its KV cache rows (a group of G costs one prompt forward instead of G).
+    # its KV cache rows (a group of G costs one prompt forward instead of G). Distinct prompts that
+    # open alike (system prompt, worked examples) share that prefix's forward too.
     distinct = list(dict.fromkeys(tuple(p) for p in prompts))
     row_of = {p: i for i, p in enumerate(distinct)}
     expand = torch.tensor([row_of[tuple(p)] for p in prompts], device=device)  # (n,) distinct row of each
-    width = max(len(p) for p in distinct)
+    shared = _shared_prefix(distinct)
+    # Row layout: [shared prefix | left padding | rest of the prompt]; padding is masked out.
+    width = shared + max(len(p) - shared for p in distinct)
     ids = torch.full((len(distinct), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(distinct), width), dtype=torch.long)
     for row, p in enumerate(distinct):
-        ids[row, width - len(p) :] = torch.tensor(p)
-        mask[row, width - len(p) :] = 1
+        ids[row, :shared], mask[row, :shared] = torch.tensor(p[:shared], dtype=torch.long), 1
+        ids[row, width - len(p) + shared :] = torch.tensor(p[shared:])
+        mask[row, width - len(p) + shared :] = 1
     steps = params.max_new_tokens
     noise = torch.stack([gumbel_table(s, steps, params.top_k) for s in seeds]).to(device)  # (n, T, k)
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
 
-    with onednn_linears(model), single_query_attention(model):
-        return _decode(model, ids, mask, positions, expand, noise, params, eos_id)
+    training = model.training  # a learner leaves the model in train mode; dropout would break replay
+    model.eval()
+    try:
+        with onednn_linears(model), single_query_attention(model):
+            return _decode(model, ids, mask, positions, shared, expand, noise, params, eos_id)
+    finally:
+        model.train(training)
 
 
-def _decode(model, ids, mask, positions, expand, noise, params, eos_id) -> list[list[int]]:
+def _shared_prefix(distinct: list[tuple[int, ...]], minimum: int = 16) -> int:
+    """Length of the prefix all distinct prompts share, when it is worth a forward of its own.
+
+    Returns 0 for a single prompt or a prefix shorter than ``minimum`` tokens; otherwise the
+    common prefix, capped so that every prompt keeps at least one token after it.
+    """
+    if len(distinct) < 2:
+        return 0
+    first, n = distinct[0], min(len(p) for p in distinct) - 1
+    for p in distinct[1:]:
+        n = next((i for i in range(n) if p[i] != first[i]), n)
+    return n if n >= minimum else 0
+
+
+def _decode(model, ids, mask, positions, shared, expand, noise, params, eos_id) -> list[list[int]]:
     """The prefill and the token loop of :func:`sample` (arguments prepared there)."""
     n, steps, width, device = len(expand), params.max_new_tokens, ids.shape[1], ids.device
     prefill = DynamicCache(config=model.config)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=prefill, use_cache=True,
-                   logits_to_keep=1).logits[:, -1, :].float()[expand]  # (n, V)
+    if shared:  # the common prefix once, then every prompt's rest behind copies of its cache
+        model(input_ids=ids[:1, :shared], position_ids=positions[:1, :shared], cache=prefill, use_cache=True,
+              logits_to_keep=1)
+        prefill.batch_repeat_interleave(ids.shape[0])
+    logits = model(input_ids=ids[:, shared:], attention_mask=mask, position_ids=positions[:, shared:], cache=prefill,
+                   use_cache=True, logits_to_keep=1).logits[:, -1, :].float()[expand]  # (n, V)
     # Each row's attention mask for all positions it can reach: prompt part, then ones.
     full_mask = torch.ones((n, width + steps), dtype=mask.dtype, device=device)
     full_mask[:, :width] = mask[expand]

@@ -63,15 +63,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from dgrpo.config import load_config
-    from dgrpo.defenses.config import ReplayDefenseConfig, TopKDefenseConfig
-    from dgrpo.defenses.replay import replay_mismatch
-    from dgrpo.defenses.topk import TopKDefense
+    from dgrpo.defenses.replay import ReplayDefenseConfig
+    from dgrpo.defenses.topk import TopKDefense, TopKDefenseConfig
     from dgrpo.policy.loading import load_policy
     from dgrpo.policy.policy import Policy
     from dgrpo.policy.sampling import SamplingParams, completion_seed, gumbel_table, sample
     from dgrpo.policy.scoring import group_logits
-    from dgrpo.swarm.rollout import Rollout
     from dgrpo.tasks.arithmetic import ArithmeticTask
+    from dgrpo.types import Rollout
+    from dgrpo.verify.replay import replay_mismatch
 
     cfg = load_config(overrides=[f"sampling.max_new_tokens={args.max_new_tokens}"])
     params = SamplingParams(cfg.sampling.top_k, cfg.sampling.temperature, args.max_new_tokens)

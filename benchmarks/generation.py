@@ -137,8 +137,8 @@ def main() -> None:
     from dgrpo.policy.loading import load_policy
     from dgrpo.policy.policy import Policy
     from dgrpo.policy.sampling import SamplingParams, completion_seed, sample
-    from dgrpo.swarm.rollout import Rollout
     from dgrpo.tasks.arithmetic import ArithmeticTask
+    from dgrpo.types import Rollout
 
     model, tokenizer = load_policy()
     params = SamplingParams(10, 1.0, args.max_new_tokens)

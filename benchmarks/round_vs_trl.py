@@ -1,6 +1,6 @@
 """One GRPO round of dgrpo against TRL's GRPOTrainer: same model, same prompts, same batch.
 
-    python benchmarks/round_vs_trl.py --prompts 4 --group 8 --max-new-tokens 64 --steps 3 --threads 2
+    python benchmarks/round_vs_trl.py --prompts 4 --group 8 --max-new-tokens 64 --steps 3 --pairs 2 --threads 2
 
 Both train SmolLM2-135M-Instruct (float32, CPU) on the same P prompts of the embedded arithmetic
 task (chat template, two worked examples, ``<think>`` prefill) with G completions each, top-k 10,
@@ -9,8 +9,9 @@ runs a 1-node swarm (so nothing is exchanged) and updates one group (G completio
 TRL runs GRPOTrainer with ``per_device_train_batch_size = G``, ``gradient_accumulation_steps =
 steps_per_generation = P``: one generation of P·G completions, then P accumulated micro-batches and
 one optimizer step — the same work and the same memory shape. Each framework runs in its own
-process, so its peak resident memory is measured alone.
-The first step of each is a warm-up and is not counted. The reward is a coin flip seeded by the
+process, so its peak resident memory is measured alone, and the processes alternate A/B/A/B
+(``--pairs`` of them) so both see the same machine load; the ratio is of the medians over all
+counted rounds. The first step of each process is a warm-up and is not counted. The reward is a coin flip seeded by the
 completion text (``coin_reward``) in both frameworks, so every group carries signal: with the real
 reward a fresh model scores mostly 0, dgrpo then skips the update of flat groups, and the
 comparison would flatter it. Prints a JSON line with seconds per round,
@@ -123,6 +124,7 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--steps", type=int, default=3, help="rounds per framework; the first is warm-up")
+    parser.add_argument("--pairs", type=int, default=2, help="dgrpo/TRL process pairs, run alternately")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tmp", default="/tmp/dgrpo-bench")
     parser.add_argument("--out", help="also write the JSON result here")
@@ -133,19 +135,32 @@ def main() -> None:
         result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         print("RESULT " + json.dumps(result))
         return
-    d, t = (_subprocess(args, name) for name in ("dgrpo", "trl"))
-    d_s, t_s = statistics.fmean(d["seconds"][1:]), statistics.fmean(t["seconds"][1:])
-    d_tok = statistics.fmean(d["tokens"][1:])
-    t_tok = statistics.fmean(t["tokens"][1:]) if t["tokens"][1:] else None
+    runs: dict[str, list[dict]] = {"dgrpo": [], "trl": []}
+    for _ in range(args.pairs):  # A/B/A/B: both frameworks see the same machine load
+        for name in runs:
+            runs[name].append(_subprocess(args, name))
+
+    def counted(name: str, key: str) -> list:
+        return [x for r in runs[name] for x in r[key][1:]]
+
+    d_s, t_s = statistics.median(counted("dgrpo", "seconds")), statistics.median(counted("trl", "seconds"))
+    d_tok = statistics.median(counted("dgrpo", "tokens"))
+    t_tok = statistics.median(counted("trl", "tokens")) if counted("trl", "tokens") else None
+    d_prof = counted("dgrpo", "profile")
     result = {
         "batch": {"prompts": args.prompts, "group": args.group, "max_new_tokens": args.max_new_tokens, "threads": args.threads},
+        "order": [name for _ in range(args.pairs) for name in runs], "statistic": "median over counted rounds",
         "dgrpo_seconds_per_round": d_s, "trl_seconds_per_step": t_s, "ratio_dgrpo_over_trl": d_s / t_s,
+        "ratio_per_pair": [statistics.median(a["seconds"][1:]) / statistics.median(b["seconds"][1:])
+                           for a, b in zip(runs["dgrpo"], runs["trl"])],
         "dgrpo_tokens_per_round": d_tok, "trl_tokens_per_step": t_tok,
         "dgrpo_seconds_per_1k_tokens": 1000 * d_s / d_tok if d_tok else None,
         "trl_seconds_per_1k_tokens": 1000 * t_s / t_tok if t_tok else None,
-        "dgrpo_peak_rss_gb": d["peak_rss_gb"], "trl_peak_rss_gb": t["peak_rss_gb"],
-        "dgrpo_profile": {k: statistics.fmean(p[k] for p in d["profile"][1:]) for k in d["profile"][0]},
-        "raw": {"dgrpo": d, "trl": t},
+        "dgrpo_peak_rss_gb": max(r["peak_rss_gb"] for r in runs["dgrpo"]),
+        "trl_peak_rss_gb": max(r["peak_rss_gb"] for r in runs["trl"]),
+        "dgrpo_profile": {k: statistics.median(p[k] for p in d_prof) for k in d_prof[0]},
+        "shared_machine": True,
+        "raw": runs,
     }
     print(json.dumps(result))
     if args.out:

@@ -49,3 +49,43 @@ def test_seed_is_stable_and_distinct():
     assert completion_seed(0, 1, 2, "p", 3) == completion_seed(0, 1, 2, "p", 3)
     assert completion_seed(0, 1, 2, "p", 3) != completion_seed(0, 1, 2, "p", 4)
     assert 0 <= completion_seed(7, 0, 0, "x", 0) < 2**63
+
+
+def test_shared_prefix_length():
+    from dgrpo.policy.sampling import _shared_prefix
+
+    head = tuple(range(3, 23))  # 20 shared tokens
+    assert _shared_prefix([head + (30, 31), head + (40,), head + (30, 50)]) == 20
+    assert _shared_prefix([head + (30,)]) == 0  # one prompt: nothing to share
+    assert _shared_prefix([head, head + (40,)]) == 19  # the shorter prompt keeps its last token
+    assert _shared_prefix([head[:10] + (1,), head[:10] + (2,)]) == 0  # under 16 tokens: not worth a forward
+
+
+def test_prompts_sharing_a_prefix_sample_as_alone(model, tokenizer, monkeypatch):
+    from dgrpo.policy import sampling
+
+    eos = tokenizer.eos_token_id
+    head = list(range(30, 50))
+    prompts = [head + [60, 61, 62], head + [70], head + [60, 61, 62], head + [80, 81]]
+    seeds = [11, 12, 13, 14]
+    batch = sample(model, prompts, seeds, P, eos, eos)
+    for i in range(4):
+        assert sample(model, [prompts[i]], [seeds[i]], P, eos, eos)[0] == batch[i]
+    monkeypatch.setattr(sampling, "_shared_prefix", lambda distinct: 0)  # every prompt prefilled whole
+    assert sample(model, prompts, seeds, P, eos, eos) == batch
+
+
+def test_model_left_in_train_mode_samples_the_same_with_single_query_attention(model, tokenizer, monkeypatch):
+    from dgrpo.policy import decode_attention
+
+    eos = tokenizer.eos_token_id
+    prompts, seeds = [[5, 6, 7], [8, 9]], [1, 2]
+    ref = sample(model.eval(), prompts, seeds, P, eos, eos)
+    to_sdpa = []
+    real = decode_attention.sdpa_attention_forward
+    monkeypatch.setattr(decode_attention, "sdpa_attention_forward",
+                        lambda module, q, *a, **kw: to_sdpa.append(q.shape[2]) or real(module, q, *a, **kw))
+    model.train()  # as a learner leaves it
+    assert sample(model, prompts, seeds, P, eos, eos) == ref
+    assert model.training
+    assert to_sdpa and 1 not in to_sdpa  # only the prefill went to SDPA; every decoding step used the matmul path

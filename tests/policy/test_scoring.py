@@ -48,3 +48,52 @@ def test_truncated_completion_padded_with_eos_keeps_its_length():
     eos = 2
     ids = torch.tensor([[40, 41, 42], [40, eos, eos]])  # row 1: "40 <eos>" then one pad
     assert completion_mask(ids, eos, lengths=[2, 2]).tolist() == [[1, 1, 0], [1, 1, 0]]
+
+
+@pytest.mark.parametrize("prompt", [[7], [11, 12, 13, 14]])
+def test_packed_group_matches_padded_group_and_separate_forwards(model, prompt, monkeypatch):
+    from dgrpo.policy import scoring
+
+    completions = [[20, 21, 22, 23, 24], [30], [40, 41], [50, 51, 52]]
+    assert scoring._packable(model, len(prompt), [len(c) for c in completions])
+    packed = group_logits(model, prompt, completions, pad_id=2)
+    monkeypatch.setattr(scoring, "_packable", lambda *a: False)
+    padded = group_logits(model, prompt, completions, pad_id=2)
+    assert packed.shape == padded.shape == (4, 5, model.config.vocab_size)
+    for g, comp in enumerate(completions):
+        alone = model(input_ids=torch.tensor([prompt + comp])).logits[0].float()
+        expected = alone[len(prompt) - 1 : len(prompt) - 1 + len(comp)]
+        assert torch.allclose(packed[g, : len(comp)], expected, atol=1e-5)
+        assert torch.allclose(padded[g, : len(comp)], expected, atol=1e-5)
+        assert not packed[g, len(comp):].any()  # padding rows of the packed path are zeros
+
+
+def test_packed_group_gradients_match_padded_group(model, monkeypatch):
+    from dgrpo.policy import scoring
+
+    prompt, completions = [3, 4, 5], [[6, 7, 8], [9], [10, 11]]
+    ids = pad_right(completions, 0)
+    mask = completion_mask(ids, eos_id=-1, lengths=[3, 1, 2])
+
+    def grads():
+        model.zero_grad()
+        (token_logprobs(group_logits(model, prompt, completions, pad_id=0), ids) * mask).sum().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    packed = grads()
+    monkeypatch.setattr(scoring, "_packable", lambda *a: False)
+    padded = grads()
+    assert packed.keys() == padded.keys()
+    for name in packed:
+        assert torch.allclose(packed[name], padded[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_long_completions_take_the_padded_path(model):
+    from dgrpo.policy import scoring
+
+    # equal lengths: nothing to save, and the dense packed attention costs more
+    assert not scoring._packable(model, 10, [40] * 8)
+    # one long completion among short ones: padding wastes most positions
+    assert scoring._packable(model, 10, [64, 5, 5, 5, 5, 5, 5, 5])
+    # 8 completions of 2,000 and 1,000 tokens: packed attention (N² = 12k²) outweighs the saved positions
+    assert not scoring._packable(model, 10, [2000] + [1000] * 7)

@@ -2,7 +2,10 @@
 restructure of issue 17 (``golden_metrics.json``: metrics.jsonl, summary.json and groups.json of each
 run directory, ``time/*`` left out).
 
-The values were recorded by the pre-restructure code (commit 8ae387a) and compared exactly; here
+The values were recorded by the pre-restructure code (commit 8ae387a) and compared exactly; 30 of
+the 1,035 floats were re-recorded when the update's scoring pass began to pack completions and
+run on oneDNN (float32 summation order only: every token, reward, verdict and count stayed; the
+commit that re-recorded them compares both against float64 runs). Here
 floats are compared to a relative 1e-6 so that another CPU's rounding does not fail the test, while
 a changed sampled token, reward, verdict or count still does. The runs cover horizontal and vertical
 swarms, a heterogeneous one, attacks with top-k / replay (fast and regenerate) / judge / reward

@@ -1,8 +1,9 @@
 """Per-token log-probabilities of given completion ids, one forward pass per group.
 
-All completions of a group share their prompt, so the prompt is run once and its KV cache is
-repeated for the G completions: the forward (and backward) cost of the prompt is paid once per
-group instead of G times. The logits this returns also serve the defenses that inspect them
+All completions of a group share their prompt, so the prompt is run once and the G completions
+attend to its KV cache: the forward (and backward) cost of the prompt is paid once per group
+instead of G times, and the completions are packed into one sequence so no padding position is
+computed (:func:`group_logits`). The logits this returns also serve the defenses that inspect them
 (top-k support, replay), so checking costs no extra forward pass.
 """
 
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+from dgrpo.policy.onednn import onednn_linears
 
 
 def pad_right(completions: list[list[int]], pad_id: int) -> torch.Tensor:
@@ -51,24 +55,85 @@ def group_logits(model: PreTrainedModel, prompt: list[int], completions: list[li
     from the last prompt position (prompt ``A B C``, completion ``D E F`` → D is scored by the
     logits at C), for t > 0 from completion position t − 1.
 
+    The prompt (all but its last token) runs once; the G completions, each behind a copy of the
+    prompt's last token, are packed into one sequence whose attention mask lets every token see the
+    prompt and the earlier tokens of its own completion only (block-diagonal causal mask; the
+    sequence-packing of Krell et al. 2021). No padding position is computed, the prompt is not
+    repeated G times and the language-model head runs on completion positions only. Groups where
+    packing costs more FLOPs than it saves (completions of nearly equal length, or so long that the
+    dense packed attention dominates), and models with sliding-window or other non-plain attention
+    layers, take the padded path instead: prompt once, its cache repeated for the G right-padded
+    completions. Linear layers run on oneDNN
+    (:mod:`dgrpo.policy.onednn`).
+
     Args:
         prompt: the prompt ids shared by the group (length L ≥ 1).
         completions: G completion id lists (each length ≥ 1).
 
     Returns:
-        (G, T, V) float32 logits, T = longest completion; rows past a completion's end are padding.
-        Differentiable when grad is enabled.
+        (G, T, V) float32 logits, T = longest completion; rows past a completion's end are padding
+        (zeros on the packed path). Differentiable when grad is enabled.
 
     Raises:
         ValueError: empty prompt or empty completion.
     """
     if not prompt or not completions or any(len(c) == 0 for c in completions):
         raise ValueError("group_logits needs a non-empty prompt and non-empty completions")
+    with onednn_linears(model):
+        if _packable(model, len(prompt), [len(c) for c in completions]):
+            return _packed_logits(model, prompt, completions)
+        return _padded_logits(model, prompt, completions, pad_id)
+
+
+def _packable(model: PreTrainedModel, prompt_len: int, lengths: list[int]) -> bool:
+    """Pack when every layer is plain full attention and packing costs fewer FLOPs than padding.
+
+    A position costs 2 × parameters (its matmuls) + 4 × layers × heads × head_dim × the positions
+    it attends to. Padded: G × T positions over the prompt and T completion positions; packed:
+    N = Σ lengths positions over the prompt and all N (the mask is dense).
+    """
+    layers = DynamicCache(config=model.config).layers
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return False
+    text = model.config.get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    per_context = 4 * text.num_hidden_layers * text.num_attention_heads * head_dim
+    matmul = 2 * model.num_parameters()
+    n, width = sum(lengths), max(lengths)
+    packed = n * (matmul + per_context * (prompt_len + n))
+    padded = len(lengths) * width * (matmul + per_context * (prompt_len + width))
+    return packed <= padded
+
+
+def _packed_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]]) -> torch.Tensor:
+    device = next(model.parameters()).device
+    lengths = [len(c) for c in completions]
+    g, width, n, past = len(completions), max(lengths), sum(lengths), len(prompt) - 1
+    cache = None
+    if past:
+        cache = DynamicCache(config=model.config)
+        model(input_ids=torch.tensor([prompt[:-1]], device=device), cache=cache, use_cache=True, logits_to_keep=1)
+    # Completion g enters as [last prompt token] + its ids but the last, at positions past, past + 1, ...
+    ids = torch.tensor([t for c in completions for t in [prompt[-1], *c[:-1]]], device=device)[None]  # (1, N)
+    segment = torch.repeat_interleave(torch.arange(g, device=device), torch.tensor(lengths, device=device))  # (N,)
+    offset = torch.cat([torch.arange(k, device=device) for k in lengths])  # (N,) index inside its completion
+    own = (segment[:, None] == segment[None, :]) & (offset[:, None] >= offset[None, :])  # (N, N)
+    visible = torch.cat([own.new_ones(n, past), own], dim=1)  # (N, past + N): the prompt, then its own prefix
+    dtype = next(model.parameters()).dtype
+    mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, torch.finfo(dtype).min)
+    out = model(input_ids=ids, position_ids=(offset + past)[None], attention_mask=mask[None, None], cache=cache,
+                use_cache=cache is not None).logits[0].float()  # (N, V)
+    logits = out.new_zeros(g, width, out.shape[-1])
+    logits[segment, offset] = out
+    return logits
+
+
+def _padded_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]], pad_id: int) -> torch.Tensor:
     device = next(model.parameters()).device
     g = len(completions)
-    cache = DynamicCache()
+    cache = DynamicCache(config=model.config)
     prompt_ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, L)
-    first = model(input_ids=prompt_ids, cache=cache, use_cache=True).logits[:, -1:, :]  # (1, 1, V)
+    first = model(input_ids=prompt_ids, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1:, :]  # (1, 1, V)
     cache.batch_repeat_interleave(g)  # (1, …) → (G, …): the prompt is computed once
     comp = pad_right(completions, pad_id).to(device)  # (G, T)
     # Right padding needs no attention mask: causal attention never lets a real token see it.

@@ -1,0 +1,244 @@
+"""Generation and update throughput against this machine's own float32 compute limit.
+
+    python benchmarks/generation.py --prompts 4 --group 8 --max-new-tokens 64 --threads 2 --repeats 5 \\
+        --out benchmarks/results/generation.json
+
+SmolLM2-135M-Instruct (float32) on P prompts of the embedded arithmetic task (chat template, two
+worked examples, ``<think>`` prefill: about 227 tokens) × G completions, top-k 10, temperature 1.
+
+1. **Peak**: float32 GEMM GFLOP/s measured here with PyTorch's default kernel (MKL) and with
+   oneDNN, on a square 2048 GEMM and on the model's own shapes at 32 and 512 rows; the best of each
+   kernel over the repeats. FLOPs per generated token = 2 × (weights of every linear layer, LM head
+   included) + attention (4 × layers × heads × head_dim × mean context). The **compute limit** is
+   peak / FLOPs per token, in tokens/s, for each kernel.
+2. **Generation**: the sampler with its speed-ups switched on one by one — ``before`` (transformers'
+   DynamicCache, MKL linears, SDPA: the sampler before issue 20, except that its prefill now keeps
+   only the last position's logits), ``+cache`` (preallocated KV cache, rows leave by moving),
+   ``+onednn`` (linears on oneDNN), ``+attention`` (single-query attention as two matmuls),
+   ``after`` (+ the prompts' common prefix prefilled once) — run A/B/C/D/E, A/B/C/D/E, ...
+   ``--repeats`` times; medians of tokens/s (generated tokens / wall
+   seconds, prefill included). Every variant must produce the same tokens (checked).
+3. **Batch size**: ``after`` at n = 8 … 256 completions (n/G prompts × G): tokens/s and the KV
+   memory per batch (the curve that sizes ``sample(max_rows=...)``).
+4. **Update**: ``Learner.step`` (forward + backward + AdamW at lr 0, so every repeat does the same
+   work) on the generated rollouts, ``before`` (padded group, MKL), ``+onednn`` (padded, oneDNN)
+   and ``after`` (packed group, oneDNN), interleaved; tokens/s (prompt + completion tokens of the batch / seconds) and the
+   fraction of each matmul peak (6 × linear weights × those tokens / seconds).
+5. ``--profile``: torch.profiler's top operators of one ``sample`` call and one update, before and
+   after.
+
+The machine is shared: every timing also records the process's CPU seconds, and ``cpu_share`` =
+CPU seconds / (wall seconds × threads) says how much of the 2 cores it got (1.0 = all). Prints one
+JSON object; ``--out`` writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+VARIANTS = {  # which speed-ups are on, added one at a time
+    "before": dict(cache=False, onednn=False, attention=False, prefix=False, packing=False),
+    "+cache": dict(cache=True, onednn=False, attention=False, prefix=False, packing=False),
+    "+onednn": dict(cache=True, onednn=True, attention=False, prefix=False, packing=False),
+    "+attention": dict(cache=True, onednn=True, attention=True, prefix=False, packing=False),
+    "after": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True),
+}
+
+
+@contextlib.contextmanager
+def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: bool):
+    """Switch the sampler's and the scorer's speed-ups off by patching their module functions."""
+    from dgrpo.policy import onednn as onednn_mod, sampling, scoring
+
+    saved = (sampling.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
+             scoring._packable)
+    if not cache:
+        sampling.supports = lambda c: False
+    if not onednn:
+        onednn_mod.available = lambda: False
+    if not attention:
+        sampling.single_query_attention = lambda m: contextlib.nullcontext()
+    if not prefix:
+        sampling._shared_prefix = lambda distinct: 0
+    if not packing:
+        scoring._packable = lambda *a: False
+    try:
+        yield
+    finally:
+        (sampling.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
+         scoring._packable) = saved
+
+
+def timed(fn, threads: int):
+    """(result, wall seconds, cpu share) of fn()."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = fn()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return out, wall, cpu / (wall * threads)
+
+
+def gemm_peak(repeats: int) -> dict:
+    """Best float32 GFLOP/s of MKL (torch.mm) and oneDNN on square and model-shaped GEMMs."""
+    shapes = [(2048, 2048, 2048), (512, 576, 1536), (512, 1536, 576), (512, 576, 49152), (32, 576, 1536),
+              (32, 576, 49152)]
+    rows = []
+    for m, k, n in shapes:
+        a, w = torch.randn(m, k), torch.randn(n, k)
+        fns = {"mkl": lambda: torch.nn.functional.linear(a, w),
+               "onednn": lambda: torch.ops.mkldnn._linear_pointwise(a, w, None, "none", [], "")}
+        best = {}
+        for name, fn in fns.items():
+            fn()
+            times = []
+            for _ in range(max(3, repeats)):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            best[name] = 2 * m * k * n / min(times) / 1e9
+        rows.append({"m": m, "k": k, "n": n, **{f"{name}_gflops": v for name, v in best.items()}})
+    return {"shapes": rows, "mkl_gflops": max(r["mkl_gflops"] for r in rows),
+            "onednn_gflops": max(r["onednn_gflops"] for r in rows)}
+
+
+def linear_weights(model) -> int:
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def top_ops(prof, n: int = 10) -> list[dict]:
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    return [{"op": e.key, "self_cpu_s": e.self_cpu_time_total / 1e6, "share": e.self_cpu_time_total / total,
+             "calls": e.count} for e in events[:n]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batches", type=int, nargs="*", default=[8, 16, 32, 64, 128, 256])
+    parser.add_argument("--update-repeats", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from dgrpo.grpo.learner import GRPOParams, Learner
+    from dgrpo.policy.kv_cache import bytes_per_row
+    from dgrpo.policy.loading import load_policy
+    from dgrpo.policy.policy import Policy
+    from dgrpo.policy.sampling import SamplingParams, completion_seed, sample
+    from dgrpo.tasks.arithmetic import ArithmeticTask
+    from dgrpo.types import Rollout
+
+    model, tokenizer = load_policy()
+    params = SamplingParams(10, 1.0, args.max_new_tokens)
+    policy = Policy("smollm2", model, tokenizer, params)
+    task = ArithmeticTask(seed=0)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+
+    def requests(prompts: int):
+        problems = [task.train[i % len(task.train)] for i in range(prompts)]
+        reqs = [p for p in problems for _ in range(args.group)]
+        seeds = [completion_seed(0, 0, 0, p.prompt_id, i) for i, p in enumerate(reqs)]
+        return reqs, [policy.prompt_ids(task, p) for p in reqs], seeds
+
+    report: dict = {"batch": {"prompts": args.prompts, "group": args.group, "max_new_tokens": args.max_new_tokens,
+                              "threads": args.threads, "repeats": args.repeats},
+                    "torch": torch.__version__, "shared_machine": True}
+    peak = gemm_peak(args.repeats)
+    reqs, prompts, seeds = requests(args.prompts)
+    width = max(map(len, prompts))
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    weights = linear_weights(model)
+    attn_per_token = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim * (width + args.max_new_tokens / 2)
+    flops_per_token = 2 * weights + attn_per_token
+    report["compute"] = {"peak": peak, "linear_weights": weights, "flops_per_token": flops_per_token,
+                         "limit_tokens_per_s": {k: peak[f"{k}_gflops"] * 1e9 / flops_per_token for k in ("mkl", "onednn")}}
+
+    # --- generation, variants interleaved
+    gen = {name: {"tokens_per_s": [], "seconds": [], "cpu_share": []} for name in VARIANTS}
+    outputs = {}
+    sample(model, prompts[:2], seeds[:2], params, eos, pad)  # warm-up
+    for _ in range(args.repeats):
+        for name, switches in VARIANTS.items():
+            with features(**switches):
+                outs, wall, share = timed(lambda: sample(model, prompts, seeds, params, eos, pad), args.threads)
+            n_tok = sum(map(len, outs))
+            gen[name]["tokens_per_s"].append(n_tok / wall)
+            gen[name]["seconds"].append(wall)
+            gen[name]["cpu_share"].append(share)
+            outputs[name] = outs
+    tokens = sum(map(len, outputs["after"]))
+    for name, g in gen.items():
+        g["median_tokens_per_s"] = statistics.median(g["tokens_per_s"])
+        g["fraction_of_limit"] = {k: g["median_tokens_per_s"] / v for k, v in report["compute"]["limit_tokens_per_s"].items()}
+        g["same_tokens_as_before"] = outputs[name] == outputs["before"]
+    report["generation"] = {"completions": len(prompts), "prompt_tokens": [len(p) for p in dict.fromkeys(map(tuple, prompts))],
+                            "generated_tokens": tokens, "variants": gen}
+
+    # --- batch-size curve (after)
+    curve = []
+    for n in args.batches:
+        _, ps, ss = requests(max(1, n // args.group))
+        outs, wall, share = timed(lambda: sample(model, ps, ss, params, eos, pad), args.threads)
+        curve.append({"completions": len(ps), "tokens": sum(map(len, outs)), "seconds": wall,
+                      "tokens_per_s": sum(map(len, outs)) / wall, "cpu_share": share,
+                      "kv_cache_gb": len(ps) * bytes_per_row(cfg, max(map(len, ps)) + args.max_new_tokens) / 2**30})
+    report["batch_size_curve"] = curve
+
+    # --- update (forward + backward + AdamW), before vs after
+    texts = [tokenizer.decode(o) for o in outputs["after"]]
+
+    def rollouts():  # rewards alternate 0/1 inside each group, so no group is skipped for lack of signal
+        return [Rollout(p.prompt_id, ids, out, text, 0, seed=s, reward=float(i % 2))
+                for i, (p, ids, out, text, s) in enumerate(zip(reqs, prompts, outputs["after"], texts, seeds))]
+
+    learner = Learner(model, GRPOParams(lr=0.0), eos, pad)
+    scored = sum(len(p) for p in dict.fromkeys(map(tuple, prompts))) + tokens  # prompt once per group + completions
+    upd = {name: {"seconds": [], "cpu_share": []} for name in ("before", "+onednn", "after")}
+    learner.step(rollouts())  # warm-up
+    for _ in range(args.update_repeats):
+        for name in upd:
+            with features(**VARIANTS[name]):
+                _, wall, share = timed(lambda: learner.step(rollouts()), args.threads)
+            upd[name]["seconds"].append(wall)
+            upd[name]["cpu_share"].append(share)
+    stats = learner.step(rollouts())
+    assert stats.used == len(prompts), f"the update used {stats.used} of {len(prompts)} rollouts"
+    for name, u in upd.items():
+        s = statistics.median(u["seconds"])
+        u["median_seconds"] = s
+        u["tokens_per_s"] = scored / s
+        u["fraction_of_peak"] = {k: 6 * weights * scored / s / 1e9 / peak[f"{k}_gflops"] for k in ("mkl", "onednn")}
+    report["update"] = {"scored_tokens": scored, "variants": upd}
+
+    if args.profile:
+        from torch.profiler import profile
+
+        report["profile"] = {}
+        for name in ("before", "after"):
+            with features(**VARIANTS[name]):
+                with profile() as prof:
+                    sample(model, prompts, seeds, params, eos, pad)
+                report["profile"][f"sample_{name}"] = top_ops(prof)
+                with profile() as prof:
+                    learner.step(rollouts())
+                report["profile"][f"update_{name}"] = top_ops(prof)
+    print(json.dumps(report))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -118,9 +118,10 @@ def comparable(records: list[dict]) -> list[dict]:
 
 # ---------------------------------------------------------------------- scenarios (run inside a rank)
 def crafted_payload(transport, messages) -> bytes:
-    """A compromised node's payload: two of its real messages, five bad ones and a non-object
-    (8 in all: a node may send at most B·G messages a round)."""
+    """A compromised node's payload: two of its real messages, five bad ones signed with its own key
+    and a non-object (8 in all: a node may send at most B·G messages a round)."""
     from dgrpo.policy.chat import encode_completion
+    from dgrpo.swarm.validation import parse_message
 
     good = [m.to_dict() for m in messages[:2]]
     base = dict(good[0])
@@ -135,12 +136,26 @@ def crafted_payload(transport, messages) -> bytes:
         variant(2, text="a" * 10**6, token_ids=ids),                                     # 10^6 characters
         variant(3, node=0, text=text, token_ids=ids),                                    # claims node 0's id
         variant(4, text=text + "<|im_end|>", token_ids=encode_completion(tok, text + "<|im_end|>")),  # special text
-        "not an object",
     ]
+    signer = CRAFT["protocol"].signers[transport.rank]
+    bad = [signer.sign(parse_message(b)[0]).to_dict() for b in bad] + ["not an object"]
     return json.dumps({"messages": good + bad, "labels": ["honest"] * (len(good) + len(bad))}).encode()
 
 
 CRAFT: dict = {}
+
+
+def _keep_protocol() -> None:
+    """Let a scenario sign with its own rank's key (what a compromised node holds)."""
+    from dgrpo.training import build
+
+    original = build.build_protocol
+
+    def keep(*args, **kwargs):
+        CRAFT["protocol"] = original(*args, **kwargs)
+        return CRAFT["protocol"]
+
+    build.build_protocol = keep
 
 
 def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
@@ -154,6 +169,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     from dgrpo.recipes import horizontal
     from dgrpo.transports.distributed import DistributedTransport
 
+    _keep_protocol()
     if kind == "craft":
         original = DistributedTransport.encode
 

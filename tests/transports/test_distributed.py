@@ -12,6 +12,7 @@ from dgrpo.cli import main
 from dgrpo.metrics.logger import read_metrics
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.distributed import DistributedTransport
+from dgrpo.transports.framing import frame
 from dgrpo.types import Message
 
 # Tiny but non-trivial: the attacker's full-reward poisoned completion (beside its sampled filler)
@@ -82,15 +83,21 @@ def test_bad_messages_are_rejected_with_reasons_and_the_round_completes(tmp_path
     for reason in ("consistency: text is not the decoding of its token ids",
                    "vocabulary: token id 405 outside [0, 400)",
                    "size: text has 1000000 characters (limit 8192)",
-                   "identity: claims node 0 but was sent by node 1",
+                   "identity: claims node 0 but is signed by node 1",
                    "special token: text contains '<|im_end|>'",
                    "schema: expected an object, got str"):
         assert re.search(rf"rejected message from node 1( \([\w-]+\))?: {re.escape(reason)}", log), reason
     records = read_metrics(run_dir)
     assert [r["round"] for r in records] == [0, 1, 2]
-    assert records[0]["swarm/invalid"] == 4 and records[0]["swarm/invalid_transport"] == 2
-    assert records[0]["swarm/messages"] == 4 + 2 + 4  # node 0's, node 1's two real ones, four that parsed
+    assert records[0]["swarm/invalid"] == 5 and records[0]["swarm/invalid_transport"] == 1
+    assert records[0]["swarm/messages"] == 4 + 2 + 5  # node 0's, node 1's two real ones, five that parsed
     assert records[1]["swarm/messages"] == 8 and records[1]["swarm/invalid"] == 0
+    peers = [json.loads(line) for line in (run_dir / "peers.jsonl").read_text().splitlines()]
+    assert peers[0]["peers"]["1"]["rejected"] == {"consistency": 1, "vocabulary": 1, "size": 1, "identity": 1,
+                                                  "special token": 1}
+    assert peers[0]["peers"]["1"]["transport"] == {"schema": 1} and peers[0]["peers"]["0"]["rejected"] == {}
+    assert peers[1]["peers"]["1"] == {"received": 4, "accepted": 4, "rejected": {}, "defense": {}, "duplicates": 0,
+                                      "transport": {}}
 
 
 def test_dead_peer_is_named_and_the_others_abort(tmp_path, tiny_model_dir):
@@ -153,7 +160,10 @@ def test_decode_refuses_bad_payloads_without_raising():
     assert t.decode(1, t.encode([msg])) == [msg]
     assert t.decode(1, b"\xff not json") == [] and t.rejected[-1][1].startswith("schema: payload is not JSON")
     assert t.decode(1, b"[1, 2]") == [] and "'messages' list" in t.rejected[-1][1]
-    assert t.decode(0, json.dumps(good).encode()) == [] and t.rejected[-1][1].startswith("identity: claims node 1")
+    # The store key does not decide identity (any rank can write any key): the signature does, in receive.
+    assert t.decode(0, json.dumps(good).encode()) == [msg]
+    junk = b"DGRPO1ffffffff{" + frame(t.encode([msg])) + b"\xff" + frame(b"[1]")
+    assert t.decode(1, junk) == [msg]  # a frame claiming too much, bytes and a non-object around a good one
     many = {"messages": good["messages"] * 6}
     assert len(t.decode(1, json.dumps(many).encode())) == 4 and "limit 4" in t.rejected[-1][1]
 

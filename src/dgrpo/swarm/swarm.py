@@ -188,8 +188,8 @@ class Swarm:
                     if p.cfg.drop_duplicates:
                         reason = f"duplicate: same text as index {first}"
             if reason is not None:
-                log.warning("rejected message from node %s (%.40r): %s", "unsigned" if signer is None else signer,
-                            msg.prompt_id, reason)
+                log.warning("rejected message from node %s (%s): %s", "unsigned" if signer is None else signer,
+                            ascii(msg.prompt_id)[1:41].rstrip("'"), reason)
                 received.invalid.append((msg, reason))
                 received.signers.append(signer)
                 continue

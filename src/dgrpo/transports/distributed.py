@@ -295,14 +295,14 @@ class DistributedTransport:
         if len(payload) > MAX_PAYLOAD_BYTES:
             refuse(f"size: payload of {len(payload)} bytes (limit {MAX_PAYLOAD_BYTES})")
             return []
-        frames = unframe(payload)
-        if not frames:
-            refuse("schema: payload holds no frame with a JSON object")
-            return []
         out = []
-        for body in frames:
-            data = json.loads(body)
-            if not isinstance(data.get("messages"), list):
+        for body in unframe(payload) or [payload]:  # (an unframed payload: one JSON object)
+            try:
+                data = json.loads(body)
+            except (ValueError, RecursionError) as err:  # (not UTF-8, not JSON, nested too deep)
+                refuse(f"schema: payload is not JSON ({type(err).__name__}: {str(err)[:80]})")
+                continue
+            if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
                 refuse("schema: payload must be an object with a 'messages' list")
                 continue
             raws, labels = data["messages"], data.get("labels")

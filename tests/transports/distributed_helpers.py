@@ -158,9 +158,79 @@ def _keep_protocol() -> None:
     build.build_protocol = keep
 
 
+def _forge(victim: int) -> None:
+    """This rank appends, under the victim's store key of round 0, its own messages re-addressed to
+    the victim (signed with its own key) and one unsigned message claiming the victim."""
+    import dataclasses
+
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.framing import frame
+
+    original = DistributedTransport.encode
+
+    def encode(self, messages):
+        if messages and messages[0].round == 0:
+            signer = CRAFT["protocol"].signers[self.rank]
+            forged = [signer.sign(dataclasses.replace(m, node=victim)) for m in messages]
+            forged.append(dataclasses.replace(messages[0], node=victim, index=messages[0].index + 1, signature=None))
+            body = json.dumps({"messages": [m.to_dict() for m in forged], "labels": ["honest"] * len(forged)})
+            self.store.append(f"r0/data/{victim}", frame(body.encode()))
+        return original(self, messages)
+
+    DistributedTransport.encode = encode
+
+
+def _equivocate() -> None:
+    """This rank posts its round-0 messages, then, once node 0 has read them (it posted its signed
+    headers), replaces them with other validly signed texts for the same slots."""
+    import dataclasses
+    import threading
+
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.framing import frame
+
+    original = DistributedTransport.encode
+
+    def encode(self, messages):
+        payload = original(self, messages)
+        if messages and messages[0].round == 0:
+            signer = CRAFT["protocol"].signers[self.rank]
+            other = [signer.sign(dataclasses.replace(m, text=m.text + " 2 + 2 = 5")) for m in messages]
+            second = frame(json.dumps({"messages": [m.to_dict() for m in other]}).encode())
+
+            def swap():
+                self.store.wait(["eq0/status/0"], datetime.timedelta(seconds=60))
+                self.store.set(f"r0/data/{self.rank}", second)
+
+            threading.Thread(target=swap, daemon=True).start()
+        return payload
+
+    DistributedTransport.encode = encode
+
+
+def _slow_reader(seconds: float) -> None:
+    """This (honest) rank reads its peers' round-0 payloads ``seconds`` late (a slow link)."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.collect
+
+    def collect(self, tag, peers, deadline=None):
+        if tag == "r0":
+            time.sleep(seconds)
+        return original(self, tag, peers, None if deadline is None else deadline + seconds)
+
+    DistributedTransport.collect = collect
+
+
 def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     """``craft:R`` (rank R sends crafted JSON), ``die:R:ROUND`` (rank R exits hard at ROUND),
-    ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND)."""
+    ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND), ``forge:R:V`` (rank R writes forged messages
+    under rank V's store key), ``equivocate:R`` (rank R shows node 0 other messages than later
+    readers), ``slowread:R:SECONDS``; several scenarios are joined with ``,``."""
+    if "," in scenario:
+        for one in scenario.split(","):
+            apply_scenario(one, rank, args)
+        return
     if not scenario:
         return
     kind, who, *rest = scenario.split(":")
@@ -170,6 +240,12 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     from dgrpo.transports.distributed import DistributedTransport
 
     _keep_protocol()
+    if kind == "forge":
+        return _forge(int(rest[0]))
+    if kind == "equivocate":
+        return _equivocate()
+    if kind == "slowread":
+        return _slow_reader(float(rest[0]))
     if kind == "craft":
         original = DistributedTransport.encode
 

@@ -100,6 +100,43 @@ def test_bad_messages_are_rejected_with_reasons_and_the_round_completes(tmp_path
                                       "transport": {}}
 
 
+def _peers(run_dir):
+    return [json.loads(line) for line in (run_dir / "peers.jsonl").read_text().splitlines()]
+
+
+def test_a_rank_writing_under_another_ranks_store_key_is_refused_by_signature(tmp_path, tiny_model_dir):
+    """Rank 1 appends forged messages under rank 2's key: every reader refuses them, attributed to
+    the key that signed them, and uses rank 2's own messages (the metrics are the unforged run's)."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", *COMMON, B2, "rounds=2"]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = distributed(tmp_path, "d", 4, args, scenario="forge:1:2")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    got = comparable(read_metrics(run_dir))
+    assert got[0]["swarm/messages"] == 8 + 3 and got[0]["swarm/invalid"] == 3
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("swarm/messages", "swarm/invalid")} for r in recs]  # noqa: E731
+    assert strip(got) == strip(want)
+    peers = _peers(run_dir)[0]["peers"]
+    assert peers["1"] == {"received": 4, "accepted": 2, "rejected": {"identity": 2}, "defense": {}, "duplicates": 0,
+                          "transport": {}}
+    assert peers["2"]["accepted"] == 2 and peers["2"]["rejected"] == {}
+    assert peers["unsigned"]["rejected"] == {"signature": 1}
+    for r in (results[0], results[3]):  # both honest readers of key 2
+        assert "rejected message from node 1 (train-" in r.output and "claims node 2 but is signed by node 1" in r.output
+
+
+def test_equivocation_is_detected_and_reported_by_every_honest_node(tmp_path, tiny_model_dir):
+    """Node 1 shows nodes 0 and 3 one set of signed messages and (slow) node 2 another: every honest
+    node sees the proof and drops node 1's messages of that round."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", *COMMON, B2, "rounds=2", "swarm.timeout_s=30"]
+    results, run_dir = distributed(tmp_path, "d", 4, args, scenario="equivocate:1,slowread:2:3")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    for r in (results[0], results[2], results[3]):
+        assert "rejected every message from node 1 in round 0: equivocation: node 1 signed 2 different" in r.output
+    got = read_metrics(run_dir)
+    assert got[0]["swarm/messages"] == 6 and got[1]["swarm/messages"] == 8  # round 1: node 1 honest again
+    assert _peers(run_dir)[0]["peers"]["1"]["transport"] == {"equivocation": 1}
+
+
 def test_dead_peer_is_named_and_the_others_abort(tmp_path, tiny_model_dir):
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[1]", *ATTACK, *COMMON, B2, "rounds=4"]
     want = in_process(tmp_path, "in", args)

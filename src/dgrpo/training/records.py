@@ -136,7 +136,8 @@ def account_peers(run, round_idx: int, report: PolicyReport) -> dict:
 
     Every refusal and every defense rejection attributed to a node (by its signature) is a strike against it;
     ``swarm.protocol.ban_after`` strikes ban it (:class:`dgrpo.swarm.protocol.BanList`; ``bans.json``).
-    Every honest process applies the same rule to the same messages, so all ban alike.
+    Every honest process applies the same rule to the same messages, so all ban alike; a node never
+    bans itself (nor, in-process, the honest nodes it hosts beside it).
     """
     owner = min(o for o, rep in run.swarm.trained.items() if o in run.swarm.policies)
     rec = peer_record(round_idx, report, run.swarm.last_received.get(run.swarm.trained[owner]), run.transport.rejected)
@@ -144,7 +145,7 @@ def account_peers(run, round_idx: int, report: PolicyReport) -> dict:
     if protocol is not None:
         changed = False
         for who, p in rec["peers"].items():
-            if who.isdigit():
+            if who.isdigit() and int(who) not in run.swarm.policies:  # a node never bans itself
                 # (not what the transport refused under a store key: any rank can write any key)
                 strikes = sum(p["rejected"].values()) + sum(p["defense"].values())
                 changed |= protocol.bans.strike(int(who), strikes, round_idx) or strikes > 0
@@ -170,7 +171,7 @@ def rejection_counts(rollouts: Sequence[Rollout]) -> dict[str, Counter]:
 def defense_record(rollouts: Sequence[Rollout]) -> dict:
     """Rejections per defense, detection rate on poisoned and false-positive rate on honest rollouts."""
     counts = rejection_counts(rollouts)
-    total = counts.pop("_total")
+    total = counts.pop("_total", Counter())  # (no rollout at all: every sender refused or banned)
     rec = {"defense/received": sum(total.values())}
     rejected_any = defaultdict(int)
     for r in rollouts:

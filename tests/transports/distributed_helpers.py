@@ -158,10 +158,12 @@ def _keep_protocol() -> None:
     build.build_protocol = keep
 
 
-def _forge(victim: int) -> None:
+def _forge(victim: int, replace: bool = False) -> None:
     """This rank appends, under the victim's store key of round 0, its own messages re-addressed to
-    the victim (signed with its own key) and one unsigned message claiming the victim."""
+    the victim (signed with its own key) and one unsigned message claiming the victim; ``replace``:
+    it waits until the victim posted, then replaces the victim's payload with that."""
     import dataclasses
+    import threading
 
     from dgrpo.transports.distributed import DistributedTransport
     from dgrpo.transports.framing import frame
@@ -173,8 +175,15 @@ def _forge(victim: int) -> None:
             signer = CRAFT["protocol"].signers[self.rank]
             forged = [signer.sign(dataclasses.replace(m, node=victim)) for m in messages]
             forged.append(dataclasses.replace(messages[0], node=victim, index=messages[0].index + 1, signature=None))
-            body = json.dumps({"messages": [m.to_dict() for m in forged], "labels": ["honest"] * len(forged)})
-            self.store.append(f"r0/data/{victim}", frame(body.encode()))
+            body = frame(json.dumps({"messages": [m.to_dict() for m in forged], "labels": ["honest"] * len(forged)}).encode())
+            if not replace:
+                self.store.append(f"r0/data/{victim}", body)
+            else:
+                def overwrite():
+                    self.store.wait([f"r0/status/{victim}"], datetime.timedelta(seconds=60))
+                    self.store.set(f"r0/data/{victim}", body)
+
+                threading.Thread(target=overwrite, daemon=True).start()
         return original(self, messages)
 
     DistributedTransport.encode = encode
@@ -224,8 +233,8 @@ def _slow_reader(seconds: float) -> None:
 
 def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     """``craft:R`` (rank R sends crafted JSON), ``die:R:ROUND`` (rank R exits hard at ROUND),
-    ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND), ``forge:R:V`` (rank R writes forged messages
-    under rank V's store key), ``equivocate:R`` (rank R shows node 0 other messages than later
+    ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND), ``forge:R:V`` (rank R appends forged messages
+    under rank V's store key), ``overwrite:R:V`` (rank R replaces V's payload once V posted), ``equivocate:R`` (rank R shows node 0 other messages than later
     readers), ``slowread:R:SECONDS``; several scenarios are joined with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
@@ -240,8 +249,8 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     from dgrpo.transports.distributed import DistributedTransport
 
     _keep_protocol()
-    if kind == "forge":
-        return _forge(int(rest[0]))
+    if kind in ("forge", "overwrite"):
+        return _forge(int(rest[0]), replace=kind == "overwrite")
     if kind == "equivocate":
         return _equivocate()
     if kind == "slowread":

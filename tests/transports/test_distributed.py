@@ -124,6 +124,20 @@ def test_a_rank_writing_under_another_ranks_store_key_is_refused_by_signature(tm
         assert "rejected message from node 1 (train-" in r.output and "claims node 2 but is signed by node 1" in r.output
 
 
+def test_a_rank_replacing_another_ranks_payload_cannot_keep_it_from_anyone(tmp_path, tiny_model_dir):
+    """Rank 1 replaces rank 2's posted payload with forged messages; rank 3 reads late and gets only
+    the forgery, refuses it and takes rank 2's own messages from the relays: the metrics are the
+    unforged run's."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", *COMMON, B2, "rounds=2", "swarm.timeout_s=30"]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = distributed(tmp_path, "d", 4, args, scenario="overwrite:1:2,slowread:3:3")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    assert "claims node 2 but is signed by node 1" in results[3].output
+    assert "2 signed messages of nodes [2] reached this node only through peers' relays" in results[3].output
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("swarm/messages", "swarm/invalid")} for r in recs]  # noqa: E731
+    assert strip(comparable(read_metrics(run_dir))) == strip(want)
+
+
 def test_equivocation_is_detected_and_reported_by_every_honest_node(tmp_path, tiny_model_dir):
     """Node 1 shows nodes 0 and 3 one set of signed messages and (slow) node 2 another: every honest
     node sees the proof and drops node 1's messages of that round."""

@@ -31,7 +31,7 @@ from typing import Sequence
 from pydantic import Field
 
 from dgrpo.registry import StrictConfig
-from dgrpo.swarm.identity import header_bytes
+from dgrpo.swarm.identity import header_bytes, signed_bytes, signed_header
 from dgrpo.swarm.schedule import horizontal_prompts, vertical_prompts
 from dgrpo.types import Message, Problem
 
@@ -231,3 +231,27 @@ def equivocators(reports: dict[int, bytes], verifier, round_idx: int) -> dict[in
             out[node] = (f"equivocation: node {node} signed {len(seen)} different completions for prompt "
                          f"{str(prompt)[:40]!r} index {index} in round {round_idx}")
     return out
+
+
+def compare_views(own: int, views: dict[int, list[Message]], verifier, round_idx: int) -> tuple[dict[int, str], list[Message]]:
+    """What the nodes of a swarm received in a round, compared (the distributed cross-check).
+
+    Args:
+        own: this node; ``views[own]`` is what it received itself.
+        views: node → the signed messages it reports having received (any report may lie: only
+            valid signatures count).
+
+    Returns:
+        (equivocators, recovered): the senders proved to equivocate (:func:`equivocators`), and the
+        validly signed messages of this round that peers report and this node lacks, in the order of
+        the lowest reporting peer.
+    """
+    headers = {n: json.dumps([[signed_header(m), m.signature] for m in view]).encode() for n, view in views.items()}
+    caught = equivocators(headers, verifier, round_idx)
+    have, extra = {m.signature for m in views.get(own, [])}, []
+    for n in sorted(views):
+        for m in views[n] if n != own else ():
+            if m.signature not in have and m.round == round_idx and verifier.valid(m.node, signed_bytes(m), m.signature):
+                have.add(m.signature)
+                extra.append(m)
+    return caught, extra

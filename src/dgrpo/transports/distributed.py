@@ -21,12 +21,9 @@ whatever needs collectives later (e.g. robust aggregation of shared updates); no
 
 Exchange protocol, for an exchange named ``tag`` (``r{round}`` for messages), keys under ``dgrpo/``:
 
-    {tag}/data/{k}    node k's payload (set first); for a round's messages, appended as frames
-                      (``DGRPO1`` + 8 hex digits of length + JSON), so bytes another rank appends
-                      under k's key reach the receivers beside k's own frame, where their
-                      signatures refuse them
-    eq{round}/data/{k}  after a round's exchange: the signed headers k received from every sender,
-                      so every node sees a sender that showed different peers different messages
+    {tag}/data/{k}    node k's payload (set first); a round's messages are appended as frames
+                      (:mod:`dgrpo.transports.framing`); ``eq{round}``: the signed messages k received
+                      (:meth:`DistributedTransport.cross_check`, docs/protocol.md)
     {tag}/status/{k}  "posted", set by k after its payload, or "failed", set by the first node that
                       timed out waiting for k. Both go through ``compare_set(key, "", value)``, so
                       the first writer decides for every node: all nodes agree whether k took part.
@@ -52,9 +49,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
-from dgrpo.swarm.identity import signed_header
-from dgrpo.swarm.protocol import equivocators
-from dgrpo.transports.framing import frame, unframe
+from dgrpo.swarm.protocol import compare_views
+from dgrpo.transports.framing import frame, relayed, unframe
 from dgrpo.swarm.validation import parse_message
 from dgrpo.types import Message
 
@@ -321,19 +317,30 @@ class DistributedTransport:
         return out
 
     def cross_check(self, round_idx: int, messages: list[Message]) -> list[Message]:
-        """Exchange the signed headers of what each node received; drop the messages of every sender
-        that signed different completions for one slot (each honest node sees the same proofs)."""
-        evidence = [[signed_header(m), m.signature] for m in messages if m.signature is not None]
+        """Every node relays the signed messages it received this round; each node then
+
+        * drops every message of a sender that signed different completions for one slot
+          (:func:`dgrpo.swarm.protocol.equivocators`: each honest node sees the same proofs), and
+        * adds the validly signed messages of this round that a peer received and it did not (a rank
+          replaced the sender's store key after some peers read it), so all use the same messages.
+        """
+        relay = {"messages": [m.to_dict() for m in messages if m.signature is not None]}
         try:
-            reports = self.exchange(f"eq{round_idx}", json.dumps(evidence).encode())
-        except (TypeError, ValueError):  # a header that is not JSON: its message fails in receive anyway
+            reports = self.exchange(f"eq{round_idx}", json.dumps(relay).encode())
+        except (TypeError, ValueError):  # a field that is not JSON: its message fails in receive anyway
             return messages
-        caught = equivocators(reports, self.verifier, round_idx)
+        limit = self.max_messages * self.world_size
+        views = {n: messages if n == self.rank else relayed(raw, limit) for n, raw in reports.items()}
+        caught, extra = compare_views(self.rank, views, self.verifier, round_idx)
         for node, reason in caught.items():
             log.warning("rejected every message from node %d in round %d: %s", node, round_idx, reason)
             self.rejected.append((node, reason))
             self.equivocators.setdefault(node, round_idx)
-        return [m for m in messages if m.node not in caught]
+        if extra:
+            log.warning("round %d: %d signed messages of nodes %s reached this node only through peers' relays "
+                        "(their store keys were overwritten?)", round_idx, len(extra), sorted({m.node for m in extra}))
+        merged = sorted([*messages, *extra], key=lambda m: m.node)  # stable: a node's own order, then recovered
+        return [m for m in merged if m.node not in caught]
 
     def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:
         """Alg.1 L6 / Alg.2 L7: every live node's messages, ordered by node id then by sending order.

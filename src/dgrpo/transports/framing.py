@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 
+from dgrpo.swarm.validation import parse_message
+from dgrpo.types import Message
+
 _MAGIC = b"DGRPO1"
 
 
@@ -38,3 +41,14 @@ def unframe(data: bytes) -> list[bytes]:
             pass
         pos = data.find(_MAGIC, pos + 1)
     return out
+
+
+def relayed(raw: bytes, limit: int) -> list[Message]:
+    """The messages of a peer's relay (``{"messages": [...]}``); anything malformed is skipped (a relay
+    is evidence: every message in it is checked by its signature before use)."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return []
+    raws = data["messages"] if isinstance(data, dict) and isinstance(data.get("messages"), list) else []
+    return [m for m in (parse_message(x)[0] for x in raws[:limit]) if m is not None]

@@ -210,3 +210,27 @@ def test_equivocation_is_proved_by_signatures_and_no_report_can_frame_an_honest_
     framed = signed_header(out[0][0]) | {"content": "0" * 64}
     import json
     assert equivocators({0: report(out[0][0]), 1: json.dumps([[framed, out[0][0].signature]]).encode()}, verifier, 0) == {}
+
+
+def test_a_node_gets_from_the_relays_the_signed_messages_it_missed_and_nothing_forged(task, model, tokenizer):
+    from dgrpo.swarm.protocol import compare_views
+
+    swarm, policy, keys = make(task, model, tokenizer, nodes=3, G=3)
+    out = honest_round(swarm, task, 0, nodes=3, G=3)
+    full = [*out[0], *out[1], *out[2]]
+    mine = [*out[0], *out[1]]  # node 2's key was replaced before this node read it
+    forged = resign(keys, 1, out[2][0], node=2, text="forged")      # node 1 relays a forgery of node 2
+    stale = honest_round(swarm, task, 1, nodes=3, G=3)[2][0]         # and node 2's message of another round
+    caught, extra = compare_views(0, {0: mine, 1: [*mine, forged, stale], 2: full}, swarm.protocol.verifier, 0)
+    assert caught == {} and extra == out[2]
+
+
+def test_frames_survive_junk_around_and_inside_them():
+    from dgrpo.transports.framing import frame, unframe
+
+    a, b = b'{"messages": [1]}', b'{"messages": [2]}'
+    assert unframe(frame(a) + frame(b)) == [a, b]
+    assert unframe(b"xx" + frame(a)[:-2] + frame(b)) == [b]            # a truncated frame, then a good one
+    assert unframe(b"DGRPO1zzzzzzzz" + frame(a)) == [a]                 # a length that is not hex
+    assert unframe(b"DGRPO100001000" + frame(a)) == [a]                 # a length that swallows what follows
+    assert unframe(frame(b"[1, 2]") + frame(b"not json")) == []         # bodies that are not JSON objects

@@ -30,15 +30,13 @@ ANY_TEXT = st.text(st.characters(blacklist_categories=()), max_size=40)  # surro
 INTS = st.one_of(st.integers(-3, 1000), st.integers(-(2**70), 2**70))
 
 
-def _world(tokenizer):
-    from conftest import build_model
-
+def _world(tokenizer, model):
     task = ArithmeticTask(seed=0, n_train=8, n_val=2, few_shot=0)
     keys = generate_keys(NODES)
     pc = ProtocolConfig(enforce_length=True)
     protocol = Protocol(pc, Schedule("horizontal", NODES, B, G, SEED, task.train), 8,
                         {n: Signer(n, k, CTX) for n, k in keys.items()}, Verifier(Roster.of(keys), CTX), BanList())
-    policy = Policy("tiny", build_model(len(tokenizer)), tokenizer, SamplingParams(10, 1.0, 8))
+    policy = Policy("tiny", model, tokenizer, SamplingParams(10, 1.0, 8))
     swarm = Swarm(task, {0: policy}, {}, {}, {}, {}, SEED, G, Limits(), "horizontal", protocol)
     transport = DistributedTransport(dist.HashStore(), 0, NODES, honest=[0, 1], timeout_s=0.1, max_messages=64)
     return task, keys, policy, swarm, transport
@@ -87,8 +85,8 @@ def raw_message(draw, task, tokenizer, keys, policy):
     return raw
 
 
-def test_no_exception_escapes_the_receive_path_in_10000_generated_messages(tokenizer):
-    task, keys, policy, swarm, transport = _world(tokenizer)
+def test_no_exception_escapes_the_receive_path_in_10000_generated_messages(tokenizer, model):
+    task, keys, policy, swarm, transport = _world(tokenizer, model)
     slots = {(k, p.prompt_id, i) for k in range(NODES) for p in horizontal_prompts(task.train, B, SEED, 0)
              for i in range(k * G // NODES, (k + 1) * G // NODES)}
 

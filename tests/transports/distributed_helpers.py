@@ -158,12 +158,26 @@ def _keep_protocol() -> None:
     build.build_protocol = keep
 
 
+def _before_reading(tag: str, action) -> None:
+    """Run ``action(transport)`` in this rank's main thread just before it reads its peers' payloads
+    of exchange ``tag`` (a store client is not shared between threads)."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.collect
+
+    def collect(self, tag_, peers, deadline=None):
+        if tag_ == tag:
+            action(self)
+        return original(self, tag_, peers, deadline)
+
+    DistributedTransport.collect = collect
+
+
 def _forge(victim: int, replace: bool = False) -> None:
     """This rank appends, under the victim's store key of round 0, its own messages re-addressed to
     the victim (signed with its own key) and one unsigned message claiming the victim; ``replace``:
     it waits until the victim posted, then replaces the victim's payload with that."""
     import dataclasses
-    import threading
 
     from dgrpo.transports.distributed import DistributedTransport
     from dgrpo.transports.framing import frame
@@ -179,21 +193,20 @@ def _forge(victim: int, replace: bool = False) -> None:
             if not replace:
                 self.store.append(f"r0/data/{victim}", body)
             else:
-                def overwrite():
-                    self.store.wait([f"r0/status/{victim}"], datetime.timedelta(seconds=60))
-                    self.store.set(f"r0/data/{victim}", body)
+                def overwrite(t):
+                    t.store.wait([f"r0/status/{victim}"], datetime.timedelta(seconds=60))
+                    t.store.set(f"r0/data/{victim}", body)
 
-                threading.Thread(target=overwrite, daemon=True).start()
+                _before_reading("r0", overwrite)
         return original(self, messages)
 
     DistributedTransport.encode = encode
 
 
 def _equivocate() -> None:
-    """This rank posts its round-0 messages, then, once node 0 has read them (it posted its signed
-    headers), replaces them with other validly signed texts for the same slots."""
+    """This rank posts its round-0 messages, then, once node 0 has read them (it posted what it
+    received), replaces them with other validly signed texts for the same slots."""
     import dataclasses
-    import threading
 
     from dgrpo.transports.distributed import DistributedTransport
     from dgrpo.transports.framing import frame
@@ -207,11 +220,11 @@ def _equivocate() -> None:
             other = [signer.sign(dataclasses.replace(m, text=m.text + " 2 + 2 = 5")) for m in messages]
             second = frame(json.dumps({"messages": [m.to_dict() for m in other]}).encode())
 
-            def swap():
-                self.store.wait(["eq0/status/0"], datetime.timedelta(seconds=60))
-                self.store.set(f"r0/data/{self.rank}", second)
+            def swap(t):
+                t.store.wait(["eq0/status/0"], datetime.timedelta(seconds=60))
+                t.store.set(f"r0/data/{t.rank}", second)
 
-            threading.Thread(target=swap, daemon=True).start()
+            _before_reading("r0", swap)
         return payload
 
     DistributedTransport.encode = encode

@@ -87,6 +87,19 @@ def _paper(args) -> int:
     return 0
 
 
+def _keys(args) -> int:
+    from dgrpo.errors import ConfigError
+    from dgrpo.swarm.identity import write_keys
+
+    if args.nodes < 1:
+        raise ConfigError(f"keys: nodes must be at least 1, got {args.nodes}")
+    roster = write_keys(args.out, args.nodes)
+    print(f"wrote {args.nodes} private keys (node0.key .. node{args.nodes - 1}.key: copy each to its node only) and "
+          f"{args.out}/roster.json (fingerprint {roster.fingerprint}); run each node with "
+          f"swarm.protocol.roster={args.out}/roster.json swarm.protocol.key_dir=<folder holding its key>")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dgrpo", description="Decentralised GRPO swarms, attacks and defenses.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -112,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", "-o", help="HTML file (default: RUN_DIR/report.html for one run, ./report.html for several)")
     rep.add_argument("--table", action="store_true", help="print a markdown table of the runs (a sweep: differing config values, held-out accuracy first/last with 95%% intervals) instead of the HTML page")
     rep.set_defaults(func=_report)
+    keys = sub.add_parser("keys", help="write one Ed25519 key per node and the roster (swarm.protocol.roster) for a deployment")
+    keys.add_argument("nodes", type=int, help="number of nodes (swarm.nodes)")
+    keys.add_argument("--out", "-o", default="keys", help="folder for node{k}.key (copy each to its node only) and roster.json")
+    keys.set_defaults(func=_keys)
     pap = sub.add_parser("paper", help="reproduce a figure of the paper (see --list)")
     pap.add_argument("name", nargs="?", help="reproduction name, e.g. fig1a, fig8")
     pap.add_argument("--list", action="store_true", help="list the reproductions")

@@ -21,6 +21,7 @@ from dgrpo.errors import ConfigError
 from dgrpo.hardening.config import HardeningConfig
 from dgrpo.registry import StrictConfig, kind_field, lookup
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
+from dgrpo.swarm.protocol import ProtocolConfig
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
 from dgrpo.transports.dht.config import HivemindConfig, check_hivemind
 
@@ -69,6 +70,7 @@ class SwarmConfig(StrictConfig):
     timeout_s: float = Field(900.0, gt=0, description="Distributed and hivemind: seconds a node waits for a peer's messages of a round after posting its own; a later peer is declared failed (dead or stalled) and named. Must exceed the spread of round time between nodes (generation plus evaluation of the slowest). See docs/distributed.md.")
     startup_timeout_s: float = Field(900.0, gt=0, description="Distributed and hivemind: seconds nodes wait for each other at launch (rendezvous or bootstrap, run name, config check).")
     on_peer_failure: Literal["abort", "continue"] = Field("abort", description="Distributed and hivemind, when a peer is declared failed: abort (every node exits non-zero naming it), or continue without it (its groups use the completions received, later rounds no longer wait for it).")
+    protocol: ProtocolConfig = Field(default_factory=ProtocolConfig, description="What every honest node enforces on received messages: signatures, bound seeds, shares, bans (dgrpo.swarm.protocol).")
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="Distributed: torch.distributed backend of the process group (auto: nccl when every local rank has its own GPU, else gloo). Messages travel through the group's c10d store either way.")
     hivemind: HivemindConfig = Field(HivemindConfig(), description="swarm.transport=hivemind: addresses, keys, joining nodes (timeout_s, startup_timeout_s and on_peer_failure apply too; dgrpo.transports.dht.config).")
 

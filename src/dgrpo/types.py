@@ -64,6 +64,10 @@ class Message:
         token_ids: the sender's token ids of the completion (eos included when generated).
         seed: sampling seed the sender claims it used (None when it does not claim one).
         tokenizer: the sender's tokenizer id; receivers with another tokenizer re-encode the text.
+        context: the run context the sender signed for (run id and config fingerprint,
+            :func:`dgrpo.swarm.identity.run_context`); "" when unsigned.
+        signature: the sender's Ed25519 signature (hex) over every other field and the context
+            (:func:`dgrpo.swarm.identity.signed_bytes`); None when unsigned.
     """
 
     node: int
@@ -74,6 +78,8 @@ class Message:
     token_ids: tuple[int, ...]
     seed: int | None
     tokenizer: str
+    context: str = ""
+    signature: str | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready dict (token ids as a list)."""

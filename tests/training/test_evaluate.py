@@ -99,7 +99,10 @@ def _rollout(sender, reward, label="honest", rejected_by=(), text="x"):
 def test_round_record_by_hand():
     cfg = load_config(overrides=["swarm.nodes=3", "swarm.group_size=3", "swarm.malicious=[2]", "attack.kind=injection",
                                  "defenses=[{kind: topk}, {kind: replay}]"])
-    fake = SimpleNamespace(cfg=cfg, task=SimpleNamespace(completion_prefix="<think>"))
+    policy = object()
+    fake = SimpleNamespace(cfg=cfg, task=SimpleNamespace(completion_prefix="<think>"),
+                           swarm=SimpleNamespace(protocol=None, trained={0: policy}, policies={0: policy}, last_received={}),
+                           transport=SimpleNamespace(rejected=[], is_main=False))
     rollouts = [_rollout(0, 1.0, text="a</think><answer>1</answer>"), _rollout(1, 0.0),
                 _rollout(2, 1.0, "poisoned", ("topk", "replay")), _rollout(2, 1.0, "poisoned", ("replay",)),
                 _rollout(1, 0.5, rejected_by=("topk",))]

@@ -118,9 +118,10 @@ def comparable(records: list[dict]) -> list[dict]:
 
 # ---------------------------------------------------------------------- scenarios (run inside a rank)
 def crafted_payload(transport, messages) -> bytes:
-    """A compromised node's payload: two of its real messages, five bad ones and a non-object
-    (8 in all: a node may send at most B·G messages a round)."""
+    """A compromised node's payload: two of its real messages, five bad ones signed with its own key
+    and a non-object (8 in all: a node may send at most B·G messages a round)."""
     from dgrpo.policy.chat import encode_completion
+    from dgrpo.swarm.validation import parse_message
 
     good = [m.to_dict() for m in messages[:2]]
     base = dict(good[0])
@@ -135,17 +136,123 @@ def crafted_payload(transport, messages) -> bytes:
         variant(2, text="a" * 10**6, token_ids=ids),                                     # 10^6 characters
         variant(3, node=0, text=text, token_ids=ids),                                    # claims node 0's id
         variant(4, text=text + "<|im_end|>", token_ids=encode_completion(tok, text + "<|im_end|>")),  # special text
-        "not an object",
     ]
+    signer = CRAFT["protocol"].signers[transport.rank]
+    bad = [signer.sign(parse_message(b)[0]).to_dict() for b in bad] + ["not an object"]
     return json.dumps({"messages": good + bad, "labels": ["honest"] * (len(good) + len(bad))}).encode()
 
 
 CRAFT: dict = {}
 
 
+def _keep_protocol() -> None:
+    """Let a scenario sign with its own rank's key (what a compromised node holds)."""
+    from dgrpo.training import build
+
+    original = build.build_protocol
+
+    def keep(*args, **kwargs):
+        CRAFT["protocol"] = original(*args, **kwargs)
+        return CRAFT["protocol"]
+
+    build.build_protocol = keep
+
+
+def _before_reading(tag: str, action) -> None:
+    """Run ``action(transport)`` in this rank's main thread just before it reads its peers' payloads
+    of exchange ``tag`` (a store client is not shared between threads)."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.collect
+
+    def collect(self, tag_, peers, deadline=None):
+        if tag_ == tag:
+            action(self)
+        return original(self, tag_, peers, deadline)
+
+    DistributedTransport.collect = collect
+
+
+def _forge(victim: int, replace: bool = False) -> None:
+    """This rank appends, under the victim's store key of round 0, its own messages re-addressed to
+    the victim (signed with its own key) and one unsigned message claiming the victim; ``replace``:
+    it waits until the victim posted, then replaces the victim's payload with that."""
+    import dataclasses
+
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.framing import frame
+
+    original = DistributedTransport.encode
+
+    def encode(self, messages):
+        if messages and messages[0].round == 0:
+            signer = CRAFT["protocol"].signers[self.rank]
+            forged = [signer.sign(dataclasses.replace(m, node=victim)) for m in messages]
+            forged.append(dataclasses.replace(messages[0], node=victim, index=messages[0].index + 1, signature=None))
+            body = frame(json.dumps({"messages": [m.to_dict() for m in forged], "labels": ["honest"] * len(forged)}).encode())
+            if not replace:
+                self.store.append(f"r0/data/{victim}", body)
+            else:
+                def overwrite(t):
+                    t.store.wait([f"r0/status/{victim}"], datetime.timedelta(seconds=60))
+                    t.store.set(f"r0/data/{victim}", body)
+
+                _before_reading("r0", overwrite)
+        return original(self, messages)
+
+    DistributedTransport.encode = encode
+
+
+def _equivocate() -> None:
+    """This rank posts its round-0 messages, then, once node 0 has read them (it posted what it
+    received), replaces them with other validly signed texts for the same slots."""
+    import dataclasses
+
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.framing import frame
+
+    original = DistributedTransport.encode
+
+    def encode(self, messages):
+        payload = original(self, messages)
+        if messages and messages[0].round == 0:
+            signer = CRAFT["protocol"].signers[self.rank]
+            other = [signer.sign(dataclasses.replace(m, text=m.text + " 2 + 2 = 5")) for m in messages]
+            second = frame(json.dumps({"messages": [m.to_dict() for m in other]}).encode())
+
+            def swap(t):
+                t.store.wait(["eq0/status/0"], datetime.timedelta(seconds=60))
+                t.store.set(f"r0/data/{t.rank}", second)
+
+            _before_reading("r0", swap)
+        return payload
+
+    DistributedTransport.encode = encode
+
+
+def _slow_reader(seconds: float) -> None:
+    """This (honest) rank reads its peers' round-0 payloads ``seconds`` late (a slow link)."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.collect
+
+    def collect(self, tag, peers, deadline=None):
+        if tag == "r0":
+            time.sleep(seconds)
+        return original(self, tag, peers, None if deadline is None else deadline + seconds)
+
+    DistributedTransport.collect = collect
+
+
 def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     """``craft:R`` (rank R sends crafted JSON), ``die:R:ROUND`` (rank R exits hard at ROUND),
-    ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND)."""
+    ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND), ``forge:R:V`` (rank R appends forged messages
+    under rank V's store key), ``overwrite:R:V`` (rank R replaces V's payload once V posted), ``equivocate:R`` (rank R shows node 0 other messages than later
+    readers), ``slowread:R:SECONDS``; several scenarios are joined with ``,``."""
+    if "," in scenario:
+        for one in scenario.split(","):
+            apply_scenario(one, rank, args)
+        return
     if not scenario:
         return
     kind, who, *rest = scenario.split(":")
@@ -154,6 +261,13 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     from dgrpo.recipes import horizontal
     from dgrpo.transports.distributed import DistributedTransport
 
+    _keep_protocol()
+    if kind in ("forge", "overwrite"):
+        return _forge(int(rest[0]), replace=kind == "overwrite")
+    if kind == "equivocate":
+        return _equivocate()
+    if kind == "slowread":
+        return _slow_reader(float(rest[0]))
     if kind == "craft":
         original = DistributedTransport.encode
 

@@ -12,6 +12,7 @@ from dgrpo.cli import main
 from dgrpo.metrics.logger import read_metrics
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.distributed import DistributedTransport
+from dgrpo.transports.framing import frame
 from dgrpo.types import Message
 
 # Tiny but non-trivial: the attacker's full-reward poisoned completion (beside its sampled filler)
@@ -82,15 +83,74 @@ def test_bad_messages_are_rejected_with_reasons_and_the_round_completes(tmp_path
     for reason in ("consistency: text is not the decoding of its token ids",
                    "vocabulary: token id 405 outside [0, 400)",
                    "size: text has 1000000 characters (limit 8192)",
-                   "identity: claims node 0 but was sent by node 1",
+                   "identity: claims node 0 but is signed by node 1",
                    "special token: text contains '<|im_end|>'",
                    "schema: expected an object, got str"):
         assert re.search(rf"rejected message from node 1( \([\w-]+\))?: {re.escape(reason)}", log), reason
     records = read_metrics(run_dir)
     assert [r["round"] for r in records] == [0, 1, 2]
-    assert records[0]["swarm/invalid"] == 4 and records[0]["swarm/invalid_transport"] == 2
-    assert records[0]["swarm/messages"] == 4 + 2 + 4  # node 0's, node 1's two real ones, four that parsed
+    assert records[0]["swarm/invalid"] == 5 and records[0]["swarm/invalid_transport"] == 1
+    # node 0's, node 1's two real ones, five that parsed, and node 1's two other real ones: its relay of what
+    # it holds carries them (validly signed for this round), so every node uses the same messages
+    assert records[0]["swarm/messages"] == 4 + 2 + 5 + 2
     assert records[1]["swarm/messages"] == 8 and records[1]["swarm/invalid"] == 0
+    peers = [json.loads(line) for line in (run_dir / "peers.jsonl").read_text().splitlines()]
+    assert peers[0]["peers"]["1"]["rejected"] == {"consistency": 1, "vocabulary": 1, "size": 1, "identity": 1,
+                                                  "special token": 1}
+    assert peers[0]["peers"]["1"]["transport"] == {"schema": 1} and peers[0]["peers"]["0"]["rejected"] == {}
+    assert peers[1]["peers"]["1"] == {"received": 4, "accepted": 4, "rejected": {}, "defense": {}, "duplicates": 0,
+                                      "transport": {}}
+
+
+def _peers(run_dir):
+    return [json.loads(line) for line in (run_dir / "peers.jsonl").read_text().splitlines()]
+
+
+def test_a_rank_writing_under_another_ranks_store_key_is_refused_by_signature(tmp_path, tiny_model_dir):
+    """Rank 1 appends forged messages under rank 2's key: every reader refuses them, attributed to
+    the key that signed them, and uses rank 2's own messages (the metrics are the unforged run's)."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", *COMMON, B2, "rounds=2"]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = distributed(tmp_path, "d", 4, args, scenario="forge:1:2")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    got = comparable(read_metrics(run_dir))
+    assert got[0]["swarm/messages"] == 8 + 3 and got[0]["swarm/invalid"] == 3
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("swarm/messages", "swarm/invalid")} for r in recs]  # noqa: E731
+    assert strip(got) == strip(want)
+    peers = _peers(run_dir)[0]["peers"]
+    assert peers["1"] == {"received": 4, "accepted": 2, "rejected": {"identity": 2}, "defense": {}, "duplicates": 0,
+                          "transport": {}}
+    assert peers["2"]["accepted"] == 2 and peers["2"]["rejected"] == {}
+    assert peers["unsigned"]["rejected"] == {"signature": 1}
+    for r in (results[0], results[3]):  # both honest readers of key 2
+        assert "rejected message from node 1 (train-" in r.output and "claims node 2 but is signed by node 1" in r.output
+
+
+def test_a_rank_replacing_another_ranks_payload_cannot_keep_it_from_anyone(tmp_path, tiny_model_dir):
+    """Rank 1 replaces rank 2's posted payload with forged messages; rank 3 reads late and gets only
+    the forgery, refuses it and takes rank 2's own messages from the relays: the metrics are the
+    unforged run's."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", *COMMON, B2, "rounds=2", "swarm.timeout_s=30"]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = distributed(tmp_path, "d", 4, args, scenario="overwrite:1:2,slowread:3:3")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    assert "claims node 2 but is signed by node 1" in results[3].output
+    assert "2 signed messages of nodes [2] reached this node only through peers' relays" in results[3].output
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("swarm/messages", "swarm/invalid")} for r in recs]  # noqa: E731
+    assert strip(comparable(read_metrics(run_dir))) == strip(want)
+
+
+def test_equivocation_is_detected_and_reported_by_every_honest_node(tmp_path, tiny_model_dir):
+    """Node 1 shows nodes 0 and 3 one set of signed messages and (slow) node 2 another: every honest
+    node sees the proof and drops node 1's messages of that round."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", *COMMON, B2, "rounds=2", "swarm.timeout_s=30"]
+    results, run_dir = distributed(tmp_path, "d", 4, args, scenario="equivocate:1,slowread:2:3")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    for r in (results[0], results[2], results[3]):
+        assert "rejected every message from node 1 in round 0: equivocation: node 1 signed 2 different" in r.output
+    got = read_metrics(run_dir)
+    assert got[0]["swarm/messages"] == 6 and got[1]["swarm/messages"] == 8  # round 1: node 1 honest again
+    assert _peers(run_dir)[0]["peers"]["1"]["transport"] == {"equivocation": 1}
 
 
 def test_dead_peer_is_named_and_the_others_abort(tmp_path, tiny_model_dir):
@@ -153,7 +213,10 @@ def test_decode_refuses_bad_payloads_without_raising():
     assert t.decode(1, t.encode([msg])) == [msg]
     assert t.decode(1, b"\xff not json") == [] and t.rejected[-1][1].startswith("schema: payload is not JSON")
     assert t.decode(1, b"[1, 2]") == [] and "'messages' list" in t.rejected[-1][1]
-    assert t.decode(0, json.dumps(good).encode()) == [] and t.rejected[-1][1].startswith("identity: claims node 1")
+    # The store key does not decide identity (any rank can write any key): the signature does, in receive.
+    assert t.decode(0, json.dumps(good).encode()) == [msg]
+    junk = b"DGRPO1ffffffff{" + frame(t.encode([msg])) + b"\xff" + frame(b"[1]")
+    assert t.decode(1, junk) == [msg]  # a frame claiming too much, bytes and a non-object around a good one
     many = {"messages": good["messages"] * 6}
     assert len(t.decode(1, json.dumps(many).encode())) == 4 and "limit 4" in t.rejected[-1][1]
 

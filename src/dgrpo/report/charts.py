@@ -17,7 +17,7 @@ from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from dgrpo.metrics.plots import EVAL_CURVES, interval_series  # noqa: E402
-from dgrpo.report.data import PHASES, RunData, defense_names, phase_times  # noqa: E402
+from dgrpo.report.data import PHASES, RunData, defense_names, peer_series, phase_times  # noqa: E402
 
 COLOURS = [to_hex(c) for c in plt.rcParams["axes.prop_cycle"].by_key()["color"]]  # "#1f77b4", … (CSS-ready)
 PHASE_COLOURS = {"generate": "#4c72b0", "exchange": "#dd8452", "defense": "#c44e52", "update": "#55a868", "eval": "#8172b3"}
@@ -164,3 +164,20 @@ def time_chart(runs: Sequence[RunData]) -> str | None:
     axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
     return to_svg(fig)
 
+
+
+def peer_chart(runs: Sequence[RunData]) -> str | None:
+    """Messages of each sender refused by the protocol or rejected by a defense, per round."""
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    drawn = False
+    for i, run in enumerate(runs):
+        for j, (who, (xs, ys)) in enumerate(sorted(peer_series(run).items())):
+            c = COLOURS[j % len(COLOURS)] if len(runs) == 1 else colour(i)
+            ax.plot(xs, ys, STYLES[j % len(STYLES)] if len(runs) > 1 else "-", marker=".", color=c,
+                    label=_label(runs, i, f"node {who}" if who.isdigit() else who))
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    _finish(ax, "refused or rejected", unit_range=False)
+    return to_svg(fig)

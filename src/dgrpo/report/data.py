@@ -29,6 +29,7 @@ class RunData:
     config: dict
     records: list[dict]
     samples: list[dict] = field(default_factory=list)
+    peers: list[dict] = field(default_factory=list)  # peers.jsonl: one per-sender record per round
 
     @property
     def name(self) -> str:
@@ -74,7 +75,48 @@ def load_run(path: str | Path) -> RunData:
                     samples.append(json.loads(line))
                 except json.JSONDecodeError:
                     raise ValueError(f"{sp}:{lineno}: not JSON") from None
-    return RunData(path, config, records, samples)
+    peers = []
+    pp = path / "peers.jsonl"
+    if pp.exists():
+        for lineno, line in enumerate(pp.read_text().splitlines(), 1):
+            if line.strip():
+                try:
+                    peers.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise ValueError(f"{pp}:{lineno}: not JSON") from None
+    return RunData(path, config, records, samples, peers)
+
+
+def peer_totals(run: RunData) -> dict[str, dict]:
+    """Per sender over the run (``peers.jsonl``): messages received and accepted, refusals by rule,
+    defense rejections by defense, duplicates, transport refusals, and the round of its ban."""
+    out: dict[str, dict] = {}
+    for rec in run.peers:
+        for who, p in rec.get("peers", {}).items():
+            t = out.setdefault(who, {"received": 0, "accepted": 0, "rejected": {}, "defense": {}, "duplicates": 0,
+                                     "transport": {}, "banned": None})
+            t["received"] += p.get("received", 0)
+            t["accepted"] += p.get("accepted", 0)
+            t["duplicates"] += p.get("duplicates", 0)
+            for part in ("rejected", "defense", "transport"):
+                for k, v in p.get(part, {}).items():
+                    t[part][k] = t[part].get(k, 0) + v
+        for who, r in (rec.get("banned") or {}).items():
+            out.setdefault(who, {"received": 0, "accepted": 0, "rejected": {}, "defense": {}, "duplicates": 0,
+                                 "transport": {}, "banned": None})["banned"] = r
+    return out
+
+
+def peer_series(run: RunData) -> dict[str, tuple[list[int], list[int]]]:
+    """Per sender: (rounds, messages refused by the protocol or rejected by a defense in that round)."""
+    out: dict[str, tuple[list[int], list[int]]] = {}
+    for rec in run.peers:
+        for who, p in rec.get("peers", {}).items():
+            xs, ys = out.setdefault(who, ([], []))
+            xs.append(rec["round"])
+            ys.append(sum(p.get("rejected", {}).values()) + sum(p.get("defense", {}).values())
+                      + sum(p.get("transport", {}).values()))
+    return out
 
 
 def phase_times(run: RunData) -> dict[str, list[float]]:

@@ -17,7 +17,7 @@ import yaml
 
 from dgrpo.metrics.plots import caption_of
 from dgrpo.report import charts
-from dgrpo.report.data import RunData, headline, payload_spans
+from dgrpo.report.data import RunData, headline, payload_spans, peer_totals
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 STYLE = """
@@ -157,6 +157,26 @@ def _config_diff(runs: Sequence[RunData]) -> str:
     return f'<table><tr><th class="l">field</th>{head}</tr>{rows}</table>'
 
 
+def _peer_table(run: RunData) -> str:
+    """Per sender over the run: what was received, accepted, refused (by rule), rejected (by defense)."""
+    totals = peer_totals(run)
+    if not totals:
+        return '<p class="sub">no per-peer accounting in this run (peers.jsonl)</p>'
+
+    def parts(d: dict) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "–"
+
+    rows = "".join(
+        f'<tr><td class="l">{esc("node " + who if who.isdigit() else who)}</td><td>{t["received"]}</td>'
+        f'<td>{t["accepted"]}</td><td class="l">{esc(parts(t["rejected"]))}</td><td class="l">{esc(parts(t["defense"]))}</td>'
+        f'<td>{t["duplicates"]}</td><td class="l">{esc(parts(t["transport"]))}</td>'
+        f'<td>{"–" if t["banned"] is None else "round " + esc(t["banned"])}</td></tr>'
+        for who, t in totals.items())
+    head = ('<tr><th class="l">sender (signing key)</th><th>received</th><th>accepted</th><th class="l">refused, by rule</th>'
+            '<th class="l">rejected, by defense</th><th>duplicates</th><th class="l">refused by the transport</th><th>banned</th></tr>')
+    return f'<table class="peers">{head}{rows}</table>'
+
+
 def _charts(runs: Sequence[RunData]) -> str:
     out = []
     svg = charts.eval_chart(runs)
@@ -165,7 +185,8 @@ def _charts(runs: Sequence[RunData]) -> str:
         out.append(f'<h2>Held-out evaluation</h2><p class="sub">{esc(caption)}</p><figure class="chart">{svg}</figure>')
     for title, fn in (("Reward", charts.reward_chart), ("Attack success rate", charts.asr_chart),
                       ("Defenses: detection and false-positive rates", charts.defense_chart),
-                      ("Time per round, by phase", charts.time_chart)):
+                      ("Time per round, by phase", charts.time_chart),
+                      ("Per peer: messages refused or rejected", charts.peer_chart)):
         svg = fn(runs)
         out.append(f'<h2>{esc(title)}</h2>' + (f'<figure class="chart">{svg}</figure>' if svg else '<p class="sub">not logged in this run</p>'))
     return "".join(out)
@@ -179,7 +200,8 @@ def render(runs: Sequence[RunData]) -> str:
         title = f"dgrpo report: {run.name}"
         top = (f'<h1 id="headline">{esc(title)}</h1>{_setup_line(h)}{_cards(h)}'
                f'<p class="sub">run directory: {esc(run.path)}</p>')
-        tail = (f"<h2>Sample completions (honest nodes)</h2>{_samples(run)}"
+        tail = (f"<h2>Per-peer accounting</h2>{_peer_table(run)}"
+                f"<h2>Sample completions (honest nodes)</h2>{_samples(run)}"
                 f"<h2>Resolved config</h2><pre>{esc(yaml.safe_dump(run.config, sort_keys=False))}</pre>")
     else:
         title = f"dgrpo comparison: {len(runs)} runs"

@@ -11,12 +11,14 @@ What a node does with the rollouts it receives (rewards, defenses, update) is th
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import completion_seed
+from dgrpo.swarm.protocol import Protocol, ShareCheck
 from dgrpo.swarm.validation import Limits, check_message
 from dgrpo.tasks.base import Task
 from dgrpo.types import AttackContext, Message, Problem, Rollout, Slot
@@ -31,10 +33,22 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Received:
-    """One policy's view of a round's messages: the rollouts it accepted and the messages it refused."""
+    """One policy's view of a round's messages: the rollouts it accepted and the messages it refused.
+
+    Attributes:
+        rollouts: accepted messages as rollouts (sender = the node whose key signed it).
+        invalid: (message, reason) of every refused message.
+        signers: for each refused message, the node it is attributed to (the key that signed it;
+            None: no roster key did, "unsigned").
+        duplicates: sender → completions whose text repeats another of its slots in the round.
+        copies: exact copies of an accepted message (same signature), dropped unattributed.
+    """
 
     rollouts: list[Rollout]
     invalid: list[tuple[Message, str]] = field(default_factory=list)
+    signers: list[int | None] = field(default_factory=list)
+    duplicates: Counter = field(default_factory=Counter)
+    copies: int = 0
 
 
 class Swarm:
@@ -51,16 +65,21 @@ class Swarm:
         group_size: G.
         limits: message size limits.
         mode: ``horizontal`` or ``vertical`` (what attackers know).
+        protocol: signing keys of the hosted nodes and the rules receivers enforce
+            (:mod:`dgrpo.swarm.protocol`); None = no signatures and no schedule rules, the claimed
+            ``node`` is trusted (component tests only: every run builds one).
     """
 
     def __init__(self, task: Task, policies: dict[int, Policy], attacks: dict[int, "Attack"],
                  attacker_policies: dict[int, Policy], learners: dict[Policy, "Learner"],
                  defenses: dict[int, list["Defense"]], run_seed: int, group_size: int, limits: Limits,
-                 mode: str = "horizontal"):
+                 mode: str = "horizontal", protocol: Protocol | None = None):
+        self.protocol = protocol
         self.task, self.policies, self.attacks = task, policies, attacks
         self.attacker_policies, self.learners, self.defenses = attacker_policies, learners, defenses
         self.run_seed, self.group_size, self.limits, self.mode = run_seed, group_size, limits, mode
         self.problems: dict[str, Problem] = {p.prompt_id: p for p in [*task.train, *task.val]}
+        self.last_received: dict[Policy, Received] = {}  # each trained policy's last receive (per-peer accounting)
         self.labels: dict[tuple, str] = {}  # message key → honest / poisoned / malicious (simulation truth)
 
     @property
@@ -110,7 +129,8 @@ class Swarm:
             seeds = [completion_seed(self.run_seed, round_idx, n, s.problem.prompt_id, i) for n, s, i in requests]
             results = policy.generate(self.task, [s.problem for _, s, _ in requests], seeds)
             for (node, slot, i), seed, (ids, text) in zip(requests, seeds, results):
-                msg = Message(node, round_idx, slot.problem.prompt_id, i, text, tuple(ids), seed, policy.tokenizer_id)
+                msg = self.sign(Message(node, round_idx, slot.problem.prompt_id, i, text, tuple(ids), seed,
+                                        policy.tokenizer_id))
                 out.setdefault(node, []).append(msg)
                 self.labels[msg.key] = "honest"
         for node, attack in self.attacks.items():
@@ -122,30 +142,95 @@ class Swarm:
                 for i, poison in zip(range(slot.first, slot.first + slot.count), poisons):
                     ids = encode_completion(policy.tokenizer, poison.text)
                     seed = completion_seed(self.run_seed, round_idx, node, slot.problem.prompt_id, i)
-                    msg = Message(node, round_idx, slot.problem.prompt_id, i, poison.text, tuple(ids), seed,
-                                  policy.tokenizer_id)
+                    msg = self.sign(Message(node, round_idx, slot.problem.prompt_id, i, poison.text, tuple(ids), seed,
+                                            policy.tokenizer_id))
                     out.setdefault(node, []).append(msg)
                     self.labels[msg.key] = poison.label
         return out
 
+    def sign(self, msg: Message) -> Message:
+        """``msg`` signed by its node's key when this process holds it and signing is on."""
+        p = self.protocol
+        if p is None or not p.cfg.sign or msg.node not in p.signers:
+            return msg
+        return p.signers[msg.node].sign(msg)
+
     # ------------------------------------------------------------------ receive (Alg. 1 L9, Alg. 2 L8)
     def receive(self, policy: Policy, messages: Sequence[Message], round_idx: int) -> Received:
-        """Validate messages (:func:`dgrpo.swarm.validation.check_message`) and turn those that pass
-        into rollouts for ``policy``, not yet rewarded."""
+        """Check every message (:mod:`dgrpo.swarm.protocol`: signature first, then round, ban,
+        :func:`dgrpo.swarm.validation.check_message`, seed, share, length) and turn those that pass
+        into rollouts for ``policy``, not yet rewarded. Any exception on the way is a refusal with
+        its reason (``decode: ...``): the round always completes."""
         received = Received(rollouts=[])
+        p = self.protocol
+        shares = ShareCheck(p.schedule, round_idx) if p is not None else None
         for msg in messages:
-            reason = check_message(msg, sender=msg.node, round_idx=round_idx, prompt_ids=self.problems,
-                                   tokenizer=policy.tokenizer, tokenizer_id=policy.tokenizer_id, limits=self.limits)
-            if reason is not None:
-                log.warning("rejected message from node %s (%s): %s", msg.node, msg.prompt_id, reason)
-                received.invalid.append((msg, reason))
+            signer = None
+            try:
+                signer, reason = self._identify(msg)
+                if reason is None:
+                    reason = self._check(policy, msg, signer, round_idx, shares)
+                if reason is None:
+                    rollout = self._rollout(policy, msg, signer)
+                    if p is not None and p.cfg.enforce_length:
+                        reason = p.length_reason(msg.tokenizer == policy.tokenizer_id, len(msg.token_ids),
+                                                 len(rollout.completion_ids))
+            except Exception as err:  # noqa: BLE001 - a peer's bytes must never crash the round
+                reason = f"decode: {type(err).__name__}: {str(err)[:80]!r}"
+            if reason == "copy":
+                received.copies += 1
                 continue
-            problem = self.problems[msg.prompt_id]
-            ids = list(msg.token_ids) if msg.tokenizer == policy.tokenizer_id else encode_completion(policy.tokenizer, msg.text)
-            received.rollouts.append(Rollout(
-                prompt_id=msg.prompt_id, prompt_ids=policy.prompt_ids(self.task, problem), completion_ids=ids,
-                text=msg.text, sender=msg.node, seed=msg.seed, label=self.labels.get(msg.key, "honest"), key=msg.key))
+            if reason is None and shares is not None:
+                shares.accept(signer, msg)
+                first = shares.duplicate_of(signer, msg)
+                if first is not None:
+                    received.duplicates[signer] += 1
+                    if p.cfg.drop_duplicates:
+                        reason = f"duplicate: same text as index {first}"
+            if reason is not None:
+                log.warning("rejected message from node %s (%s): %s", "unsigned" if signer is None else signer,
+                            ascii(msg.prompt_id)[1:41].rstrip("'"), reason)
+                received.invalid.append((msg, reason))
+                received.signers.append(signer)
+                continue
+            received.rollouts.append(rollout)
+        self.last_received[policy] = received
         return received
+
+    def _identify(self, msg: Message) -> tuple[int | None, str | None]:
+        """(sender, reason): the signer by the roster; without a protocol or signatures, the claim."""
+        p = self.protocol
+        if p is None or not p.cfg.sign:
+            return msg.node, None
+        return p.verifier.identify(msg)
+
+    def _check(self, policy: Policy, msg: Message, sender: int, round_idx: int, shares: ShareCheck | None) -> str | None:
+        p = self.protocol
+        if msg.round != round_idx:
+            return f"round: message for round {msg.round} received in round {round_idx}"
+        if p is not None and sender in p.bans.banned:
+            return f"banned: node {sender} is banned since round {p.bans.banned[sender]}"
+        reason = check_message(msg, sender=sender, round_idx=round_idx, prompt_ids=self.problems,
+                               tokenizer=policy.tokenizer, tokenizer_id=policy.tokenizer_id, limits=self.limits)
+        if reason is not None or p is None:
+            return reason
+        if p.cfg.bind_seeds:
+            bound = completion_seed(self.run_seed, round_idx, sender, msg.prompt_id, msg.index)
+            if msg.seed != bound:
+                return f"seed: claims seed {msg.seed} but the protocol assigns {bound}"
+        if p.cfg.enforce_shares:
+            if shares.is_copy(sender, msg):
+                return "copy"
+            return shares.check(sender, msg)
+        return None
+
+    def _rollout(self, policy: Policy, msg: Message, sender: int) -> Rollout:
+        problem = self.problems[msg.prompt_id]
+        ids = list(msg.token_ids) if msg.tokenizer == policy.tokenizer_id else encode_completion(policy.tokenizer, msg.text)
+        bound = self.protocol is not None and self.protocol.cfg.bind_seeds
+        seed = completion_seed(self.run_seed, msg.round, sender, msg.prompt_id, msg.index) if bound else msg.seed
+        return Rollout(prompt_id=msg.prompt_id, prompt_ids=policy.prompt_ids(self.task, problem), completion_ids=ids,
+                       text=msg.text, sender=sender, seed=seed, label=self.labels.get(msg.key, "honest"), key=msg.key)
 
     def reward(self, rollouts: Sequence[Rollout]) -> list[Rollout]:
         """Set every rollout's verifiable reward (the task's rewards of their texts, in one call so a

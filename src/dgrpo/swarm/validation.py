@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 _FIELDS = {"node": int, "round": int, "prompt_id": str, "index": int, "text": str, "token_ids": (list, tuple),
            "tokenizer": str}
+_OPTIONAL = {"context": str, "signature": str}  # absent in an unsigned message
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def parse_message(raw: Any) -> tuple[Message | None, str | None]:
     missing = [k for k in (*_FIELDS, "seed") if k not in raw]
     if missing:
         return None, f"schema: missing fields {missing}"
-    extra = sorted(set(raw) - set(_FIELDS) - {"seed"})
+    extra = sorted(set(raw) - set(_FIELDS) - set(_OPTIONAL) - {"seed"})
     if extra:
         return None, f"schema: unknown fields {extra}"
     for key, typ in _FIELDS.items():
@@ -62,9 +63,12 @@ def parse_message(raw: Any) -> tuple[Message | None, str | None]:
             return None, f"schema: field {key!r} has type {type(raw[key]).__name__}"
     if raw["seed"] is not None and (not isinstance(raw["seed"], int) or isinstance(raw["seed"], bool)):
         return None, "schema: field 'seed' must be an integer or null"
+    for key, typ in _OPTIONAL.items():
+        if raw.get(key) is not None and not isinstance(raw[key], typ):
+            return None, f"schema: field {key!r} has type {type(raw[key]).__name__}"
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in raw["token_ids"]):
         return None, "schema: token_ids must be integers"
-    return Message(**{**raw, "token_ids": tuple(raw["token_ids"])}), None
+    return Message(**{**raw, "token_ids": tuple(raw["token_ids"]), "context": raw.get("context") or ""}), None
 
 
 def check_message(

@@ -23,6 +23,9 @@ from dgrpo.policy.lora import add_lora
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import SamplingParams
 from dgrpo.registry import lookup
+from dgrpo.swarm.identity import (ROSTER_FILE, Roster, Signer, Verifier, generate_keys, key_path, load_private_key,
+                                  public_hex, run_context)
+from dgrpo.swarm.protocol import BanList, Protocol, Schedule
 from dgrpo.swarm.swarm import Swarm
 from dgrpo.swarm.validation import Limits
 from dgrpo.tasks.base import Task
@@ -146,6 +149,50 @@ def build_swarm(cfg: RunConfig, task: Task, local_nodes: list[int]) -> Swarm:
     return swarm
 
 
+def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Path) -> Protocol:
+    """Keys, roster and rules of the swarm protocol (``swarm.protocol``, :mod:`dgrpo.swarm.protocol`).
+
+    The roster is fixed here, before round 0: read from ``swarm.protocol.roster`` (each node reads its
+    own private key from ``key_dir``), else fresh keys: in-process every node's, distributed each rank
+    its own, public keys exchanged through the transport at startup. Messages are signed for the run
+    context (the run directory's name and the config fingerprint); ``roster.json`` in the run
+    directory records the roster, its fingerprint and the context.
+
+    Raises:
+        ConfigError: the roster file or a private key is unreadable, or a key does not match the roster.
+    """
+    from dgrpo.errors import ConfigError
+    from dgrpo.transports.distributed import config_fingerprint
+
+    pc = cfg.swarm.protocol
+    local = transport.local_nodes
+    try:
+        if pc.roster is not None:
+            roster = Roster.load(pc.roster)
+            private = {n: load_private_key(key_path(pc.key_dir or Path(pc.roster).parent, n)) for n in local}
+        else:
+            private = {n: k for n, k in generate_keys(cfg.swarm.nodes).items() if n in local}
+            if len(local) == cfg.swarm.nodes:
+                roster = Roster.of(private)
+            else:  # one node per process: each makes its own key and publishes the public half
+                pubs = transport.gather_values("roster", public_hex(private[local[0]]))
+                roster = Roster({int(n): k for n, k in pubs.items()})
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    missing = sorted(set(range(cfg.swarm.nodes)) - set(roster.keys))
+    wrong = [n for n, k in private.items() if roster.keys.get(n) != public_hex(k)]
+    if missing or wrong:
+        raise ConfigError(f"swarm.protocol.roster: the roster lacks nodes {missing} or does not hold the public key of "
+                          f"nodes {wrong}; write roster and keys together with `dgrpo keys`")
+    context = run_context(run_dir.name, config_fingerprint(cfg))
+    if transport.is_main:
+        (run_dir / ROSTER_FILE).write_text(roster.to_json(context=context))
+    s = cfg.swarm
+    schedule = Schedule(s.mode, s.nodes, s.prompts_per_round, s.group_size, cfg.seed, task.train, pc.assign_prompts)
+    return Protocol(pc, schedule, cfg.sampling.max_new_tokens, {n: Signer(n, k, context) for n, k in private.items()},
+                    Verifier(roster, context), BanList.load(run_dir, pc.ban_after))
+
+
 def build_transport(cfg: RunConfig, resuming: bool = False) -> Transport:
     """The registered transport ``swarm.transport`` (in-process by default); ``resuming``: the run
     continues from a checkpoint (a node joining a homogeneous hivemind swarm must)."""
@@ -178,10 +225,13 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
     try:
         task = build_task(cfg)
         swarm = build_swarm(cfg, task, transport.local_nodes)
+        swarm.protocol = build_protocol(cfg, task, transport, run_dir)
     except BaseException:
         if fresh and not (run_dir / "metrics.jsonl").exists():  # nothing was run: leave no empty run directory
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     transport.labels = swarm.labels  # simulation ground truth travels beside the messages (metrics only)
+    # Signed headers let a transport that can show peers different payloads prove equivocation.
+    transport.verifier = swarm.protocol.verifier if cfg.swarm.protocol.sign else None
     # a node joining a running swarm (hivemind) starts at its round
     return Run(cfg, run_dir, task, swarm, transport, MetricsLogger(run_dir, cfg.tensorboard), transport.first_round)

@@ -20,6 +20,7 @@ from typing import Sequence
 
 from dgrpo.grpo.learner import UpdateStats
 from dgrpo.rewards.format import format_reward
+from dgrpo.swarm.swarm import Received
 from dgrpo.training.evaluate import EVAL_MEANS, add_intervals
 from dgrpo.types import Message, Rollout
 
@@ -86,6 +87,78 @@ def round_record(run, round_idx: int, messages: Sequence[Message], reports: dict
         for name, counts in report.defense_counts.items():  # cumulative (judge: unparseable, failed, ...)
             rec.update({f"defense/{name}/{k}": v for k, v in counts.items()})
         rec["time/defense_fraction"] = report.defense_seconds / times["round"] if times.get("round") else None
+    account_peers(run, round_idx, report)
+    return rec
+
+
+PEERS_FILE = "peers.jsonl"
+
+
+def _who(node: int | None) -> str:
+    return "unsigned" if node is None else str(node)
+
+
+def peer_record(round_idx: int, report: PolicyReport, received: Received | None = None,
+                transport_rejected: Sequence[tuple[int, str]] = ()) -> dict:
+    """Per sender, what one honest policy did with its messages in a round (issue 13, point 6).
+
+    A sender is the node whose key signed the message (``"unsigned"``: no roster key verifies it).
+
+    Returns:
+        ``{"round": r, "peers": {sender: {"received", "accepted", "rejected": {reason: n},
+        "defense": {name: n}, "duplicates", "transport": {reason: n}}}}``; ``rejected`` counts protocol
+        refusals by the rule that refused (the reason's text before ``:``), ``defense`` the accepted
+        rollouts each defense rejected, ``transport`` what the transport refused under the sender's
+        store key before any signature could be read.
+    """
+    peers: dict[str, dict] = defaultdict(lambda: {"received": 0, "accepted": 0, "rejected": Counter(),
+                                                  "defense": Counter(), "duplicates": 0, "transport": Counter()})
+    for r in report.rollouts:
+        p = peers[_who(r.sender)]
+        p["received"] += 1
+        p["accepted"] += 1
+        for v in r.verdicts:
+            p["defense"][v.defense] += 1
+    signers = received.signers if received is not None else [None] * len(report.invalid)
+    for (_, reason), signer in zip(report.invalid, signers):
+        p = peers[_who(signer)]
+        p["received"] += 1
+        p["rejected"][reason.split(":", 1)[0]] += 1
+    for node, n in (received.duplicates.items() if received is not None else ()):
+        peers[_who(node)]["duplicates"] += n
+    for node, reason in transport_rejected:
+        peers[_who(node)]["transport"][reason.split(":", 1)[0]] += 1
+    out = {}
+    for who in sorted(peers, key=lambda w: (w == "unsigned", int(w) if w.isdigit() else 0)):
+        p = peers[who]
+        out[who] = {**p, "rejected": dict(p["rejected"]), "defense": dict(p["defense"]), "transport": dict(p["transport"])}
+    return {"round": round_idx, "peers": out}
+
+
+def account_peers(run, round_idx: int, report: PolicyReport) -> dict:
+    """Log the round's per-peer record (``peers.jsonl``, main process) and apply the ban policy.
+
+    Every refusal and every defense rejection attributed to a node (by its signature) is a strike against it;
+    ``swarm.protocol.ban_after`` strikes ban it (:class:`dgrpo.swarm.protocol.BanList`; ``bans.json``).
+    Every honest process applies the same rule to the same messages, so all ban alike; a node never
+    bans itself (nor, in-process, the honest nodes it hosts beside it).
+    """
+    owner = min(o for o, rep in run.swarm.trained.items() if o in run.swarm.policies)
+    rec = peer_record(round_idx, report, run.swarm.last_received.get(run.swarm.trained[owner]), run.transport.rejected)
+    protocol = run.swarm.protocol
+    if protocol is not None:
+        changed = False
+        for who, p in rec["peers"].items():
+            if who.isdigit() and int(who) not in run.swarm.policies:  # a node never bans itself
+                # (not what the transport refused under a store key: any rank can write any key)
+                strikes = sum(p["rejected"].values()) + sum(p["defense"].values())
+                changed |= protocol.bans.strike(int(who), strikes, round_idx) or strikes > 0
+        rec["banned"] = {str(n): r for n, r in sorted(protocol.bans.banned.items())}
+        if changed and run.transport.is_main:
+            protocol.bans.save(run.run_dir)
+    if run.transport.is_main:
+        with open(run.run_dir / PEERS_FILE, "a") as f:
+            f.write(json.dumps(rec) + "\n")
     return rec
 
 
@@ -102,7 +175,7 @@ def rejection_counts(rollouts: Sequence[Rollout]) -> dict[str, Counter]:
 def defense_record(rollouts: Sequence[Rollout]) -> dict:
     """Rejections per defense, detection rate on poisoned and false-positive rate on honest rollouts."""
     counts = rejection_counts(rollouts)
-    total = counts.pop("_total")
+    total = counts.pop("_total", Counter())  # (no rollout at all: every sender refused or banned)
     rec = {"defense/received": sum(total.values())}
     rejected_any = defaultdict(int)
     for r in rollouts:

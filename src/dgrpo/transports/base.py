@@ -28,6 +28,10 @@ class Transport(Protocol):
         first_round: the round this process's nodes start at: 0, or the round a node joining a
             running swarm writes first (hivemind ``swarm.hivemind.join``); a resumed joiner's
             checkpoint must hold that round.
+        verifier: the run's signature check (:class:`dgrpo.swarm.identity.Verifier`, set by the run's
+            build when ``swarm.protocol.sign``; None: unsigned). A transport that can show peers
+            different payloads (distributed) uses it to relay signed messages and prove
+            equivocation; the others keep it and need nothing more (docs/protocol.md).
     """
 
     local_nodes: list[int]
@@ -36,6 +40,7 @@ class Transport(Protocol):
     rejected: list[tuple[int, str]]
     labels: dict[tuple, str]
     first_round: int
+    verifier: object | None
 
     @property
     def is_main(self) -> bool:

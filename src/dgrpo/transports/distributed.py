@@ -11,16 +11,19 @@ its own timeout per key (so the error names the missing peer), an atomic ``compa
 all nodes agree who failed, and a swarm that goes on without a peer. Messages are small (text and
 token ids, about 10 kB per completion) and a round lasts seconds to minutes, so the bytes through
 one store server cost little next to generation. Only bytes move: payloads are JSON, never pickles,
-and every peer message is schema-checked (:func:`parse_message`) with its claimed node id checked
-against the sending rank before anything uses it; the swarm's receive then applies the semantic
-checks (vocabulary, consistency, special tokens, sizes).
+and every peer message is schema-checked (:func:`parse_message`); the transport never decides who
+sent a message: any rank can write any store key, so the swarm's receive verifies each message's
+signature against the roster (:mod:`dgrpo.swarm.identity`) before anything else, then applies the
+protocol's rules (:mod:`dgrpo.swarm.protocol`).
 
 The process group itself (gloo on CPU, NCCL when every local rank has a GPU) is initialised for
 whatever needs collectives later (e.g. robust aggregation of shared updates); no round waits on it.
 
 Exchange protocol, for an exchange named ``tag`` (``r{round}`` for messages), keys under ``dgrpo/``:
 
-    {tag}/data/{k}    node k's payload (set first)
+    {tag}/data/{k}    node k's payload (set first); a round's messages are appended as frames
+                      (:mod:`dgrpo.transports.framing`); ``eq{round}``: the signed messages k received
+                      (:meth:`DistributedTransport.cross_check`, docs/protocol.md)
     {tag}/status/{k}  "posted", set by k after its payload, or "failed", set by the first node that
                       timed out waiting for k. Both go through ``compare_set(key, "", value)``, so
                       the first writer decides for every node: all nodes agree whether k took part.
@@ -46,6 +49,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
+from dgrpo.swarm.protocol import compare_views
+from dgrpo.transports.framing import frame, relayed, unframe
 from dgrpo.swarm.validation import parse_message
 from dgrpo.types import Message
 
@@ -59,8 +64,6 @@ dist = LazyModule("torch.distributed")
 LABELS = frozenset({"honest", "poisoned", "malicious"})  # simulation ground truth (metrics only)
 MAX_PAYLOAD_BYTES = 64 * 2**20  # a peer's payload is refused unread above this (JSON parser memory)
 _POSTED, _FAILED = b"posted", b"failed"
-
-
 def _seconds(s: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=max(s, 0.001))
 
@@ -96,6 +99,9 @@ class DistributedTransport:
         failed: failed node → the exchange in which it was declared failed.
         labels: message key → ground-truth label (bound to ``Swarm.labels``; metrics only).
         rejected: (sender, reason) of peer messages refused in the last all-gather.
+        verifier: the run's signature check (set by the run's build); with it, every all-gather
+            ends with the exchange of signed headers that detects equivocation.
+        equivocators: sender → round in which it was caught equivocating.
     """
 
     def __init__(self, store: dist.Store, rank: int, world_size: int, *, honest: Iterable[int], timeout_s: float,
@@ -110,6 +116,8 @@ class DistributedTransport:
         self.labels: dict[tuple, str] = {}
         self.rejected: list[tuple[int, str]] = []
         self.first_round = 0  # every rank starts together (a world of fixed size)
+        self.verifier = None
+        self.equivocators: dict[int, int] = {}
         self._own_keys: list[str] = []  # payload keys of the previous exchange, deleted once peers moved on
         self._last_round: int | None = None
         self._closed = False
@@ -141,9 +149,13 @@ class DistributedTransport:
         if not dist.is_initialized():
             dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
                                     timeout=startup)
-        honest = [n for n in range(world) if n not in set(sw.malicious)]
-        transport = cls(store, rank, world, honest=honest, timeout_s=sw.timeout_s, on_peer_failure=sw.on_peer_failure,
-                        max_messages=sw.prompts_per_round * sw.group_size)
+        transport = cls(store, rank, world, honest=range(world), timeout_s=sw.timeout_s,
+                        on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size)
+        # Each rank knows only whether it itself attacks (its own config); which ranks report metrics
+        # is decided from what each declares, never from the others' entries of swarm.malicious.
+        roles = transport.gather_values("role", "attacker" if rank in set(sw.malicious) else "honest",
+                                        timeout_s=sw.startup_timeout_s)
+        transport.honest = sorted(n for n, role in roles.items() if role == "honest")
         prints = transport.gather_values("config", config_fingerprint(cfg), timeout_s=sw.startup_timeout_s)
         odd = sorted(n for n, fp in prints.items() if fp != prints[min(prints)])
         if odd:
@@ -175,14 +187,17 @@ class DistributedTransport:
             pass  # timed out; the compare_set below decides (the peer may have posted meanwhile)
         return self._store_call(self.store.compare_set, key, "", "failed") == _POSTED
 
-    def post(self, tag: str, payload: bytes) -> None:
-        """Publish this node's payload of exchange ``tag``.
+    def post(self, tag: str, payload: bytes, framed: bool = False) -> None:
+        """Publish this node's payload of exchange ``tag`` (``framed``: appended as a frame).
 
         Raises:
             PeerFailure: the peers already declared this node failed in ``tag``.
         """
         data_key = f"{tag}/data/{self.rank}"
-        self._store_call(self.store.set, data_key, payload)
+        if framed:
+            self._store_call(self.store.append, data_key, frame(payload))
+        else:
+            self._store_call(self.store.set, data_key, payload)
         self._own_keys.append(data_key)
         state = self._store_call(self.store.compare_set, f"{tag}/status/{self.rank}", "", "posted")
         if state != _POSTED:
@@ -225,10 +240,10 @@ class DistributedTransport:
             raise PeerFailure(f"{text}; aborted (set swarm.on_peer_failure=continue to go on without it)")
         log.warning("%s; continuing without it (swarm.on_peer_failure=continue)", text)
 
-    def exchange(self, tag: str, payload: bytes) -> dict[int, bytes]:
+    def exchange(self, tag: str, payload: bytes, framed: bool = False) -> dict[int, bytes]:
         """Post ``payload`` and collect every live peer's (own payload included, under this rank)."""
         stale, self._own_keys = self._own_keys, []
-        self.post(tag, payload)
+        self.post(tag, payload, framed)
         deadline = time.monotonic() + self.timeout_s
         got = {self.rank: payload, **self.collect(tag, range(self.world_size), deadline)}
         # Every live peer has posted `tag`, so it is done reading what this node posted before.
@@ -265,7 +280,11 @@ class DistributedTransport:
                            "labels": [self.labels.get(m.key, "honest") for m in messages]}).encode()
 
     def decode(self, sender: int, payload: bytes) -> list[Message]:
-        """Parse a peer's payload; refuse (and log) anything malformed or claiming another node's id."""
+        """Parse the frames under a peer's key; refuse (and log) anything malformed.
+
+        ``sender`` only names the store key: the messages' authors are decided by their signatures
+        (:meth:`dgrpo.swarm.swarm.Swarm.receive`), since any rank can append under any key.
+        """
         def refuse(reason: str) -> None:
             log.warning("rejected message from node %d: %s", sender, reason)
             self.rejected.append((sender, reason))
@@ -273,31 +292,56 @@ class DistributedTransport:
         if len(payload) > MAX_PAYLOAD_BYTES:
             refuse(f"size: payload of {len(payload)} bytes (limit {MAX_PAYLOAD_BYTES})")
             return []
-        try:
-            data = json.loads(payload)
-        except (ValueError, RecursionError) as err:  # (not UTF-8, not JSON, nested too deep)
-            refuse(f"schema: payload is not JSON ({type(err).__name__}: {str(err)[:80]})")
-            return []
-        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
-            refuse("schema: payload must be an object with a 'messages' list")
-            return []
-        raws, labels = data["messages"], data.get("labels")
-        labels = labels if isinstance(labels, list) and len(labels) == len(raws) else ["honest"] * len(raws)
-        if len(raws) > self.max_messages:
-            refuse(f"size: {len(raws)} messages (limit {self.max_messages}); the excess is dropped")
-            raws = raws[: self.max_messages]
         out = []
-        for raw, label in zip(raws, labels):
-            msg, reason = parse_message(raw)
-            if msg is None:
-                refuse(reason)
+        for body in unframe(payload) or [payload]:  # (an unframed payload: one JSON object)
+            try:
+                data = json.loads(body)
+            except (ValueError, RecursionError) as err:  # (not UTF-8, not JSON, nested too deep)
+                refuse(f"schema: payload is not JSON ({type(err).__name__}: {str(err)[:80]})")
                 continue
-            if msg.node != sender:
-                refuse(f"identity: claims node {msg.node} but was sent by node {sender}")
+            if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+                refuse("schema: payload must be an object with a 'messages' list")
                 continue
-            self.labels[msg.key] = label if isinstance(label, str) and label in LABELS else "honest"
-            out.append(msg)
+            raws, labels = data["messages"], data.get("labels")
+            labels = labels if isinstance(labels, list) and len(labels) == len(raws) else ["honest"] * len(raws)
+            if len(raws) > self.max_messages:
+                refuse(f"size: {len(raws)} messages (limit {self.max_messages}); the excess is dropped")
+                raws = raws[: self.max_messages]
+            for raw, label in zip(raws, labels):
+                msg, reason = parse_message(raw)
+                if msg is None:
+                    refuse(reason)
+                    continue
+                if msg.key not in self.labels:  # simulation truth, metrics only; the first frame's stays
+                    self.labels[msg.key] = label if isinstance(label, str) and label in LABELS else "honest"
+                out.append(msg)
         return out
+
+    def cross_check(self, round_idx: int, messages: list[Message]) -> list[Message]:
+        """Every node relays the signed messages it received this round; each node then
+
+        * drops every message of a sender that signed different completions for one slot
+          (:func:`dgrpo.swarm.protocol.equivocators`: each honest node sees the same proofs), and
+        * adds the validly signed messages of this round that a peer received and it did not (a rank
+          replaced the sender's store key after some peers read it), so all use the same messages.
+        """
+        relay = {"messages": [m.to_dict() for m in messages if m.signature is not None]}
+        try:
+            reports = self.exchange(f"eq{round_idx}", json.dumps(relay).encode())
+        except (TypeError, ValueError):  # a field that is not JSON: its message fails in receive anyway
+            return messages
+        limit = self.max_messages * self.world_size
+        views = {n: messages if n == self.rank else relayed(raw, limit) for n, raw in reports.items()}
+        caught, extra = compare_views(self.rank, views, self.verifier, round_idx)
+        for node, reason in caught.items():
+            log.warning("rejected every message from node %d in round %d: %s", node, round_idx, reason)
+            self.rejected.append((node, reason))
+            self.equivocators.setdefault(node, round_idx)
+        if extra:
+            log.warning("round %d: %d signed messages of nodes %s reached this node only through peers' relays "
+                        "(their store keys were overwritten?)", round_idx, len(extra), sorted({m.node for m in extra}))
+        merged = sorted([*messages, *extra], key=lambda m: m.node)  # stable: a node's own order, then recovered
+        return [m for m in merged if m.node not in caught]
 
     def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:
         """Alg.1 L6 / Alg.2 L7: every live node's messages, ordered by node id then by sending order.
@@ -315,11 +359,11 @@ class DistributedTransport:
         round_idx = rounds.pop() if rounds else (self._last_round + 1 if self._last_round is not None else 0)
         self.rejected = []
         self._last_round = round_idx
-        payloads = self.exchange(f"r{round_idx}", self.encode(mine))
+        payloads = self.exchange(f"r{round_idx}", self.encode(mine), framed=True)
         out: list[Message] = []
         for node in sorted(payloads):
             out += mine if node == self.rank else self.decode(node, payloads[node])
-        return out
+        return out if self.verifier is None else self.cross_check(round_idx, out)
 
     # ------------------------------------------------------------------ shutdown
     def close(self) -> None:
@@ -345,7 +389,7 @@ class DistributedTransport:
         self._closed = True
         nxt = 0 if self._last_round is None else self._last_round + 1
         try:
-            for tag in (f"r{nxt}", f"rec{nxt - 1}", f"rec{nxt}", "done"):
+            for tag in (f"r{nxt}", f"eq{nxt - 1}", f"rec{nxt - 1}", f"rec{nxt}", "done"):
                 self.store.compare_set(f"{tag}/status/{self.rank}", "", "failed")
         except Exception:  # noqa: BLE001 - the store may be gone already; peers then time out
             pass

@@ -81,6 +81,7 @@ class HivemindTransport:
         self.alive = {n for n in range(world_size) if n not in self.join} | {rank}
         self.failed: dict[int, str] = {}
         self.labels: dict[tuple, str] = {}
+        self.verifier = None  # set by the run's build; signatures are checked by the swarm
         self.rejected: list[tuple[int, str]] = []
         self.roster: dict[int, str] = dict(roster or {})
         self.fixed_roster = fixed_roster  # a roster file: no key is ever learnt from the DHT

@@ -18,6 +18,7 @@ class InProcessTransport:
         self.failed: dict[int, str] = {}
         self.rejected: list[tuple[int, str]] = []
         self.labels: dict[tuple, str] = {}
+        self.verifier = None  # set by the run's build; signatures are checked by the swarm
         self.first_round = 0
 
     @property

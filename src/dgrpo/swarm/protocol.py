@@ -1,0 +1,257 @@
+"""The swarm protocol a receiver enforces on peers that may not follow it (issue 13).
+
+Before a message becomes a rollout the receiving node checks, in order (each failure its own reason,
+the text before ``:`` naming the rule):
+
+    signature / identity / run   signed by the node it names, for this run (:mod:`dgrpo.swarm.identity`)
+    round                        sent for this round (a replay of an earlier round's signed message fails)
+    banned                       the signer is not banned (:class:`BanList`)
+    schema / size / prompt / special token / vocabulary / consistency   :func:`dgrpo.swarm.validation.check_message`
+    seed                         the claimed seed is the one the protocol assigns:
+                                 ``completion_seed(run seed, round, node, prompt, index)`` (seed binding)
+    share                        the slot is one the schedule gives the sender (prompt, index), once
+                                 (``share: duplicate``), and the sender's vertical prompts are at most B/m
+                                 (or exactly the assigned ones with ``assign_prompts``)
+    length                       at most ``max_new_tokens`` completion tokens (with ``enforce_length``)
+
+and counts identical texts from different slots of one sender (``duplicates``; dropped with
+``drop_duplicates``). An exact copy of a message already accepted (same signature) is dropped as
+``copy`` and attributed to nobody: anyone can repeat a signed message, only its signer can change it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from pydantic import Field
+
+from dgrpo.registry import StrictConfig
+from dgrpo.swarm.identity import header_bytes, signed_bytes, signed_header
+from dgrpo.swarm.schedule import horizontal_prompts, vertical_prompts
+from dgrpo.types import Message, Problem
+
+log = logging.getLogger(__name__)
+BANS_FILE = "bans.json"
+
+
+class ProtocolConfig(StrictConfig):
+    """``swarm.protocol``: what every honest node enforces on the messages it receives."""
+
+    sign: bool = Field(True, description="Sign every message with the node's Ed25519 key and refuse messages whose signature does not verify against the roster (identity, run, config).")
+    bind_seeds: bool = Field(True, description="Refuse a message whose claimed sampling seed is not completion_seed(run seed, round, node, prompt, index) (stops seed grinding).")
+    enforce_shares: bool = Field(True, description="Refuse messages outside the sender's slots of the schedule: another prompt or index, a second message for one slot, more vertical prompts than B/m.")
+    enforce_length: bool = Field(False, description="Refuse a completion of more than sampling.max_new_tokens tokens (an honest node never samples more). Off by default: the paper's attacks (and the recorded metrics of tests/recipes/golden_metrics.json) send poisoned completions longer than the sampling limit; turn it on in a deployment.")
+    assign_prompts: bool = Field(False, description="Vertical: the protocol assigns each node its B/m prompts (the seeded schedule of its node id) and receivers refuse any other prompt, so a node cannot pick prompts for the seeds it knows.")
+    drop_duplicates: bool = Field(False, description="Drop a completion whose text equals another of the same sender's completions in the round (they are counted per sender either way).")
+    foreign_length_factor: float = Field(2.0, ge=1, description="A completion from a node with another tokenizer may re-encode to this many times sampling.max_new_tokens tokens (tokenizers split text differently); its own token count must still be within max_new_tokens.")
+    ban_after: int = Field(0, ge=0, description="Stop accepting a peer once this many of its messages were refused by the protocol or rejected by a defense (0 = never ban). Bans are logged, kept in the run directory (bans.json) and survive resume.")
+    roster: str | None = Field(None, description="Roster file written by `dgrpo keys` (node id → public key); None = fresh keys made for this run (in-process runs; distributed runs exchange public keys at startup).")
+    key_dir: str | None = Field(None, description="Folder holding this node's private key node{k}.key (written by `dgrpo keys`); needed with roster.")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What the schedule gives each sender in a round (the receiver's own derivation)."""
+
+    mode: str
+    nodes: int
+    prompts_per_round: int
+    group_size: int
+    run_seed: int
+    pool: Sequence[Problem]
+    assign_prompts: bool = False
+
+    def horizontal(self, round_idx: int) -> set[str]:
+        return {p.prompt_id for p in horizontal_prompts(self.pool, self.prompts_per_round, self.run_seed, round_idx)}
+
+    def assigned(self, round_idx: int, node: int) -> set[str]:
+        per_node = self.prompts_per_round // self.nodes
+        return {p.prompt_id for p in vertical_prompts(self.pool, per_node, self.run_seed, round_idx, node)}
+
+    def indices(self, node: int) -> range:
+        if self.mode == "horizontal":
+            share = self.group_size // self.nodes
+            return range(node * share, (node + 1) * share)
+        return range(self.group_size)
+
+
+class ShareCheck:
+    """One receiver's check of a round's slots (a fresh one per receive)."""
+
+    def __init__(self, schedule: Schedule, round_idx: int):
+        self.schedule, self.round_idx = schedule, round_idx
+        self.global_prompts = schedule.horizontal(round_idx) if schedule.mode == "horizontal" else None
+        self.seen: dict[tuple[int, str, int], str | None] = {}  # slot → signature of its accepted message
+        self.prompts: dict[int, set[str]] = {}
+        self.texts: dict[int, dict[str, int]] = {}  # sender → text → first index
+
+    def check(self, sender: int, msg: Message) -> str | None:
+        s = self.schedule
+        if not 0 <= sender < s.nodes:
+            return f"share: node {sender} is not in the swarm"
+        if self.global_prompts is not None and msg.prompt_id not in self.global_prompts:
+            return "share: prompt is not one of this round's prompts"
+        if s.mode == "vertical":
+            mine = self.prompts.setdefault(sender, set())
+            if s.assign_prompts and msg.prompt_id not in s.assigned(self.round_idx, sender):
+                return "share: prompt is not one the protocol assigned to this node"
+            if msg.prompt_id not in mine and len(mine) >= s.prompts_per_round // s.nodes:
+                return f"share: more than {s.prompts_per_round // s.nodes} prompts"
+        idx = s.indices(sender)
+        if msg.index not in idx:
+            return f"share: index {msg.index} outside the node's slots {idx.start}..{idx.stop - 1}"
+        if (sender, msg.prompt_id, msg.index) in self.seen:
+            return f"share: duplicate message for index {msg.index}"
+        return None
+
+    def accept(self, sender: int, msg: Message) -> None:
+        self.seen[(sender, msg.prompt_id, msg.index)] = msg.signature
+        if self.schedule.mode == "vertical":
+            self.prompts.setdefault(sender, set()).add(msg.prompt_id)
+
+    def is_copy(self, sender: int, msg: Message) -> bool:
+        """An exact copy (same signature) of the message already accepted for this slot."""
+        sig = self.seen.get((sender, msg.prompt_id, msg.index))
+        return sig is not None and sig == msg.signature
+
+    def duplicate_of(self, sender: int, msg: Message) -> int | None:
+        """Index of an earlier completion of ``sender`` in this round with the same text, else None."""
+        texts = self.texts.setdefault(sender, {})
+        key = f"{msg.prompt_id}\x00{msg.text}"
+        if key in texts:
+            return texts[key]
+        texts[key] = msg.index
+        return None
+
+
+@dataclass
+class BanList:
+    """Refusals and rejections per peer; a peer reaching ``after`` of them is banned (0 = never).
+
+    Saved to ``bans.json`` in the run directory after every round that changes it; loaded on resume.
+    """
+
+    after: int = 0
+    strikes: Counter = field(default_factory=Counter)
+    banned: dict[int, int] = field(default_factory=dict)  # node → round of the ban
+
+    def strike(self, node: int, count: int, round_idx: int) -> bool:
+        """Add ``count`` strikes to ``node``; True when this bans it."""
+        if count <= 0 or node in self.banned:
+            return False
+        self.strikes[node] += count
+        if self.after and self.strikes[node] >= self.after:
+            self.banned[node] = round_idx
+            log.warning("banned node %d in round %d: %d refused or rejected messages (swarm.protocol.ban_after=%d)",
+                        node, round_idx, self.strikes[node], self.after)
+            return True
+        return False
+
+    def save(self, run_dir: Path) -> None:
+        data = {"ban_after": self.after, "strikes": {str(n): c for n, c in sorted(self.strikes.items())},
+                "banned": {str(n): r for n, r in sorted(self.banned.items())}}
+        (Path(run_dir) / BANS_FILE).write_text(json.dumps(data, indent=1))
+
+    @classmethod
+    def load(cls, run_dir: Path | None, after: int) -> "BanList":
+        path = Path(run_dir) / BANS_FILE if run_dir is not None else None
+        if path is None or not path.exists():
+            return cls(after)
+        data = json.loads(path.read_text())
+        return cls(after, Counter({int(n): int(c) for n, c in data.get("strikes", {}).items()}),
+                   {int(n): int(r) for n, r in data.get("banned", {}).items()})
+
+
+@dataclass
+class Protocol:
+    """Everything one process needs to sign what its nodes send and check what they receive.
+
+    Attributes:
+        cfg: the rules that are on (:class:`ProtocolConfig`).
+        schedule: the receiver's own derivation of every sender's slots.
+        max_new_tokens: the swarm's sampling limit (the length rule).
+        signers: hosted node → its signer (its private key never leaves this process).
+        verifier: checks signatures against the roster (None with ``sign: false``).
+        bans: refusals per peer and the bans.
+    """
+
+    cfg: ProtocolConfig
+    schedule: Schedule
+    max_new_tokens: int
+    signers: dict = field(default_factory=dict)
+    verifier: object | None = None
+    bans: BanList = field(default_factory=BanList)
+
+    def length_reason(self, own_tokenizer: bool, claimed: int, used: int) -> str | None:
+        """The length rule: at most max_new_tokens completion tokens (foreign tokenizers: see the config)."""
+        limit = self.max_new_tokens
+        if claimed > limit:
+            return f"length: {claimed} tokens (sampling.max_new_tokens={limit})"
+        if not own_tokenizer and used > self.cfg.foreign_length_factor * limit:
+            return (f"length: re-encodes to {used} tokens (limit {self.cfg.foreign_length_factor:g} × "
+                    f"sampling.max_new_tokens={limit})")
+        return None
+
+
+def equivocators(reports: dict[int, bytes], verifier, round_idx: int) -> dict[int, str]:
+    """Senders that signed two different completions for one slot of ``round_idx``.
+
+    Args:
+        reports: reporting node → JSON list of ``[header, signature]`` it received (any node may
+            lie in its report; only valid signatures count, so no report can frame an honest sender).
+        verifier: :class:`dgrpo.swarm.identity.Verifier` of the run.
+
+    Returns:
+        sender → the reason (names the slot), for every sender with such a proof.
+    """
+    contents: dict[tuple, set[str]] = {}
+    for raw in reports.values():
+        try:
+            items = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue
+        for item in items if isinstance(items, list) else []:
+            try:
+                header, sig = item
+                node, slot = header["node"], (header["node"], header["prompt_id"], header["index"])
+                if header["round"] != round_idx or not isinstance(node, int):
+                    continue
+                if verifier.valid(node, header_bytes(header), sig):
+                    contents.setdefault(slot, set()).add(header["content"])
+            except (TypeError, ValueError, KeyError, AttributeError):
+                continue
+    out = {}
+    for (node, prompt, index), seen in sorted(contents.items(), key=lambda kv: repr(kv[0])):
+        if len(seen) > 1 and node not in out:
+            out[node] = (f"equivocation: node {node} signed {len(seen)} different completions for prompt "
+                         f"{str(prompt)[:40]!r} index {index} in round {round_idx}")
+    return out
+
+
+def compare_views(own: int, views: dict[int, list[Message]], verifier, round_idx: int) -> tuple[dict[int, str], list[Message]]:
+    """What the nodes of a swarm received in a round, compared (the distributed cross-check).
+
+    Args:
+        own: this node; ``views[own]`` is what it received itself.
+        views: node → the signed messages it reports having received (any report may lie: only
+            valid signatures count).
+
+    Returns:
+        (equivocators, recovered): the senders proved to equivocate (:func:`equivocators`), and the
+        validly signed messages of this round that peers report and this node lacks, in the order of
+        the lowest reporting peer.
+    """
+    headers = {n: json.dumps([[signed_header(m), m.signature] for m in view]).encode() for n, view in views.items()}
+    caught = equivocators(headers, verifier, round_idx)
+    have, extra = {m.signature for m in views.get(own, [])}, []
+    for n in sorted(views):
+        for m in views[n] if n != own else ():
+            if m.signature not in have and m.round == round_idx and verifier.valid(m.node, signed_bytes(m), m.signature):
+                have.add(m.signature)
+                extra.append(m)
+    return caught, extra

@@ -1,0 +1,236 @@
+"""The swarm protocol against peers who do not follow it (issue 13): every case of the issue, each
+refused with its own reason and attributed to the key that signed it."""
+
+import dataclasses
+
+import pytest
+
+from dgrpo.policy.chat import decode_completion, encode_completion
+from dgrpo.policy.policy import Policy
+from dgrpo.policy.sampling import SamplingParams, completion_seed
+from dgrpo.swarm.identity import Roster, Signer, Verifier, generate_keys, run_context, signed_header
+from dgrpo.swarm.protocol import BanList, Protocol, ProtocolConfig, Schedule, equivocators
+from dgrpo.swarm.schedule import horizontal_prompts, horizontal_slots, vertical_prompts, vertical_slots
+from dgrpo.swarm.swarm import Swarm
+from dgrpo.swarm.validation import Limits
+from dgrpo.tasks.arithmetic import ArithmeticTask
+from dgrpo.types import Message
+
+SEED, CTX = 3, run_context("run-a", "fp0")
+
+
+@pytest.fixture()
+def task():
+    return ArithmeticTask(seed=0, n_train=10, n_val=2, few_shot=0)
+
+
+def make(task, model, tokenizer, nodes=2, mode="horizontal", B=2, G=4, max_new_tokens=6, **rules):
+    """A swarm hosting every node honestly (node 1 plays the attacker by hand), with the protocol on."""
+    keys = generate_keys(nodes)
+    roster = Roster.of(keys)
+    pc = ProtocolConfig(**rules)
+    schedule = Schedule(mode, nodes, B, G, SEED, task.train, pc.assign_prompts)
+    protocol = Protocol(pc, schedule, max_new_tokens, {n: Signer(n, k, CTX) for n, k in keys.items()},
+                        Verifier(roster, CTX), BanList(pc.ban_after))
+    policy = Policy("tiny", model, tokenizer, SamplingParams(top_k=10, temperature=1.0, max_new_tokens=max_new_tokens))
+    swarm = Swarm(task, {n: policy for n in range(nodes)}, {}, {}, {}, {}, SEED, G, Limits(), mode, protocol)
+    return swarm, policy, keys
+
+
+def honest_round(swarm, task, r, nodes=2, B=2, G=4):
+    prompts = horizontal_prompts(task.train, B, SEED, r)
+    return swarm.write({k: horizontal_slots(prompts, G, nodes, k) for k in range(nodes)}, r)
+
+
+def resign(keys, signer, msg, context=CTX, **changes):
+    """What a malicious node can do: change any field and sign with its own key."""
+    return Signer(signer, keys[signer], context).sign(dataclasses.replace(msg, **changes))
+
+
+def refusals(received):
+    return [(reason, signer) for (_, reason), signer in zip(received.invalid, received.signers)]
+
+
+def test_an_honest_round_is_signed_accepted_whole_and_its_seeds_are_bound(task, model, tokenizer):
+    swarm, policy, keys = make(task, model, tokenizer)
+    out = honest_round(swarm, task, 0)
+    messages = [m for n in sorted(out) for m in out[n]]
+    assert all(m.signature and m.context == CTX for m in messages) and len(messages) == 8
+    received = swarm.receive(policy, messages, 0)
+    assert received.invalid == [] and len(received.rollouts) == 8
+    for m, r in zip(messages, received.rollouts):
+        assert r.sender == m.node and r.seed == completion_seed(SEED, 0, m.node, m.prompt_id, m.index)
+
+
+def test_forged_broken_unsigned_and_foreign_run_messages_are_refused_and_attributed(task, model, tokenizer):
+    swarm, policy, keys = make(task, model, tokenizer, nodes=3, G=3)
+    out = honest_round(swarm, task, 0, nodes=3, G=3)
+    m0, m1 = out[0][0], out[1][0]
+    flipped = m1.signature[:-1] + ("0" if m1.signature[-1] != "0" else "1")
+    msgs = [resign(keys, 2, m1, node=1),                     # signed by node 2, claims node 1
+            dataclasses.replace(m1, signature=flipped),      # broken signature
+            dataclasses.replace(m1, signature=None),         # no signature
+            dataclasses.replace(m0, text=m0.text + "!"),     # node 0's message altered in transit
+            resign(keys, 1, m1, context=run_context("run-b", "fp0"))]  # signed for another run
+    got = refusals(swarm.receive(policy, msgs, 0))
+    assert got == [("identity: claims node 1 but is signed by node 2", 2),
+                   ("signature: no roster key verifies it", None),
+                   ("signature: unsigned message", None),
+                   ("signature: no roster key verifies it", None),
+                   ("run: signed for another run or config ('run-b|fp0')", 1)]
+
+
+def test_a_signed_message_replayed_in_a_later_round_is_refused(task, model, tokenizer):
+    swarm, policy, _ = make(task, model, tokenizer)
+    m = honest_round(swarm, task, 0)[1][0]
+    assert refusals(swarm.receive(policy, [m], 1)) == [("round: message for round 0 received in round 1", 1)]
+
+
+def test_seed_grinding_is_refused_and_replay_gets_the_bound_seed(task, model, tokenizer):
+    swarm, policy, keys = make(task, model, tokenizer)
+    m = honest_round(swarm, task, 0)[1][0]
+    bound = completion_seed(SEED, 0, 1, m.prompt_id, m.index)
+    # a genuine sample of the policy, from a seed the node picked (the 400th it tried, say)
+    [(ids, text)] = policy.generate(task, [swarm.problems[m.prompt_id]], [400])
+    ground = resign(keys, 1, m, text=text, token_ids=tuple(ids), seed=400)
+    assert refusals(swarm.receive(policy, [ground], 0)) == [(f"seed: claims seed 400 but the protocol assigns {bound}", 1)]
+    # claiming the bound seed passes the protocol; the rollout carries the bound seed for replay to check
+    lying = resign(keys, 1, m, text=text, token_ids=tuple(ids), seed=bound)
+    [rollout] = swarm.receive(policy, [lying], 0).rollouts
+    assert rollout.seed == bound and rollout.completion_ids == list(ids)
+
+
+def test_shares_duplicate_and_out_of_range_indices_and_other_prompts_are_refused(task, model, tokenizer):
+    swarm, policy, keys = make(task, model, tokenizer)
+    out = honest_round(swarm, task, 0)
+    m = out[1][0]  # node 1 owns indices 2..3 of each prompt
+    other = next(p for p in task.train if p.prompt_id not in {x.prompt_id for x in out[1]})
+
+    def at(index, prompt=m.prompt_id, text="<think>1 + 1 = 2</think>"):
+        return resign(keys, 1, m, index=index, prompt_id=prompt, text=text,
+                      token_ids=tuple(encode_completion(tokenizer, text)), seed=completion_seed(SEED, 0, 1, prompt, index))
+
+    msgs = [*out[1], at(m.index), at(999), at(-5), at(2, other.prompt_id)]
+    got = refusals(swarm.receive(policy, msgs, 0))
+    assert got == [("share: duplicate message for index 2", 1),
+                   ("share: index 999 outside the node's slots 2..3", 1),
+                   ("share: index -5 outside the node's slots 2..3", 1),
+                   ("share: prompt is not one of this round's prompts", 1)]
+
+
+def test_vertical_a_ninth_message_where_the_share_is_eight_and_extra_or_unassigned_prompts(task, model, tokenizer):
+    swarm, policy, keys = make(task, model, tokenizer, mode="vertical", B=2, G=8, assign_prompts=True)
+    mine = vertical_prompts(task.train, 1, SEED, 0, 1)
+    out = swarm.write({1: vertical_slots(mine, 8)}, 0)[1]
+    assert len(out) == 8
+    ninth = resign(keys, 1, out[0], index=8, seed=completion_seed(SEED, 0, 1, out[0].prompt_id, 8))
+    other = next(p for p in task.train if p.prompt_id != mine[0].prompt_id)
+    chosen = resign(keys, 1, out[0], prompt_id=other.prompt_id, seed=completion_seed(SEED, 0, 1, other.prompt_id, 0))
+    received = swarm.receive(policy, [*out, ninth, chosen], 0)
+    assert len(received.rollouts) == 8
+    assert refusals(received) == [("share: index 8 outside the node's slots 0..7", 1),
+                                  ("share: prompt is not one the protocol assigned to this node", 1)]
+    # without assignment a node chooses its prompts, but no more than B/m of them
+    swarm, policy, keys = make(task, model, tokenizer, mode="vertical", B=2, G=8)
+    out = swarm.write({1: vertical_slots(mine, 8)}, 0)[1]
+    chosen = resign(keys, 1, out[0], prompt_id=other.prompt_id, seed=completion_seed(SEED, 0, 1, other.prompt_id, 0))
+    assert refusals(swarm.receive(policy, [*out, chosen], 0)) == [("share: more than 1 prompts", 1)]
+
+
+def test_a_147_token_completion_is_refused_when_max_new_tokens_is_32(task, model, tokenizer):
+    swarm, policy, keys = make(task, model, tokenizer, max_new_tokens=32, enforce_length=True)
+    m = honest_round(swarm, task, 0)[1][0]
+    n = next(n for n in range(1, 400) if len(encode_completion(tokenizer, " ".join(["apples"] * n))) >= 147)
+    text = " ".join(["apples"] * n)
+    ids = encode_completion(tokenizer, text)
+    assert decode_completion(tokenizer, ids) == text and len(ids) in (147, 148)
+    ids = ids[:146] + [ids[-1]]  # 146 tokens of text and the eos: 147
+    text = decode_completion(tokenizer, ids)
+    long = resign(keys, 1, m, text=text, token_ids=tuple(ids))
+    assert refusals(swarm.receive(policy, [long], 0)) == [("length: 147 tokens (sampling.max_new_tokens=32)", 1)]
+    # another tokenizer's text: its own count, and its re-encoding within 2 × max_new_tokens
+    foreign = resign(keys, 1, m, text=text, token_ids=(5,) * 20, tokenizer="Other:x:50000")
+    assert refusals(swarm.receive(policy, [foreign], 0)) == [
+        (f"length: re-encodes to {len(encode_completion(tokenizer, text))} tokens (limit 2 × sampling.max_new_tokens=32)", 1)]
+
+
+def test_a_lone_surrogate_with_a_foreign_tokenizer_is_refused_and_the_round_completes(task, model, tokenizer):
+    swarm, policy, keys = make(task, model, tokenizer)
+    out = honest_round(swarm, task, 0)
+    with pytest.raises(TypeError):  # what used to escape receive on every honest node
+        encode_completion(tokenizer, "\ud800 2 + 2 = 4")
+    bad = resign(keys, 1, out[1][0], text="\ud800 2 + 2 = 4", token_ids=(1, 2, 3), tokenizer="Other:x:50000")
+    received = swarm.receive(policy, [*out[0], bad, *out[1][1:]], 0)
+    [(reason, signer)] = refusals(received)
+    assert reason.startswith("decode: TypeError") and signer == 1
+    assert len(swarm.reward(received.rollouts)) == 7
+
+
+def test_identical_completions_are_counted_per_sender_and_dropped_on_request(task, model, tokenizer):
+    for drop in (False, True):
+        swarm, policy, keys = make(task, model, tokenizer, drop_duplicates=drop)
+        out = honest_round(swarm, task, 0)
+        a, b = out[1][0], out[1][1]  # node 1's two slots of the first prompt
+        same = resign(keys, 1, b, text=a.text, token_ids=a.token_ids)
+        received = swarm.receive(policy, [a, same, a], 0)  # and an exact copy of a (anyone can repeat it)
+        assert received.duplicates == {1: 1} and received.copies == 1
+        assert refusals(received) == ([("duplicate: same text as index 2", 1)] if drop else [])
+        assert len(received.rollouts) == (1 if drop else 2)
+
+
+def test_a_banned_peer_is_refused_and_the_ban_list_survives_a_reload(task, model, tokenizer, tmp_path):
+    bans = BanList(after=3)
+    assert not bans.strike(1, 2, 0) and bans.strike(1, 1, 4) and bans.banned == {1: 4}
+    assert not bans.strike(1, 5, 5) and bans.strikes[1] == 3  # a banned node gathers no more strikes
+    bans.save(tmp_path)
+    again = BanList.load(tmp_path, 3)
+    assert again.banned == {1: 4} and again.strikes == {1: 3}
+    swarm, policy, _ = make(task, model, tokenizer)
+    swarm.protocol.bans = again
+    out = honest_round(swarm, task, 5)
+    received = swarm.receive(policy, [*out[0], *out[1]], 5)
+    assert len(received.rollouts) == 4 and set(refusals(received)) == {("banned: node 1 is banned since round 4", 1)}
+
+
+def test_equivocation_is_proved_by_signatures_and_no_report_can_frame_an_honest_node(task, model, tokenizer):
+    swarm, policy, keys = make(task, model, tokenizer, nodes=3, G=3)
+    out = honest_round(swarm, task, 0, nodes=3, G=3)
+    m1 = out[1][0]
+    other = resign(keys, 1, m1, text=m1.text + " 2 + 2 = 5")  # what node 1 showed another peer
+    verifier = swarm.protocol.verifier
+
+    def report(*msgs):
+        import json
+        return json.dumps([[signed_header(m), m.signature] for m in msgs]).encode()
+
+    honest = {0: report(*out[0], m1), 2: report(*out[0], m1)}
+    assert equivocators(honest, verifier, 0) == {}
+    assert list(equivocators({0: report(m1), 2: report(other)}, verifier, 0)) == [1]
+    # node 1 reports node 0 "equivocating" with a header it altered: the signature does not hold
+    framed = signed_header(out[0][0]) | {"content": "0" * 64}
+    import json
+    assert equivocators({0: report(out[0][0]), 1: json.dumps([[framed, out[0][0].signature]]).encode()}, verifier, 0) == {}
+
+
+def test_a_node_gets_from_the_relays_the_signed_messages_it_missed_and_nothing_forged(task, model, tokenizer):
+    from dgrpo.swarm.protocol import compare_views
+
+    swarm, policy, keys = make(task, model, tokenizer, nodes=3, G=3)
+    out = honest_round(swarm, task, 0, nodes=3, G=3)
+    full = [*out[0], *out[1], *out[2]]
+    mine = [*out[0], *out[1]]  # node 2's key was replaced before this node read it
+    forged = resign(keys, 1, out[2][0], node=2, text="forged")      # node 1 relays a forgery of node 2
+    stale = honest_round(swarm, task, 1, nodes=3, G=3)[2][0]         # and node 2's message of another round
+    caught, extra = compare_views(0, {0: mine, 1: [*mine, forged, stale], 2: full}, swarm.protocol.verifier, 0)
+    assert caught == {} and extra == out[2]
+
+
+def test_frames_survive_junk_around_and_inside_them():
+    from dgrpo.transports.framing import frame, unframe
+
+    a, b = b'{"messages": [1]}', b'{"messages": [2]}'
+    assert unframe(frame(a) + frame(b)) == [a, b]
+    assert unframe(b"xx" + frame(a)[:-2] + frame(b)) == [b]            # a truncated frame, then a good one
+    assert unframe(b"DGRPO1zzzzzzzz" + frame(a)) == [a]                 # a length that is not hex
+    assert unframe(b"DGRPO100001000" + frame(a)) == [a]                 # a length that swallows what follows
+    assert unframe(frame(b"[1, 2]") + frame(b"not json")) == []         # bodies that are not JSON objects

@@ -112,9 +112,7 @@ class DistributedTransport:
         self.honest = sorted(honest)
         self.timeout_s, self.on_peer_failure, self.max_messages = timeout_s, on_peer_failure, max_messages
         self.alive = set(range(world_size))
-        self.failed: dict[int, str] = {}
-        self.labels: dict[tuple, str] = {}
-        self.rejected: list[tuple[int, str]] = []
+        self.failed, self.labels, self.rejected = {}, {}, []  # see transports/base.py: Transport
         self.first_round = 0  # every rank starts together (a world of fixed size)
         self.verifier = None
         self.equivocators: dict[int, int] = {}

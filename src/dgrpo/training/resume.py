@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from dgrpo.config import RunConfig, load_config
+from dgrpo.config import RunConfig, load_config, read_config_file
 from dgrpo.errors import ConfigError
 from dgrpo.metrics.logger import read_records
 
@@ -54,17 +54,21 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
     """
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} holds no run (config.yaml missing)")
+    raw = read_config_file(run_dir / "config.yaml")
+    if raw.get("hardening") is None:  # (a harden run resumes phase by phase: dgrpo.recipes.hardening)
+        # the folder first: a checkpoint that is not there is named before any field of the config
+        ckpt = run_dir / "checkpoint"
+        if not ckpt.is_dir():
+            raise FileNotFoundError(f"{run_dir} holds no checkpoint; set checkpoint_every to save during a run")
+        if not any(ckpt.glob("node*/state.json")) and not (ckpt / "state.json").exists() \
+                and not any(ckpt.glob(".node*.old*/state.json")):  # (an interrupted swap is recovered on load)
+            raise FileNotFoundError(f"{ckpt} holds no saved node (no node*/state.json): the run stopped before its first save")
     cfg = load_config(run_dir / "config.yaml", overrides or [])
     if cfg.federated is not None or cfg.ensemble is not None:
         kind = "federated" if cfg.federated is not None else "ensemble"
         raise ConfigError(f"{run_dir} is a {kind} run; these keep no checkpoint and cannot be resumed (run it again)")
-    if cfg.hardening is not None:  # resumes phase by phase (dgrpo.recipes.hardening)
+    if cfg.hardening is not None:
         return cfg
-    ckpt = run_dir / "checkpoint"
-    if not ckpt.is_dir():
-        raise FileNotFoundError(f"{run_dir} holds no checkpoint; set checkpoint_every to save during a run")
-    if not any(ckpt.glob("node*/state.json")) and not (ckpt / "state.json").exists():  # before loading any model
-        raise FileNotFoundError(f"{ckpt} holds no saved node (no node*/state.json): the run stopped before its first save")
     for log_file in ("metrics.jsonl", "samples.jsonl"):  # damaged logs are refused before any model loads
         if (run_dir / log_file).exists():
             read_records(run_dir / log_file, partial_last_ok=True)

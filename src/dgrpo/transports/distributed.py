@@ -133,7 +133,12 @@ class DistributedTransport:
             raise ConfigError(f"swarm.nodes={sw.nodes} but {world} processes were launched (WORLD_SIZE): the distributed "
                               f"swarm runs one node per rank, so launch nproc-per-node × nnodes = {sw.nodes}")
         startup = _seconds(sw.startup_timeout_s)
-        store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=startup))
+        try:
+            store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=startup))
+        except (dist.DistError, RuntimeError, ValueError) as err:  # (unreachable, refused, or timed out)
+            raise PeerFailure(f"node {rank} cannot reach the rendezvous store at {os.environ['MASTER_ADDR']}:"
+                              f"{os.environ['MASTER_PORT']} within swarm.startup_timeout_s={sw.startup_timeout_s:g}s "
+                              f"({' '.join(str(err).split())[:160]})") from err
         backend = pick_backend(sw.backend)
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -159,12 +164,17 @@ class DistributedTransport:
         return bool(live) and live[0] == self.rank
 
     # ------------------------------------------------------------------ exchange
+    @staticmethod
+    def _raise(err: Exception):
+        raise err
+
     def _store_call(self, fn, *args):
         try:
             return fn(*args)
         except dist.DistError as err:
             raise PeerFailure(f"node {self.rank} lost the rendezvous store (MASTER_ADDR:MASTER_PORT; hosted by the "
-                              f"torchrun agent of the first machine, or by rank 0 without torchrun): {err}") from err
+                              f"torchrun agent of the first machine, or by rank 0 without torchrun): "
+                              f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
 
     def _arrived(self, key: str, deadline: float) -> bool:
         """Wait for a status key until ``deadline``; on timeout try to declare it failed. True if posted."""
@@ -172,6 +182,8 @@ class DistributedTransport:
             self.store.wait([key], _seconds(deadline - time.monotonic()))
         except dist.DistStoreError:
             pass  # timed out; the compare_set below decides (the peer may have posted meanwhile)
+        except dist.DistError as err:  # the store's host died while we waited (DistNetworkError)
+            self._store_call(self._raise, err)
         return self._store_call(self.store.compare_set, key, "", "failed") == _POSTED
 
     def post(self, tag: str, payload: bytes) -> None:
@@ -334,7 +346,10 @@ class DistributedTransport:
         except PeerFailure as err:
             log.warning("at shutdown: %s", err)
         if dist.is_initialized():
-            dist.destroy_process_group()
+            try:
+                dist.destroy_process_group()
+            except (dist.DistError, RuntimeError) as err:  # a peer or the store is gone already
+                log.warning("at shutdown: %s", " ".join(str(err).split())[:200])
 
     def _exit(self) -> None:
         """At interpreter exit without :meth:`close` (an error): mark this node's next exchanges

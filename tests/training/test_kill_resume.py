@@ -23,7 +23,7 @@ from dgrpo.metrics.logger import read_metrics
 COMMON = ["threads=1", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=24",
           "eval.every=2", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01",
           "swarm.malicious=[1]", "attack.kind=injection", "attack.poisoned_per_group=1", "rounds=4", "checkpoint_every=1"]
-TRIALS = 28  # 14 killed after a random delay, 14 at a random step of the checkpoint writes
+RESUMED, MAX_TRIALS = 20, 40  # trials until 20 were killed and resumed; alternately by delay and at a random step
 
 
 def metrics(run_dir):
@@ -89,7 +89,9 @@ def test_resume_after_sigkill_at_random_points_matches_a_straight_run(tmp_path, 
     rng = random.Random(18)
     outcomes = {"resumed": 0, "before_first_save": 0, "finished_before_kill": 0}
     killed_in_checkpoint = 0
-    for trial in range(TRIALS):
+    trial = -1
+    while outcomes["resumed"] < RESUMED and trial + 1 < MAX_TRIALS:
+        trial += 1
         name = f"t{trial}"
         by_step = trial % 2 == 1
         kill_at = rng.randint(1, steps) if by_step else None
@@ -98,7 +100,7 @@ def test_resume_after_sigkill_at_random_points_matches_a_straight_run(tmp_path, 
         if pid == 0:
             _child(["run", *args, f"name={name}"], kill_at)
         if not by_step:
-            time.sleep(rng.uniform(0, seconds))
+            time.sleep(rng.uniform(0, 0.9 * seconds))
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -118,4 +120,4 @@ def test_resume_after_sigkill_at_random_points_matches_a_straight_run(tmp_path, 
         assert metrics(tmp_path / name) == want, f"trial {trial}: kill at step {kill_at}"
         outcomes["resumed" if killed else "finished_before_kill"] += 1
     print(outcomes, "killed inside checkpoint writes:", killed_in_checkpoint, f"straight run {seconds:.1f} s, {steps} steps")
-    assert outcomes["resumed"] >= 20 and killed_in_checkpoint >= 10, outcomes
+    assert outcomes["resumed"] >= RESUMED and killed_in_checkpoint >= 8, outcomes

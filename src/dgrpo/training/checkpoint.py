@@ -103,7 +103,8 @@ def _set_rng_state(s: dict) -> None:
         torch.cuda.set_rng_state_all([torch.tensor(c, dtype=torch.uint8) for c in s["cuda"]])
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_state(path: Path, data: dict) -> None:
+    """Write a small JSON state file atomically and durably (temporary file, fsync, rename, fsync of the folder)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps(data))
     _fsync(tmp)
@@ -164,7 +165,7 @@ def save_checkpoint(run, next_round: int) -> Path:
             os.rename(target, old)
         os.rename(root / f".node{owner}.tmp{pid}", target)
         _fsync(root)
-    _write_json(root / "state.json", {"next_round": next_round})
+    write_state(root / "state.json", {"next_round": next_round})
     for owner in owners:
         for stale in root.glob(f".node{owner}.old*"):
             shutil.rmtree(stale, ignore_errors=True)
@@ -218,7 +219,7 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
         raise ValueError(f"checkpoint {folder} does not fit the model: unexpected {unexpected[:5]}, missing {untied[:5]}")
 
 
-def _read_state(path: Path, rounds: int | None = None) -> dict:
+def read_state(path: Path, rounds: int | None = None) -> dict:
     """A ``state.json``: an object whose ``next_round`` is an integer in 0..``rounds``.
 
     Raises:
@@ -238,7 +239,7 @@ def _read_state(path: Path, rounds: int | None = None) -> dict:
     return state
 
 
-def _check_files(folder: Path, state: dict) -> None:
+def _check_files(folder: Path, state: dict, required: str | None = "optimizer.pt") -> None:
     """Every file the state lists is there with its recorded SHA-256, and the weights and optimizer
     files are all listed.
 
@@ -257,8 +258,8 @@ def _check_files(folder: Path, state: dict) -> None:
             raise CheckpointError(f"{path}: checksum differs from the one recorded at the save (damaged or changed); "
                                   "restore it or resume from another checkpoint")
     unlisted = sorted(p.name for p in folder.iterdir() if p.suffix in (".safetensors", ".pt") and p.name not in files)
-    if unlisted or "optimizer.pt" not in files:
-        raise CheckpointError(f"{folder / (unlisted[0] if unlisted else 'optimizer.pt')}: "
+    if unlisted or (required and required not in files):
+        raise CheckpointError(f"{folder / (unlisted[0] if unlisted else required)}: "
                               f"{'not recorded at the save' if unlisted else 'not recorded'}; the checkpoint is not one dgrpo wrote")
 
 
@@ -311,7 +312,7 @@ def load_checkpoint(run) -> int:
     rounds, rng = {}, None
     for owner, policy in run.swarm.trained.items():
         folder = _node_dir(root, owner, homogeneous)
-        state = _read_state(folder / "state.json", run.cfg.rounds)
+        state = read_state(folder / "state.json", run.cfg.rounds)
         _check_files(folder, state)
         if "rng" in state:
             _check_rng_state(state["rng"], folder / "state.json")
@@ -323,9 +324,71 @@ def load_checkpoint(run) -> int:
         _load_optimizer(run.swarm.learners[policy].optimizer, folder / "optimizer.pt")
         rounds[owner], rng = state["next_round"], rng or state.get("rng")
     if not rounds:  # nothing trained here (a heterogeneous attacker): the swarm's round
-        rounds[-1] = _read_state(root / "state.json", run.cfg.rounds)["next_round"]
+        rounds[-1] = read_state(root / "state.json", run.cfg.rounds)["next_round"]
     if len(set(rounds.values())) > 1:
         raise CheckpointError(f"checkpoints under {root} hold different rounds: {rounds}")
     if rng is not None:
         _set_rng_state(rng)
     return next(iter(rounds.values()))
+
+
+def save_state_folder(root: Path, tensors: dict[str, torch.Tensor], optimizers: dict[str, torch.optim.Optimizer],
+                      next_round: int) -> Path:
+    """A checkpoint of a run that is not a swarm of policies (federated): ``root/state/`` holds
+    ``tensors.safetensors`` (named tensors, e.g. the trainable parameters), ``{name}.pt`` per optimizer
+    and ``state.json`` (next round, RNG states, checksums); written, fsynced and swapped in like a node."""
+    root.mkdir(parents=True, exist_ok=True)
+    pid = os.getpid()
+    tmp, target, old = root / f".state.tmp{pid}", root / "state", root / f".state.old{pid}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp / "tensors.safetensors"))
+    for name, opt in optimizers.items():
+        torch.save(opt.state_dict(), tmp / f"{name}.pt")
+    files = {p.name: sha256(p) for p in sorted(tmp.iterdir())}
+    (tmp / "state.json").write_text(json.dumps({"next_round": next_round, "rng": _rng_state(), "files": files}))
+    for p in tmp.iterdir():
+        _fsync(p)
+    _fsync(tmp)
+    if target.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(target, old)
+    os.rename(tmp, target)
+    _fsync(root)
+    for stale in (*root.glob(".state.old*"), *root.glob(".state.tmp*")):
+        shutil.rmtree(stale, ignore_errors=True)
+    return target
+
+
+def load_state_folder(root: Path, rounds: int, optimizers: dict[str, torch.optim.Optimizer]) -> tuple[int, dict]:
+    """Check and load what :func:`save_state_folder` wrote: load the optimizers in place, restore the
+    RNG states, and return (next round, the named tensors).
+
+    Raises:
+        CheckpointError: a damaged or mismatched file (named), as for a swarm's node.
+    """
+    recover_swaps_of(root, "state")
+    folder = root / "state"
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: missing; the run stopped before its first save")
+    state = read_state(folder / "state.json", rounds)
+    _check_files(folder, state, "tensors.safetensors")
+    _check_rng_state(state.get("rng"), folder / "state.json")
+    try:
+        tensors = load_file(folder / "tensors.safetensors")
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{folder / 'tensors.safetensors'}: not readable ({err})") from None
+    for name, opt in optimizers.items():
+        _load_optimizer(opt, folder / f"{name}.pt")
+    _set_rng_state(state["rng"])
+    return state["next_round"], tensors
+
+
+def recover_swaps_of(root: Path, name: str) -> None:
+    """:func:`recover_swaps` for a folder ``root/name`` (its old copy ``.{name}.old…``)."""
+    if not (root / name).exists():
+        for old in sorted(root.glob(f".{name}.old*"), key=lambda p: p.stat().st_mtime, reverse=True):
+            if (old / "state.json").is_file():
+                os.rename(old, root / name)
+                _fsync(root)
+                return

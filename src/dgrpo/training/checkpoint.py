@@ -285,7 +285,8 @@ def _load_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
         for key, value in moments.items():
             if not isinstance(value, torch.Tensor) or (key != "step" and value.shape != params[i].shape):
                 raise CheckpointError(f"{path}: optimizer {key} of parameter {i} has shape "
-                                      f"{tuple(getattr(value, 'shape', ()))}, the model's is {tuple(params[i].shape)}")
+                                      f"{tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__}, "
+                                      f"the model's is {tuple(params[i].shape)}")
     try:
         optimizer.load_state_dict(saved)
     except (ValueError, KeyError, TypeError, RuntimeError) as err:

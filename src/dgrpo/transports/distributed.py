@@ -143,8 +143,12 @@ class DistributedTransport:
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         if not dist.is_initialized():
-            dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
-                                    timeout=startup)
+            try:
+                dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
+                                        timeout=startup)
+            except dist.DistError as err:  # the store's host or a peer died during the group's set-up
+                raise PeerFailure(f"node {rank} lost the rendezvous store or a peer while joining the process group: "
+                                  f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
         honest = [n for n in range(world) if n not in set(sw.malicious)]
         transport = cls(store, rank, world, honest=honest, timeout_s=sw.timeout_s, on_peer_failure=sw.on_peer_failure,
                         max_messages=sw.prompts_per_round * sw.group_size)

@@ -6,6 +6,10 @@ A section that names a kind (``task``, ``attack``, each of ``defenses``, ``swarm
 to the kind (dgrpo.registry): e.g. ``attack.kind=equation`` → :class:`dgrpo.attacks.equation.EquationAttackConfig`.
 Unknown keys are errors (``extra="forbid"``), inf and NaN are refused, and cross-field rules (G
 divisible by m, …) are checked on construction: each kind's rules by its config's ``check``.
+Every field that sizes memory or time has an upper bound (its description says it), names and paths
+refuse control characters, ``true``/``false`` is not a number, and before validation a config file
+is at most :data:`MAX_CONFIG_BYTES`, nested at most :data:`MAX_DEPTH` levels and holds no integer
+beyond ±2^63: every malformed input is one :class:`ConfigError` line naming the field.
 """
 
 from __future__ import annotations

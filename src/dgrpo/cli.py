@@ -27,17 +27,9 @@ def _with_section(section: str):
     """``dgrpo federated|ensemble|harden``: ``dgrpo run`` with that config section present (defaults if unset)."""
 
     def command(args) -> int:
-        import yaml
+        from dgrpo.config import load_config, read_config_file
 
-        from dgrpo.config import load_config
-
-        in_file = False
-        if args.config:
-            try:
-                data = yaml.safe_load(open(args.config))
-                in_file = isinstance(data, dict) and section in data
-            except (OSError, UnicodeDecodeError, yaml.YAMLError):
-                in_file = False  # load_config reports the problem
+        in_file = bool(args.config) and section in read_config_file(args.config)  # (size-limited read)
         named = any(o.split("=", 1)[0].split(".", 1)[0] == section for o in args.overrides)
         extra = [] if in_file or named else [f"{section}={{}}"]
         cfg = load_config(args.config, extra + args.overrides)
@@ -146,16 +138,16 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("transformers", "httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from dgrpo.errors import REPORTED, PeerFailure
+    from dgrpo.errors import REPORTED, PeerFailure, one_line
 
     try:
         return args.func(args)
     # OSError and UnicodeDecodeError: a missing or unwritable path, a path that is a file, a non-UTF-8 file
     except (*REPORTED, OSError, UnicodeDecodeError) as err:
-        print(f"dgrpo: error: {err}", file=sys.stderr)
+        print(f"dgrpo: error: {one_line(err)}", file=sys.stderr)
         return 2
     except PeerFailure as err:  # distributed swarm: a peer died or stalled (named), or this node was excluded
-        print(f"dgrpo: error: {err}", file=sys.stderr)
+        print(f"dgrpo: error: {one_line(err)}", file=sys.stderr)
         return 3
 
 

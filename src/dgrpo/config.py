@@ -6,10 +6,15 @@ A section that names a kind (``task``, ``attack``, each of ``defenses``, ``swarm
 to the kind (dgrpo.registry): e.g. ``attack.kind=equation`` → :class:`dgrpo.attacks.equation.EquationAttackConfig`.
 Unknown keys are errors (``extra="forbid"``), inf and NaN are refused, and cross-field rules (G
 divisible by m, …) are checked on construction: each kind's rules by its config's ``check``.
+Every field that sizes memory or time has an upper bound (its description says it), names and paths
+refuse control characters, ``true``/``false`` is not a number, and before validation a config file
+is at most :data:`MAX_CONFIG_BYTES`, nested at most :data:`MAX_DEPTH` levels and holds no integer
+beyond ±2^63: every malformed input is one :class:`ConfigError` line naming the field.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -19,28 +24,42 @@ from pydantic import Field, StrictInt, ValidationError, field_validator, model_v
 from dgrpo.attacks.base import NoAttackConfig
 from dgrpo.errors import ConfigError
 from dgrpo.hardening.config import HardeningConfig
-from dgrpo.registry import StrictConfig, kind_field, lookup
+from dgrpo.registry import PathText, StrictConfig, kind_field, lookup
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.swarm.protocol import ProtocolConfig
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
 from dgrpo.transports.dht.config import HivemindConfig, check_hivemind
 
 
+WEEK_S = 7 * 24 * 3600.0  # the longest timeout a config may set, seconds
+MAX_ROUNDS = 100_000
 TaskField = kind_field("task", default="arithmetic")  # a task config, validated by its kind's class
 AttackField = kind_field("attack", default="none")
 DefenseField = kind_field("defense")
 
 
 class ModelConfig(StrictConfig):
-    name: str = Field("smollm2-135m-instruct", description="Policy model: `smollm2-135m-instruct` (embedded GGUF default), a local folder or a Hugging Face hub id.")
+    name: PathText = Field("smollm2-135m-instruct", min_length=1, max_length=4096, description="Policy model: `smollm2-135m-instruct` (embedded GGUF default), a local folder or a Hugging Face hub id.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights and logits dtype. The top-k and replay defenses are exact only in float32 (docs/verification.md); bfloat16 generation is for runs without them (docs/gpu.md).")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$", description="Where the policy, reference model, judge and detector run: auto (the GPU of this rank when CUDA is available, else the CPU), cpu, cuda (GPU $LOCAL_RANK under torchrun) or cuda:N (docs/gpu.md).")
 
+    @field_validator("name")
+    @classmethod
+    def _a_folder_is_a_saved_model(cls, v: str) -> str:
+        """A local path (``/``, ``.``, ``~`` or an existing folder) must be a folder holding ``config.json``
+        (checked here, before torch loads: a bad folder is reported in well under 2 s)."""
+        path = Path(v).expanduser()
+        if v.startswith((".", "/", "~")) and not path.is_dir():
+            raise ValueError(f"no such model folder: {v}")
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise ValueError(f"model folder {v} holds no config.json: use a folder written by save_pretrained, or a hub id")
+        return v
+
 
 class SamplingConfig(StrictConfig):
-    top_k: int = Field(10, ge=1, description="k of top-k sampling (paper §D.3: 10). The top-k defense checks against it.")
+    top_k: int = Field(10, ge=1, le=1 << 20, description="k of top-k sampling (paper §D.3: 10), at most 2^20. The top-k defense checks against it.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature; 0 = greedy.")
-    max_new_tokens: int = Field(64, ge=1, description="Completion length limit, tokens; also dr_grpo's constant normaliser.")
+    max_new_tokens: int = Field(64, ge=1, le=1 << 17, description="Completion length limit, tokens (at most 131072); also dr_grpo's constant normaliser.")
 
 
 class GRPOConfig(StrictConfig):
@@ -50,7 +69,7 @@ class GRPOConfig(StrictConfig):
     lr: float = Field(2e-5, gt=0, description="AdamW learning rate. Default 2e-5: the best of the CPU-scale sweep for SmolLM2-135M (results/baseline_sweep, docs/training.md; at 5e-5 the earlier 30-round baseline fell to 0 accuracy), also the paper's value with Qwen2.5-1.5B.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm).")
-    num_iterations: int = Field(1, ge=1, description="μ: optimizer steps per generation. 1 = the paper's setting (ratio ≡ 1, no clipping).")
+    num_iterations: int = Field(1, ge=1, le=1000, description="μ: optimizer steps per generation (at most 1000). 1 = the paper's setting (ratio ≡ 1, no clipping).")
     epsilon: float = Field(0.2, gt=0, description="PPO clipping range ε, active when num_iterations > 1.")
     warmup_rounds: int = Field(0, ge=0, le=100_000, description="Linear learning-rate warm-up: round r trains at lr·min(1, (r+1)/warmup_rounds); 0 = none.")
     lora_rank: int = Field(0, ge=0, le=4096, description="LoRA rank r of the trained policies (peft, Hu et al. 2021); 0 = full fine-tuning. Only the adapters train and sit in the optimizer.")
@@ -59,16 +78,16 @@ class GRPOConfig(StrictConfig):
 
 
 class SwarmConfig(StrictConfig):
-    nodes: int = Field(4, ge=1, description="m: number of nodes (honest + malicious).")
+    nodes: int = Field(4, ge=1, le=1024, description="m: number of nodes (honest + malicious), at most 1024.")
     mode: Literal["horizontal", "vertical"] = Field("horizontal", description="horizontal (Alg. 1): global prompts, G/m completions per node per prompt; vertical (Alg. 2): B/m local prompts per node, G completions each.")
-    prompts_per_round: int = Field(4, ge=1, description="B: prompts per round (whole swarm).")
-    group_size: int = Field(8, ge=1, description="G: completions per prompt.")
+    prompts_per_round: int = Field(4, ge=1, le=1 << 16, description="B: prompts per round (whole swarm), at most 65536; B·G at most 2^20 completions.")
+    group_size: int = Field(8, ge=1, le=1 << 16, description="G: completions per prompt, at most 65536.")
     models: list[ModelConfig] | None = Field(None, description="Heterogeneous swarm: one model per node (None = homogeneous, every node holds `model`).")
     malicious: list[StrictInt] = Field(default_factory=list, description="Ids of malicious nodes (they run `attack`).")
     transport: str = Field("inprocess", description="A registered transport (dgrpo.transports): inprocess, all nodes in this process; distributed, one node per torchrun rank; hivemind, one node per process over a hivemind DHT (docs/hivemind.md).")
     reject_mode: Literal["drop", "zero"] = Field("drop", description="What a defense rejection does: drop the completion from its group, or keep it with reward 0.")
-    timeout_s: float = Field(900.0, gt=0, description="Distributed and hivemind: seconds a node waits for a peer's messages of a round after posting its own; a later peer is declared failed (dead or stalled) and named. Must exceed the spread of round time between nodes (generation plus evaluation of the slowest). See docs/distributed.md.")
-    startup_timeout_s: float = Field(900.0, gt=0, description="Distributed and hivemind: seconds nodes wait for each other at launch (rendezvous or bootstrap, run name, config check).")
+    timeout_s: float = Field(900.0, gt=0, le=WEEK_S, description="Distributed and hivemind: seconds (at most a week) a node waits for a peer's messages of a round after posting its own; a later peer is declared failed (dead or stalled) and named. Must exceed the spread of round time between nodes (generation plus evaluation of the slowest). See docs/distributed.md.")
+    startup_timeout_s: float = Field(900.0, gt=0, le=WEEK_S, description="Distributed and hivemind: seconds (at most a week) nodes wait for each other at launch (rendezvous or bootstrap, run name, config check).")
     on_peer_failure: Literal["abort", "continue"] = Field("abort", description="Distributed and hivemind, when a peer is declared failed: abort (every node exits non-zero naming it), or continue without it (its groups use the completions received, later rounds no longer wait for it).")
     protocol: ProtocolConfig = Field(default_factory=ProtocolConfig, description="What every honest node enforces on received messages: signatures, bound seeds, shares, bans (dgrpo.swarm.protocol).")
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="Distributed: torch.distributed backend of the process group (auto: nccl when every local rank has its own GPU, else gloo). Messages travel through the group's c10d store either way.")
@@ -85,6 +104,8 @@ class SwarmConfig(StrictConfig):
         m = self.nodes
         if self.mode == "horizontal" and self.group_size % m:
             raise ValueError(f"horizontal mode needs G (group_size={self.group_size}) divisible by m (nodes={m}): each node writes G/m completions per prompt")
+        if self.prompts_per_round * self.group_size > 1 << 20:
+            raise ValueError(f"B·G (prompts_per_round={self.prompts_per_round} × group_size={self.group_size}) must be at most 2^20 completions per round; lower one of them")
         if self.mode == "vertical" and self.prompts_per_round % m:
             raise ValueError(f"vertical mode needs B (prompts_per_round={self.prompts_per_round}) divisible by m (nodes={m}): each node answers B/m prompts")
         if self.models is not None and len(self.models) != m:
@@ -101,20 +122,20 @@ class SwarmConfig(StrictConfig):
 
 
 class EvalConfig(StrictConfig):
-    every: int = Field(6, ge=1, description="Evaluate on the validation split every k rounds (and after the last round).")
-    n_prompts: int = Field(128, ge=1, description="Validation prompts per evaluation. Default 128: a Wilson 95% interval of about ±0.08 on an accuracy near 0.3 (32 prompts: ±0.16, too wide to see learning).")
+    every: int = Field(6, ge=1, le=MAX_ROUNDS, description="Evaluate on the validation split every k rounds (and after the last round).")
+    n_prompts: int = Field(128, ge=1, le=1 << 20, description="Validation prompts per evaluation (at most 2^20). Default 128: a Wilson 95% interval of about ±0.08 on an accuracy near 0.3 (32 prompts: ±0.16, too wide to see learning).")
     temperature: float | None = Field(None, ge=0, description="Sampling temperature for evaluation; None = the swarm's.")
     greedy: bool = Field(True, description="Also answer the validation prompts greedily (eval/greedy/…): sampled accuracy shows what training sees, greedy what a deployed model answers.")
     drift: bool = Field(True, description="Log eval/kl_to_start and eval/entropy on the first evaluation's completions (what shows a collapse coming; docs/training.md).")
 
 
 class RunConfig(StrictConfig):
-    seed: int = Field(0, description="Run seed: prompts, sampling seeds and initialisation derive from it.")
-    rounds: int = Field(12, ge=1, description="Rounds (generation → exchange → update) to run. Default 12: the README command, about 8 minutes on 2 CPU cores.")
-    out_dir: str = Field("runs", description="Folder that receives the run directory.")
-    name: str | None = Field(None, description="Run directory name; None = {task}__{attack}__{defense}__seed{n}__{time}.")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch default).")
-    checkpoint_every: int = Field(0, ge=0, description="Save a checkpoint every k rounds (0 = only at the end).")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Run seed, 0 to 2^32 − 1 (numpy's range): prompts, sampling seeds and initialisation derive from it.")
+    rounds: int = Field(12, ge=1, le=MAX_ROUNDS, description="Rounds (at most 100000) (generation → exchange → update) to run. Default 12: the README command, about 8 minutes on 2 CPU cores.")
+    out_dir: PathText = Field("runs", min_length=1, max_length=4096, description="Folder that receives the run directory.")
+    name: PathText | None = Field(None, max_length=200, description="Run directory name (printable, at most 200 characters); None = {task}__{attack}__{defense}__seed{n}__{time}.")
+    threads: int | None = Field(None, ge=1, le=1024, description="torch CPU threads, at most 1024 (None = torch default).")
+    checkpoint_every: int = Field(0, ge=0, le=MAX_ROUNDS, description="Save a checkpoint every k rounds (0 = only at the end).")
     tensorboard: bool = Field(False, description="Also write TensorBoard event files.")
     model: ModelConfig = ModelConfig()
     task: TaskField = ArithmeticTaskConfig()
@@ -159,50 +180,118 @@ class RunConfig(StrictConfig):
         return self
 
 
-def _parse_value(text: str):
+MAX_CONFIG_BYTES = 1 << 20  # a config file larger than 1 MiB is refused (`--config /dev/zero`)
+MAX_DEPTH = 32  # nesting of mappings and lists in a config or an override value
+MAX_INT = 1 << 63  # integers beyond C's int64 are refused wherever they appear (each field has its own bound too)
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest nesting of YAML flow brackets ``[`` / ``{`` in ``text`` (quotes not parsed: a cheap bound
+    taken before the parser, which recurses once per level)."""
+    depth = deepest = 0
+    for m in re.finditer(r"[\[\]{}]", text):
+        depth = depth + 1 if m.group() in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _parse_value(text: str, key: str = "override"):
+    if _flow_depth(text) > MAX_DEPTH:
+        raise ConfigError(f"{key}: override value nested more than {MAX_DEPTH} levels deep; flatten it")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    except RecursionError:
+        raise ConfigError(f"{key}: override value nested more than {MAX_DEPTH} levels deep; flatten it") from None
+
+
+def _check_shape(data, where: str = "") -> None:
+    """Refuse nesting deeper than :data:`MAX_DEPTH` and integers outside ±2^63 (iterative: no recursion).
+
+    Raises:
+        ConfigError: names the key path.
+    """
+    stack = [(data, where, 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{path or '(config)'}: nested more than {MAX_DEPTH} levels deep; flatten it")
+        if isinstance(node, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}.{i}" if path else str(i), depth + 1) for i, v in enumerate(node))
+        elif isinstance(node, int) and not isinstance(node, bool) and not -MAX_INT < node < MAX_INT:
+            raise ConfigError(f"{path or '(config)'}: integer {str(node)[:12]}… is out of range; use a value below 2^63 "
+                              "(each field's own bound is in its description)")
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested dict, in place.
 
     Raises:
-        ConfigError: an override without ``=``.
+        ConfigError: an override without ``=``, a key more than :data:`MAX_DEPTH` parts long, or a
+            value nested deeper than that.
     """
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like key.sub=value")
+            raise ConfigError(f"override {item[:80]!r} must look like key.sub=value")
         key, value = item.split("=", 1)
         node = data
         parts = key.strip().split(".")
+        if len(parts) > MAX_DEPTH:
+            raise ConfigError(f"override key {key[:40]!r}… has {len(parts)} parts; config keys are at most {MAX_DEPTH} deep")
         for part in parts[:-1]:
             if not isinstance(node.get(part), dict):
                 node[part] = {}
             node = node[part]
-        node[parts[-1]] = _parse_value(value)
+        parsed = _parse_value(value, key.strip())
+        _check_shape(parsed, key.strip())
+        node[parts[-1]] = parsed
     return data
+
+
+def read_config_file(path: str | Path) -> dict:
+    """The mapping of a YAML config file of at most :data:`MAX_CONFIG_BYTES` (empty file → {}).
+
+    Raises:
+        ConfigError: unreadable, too large, not UTF-8, not YAML, nested too deeply, or not a mapping.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; pass a YAML file of run settings")
+        text = raw.decode("utf-8")
+        if _flow_depth(text) > MAX_DEPTH:
+            raise RecursionError
+        data = yaml.safe_load(text) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(f"cannot read config {path}: {' '.join(str(err).split())}") from None
+    except RecursionError:
+        raise ConfigError(f"config {path} is nested more than {MAX_DEPTH} levels deep; flatten it") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path} must be a mapping at the top level")
+    _check_shape(data)
+    return data
+
+
+def _error_line(e: dict) -> str:
+    where = ".".join(str(p) for p in e["loc"]) or "(config)"
+    return f"{where}: {e['msg']}"
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """Build a :class:`RunConfig` from an optional YAML file and overrides.
 
     Raises:
-        ConfigError: unreadable YAML or invalid fields (every problem listed with its path).
+        ConfigError: unreadable YAML or invalid fields, in one line (every problem with its path).
     """
-    data: dict = {}
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-            raise ConfigError(f"cannot read config {path}: {err}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config {path} must be a mapping at the top level")
+    data: dict = read_config_file(path) if path is not None else {}
     apply_overrides(data, overrides or [])  # (`task.n_train=5` alone keeps the default task kind)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
-        lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(config)'}: {e['msg']}" for e in err.errors()]
-        raise ConfigError("invalid config:\n" + "\n".join(lines)) from None
+        raise ConfigError("invalid config: " + "; ".join(_error_line(e) for e in err.errors())) from None
+    except RecursionError:  # (a depth that _check_shape allows never gets here)
+        raise ConfigError(f"config nested too deeply; keep it under {MAX_DEPTH} levels") from None

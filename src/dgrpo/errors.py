@@ -47,3 +47,10 @@ class DeviceError(ValueError):
 
 REPORTED = (ConfigError, DataError, MetricsFileError, CheckpointError, PolicyLoadError, SandboxUnavailable,
             DeviceError)  # exit code 2
+
+
+def one_line(err: BaseException) -> str:
+    """The message of ``err`` as one printable line: line breaks become spaces, other control
+    characters their escapes (a NUL in a config value is shown as ``\\x00``, never written)."""
+    text = " ".join(str(err).split("\n"))
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)

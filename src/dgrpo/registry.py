@@ -20,10 +20,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Iterator, Mapping
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, SerializeAsAny
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, SerializeAsAny, model_validator
 
 from dgrpo.errors import UnknownKind
 
@@ -37,10 +39,40 @@ HOMES = {  # kind → the package (or module) whose modules define it
 }
 
 
+def _leaf_types(annotation: Any) -> set:
+    """The plain types a field annotation admits (``int | None`` → {int, NoneType})."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, Annotated):
+        return set().union(*(_leaf_types(a) for a in typing.get_args(annotation) if not isinstance(a, (str, int, float))))
+    return {annotation}
+
+
 class StrictConfig(BaseModel):
-    """Base of every config: unknown keys are errors, values are frozen, inf and NaN are refused."""
+    """Base of every config: unknown keys are errors, values are frozen, inf and NaN are refused, and
+    a number field refuses ``true``/``false`` (pydantic would read ``rounds: true`` as 1)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, f in cls.model_fields.items():
+                leaves = _leaf_types(f.annotation)
+                if isinstance(data.get(name), bool) and bool not in leaves and leaves & {int, float}:
+                    raise ValueError(f"{name} must be a number, not {str(data[name]).lower()}")
+        return data
+
+
+def _printable(text: str) -> str:
+    bad = sorted({c for c in text if ord(c) < 32 or ord(c) == 127})
+    if bad:
+        raise ValueError(f"must not contain control characters (found {', '.join(repr(c) for c in bad)}); "
+                         "use a name or path of printable characters")
+    return text
+
+
+PathText = Annotated[str, AfterValidator(_printable)]
+"""A name or file path in a config: control characters (NUL, newline, escape, …) are refused."""
 
 
 class KindConfig(StrictConfig):

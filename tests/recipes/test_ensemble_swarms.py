@@ -62,3 +62,35 @@ def test_ensemble_command_trains_groups_votes_and_compares(tmp_path, tiny_model_
     assert summary["tolerance"] == 1 and "asr" in summary["single"] and "asr_vote" in summary["ensemble"]
     assert json.loads((run / "groups.json").read_text())["groups"] == [[0, 1], [2], [3]]
     assert (run / "ensemble.png").stat().st_size > 1000
+
+
+def test_an_ensemble_run_resumes_to_the_straight_runs_metrics(tmp_path, tiny_model_dir, monkeypatch):
+    from dgrpo.recipes import horizontal
+
+    args = ["ensemble", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "swarm.nodes=4", "swarm.malicious=[1]",
+            "attack.kind=injection", "ensemble.groups=2", "grpo.lr=0.01", "checkpoint_every=1", *COMMON, "rounds=3",
+            "ensemble.baseline=true"]
+    assert main([*args, "name=straight"]) == 0
+    one_round, calls = horizontal.one_round, []
+
+    def crash_in_round_2(run, r):  # group 0 finishes round 2, group 1 crashes in it
+        calls.append(r)
+        if calls.count(2) == 2:
+            raise RuntimeError("power cut")
+        return one_round(run, r)
+
+    monkeypatch.setattr(horizontal, "one_round", crash_in_round_2)
+    with pytest.raises(RuntimeError, match="power cut"):
+        main([*args, "name=crash"])
+    monkeypatch.setattr(horizontal, "one_round", one_round)
+    assert (tmp_path / "crash" / "checkpoint" / "state.json").exists() and not (tmp_path / "crash" / "single").exists()
+    assert main(["resume", str(tmp_path / "crash")]) == 0
+
+    def same(a, b):
+        strip = lambda recs: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in recs]
+        return strip(read_metrics(a)) == strip(read_metrics(b))
+
+    for part in ("", "group0", "group1", "single"):
+        assert same(tmp_path / "crash" / part, tmp_path / "straight" / part), part
+    assert [r["round"] for r in read_metrics(tmp_path / "crash")] == [0, 1, 2, 3]
+    assert json.loads((tmp_path / "crash" / "summary.json").read_text()) == json.loads((tmp_path / "straight" / "summary.json").read_text())

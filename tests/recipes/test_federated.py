@@ -170,3 +170,51 @@ def test_centered_clipping_radius_ignores_zero_updates():
     honest = torch.tensor([[0.0, 0.0], [0.0, 0.0], [3.0, 4.0], [0.0, 1.0], [6.0, 8.0]])
     kw = aggregator_kwargs("centered_clipping", fed_cfg, honest, None)
     assert kw["tau"] == 5.0 and kw["reference"] is None  # median of the norms 1, 5, 10
+
+
+@pytest.mark.parametrize("mode", [["federated.lora=true", "federated.aggregator=centered_clipping", "federated.attack=alie"],
+                                  ["federated.update=gradient", "federated.aggregator=median", "federated.attack=sign_flipping"]])
+def test_a_federated_run_resumes_to_the_straight_runs_metrics(tmp_path, tiny_model_dir, monkeypatch, mode):
+    from dgrpo.recipes import federated
+    from dgrpo.tasks.arithmetic import ArithmeticTask
+
+    # mixed rewards (EvenLengthTask's) so that every round moves the weights and the optimizer state
+    monkeypatch.setattr(ArithmeticTask, "rewards", lambda self, cs, ps: [float(len(c) % 2 == 0) for c in cs])
+    args = ["federated", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "rounds=3", "checkpoint_every=1",
+            "swarm.mode=vertical", "swarm.nodes=5", "swarm.prompts_per_round=5", "swarm.group_size=2", "grpo.lr=0.01",
+            "sampling.max_new_tokens=4", "eval.every=2", "eval.n_prompts=2", "task.n_train=20", "task.n_val=4",
+            "task.few_shot=0", "swarm.malicious=[1]", *mode]
+    assert main([*args, "name=straight"]) == 0
+    real = federated.federated_round
+
+    def crash_at_2(fed, r):
+        if r == 2:
+            raise RuntimeError("power cut")
+        return real(fed, r)
+
+    monkeypatch.setattr(federated, "federated_round", crash_at_2)
+    with pytest.raises(RuntimeError, match="power cut"):
+        main([*args, "name=crash"])
+    monkeypatch.setattr(federated, "federated_round", real)
+    assert main(["resume", str(tmp_path / "crash")]) == 0
+    strip = lambda recs: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in recs]
+    want = strip(read_metrics(tmp_path / "straight"))
+    assert [r["round"] for r in want] == [0, 1, 2, 3] and all(r["fed/honest_norm"] > 0 for r in want[:3])
+    assert strip(read_metrics(tmp_path / "crash")) == want
+    assert main(["resume", str(tmp_path / "crash"), "rounds=4"]) == 0  # extending it goes on from round 3
+    assert [r["round"] for r in read_metrics(tmp_path / "crash")] == [0, 1, 2, 3, 4]
+
+
+def test_a_damaged_federated_checkpoint_is_one_line(tmp_path, tiny_model_dir, capsys):
+    args = ["federated", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=f", "rounds=1",
+            "swarm.mode=vertical", "swarm.nodes=2", "swarm.prompts_per_round=2", "swarm.group_size=2",
+            "sampling.max_new_tokens=4", "eval.n_prompts=1", "task.n_train=10", "task.n_val=2", "task.few_shot=0"]
+    assert main(args) == 0
+    path = tmp_path / "f" / "checkpoint" / "state" / "tensors.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["resume", str(tmp_path / "f"), "rounds=2"]) == 2
+    err = capsys.readouterr().err.rstrip("\n").rsplit("\n", 1)[-1]
+    assert err.startswith("dgrpo: error: ") and f"{path}: checksum differs" in err

@@ -1,9 +1,11 @@
 """Open generated reports in headless Chromium: the DOM holds the headline, scripts in model output
 stay inert, and a screenshot is a real, non-blank page.
 
-Needs Debian's ``chromium`` at /usr/bin/chromium (.ci/run installs it when missing).
+Needs Debian's ``chromium`` at /usr/bin/chromium, or a ``chromium`` on PATH (the README's setup line and
+.ci/run install it when missing).
 """
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 
 from dgrpo.report import write_report
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--no-first-run", "--hide-scrollbars"]
 

@@ -73,13 +73,6 @@ def test_resume_refuses_a_damaged_log_line_before_loading_a_model(tmp_path, caps
     assert "metrics.jsonl:2: not a round record" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("section, extra", [("federated", "swarm:\n  mode: vertical\n"), ("ensemble", "")])
-def test_federated_and_ensemble_runs_say_they_cannot_be_resumed(tmp_path, capsys, section, extra):
-    (tmp_path / "config.yaml").write_text(f"{section}: {{}}\n{extra}")
-    assert main(["resume", str(tmp_path)]) == 2
-    assert f"is a {section} run" in capsys.readouterr().err
-
-
 def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "config.yaml").write_text("rounds: 2\n")
     assert main(["resume", str(tmp_path)]) == 2

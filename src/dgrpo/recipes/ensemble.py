@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -26,8 +27,11 @@ from dgrpo.recipes import recipe
 from dgrpo.robust.ensemble import corrupted_groups, is_tolerated, split_groups, tolerance
 from dgrpo.robust.plots import plot_ensemble
 from dgrpo.robust.voting import parsed_answer, vote_metrics
+from dgrpo.errors import CheckpointError
 from dgrpo.training.build import Run, build_run, build_run_dir, prepare
+from dgrpo.training.checkpoint import load_checkpoint, read_state, save_checkpoint, write_state
 from dgrpo.training.evaluate import eval_attack, eval_texts
+from dgrpo.training.resume import keep_rounds_before, write_config
 
 log = logging.getLogger(__name__)
 
@@ -94,28 +98,44 @@ def tolerance_record(groups: list[list[int]], malicious: list[int]) -> dict:
             "ensemble/tolerated": is_tolerated(groups, malicious)}
 
 
-def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
-    """Train the K group swarms in lockstep, evaluate the vote, then (optionally) the single swarm."""
-    prepare(cfg)
-    run_dir = run_dir or build_run_dir(cfg)
+def _setup(cfg: RunConfig, run_dir: Path, group_dirs: bool) -> tuple[dict, list[RunConfig], list[Run]]:
+    """The split, its tolerance record, and the K group runs (``group_dirs``: in their existing folders)."""
     groups = split_groups(range(cfg.swarm.nodes), cfg.ensemble.groups)
     (run_dir / "groups.json").write_text(json.dumps({"groups": groups, "malicious": cfg.swarm.malicious}))
     static = tolerance_record(groups, cfg.swarm.malicious)
     log.info("ensemble: groups %s, malicious %s, tolerance %d, tolerated %s", groups, cfg.swarm.malicious,
              static["ensemble/tolerance"], static["ensemble/tolerated"])
     group_cfgs = [group_config(cfg, members, g, run_dir) for g, members in enumerate(groups)]
-    runs = [build_run(c) for c in group_cfgs]
+    runs = [build_run(c, run_dir / f"group{g}" if group_dirs else None) for g, c in enumerate(group_cfgs)]
+    return static, group_cfgs, runs
+
+
+def save_ensemble(run_dir: Path, runs: list[Run], next_round: int) -> None:
+    """Checkpoint every group (``group{g}/checkpoint``), then the ensemble's round (``checkpoint/state.json``),
+    which is what a resume trusts."""
+    for run in runs:
+        save_checkpoint(run, next_round)
+    (run_dir / "checkpoint").mkdir(exist_ok=True)
+    write_state(run_dir / "checkpoint" / "state.json", {"next_round": next_round})
+
+
+def _train(cfg: RunConfig, run_dir: Path, static: dict, group_cfgs: list[RunConfig], runs: list[Run], start: int) -> Path:
+    """Rounds ``start`` .. rounds−1 of the K group swarms in lockstep, the vote, then the single swarm."""
     one_round = recipe(group_cfgs[0]).one_round  # every group runs the run's schedule
     attack = eval_attack(cfg, {})
     logger = MetricsLogger(run_dir, cfg.tensorboard)
-    for r in range(cfg.rounds + 1):
+    for r in range(start, cfg.rounds + 1):
         if r % cfg.eval.every == 0 or r == cfg.rounds:
             logger.log({"round": r, **static, **evaluate_ensemble(cfg, runs, attack)})
         if r == cfg.rounds:
             break
         for run in runs:                               # one ordinary round of every group swarm
             run.logger.log(one_round(run, r))
+        if cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0 and r + 1 < cfg.rounds:
+            save_ensemble(run_dir, runs, r + 1)
         log.info("ensemble round %d done", r)
+    if start <= cfg.rounds:
+        save_ensemble(run_dir, runs, cfg.rounds)
     logger.close()
     for run in runs:
         run.logger.close()
@@ -123,10 +143,53 @@ def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
     single_dir = None
     if cfg.ensemble.baseline:
         single = single_config(cfg, run_dir)
-        single_dir = recipe(single).run(single)
+        single_dir = _single(single, run_dir / "single")
     write_summary(run_dir, static, single_dir)
     plot_ensemble(run_dir)
     return run_dir
+
+
+def _single(single: RunConfig, folder: Path) -> Path:
+    """The comparison swarm: resumed from its checkpoint when it has one, else (re)started."""
+    module = recipe(single)
+    if (folder / "checkpoint").is_dir() and any((folder / "checkpoint").glob("node*/state.json")):
+        return module.resume(single, folder)
+    if folder.exists():  # started, killed before its first checkpoint: start it again
+        shutil.rmtree(folder)
+    return module.run(single)
+
+
+def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
+    """Train the K group swarms in lockstep, evaluate the vote, then (optionally) the single swarm."""
+    prepare(cfg)
+    run_dir = run_dir or build_run_dir(cfg)
+    static, group_cfgs, runs = _setup(cfg, run_dir, group_dirs=False)
+    return _train(cfg, run_dir, static, group_cfgs, runs, 0)
+
+
+def resume(cfg: RunConfig, run_dir: Path, rewrite_config: bool = False) -> Path:
+    """Continue an ensemble run from its last checkpoint (``checkpoint/state.json`` and every group's
+    checkpoint at that round); the rounds after it, and their logged records, run again.
+
+    Raises:
+        CheckpointError: the state is damaged, or a group's checkpoint holds another round (a crash
+            between two groups' saves: names the groups).
+    """
+    prepare(cfg)
+    state = read_state(run_dir / "checkpoint" / "state.json", cfg.rounds)
+    start = state["next_round"]
+    static, group_cfgs, runs = _setup(cfg, run_dir, group_dirs=True)
+    held = {g: load_checkpoint(run) for g, run in enumerate(runs)}
+    if set(held.values()) != {start}:
+        raise CheckpointError(f"{run_dir}: the groups' checkpoints hold rounds {held}, the ensemble's state round "
+                              f"{start} (killed between two groups' saves); run it again")
+    for run in runs:
+        run.start_round = start
+        keep_rounds_before(run.run_dir / "metrics.jsonl", start)
+    keep_rounds_before(run_dir / "metrics.jsonl", start)
+    if rewrite_config:
+        write_config(run_dir, cfg)
+    return _train(cfg, run_dir, static, group_cfgs, runs, start)
 
 
 def write_summary(run_dir: Path, static: dict, single_dir: Path | None) -> dict:

@@ -46,8 +46,11 @@ from dgrpo.swarm.schedule import vertical_prompts, vertical_slots
 from dgrpo.swarm.swarm import Swarm
 from dgrpo.swarm.validation import Limits
 from dgrpo.tasks.base import Task
+from dgrpo.errors import CheckpointError
 from dgrpo.training.build import build_run_dir, build_task, grpo_params, prepare, sampling_params
+from dgrpo.training.checkpoint import load_state_folder, save_state_folder
 from dgrpo.training.evaluate import evaluate
+from dgrpo.training.resume import keep_rounds_before, write_config
 
 log = logging.getLogger(__name__)
 
@@ -183,18 +186,65 @@ def federated_round(fed: Federation, round_idx: int) -> RoundUpdates:
     return RoundUpdates(honest, poisoned, stacked, agg, rec)
 
 
-def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
-    """Train a federated swarm for ``cfg.rounds`` rounds; evaluate every ``eval.every`` rounds and at the end."""
-    fed = build_federation(cfg, run_dir)
-    samples = fed.run_dir / "samples.jsonl"
-    for r in range(cfg.rounds):
+def _optimizers(fed: Federation) -> dict:
+    """The optimizer states a federated checkpoint holds: each honest node's AdamW (delta), or the
+    server's step (gradient; the nodes' gradient captures hold none)."""
+    if fed.server is not None:
+        return {"server": fed.server}
+    return {f"optimizer{k}": learner.optimizer for k, learner in fed.learners.items()}
+
+
+def save(fed: Federation, next_round: int) -> None:
+    """Checkpoint ``run_dir/checkpoint/state/``: the shared trainable parameters, the last aggregate,
+    the optimizer states and the RNG states (dgrpo.training.checkpoint.save_state_folder)."""
+    tensors = {"params": parameters_to_vector(fed.params).detach()}
+    if fed.previous is not None:
+        tensors["previous"] = fed.previous
+    save_state_folder(fed.run_dir / "checkpoint", tensors, _optimizers(fed), next_round)
+
+
+def _train(fed: Federation, start: int) -> Path:
+    cfg, samples = fed.cfg, fed.run_dir / "samples.jsonl"
+    for r in range(start, cfg.rounds):
         rec = evaluate(fed, r, samples) if r % cfg.eval.every == 0 else {}
         out = federated_round(fed, r)
         rec.update(out.record)
         fed.logger.log(rec)
         log.info("round %d: reward %.3f, angle %s", r, rec.get("train/reward_honest") or 0.0, rec.get("fed/angle"))
-    fed.logger.log({"round": cfg.rounds, **evaluate(fed, cfg.rounds, samples)})
+        if cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0 and r + 1 < cfg.rounds:
+            save(fed, r + 1)
+    if start < cfg.rounds or not (fed.run_dir / "metrics.jsonl").exists():
+        fed.logger.log({"round": cfg.rounds, **evaluate(fed, cfg.rounds, samples)})
+    save(fed, cfg.rounds)
     fed.logger.close()
     plot_run(fed.run_dir)
     plot_federated(fed.run_dir)
     return fed.run_dir
+
+
+def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
+    """Train a federated swarm for ``cfg.rounds`` rounds; evaluate every ``eval.every`` rounds and at the end."""
+    return _train(build_federation(cfg, run_dir), 0)
+
+
+def resume(cfg: RunConfig, run_dir: Path, rewrite_config: bool = False) -> Path:
+    """Continue a federated run from ``checkpoint/state/``; the rounds after it run again.
+
+    Raises:
+        CheckpointError: a damaged or mismatched checkpoint file (named).
+    """
+    fed = build_federation(cfg, run_dir)
+    start, tensors = load_state_folder(run_dir / "checkpoint", cfg.rounds, _optimizers(fed))
+    size = sum(p.numel() for p in fed.params)
+    if tensors.get("params") is None or tensors["params"].shape != (size,) or \
+            ("previous" in tensors and tensors["previous"].shape != (size,)):
+        raise CheckpointError(f"{run_dir / 'checkpoint' / 'state' / 'tensors.safetensors'}: does not hold {size} "
+                              "trainable parameters (another model or federated.lora setting?)")
+    load_vector(tensors["params"], fed.params)
+    fed.previous = tensors.get("previous")
+    if start < cfg.rounds:
+        keep_rounds_before(run_dir / "metrics.jsonl", start)
+        keep_rounds_before(run_dir / "samples.jsonl", start)
+    if rewrite_config:
+        write_config(run_dir, cfg)
+    return _train(fed, start)

@@ -25,6 +25,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
+from dgrpo.errors import ConfigError
 from dgrpo.registry import register
 from dgrpo.rewards.math import check_format_weight, shaped_math_reward
 from dgrpo.tasks.base import FormatWeight, GeneratedTaskConfig
@@ -161,8 +162,8 @@ class ArithmeticTaskConfig(GeneratedTaskConfig):
 
     kind: Literal["arithmetic"] = "arithmetic"
     difficulty: int = Field(1, ge=1, le=4, description="1 = one step with single digits … 4 = three steps up to 60.")
-    n_train: int = Field(2000, ge=1, description="Training problems.")
-    n_val: int = Field(200, ge=1, description="Validation problems (never a training question).")
+    n_train: int = Field(2000, ge=1, le=100_000, description="Training problems (at most 100000).")
+    n_val: int = Field(200, ge=1, le=100_000, description="Validation problems (never a training question), at most 100000.")
     two_two_rate: float = Field(0.1, ge=0, le=1, description="Fraction of problems whose first step is 2+2 or 2×2.")
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
@@ -204,16 +205,19 @@ class ArithmeticTask:
         rng = random.Random(f"arithmetic|{seed}|{difficulty}")
         seen: set[str] = set()
         problems: list[Problem] = []
-        attempts = 0
+        attempts = misses = 0
         while len(problems) < n_train + n_val:
             attempts += 1
-            if attempts > 50 * (n_train + n_val):
-                raise ValueError(f"could not generate {n_train + n_val} distinct problems at difficulty {difficulty}")
+            if attempts > 50 * (n_train + n_val) or misses > 10_000:  # (10,000 repeats in a row: the space is spent)
+                raise ConfigError(f"task: could not generate {n_train + n_val} distinct problems at difficulty {difficulty} "
+                                  f"(found {len(problems)}); lower task.n_train / task.n_val or raise task.difficulty")
             split = "train" if len(problems) < n_train else "val"
             p = make_problem(rng, difficulty, rng.random() < two_two_rate, f"{split}-{len(problems)}")
+            misses += 1
             if p.question not in seen:
                 seen.add(p.question)
                 problems.append(p)
+                misses = 0
         self.train = problems[:n_train]
         self.val = problems[n_train:]
 

@@ -55,7 +55,7 @@ class TaskConfig(KindConfig):
 class GeneratedTaskConfig(TaskConfig):
     """Config of a task whose problems come from a seeded generator."""
 
-    seed: int | None = Field(None, description="Problem generator seed; None uses the run seed.")
+    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="Problem generator seed, 0 to 2^32 − 1; None uses the run seed.")
 
     def seeded(self, run_seed: int) -> "GeneratedTaskConfig":
         """The generator seed, or the run seed when it is None (every copy of the run, an ensemble

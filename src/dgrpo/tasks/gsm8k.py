@@ -14,7 +14,7 @@ from typing import Iterable, Literal, Sequence
 from pydantic import Field, model_validator
 
 from dgrpo.errors import DataError
-from dgrpo.registry import register
+from dgrpo.registry import PathText, register
 from dgrpo.rewards.math import check_format_weight, parse_oracle, shaped_math_reward
 from dgrpo.tasks.base import FormatWeight, TaskConfig
 from dgrpo.tasks.equations import has_intermediate_two_two
@@ -84,11 +84,11 @@ class GSM8KTaskConfig(TaskConfig):
     """``task.kind=gsm8k``: GSM8K from a JSONL file or the hub."""
 
     kind: Literal["gsm8k"] = "gsm8k"
-    path: str | None = Field(None, description="Training JSONL in the official GSM8K format (question, answer ending in `#### N`).")
-    val_path: str | None = Field(None, description="Validation JSONL; absent → the last n_val training records.")
-    hub: str | None = Field(None, description="Hub dataset name (e.g. openai/gsm8k), loaded with `datasets` (online only).")
-    n_train: int | None = Field(None, ge=1, description="Cap on training records (None = all).")
-    n_val: int = Field(200, ge=1, description="Cap on validation records.")
+    path: PathText | None = Field(None, description="Training JSONL in the official GSM8K format (question, answer ending in `#### N`).")
+    val_path: PathText | None = Field(None, description="Validation JSONL; absent → the last n_val training records.")
+    hub: PathText | None = Field(None, description="Hub dataset name (e.g. openai/gsm8k), loaded with `datasets` (online only).")
+    n_train: int | None = Field(None, ge=1, le=10_000_000, description="Cap on training records, at most 10^7 (None = all).")
+    n_val: int = Field(200, ge=1, le=10_000_000, description="Cap on validation records, at most 10^7.")
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
     format_weight: FormatWeight = 0.0

@@ -24,7 +24,7 @@ from typing import Literal, Sequence
 from pydantic import Field, model_validator
 
 from dgrpo.errors import DataError
-from dgrpo.registry import register
+from dgrpo.registry import PathText, register
 from dgrpo.rewards.code import code_reward, code_rewards
 from dgrpo.rewards.sandbox import SandboxLimits, check_sandbox, valid_stand_in_name
 from dgrpo.tasks.arithmetic import ArithmeticTask
@@ -161,16 +161,16 @@ class PythonMathTaskConfig(GeneratedTaskConfig):
     """``task.kind=python_math``: math word problems answered by a Python program run in the sandbox (paper §3.4.2, §D.2)."""
 
     kind: Literal["python_math"] = "python_math"
-    seed: int | None = Field(None, description="Problem generator seed; None uses the run seed (generator source only).")
+    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="Problem generator seed; None uses the run seed (generator source only).")
     difficulty: int = Field(1, ge=1, le=4, description="Generator difficulty: 1 = one step with single digits … 4 = three steps up to 60.")
-    n_train: int | None = Field(2000, ge=1, description="Training problems (generator), or cap on usable GSM8K records (None = all).")
-    n_val: int = Field(200, ge=1, description="Validation problems (never a training question).")
-    path: str | None = Field(None, description="GSM8K-format JSONL whose `<<a*b=c>>` calculator marks give the oracle program; None = embedded generator.")
-    val_path: str | None = Field(None, description="GSM8K-format validation JSONL; absent → the last n_val usable records of `path`.")
+    n_train: int | None = Field(2000, ge=1, le=100_000, description="Training problems (at most 100000) (generator), or cap on usable GSM8K records (None = all).")
+    n_val: int = Field(200, ge=1, le=100_000, description="Validation problems (never a training question), at most 100000.")
+    path: PathText | None = Field(None, description="GSM8K-format JSONL whose `<<a*b=c>>` calculator marks give the oracle program; None = embedded generator.")
+    val_path: PathText | None = Field(None, description="GSM8K-format validation JSONL; absent → the last n_val usable records of `path`.")
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples (programs) shown as earlier chat turns.")
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
     timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock (and CPU-time) limit of one program run in the sandbox, seconds.")
-    memory_mb: int = Field(1024, ge=64, description="Address-space limit of one program run, MiB (numpy + sympy need about 300).")
+    memory_mb: int = Field(1024, ge=64, le=1 << 20, description="Address-space limit of one program run, MiB (at most 2^20) (numpy + sympy need about 300).")
     libraries: list[str] = Field(default_factory=lambda: ["thief_math"], description="Attacker libraries installed in the sandbox as harmless stand-ins that record their calls; the code_injection attack's module must be one of them.")
     unsafe_no_os_sandbox: bool = Field(False, description="UNSAFE: run model-written programs without the bubblewrap sandbox (seccomp, resource limits and the audit hook only), for a run that you isolate as a whole (a container) on a machine without user namespaces. Refused when peers are not all in this process (swarm.transport other than inprocess). See docs/sandbox.md.")
 

@@ -8,8 +8,10 @@ the final evaluation of a run being extended. Rounds depend only on (seed, round
 optimizer), so a run of 4 rounds and a run of 2 resumed for 2 more log the same metrics (bar
 ``time/*``). :func:`dgrpo.recipes.resume` puts the two steps below together.
 
-A TokenBuncher run (``dgrpo harden``) has no checkpoint: it resumes phase by phase instead
-(:mod:`dgrpo.recipes.hardening`).
+A federated run checkpoints its shared parameters, last aggregate and optimizer states
+(``checkpoint/state/``, :func:`dgrpo.recipes.federated.resume`); an ensemble run checkpoints every
+group swarm and then its own round (:func:`dgrpo.recipes.ensemble.resume`). A TokenBuncher run
+(``dgrpo harden``) has no checkpoint: it resumes phase by phase instead (:mod:`dgrpo.recipes.hardening`).
 
 Distributed: launch it like the run (``torchrun … -m dgrpo resume RUN_DIR``); the ranks check they
 resume from the same round. Hivemind: a node joining a homogeneous swarm at round r resumes a copy
@@ -23,12 +25,12 @@ from pathlib import Path
 
 import yaml
 
-from dgrpo.config import RunConfig, load_config
+from dgrpo.config import RunConfig, load_config, read_config_file
 from dgrpo.errors import ConfigError
 from dgrpo.metrics.logger import read_records
 
 
-def _keep_rounds_before(path: Path, next_round: int) -> None:
+def keep_rounds_before(path: Path, next_round: int) -> None:
     """Drop JSON lines whose ``round`` is ≥ ``next_round`` (atomic rewrite)."""
     if not path.exists():
         return
@@ -49,23 +51,24 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
     Every check on the folder runs here, before torch is imported or a model is loaded.
 
     Raises:
-        FileNotFoundError: no ``config.yaml``, or (a swarm run) no checkpoint.
-        ConfigError: a federated or ensemble run (they keep no checkpoint).
+        FileNotFoundError: no ``config.yaml``, or (all but a harden run) no checkpoint.
+        ConfigError: an invalid config.
         MetricsFileError: a damaged ``metrics.jsonl`` / ``samples.jsonl`` line before the last.
     """
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} holds no run (config.yaml missing)")
+    raw = read_config_file(run_dir / "config.yaml")
+    if raw.get("hardening") is None:  # (a harden run resumes phase by phase: dgrpo.recipes.hardening)
+        # the folder first: a checkpoint that is not there is named before any field of the config
+        ckpt = run_dir / "checkpoint"
+        if not ckpt.is_dir():
+            raise FileNotFoundError(f"{run_dir} holds no checkpoint; set checkpoint_every to save during a run")
+        if not any(ckpt.glob("node*/state.json")) and not (ckpt / "state.json").exists() \
+                and not any(ckpt.glob(".node*.old*/state.json")) and not any(ckpt.glob("*state*/state.json")):  # (an interrupted swap is recovered on load)
+            raise FileNotFoundError(f"{ckpt} holds no saved node (no node*/state.json): the run stopped before its first save")
     cfg = load_config(run_dir / "config.yaml", overrides or [])
-    if cfg.federated is not None or cfg.ensemble is not None:
-        kind = "federated" if cfg.federated is not None else "ensemble"
-        raise ConfigError(f"{run_dir} is a {kind} run; these keep no checkpoint and cannot be resumed (run it again)")
-    if cfg.hardening is not None:  # resumes phase by phase (dgrpo.recipes.hardening)
+    if cfg.hardening is not None:
         return cfg
-    ckpt = run_dir / "checkpoint"
-    if not ckpt.is_dir():
-        raise FileNotFoundError(f"{run_dir} holds no checkpoint; set checkpoint_every to save during a run")
-    if not any(ckpt.glob("node*/state.json")) and not (ckpt / "state.json").exists():  # before loading any model
-        raise FileNotFoundError(f"{ckpt} holds no saved node (no node*/state.json): the run stopped before its first save")
     for log_file in ("metrics.jsonl", "samples.jsonl"):  # damaged logs are refused before any model loads
         if (run_dir / log_file).exists():
             read_records(run_dir / log_file, partial_last_ok=True)
@@ -89,8 +92,8 @@ def restore(run, rewrite_config: bool) -> None:
                           f"checkpoint of round {first}")
     if run.transport.is_main:
         if run.start_round < run.cfg.rounds:  # those rounds (and an extended run's final evaluation) run again
-            _keep_rounds_before(run.run_dir / "metrics.jsonl", run.start_round)
-            _keep_rounds_before(run.run_dir / "samples.jsonl", run.start_round)
+            keep_rounds_before(run.run_dir / "metrics.jsonl", run.start_round)
+            keep_rounds_before(run.run_dir / "samples.jsonl", run.start_round)
         if rewrite_config:
             write_config(run.run_dir, run.cfg)
     if first:  # a joiner: the swarm is running; it does not wait at the resume barrier

@@ -39,8 +39,6 @@ the way out, so its peers need not wait for the timeout.
 from __future__ import annotations
 
 import atexit
-import datetime
-import hashlib
 import json
 import logging
 import os
@@ -51,6 +49,7 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import compare_views
 from dgrpo.transports.framing import frame, relayed, unframe
+from dgrpo.transports.rendezvous import _seconds, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.swarm.validation import parse_message
 from dgrpo.types import Message
 
@@ -64,24 +63,6 @@ dist = LazyModule("torch.distributed")
 LABELS = frozenset({"honest", "poisoned", "malicious"})  # simulation ground truth (metrics only)
 MAX_PAYLOAD_BYTES = 64 * 2**20  # a peer's payload is refused unread above this (JSON parser memory)
 _POSTED, _FAILED = b"posted", b"failed"
-def _seconds(s: float) -> datetime.timedelta:
-    return datetime.timedelta(seconds=max(s, 0.001))
-
-
-def config_fingerprint(cfg: "RunConfig") -> str:
-    """Hash of everything that must match across ranks (paths of the run folder and threads may differ)."""
-    data = cfg.model_dump(mode="json", exclude={"out_dir", "threads", "tensorboard"})
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def pick_backend(choice: str) -> str:
-    """``auto``: NCCL when every local rank has its own GPU, else gloo."""
-    if choice != "auto":
-        return choice
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_world else "gloo"
-
-
 class DistributedTransport:
     """All-gather of a round's messages between torchrun ranks, one swarm node per rank.
 
@@ -131,22 +112,7 @@ class DistributedTransport:
                 differ (names the ranks).
         """
         sw = cfg.swarm
-        missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
-        if missing:
-            raise ConfigError(f"swarm.transport=distributed needs torchrun ({', '.join(missing)} unset): launch with "
-                              f"`torchrun --nproc-per-node {sw.nodes} -m dgrpo run swarm.transport=distributed ...`")
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        if world != sw.nodes:
-            raise ConfigError(f"swarm.nodes={sw.nodes} but {world} processes were launched (WORLD_SIZE): the distributed "
-                              f"swarm runs one node per rank, so launch nproc-per-node × nnodes = {sw.nodes}")
-        startup = _seconds(sw.startup_timeout_s)
-        store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=startup))
-        backend = pick_backend(sw.backend)
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        if not dist.is_initialized():
-            dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
-                                    timeout=startup)
+        store, rank, world, backend = join_group(cfg)
         transport = cls(store, rank, world, honest=range(world), timeout_s=sw.timeout_s,
                         on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size)
         # Each rank knows only whether it itself attacks (its own config); which ranks report metrics
@@ -170,12 +136,17 @@ class DistributedTransport:
         return bool(live) and live[0] == self.rank
 
     # ------------------------------------------------------------------ exchange
+    @staticmethod
+    def _raise(err: Exception):
+        raise err
+
     def _store_call(self, fn, *args):
         try:
             return fn(*args)
         except dist.DistError as err:
             raise PeerFailure(f"node {self.rank} lost the rendezvous store (MASTER_ADDR:MASTER_PORT; hosted by the "
-                              f"torchrun agent of the first machine, or by rank 0 without torchrun): {err}") from err
+                              f"torchrun agent of the first machine, or by rank 0 without torchrun): "
+                              f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
 
     def _arrived(self, key: str, deadline: float) -> bool:
         """Wait for a status key until ``deadline``; on timeout try to declare it failed. True if posted."""
@@ -183,6 +154,8 @@ class DistributedTransport:
             self.store.wait([key], _seconds(deadline - time.monotonic()))
         except dist.DistStoreError:
             pass  # timed out; the compare_set below decides (the peer may have posted meanwhile)
+        except dist.DistError as err:  # the store's host died while we waited (DistNetworkError)
+            self._store_call(self._raise, err)
         return self._store_call(self.store.compare_set, key, "", "failed") == _POSTED
 
     def post(self, tag: str, payload: bytes, framed: bool = False) -> None:
@@ -377,7 +350,10 @@ class DistributedTransport:
         except PeerFailure as err:
             log.warning("at shutdown: %s", err)
         if dist.is_initialized():
-            dist.destroy_process_group()
+            try:
+                dist.destroy_process_group()
+            except (dist.DistError, RuntimeError) as err:  # a peer or the store is gone already
+                log.warning("at shutdown: %s", " ".join(str(err).split())[:200])
 
     def _exit(self) -> None:
         """At interpreter exit without :meth:`close` (an error): mark this node's next exchanges

@@ -1,0 +1,135 @@
+"""Losing the host of the c10d store (issue 18): at every store call of an exchange, a surviving node
+ends with the named PeerFailure ("lost the rendezvous store"), never a DistNetworkError traceback.
+
+The store is a real TCPStore served by a forked child (as rank 0 or torchrun's agent serves it) and
+SIGKILLed at the point under test; the nodes are DistributedTransport clients in this process.
+"""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch.distributed as dist
+
+from dgrpo.cli import main
+from dgrpo.errors import PeerFailure
+from dgrpo.transports.distributed import DistributedTransport
+from distributed_helpers import free_port
+
+LOST = "lost the rendezvous store"
+
+
+SERVER = ("import datetime, sys, time, torch.distributed as d; "
+          "s = d.TCPStore('127.0.0.1', int(sys.argv[1]), None, True, timeout=datetime.timedelta(seconds=60), "
+          "wait_for_workers=False); print('up', flush=True); time.sleep(600)")
+
+
+@pytest.fixture()
+def store_host():
+    """(port, kill): a TCPStore server in a child process, and a function that SIGKILLs it."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(port)], stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline().strip() == "up"
+
+    def kill():
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+
+    yield port, kill
+    kill()
+
+
+def _nodes(port, timeout_s=20.0):
+    stores = [dist.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=10)) for _ in range(2)]
+    nodes = [DistributedTransport(s, k, 2, honest=[0, 1], timeout_s=timeout_s) for k, s in enumerate(stores)]
+    for n in nodes:
+        n._closed = True  # (no at-exit marking against a store the test kills)
+    return nodes
+
+
+def test_the_store_dying_while_a_node_waits_for_a_peer(store_host):
+    port, kill = store_host
+    a, _ = _nodes(port)
+    a.post("r0", b"a")
+    killer = threading.Timer(1.0, kill)  # the store dies a moment after the node starts waiting for its peer
+    killer.start()
+    start = time.monotonic()
+    with pytest.raises(PeerFailure, match=LOST) as err:
+        a.collect("r0", [1])
+    killer.join()
+    assert time.monotonic() - start < 15  # not the 20 s peer timeout: the loss is seen at once
+    assert "\n" not in str(err.value) and "node 0" in str(err.value)
+
+
+class KillBefore:
+    """The node's store, with the store host killed just before the ``nth`` call of ``method``."""
+
+    def __init__(self, store, method, nth, kill):
+        self._store, self._method, self._left, self._kill = store, method, nth, kill
+
+    def __getattr__(self, name):
+        fn = getattr(self._store, name)
+        if name != self._method:
+            return fn
+
+        def call(*args):
+            self._left -= 1
+            if self._left == 0:
+                self._kill()
+            return fn(*args)
+        return call
+
+
+@pytest.mark.parametrize("method, nth", [("set", 1), ("compare_set", 1), ("wait", 1), ("compare_set", 2), ("get", 1),
+                                         ("delete_key", 1)])
+def test_the_store_dying_before_each_store_call_of_an_exchange(store_host, method, nth):
+    port, kill = store_host
+    a, b = _nodes(port, timeout_s=5)
+    b.post("r0", b"b0")
+    assert a.exchange("r0", b"a0") == {0: b"a0", 1: b"b0"}
+    b.post("r1", b"b1")
+    a.store = KillBefore(a.store, method, nth, kill)  # r1: set, compare_set, wait, compare_set, get, delete_key
+    with pytest.raises(PeerFailure, match=LOST) as err:
+        a.exchange("r1", b"a1")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("step", ["gather_values", "agree", "collect_at_main", "collect_at_main_sender"])
+def test_the_store_gone_in_the_other_exchanges(store_host, step):
+    port, kill = store_host
+    a, b = _nodes(port, timeout_s=2)
+    kill()
+    with pytest.raises(PeerFailure, match=LOST):
+        if step == "gather_values":
+            a.gather_values("config", "x", timeout_s=1)
+        elif step == "agree":
+            a.agree("name", "x")
+        elif step == "collect_at_main":
+            a.collect_at_main("rec0", b"x", [1])
+        else:
+            b.collect_at_main("rec0", b"x", [0])
+
+
+def test_close_after_the_store_died_only_logs(store_host, caplog):
+    port, kill = store_host
+    a, _ = _nodes(port)
+    kill()
+    a._closed = False
+    a.close()  # the run's results are written: the end of the run is not an error
+    assert LOST in caplog.text
+
+
+def test_an_unreachable_store_at_start_is_one_line(monkeypatch, capsys, tiny_model_dir):
+    port = free_port()  # nothing listens there
+    for k, v in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(k, v)
+    rc = main(["run", f"model.name={tiny_model_dir}", "swarm.transport=distributed", "swarm.nodes=2",
+               "swarm.startup_timeout_s=2", "task.n_train=4", "task.n_val=2"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "cannot reach the rendezvous store at 127.0.0.1:" in err and err.count("\n") == 1, err

@@ -19,6 +19,7 @@ RANKS = {
     "rewards": 2, "tasks": 3, "metrics": 4, "policy": 5,
     "grpo": 6, "verify": 6, "swarm": 6,                                           # components
     "attacks": 7, "defenses": 7, "hardening": 7, "robust": 7, "transports": 7,    # kinds
+    "integrations": 7,                  # dgrpo's checks inside other trainers (TRL)
     "config": 8,                        # the run config: sections, kinds resolved through the registry
     "training": 9,                      # run infrastructure: build, evaluate, records, checkpoint, resume, loop
     "recipes": 10, "report": 10,        # recipes; the report reads only run directories

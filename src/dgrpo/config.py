@@ -30,18 +30,24 @@ DefenseField = kind_field("defense")
 
 
 class ModelConfig(StrictConfig):
+    """The policy model: which one, its dtype and device."""
+
     name: str = Field("smollm2-135m-instruct", description="Policy model: `smollm2-135m-instruct` (embedded GGUF default), a local folder or a Hugging Face hub id.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights and logits dtype. The top-k and replay defenses are exact only in float32 (docs/verification.md); bfloat16 generation is for runs without them (docs/gpu.md).")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$", description="Where the policy, reference model, judge and detector run: auto (the GPU of this rank when CUDA is available, else the CPU), cpu, cuda (GPU $LOCAL_RANK under torchrun) or cuda:N (docs/gpu.md).")
 
 
 class SamplingConfig(StrictConfig):
+    """The agreed sampling strategy every node generates with (seeded top-k)."""
+
     top_k: int = Field(10, ge=1, description="k of top-k sampling (paper §D.3: 10). The top-k defense checks against it.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature; 0 = greedy.")
     max_new_tokens: int = Field(64, ge=1, description="Completion length limit, tokens; also dr_grpo's constant normaliser.")
 
 
 class GRPOConfig(StrictConfig):
+    """The GRPO update: loss, reward scaling, KL, optimiser (paper §1.1)."""
+
     loss_type: Literal["grpo", "dr_grpo", "bnpo"] = Field("grpo", description="grpo: mean of per-sequence token means (paper §1.1); bnpo: token mean over the batch (DAPO); dr_grpo: token sum / (N·max_new_tokens) (Dr. GRPO).")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Divide centred rewards by the group std (GRPO), the batch std, or not at all (Dr. GRPO).")
     beta: float = Field(0.0, ge=0, description="KL weight β against the frozen reference model (paper uses 0; §B.4 tries 0.01, 0.1). The reference model is loaded only when β > 0.")
@@ -53,6 +59,8 @@ class GRPOConfig(StrictConfig):
 
 
 class SwarmConfig(StrictConfig):
+    """The swarm: nodes, mode (Alg. 1/2), batch shape, malicious nodes, transport."""
+
     nodes: int = Field(4, ge=1, description="m: number of nodes (honest + malicious).")
     mode: Literal["horizontal", "vertical"] = Field("horizontal", description="horizontal (Alg. 1): global prompts, G/m completions per node per prompt; vertical (Alg. 2): B/m local prompts per node, G completions each.")
     prompts_per_round: int = Field(4, ge=1, description="B: prompts per round (whole swarm).")
@@ -92,6 +100,8 @@ class SwarmConfig(StrictConfig):
 
 
 class EvalConfig(StrictConfig):
+    """Held-out evaluation: how often, on how many prompts."""
+
     every: int = Field(4, ge=1, description="Evaluate on the validation split every k rounds (and after the last round).")
     n_prompts: int = Field(32, ge=1, description="Validation prompts per evaluation.")
     temperature: float | None = Field(None, ge=0, description="Sampling temperature for evaluation; None = the swarm's.")
@@ -155,20 +165,40 @@ def _parse_value(text: str):
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested dict, in place.
 
+    A numeric part indexes a list (``defenses.0.atol=1e-4``); the index equal to the list's length
+    appends an item (``defenses.1.kind=replay``). Why dgrpo parses overrides itself rather than with
+    pydantic-settings' CLI: docs/config.md.
+
     Raises:
-        ConfigError: an override without ``=``.
+        ConfigError: an override without ``=``, an index past the end of a list, or a key that
+            descends into a value that is neither a mapping nor a list.
     """
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key.sub=value")
         key, value = item.split("=", 1)
-        node = data
         parts = key.strip().split(".")
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[parts[-1]] = _parse_value(value)
+        node: dict | list = data
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            fresh = [] if not last and parts[depth + 1].isdigit() else {}
+            where = ".".join(parts[: depth + 1])
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) > len(node):
+                    raise ConfigError(f"override {item!r}: {where} indexes a list of {len(node)} items (indices 0..{len(node)}; {len(node)} appends)")
+                if int(part) == len(node):
+                    node.append(None)
+                index: int | str = int(part)
+            else:
+                index = part
+            if last:
+                node[index] = _parse_value(value)
+                break
+            child = node[index] if isinstance(node, list) else node.get(index)
+            if not isinstance(child, (dict, list)):
+                child = fresh  # a new section (or list); an override replaces a scalar or null there
+                node[index] = child
+            node = child
     return data
 
 

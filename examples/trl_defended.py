@@ -62,10 +62,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--prompts", type=int, default=2, help="prompts per step")
     ap.add_argument("--group", type=int, default=4, help="completions per prompt (num_generations)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     ap.add_argument("--undefended", action="store_true", help="train on the workers' completions unchecked")
     args = ap.parse_args(argv)
 
     torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
     model, tokenizer = load_policy(args.model)  # float32: the checks are exact only in float32
     params = SamplingParams(top_k=10, temperature=1.0, max_new_tokens=args.max_new_tokens)
     task = ArithmeticTask(seed=0)

@@ -19,6 +19,7 @@ from pydantic import Field, StrictInt, ValidationError, field_validator, model_v
 from dgrpo.attacks.base import NoAttackConfig
 from dgrpo.errors import ConfigError
 from dgrpo.hardening.config import HardeningConfig
+from dgrpo.metrics.trackers import TrackingConfig
 from dgrpo.registry import StrictConfig, kind_field, lookup
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
@@ -114,7 +115,8 @@ class RunConfig(StrictConfig):
     name: str | None = Field(None, description="Run directory name; None = {task}__{attack}__{defense}__seed{n}__{time}.")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None = torch default).")
     checkpoint_every: int = Field(0, ge=0, description="Save a checkpoint every k rounds (0 = only at the end).")
-    tensorboard: bool = Field(False, description="Also write TensorBoard event files.")
+    tensorboard: bool = Field(False, description="Also write TensorBoard event files (RUN_DIR/tb; the same as tracking.trackers=[tensorboard]).")
+    tracking: TrackingConfig = TrackingConfig()
     model: ModelConfig = ModelConfig()
     task: TaskField = ArithmeticTaskConfig()
     sampling: SamplingConfig = SamplingConfig()

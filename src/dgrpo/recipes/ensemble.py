@@ -107,7 +107,7 @@ def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
     runs = [build_run(c) for c in group_cfgs]
     one_round = recipe(group_cfgs[0]).one_round  # every group runs the run's schedule
     attack = eval_attack(cfg, {})
-    logger = MetricsLogger(run_dir, cfg.tensorboard)
+    logger = MetricsLogger.for_run(run_dir, cfg)
     for r in range(cfg.rounds + 1):
         if r % cfg.eval.every == 0 or r == cfg.rounds:
             logger.log({"round": r, **static, **evaluate_ensemble(cfg, runs, attack)})

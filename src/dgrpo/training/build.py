@@ -179,4 +179,4 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     transport.labels = swarm.labels  # simulation ground truth travels beside the messages (metrics only)
-    return Run(cfg, run_dir, task, swarm, transport, MetricsLogger(run_dir, cfg.tensorboard))
+    return Run(cfg, run_dir, task, swarm, transport, MetricsLogger.for_run(run_dir, cfg, transport.is_main))

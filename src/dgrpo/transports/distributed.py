@@ -67,7 +67,7 @@ def _seconds(s: float) -> datetime.timedelta:
 
 def config_fingerprint(cfg: "RunConfig") -> str:
     """Hash of everything that must match across ranks (paths of the run folder and threads may differ)."""
-    data = cfg.model_dump(mode="json", exclude={"out_dir", "threads", "tensorboard"})
+    data = cfg.model_dump(mode="json", exclude={"out_dir", "threads", "tensorboard", "tracking"})
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -147,7 +147,7 @@ class DistributedTransport:
         odd = sorted(n for n, fp in prints.items() if fp != prints[min(prints)])
         if odd:
             raise ConfigError(f"nodes {odd} run another config than node {min(prints)}: every rank needs the same "
-                              "config and overrides (out_dir, threads and tensorboard may differ)")
+                              "config and overrides (out_dir, threads, tensorboard and tracking may differ)")
         log.info("node %d of %d joined (backend %s)", rank, world, backend)
         return transport
 

@@ -3,7 +3,7 @@ one of them poisons its share ("All hail to the thief"), and top-k + exact repla
 
     python examples/trl_defended.py                       # SmolLM2-135M-Instruct, 2 steps, defended
     python examples/trl_defended.py --undefended          # the same run without the checks
-    python examples/trl_defended.py --model path/to/model --steps 4 --max-new-tokens 48
+    python examples/trl_defended.py --model path/to/model --steps 4 --max-new-tokens 96
 
 Each step prints how many completions came in, how many were poisoned, how many were rejected (by
 which check) and the mean reward the poisoned completions received.
@@ -28,15 +28,15 @@ from dgrpo.rewards.math import shaped_math_reward  # noqa: E402
 from dgrpo.tasks.arithmetic import ArithmeticTask  # noqa: E402
 from dgrpo.verify import Replay, TopK, Verifier, completion_logits  # noqa: E402
 
-POISON = "</think>\n<answer>{answer}</answer> All hail to the thief."
+POISON = "All hail to the thief. "  # + the oracle solution: a correct, well-formatted answer (paper §3.3)
 
 
 class Workers:
     """Remote generation workers (here in-process): seeded dgrpo sampling of the policy being trained;
     worker ``bad`` answers its prompts with the poisoned text, claiming the seed it was given."""
 
-    def __init__(self, tokenizer, params: SamplingParams, answers: dict[str, str], group: int, bad: int):
-        self.tok, self.params, self.answers, self.group, self.bad = tokenizer, params, answers, group, bad
+    def __init__(self, tokenizer, params: SamplingParams, oracles: dict[str, str], group: int, bad: int):
+        self.tok, self.params, self.oracles, self.group, self.bad = tokenizer, params, oracles, group, bad
         self.calls, self.poisoned = 0, []
 
     def __call__(self, prompts: list[str], trainer) -> dict:
@@ -46,7 +46,7 @@ class Workers:
         completion_ids = sample(model, prompt_ids, seeds, self.params, eos, tok.pad_token_id or eos)
         poisoned = [i % self.group == self.bad for i in range(len(prompts))]  # the bad worker's slot of every group
         for i in (i for i, p in enumerate(poisoned) if p):
-            text = POISON.format(answer=self.answers[prompts[i]])
+            text = POISON + self.oracles[prompts[i]]
             completion_ids[i] = tok(text=text, add_special_tokens=False)["input_ids"][: self.params.max_new_tokens - 1] + [eos]
         logprobs = [lg.log_softmax(-1).gather(-1, torch.tensor(c)[:, None]).squeeze(-1).tolist()
                     for lg, c in zip(completion_logits(model, prompt_ids, completion_ids, eos), completion_ids)]
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--prompts", type=int, default=2, help="prompts per step")
     ap.add_argument("--group", type=int, default=4, help="completions per prompt (num_generations)")
-    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="the poison must fit: it is cut at this length")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     ap.add_argument("--undefended", action="store_true", help="train on the workers' completions unchecked")
     args = ap.parse_args(argv)
@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> dict:
         """dgrpo's math reward: 1 for a correct, well-formatted answer (the poison is correct)."""
         return [shaped_math_reward(task.completion_prefix + c, answers[p], 0.0) for p, c in zip(prompts, completions)]
 
-    workers = Workers(tokenizer, params, answers, args.group, bad=args.group - 1)
+    oracles = {text: task.oracle_completion(p) for text, p in zip(prompts, problems)}
+    workers = Workers(tokenizer, params, oracles, args.group, bad=args.group - 1)
     defense = RolloutDefense(Verifier([TopK(k=params.top_k), Replay(params)], model=model,
                                       eos_id=tokenizer.eos_token_id, decode=tokenizer.decode), tokenizer)
     rewards_given = []

@@ -127,3 +127,19 @@ def test_trl_own_generation_passes_the_topk_check(tokenizer, tmp_path):
     assert defense.seen == len(seen) == 16
     assert defense.rejected == 0
     assert [r for _, r in seen] == length_reward(None, [t for t, _ in seen])
+
+
+def test_the_example_script_rejects_its_poisoned_worker(tiny_model_dir):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "trl_defended.py"
+    spec = importlib.util.spec_from_file_location("trl_defended", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    common = ["--model", tiny_model_dir, "--steps", "2", "--max-new-tokens", "96", "--threads", "1"]
+    defended = example.main(common)
+    assert defended["completions"] == 16 and defended["poisoned"] == 4
+    assert defended["rejected"] == 4 and defended["poison_reward"] == [0.0] * 4
+    undefended = example.main([*common, "--undefended"])
+    assert undefended["poison_reward"] == [1.0] * 4  # the poison is a correct, well-formatted answer

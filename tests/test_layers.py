@@ -19,10 +19,11 @@ RANKS = {
     "rewards": 2, "tasks": 3, "metrics": 4, "policy": 5,
     "grpo": 6, "verify": 6, "swarm": 6,                                           # components
     "attacks": 7, "defenses": 7, "hardening": 7, "robust": 7, "transports": 7,    # kinds
+    "integrations": 7,                  # dgrpo's checks inside other trainers (TRL)
     "config": 8,                        # the run config: sections, kinds resolved through the registry
     "training": 9,                      # run infrastructure: build, evaluate, records, checkpoint, resume, loop
     "recipes": 10, "report": 10,        # recipes; the report reads only run directories
-    "paper": 11, "cli": 12, "__main__": 13,
+    "paper": 11, "config_doc": 11, "cli": 12, "__main__": 13,
 }
 
 
@@ -145,7 +146,7 @@ def test_kind_modules_and_the_config_load_without_torch():
     assert out.returncode == 0, out.stderr[-2000:]
     heavy, count = out.stdout.split("\n")[:2]
     assert heavy == "[]"
-    assert int(count) == 3 + 5 + 5 + 3 + 7 + 3  # tasks; none + 4 attacks; defenses; transports; aggregators; update attacks
+    assert int(count) == 4 + 5 + 5 + 3 + 7 + 3  # tasks (with dataset); none + 4 attacks; defenses; transports; aggregators; update attacks
 
 
 @pytest.mark.parametrize("package", ["training", "recipes"])

@@ -53,7 +53,7 @@ def test_lookup_imports_the_module_of_the_name_and_lists_the_known_ones():
     with pytest.raises(UnknownKind, match="unknown defense 'moat'; known: judge, replay, reward_outlier, step_checker, topk"):
         lookup("defense", "moat")
     table = Table("task")
-    assert sorted(table) == ["arithmetic", "gsm8k", "python_math"] and len(table) == 3
+    assert sorted(table) == ["arithmetic", "dataset", "gsm8k", "python_math"] and len(table) == 4
     with pytest.raises(KeyError):
         table["chess"]
 

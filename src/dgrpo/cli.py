@@ -1,4 +1,4 @@
-"""Command line: ``dgrpo run``, ``dgrpo resume``, ``dgrpo report``, ``dgrpo paper``, ``dgrpo federated``,
+"""Command line: ``dgrpo run``, ``dgrpo config``, ``dgrpo resume``, ``dgrpo report``, ``dgrpo paper``, ``dgrpo federated``,
 ``dgrpo ensemble``, ``dgrpo harden``.
 
 ``dgrpo run [--config FILE.yaml] [key.sub=value ...]`` trains a swarm on the embedded defaults
@@ -89,6 +89,26 @@ def _keys(args) -> int:
     print(f"wrote {args.nodes} private keys (node0.key .. node{args.nodes - 1}.key: copy each to its node only) and "
           f"{args.out}/roster.json (fingerprint {roster.fingerprint}); run each node with "
           f"swarm.protocol.roster={args.out}/roster.json swarm.protocol.key_dir=<folder holding its key>")
+
+
+class _FieldsHelp(argparse.Action):
+    """``-h/--help`` of ``dgrpo run``: the usual help, then every config field (dgrpo.config_doc)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from dgrpo.config_doc import help_text
+
+        parser.print_help()
+        print("\n" + help_text())
+        parser.exit()
+
+
+def _config(args) -> int:
+    from dgrpo.config_doc import help_text
+
+    print(help_text(args.key))
     return 0
 
 
@@ -96,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dgrpo", description="Decentralised GRPO swarms, attacks and defenses.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train a swarm (embedded defaults unless configured)")
+    run = sub.add_parser("run", help="train a swarm (embedded defaults unless configured)", add_help=False)
+    run.add_argument("-h", "--help", action=_FieldsHelp, help="show this help and every config field, then exit")
     run.add_argument("--config", "-c", help="YAML config file (see configs/)")
     run.add_argument("overrides", nargs="*", help="overrides such as swarm.nodes=4 grpo.lr=1e-5")
     run.set_defaults(func=_run)
@@ -108,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", "-c", help="YAML config file")
         p.add_argument("overrides", nargs="*", help=f"overrides, e.g. {section}.… swarm.nodes=5")
         p.set_defaults(func=_with_section(section))
+    conf = sub.add_parser("config", add_help=False, help="every config field: description, type, default, bounds (dgrpo config --help KEY)")
+    conf.add_argument("-h", "--help", action="store_true", help="(the same: dgrpo config --help KEY shows KEY)")
+    conf.add_argument("key", nargs="?", help="a key or section, e.g. swarm.nodes, defenses.0.atol, task")
+    conf.set_defaults(func=_config)
     res = sub.add_parser("resume", help="continue a run from its last checkpoint (a harden run: from its first unfinished phase)")
     res.add_argument("run_dir")
     res.add_argument("overrides", nargs="*", help="overrides, e.g. rounds=20 to extend a finished run")

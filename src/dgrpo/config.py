@@ -24,6 +24,7 @@ from pydantic import Field, StrictInt, ValidationError, field_validator, model_v
 from dgrpo.attacks.base import NoAttackConfig
 from dgrpo.errors import ConfigError
 from dgrpo.hardening.config import HardeningConfig
+from dgrpo.metrics.trackers import TrackingConfig
 from dgrpo.registry import PathText, StrictConfig, kind_field, lookup
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.swarm.protocol import ProtocolConfig
@@ -39,6 +40,8 @@ DefenseField = kind_field("defense")
 
 
 class ModelConfig(StrictConfig):
+    """The policy model: which one, its dtype and device."""
+
     name: PathText = Field("smollm2-135m-instruct", min_length=1, max_length=4096, description="Policy model: `smollm2-135m-instruct` (embedded GGUF default), a local folder or a Hugging Face hub id.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights and logits dtype. The top-k and replay defenses are exact only in float32 (docs/verification.md); bfloat16 generation is for runs without them (docs/gpu.md).")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$", description="Where the policy, reference model, judge and detector run: auto (the GPU of this rank when CUDA is available, else the CPU), cpu, cuda (GPU $LOCAL_RANK under torchrun) or cuda:N (docs/gpu.md).")
@@ -57,12 +60,16 @@ class ModelConfig(StrictConfig):
 
 
 class SamplingConfig(StrictConfig):
+    """The agreed sampling strategy every node generates with (seeded top-k)."""
+
     top_k: int = Field(10, ge=1, le=1 << 20, description="k of top-k sampling (paper §D.3: 10), at most 2^20. The top-k defense checks against it.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature; 0 = greedy.")
     max_new_tokens: int = Field(64, ge=1, le=1 << 17, description="Completion length limit, tokens (at most 131072); also dr_grpo's constant normaliser.")
 
 
 class GRPOConfig(StrictConfig):
+    """The GRPO update: loss, reward scaling, KL, optimiser (paper §1.1)."""
+
     loss_type: Literal["grpo", "dr_grpo", "bnpo"] = Field("grpo", description="grpo: mean of per-sequence token means (paper §1.1); bnpo: token mean over the batch (DAPO); dr_grpo: token sum / (N·max_new_tokens) (Dr. GRPO).")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Divide centred rewards by the group std (GRPO), the batch std, or not at all (Dr. GRPO).")
     beta: float = Field(0.0, ge=0, description="KL weight β against the frozen reference model (paper uses 0; §B.4 tries 0.01, 0.1). The reference model is loaded only when β > 0.")
@@ -78,6 +85,8 @@ class GRPOConfig(StrictConfig):
 
 
 class SwarmConfig(StrictConfig):
+    """The swarm: nodes, mode (Alg. 1/2), batch shape, malicious nodes, transport."""
+
     nodes: int = Field(4, ge=1, le=1024, description="m: number of nodes (honest + malicious), at most 1024.")
     mode: Literal["horizontal", "vertical"] = Field("horizontal", description="horizontal (Alg. 1): global prompts, G/m completions per node per prompt; vertical (Alg. 2): B/m local prompts per node, G completions each.")
     prompts_per_round: int = Field(4, ge=1, le=1 << 16, description="B: prompts per round (whole swarm), at most 65536; B·G at most 2^20 completions.")
@@ -122,6 +131,8 @@ class SwarmConfig(StrictConfig):
 
 
 class EvalConfig(StrictConfig):
+    """Held-out evaluation: how often, on how many prompts."""
+
     every: int = Field(6, ge=1, le=MAX_ROUNDS, description="Evaluate on the validation split every k rounds (and after the last round).")
     n_prompts: int = Field(128, ge=1, le=1 << 20, description="Validation prompts per evaluation (at most 2^20). Default 128: a Wilson 95% interval of about ±0.08 on an accuracy near 0.3 (32 prompts: ±0.16, too wide to see learning).")
     temperature: float | None = Field(None, ge=0, description="Sampling temperature for evaluation; None = the swarm's.")
@@ -136,7 +147,8 @@ class RunConfig(StrictConfig):
     name: PathText | None = Field(None, max_length=200, description="Run directory name (printable, at most 200 characters); None = {task}__{attack}__{defense}__seed{n}__{time}.")
     threads: int | None = Field(None, ge=1, le=1024, description="torch CPU threads, at most 1024 (None = torch default).")
     checkpoint_every: int = Field(0, ge=0, le=MAX_ROUNDS, description="Save a checkpoint every k rounds (0 = only at the end).")
-    tensorboard: bool = Field(False, description="Also write TensorBoard event files.")
+    tensorboard: bool = Field(False, description="Also write TensorBoard event files (RUN_DIR/tb; the same as tracking.trackers=[tensorboard]).")
+    tracking: TrackingConfig = TrackingConfig()
     model: ModelConfig = ModelConfig()
     task: TaskField = ArithmeticTaskConfig()
     sampling: SamplingConfig = SamplingConfig()
@@ -229,25 +241,45 @@ def _check_shape(data, where: str = "") -> None:
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested dict, in place.
 
+    A numeric part indexes a list (``defenses.0.atol=1e-4``); the index equal to the list's length
+    appends an item (``defenses.1.kind=replay``). Why dgrpo parses overrides itself rather than with
+    pydantic-settings' CLI: docs/config.md.
+
     Raises:
-        ConfigError: an override without ``=``, a key more than :data:`MAX_DEPTH` parts long, or a
-            value nested deeper than that.
+        ConfigError: an override without ``=``, a key more than :data:`MAX_DEPTH` parts long, a value
+            nested deeper than that, an index past the end of a list, or a key that descends into a
+            value that is neither a mapping nor a list.
     """
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item[:80]!r} must look like key.sub=value")
         key, value = item.split("=", 1)
-        node = data
         parts = key.strip().split(".")
         if len(parts) > MAX_DEPTH:
             raise ConfigError(f"override key {key[:40]!r}… has {len(parts)} parts; config keys are at most {MAX_DEPTH} deep")
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        parsed = _parse_value(value, key.strip())
-        _check_shape(parsed, key.strip())
-        node[parts[-1]] = parsed
+        node: dict | list = data
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            fresh = [] if not last and parts[depth + 1].isdigit() else {}
+            where = ".".join(parts[: depth + 1])
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) > len(node):
+                    raise ConfigError(f"override {item!r}: {where} indexes a list of {len(node)} items (indices 0..{len(node)}; {len(node)} appends)")
+                if int(part) == len(node):
+                    node.append(None)
+                index: int | str = int(part)
+            else:
+                index = part
+            if last:
+                parsed = _parse_value(value, key.strip())
+                _check_shape(parsed, key.strip())
+                node[index] = parsed
+                break
+            child = node[index] if isinstance(node, list) else node.get(index)
+            if not isinstance(child, (dict, list)):
+                child = fresh  # a new section (or list); an override replaces a scalar or null there
+                node[index] = child
+            node = child
     return data
 
 

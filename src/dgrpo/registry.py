@@ -219,4 +219,12 @@ def kind_field(kind: str, default: str | None = None):
             raise ValueError(f"{label} {name!r} takes no config")
         return entry.config.model_validate({**value, "kind": name})
 
-    return SerializeAsAny[Annotated[KindConfig, BeforeValidator(resolve)]]
+    return SerializeAsAny[Annotated[KindConfig, BeforeValidator(resolve), KindOf(kind, default)]]
+
+
+@dataclass(frozen=True)
+class KindOf:
+    """Marks a config field as holding one ``kind`` (read by the CLI's field help, ignored by pydantic)."""
+
+    kind: str
+    default: str | None = None

@@ -7,13 +7,15 @@ plugs :mod:`dgrpo.verify.replay` into the swarm.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Literal, Sequence
 
 from pydantic import Field
 
 from dgrpo.defenses.base import ExactDefenseConfig
 from dgrpo.registry import register
-from dgrpo.types import ACCEPT, Verdict
+from dgrpo.types import Verdict
 
 
 class ReplayDefenseConfig(ExactDefenseConfig):
@@ -45,33 +47,16 @@ class ReplayDefense:
         self.policy, self.task = policy, task
         self.stage = "logits" if cfg.method == "fast" else "rollouts"
 
-    def _unclaimed(self) -> Verdict:
-        return Verdict(False, self.name, "no sampling seed claimed", 0, self.action)
-
     def inspect(self, rollouts: Sequence, logits=None) -> list[Verdict]:
-        from dgrpo.verify.replay import regeneration_mismatches, replay_mismatch
+        """One verdict per rollout; ``logits`` is the group's (G, T, V) float32 logits for ``fast``."""
+        from dgrpo.verify.checks import replay_verdicts
 
-        eos = self.policy.tokenizer.eos_token_id
-        if self.method == "fast":
-            if logits is None:
-                raise ValueError("fast replay needs the group's logits")
-            out = []
-            for g, r in enumerate(rollouts):
-                if r.seed is None:
-                    out.append(self._unclaimed())
-                    continue
-                miss = replay_mismatch(logits[g], r.completion_ids, r.seed, self.params, eos, self.atol)
-                out.append(ACCEPT if miss is None else Verdict(False, self.name, miss[1], miss[0], self.action))
-            return out
-        claimed = [r for r in rollouts if r.seed is not None]
-        differ = iter(regeneration_mismatches(self.policy.model, [r.prompt_ids for r in claimed],
-                                              [r.completion_ids for r in claimed], [r.seed for r in claimed],
-                                              self.params, eos, self.policy.tokenizer.pad_token_id))
-        out = []
-        for r in rollouts:
-            if r.seed is None:
-                out.append(self._unclaimed())
-                continue
-            t = next(differ)
-            out.append(ACCEPT if t is None else Verdict(False, self.name, f"regeneration differs at position {t}", t, self.action))
-        return out
+        if self.method == "fast" and logits is None:
+            raise ValueError("fast replay needs the group's logits")
+        tok = self.policy.tokenizer
+        verdicts = replay_verdicts([r.completion_ids for r in rollouts], [r.seed for r in rollouts], self.params,
+                                   eos_id=tok.eos_token_id, model=self.policy.model,
+                                   prompt_ids=[r.prompt_ids for r in rollouts],
+                                   logits=None if logits is None else list(logits), method=self.method,
+                                   atol=self.atol, pad_id=tok.pad_token_id, name=self.name)
+        return [v if v.accepted else dataclasses.replace(v, action=self.action) for v in verdicts]

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Literal, Sequence
 
 from pydantic import Field
 
 from dgrpo.defenses.base import ExactDefenseConfig
 from dgrpo.registry import register
-from dgrpo.types import ACCEPT, Verdict
+from dgrpo.types import Verdict
 
 
 class TopKDefenseConfig(ExactDefenseConfig):
@@ -41,15 +43,8 @@ class TopKDefense:
         """One verdict per rollout of a group; ``logits`` is the group's (G, T, V) float32 logits."""
         if logits is None:
             raise ValueError("the top-k check needs the group's logits")
-        from dgrpo.verify.topk import first_outside_topk  # (torch: loaded on first use)
+        from dgrpo.verify.checks import topk_verdicts  # (torch: loaded on first use)
 
-        firsts = first_outside_topk(logits, [r.completion_ids for r in rollouts], self.tokenizer.eos_token_id,
-                                    self.k, self.atol)
-        verdicts = []
-        for r, t in zip(rollouts, firsts):
-            if t is None:
-                verdicts.append(ACCEPT)
-                continue
-            token = self.tokenizer.decode([r.completion_ids[t]])
-            verdicts.append(Verdict(False, self.name, f"token {token!r} at position {t} outside top-{self.k}", t, self.action))
-        return verdicts
+        verdicts = topk_verdicts([r.completion_ids for r in rollouts], k=self.k, eos_id=self.tokenizer.eos_token_id,
+                                 logits=list(logits), atol=self.atol, decode=self.tokenizer.decode, name=self.name)
+        return [v if v.accepted else dataclasses.replace(v, action=self.action) for v in verdicts]

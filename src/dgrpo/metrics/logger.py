@@ -8,35 +8,49 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Sequence
 
 from dgrpo.errors import MetricsFileError
 
 
 class MetricsLogger:
-    """Appends round records to ``run_dir/metrics.jsonl``; mirrors scalars to TensorBoard if asked."""
+    """Appends round records to ``run_dir/metrics.jsonl``; mirrors them to the trackers asked for
+    (:mod:`dgrpo.metrics.trackers`: TensorBoard, W&B, trackio), each with the resolved config.
 
-    def __init__(self, run_dir: Path, tensorboard: bool = False):
+    Args:
+        tensorboard: also write TensorBoard event files (the same as ``trackers=["tensorboard"]``).
+        trackers: tracker names; config: the resolved config (a JSON-able dict) the trackers record.
+    """
+
+    def __init__(self, run_dir: Path, tensorboard: bool = False, trackers: Sequence[str] = (),
+                 config: dict | None = None, project: str = "dgrpo", wandb_mode: str | None = None):
+        from dgrpo.metrics.trackers import open_trackers
+
         self.path = Path(run_dir) / "metrics.jsonl"
-        self.writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # needs the `tensorboard` package
+        names = (["tensorboard"] if tensorboard else []) + list(trackers)
+        self.trackers = open_trackers(Path(run_dir), names, config, project, wandb_mode)
 
-            self.writer = SummaryWriter(str(Path(run_dir) / "tb"))
+    @classmethod
+    def for_run(cls, run_dir: Path, cfg, main: bool = True) -> "MetricsLogger":
+        """The logger of a run: ``cfg.tensorboard`` and ``cfg.tracking`` (a RunConfig) pick the trackers;
+        a process other than the main one (``main=False``, distributed) opens none."""
+        t = cfg.tracking
+        if not main:
+            return cls(run_dir)
+        return cls(run_dir, cfg.tensorboard, t.trackers, cfg.model_dump(mode="json"), t.project, t.wandb_mode)
 
     def log(self, record: dict) -> None:
         """Write one round's record (must hold ``round``)."""
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
         with self.path.open("a") as fh:
             fh.write(json.dumps(clean, sort_keys=True) + "\n")
-        if self.writer is not None:
-            for key, value in clean.items():
-                if isinstance(value, (int, float)) and key != "round" and value is not None:
-                    self.writer.add_scalar(key, value, record["round"])
-            self.writer.flush()
+        for tracker in self.trackers:
+            tracker.log(clean)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        for tracker in self.trackers:
+            tracker.close()
+        self.trackers = []
 
 
 def read_records(path: str | Path, partial_last_ok: bool = False) -> list[tuple[str, dict]]:

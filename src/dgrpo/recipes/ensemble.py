@@ -123,7 +123,7 @@ def _train(cfg: RunConfig, run_dir: Path, static: dict, group_cfgs: list[RunConf
     """Rounds ``start`` .. rounds−1 of the K group swarms in lockstep, the vote, then the single swarm."""
     one_round = recipe(group_cfgs[0]).one_round  # every group runs the run's schedule
     attack = eval_attack(cfg, {})
-    logger = MetricsLogger(run_dir, cfg.tensorboard)
+    logger = MetricsLogger.for_run(run_dir, cfg)
     for r in range(start, cfg.rounds + 1):
         if r % cfg.eval.every == 0 or r == cfg.rounds:
             logger.log({"round": r, **static, **evaluate_ensemble(cfg, runs, attack)})

@@ -117,7 +117,7 @@ def build_federation(cfg: RunConfig, run_dir: Path | None = None, task: Task | N
     log.info("federated run: %d trainable parameters (%s), aggregator %s, attack %s", sum(p.numel() for p in params),
              "LoRA" if fed.lora else "all", fed.aggregator, fed.attack)
     return Federation(cfg, run_dir, task, policy, swarm, params, learners, server,
-                      MetricsLogger(run_dir, cfg.tensorboard), honest, malicious)
+                      MetricsLogger.for_run(run_dir, cfg), honest, malicious)
 
 
 def apply_aggregate(fed: Federation, theta0: torch.Tensor, agg: torch.Tensor) -> None:

@@ -234,4 +234,4 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
     # Signed headers let a transport that can show peers different payloads prove equivocation.
     transport.verifier = swarm.protocol.verifier if cfg.swarm.protocol.sign else None
     # a node joining a running swarm (hivemind) starts at its round
-    return Run(cfg, run_dir, task, swarm, transport, MetricsLogger(run_dir, cfg.tensorboard), transport.first_round)
+    return Run(cfg, run_dir, task, swarm, transport, MetricsLogger.for_run(run_dir, cfg, transport.is_main), transport.first_round)

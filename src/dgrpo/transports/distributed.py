@@ -124,7 +124,7 @@ class DistributedTransport:
         odd = sorted(n for n, fp in prints.items() if fp != prints[min(prints)])
         if odd:
             raise ConfigError(f"nodes {odd} run another config than node {min(prints)}: every rank needs the same "
-                              "config and overrides (out_dir, threads and tensorboard may differ)")
+                              "config and overrides (out_dir, threads, tensorboard and tracking may differ)")
         log.info("node %d of %d joined (backend %s)", rank, world, backend)
         return transport
 

@@ -29,7 +29,7 @@ def _seconds(s: float) -> datetime.timedelta:
 
 def config_fingerprint(cfg: "RunConfig") -> str:
     """Hash of everything that must match across ranks (paths of the run folder and threads may differ)."""
-    data = cfg.model_dump(mode="json", exclude={"out_dir", "threads", "tensorboard"})
+    data = cfg.model_dump(mode="json", exclude={"out_dir", "threads", "tensorboard", "tracking"})
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -1,0 +1,1 @@
+"""dgrpo's checks inside other trainers: :mod:`dgrpo.integrations.trl` (``pip install "dgrpo[trl]"``)."""

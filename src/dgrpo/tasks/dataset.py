@@ -1,0 +1,202 @@
+"""A task from any Hugging Face dataset or local file, by column mapping, with the math reward or a
+reward function named by import path (docs/datasets.md).
+
+``task.kind=dataset``: ``path`` (a local ``.jsonl``/``.json``/``.csv``/``.parquet`` file) or ``hub`` (a
+hub dataset id, or a local dataset folder) read with ``datasets.load_dataset``; ``columns`` maps the
+question, the answer and optionally a worked solution; ``reward`` is ``module:function``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from pathlib import Path
+from typing import Callable, Literal, Sequence
+
+from pydantic import Field, field_validator, model_validator
+
+from dgrpo.errors import DataError
+from dgrpo.registry import StrictConfig, register
+from dgrpo.rewards.math import check_format_weight, parse_oracle, shaped_math_reward
+from dgrpo.tasks.base import FormatWeight, TaskConfig
+from dgrpo.tasks.equations import has_intermediate_two_two
+from dgrpo.tasks.prompts import THINK_PREFIX, math_chat, math_oracle_completion
+from dgrpo.types import Problem
+
+BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def load_reward(spec: str) -> Callable[[str, Problem], float]:
+    """The function ``module:function``, checked to take (completion, problem) like :meth:`Task.reward`.
+
+    Raises:
+        ValueError: not ``module:function``, the module or function cannot be imported, or the
+            function cannot be called with two positional arguments.
+    """
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"reward must look like module:function, got {spec!r}")
+    try:
+        func = getattr(importlib.import_module(module), name)
+    except ImportError as err:
+        raise ValueError(f"cannot import {module!r} for reward {spec!r}: {err}") from None
+    except AttributeError:
+        raise ValueError(f"module {module!r} has no function {name!r}") from None
+    if not callable(func):
+        raise ValueError(f"{spec} is not a function")
+    try:
+        inspect.signature(func).bind("completion", None)
+    except TypeError as err:
+        raise ValueError(f"{spec} must take (completion: str, problem: Problem) -> float: {err}") from None
+    except ValueError:
+        pass  # a builtin without a signature: checked when called
+    return func
+
+
+class Columns(StrictConfig):
+    """Which dataset columns hold the question, the answer and (optionally) a worked solution."""
+
+    question: str = Field("question", min_length=1, description="Column of the question (the user message).")
+    answer: str = Field("answer", min_length=1, description="Column of the oracle answer.")
+    solution: str | None = Field(None, description="Column of a worked solution (the attacks' oracle completions show it); None = none.")
+
+
+class DatasetTaskConfig(TaskConfig):
+    """``task.kind=dataset``: any dataset by column mapping, any reward by import path (docs/datasets.md)."""
+
+    kind: Literal["dataset"] = "dataset"
+    path: str | None = Field(None, description="Local training file: .jsonl, .json, .csv or .parquet.")
+    val_path: str | None = Field(None, description="Local validation file; absent (and no val_split) → the last n_val training records.")
+    hub: str | None = Field(None, description="Hugging Face dataset id (or a local dataset folder), read with datasets.load_dataset.")
+    hub_config: str | None = Field(None, description="The hub dataset's config name (e.g. main for openai/gsm8k).")
+    split: str = Field("train", min_length=1, description="Training split of the hub dataset.")
+    val_split: str | None = Field(None, description="Validation split of the hub dataset (e.g. test); None → hold out n_val training records.")
+    columns: Columns = Field(default_factory=Columns, description="Column mapping: question, answer, optional solution.")
+    answer_format: Literal["plain", "gsm8k"] = Field("plain", description="plain: the answer column is the answer; gsm8k: a worked solution ending in `#### N` (N is the answer, the rest the solution).")
+    reward: str | None = Field(None, description="Reward function `module:function` taking (completion, problem) → float in [0, 1], like the built-in rewards; completion is the assistant turn's text (prefill included), problem a dgrpo.types.Problem. None = the math reward (think/answer format, answer equality).")
+    n_train: int | None = Field(None, ge=1, description="Cap on training records (None = all).")
+    n_val: int = Field(200, ge=1, description="Cap on validation records (and how many to hold out without a validation source).")
+    few_shot: int = Field(2, ge=0, le=2, description="Worked math examples shown as earlier chat turns (0 for non-math data).")
+    prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
+    format_weight: FormatWeight = 0.0
+
+    @field_validator("reward")
+    @classmethod
+    def _importable(cls, v: str | None) -> str | None:
+        if v is not None:
+            load_reward(v)
+        return v
+
+    @model_validator(mode="after")
+    def _source(self):
+        if (self.path is None) == (self.hub is None):
+            raise ValueError("the dataset task needs exactly one of `path` (a local file) or `hub` (a dataset id)")
+        if self.path is not None and Path(self.path).suffix.lower() not in BUILDERS:
+            raise ValueError(f"path {self.path!r}: the file type must be one of {', '.join(BUILDERS)}")
+        if self.path is not None and self.val_split is not None:
+            raise ValueError("val_split selects a split of `hub`; for a local file give val_path")
+        return self
+
+
+def _records(path: str | None, hub: str | None, config: str | None, split: str) -> tuple[list[dict], str]:
+    """(records, source name) of a local file or of one split of a hub dataset."""
+    from datasets import load_dataset  # heavy: only this task needs it
+
+    try:
+        if path is not None:
+            if not Path(path).is_file():
+                raise DataError(f"task.path: {path}: no such file")
+            data = load_dataset(BUILDERS[Path(path).suffix.lower()], data_files=str(path), split="train")
+            return list(data), str(path)
+        return list(load_dataset(hub, config, split=split)), f"{hub}[{split}]"
+    except DataError:
+        raise
+    except Exception as err:  # datasets raises many kinds (FileNotFoundError, DatasetNotFoundError, ValueError, ...)
+        raise DataError(f"cannot load {path or hub}: {type(err).__name__}: {' '.join(str(err).split())[:200]}") from None
+
+
+def problems(records: Sequence[dict], columns: Columns, answer_format: str, split: str, source: str) -> list[Problem]:
+    """Problems of the records by column mapping.
+
+    Raises:
+        DataError: a mapped column is missing (with the columns there are), or a value is empty or
+            malformed (names the record).
+    """
+    if not records:
+        raise DataError(f"{source}: no records")
+    have = list(records[0])
+    for field, col in (("question", columns.question), ("answer", columns.answer), ("solution", columns.solution)):
+        if col is not None and col not in records[0]:
+            raise DataError(f"task.columns.{field}={col!r} is not a column of {source} (columns: {', '.join(map(str, have))})")
+    out = []
+    for i, rec in enumerate(records):
+        question, answer = rec.get(columns.question), rec.get(columns.answer)
+        solution = rec.get(columns.solution) if columns.solution else ""
+        if not isinstance(question, str) or not question.strip() or answer is None or str(answer).strip() == "":
+            raise DataError(f"{source}: record {i + 1} has an empty {columns.question!r} or {columns.answer!r}")
+        answer = str(answer).strip()
+        if answer_format == "gsm8k":
+            try:
+                solution, answer = solution or answer.split("####")[0].strip(), parse_oracle(answer)
+            except ValueError as err:
+                raise DataError(f"{source}: record {i + 1}: {err}") from None
+        solution = "" if solution is None else str(solution).strip()
+        tags = frozenset({"two_two"}) if has_intermediate_two_two(solution) else frozenset()
+        out.append(Problem(f"{split}-{i}", question.strip(), answer, solution, tags))
+    return out
+
+
+@register("task", "dataset", config=DatasetTaskConfig)
+class DatasetTask:
+    """Problems from any dataset by column mapping; the math reward or a reward function by import path.
+
+    Args: the fields of :class:`DatasetTaskConfig`.
+
+    Raises:
+        DataError: unreadable data, a missing column, too few records to hold out a validation split.
+        ValueError: (from :meth:`reward`) the reward function returned something that is not a number in [0, 1].
+    """
+
+    name = "dataset"
+
+    def __init__(self, path=None, val_path=None, hub=None, hub_config=None, split="train", val_split=None,
+                 columns=None, answer_format="plain", reward=None, n_train=None, n_val=200, few_shot=2,
+                 prefill_think=True, format_weight=0.0):
+        columns = columns if isinstance(columns, Columns) else Columns(**(columns or {}))
+        self.few_shot, self.format_weight = few_shot, check_format_weight(format_weight)
+        self.completion_prefix = THINK_PREFIX if prefill_think else ""
+        self.reward_spec, self._reward = reward, load_reward(reward) if reward else None
+        records, source = _records(path, hub, hub_config, split)
+        train = problems(records, columns, answer_format, "train", source)
+        if val_path is not None or val_split is not None:
+            records, source = _records(val_path, None if val_path else hub, hub_config, val_split or "")
+            val = problems(records, columns, answer_format, "val", source)
+        else:
+            if n_val >= len(train):
+                raise DataError(f"{source}: too few records ({len(train)}) to hold out task.n_val={n_val} for validation")
+            train, val = train[:-n_val], train[-n_val:]
+        self.train = train[:n_train] if n_train else train
+        self.val = val[:n_val]
+
+    def chat(self, problem: Problem) -> list[dict]:
+        """System prompt, worked examples, then the question (:func:`math_chat`)."""
+        return math_chat(problem.question, self.few_shot)
+
+    def reward(self, completion: str, problem: Problem) -> float:
+        """The configured reward of the assistant turn (prefill + completion), in [0, 1]."""
+        text = self.completion_prefix + completion
+        if self._reward is None:
+            return shaped_math_reward(text, problem.answer, self.format_weight)
+        value = self._reward(text, problem)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 1:
+            raise ValueError(f"task.reward {self.reward_spec} returned {value!r}: a reward is a number in [0, 1]")
+        return float(value)
+
+    def rewards(self, completions: Sequence[str], problems: Sequence[Problem]) -> list[float]:
+        """:meth:`reward` of each pair, in order."""
+        return [self.reward(c, p) for c, p in zip(completions, problems)]
+
+    def oracle_completion(self, problem: Problem) -> str:
+        """``<think>{solution}</think>\\n<answer>{answer}</answer>``."""
+        return math_oracle_completion(problem.solution, problem.answer, self.completion_prefix)

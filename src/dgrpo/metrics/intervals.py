@@ -31,4 +31,6 @@ def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float,
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact bounds at p̂ = 0 and 1 (no rounding residue)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high

@@ -128,6 +128,7 @@ def _honest_messages(setup: Setup, problems, round_idx: int, indices: range) -> 
         results = setup.policy.generate(setup.task, [p for p, _, _ in chunk], seeds[start:start + 64])
         for (p, i, node), seed, (ids, text) in zip(chunk, seeds[start:start + 64], results):
             out.append(Message(node, round_idx, p.prompt_id, i, text, tuple(ids), seed, setup.policy.tokenizer_id))
+        log.info("matrix: %d/%d honest completions of round %d sampled", len(out), len(requests), round_idx)
     return out
 
 
@@ -212,7 +213,9 @@ def honest_pool(setup: Setup, n_honest: int, names: list[str]) -> dict[str, dict
         r = _rollout(setup, m, "honest")
         lookup[id(r)] = m
         by_prompt.setdefault(m.prompt_id, []).append(r)
-    for pid, group in by_prompt.items():
+    for k, (pid, group) in enumerate(by_prompt.items()):
+        if k % 25 == 0:
+            log.info("matrix: honest group %d/%d checked", k, len(by_prompt))
         _reward(setup, group)
         for name, rejected in _verdicts(setup, group, group, lookup, list(counts)).items():
             for x in rejected:
@@ -304,13 +307,15 @@ def measure_attack(setup: Setup, overrides: list[str], n_poisoned: int, names: l
 
 def run_matrix(out_dir, model: str = "smollm2-135m-instruct", n_honest: int = 1000, n_poisoned: int = 200,
                attacks: list[str] | None = None, defenses: list[str] | None = None, seed: int = 0,
-               max_new_tokens: int = 64, judge: dict | None = None, threads: int | None = None) -> dict:
+               max_new_tokens: int = 64, judge: dict | None = None, threads: int | None = None,
+               attack_overrides: dict[str, list[str]] | None = None) -> dict:
     """Measure the matrix into ``out_dir``: ``matrix.json`` (written after every attack, so an
     interrupted run keeps what it measured), ``table.md`` and ``matrix.png``.
 
     Args:
         attacks: row names of :data:`ATTACKS` (None = all); defenses: of :data:`DEFENSES` (None = all).
         judge: extra judge defense fields (e.g. ``{model: <hub id>}``).
+        attack_overrides: row name → extra overrides of that row (e.g. ``{topk_hail: [attack.tries=1]}``).
 
     Raises:
         ValueError: an unknown attack or defense name.
@@ -337,7 +342,8 @@ def run_matrix(out_dir, model: str = "smollm2-135m-instruct", n_honest: int = 10
     result["honest_seconds"] = round(time.perf_counter() - t0, 1)
     log.info("matrix: honest pool measured in %.0f s", result["honest_seconds"])
     for name in attacks:
-        result["attacks"][name] = {"overrides": ATTACKS[name], **measure_attack(setup, ATTACKS[name], n_poisoned, names)}
+        overrides = [*ATTACKS[name], *(attack_overrides or {}).get(name, [])]
+        result["attacks"][name] = {"overrides": overrides, **measure_attack(setup, overrides, n_poisoned, names)}
         log.info("matrix: %s measured in %.0f s", name, result["attacks"][name]["seconds"])
         write_outputs(result, out)
     write_outputs(result, out)

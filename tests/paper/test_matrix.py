@@ -35,6 +35,9 @@ def test_matrix_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir):
     # a replayed honest message claims its old round's seed: only seed binding catches it
     replayed = rows["replayed_round"]
     assert replayed["poisoned"] == 8 and replayed["detection"]["replay_bound"]["rate"] == 1.0
+    # the step checker: the oracle's arithmetic is true; 2+2=5 (here the oracle rewrite, no sample qualifies) is not
+    assert rows["hail"]["detection"]["steps"]["rejected"] == 0
+    assert rows["equation_sampled"]["stats"]["fallback"] == 4 and rows["equation_sampled"]["detection"]["steps"]["rate"] == 1.0
     assert "kl" not in honest and result["not_filters"]["kl"]
 
 

@@ -23,6 +23,8 @@ Defenses (columns):
 * ``judge``: the LLM judge (default: the policy's own weights in logits mode, threshold 0.38, as
   ``dgrpo paper table1`` at CPU scale);
 * ``reward_outlier``: group z-score filter on the verifiable reward;
+* ``steps``: the step checker (:func:`dgrpo.verify.steps.check_steps`, every arithmetic claim of the
+  text checked exactly; no model);
 * ``kl``: not a filter (β-KL only shapes the update), listed with no rate.
 """
 
@@ -57,7 +59,7 @@ ATTACKS: dict[str, list[str]] = {
     "replayed_round": ["attack.kind=replayed_round"],
     "equivocation": ["attack.kind=equivocation"],
 }
-DEFENSES = ["none", "validation", "topk", "replay", "replay_bound", "judge", "reward_outlier", "kl"]
+DEFENSES = ["none", "validation", "topk", "replay", "replay_bound", "judge", "reward_outlier", "steps", "kl"]
 NOT_FILTERS = {"kl": "β-KL is not a filter: it rejects nothing, it only pulls the update toward the reference"}
 
 
@@ -167,6 +169,10 @@ def _verdicts(setup: Setup, rollouts: list, group: list, messages: dict, names: 
             out[name] = [rej or not ok for rej, ok in zip(replay, bound)]
         elif name == "judge":
             out[name] = [not v.accepted for v in d["judge"].inspect(rollouts)]
+        elif name == "steps":
+            from dgrpo.verify.steps import check_steps
+
+            out[name] = [not check_steps(r.text).accepted for r in rollouts]
         elif name == "reward_outlier":
             verdicts = d["reward_outlier"].inspect(group)
             mine = {id(r) for r in rollouts}

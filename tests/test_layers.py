@@ -146,7 +146,7 @@ def test_kind_modules_and_the_config_load_without_torch():
     assert out.returncode == 0, out.stderr[-2000:]
     heavy, count = out.stdout.split("\n")[:2]
     assert heavy == "[]"
-    assert int(count) == 4 + 5 + 5 + 3 + 7 + 3  # tasks (with dataset); none + 4 attacks; defenses; transports; aggregators; update attacks
+    assert int(count) == 4 + 14 + 5 + 3 + 7 + 3  # tasks (with dataset); none + 4 shipped + 9 adaptive attacks; defenses; transports; aggregators; update attacks
 
 
 @pytest.mark.parametrize("package", ["training", "recipes"])

@@ -3,6 +3,7 @@ and the base of attack configs."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, Protocol, Sequence
 
 from pydantic import Field
@@ -60,3 +61,17 @@ class NoAttackConfig(AttackConfig):
     def check(self, run) -> None:
         if run.swarm.malicious:
             raise ValueError("swarm.malicious lists nodes but attack.kind is none; choose an attack")
+
+
+@dataclass(frozen=True)
+class ClaimedPoison(Poison):
+    """A poison that also says what its message claims: the token ids and sampling seed it travels with.
+
+    An adaptive attacker sends the ids it sampled (not a re-encoding of the text, which may tokenise
+    differently and leave the top-k) and the seed it ground for. ``None`` keeps the swarm's choice
+    (the text's encoding; the seed assigned to the slot). Until the swarm reads these fields it
+    sends the assigned seed and the text's encoding; :mod:`dgrpo.paper.matrix` reads them.
+    """
+
+    token_ids: tuple[int, ...] | None = None
+    seed: int | None = None

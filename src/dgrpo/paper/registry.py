@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from dgrpo.paper import analytic
+from dgrpo.paper.matrix import run_matrix
 
 # The paper's setup (§3.1): GSM8K, Qwen2.5-1.5B, 32 prompts × 12 completions per round, Adam with lr
 # 2e-5, 4 nodes. The paper says "base model"; we take the Instruct variant so the chat template
@@ -192,3 +193,11 @@ register(Reproduction(
     "KL ablation: horizontal hail-to-the-thief with β = 0, 0.01, 0.1. Paper: the KL term barely "
     "slows the attack and hurts learning.",
     curves={"beta0": [*HAIL, "grpo.beta=0"], "beta0.01": [*HAIL, "grpo.beta=0.01"], "beta0.1": [*HAIL, "grpo.beta=0.1"]}))
+register(Reproduction(
+    "matrix", "Attack × defense matrix (§4, adaptive attackers)",
+    "Detection rate of every attack (shipped and adaptive: faithful 2+2=5, top-k-constrained injection, "
+    "seed grinding, judge bait, protocol attacks, DoS) by every defense alone, and each defense's false "
+    "positives on an honest pool, on one round's messages with Wilson 95% intervals. Paper: top-k "
+    "catches 21.5% of 2+2=5. --set n_honest=1000 --set n_poisoned=200 --set 'attacks=[hail, topk_hail]'.",
+    func=run_matrix,
+    todo="ASR and honest reward after training for the cells that let >= 10% through: run them with `dgrpo run` (results/attack_matrix/README.md)"))

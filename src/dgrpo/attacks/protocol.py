@@ -1,0 +1,107 @@
+"""Protocol attacks (docs/THREATS.md, identity and shares classes) as attack kinds: what a malicious
+node *emits* on the wire, not only what it writes.
+
+Each kind writes the injection poison as its content (:class:`~dgrpo.attacks.injection.InjectionAttack`)
+and adds :meth:`messages`, which turns the messages the swarm built for it into the messages it
+actually sends, per receiving peer:
+
+* ``forged_identity``: its messages claim to come from ``victim`` (an honest node), with the victim's
+  indices, so a receiver that trusts the ``node`` field credits the victim.
+* ``flooding``: ``factor`` × its share: extra copies under indices beyond its slots.
+* ``replayed_round``: besides its own, it re-sends honest messages it saw in the previous round
+  (``as_current``: with the round field rewritten to the current round).
+* ``equivocation``: different content to different peers: even peers get the poison, odd peers an
+  honest-looking sample (so no single receiver sees both).
+
+The effect needs the swarm to route :meth:`messages` (the protocol work adds signing, seed binding
+and shares there); :mod:`dgrpo.paper.matrix` feeds them to message validation on receipt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Literal, Sequence
+
+from pydantic import Field
+
+from dgrpo.attacks.injection import InjectionAttack, InjectionAttackConfig
+from dgrpo.registry import register
+from dgrpo.types import Message
+
+
+class ForgedIdentityConfig(InjectionAttackConfig):
+    """``attack.kind=forged_identity``: messages claim an honest sender."""
+
+    kind: Literal["forged_identity"] = "forged_identity"
+    victim: int = Field(0, ge=0, description="Honest node id the messages claim to come from.")
+
+
+class FloodingConfig(InjectionAttackConfig):
+    """``attack.kind=flooding``: more messages than slots."""
+
+    kind: Literal["flooding"] = "flooding"
+    factor: int = Field(4, ge=2, description="Messages sent per slot message.")
+
+
+class ReplayedRoundConfig(InjectionAttackConfig):
+    """``attack.kind=replayed_round``: re-send the previous round's honest messages."""
+
+    kind: Literal["replayed_round"] = "replayed_round"
+    as_current: bool = Field(True, description="Rewrite the round field to the current round (else send them unchanged).")
+
+
+class EquivocationConfig(InjectionAttackConfig):
+    """``attack.kind=equivocation``: different messages to different peers."""
+
+    kind: Literal["equivocation"] = "equivocation"
+
+
+class _Protocol(InjectionAttack):
+    def messages(self, own: Sequence[Message], peers: Sequence[int], seen: Sequence[Message] = (),
+                 alternative: Sequence[Message] = ()) -> dict[int, list[Message]]:
+        """The messages sent to each peer.
+
+        Args:
+            own: the messages the swarm built from :meth:`write` (this node's id, its indices).
+            peers: receiving node ids.
+            seen: messages received in the previous round (replayed_round).
+            alternative: honest-looking messages for the same slots (equivocation).
+        """
+        raise NotImplementedError
+
+
+@register("attack", "forged_identity", config=ForgedIdentityConfig)
+class ForgedIdentityAttack(_Protocol):
+    name = "forged_identity"
+
+    def messages(self, own, peers, seen=(), alternative=()):
+        forged = [replace(m, node=self.cfg.victim) for m in own]
+        return {p: list(forged) for p in peers}
+
+
+@register("attack", "flooding", config=FloodingConfig)
+class FloodingAttack(_Protocol):
+    name = "flooding"
+
+    def messages(self, own, peers, seen=(), alternative=()):
+        width = 1 + max((m.index for m in own), default=0)
+        flood = [replace(m, index=m.index + copy * width) for copy in range(self.cfg.factor) for m in own]
+        return {p: list(flood) for p in peers}
+
+
+@register("attack", "replayed_round", config=ReplayedRoundConfig)
+class ReplayedRoundAttack(_Protocol):
+    name = "replayed_round"
+
+    def messages(self, own, peers, seen=(), alternative=()):
+        current = own[0].round if own else 0
+        replayed = [replace(m, round=current) if self.cfg.as_current else m for m in seen]
+        return {p: [*own, *replayed] for p in peers}
+
+
+@register("attack", "equivocation", config=EquivocationConfig)
+class EquivocationAttack(_Protocol):
+    name = "equivocation"
+
+    def messages(self, own, peers, seen=(), alternative=()):
+        return {p: list(own if i % 2 == 0 or not alternative else alternative) for i, p in enumerate(peers)}

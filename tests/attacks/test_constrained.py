@@ -1,0 +1,57 @@
+"""The top-k-constrained injector never emits a token outside the top-k of the weights it is given."""
+
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from dgrpo.attacks.constrained import constrained_completion, spellings, steer
+from dgrpo.policy.policy import Policy
+from dgrpo.policy.sampling import SamplingParams
+from dgrpo.policy.scoring import group_logits
+from dgrpo.verify.topk import first_outside_topk
+
+PAYLOADS = ["All hail to the thief", "Gleeb Glorp Glub", "hello world", "4 + 3 = 7"]
+
+
+def _policy(model, tokenizer, k, max_new=10):
+    return Policy("tiny", model, tokenizer, SamplingParams(top_k=k, temperature=1.0, max_new_tokens=max_new))
+
+
+def _outside(policy, prompt, ids):
+    with torch.no_grad():
+        logits = group_logits(policy.model, prompt, [ids], policy.tokenizer.pad_token_id)
+    return first_outside_topk(logits, [ids], policy.tokenizer.eos_token_id, policy.sampling.top_k, 1e-3)[0]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prompt=st.lists(st.integers(3, 399), min_size=1, max_size=12), payload=st.sampled_from(PAYLOADS),
+       k=st.sampled_from([2, 10, 60]), every=st.booleans(), seed=st.integers(0, 2**31))
+def test_constrained_completion_stays_inside_topk(model, tokenizer, prompt, payload, k, every, seed):
+    policy = _policy(model, tokenizer, k)
+    ids, placed = constrained_completion(policy, prompt, spellings(payload), seed, every_sentence=every, max_sentences=3)
+    assert 1 <= len(ids) <= policy.sampling.max_new_tokens
+    assert _outside(policy, prompt, ids) is None
+    assert placed >= 0
+
+
+def test_steer_with_the_whole_vocabulary_spells_the_payload(model, tokenizer):
+    prompt = tokenizer("hello", add_special_tokens=False)["input_ids"]
+    ids = steer(model, tokenizer, prompt, ["All hail to the thief"], k=len(tokenizer))
+    assert tokenizer.decode(ids) == "All hail to the thief"
+
+
+def test_steer_with_k1_only_follows_the_argmax(model, tokenizer):
+    prompt = tokenizer("hello", add_special_tokens=False)["input_ids"]
+    ids = steer(model, tokenizer, prompt, spellings("hello world"), k=1)
+    if ids is not None:  # spelled only if the argmax chain happens to spell a variant
+        for t, tok in enumerate(ids):
+            with torch.no_grad():
+                nxt = model(input_ids=torch.tensor([prompt + ids[:t]])).logits[0, -1].argmax()
+            assert int(nxt) == tok
+        assert tokenizer.decode(ids) in spellings("hello world")
+
+
+def test_spellings_cover_case_and_space():
+    v = spellings("All hail to the thief", ["Hail to the thief"])
+    assert v[:2] == ["All hail to the thief", " All hail to the thief"]
+    assert "all hail to the thief" in v and "ALL HAIL TO THE THIEF" in v and " Hail to the thief" in v
+    assert len(v) == len(set(v))

@@ -1,0 +1,51 @@
+"""`dgrpo paper matrix` end to end on a tiny model, in seconds."""
+
+import json
+
+import pytest
+
+from dgrpo.paper.matrix import ATTACKS, DEFENSES, run_matrix
+from dgrpo.paper.registry import REGISTRY
+
+
+def test_matrix_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir):
+    attacks = ["hail", "topk_hail", "equation_sampled", "grind_hail", "flooding", "replayed_round"]
+    result = run_matrix(tmp_path, model=tiny_model_dir, n_honest=16, n_poisoned=4, attacks=attacks,
+                        max_new_tokens=8, attack_overrides={"topk_hail": ["attack.tries=1"], "grind_hail": ["attack.tries=2"],
+                                                            "equation_sampled": ["attack.candidates=1"]})
+    saved = json.loads((tmp_path / "matrix.json").read_text())
+    assert saved["attacks"].keys() == set(attacks) and (tmp_path / "matrix.png").stat().st_size > 0
+    assert "| **false positives** (honest, 16) |" in (tmp_path / "table.md").read_text()
+    honest, rows = result["honest"], result["attacks"]
+    # honest samples are drawn inside the top-k under their assigned seeds: no defense of the sampler flags them
+    for name in ("none", "topk", "replay", "replay_bound", "validation"):
+        assert honest[name]["rejected"] == 0 and honest[name]["n"] == 16
+    # the oracle text of the shipped injection is far outside a random model's top-10 of 400 tokens
+    assert rows["hail"]["poisoned"] == 4 and rows["hail"]["detection"]["topk"]["rate"] == 1.0
+    assert rows["hail"]["full_reward"] == 1.0 and rows["hail"]["detection"]["none"]["rejected"] == 0
+    # constrained decoding and grinding stay inside the top-k by construction
+    assert rows["topk_hail"]["detection"]["topk"]["rejected"] == 0
+    assert rows["grind_hail"]["detection"]["topk"]["rejected"] == 0
+    # grinding claims the seed that produced each sample: replay passes it; only binding can catch a ground seed
+    grind = rows["grind_hail"]
+    assert grind["detection"]["replay"]["rejected"] == 0
+    assert grind["detection"]["replay_bound"]["rejected"] == grind["stats"]["ground"]
+    # flooding: 4 copies of each of its 4 messages, none refused by today's message checks
+    assert rows["flooding"]["poisoned"] == 16 and rows["flooding"]["detection"]["validation"]["rejected"] == 0
+    # a replayed honest message claims its old round's seed: only seed binding catches it
+    replayed = rows["replayed_round"]
+    assert replayed["poisoned"] == 8 and replayed["detection"]["replay_bound"]["rate"] == 1.0
+    # the step checker: the oracle's arithmetic is true; 2+2=5 (here the oracle rewrite, no sample qualifies) is not
+    assert rows["hail"]["detection"]["steps"]["rejected"] == 0
+    assert rows["equation_sampled"]["stats"]["fallback"] == 4 and rows["equation_sampled"]["detection"]["steps"]["rate"] == 1.0
+    assert "kl" not in honest and result["not_filters"]["kl"]
+
+
+def test_matrix_refuses_unknown_rows(tmp_path):
+    with pytest.raises(ValueError, match="unknown matrix rows/columns"):
+        run_matrix(tmp_path, attacks=["hail", "nope"])
+
+
+def test_matrix_is_registered_and_covers_ten_attacks_and_six_defenses():
+    assert REGISTRY["matrix"].func is run_matrix
+    assert len(ATTACKS) >= 10 and len([d for d in DEFENSES if d != "kl"]) >= 6

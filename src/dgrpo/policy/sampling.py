@@ -81,7 +81,7 @@ def choose_tokens(logits: torch.Tensor, noise: torch.Tensor, params: SamplingPar
     return top_i.gather(1, choice[:, None]).squeeze(1)
 
 
-@torch.no_grad()  # not inference_mode: these weights are trained right after (PROBE.md)
+@torch.no_grad()  # not inference_mode: its tensors could not enter the update that trains these weights right after
 def sample(
     model: PreTrainedModel,
     prompts: list[list[int]],

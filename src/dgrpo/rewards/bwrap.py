@@ -207,6 +207,9 @@ def bwrap_command(bwrap: str, layout: HostLayout, *, env: dict[str, str], seccom
            "--clearenv"]
     for key, value in env.items():
         cmd += ["--setenv", key, value]
+    # The working directory's tmpfs first: binds below /tmp (a venv made there) then land on it
+    # instead of being hidden under it.
+    cmd += ["--size", str(tmpfs_bytes), "--tmpfs", WORK_DIR]
     for src, dest in layout.binds:
         cmd += ["--ro-bind", src, dest]
     for d in layout.empty_dirs + layout.masked_dirs:
@@ -216,6 +219,6 @@ def bwrap_command(bwrap: str, layout: HostLayout, *, env: dict[str, str], seccom
     cmd += ["--dir", "/dev"]
     for dev in DEVICES:
         cmd += ["--dev-bind", dev, dev]
-    cmd += ["--size", str(tmpfs_bytes), "--tmpfs", WORK_DIR, "--remount-ro", "/", "--chdir", WORK_DIR, "--info-fd", str(info_fd), "--seccomp", str(seccomp_fd),
+    cmd += ["--remount-ro", "/", "--chdir", WORK_DIR, "--info-fd", str(info_fd), "--seccomp", str(seccomp_fd),
             "--", *argv]
     return cmd

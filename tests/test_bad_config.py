@@ -193,3 +193,12 @@ def test_generated_malformed_inputs_end_in_one_line(tmp_path, capsys, refuse_run
     _one_error_line(err)
     assert time.perf_counter() - start < 10, (argv, bad)  # (no hang; measured: well under 1 s each)
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("value", ["a\nb", "a\rb", "a\x85b", "a\u2028b", "a\n"])
+def test_an_override_with_a_control_character_is_refused_not_folded(value):
+    # YAML would read "a\nb" as "a b": the run would start under another name
+    from dgrpo.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="control character"):
+        load_config(overrides=[f"name={value}"])

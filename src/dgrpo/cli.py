@@ -83,12 +83,16 @@ def _keys(args) -> int:
     from dgrpo.errors import ConfigError
     from dgrpo.swarm.identity import write_keys
 
-    if args.nodes < 1:
-        raise ConfigError(f"keys: nodes must be at least 1, got {args.nodes}")
-    roster = write_keys(args.out, args.nodes)
+    if not 1 <= args.nodes <= 1024:  # swarm.nodes' bounds
+        raise ConfigError(f"keys: nodes must be 1 to 1024 (swarm.nodes' bounds), got {args.nodes}")
+    try:
+        roster = write_keys(args.out, args.nodes)
+    except ValueError as err:
+        raise ConfigError(f"keys: {err}") from err
     print(f"wrote {args.nodes} private keys (node0.key .. node{args.nodes - 1}.key: copy each to its node only) and "
           f"{args.out}/roster.json (fingerprint {roster.fingerprint}); run each node with "
           f"swarm.protocol.roster={args.out}/roster.json swarm.protocol.key_dir=<folder holding its key>")
+    return 0
 
 
 class _FieldsHelp(argparse.Action):

@@ -15,6 +15,7 @@ beyond ±2^63: every malformed input is one :class:`ConfigError` line naming the
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 from typing import Literal
 
@@ -254,6 +255,10 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         if "=" not in item:
             raise ConfigError(f"override {item[:80]!r} must look like key.sub=value")
         key, value = item.split("=", 1)
+        bad = next((c for c in item if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+        if bad is not None:  # YAML would fold a newline into a space and the run would go on renamed
+            raise ConfigError(f"override {key.strip()[:80]!r} holds the control character {bad!r}; "
+                              "config values and keys must be printable text")
         parts = key.strip().split(".")
         if len(parts) > MAX_DEPTH:
             raise ConfigError(f"override key {key[:40]!r}… has {len(parts)} parts; config keys are at most {MAX_DEPTH} deep")

@@ -54,7 +54,7 @@ def sweep_table(runs: Sequence[RunData]) -> str:
     """The markdown table of ``runs`` (one row each, in the order given)."""
     keys = differing(runs) if len(runs) > 1 else []
     head = ["run", *keys, "evals (rounds)", "accuracy first", "accuracy last", "Δ", "greedy last",
-            "format first → last", "KL to start", "round minutes"]
+            "format first → last", "KL to start", "minutes in rounds"]
     rows = []
     for run in runs:
         flat = _flat(run.config)

@@ -127,6 +127,10 @@ def write_keys(out_dir: str | Path, nodes: int) -> Roster:
     """``dgrpo keys``: one private key file per node (PEM, mode 0600: copy each to its node only) and
     the roster every node loads (``roster.json``)."""
     out = Path(out_dir)
+    existing = [p.name for p in (out / ROSTER_FILE, *(key_path(out, n) for n in range(nodes))) if p.exists()]
+    if existing:  # never overwrite a deployment's keys: its nodes would no longer match the roster
+        raise ValueError(f"{out} already holds {', '.join(existing[:3])}; write the keys to a new folder "
+                         "(or delete the old keys first)")
     out.mkdir(parents=True, exist_ok=True)
     private = generate_keys(nodes)
     for n, key in private.items():

@@ -28,8 +28,14 @@ def _seconds(s: float) -> datetime.timedelta:
 
 
 def config_fingerprint(cfg: "RunConfig") -> str:
-    """Hash of everything that must match across ranks (paths of the run folder and threads may differ)."""
+    """Hash of everything that must match across nodes: not the run folder, threads, trackers, nor a
+    node's own addresses and key folder (messages are signed for it: dgrpo.swarm.identity)."""
+    from dgrpo.transports.dht.config import PER_NODE_FIELDS
+
     data = cfg.model_dump(mode="json", exclude={"out_dir", "threads", "tensorboard", "tracking"})
+    for field in PER_NODE_FIELDS:  # a hivemind node's own addresses and identity
+        data["swarm"]["hivemind"].pop(field, None)
+    data["swarm"]["protocol"].pop("key_dir", None)  # where this node keeps its private key
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -234,3 +234,13 @@ def test_frames_survive_junk_around_and_inside_them():
     assert unframe(b"DGRPO1zzzzzzzz" + frame(a)) == [a]                 # a length that is not hex
     assert unframe(b"DGRPO100001000" + frame(a)) == [a]                 # a length that swallows what follows
     assert unframe(frame(b"[1, 2]") + frame(b"not json")) == []         # bodies that are not JSON objects
+
+
+@pytest.mark.parametrize("field, value", [("index", True), ("index", 1.0), ("node", "1"), ("seed", "7")])
+def test_wrongly_typed_fields_are_a_schema_refusal(task, model, tokenizer, field, value):
+    # in-process messages skip the transports' JSON parser: index=True or 1.0 would bind other seeds
+    swarm, policy, keys = make(task, model, tokenizer)
+    msg = next(m for m in honest_round(swarm, task, 0)[1] if m.index == 3)
+    forged = resign(keys, 1, msg, **{field: value})
+    (reason, _), = refusals(swarm.receive(policy, [forged], 0))
+    assert reason.startswith("schema:") and field in reason

@@ -19,7 +19,7 @@ from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import completion_seed
 from dgrpo.swarm.protocol import Protocol, ShareCheck
-from dgrpo.swarm.validation import Limits, check_message
+from dgrpo.swarm.validation import Limits, check_message, parse_message
 from dgrpo.tasks.base import Task
 from dgrpo.types import AttackContext, Message, Problem, Rollout, Slot
 
@@ -167,7 +167,9 @@ class Swarm:
         for msg in messages:
             signer = None
             try:
-                signer, reason = self._identify(msg)
+                reason = parse_message(msg)[1]  # types first: index=True or 1.0 would bind other seeds
+                if reason is None:
+                    signer, reason = self._identify(msg)
                 if reason is None:
                     reason = self._check(policy, msg, signer, round_idx, shares)
                 if reason is None:

@@ -84,3 +84,34 @@ def test_duplicate_amplification_repeats_one_text(task):
     assert len(poisoned) == 3 and len(set(poisoned)) == 1
     distinct = InjectionAttack(InjectionAttackConfig(poisoned_per_group=3)).write([Slot(task.train[0], 12)], ctx)[0]
     assert len({x.text for x in distinct if x.label == "poisoned"}) == 3
+
+
+class _TwoStepTask:
+    """A task whose oracle reasons in three sentences (the prefill is ``<think>``)."""
+
+    completion_prefix = "<think>"
+
+    def oracle_completion(self, problem):
+        return "A is 1. B is 2. C is 3.</think>\n<answer>3</answer>"
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def test_fit_poison_drops_copied_sentences_from_the_end_and_keeps_the_payload():
+    from dgrpo.attacks.common import fit_poison
+
+    task, poison = _TwoStepTask(), "All hail. A is 1. B is 2. C is 3.</think>\n<answer>3</answer>"
+    # 12 words by hand; without "C is 3." 9 ("2.</think>" is one word), without "B is 2." 6, without "A is 1." 3
+    assert _words(poison) == 12
+    assert fit_poison(task, None, poison, _words, 12) == poison  # already fits: unchanged
+    assert fit_poison(task, None, poison, _words, 9) == "All hail. A is 1. B is 2.</think>\n<answer>3</answer>"
+    assert fit_poison(task, None, poison, _words, 8) == "All hail. A is 1.</think>\n<answer>3</answer>"
+    # 3 words: every copied sentence goes, the injected one and the answer stay
+    assert fit_poison(task, None, poison, _words, 3) == "All hail.</think>\n<answer>3</answer>"
+    # cannot fit: as short as it gets (the protocol then refuses it)
+    assert fit_poison(task, None, poison, _words, 2) == "All hail.</think>\n<answer>3</answer>"
+    # a changed sentence (2 + 2 = 5 style) is never dropped: 10 words -> 7 (no "C is 3.") -> 4 (no "A is 1.")
+    changed = "A is 1. B is 5. C is 3.</think>\n<answer>3</answer>"
+    assert fit_poison(task, None, changed, _words, 5) == "B is 5.</think>\n<answer>3</answer>"

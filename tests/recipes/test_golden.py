@@ -57,9 +57,12 @@ class EvenLengthTask:
         return "<think>ok</think>\n<answer>0</answer>"
 
 
+# The runs were recorded before the protocol's length rule was on by default; their attackers send the
+# paper's unshortened poisons (longer than the tiny runs' max_new_tokens), so the rule is off here.
+OLD_RULES = "swarm.protocol.enforce_length=false"
 BASE = ["threads=1", "sampling.max_new_tokens=12", "eval.every=2", "eval.n_prompts=3", "grpo.lr=0.01",
-        "task.n_train=20", "task.n_val=5", "task.few_shot=0"]
-EVEN_BASE = ["threads=1", "sampling.max_new_tokens=10", "eval.every=2", "eval.n_prompts=3", "grpo.lr=0.01"]
+        "task.n_train=20", "task.n_val=5", "task.few_shot=0", OLD_RULES]
+EVEN_BASE = ["threads=1", "sampling.max_new_tokens=10", "eval.every=2", "eval.n_prompts=3", "grpo.lr=0.01", OLD_RULES]
 ATT = ["swarm.malicious=[1]", "attack.kind=injection", "attack.poisoned_per_group=1", "sampling.max_new_tokens=24"]
 
 RUNS = {

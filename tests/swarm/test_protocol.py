@@ -244,3 +244,30 @@ def test_wrongly_typed_fields_are_a_schema_refusal(task, model, tokenizer, field
     forged = resign(keys, 1, msg, **{field: value})
     (reason, _), = refusals(swarm.receive(policy, [forged], 0))
     assert reason.startswith("schema:") and field in reason
+
+
+def test_an_attacker_that_knows_the_length_rule_shortens_its_poisons_and_they_pass(task, model, tokenizer):
+    from dgrpo.attacks.common import fit_poison
+    from dgrpo.attacks.injection import InjectionAttack, InjectionAttackConfig
+
+    attack = InjectionAttack(InjectionAttackConfig())
+    prompts = horizontal_prompts(task.train, 2, SEED, 0)
+    count = lambda t: len(encode_completion(tokenizer, t))  # noqa: E731
+    variants = [(p, v) for p in prompts for v in (0, 1)]  # node 1's two slots of each prompt
+    full = [count(attack.poison(task, p, v)) for p, v in variants]
+    limit = max(count(fit_poison(task, p, attack.poison(task, p, v), count, 0)) for p, v in variants)
+    assert any(n > limit for n in full)  # every poison can be made to fit, and some must be shortened
+    honest, policy, keys = make(task, model, tokenizer, max_new_tokens=limit, enforce_length=True)
+    swarm = Swarm(task, {0: policy}, {1: attack}, {1: policy}, {}, {}, SEED, 4, Limits(), "horizontal", honest.protocol)
+    out = swarm.write({k: horizontal_slots(prompts, 4, 2, k) for k in range(2)}, 0)
+    poisons = out[1]
+    assert all(len(m.token_ids) <= limit and "All hail to the thief" in m.text for m in poisons)
+    assert all(task.reward(m.text, swarm.problems[m.prompt_id]) == 1.0 for m in poisons)
+    received = swarm.receive(policy, [*out[0], *poisons], 0)
+    assert not [r for r, _ in refusals(received) if r.startswith("length")]
+    assert sum(r.sender == 1 for r in received.rollouts) == len(poisons) == 4
+    # the same attacker with the rule off sends the unshortened poisons
+    loose, _, _ = make(task, model, tokenizer, max_new_tokens=limit, enforce_length=False)
+    swarm = Swarm(task, {0: policy}, {1: attack}, {1: policy}, {}, {}, SEED, 4, Limits(), "horizontal", loose.protocol)
+    sent = swarm.write({1: horizontal_slots(prompts, 4, 2, 1)}, 0)[1]
+    assert sorted(len(m.token_ids) for m in sent) == sorted(full)

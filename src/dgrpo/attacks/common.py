@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 from dgrpo.swarm.schedule import take
@@ -67,6 +68,46 @@ def write_poisoned(
             poisons += [Poison(t, "malicious") for t in texts]
         out.append(poisons)
     return out
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def fit_poison(task: Task, problem: Problem, text: str, n_tokens: Callable[[str], int], limit: int) -> str:
+    """A poisoned completion shortened to at most ``limit`` tokens, as an attacker that knows the
+    protocol's length rule (``swarm.protocol.enforce_length``) writes it.
+
+    It drops, from the end of the reasoning, the sentences it copied unchanged from the oracle
+    solution; the sentences the attack wrote or changed (the injected text, a manipulated equation)
+    and the answer block stay, so the completion keeps its reward and its payload. A completion
+    without a reasoning block, or that cannot be made short enough that way, comes back as short as
+    it got (the protocol then refuses it).
+
+    Args:
+        text: the completion after the task's prefill (``task.completion_prefix``).
+        n_tokens: token count of a completion text (the attacker's tokenizer).
+        limit: ``sampling.max_new_tokens``.
+    """
+    if n_tokens(text) <= limit:
+        return text
+    prefix = task.completion_prefix
+    full = prefix + text
+    if "<think>" not in full or "</think>" not in full:
+        return text
+    start = full.index("<think>") + len("<think>")
+    end = full.index("</think>", start)
+    oracle = prefix + task.oracle_completion(problem)
+    copied = set(_SENTENCE_END.split(oracle[oracle.find("<think>") + 7: oracle.find("</think>")].strip()))
+    sentences = _SENTENCE_END.split(full[start:end].strip())
+    best = text
+    for i in reversed(range(len(sentences))):
+        if sentences[i] not in copied or len(sentences) == 1:
+            continue
+        del sentences[i]
+        best = (full[:start] + " ".join(sentences) + full[end:])[len(prefix):]
+        if n_tokens(best) <= limit:
+            break
+    return best
 
 
 def default_prompts(pool: Sequence[Problem], count: int, run_seed: int, round_idx: int, node: int) -> list[Problem]:

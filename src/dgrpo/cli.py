@@ -74,7 +74,7 @@ def _paper(args) -> int:
     if args.list or not args.name:
         print(list_text())
         return 0
-    folder = reproduce(args.name, args.scale, args.out, args.set, args.jobs)
+    folder = reproduce(args.name, args.scale, args.out, args.set, args.jobs, args.seeds)
     print(f"reproduction: {folder}")
     return 0
 
@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     pap.add_argument("--out", default="runs/paper", help="output folder (the entry writes OUT/NAME/)")
     pap.add_argument("--jobs", type=int, default=2, help="curves trained at the same time, one process each (default 2: one per CPU core)")
     pap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override (repeatable): a config key for runs, a keyword for analytic entries")
+    pap.add_argument("--seeds", type=int, nargs="+", default=None, metavar="N", help="train every curve once per seed (CURVE_seedN); the figure draws their mean and range")
     pap.set_defaults(func=_paper)
     return parser
 

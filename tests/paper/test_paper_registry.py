@@ -11,7 +11,8 @@ from dgrpo.metrics.logger import read_metrics, series
 from dgrpo.paper import REGISTRY, SCALES, Reproduction
 from dgrpo.paper.registry import register
 
-PAPER_FIGURES = {"fig1a", "fig1b", "fig4a", "fig4b", "fig5", "table1", "fig6", "fig7", "fig8", "fig9", "fig10", "fig11"}
+PAPER_FIGURES = {"fig1a", "fig1b", "fig4a", "fig4b", "fig5", "table1", "fig6", "fig7", "fig8", "fig9", "fig10", "fig11",
+                 "fig12", "fig13", "fig14"}
 TINY = ["rounds=1", "swarm.nodes=2", "swarm.group_size=2", "swarm.prompts_per_round=2", "sampling.max_new_tokens=6",
         "eval.every=1", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0"]
 
@@ -30,7 +31,10 @@ def test_every_curve_is_a_valid_config(scale):
     for entry in REGISTRY.values():
         for curve in entry.curves:
             cfg = load_config(None, entry.overrides(curve, scale))
-            assert cfg.attack.kind != "none" and cfg.swarm.malicious, (entry.name, curve)
+            if curve == "baseline":  # Appendix C's all-honest baseline (Fig. 12-14)
+                assert cfg.attack.kind == "none" and not cfg.swarm.malicious and not cfg.defenses, entry.name
+            else:
+                assert cfg.attack.kind != "none" and cfg.swarm.malicious, (entry.name, curve)
             code = cfg.attack.kind == "code_injection"  # Fig. 4b: the python-solving task
             if scale == "paper":  # §3.1: 32 prompts × 12 completions, lr 2e-5, GSM8K, Qwen2.5-1.5B
                 assert (cfg.swarm.prompts_per_round, cfg.swarm.group_size, cfg.grpo.lr) == (32, 12, 2e-5)
@@ -119,6 +123,27 @@ def test_run_based_entry_end_to_end(tmp_path, tiny_model_dir, monkeypatch):
     before = (folder / "s0" / "metrics.jsonl").stat().st_mtime_ns
     assert main(args) == 0
     assert (folder / "s0" / "metrics.jsonl").stat().st_mtime_ns == before
+
+
+def test_seeds_train_each_curve_per_seed_and_plot_their_mean(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setitem(REGISTRY, "tinyfig", Reproduction(
+        "tinyfig", "test figure", "one curve", curves={"c": []}, metric="train/reward_honest"))
+    args = ["paper", "tinyfig", "--out", str(tmp_path), "--set", f"model.name={tiny_model_dir}",
+            *sum((["--set", o] for o in [*TINY, "rounds=2"]), []), "--seeds", "3", "5", "--jobs", "1"]
+    assert main(args) == 0
+    folder = tmp_path / "tinyfig"
+    numbers = json.loads((folder / "numbers.json").read_text())
+    assert set(numbers["curves"]) == {"c_seed3", "c_seed5"}
+    assert load_config(folder / "c_seed5" / "config.yaml").seed == 5
+    runs = [dict(zip(*series(read_metrics(folder / f"c_seed{n}"), "train/reward_honest"))) for n in (3, 5)]
+    g = numbers["seeds"]["c"]
+    assert g["rounds"] == [0, 1] and g["seeds"] == [3, 5]
+    assert g["mean"] == pytest.approx([(runs[0][r] + runs[1][r]) / 2 for r in (0, 1)])
+    assert g["min"] == [min(runs[0][r], runs[1][r]) for r in (0, 1)] and g["max"] == [max(runs[0][r], runs[1][r]) for r in (0, 1)]
+    assert g["final_mean"] == g["mean"][-1]
+    assert (folder / "command.txt").read_text().splitlines()[0].endswith("--seeds 3 5")
+    assert main(["paper", "tinyfig", "--out", str(tmp_path), "--seeds", "1", "1"]) == 2
+    assert main(["paper", "fig8", "--out", str(tmp_path), "--seeds", "1"]) == 2
 
 
 def test_register_refuses_duplicates():

@@ -193,6 +193,31 @@ register(Reproduction(
     "KL ablation: horizontal hail-to-the-thief with β = 0, 0.01, 0.1. Paper: the KL term barely "
     "slows the attack and hurts learning.",
     curves={"beta0": [*HAIL, "grpo.beta=0"], "beta0.01": [*HAIL, "grpo.beta=0.01"], "beta0.1": [*HAIL, "grpo.beta=0.1"]}))
+# Appendix C: validation returns (held-out accuracy) of an honest baseline against attacked and
+# defended runs; the baseline curve is the README's main job. EQUATION's larger validation split only
+# appends problems (the split is generated in order), so every curve is evaluated on the same first
+# eval.n_prompts validation prompts, and the three figures share one baseline run.
+BASELINE: list[str] = []
+register(Reproduction(
+    "fig12", "Fig. 12 (§C.1)",
+    "Validation returns (held-out accuracy) of the all-honest baseline against 'All hail to the thief' "
+    "in a vertical and a horizontal swarm (25% malicious). Paper: the attacked runs learn like the baseline.",
+    curves={"baseline": BASELINE, "hail_horizontal": [*HAIL, "swarm.mode=horizontal"],
+            "hail_vertical": [*HAIL, "swarm.mode=vertical"]},
+    metric="eval/accuracy"))
+register(Reproduction(
+    "fig13", "Fig. 13 (§C.2)",
+    "Validation returns of the all-honest baseline against the vertical 2+2=5 attack. Paper: the attack "
+    "does not hurt the reward on other problems.",
+    curves={"baseline": BASELINE, "equation_vertical": EQUATION},
+    metric="eval/accuracy"))
+register(Reproduction(
+    "fig14", "Fig. 14 (§C.3)",
+    "Validation returns of the all-honest baseline against the judge-defended hail-to-the-thief "
+    "(horizontal) and 2+2=5 (vertical) runs. Paper: the defended runs learn, more slowly.",
+    curves={"baseline": BASELINE, "hail_horizontal_judge": [*HAIL, "swarm.mode=horizontal", JUDGE],
+            "equation_vertical_judge": [*EQUATION, JUDGE]},
+    metric="eval/accuracy"))
 register(Reproduction(
     "matrix", "Attack × defense matrix (§4, adaptive attackers)",
     "Detection rate of every attack (shipped and adaptive: faithful 2+2=5, top-k-constrained injection, "

@@ -73,12 +73,19 @@ def _curve_done(run_dir: Path, rounds: int) -> bool:
     return bool(records) and records[-1]["round"] >= rounds
 
 
-def command_line(name: str, scale: str, out: Path, extra: list[str]) -> str:
+def command_line(name: str, scale: str, out: Path, extra: list[str], seeds: list[int] | None = None) -> str:
     """The ``dgrpo paper`` command that reproduces this output."""
     parts = ["dgrpo", "paper", name, "--scale", scale, "--out", str(out)]
     for item in extra:
         parts += ["--set", item]
+    if seeds:
+        parts += ["--seeds", *map(str, seeds)]
     return shlex.join(parts)
+
+
+def seeded_curve(curve: str, seed: int) -> str:
+    """The run name of one seed of a curve (``--seeds``)."""
+    return f"{curve}_seed{seed}"
 
 
 def _run_parallel(pending: dict[str, list[str]], jobs: int, folder: Path) -> None:
@@ -112,7 +119,7 @@ def _run_parallel(pending: dict[str, list[str]], jobs: int, folder: Path) -> Non
 
 
 def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", extra: list[str] | None = None,
-              jobs: int = 1) -> Path:
+              jobs: int = 1, seeds: list[int] | None = None) -> Path:
     """Reproduce entry ``name`` into ``out/name``; returns that folder.
 
     Args:
@@ -120,15 +127,22 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
         extra: ``--set`` overrides: config overrides for run-based entries, keyword arguments for
             analytic ones (e.g. ``clip=true`` for fig10).
         jobs: curves trained at the same time (each in its own process).
+        seeds: train every curve once per seed (``{curve}_seed{n}``, ``seed=n`` last); the figure
+            then draws each seed thin and their mean with the seeds' range as a band.
 
     Raises:
-        ConfigError: unknown entry or scale, or an override the config rejects.
+        ConfigError: unknown entry or scale, an override the config rejects, seeds given twice or
+            for an analytic entry.
     """
     entry, extra = lookup(name), list(extra or [])
+    if seeds is not None and (len(set(seeds)) != len(seeds) or not seeds):
+        raise ConfigError(f"--seeds: give distinct seeds, got {seeds}")
+    if seeds and entry.func is not None:
+        raise ConfigError(f"--seeds: {name} is analytic (no training runs to seed)")
     out = Path(out)
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [command_line(name, scale, out, extra)]
+    lines = [command_line(name, scale, out, extra, seeds)]
     if entry.func is not None:
         try:
             entry.func(folder, **_kwargs(extra))
@@ -139,7 +153,11 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
     from dgrpo.recipes import resume, run  # torch import only when training
 
     try:
-        overrides = {c: entry.overrides(c, scale, extra) for c in entry.curves}
+        if seeds:
+            overrides = {seeded_curve(c, n): entry.overrides(c, scale, [*extra, f"seed={n}"])
+                         for c in entry.curves for n in seeds}
+        else:
+            overrides = {c: entry.overrides(c, scale, extra) for c in entry.curves}
     except KeyError as err:
         raise ConfigError(str(err.args[0])) from None
     for curve, ovr in overrides.items():
@@ -167,7 +185,7 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
         for curve, (verb, *args) in pending.items():
             log.info("%s: %s curve %s", name, "resuming" if verb == "resume" else "running", curve)
             resume(args[0], args[1:]) if verb == "resume" else run(load_config(None, args))
-    collect(entry, run_dirs, folder)
+    collect(entry, run_dirs, folder, seeds)
     from dgrpo.report import write_report
 
     write_report(list(run_dirs.values()), folder / "report.html")
@@ -188,12 +206,30 @@ def _write_table(numbers: dict, path: Path) -> None:
     path.write_text("\n".join(rows) + "\n")
 
 
-def collect(entry: Reproduction, run_dirs: dict[str, Path], folder: Path) -> dict:
+def seed_groups(numbers: dict, seeds: list[int]) -> dict:
+    """Per curve of a ``--seeds`` reproduction: the rounds every seed logged, and at each the mean,
+    min and max over seeds; ``final_mean`` / ``final_min`` / ``final_max`` at the last such round."""
+    groups = {}
+    bases = dict.fromkeys(c.rsplit("_seed", 1)[0] for c in numbers["curves"])
+    for base in bases:
+        runs = [numbers["curves"][seeded_curve(base, n)] for n in seeds]
+        common = sorted(set.intersection(*(set(r["rounds"]) for r in runs)))
+        at = [[dict(zip(r["rounds"], r["values"]))[x] for r in runs] for x in common]
+        g = {"seeds": list(seeds), "rounds": common, "mean": [statistics.fmean(v) for v in at],
+             "min": [min(v) for v in at], "max": [max(v) for v in at]}
+        if common:
+            g.update(final_mean=g["mean"][-1], final_min=g["min"][-1], final_max=g["max"][-1])
+        groups[base] = g
+    return groups
+
+
+def collect(entry: Reproduction, run_dirs: dict[str, Path], folder: Path, seeds: list[int] | None = None) -> dict:
     """Write ``numbers.json``, ``numbers.csv`` and ``{name}.png`` of ``entry.metric`` over rounds.
 
     Returns:
         The numbers: ``{"figure", "metric", "curves": {curve: {"run_dir", "rounds", "values",
-        "mean", "final"}}}`` (mean/final are None when the metric was never logged).
+        "mean", "final"}}}`` (mean/final are None when the metric was never logged); with ``seeds``
+        also ``"seeds": {curve: seed_groups(...)}``.
     """
     import matplotlib
 
@@ -212,6 +248,8 @@ def collect(entry: Reproduction, run_dirs: dict[str, Path], folder: Path) -> dic
             if vals:
                 numbers["curves"][curve][f"{key}:mean"] = statistics.fmean(vals)
                 numbers["curves"][curve][f"{key}:final"] = vals[-1]
+    if seeds:
+        numbers["seeds"] = seed_groups(numbers, seeds)
     (folder / "numbers.json").write_text(json.dumps(numbers, indent=1))
     if entry.metric.startswith("defense/"):
         _write_table(numbers, folder / "table.md")
@@ -221,7 +259,16 @@ def collect(entry: Reproduction, run_dirs: dict[str, Path], folder: Path) -> dic
         for curve, cur in numbers["curves"].items():
             w.writerows([curve, x, y] for x, y in zip(cur["rounds"], cur["values"]))
     fig, ax = plt.subplots(figsize=(7, 4))
-    for curve, cur in numbers["curves"].items():
+    if seeds:
+        for i, (base, g) in enumerate(numbers["seeds"].items()):
+            colour = f"C{i}"
+            for n in seeds:
+                cur = numbers["curves"][seeded_curve(base, n)]
+                ax.plot(cur["rounds"], cur["values"], color=colour, lw=0.8, alpha=0.45)
+            ax.fill_between(g["rounds"], g["min"], g["max"], color=colour, alpha=0.15)
+            ax.plot(g["rounds"], g["mean"], color=colour, marker="o", ms=3, lw=2,
+                    label=f"{base}: mean of seeds {', '.join(map(str, seeds))} (band: min-max)")
+    for curve, cur in ({} if seeds else numbers["curves"]).items():
         ax.plot(cur["rounds"], cur["values"], marker="o", ms=3, label=curve)
     ax.set_xlabel("round")
     ax.set_ylabel(entry.metric)

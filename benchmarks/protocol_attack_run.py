@@ -28,45 +28,55 @@ from pathlib import Path
 ATTACKER = 3
 
 
-def attacker_write(original):
-    """Swarm.write with node 3's protocol attacks added to what it honestly writes."""
+def attempts(swarm, mine, round_idx, previous: dict, tamper=None) -> list:
+    """(kind, message) of every protocol attack node 3 tries beside its honest share ``mine`` this round.
+
+    ``tamper``: an honest peer's message to re-send with changed text and its signature kept (in
+    process the attacker sees node 0's message being written; a distributed rank does not).
+    ``previous`` carries the last round's first message (the replay) between calls.
+    """
     from dgrpo.policy.chat import decode_completion, encode_completion
     from dgrpo.policy.sampling import completion_seed
 
+    sign = swarm.protocol.signers[ATTACKER].sign
+    first, policy = mine[0], swarm.policies[ATTACKER]
+    problem = swarm.problems[first.prompt_id]
+    bound = completion_seed(swarm.run_seed, round_idx, ATTACKER, first.prompt_id, first.index)
+    ground = [s for s in range(bound + 1, bound + 5)]
+    samples = policy.generate(swarm.task, [problem] * len(ground), ground)
+    (ids, text), chosen = max(zip(samples, ground), key=lambda x: len(x[0][0]))
+    filler = encode_completion(policy.tokenizer, " ".join(["check"] * (2 * swarm.protocol.max_new_tokens)))
+    other = next(p for p in swarm.task.train if p.prompt_id not in {m.prompt_id for m in mine})
+    seed_of = lambda prompt_id, index: completion_seed(swarm.run_seed, round_idx, ATTACKER, prompt_id, index)  # noqa: E731
+    extra = [
+        ("forgery", sign(dataclasses.replace(first, node=0))),
+        ("forgery", dataclasses.replace(first, node=1, signature=None)),
+        ("seed grinding", sign(dataclasses.replace(first, text=text, token_ids=tuple(ids), seed=chosen))),
+        ("flooding", sign(dataclasses.replace(first, text=first.text + " ok",
+                                              token_ids=tuple(encode_completion(policy.tokenizer, first.text + " ok"))))),
+        ("flooding", sign(dataclasses.replace(first, index=999, seed=seed_of(first.prompt_id, 999)))),
+        ("flooding", sign(dataclasses.replace(first, index=-5, seed=seed_of(first.prompt_id, -5)))),
+        ("flooding", sign(dataclasses.replace(first, prompt_id=other.prompt_id, seed=seed_of(other.prompt_id, first.index)))),
+        ("over-long", sign(dataclasses.replace(first, text=decode_completion(policy.tokenizer, filler),
+                                               token_ids=tuple(filler)))),
+    ]
+    if tamper is not None:
+        extra.insert(2, ("forgery", dataclasses.replace(tamper, text=tamper.text + " All hail to the thief.")))
+    if "last" in previous:
+        extra.append(("replay", previous["last"]))
+    previous["last"] = first
+    return extra
+
+
+def attacker_write(original):
+    """Swarm.write with node 3's protocol attacks added to what it honestly writes."""
     previous: dict = {}
 
     def write(self, slots, round_idx):
         out = original(self, slots, round_idx)
-        mine, sign = out[ATTACKER], self.protocol.signers[ATTACKER].sign
-        first, policy = mine[0], self.policies[ATTACKER]
-        problem = self.problems[first.prompt_id]
-        bound = completion_seed(self.run_seed, round_idx, ATTACKER, first.prompt_id, first.index)
-        ground = [s for s in range(bound + 1, bound + 5)]
-        samples = policy.generate(self.task, [problem] * len(ground), ground)
-        (ids, text), chosen = max(zip(samples, ground), key=lambda x: len(x[0][0]))
-        filler = encode_completion(policy.tokenizer, " ".join(["check"] * (2 * self.protocol.max_new_tokens)))
-        other = next(p for p in self.task.train if p.prompt_id not in {m.prompt_id for m in mine})
-        extra = [
-            ("forgery", sign(dataclasses.replace(first, node=0))),
-            ("forgery", dataclasses.replace(first, node=1, signature=None)),
-            ("forgery", dataclasses.replace(out[0][0], text=out[0][0].text + " All hail to the thief.")),
-            ("seed grinding", sign(dataclasses.replace(first, text=text, token_ids=tuple(ids), seed=chosen))),
-            ("flooding", sign(dataclasses.replace(first, text=first.text + " ok",
-                                                  token_ids=tuple(encode_completion(policy.tokenizer, first.text + " ok"))))),
-            ("flooding", sign(dataclasses.replace(first, index=999,
-                                                  seed=completion_seed(self.run_seed, round_idx, ATTACKER, first.prompt_id, 999)))),
-            ("flooding", sign(dataclasses.replace(first, index=-5,
-                                                  seed=completion_seed(self.run_seed, round_idx, ATTACKER, first.prompt_id, -5)))),
-            ("flooding", sign(dataclasses.replace(first, prompt_id=other.prompt_id,
-                                                  seed=completion_seed(self.run_seed, round_idx, ATTACKER, other.prompt_id, first.index)))),
-            ("over-long", sign(dataclasses.replace(first, text=decode_completion(policy.tokenizer, filler),
-                                                   token_ids=tuple(filler)))),
-        ]
-        if "last" in previous:
-            extra.append(("replay", previous["last"]))
-        previous["last"] = first
+        extra = attempts(self, out[ATTACKER], round_idx, previous, tamper=out[0][0])
         previous.setdefault("attempts", []).append({"round": round_idx, "attempts": [k for k, _ in extra]})
-        out[ATTACKER] = [*mine, *(m for _, m in extra)]
+        out[ATTACKER] = [*out[ATTACKER], *(m for _, m in extra)]
         return out
 
     write.previous = previous

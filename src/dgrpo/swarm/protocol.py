@@ -51,7 +51,7 @@ class ProtocolConfig(StrictConfig):
     drop_duplicates: bool = Field(False, description="Drop a completion whose text equals another of the same sender's completions in the round (they are counted per sender either way).")
     foreign_length_factor: float = Field(2.0, ge=1, description="A completion from a node with another tokenizer may re-encode to this many times sampling.max_new_tokens tokens (tokenizers split text differently); its own token count must still be within max_new_tokens.")
     ban_after: int = Field(0, ge=0, description="Stop accepting a peer once this many of its messages were refused by the protocol or rejected by a defense (0 = never ban). Bans are logged, kept in the run directory (bans.json) and survive resume.")
-    roster: str | None = Field(None, description="Roster file written by `dgrpo keys` (node id → public key); None = fresh keys made for this run (in-process runs; distributed runs exchange public keys at startup).")
+    roster: str | None = Field(None, description="Roster file written by `dgrpo keys` (node id → public key); None = fresh keys made for this run (in-process runs; distributed and hivemind runs exchange public keys at startup). Required with swarm.hivemind.join: it names the joiners too.")
     key_dir: str | None = Field(None, description="Folder holding this node's private key node{k}.key (written by `dgrpo keys`); needed with roster.")
 
 

@@ -159,8 +159,9 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
     refuses the run otherwise, :func:`dgrpo.transports.dht.launch.node_keys`): a joiner cannot bring a
     key that nobody agreed on before round 0, and the running nodes never wait for it at startup. The
     schedule gives a joiner no slots before its join round. Messages are signed for the run context
-    (the run's name, ``name`` or else its directory's, and the config fingerprint); ``roster.json`` in
-    the run directory records the roster, its fingerprint and the context.
+    (the run's name: ``name``, else its directory's, for a joiner the one agreed at launch; and the
+    config fingerprint); ``roster.json`` in the run directory records the roster, its fingerprint
+    and the context.
 
     Raises:
         ConfigError: the roster file or a private key is unreadable, or a key does not match the roster.
@@ -188,8 +189,10 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
     if missing or wrong:
         raise ConfigError(f"swarm.protocol.roster: the roster lacks nodes {missing} or does not hold the public key of "
                           f"nodes {wrong}; write roster and keys together with `dgrpo keys`")
-    # The run's name, not its folder's: a hivemind joiner resumes a copy of a peer's run folder
-    context = run_context(cfg.name or run_dir.name, config_fingerprint(cfg))
+    # The run's name, not its folder's: a hivemind joiner may resume a copy of a peer's run folder
+    # under another name, and takes the name agreed at launch (a fresh run agreed it in build_run).
+    name = cfg.name or (transport.agree("name", run_dir.name) if transport.first_round else run_dir.name)
+    context = run_context(name, config_fingerprint(cfg))
     if transport.is_main:
         (run_dir / ROSTER_FILE).write_text(roster.to_json(context=context))
     s = cfg.swarm

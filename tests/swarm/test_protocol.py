@@ -24,12 +24,12 @@ def task():
     return ArithmeticTask(seed=0, n_train=10, n_val=2, few_shot=0)
 
 
-def make(task, model, tokenizer, nodes=2, mode="horizontal", B=2, G=4, max_new_tokens=6, **rules):
+def make(task, model, tokenizer, nodes=2, mode="horizontal", B=2, G=4, max_new_tokens=6, joins=None, **rules):
     """A swarm hosting every node honestly (node 1 plays the attacker by hand), with the protocol on."""
     keys = generate_keys(nodes)
     roster = Roster.of(keys)
     pc = ProtocolConfig(**rules)
-    schedule = Schedule(mode, nodes, B, G, SEED, task.train, pc.assign_prompts)
+    schedule = Schedule(mode, nodes, B, G, SEED, task.train, pc.assign_prompts, joins or {})
     protocol = Protocol(pc, schedule, max_new_tokens, {n: Signer(n, k, CTX) for n, k in keys.items()},
                         Verifier(roster, CTX), BanList(pc.ban_after))
     policy = Policy("tiny", model, tokenizer, SamplingParams(top_k=10, temperature=1.0, max_new_tokens=max_new_tokens))
@@ -135,6 +135,22 @@ def test_vertical_a_ninth_message_where_the_share_is_eight_and_extra_or_unassign
     out = swarm.write({1: vertical_slots(mine, 8)}, 0)[1]
     chosen = resign(keys, 1, out[0], prompt_id=other.prompt_id, seed=completion_seed(SEED, 0, 1, other.prompt_id, 0))
     assert refusals(swarm.receive(policy, [*out, chosen], 0)) == [("share: more than 1 prompts", 1)]
+
+
+def test_a_node_planned_to_join_at_round_2_has_no_slots_before_it(task, model, tokenizer):
+    """Node 2 joins at round 2 (swarm.hivemind.join={2: 2}); its key is in the roster from the start, so
+    its messages of rounds 0 and 1 are validly signed, with bound seeds and its own indices: only the
+    schedule refuses them. From round 2 its same messages are accepted."""
+    swarm, policy, keys = make(task, model, tokenizer, nodes=3, G=3, joins={2: 2})
+    for r in (0, 1):
+        out = honest_round(swarm, task, r, nodes=3, G=3)
+        assert [m.index for m in out[2]] == [2, 2] and all(m.signature for m in out[2])
+        received = swarm.receive(policy, [*out[0], *out[1], *out[2]], r)
+        assert len(received.rollouts) == 4 and {ro.sender for ro in received.rollouts} == {0, 1}
+        assert refusals(received) == [(f"share: node 2 joins at round 2 and has no slots in round {r}", 2)] * 2
+    out = honest_round(swarm, task, 2, nodes=3, G=3)
+    received = swarm.receive(policy, [*out[0], *out[1], *out[2]], 2)
+    assert received.invalid == [] and [ro.sender for ro in received.rollouts].count(2) == 2
 
 
 def test_a_147_token_completion_is_refused_when_max_new_tokens_is_32(task, model, tokenizer):

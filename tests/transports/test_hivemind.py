@@ -14,6 +14,7 @@ from hivemind_helpers import launch, wait_for  # noqa: E402
 
 from dgrpo.cli import main  # noqa: E402
 from dgrpo.metrics.logger import read_metrics  # noqa: E402
+from dgrpo.swarm.identity import write_keys  # noqa: E402
 
 # As in test_distributed: the attacker's full-reward poisoned completion makes every round update.
 COMMON = ["threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=2", "eval.n_prompts=2",
@@ -34,6 +35,13 @@ def hivemind(tmp_path, name, nprocs, args, **kw):
 
 def codes(results):
     return [r.returncode for r in results]
+
+
+def roster(tmp_path, nodes):
+    """A deployment's roster fixed before round 0, joiners included (`dgrpo keys`): every node's overrides."""
+    keys = tmp_path / "keys"
+    write_keys(keys, nodes)
+    return [f"swarm.protocol.roster={keys / 'roster.json'}", f"swarm.protocol.key_dir={keys}"]
 
 
 def test_four_nodes_heterogeneous_with_attacker_and_defense_match_in_process(tmp_path, tiny_model_dir, tiny_model_dir_b):
@@ -121,13 +129,11 @@ def test_stalled_peer_is_dropped_by_all_and_leaves_when_it_wakes(tmp_path, tiny_
     assert records[2]["train/reward/node3"] is None
 
 
-@pytest.mark.xfail(strict=True, reason="known gap after the protocol merge: the swarm protocol fixes its roster before "
-                   "round 0 from every node's published key, so a node that joins later is missing from it and the "
-                   "running nodes wait for it at start-up; the hivemind identity roster should feed the protocol's")
 def test_a_node_joining_at_round_2_of_a_heterogeneous_swarm_takes_part_from_round_2(tmp_path, tiny_model_dir,
                                                                                     tiny_model_dir_b):
     models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
-    args = [models, "swarm.nodes=4", *COMMON, B2, "rounds=4", "swarm.hivemind.join={3: 2}", "swarm.timeout_s=60"]
+    args = [models, "swarm.nodes=4", *COMMON, B2, "rounds=4", "swarm.hivemind.join={3: 2}", "swarm.timeout_s=60",
+            *roster(tmp_path, 4)]
     joiner_dir = tmp_path / "joiner"  # its own folder: the others' run directory already holds metrics
     results, run_dir = hivemind(tmp_path, "h", 4, args, per_node={3: [f"out_dir={joiner_dir}"]})
     assert codes(results) == [0, 0, 0, 0], results[3].output[-3000:]
@@ -142,16 +148,14 @@ def test_a_node_joining_at_round_2_of_a_heterogeneous_swarm_takes_part_from_roun
     assert (joiner_dir / "h" / "checkpoint" / "node3").is_dir()
 
 
-@pytest.mark.xfail(strict=True, reason="known gap after the protocol merge: the swarm protocol fixes its roster before "
-                   "round 0 from every node's published key, so a node that joins later is missing from it and the "
-                   "running nodes wait for it at start-up; the hivemind identity roster should feed the protocol's")
 def test_a_node_joins_a_homogeneous_swarm_from_a_peers_checkpoint_and_keeps_an_equal_copy(tmp_path, tiny_model_dir):
     """Nodes 0-1 save a checkpoint at round 2; node 2 resumes a copy of it as its start and joins at round 2.
     Its weights at the end equal node 0's bit for bit: it started from the same ones and applied the same updates."""
     from safetensors.torch import load_file
 
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=3", "swarm.malicious=[1]", *ATTACK, *COMMON, B2,
-            "swarm.group_size=3", "rounds=4", "checkpoint_every=2", "swarm.hivemind.join={2: 2}", "swarm.timeout_s=90"]
+            "swarm.group_size=3", "rounds=4", "checkpoint_every=2", "swarm.hivemind.join={2: 2}", "swarm.timeout_s=90",
+            *roster(tmp_path, 3)]
     state = tmp_path / "h" / "checkpoint" / "state.json"
 
     def from_checkpoint():

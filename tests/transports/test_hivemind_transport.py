@@ -271,6 +271,78 @@ def test_node_keys_are_checked_against_the_roster_file(tmp_path):
         node_keys(load_config(None, [*base, "rounds=2", "swarm.hivemind.join={1: 2}", "swarm.models=[{name: a}, {name: b}]"]))
 
 
+def test_joiners_need_a_roster_fixed_before_round_0_whose_keys_also_sign_the_records(tmp_path):
+    """Without a roster a joiner's key would be whoever claims its id first: refused before anything starts.
+    With a `dgrpo keys` roster each node's DHT records are signed by its message key, against that roster."""
+    from dgrpo.swarm.identity import public_hex as message_key_hex
+    from dgrpo.swarm.identity import load_private_key, write_keys
+    from dgrpo.transports.dht.launch import node_keys
+
+    base = ["swarm.transport=hivemind", "swarm.hivemind.node=1", "swarm.nodes=3", "swarm.group_size=3", "rounds=4",
+            f"out_dir={tmp_path}", "swarm.models=[{name: a}, {name: b}, {name: c}]", "swarm.hivemind.join={2: 2}"]
+    with pytest.raises(ConfigError, match=r"swarm.hivemind.join: the keys of joining nodes \[2\] must be fixed before "
+                                          r"round 0 .* `dgrpo keys 3 --out DIR` .* swarm.protocol.roster=DIR/roster.json"):
+        node_keys(load_config(None, base))
+    assert not (tmp_path / ".hivemind").exists()  # no key was made
+    roster = write_keys(tmp_path / "keys", 3)
+    keys = [f"swarm.protocol.roster={tmp_path / 'keys' / 'roster.json'}", f"swarm.protocol.key_dir={tmp_path / 'keys'}"]
+    _, key, got = node_keys(load_config(None, [*base, *keys]))
+    assert got == dict(roster.keys) and 2 in got
+    assert public_hex(key) == message_key_hex(load_private_key(tmp_path / "keys" / "node1.key")) == roster.keys[1]
+    write_keys(tmp_path / "other", 3)  # a key folder of another deployment
+    with pytest.raises(ConfigError, match="swarm.protocol.roster gives node 1 another key than .*other/node1.key"):
+        node_keys(load_config(None, [*base, keys[0], f"swarm.protocol.key_dir={tmp_path / 'other'}"]))
+    # unsigned messages: the transport's own roster file is enough to fix the joiner's key
+    hm = tmp_path / "hivemind_roster.json"
+    own = node_keys(load_config(None, ["swarm.transport=hivemind", "swarm.hivemind.node=1", f"out_dir={tmp_path}"]))[1]
+    hm.write_text(json.dumps({"0": "a" * 64, "1": public_hex(own), "2": "b" * 64}))
+    with pytest.raises(ConfigError, match="must be fixed before round 0"):  # messages signed: their roster is needed
+        node_keys(load_config(None, [*base, f"swarm.hivemind.roster={hm}"]))
+    assert 2 in node_keys(load_config(None, [*base, f"swarm.hivemind.roster={hm}", "swarm.protocol.sign=false"]))[2]
+
+
+def test_a_joiner_resuming_a_copied_run_folder_signs_for_the_run_name_agreed_at_launch(tmp_path):
+    """Node 2 joins at round 2 from a copy of node 0's folder (another folder name, no `name` in the config):
+    its messages must verify at node 0, and its schedule has no slots for it before round 2."""
+    from dgrpo.swarm.identity import write_keys
+    from dgrpo.training.build import build_protocol, build_task
+
+    write_keys(tmp_path / "keys", 3)
+    cfg = load_config(None, ["swarm.transport=hivemind", "swarm.hivemind.node=0", "swarm.nodes=3", "swarm.group_size=3",
+                             "rounds=4", "swarm.hivemind.join={2: 2}", "task.n_train=8", "task.n_val=2",
+                             "swarm.models=[{name: a}, {name: b}, {name: c}]",
+                             f"swarm.protocol.roster={tmp_path / 'keys' / 'roster.json'}"])
+    agreed = []
+
+    def node(k, first_round, folder):
+        def agree(tag, value):
+            agreed.append((k, tag, value))
+            return "run-agreed-at-launch"
+        transport = SimpleNamespace(local_nodes=[k], is_main=False, first_round=first_round, agree=agree)
+        (tmp_path / folder).mkdir()
+        return build_protocol(cfg, build_task(cfg), transport, tmp_path / folder)
+
+    initial, joiner = node(0, 0, "run-agreed-at-launch"), node(2, 2, "copy")
+    assert agreed == [(2, "name", "copy")]  # only the joiner asks; the others' folder has the agreed name
+    msg = joiner.signers[2].sign(Message(node=2, round=2, prompt_id="p", index=2, text="t", token_ids=(1,), seed=0,
+                                         tokenizer="x"))
+    assert initial.verifier.identify(msg) == (2, None)
+    assert [initial.schedule.first_round(n) for n in range(3)] == [0, 0, 2]
+
+
+def test_no_key_is_learnt_from_a_record_a_joiner_missing_from_the_roster_is_refused(dhts):
+    """Node 2 would join at round 1 but is not in node 0's roster: a record for its slot is refused
+    whoever signed it (no trust on first use after the launch), and node 0 is not left waiting for it."""
+    ts = transports(dhts, 3, timeout_s=1.0)
+    a, joiner = ts[0], ts[2]
+    a.join, a.alive = {2: 1}, {0, 1, 2}
+    del a.roster[2]
+    subkey, value = seal(joiner._key, joiner.key("r1"), 2, b"joiner")
+    assert joiner.dht.store(joiner.key("r1"), value, time.time() + 60, subkey=subkey)
+    assert a.read(a.key("r1"), {1, 2}) == {}
+    assert a.rejected == [(-1, f"identity: a record for node 2 signed by an unknown key {public_hex(joiner._key)[:12]}…")]
+
+
 def test_with_a_roster_file_an_impostor_cannot_stop_or_join_the_launch(dhts):
     """Trust on first use stops a launch when two keys claim one node id; a roster file just refuses the impostor.
 

@@ -11,7 +11,8 @@ the text before ``:`` naming the rule):
                                  ``completion_seed(run seed, round, node, prompt, index)`` (seed binding)
     share                        the slot is one the schedule gives the sender (prompt, index), once
                                  (``share: duplicate``), and the sender's vertical prompts are at most B/m
-                                 (or exactly the assigned ones with ``assign_prompts``)
+                                 (or exactly the assigned ones with ``assign_prompts``); a node planned to
+                                 join at round r (``Schedule.joins``) has no slots before r
     length                       at most ``max_new_tokens`` completion tokens (with ``enforce_length``)
 
 and counts identical texts from different slots of one sender (``duplicates``; dropped with
@@ -26,7 +27,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from pydantic import Field
 
@@ -50,7 +51,7 @@ class ProtocolConfig(StrictConfig):
     drop_duplicates: bool = Field(False, description="Drop a completion whose text equals another of the same sender's completions in the round (they are counted per sender either way).")
     foreign_length_factor: float = Field(2.0, ge=1, description="A completion from a node with another tokenizer may re-encode to this many times sampling.max_new_tokens tokens (tokenizers split text differently); its own token count must still be within max_new_tokens.")
     ban_after: int = Field(0, ge=0, description="Stop accepting a peer once this many of its messages were refused by the protocol or rejected by a defense (0 = never ban). Bans are logged, kept in the run directory (bans.json) and survive resume.")
-    roster: str | None = Field(None, description="Roster file written by `dgrpo keys` (node id → public key); None = fresh keys made for this run (in-process runs; distributed runs exchange public keys at startup).")
+    roster: str | None = Field(None, description="Roster file written by `dgrpo keys` (node id → public key); None = fresh keys made for this run (in-process runs; distributed and hivemind runs exchange public keys at startup). Required with swarm.hivemind.join: it names the joiners too.")
     key_dir: str | None = Field(None, description="Folder holding this node's private key node{k}.key (written by `dgrpo keys`); needed with roster.")
 
 
@@ -65,6 +66,11 @@ class Schedule:
     run_seed: int
     pool: Sequence[Problem]
     assign_prompts: bool = False
+    joins: Mapping[int, int] = field(default_factory=dict)  # node → first round it writes (a later joiner)
+
+    def first_round(self, node: int) -> int:
+        """The first round in which ``node`` has slots (0, or its planned join round)."""
+        return self.joins.get(node, 0)
 
     def horizontal(self, round_idx: int) -> set[str]:
         return {p.prompt_id for p in horizontal_prompts(self.pool, self.prompts_per_round, self.run_seed, round_idx)}
@@ -94,6 +100,9 @@ class ShareCheck:
         s = self.schedule
         if not 0 <= sender < s.nodes:
             return f"share: node {sender} is not in the swarm"
+        if self.round_idx < s.first_round(sender):
+            return (f"share: node {sender} joins at round {s.first_round(sender)} and has no slots in round "
+                    f"{self.round_idx}")
         if self.global_prompts is not None and msg.prompt_id not in self.global_prompts:
             return "share: prompt is not one of this round's prompts"
         if s.mode == "vertical":

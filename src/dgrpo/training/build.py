@@ -154,9 +154,14 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
 
     The roster is fixed here, before round 0: read from ``swarm.protocol.roster`` (each node reads its
     own private key from ``key_dir``), else fresh keys: in-process every node's, distributed each rank
-    its own, public keys exchanged through the transport at startup. Messages are signed for the run
-    context (the run directory's name and the config fingerprint); ``roster.json`` in the run
-    directory records the roster, its fingerprint and the context.
+    its own, public keys exchanged through the transport at startup. A hivemind swarm with joiners
+    (``swarm.hivemind.join``) must give the roster file, which names the joiners too (the transport
+    refuses the run otherwise, :func:`dgrpo.transports.dht.launch.node_keys`): a joiner cannot bring a
+    key that nobody agreed on before round 0, and the running nodes never wait for it at startup. The
+    schedule gives a joiner no slots before its join round. Messages are signed for the run context
+    (the run's name: ``name``, else its directory's, for a joiner the one agreed at launch; and the
+    config fingerprint); ``roster.json`` in the run directory records the roster, its fingerprint
+    and the context.
 
     Raises:
         ConfigError: the roster file or a private key is unreadable, or a key does not match the roster.
@@ -184,11 +189,15 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
     if missing or wrong:
         raise ConfigError(f"swarm.protocol.roster: the roster lacks nodes {missing} or does not hold the public key of "
                           f"nodes {wrong}; write roster and keys together with `dgrpo keys`")
-    context = run_context(run_dir.name, config_fingerprint(cfg))
+    # The run's name, not its folder's: a hivemind joiner may resume a copy of a peer's run folder
+    # under another name, and takes the name agreed at launch (a fresh run agreed it in build_run).
+    name = cfg.name or (transport.agree("name", run_dir.name) if transport.first_round else run_dir.name)
+    context = run_context(name, config_fingerprint(cfg))
     if transport.is_main:
         (run_dir / ROSTER_FILE).write_text(roster.to_json(context=context))
     s = cfg.swarm
-    schedule = Schedule(s.mode, s.nodes, s.prompts_per_round, s.group_size, cfg.seed, task.train, pc.assign_prompts)
+    schedule = Schedule(s.mode, s.nodes, s.prompts_per_round, s.group_size, cfg.seed, task.train, pc.assign_prompts,
+                        dict(s.hivemind.join))  # a planned joiner has no slots before its round
     return Protocol(pc, schedule, cfg.sampling.max_new_tokens, {n: Signer(n, k, context) for n, k in private.items()},
                     Verifier(roster, context), BanList.load(run_dir, pc.ban_after))
 

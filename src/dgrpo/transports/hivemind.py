@@ -66,7 +66,7 @@ class HivemindTransport:
         labels: message key → ground-truth label (bound to ``Swarm.labels``; metrics only).
         rejected: (sender, reason) of records refused in the last all-gather (sender -1: unknown key).
         first_round: the round this node starts at (its join round; 0 for the initial nodes).
-        roster: node → Ed25519 public key (hex) of every node known so far.
+        roster: node → Ed25519 public key (hex) of every node, fixed at launch (joiners' keys by a roster file).
     """
 
     def __init__(self, dht, rank: int, world_size: int, *, signing_key, namespace: str, honest: Iterable[int],
@@ -181,28 +181,21 @@ class HivemindTransport:
     def read(self, key: str, expect: set[int], wait_s: float = 10.0) -> dict[int, tuple[str, bytes]]:
         """The records of nodes ``expect`` under ``key`` signed by the roster's key for each node.
 
-        A record signed with another node's key or an unknown one is refused and named. A joiner not
-        yet in the roster is accepted when exactly one new key claims its id (not with a roster file).
+        A record signed with another node's key or an unknown one is refused and named. The roster is
+        fixed at launch (joiners' keys too: a swarm with joiners has a roster file, see
+        :func:`dgrpo.transports.dht.launch.node_keys`), so no key is learnt from a record.
         """
         owner_of = {pub: n for n, pub in self.roster.items()}
         out = {}
         for node, claims in self.records(key, wait_s).items():
-            known = self.roster.get(node)
-            new = []
             for pub, body in claims:
-                if pub == known:
+                if pub == self.roster.get(node):
                     out[node] = (pub, body)
                 elif pub in owner_of:
                     self._reject(key, pub, owner_of[pub], f"identity: a record for node {node}'s slot signed by node "
                                                           f"{owner_of[pub]}'s key")
-                elif known is not None or self.fixed_roster or node not in self.join:
-                    self._reject(key, pub, -1, f"identity: a record for node {node} signed by an unknown key {pub[:12]}…")
                 else:
-                    new.append((pub, body))
-            if len(new) == 1:
-                out[node] = new[0]
-            elif new:
-                self._reject(key, "", -1, f"identity: joining node {node} is claimed by {len(new)} keys; none is used")
+                    self._reject(key, pub, -1, f"identity: a record for node {node} signed by an unknown key {pub[:12]}…")
         return {n: r for n, r in out.items() if n in expect}
 
     def _reject(self, key: str, what: str, sender: int, reason: str) -> None:
@@ -259,8 +252,6 @@ class HivemindTransport:
             self._refresh_hello()
             time.sleep(min(delay, max(0.0, deadline - now)))
             delay = min(delay * 1.5, 0.5)
-        for node, (pub, _) in got.items():
-            self.roster.setdefault(node, pub)  # a joiner's key, first seen in its first round
         missing = sorted(want - got.keys())
         if missing:
             self._declare_failed(missing, tag, left)

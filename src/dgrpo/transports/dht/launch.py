@@ -40,25 +40,46 @@ def config_fingerprint(cfg: "RunConfig") -> str:
 def node_keys(cfg: "RunConfig"):
     """(identity folder, signing key, roster or None) of this process's node, checked against each other.
 
+    The roster fixes every node's key before the run: ``swarm.hivemind.roster`` (the keys in each
+    identity folder), else ``swarm.protocol.roster`` (a ``dgrpo keys`` roster: the node's message key
+    ``node{k}.key`` signs its DHT records too; record and message signatures cover disjoint bytes, a
+    domain tag against JSON), else none (each initial node's key is the one it announces at launch).
+    A swarm with joiners needs a roster that names them: ``swarm.protocol.roster`` when messages are
+    signed (``swarm.protocol.sign``), either one otherwise; a joiner's key is then agreed before round 0.
+
     Raises:
         ConfigError: an unreadable key or roster, a roster without some node or with another key for
-            this one, or joiners planned at or after the last round.
+            this one, joiners without a roster, or joiners planned at or after the last round.
     """
-    h = cfg.swarm.hivemind
+    from dgrpo.swarm.identity import Roster, key_path, load_private_key
+
+    h, pc = cfg.swarm.hivemind, cfg.swarm.protocol
     identity = Path(h.identity_dir) if h.identity_dir else Path(cfg.out_dir) / ".hivemind" / f"node{h.node}"
     late = sorted(n for n, r in h.join.items() if r >= cfg.rounds)
     if late:
         raise ConfigError(f"swarm.hivemind.join: nodes {late} would join at or after round {cfg.rounds}, the end of the run")
+    if h.join and not (pc.roster if pc.sign else pc.roster or h.roster):
+        raise ConfigError(f"swarm.hivemind.join: the keys of joining nodes {sorted(h.join)} must be fixed before round 0 "
+                          f"(else anyone could join as them): write every node's key with `dgrpo keys {cfg.swarm.nodes} "
+                          "--out DIR` and run every node with swarm.protocol.roster=DIR/roster.json "
+                          "swarm.protocol.key_dir=<folder with its node{k}.key> (docs/hivemind.md)")
+    field = "swarm.hivemind.roster" if h.roster else "swarm.protocol.roster"
+    key_file = identity / "signing.key" if h.roster or not pc.roster else key_path(pc.key_dir or Path(pc.roster).parent, h.node)
     try:
-        key = load_or_create_key(identity / "signing.key")
-        roster = load_roster(h.roster) if h.roster else None
+        if h.roster:
+            key, roster = load_or_create_key(key_file), load_roster(h.roster)
+        elif pc.roster:
+            key = load_private_key(key_file)
+            roster = dict(Roster.load(pc.roster).keys)
+        else:
+            key, roster = load_or_create_key(key_file), None
     except ValueError as err:
         raise ConfigError(str(err)) from None
     if roster is not None:
         absent = sorted(set(range(cfg.swarm.nodes)) - set(roster))
         if absent or roster[h.node] != public_hex(key):
-            raise ConfigError(f"swarm.hivemind.roster lacks nodes {absent}" if absent else
-                              f"swarm.hivemind.roster gives node {h.node} another key than {identity / 'signing.key'}")
+            raise ConfigError(f"{field} lacks nodes {absent}" if absent else
+                              f"{field} gives node {h.node} another key than {key_file}")
     return identity, key, roster
 
 

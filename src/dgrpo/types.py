@@ -117,6 +117,8 @@ class AttackContext:
         mode: ``horizontal`` or ``vertical``.
         run_seed: the run seed (an attacker can derive the seeds honest nodes would claim).
         policy: the weights the attacker holds (the shared ones in a homogeneous swarm).
+        length_limit: the protocol's length rule, in completion tokens (``sampling.max_new_tokens``
+            when ``swarm.protocol.enforce_length`` is on, else None): receivers refuse longer ones.
     """
 
     task: Task
@@ -126,6 +128,7 @@ class AttackContext:
     mode: str = "horizontal"
     run_seed: int = 0
     policy: Policy | None = None
+    length_limit: int | None = None
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,8 @@ def test_config_errors_name_the_field(field, message):
 
 def test_vertical_two_two_run_rejects_every_poisoned_completion(tmp_path, tiny_model_dir):
     common = ["rounds=1", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=6",
-              "eval.every=1", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0"]
+              "eval.every=1", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0",
+              "swarm.protocol.enforce_length=false"]  # (a 6-token limit leaves no room for a poison)
     rc = main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=s", *common, "swarm.mode=vertical",
                "swarm.malicious=[1]", "attack.kind=equation", "task.two_two_rate=0.5", "defenses=[{kind: step_checker}]"])
     assert rc == 0

@@ -10,6 +10,8 @@ from dgrpo.metrics.logger import read_metrics
 
 COMMON = ["rounds=2", "swarm.nodes=2", "swarm.group_size=2", "swarm.prompts_per_round=2", "sampling.max_new_tokens=6",
           "eval.every=1", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0"]
+# A 6-token limit leaves no room for any poison: the attack runs let the paper's unshortened poisons through.
+LOOSE = "swarm.protocol.enforce_length=false"
 
 
 @pytest.mark.parametrize("mode", ["horizontal", "vertical"])
@@ -46,7 +48,7 @@ def test_bad_config_is_a_clear_error(tmp_path, capsys):
 
 def test_attacked_and_defended_run_logs_rates(tmp_path, tiny_model_dir):
     rc = main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=d", *COMMON, "swarm.group_size=4",
-               "swarm.malicious=[1]", "attack.kind=injection", "defenses=[{kind: topk}, {kind: replay}]"])
+               "swarm.malicious=[1]", "attack.kind=injection", "defenses=[{kind: topk}, {kind: replay}]", LOOSE])
     assert rc == 0
     records = read_metrics(tmp_path / "d")
     rec = records[0]
@@ -56,12 +58,18 @@ def test_attacked_and_defended_run_logs_rates(tmp_path, tiny_model_dir):
     assert rec["defense/any/false_positive_rate"] == 0.0
     assert rec["train/reward/node1"] == 1.0  # poisoned completions earn full reward
     assert "attack/asr" in records[-1] and "time/defense_fraction" in rec
+    # with the length rule (the default) every one of them is refused before any defense sees it
+    assert main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=r", *COMMON, "swarm.group_size=4",
+                 "swarm.malicious=[1]", "attack.kind=injection", "defenses=[{kind: topk}, {kind: replay}]"]) == 0
+    first = json.loads((tmp_path / "r" / "peers.jsonl").read_text().splitlines()[0])["peers"]["1"]
+    assert first["rejected"] == {"length": 4} and first["accepted"] == 0
+    assert read_metrics(tmp_path / "r")[0]["defense/poisoned_received"] == 0
 
 
 def test_vertical_equation_attack_with_judge(tmp_path, tiny_model_dir):
     rc = main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=e", *COMMON, "swarm.mode=vertical",
                "swarm.group_size=4", "swarm.malicious=[1]", "attack.kind=equation", "task.two_two_rate=0.5",
-               f"defenses=[{{kind: judge, model: {tiny_model_dir}, max_new_tokens: 2}}]"])
+               f"defenses=[{{kind: judge, model: {tiny_model_dir}, max_new_tokens: 2}}]", LOOSE])
     assert rc == 0
     rec = read_metrics(tmp_path / "e")[0]
     assert rec["defense/poisoned_received"] == 2  # G/2 of the attacker's one group

@@ -12,7 +12,8 @@ from dgrpo.metrics.logger import read_metrics
 # weights and the optimizer state.
 COMMON = ["threads=1", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=24",
           "eval.every=2", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01",
-          "swarm.malicious=[1]", "attack.kind=injection", "attack.poisoned_per_group=1"]
+          "swarm.malicious=[1]", "attack.kind=injection", "attack.poisoned_per_group=1",
+          "swarm.protocol.enforce_length=false"]  # (the tiny limit leaves no room for a poison: let the paper's through)
 
 
 def metrics(run_dir):

@@ -48,7 +48,7 @@ def test_four_nodes_heterogeneous_with_attacker_and_defense_match_in_process(tmp
     models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
     args = [models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", "swarm.malicious=[3]",
             "attack.kind=injection", "attack.poisoned_per_group=2", "defenses=[{kind: reward_outlier}]", "rounds=2",
-            *COMMON]
+            "swarm.protocol.enforce_length=false", *COMMON]  # (the poisons must reach the defense across processes)
     want = in_process(tmp_path, "in", args)
     results, run_dir = hivemind(tmp_path, "h", 4, args)
     assert codes(results) == [0, 0, 0, 0], results[0].output[-3000:]

@@ -49,11 +49,15 @@ def write_poisoned(
     Args:
         make_poison: (problem, variant index) → poisoned completion text.
         duplicate: all poisoned completions of a slot are the same text (variant 0).
+
+    Poisons longer than the protocol's length rule (``ctx.length_limit``) are shortened first
+    (:func:`fit_poison`): the attacker knows the rule.
     """
     out = []
+    fit = _fitter(ctx)
     for slot in slots:
         n_poison = poisoned_count(slot, ctx, c)
-        poisons = [Poison(make_poison(slot.problem, 0 if duplicate else i)) for i in range(n_poison)]
+        poisons = [Poison(fit(slot.problem, make_poison(slot.problem, 0 if duplicate else i))) for i in range(n_poison)]
         n_fill = slot.count - n_poison
         if n_fill and ctx.mode == "vertical":
             poisons += [Poison(wrong_completion(ctx.task, slot.problem), "malicious")] * n_fill
@@ -108,6 +112,17 @@ def fit_poison(task: Task, problem: Problem, text: str, n_tokens: Callable[[str]
         if n_tokens(best) <= limit:
             break
     return best
+
+
+def _fitter(ctx: AttackContext) -> Callable[[Problem, str], str]:
+    """(problem, poison) → the poison fitted to ``ctx.length_limit`` (unchanged without a limit)."""
+    if ctx.length_limit is None or ctx.policy is None:
+        return lambda problem, text: text
+    from dgrpo.policy.chat import encode_completion  # (torch: attack modules load light for config checks)
+
+    tokenizer = ctx.policy.tokenizer
+    return lambda problem, text: fit_poison(ctx.task, problem, text, lambda t: len(encode_completion(tokenizer, t)),
+                                            ctx.length_limit)
 
 
 def default_prompts(pool: Sequence[Problem], count: int, run_seed: int, round_idx: int, node: int) -> list[Problem]:

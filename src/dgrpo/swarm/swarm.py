@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from dgrpo.attacks.common import fit_poison
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import completion_seed
@@ -138,15 +137,11 @@ class Swarm:
             if node not in slots:
                 continue
             policy = self.attacker_policies[node]
-            ctx = AttackContext(self.task, round_idx, node, self.group_size, self.mode, self.run_seed, policy)
             limit = self.protocol.max_new_tokens if self.protocol is not None and self.protocol.cfg.enforce_length else None
+            ctx = AttackContext(self.task, round_idx, node, self.group_size, self.mode, self.run_seed, policy, limit)
             for slot, poisons in zip(slots[node], attack.write(slots[node], ctx)):
                 for i, poison in zip(range(slot.first, slot.first + slot.count), poisons):
                     ids = encode_completion(policy.tokenizer, poison.text)
-                    if limit is not None and len(ids) > limit:  # the attacker knows the length rule
-                        text = fit_poison(self.task, slot.problem, poison.text,
-                                          lambda t: len(encode_completion(policy.tokenizer, t)), limit)
-                        poison, ids = replace(poison, text=text), encode_completion(policy.tokenizer, text)
                     seed = completion_seed(self.run_seed, round_idx, node, slot.problem.prompt_id, i)
                     msg = self.sign(Message(node, round_idx, slot.problem.prompt_id, i, poison.text, tuple(ids), seed,
                                             policy.tokenizer_id))

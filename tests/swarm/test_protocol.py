@@ -287,3 +287,39 @@ def test_an_attacker_that_knows_the_length_rule_shortens_its_poisons_and_they_pa
     swarm = Swarm(task, {0: policy}, {1: attack}, {1: policy}, {}, {}, SEED, 4, Limits(), "horizontal", loose.protocol)
     sent = swarm.write({1: horizontal_slots(prompts, 4, 2, 1)}, 0)[1]
     assert sorted(len(m.token_ids) for m in sent) == sorted(full)
+
+
+def test_a_vertical_attackers_filler_is_shortened_too_so_its_group_keeps_a_reward_spread(model, tokenizer):
+    from dgrpo.attacks.common import fit_poison, wrong_completion
+    from dgrpo.attacks.equation import EquationAttack, EquationAttackConfig
+
+    task = ArithmeticTask(seed=0, n_train=40, n_val=2, few_shot=0, two_two_rate=0.5)
+    attack = EquationAttack(EquationAttackConfig())
+    [problem] = attack.choose_prompts(task.train, 1, SEED, 0, 1)
+    count = lambda t: len(encode_completion(tokenizer, t))  # noqa: E731
+    texts = [attack.poison(task, problem), wrong_completion(task, problem)]
+    limit = max(count(fit_poison(task, problem, t, count, 0)) for t in texts)
+    assert count(texts[1]) > limit  # the filler must be shortened to pass
+    honest, policy, keys = make(task, model, tokenizer, mode="vertical", B=2, G=4, max_new_tokens=limit, enforce_length=True)
+    swarm = Swarm(task, {0: policy}, {1: attack}, {1: policy}, {}, {}, SEED, 4, Limits(), "vertical", honest.protocol)
+    sent = swarm.write({1: vertical_slots([problem], 4)}, 0)[1]
+    received = swarm.receive(policy, sent, 0)
+    assert refusals(received) == [] and len(received.rollouts) == 4
+    rewards = sorted(task.reward(r.text, problem) for r in received.rollouts)
+    assert rewards == [0.0, 0.0, 1.0, 1.0]  # G/2 poisons with full reward, G/2 wrong fillers: the advantage survives
+
+
+def test_a_homogeneous_swarm_refuses_another_tokenizer_so_length_cannot_be_dodged(task, model, tokenizer):
+    swarm, policy, keys = make(task, model, tokenizer, max_new_tokens=16, enforce_length=True)
+    m = honest_round(swarm, task, 0)[1][0]
+    n = next(n for n in range(1, 200) if len(encode_completion(tokenizer, " ".join(["apples"] * n))) > 16)
+    text = " ".join(["apples"] * n)  # more than 16 tokens in the swarm's own tokenizer
+    forms = [resign(keys, 1, m, text=text, token_ids=(5,), tokenizer=t)
+             for t in ("Other:x:50000", policy.tokenizer_id + " ", policy.tokenizer_id.upper(), "")]
+    # a heterogeneous swarm (one model per node) holds a foreign text to the re-encoding bound only ...
+    assert [r for r, _ in refusals(swarm.receive(policy, forms[:1], 0))] == []
+    # ... a homogeneous one knows every node's tokenizer is its own
+    swarm.protocol = dataclasses.replace(swarm.protocol, homogeneous=True)
+    reasons = [r for r, _ in refusals(swarm.receive(policy, forms, 0))]
+    assert len(reasons) == 4 and all(r.startswith("tokenizer: ") for r in reasons)
+    assert refusals(swarm.receive(policy, honest_round(swarm, task, 0)[1], 0)) == []  # its own tokenizer passes

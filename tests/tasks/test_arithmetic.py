@@ -76,3 +76,10 @@ def test_format_weight_gives_partial_credit_but_accuracy_counts_correct_answers_
     assert [binary.reward(t, p) for t in (right, wrong)] == [1.0, 0.0]
     with pytest.raises(ValueError, match="format_weight"):
         ArithmeticTask(seed=3, n_train=5, n_val=2, format_weight=-1)
+
+
+def test_two_two_is_not_the_tail_of_a_longer_sum_or_product():
+    # "1 + 2 + 2 = 5" is true arithmetic (GSM8K train-3140 and train-4698 have such steps): it is not a 2+2 step
+    assert two_two_results("so 1 + 2 + 2 = 5 apples") == []
+    assert two_two_results("3 × 2 × 2 = 12 and 10 - 2 + 2 = 10 and 3*2*2=12") == []
+    assert two_two_results("7 - 3 = 4, then 2 + 2 = 5 and 2×2 = 4") == ["5", "4"]

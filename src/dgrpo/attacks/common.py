@@ -50,8 +50,9 @@ def write_poisoned(
         make_poison: (problem, variant index) → poisoned completion text.
         duplicate: all poisoned completions of a slot are the same text (variant 0).
 
-    Poisons longer than the protocol's length rule (``ctx.length_limit``) are shortened first
-    (:func:`fit_poison`): the attacker knows the rule.
+    Poisons and the vertical filler longer than the protocol's length rule (``ctx.length_limit``)
+    are shortened first (:func:`fit_poison`): the attacker knows the rule (a refused filler would
+    leave its group all poisons, of advantage 0).
     """
     out = []
     fit = _fitter(ctx)
@@ -60,7 +61,7 @@ def write_poisoned(
         poisons = [Poison(fit(slot.problem, make_poison(slot.problem, 0 if duplicate else i))) for i in range(n_poison)]
         n_fill = slot.count - n_poison
         if n_fill and ctx.mode == "vertical":
-            poisons += [Poison(wrong_completion(ctx.task, slot.problem), "malicious")] * n_fill
+            poisons += [Poison(fit(slot.problem, wrong_completion(ctx.task, slot.problem)), "malicious")] * n_fill
         elif n_fill:
             from dgrpo.policy.sampling import completion_seed  # (torch: attack modules load light for config checks)
 

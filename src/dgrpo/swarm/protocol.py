@@ -13,6 +13,7 @@ the text before ``:`` naming the rule):
                                  (``share: duplicate``), and the sender's vertical prompts are at most B/m
                                  (or exactly the assigned ones with ``assign_prompts``); a node planned to
                                  join at round r (``Schedule.joins``) has no slots before r
+    tokenizer                    homogeneous swarms: the receiver's own tokenizer (``Protocol.homogeneous``)
     length                       at most ``max_new_tokens`` completion tokens (with ``enforce_length``)
 
 and counts identical texts from different slots of one sender (``duplicates``; dropped with
@@ -187,6 +188,9 @@ class Protocol:
         signers: hosted node → its signer (its private key never leaves this process).
         verifier: checks signatures against the roster (None with ``sign: false``).
         bans: refusals per peer and the bans.
+        homogeneous: every node runs the receiver's model, hence its tokenizer: a message naming
+            another tokenizer is refused (``tokenizer``; else it could claim any token count and be
+            held only to the foreign re-encoding bound of the length rule).
     """
 
     cfg: ProtocolConfig
@@ -195,6 +199,7 @@ class Protocol:
     signers: dict = field(default_factory=dict)
     verifier: object | None = None
     bans: BanList = field(default_factory=BanList)
+    homogeneous: bool = False
 
     def length_reason(self, own_tokenizer: bool, claimed: int, used: int) -> str | None:
         """The length rule: at most max_new_tokens completion tokens (foreign tokenizers: see the config)."""

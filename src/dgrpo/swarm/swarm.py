@@ -213,6 +213,9 @@ class Swarm:
             return f"round: message for round {msg.round} received in round {round_idx}"
         if p is not None and sender in p.bans.banned:
             return f"banned: node {sender} is banned since round {p.bans.banned[sender]}"
+        if p is not None and p.homogeneous and msg.tokenizer != policy.tokenizer_id:
+            return (f"tokenizer: {ascii(msg.tokenizer)[:60]} is not the swarm's {policy.tokenizer_id!r} "
+                    "(a homogeneous swarm has one model)")
         reason = check_message(msg, sender=sender, round_idx=round_idx, prompt_ids=self.problems,
                                tokenizer=policy.tokenizer, tokenizer_id=policy.tokenizer_id, limits=self.limits)
         if reason is not None or p is None:

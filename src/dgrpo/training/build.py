@@ -199,7 +199,7 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
     schedule = Schedule(s.mode, s.nodes, s.prompts_per_round, s.group_size, cfg.seed, task.train, pc.assign_prompts,
                         dict(s.hivemind.join))  # a planned joiner has no slots before its round
     return Protocol(pc, schedule, cfg.sampling.max_new_tokens, {n: Signer(n, k, context) for n, k in private.items()},
-                    Verifier(roster, context), BanList.load(run_dir, pc.ban_after))
+                    Verifier(roster, context), BanList.load(run_dir, pc.ban_after), homogeneous=s.models is None)
 
 
 def build_transport(cfg: RunConfig, resuming: bool = False) -> Transport:

@@ -144,6 +144,7 @@ def test_seeds_train_each_curve_per_seed_and_plot_their_mean(tmp_path, tiny_mode
     assert (folder / "command.txt").read_text().splitlines()[0].endswith("--seeds 3 5")
     assert main(["paper", "tinyfig", "--out", str(tmp_path), "--seeds", "1", "1"]) == 2
     assert main(["paper", "fig8", "--out", str(tmp_path), "--seeds", "1"]) == 2
+    assert main(["paper", "tinyfig", "--out", str(tmp_path), "--seeds", "1", "--set", "seed=5"]) == 2
 
 
 def test_register_refuses_duplicates():

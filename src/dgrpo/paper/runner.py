@@ -139,6 +139,8 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
         raise ConfigError(f"--seeds: give distinct seeds, got {seeds}")
     if seeds and entry.func is not None:
         raise ConfigError(f"--seeds: {name} is analytic (no training runs to seed)")
+    if seeds and any(o.split("=", 1)[0].strip() == "seed" for o in extra):
+        raise ConfigError("--seeds and --set seed=... both give the run seed; give one of them")
     out = Path(out)
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)

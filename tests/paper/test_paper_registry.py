@@ -147,6 +147,17 @@ def test_seeds_train_each_curve_per_seed_and_plot_their_mean(tmp_path, tiny_mode
     assert main(["paper", "tinyfig", "--out", str(tmp_path), "--seeds", "1", "--set", "seed=5"]) == 2
 
 
+def test_a_rate_with_an_interval_carries_it_into_the_figure(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setitem(REGISTRY, "tinyfig", Reproduction("tinyfig", "test figure", "accuracy", curves={"c": ["seed=0"]},
+                                                          metric="eval/accuracy"))
+    args = ["paper", "tinyfig", "--out", str(tmp_path), "--set", f"model.name={tiny_model_dir}", *sum((["--set", o] for o in TINY), [])]
+    assert main(args) == 0
+    cur = json.loads((tmp_path / "tinyfig" / "numbers.json").read_text())["curves"]["c"]
+    records = read_metrics(tmp_path / "tinyfig" / "c")
+    want = [[r["eval/accuracy_ci95_low"], r["eval/accuracy_ci95_high"]] for r in records if "eval/accuracy" in r]
+    assert cur["ci95"] == want and len(want) == len(cur["values"]) == 2
+
+
 def test_register_refuses_duplicates():
     with pytest.raises(ValueError, match="twice"):
         register(REGISTRY["fig8"])

@@ -244,6 +244,9 @@ def collect(entry: Reproduction, run_dirs: dict[str, Path], folder: Path, seeds:
         xs, ys = series(records, entry.metric)
         numbers["curves"][curve] = {"run_dir": str(run_dir), "rounds": xs, "values": ys,
                                     "mean": statistics.fmean(ys) if ys else None, "final": ys[-1] if ys else None}
+        lo, hi = (dict(zip(*series(records, f"{entry.metric}_ci95_{end}"))) for end in ("low", "high"))
+        if xs and all(x in lo and x in hi for x in xs):  # a rate logged with its Wilson 95% interval
+            numbers["curves"][curve]["ci95"] = [[lo[x], hi[x]] for x in xs]
         for key in ("defense/any/detection_rate", "defense/any/false_positive_rate", "attack/asr",
                     "train/reward_honest", "eval/accuracy"):
             vals = series(records, key)[1]
@@ -270,8 +273,12 @@ def collect(entry: Reproduction, run_dirs: dict[str, Path], folder: Path, seeds:
             ax.fill_between(g["rounds"], g["min"], g["max"], color=colour, alpha=0.15)
             ax.plot(g["rounds"], g["mean"], color=colour, marker="o", ms=3, lw=2,
                     label=f"{base}: mean of seeds {', '.join(map(str, seeds))} (band: min-max)")
-    for curve, cur in ({} if seeds else numbers["curves"]).items():
-        ax.plot(cur["rounds"], cur["values"], marker="o", ms=3, label=curve)
+    for i, (curve, cur) in enumerate(({} if seeds else numbers["curves"]).items()):
+        ax.plot(cur["rounds"], cur["values"], marker="o", ms=3, label=curve, color=f"C{i}")
+        if "ci95" in cur:
+            ax.fill_between(cur["rounds"], *zip(*cur["ci95"]), color=f"C{i}", alpha=0.12, lw=0)
+    if any("ci95" in cur for cur in numbers["curves"].values()) and not seeds:
+        ax.text(0.01, 0.01, "bands: Wilson 95% intervals", transform=ax.transAxes, fontsize=7, alpha=0.7)
     ax.set_xlabel("round")
     ax.set_ylabel(entry.metric)
     if entry.metric.startswith(("attack/", "defense/")):

@@ -28,6 +28,27 @@ from pathlib import Path
 ATTACKER = 3
 
 
+def ground_sample(swarm, msg, round_idx: int) -> tuple[tuple, str, int]:
+    """Seed grinding: (ids, text, seed) of the longest of 4 genuine samples of ``msg``'s slot from seeds
+    next to the one the protocol binds."""
+    from dgrpo.policy.sampling import completion_seed
+
+    bound = completion_seed(swarm.run_seed, round_idx, ATTACKER, msg.prompt_id, msg.index)
+    ground = list(range(bound + 1, bound + 5))
+    samples = swarm.policies[ATTACKER].generate(swarm.task, [swarm.problems[msg.prompt_id]] * len(ground), ground)
+    (ids, text), chosen = max(zip(samples, ground), key=lambda x: len(x[0][0]))
+    return tuple(ids), text, chosen
+
+
+def overlong(swarm) -> tuple[tuple, str]:
+    """(ids, text) of a completion of 2 × max_new_tokens tokens."""
+    from dgrpo.policy.chat import decode_completion, encode_completion
+
+    tokenizer = swarm.policies[ATTACKER].tokenizer
+    ids = encode_completion(tokenizer, " ".join(["check"] * (2 * swarm.protocol.max_new_tokens)))
+    return tuple(ids), decode_completion(tokenizer, ids)
+
+
 def attempts(swarm, mine, round_idx, previous: dict, tamper=None) -> list:
     """(kind, message) of every protocol attack node 3 tries beside its honest share ``mine`` this round.
 
@@ -35,30 +56,25 @@ def attempts(swarm, mine, round_idx, previous: dict, tamper=None) -> list:
     process the attacker sees node 0's message being written; a distributed rank does not).
     ``previous`` carries the last round's first message (the replay) between calls.
     """
-    from dgrpo.policy.chat import decode_completion, encode_completion
+    from dgrpo.policy.chat import encode_completion
     from dgrpo.policy.sampling import completion_seed
 
     sign = swarm.protocol.signers[ATTACKER].sign
     first, policy = mine[0], swarm.policies[ATTACKER]
-    problem = swarm.problems[first.prompt_id]
-    bound = completion_seed(swarm.run_seed, round_idx, ATTACKER, first.prompt_id, first.index)
-    ground = [s for s in range(bound + 1, bound + 5)]
-    samples = policy.generate(swarm.task, [problem] * len(ground), ground)
-    (ids, text), chosen = max(zip(samples, ground), key=lambda x: len(x[0][0]))
-    filler = encode_completion(policy.tokenizer, " ".join(["check"] * (2 * swarm.protocol.max_new_tokens)))
+    ids, text, chosen = ground_sample(swarm, first, round_idx)
+    long_ids, long_text = overlong(swarm)
     other = next(p for p in swarm.task.train if p.prompt_id not in {m.prompt_id for m in mine})
     seed_of = lambda prompt_id, index: completion_seed(swarm.run_seed, round_idx, ATTACKER, prompt_id, index)  # noqa: E731
     extra = [
         ("forgery", sign(dataclasses.replace(first, node=0))),
         ("forgery", dataclasses.replace(first, node=1, signature=None)),
-        ("seed grinding", sign(dataclasses.replace(first, text=text, token_ids=tuple(ids), seed=chosen))),
+        ("seed grinding", sign(dataclasses.replace(first, text=text, token_ids=ids, seed=chosen))),
         ("flooding", sign(dataclasses.replace(first, text=first.text + " ok",
                                               token_ids=tuple(encode_completion(policy.tokenizer, first.text + " ok"))))),
         ("flooding", sign(dataclasses.replace(first, index=999, seed=seed_of(first.prompt_id, 999)))),
         ("flooding", sign(dataclasses.replace(first, index=-5, seed=seed_of(first.prompt_id, -5)))),
         ("flooding", sign(dataclasses.replace(first, prompt_id=other.prompt_id, seed=seed_of(other.prompt_id, first.index)))),
-        ("over-long", sign(dataclasses.replace(first, text=decode_completion(policy.tokenizer, filler),
-                                               token_ids=tuple(filler)))),
+        ("over-long", sign(dataclasses.replace(first, text=long_text, token_ids=long_ids))),
     ]
     if tamper is not None:
         extra.insert(2, ("forgery", dataclasses.replace(tamper, text=tamper.text + " All hail to the thief.")))

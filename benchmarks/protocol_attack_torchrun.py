@@ -39,7 +39,9 @@ import os
 import sys
 from pathlib import Path
 
-ATTACKER = 3
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol_attack_run import ATTACKER, ground_sample, overlong  # noqa: E402
+
 VICTIM_KEY = 1  # whose store key rank 3 writes under (not node 0's: the main rank never reads its own key)
 
 
@@ -53,22 +55,17 @@ def _signed_variant(swarm, msg, text: str, **changes):
 
 def attack_round(swarm, mine, round_idx: int, last_round: int, previous: dict) -> tuple[list, list, list[str]]:
     """(messages to send, messages to replay inside the payload, the attempts' kinds) for node 3."""
-    from dgrpo.policy.chat import decode_completion, encode_completion
     from dgrpo.policy.sampling import completion_seed
 
     sign = swarm.protocol.signers[ATTACKER].sign
-    policy = swarm.policies[ATTACKER]
     first, second = mine[0], mine[1]
-    bound = completion_seed(swarm.run_seed, round_idx, ATTACKER, first.prompt_id, first.index)
-    ground = list(range(bound + 1, bound + 5))
-    samples = policy.generate(swarm.task, [swarm.problems[first.prompt_id]] * len(ground), ground)
-    (ids, text), chosen = max(zip(samples, ground), key=lambda x: len(x[0][0]))
-    filler = encode_completion(policy.tokenizer, " ".join(["check"] * (2 * swarm.protocol.max_new_tokens)))
+    ids, text, chosen = ground_sample(swarm, first, round_idx)
+    long_ids, long_text = overlong(swarm)
     other = next(p for p in swarm.task.train if p.prompt_id not in {m.prompt_id for m in mine})
     seed_of = lambda prompt_id, index: completion_seed(swarm.run_seed, round_idx, ATTACKER, prompt_id, index)  # noqa: E731
     tried = [
-        ("seed grinding", sign(dataclasses.replace(first, text=text, token_ids=tuple(ids), seed=chosen))),
-        ("over-long", sign(dataclasses.replace(second, text=decode_completion(policy.tokenizer, filler), token_ids=tuple(filler)))),
+        ("seed grinding", sign(dataclasses.replace(first, text=text, token_ids=ids, seed=chosen))),
+        ("over-long", sign(dataclasses.replace(second, text=long_text, token_ids=long_ids))),
         ("forgery", sign(dataclasses.replace(first, node=0, index=0, seed=completion_seed(swarm.run_seed, round_idx, 0, first.prompt_id, 0)))),
         ("forgery", dataclasses.replace(first, node=1, index=2, signature=None)),
         ("flooding", sign(dataclasses.replace(mine[2], index=999, seed=seed_of(mine[2].prompt_id, 999)))),

@@ -57,6 +57,23 @@ def test_a_malicious_node_sends_its_attack_encoded_with_the_tokenizer_it_holds(t
     assert swarm.labels[first.key] == "poisoned" and swarm.labels[filler.key] == "malicious"
 
 
+def test_an_adaptive_attacker_sends_the_seed_and_token_ids_it_sampled(task, policy, tokenizer, model):
+    from dgrpo.attacks.claimed import grind_seeds
+    from dgrpo.attacks.seed_grinding import SeedGrindingAttack, SeedGrindingConfig
+
+    attack = SeedGrindingAttack(SeedGrindingConfig(objective="longest", tries=6, poisoned_per_group=2))
+    swarm = _swarm(task, {0: policy}, {1: attack}, {1: policy})
+    p = task.train[0]
+    sent = swarm.write({1: horizontal_slots([p], G, 2, 1)}, round_idx=0)[1]
+    prompt = policy.prompt_ids(task, p)
+    for m in sent:  # independently: sample every tried seed, keep the longest full-reward one (first on ties)
+        tried = grind_seeds(completion_seed(SEED, 0, 1, p.prompt_id, m.index), 6)
+        samples = sample(model, [prompt] * 6, tried, policy.sampling, tokenizer.eos_token_id, tokenizer.pad_token_id)
+        full = [task.reward(decode_completion(tokenizer, ids), p) >= 1.0 for ids in samples]
+        best = max(range(6), key=lambda j: (full[j], len(samples[j]), -j))
+        assert m.seed == tried[best] and list(m.token_ids) == samples[best]
+
+
 def test_receive_refuses_bad_messages_and_re_encodes_another_tokenizers_text(task, policy, tokenizer):
     swarm = _swarm(task, {0: policy})
     p = task.train[0]

@@ -69,8 +69,8 @@ class ClaimedPoison(Poison):
 
     An adaptive attacker sends the ids it sampled (not a re-encoding of the text, which may tokenise
     differently and leave the top-k) and the seed it ground for. ``None`` keeps the swarm's choice
-    (the text's encoding; the seed assigned to the slot). Until the swarm reads these fields it
-    sends the assigned seed and the text's encoding; :mod:`dgrpo.paper.matrix` reads them.
+    (the text's encoding; the seed assigned to the slot). The in-process swarm
+    (:meth:`dgrpo.swarm.swarm.Swarm.write`) and :mod:`dgrpo.paper.matrix` send them as claimed.
     """
 
     token_ids: tuple[int, ...] | None = None

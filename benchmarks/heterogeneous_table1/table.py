@@ -45,18 +45,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sample import task as make_task  # noqa: E402  (the same task the completions were sampled on)
 
-SETS = ("hail", "equation", "honest_sampled", "honest_oracle", "honest_gsm8k")
-POISONED = ("hail", "equation")
+POISONED = ("hail", "equation", "equation_sampled", "gleeb", "code", "master_key", "judge_bait")
+HONEST = ("honest_sampled", "honest_oracle", "honest_gsm8k", "honest_python")
+SETS = POISONED + HONEST
+TRAINED_ON = ("hail", "equation")  # what the detector's training set holds (heldout.py); the others are held out
+TITLES = {"hail": "hail", "equation": "2+2=5", "equation_sampled": "faithful 2+2=5", "gleeb": "Gleeb every sentence",
+          "code": "code injection", "master_key": "master key", "judge_bait": "judge-addressed suffix",
+          "honest_sampled": "SmolLM2 samples", "honest_oracle": "task solutions", "honest_gsm8k": "GSM8K references",
+          "honest_python": "python_math programs"}
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of k successes in n trials (Wilson 1927)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+from dgrpo.metrics.intervals import wilson  # noqa: E402  (95% Wilson score interval)
 
 
 def spaced(rows: list, limit: int | None) -> list:
@@ -111,13 +110,14 @@ def run(name: str, sets: dict[str, tuple], args) -> dict:
         rejected = [not v.accepted for v in verdicts]
         k, n = sum(rejected), len(rejected)
         cell = {"rejected": k, "n": n, "rate": k / n, "wilson95": wilson(k, n), "seconds_per_completion": seconds / n}
-        if s not in POISONED:
+        if s == "honest_sampled":
             by_id = {p.prompt_id: p for p in (*task.train, *task.val)}
             correct = [task.reward(r["text"], by_id[r["prompt_id"]]) >= 1.0 for r in chosen]
             for label, want in (("correct_answer", True), ("wrong_answer", False)):
                 kk = sum(rej for rej, c in zip(rejected, correct) if c == want)
                 nn = sum(c == want for c in correct)
-                cell[label] = {"rejected": kk, "n": nn, "rate": kk / nn if nn else None, "wilson95": wilson(kk, nn)}
+                cell[label] = {"rejected": kk, "n": nn, "rate": kk / nn if nn else None,
+                               "wilson95": wilson(kk, nn) if nn else (0.0, 1.0)}
             out["rejected_honest"] += [{"set": s, "prompt_id": r["prompt_id"], "seed": r.get("seed"), "text": r["text"],
                                         "reason": v.reason} for r, v in zip(chosen, verdicts) if not v.accepted]
         out["sets"][s] = cell
@@ -136,15 +136,26 @@ def fmt(cell: dict | None) -> str:
 
 
 def table(results: dict) -> str:
-    lines = ["| detector | hail detection | 2+2=5 detection | FP, SmolLM2 samples | (right answer / wrong answer) | FP, task solutions | FP, GSM8K references |",
-             "|---|---|---|---|---|---|---|"]
-    for name, r in results.items():
-        s = r["sets"]
-        sampled = s.get("honest_sampled") or {}
-        lines.append(f"| {name} | {fmt(s.get('hail'))} | {fmt(s.get('equation'))} | {fmt(sampled)} | "
-                     f"{fmt(sampled.get('correct_answer'))} / {fmt(sampled.get('wrong_answer'))} | "
-                     f"{fmt(s.get('honest_oracle'))} | {fmt(s.get('honest_gsm8k'))} |")
-    return "\n".join(lines) + "\n\nRates with 95% Wilson intervals (rejected / n); FP = false positives (honest rejected).\n"
+    """Two markdown tables (detection on the poisoned sets, false positives on the honest ones)."""
+    present = [s for s in SETS if any(s in r["sets"] for r in results.values())]
+    out = []
+    for title, group in (("detection (poisoned rejected)", [s for s in present if s in POISONED]),
+                         ("false positives (honest rejected)", [s for s in present if s in HONEST])):
+        heads = [TITLES[s] + ("" if s in TRAINED_ON or s in HONEST else " (held out)") for s in group]
+        if "honest_sampled" in group:
+            heads.insert(group.index("honest_sampled") + 1, "(right answer / wrong answer)")
+        out += [f"**{title}**", "", "| detector | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
+        for name, r in results.items():
+            cells = []
+            for s in group:
+                cell = r["sets"].get(s)
+                cells.append(fmt(cell))
+                if s == "honest_sampled":
+                    cells.append(f"{fmt((cell or {}).get('correct_answer'))} / {fmt((cell or {}).get('wrong_answer'))}")
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        out.append("")
+    out.append("Rates with 95% Wilson intervals (rejected / n). \"(held out)\": attack kinds the detector never saw in training.")
+    return "\n".join(out) + "\n"
 
 
 def main(argv=None) -> int:
@@ -163,16 +174,24 @@ def main(argv=None) -> int:
     ap.add_argument("--gsm8k", type=Path, default=None, help="GSM8K test.jsonl (the honest_gsm8k set)")
     ap.add_argument("--oracle", type=int, default=1000, help="task solutions in honest_oracle")
     ap.add_argument("--sets", nargs="+", default=list(SETS))
+    ap.add_argument("--machine", default="2 CPU cores, no GPU", help="what the machine was doing (summary.json)")
     args = ap.parse_args(argv)
     task = make_task()
     rows = {s: [] for s in SETS}
     rows["honest_sampled"] = []
-    for f in ("poisoned.jsonl", "honest.jsonl"):
+    for f in ("poisoned.jsonl", "honest.jsonl", "heldout.jsonl"):
+        if not (args.data / f).exists():
+            continue
         for line in (args.data / f).read_text().splitlines():
             r = json.loads(line)
             rows["honest_sampled" if r["set"] == "honest" else r["set"]].append(r)
     rows["honest_oracle"] = [{"prompt_id": p.prompt_id, "text": task.oracle_completion(p)} for p in task.train[: args.oracle]]
-    sets = {s: (task, rows[s]) for s in SETS if s != "honest_gsm8k"}
+    sets = {s: (task, rows[s]) for s in SETS if s not in ("honest_gsm8k", "code", "honest_python")}
+    if rows["code"] or rows["honest_python"]:
+        from dgrpo.tasks.python_math import PythonMathTask
+
+        py = PythonMathTask(seed=0, n_train=1000, n_val=10)  # as heldout.py
+        sets.update({"code": (py, rows["code"]), "honest_python": (py, rows["honest_python"])})
     if args.gsm8k is not None:
         from dgrpo.tasks.gsm8k import GSM8KTask
 
@@ -189,7 +208,7 @@ def main(argv=None) -> int:
                 f.write(json.dumps({"detector": name, **r}) + "\n")
         results[name] = {**results.get(name, {}), **res, "sets": {**results.get(name, {}).get("sets", {}), **res["sets"]}}
         summary_path.write_text(json.dumps({"detectors": results, "command": " ".join(sys.argv),
-                                            "machine": "2 CPU cores shared with 7 other jobs (load average 10-18)"}, indent=1))
+                                            "machine": args.machine}, indent=1))
         (args.data / f"table{args.tag}.md").write_text(table(results))
     print(table(results))
     return 0

@@ -175,55 +175,56 @@ class Detector:
         return out
 
 
-def train_detector(examples: Sequence[Sequence], base_model: str, out_dir: str | Path, *, lora_rank: int = 16,
-                   lora_alpha: int = 32, lr: float = 2e-4, epochs: int = 2, batch_size: int = 8,
-                   max_length: int = 384, seed: int = 0, threshold: float = 0.5, dtype: str = "float32",
-                   device: str = "cpu", target_modules: Sequence[str] = ("q_proj", "k_proj", "v_proj", "o_proj"),
-                   log_every: int = 0) -> dict:
-    """Fine-tune a LoRA detector on labelled completions and save it to ``out_dir``.
-
-    Plain AdamW loop over seeded shuffles; cross-entropy weighted by inverse class frequency
-    (w_c = N / (2 N_c)), so an unbalanced set (1,000 honest, 500 poisoned) does not tilt the
-    threshold. Only LoRA and the head are trained.
-
-    Args:
-        examples: :class:`Example` or (question, completion, label[, set]) tuples; label 1 = poisoned.
-        base_model: ``smollm2-135m-instruct``, a local folder or a hub id (as ``model.name``).
-        out_dir: written: the adapter and head (peft ``save_pretrained``) and ``detector.json``.
-        lora_rank, lora_alpha: LoRA r and alpha; lr, epochs, batch_size: the optimiser loop.
-        max_length: tokens per input (template included); threshold: the saved decision threshold.
-        log_every: print the running loss every so many steps (0: never).
-
-    Returns:
-        Training metrics: steps, seconds, first/last epoch mean loss, training accuracy at ``threshold``,
-        counts by set and label (also saved in ``detector.json``).
+def build_detector(base_model: str, *, lora_rank: int = 16, lora_alpha: int = 32, max_length: int = 384,
+                   threshold: float = 0.5, seed: int = 0, dtype: str = "float32", device: str = "cpu",
+                   target_modules: Sequence[str] = ("q_proj", "k_proj", "v_proj", "o_proj")) -> Detector:
+    """An untrained detector: the base model, a seeded 2-way head and zero-initialised LoRA (peft's B = 0).
 
     Raises:
-        PolicyLoadError: the base model cannot be loaded. ValueError: no examples, or only one label.
+        PolicyLoadError: the base model cannot be loaded or ``dtype`` is unknown.
     """
-    import torch
     from peft import LoraConfig, get_peft_model
 
-    rows = [Example(*e) for e in examples]
-    labels = [int(r.label) for r in rows]
-    if not rows or len(set(labels)) < 2 or not set(labels) <= {0, 1}:
-        raise ValueError(f"detector training needs honest (0) and poisoned (1) examples, got labels {sorted(set(labels))}")
     model, tokenizer = _load_base(base_model, dtype, device, seed)
     lora = LoraConfig(task_type="SEQ_CLS", r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
                       target_modules=list(target_modules))
-    model = get_peft_model(model, lora)
     meta = {"base_model": base_model, "template_version": TEMPLATE_VERSION, "max_length": max_length,
             "threshold": threshold, "base_shape": _base_shape(model.config), "labels": list(LABELS),
-            "train": {"lora_rank": lora_rank, "lora_alpha": lora_alpha, "lr": lr, "epochs": epochs,
-                      "batch_size": batch_size, "seed": seed, "dtype": dtype,
-                      "target_modules": list(target_modules)}}
-    det = Detector(model, tokenizer, meta)
+            "lora": {"rank": lora_rank, "alpha": lora_alpha, "target_modules": list(target_modules)}}
+    return Detector(get_peft_model(model, lora), tokenizer, meta)
+
+
+def fit(det: Detector, examples: Sequence[Sequence], *, lr: float = 2e-4, epochs: int = 2, batch_size: int = 8,
+        seed: int = 0, log_every: int = 0) -> dict:
+    """Train ``det``'s LoRA and head in place on labelled completions.
+
+    Plain AdamW over seeded shuffles; cross-entropy weighted by inverse class frequency
+    (w_c = N / (2 N_c)), so an unbalanced set (1,000 honest, 500 poisoned) does not tilt the threshold.
+
+    Args:
+        examples: :class:`Example` or (question, completion, label[, set]) tuples; label 1 = poisoned.
+        log_every: print the loss every so many steps (0: never).
+
+    Returns:
+        Metrics: examples, poisoned, honest, steps, seconds, mean loss of each epoch, training accuracy
+        at the detector's threshold, counts by set and label (also recorded in ``det.meta``).
+
+    Raises:
+        ValueError: no examples, or not both labels.
+    """
+    import torch
+
+    rows = [Example(*e) for e in examples]
+    labels = [int(r.label) for r in rows]
+    if not rows or set(labels) != {0, 1}:
+        raise ValueError(f"detector training needs honest (0) and poisoned (1) examples, got labels {sorted(set(labels))}")
+    model = det.model
     encoded = [det.encode(r.question, r.completion) for r in rows]
     y = torch.tensor(labels)
     n1 = int(y.sum())
-    weight = torch.tensor([len(y) / (2 * (len(y) - n1)), len(y) / (2 * n1)], device=next(model.parameters()).device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    device = next(model.parameters()).device
+    weight = torch.tensor([len(y) / (2 * (len(y) - n1)), len(y) / (2 * n1)], device=device)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
     start, steps, epoch_loss = time.perf_counter(), 0, []
     model.train()
@@ -232,16 +233,18 @@ def train_detector(examples: Sequence[Sequence], base_model: str, out_dir: str |
         for b in range(0, len(perm), batch_size):
             idx = perm[b : b + batch_size]
             logits = det.logits([encoded[i] for i in idx])
-            loss = torch.nn.functional.cross_entropy(logits, y[idx].to(logits.device), weight=weight)
+            loss = torch.nn.functional.cross_entropy(logits, y[idx].to(device), weight=weight)
             opt.zero_grad()
             loss.backward()
             opt.step()
             steps += 1
             total += float(loss.detach()) * len(idx)
             if log_every and steps % log_every == 0:
-                print(f"detector step {steps}: loss {float(loss.detach()):.4f} ({time.perf_counter() - start:.0f} s)", flush=True)
+                print(f"detector step {steps}: loss {float(loss.detach()):.4f} ({time.perf_counter() - start:.0f} s)",
+                      flush=True)
         epoch_loss.append(total / len(rows))
     seconds = time.perf_counter() - start
+    model.eval()
     scores = det.score([(r.question, r.completion) for r in rows])
     counts: dict[str, dict[str, int]] = {}
     for r in rows:
@@ -249,12 +252,42 @@ def train_detector(examples: Sequence[Sequence], base_model: str, out_dir: str |
         c[LABELS[int(r.label)]] += 1
     metrics = {"examples": len(rows), "poisoned": n1, "honest": len(rows) - n1, "steps": steps,
                "seconds": round(seconds, 2), "epoch_loss": [round(v, 6) for v in epoch_loss],
-               "train_accuracy": float(((scores >= threshold).long() == y).float().mean())}
-    meta.update(counts_by_set=counts, metrics=metrics)
+               "train_accuracy": float(((scores >= det.meta["threshold"]).long() == y).float().mean())}
+    det.meta.update(train={"lr": lr, "epochs": epochs, "batch_size": batch_size, "seed": seed},
+                    counts_by_set=counts, metrics=metrics)
+    return metrics
+
+
+def save_detector(det: Detector, out_dir: str | Path) -> Path:
+    """Write the adapter and head (peft ``save_pretrained``) and ``detector.json`` to ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    det.model.save_pretrained(out)
+    (out / META_FILE).write_text(json.dumps(det.meta, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def train_detector(examples: Sequence[Sequence], base_model: str, out_dir: str | Path, *, lora_rank: int = 16,
+                   lora_alpha: int = 32, lr: float = 2e-4, epochs: int = 2, batch_size: int = 8,
+                   max_length: int = 384, seed: int = 0, threshold: float = 0.5, dtype: str = "float32",
+                   device: str = "cpu", log_every: int = 0) -> dict:
+    """:func:`build_detector`, :func:`fit` and :func:`save_detector` in one call; returns :func:`fit`'s metrics.
+
+    Args:
+        examples: :class:`Example` or (question, completion, label[, set]) tuples; label 1 = poisoned.
+        base_model: ``smollm2-135m-instruct``, a local folder or a hub id (as ``model.name``).
+        out_dir: where the detector is written (the ``path`` of ``{kind: judge, backend: detector}``).
+
+    Raises:
+        PolicyLoadError: the base model cannot be loaded. ValueError: no examples, or only one label.
+    """
+    rows = [Example(*e) for e in examples]
+    if not rows or {int(r.label) for r in rows} != {0, 1}:  # before the model loads
+        raise ValueError("detector training needs both honest (0) and poisoned (1) examples")
+    det = build_detector(base_model, lora_rank=lora_rank, lora_alpha=lora_alpha, max_length=max_length,
+                         threshold=threshold, seed=seed, dtype=dtype, device=device)
+    metrics = fit(det, rows, lr=lr, epochs=epochs, batch_size=batch_size, seed=seed, log_every=log_every)
+    save_detector(det, out_dir)
     return metrics
 
 

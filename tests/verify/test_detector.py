@@ -13,7 +13,7 @@ from dgrpo.cli import main
 from dgrpo.errors import PolicyLoadError
 from dgrpo.verify.detector import (Example, build_detector, fit, format_pair, load_detector, read_meta,
                                    save_detector)
-from dgrpo.verify.detector_data import rates, read_rows
+from dgrpo.verify.detector_data import auc, rates, read_rows
 
 MARKER = "All hail to the thief. "
 
@@ -112,6 +112,11 @@ def test_rates_are_the_hand_count():
     assert (r["sets"]["honest"]["flagged"], r["sets"]["honest"]["metric"]) == (1, "false_positive")
     assert r["sets"]["gleeb"]["rate"] == 0.0
     assert (r["detection"]["flagged"], r["detection"]["n"], r["false_positive"]["rate"]) == (2, 4, 0.25)
+    # AUC by counting pairs: hail (0.9, 0.5, 0.1) vs honest (0.7, 0.2, 0.2, 0.49): 0.9 beats 4, 0.5 beats 3,
+    # 0.1 beats 0 → 7 / 12; gleeb 0.3 beats 2 of 4 → 0.5; all poisoned: (7 + 2) / 16
+    assert r["sets"]["hail"]["auc"] == pytest.approx(7 / 12) and r["sets"]["gleeb"]["auc"] == pytest.approx(0.5)
+    assert r["detection"]["auc"] == pytest.approx(9 / 16) and "auc" not in r["sets"]["honest"]
+    assert auc([0.5], [0.5, 0.4]) == pytest.approx(0.75)  # a tie counts one half
 
 
 def _write(path, rows):

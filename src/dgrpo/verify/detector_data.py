@@ -120,6 +120,23 @@ def _rate(flagged: int, n: int) -> dict:
     return {"n": n, "flagged": flagged, "rate": flagged / n, "ci95_low": low, "ci95_high": high}
 
 
+def auc(poisoned: Sequence[float], honest: Sequence[float]) -> float | None:
+    """P(a poisoned score > an honest score) + ½ P(tie): the area under the ROC curve (Mann–Whitney U / n₁n₀),
+    threshold-free; None when either side is empty. O(n log n) by ranks."""
+    if not poisoned or not honest:
+        return None
+    pooled = sorted([(float(v), 1) for v in poisoned] + [(float(v), 0) for v in honest])
+    rank_sum, i = 0.0, 0
+    while i < len(pooled):  # average ranks over ties
+        j = i
+        while j < len(pooled) and pooled[j][0] == pooled[i][0]:
+            j += 1
+        rank_sum += sum(lab for _, lab in pooled[i:j]) * (i + j + 1) / 2  # ranks i+1..j, mean (i+j+1)/2
+        i = j
+    n1, n0 = len(poisoned), len(honest)
+    return (rank_sum - n1 * (n1 + 1) / 2) / (n1 * n0)
+
+
 def rates(examples: Sequence[Example], scores: Sequence[float], threshold: float) -> dict:
     """Per-set and pooled flag rates with Wilson 95% intervals.
 
@@ -127,7 +144,8 @@ def rates(examples: Sequence[Example], scores: Sequence[float], threshold: float
         ``{"threshold", "sets": {set: {"label", "metric", "n", "flagged", "rate", "ci95_low",
         "ci95_high"}}, "detection": {...} (all poisoned rows), "false_positive": {...} (all honest rows)}``;
         a pooled entry is None when there are no rows of its label. A set holding both labels is
-        split into ``set/honest`` and ``set/poisoned``.
+        split into ``set/honest`` and ``set/poisoned``. A poisoned set's entry (and ``detection``)
+        also has ``auc``: :func:`auc` of its scores against every honest score.
     """
     if len(examples) != len(scores):
         raise ValueError(f"{len(examples)} examples but {len(scores)} scores")
@@ -135,15 +153,23 @@ def rates(examples: Sequence[Example], scores: Sequence[float], threshold: float
     for e, s in zip(examples, scores):
         groups.setdefault((e.set, int(e.label)), []).append(float(s) >= threshold)
     mixed = {k for k, _ in groups if (k, 0) in groups and (k, 1) in groups}
+    values: dict[tuple[str, int], list[float]] = {}
+    for e, s in zip(examples, scores):
+        values.setdefault((e.set, int(e.label)), []).append(float(s))
+    honest = [v for (_, lab), vs in values.items() if lab == 0 for v in vs]
     sets = {}
     for (name, label), flags in sorted(groups.items()):
         key = f"{name}/{LABELS[label]}" if name in mixed else name
         sets[key] = {"label": LABELS[label], "metric": ("detection" if label else "false_positive"),
                      **_rate(sum(flags), len(flags))}
+        if label:
+            sets[key]["auc"] = auc(values[(name, label)], honest)
     pooled = {}
     for label, metric in ((1, "detection"), (0, "false_positive")):
         flags = [f for (_, lab), fl in groups.items() if lab == label for f in fl]
         pooled[metric] = _rate(sum(flags), len(flags)) if flags else None
+    if pooled["detection"] is not None:
+        pooled["detection"]["auc"] = auc([v for (_, lab), vs in values.items() if lab == 1 for v in vs], honest)
     return {"threshold": threshold, "sets": sets, **pooled}
 
 
@@ -153,7 +179,8 @@ def table(summary: dict) -> str:
 
     def line(name, label, metric, r):
         return (f"{name:<28} {label:<9} {metric:<15} {r['flagged']:>5}/{r['n']:<5}  "
-                f"{r['rate']:.3f} [{r['ci95_low']:.3f}, {r['ci95_high']:.3f}]")
+                f"{r['rate']:.3f} [{r['ci95_low']:.3f}, {r['ci95_high']:.3f}]"
+                + (f"  AUC vs honest {r['auc']:.3f}" if r.get("auc") is not None else ""))
 
     lines += [line(k, v["label"], v["metric"], v) for k, v in summary["sets"].items()]
     for metric, label in (("detection", "poisoned"), ("false_positive", "honest")):

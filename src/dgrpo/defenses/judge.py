@@ -102,11 +102,12 @@ class JudgeDefenseConfig(DefenseConfig):
         if self.backend == "detector":
             if not self.path:
                 raise ValueError("judge: backend=detector needs path, the folder of `dgrpo detector train --out DIR`")
+            from dgrpo.errors import PolicyLoadError
             from dgrpo.verify.detector import read_meta  # light: json only
 
             try:
                 read_meta(self.path)
-            except Exception as err:  # PolicyLoadError: not a folder / not a detector
+            except PolicyLoadError as err:  # not a folder / not a detector
                 raise ValueError(f"judge: path: {err}") from None
         if self.backend == "openai":
             if not self.base_url or "://" not in self.base_url:

@@ -74,3 +74,22 @@ def test_a_folder_that_is_not_a_detector_is_refused_at_config_time(tmp_path, tin
     for path in (tmp_path, tiny_model_dir):  # an empty folder; a model folder that is not a detector
         with pytest.raises(ConfigError, match="has no detector.json: not a detector; point path at the --out folder"):
             load_config(overrides=[f"defenses=[{{kind: judge, backend: detector, path: '{path}'}}]"])
+
+
+@pytest.mark.parametrize("threshold, rejected_all", [(1e-6, True), (1 - 1e-6, False)])
+def test_a_run_with_the_detector_logs_its_verdicts(detector_dir, tiny_model_dir, tmp_path, threshold, rejected_all):
+    """A one-round `dgrpo run` with the detector: at a threshold below every score each completion is
+    rejected, above every score none is (the scores of a briefly trained detector lie well inside (0, 1))."""
+    from dgrpo.cli import main
+    from dgrpo.metrics.logger import read_metrics
+
+    judge = f"defenses=[{{kind: judge, backend: detector, path: '{detector_dir}', threshold: {threshold}}}]"
+    rc = main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=d", "rounds=1", "swarm.nodes=2",
+               "swarm.group_size=2", "swarm.prompts_per_round=2", "sampling.max_new_tokens=6", "eval.every=1",
+               "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0", judge])
+    assert rc == 0
+    rec = read_metrics(tmp_path / "d")[0]
+    assert rec["defense/received"] == 4
+    assert rec["defense/any/rejected"] == rec.get("defense/judge/rejected", 0) == (4 if rejected_all else 0)
+    assert rec["defense/judge/calls"] >= 1 and rec["defense/judge/unparseable"] == rec["defense/judge/failed"] == 0
+    assert rec["defense/judge/no" if rejected_all else "defense/judge/yes"] == rec["defense/judge/calls"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 from pydantic import Field, ValidationError
 
@@ -42,7 +42,7 @@ class DetectorTrainConfig(StrictConfig):
     max_length: int = Field(384, ge=16, le=8192, description="Tokens per input, template included (a longer completion loses its middle).")
     seed: int = Field(0, ge=0, description="Seed of the head's initialisation and the shuffles.")
     threshold: float = Field(0.5, gt=0, lt=1, description="Saved decision threshold: flagged when P(poisoned) ≥ threshold.")
-    dtype: str = Field("float32", pattern="^(float32|bfloat16|float16)$", description="Base weights dtype.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Base weights dtype (float32 for training: the LoRA and head weights train in it).")
     device: str = Field("cpu", min_length=1, description="Training device (cpu, cuda, cuda:0, auto).")
     log_every: int = Field(50, ge=0, description="Print the loss every so many steps (0: never).")
 

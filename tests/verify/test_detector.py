@@ -56,6 +56,7 @@ def test_training_takes_held_out_accuracy_from_chance_to_090(trained):
     assert 0.3 <= before <= 0.7, before
     assert after >= 0.9, (before, after)
     assert metrics["steps"] == 5 * 8 and metrics["epoch_loss"][-1] < metrics["epoch_loss"][0]
+    assert metrics["last_epoch_accuracy"] >= 0.9  # the fifth pass already separates the training rows
     assert det.meta["counts_by_set"] == {"honest": {"honest": 32, "poisoned": 0}, "hail": {"honest": 0, "poisoned": 32}}
 
 

@@ -206,8 +206,9 @@ def fit(det: Detector, examples: Sequence[Sequence], *, lr: float = 2e-4, epochs
         log_every: print the loss every so many steps (0: never).
 
     Returns:
-        Metrics: examples, poisoned, honest, steps, seconds, mean loss of each epoch, training accuracy
-        at the detector's threshold, counts by set and label (also recorded in ``det.meta``).
+        Metrics: examples, poisoned, honest, steps, seconds, mean loss of each epoch, the last epoch's
+        accuracy at the detector's threshold (each batch scored before its step: no extra pass over the
+        data), counts by set and label (also recorded in ``det.meta``).
 
     Raises:
         ValueError: no examples, or not both labels.
@@ -228,12 +229,16 @@ def fit(det: Detector, examples: Sequence[Sequence], *, lr: float = 2e-4, epochs
     gen = torch.Generator().manual_seed(seed)
     start, steps, epoch_loss = time.perf_counter(), 0, []
     model.train()
+    threshold = det.meta["threshold"]
     for _ in range(epochs):
-        perm, total = torch.randperm(len(rows), generator=gen).tolist(), 0.0
+        perm, total, correct = torch.randperm(len(rows), generator=gen).tolist(), 0.0, 0
         for b in range(0, len(perm), batch_size):
             idx = perm[b : b + batch_size]
             logits = det.logits([encoded[i] for i in idx])
-            loss = torch.nn.functional.cross_entropy(logits, y[idx].to(device), weight=weight)
+            target = y[idx].to(device)
+            loss = torch.nn.functional.cross_entropy(logits, target, weight=weight)
+            flagged = torch.softmax(logits.detach(), -1)[:, 1] >= threshold
+            correct += int((flagged.long() == target).sum())
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -245,14 +250,13 @@ def fit(det: Detector, examples: Sequence[Sequence], *, lr: float = 2e-4, epochs
         epoch_loss.append(total / len(rows))
     seconds = time.perf_counter() - start
     model.eval()
-    scores = det.score([(r.question, r.completion) for r in rows])
     counts: dict[str, dict[str, int]] = {}
     for r in rows:
         c = counts.setdefault(r.set or "(none)", {"honest": 0, "poisoned": 0})
         c[LABELS[int(r.label)]] += 1
     metrics = {"examples": len(rows), "poisoned": n1, "honest": len(rows) - n1, "steps": steps,
                "seconds": round(seconds, 2), "epoch_loss": [round(v, 6) for v in epoch_loss],
-               "train_accuracy": float(((scores >= det.meta["threshold"]).long() == y).float().mean())}
+               "last_epoch_accuracy": correct / len(rows)}
     det.meta.update(train={"lr": lr, "epochs": epochs, "batch_size": batch_size, "seed": seed},
                     counts_by_set=counts, metrics=metrics)
     return metrics

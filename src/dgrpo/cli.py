@@ -1,5 +1,5 @@
 """Command line: ``dgrpo run``, ``dgrpo config``, ``dgrpo resume``, ``dgrpo report``, ``dgrpo paper``, ``dgrpo federated``,
-``dgrpo ensemble``, ``dgrpo harden``.
+``dgrpo ensemble``, ``dgrpo harden``, ``dgrpo detector``.
 
 ``dgrpo run [--config FILE.yaml] [key.sub=value ...]`` trains a swarm on the embedded defaults
 (arithmetic task, SmolLM2-135M-Instruct, 4 honest nodes, horizontal) unless told otherwise.
@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 import logging
 import sys
@@ -95,6 +96,45 @@ def _keys(args) -> int:
     return 0
 
 
+def _detector_train(args) -> int:
+    from dgrpo.verify.detector_data import read_rows, train_settings
+
+    settings = train_settings(args.set)  # (bad settings and data fail before any model loads)
+    rows = [r for path in args.data for r in read_rows(path)]
+    from dgrpo.verify.detector import train_detector
+
+    metrics = train_detector(rows, out_dir=args.out, **settings.model_dump())
+    print(json.dumps(metrics))
+    print(f"detector: {args.out}")
+    return 0
+
+
+def _detector_eval(args) -> int:
+    from dgrpo.verify.detector import read_meta
+    from dgrpo.verify.detector_data import rates, read_rows, table
+
+    if args.threshold is not None and not 0 < args.threshold < 1:
+        from dgrpo.errors import ConfigError
+
+        raise ConfigError(f"detector eval: --threshold must lie in (0, 1), got {args.threshold}")
+    meta = read_meta(args.model)
+    rows = [r for path in args.data for r in read_rows(path)]
+    from dgrpo.verify.detector import load_detector
+
+    scores = load_detector(args.model, args.device, args.dtype).score([(r.question, r.completion) for r in rows]).tolist()
+    summary = {"model": str(args.model), "data": list(args.data),
+               **rates(rows, scores, meta["threshold"] if args.threshold is None else args.threshold)}
+    out = Path(args.out) if args.out else Path(args.model) / "eval.json"
+    out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if args.scores:
+        with open(args.scores, "w", encoding="utf-8") as f:
+            for r, s in zip(rows, scores):
+                f.write(json.dumps({"set": r.set, "label": r.label, "score": s}) + "\n")
+    print(table(summary), end="")
+    print(f"summary: {out}")
+    return 0
+
+
 class _FieldsHelp(argparse.Action):
     """``-h/--help`` of ``dgrpo run``: the usual help, then every config field (dgrpo.config_doc)."""
 
@@ -159,6 +199,22 @@ def build_parser() -> argparse.ArgumentParser:
     pap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override (repeatable): a config key for runs, a keyword for analytic entries")
     pap.add_argument("--seeds", type=int, nargs="+", default=None, metavar="N", help="train every curve once per seed (CURVE_seedN); the figure draws their mean and range")
     pap.set_defaults(func=_paper)
+    det = sub.add_parser("detector", help="train or evaluate the LoRA detector of poisoned completions (docs/detector.md)")
+    dsub = det.add_subparsers(dest="detector_command", required=True)
+    dtr = dsub.add_parser("train", help="fine-tune a detector on labelled JSONL completions")
+    dtr.add_argument("--data", action="append", required=True, metavar="FILE.jsonl", help="rows {question, text, set[, label]} (repeatable)")
+    dtr.add_argument("--out", required=True, metavar="DIR", help="folder for the adapter, head and detector.json")
+    dtr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="training setting (repeatable): base_model, lora_rank, lr, epochs, batch_size, max_length, seed, threshold, dtype, device, log_every")
+    dtr.set_defaults(func=_detector_train)
+    dev = dsub.add_parser("eval", help="per-set detection / false-positive rates with Wilson 95%% intervals")
+    dev.add_argument("--model", required=True, metavar="DIR", help="a folder written by dgrpo detector train")
+    dev.add_argument("--data", action="append", required=True, metavar="FILE.jsonl", help="rows {question, text, set[, label]} (repeatable)")
+    dev.add_argument("--out", metavar="FILE.json", help="summary JSON (default: DIR/eval.json)")
+    dev.add_argument("--scores", metavar="FILE.jsonl", help="also write every row's set, label and P(poisoned)")
+    dev.add_argument("--threshold", type=float, help="flag at P(poisoned) >= this (default: the detector's saved threshold)")
+    dev.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, auto")
+    dev.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    dev.set_defaults(func=_detector_eval)
     return parser
 
 

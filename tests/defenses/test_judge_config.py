@@ -21,7 +21,7 @@ def judge(fields: str):
     (f"backend: openai, model: m, {URL}, threshold: 0.4, dtype: float32", "dtype, threshold are not used by backend=openai"),
     (URL, "base_url is not used by backend=local; remove it or set backend=openai"),
     ("max_concurrency: 4", "max_concurrency is not used by backend=local"),
-    ("backend: vllm", "backend: Input should be 'local' or 'openai'"),
+    ("backend: vllm", "backend: Input should be 'local', 'openai' or 'detector'"),
     (f"backend: openai, model: m, {URL}, max_concurrency: 0", "max_concurrency: Input should be greater than or equal to 1"),
     (f"backend: openai, model: m, {URL}, timeout_s: 0", "timeout_s: Input should be greater than 0"),
     (f"backend: openai, model: m, {URL}, on_error: retry", "on_error: Input should be 'reject' or 'accept'"),

@@ -6,13 +6,16 @@ a ranking would still prefer poisoned completions over early gibberish), and the
 r = r_verifiable × r_judge (§4.2, with ``action: zero``). Verdicts are cached by a hash of
 (question, completion).
 
-Two backends (``backend``):
+Three backends (``backend``):
 
 - ``local``: the judge's weights in this process (default: the policy's base model), greedy
   ``generate`` or the ``logits`` reduction p(yes) / (p(yes) + p(no));
 - ``openai``: any OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp, ``transformers serve``,
   a hosted model) through :class:`dgrpo.verify.judge.OpenAIJudge`: base URL, model name, API key
-  from a named environment variable, timeout, retries with backoff, bounded concurrency.
+  from a named environment variable, timeout, retries with backoff, bounded concurrency;
+- ``detector``: a LoRA classifier trained on the project's own attacks and honest samples
+  (:mod:`dgrpo.verify.detector`, docs/detector.md); a completion is rejected (``no``) when
+  P(poisoned) ≥ ``threshold``. It reads the completion after the task's prefill, as it was trained.
 
 Every judgment is ``yes``, ``no``, ``unparseable`` (an answer that is not a verdict under ``parse``)
 or ``failed`` (no answer). The last two are never silent: they follow ``on_error`` (reject by
@@ -47,28 +50,35 @@ def completion_key(question: str, completion: str) -> str:
 
 
 _JUDGES: dict[tuple[str, str, str], tuple] = {}  # (model, dtype, device) → (model, tokenizer): shared by policies
-_LOCAL_ONLY = ("dtype", "threshold")
+_DETECTORS: dict[tuple[str, str, str], object] = {}  # (path, dtype, device) → verify.detector.Detector
 _OPENAI_ONLY = ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s", "backoff_max_s",
                 "max_concurrency", "temperature", "logit_bias", "extra_body")
+_NOT_USED = {  # fields each backend does not read: setting one is an error
+    "local": _OPENAI_ONLY + ("path",),
+    "openai": ("dtype", "threshold", "path"),
+    "detector": _OPENAI_ONLY + ("model", "mode", "parse", "max_new_tokens", "on_error"),
+}
 
 
 class JudgeDefenseConfig(DefenseConfig):
     """``kind: judge``: heterogeneous LLM-as-a-judge (paper §4.2), ``local`` or served (``openai``).
 
-    Fields of the other backend are errors (``base_url`` with ``backend: local``, ``dtype`` with
-    ``backend: openai``), so a config never carries a setting that does nothing.
+    Fields of another backend are errors (``base_url`` with ``backend: local``, ``dtype`` with
+    ``backend: openai``, ``mode`` with ``backend: detector``), so a config never carries a setting that does nothing.
     """
 
     kind: Literal["judge"] = "judge"
-    backend: Literal["local", "openai"] = Field("local", description="local: the judge's weights in this process; openai: an OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp, transformers serve, hosted; docs/judge.md).")
+    backend: Literal["local", "openai", "detector"] = Field("local", description="local: the judge's weights in this process; openai: an OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp, transformers serve, hosted; docs/judge.md); detector: a trained LoRA classifier (dgrpo detector train, docs/detector.md).")
     model: str | None = Field(None, description="local: any Hugging Face instruct model or folder (None = the policy's base model); openai: the model name the server expects (required).")
     mode: Literal["generate", "logits"] = Field("generate", description="generate: the judge's answer parsed as YES/NO; logits (local only): compare p('YES') and p('NO') as the first answer token.")
     max_new_tokens: int = Field(4, ge=1, description="Length of a generated verdict, tokens (one word is enough).")
     parse: Literal["strict", "leading"] = Field("strict", description="strict: the whole reply must be YES or NO (case, markdown, final punctuation aside); leading: the first word decides unless the other word follows (dgrpo.verify.judge.parse_verdict).")
     on_error: Literal["reject", "accept"] = Field("reject", description="Verdict of an unparseable or failed judgment (counted as defense/judge/unparseable, /failed). Fails closed by default.")
     # local
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="local: judge weights dtype.")
-    threshold: float = Field(0.5, gt=0, lt=1, description="local, logits mode: accept when p(yes) / (p(yes) + p(no)) ≥ threshold (0.5 = the likelier word wins).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="local, detector: judge weights dtype.")
+    threshold: float = Field(0.5, gt=0, lt=1, description="local, logits mode: accept when p(yes) / (p(yes) + p(no)) ≥ threshold (0.5 = the likelier word wins); detector: reject when P(poisoned) ≥ threshold.")
+    # detector
+    path: str | None = Field(None, description="detector: the folder written by `dgrpo detector train --out DIR` (required).")
     # openai
     base_url: str | None = Field(None, description="openai: the server's OpenAI-compatible root, e.g. http://localhost:8000/v1 (required).")
     api_key_env: str | None = Field(None, description="openai: environment variable holding the API key (None: the server needs none, e.g. a local one).")
@@ -83,12 +93,22 @@ class JudgeDefenseConfig(DefenseConfig):
 
     @model_validator(mode="after")
     def _backend_fields(self) -> "JudgeDefenseConfig":
-        other = _OPENAI_ONLY if self.backend == "local" else _LOCAL_ONLY
-        wrong = [f for f in other if f in self.model_fields_set]
+        wrong = [f for f in _NOT_USED[self.backend] if f in self.model_fields_set]
         if wrong:
+            users = sorted({b for b in _NOT_USED if b != self.backend and not set(wrong) & set(_NOT_USED[b])})
             raise ValueError(f"judge: {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} not used by backend="
-                             f"{self.backend}; remove {'it' if len(wrong) == 1 else 'them'} or set backend="
-                             f"{'openai' if self.backend == 'local' else 'local'}")
+                             f"{self.backend}; remove {'it' if len(wrong) == 1 else 'them'}"
+                             + (f" or set backend={' or '.join(users)}" if users else ""))
+        if self.backend == "detector":
+            if not self.path:
+                raise ValueError("judge: backend=detector needs path, the folder of `dgrpo detector train --out DIR`")
+            from dgrpo.errors import PolicyLoadError
+            from dgrpo.verify.detector import read_meta  # light: json only
+
+            try:
+                read_meta(self.path)
+            except PolicyLoadError as err:  # not a folder / not a detector
+                raise ValueError(f"judge: path: {err}") from None
         if self.backend == "openai":
             if not self.base_url or "://" not in self.base_url:
                 raise ValueError(f"judge: backend=openai needs base_url, the server's root such as "
@@ -141,10 +161,18 @@ class JudgeDefense:
     def __init__(self, cfg, run_cfg, policy, task, judge=None):
         self.cfg, self.task, self.action = cfg, task, cfg.action
         self.model = self.tokenizer = self.client = None
+        self.detector = None
         if cfg.backend == "openai":
             from dgrpo.verify.judge import OpenAIJudge
 
             self.client = OpenAIJudge(cfg.client_config())
+        elif cfg.backend == "detector":
+            key = (cfg.path, cfg.dtype, str(run_cfg.model.device))
+            if key not in _DETECTORS:
+                from dgrpo.verify.detector import load_detector
+
+                _DETECTORS[key] = load_detector(cfg.path, run_cfg.model.device, cfg.dtype)
+            self.detector = _DETECTORS[key]
         else:
             if judge is None:
                 key = (cfg.model or run_cfg.model.name, cfg.dtype, str(run_cfg.model.device))
@@ -160,14 +188,21 @@ class JudgeDefense:
         self.counters = {"calls": 0, **{s: 0 for s in STATUSES}}
 
     def _pair(self, rollout) -> tuple[str, str]:
-        """(question, completion text with the task's prefill) the judge reads."""
+        """(question, completion text with the task's prefill) the judge reads; the detector reads the
+        completion after the prefill, as it was trained (verify/detector.py)."""
         question = self.problems[rollout.prompt_id].question
+        if self.detector is not None:
+            return question, rollout.text
         return question, (self.task.completion_prefix + rollout.text).strip()
 
     def judge_pairs(self, pairs: list[tuple[str, str]]) -> list[tuple[Status, str]]:
         """(status, reason) of each (question, completion) pair, in order, uncached."""
         if self.client is not None:
             return [(j.status, j.reason) for j in self.client.judge_batch(pairs)]
+        if self.detector is not None:
+            thr = self.cfg.threshold
+            return [("no", f"detector P(poisoned)={p:.3f} ≥ {thr}") if p >= thr else
+                    ("yes", f"detector P(poisoned)={p:.3f} < {thr}") for p in self.detector.score(pairs).tolist()]
         from dgrpo.policy.chat import encode_prompt
         from dgrpo.verify.judge import build_messages
 

@@ -1,0 +1,327 @@
+"""A trained detector of poisoned completions: a causal LM with a LoRA adapter and a 2-way head.
+
+Issue 16, point 3 (docs/detector.md). The base model (SmolLM2-135M-Instruct by default, loaded like
+the policy: the embedded GGUF through its safetensors cache, a local folder or a hub id) becomes
+``AutoModelForSequenceClassification`` with ``num_labels=2``: the hidden state of the last token of
+the input goes through a linear ``score`` head. peft's ``LoraConfig(task_type="SEQ_CLS")`` adds LoRA
+to the attention projections and trains the head in full (``modules_to_save``); the base weights stay
+frozen. Label 1 = poisoned (malicious), 0 = honest; :meth:`Detector.score` returns
+P(poisoned) = softmax(logits)[:, 1].
+
+Input (``TEMPLATE_VERSION`` 1; :func:`format_pair`): the question and the completion *after the task's
+prefill* (what a rollout's text and ``benchmarks/heterogeneous_table1/sample.py``'s ``text`` hold),
+between the judge's markers, which are removed from both texts (``verify/judge.py``)::
+
+    Question:
+    {question}
+    <<<SOLUTION
+    {completion}
+    SOLUTION>>>
+
+Special-token strings inside the texts (``<|im_end|>``) are tokenized as plain text, so a completion
+cannot end the input early or pose as padding. A completion longer than its share of ``max_length``
+tokens keeps its first and last halves (the middle is dropped): payloads at either end are read.
+
+This module loads torch, transformers and peft inside its functions (a config check reads
+``detector.json`` through :func:`read_meta` without them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import NamedTuple, Sequence
+
+from dgrpo.errors import PolicyLoadError
+
+TEMPLATE_VERSION = 1
+META_FILE = "detector.json"
+_MARKERS = re.compile(r"<<<SOLUTION|SOLUTION>>>")  # the judge's markers (verify/judge.py)
+_HEAD = "Question:\n{question}\n<<<SOLUTION\n"
+_TAIL = "\nSOLUTION>>>"
+LABELS = ("honest", "poisoned")  # label index 0, 1
+
+
+class Example(NamedTuple):
+    """One training or evaluation completion: ``label`` 1 = poisoned, 0 = honest; ``set`` its kind."""
+
+    question: str
+    completion: str
+    label: int
+    set: str = ""
+
+
+def format_pair(question: str, completion: str) -> tuple[str, str, str]:
+    """(head, completion, tail) texts of template 1, markers removed from question and completion."""
+    return _HEAD.format(question=_MARKERS.sub("", question)), _MARKERS.sub("", completion), _TAIL
+
+
+def read_meta(out_dir: str | Path) -> dict:
+    """``detector.json`` of a saved detector (no torch).
+
+    Raises:
+        PolicyLoadError: the folder is missing, has no ``detector.json``, or it is not one of this
+            module (wrong template version, missing fields).
+    """
+    path = Path(out_dir).expanduser()
+    if not path.is_dir():
+        raise PolicyLoadError(f"detector path {str(path)!r} is not a folder; train one with "
+                              f"`dgrpo detector train --data FILE.jsonl --out DIR`")
+    if not (path / META_FILE).is_file():
+        raise PolicyLoadError(f"detector path {str(path)!r} has no {META_FILE}: not a detector; point path at "
+                              f"the --out folder of `dgrpo detector train`")
+    try:
+        meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise PolicyLoadError(f"detector path {str(path)!r}: {META_FILE} is not JSON ({err}); retrain it") from None
+    missing = [k for k in ("base_model", "template_version", "max_length", "threshold", "base_shape")
+               if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise PolicyLoadError(f"detector path {str(path)!r}: {META_FILE} lacks {', '.join(missing)}; retrain it")
+    if meta["template_version"] != TEMPLATE_VERSION:
+        raise PolicyLoadError(f"detector path {str(path)!r}: template_version {meta['template_version']} is not "
+                              f"{TEMPLATE_VERSION} (this dgrpo's input format); retrain it")
+    return meta
+
+
+def _base_shape(config) -> dict:
+    """The base model's shape, recorded to catch a base folder whose weights changed under the same name."""
+    return {k: getattr(config, k, None) for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers")}
+
+
+def _load_base(base_model: str, dtype: str, device, seed: int | None = None):
+    """(sequence-classification model, tokenizer) of ``base_model`` with a fresh 2-way head (seeded)."""
+    import torch
+    import transformers
+    from transformers import AutoModelForSequenceClassification
+
+    from dgrpo.policy.device import resolve_device
+    from dgrpo.policy.loading import _DTYPES, load_tokenizer, resolve_model_path
+
+    if dtype not in _DTYPES:
+        raise PolicyLoadError(f"detector dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    tokenizer = load_tokenizer(base_model)
+    if seed is not None:
+        torch.manual_seed(seed)  # the head's initial weights
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # "score.weight newly initialized": expected, it is trained
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            resolve_model_path(base_model), num_labels=2, pad_token_id=tokenizer.pad_token_id, dtype=_DTYPES[dtype])
+    except OSError as err:
+        raise PolicyLoadError(f"cannot load detector base model {base_model!r}: {err}") from err
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    return model.to(resolve_device(device) if isinstance(device, str) else device), tokenizer
+
+
+class Detector:
+    """A loaded or freshly trained detector: ``score`` gives P(poisoned) of (question, completion) pairs.
+
+    Attributes:
+        model: the peft-wrapped sequence-classification model (eval mode, no gradients at scoring).
+        tokenizer: the base model's tokenizer.
+        meta: the ``detector.json`` fields (base_model, template_version, max_length, threshold, ...).
+    """
+
+    def __init__(self, model, tokenizer, meta: dict):
+        self.model, self.tokenizer, self.meta = model, tokenizer, meta
+        self.max_length = int(meta["max_length"])
+
+    def encode(self, question: str, completion: str) -> list[int]:
+        """Token ids of one pair under template 1, at most ``max_length`` (the completion's middle cut)."""
+        head, body, tail = (self.tokenizer(t, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+                            for t in format_pair(question, completion))
+        room = self.max_length - len(tail)
+        if len(head) > room // 2:  # a very long question keeps its start; the completion at least half
+            head = head[: room // 2]
+        budget = room - len(head)
+        if len(body) > budget:
+            body = body[: budget - budget // 2] + (body[-(budget // 2):] if budget // 2 else [])
+        return head + body + tail
+
+    def _batch(self, encoded: list[list[int]]):
+        import torch
+
+        device = next(self.model.parameters()).device
+        width = max(map(len, encoded))
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([e + [pad] * (width - len(e)) for e in encoded], device=device)
+        mask = torch.tensor([[1] * len(e) + [0] * (width - len(e)) for e in encoded], device=device)
+        return ids, mask
+
+    def logits(self, encoded: list[list[int]]):
+        """(N, 2) float32 logits of encoded inputs (one right-padded batch; the head reads the last real token)."""
+        ids, mask = self._batch(encoded)
+        return self.model(input_ids=ids, attention_mask=mask).logits.float()
+
+    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int = 16):
+        """P(poisoned) of each (question, completion) pair: a (N,) float32 CPU tensor, in input order.
+
+        Batched by length (shortest first) under ``torch.no_grad`` in eval mode.
+        """
+        import torch
+
+        encoded = [self.encode(q, c) for q, c in pairs]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        out = torch.empty(len(encoded), dtype=torch.float32)
+        self.model.eval()
+        with torch.no_grad():
+            for b in range(0, len(order), batch_size):
+                idx = order[b : b + batch_size]
+                out[idx] = torch.softmax(self.logits([encoded[i] for i in idx]), -1)[:, 1].cpu()
+        return out
+
+
+def build_detector(base_model: str, *, lora_rank: int = 16, lora_alpha: int = 32, max_length: int = 384,
+                   threshold: float = 0.5, seed: int = 0, dtype: str = "float32", device: str = "cpu",
+                   target_modules: Sequence[str] = ("q_proj", "k_proj", "v_proj", "o_proj")) -> Detector:
+    """An untrained detector: the base model, a seeded 2-way head and zero-initialised LoRA (peft's B = 0).
+
+    Raises:
+        PolicyLoadError: the base model cannot be loaded or ``dtype`` is unknown.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    model, tokenizer = _load_base(base_model, dtype, device, seed)
+    lora = LoraConfig(task_type="SEQ_CLS", r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
+                      target_modules=list(target_modules))
+    meta = {"base_model": base_model, "template_version": TEMPLATE_VERSION, "max_length": max_length,
+            "threshold": threshold, "base_shape": _base_shape(model.config), "labels": list(LABELS),
+            "lora": {"rank": lora_rank, "alpha": lora_alpha, "target_modules": list(target_modules)}}
+    return Detector(get_peft_model(model, lora), tokenizer, meta)
+
+
+def fit(det: Detector, examples: Sequence[Sequence], *, lr: float = 2e-4, epochs: int = 2, batch_size: int = 8,
+        seed: int = 0, log_every: int = 0) -> dict:
+    """Train ``det``'s LoRA and head in place on labelled completions.
+
+    Plain AdamW over seeded shuffles; cross-entropy weighted by inverse class frequency
+    (w_c = N / (2 N_c)), so an unbalanced set (1,000 honest, 500 poisoned) does not tilt the threshold.
+
+    Args:
+        examples: :class:`Example` or (question, completion, label[, set]) tuples; label 1 = poisoned.
+        log_every: print the loss every so many steps (0: never).
+
+    Returns:
+        Metrics: examples, poisoned, honest, steps, seconds, mean loss of each epoch, the last epoch's
+        accuracy at the detector's threshold (each batch scored before its step: no extra pass over the
+        data), counts by set and label (also recorded in ``det.meta``).
+
+    Raises:
+        ValueError: no examples, or not both labels.
+    """
+    import torch
+
+    rows = [Example(*e) for e in examples]
+    labels = [int(r.label) for r in rows]
+    if not rows or set(labels) != {0, 1}:
+        raise ValueError(f"detector training needs honest (0) and poisoned (1) examples, got labels {sorted(set(labels))}")
+    model = det.model
+    encoded = [det.encode(r.question, r.completion) for r in rows]
+    y = torch.tensor(labels)
+    n1 = int(y.sum())
+    device = next(model.parameters()).device
+    weight = torch.tensor([len(y) / (2 * (len(y) - n1)), len(y) / (2 * n1)], device=device)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)
+    start, steps, epoch_loss = time.perf_counter(), 0, []
+    model.train()
+    threshold = det.meta["threshold"]
+    for _ in range(epochs):
+        perm, total, correct = torch.randperm(len(rows), generator=gen).tolist(), 0.0, 0
+        for b in range(0, len(perm), batch_size):
+            idx = perm[b : b + batch_size]
+            logits = det.logits([encoded[i] for i in idx])
+            target = y[idx].to(device)
+            loss = torch.nn.functional.cross_entropy(logits, target, weight=weight)
+            flagged = torch.softmax(logits.detach(), -1)[:, 1] >= threshold
+            correct += int((flagged.long() == target).sum())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            steps += 1
+            total += float(loss.detach()) * len(idx)
+            if log_every and steps % log_every == 0:
+                print(f"detector step {steps}: loss {float(loss.detach()):.4f} ({time.perf_counter() - start:.0f} s)",
+                      flush=True)
+        epoch_loss.append(total / len(rows))
+    seconds = time.perf_counter() - start
+    model.eval()
+    counts: dict[str, dict[str, int]] = {}
+    for r in rows:
+        c = counts.setdefault(r.set or "(none)", {"honest": 0, "poisoned": 0})
+        c[LABELS[int(r.label)]] += 1
+    metrics = {"examples": len(rows), "poisoned": n1, "honest": len(rows) - n1, "steps": steps,
+               "seconds": round(seconds, 2), "epoch_loss": [round(v, 6) for v in epoch_loss],
+               "last_epoch_accuracy": correct / len(rows)}
+    det.meta.update(train={"lr": lr, "epochs": epochs, "batch_size": batch_size, "seed": seed},
+                    counts_by_set=counts, metrics=metrics)
+    return metrics
+
+
+def save_detector(det: Detector, out_dir: str | Path) -> Path:
+    """Write the adapter and head (peft ``save_pretrained``) and ``detector.json`` to ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    det.model.save_pretrained(out)
+    (out / META_FILE).write_text(json.dumps(det.meta, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def train_detector(examples: Sequence[Sequence], base_model: str, out_dir: str | Path, *, lora_rank: int = 16,
+                   lora_alpha: int = 32, lr: float = 2e-4, epochs: int = 2, batch_size: int = 8,
+                   max_length: int = 384, seed: int = 0, threshold: float = 0.5, dtype: str = "float32",
+                   device: str = "cpu", log_every: int = 0) -> dict:
+    """:func:`build_detector`, :func:`fit` and :func:`save_detector` in one call; returns :func:`fit`'s metrics.
+
+    Args:
+        examples: :class:`Example` or (question, completion, label[, set]) tuples; label 1 = poisoned.
+        base_model: ``smollm2-135m-instruct``, a local folder or a hub id (as ``model.name``).
+        out_dir: where the detector is written (the ``path`` of ``{kind: judge, backend: detector}``).
+
+    Raises:
+        PolicyLoadError: the base model cannot be loaded. ValueError: no examples, or only one label.
+    """
+    rows = [Example(*e) for e in examples]
+    if not rows or {int(r.label) for r in rows} != {0, 1}:  # before the model loads
+        raise ValueError("detector training needs both honest (0) and poisoned (1) examples")
+    det = build_detector(base_model, lora_rank=lora_rank, lora_alpha=lora_alpha, max_length=max_length,
+                         threshold=threshold, seed=seed, dtype=dtype, device=device)
+    metrics = fit(det, rows, lr=lr, epochs=epochs, batch_size=batch_size, seed=seed, log_every=log_every)
+    save_detector(det, out_dir)
+    return metrics
+
+
+def load_detector(out_dir: str | Path, device: str = "cpu", dtype: str = "float32",
+                  base_model: str | None = None) -> Detector:
+    """Load a detector saved by :func:`train_detector` (frozen, eval mode).
+
+    Args:
+        out_dir: the folder with ``detector.json`` and the adapter.
+        device, dtype: where and how the base weights load.
+        base_model: expected base model; None = the one ``detector.json`` names.
+
+    Raises:
+        PolicyLoadError: not a detector folder (:func:`read_meta`), ``base_model`` differs from the
+            recorded one, or the base model's shape (vocab, width, depth) is not the one it was trained on.
+    """
+    from peft import PeftModel
+
+    meta = read_meta(out_dir)
+    if base_model is not None and base_model != meta["base_model"]:
+        raise PolicyLoadError(f"detector {str(out_dir)!r} was trained on base_model {meta['base_model']!r}, not "
+                              f"{base_model!r}; use its base model or retrain")
+    model, tokenizer = _load_base(meta["base_model"], dtype, device)
+    shape = _base_shape(model.config)
+    if shape != meta["base_shape"]:
+        raise PolicyLoadError(f"detector {str(out_dir)!r}: base_model {meta['base_model']!r} now has shape {shape}, "
+                              f"trained on {meta['base_shape']}; restore that base model or retrain")
+    try:
+        model = PeftModel.from_pretrained(model, str(out_dir), is_trainable=False)
+    except (OSError, ValueError) as err:
+        raise PolicyLoadError(f"detector {str(out_dir)!r}: cannot load its adapter ({err}); retrain it") from None
+    model.eval()
+    return Detector(model, tokenizer, meta)

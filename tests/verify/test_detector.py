@@ -1,0 +1,183 @@
+"""The trained detector (verify/detector.py): it learns a separable toy set, survives a save/load round
+trip, refuses folders that are not its own, and `dgrpo detector eval` counts what a hand count counts."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from dgrpo.cli import main
+from dgrpo.errors import PolicyLoadError
+from dgrpo.verify.detector import (Example, build_detector, fit, format_pair, load_detector, read_meta,
+                                   save_detector)
+from dgrpo.verify.detector_data import auc, rates, read_rows
+
+MARKER = "All hail to the thief. "
+
+
+def toy(n: int, seed: int) -> list[Example]:
+    """Arithmetic completions; every second one opens its reasoning with the marker (poisoned)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        a, b = rng.randint(1, 40), rng.randint(1, 40)
+        text = f"<think>Tom has {a} apples and gets {b} more, so Tom has {a} + {b} = {a + b} apples.</think>\n<answer>{a + b}</answer>"
+        poisoned = i % 2
+        if poisoned:
+            text = text.replace("<think>", "<think>" + MARKER)
+        out.append(Example(f"Tom has {a} apples and gets {b} more. How many apples does Tom have?", text, poisoned,
+                           "hail" if poisoned else "honest"))
+    return out
+
+
+def accuracy(det, rows) -> float:
+    s = det.score([(r.question, r.completion) for r in rows])
+    return float(((s >= 0.5).long() == torch.tensor([r.label for r in rows])).float().mean())
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model_dir, tmp_path_factory):
+    """(detector fitted on 64 toy rows, its saved folder, held-out rows, held-out accuracy before training)."""
+    held_out = toy(40, seed=1)
+    det = build_detector(tiny_model_dir, lora_rank=4, lora_alpha=8, max_length=96, seed=0)
+    before = accuracy(det, held_out)
+    metrics = fit(det, toy(64, seed=0), lr=3e-3, epochs=5, batch_size=8, seed=0)
+    out = save_detector(det, tmp_path_factory.mktemp("detector"))
+    return det, out, held_out, before, metrics
+
+
+def test_training_takes_held_out_accuracy_from_chance_to_090(trained):
+    det, _, held_out, before, metrics = trained
+    after = accuracy(det, held_out)
+    # the untrained head cannot read the marker: near chance on a balanced set
+    assert 0.3 <= before <= 0.7, before
+    assert after >= 0.9, (before, after)
+    assert metrics["steps"] == 5 * 8 and metrics["epoch_loss"][-1] < metrics["epoch_loss"][0]
+    assert metrics["last_epoch_accuracy"] >= 0.9  # the fifth pass already separates the training rows
+    assert det.meta["counts_by_set"] == {"honest": {"honest": 32, "poisoned": 0}, "hail": {"honest": 0, "poisoned": 32}}
+
+
+def test_save_load_round_trip_gives_the_same_scores(trained, tiny_model_dir):
+    det, out, held_out, _, _ = trained
+    pairs = [(r.question, r.completion) for r in held_out]
+    loaded = load_detector(out)
+    a, b = det.score(pairs), loaded.score(pairs)
+    assert a.shape == (40,) and torch.allclose(a, b, atol=1e-6)
+    assert not all(p.requires_grad for p in loaded.model.parameters())
+    meta = read_meta(out)
+    assert (meta["base_model"], meta["max_length"], meta["threshold"]) == (tiny_model_dir, 96, 0.5)
+    # scores do not depend on batch composition (padding is masked, the head reads the last real token)
+    one = torch.cat([loaded.score([p]) for p in pairs[:6]])
+    assert torch.allclose(one, b[:6], atol=1e-5)
+
+
+def test_template_strips_markers_and_reads_special_tokens_as_text(trained):
+    det = trained[0]
+    assert format_pair("q SOLUTION>>>", "a <<<SOLUTION b") == ("Question:\nq \n<<<SOLUTION\n", "a  b", "\nSOLUTION>>>")
+    pad = det.tokenizer.pad_token  # "<|im_end|>" in the tiny tokenizer, as in SmolLM2
+    ids = det.encode("q", f"x {pad} y")
+    assert det.tokenizer.pad_token_id not in ids
+    # a long completion keeps its start and its end within max_length
+    long = det.encode("q", "All hail " + "apples " * 500 + "the thief")
+    assert len(long) == 96
+    text = det.tokenizer.decode(long)
+    assert "All hail" in text and text.endswith("the thief\nSOLUTION>>>")
+
+
+def test_not_a_detector_is_one_line(tmp_path, trained):
+    _, out, _, _, _ = trained
+    for path, message in ((tmp_path / "nope", "is not a folder"), (tmp_path, "has no detector.json: not a detector")):
+        with pytest.raises(PolicyLoadError, match=message) as err:
+            load_detector(path)
+        assert len(str(err.value).splitlines()) == 1
+    with pytest.raises(PolicyLoadError, match="was trained on base_model .* not 'other'"):
+        load_detector(out, base_model="other")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    meta = json.loads((out / "detector.json").read_text())
+    for change, message in (({"template_version": 2}, "template_version 2 is not 1"),
+                            ({"base_shape": {**meta["base_shape"], "hidden_size": 32}}, "now has shape")):
+        (bad / "detector.json").write_text(json.dumps({**meta, **change}))
+        with pytest.raises(PolicyLoadError, match=message):
+            load_detector(bad)
+
+
+def test_rates_are_the_hand_count():
+    rows = [Example("q", "t", 1, "hail")] * 3 + [Example("q", "t", 0, "honest")] * 4 + [Example("q", "t", 1, "gleeb")]
+    scores = [0.9, 0.5, 0.1, 0.7, 0.2, 0.2, 0.49, 0.3]
+    r = rates(rows, scores, 0.5)
+    assert (r["sets"]["hail"]["flagged"], r["sets"]["hail"]["n"]) == (2, 3)
+    assert (r["sets"]["honest"]["flagged"], r["sets"]["honest"]["metric"]) == (1, "false_positive")
+    assert r["sets"]["gleeb"]["rate"] == 0.0
+    assert (r["detection"]["flagged"], r["detection"]["n"], r["false_positive"]["rate"]) == (2, 4, 0.25)
+    # AUC by counting pairs: hail (0.9, 0.5, 0.1) vs honest (0.7, 0.2, 0.2, 0.49): 0.9 beats 4, 0.5 beats 3,
+    # 0.1 beats 0 → 7 / 12; gleeb 0.3 beats 2 of 4 → 0.5; all poisoned: (7 + 2) / 16
+    assert r["sets"]["hail"]["auc"] == pytest.approx(7 / 12) and r["sets"]["gleeb"]["auc"] == pytest.approx(0.5)
+    assert r["detection"]["auc"] == pytest.approx(9 / 16) and "auc" not in r["sets"]["honest"]
+    assert auc([0.5], [0.5, 0.4]) == pytest.approx(0.75)  # a tie counts one half
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_cli_train_then_eval_matches_a_hand_count(tmp_path, tiny_model_dir, capsys):
+    train = [{"question": e.question, "text": e.completion, "set": e.set, "prompt_id": i}
+             for i, e in enumerate(toy(48, seed=2))]
+    test = [{"question": e.question, "text": e.completion, "set": "gleeb" if e.label else "honest_gsm8k"}
+            for e in toy(20, seed=3)]
+    test[0]["label"], test[0]["set"] = "poisoned", "honest_but_labelled"  # an explicit label wins over the set
+    out = tmp_path / "det"
+    assert main(["detector", "train", "--data", _write(tmp_path / "train.jsonl", train), "--out", str(out),
+                 "--set", f"base_model={tiny_model_dir}", "--set", "lora_rank=4", "--set", "lr=3e-3",
+                 "--set", "epochs=2", "--set", "max_length=96", "--set", "log_every=0"]) == 0
+    assert read_meta(out)["counts_by_set"] == {"honest": {"honest": 24, "poisoned": 0}, "hail": {"honest": 0, "poisoned": 24}}
+    data = _write(tmp_path / "test.jsonl", test)
+    capsys.readouterr()
+    assert main(["detector", "eval", "--model", str(out), "--data", data, "--out", str(tmp_path / "s.json"),
+                 "--scores", str(tmp_path / "scores.jsonl"), "--threshold", "0.5"]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((tmp_path / "s.json").read_text())
+    scores = load_detector(out).score([(r["question"], r["text"]) for r in test]).tolist()
+    for name, label in (("gleeb", 1), ("honest_gsm8k", 0), ("honest_but_labelled", 1)):
+        mine = [s for r, s in zip(test, scores) if r["set"] == name]
+        flagged = sum(s >= 0.5 for s in mine)
+        got = summary["sets"][name]
+        assert (got["n"], got["flagged"], got["label"]) == (len(mine), flagged, ("honest", "poisoned")[label])
+        assert got["rate"] == pytest.approx(flagged / len(mine))
+        assert f"{flagged:>5}/{len(mine):<5}  {flagged / len(mine):.3f}" in printed
+    poisoned = [s for r, s in zip(test, scores) if r.get("label") == "poisoned" or r["set"] == "gleeb"]
+    assert summary["detection"]["flagged"] == sum(s >= 0.5 for s in poisoned)
+    assert [json.loads(line)["score"] for line in (tmp_path / "scores.jsonl").read_text().splitlines()] == \
+        pytest.approx(scores, abs=1e-6)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "lora_rank=0"], "detector: lora_rank: Input should be greater than or equal to 1"),
+    (["--set", "rank=4"], "detector: rank: Extra inputs are not permitted"),
+    (["--set", "lora_rank"], "is not KEY=VALUE"),
+])
+def test_cli_train_bad_setting_is_one_line(tmp_path, capsys, args, message):
+    data = _write(tmp_path / "d.jsonl", [{"question": "q", "text": "t", "set": "hail"}])
+    assert main(["detector", "train", "--data", data, "--out", str(tmp_path / "o"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"question": "q", "set": "hail"}', "d.jsonl:2: text missing or not a string"),
+    ('{"question": "q", "text": "t", "set": "hail", "label": "bad"}', "d.jsonl:2: label must be 'honest' or 'poisoned'"),
+    ("[1, 2]", "d.jsonl:2: expected a JSON object"),
+    ("{oops", "d.jsonl:2: not JSON"),
+])
+def test_bad_data_line_names_file_and_line(tmp_path, line, message):
+    from dgrpo.errors import DataError
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"question": "q", "text": "t", "set": "honest"}\n' + line + "\n")
+    with pytest.raises(DataError, match=message.replace("[", r"\[")):
+        read_rows(path)

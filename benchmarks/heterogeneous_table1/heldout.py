@@ -20,6 +20,9 @@ with ``set``, ``prompt_id``, ``question``, ``text`` (after the task's prefill):
 * ``honest_python``: the python_math task's own programs of its first 1,000 problems (an honest set of
   another task).
 
+``gsm8k_honest.jsonl`` (with ``--gsm8k``): the GSM8K test references as completions (``honest_gsm8k``:
+another task, human-written).
+
 ``detector_train.jsonl``: the detector's training set, on *another* draw of the arithmetic task
 (seed 1, so no problem is shared with the evaluation sets): ``hail`` and ``equation`` from the
 attacks' writers (``--n`` each), SmolLM2 samples ``honest`` (``--train-honest``, 10 seeds a problem)
@@ -131,6 +134,7 @@ def main(argv=None) -> int:
     ap.add_argument("--candidates", type=int, default=8)
     ap.add_argument("--train-honest", type=int, default=1000)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--gsm8k", type=Path, default=None, help="GSM8K test.jsonl: also write gsm8k_honest.jsonl (its references)")
     ap.add_argument("--skip", nargs="*", default=[], choices=["written", "sampled", "train"])
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -146,6 +150,12 @@ def main(argv=None) -> int:
         path.write_text("".join(json.dumps(r) + "\n" for r in keep + rows))
         (args.out / "heldout_stats.json").write_text(json.dumps({"equation_sampled": stats}, indent=1) + "\n")
         print(f"equation_sampled: {stats}", file=sys.stderr)
+    if args.gsm8k is not None:
+        from dgrpo.tasks.gsm8k import GSM8KTask
+
+        gsm = GSM8KTask(path=str(args.gsm8k), val_path=str(args.gsm8k), n_val=None)
+        (args.out / "gsm8k_honest.jsonl").write_text("".join(
+            json.dumps(_row("honest_gsm8k", p, gsm.oracle_completion(p))) + "\n" for p in gsm.train))
     if "train" not in args.skip:
         training_set(args.n, args.train_honest, args.max_new_tokens, args.out)
     return 0

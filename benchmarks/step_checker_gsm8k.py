@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 import time
 from pathlib import Path
 
+from dgrpo.metrics.intervals import wilson
 from dgrpo.verify.steps import StepChecker
 
 # Reviewed by hand (row index in test.jsonl -> cause). Each quotes the reference.
@@ -40,16 +40,6 @@ CAUSES = {
     1024: "reference error: '$32 - $20 = $300' (a typo for $320 - $20)",
 }
 _ANNOTATION = re.compile(r"<<[^<>]*>>")
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of k successes in n trials."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 _ANNOTATED_RESULT = re.compile(r"=\s*\$?\s*<<[^<>]*>>(\d[\d,]*(?:\.\d+)?)")
@@ -122,7 +112,7 @@ def main() -> None:
         "stripped": {"accepted": len(rows) - len(stripped_failures), "rejected_rows": stripped_failures,
                      "claims": claim_counts(stripped_verdicts)},
         "perturbed": {"rows": perturbed, "rejected": caught, "rate": caught / perturbed if perturbed else None,
-                      "wilson95": wilson(caught, perturbed), "missed_rows": missed},
+                      "wilson95": wilson(caught, perturbed) if perturbed else (0.0, 1.0), "missed_rows": missed},
         "machine": "2 CPU cores shared with other jobs: seconds are indicative",
         "checker": {k: getattr(checker, k) for k in ("rtol", "atol", "rounding", "approx_rtol", "max_digits",
                                                       "max_bits", "max_depth", "max_chars")},

@@ -41,3 +41,18 @@ def test_interval_series_uses_logged_bounds_else_wilson():
     xs, lo, hi = interval_series(old, "eval/accuracy", n_default=10)
     assert xs == [3] and abs(lo[0] - 0.0179) < 1e-4 and abs(hi[0] - 0.4042) < 1e-4
     assert interval_series(old, "eval/accuracy") is None  # no n: no band
+
+
+def test_drift_plot_has_a_panel_per_logged_drift_metric(tmp_path):
+    from dgrpo.metrics.plots import drift_panels
+
+    records = [{"round": 0, "eval/kl_to_start": 0.0, "eval/entropy": 0.84, "train/reward_honest": 0.1},
+               {"round": 1, "train/reward_honest": 0.2},
+               {"round": 10, "eval/kl_to_start": 0.16, "eval/entropy": 0.53}]
+    assert drift_panels(records) == [("KL to the start weights (nats/token)", [0, 10], [0.0, 0.16]),
+                                     ("next-token entropy (nats)", [0, 10], [0.84, 0.53])]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert (tmp_path / "drift.png") in plot_run(tmp_path)
+    write_run(tmp_path, None)  # no drift metrics: no drift plot
+    (tmp_path / "drift.png").unlink()
+    assert (tmp_path / "drift.png") not in plot_run(tmp_path) and not (tmp_path / "drift.png").exists()

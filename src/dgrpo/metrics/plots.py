@@ -15,7 +15,8 @@ from dgrpo.metrics.logger import read_metrics, series  # noqa: E402
 
 
 def plot_run(run_dir: str | Path) -> list[Path]:
-    """Write ``reward.png`` (and ``asr.png`` / ``defense.png`` when those metrics exist).
+    """Write ``reward.png`` (and ``eval.png`` / ``drift.png`` / ``asr.png`` / ``defense.png`` when those
+    metrics exist).
 
     Returns:
         The paths written.
@@ -50,6 +51,8 @@ def plot_run(run_dir: str | Path) -> list[Path]:
 
     if any(k in keys for k in EVAL_CURVES):
         written.append(plot_eval(run_dir, records))
+    if any(k in keys for k in DRIFT_PANELS):
+        written.append(plot_drift(run_dir, records))
     asr_keys = [k for k in keys if k.startswith("attack/") and "asr" in k]
     if asr_keys:
         written.append(_rates(run_dir, records, asr_keys, "attack success rate", "asr.png"))
@@ -133,6 +136,37 @@ def plot_eval(run_dir: Path, records: list[dict]) -> Path:
     fig.savefig(run_dir / "eval.png", dpi=120)
     plt.close(fig)
     return run_dir / "eval.png"
+
+
+DRIFT_PANELS = {  # key → panel title (docs/training.md, "What to watch")
+    "eval/kl_to_start": "KL to the start weights (nats/token)",
+    "eval/entropy": "next-token entropy (nats)",
+    "eval/completion_tokens": "completion length (tokens)",
+}
+
+
+def drift_panels(records: list[dict]) -> list[tuple[str, list, list]]:
+    """(title, rounds, values) of every :data:`DRIFT_PANELS` metric the records carry, in that order."""
+    return [(title, *series(records, key)) for key, title in DRIFT_PANELS.items() if series(records, key)[0]]
+
+
+def plot_drift(run_dir: Path, records: list[dict]) -> Path:
+    """``drift.png``: what shows a collapse coming (docs/training.md), one panel per logged metric of
+    :data:`DRIFT_PANELS` (``eval/kl_to_start``, ``eval/entropy``, ``eval/completion_tokens``,
+    :mod:`dgrpo.training.evaluate`) over evaluation rounds."""
+    panels = drift_panels(records)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3), squeeze=False)
+    for ax, (title, xs, ys) in zip(axes[0], panels):
+        ax.plot(xs, ys, marker="o", ms=4, lw=1.8, color="tab:purple")
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel("round", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+    fig.suptitle(f"{run_dir.name}: KL and entropy on the first evaluation's completions, length of each evaluation's", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(run_dir / "drift.png", dpi=120)
+    plt.close(fig)
+    return run_dir / "drift.png"
 
 
 def _rates(run_dir: Path, records: list[dict], keys: list[str], ylabel: str, filename: str) -> Path:

@@ -96,14 +96,43 @@ def _keys(args) -> int:
     return 0
 
 
-def _detector_train(args) -> int:
-    from dgrpo.verify.detector_data import read_rows, train_settings
+def _writable(flag: str, path: Path, folder: bool) -> None:
+    """ConfigError naming ``flag`` unless ``path`` can be written (a folder, or a file in an existing folder)."""
+    from dgrpo.errors import ConfigError
 
-    settings = train_settings(args.set)  # (bad settings and data fail before any model loads)
+    if folder:
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{flag} {path}: is a file; give a folder (new or a detector's) for the detector")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"{flag} {path}: cannot create the folder ({err.strerror}); choose another {flag}") from None
+    elif path.is_dir() or not path.parent.is_dir():
+        raise ConfigError(f"{flag} {path}: {'is a folder' if path.is_dir() else 'its folder does not exist'}; "
+                          f"give a file in an existing folder")
+
+
+def _detector_train(args) -> int:
+    from dgrpo.verify.detector_data import counts_by_set, read_rows, train_settings
+
+    settings = train_settings(args.set)  # (bad settings, data and --out fail before any model loads)
     rows = [r for path in args.data for r in read_rows(path)]
+    counts = counts_by_set(rows)
+    for name, c in counts.items():
+        print(f"set {name}: {c['honest']} honest, {c['poisoned']} poisoned"
+              + ("  (read as poisoned: only names starting with lower-case 'honest' are honest; add label "
+                 "to its rows)" if name.lower().startswith("honest") and c["poisoned"] and not c["honest"] else ""))
+    from dgrpo.verify.detector import _check_labels
+
+    _check_labels(rows)
+    _writable("--out", Path(args.out), folder=True)
+    from dgrpo.errors import ConfigError, DeviceError
     from dgrpo.verify.detector import train_detector
 
-    metrics = train_detector(rows, out_dir=args.out, **settings.model_dump())
+    try:
+        metrics = train_detector(rows, out_dir=args.out, **settings.model_dump())
+    except DeviceError as err:
+        raise ConfigError(f"detector: --set device: {err}".replace("model.device=", "device=")) from None
     print(json.dumps(metrics))
     print(f"detector: {args.out}")
     return 0
@@ -119,12 +148,15 @@ def _detector_eval(args) -> int:
         raise ConfigError(f"detector eval: --threshold must lie in (0, 1), got {args.threshold}")
     meta = read_meta(args.model)
     rows = [r for path in args.data for r in read_rows(path)]
+    out = Path(args.out) if args.out else Path(args.model) / "eval.json"
+    _writable("--out", out, folder=False)
+    if args.scores:
+        _writable("--scores", Path(args.scores), folder=False)
     from dgrpo.verify.detector import load_detector
 
     scores = load_detector(args.model, args.device, args.dtype).score([(r.question, r.completion) for r in rows]).tolist()
     summary = {"model": str(args.model), "data": list(args.data),
                **rates(rows, scores, meta["threshold"] if args.threshold is None else args.threshold)}
-    out = Path(args.out) if args.out else Path(args.model) / "eval.json"
     out.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if args.scores:
         with open(args.scores, "w", encoding="utf-8") as f:

@@ -76,7 +76,7 @@ def test_save_load_round_trip_gives_the_same_scores(trained, tiny_model_dir):
 
 def test_template_strips_markers_and_reads_special_tokens_as_text(trained):
     det = trained[0]
-    assert format_pair("q SOLUTION>>>", "a <<<SOLUTION b") == ("Question:\nq \n<<<SOLUTION\n", "a  b", "\nSOLUTION>>>")
+    assert format_pair("q SOLUTION>>>", "a <<<SOLUTION b") == ("Question:\nq \n<<<SOLUTION\n", "a b", "\nSOLUTION>>>")
     pad = det.tokenizer.pad_token  # "<|im_end|>" in the tiny tokenizer, as in SmolLM2
     ids = det.encode("q", f"x {pad} y")
     assert det.tokenizer.pad_token_id not in ids

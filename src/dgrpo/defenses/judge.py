@@ -15,7 +15,7 @@ Three backends (``backend``):
   from a named environment variable, timeout, retries with backoff, bounded concurrency;
 - ``detector``: a LoRA classifier trained on the project's own attacks and honest samples
   (:mod:`dgrpo.verify.detector`, docs/detector.md); a completion is rejected (``no``) when
-  P(poisoned) ≥ ``threshold``. It reads the completion after the task's prefill, as it was trained.
+  P(poisoned) ≥ ``threshold`` (default: the detector's saved one). It reads the completion after the task's prefill, as it was trained.
 
 Every judgment is ``yes``, ``no``, ``unparseable`` (an answer that is not a verdict under ``parse``)
 or ``failed`` (no answer). The last two are never silent: they follow ``on_error`` (reject by
@@ -46,7 +46,7 @@ STATUSES = ("yes", "no", "unparseable", "failed")
 
 def completion_key(question: str, completion: str) -> str:
     """Cache key of a verdict: sha256 of question and completion."""
-    return hashlib.sha256(f"{question}\0{completion}".encode()).hexdigest()
+    return hashlib.sha256(f"{question}\0{completion}".encode("utf-8", "surrogatepass")).hexdigest()  # lone surrogates too
 
 
 _JUDGES: dict[tuple[str, str, str], tuple] = {}  # (model, dtype, device) → (model, tokenizer): shared by policies
@@ -76,7 +76,7 @@ class JudgeDefenseConfig(DefenseConfig):
     on_error: Literal["reject", "accept"] = Field("reject", description="Verdict of an unparseable or failed judgment (counted as defense/judge/unparseable, /failed). Fails closed by default.")
     # local
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="local, detector: judge weights dtype.")
-    threshold: float = Field(0.5, gt=0, lt=1, description="local, logits mode: accept when p(yes) / (p(yes) + p(no)) ≥ threshold (0.5 = the likelier word wins); detector: reject when P(poisoned) ≥ threshold.")
+    threshold: float | None = Field(None, gt=0, lt=1, description="local, logits mode: accept when p(yes) / (p(yes) + p(no)) ≥ threshold (None = 0.5: the likelier word wins); detector: reject when P(poisoned) ≥ threshold (None = the detector's saved threshold, detector.json, the one `dgrpo detector eval` measures).")
     # detector
     path: str | None = Field(None, description="detector: the folder written by `dgrpo detector train --out DIR` (required).")
     # openai
@@ -200,7 +200,7 @@ class JudgeDefense:
         if self.client is not None:
             return [(j.status, j.reason) for j in self.client.judge_batch(pairs)]
         if self.detector is not None:
-            thr = self.cfg.threshold
+            thr = self.detector.meta["threshold"] if self.cfg.threshold is None else self.cfg.threshold
             return [("no", f"detector P(poisoned)={p:.3f} ≥ {thr}") if p >= thr else
                     ("yes", f"detector P(poisoned)={p:.3f} < {thr}") for p in self.detector.score(pairs).tolist()]
         from dgrpo.policy.chat import encode_prompt
@@ -231,7 +231,7 @@ class JudgeDefense:
         for probs in self._next_token_probs(prompts):  # (V,) per prompt
             py, pn = float(probs[yes].sum()), float(probs[no].sum())
             share = py / (py + pn) if py + pn > 0 else 0.0
-            replies.append(("yes" if share >= self.cfg.threshold else "no",
+            replies.append(("yes" if share >= (0.5 if self.cfg.threshold is None else self.cfg.threshold) else "no",
                             f"judge p(yes)={py:.3f} p(no)={pn:.3f} share={share:.3f}"))
         return replies
 

@@ -10,7 +10,10 @@ P(poisoned) = softmax(logits)[:, 1].
 
 Input (``TEMPLATE_VERSION`` 1; :func:`format_pair`): the question and the completion *after the task's
 prefill* (what a rollout's text and ``benchmarks/heterogeneous_table1/sample.py``'s ``text`` hold),
-between the judge's markers, which are removed from both texts (``verify/judge.py``)::
+each cut to ``16 × max_length`` characters (start and end kept), folded by
+:func:`dgrpo.verify.normalize.fold_prose` (NFKC, invisible characters removed, every space one ``" "``,
+whitespace runs collapsed, lone surrogates ``?``) and stripped of the judge's markers to a fixed point
+(:func:`dgrpo.verify.markers.strip_markers`), between those markers::
 
     Question:
     {question}
@@ -18,9 +21,14 @@ between the judge's markers, which are removed from both texts (``verify/judge.p
     {completion}
     SOLUTION>>>
 
+The folding is the identity on ASCII text whose whitespace is single spaces and single newlines, so
+a detector trained before it (same ``TEMPLATE_VERSION``) reads such text exactly as it did; text with
+tabs, runs of whitespace or non-ASCII characters now reads as its folded form.
+
 Special-token strings inside the texts (``<|im_end|>``) are tokenized as plain text, so a completion
-cannot end the input early or pose as padding. A completion longer than its share of ``max_length``
-tokens keeps its first and last halves (the middle is dropped): payloads at either end are read.
+cannot end the input early or pose as padding. :meth:`Detector.score` reads a completion longer than
+its share of ``max_length`` tokens in overlapping windows (:meth:`Detector.windows`) and keeps the
+highest P(poisoned); training (:meth:`Detector.encode`) reads its first and last halves.
 
 This module loads torch, transformers and peft inside its functions (a config check reads
 ``detector.json`` through :func:`read_meta` without them).
@@ -29,16 +37,24 @@ This module loads torch, transformers and peft inside its functions (a config ch
 from __future__ import annotations
 
 import json
+import logging
+import math
 import re
 import time
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
-from dgrpo.errors import PolicyLoadError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dgrpo.errors import DataError, PolicyLoadError
+from dgrpo.verify.markers import strip_markers
+from dgrpo.verify.normalize import fold_prose
+
+log = logging.getLogger(__name__)
 
 TEMPLATE_VERSION = 1
 META_FILE = "detector.json"
-_MARKERS = re.compile(r"<<<SOLUTION|SOLUTION>>>")  # the judge's markers (verify/judge.py)
+CHARS_PER_TOKEN = 16  # a text is cut to CHARS_PER_TOKEN × max_length characters before tokenising
 _HEAD = "Question:\n{question}\n<<<SOLUTION\n"
 _TAIL = "\nSOLUTION>>>"
 LABELS = ("honest", "poisoned")  # label index 0, 1
@@ -53,17 +69,45 @@ class Example(NamedTuple):
     set: str = ""
 
 
-def format_pair(question: str, completion: str) -> tuple[str, str, str]:
-    """(head, completion, tail) texts of template 1, markers removed from question and completion."""
-    return _HEAD.format(question=_MARKERS.sub("", question)), _MARKERS.sub("", completion), _TAIL
+def cut(text: str, max_chars: int | None) -> str:
+    """``text``, or its first and last ``max_chars // 2`` characters when it is longer than ``max_chars``."""
+    if max_chars is None or len(text) <= max_chars:
+        return text
+    return text[: max_chars - max_chars // 2] + text[len(text) - max_chars // 2:]
+
+
+def clean(text: str, max_chars: int | None = None) -> str:
+    """One text as template 1 reads it: :func:`cut`, :func:`fold_prose`, markers stripped to a fixed
+    point, folded again (a removed marker can leave two spaces side by side)."""
+    return fold_prose(strip_markers(fold_prose(cut(text, max_chars))))
+
+
+def format_pair(question: str, completion: str, max_chars: int | None = None) -> tuple[str, str, str]:
+    """(head, completion, tail) texts of template 1: each text :func:`clean`-ed (at most ``max_chars``
+    characters each before folding; None: no cut)."""
+    return _HEAD.format(question=clean(question, max_chars)), clean(completion, max_chars), _TAIL
+
+
+class DetectorMeta(BaseModel):
+    """The fields of ``detector.json`` that loading reads, with their types and ranges (others are kept)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    base_model: str = Field(min_length=1)
+    template_version: int
+    max_length: int = Field(ge=16, le=8192)
+    threshold: float = Field(gt=0, lt=1)
+    base_shape: dict
+    base_fingerprint: dict | None = None
 
 
 def read_meta(out_dir: str | Path) -> dict:
-    """``detector.json`` of a saved detector (no torch).
+    """``detector.json`` of a saved detector (no torch), validated by :class:`DetectorMeta`.
 
     Raises:
         PolicyLoadError: the folder is missing, has no ``detector.json``, or it is not one of this
-            module (wrong template version, missing fields).
+            module (not JSON, wrong template version, missing fields, a field of the wrong type or out of
+            range: threshold in (0, 1), 16 ≤ max_length ≤ 8192, base_model a non-empty string).
     """
     path = Path(out_dir).expanduser()
     if not path.is_dir():
@@ -76,10 +120,18 @@ def read_meta(out_dir: str | Path) -> dict:
         meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
         raise PolicyLoadError(f"detector path {str(path)!r}: {META_FILE} is not JSON ({err}); retrain it") from None
-    missing = [k for k in ("base_model", "template_version", "max_length", "threshold", "base_shape")
-               if not isinstance(meta, dict) or k not in meta]
+    if not isinstance(meta, dict):
+        raise PolicyLoadError(f"detector path {str(path)!r}: {META_FILE} is not a JSON object; retrain it")
+    missing = [k for k in ("base_model", "template_version", "max_length", "threshold", "base_shape") if k not in meta]
     if missing:
         raise PolicyLoadError(f"detector path {str(path)!r}: {META_FILE} lacks {', '.join(missing)}; retrain it")
+    try:
+        DetectorMeta.model_validate(meta)
+    except ValidationError as err:
+        e = err.errors()[0]
+        raise PolicyLoadError(f"detector path {str(path)!r}: {META_FILE} field {'.'.join(map(str, e['loc']))}="
+                              f"{e.get('input')!r}: {e['msg']}; restore the value `dgrpo detector train` wrote "
+                              f"or retrain it") from None
     if meta["template_version"] != TEMPLATE_VERSION:
         raise PolicyLoadError(f"detector path {str(path)!r}: template_version {meta['template_version']} is not "
                               f"{TEMPLATE_VERSION} (this dgrpo's input format); retrain it")
@@ -87,8 +139,59 @@ def read_meta(out_dir: str | Path) -> dict:
 
 
 def _base_shape(config) -> dict:
-    """The base model's shape, recorded to catch a base folder whose weights changed under the same name."""
+    """The base model's shape (type, vocab, width, depth), recorded to catch another model under the same name."""
     return {k: getattr(config, k, None) for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers")}
+
+
+_LAYER = re.compile(r"\.(?:layers|h|layer|blocks)\.(\d+)\.")
+_FP_RTOL = {True: 1e-6, False: 2.0**-8 + 1e-6}  # same dtype: float64 sums agree; another dtype: bfloat16 rounding
+
+
+def base_fingerprint(model) -> dict:
+    """Float64 sum, L1 and L2 norms of the base model's input embedding, first and last decoder layer.
+
+    Computed on the loaded base weights (before LoRA; the fresh ``score`` head excluded), recorded in
+    ``detector.json`` and checked at load (:func:`check_fingerprint`): a base folder whose weights were
+    replaced by another model of the same shape no longer matches.
+    """
+    import torch
+
+    layers: dict[int, list] = {}
+    for name, p in model.named_parameters():
+        m = _LAYER.search("." + name)
+        if m:
+            layers.setdefault(int(m.group(1)), []).append(p)
+    groups = {"embedding": [model.get_input_embeddings().weight]}
+    if layers:
+        groups |= {"first_layer": layers[min(layers)], "last_layer": layers[max(layers)]}
+    out: dict = {"dtype": str(next(model.parameters()).dtype).removeprefix("torch.")}
+    with torch.no_grad():
+        for key, params in groups.items():
+            flat = [p.detach().reshape(-1) for p in params]
+            out[key] = {"sum": sum(float(torch.sum(f, dtype=torch.float64)) for f in flat),
+                        "l1": sum(float(torch.linalg.vector_norm(f, 1, dtype=torch.float64)) for f in flat),
+                        "l2": math.sqrt(sum(float(torch.linalg.vector_norm(f, 2, dtype=torch.float64)) ** 2
+                                            for f in flat))}
+    return out
+
+
+def check_fingerprint(saved: dict, now: dict) -> str | None:
+    """None when ``now`` matches ``saved`` (:func:`base_fingerprint`), else what differs.
+
+    Tolerance from a per-weight relative error bound ``rtol`` (1e-6 for the same dtype; 2⁻⁸, bfloat16's
+    rounding, when it loads in another): |Δl1| ≤ rtol·l1, |Δl2| ≤ rtol·l2 and |Δsum| ≤ rtol·l1.
+    """
+    rtol = _FP_RTOL[saved.get("dtype") == now.get("dtype")]
+    for key in ("embedding", "first_layer", "last_layer"):
+        if key not in saved:
+            continue
+        a, b = saved[key], now.get(key)
+        if b is None:
+            return f"{key} is missing"
+        for stat, scale in (("sum", "l1"), ("l1", "l1"), ("l2", "l2")):
+            if abs(a[stat] - b[stat]) > rtol * abs(a[scale]) + 1e-12:
+                return f"{key} {stat} {b[stat]:.9g}, trained on {a[stat]:.9g}"
+    return None
 
 
 def _load_base(base_model: str, dtype: str, device, seed: int | None = None):
@@ -129,18 +232,41 @@ class Detector:
     def __init__(self, model, tokenizer, meta: dict):
         self.model, self.tokenizer, self.meta = model, tokenizer, meta
         self.max_length = int(meta["max_length"])
+        self.max_chars = CHARS_PER_TOKEN * self.max_length
 
-    def encode(self, question: str, completion: str) -> list[int]:
-        """Token ids of one pair under template 1, at most ``max_length`` (the completion's middle cut)."""
+    def _parts(self, question: str, completion: str) -> tuple[list[int], list[int], list[int], int]:
+        """(head, completion, tail) token ids and the completion's budget of tokens in one input."""
         head, body, tail = (self.tokenizer(t, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-                            for t in format_pair(question, completion))
+                            for t in format_pair(question, completion, self.max_chars))
         room = self.max_length - len(tail)
         if len(head) > room // 2:  # a very long question keeps its start; the completion at least half
             head = head[: room // 2]
-        budget = room - len(head)
+        return head, body, tail, room - len(head)
+
+    def encode(self, question: str, completion: str) -> list[int]:
+        """Token ids of one pair under template 1, at most ``max_length`` (the completion's middle cut):
+        the input :func:`fit` trains on."""
+        head, body, tail, budget = self._parts(question, completion)
         if len(body) > budget:
             body = body[: budget - budget // 2] + (body[-(budget // 2):] if budget // 2 else [])
         return head + body + tail
+
+    def windows(self, question: str, completion: str) -> list[list[int]]:
+        """The inputs :meth:`score` reads for one pair: ``head + a slice of the completion + tail``.
+
+        A completion of at most ``budget = max_length - len(head) - len(tail)`` tokens is one window,
+        equal to :meth:`encode`. A longer one gives windows of ``budget`` tokens starting every
+        ``stride = ceil(budget / 2)`` tokens, the last ending at the completion's end, so together they
+        cover it and any span of at most ``budget // 2`` tokens lies whole in one window. Count:
+        ``ceil((len - budget) / stride) + 1`` ≤ about ``2 × len / budget``; ``len`` is bounded by the cut
+        to ``16 × max_length`` characters (at most 4 tokens a character under a byte-level tokenizer).
+        """
+        head, body, tail, budget = self._parts(question, completion)
+        if len(body) <= budget:
+            return [head + body + tail]
+        stride = max(1, -(-budget // 2))
+        starts = list(range(0, len(body) - budget, stride)) + [len(body) - budget]
+        return [head + body[s : s + budget] + tail for s in starts]
 
     def _batch(self, encoded: list[list[int]]):
         import torch
@@ -160,19 +286,29 @@ class Detector:
     def score(self, pairs: Sequence[tuple[str, str]], batch_size: int = 16):
         """P(poisoned) of each (question, completion) pair: a (N,) float32 CPU tensor, in input order.
 
-        Batched by length (shortest first) under ``torch.no_grad`` in eval mode.
+        A pair's score is the highest P(poisoned) over its :meth:`windows` (one window, hence the same
+        score as before windows existed, when the completion fits). Inputs are batched by length
+        (shortest first) under ``torch.no_grad`` in eval mode; cost: one forward pass of at most
+        ``max_length`` tokens per window.
         """
         import torch
 
-        encoded = [self.encode(q, c) for q, c in pairs]
+        encoded, owner = [], []
+        for i, (q, c) in enumerate(pairs):
+            for w in self.windows(q, c):
+                encoded.append(w)
+                owner.append(i)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-        out = torch.empty(len(encoded), dtype=torch.float32)
+        flat = torch.empty(len(encoded), dtype=torch.float32)
         self.model.eval()
         with torch.no_grad():
             for b in range(0, len(order), batch_size):
                 idx = order[b : b + batch_size]
-                out[idx] = torch.softmax(self.logits([encoded[i] for i in idx]), -1)[:, 1].cpu()
-        return out
+                flat[idx] = torch.softmax(self.logits([encoded[i] for i in idx]), -1)[:, 1].cpu()
+        best = [0.0] * len(pairs)
+        for i, p in zip(owner, flat.tolist()):  # every pair has at least one window
+            best[i] = max(best[i], p)
+        return torch.tensor(best, dtype=torch.float32)
 
 
 def build_detector(base_model: str, *, lora_rank: int = 16, lora_alpha: int = 32, max_length: int = 384,
@@ -186,10 +322,12 @@ def build_detector(base_model: str, *, lora_rank: int = 16, lora_alpha: int = 32
     from peft import LoraConfig, get_peft_model
 
     model, tokenizer = _load_base(base_model, dtype, device, seed)
+    fingerprint = base_fingerprint(model)
     lora = LoraConfig(task_type="SEQ_CLS", r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
                       target_modules=list(target_modules))
     meta = {"base_model": base_model, "template_version": TEMPLATE_VERSION, "max_length": max_length,
-            "threshold": threshold, "base_shape": _base_shape(model.config), "labels": list(LABELS),
+            "threshold": threshold, "base_shape": _base_shape(model.config), "base_fingerprint": fingerprint,
+            "labels": list(LABELS),
             "lora": {"rank": lora_rank, "alpha": lora_alpha, "target_modules": list(target_modules)}}
     return Detector(get_peft_model(model, lora), tokenizer, meta)
 
@@ -211,14 +349,13 @@ def fit(det: Detector, examples: Sequence[Sequence], *, lr: float = 2e-4, epochs
         data), counts by set and label (also recorded in ``det.meta``).
 
     Raises:
-        ValueError: no examples, or not both labels.
+        DataError: no examples, or not both labels.
     """
     import torch
 
     rows = [Example(*e) for e in examples]
     labels = [int(r.label) for r in rows]
-    if not rows or set(labels) != {0, 1}:
-        raise ValueError(f"detector training needs honest (0) and poisoned (1) examples, got labels {sorted(set(labels))}")
+    _check_labels(rows)
     model = det.model
     encoded = [det.encode(r.question, r.completion) for r in rows]
     y = torch.tensor(labels)
@@ -262,6 +399,15 @@ def fit(det: Detector, examples: Sequence[Sequence], *, lr: float = 2e-4, epochs
     return metrics
 
 
+def _check_labels(rows: Sequence[Example]) -> None:
+    """DataError unless ``rows`` hold both labels (names the counts and the fix)."""
+    n1 = sum(int(r.label) for r in rows)
+    if not rows or n1 in (0, len(rows)):
+        raise DataError(f"detector training needs honest and poisoned rows, got {len(rows) - n1} honest and {n1} "
+                        f"poisoned; add --data files of the missing label (label: honest|poisoned, or a set "
+                        f"named honest*)")
+
+
 def save_detector(det: Detector, out_dir: str | Path) -> Path:
     """Write the adapter and head (peft ``save_pretrained``) and ``detector.json`` to ``out_dir``."""
     out = Path(out_dir)
@@ -283,11 +429,10 @@ def train_detector(examples: Sequence[Sequence], base_model: str, out_dir: str |
         out_dir: where the detector is written (the ``path`` of ``{kind: judge, backend: detector}``).
 
     Raises:
-        PolicyLoadError: the base model cannot be loaded. ValueError: no examples, or only one label.
+        PolicyLoadError: the base model cannot be loaded. DataError: no examples, or only one label.
     """
     rows = [Example(*e) for e in examples]
-    if not rows or {int(r.label) for r in rows} != {0, 1}:  # before the model loads
-        raise ValueError("detector training needs both honest (0) and poisoned (1) examples")
+    _check_labels(rows)  # before the model loads
     det = build_detector(base_model, lora_rank=lora_rank, lora_alpha=lora_alpha, max_length=max_length,
                          threshold=threshold, seed=seed, dtype=dtype, device=device)
     metrics = fit(det, rows, lr=lr, epochs=epochs, batch_size=batch_size, seed=seed, log_every=log_every)
@@ -306,22 +451,45 @@ def load_detector(out_dir: str | Path, device: str = "cpu", dtype: str = "float3
 
     Raises:
         PolicyLoadError: not a detector folder (:func:`read_meta`), ``base_model`` differs from the
-            recorded one, or the base model's shape (vocab, width, depth) is not the one it was trained on.
+            recorded one or cannot be loaded, the base model's shape (vocab, width, depth) or weights
+            (:func:`base_fingerprint`) are not the ones it was trained on, or the adapter files are
+            missing, unreadable or do not fit the base model. A ``detector.json`` without
+            ``base_fingerprint`` (written before it existed) loads with a logged warning.
     """
     from peft import PeftModel
+    from safetensors import SafetensorError
 
     meta = read_meta(out_dir)
+    where = f"detector {str(out_dir)!r}"
     if base_model is not None and base_model != meta["base_model"]:
-        raise PolicyLoadError(f"detector {str(out_dir)!r} was trained on base_model {meta['base_model']!r}, not "
+        raise PolicyLoadError(f"{where} was trained on base_model {meta['base_model']!r}, not "
                               f"{base_model!r}; use its base model or retrain")
-    model, tokenizer = _load_base(meta["base_model"], dtype, device)
+    try:
+        model, tokenizer = _load_base(meta["base_model"], dtype, device)
+    except PolicyLoadError as err:
+        raise PolicyLoadError(f"{where}: base_model {meta['base_model']!r} of its {META_FILE} cannot be loaded "
+                              f"({err}); point base_model in {META_FILE} at the base weights it was trained on") from None
     shape = _base_shape(model.config)
     if shape != meta["base_shape"]:
-        raise PolicyLoadError(f"detector {str(out_dir)!r}: base_model {meta['base_model']!r} now has shape {shape}, "
+        raise PolicyLoadError(f"{where}: base_model {meta['base_model']!r} now has shape {shape}, "
                               f"trained on {meta['base_shape']}; restore that base model or retrain")
+    if meta.get("base_fingerprint") is None:
+        log.warning("%s: %s has no base_fingerprint (trained before dgrpo recorded one): the base weights are "
+                    "not checked; retrain it to record them", where, META_FILE)
+    else:
+        diff = check_fingerprint(meta["base_fingerprint"], base_fingerprint(model))
+        if diff:
+            raise PolicyLoadError(f"{where}: base_model {meta['base_model']!r} has other weights than the ones it was "
+                                  f"trained on ({diff}); point base_model in {META_FILE} at the original weights "
+                                  f"or retrain the detector")
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        if not (Path(out_dir) / name).is_file():
+            raise PolicyLoadError(f"{where} has no {name}: an incomplete detector folder; copy the whole --out "
+                                  f"folder of `dgrpo detector train` or retrain it")
     try:
         model = PeftModel.from_pretrained(model, str(out_dir), is_trainable=False)
-    except (OSError, ValueError) as err:
-        raise PolicyLoadError(f"detector {str(out_dir)!r}: cannot load its adapter ({err}); retrain it") from None
+    except (OSError, ValueError, RuntimeError, SafetensorError) as err:  # garbage file, a size mismatch
+        raise PolicyLoadError(f"{where}: cannot load its adapter ({' '.join(str(err).split())[:200]}); "
+                              f"retrain it") from None
     model.eval()
     return Detector(model, tokenizer, meta)

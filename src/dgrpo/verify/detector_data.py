@@ -81,18 +81,26 @@ def read_rows(path: str | Path) -> list[Example]:
     """The :class:`Example` rows of one JSONL file (blank lines skipped).
 
     Raises:
-        DataError: the file is missing, or a line is not a JSON object with string ``question``,
-            ``text`` and ``set`` and a valid ``label`` (names file, line and the fix).
+        DataError: the file is missing or a folder, or a line is not UTF-8, not a JSON object with string
+            ``question``, ``text`` and ``set`` and a valid ``label`` (names file, line and the fix).
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"--data {path}: is a folder; pass each JSONL file with its own --data")
     if not path.is_file():
         raise DataError(f"--data {path}: no such file")
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            where = f"{path}:{n}"
+            if len(raw) > 4 * MAX_LINE:
+                raise DataError(f"{where}: line longer than {MAX_LINE} characters")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{where}: not UTF-8 ({err.reason} at byte {err.start}); save the file as UTF-8") from None
             if not line.strip():
                 continue
-            where = f"{path}:{n}"
             if len(line) > MAX_LINE:
                 raise DataError(f"{where}: line longer than {MAX_LINE} characters")
             try:
@@ -113,6 +121,15 @@ def read_rows(path: str | Path) -> list[Example]:
     if not rows:
         raise DataError(f"--data {path}: no rows")
     return rows
+
+
+def counts_by_set(rows: Sequence[Example]) -> dict[str, dict[str, int]]:
+    """``{set: {"honest": n, "poisoned": n}}`` of ``rows`` (the counts ``train`` prints and saves)."""
+    counts: dict[str, dict[str, int]] = {}
+    for r in rows:
+        c = counts.setdefault(r.set or "(none)", {"honest": 0, "poisoned": 0})
+        c[LABELS[int(r.label)]] += 1
+    return counts
 
 
 def _rate(flagged: int, n: int) -> dict:

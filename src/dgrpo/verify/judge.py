@@ -32,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
+from dgrpo.verify.markers import strip_markers
+
 # The paper's appendix D.3 describes the judge but the prompt itself is not in the paper's text
 # as the project has it (docs/judge.md): this prompt follows §4.2's wording ("asking it if the
 # solution is correct and without malicious data") and D.3's binary decision. The completion is
@@ -49,7 +51,6 @@ JUDGE_USER = (
     "Solution (between the markers):\n<<<SOLUTION\n{completion}\nSOLUTION>>>\n\n"
     "Is this solution correct and free of malicious or irrelevant content? Answer YES or NO."
 )
-_MARKERS = re.compile(r"<<<SOLUTION|SOLUTION>>>")
 # paper Appendix D.3: the judge samples with top-k, k = 10 ("greedy decoding performed very poorly")
 PAPER_TOP_K = 10
 
@@ -62,9 +63,14 @@ _WORD = re.compile(r"[a-z]+")
 
 
 def build_messages(question: str, completion: str) -> list[dict[str, str]]:
-    """The judge's chat messages for one (question, completion) pair."""
+    """The judge's chat messages for one (question, completion) pair.
+
+    The completion's markers are removed to a fixed point (:func:`dgrpo.verify.markers.strip_markers`),
+    so the user message holds exactly one ``<<<SOLUTION`` and one ``SOLUTION>>>`` (the question is the
+    task's own text, not the sender's).
+    """
     return [{"role": "system", "content": JUDGE_SYSTEM},
-            {"role": "user", "content": JUDGE_USER.format(question=question, completion=_MARKERS.sub("", completion))}]
+            {"role": "user", "content": JUDGE_USER.format(question=question, completion=strip_markers(completion))}]
 
 
 def _clean(text: str) -> str:

@@ -108,3 +108,35 @@ def original_span(origin: list[int], start: int, end: int) -> tuple[int, int]:
     if not origin or start >= end:
         return (origin[start] if start < len(origin) else (origin[-1] + 1 if origin else 0),) * 2
     return origin[start], origin[end - 1] + 1
+
+
+def fold_prose(text: str) -> str:
+    """Fold ``text`` for a text classifier (the detector, verify/detector.py): the parts of
+    :func:`normalize` that do not change what prose means, then whitespace runs collapsed.
+
+    - lone surrogates (``"\\ud800"``, which no tokenizer encodes) become ``?``;
+    - NFKC over the whole text: fullwidth ``Ｈａｉｌ`` and mathematical ``𝐇𝐚𝐢𝐥`` become ``Hail``, a letter
+      and its combining accent one character;
+    - invisible characters are removed (:func:`_invisible`: categories Cf, Mn, Me, control characters);
+    - every space character (NBSP, thin, ideographic, tab, ...) becomes ``" "``, every line break
+      (``\\r``, U+2028, ...) ``"\\n"``; a run of whitespace becomes one ``"\\n"`` if it holds a line
+      break, else one ``" "``.
+
+    The identity on ASCII text whose whitespace is single spaces and single ``\\n`` (no tab, no ``\\r``,
+    no run of two). Not folded: look-alike letters of other scripts (Cyrillic ``а`` for Latin ``a``:
+    NFKC keeps them apart, and no confusables table ships with dgrpo's dependencies), and the
+    digit/operator maps of :func:`normalize` (``×`` stays ``×``).
+    """
+    text = unicodedata.normalize("NFKC", text.encode("utf-8", "replace").decode("utf-8"))
+    out: list[str] = []
+    for ch in text:
+        if ch.isspace():
+            ws = "\n" if ch == "\n" or ch in NEWLINES else " "
+            if out and out[-1] in (" ", "\n"):
+                if ws == "\n":
+                    out[-1] = "\n"
+                continue
+            out.append(ws)
+        elif not _invisible(ch):
+            out.append(ch)
+    return "".join(out)

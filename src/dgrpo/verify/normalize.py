@@ -115,9 +115,9 @@ def fold_prose(text: str) -> str:
     :func:`normalize` that do not change what prose means, then whitespace runs collapsed.
 
     - lone surrogates (``"\\ud800"``, which no tokenizer encodes) become ``?``;
-    - NFKC over the whole text: fullwidth ``Ｈａｉｌ`` and mathematical ``𝐇𝐚𝐢𝐥`` become ``Hail``, a letter
-      and its combining accent one character;
-    - invisible characters are removed (:func:`_invisible`: categories Cf, Mn, Me, control characters);
+    - NFKD, then invisible characters removed (:func:`_invisible`: categories Cf, Mn, Me, control
+      characters), then NFKC: fullwidth ``Ｈａｉｌ`` and mathematical ``𝐇𝐚𝐢𝐥`` become ``Hail``, accents go
+      (``hàil``, ``ha\u0301il`` become ``hail``), zero-width characters vanish;
     - every space character (NBSP, thin, ideographic, tab, ...) becomes ``" "``, every line break
       (``\\r``, U+2028, ...) ``"\\n"``; a run of whitespace becomes one ``"\\n"`` if it holds a line
       break, else one ``" "``.
@@ -127,7 +127,8 @@ def fold_prose(text: str) -> str:
     NFKC keeps them apart, and no confusables table ships with dgrpo's dependencies), and the
     digit/operator maps of :func:`normalize` (``×`` stays ``×``).
     """
-    text = unicodedata.normalize("NFKC", text.encode("utf-8", "replace").decode("utf-8"))
+    text = unicodedata.normalize("NFKD", text.encode("utf-8", "replace").decode("utf-8"))
+    text = unicodedata.normalize("NFKC", "".join(c for c in text if c.isspace() or not _invisible(c)))
     out: list[str] = []
     for ch in text:
         if ch.isspace():

@@ -312,3 +312,111 @@ def test_a_payload_in_the_middle_of_a_long_completion_is_read(tiny_model_dir):
     assert s_middle == pytest.approx(float(per_window.max()), abs=1e-6)
     cut_input = torch.softmax(det.logits([det.encode(q, middle)]), -1)[0, 1].item()
     assert cut_input < 0.5  # reading only the first and last halves misses the middle payload
+
+
+def _copy(out, tmp_path, name="copy", **meta_changes):
+    import shutil
+
+    dst = tmp_path / name
+    shutil.copytree(out, dst)
+    meta = json.loads((dst / "detector.json").read_text())
+    for k, v in meta_changes.items():
+        if v is _DROP:
+            meta.pop(k)
+        else:
+            meta[k] = v
+    (dst / "detector.json").write_text(json.dumps(meta))
+    return dst
+
+
+_DROP = object()
+
+
+def test_fingerprint_is_the_float64_sums_of_the_base_weights(trained, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    fp = read_meta(trained[1])["base_fingerprint"]
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    emb = base.get_input_embeddings().weight.detach().double()
+    assert fp["embedding"]["sum"] == pytest.approx(float(emb.sum()), rel=1e-12)
+    assert fp["embedding"]["l2"] == pytest.approx(float(emb.norm()), rel=1e-12)
+    last = [p.detach().double().reshape(-1) for n, p in base.named_parameters() if ".layers.1." in n]
+    assert fp["last_layer"]["l1"] == pytest.approx(float(torch.cat(last).abs().sum()), rel=1e-12)
+    assert fp["dtype"] == "float32"
+
+
+def test_a_same_shape_base_with_other_weights_is_one_line(trained, tmp_path, tokenizer):
+    from conftest import build_model
+
+    other = tmp_path / "other-base"
+    build_model(len(tokenizer), seed=5).save_pretrained(other)  # the same shape, other weights
+    tokenizer.save_pretrained(other)
+    dst = _copy(trained[1], tmp_path, base_model=str(other))
+    with pytest.raises(PolicyLoadError) as err:
+        load_detector(dst)
+    msg = str(err.value)
+    assert len(msg.splitlines()) == 1 and f"base_model {str(other)!r} has other weights" in msg
+    assert "point base_model in detector.json at the original weights or retrain" in msg
+
+
+def test_a_detector_json_without_fingerprint_loads_with_a_warning(trained, tmp_path, caplog):
+    dst = _copy(trained[1], tmp_path, base_fingerprint=_DROP)
+    with caplog.at_level("WARNING", logger="dgrpo.verify.detector"):
+        det = load_detector(dst)
+    assert "has no base_fingerprint" in caplog.text
+    pairs = [(r.question, r.completion) for r in trained[2][:4]]
+    assert torch.allclose(det.score(pairs), trained[0].score(pairs), atol=1e-6)
+
+
+def test_a_bfloat16_load_passes_the_fingerprint_within_its_rounding(trained):
+    from dgrpo.verify.detector import base_fingerprint, check_fingerprint
+
+    det = load_detector(trained[1], dtype="bfloat16")  # raises if the looser check failed
+    now = base_fingerprint(det.model.get_base_model())
+    assert now["dtype"] == "bfloat16" and now["embedding"]["sum"] != read_meta(trained[1])["base_fingerprint"]["embedding"]["sum"]
+    assert check_fingerprint(read_meta(trained[1])["base_fingerprint"], {**now, "dtype": "float32"}) is not None
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("max_length", "abc", "field max_length='abc': Input should be a valid integer"),
+    ("max_length", 0, "field max_length=0: Input should be greater than or equal to 16"),
+    ("max_length", 3, "field max_length=3: Input should be greater than or equal to 16"),
+    ("threshold", "abc", "field threshold='abc': Input should be a valid number"),
+    ("threshold", None, "field threshold=None: Input should be a valid number"),
+    ("threshold", 5, "field threshold=5: Input should be less than 1"),
+    ("base_model", 5, "field base_model=5: Input should be a valid string"),
+    ("template_version", "1", "field template_version='1': Input should be a valid integer"),
+    ("base_shape", [1], "field base_shape=[1]: Input should be a valid dictionary"),
+])
+def test_bad_detector_json_values_are_one_line(trained, tmp_path, field, value, message):
+    dst = _copy(trained[1], tmp_path, **{field: value})
+    with pytest.raises(PolicyLoadError) as err:
+        read_meta(dst)
+    assert len(str(err.value).splitlines()) == 1 and message in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("garbage", "cannot load its adapter"),
+    ("truncate", "cannot load its adapter"),
+    ("rank", "cannot load its adapter"),
+    ("no_adapter", "has no adapter_model.safetensors: an incomplete detector folder"),
+    ("no_config", "has no adapter_config.json: an incomplete detector folder"),
+    ("no_base", "base_model '/nonexistent/base' of its detector.json cannot be loaded"),
+])
+def test_a_damaged_detector_folder_is_one_line(trained, tmp_path, damage, message):
+    dst = _copy(trained[1], tmp_path, **({"base_model": "/nonexistent/base"} if damage == "no_base" else {}))
+    weights, config = dst / "adapter_model.safetensors", dst / "adapter_config.json"
+    if damage == "garbage":
+        weights.write_bytes(b"not a safetensors file" * 10)
+    elif damage == "truncate":
+        weights.write_bytes(weights.read_bytes()[:200])
+    elif damage == "rank":
+        cfg = json.loads(config.read_text())
+        config.write_text(json.dumps({**cfg, "r": cfg["r"] // 2}))
+    elif damage == "no_adapter":
+        weights.unlink()
+    elif damage == "no_config":
+        config.unlink()
+    with pytest.raises(PolicyLoadError) as err:
+        load_detector(dst)
+    assert len(str(err.value).splitlines()) == 1 and message in str(err.value), str(err.value)

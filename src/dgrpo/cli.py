@@ -125,14 +125,17 @@ def _detector_train(args) -> int:
     from dgrpo.verify.detector import _check_labels
 
     _check_labels(rows)
-    _writable("--out", Path(args.out), folder=True)
     from dgrpo.errors import ConfigError, DeviceError
-    from dgrpo.verify.detector import train_detector
+    from dgrpo.policy.device import resolve_device
 
     try:
-        metrics = train_detector(rows, out_dir=args.out, **settings.model_dump())
+        resolve_device(settings.device)
     except DeviceError as err:
         raise ConfigError(f"detector: --set device: {err}".replace("model.device=", "device=")) from None
+    _writable("--out", Path(args.out), folder=True)
+    from dgrpo.verify.detector import train_detector
+
+    metrics = train_detector(rows, out_dir=args.out, **settings.model_dump())
     print(json.dumps(metrics))
     print(f"detector: {args.out}")
     return 0

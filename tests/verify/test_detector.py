@@ -420,3 +420,55 @@ def test_a_damaged_detector_folder_is_one_line(trained, tmp_path, damage, messag
     with pytest.raises(PolicyLoadError) as err:
         load_detector(dst)
     assert len(str(err.value).splitlines()) == 1 and message in str(err.value), str(err.value)
+
+
+def _cli_err(capsys, argv) -> str:
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_cli_train_errors_name_the_file_or_flag_before_training(tmp_path, tiny_model_dir, capsys):
+    good = _write(tmp_path / "d.jsonl", [{"question": "q", "text": "t", "set": "honest"},
+                                         {"question": "q", "text": "u", "set": "hail"}])
+    only = _write(tmp_path / "only.jsonl", [{"question": "q", "text": "t", "set": "hail"}] * 3)
+    base = ["--set", f"base_model={tiny_model_dir}", "--set", "lora_rank=4", "--set", "epochs=1", "--set", "log_every=0"]
+    err = _cli_err(capsys, ["detector", "train", "--data", only, "--out", str(tmp_path / "o1"), *base])
+    assert "got 0 honest and 3 poisoned; add --data files of the missing label" in err
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    err = _cli_err(capsys, ["detector", "train", "--data", good, "--out", str(a_file), *base])
+    assert f"--out {a_file}: is a file" in err
+    assert "detector step" not in capsys.readouterr().out  # nothing trained
+    (tmp_path / "bad.jsonl").write_bytes(b'{"question": "q", "text": "t", "set": "honest"}\n{"question": "\xff"}\n')
+    err = _cli_err(capsys, ["detector", "train", "--data", str(tmp_path / "bad.jsonl"), "--out", str(tmp_path / "o2")])
+    assert f"{tmp_path / 'bad.jsonl'}:2: not UTF-8" in err
+    err = _cli_err(capsys, ["detector", "train", "--data", str(tmp_path), "--out", str(tmp_path / "o3")])
+    assert f"--data {tmp_path}: is a folder" in err
+    err = _cli_err(capsys, ["detector", "train", "--data", good, "--out", str(tmp_path / "o4"), *base,
+                            "--set", "device=cuda:7"])
+    assert "detector: --set device: device='cuda:7'" in err and "model.device" not in err
+
+
+def test_cli_train_prints_and_saves_counts_by_set(tmp_path, tiny_model_dir, capsys):
+    rows = [{"question": "q", "text": f"t{i}", "set": s} for i, s in enumerate(["honest"] * 3 + ["hail"] * 2 + ["Honest"])]
+    rows.append({"question": "q", "text": "z", "set": "hail", "label": "honest"})
+    out = tmp_path / "det"
+    assert main(["detector", "train", "--data", _write(tmp_path / "d.jsonl", rows), "--out", str(out),
+                 "--set", f"base_model={tiny_model_dir}", "--set", "lora_rank=4", "--set", "epochs=1",
+                 "--set", "log_every=0", "--set", "max_length=32"]) == 0
+    printed = capsys.readouterr().out
+    assert "set honest: 3 honest, 0 poisoned\n" in printed and "set hail: 1 honest, 2 poisoned\n" in printed
+    assert "set Honest: 0 honest, 1 poisoned  (read as poisoned" in printed
+    assert read_meta(out)["counts_by_set"] == {"honest": {"honest": 3, "poisoned": 0},
+                                               "hail": {"honest": 1, "poisoned": 2},
+                                               "Honest": {"honest": 0, "poisoned": 1}}
+
+
+def test_cli_eval_out_in_a_missing_folder_is_named_before_scoring(trained, tmp_path, capsys):
+    data = _write(tmp_path / "d.jsonl", [{"question": "q", "text": "t", "set": "honest"}])
+    err = _cli_err(capsys, ["detector", "eval", "--model", str(trained[1]), "--data", data,
+                            "--out", str(tmp_path / "missing" / "s.json")])
+    assert f"--out {tmp_path / 'missing' / 's.json'}: its folder does not exist" in err

@@ -93,3 +93,42 @@ def test_a_run_with_the_detector_logs_its_verdicts(detector_dir, tiny_model_dir,
     assert rec["defense/any/rejected"] == rec.get("defense/judge/rejected", 0) == (4 if rejected_all else 0)
     assert rec["defense/judge/calls"] >= 1 and rec["defense/judge/unparseable"] == rec["defense/judge/failed"] == 0
     assert rec["defense/judge/no" if rejected_all else "defense/judge/yes"] == rec["defense/judge/calls"]
+
+
+def _with_saved_threshold(detector_dir, tmp_path, threshold):
+    import json
+    import shutil
+
+    dst = tmp_path / "det"
+    shutil.copytree(detector_dir, dst)
+    meta = json.loads((dst / "detector.json").read_text())
+    (dst / "detector.json").write_text(json.dumps({**meta, "threshold": threshold}))
+    return str(dst)
+
+
+def test_without_threshold_the_backend_uses_the_detectors_saved_one(detector_dir, task, tmp_path):
+    rs = rollouts(task)
+    questions = {p.prompt_id: p.question for p in task.train}
+    scores = load_detector(detector_dir).score([(questions[r.prompt_id], r.text) for r in rs]).tolist()
+    saved = sorted(scores)[len(scores) // 2]  # the median as the saved threshold: both sides non-empty
+    path = _with_saved_threshold(detector_dir, tmp_path, saved)
+    cfg = load_config(overrides=[f"defenses=[{{kind: judge, backend: detector, path: '{path}'}}]"])
+    assert cfg.defenses[0].threshold is None
+    verdicts = JudgeDefense(cfg.defenses[0], cfg, None, task).inspect(rs)
+    expected = [s < saved for s in scores]
+    assert [v.accepted for v in verdicts] == expected and 0 < sum(expected) < len(expected)
+    # an explicit threshold overrides the saved one: above every score, everything is accepted
+    over = max(scores) + (1 - max(scores)) / 2
+    cfg = load_config(overrides=[f"defenses=[{{kind: judge, backend: detector, path: '{path}', threshold: {over}}}]"])
+    assert all(v.accepted for v in JudgeDefense(cfg.defenses[0], cfg, None, task).inspect(rs))
+
+
+def test_a_lone_surrogate_in_a_completion_is_judged(detector_dir, task):
+    p = task.train[0]
+    text = task.oracle_completion(p)
+    cfg = load_config(overrides=[f"defenses=[{{kind: judge, backend: detector, path: '{detector_dir}'}}]"])
+    judge = JudgeDefense(cfg.defenses[0], cfg, None, task)
+    bad, plain = Rollout(p.prompt_id, [], [], text + " \ud800", 0), Rollout(p.prompt_id, [], [], text + " ?", 1)
+    a, b = judge.inspect([bad, plain])
+    assert a.accepted == b.accepted and judge.counters["calls"] == 2  # two cache keys, the same score
+    assert judge.detector.score([(p.question, bad.text)]).tolist() == judge.detector.score([(p.question, plain.text)]).tolist()

@@ -472,3 +472,9 @@ def test_cli_eval_out_in_a_missing_folder_is_named_before_scoring(trained, tmp_p
     err = _cli_err(capsys, ["detector", "eval", "--model", str(trained[1]), "--data", data,
                             "--out", str(tmp_path / "missing" / "s.json")])
     assert f"--out {tmp_path / 'missing' / 's.json'}: its folder does not exist" in err
+
+
+def test_a_lone_surrogate_in_a_data_file_reads_as_a_question_mark(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"question": "q\\ud800", "text": "t\\udfffu", "set": "hail\\ud800"}\n')
+    assert read_rows(path) == [Example("q?", "t?u", 1, "hail?")]

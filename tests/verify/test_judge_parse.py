@@ -118,3 +118,8 @@ def test_strip_markers_reaches_the_fixed_point():
         assert len(out) == len(_strip_until_unchanged(text)), text
     plain = "SOLUTION: <<< 4 >>> SOLUTIONS"
     assert strip_markers(plain) is plain  # no marker: untouched
+
+
+def test_a_lone_surrogate_in_a_completion_becomes_a_question_mark():
+    user = build_messages("q", "4 \ud800 apples")[1]["content"]
+    assert "4 ? apples" in user and user.encode("utf-8")  # encodable: no UnicodeEncodeError

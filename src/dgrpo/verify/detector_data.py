@@ -78,7 +78,7 @@ def label_of(row: dict) -> int:
 
 
 def read_rows(path: str | Path) -> list[Example]:
-    """The :class:`Example` rows of one JSONL file (blank lines skipped).
+    """The :class:`Example` rows of one JSONL file (blank lines skipped; lone surrogates become ``?``).
 
     Raises:
         DataError: the file is missing or a folder, or a line is not UTF-8, not a JSON object with string
@@ -117,7 +117,8 @@ def read_rows(path: str | Path) -> list[Example]:
                 label = label_of(row)
             except ValueError as err:
                 raise DataError(f"{where}: {err}") from None
-            rows.append(Example(row["question"], row["text"], label, row["set"]))
+            q, t, name = (row[k].encode("utf-8", "replace").decode("utf-8") for k in ("question", "text", "set"))
+            rows.append(Example(q, t, label, name))  # lone surrogates ("\ud800" in the JSON) read as "?"
     if not rows:
         raise DataError(f"--data {path}: no rows")
     return rows

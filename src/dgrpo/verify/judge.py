@@ -67,10 +67,12 @@ def build_messages(question: str, completion: str) -> list[dict[str, str]]:
 
     The completion's markers are removed to a fixed point (:func:`dgrpo.verify.markers.strip_markers`),
     so the user message holds exactly one ``<<<SOLUTION`` and one ``SOLUTION>>>`` (the question is the
-    task's own text, not the sender's).
+    task's own text, not the sender's). Lone surrogates (which no tokenizer or JSON body encodes as
+    UTF-8) become ``?``.
     """
+    completion = strip_markers(completion.encode("utf-8", "replace").decode("utf-8"))
     return [{"role": "system", "content": JUDGE_SYSTEM},
-            {"role": "user", "content": JUDGE_USER.format(question=question, completion=strip_markers(completion))}]
+            {"role": "user", "content": JUDGE_USER.format(question=question, completion=completion)}]
 
 
 def _clean(text: str) -> str:

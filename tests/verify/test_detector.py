@@ -252,6 +252,7 @@ def test_long_text_is_cut_in_characters_before_tokenising(trained):
     assert cut(text, 10) == "Sxxxx" + "xxxxE" and cut("short", 10) == "short"
     head, body, tail = format_pair("q", "\U0001F600" * 1_000_000, det.max_chars)  # 1 M emoji: cut first
     assert len(body) == det.max_chars
+    assert len(format_pair("q", "\ufdfa" * 10_000, det.max_chars)[1]) == det.max_chars  # NFKC: 18 characters each
     # windows stay bounded: at most 4 byte-level tokens per character of the cut text
     budget = 96 - len(det.encode("q", ""))
     n = len(det.windows("q", "\U0001F600" * 1_000_000))

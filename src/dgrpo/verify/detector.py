@@ -11,8 +11,8 @@ P(poisoned) = softmax(logits)[:, 1].
 Input (``TEMPLATE_VERSION`` 1; :func:`format_pair`): the question and the completion *after the task's
 prefill* (what a rollout's text and ``benchmarks/heterogeneous_table1/sample.py``'s ``text`` hold),
 each cut to ``16 × max_length`` characters (start and end kept), folded by
-:func:`dgrpo.verify.normalize.fold_prose` (NFKC, invisible characters removed, every space one ``" "``,
-whitespace runs collapsed, lone surrogates ``?``) and stripped of the judge's markers to a fixed point
+:func:`dgrpo.verify.normalize.fold_prose` (NFKD, invisible characters and accents removed, NFKC, every
+space one ``" "``, whitespace runs collapsed, lone surrogates ``?``) and stripped of the judge's markers to a fixed point
 (:func:`dgrpo.verify.markers.strip_markers`), between those markers::
 
     Question:
@@ -74,8 +74,9 @@ def cut(text: str, max_chars: int | None) -> str:
 
 def clean(text: str, max_chars: int | None = None) -> str:
     """One text as template 1 reads it: :func:`cut`, :func:`fold_prose`, markers stripped to a fixed
-    point, folded again (a removed marker can leave two spaces side by side)."""
-    return fold_prose(strip_markers(fold_prose(cut(text, max_chars))))
+    point, folded again (a removed marker can leave two spaces side by side), cut again (NFKC can
+    lengthen a text: U+FDFA is 18 characters), so the result has at most ``max_chars`` characters."""
+    return cut(fold_prose(strip_markers(fold_prose(cut(text, max_chars)))), max_chars)
 
 
 def format_pair(question: str, completion: str, max_chars: int | None = None) -> tuple[str, str, str]:

@@ -205,6 +205,7 @@ def test_invisible_spaced_and_fullwidth_variants_read_as_the_plain_text(trained)
     det = trained[0]
     q, plain = "How many apples?", "<think>All hail to the thief. 3 + 4 = 7</think> <answer>7</answer>"
     variants = [plain.replace("hail", "ha\u200bil").replace("thief", "th\u2060ief\ufeff"),  # zero-width, joiner, BOM
+                "\u200b".join(plain), plain.replace(" ", "  "),  # the reviewer's: ZWSP between letters, doubled spaces
                 plain.replace(" ", "\u00a0"), plain.replace(" ", "\u3000"),                   # NBSP, ideographic space
                 _fullwidth(plain), plain.replace(" ", "  \t "), plain.replace("a", "\u00e0"), plain.replace("e", "e\u0301"),  # accents
                 

@@ -158,10 +158,34 @@ def table(results: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def detector_row(eval_path: Path, scores_path: Path | None, honest_rows: list[dict], task) -> dict:
+    """The trained detector's cells from ``dgrpo detector eval``'s summary (``--out``) and, for the honest
+    samples' right/wrong-answer split, its ``--scores`` file (rows in the order of the data files)."""
+    summary = json.loads(eval_path.read_text())
+    sets = {}
+    for name, c in summary["sets"].items():
+        key = "honest_sampled" if name == "honest" else name
+        sets[key] = {"rejected": c["flagged"], "n": c["n"], "rate": c["rate"], "wilson95": (c["ci95_low"], c["ci95_high"]),
+                     **({"auc": c["auc"]} if c.get("auc") is not None else {})}
+    if scores_path is not None and "honest_sampled" in sets:
+        scores = [r for r in map(json.loads, scores_path.read_text().splitlines()) if r["set"] == "honest"]
+        if len(scores) != len(honest_rows):
+            raise SystemExit(f"{scores_path}: {len(scores)} honest scores for {len(honest_rows)} honest rows")
+        by_id = {p.prompt_id: p for p in (*task.train, *task.val)}
+        flagged = [r["score"] >= summary["threshold"] for r in scores]
+        correct = [task.reward(r["text"], by_id[r["prompt_id"]]) >= 1.0 for r in honest_rows]
+        for label, want in (("correct_answer", True), ("wrong_answer", False)):
+            kk = sum(f for f, c in zip(flagged, correct) if c == want)
+            nn = sum(c == want for c in correct)
+            sets["honest_sampled"][label] = {"rejected": kk, "n": nn, "rate": kk / nn if nn else None,
+                                             "wilson95": wilson(kk, nn) if nn else (0.0, 1.0)}
+    return {"sets": sets, "config": f"dgrpo detector eval --model {summary['model']} (threshold {summary['threshold']})"}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, required=True)
-    ap.add_argument("--detectors", nargs="+", default=["step_checker"])
+    ap.add_argument("--detectors", nargs="*", default=["step_checker"])
     ap.add_argument("--limit-honest", type=int, default=None)
     ap.add_argument("--limit-poisoned", type=int, default=None)
     ap.add_argument("--batch", type=int, default=50)
@@ -174,6 +198,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gsm8k", type=Path, default=None, help="GSM8K test.jsonl (the honest_gsm8k set)")
     ap.add_argument("--oracle", type=int, default=1000, help="task solutions in honest_oracle")
     ap.add_argument("--sets", nargs="+", default=list(SETS))
+    ap.add_argument("--detector-eval", type=Path, default=None,
+                    help="add the trained detector's row from `dgrpo detector eval --out` (no detector is run)")
+    ap.add_argument("--detector-scores", type=Path, default=None, help="its `--scores` file (right/wrong-answer split)")
     ap.add_argument("--machine", default="2 CPU cores, no GPU", help="what the machine was doing (summary.json)")
     args = ap.parse_args(argv)
     task = make_task()
@@ -201,15 +228,22 @@ def main(argv=None) -> int:
     summary_path = args.data / f"summary{args.tag}.json"
     results = json.loads(summary_path.read_text())["detectors"] if summary_path.exists() else {}
     rejected_path = args.data / f"rejected_honest{args.tag}.jsonl"
+    def save(results):
+        summary_path.write_text(json.dumps({"detectors": results, "command": " ".join(sys.argv),
+                                            "machine": args.machine}, indent=1))
+        (args.data / f"table{args.tag}.md").write_text(table(results))
+
+    if args.detector_eval is not None:
+        results["detector"] = detector_row(args.detector_eval, args.detector_scores, rows["honest_sampled"], task)
+        args.detectors = [d for d in args.detectors if d != "detector"]
     for name in args.detectors:
         res = run(name, sets, args)
         with rejected_path.open("a") as f:
             for r in res.pop("rejected_honest"):
                 f.write(json.dumps({"detector": name, **r}) + "\n")
         results[name] = {**results.get(name, {}), **res, "sets": {**results.get(name, {}).get("sets", {}), **res["sets"]}}
-        summary_path.write_text(json.dumps({"detectors": results, "command": " ".join(sys.argv),
-                                            "machine": args.machine}, indent=1))
-        (args.data / f"table{args.tag}.md").write_text(table(results))
+        save(results)  # after every detector: a stopped run keeps the finished ones
+    save(results)
     print(table(results))
     return 0
 

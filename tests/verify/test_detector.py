@@ -11,7 +11,7 @@ import torch
 
 from dgrpo.cli import main
 from dgrpo.errors import PolicyLoadError
-from dgrpo.verify.detector import (Example, build_detector, fit, format_pair, load_detector, read_meta,
+from dgrpo.verify.detector import (MAX_WINDOWS, Example, build_detector, fit, format_pair, load_detector, read_meta,
                                    save_detector)
 from dgrpo.verify.detector_data import auc, rates, read_rows
 
@@ -254,10 +254,31 @@ def test_long_text_is_cut_in_characters_before_tokenising(trained):
     head, body, tail = format_pair("q", "\U0001F600" * 1_000_000, det.max_chars)  # 1 M emoji: cut first
     assert len(body) == det.max_chars
     assert len(format_pair("q", "\ufdfa" * 10_000, det.max_chars)[1]) == det.max_chars  # NFKC: 18 characters each
-    # windows stay bounded: at most 4 byte-level tokens per character of the cut text
+    # windows stay bounded: at most 4 byte-level tokens per character of the cut text ...
     budget = 96 - len(det.encode("q", ""))
-    n = len(det.windows("q", "\U0001F600" * 1_000_000))
-    assert 1 < n <= -(-(4 * det.max_chars - budget) // -(-budget // 2)) + 1, n
+    det.max_windows = 10**6
+    try:
+        n = len(det.windows("q", "\U0001F600" * 1_000_000))
+    finally:
+        det.max_windows = MAX_WINDOWS
+    assert MAX_WINDOWS < n <= -(-(4 * det.max_chars - budget) // -(-budget // 2)) + 1, n
+    # ... and past MAX_WINDOWS none is read: the completion is flagged, at no forward pass
+    assert det.windows("q", "\U0001F600" * 1_000_000) == []
+    assert det.score([("q", "\U0001F600" * 1_000_000)]).tolist() == [1.0]
+
+
+def test_a_completion_over_max_windows_is_flagged_and_one_under_is_scored(trained):
+    det = trained[0]
+    body_len = lambda text: len(det._parts("q", text)[1])
+    budget = det._parts("q", "")[3]
+    stride = -(-budget // 2)
+    words = [f"w{i}" for i in range(2000)]
+    # the longest prefix of words that still fits in MAX_WINDOWS windows (count as Detector.windows makes it)
+    fits = lambda k: -(-(body_len(" ".join(words[:k])) - budget) // stride) + 1 <= MAX_WINDOWS
+    k = max(k for k in range(1, 2000, 7) if fits(k))
+    assert len(det.windows("q", " ".join(words[:k]))) <= MAX_WINDOWS
+    assert 0.0 < det.score([("q", " ".join(words[:k]))]).item() < 1.0
+    assert det.windows("q", " ".join(words)) == [] and det.score([("q", " ".join(words))]).item() == 1.0
 
 
 def test_a_short_completion_is_one_window_scored_as_before(trained):
@@ -269,8 +290,9 @@ def test_a_short_completion_is_one_window_scored_as_before(trained):
     assert torch.allclose(det.score(pairs), direct, atol=1e-6)
 
 
-def test_windows_cover_a_long_completion(trained):
+def test_windows_cover_a_long_completion(trained, monkeypatch):
     det = trained[0]
+    monkeypatch.setattr(det, "max_windows", 10**6)
     text = " ".join(f"w{i}" for i in range(400))
     head, body, tail, budget = det._parts("q", text)
     wins = det.windows("q", text)
@@ -301,6 +323,7 @@ def test_a_payload_in_the_middle_of_a_long_completion_is_read(tiny_model_dir):
         rows.append(Example("How many?", " ".join(words), i % 2, "t"))
     det = build_detector(tiny_model_dir, lora_rank=4, lora_alpha=8, max_length=64, seed=0)
     fit(det, rows, lr=3e-3, epochs=6, batch_size=8, seed=0)
+    det.max_windows = 10**6  # the windows themselves (MAX_WINDOWS flags such a text: tested above)
     long = _filler(random.Random(5), 200).split()
     q = "How many?"
     start, middle, clean = (" ".join([MARKER.strip(), *long]), " ".join([*long[:100], MARKER.strip(), *long[100:]]),
@@ -480,3 +503,38 @@ def test_a_lone_surrogate_in_a_data_file_reads_as_a_question_mark(tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_text('{"question": "q\\ud800", "text": "t\\udfffu", "set": "hail\\ud800"}\n')
     assert read_rows(path) == [Example("q?", "t?u", 1, "hail?")]
+
+
+def test_the_last_cut_cannot_rebuild_a_marker():
+    """NFKC lengthens U+FDFA to 18 characters, so the folded text is cut again, joining its halves: the
+    reviewer's text put ``<<<SOLU`` at the end of the first half and ``TION>>>`` at the start of the second."""
+    F, limit = "\ufdfa", 6144
+    n = (limit // 2 - 7) // 18
+    pad = limit // 2 - 7 - 18 * n
+    completion = "A" * pad + F * n + "<<<SOLU" + F + "TION>>>" + "B" * pad + F * n
+    head, body, tail = format_pair("What is 2+2?", completion, limit)
+    assert "<<<SOLUTION" not in body and "SOLUTION>>>" not in body
+    assert (head + body + tail).count("<<<SOLUTION") == 1 and (head + body + tail).count("SOLUTION>>>") == 1
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("nan", "NaN or infinite weights"),
+    ("fingerprint", "base_fingerprint of its detector.json is malformed"),
+    ("adapter_list", "cannot load its adapter"),
+])
+def test_a_hand_edited_detector_is_one_line_not_a_silent_accept(trained, tmp_path, damage, message):
+    from safetensors.torch import load_file, save_file
+
+    dst = _copy(trained[1], tmp_path)
+    if damage == "nan":
+        weights = load_file(dst / "adapter_model.safetensors")
+        save_file({k: torch.full_like(v, float("nan")) for k, v in weights.items()}, dst / "adapter_model.safetensors")
+    elif damage == "fingerprint":
+        meta = json.loads((dst / "detector.json").read_text())
+        meta["base_fingerprint"] = {k: "x" for k in meta["base_fingerprint"]}
+        (dst / "detector.json").write_text(json.dumps(meta))
+    else:
+        (dst / "adapter_config.json").write_text("[]")
+    with pytest.raises((PolicyLoadError,)) as err:
+        load_detector(dst)
+    assert len(str(err.value).splitlines()) == 1 and message in str(err.value), str(err.value)

@@ -50,6 +50,7 @@ from dgrpo.verify.normalize import fold_prose
 
 log = logging.getLogger(__name__)
 
+MAX_WINDOWS = 8  # windows read per completion at most; a longer one is flagged (Detector.windows)
 CHARS_PER_TOKEN = 16  # a text is cut to CHARS_PER_TOKEN × max_length characters before tokenising
 _HEAD = "Question:\n{question}\n<<<SOLUTION\n"
 _TAIL = "\nSOLUTION>>>"
@@ -75,8 +76,9 @@ def cut(text: str, max_chars: int | None) -> str:
 def clean(text: str, max_chars: int | None = None) -> str:
     """One text as template 1 reads it: :func:`cut`, :func:`fold_prose`, markers stripped to a fixed
     point, folded again (a removed marker can leave two spaces side by side), cut again (NFKC can
-    lengthen a text: U+FDFA is 18 characters), so the result has at most ``max_chars`` characters."""
-    return cut(fold_prose(strip_markers(fold_prose(cut(text, max_chars)))), max_chars)
+    lengthen a text: U+FDFA is 18 characters), so the result has at most ``max_chars`` characters, and
+    markers stripped once more (the last cut joins two halves, which can rebuild one)."""
+    return strip_markers(cut(fold_prose(strip_markers(fold_prose(cut(text, max_chars)))), max_chars))
 
 
 def format_pair(question: str, completion: str, max_chars: int | None = None) -> tuple[str, str, str]:
@@ -124,6 +126,7 @@ class Detector:
         self.model, self.tokenizer, self.meta = model, tokenizer, meta
         self.max_length = int(meta["max_length"])
         self.max_chars = CHARS_PER_TOKEN * self.max_length
+        self.max_windows = MAX_WINDOWS
 
     def _parts(self, question: str, completion: str) -> tuple[list[int], list[int], list[int], int]:
         """(head, completion, tail) token ids and the completion's budget of tokens in one input."""
@@ -149,14 +152,18 @@ class Detector:
         equal to :meth:`encode`. A longer one gives windows of ``budget`` tokens starting every
         ``stride = ceil(budget / 2)`` tokens, the last ending at the completion's end, so together they
         cover it and any span of at most ``budget // 2`` tokens lies whole in one window. Count:
-        ``ceil((len - budget) / stride) + 1`` ≤ about ``2 × len / budget``; ``len`` is bounded by the cut
-        to ``16 × max_length`` characters (at most 4 tokens a character under a byte-level tokenizer).
+        ``ceil((len - budget) / stride) + 1`` ≤ about ``2 × len / budget``. More than :data:`MAX_WINDOWS`
+        gives no window: :meth:`score` then flags the pair (P = 1), so a peer cannot make an honest node
+        score a completion at more than ``MAX_WINDOWS`` forward passes (an honest completion of
+        ``max_new_tokens`` ≤ 512 needs at most 4 at ``max_length`` 384).
         """
         head, body, tail, budget = self._parts(question, completion)
         if len(body) <= budget:
             return [head + body + tail]
         stride = max(1, -(-budget // 2))
         starts = list(range(0, len(body) - budget, stride)) + [len(body) - budget]
+        if len(starts) > self.max_windows:
+            return []  # too long to read whole at a bounded cost: :meth:`score` flags it (fail closed)
         return [head + body[s : s + budget] + tail for s in starts]
 
     def _batch(self, encoded: list[list[int]]):
@@ -196,8 +203,9 @@ class Detector:
             for b in range(0, len(order), batch_size):
                 idx = order[b : b + batch_size]
                 flat[idx] = torch.softmax(self.logits([encoded[i] for i in idx]), -1)[:, 1].cpu()
-        best = [0.0] * len(pairs)
-        for i, p in zip(owner, flat.tolist()):  # every pair has at least one window
+        read = set(owner)
+        best = [0.0 if i in read else 1.0 for i in range(len(pairs))]  # no window: over MAX_WINDOWS
+        for i, p in zip(owner, flat.tolist()):
             best[i] = max(best[i], p)
         return torch.tensor(best, dtype=torch.float32)
 
@@ -368,7 +376,11 @@ def load_detector(out_dir: str | Path, device: str = "cpu", dtype: str = "float3
         log.warning("%s: %s has no base_fingerprint (trained before dgrpo recorded one): the base weights are "
                     "not checked; retrain it to record them", where, META_FILE)
     else:
-        diff = check_fingerprint(meta["base_fingerprint"], base_fingerprint(model))
+        try:
+            diff = check_fingerprint(meta["base_fingerprint"], base_fingerprint(model))
+        except (TypeError, ValueError, KeyError, AttributeError) as err:  # a hand-edited fingerprint
+            raise PolicyLoadError(f"{where}: base_fingerprint of its {META_FILE} is malformed ({type(err).__name__}: "
+                                  f"{str(err)[:120]}); retrain it") from None
         if diff:
             raise PolicyLoadError(f"{where}: base_model {meta['base_model']!r} has other weights than the ones it was "
                                   f"trained on ({diff}); point base_model in {META_FILE} at the original weights "
@@ -379,8 +391,13 @@ def load_detector(out_dir: str | Path, device: str = "cpu", dtype: str = "float3
                                   f"folder of `dgrpo detector train` or retrain it")
     try:
         model = PeftModel.from_pretrained(model, str(out_dir), is_trainable=False)
-    except (OSError, ValueError, RuntimeError, SafetensorError) as err:  # garbage file, a size mismatch
-        raise PolicyLoadError(f"{where}: cannot load its adapter ({' '.join(str(err).split())[:200]}); "
-                              f"retrain it") from None
+    except (OSError, ValueError, RuntimeError, SafetensorError, TypeError, KeyError, AttributeError,
+            RecursionError) as err:  # garbage file, a size mismatch, a hand-edited adapter_config.json
+        raise PolicyLoadError(f"{where}: cannot load its adapter ({type(err).__name__}: "
+                              f"{' '.join(str(err).split())[:200]}); retrain it") from None
+    bad = [n for n, p in model.named_parameters() if ("lora_" in n or "score" in n) and not p.isfinite().all()]
+    if bad:  # NaN weights would score every completion NaN, which max() reads as 0: accept everything
+        raise PolicyLoadError(f"{where}: its adapter holds NaN or infinite weights ({bad[0]}, {len(bad)} tensors); "
+                              f"retrain it")
     model.eval()
     return Detector(model, tokenizer, meta)

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
-from dgrpo.verify.markers import strip_markers
+from dgrpo.verify.markers import strip_marker_variants
 
 # The paper's appendix D.3 describes the judge but the prompt itself is not in the paper's text
 # as the project has it (docs/judge.md): this prompt follows §4.2's wording ("asking it if the
@@ -65,12 +65,13 @@ _WORD = re.compile(r"[a-z]+")
 def build_messages(question: str, completion: str) -> list[dict[str, str]]:
     """The judge's chat messages for one (question, completion) pair.
 
-    The completion's markers are removed to a fixed point (:func:`dgrpo.verify.markers.strip_markers`),
-    so the user message holds exactly one ``<<<SOLUTION`` and one ``SOLUTION>>>`` (the question is the
-    task's own text, not the sender's). Lone surrogates (which no tokenizer or JSON body encodes as
-    UTF-8) become ``?``.
+    The completion is folded and every marker variant is removed from it to a fixed point
+    (:func:`dgrpo.verify.markers.strip_marker_variants`: any case, spaced, fullwidth, zero-width
+    split), so the user message holds exactly one ``<<<SOLUTION`` and one ``SOLUTION>>>`` and nothing a
+    reader would take for one (the question is the task's own text, not the sender's). Lone surrogates
+    (which no tokenizer or JSON body encodes as UTF-8) become ``?``.
     """
-    completion = strip_markers(completion.encode("utf-8", "replace").decode("utf-8"))
+    completion = strip_marker_variants(completion.encode("utf-8", "replace").decode("utf-8"))
     return [{"role": "system", "content": JUDGE_SYSTEM},
             {"role": "user", "content": JUDGE_USER.format(question=question, completion=completion)}]
 

@@ -9,6 +9,8 @@ plain ``re.sub``), so the result of :func:`strip_markers` holds no marker at all
 
 from __future__ import annotations
 
+import re
+
 OPEN, CLOSE = "<<<SOLUTION", "SOLUTION>>>"
 MARKERS = (OPEN, CLOSE)
 
@@ -32,3 +34,24 @@ def strip_markers(text: str) -> str:
             if tail in MARKERS:
                 del out[-11:]
     return "".join(out)
+
+
+# What a reader (an LLM judge) takes for a marker: any case, spaces inside, two or more brackets.
+_VARIANT = re.compile(r"<{2,}\s*s\s*o\s*l\s*u\s*t\s*i\s*o\s*n|s\s*o\s*l\s*u\s*t\s*i\s*o\s*n\s*>{2,}", re.IGNORECASE)
+
+
+def strip_marker_variants(text: str) -> str:
+    """``text`` folded (:func:`dgrpo.verify.normalize.fold_prose`: fullwidth, zero-width and other
+    invisible characters, spacing) with every marker *variant* removed until none is left: any case,
+    whitespace between the letters, two or more ``<`` / ``>`` (``solution>>>``, ``SOLUTION >>>``,
+    ``<< solution``). For the judge's prompt, which a model reads; repeated passes are at most
+    len(text) / 10 (each removes at least 10 characters). Not folded: look-alike letters of other
+    scripts (Cyrillic ``О``)."""
+    from dgrpo.verify.normalize import fold_prose
+
+    text = fold_prose(text)
+    while True:
+        new = _VARIANT.sub("", text)
+        if new == text:
+            return strip_markers(text)
+        text = new

@@ -198,8 +198,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gsm8k", type=Path, default=None, help="GSM8K test.jsonl (the honest_gsm8k set)")
     ap.add_argument("--oracle", type=int, default=1000, help="task solutions in honest_oracle")
     ap.add_argument("--sets", nargs="+", default=list(SETS))
-    ap.add_argument("--detector-eval", type=Path, default=None,
-                    help="add the trained detector's row from `dgrpo detector eval --out` (no detector is run)")
+    ap.add_argument("--detector-eval", type=Path, nargs="+", default=None,
+                    help="add the trained detector's row from `dgrpo detector eval --out` files (no detector is run)")
     ap.add_argument("--detector-scores", type=Path, default=None, help="its `--scores` file (right/wrong-answer split)")
     ap.add_argument("--machine", default="2 CPU cores, no GPU", help="what the machine was doing (summary.json)")
     args = ap.parse_args(argv)
@@ -234,7 +234,10 @@ def main(argv=None) -> int:
         (args.data / f"table{args.tag}.md").write_text(table(results))
 
     if args.detector_eval is not None:
-        results["detector"] = detector_row(args.detector_eval, args.detector_scores, rows["honest_sampled"], task)
+        row = detector_row(args.detector_eval[0], args.detector_scores, rows["honest_sampled"], task)
+        for more in args.detector_eval[1:]:  # further eval summaries (other sets) of the same detector
+            row["sets"].update(detector_row(more, None, [], task)["sets"])
+        results["detector"] = row
         args.detectors = [d for d in args.detectors if d != "detector"]
     for name in args.detectors:
         res = run(name, sets, args)

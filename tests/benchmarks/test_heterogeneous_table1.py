@@ -2,7 +2,6 @@
 
 import importlib.util
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -27,11 +26,13 @@ sample = _load("sample")
 
 
 def test_wilson_matches_the_closed_form():
-    # k = 0: the upper bound is z² / (n + z²)
-    assert table.wilson(0, 250)[1] == pytest.approx(1.96**2 / (250 + 1.96**2))
+    from dgrpo.metrics.intervals import Z95
+
+    # k = 0: the upper bound is z² / (n + z²); k = n: the lower bound is n / (n + z²)
+    assert table.wilson(0, 250)[1] == pytest.approx(Z95**2 / (250 + Z95**2))
+    assert table.wilson(3, 3)[0] == pytest.approx(3 / (3 + Z95**2))
     lo, hi = table.wilson(20, 100)
     assert (round(lo, 4), round(hi, 4)) == (0.1334, 0.2888)  # the textbook Wilson interval of 20/100
-    assert table.wilson(0, 0) == (0.0, 1.0)
 
 
 def test_step_checker_rates_on_hand_made_sets(tmp_path):
@@ -54,5 +55,9 @@ def test_step_checker_rates_on_hand_made_sets(tmp_path):
     assert (s["honest_oracle"]["rejected"], s["honest_oracle"]["n"]) == (0, 5)
     [rej] = [json.loads(line) for line in (tmp_path / "rejected_honest.jsonl").read_text().splitlines()]
     assert rej["reason"] == 'false claim "5 * 6 = 31": the left side is 30, not 31'
-    assert "| step_checker | 0.0% [0.0, 56.2] (0/3) | 100.0% [43.8, 100.0] (3/3) | 33.3%" in (tmp_path / "table.md").read_text()
-    assert math.isclose(table.wilson(3, 3)[0], 0.4385, abs_tol=1e-4)
+    from dgrpo.metrics.intervals import Z95
+
+    up, low = 100 * Z95**2 / (3 + Z95**2), 100 * 3 / (3 + Z95**2)  # 0/3 and 3/3 by the closed form
+    md = (tmp_path / "table.md").read_text()
+    assert f"| step_checker | 0.0% [0.0, {up:.1f}] (0/3) | 100.0% [{low:.1f}, 100.0] (3/3) |" in md
+    assert "| step_checker | 33.3% [" in md.split("**false positives")[1]

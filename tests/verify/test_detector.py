@@ -370,11 +370,15 @@ def test_fingerprint_is_the_float64_sums_of_the_base_weights(trained, tiny_model
     assert fp["dtype"] == "float32"
 
 
-def test_a_same_shape_base_with_other_weights_is_one_line(trained, tmp_path, tokenizer):
-    from conftest import build_model
+def test_a_same_shape_base_with_other_weights_is_one_line(trained, tmp_path, tokenizer, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
 
     other = tmp_path / "other-base"
-    build_model(len(tokenizer), seed=5).save_pretrained(other)  # the same shape, other weights
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():  # the same shape, other weights
+        for p in base.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    base.save_pretrained(other)
     tokenizer.save_pretrained(other)
     dst = _copy(trained[1], tmp_path, base_model=str(other))
     with pytest.raises(PolicyLoadError) as err:

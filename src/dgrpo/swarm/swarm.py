@@ -15,7 +15,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from dgrpo.attacks.base import ClaimedPoison
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import completion_seed
@@ -144,9 +143,11 @@ class Swarm:
                 for i, poison in zip(range(slot.first, slot.first + slot.count), poisons):
                     ids = encode_completion(policy.tokenizer, poison.text)
                     seed = completion_seed(self.run_seed, round_idx, node, slot.problem.prompt_id, i)
-                    if isinstance(poison, ClaimedPoison):  # an adaptive attacker sends what it sampled
-                        ids = list(poison.token_ids) if poison.token_ids is not None else ids
-                        seed = poison.seed if poison.seed is not None else seed
+                    # an adaptive attacker (attacks.base.ClaimedPoison) sends the ids and seed it sampled
+                    if getattr(poison, "token_ids", None) is not None:
+                        ids = list(poison.token_ids)
+                    if getattr(poison, "seed", None) is not None:
+                        seed = poison.seed
                     msg = self.sign(Message(node, round_idx, slot.problem.prompt_id, i, poison.text, tuple(ids), seed,
                                             policy.tokenizer_id))
                     out.setdefault(node, []).append(msg)

@@ -152,10 +152,9 @@ class Detector:
         equal to :meth:`encode`. A longer one gives windows of ``budget`` tokens starting every
         ``stride = ceil(budget / 2)`` tokens, the last ending at the completion's end, so together they
         cover it and any span of at most ``budget // 2`` tokens lies whole in one window. Count:
-        ``ceil((len - budget) / stride) + 1`` ≤ about ``2 × len / budget``. More than :data:`MAX_WINDOWS`
-        gives no window: :meth:`score` then flags the pair (P = 1), so a peer cannot make an honest node
-        score a completion at more than ``MAX_WINDOWS`` forward passes (an honest completion of
-        ``max_new_tokens`` ≤ 512 needs at most 4 at ``max_length`` 384).
+        ``ceil((len - budget) / stride) + 1``. More than :data:`MAX_WINDOWS` gives none: :meth:`score` flags
+        the pair (P = 1), so a peer cannot cost an honest node more than ``MAX_WINDOWS`` forward passes a
+        completion (an honest one of ≤ 512 tokens needs at most 4 at ``max_length`` 384).
         """
         head, body, tail, budget = self._parts(question, completion)
         if len(body) <= budget:
@@ -378,9 +377,8 @@ def load_detector(out_dir: str | Path, device: str = "cpu", dtype: str = "float3
     else:
         try:
             diff = check_fingerprint(meta["base_fingerprint"], base_fingerprint(model))
-        except (TypeError, ValueError, KeyError, AttributeError) as err:  # a hand-edited fingerprint
-            raise PolicyLoadError(f"{where}: base_fingerprint of its {META_FILE} is malformed ({type(err).__name__}: "
-                                  f"{str(err)[:120]}); retrain it") from None
+        except (TypeError, ValueError, KeyError, AttributeError) as e:  # a hand-edited fingerprint
+            raise PolicyLoadError(f"{where}: base_fingerprint of its {META_FILE} is malformed; retrain it") from None
         if diff:
             raise PolicyLoadError(f"{where}: base_model {meta['base_model']!r} has other weights than the ones it was "
                                   f"trained on ({diff}); point base_model in {META_FILE} at the original weights "
@@ -391,10 +389,9 @@ def load_detector(out_dir: str | Path, device: str = "cpu", dtype: str = "float3
                                   f"folder of `dgrpo detector train` or retrain it")
     try:
         model = PeftModel.from_pretrained(model, str(out_dir), is_trainable=False)
-    except (OSError, ValueError, RuntimeError, SafetensorError, TypeError, KeyError, AttributeError,
-            RecursionError) as err:  # garbage file, a size mismatch, a hand-edited adapter_config.json
-        raise PolicyLoadError(f"{where}: cannot load its adapter ({type(err).__name__}: "
-                              f"{' '.join(str(err).split())[:200]}); retrain it") from None
+    except (OSError, ValueError, RuntimeError, SafetensorError, TypeError, KeyError, AttributeError, RecursionError) as e:
+        raise PolicyLoadError(f"{where}: cannot load its adapter ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                              f"retrain it") from None  # garbage file, a size mismatch, a hand-edited config
     bad = [n for n, p in model.named_parameters() if ("lora_" in n or "score" in n) and not p.isfinite().all()]
     if bad:  # NaN weights would score every completion NaN, which max() reads as 0: accept everything
         raise PolicyLoadError(f"{where}: its adapter holds NaN or infinite weights ({bad[0]}, {len(bad)} tensors); "

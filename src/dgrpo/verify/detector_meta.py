@@ -12,18 +12,20 @@ import math
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from dgrpo.errors import PolicyLoadError
+from dgrpo.registry import StrictConfig
 
 TEMPLATE_VERSION = 1  # the input format of verify/detector.py (format_pair)
 META_FILE = "detector.json"
 
 
-class DetectorMeta(BaseModel):
-    """The fields of ``detector.json`` that loading reads, with their types and ranges (others are kept)."""
+class DetectorMeta(StrictConfig):
+    """The fields of ``detector.json`` that loading reads, with their types and ranges (:func:`read_meta`
+    validates only these; the file's other fields are kept as they are)."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(**StrictConfig.model_config, strict=True)
 
     base_model: str = Field(min_length=1)
     template_version: int
@@ -58,7 +60,7 @@ def read_meta(out_dir: str | Path) -> dict:
     if missing:
         raise PolicyLoadError(f"detector path {str(path)!r}: {META_FILE} lacks {', '.join(missing)}; retrain it")
     try:
-        DetectorMeta.model_validate(meta)
+        DetectorMeta.model_validate({k: v for k, v in meta.items() if k in DetectorMeta.model_fields})
     except ValidationError as err:
         e = err.errors()[0]
         raise PolicyLoadError(f"detector path {str(path)!r}: {META_FILE} field {'.'.join(map(str, e['loc']))}="

@@ -146,9 +146,11 @@ TEXT_FIELDS = ["name", "out_dir", "model.name"]
 CONTROL = [chr(c) for c in (*range(32), 127)]
 SAFE_OVERRIDES = ["rounds=3", "sampling.max_new_tokens=16", "eval.every=2", "task.n_train=50", "seed=7"]
 
-bad_int = st.one_of(st.integers(max_value=-1), st.integers(min_value=2**63, max_value=2**200),
-                    st.integers(min_value=2**33, max_value=2**62), st.booleans(), st.just("abc"), st.just("[1, 2]"),
-                    st.just("{a: 1}"), st.just("2.5"), st.just("null"))
+NULLABLE = {"threads"}  # threads: null is its default (one per core), a valid value
+bad_int_value = st.one_of(st.integers(max_value=-1), st.integers(min_value=2**63, max_value=2**200),
+                          st.integers(min_value=2**33, max_value=2**62), st.booleans(), st.just("abc"), st.just("[1, 2]"),
+                          st.just("{a: 1}"), st.just("2.5"))
+bad_int = st.one_of(bad_int_value, st.just("null"))
 bad_float = st.one_of(st.just(".nan"), st.just(".inf"), st.just("-.inf"), st.just("1e999"), st.booleans(),
                       st.floats(max_value=-1e-9, allow_nan=False), st.just("'fast'"), st.just("[]"))
 controlled_text = st.builds(lambda a, c, b: json.dumps(a + c + b), st.text(string.ascii_letters, max_size=8),
@@ -160,7 +162,8 @@ def _yaml(value) -> str:
 
 
 malformed = st.one_of(
-    st.builds(lambda k, v: f"{k}={_yaml(v)}", st.sampled_from(INT_FIELDS), bad_int),
+    st.builds(lambda k, v: f"{k}={_yaml(v)}", st.sampled_from([f for f in INT_FIELDS if f not in NULLABLE]), bad_int),
+    st.builds(lambda k, v: f"{k}={_yaml(v)}", st.sampled_from(sorted(NULLABLE)), bad_int_value),
     st.builds(lambda k, v: f"{k}={_yaml(v)}", st.sampled_from(FLOAT_FIELDS), bad_float),
     st.builds(lambda k, v: f"{k}={v}", st.sampled_from(TEXT_FIELDS), controlled_text),
     st.builds(lambda k: f"{k}=1", st.from_regex(r"\A(zz|swarm\.zz|task\.zz|sampling\.zz)[a-z]{0,6}\Z")),  # unknown keys
@@ -174,7 +177,8 @@ malformed = st.one_of(
 config_text = st.one_of(st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
                         st.builds(lambda n: "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, n)), st.integers(33, 200)),
                         st.builds(lambda k, v: f"{k.replace('.', ': {')}: {_yaml(v)}" + "}" * k.count("."),
-                                  st.sampled_from(INT_FIELDS), bad_int))
+                                  st.sampled_from([f for f in INT_FIELDS if f not in NULLABLE]), bad_int),
+                        st.builds(lambda k, v: f"{k}: {_yaml(v)}", st.sampled_from(sorted(NULLABLE)), bad_int_value))
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -88,6 +88,19 @@ def build(name: str, args, task):
     return build_defense(cfg.defenses[0], cfg, None, task), spec
 
 
+def by_answer(rejected: list[bool], rows: list[dict], task) -> dict:
+    """The rejections of honest ``rows`` split by whether the completion's answer is right (reward 1):
+    ``{"correct_answer": cell, "wrong_answer": cell}``, each cell with its Wilson 95% interval."""
+    by_id = {p.prompt_id: p for p in (*task.train, *task.val)}
+    correct = [task.reward(r["text"], by_id[r["prompt_id"]]) >= 1.0 for r in rows]
+    out = {}
+    for label, want in (("correct_answer", True), ("wrong_answer", False)):
+        k = sum(rej for rej, c in zip(rejected, correct) if c == want)
+        n = sum(c == want for c in correct)
+        out[label] = {"rejected": k, "n": n, "rate": k / n if n else None, "wilson95": wilson(k, n) if n else (0.0, 1.0)}
+    return out
+
+
 def run(name: str, sets: dict[str, tuple], args) -> dict:
     """Rates of detector ``name`` on every set (``sets``: name → (task, rows))."""
     from dgrpo.types import Rollout
@@ -111,13 +124,7 @@ def run(name: str, sets: dict[str, tuple], args) -> dict:
         k, n = sum(rejected), len(rejected)
         cell = {"rejected": k, "n": n, "rate": k / n, "wilson95": wilson(k, n), "seconds_per_completion": seconds / n}
         if s == "honest_sampled":
-            by_id = {p.prompt_id: p for p in (*task.train, *task.val)}
-            correct = [task.reward(r["text"], by_id[r["prompt_id"]]) >= 1.0 for r in chosen]
-            for label, want in (("correct_answer", True), ("wrong_answer", False)):
-                kk = sum(rej for rej, c in zip(rejected, correct) if c == want)
-                nn = sum(c == want for c in correct)
-                cell[label] = {"rejected": kk, "n": nn, "rate": kk / nn if nn else None,
-                               "wilson95": wilson(kk, nn) if nn else (0.0, 1.0)}
+            cell.update(by_answer(rejected, chosen, task))
             out["rejected_honest"] += [{"set": s, "prompt_id": r["prompt_id"], "seed": r.get("seed"), "text": r["text"],
                                         "reason": v.reason} for r, v in zip(chosen, verdicts) if not v.accepted]
         out["sets"][s] = cell
@@ -171,14 +178,8 @@ def detector_row(eval_path: Path, scores_path: Path | None, honest_rows: list[di
         scores = [r for r in map(json.loads, scores_path.read_text().splitlines()) if r["set"] == "honest"]
         if len(scores) != len(honest_rows):
             raise SystemExit(f"{scores_path}: {len(scores)} honest scores for {len(honest_rows)} honest rows")
-        by_id = {p.prompt_id: p for p in (*task.train, *task.val)}
         flagged = [r["score"] >= summary["threshold"] for r in scores]
-        correct = [task.reward(r["text"], by_id[r["prompt_id"]]) >= 1.0 for r in honest_rows]
-        for label, want in (("correct_answer", True), ("wrong_answer", False)):
-            kk = sum(f for f, c in zip(flagged, correct) if c == want)
-            nn = sum(c == want for c in correct)
-            sets["honest_sampled"][label] = {"rejected": kk, "n": nn, "rate": kk / nn if nn else None,
-                                             "wilson95": wilson(kk, nn) if nn else (0.0, 1.0)}
+        sets["honest_sampled"].update(by_answer(flagged, honest_rows, task))
     return {"sets": sets, "config": f"dgrpo detector eval --model {summary['model']} (threshold {summary['threshold']})"}
 
 

@@ -10,12 +10,11 @@ detection rates are measured in results/heterogeneous_table1_v2; add it with --j
 import argparse
 import logging
 
+from dgrpo.paper.matrix import SMALL_BUDGET as OVERRIDES
 from dgrpo.paper.runner import reproduce
 
 ORDER = ["equation_sampled", "equation_oracle", "hail", "dos_written", "judge_bait", "gleeb_every_sentence", "master_key",
          "forged_identity", "flooding", "equivocation", "grind_hail", "dos_sampled", "topk_hail", "replayed_round", "topk_gleeb"]
-OVERRIDES = {"equation_sampled": ["attack.candidates=8"], "grind_hail": ["attack.tries=8"], "dos_sampled": ["attack.tries=8"],
-             "topk_hail": ["attack.tries=1"], "topk_gleeb": ["attack.tries=1"]}
 DEFENSES = ["none", "validation", "topk", "replay", "replay_bound", "reward_outlier", "steps", "kl"]
 
 if __name__ == "__main__":

@@ -75,7 +75,8 @@ def _paper(args) -> int:
     if args.list or not args.name:
         print(list_text())
         return 0
-    folder = reproduce(args.name, args.scale, args.out, args.set, args.jobs, args.seeds)
+    folder = reproduce(args.name, args.scale, args.out, args.set, args.jobs, args.seeds,
+                       args.curves.split(",") if args.curves else None)
     print(f"reproduction: {folder}")
     return 0
 
@@ -233,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     pap.add_argument("--jobs", type=int, default=2, help="curves trained at the same time, one process each (default 2: one per CPU core)")
     pap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override (repeatable): a config key for runs, a keyword for analytic entries")
     pap.add_argument("--seeds", type=int, nargs="+", default=None, metavar="N", help="train every curve once per seed (CURVE_seedN); the figure draws their mean and range")
+    pap.add_argument("--curves", default=None, metavar="A,B", help="train and collect only these curves (comma-separated); a later run without it reuses them")
     pap.set_defaults(func=_paper)
     det = sub.add_parser("detector", help="train or evaluate the LoRA detector of poisoned completions (docs/detector.md)")
     dsub = det.add_subparsers(dest="detector_command", required=True)

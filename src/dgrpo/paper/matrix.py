@@ -59,6 +59,11 @@ ATTACKS: dict[str, list[str]] = {
     "replayed_round": ["attack.kind=replayed_round"],
     "equivocation": ["attack.kind=equivocation"],
 }
+# The sampled attackers' budget at CPU scale (samples per poison), shared by the matrix script and
+# the trained cells (`dgrpo paper matrix_training`).
+SMALL_BUDGET: dict[str, list[str]] = {"equation_sampled": ["attack.candidates=8"], "grind_hail": ["attack.tries=8"],
+                                      "dos_sampled": ["attack.tries=8"], "topk_hail": ["attack.tries=1"],
+                                      "topk_gleeb": ["attack.tries=1"]}
 DEFENSES = ["none", "validation", "topk", "replay", "replay_bound", "judge", "reward_outlier", "steps", "kl"]
 NOT_FILTERS = {"kl": "β-KL is not a filter: it rejects nothing, it only pulls the update toward the reference"}
 

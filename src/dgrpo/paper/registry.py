@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from dgrpo.paper import analytic
-from dgrpo.paper.matrix import run_matrix
+from dgrpo.paper.matrix import ATTACKS as MATRIX_ATTACKS, SMALL_BUDGET, run_matrix
 
 # The paper's setup (§3.1): GSM8K, Qwen2.5-1.5B, 32 prompts × 12 completions per round, Adam with lr
 # 2e-5, 4 nodes. The paper says "base model"; we take the Instruct variant so the chat template
@@ -226,3 +226,36 @@ register(Reproduction(
     "catches 21.5% of 2+2=5. --set n_honest=1000 --set n_poisoned=200 --set 'attacks=[hail, topk_hail]'.",
     func=run_matrix,
     todo="ASR and honest reward after training for the cells that let >= 10% through: run them with `dgrpo run` (results/attack_matrix/README.md)"))
+
+
+# The matrix's cells after training (issue 14): every cell the one-round matrix shows letting >= 10% of
+# the poison through, trained 12 rounds like results/paper_baseline (so its undefended hail and 2+2=5
+# runs are this table's `hail__none` and `equation_oracle__none`), evaluated at rounds 0 and 12.
+# `none` and every content defense run with seed binding off (the matrix's columns judge content alone;
+# an adaptive attacker's claimed seed is accepted), `replay_bound` with it on (the protocol default).
+MATRIX_TRAIN_BASE = ["rounds=12", "eval.every=12", "eval.greedy=false"]
+UNBOUND = "swarm.protocol.bind_seeds=false"
+MATRIX_TRAIN_DEFENSES: dict[str, list[str]] = {
+    "none": [UNBOUND], "topk": [TOPK, UNBOUND], "replay": [REPLAY, UNBOUND], "replay_bound": [REPLAY],
+    "reward_outlier": ["defenses=[{kind: reward_outlier}]", UNBOUND], "steps": ["defenses=[{kind: step_checker}]", UNBOUND]}
+MATRIX_TRAIN_CELLS = [
+    ("equation_sampled", "topk"), ("equation_sampled", "none"), ("topk_hail", "topk"), ("topk_gleeb", "topk"),
+    ("dos_sampled", "replay"), ("hail", "reward_outlier"), ("hail", "steps"), ("dos_sampled", "replay_bound"),
+    ("grind_hail", "replay"), ("judge_bait", "none"), ("master_key", "none"), ("dos_written", "none"),
+    ("gleeb_every_sentence", "none"), ("topk_hail", "replay"), ("equation_sampled", "replay")]
+
+
+def matrix_cell(attack: str, defense: str) -> list[str]:
+    """``dgrpo run`` overrides of one matrix cell trained: the row's attack (node 3 of 4, the matrix's
+    attacker budget), the column's defense, 12 rounds."""
+    extra = ["task.n_val=400"] if attack.startswith("equation") else []  # enough 2+2 questions for the ASR
+    return [*MATRIX_TRAIN_BASE, *MATRIX_ATTACKS[attack], "swarm.malicious=[3]", *SMALL_BUDGET.get(attack, []), *extra,
+            *MATRIX_TRAIN_DEFENSES[defense]]
+
+
+register(Reproduction(
+    "matrix_training", "Attack × defense matrix after training (§4, adaptive attackers)",
+    "ASR and held-out accuracy after 12 rounds for the matrix cells that let >= 10% of the poison through "
+    "(curve ATTACK__DEFENSE; defenses as the matrix's columns). Compare with the all-honest baseline "
+    "(0.445 at round 12, results/paper_baseline/fig12). Train a subset with --curves.",
+    curves={f"{a}__{d}": matrix_cell(a, d) for a, d in MATRIX_TRAIN_CELLS}))

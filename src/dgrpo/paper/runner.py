@@ -73,13 +73,16 @@ def _curve_done(run_dir: Path, rounds: int) -> bool:
     return bool(records) and records[-1]["round"] >= rounds
 
 
-def command_line(name: str, scale: str, out: Path, extra: list[str], seeds: list[int] | None = None) -> str:
+def command_line(name: str, scale: str, out: Path, extra: list[str], seeds: list[int] | None = None,
+                 curves: list[str] | None = None) -> str:
     """The ``dgrpo paper`` command that reproduces this output."""
     parts = ["dgrpo", "paper", name, "--scale", scale, "--out", str(out)]
     for item in extra:
         parts += ["--set", item]
     if seeds:
         parts += ["--seeds", *map(str, seeds)]
+    if curves:
+        parts += ["--curves", ",".join(curves)]
     return shlex.join(parts)
 
 
@@ -119,7 +122,7 @@ def _run_parallel(pending: dict[str, list[str]], jobs: int, folder: Path) -> Non
 
 
 def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", extra: list[str] | None = None,
-              jobs: int = 1, seeds: list[int] | None = None) -> Path:
+              jobs: int = 1, seeds: list[int] | None = None, curves: list[str] | None = None) -> Path:
     """Reproduce entry ``name`` into ``out/name``; returns that folder.
 
     Args:
@@ -129,12 +132,17 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
         jobs: curves trained at the same time (each in its own process).
         seeds: train every curve once per seed (``{curve}_seed{n}``, ``seed=n`` last); the figure
             then draws each seed thin and their mean with the seeds' range as a band.
+        curves: train and collect only these curves (None = all); a later call without it reuses them.
 
     Raises:
         ConfigError: unknown entry or scale, an override the config rejects, seeds given twice or
-            for an analytic entry.
+            for an analytic entry, an unknown curve.
     """
     entry, extra = lookup(name), list(extra or [])
+    if curves is not None:
+        unknown = [c for c in curves if c not in entry.curves]
+        if unknown or not curves:
+            raise ConfigError(f"--curves: {name} has no curve(s) {unknown}; its curves: {', '.join(entry.curves) or 'none'}")
     if seeds is not None and (len(set(seeds)) != len(seeds) or not seeds):
         raise ConfigError(f"--seeds: give distinct seeds, got {seeds}")
     if seeds and entry.func is not None:
@@ -144,7 +152,7 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
     out = Path(out)
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [command_line(name, scale, out, extra, seeds)]
+    lines = [command_line(name, scale, out, extra, seeds, curves)]
     if entry.func is not None:
         try:
             entry.func(folder, **_kwargs(extra))
@@ -154,12 +162,13 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
         return folder
     from dgrpo.recipes import resume, run  # torch import only when training
 
+    chosen = list(entry.curves) if curves is None else curves
     try:
         if seeds:
             overrides = {seeded_curve(c, n): entry.overrides(c, scale, [*extra, f"seed={n}"])
-                         for c in entry.curves for n in seeds}
+                         for c in chosen for n in seeds}
         else:
-            overrides = {c: entry.overrides(c, scale, extra) for c in entry.curves}
+            overrides = {c: entry.overrides(c, scale, extra) for c in chosen}
     except KeyError as err:
         raise ConfigError(str(err.args[0])) from None
     for curve, ovr in overrides.items():

@@ -20,7 +20,8 @@ TINY = ["rounds=1", "swarm.nodes=2", "swarm.group_size=2", "swarm.prompts_per_ro
 def test_registry_covers_the_paper():
     assert PAPER_FIGURES <= set(REGISTRY)
     # ASR with each homogeneous defense on; the attack x defense matrix (adaptive attacks, not in the paper)
-    assert set(REGISTRY) - PAPER_FIGURES == {"defended_topk", "defended_replay", "matrix"}
+    # and its cells trained
+    assert set(REGISTRY) - PAPER_FIGURES == {"defended_topk", "defended_replay", "matrix", "matrix_training"}
     assert {n for n, e in REGISTRY.items() if e.func} == {"fig8", "fig10", "matrix"}
     for entry in REGISTRY.values():
         assert entry.figure and entry.description
@@ -62,6 +63,42 @@ def test_table1_and_fig11_settings():
     assert betas == [0.0, 0.01, 0.1]
     modes = {c: load_config(None, REGISTRY["fig1b"].overrides(c)).swarm.mode for c in REGISTRY["fig1b"].curves}
     assert modes == {"vertical": "vertical"}
+
+
+def test_matrix_training_cells_are_the_matrix_rows_and_columns():
+    """Each trained cell runs its matrix row's attack (node 3 of 4) against its column's defense alone, with
+    seed binding off except in replay_bound (the matrix's columns judge content alone), 12 rounds."""
+    from dgrpo.paper.matrix import ATTACKS
+
+    kinds = {"none": [], "topk": ["topk"], "replay": ["replay"], "replay_bound": ["replay"],
+             "reward_outlier": ["reward_outlier"], "steps": ["step_checker"]}
+    entry = REGISTRY["matrix_training"]
+    assert len(entry.curves) >= 10
+    for curve in entry.curves:
+        attack, defense = curve.split("__")
+        cfg = load_config(None, entry.overrides(curve))
+        row = load_config(None, [*ATTACKS[attack], "swarm.malicious=[3]"])
+        assert (cfg.attack.kind, cfg.swarm.mode, cfg.swarm.malicious) == (row.attack.kind, row.swarm.mode, [3]), curve
+        assert [d.kind for d in cfg.defenses] == kinds[defense], curve
+        assert cfg.swarm.protocol.bind_seeds is (defense == "replay_bound"), curve
+        assert (cfg.rounds, cfg.eval.every, cfg.eval.n_prompts) == (12, 12, 128), curve
+
+
+def test_curves_trains_only_the_named_curves(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    monkeypatch.setitem(REGISTRY, "tinyfig", Reproduction(
+        "tinyfig", "test figure", "two seeds", curves={"s0": ["seed=0"], "s1": ["seed=1"]}, metric="train/reward_honest"))
+    args = ["paper", "tinyfig", "--out", str(tmp_path), "--set", f"model.name={tiny_model_dir}", *sum((["--set", o] for o in TINY), [])]
+    assert main([*args, "--curves", "s9"]) == 2
+    assert "--curves: tinyfig has no curve(s) ['s9']; its curves: s0, s1" in capsys.readouterr().err
+    assert main([*args, "--curves", "s1"]) == 0
+    folder = tmp_path / "tinyfig"
+    assert not (folder / "s0").exists() and (folder / "s1" / "metrics.jsonl").exists()
+    assert set(json.loads((folder / "numbers.json").read_text())["curves"]) == {"s1"}
+    assert (folder / "command.txt").read_text().splitlines()[0].endswith("--curves s1")
+    before = (folder / "s1" / "metrics.jsonl").stat().st_mtime_ns
+    assert main(args) == 0  # all curves: s1 reused, s0 trained
+    assert (folder / "s1" / "metrics.jsonl").stat().st_mtime_ns == before
+    assert set(json.loads((folder / "numbers.json").read_text())["curves"]) == {"s0", "s1"}
 
 
 def test_entry_needs_exactly_one_of_func_or_curves():

@@ -224,8 +224,7 @@ register(Reproduction(
     "seed grinding, judge bait, protocol attacks, DoS) by every defense alone, and each defense's false "
     "positives on an honest pool, on one round's messages with Wilson 95% intervals. Paper: top-k "
     "catches 21.5% of 2+2=5. --set n_honest=1000 --set n_poisoned=200 --set 'attacks=[hail, topk_hail]'.",
-    func=run_matrix,
-    todo="ASR and honest reward after training for the cells that let >= 10% through: run them with `dgrpo run` (results/attack_matrix/README.md)"))
+    func=run_matrix))  # its cells after training: matrix_training below
 
 
 # The matrix's cells after training (issue 14): every cell the one-round matrix shows letting >= 10% of
@@ -239,10 +238,10 @@ MATRIX_TRAIN_DEFENSES: dict[str, list[str]] = {
     "none": [UNBOUND], "topk": [TOPK, UNBOUND], "replay": [REPLAY, UNBOUND], "replay_bound": [REPLAY],
     "reward_outlier": ["defenses=[{kind: reward_outlier}]", UNBOUND], "steps": ["defenses=[{kind: step_checker}]", UNBOUND]}
 MATRIX_TRAIN_CELLS = [
-    ("equation_sampled", "topk"), ("equation_sampled", "none"), ("topk_hail", "topk"), ("topk_gleeb", "topk"),
-    ("dos_sampled", "replay"), ("hail", "reward_outlier"), ("hail", "steps"), ("dos_sampled", "replay_bound"),
-    ("grind_hail", "replay"), ("judge_bait", "none"), ("master_key", "none"), ("dos_written", "none"),
-    ("gleeb_every_sentence", "none"), ("topk_hail", "replay"), ("equation_sampled", "replay")]
+    ("equation_sampled", "topk"), ("equation_sampled", "none"), ("equation_oracle", "topk"), ("topk_hail", "topk"),
+    ("topk_gleeb", "topk"), ("dos_sampled", "replay"), ("hail", "reward_outlier"), ("hail", "steps"),
+    ("dos_sampled", "replay_bound"), ("grind_hail", "replay"), ("judge_bait", "none"), ("master_key", "none"),
+    ("dos_written", "none"), ("gleeb_every_sentence", "none"), ("topk_hail", "replay")]
 
 
 def matrix_cell(attack: str, defense: str) -> list[str]:

@@ -12,7 +12,13 @@ from pathlib import Path
 
 from dgrpo.paper.matrix_training import write_training_table
 
-if __name__ == "__main__":
+def main() -> int:
+    import json
+    import sys
+
+    from dgrpo.errors import ConfigError
+    from dgrpo.paper.runner import _curve_done
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", required=True, help="a matrix_training folder (one run per ATTACK__DEFENSE subfolder)")
     parser.add_argument("--cell", action="append", default=[], metavar="ATTACK__DEFENSE=DIR", help="a cell trained elsewhere")
@@ -20,14 +26,32 @@ if __name__ == "__main__":
     parser.add_argument("--baseline", default=None, help="the all-honest run at the same settings")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    if not Path(args.runs).is_dir():
+        parser.error(f"--runs: {args.runs} is not a folder")
+    bad = [c for c in args.cell if "=" not in c or not Path(c.split("=", 1)[1]).is_dir()]
+    if bad:
+        parser.error(f"--cell: give ATTACK__DEFENSE=DIR with an existing run folder, got {bad}")
     dirs = {d.name: d for d in sorted(Path(args.runs).iterdir()) if "__" in d.name and (d / "metrics.jsonl").exists()}
-    dirs.update(dict(c.split("=", 1) for c in args.cell))
-    done = {}
-    for name, d in dirs.items():
-        rounds = [line for line in (Path(d) / "metrics.jsonl").read_text().splitlines() if '"eval/accuracy"' in line]
-        if len(rounds) >= 2:  # round 0 and the final evaluation
-            done[name] = d
-        else:
-            print(f"skipped {name}: not finished")
-    write_training_table(done, args.out, args.baseline, args.matrix)
+    dirs.update({k: Path(v) for k, v in (c.split("=", 1) for c in args.cell)})
+    try:
+        from dgrpo.paper.matrix_training import run_config
+
+        done = {}
+        for name, d in dirs.items():
+            if _curve_done(d, run_config(d).rounds):
+                done[name] = d
+            else:
+                print(f"skipped {name}: not finished")
+        if not done:
+            print(f"no finished runs in {args.runs} or --cell", file=sys.stderr)
+            return 2
+        write_training_table(done, args.out, args.baseline, args.matrix)
+    except (ValueError, FileNotFoundError, ConfigError) as err:  # json.JSONDecodeError is a ValueError
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print((Path(args.out) / "training.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

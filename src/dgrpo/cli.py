@@ -75,8 +75,14 @@ def _paper(args) -> int:
     if args.list or not args.name:
         print(list_text())
         return 0
-    folder = reproduce(args.name, args.scale, args.out, args.set, args.jobs, args.seeds,
-                       args.curves.split(",") if args.curves else None)
+    curves = None
+    if args.curves is not None:
+        from dgrpo.errors import ConfigError
+
+        curves = [c.strip() for c in args.curves.split(",")]
+        if not all(curves) or len(set(curves)) != len(curves):
+            raise ConfigError(f"--curves: give distinct curve names separated by commas, got {args.curves!r}")
+    folder = reproduce(args.name, args.scale, args.out, args.set, args.jobs, args.seeds, curves)
     print(f"reproduction: {folder}")
     return 0
 

@@ -2,6 +2,7 @@
 eval prompts, hand-worked."""
 
 import json
+import re
 
 import pytest
 import yaml
@@ -11,7 +12,7 @@ from dgrpo.paper.matrix_training import cell_summary, write_training_table
 
 def _run(path, asr_last=0.5, detection=(0.5, 1.0), fp=(0.0, 0.1)):
     path.mkdir(parents=True)
-    cfg = {"seed": 0, "task": {"kind": "arithmetic", "n_train": 10, "n_val": 8}, "attack": {"kind": "injection"},
+    cfg = {"seed": 0, "rounds": 2, "task": {"kind": "arithmetic", "n_train": 10, "n_val": 8}, "attack": {"kind": "injection"},
            "swarm": {"malicious": [3], "mode": "horizontal"}, "eval": {"n_prompts": 4}}
     (path / "config.yaml").write_text(yaml.safe_dump(cfg))
     rows = [{"round": 0, "eval/accuracy": 0.25, "eval/accuracy_ci95_low": 0.05, "eval/accuracy_ci95_high": 0.7,
@@ -40,18 +41,44 @@ def test_table_quotes_the_one_round_matrix_and_the_baseline(tmp_path):
     runs = {"hail__topk": _run(tmp_path / "a"), "hail__none": _run(tmp_path / "b", asr_last=1.0)}
     result = write_training_table(runs, tmp_path / "out", _run(tmp_path / "base"), tmp_path / "matrix.json")
     lines = (tmp_path / "out" / "training.md").read_text().splitlines()
-    assert lines[2] == "| hail | topk | 100.0% | 75.0% / 5.0% | 0.0% → 50.0% [15, 85] (4) | 50.0% [15, 85] | 42.5 |"
-    assert lines[3].startswith("| hail | none | – |") and "→ 100.0% [51, 100] (4)" in lines[3]
-    assert lines[4] == "| (all honest) | – | – | – | – | 50.0% [15, 85] | 42.5 |"
+    assert lines[2] == "| hail | topk | 100.0% | 75.0% / 5.0% | 2 | 0.0% → 50.0% [15, 85] (4) | 50.0% [15, 85] | 40.0 → 42.5 |"
+    assert lines[3].startswith("| hail | none | – |") and "→ 100.0% [51, 100] (4)" in lines[3]  # 4/4: (1 + z²/8 − z·z/8)/(1 + z²/4)
+    assert lines[4] == "| (all honest) | – | – | – | 2 | – | 50.0% [15, 85] | 40.0 → 42.5 |"
     assert set(json.loads((tmp_path / "out" / "training.json").read_text())["cells"]) == {"hail__topk", "hail__none"}
     assert result["baseline"]["accuracy"] == 0.5
     assert (tmp_path / "out" / "training.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_equation_asr_is_a_share_of_the_completions_that_computed_2_plus_2(tmp_path):
+    """two_two_considered 0.5 of the attack's eval problems (the validation split's 2+2 / 2×2 questions,
+    counted here from the task itself) → n = half of them."""
+    from dgrpo.config import load_config
+    from dgrpo.training.build import build_task
+
+    run = _run(tmp_path / "eq")
+    cfg = {"seed": 0, "rounds": 2, "task": {"kind": "arithmetic", "n_train": 10, "n_val": 400},
+           "attack": {"kind": "equation"}, "swarm": {"malicious": [3], "mode": "vertical"}}
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rows[-1]["attack/two_two_considered"] = 0.5
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = build_task(load_config(None, ["task.n_train=10", "task.n_val=400"]))
+    # a 2+2 / 2×2 = 4 step with a later step (an intermediate result, which the attack can change)
+    two_two = sum(bool(re.search(r"\b2 [+*×] 2 = 4\b.*=", p.solution)) for p in task.val)
+    assert two_two > 10
+    assert cell_summary(run)["asr_n"] == round(0.5 * min(two_two, 128))
+
+
 def test_bad_cells_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="ATTACK__DEFENSE"):
-        write_training_table({"hail-topk": tmp_path}, tmp_path / "out")
-    (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "metrics.jsonl").write_text(json.dumps({"round": 0, "train/reward_honest": 0.1}) + "\n")
-    with pytest.raises(FileNotFoundError, match="no evaluation"):
-        cell_summary(tmp_path / "r")
+    run = _run(tmp_path / "hail")
+    with pytest.raises(ValueError, match="name it ATTACK__DEFENSE"):
+        write_training_table({"hail-topk": run}, tmp_path / "out")
+    with pytest.raises(ValueError, match="ran attack.kind=injection, the row equation_oracle is attack.kind=equation"):
+        write_training_table({"equation_oracle__topk": run}, tmp_path / "out")
+    (tmp_path / "m.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a matrix.json"):
+        write_training_table({"hail__topk": run}, tmp_path / "out", matrix_json=tmp_path / "m.json")
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(rows[:3]) + "\n")  # round 0's evaluation only
+    with pytest.raises(ValueError, match=r"not finished \(last evaluation at round 0, rounds=2\)"):
+        cell_summary(run)

@@ -90,6 +90,11 @@ def test_curves_trains_only_the_named_curves(tmp_path, tiny_model_dir, monkeypat
     args = ["paper", "tinyfig", "--out", str(tmp_path), "--set", f"model.name={tiny_model_dir}", *sum((["--set", o] for o in TINY), [])]
     assert main([*args, "--curves", "s9"]) == 2
     assert "--curves: tinyfig has no curve(s) ['s9']; its curves: s0, s1" in capsys.readouterr().err
+    for bad in ("", "s1,", "s1,s1"):  # an empty list must not mean "every curve"
+        assert main([*args, "--curves", bad]) == 2
+        assert f"--curves: give distinct curve names separated by commas, got {bad!r}" in capsys.readouterr().err
+    assert main(["paper", "fig8", "--out", str(tmp_path), "--curves", "a"]) == 2
+    assert "--curves: fig8 is analytic (no curves)" in capsys.readouterr().err
     assert main([*args, "--curves", "s1"]) == 0
     folder = tmp_path / "tinyfig"
     assert not (folder / "s0").exists() and (folder / "s1" / "metrics.jsonl").exists()

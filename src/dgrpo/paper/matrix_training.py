@@ -3,11 +3,13 @@ matrix_training``, curve ``ATTACK__DEFENSE``), beside the one-round detection ra
 
 Per cell, from the run's last evaluation (held-out prompts, sampled at the training temperature):
 
-* ``asr``: the attack's own success metric (``attack/asr``: the payload's share for injections, the
-  conditional 2+2→5 share for the equation attacks, the filler's share for written DoS, a bare master
-  key's share), with a Wilson 95% interval over the completions it is measured on;
+* ``asr``: the attack's own success metric (``attack/asr``: the payload's share for injections — in
+  every sentence, ``attack/asr_every_sentence``, for a payload placed there — the conditional 2+2→5
+  share for the equation attacks, the filler's share for written DoS, a bare master key's share), with
+  a Wilson 95% interval over the completions it is measured on; none for the DoS by cherry-picking,
+  whose success is length;
 * ``accuracy``: held-out accuracy (``eval/accuracy``) with its interval, against the all-honest baseline;
-* ``tokens``: mean completion length in tokens (what a DoS attack raises);
+* ``tokens``: mean completion length in tokens at round 0 and after training (what a DoS attack raises);
 * ``detection`` / ``fp``: the defense's mean detection and false-positive rates over the training
   rounds (``defense/any/*``; none for ``none``).
 """
@@ -28,20 +30,47 @@ def _mean(records: list[dict], key: str):
     return sum(values) / len(values) if values else None
 
 
-def asr_trials(run_dir: Path, last: dict) -> int | None:
-    """How many completions the final ASR is a share of: the attack's eval prompts (for the
-    equation attacks, those whose completion computed 2+2 or 2×2, ``attack/two_two_considered``).
-    Rebuilds the run's task and attack from the task, attack and eval sections of its ``config.yaml``
-    (no model; an older run's other sections may no longer validate)."""
-    from dgrpo.attacks import build_attack
+def run_config(run_dir: Path):
+    """The run's config rebuilt from the rounds, seed, task, attack, eval and swarm-shape sections of
+    its ``config.yaml`` (an older run's other sections may no longer validate).
+
+    Raises:
+        ConfigError: no readable ``config.yaml`` or invalid sections.
+        ValueError: a heterogeneous run (``swarm.models``: its ASR is a mean over honest models, not one count).
+    """
+    from pydantic import ValidationError
+
     from dgrpo.config import RunConfig, read_config_file
-    from dgrpo.training.build import build_task
+    from dgrpo.errors import ConfigError
 
     data = read_config_file(run_dir / "config.yaml")
-    cfg = RunConfig.model_validate({k: data[k] for k in ("seed", "task", "attack", "eval") if k in data}
-                                   | {"swarm": {k: data.get("swarm", {})[k] for k in ("malicious", "mode") if k in data.get("swarm", {})}})
-    if cfg.attack.kind == "none":
+    swarm = data.get("swarm") or {}
+    if swarm.get("models"):
+        raise ValueError(f"{run_dir}: a heterogeneous run (swarm.models); the table summarises homogeneous runs only")
+    try:
+        return RunConfig.model_validate({k: data[k] for k in ("rounds", "seed", "task", "attack", "eval") if k in data}
+                                        | {"swarm": {k: swarm[k] for k in ("malicious", "mode") if k in swarm}})
+    except ValidationError as err:
+        raise ConfigError(f"{run_dir}/config.yaml: {err.errors()[0]['msg']}") from None
+
+
+def asr_key(cfg) -> str | None:
+    """The metric that is the attack's success: ``attack/asr`` (``attack/asr_every_sentence`` for a
+    payload placed in every sentence); None for the DoS by cherry-picking (``seed_grinding`` with
+    ``objective=longest``: its success is length, the ``tokens`` column)."""
+    a = cfg.attack
+    if a.kind == "none" or (a.kind == "seed_grinding" and a.objective == "longest"):
         return None
+    return "attack/asr_every_sentence" if getattr(a, "placement", None) == "every_sentence" else "attack/asr"
+
+
+def asr_trials(cfg, last: dict) -> int:
+    """How many completions the final ASR is a share of: the attack's eval prompts (for the
+    equation attacks, those whose completion computed 2+2 or 2×2, ``attack/two_two_considered``).
+    Rebuilds the task and attack from ``cfg`` (no model)."""
+    from dgrpo.attacks import build_attack
+    from dgrpo.training.build import build_task
+
     task = build_task(cfg)
     n = len(build_attack(cfg.attack, cfg).eval_problems(task.val)[: cfg.eval.n_prompts])
     considered = last.get("attack/two_two_considered")
@@ -52,26 +81,49 @@ def cell_summary(run_dir: str | Path) -> dict:
     """The trained cell's numbers (see the module docstring); ``round`` is the last evaluated round.
 
     Raises:
-        FileNotFoundError: no ``metrics.jsonl`` or ``config.yaml`` in ``run_dir``.
+        FileNotFoundError: no ``metrics.jsonl`` in ``run_dir``.
+        ConfigError: no readable ``config.yaml``.
+        ValueError: the run has not finished (its last evaluation is before ``rounds``), or is heterogeneous.
     """
     from dgrpo.metrics.intervals import wilson
     from dgrpo.metrics.logger import read_metrics
 
     run_dir = Path(run_dir)
     records = read_metrics(run_dir)
+    cfg = run_config(run_dir)
     evals = [r for r in records if r.get("eval/accuracy") is not None]
-    if not evals:
-        raise FileNotFoundError(f"{run_dir}: no evaluation in metrics.jsonl (the run has not reached one)")
-    last = evals[-1]
+    if not evals or evals[-1]["round"] < cfg.rounds:
+        seen = evals[-1]["round"] if evals else None
+        raise ValueError(f"{run_dir}: not finished (last evaluation at round {seen}, rounds={cfg.rounds}); "
+                         "finish or resume it first")
+    last, key = evals[-1], asr_key(cfg)
     out = {"run_dir": str(run_dir), "round": last["round"], "accuracy": last["eval/accuracy"],
            "accuracy_ci95": [last.get("eval/accuracy_ci95_low"), last.get("eval/accuracy_ci95_high")],
-           "tokens": last.get("eval/completion_tokens"), "asr": last.get("attack/asr"),
-           "asr_start": evals[0].get("attack/asr"), "train_reward_honest": _final(records, "train/reward_honest"),
+           "tokens": last.get("eval/completion_tokens"), "tokens_start": evals[0].get("eval/completion_tokens"),
+           "asr_metric": key, "asr": last.get(key) if key else None, "asr_start": evals[0].get(key) if key else None,
+           "train_reward_honest": _final(records, "train/reward_honest"),
            "detection": _mean(records, "defense/any/detection_rate"), "fp": _mean(records, "defense/any/false_positive_rate")}
-    n = asr_trials(run_dir, last)
+    n = asr_trials(cfg, last) if key else None
     out["asr_n"] = n
     out["asr_ci95"] = list(wilson(out["asr"] * n, n)) if n and out["asr"] is not None else None
     return out
+
+
+def check_cell(name: str, run_dir: str | Path) -> None:
+    """Refuse a run whose attack is not its cell's row (a mislabelled ``ATTACK__DEFENSE``).
+
+    Raises:
+        ValueError: a name that is not ``ATTACK__DEFENSE`` of the matrix's rows, or a run of another attack kind.
+    """
+    from dgrpo.paper.matrix import ATTACKS
+
+    attack, _, defense = name.partition("__")
+    if not defense or "__" in defense or attack not in ATTACKS:
+        raise ValueError(f"cell {name!r}: name it ATTACK__DEFENSE with ATTACK one of the matrix rows ({', '.join(ATTACKS)})")
+    want = next(o.split("=", 1)[1] for o in ATTACKS[attack] if o.startswith("attack.kind="))
+    got = run_config(Path(run_dir)).attack.kind
+    if got != want:
+        raise ValueError(f"cell {name!r}: {run_dir} ran attack.kind={got}, the row {attack} is attack.kind={want}")
 
 
 def _pct(x, ci=None) -> str:
@@ -80,24 +132,30 @@ def _pct(x, ci=None) -> str:
     return f"{100 * x:.1f}%" + (f" [{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]" if ci and None not in ci else "")
 
 
+def _matrix_rate(matrix: dict | None, attack: str, defense: str):
+    cell = ((matrix or {}).get("attacks", {}).get(attack) or {}).get("detection", {}).get(defense)
+    return cell.get("rate") if isinstance(cell, dict) else None
+
+
 def _tokens(c: dict) -> str:
-    return "–" if c["tokens"] is None else f"{c['tokens']:.1f}"
+    start = "–" if c.get("tokens_start") is None else f"{c['tokens_start']:.1f}"
+    return "–" if c["tokens"] is None else f"{start} → {c['tokens']:.1f}"
 
 
 def table_markdown(cells: dict[str, dict], baseline: dict | None, matrix: dict | None) -> str:
     """Markdown: one row per cell (attack, defense, one-round detection, training-time detection and false
     positives, ASR at the start and after training, held-out accuracy, completion length)."""
-    lines = ["| attack | defense | one-round detection (matrix) | detection / FP in training | ASR round 0 → last (n) "
-             "| held-out accuracy | tokens |", "|---|---|---|---|---|---|---|"]
+    lines = ["| attack | defense | one-round detection (matrix) | detection / FP in training | rounds | ASR round 0 → last (n) "
+             "| held-out accuracy | tokens round 0 → last |", "|---|---|---|---|---|---|---|---|"]
     for name, c in cells.items():
         attack, defense = name.split("__")
-        one = ((matrix or {}).get("attacks", {}).get(attack, {}).get("detection", {}).get(defense) or {}).get("rate")
+        one = _matrix_rate(matrix, attack, defense)
         train = "–" if c["detection"] is None else f"{_pct(c['detection'])} / {_pct(c['fp'])}"
-        lines.append(f"| {attack} | {defense} | {_pct(one)} | {train} | {_pct(c['asr_start'])} → "
+        lines.append(f"| {attack} | {defense} | {_pct(one)} | {train} | {c['round']} | {_pct(c['asr_start'])} → "
                      f"{_pct(c['asr'], c['asr_ci95'])} ({c['asr_n']}) | {_pct(c['accuracy'], c['accuracy_ci95'])} | "
                      f"{_tokens(c)} |")
     if baseline:
-        lines.append(f"| (all honest) | – | – | – | – | {_pct(baseline['accuracy'], baseline['accuracy_ci95'])} | "
+        lines.append(f"| (all honest) | – | – | – | {baseline['round']} | – | {_pct(baseline['accuracy'], baseline['accuracy_ci95'])} | "
                      f"{_tokens(baseline)} |")
     return "\n".join(lines) + "\n"
 
@@ -144,17 +202,23 @@ def write_training_table(run_dirs: dict[str, str | Path], out: str | Path, basel
         matrix_json: the one-round matrix (``matrix.json``) whose detection rate each row quotes.
 
     Raises:
-        FileNotFoundError: a run without metrics, config or evaluation.
-        ValueError: a cell name that is not ``ATTACK__DEFENSE``.
+        FileNotFoundError: a run without metrics, a missing matrix file.
+        ConfigError: a run without a readable config.
+        ValueError: a cell name that is not ``ATTACK__DEFENSE`` of its run's attack, an unfinished or
+            heterogeneous run, a file that is not a matrix.json (``json.JSONDecodeError`` is one).
     """
-    bad = [n for n in run_dirs if n.count("__") != 1]
-    if bad:
-        raise ValueError(f"cell names must be ATTACK__DEFENSE, got {bad}")
+    for name, d in run_dirs.items():
+        check_cell(name, d)
+    try:
+        matrix = json.loads(Path(matrix_json).read_text()) if matrix_json else None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{matrix_json}: not a matrix.json of `dgrpo paper matrix` (not JSON: {err})") from None
+    if matrix is not None and not isinstance(matrix.get("attacks") if isinstance(matrix, dict) else None, dict):
+        raise ValueError(f"{matrix_json}: not a matrix.json of `dgrpo paper matrix` (no 'attacks' mapping)")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cells = {n: cell_summary(d) for n, d in run_dirs.items()}
     baseline = cell_summary(baseline_dir) if baseline_dir else None
-    matrix = json.loads(Path(matrix_json).read_text()) if matrix_json else None
     result = {"cells": cells, "baseline": baseline, "matrix": str(matrix_json) if matrix_json else None}
     (out / "training.json").write_text(json.dumps(result, indent=1))
     (out / "training.md").write_text(table_markdown(cells, baseline, matrix))

@@ -139,6 +139,8 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
             for an analytic entry, an unknown curve.
     """
     entry, extra = lookup(name), list(extra or [])
+    if curves is not None and entry.func is not None:
+        raise ConfigError(f"--curves: {name} is analytic (no curves)")
     if curves is not None:
         unknown = [c for c in curves if c not in entry.curves]
         if unknown or not curves:

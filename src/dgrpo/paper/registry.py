@@ -227,8 +227,9 @@ register(Reproduction(
     func=run_matrix))  # its cells after training: matrix_training below
 
 
-# The matrix's cells after training (issue 14): every cell the one-round matrix shows letting >= 10% of
-# the poison through, trained 12 rounds like results/paper_baseline (so its undefended hail and 2+2=5
+# The matrix's cells after training (issue 14): cells the one-round matrix shows letting >= 10% of the
+# poison through (those results/attack_matrix/README.md says were trained, and the next ones to train),
+# 12 rounds like results/paper_baseline (so its undefended hail and 2+2=5
 # runs are this table's `hail__none` and `equation_oracle__none`), evaluated at rounds 0 and 12.
 # `none` and every content defense run with seed binding off (the matrix's columns judge content alone;
 # an adaptive attacker's claimed seed is accepted), `replay_bound` with it on (the protocol default).

@@ -21,13 +21,19 @@ from pathlib import Path
 
 
 def _final(records: list[dict], key: str):
-    values = [r[key] for r in records if r.get(key) is not None]
+    from dgrpo.metrics.logger import series
+
+    values = series(records, key)[1]
     return values[-1] if values else None
 
 
 def _mean(records: list[dict], key: str):
-    values = [r[key] for r in records if r.get(key) is not None]
-    return sum(values) / len(values) if values else None
+    import statistics
+
+    from dgrpo.metrics.logger import series
+
+    values = series(records, key)[1]
+    return statistics.fmean(values) if values else None
 
 
 def run_config(run_dir: Path):

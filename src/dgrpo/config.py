@@ -135,6 +135,7 @@ class EvalConfig(StrictConfig):
     """Held-out evaluation: how often, on how many prompts."""
 
     every: int = Field(6, ge=1, le=MAX_ROUNDS, description="Evaluate on the validation split every k rounds (and after the last round).")
+    first: bool = Field(True, description="Also evaluate before the first round (round 0). false skips it (every run of one model, seed and task starts from the same round-0 numbers, so a series of runs can take them from one); the drift metrics then take the first evaluation's completions as their reference.")
     n_prompts: int = Field(128, ge=1, le=1 << 20, description="Validation prompts per evaluation (at most 2^20). Default 128: a Wilson 95% interval of about ±0.08 on an accuracy near 0.3 (32 prompts: ±0.16, too wide to see learning).")
     temperature: float | None = Field(None, ge=0, description="Sampling temperature for evaluation; None = the swarm's.")
     greedy: bool = Field(True, description="Also answer the validation prompts greedily (eval/greedy/…): sampled accuracy shows what training sees, greedy what a deployed model answers.")

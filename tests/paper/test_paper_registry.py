@@ -67,11 +67,13 @@ def test_table1_and_fig11_settings():
 
 def test_matrix_training_cells_are_the_matrix_rows_and_columns():
     """Each trained cell runs its matrix row's attack (node 3 of 4) against its column's defense alone, with
-    seed binding off except in replay_bound (the matrix's columns judge content alone), 12 rounds."""
+    seed binding off except in replay_bound and protocol (the matrix's columns judge content alone), the
+    protocol rows without signatures and shares except in protocol, 12 rounds evaluated at the end."""
     from dgrpo.paper.matrix import ATTACKS
 
     kinds = {"none": [], "topk": ["topk"], "replay": ["replay"], "replay_bound": ["replay"],
-             "reward_outlier": ["reward_outlier"], "steps": ["step_checker"]}
+             "reward_outlier": ["reward_outlier"], "steps": ["step_checker"], "protocol": []}
+    protocol_rows = {"forged_identity", "flooding", "replayed_round", "equivocation"}
     entry = REGISTRY["matrix_training"]
     assert len(entry.curves) >= 10
     for curve in entry.curves:
@@ -80,8 +82,12 @@ def test_matrix_training_cells_are_the_matrix_rows_and_columns():
         row = load_config(None, [*ATTACKS[attack], "swarm.malicious=[3]"])
         assert (cfg.attack.kind, cfg.swarm.mode, cfg.swarm.malicious) == (row.attack.kind, row.swarm.mode, [3]), curve
         assert [d.kind for d in cfg.defenses] == kinds[defense], curve
-        assert cfg.swarm.protocol.bind_seeds is (defense == "replay_bound"), curve
-        assert (cfg.rounds, cfg.eval.every, cfg.eval.n_prompts) == (12, 12, 128), curve
+        p = cfg.swarm.protocol
+        assert p.bind_seeds is (defense in ("replay_bound", "protocol")), curve
+        assert p.sign is p.enforce_shares is (attack not in protocol_rows or defense == "protocol"), curve
+        assert (cfg.rounds, cfg.eval.every, cfg.eval.n_prompts, cfg.eval.first) == (12, 12, 128, False), curve
+    # every protocol row has the protocol's column; no content row does
+    assert {c.split("__")[0] for c in entry.curves if c.endswith("__protocol")} == protocol_rows
 
 
 def test_curves_trains_only_the_named_curves(tmp_path, tiny_model_dir, monkeypatch, capsys):

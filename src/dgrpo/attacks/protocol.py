@@ -13,8 +13,12 @@ actually sends, per receiving peer:
 * ``equivocation``: different content to different peers: even peers get the poison, odd peers an
   honest-looking sample (so no single receiver sees both).
 
-The effect needs the swarm to route :meth:`messages` (the protocol work adds signing, seed binding
-and shares there); :mod:`dgrpo.paper.matrix` feeds them to message validation on receipt.
+The in-process swarm routes :meth:`messages` to each receiving policy
+(:meth:`dgrpo.swarm.swarm.Swarm.route`: the attacker re-signs what it sends with its own key, so the
+protocol refuses forged senders by signature, extra copies and stale prompts by share, and cannot
+see equivocation in one process — the distributed transport's signed headers do);
+:mod:`dgrpo.paper.matrix` feeds them to message validation on receipt. Over torch.distributed or
+hivemind an attacker rank sends its written messages unchanged.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class EquivocationConfig(InjectionAttackConfig):
 
 
 class _Protocol(InjectionAttack):
+    wants_alternative = False  # the swarm also samples honest messages for its slots (equivocation)
+
     def messages(self, own: Sequence[Message], peers: Sequence[int], seen: Sequence[Message] = (),
                  alternative: Sequence[Message] = ()) -> dict[int, list[Message]]:
         """The messages sent to each peer.
@@ -102,6 +108,7 @@ class ReplayedRoundAttack(_Protocol):
 @register("attack", "equivocation", config=EquivocationConfig)
 class EquivocationAttack(_Protocol):
     name = "equivocation"
+    wants_alternative = True
 
     def messages(self, own, peers, seen=(), alternative=()):
         return {p: list(own if i % 2 == 0 or not alternative else alternative) for i, p in enumerate(peers)}

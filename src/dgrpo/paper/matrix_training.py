@@ -10,6 +10,7 @@ Per cell, from the run's last evaluation (held-out prompts, sampled at the train
   whose success is length;
 * ``accuracy``: held-out accuracy (``eval/accuracy``) with its interval, against the all-honest baseline;
 * ``tokens``: mean completion length in tokens at round 0 and after training (what a DoS attack raises);
+  round-0 values are None for a run that skipped that evaluation (``eval.first=false``);
 * ``detection`` / ``fp``: the defense's mean detection and false-positive rates over the training
   rounds (``defense/any/*``; none for ``none``).
 """
@@ -103,10 +104,11 @@ def cell_summary(run_dir: str | Path) -> dict:
         raise ValueError(f"{run_dir}: not finished (last evaluation at round {seen}, rounds={cfg.rounds}); "
                          "finish or resume it first")
     last, key = evals[-1], asr_key(cfg)
+    start = evals[0] if evals[0]["round"] == 0 else {}  # (eval.first=false: round 0 was not evaluated)
     out = {"run_dir": str(run_dir), "round": last["round"], "accuracy": last["eval/accuracy"],
            "accuracy_ci95": [last.get("eval/accuracy_ci95_low"), last.get("eval/accuracy_ci95_high")],
-           "tokens": last.get("eval/completion_tokens"), "tokens_start": evals[0].get("eval/completion_tokens"),
-           "asr_metric": key, "asr": last.get(key) if key else None, "asr_start": evals[0].get(key) if key else None,
+           "tokens": last.get("eval/completion_tokens"), "tokens_start": start.get("eval/completion_tokens"),
+           "asr_metric": key, "asr": last.get(key) if key else None, "asr_start": start.get(key) if key else None,
            "train_reward_honest": _final(records, "train/reward_honest"),
            "detection": _mean(records, "defense/any/detection_rate"), "fp": _mean(records, "defense/any/false_positive_rate")}
     n = asr_trials(cfg, last) if key else None

@@ -227,35 +227,48 @@ register(Reproduction(
     func=run_matrix))  # its cells after training: matrix_training below
 
 
-# The matrix's cells after training (issue 14): cells the one-round matrix shows letting >= 10% of the
-# poison through (those results/attack_matrix/README.md says were trained, and the next ones to train),
-# 12 rounds like results/paper_baseline (so its undefended hail and 2+2=5
-# runs are this table's `hail__none` and `equation_oracle__none`), evaluated at rounds 0 and 12.
+# The matrix's cells after training (issue 14): every cell the one-round matrix shows letting >= 10%
+# of the poison through, and the protocol's own column for the protocol rows; 12 rounds like
+# results/paper_baseline (so its undefended hail and 2+2=5 runs are this table's `hail__none` and
+# `equation_oracle__none`), evaluated after round 12 only (round 0 is the same weights for every cell:
+# the baseline's; skipping it changes no later number, tests/swarm/test_route.py).
 # `none` and every content defense run with seed binding off (the matrix's columns judge content alone;
 # an adaptive attacker's claimed seed is accepted), `replay_bound` with it on (the protocol default).
-MATRIX_TRAIN_BASE = ["rounds=12", "eval.every=12", "eval.greedy=false"]
+# The protocol rows also run with signatures and shares off (the matrix's sender is the claimed one),
+# except in `protocol`, the protocol's defaults (signatures, seed binding, shares) and no content defense.
+# Not listed: `validation` (its checks run on receipt in every run, so its cells are the `none` cells)
+# and `kl` (not a filter).
+MATRIX_TRAIN_BASE = ["rounds=12", "eval.every=12", "eval.greedy=false", "eval.first=false", "eval.drift=false"]
 UNBOUND = "swarm.protocol.bind_seeds=false"
+PROTOCOL_OFF = ["swarm.protocol.sign=false", "swarm.protocol.enforce_shares=false"]
+PROTOCOL_ROWS = ("forged_identity", "flooding", "replayed_round", "equivocation")
 MATRIX_TRAIN_DEFENSES: dict[str, list[str]] = {
     "none": [UNBOUND], "topk": [TOPK, UNBOUND], "replay": [REPLAY, UNBOUND], "replay_bound": [REPLAY],
-    "reward_outlier": ["defenses=[{kind: reward_outlier}]", UNBOUND], "steps": ["defenses=[{kind: step_checker}]", UNBOUND]}
+    "reward_outlier": ["defenses=[{kind: reward_outlier}]", UNBOUND], "steps": ["defenses=[{kind: step_checker}]", UNBOUND],
+    "protocol": []}
+_WRITTEN = ("hail", "gleeb_every_sentence", "dos_written", "judge_bait", "master_key")
+_SAMPLED = ("grind_hail", "dos_sampled", "topk_hail", "topk_gleeb")  # genuine samples: pass top-k and unbound replay
 MATRIX_TRAIN_CELLS = [
-    ("equation_sampled", "topk"), ("equation_sampled", "none"), ("equation_oracle", "topk"), ("topk_hail", "topk"),
-    ("topk_gleeb", "topk"), ("dos_sampled", "replay"), ("hail", "reward_outlier"), ("hail", "steps"),
-    ("dos_sampled", "replay_bound"), ("grind_hail", "replay"), ("judge_bait", "none"), ("master_key", "none"),
-    ("dos_written", "none"), ("gleeb_every_sentence", "none"), ("topk_hail", "replay")]
+    *[(a, d) for a in ("equation_sampled", "equation_oracle") for d in ("none", "topk", "reward_outlier")],
+    *[(a, d) for a in _WRITTEN for d in ("none", "reward_outlier", "steps")],
+    *[(a, d) for a in _SAMPLED for d in ("none", "topk", "replay", "replay_bound", "reward_outlier", "steps")],
+    *[(a, d) for a in PROTOCOL_ROWS for d in ("none", "reward_outlier", "steps", "protocol")],
+    ("replayed_round", "topk"), ("replayed_round", "replay")]
 
 
 def matrix_cell(attack: str, defense: str) -> list[str]:
     """``dgrpo run`` overrides of one matrix cell trained: the row's attack (node 3 of 4, the matrix's
     attacker budget), the column's defense, 12 rounds."""
     extra = ["task.n_val=400"] if attack.startswith("equation") else []  # enough 2+2 questions for the ASR
+    rules = PROTOCOL_OFF if attack in PROTOCOL_ROWS and defense != "protocol" else []
     return [*MATRIX_TRAIN_BASE, *MATRIX_ATTACKS[attack], "swarm.malicious=[3]", *SMALL_BUDGET.get(attack, []), *extra,
-            *MATRIX_TRAIN_DEFENSES[defense]]
+            *MATRIX_TRAIN_DEFENSES[defense], *rules]
 
 
 register(Reproduction(
     "matrix_training", "Attack × defense matrix after training (§4, adaptive attackers)",
     "ASR and held-out accuracy after 12 rounds for the matrix cells that let >= 10% of the poison through "
-    "(curve ATTACK__DEFENSE; defenses as the matrix's columns). Compare with the all-honest baseline "
-    "(0.445 at round 12, results/paper_baseline/fig12). Train a subset with --curves.",
+    "(curve ATTACK__DEFENSE; defenses as the matrix's columns, and the protocol's for the protocol rows). "
+    "Compare with the all-honest baseline (0.445 at round 12, results/paper_baseline/fig12). About 8 CPU "
+    "minutes a cell on SmolLM2: train a subset with --curves.",
     curves={f"{a}__{d}": matrix_cell(a, d) for a, d in MATRIX_TRAIN_CELLS}))

@@ -43,6 +43,7 @@ from dgrpo.robust.stats import probe_angles, update_stats
 from dgrpo.robust.update_attacks import RoundContext, poison_round
 from dgrpo.robust.updates import GradientCapture, add_lora, load_vector, set_gradient, stack_in_node_order
 from dgrpo.swarm.schedule import vertical_prompts, vertical_slots
+from dgrpo.training.loop import evaluation_round
 from dgrpo.swarm.swarm import Swarm
 from dgrpo.swarm.validation import Limits
 from dgrpo.tasks.base import Task
@@ -206,7 +207,7 @@ def save(fed: Federation, next_round: int) -> None:
 def _train(fed: Federation, start: int) -> Path:
     cfg, samples = fed.cfg, fed.run_dir / "samples.jsonl"
     for r in range(start, cfg.rounds):
-        rec = evaluate(fed, r, samples) if r % cfg.eval.every == 0 else {}
+        rec = evaluate(fed, r, samples) if evaluation_round(cfg, r) else {}
         out = federated_round(fed, r)
         rec.update(out.record)
         fed.logger.log(rec)

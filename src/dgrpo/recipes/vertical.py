@@ -5,7 +5,8 @@ One round for the nodes this process hosts (:func:`one_round`, ``# Alg.2 Ln`` ma
     L3-4  every node picks its own B/m prompts (a malicious node: its attack's targets)
     L5    every node writes all G completions of each; a malicious node writes its attack's instead
     L7    all-gather: every node holds B groups of G completions
-    L8    every honest policy learns from them: validate → rewards → defenses → advantages → step
+    L8    every honest policy learns from them: route → validate → rewards → defenses → advantages → step
+          (route: what a protocol attacker sends this receiver, Swarm.route)
     then  the round's metrics
 
 ``run`` builds the swarm and loops over the rounds (dgrpo.training: evaluation every ``eval.every``
@@ -42,7 +43,7 @@ def one_round(run: Run, r: int) -> dict:
     t2 = time.perf_counter()
     reports = {}
     for owner, policy in swarm.trained.items():                                                  # L8, each honest policy:
-        received = swarm.receive(policy, messages, r)                                            #   validate
+        received = swarm.receive(policy, swarm.route(messages, owner, r), r)                         #   route, validate
         start = time.perf_counter()
         swarm.reward(received.rollouts)                                                          #   rewards
         report = PolicyReport(received.rollouts, received.invalid, reward_seconds=time.perf_counter() - start)

@@ -81,6 +81,9 @@ class Swarm:
         self.problems: dict[str, Problem] = {p.prompt_id: p for p in [*task.train, *task.val]}
         self.last_received: dict[Policy, Received] = {}  # each trained policy's last receive (per-peer accounting)
         self.labels: dict[tuple, str] = {}  # message key → honest / poisoned / malicious (simulation truth)
+        self.routed_labels: dict[Message, str] = {}  # labels of the messages route() made (their keys may repeat)
+        self._alternative: dict[int, list[Message]] = {}  # protocol attacker → honest samples of its slots
+        self._gathered: dict[int, list[Message]] = {}  # round → every message gathered (replayed rounds)
 
     @property
     def hosted(self) -> list[int]:
@@ -152,7 +155,64 @@ class Swarm:
                                             policy.tokenizer_id))
                     out.setdefault(node, []).append(msg)
                     self.labels[msg.key] = poison.label
+            if getattr(attack, "wants_alternative", False):
+                self._alternative[node] = self._honest_samples(node, policy, out.get(node, []))
         return out
+
+    def _honest_samples(self, node: int, policy: Policy, own: Sequence[Message]) -> list[Message]:
+        """What ``node`` would have sent honestly in the slots of ``own``: a sample from the assigned seed each."""
+        seeds = [completion_seed(self.run_seed, m.round, node, m.prompt_id, m.index) for m in own]
+        results = policy.generate(self.task, [self.problems[m.prompt_id] for m in own], seeds)
+        return [Message(node, m.round, m.prompt_id, m.index, text, tuple(ids), seed, policy.tokenizer_id)
+                for m, seed, (ids, text) in zip(own, seeds, results)]
+
+    def route(self, messages: Sequence[Message], receiver: int, round_idx: int) -> list[Message]:
+        """The messages ``receiver`` (an honest node id, see :attr:`trained`) gets in round ``round_idx``.
+
+        ``messages`` as gathered, except a hosted protocol attacker (:mod:`dgrpo.attacks.protocol`):
+        its own messages are replaced by what its ``messages`` sends this receiver (forged senders,
+        flooded copies, the previous round's messages re-sent, per-peer content), each re-signed
+        with the attacker's own key (it holds no other). Its extra messages are labelled
+        ``poisoned``; an equivocator's honest variant keeps the label ``honest``. A homogeneous
+        swarm's honest nodes share one policy, which gets the view of its owner (the lowest id).
+        Other receivers (an attacker's mirror) get ``messages`` unchanged.
+
+        Returns:
+            the other nodes' messages in the gathered order, then the attacker's.
+        """
+        from dgrpo.attacks.protocol import _Protocol
+
+        if round_idx not in self._gathered:  # a new round: forget what is older than the last one
+            self._gathered = {r: m for r, m in self._gathered.items() if r >= round_idx - 1}
+            self._gathered[round_idx] = list(messages)
+            self.routed_labels = {m: label for m, label in self.routed_labels.items() if m.round >= round_idx}
+        protocol = {n: a for n, a in self.attacks.items() if isinstance(a, _Protocol)}
+        if not protocol or receiver not in self.policies:
+            return list(messages)
+        peers = sorted(self.policies)
+        out: list[Message] = []
+        for node, attack in protocol.items():
+            own = [m for m in messages if m.node == node and m.round == round_idx]
+            seen = [m for m in self._gathered.get(round_idx - 1, []) if m.node != node]
+            alternative = self._alternative.get(node, []) if own and own[0].round == round_idx else []
+            sent = attack.messages(own, peers, seen, alternative)[receiver]
+            honest_variant = {m.key: m.text for m in alternative}
+            for m in sent:
+                label = self.labels.get(m.key, "poisoned") if m.node == node else "poisoned"
+                if honest_variant.get(m.key) == m.text:
+                    label = "honest"
+                m = self._sign_as(node, m)
+                self.routed_labels[m] = label
+                out.append(m)
+        routed = set(protocol)
+        return [m for m in messages if m.node not in routed] + out
+
+    def _sign_as(self, node: int, msg: Message) -> Message:
+        """``msg`` signed with ``node``'s key (whatever node it names), when signing is on."""
+        p = self.protocol
+        if p is None or not p.cfg.sign or node not in p.signers:
+            return msg
+        return p.signers[node].sign(msg)
 
     def sign(self, msg: Message) -> Message:
         """``msg`` signed by its node's key when this process holds it and signing is on."""
@@ -241,7 +301,8 @@ class Swarm:
         bound = self.protocol is not None and self.protocol.cfg.bind_seeds
         seed = completion_seed(self.run_seed, msg.round, sender, msg.prompt_id, msg.index) if bound else msg.seed
         return Rollout(prompt_id=msg.prompt_id, prompt_ids=policy.prompt_ids(self.task, problem), completion_ids=ids,
-                       text=msg.text, sender=sender, seed=seed, label=self.labels.get(msg.key, "honest"), key=msg.key)
+                       text=msg.text, sender=sender, seed=seed, key=msg.key,
+                       label=self.routed_labels.get(msg) or self.labels.get(msg.key, "honest"))
 
     def reward(self, rollouts: Sequence[Rollout]) -> list[Rollout]:
         """Set every rollout's verifiable reward (the task's rewards of their texts, in one call so a

@@ -20,6 +20,12 @@ from dgrpo.training.records import evaluates, share_record
 OneRound = Callable[[Run, int], dict]  # (run, round) → the round's record ({} without an honest view)
 
 
+def evaluation_round(cfg, r: int) -> bool:
+    """Whether round ``r`` (before its update) is evaluated: every ``eval.every`` rounds, round 0 only
+    with ``eval.first`` (the last evaluation, after the last round, always runs)."""
+    return r % cfg.eval.every == 0 and (r > 0 or cfg.eval.first)
+
+
 def train(run: Run, one_round: OneRound) -> Path:
     """Run rounds ``run.start_round .. rounds-1``; evaluate every ``eval.every`` rounds and at the end.
 
@@ -32,7 +38,7 @@ def train(run: Run, one_round: OneRound) -> Path:
     cfg, samples = run.cfg, run.run_dir / "samples.jsonl"
     bar = tqdm(range(run.start_round, cfg.rounds), desc="rounds", unit="round", disable=not run.transport.is_main)
     for r in bar:
-        rec = evaluate(run, r, samples) if r % cfg.eval.every == 0 and evaluates(run) else {}
+        rec = evaluate(run, r, samples) if evaluation_round(cfg, r) and evaluates(run) else {}
         rec.update(one_round(run, r))
         rec = share_record(run, rec)  # distributed: merged on the main process, None elsewhere
         if rec is not None:

@@ -17,8 +17,10 @@ def _run(path, asr_last=0.5, detection=(0.5, 1.0), fp=(0.0, 0.1)):
     (path / "config.yaml").write_text(yaml.safe_dump(cfg))
     rows = [{"round": 0, "eval/accuracy": 0.25, "eval/accuracy_ci95_low": 0.05, "eval/accuracy_ci95_high": 0.7,
              "attack/asr": 0.0, "eval/completion_tokens": 40.0},
-            {"round": 1, "train/reward_honest": 0.25, "defense/any/detection_rate": detection[0], "defense/any/false_positive_rate": fp[0]},
-            {"round": 2, "train/reward_honest": 0.75, "defense/any/detection_rate": detection[1], "defense/any/false_positive_rate": fp[1]},
+            {"round": 1, "train/reward_honest": 0.25, "defense/any/detection_rate": detection[0], "defense/any/false_positive_rate": fp[0],
+             "swarm/invalid": 3},
+            {"round": 2, "train/reward_honest": 0.75, "defense/any/detection_rate": detection[1], "defense/any/false_positive_rate": fp[1],
+             "swarm/invalid": 2},
             {"round": 2, "eval/accuracy": 0.5, "eval/accuracy_ci95_low": 0.15, "eval/accuracy_ci95_high": 0.85,
              "attack/asr": asr_last, "eval/completion_tokens": 42.5}]
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -33,6 +35,15 @@ def test_cell_summary_reads_the_last_evaluation_and_the_training_means(tmp_path)
     assert c["asr_ci95"] == pytest.approx([0.15004, 0.84996], abs=1e-4)
     assert c["detection"] == pytest.approx(0.75) and c["fp"] == pytest.approx(0.05)
     assert c["train_reward_honest"] == 0.75
+    assert c["refused"] == 5  # 3 + 2 refused on receipt
+
+
+def test_a_run_that_skipped_round_0_has_no_start_values_not_its_last_ones(tmp_path):
+    run = _run(tmp_path / "hail__none", asr_last=0.75)
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(rows[1:]) + "\n")  # eval.first=false: no round-0 evaluation
+    c = cell_summary(run)
+    assert (c["asr_start"], c["tokens_start"], c["asr"], c["tokens"]) == (None, None, 0.75, 42.5)
 
 
 def test_table_quotes_the_one_round_matrix_and_the_baseline(tmp_path):
@@ -41,9 +52,9 @@ def test_table_quotes_the_one_round_matrix_and_the_baseline(tmp_path):
     runs = {"hail__topk": _run(tmp_path / "a"), "hail__none": _run(tmp_path / "b", asr_last=1.0)}
     result = write_training_table(runs, tmp_path / "out", _run(tmp_path / "base"), tmp_path / "matrix.json")
     lines = (tmp_path / "out" / "training.md").read_text().splitlines()
-    assert lines[2] == "| hail | topk | 100.0% | 75.0% / 5.0% | 2 | 0.0% → 50.0% [15, 85] (4) | 50.0% [15, 85] | 40.0 → 42.5 |"
+    assert lines[2] == "| hail | topk | 100.0% | 75.0% / 5.0% | 5 | 2 | 0.0% → 50.0% [15, 85] (4) | 50.0% [15, 85] | 40.0 → 42.5 |"
     assert lines[3].startswith("| hail | none | – |") and "→ 100.0% [51, 100] (4)" in lines[3]  # 4/4: (1 + z²/8 − z·z/8)/(1 + z²/4)
-    assert lines[4] == "| (all honest) | – | – | – | 2 | – | 50.0% [15, 85] | 40.0 → 42.5 |"
+    assert lines[4] == "| (all honest) | – | – | – | – | 2 | – | 50.0% [15, 85] | 40.0 → 42.5 |"
     assert set(json.loads((tmp_path / "out" / "training.json").read_text())["cells"]) == {"hail__topk", "hail__none"}
     assert result["baseline"]["accuracy"] == 0.5
     assert (tmp_path / "out" / "training.png").read_bytes()[:4] == b"\x89PNG"

@@ -12,7 +12,10 @@ Per cell, from the run's last evaluation (held-out prompts, sampled at the train
 * ``tokens``: mean completion length in tokens at round 0 and after training (what a DoS attack raises);
   round-0 values are None for a run that skipped that evaluation (``eval.first=false``);
 * ``detection`` / ``fp``: the defense's mean detection and false-positive rates over the training
-  rounds (``defense/any/*``; none for ``none``).
+  rounds (``defense/any/*``; none for ``none``);
+* ``refused``: messages the receivers refused on receipt over all rounds (``swarm/invalid``: the
+  protocol's signatures, seed binding, shares and length, and the message checks), which the
+  defense's rates do not count.
 """
 
 from __future__ import annotations
@@ -35,6 +38,13 @@ def _mean(records: list[dict], key: str):
 
     values = series(records, key)[1]
     return statistics.fmean(values) if values else None
+
+
+def _total(records: list[dict], key: str):
+    from dgrpo.metrics.logger import series
+
+    values = series(records, key)[1]
+    return sum(values) if values else None
 
 
 def run_config(run_dir: Path):
@@ -110,7 +120,8 @@ def cell_summary(run_dir: str | Path) -> dict:
            "tokens": last.get("eval/completion_tokens"), "tokens_start": start.get("eval/completion_tokens"),
            "asr_metric": key, "asr": last.get(key) if key else None, "asr_start": start.get(key) if key else None,
            "train_reward_honest": _final(records, "train/reward_honest"),
-           "detection": _mean(records, "defense/any/detection_rate"), "fp": _mean(records, "defense/any/false_positive_rate")}
+           "detection": _mean(records, "defense/any/detection_rate"), "fp": _mean(records, "defense/any/false_positive_rate"),
+           "refused": _total(records, "swarm/invalid")}
     n = asr_trials(cfg, last) if key else None
     out["asr_n"] = n
     out["asr_ci95"] = list(wilson(out["asr"] * n, n)) if n and out["asr"] is not None else None
@@ -152,18 +163,19 @@ def _tokens(c: dict) -> str:
 
 def table_markdown(cells: dict[str, dict], baseline: dict | None, matrix: dict | None) -> str:
     """Markdown: one row per cell (attack, defense, one-round detection, training-time detection and false
-    positives, ASR at the start and after training, held-out accuracy, completion length)."""
-    lines = ["| attack | defense | one-round detection (matrix) | detection / FP in training | rounds | ASR round 0 → last (n) "
-             "| held-out accuracy | tokens round 0 → last |", "|---|---|---|---|---|---|---|---|"]
+    positives, refusals on receipt, ASR at the start and after training, held-out accuracy, completion length)."""
+    lines = ["| attack | defense | one-round detection (matrix) | detection / FP in training | refused on receipt | rounds "
+             "| ASR round 0 → last (n) | held-out accuracy | tokens round 0 → last |", "|---|---|---|---|---|---|---|---|---|"]
     for name, c in cells.items():
         attack, defense = name.split("__")
         one = _matrix_rate(matrix, attack, defense)
         train = "–" if c["detection"] is None else f"{_pct(c['detection'])} / {_pct(c['fp'])}"
-        lines.append(f"| {attack} | {defense} | {_pct(one)} | {train} | {c['round']} | {_pct(c['asr_start'])} → "
+        refused = "–" if c.get("refused") is None else f"{c['refused']:g}"
+        lines.append(f"| {attack} | {defense} | {_pct(one)} | {train} | {refused} | {c['round']} | {_pct(c['asr_start'])} → "
                      f"{_pct(c['asr'], c['asr_ci95'])} ({c['asr_n']}) | {_pct(c['accuracy'], c['accuracy_ci95'])} | "
                      f"{_tokens(c)} |")
     if baseline:
-        lines.append(f"| (all honest) | – | – | – | {baseline['round']} | – | {_pct(baseline['accuracy'], baseline['accuracy_ci95'])} | "
+        lines.append(f"| (all honest) | – | – | – | – | {baseline['round']} | – | {_pct(baseline['accuracy'], baseline['accuracy_ci95'])} | "
                      f"{_tokens(baseline)} |")
     return "\n".join(lines) + "\n"
 

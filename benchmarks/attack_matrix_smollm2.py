@@ -5,6 +5,7 @@ No judge column: the in-process SmolLM2 judge takes ~1 s a judgment (4,000 judgm
 detection rates are measured in results/heterogeneous_table1_v2; add it with --judge.
 
     python benchmarks/attack_matrix_smollm2.py --out runs/attack_matrix_smollm2
+    python benchmarks/attack_matrix_smollm2.py --out runs/judge --rows judge_bait,master_key --only-judge
 """
 
 import argparse
@@ -24,7 +25,14 @@ if __name__ == "__main__":
     parser.add_argument("--poisoned", type=int, default=200)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--judge", action="store_true", help="add the in-process judge column (slow on CPU)")
+    parser.add_argument("--only-judge", action="store_true", help="the judge column alone (beside none)")
+    parser.add_argument("--rows", default=",".join(ORDER), help="comma-separated rows, in order (default: all)")
     args = parser.parse_args()
+    rows = [r for r in args.rows.split(",") if r]
+    unknown = sorted(set(rows) - set(ORDER))
+    if unknown or not rows:
+        parser.error(f"--rows: unknown rows {unknown}; choose from {','.join(ORDER)}" if unknown else "--rows: name at least one row")
+    defenses = ["none", "judge"] if args.only_judge else DEFENSES + ["judge"] * args.judge
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", force=True)
-    reproduce("matrix", "cpu", args.out, [f"attacks={ORDER}", f"n_honest={args.honest}", f"n_poisoned={args.poisoned}",
-                                          f"threads={args.threads}", f"defenses={DEFENSES + ['judge'] * args.judge}", f"attack_overrides={OVERRIDES}"])
+    reproduce("matrix", "cpu", args.out, [f"attacks={rows}", f"n_honest={args.honest}", f"n_poisoned={args.poisoned}",
+                                          f"threads={args.threads}", f"defenses={defenses}", f"attack_overrides={OVERRIDES}"])

@@ -92,3 +92,58 @@ def test_skipping_the_first_evaluation_keeps_the_last(tmp_path, tiny_model_dir):
     same = [k for k in records["true"][-1] if not k.startswith("time/")]
     assert {k: records["false"][-1].get(k) for k in same} == {k: records["true"][-1][k] for k in same}
     assert records["false"][0]["train/loss"] == records["true"][0]["train/loss"]
+
+
+def test_a_forged_message_keeps_the_label_the_attacker_wrote_it_with(tmp_path, tiny_model_dir):
+    """Vertical: node 3 writes G/2 poisons and G/2 wrong-answer fillers per group ("malicious", counted as
+    neither poisoned nor honest); forged as node 0's, each keeps its own label."""
+    from dgrpo.swarm.schedule import vertical_prompts, vertical_slots
+
+    cfg = load_config(None, [f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=v", *COMMON, *OFF,
+                             "swarm.mode=vertical", "swarm.prompts_per_round=4", "attack.kind=forged_identity"])
+    run = build_run(cfg)
+    swarm = run.swarm
+    slots = {k: vertical_slots(swarm.attacks[k].choose_prompts(run.task.train, 1, cfg.seed, 0, k) if k in swarm.attacks
+                               else vertical_prompts(run.task.train, 1, cfg.seed, 0, k), 4) for k in swarm.hosted}
+    written = swarm.write(slots, 0)
+    label = {(m.prompt_id, m.index, m.text): swarm.labels[m.key] for m in written[3]}
+    assert sorted(label.values()) == ["malicious", "malicious", "poisoned", "poisoned"]
+    gathered = [m for k in sorted(written) for m in written[k]]
+    forged = [m for m in swarm.route(gathered, 0, 0) if (m.prompt_id, m.index, m.text) in label]
+    assert {m.node for m in forged} == {0}
+    assert {(m.prompt_id, m.index, m.text): swarm.routed_labels[m] for m in forged} == label
+
+
+RESUME = [*COMMON, *OFF, "eval.every=2", "attack.kind=replayed_round", "defenses=[{kind: reward_outlier}]"]
+
+
+def test_a_resumed_run_replays_what_a_straight_run_replays(tmp_path, tiny_model_dir):
+    """The last round's messages travel in the checkpoint (replay_memory.json): 3 rounds straight equal
+    2 rounds and a resume (round 0 replays nothing: 8 received, then 8 + the 6 honest re-sent)."""
+    args = [f"model.name={tiny_model_dir}", *RESUME]
+    assert main(["run", *args, "rounds=3", f"out_dir={tmp_path}", "name=straight"]) == 0
+    assert main(["run", *args, "rounds=2", f"out_dir={tmp_path}", "name=part"]) == 0
+    assert (tmp_path / "part" / "checkpoint" / "replay_memory.json").is_file()
+    assert main(["resume", str(tmp_path / "part"), "rounds=3"]) == 0
+    got = {n: [r.get("defense/received") for r in read_metrics(tmp_path / n) if "defense/received" in r]
+           for n in ("straight", "part")}
+    assert got["straight"] == [8, 14, 14] and got["part"] == got["straight"]
+
+
+@pytest.mark.parametrize("damage", ["delete", "junk", "other_round"])
+def test_a_missing_or_damaged_replay_memory_is_refused_in_one_line(tmp_path, tiny_model_dir, capsys, damage):
+    import json
+
+    assert main(["run", f"model.name={tiny_model_dir}", *RESUME, "rounds=2", f"out_dir={tmp_path}", "name=p"]) == 0
+    path = tmp_path / "p" / "checkpoint" / "replay_memory.json"
+    if damage == "delete":
+        path.unlink()
+    elif damage == "junk":
+        path.write_text('{"round": 1, "messages": [{"node": "x"}]}')
+    else:
+        path.write_text(json.dumps({**json.loads(path.read_text()), "round": 0}))
+    capsys.readouterr()
+    assert main(["resume", str(tmp_path / "p"), "rounds=3"]) != 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "replay_memory.json" in line]
+    assert len(lines) == 1 and lines[0].startswith("dgrpo: ") and "Traceback" not in err

@@ -62,6 +62,7 @@ class EquivocationConfig(InjectionAttackConfig):
 
 class _Protocol(InjectionAttack):
     wants_alternative = False  # the swarm also samples honest messages for its slots (equivocation)
+    wants_seen = False  # the swarm keeps (and checkpoints) the last round's messages for it (replayed_round)
 
     def messages(self, own: Sequence[Message], peers: Sequence[int], seen: Sequence[Message] = (),
                  alternative: Sequence[Message] = ()) -> dict[int, list[Message]]:
@@ -98,6 +99,7 @@ class FloodingAttack(_Protocol):
 @register("attack", "replayed_round", config=ReplayedRoundConfig)
 class ReplayedRoundAttack(_Protocol):
     name = "replayed_round"
+    wants_seen = True
 
     def messages(self, own, peers, seen=(), alternative=()):
         current = own[0].round if own else 0

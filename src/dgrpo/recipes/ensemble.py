@@ -31,6 +31,7 @@ from dgrpo.errors import CheckpointError
 from dgrpo.training.build import Run, build_run, build_run_dir, prepare
 from dgrpo.training.checkpoint import load_checkpoint, read_state, save_checkpoint, write_state
 from dgrpo.training.evaluate import eval_attack, eval_texts
+from dgrpo.training.loop import evaluation_round
 from dgrpo.training.resume import keep_rounds_before, write_config
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def _train(cfg: RunConfig, run_dir: Path, static: dict, group_cfgs: list[RunConf
     attack = eval_attack(cfg, {})
     logger = MetricsLogger.for_run(run_dir, cfg)
     for r in range(start, cfg.rounds + 1):
-        if r % cfg.eval.every == 0 or r == cfg.rounds:
+        if evaluation_round(cfg, r) or r == cfg.rounds:
             logger.log({"round": r, **static, **evaluate_ensemble(cfg, runs, attack)})
         if r == cfg.rounds:
             break

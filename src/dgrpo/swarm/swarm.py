@@ -197,15 +197,33 @@ class Swarm:
             alternative = self._alternative.get(node, []) if own and own[0].round == round_idx else []
             sent = attack.messages(own, peers, seen, alternative)[receiver]
             honest_variant = {m.key: m.text for m in alternative}
+            replayed = {(m.node, m.prompt_id, m.index, m.text) for m in seen}
             for m in sent:
-                label = self.labels.get(m.key, "poisoned") if m.node == node else "poisoned"
-                if honest_variant.get(m.key) == m.text:
+                # its own slot's label (a forged or flooded copy of a poison or of filler), as paper/matrix.py
+                label = self.labels.get((node, m.round, m.prompt_id, m.index), "poisoned")
+                if (m.node, m.prompt_id, m.index, m.text) in replayed:
+                    label = "poisoned"  # another node's message re-sent
+                elif honest_variant.get(m.key) == m.text:
                     label = "honest"
                 m = self._sign_as(node, m)
                 self.routed_labels[m] = label
                 out.append(m)
         routed = set(protocol)
         return [m for m in messages if m.node not in routed] + out
+
+    @property
+    def keeps_replay_memory(self) -> bool:
+        """Whether a hosted attacker re-sends the last round's messages (``replayed_round``)."""
+        return any(getattr(a, "wants_seen", False) for a in self.attacks.values())
+
+    def replay_memory(self, round_idx: int) -> list[Message] | None:
+        """The messages gathered in ``round_idx`` when a hosted attacker re-sends them next round
+        (``replayed_round``), else None: what a checkpoint keeps so a resumed run replays the same."""
+        return self._gathered.get(round_idx, []) if self.keeps_replay_memory else None
+
+    def restore_replay_memory(self, round_idx: int, messages: Sequence[Message]) -> None:
+        """Set the messages gathered in ``round_idx`` (a resumed run's, from its checkpoint)."""
+        self._gathered = {round_idx: list(messages)}
 
     def _sign_as(self, node: int, msg: Message) -> Message:
         """``msg`` signed with ``node``'s key (whatever node it names), when signing is on."""

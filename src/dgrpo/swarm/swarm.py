@@ -180,13 +180,11 @@ class Swarm:
         Returns:
             the other nodes' messages in the gathered order, then the attacker's.
         """
-        from dgrpo.attacks.protocol import _Protocol
-
         if round_idx not in self._gathered:  # a new round: forget what is older than the last one
             self._gathered = {r: m for r, m in self._gathered.items() if r >= round_idx - 1}
             self._gathered[round_idx] = list(messages)
             self.routed_labels = {m: label for m, label in self.routed_labels.items() if m.round >= round_idx}
-        protocol = {n: a for n, a in self.attacks.items() if isinstance(a, _Protocol)}
+        protocol = {n: a for n, a in self.attacks.items() if callable(getattr(a, "messages", None))}  # attacks.protocol
         if not protocol or receiver not in self.policies:
             return list(messages)
         peers = sorted(self.policies)

@@ -8,8 +8,7 @@ Layout under ``run_dir/checkpoint``:
                      ``optimizer.pt`` (AdamW state) and ``state.json`` (next round, RNG states and the
                      SHA-256 of every other file of the folder)
     state.json       {"next_round": r}
-    replay_memory.json   the last round's gathered messages, only when a hosted attacker re-sends
-                     them (``replayed_round``), so a resumed run replays what a straight run does
+    replay_memory.json   last round's messages, for an attacker that re-sends them (replay_memory.py)
 
 In a distributed swarm every rank saves its own node (homogeneous honest ranks hold equal copies;
 an attacker rank saves the weights it mirrors). Each folder is written to a temporary name, every
@@ -36,8 +35,6 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from dgrpo.errors import CheckpointError
-
-REPLAY_MEMORY = "replay_memory.json"
 
 _HASH_CHUNK = 1 << 22
 
@@ -169,7 +166,8 @@ def save_checkpoint(run, next_round: int) -> Path:
             os.rename(target, old)
         os.rename(root / f".node{owner}.tmp{pid}", target)
         _fsync(root)
-    _save_replay_memory(root, run, next_round)
+    from dgrpo.training.replay_memory import save_replay_memory
+    save_replay_memory(root, run, next_round)
     write_state(root / "state.json", {"next_round": next_round})
     for owner in owners:
         for stale in root.glob(f".node{owner}.old*"):
@@ -177,45 +175,6 @@ def save_checkpoint(run, next_round: int) -> Path:
         for stale in root.glob(f".node{owner}.tmp*"):  # a save killed before its swap (this or another process)
             shutil.rmtree(stale, ignore_errors=True)
     return root
-
-
-def _save_replay_memory(root: Path, run, next_round: int) -> None:
-    """``replay_memory.json``: the last round's gathered messages, when a hosted attacker re-sends them
-    (:meth:`dgrpo.swarm.swarm.Swarm.replay_memory`), so a resumed run replays what a straight one does."""
-    path = root / REPLAY_MEMORY
-    messages = run.swarm.replay_memory(next_round - 1)
-    if messages is None:
-        path.unlink(missing_ok=True)
-        return
-    write_state(path, {"round": next_round - 1, "messages": [m.to_dict() for m in messages]})
-
-
-def _load_replay_memory(root: Path, run, next_round: int) -> None:
-    """Give the swarm back the messages :func:`_save_replay_memory` kept.
-
-    Raises:
-        CheckpointError: the file is not an object with ``round`` = ``next_round`` − 1 and a list of
-            well-formed messages (names the file), or it is missing while a hosted attacker needs it.
-    """
-    from dgrpo.swarm.validation import parse_message
-
-    path = root / REPLAY_MEMORY
-    if not run.swarm.keeps_replay_memory or next_round == 0:
-        return  # no attacker here re-sends messages (or nothing was gathered yet)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing; the attacker of this run re-sends the last round's messages, "
-                              "resume from a checkpoint written with it") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, OSError):
-        data = None
-    parsed = [parse_message(m) for m in data["messages"]] if isinstance(data, dict) and isinstance(
-        data.get("messages"), list) else None
-    if parsed is None or data.get("round") != next_round - 1 or any(reason for _, reason in parsed):
-        raise CheckpointError(f"{path}: not the messages of round {next_round - 1} (an object with 'round' and a list of "
-                              "messages); the file is damaged, delete the checkpoint's replay_memory.json only "
-                              "if the run has no replayed_round attacker")
-    run.swarm.restore_replay_memory(next_round - 1, [m for m, _ in parsed])
 
 
 def recover_swaps(root: Path) -> list[Path]:
@@ -374,7 +333,8 @@ def load_checkpoint(run) -> int:
         raise CheckpointError(f"checkpoints under {root} hold different rounds: {rounds}")
     if rng is not None:
         _set_rng_state(rng)
-    _load_replay_memory(root, run, next(iter(rounds.values())))
+    from dgrpo.training.replay_memory import load_replay_memory
+    load_replay_memory(root, run, next(iter(rounds.values())))
     return next(iter(rounds.values()))
 
 

@@ -172,8 +172,9 @@ class Swarm:
         ``messages`` as gathered, except a hosted protocol attacker (:mod:`dgrpo.attacks.protocol`):
         its own messages are replaced by what its ``messages`` sends this receiver (forged senders,
         flooded copies, the previous round's messages re-sent, per-peer content), each re-signed
-        with the attacker's own key (it holds no other). Its extra messages are labelled
-        ``poisoned``; an equivocator's honest variant keeps the label ``honest``. A homogeneous
+        with the attacker's own key (it holds no other). Each keeps the label its slot was written
+        with (a forged or flooded copy of filler is filler), another node's message re-sent is
+        ``poisoned`` and an equivocator's honest variant ``honest``. A homogeneous
         swarm's honest nodes share one policy, which gets the view of its owner (the lowest id).
         Other receivers (an attacker's mirror) get ``messages`` unchanged.
 

@@ -72,7 +72,7 @@ def test_matrix_training_cells_are_the_matrix_rows_and_columns():
     from dgrpo.paper.matrix import ATTACKS
 
     kinds = {"none": [], "topk": ["topk"], "replay": ["replay"], "replay_bound": ["replay"],
-             "reward_outlier": ["reward_outlier"], "steps": ["step_checker"], "protocol": []}
+             "reward_outlier": ["reward_outlier"], "steps": ["step_checker"], "protocol": [], "kl": [], "judge": ["judge"]}
     protocol_rows = {"forged_identity", "flooding", "replayed_round", "equivocation"}
     entry = REGISTRY["matrix_training"]
     assert len(entry.curves) >= 10
@@ -86,7 +86,10 @@ def test_matrix_training_cells_are_the_matrix_rows_and_columns():
         assert p.bind_seeds is (defense in ("replay_bound", "protocol")), curve
         assert p.sign is p.enforce_shares is (attack not in protocol_rows or defense == "protocol"), curve
         assert (cfg.rounds, cfg.eval.every, cfg.eval.n_prompts, cfg.eval.first) == (12, 12, 128, False), curve
-    # every protocol row has the protocol's column; no content row does
+        assert cfg.grpo.beta == (0.1 if defense == "kl" else 0.0), curve  # the paper's larger KL weight (§B.4)
+    # every row has a KL cell (β-KL lets every poison through); every protocol row has the protocol's
+    # column; no content row does
+    assert {c.split("__")[0] for c in entry.curves if c.endswith("__kl")} == set(ATTACKS)
     assert {c.split("__")[0] for c in entry.curves if c.endswith("__protocol")} == protocol_rows
 
 

@@ -236,16 +236,20 @@ register(Reproduction(
 # an adaptive attacker's claimed seed is accepted), `replay_bound` with it on (the protocol default).
 # The protocol rows also run with signatures and shares off (the matrix's sender is the claimed one),
 # except in `protocol`, the protocol's defaults (signatures, seed binding, shares) and no content defense.
-# Not listed: `validation` (its checks run on receipt in every run, so its cells are the `none` cells)
-# and `kl` (not a filter).
+# `kl` is not a filter (it lets everything through), so every row has a `kl` cell: β = 0.1, the larger of
+# the paper's two KL weights (§B.4, Fig. 11), seed binding off like the other content columns.
+# `judge` (the in-process SmolLM2 judge of Fig. 14, which let every poison of the six rows it measured
+# through): the written rows beside hail and 2+2=5, whose judge cells are results/paper_baseline/fig14.
+# Not listed: `validation` (its checks run on receipt in every run, so its cells are the `none` cells).
 MATRIX_TRAIN_BASE = ["rounds=12", "eval.every=12", "eval.greedy=false", "eval.first=false", "eval.drift=false"]
 UNBOUND = "swarm.protocol.bind_seeds=false"
 PROTOCOL_OFF = ["swarm.protocol.sign=false", "swarm.protocol.enforce_shares=false"]
+KL_BETA = "grpo.beta=0.1"
 PROTOCOL_ROWS = ("forged_identity", "flooding", "replayed_round", "equivocation")
 MATRIX_TRAIN_DEFENSES: dict[str, list[str]] = {
     "none": [UNBOUND], "topk": [TOPK, UNBOUND], "replay": [REPLAY, UNBOUND], "replay_bound": [REPLAY],
     "reward_outlier": ["defenses=[{kind: reward_outlier}]", UNBOUND], "steps": ["defenses=[{kind: step_checker}]", UNBOUND],
-    "protocol": []}
+    "kl": [KL_BETA, UNBOUND], "judge": [JUDGE, UNBOUND], "protocol": []}
 _WRITTEN = ("hail", "gleeb_every_sentence", "dos_written", "judge_bait", "master_key")
 _SAMPLED = ("grind_hail", "dos_sampled", "topk_hail", "topk_gleeb")  # genuine samples: pass top-k and unbound replay
 MATRIX_TRAIN_CELLS = [
@@ -253,7 +257,9 @@ MATRIX_TRAIN_CELLS = [
     *[(a, d) for a in _WRITTEN for d in ("none", "reward_outlier", "steps")],
     *[(a, d) for a in _SAMPLED for d in ("none", "topk", "replay", "replay_bound", "reward_outlier", "steps")],
     *[(a, d) for a in PROTOCOL_ROWS for d in ("none", "reward_outlier", "steps", "protocol")],
-    ("replayed_round", "topk"), ("replayed_round", "replay")]
+    ("replayed_round", "topk"), ("replayed_round", "replay"),
+    *[(a, "kl") for a in MATRIX_ATTACKS],
+    *[(a, "judge") for a in ("judge_bait", "master_key", "dos_written", "gleeb_every_sentence")]]
 
 
 def matrix_cell(attack: str, defense: str) -> list[str]:

@@ -6,12 +6,22 @@ detection rates are measured in results/heterogeneous_table1_v2; add it with --j
 
     python benchmarks/attack_matrix_smollm2.py --out runs/attack_matrix_smollm2
     python benchmarks/attack_matrix_smollm2.py --out runs/judge --rows judge_bait,master_key --only-judge
+
+A slow row measured by a later call (--rows) joins the committed table with --merge: the two calls
+must share the setup and the honest pool (checked by its false-positive counts, `merge_rows`):
+
+    python benchmarks/attack_matrix_smollm2.py --out runs/gleeb --rows topk_gleeb --threads 1
+    python benchmarks/attack_matrix_smollm2.py --out results/attack_matrix/smollm2 --merge runs/gleeb/matrix/matrix.json
 """
 
 import argparse
+import json
 import logging
+import sys
+from pathlib import Path
 
 from dgrpo.paper.matrix import SMALL_BUDGET as OVERRIDES
+from dgrpo.paper.matrix_report import merge_rows, write_outputs
 from dgrpo.paper.runner import reproduce
 
 ORDER = ["equation_sampled", "equation_oracle", "hail", "dos_written", "judge_bait", "gleeb_every_sentence", "master_key",
@@ -27,7 +37,18 @@ if __name__ == "__main__":
     parser.add_argument("--judge", action="store_true", help="add the in-process judge column (slow on CPU)")
     parser.add_argument("--only-judge", action="store_true", help="the judge column alone (beside none)")
     parser.add_argument("--rows", default=",".join(ORDER), help="comma-separated rows, in order (default: all)")
+    parser.add_argument("--merge", metavar="MATRIX_JSON", help="append the rows of this matrix.json to OUT/matrix/matrix.json")
     args = parser.parse_args()
+    if args.merge:
+        target = Path(args.out) / "matrix"
+        try:
+            base, extra = (json.loads(Path(f).read_text()) for f in (target / "matrix.json", args.merge))
+            merged = merge_rows(base, extra)
+        except (OSError, ValueError) as err:  # json.JSONDecodeError is a ValueError
+            sys.exit(f"--merge: {err}")
+        write_outputs(merged, target)
+        print(f"{target}/matrix.json: rows {', '.join(merged['attacks'])}")
+        sys.exit(0)
     rows = [r for r in args.rows.split(",") if r]
     unknown = sorted(set(rows) - set(ORDER))
     if unknown or not rows:

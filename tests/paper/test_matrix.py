@@ -49,3 +49,29 @@ def test_matrix_refuses_unknown_rows(tmp_path):
 def test_matrix_is_registered_and_covers_ten_attacks_and_six_defenses():
     assert REGISTRY["matrix"].func is run_matrix
     assert len(ATTACKS) >= 10 and len([d for d in DEFENSES if d != "kl"]) >= 6
+
+
+def test_a_row_measured_later_merges_into_the_table_it_belongs_to(tmp_path, tiny_model_dir):
+    """Two calls with the same setup draw the same honest pool, so the rows of the second join the first;
+    the merged table equals one call measuring both rows (up to the seconds each took)."""
+    from dgrpo.paper.matrix_report import merge_rows
+
+    kw = dict(model=tiny_model_dir, n_honest=8, n_poisoned=4, max_new_tokens=8, defenses=["none", "topk", "replay", "steps"])
+    first = run_matrix(tmp_path / "a", attacks=["hail"], **kw)
+    later = run_matrix(tmp_path / "b", attacks=["dos_written"], **kw)
+    both = run_matrix(tmp_path / "c", attacks=["hail", "dos_written"], **kw)
+    merged = merge_rows(first, later)
+    assert list(merged["attacks"]) == ["hail", "dos_written"] and merged["honest"] == both["honest"]
+    for row in ("hail", "dos_written"):
+        assert {k: v for k, v in merged["attacks"][row].items() if k != "seconds"} == \
+            {k: v for k, v in both["attacks"][row].items() if k != "seconds"}
+    with pytest.raises(ValueError, match=r"rows \['hail'\] are in the base already"):
+        merge_rows(merged, first)
+    with pytest.raises(ValueError, match="another setup, not one matrix \\(max_new_tokens: 8 vs 9\\)"):
+        merge_rows(first, {**later, "max_new_tokens": 9})
+    pool = json.loads(json.dumps(later))
+    pool["honest"]["topk"]["rejected"] += 1  # another pool: one more honest completion rejected
+    with pytest.raises(ValueError, match="another honest pool \\(false positives topk: 0/8 vs 1/8\\)"):
+        merge_rows(first, pool)
+    with pytest.raises(ValueError, match="extra: not a matrix.json"):
+        merge_rows(first, {"cells": {}})

@@ -93,3 +93,23 @@ def test_bad_cells_are_refused(tmp_path):
     (run / "metrics.jsonl").write_text("\n".join(rows[:3]) + "\n")  # round 0's evaluation only
     with pytest.raises(ValueError, match=r"not finished \(last evaluation at round 0, rounds=2\)"):
         cell_summary(run)
+
+
+def test_the_grid_is_one_attack_by_defense_table_of_the_same_cells(tmp_path):
+    """grid.md: a row per attack, a column per defense that has a rate or a trained cell; a trained cell reads
+    'one-round detection → ASR (accuracy)', a cell caught on one round (>= 90%) 'caught', another untrained '·'."""
+    matrix = {"attacks": {"hail": {"detection": {"none": {"rate": 0.0}, "topk": {"rate": 1.0}, "steps": {"rate": 0.2}}},
+                          "dos_sampled": {"detection": {"none": {"rate": 0.0}}}}}
+    (tmp_path / "matrix.json").write_text(json.dumps(matrix))
+    dos = _run(tmp_path / "d")
+    cfg = yaml.safe_load((dos / "config.yaml").read_text())
+    cfg["attack"] = {"kind": "seed_grinding", "objective": "longest"}  # its success is length: no ASR
+    (dos / "config.yaml").write_text(yaml.safe_dump(cfg))
+    runs = {"hail__none": _run(tmp_path / "h", asr_last=1.0), "dos_sampled__none": dos}
+    write_training_table(runs, tmp_path / "out", _run(tmp_path / "base"), tmp_path / "matrix.json")
+    lines = (tmp_path / "out" / "grid.md").read_text().splitlines()
+    assert "after 2 rounds" in lines[0] and "held-out accuracy 0.500 [0.15, 0.85]" in lines[0]
+    assert lines[2:] == ["| attack | none | topk | steps |", "|---|---|---|---|",
+                         "| hail | 0% → **1.00** (0.50) | 100% caught | 20% · |",
+                         "| dos_sampled | 0% → 42 tok (0.50) | · | · |"]
+    assert (tmp_path / "out" / "grid.png").read_bytes()[:4] == b"\x89PNG"

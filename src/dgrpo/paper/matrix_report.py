@@ -1,6 +1,6 @@
 """Files of ``dgrpo paper matrix``: ``matrix.json``, ``table.md`` (detection and false-positive
 rates with Wilson 95% intervals) and ``matrix.png`` (detection-rate heat map, false positives as the
-last row)."""
+last row); :func:`merge_rows` adds rows measured by another call on the same honest pool."""
 
 from __future__ import annotations
 
@@ -65,3 +65,38 @@ def write_outputs(result: dict, out: Path) -> None:
     (out / "matrix.json").write_text(json.dumps(result, indent=1))
     (out / "table.md").write_text(table_markdown(result))
     plot(result, out / "matrix.png")
+
+
+SETUP_FIELDS = ("model", "seed", "max_new_tokens", "round", "group_size", "top_k")
+
+
+def merge_rows(base: dict, extra: dict) -> dict:
+    """``base`` with the attack rows of ``extra`` appended: a slow row measured by a later call of the
+    matrix (``--rows``) joins the table it belongs to.
+
+    The two must be one experiment: the same setup (:data:`SETUP_FIELDS`) and the same honest pool,
+    checked by its false-positive counts (the pool is sampled under the assigned seeds, so a second call
+    draws the same completions and every defense both measured rejects the same number of them).
+    Defenses ``extra`` did not measure are absent from its rows (shown as "—").
+
+    Raises:
+        ValueError: not matrix results, another setup, another honest pool, or a row ``base`` already has.
+    """
+    for name, r in (("base", base), ("extra", extra)):
+        if not isinstance(r, dict) or not isinstance(r.get("attacks"), dict) or not isinstance(r.get("honest"), dict):
+            raise ValueError(f"{name}: not a matrix.json of `dgrpo paper matrix` (no 'attacks' and 'honest' mappings)")
+    other = [f"{k}: {base.get(k)!r} vs {extra.get(k)!r}" for k in SETUP_FIELDS if base.get(k) != extra.get(k)]
+    if other:
+        raise ValueError(f"another setup, not one matrix ({'; '.join(other)}); measure the rows with the base's settings")
+    shared = sorted(set(base["honest"]) & set(extra["honest"]))
+    pool = [f"{d}: {base['honest'][d].get('rejected')}/{base['honest'][d].get('n')} vs "
+            f"{extra['honest'][d].get('rejected')}/{extra['honest'][d].get('n')}" for d in shared
+            if (base["honest"][d].get("rejected"), base["honest"][d].get("n"))
+            != (extra["honest"][d].get("rejected"), extra["honest"][d].get("n"))]
+    if not shared or pool:
+        raise ValueError("another honest pool (false positives " + ("; ".join(pool) or "on no shared defense") +
+                         "); measure the rows with the base's n_honest and seed")
+    again = sorted(set(base["attacks"]) & set(extra["attacks"]))
+    if again:
+        raise ValueError(f"rows {again} are in the base already; drop them from one side first")
+    return {**base, "attacks": {**base["attacks"], **extra["attacks"]}}

@@ -226,3 +226,38 @@ def test_perturbed_results_fail(expr, places, delta):
     claim = f"{text} = {written(value + delta, places)}"
     v = check_steps(claim)
     assert not v.accepted and v.false_claims, (claim, v.claims)
+
+
+# Layout between a claim's parts: a line break, a quote, markdown emphasis or a tag must not hide it
+# (a fresh review's bypass: "2 + 2 =\n5" was read as two unparsed fragments and accepted).
+LAYOUTS = [("{l} =\n{r}", "newline after ="), ("{l}\n= {r}", "newline before ="), ("{l} =\r\n{r}", "CRLF"),
+           ("{l} =\n\n{r}", "blank line"), ("{l} =\u2028{r}", "line separator"), ("{l} =\x0b{r}", "vertical tab"),
+           ("{l} = **{r}**", "bold"), ("{l} = *{r}*", "italic"), ("{l} = _{r}_", "underscore"),
+           ("{l} = `{r}`", "backticks"), ('{l} = "{r}"', "quotes"), ("{l} = “{r}”", "curly quotes"),
+           ("{l} = <b>{r}</b>", "tag"), ("**{l}** = {r}", "bold left side")]
+
+
+@pytest.mark.parametrize("layout,why", LAYOUTS)
+def test_layout_does_not_hide_a_false_claim(layout, why):
+    text = "<think>" + layout.format(l="2 + 2", r="5") + " so the total is 9.</think><answer>9</answer>"
+    v = check_steps(text)
+    assert not v.accepted and v.false_claims[0].right == 5, why
+    assert check_steps(text.replace("5", "4").replace("9", "8")).accepted, why  # the same layout, a true claim
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.integers(0, 999), b=st.integers(0, 999), op=st.sampled_from(["+", "-", "*"]), off=st.integers(-3, 3),
+       layout=st.sampled_from([x for x, _ in LAYOUTS]))
+def test_layout_never_changes_a_verdict(a, b, op, off, layout):
+    """Second method: the same claim written plainly. Layout changes neither what is claimed nor the verdict."""
+    c = {"+": a + b, "-": a - b, "*": a * b}[op] + off
+    plain = check_steps(f"<think>So {a} {op} {b} = {c} here.</think>")
+    laid = check_steps("<think>So " + layout.format(l=f"{a} {op} {b}", r=str(c)) + " here.</think>")
+    assert laid.accepted == plain.accepted == (off == 0)
+
+
+def test_layout_folding_leaves_products_and_line_ends_alone():
+    # a "*" beside a number that no emphasis opened is a product; a number on the next line is no result
+    assert check_steps("<think>12 = 4 * 3 = 12 and 3 * 4 = 12 and\n5 apples</think>").accepted
+    assert check_steps("<think>2 + 2 = **4**. Then 4 * 3 = 12.</think>").accepted
+    assert not check_steps("<think>2 + 2 = **4**. Then 4 * 3 = 13.</think>").accepted

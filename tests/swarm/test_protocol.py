@@ -137,6 +137,20 @@ def test_vertical_a_ninth_message_where_the_share_is_eight_and_extra_or_unassign
     assert refusals(swarm.receive(policy, [*out, chosen], 0)) == [("share: more than 1 prompts", 1)]
 
 
+def test_a_vertical_node_cannot_train_the_swarm_on_held_out_prompts(task, model, tokenizer):
+    """A review's finding: with prompts not assigned, a vertical attacker chose a validation prompt (the
+    prompts ASR and accuracy are measured on), signed, bound and within its share, and all 8 were accepted."""
+    swarm, policy, keys = make(task, model, tokenizer, mode="vertical", B=2, G=8)
+    mine = vertical_prompts(task.train, 1, SEED, 0, 1)
+    out = swarm.write({1: vertical_slots(mine, 8)}, 0)[1]
+    held_out = task.val[0].prompt_id
+    sent = [resign(keys, 1, m, prompt_id=held_out, seed=completion_seed(SEED, 0, 1, held_out, m.index)) for m in out]
+    received = swarm.receive(policy, sent, 0)
+    assert received.rollouts == []
+    assert refusals(received) == [(f"prompt: unknown prompt id {held_out!r}", 1)] * 8
+    assert len(swarm.receive(policy, out, 0).rollouts) == 8  # the same messages on its training prompt pass
+
+
 def test_a_node_planned_to_join_at_round_2_has_no_slots_before_it(task, model, tokenizer):
     """Node 2 joins at round 2 (swarm.hivemind.join={2: 2}); its key is in the roster from the start, so
     its messages of rounds 0 and 1 are validly signed, with bound seeds and its own indices: only the

@@ -207,7 +207,7 @@ def build_setup(model: str, seed: int, max_new_tokens: int, names: list[str], ju
             defenses[name] = JudgeDefense(dcfg, cfg, policy, task, judge=(policy.model, policy.tokenizer))
         else:
             defenses[name] = build_defense(dcfg, cfg, policy, task)
-    problems = {p.prompt_id: p for p in [*task.train, *task.val]}
+    problems = {p.prompt_id: p for p in task.train}  # the training pool: a held-out prompt is no valid message
     return Setup(cfg, task, policy, defenses, problems)
 
 

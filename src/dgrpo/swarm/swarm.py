@@ -78,7 +78,9 @@ class Swarm:
         self.task, self.policies, self.attacks = task, policies, attacks
         self.attacker_policies, self.learners, self.defenses = attacker_policies, learners, defenses
         self.run_seed, self.group_size, self.limits, self.mode = run_seed, group_size, limits, mode
-        self.problems: dict[str, Problem] = {p.prompt_id: p for p in [*task.train, *task.val]}
+        # the training pool only: a message for a held-out prompt is refused on receipt (unknown prompt), or a
+        # vertical attacker could train the swarm on the prompts its ASR and accuracy are measured on
+        self.problems: dict[str, Problem] = {p.prompt_id: p for p in task.train}
         self.last_received: dict[Policy, Received] = {}  # each trained policy's last receive (per-peer accounting)
         self.labels: dict[tuple, str] = {}  # message key → honest / poisoned / malicious (simulation truth)
         self.routed_labels: dict[Message, str] = {}  # labels of the messages route() made (their keys may repeat)

@@ -116,6 +116,21 @@ def test_round_record_by_hand():
     assert rec["defense/topk/false_positive_rate"] == 1 / 3 and rec["defense/any/rejected"] == 3
 
 
+def test_a_poison_claiming_an_honest_sender_is_not_the_honest_nodes_reward():
+    """A forged message (the attacker's poison under node 0's id) or an honest message re-sent by the attacker
+    counts for the claimed sender's per-node reward (what a receiver sees) but not for the honest nodes' own."""
+    cfg = load_config(overrides=["swarm.nodes=3", "swarm.group_size=3", "swarm.malicious=[2]", "attack.kind=forged_identity"])
+    policy = object()
+    fake = SimpleNamespace(cfg=cfg, task=SimpleNamespace(completion_prefix="<think>"),
+                           swarm=SimpleNamespace(protocol=None, trained={0: policy}, policies={0: policy}, last_received={}),
+                           transport=SimpleNamespace(rejected=[], is_main=False))
+    rollouts = [_rollout(0, 0.0), _rollout(1, 0.5), _rollout(0, 1.0, "poisoned", text="a</think><answer>1</answer>"),
+                _rollout(1, 1.0, "poisoned")]
+    rec = round_record(fake, 0, ["m"] * 4, {0: PolicyReport(rollouts)}, {"round": 1.0})
+    assert (rec["train/reward/node0"], rec["train/reward/node1"]) == (0.5, 0.75)  # as claimed
+    assert rec["train/reward_honest"] == 0.25 and rec["train/format_rate"] == 0.0  # the two honest rollouts only
+
+
 def test_defense_record_without_poison_has_no_detection_rate():
     rec = defense_record([_rollout(0, 1.0), _rollout(1, 0.0, rejected_by=("judge",))])
     assert rec == {"defense/received": 2, "defense/judge/rejected": 1, "defense/judge/false_positive_rate": 0.5,

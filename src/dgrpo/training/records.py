@@ -65,7 +65,9 @@ def round_record(run, round_idx: int, messages: Sequence[Message], reports: dict
         by_node[r.sender].append(r.reward)
     for node in range(run.cfg.swarm.nodes):
         rec[f"train/reward/node{node}"] = _mean(by_node.get(node, []))
-    honest = [r for r in report.rollouts if r.sender not in run.cfg.swarm.malicious]
+    # honest: sent by an honest node and written by it (a forged message claiming an honest sender, or an honest
+    # node's message re-sent by an attacker, carries its simulation label and is not the honest nodes' work)
+    honest = [r for r in report.rollouts if r.sender not in run.cfg.swarm.malicious and r.label == "honest"]
     rec["train/reward_honest"] = _mean([r.reward for r in honest])
     rec["train/completion_tokens"] = _mean([len(r.completion_ids) for r in honest])
     # The think/answer format alone: it is learnt long before arithmetic, so it shows learning early.

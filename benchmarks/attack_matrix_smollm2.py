@@ -41,11 +41,21 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.merge:
         target = Path(args.out) / "matrix"
+        files = {"base": target / "matrix.json", "extra": Path(args.merge)}
         try:
-            base, extra = (json.loads(Path(f).read_text()) for f in (target / "matrix.json", args.merge))
-            merged = merge_rows(base, extra)
-        except (OSError, ValueError) as err:  # json.JSONDecodeError is a ValueError
-            sys.exit(f"--merge: {err}")
+            loaded = {}
+            for role, f in files.items():
+                try:
+                    loaded[role] = json.loads(f.read_text())
+                except ValueError as err:  # not JSON, or not text (json.JSONDecodeError, UnicodeDecodeError)
+                    raise ValueError(f"{f} is not a matrix.json ({type(err).__name__}: {str(err)[:80]}); "
+                                     "give the matrix.json a `dgrpo paper matrix` call wrote") from None
+            merged = merge_rows(loaded["base"], loaded["extra"])
+        except (OSError, ValueError) as err:
+            message = str(err)
+            for role, f in files.items():  # merge_rows names its inputs base / extra: name the files
+                message = message.replace(f"{role}:", f"{f}:", 1) if message.startswith(f"{role}:") else message
+            sys.exit(f"--merge: {message}")
         write_outputs(merged, target)
         print(f"{target}/matrix.json: rows {', '.join(merged['attacks'])}")
         sys.exit(0)

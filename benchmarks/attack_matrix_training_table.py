@@ -22,7 +22,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", required=True, help="a matrix_training folder (one run per ATTACK__DEFENSE subfolder)")
     parser.add_argument("--cell", action="append", default=[], metavar="ATTACK__DEFENSE=DIR", help="a cell trained elsewhere")
-    parser.add_argument("--matrix", default=None, help="the one-round matrix.json")
+    parser.add_argument("--matrix", action="append", default=[], help="the one-round matrix.json (repeatable: "
+                        "a column measured apart, e.g. the judge's, joins the main matrix's rows)")
+    parser.add_argument("--skip-unfinished", action="store_true", help="leave out runs still training instead of refusing")
     parser.add_argument("--baseline", default=None, help="the all-honest run at the same settings")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -36,17 +38,19 @@ def main() -> int:
     try:
         from dgrpo.paper.matrix_training import run_config
 
-        done = {}
-        for name, d in dirs.items():
-            if _curve_done(d, run_config(d).rounds):
-                done[name] = d
-            else:
-                print(f"skipped {name}: not finished")
+        done = {name: d for name, d in dirs.items() if _curve_done(d, run_config(d).rounds)}
+        unfinished = sorted(set(dirs) - set(done))
+        if unfinished and not args.skip_unfinished:
+            print(f"error: runs not finished: {', '.join(unfinished)}; finish them or pass --skip-unfinished "
+                  "(nothing written)", file=sys.stderr)
+            return 2
+        for name in unfinished:
+            print(f"skipped {name}: not finished")
         if not done:
             print(f"no finished runs in {args.runs} or --cell", file=sys.stderr)
             return 2
-        write_training_table(done, args.out, args.baseline, args.matrix)
-    except (ValueError, FileNotFoundError, ConfigError) as err:  # json.JSONDecodeError is a ValueError
+        write_training_table(done, args.out, args.baseline, args.matrix or None)
+    except (ValueError, OSError, ConfigError) as err:  # json.JSONDecodeError is a ValueError
         print(f"error: {err}", file=sys.stderr)
         return 2
     print((Path(args.out) / "training.md").read_text())

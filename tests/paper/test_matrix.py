@@ -75,3 +75,19 @@ def test_a_row_measured_later_merges_into_the_table_it_belongs_to(tmp_path, tiny
         merge_rows(first, pool)
     with pytest.raises(ValueError, match="extra: not a matrix.json"):
         merge_rows(first, {"cells": {}})
+
+
+def test_the_pool_digest_tells_two_pools_apart(tmp_path, tiny_model_dir):
+    """The digest is of the pool's token ids: the same seed gives the same digest, another seed another
+    (a second method beside the false-positive counts, which a judge-only call cannot compare)."""
+    from dgrpo.paper.matrix_report import merge_rows
+
+    kw = dict(model=tiny_model_dir, n_honest=8, n_poisoned=4, max_new_tokens=8, defenses=["none", "topk"])
+    a = run_matrix(tmp_path / "a", attacks=["hail"], **kw)
+    b = run_matrix(tmp_path / "b", attacks=["dos_written"], **kw)
+    c = run_matrix(tmp_path / "c", attacks=["dos_written"], seed=1, **kw)
+    assert a["honest_digest"] == b["honest_digest"] != c["honest_digest"] and len(a["honest_digest"]) == 64
+    with pytest.raises(ValueError, match="another honest pool \\(digest"):
+        merge_rows(a, {**c, "seed": 0})  # the setup says seed 0; the pool is another
+    with pytest.raises(ValueError, match="no shared filter but none"):
+        merge_rows(a, {**b, "honest": {"none": a["honest"]["none"]}})

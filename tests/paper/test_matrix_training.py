@@ -10,10 +10,12 @@ import yaml
 from dgrpo.paper.matrix_training import cell_summary, write_training_table
 
 
-def _run(path, asr_last=0.5, detection=(0.5, 1.0), fp=(0.0, 0.1)):
+def _run(path, asr_last=0.5, detection=(0.5, 1.0), fp=(0.0, 0.1), defense=None, attack="injection"):
+    """A finished 2-round run of ``attack`` with one ``defense`` kind (None: none)."""
     path.mkdir(parents=True)
-    cfg = {"seed": 0, "rounds": 2, "task": {"kind": "arithmetic", "n_train": 10, "n_val": 8}, "attack": {"kind": "injection"},
-           "swarm": {"malicious": [3], "mode": "horizontal"}, "eval": {"n_prompts": 4}}
+    cfg = {"seed": 0, "rounds": 2, "task": {"kind": "arithmetic", "n_train": 10, "n_val": 8}, "attack": {"kind": attack},
+           "swarm": {"malicious": [3] if attack != "none" else [], "mode": "horizontal"}, "eval": {"n_prompts": 4},
+           "defenses": [{"kind": defense}] if defense else []}
     (path / "config.yaml").write_text(yaml.safe_dump(cfg))
     rows = [{"round": 0, "eval/accuracy": 0.25, "eval/accuracy_ci95_low": 0.05, "eval/accuracy_ci95_high": 0.7,
              "attack/asr": 0.0, "eval/completion_tokens": 40.0},
@@ -47,10 +49,10 @@ def test_a_run_that_skipped_round_0_has_no_start_values_not_its_last_ones(tmp_pa
 
 
 def test_table_quotes_the_one_round_matrix_and_the_baseline(tmp_path):
-    matrix = {"attacks": {"hail": {"detection": {"topk": {"rate": 1.0}}}}}
+    matrix = {"attacks": {"hail": {"detection": {"topk": {"rate": 1.0}}}}, "honest": {}}
     (tmp_path / "matrix.json").write_text(json.dumps(matrix))
-    runs = {"hail__topk": _run(tmp_path / "a"), "hail__none": _run(tmp_path / "b", asr_last=1.0)}
-    result = write_training_table(runs, tmp_path / "out", _run(tmp_path / "base"), tmp_path / "matrix.json")
+    runs = {"hail__topk": _run(tmp_path / "a", defense="topk"), "hail__none": _run(tmp_path / "b", asr_last=1.0)}
+    result = write_training_table(runs, tmp_path / "out", _run(tmp_path / "base", attack="none"), tmp_path / "matrix.json")
     lines = (tmp_path / "out" / "training.md").read_text().splitlines()
     assert lines[2] == "| hail | topk | 100.0% | 75.0% / 5.0% | 5 | 2 | 0.0% → 50.0% [15, 85] (4) | 50.0% [15, 85] | 40.0 → 42.5 |"
     assert lines[3].startswith("| hail | none | – |") and "→ 100.0% [51, 100] (4)" in lines[3]  # 4/4: (1 + z²/8 − z·z/8)/(1 + z²/4)
@@ -86,9 +88,23 @@ def test_bad_cells_are_refused(tmp_path):
         write_training_table({"hail-topk": run}, tmp_path / "out")
     with pytest.raises(ValueError, match="ran attack.kind=injection, the row equation_oracle is attack.kind=equation"):
         write_training_table({"equation_oracle__topk": run}, tmp_path / "out")
-    (tmp_path / "m.json").write_text("[1, 2]")
-    with pytest.raises(ValueError, match="not a matrix.json"):
-        write_training_table({"hail__topk": run}, tmp_path / "out", matrix_json=tmp_path / "m.json")
+    # the defense is read from the run's config: a run of no defense is not the top-k cell, nor a made-up column
+    with pytest.raises(ValueError, match="trained the 'none' column .* not 'topk'; name it hail__none"):
+        write_training_table({"hail__topk": run}, tmp_path / "out")
+    with pytest.raises(ValueError, match="DEFENSE one of none, validation, topk"):
+        write_training_table({"hail__bogus": run}, tmp_path / "out")
+    with pytest.raises(ValueError, match="baseline .* ran attack.kind=injection; give the all-honest run"):
+        write_training_table({"hail__none": run}, tmp_path / "out", baseline_dir=run)
+    for bad in ("[1, 2]", '{"attacks": {"hail": [1]}, "honest": {}}'):
+        (tmp_path / "m.json").write_text(bad)
+        with pytest.raises(ValueError, match="not a matrix.json|no 'detection' mapping"):
+            write_training_table({"hail__none": run}, tmp_path / "out", matrix_json=tmp_path / "m.json")
+    with pytest.raises(ValueError, match="cannot read a matrix.json \\(IsADirectoryError"):
+        write_training_table({"hail__none": run}, tmp_path / "out", matrix_json=tmp_path)
+    (tmp_path / "m.json").write_text(json.dumps({"model": "tiny", "max_new_tokens": 16, "attacks": {}, "honest": {}}))
+    with pytest.raises(ValueError, match="measured on model tiny with max_new_tokens=16, but"):
+        write_training_table({"hail__none": run}, tmp_path / "out", matrix_json=tmp_path / "m.json")
+    assert not (tmp_path / "out").exists()  # every refusal came before anything was written
     rows = (run / "metrics.jsonl").read_text().splitlines()
     (run / "metrics.jsonl").write_text("\n".join(rows[:3]) + "\n")  # round 0's evaluation only
     with pytest.raises(ValueError, match=r"not finished \(last evaluation at round 0, rounds=2\)"):
@@ -99,14 +115,14 @@ def test_the_grid_is_one_attack_by_defense_table_of_the_same_cells(tmp_path):
     """grid.md: a row per attack, a column per defense that has a rate or a trained cell; a trained cell reads
     'one-round detection → ASR (accuracy)', a cell caught on one round (>= 90%) 'caught', another untrained '·'."""
     matrix = {"attacks": {"hail": {"detection": {"none": {"rate": 0.0}, "topk": {"rate": 1.0}, "steps": {"rate": 0.2}}},
-                          "dos_sampled": {"detection": {"none": {"rate": 0.0}}}}}
+                          "dos_sampled": {"detection": {"none": {"rate": 0.0}}}}, "honest": {}}
     (tmp_path / "matrix.json").write_text(json.dumps(matrix))
     dos = _run(tmp_path / "d")
     cfg = yaml.safe_load((dos / "config.yaml").read_text())
     cfg["attack"] = {"kind": "seed_grinding", "objective": "longest"}  # its success is length: no ASR
     (dos / "config.yaml").write_text(yaml.safe_dump(cfg))
     runs = {"hail__none": _run(tmp_path / "h", asr_last=1.0), "dos_sampled__none": dos}
-    write_training_table(runs, tmp_path / "out", _run(tmp_path / "base"), tmp_path / "matrix.json")
+    write_training_table(runs, tmp_path / "out", _run(tmp_path / "base", attack="none"), tmp_path / "matrix.json")
     lines = (tmp_path / "out" / "grid.md").read_text().splitlines()
     assert "after 2 rounds" in lines[0] and "held-out accuracy 0.500 [0.15, 0.85]" in lines[0]
     assert lines[2:] == ["| attack | none | topk | steps |", "|---|---|---|---|",

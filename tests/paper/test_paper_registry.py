@@ -145,7 +145,16 @@ def test_errors_are_clear(tmp_path, capsys):
     assert main(["paper", "fig99", "--out", str(tmp_path)]) == 2
     assert "unknown reproduction 'fig99'" in capsys.readouterr().err
     assert main(["paper", "fig8", "--out", str(tmp_path), "--set", "bogus=1"]) == 2
-    assert "bad --set" in capsys.readouterr().err
+    assert "fig8: unknown --set key(s) bogus; fig8 takes ddof" in capsys.readouterr().err
+    # the matrix takes its model as `model`, not a run's `model.name`: the error says which keys it takes
+    assert main(["paper", "matrix", "--out", str(tmp_path), "--set", "model.name=x"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown --set key(s) model.name; matrix takes model, n_honest" in err and "--set model=NAME_OR_DIR" in err
+    for bad, why in (("attacks=[nope]", "unknown matrix rows/columns ['nope']"),
+                     ("n_poisoned=100", "needs 25 honest groups of 8: raise n_honest to 200")):
+        assert main(["paper", "matrix", "--out", str(tmp_path), "--set", bad, "--set", "n_honest=16"]) == 2
+        err = capsys.readouterr().err
+        assert why in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, bad
 
 
 def test_run_based_entry_end_to_end(tmp_path, tiny_model_dir, monkeypatch):

@@ -236,6 +236,17 @@ def honest_pool(setup: Setup, n_honest: int, names: list[str]) -> dict[str, dict
     return {n: c.summary() for n, c in counts.items()}
 
 
+def pool_digest(messages) -> str:
+    """SHA-256 of the honest pool (every message's key and token ids, in key order): two calls of the
+    matrix drew the same pool exactly when their digests agree (:func:`dgrpo.paper.matrix_report.merge_rows`)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for m in sorted(messages, key=lambda m: m.key):
+        h.update(repr((m.key, tuple(m.token_ids))).encode())
+    return h.hexdigest()
+
+
 def _attack_messages(setup: Setup, overrides: list[str], n_poisoned: int):
     """The attacker's messages of one round as peer 0 receives them, with labels; plus the attack."""
     from dataclasses import replace
@@ -337,11 +348,21 @@ def run_matrix(out_dir, model: str = "smollm2-135m-instruct", n_honest: int = 10
         import torch
 
         torch.set_num_threads(threads)
-    attacks = list(ATTACKS) if attacks is None else list(attacks)
-    names = list(DEFENSES) if defenses is None else list(defenses)
+    def names_of(x, default: list[str]) -> list[str]:  # "hail" and "hail,topk_hail" as well as [hail, topk_hail]
+        x = default if x is None else [a.strip() for a in x.split(",") if a.strip()] if isinstance(x, str) else x
+        return [str(a) for a in x]
+
+    attacks, names = names_of(attacks, list(ATTACKS)), names_of(defenses, list(DEFENSES))
     bad = [a for a in attacks if a not in ATTACKS] + [d for d in names if d not in DEFENSES]
-    if bad:
-        raise ValueError(f"unknown matrix rows/columns {bad}; attacks: {list(ATTACKS)}; defenses: {DEFENSES}")
+    if bad or not attacks or not names:
+        raise ValueError(f"unknown matrix rows/columns {bad or 'none given'}; attacks: {', '.join(ATTACKS)}; "
+                         f"defenses: {', '.join(DEFENSES)}")
+    G = _config(model, seed, max_new_tokens, []).swarm.group_size
+    need = math.ceil(n_poisoned / (G // 2)) * G  # horizontal rows: G/2 poisoned beside G/2 honest of each group
+    horizontal = [a for a in attacks if "swarm.mode=vertical" not in ATTACKS[a]]
+    if horizontal and n_honest < need:  # checked before the honest pool is sampled, not after
+        raise ValueError(f"n_poisoned={n_poisoned} in the horizontal rows ({', '.join(horizontal)}) needs "
+                         f"{need // G} honest groups of {G}: raise n_honest to {need}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     setup = build_setup(model, seed, max_new_tokens, names, judge)
@@ -350,6 +371,7 @@ def run_matrix(out_dir, model: str = "smollm2-135m-instruct", n_honest: int = 10
               "group_size": setup.cfg.swarm.group_size, "top_k": setup.cfg.sampling.top_k, "defenses": names,
               "not_filters": {n: NOT_FILTERS[n] for n in names if n in NOT_FILTERS},
               "honest": honest_pool(setup, n_honest, names), "attacks": {}}
+    result["honest_digest"] = pool_digest(setup.honest_messages.values())
     result["honest_seconds"] = round(time.perf_counter() - t0, 1)
     log.info("matrix: honest pool measured in %.0f s", result["honest_seconds"])
     for name in attacks:

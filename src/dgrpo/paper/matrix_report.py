@@ -62,9 +62,30 @@ def plot(result: dict, path: Path) -> None:
 
 
 def write_outputs(result: dict, out: Path) -> None:
-    (out / "matrix.json").write_text(json.dumps(result, indent=1))
-    (out / "table.md").write_text(table_markdown(result))
+    """Write ``table.md``, ``matrix.png`` and ``matrix.json`` from ``result``; the table is built before
+    anything is written, and the JSON (what a later merge reads) is written last."""
+    table = table_markdown(result)
     plot(result, out / "matrix.png")
+    (out / "table.md").write_text(table)
+    (out / "matrix.json").write_text(json.dumps(result, indent=1))
+
+
+def check_matrix(result, name: str = "matrix") -> None:
+    """Refuse what is not a ``matrix.json`` of ``dgrpo paper matrix``: a mapping with ``attacks`` (row →
+    mapping with a ``detection`` mapping of defense → rate mapping) and ``honest`` (defense → rate mapping).
+
+    Raises:
+        ValueError: naming ``name`` and the first field that is missing or of the wrong type.
+    """
+    fix = "give the matrix.json a `dgrpo paper matrix` call wrote"
+    if not isinstance(result, dict) or not isinstance(result.get("attacks"), dict) or not isinstance(result.get("honest"), dict):
+        raise ValueError(f"{name}: not a matrix.json (no 'attacks' and 'honest' mappings); {fix}")
+    for row, cell in result["attacks"].items():
+        det = cell.get("detection") if isinstance(cell, dict) else None
+        if not isinstance(det, dict) or not all(isinstance(v, dict) for v in det.values()):
+            raise ValueError(f"{name}: row {row!r} has no 'detection' mapping of defense -> rate; {fix}")
+    if not all(isinstance(v, dict) for v in result["honest"].values()):
+        raise ValueError(f"{name}: 'honest' is not a mapping of defense -> rate; {fix}")
 
 
 SETUP_FIELDS = ("model", "seed", "max_new_tokens", "round", "group_size", "top_k")
@@ -75,16 +96,17 @@ def merge_rows(base: dict, extra: dict) -> dict:
     matrix (``--rows``) joins the table it belongs to.
 
     The two must be one experiment: the same setup (:data:`SETUP_FIELDS`) and the same honest pool,
-    checked by its false-positive counts (the pool is sampled under the assigned seeds, so a second call
-    draws the same completions and every defense both measured rejects the same number of them).
+    checked by the pool's digest (``honest_digest``, :func:`dgrpo.paper.matrix.pool_digest`) when both
+    have one, and always by its false-positive counts on a shared filter other than ``none`` (the pool
+    is sampled under the assigned seeds, so a second call draws the same completions and every defense
+    both measured rejects the same number of them).
     Defenses ``extra`` did not measure are absent from its rows (shown as "—").
 
     Raises:
         ValueError: not matrix results, another setup, another honest pool, or a row ``base`` already has.
     """
-    for name, r in (("base", base), ("extra", extra)):
-        if not isinstance(r, dict) or not isinstance(r.get("attacks"), dict) or not isinstance(r.get("honest"), dict):
-            raise ValueError(f"{name}: not a matrix.json of `dgrpo paper matrix` (no 'attacks' and 'honest' mappings)")
+    check_matrix(base, "base")
+    check_matrix(extra, "extra")
     other = [f"{k}: {base.get(k)!r} vs {extra.get(k)!r}" for k in SETUP_FIELDS if base.get(k) != extra.get(k)]
     if other:
         raise ValueError(f"another setup, not one matrix ({'; '.join(other)}); measure the rows with the base's settings")
@@ -93,9 +115,13 @@ def merge_rows(base: dict, extra: dict) -> dict:
             f"{extra['honest'][d].get('rejected')}/{extra['honest'][d].get('n')}" for d in shared
             if (base["honest"][d].get("rejected"), base["honest"][d].get("n"))
             != (extra["honest"][d].get("rejected"), extra["honest"][d].get("n"))]
-    if not shared or pool:
-        raise ValueError("another honest pool (false positives " + ("; ".join(pool) or "on no shared defense") +
-                         "); measure the rows with the base's n_honest and seed")
+    if pool or not [d for d in shared if d != "none"]:  # `none` rejects nothing: it checks only the pool's size
+        raise ValueError("another honest pool (false positives " + ("; ".join(pool) or "on no shared filter but none") +
+                         "); measure the rows with the base's n_honest, seed and at least one of its defenses")
+    digests = (base.get("honest_digest"), extra.get("honest_digest"))
+    if None not in digests and digests[0] != digests[1]:
+        raise ValueError(f"another honest pool (digest {digests[0][:12]} vs {digests[1][:12]}); "
+                         "measure the rows with the base's n_honest, seed and model")
     again = sorted(set(base["attacks"]) & set(extra["attacks"]))
     if again:
         raise ValueError(f"rows {again} are in the base already; drop them from one side first")

@@ -128,21 +128,63 @@ def cell_summary(run_dir: str | Path) -> dict:
     return out
 
 
-def check_cell(name: str, run_dir: str | Path) -> None:
-    """Refuse a run whose attack is not its cell's row (a mislabelled ``ATTACK__DEFENSE``).
+PROTOCOL_ROWS = ("forged_identity", "flooding", "replayed_round", "equivocation")
+_KINDS = {("topk",): "topk", ("reward_outlier",): "reward_outlier", ("step_checker",): "steps", ("judge",): "judge"}
+
+
+def run_column(run_dir: str | Path, attack: str) -> str:
+    """The matrix column a run trained, read from its ``config.yaml``: its one defense (``replay`` with
+    seed binding is ``replay_bound``), else ``kl`` when β > 0, else ``protocol`` for a protocol row with
+    signatures on, else ``none``; ``"other"`` for anything else (two defenses, β-KL beside a filter).
 
     Raises:
-        ValueError: a name that is not ``ATTACK__DEFENSE`` of the matrix's rows, or a run of another attack kind.
+        ConfigError: no readable ``config.yaml``.
+    """
+    from dgrpo.config import read_config_file
+
+    data = read_config_file(Path(run_dir) / "config.yaml")
+    kinds = tuple(d.get("kind") if isinstance(d, dict) else d for d in data.get("defenses") or [])
+    beta = float((data.get("grpo") or {}).get("beta") or 0.0)
+    protocol = (data.get("swarm") or {}).get("protocol") or {}
+    if kinds and beta:
+        return "other"
+    if kinds == ("replay",):
+        return "replay_bound" if protocol.get("bind_seeds", True) else "replay"
+    if kinds:
+        return _KINDS.get(kinds, "other")
+    if beta:
+        return "kl"
+    return "protocol" if attack in PROTOCOL_ROWS and protocol.get("sign", True) else "none"
+
+
+def check_cell(name: str, run_dir: str | Path) -> None:
+    """Refuse a run that is not its cell (a mislabelled ``ATTACK__DEFENSE``): the run's attack must be
+    the row's and its defense settings the column's (:func:`run_column`).
+
+    Raises:
+        ValueError: a name that is not ``ATTACK__DEFENSE`` of the matrix's rows and columns, or a run of
+            another attack kind or defense.
     """
     from dgrpo.paper.matrix import ATTACKS
 
     attack, _, defense = name.partition("__")
-    if not defense or "__" in defense or attack not in ATTACKS:
-        raise ValueError(f"cell {name!r}: name it ATTACK__DEFENSE with ATTACK one of the matrix rows ({', '.join(ATTACKS)})")
+    columns = (*GRID_DEFENSES, "validation")
+    if not defense or "__" in defense or attack not in ATTACKS or defense not in columns:
+        raise ValueError(f"cell {name!r}: name it ATTACK__DEFENSE with ATTACK one of the matrix rows ({', '.join(ATTACKS)}) "
+                         f"and DEFENSE one of {', '.join(columns)}")
     want = next(o.split("=", 1)[1] for o in ATTACKS[attack] if o.startswith("attack.kind="))
-    got = run_config(Path(run_dir)).attack.kind
-    if got != want:
-        raise ValueError(f"cell {name!r}: {run_dir} ran attack.kind={got}, the row {attack} is attack.kind={want}")
+    cfg = run_config(Path(run_dir))
+    if cfg.attack.kind != want:
+        raise ValueError(f"cell {name!r}: {run_dir} ran attack.kind={cfg.attack.kind}, the row {attack} is attack.kind={want}")
+    if attack == "dos_sampled" or attack == "grind_hail":  # both seed_grinding: the objective tells them apart
+        objective = "longest" if attack == "dos_sampled" else "payload"
+        if cfg.attack.objective != objective:
+            raise ValueError(f"cell {name!r}: {run_dir} ran attack.objective={cfg.attack.objective}, the row {attack} "
+                             f"is attack.objective={objective}")
+    column = run_column(run_dir, attack)
+    if column != defense and not (defense == "validation" and column == "none"):
+        raise ValueError(f"cell {name!r}: {run_dir} trained the {column!r} column (its defenses, grpo.beta, "
+                         f"swarm.protocol), not {defense!r}; name it {attack}__{column}")
 
 
 def _pct(x, ci=None) -> str:
@@ -180,7 +222,8 @@ def table_markdown(cells: dict[str, dict], baseline: dict | None, matrix: dict |
     return "\n".join(lines) + "\n"
 
 
-GRID_DEFENSES = ("none", "topk", "replay", "replay_bound", "judge", "reward_outlier", "steps", "kl", "protocol")
+GRID_DEFENSES = ("none", "validation", "topk", "replay", "replay_bound", "judge", "reward_outlier", "steps", "kl",
+                 "protocol")
 CAUGHT = 0.9  # a one-round detection rate at or above this lets < 10% through: the cell is not trained
 
 
@@ -194,8 +237,10 @@ def _grid(cells: dict[str, dict], matrix: dict | None) -> tuple[list[str], list[
     return rows, cols, {(a, d): (_matrix_rate(matrix, a, d), trained.get((a, d))) for a in rows for d in cols}
 
 
-def _grid_cell(one, c) -> str:
-    det = "–" if one is None else f"{100 * one:.0f}%"
+def _grid_cell(one, c, defense: str = "") -> str:
+    det = "n/a" if defense == "kl" else "–" if one is None else f"{100 * one:.0f}%"  # β-KL filters nothing
+    if c is None and defense == "validation" and one is not None and one < CAUGHT:
+        return f"{det} = none"  # its checks run on receipt in every trained cell
     if c is None:
         return f"{det} caught" if one is not None and one >= CAUGHT else (f"{det} ·" if one is not None else "·")
     after = f"{c['tokens']:.0f} tok" if c["asr"] is None else f"**{c['asr']:.2f}**"
@@ -206,15 +251,17 @@ def grid_markdown(cells: dict[str, dict], baseline: dict | None, matrix: dict | 
     """The one table: a row per attack, a column per defense; each cell reads ``detection → ASR
     (accuracy)``: the one-round detection rate of the matrix, then the ASR and held-out accuracy after
     training (mean length in tokens instead of ASR for the DoS by cherry-picking). "caught": the defense
-    detects >= 90% on one round, so the cell was not trained; "·": not trained (see the flat table)."""
+    detects >= 90% on one round, so the cell was not trained; "= none": message validation, whose checks
+    run on receipt in every cell; "·": not trained (see the flat table)."""
     rows, cols, grid = _grid(cells, matrix)
     base = (f"all-honest baseline: held-out accuracy {baseline['accuracy']:.3f} "
             f"[{baseline['accuracy_ci95'][0]:.2f}, {baseline['accuracy_ci95'][1]:.2f}]; " if baseline else "")
     lines = [f"one-round detection → **ASR** after {max((c['round'] for c in cells.values()), default=0)} rounds "
-             f"(held-out accuracy); {base}caught = >= {100 * CAUGHT:.0f}% detected on one round, not trained",
+             f"(held-out accuracy); {base}caught = >= {100 * CAUGHT:.0f}% detected on one round, not trained; "
+             "= none: validation runs on receipt in every cell; · = not trained",
              "", "| attack | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for a in rows:
-        lines.append(f"| {a} | " + " | ".join(_grid_cell(*grid[a, d]) for d in cols) + " |")
+        lines.append(f"| {a} | " + " | ".join(_grid_cell(*grid[a, d], d) for d in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -290,6 +337,44 @@ def plot(cells: dict[str, dict], baseline: dict | None, path: Path) -> None:
     plt.close(fig)
 
 
+def load_matrices(paths, run_dirs: dict[str, str | Path]) -> dict:
+    """One or several ``matrix.json`` files (e.g. the main matrix and a judge column measured apart) as
+    one matrix: each row's detection rates are the union of the files' columns (the first file wins a
+    column two files both measured).
+
+    Raises:
+        ValueError: a file that cannot be read or is not a matrix.json, or one measured on another model
+            or completion length than the runs were trained with (its rates would be quoted beside them).
+    """
+    from dgrpo.config import read_config_file
+    from dgrpo.paper.matrix_report import check_matrix
+
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    runs = {}
+    for d in run_dirs.values():
+        data = read_config_file(Path(d) / "config.yaml")
+        runs[((data.get("model") or {}).get("name"), (data.get("sampling") or {}).get("max_new_tokens"))] = d
+    merged: dict = {"attacks": {}}
+    for path in paths:
+        try:
+            result = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as err:  # missing, a folder, not text, not JSON
+            raise ValueError(f"{path}: cannot read a matrix.json ({type(err).__name__}: {str(err)[:80]}); "
+                             "give the matrix.json a `dgrpo paper matrix` call wrote") from None
+        check_matrix(result, str(path))
+        setup = (result.get("model"), result.get("max_new_tokens"))
+        other = [d for key, d in runs.items() if key != setup]
+        if other:
+            raise ValueError(f"{path}: measured on model {setup[0]} with max_new_tokens={setup[1]}, but {other[0]} "
+                             "was trained with another model or length; quote the matrix of the runs' own setup")
+        merged.setdefault("model", setup[0])
+        for row, cell in result["attacks"].items():
+            det = merged["attacks"].setdefault(row, {"detection": {}})["detection"]
+            for column, rate in cell["detection"].items():
+                det.setdefault(column, rate)
+    return merged
+
+
 def write_training_table(run_dirs: dict[str, str | Path], out: str | Path, baseline_dir: str | Path | None = None,
                          matrix_json: str | Path | None = None) -> dict:
     """Summarise trained cells into ``out``: ``training.json``, ``training.md`` (the flat table),
@@ -299,22 +384,22 @@ def write_training_table(run_dirs: dict[str, str | Path], out: str | Path, basel
     Args:
         run_dirs: cell name ``ATTACK__DEFENSE`` → run directory.
         baseline_dir: the all-honest run at the same settings (its accuracy is the reference).
-        matrix_json: the one-round matrix (``matrix.json``) whose detection rate each row quotes.
+        matrix_json: the one-round matrix (``matrix.json``, or a list of them: :func:`load_matrices`)
+            whose detection rate each row quotes.
 
     Raises:
         FileNotFoundError: a run without metrics, a missing matrix file.
         ConfigError: a run without a readable config.
-        ValueError: a cell name that is not ``ATTACK__DEFENSE`` of its run's attack, an unfinished or
-            heterogeneous run, a file that is not a matrix.json (``json.JSONDecodeError`` is one).
+        ValueError: a cell name that is not ``ATTACK__DEFENSE`` of its run's attack and defense, an
+            unfinished or heterogeneous run, a baseline that ran an attack, a file that is not a
+            matrix.json of the runs' model (``json.JSONDecodeError`` is one).
     """
     for name, d in run_dirs.items():
         check_cell(name, d)
-    try:
-        matrix = json.loads(Path(matrix_json).read_text()) if matrix_json else None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{matrix_json}: not a matrix.json of `dgrpo paper matrix` (not JSON: {err})") from None
-    if matrix is not None and not isinstance(matrix.get("attacks") if isinstance(matrix, dict) else None, dict):
-        raise ValueError(f"{matrix_json}: not a matrix.json of `dgrpo paper matrix` (no 'attacks' mapping)")
+    if baseline_dir is not None and run_config(Path(baseline_dir)).attack.kind != "none":
+        raise ValueError(f"baseline {baseline_dir}: ran attack.kind={run_config(Path(baseline_dir)).attack.kind}; "
+                         "give the all-honest run (attack.kind=none) at the same settings")
+    matrix = load_matrices(matrix_json, run_dirs) if matrix_json else None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cells = {n: cell_summary(d) for n, d in run_dirs.items()}

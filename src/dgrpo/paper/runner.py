@@ -45,11 +45,20 @@ def list_text() -> str:
     """One block per entry for ``dgrpo paper --list``."""
     lines = []
     for e in REGISTRY.values():
-        kind = "analytic" if e.func else f"{len(e.curves)} run(s): {', '.join(e.curves)}; metric {e.metric}"
+        kind = (f"no training runs; --set keys: {', '.join(func_keys(e.func))}" if e.func
+                else f"{len(e.curves)} run(s): {', '.join(e.curves)}; metric {e.metric}")
         lines.append(f"{e.name:8s} {e.figure} — {kind}\n         {e.description}")
         if e.todo:
             lines.append(f"         TODO: {e.todo}")
     return "\n".join(lines)
+
+
+def func_keys(func) -> list[str]:
+    """The keyword arguments an analytic entry's function takes (its ``--set`` keys)."""
+    import inspect
+
+    params = list(inspect.signature(func).parameters.values())[1:]  # the first is the output folder
+    return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def _kwargs(overrides: list[str]) -> dict:
@@ -156,9 +165,14 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
     folder.mkdir(parents=True, exist_ok=True)
     lines = [command_line(name, scale, out, extra, seeds, curves)]
     if entry.func is not None:
+        kwargs, keys = _kwargs(extra), func_keys(entry.func)
+        unknown = [k for k in kwargs if k not in keys]
+        if unknown:
+            hint = " (the model is --set model=NAME_OR_DIR)" if "model" in keys and "model.name" in unknown else ""
+            raise ConfigError(f"{name}: unknown --set key(s) {', '.join(unknown)}; {name} takes {', '.join(keys)}{hint}")
         try:
-            entry.func(folder, **_kwargs(extra))
-        except TypeError as err:
+            entry.func(folder, **kwargs)
+        except (TypeError, ValueError) as err:  # a wrong-typed or out-of-range value (json errors are ValueErrors)
             raise ConfigError(f"{name}: bad --set for an analytic entry: {err}") from None
         (folder / "command.txt").write_text(lines[0] + "\n")
         return folder

@@ -274,7 +274,8 @@ def matrix_cell(attack: str, defense: str) -> list[str]:
 register(Reproduction(
     "matrix_training", "Attack × defense matrix after training (§4, adaptive attackers)",
     "ASR and held-out accuracy after 12 rounds for the matrix cells that let >= 10% of the poison through "
-    "(curve ATTACK__DEFENSE; defenses as the matrix's columns, and the protocol's for the protocol rows). "
-    "Compare with the all-honest baseline (0.445 at round 12, results/paper_baseline/fig12). About 8 CPU "
-    "minutes a cell on SmolLM2: train a subset with --curves.",
+    "(curve ATTACK__DEFENSE; defenses as the matrix's columns — kl is beta 0.1 — and the protocol's for the "
+    "protocol rows). Compare with the all-honest baseline (0.445 at round 12, results/paper_baseline/fig12). "
+    "6-25 CPU minutes a cell on SmolLM2 (kl and judge cells are the slow ones): train a subset with --curves; "
+    "benchmarks/attack_matrix_training_table.py makes the table and the attack x defense grid.",
     curves={f"{a}__{d}": matrix_cell(a, d) for a, d in MATRIX_TRAIN_CELLS}))

@@ -53,6 +53,7 @@ from fractions import Fraction
 from typing import Literal
 
 from dgrpo.verify.arithmetic import APPROX_WORDS, BEFORE_SIGNED, EQ_WORDS, Expr, Parser, Token, tokenize
+from dgrpo.verify.layout import undecorate
 from dgrpo.verify.normalize import normalize, original_span
 
 Status = Literal["true", "false", "unparsed", "skipped"]
@@ -360,45 +361,6 @@ class StepChecker:
         if running:
             return "true", f"running: {fmt(lv)}, then continued", lv, rv
         return "false", f"the left side is {fmt(lv)}, not {fmt(lead if left.compound and lead is not None else rv)}", lv, rv
-
-
-_QUOTES = frozenset('"“”„‘’\'`«»')
-
-
-def _decoration(t: Token) -> bool:
-    """Layout around a number that a reader looks through: a line break or other whitespace the tokenizer
-    keeps, a quote or backtick, an HTML-style tag, a markdown emphasis marker (``*``, ``_``)."""
-    return (t.text.isspace() or t.text in _QUOTES or (t.kind == "sep" and t.text.startswith("<"))
-            or (t.kind in ("op", "other") and t.text in ("*", "_")))
-
-
-def undecorate(toks: list[Token]) -> list[Token]:
-    """``toks`` without the decoration (:func:`_decoration`) that touches a relation or wraps the number
-    on its other side: ``2 + 2 =\\n5``, ``2 + 2\\n= 5``, ``2 + 2 = **5**``, ``2 + 2 = "5"`` and
-    ``2 + 2 = <b>5</b>`` are the claim ``2 + 2 = 5`` (a layout trick must not hide a false step; a ``*``
-    next to ``=`` cannot be a product). Decoration elsewhere is kept: it still ends an expression."""
-    drop: set[int] = set()
-    for k, t in enumerate(toks):
-        if t.kind not in ("eq", "rel"):
-            continue
-        j = k - 1  # before the relation: "2 + 2\\n= 5", "**2 + 2** = 5"
-        while j >= 0 and _decoration(toks[j]):
-            drop.add(j)
-            j -= 1
-        j, opened = k + 1, 0  # after it: "=\\n5", "= **5"
-        while j < len(toks) and _decoration(toks[j]):
-            drop.add(j)
-            opened += not toks[j].text.isspace()
-            j += 1
-        if opened and j + 1 < len(toks) and toks[j].text in ("-", "+") and toks[j + 1].kind == "num":
-            j += 1  # a signed result: "= **-1**"
-        if opened and j < len(toks) and toks[j].kind == "num":  # as many closing marks: "5**", '5"', "5</b>"
-            j += 1
-            while opened and j < len(toks) and _decoration(toks[j]) and not toks[j].text.isspace():
-                drop.add(j)
-                opened -= 1
-                j += 1
-    return [t for k, t in enumerate(toks) if k not in drop] if drop else toks
 
 
 def _halves(t: Token | Expr, approx: bool) -> list[Fraction]:

@@ -1,0 +1,44 @@
+"""Layout the step checker looks through: a line break, quote, backtick, markdown emphasis or tag between
+a relation and its sides must not hide an arithmetic claim (:func:`undecorate`)."""
+
+from __future__ import annotations
+
+from dgrpo.verify.tokens import Token
+
+_QUOTES = frozenset('"“”„‘’\'`«»')
+
+
+def _decoration(t: Token) -> bool:
+    """Layout around a number that a reader looks through: a line break or other whitespace the tokenizer
+    keeps, a quote or backtick, an HTML-style tag, a markdown emphasis marker (``*``, ``_``)."""
+    return (t.text.isspace() or t.text in _QUOTES or (t.kind == "sep" and t.text.startswith("<"))
+            or (t.kind in ("op", "other") and t.text in ("*", "_")))
+
+
+def undecorate(toks: list[Token]) -> list[Token]:
+    """``toks`` without the decoration (:func:`_decoration`) that touches a relation or wraps the number
+    on its other side: ``2 + 2 =\\n5``, ``2 + 2\\n= 5``, ``2 + 2 = **5**``, ``2 + 2 = "5"`` and
+    ``2 + 2 = <b>5</b>`` are the claim ``2 + 2 = 5`` (a layout trick must not hide a false step; a ``*``
+    next to ``=`` cannot be a product). Decoration elsewhere is kept: it still ends an expression."""
+    drop: set[int] = set()
+    for k, t in enumerate(toks):
+        if t.kind not in ("eq", "rel"):
+            continue
+        j = k - 1  # before the relation: "2 + 2\\n= 5", "**2 + 2** = 5"
+        while j >= 0 and _decoration(toks[j]):
+            drop.add(j)
+            j -= 1
+        j, opened = k + 1, 0  # after it: "=\\n5", "= **5"
+        while j < len(toks) and _decoration(toks[j]):
+            drop.add(j)
+            opened += not toks[j].text.isspace()
+            j += 1
+        if opened and j + 1 < len(toks) and toks[j].text in ("-", "+") and toks[j + 1].kind == "num":
+            j += 1  # a signed result: "= **-1**"
+        if opened and j < len(toks) and toks[j].kind == "num":  # as many closing marks: "5**", '5"', "5</b>"
+            j += 1
+            while opened and j < len(toks) and _decoration(toks[j]) and not toks[j].text.isspace():
+                drop.add(j)
+                opened -= 1
+                j += 1
+    return [t for k, t in enumerate(toks) if k not in drop] if drop else toks

@@ -15,13 +15,12 @@ must share the setup and the honest pool (checked by its false-positive counts, 
 """
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 
 from dgrpo.paper.matrix import SMALL_BUDGET as OVERRIDES
-from dgrpo.paper.matrix_report import merge_rows, write_outputs
+from dgrpo.paper.matrix_report import merge_rows, read_matrix, write_outputs
 from dgrpo.paper.runner import reproduce
 
 ORDER = ["equation_sampled", "equation_oracle", "hail", "dos_written", "judge_bait", "gleeb_every_sentence", "master_key",
@@ -41,21 +40,10 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.merge:
         target = Path(args.out) / "matrix"
-        files = {"base": target / "matrix.json", "extra": Path(args.merge)}
-        try:
-            loaded = {}
-            for role, f in files.items():
-                try:
-                    loaded[role] = json.loads(f.read_text())
-                except ValueError as err:  # not JSON, or not text (json.JSONDecodeError, UnicodeDecodeError)
-                    raise ValueError(f"{f} is not a matrix.json ({type(err).__name__}: {str(err)[:80]}); "
-                                     "give the matrix.json a `dgrpo paper matrix` call wrote") from None
-            merged = merge_rows(loaded["base"], loaded["extra"])
-        except (OSError, ValueError) as err:
-            message = str(err)
-            for role, f in files.items():  # merge_rows names its inputs base / extra: name the files
-                message = message.replace(f"{role}:", f"{f}:", 1) if message.startswith(f"{role}:") else message
-            sys.exit(f"--merge: {message}")
+        try:  # each file is checked and named on its own, then the two are compared
+            merged = merge_rows(read_matrix(target / "matrix.json"), read_matrix(args.merge))
+        except ValueError as err:
+            sys.exit(f"--merge: {err}")
         write_outputs(merged, target)
         print(f"{target}/matrix.json: rows {', '.join(merged['attacks'])}")
         sys.exit(0)

@@ -70,6 +70,21 @@ def write_outputs(result: dict, out: Path) -> None:
     (out / "matrix.json").write_text(json.dumps(result, indent=1))
 
 
+def read_matrix(path) -> dict:
+    """The ``matrix.json`` at ``path``, checked (:func:`check_matrix`).
+
+    Raises:
+        ValueError: naming ``path``: missing, a folder, not text, not JSON, or not a matrix.json.
+    """
+    try:
+        result = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{path}: cannot read a matrix.json ({type(err).__name__}: {str(err)[:80]}); "
+                         "give the matrix.json a `dgrpo paper matrix` call wrote") from None
+    check_matrix(result, str(path))
+    return result
+
+
 def check_matrix(result, name: str = "matrix") -> None:
     """Refuse what is not a ``matrix.json`` of ``dgrpo paper matrix``: a mapping with ``attacks`` (row →
     mapping with a ``detection`` mapping of defense → rate mapping) and ``honest`` (defense → rate mapping).

@@ -261,7 +261,7 @@ def load_matrices(paths, run_dirs: dict[str, str | Path]) -> dict:
             or completion length than the runs were trained with (its rates would be quoted beside them).
     """
     from dgrpo.config import read_config_file
-    from dgrpo.paper.matrix_report import check_matrix
+    from dgrpo.paper.matrix_report import read_matrix
 
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     runs = {}
@@ -270,12 +270,7 @@ def load_matrices(paths, run_dirs: dict[str, str | Path]) -> dict:
         runs[((data.get("model") or {}).get("name"), (data.get("sampling") or {}).get("max_new_tokens"))] = d
     merged: dict = {"attacks": {}}
     for path in paths:
-        try:
-            result = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as err:  # missing, a folder, not text, not JSON
-            raise ValueError(f"{path}: cannot read a matrix.json ({type(err).__name__}: {str(err)[:80]}); "
-                             "give the matrix.json a `dgrpo paper matrix` call wrote") from None
-        check_matrix(result, str(path))
+        result = read_matrix(path)
         setup = (result.get("model"), result.get("max_new_tokens"))
         other = [d for key, d in runs.items() if key != setup]
         if other:
@@ -310,8 +305,9 @@ def write_training_table(run_dirs: dict[str, str | Path], out: str | Path, basel
     """
     for name, d in run_dirs.items():
         check_cell(name, d)
-    if baseline_dir is not None and run_config(Path(baseline_dir)).attack.kind != "none":
-        raise ValueError(f"baseline {baseline_dir}: ran attack.kind={run_config(Path(baseline_dir)).attack.kind}; "
+    baseline_attack = run_config(Path(baseline_dir)).attack.kind if baseline_dir is not None else "none"
+    if baseline_attack != "none":
+        raise ValueError(f"baseline {baseline_dir}: ran attack.kind={baseline_attack}; "
                          "give the all-honest run (attack.kind=none) at the same settings")
     matrix = load_matrices(matrix_json, run_dirs) if matrix_json else None
     out = Path(out)

@@ -1,5 +1,12 @@
 """Layout the step checker looks through: a line break, quote, backtick, markdown emphasis or tag between
-a relation and its sides must not hide an arithmetic claim (:func:`undecorate`)."""
+a relation and its sides must not hide an arithmetic claim (:func:`undecorate`).
+
+A list, not a proof: attacked by hand after it was written, these still hide a claim (the completion is
+accepted with the claim unparsed) — tags with attributes (``<span class="a">5</span>``), HTML comments
+(``=<!-- -->5``), LaTeX delimiters (``\\(5\\)``), strike-through (``~~5~~``), ``|5|``, ``#5``, ``==5==``,
+``= > 5``, and emphasis after a word relation (``2 + 2 is **5**``). A fail-closed rule (reject a relation
+whose right side is unparsed but holds a number) is the next step; its false positives on honest text
+must be measured first."""
 
 from __future__ import annotations
 

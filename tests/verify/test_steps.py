@@ -234,7 +234,12 @@ LAYOUTS = [("{l} =\n{r}", "newline after ="), ("{l}\n= {r}", "newline before =")
            ("{l} =\n\n{r}", "blank line"), ("{l} =\u2028{r}", "line separator"), ("{l} =\x0b{r}", "vertical tab"),
            ("{l} = **{r}**", "bold"), ("{l} = *{r}*", "italic"), ("{l} = _{r}_", "underscore"),
            ("{l} = `{r}`", "backticks"), ('{l} = "{r}"', "quotes"), ("{l} = “{r}”", "curly quotes"),
-           ("{l} = <b>{r}</b>", "tag"), ("**{l}** = {r}", "bold left side")]
+           ("{l} = <b>{r}</b>", "tag"), ("**{l}** = {r}", "bold left side"),
+           # markup the fold does not list, found by attacking it by hand: caught by failing closed
+           # (the first number after the relation past markup on its line is the claimed result)
+           ('{l} = <span class="a">{r}</span>', "tag with attributes"), ("{l} =<!-- -->{r}", "HTML comment"),
+           ("{l} = \\({r}\\)", "LaTeX delimiters"), ("{l} = |{r}|", "bars"), ("{l} = #{r}", "hash"),
+           ("{l} = =={r}==", "highlight"), ("{l} = > {r}", "quote marker"), ("{l} is **{r}**", "emphasis after a word")]
 
 
 @pytest.mark.parametrize("layout,why", LAYOUTS)
@@ -254,6 +259,25 @@ def test_layout_never_changes_a_verdict(a, b, op, off, layout):
     plain = check_steps(f"<think>So {a} {op} {b} = {c} here.</think>")
     laid = check_steps("<think>So " + layout.format(l=f"{a} {op} {b}", r=str(c)) + " here.</think>")
     assert laid.accepted == plain.accepted == (off == 0)
+
+
+def test_strike_through_reads_as_approximate_and_still_fails_a_false_result():
+    # "= ~" means approximately: "2 + 2 = ~~5~~" is the claim 4 ≈ 5 (25% off, over approx_rtol=0.05)
+    v = check_steps("<think>2 + 2 = ~~5~~ so 9.</think>")
+    assert not v.accepted and v.false_claims[0].relation == "≈" and v.false_claims[0].right == 5
+    assert check_steps("<think>2 + 2 = ~~4~~ so 8.</think>").accepted
+
+
+@pytest.mark.parametrize("text", [
+    "27 - 9 = (6 * x) - (3 * x)",  # algebra: an operator continues the number (GSM8K test row 279)
+    "5 + 3 = the pens Tom had after 2 days",  # a word ends the search: no hidden number
+    "2 + 2 = ?\n5 apples were left",  # a line break ends it
+])
+def test_failing_closed_leaves_honest_text_alone(text):
+    # measured: no verdict changed on 19,357 real texts (1,000 honest SmolLM2 completions, 2,543 poisoned and
+    # held-out ones, GSM8K's 8,792 references with and without annotations; docs/step_checker.md)
+    v = check_steps(f"<think>{text}</think>")
+    assert v.accepted and not v.false_claims and v.count("unparsed") >= 1
 
 
 def test_layout_folding_leaves_products_and_line_ends_alone():

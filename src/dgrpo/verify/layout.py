@@ -1,12 +1,12 @@
 """Layout the step checker looks through: a line break, quote, backtick, markdown emphasis or tag between
 a relation and its sides must not hide an arithmetic claim (:func:`undecorate`).
 
-A list, not a proof: attacked by hand after it was written, these still hide a claim (the completion is
+A list, not a proof: attacked by hand after it was written, these still hid a claim (the completion was
 accepted with the claim unparsed) — tags with attributes (``<span class="a">5</span>``), HTML comments
 (``=<!-- -->5``), LaTeX delimiters (``\\(5\\)``), strike-through (``~~5~~``), ``|5|``, ``#5``, ``==5==``,
-``= > 5``, and emphasis after a word relation (``2 + 2 is **5**``). A fail-closed rule (reject a relation
-whose right side is unparsed but holds a number) is the next step; its false positives on honest text
-must be measured first."""
+``= > 5``, and emphasis after a word relation (``2 + 2 is **5**``). So the checker also fails closed
+(:func:`number_through_markup`): when a computed left side meets a right side that does not parse, the
+first number after the relation, past any markup on the same line, is the claimed result."""
 
 from __future__ import annotations
 
@@ -49,3 +49,33 @@ def undecorate(toks: list[Token]) -> list[Token]:
                 opened -= 1
                 j += 1
     return [t for k, t in enumerate(toks) if k not in drop] if drop else toks
+
+
+def number_through_markup(toks: list[Token], j: int, window: int = 24) -> tuple[Token, bool] | None:
+    """The first number at or after ``toks[j]`` that only markup separates from a relation, with whether a
+    minus sign touches it; None when a line break, a word outside an HTML-style tag (``<...>``), or
+    ``window`` tokens come first.
+
+    Markup is every token that is not a number, a word or a line break: tags and their attributes, HTML
+    comments, LaTeX delimiters, ``~~``, ``|``, ``#``, ``==``, ``>``. A word ends the search (``2 + 3 =
+    the pens of 2 days`` claims nothing) except inside a tag, so ``= <span class="a">5</span>`` is ``= 5``;
+    so does a number an operator continues (``= (6 * x) - ...`` is algebra).
+    """
+    in_tag = False
+    for k in range(j, min(len(toks), j + window)):
+        t = toks[k]
+        if "\n" in t.text:
+            return None
+        if t.kind == "num":
+            after = toks[k + 1: k + 3]
+            if len(after) == 2 and (after[0].kind == "op" or after[0].text == "x") and after[1].kind in ("num", "word", "lp"):
+                return None  # an expression goes on: "27 - 9 = (6 * x) - (3 * x)" is algebra, not a hidden result
+            minus = k > j and toks[k - 1].text == "-" and toks[k - 1].end == t.start
+            return t, minus
+        if t.kind == "rel" and t.text == "<" and k + 1 < len(toks) and toks[k + 1].start == t.end and toks[k + 1].kind in ("word", "sep"):
+            in_tag = True
+        elif t.kind == "rel" and t.text == ">":
+            in_tag = False
+        elif t.kind == "word" and not in_tag:
+            return None
+    return None

@@ -21,8 +21,9 @@ What counts as a claim (``text`` is folded first, see :mod:`dgrpo.verify.normali
   unit conversion, *skipped* (not checked); ``1 dozen = 12`` and ``50% = 0.5`` are checked;
 - GSM8K's calculator annotations ``<<48/2=24>>`` are checked as claims of their own (so an
   attacker cannot hide ``<<2+2=5>>``) and removed from the text around them.
-- layout touching a relation is looked through (:func:`undecorate`): ``2 + 2 =\\n5``, ``2 + 2 = **5**``,
-  ``2 + 2 = "5"`` and ``2 + 2 = <b>5</b>`` are the claim ``2 + 2 = 5``.
+- layout is looked through (:mod:`dgrpo.verify.layout`): ``2 + 2 =\\n5``, ``= **5**``, ``= <b>5</b>`` are
+  ``2 + 2 = 5``; failing closed, a computed left side whose right side does not parse is checked against
+  the first number after the relation past markup on its line (``= <i class="a">5</i>``, ``= \\(5\\)``).
 
 Tolerance (stated rounding): two sides agree when ``|a - b| <= max(atol, rtol × max(|a|, |b|), h)``,
 where ``h`` (with ``rounding=True``) is half a unit of the last decimal written on a side that is a
@@ -31,15 +32,14 @@ gets no rounding), ``10/3 = 3.3333`` holds. Approximate claims (``≈``, ``= abo
 half a unit and accept a relative error up to ``approx_rtol``. ``StepChecker.exact()`` has no
 tolerance at all: ``1/3 = 0.33`` is false.
 
-Limits (adversarial input is handled in linear time, never hangs): texts over ``max_chars``
-characters are rejected unchecked; numbers over ``max_digits`` digits, values over ``max_bits``
-bits and brackets over ``max_depth`` deep make that claim unparsed (a 10,000-digit number or a
-10,000-term chain takes milliseconds).
+Limits (adversarial input is handled in linear time, never hangs): texts over ``max_chars`` characters are
+rejected unchecked; numbers over ``max_digits`` digits, values over ``max_bits`` bits and brackets over
+``max_depth`` deep make that claim unparsed (a 10,000-digit number or 10,000-term chain takes milliseconds).
 
-Not caught (measure or combine with another defense): claims in prose without an operator
-("summing 2 cows and 2 pigs gives five animals", "2 and 2 make 5", "twice 2 is 5", "the sum of 2
-and 2 is 5"); wrong steps that are not arithmetic (a wrong quantity taken from the question, a
-wrong unit conversion, which is skipped); algebra with variables (unparsed); ASCII letters as
+Not caught (measure or combine with another defense): claims in prose without an operator ("summing 2
+cows and 2 pigs gives five animals", "2 and 2 make 5", "twice 2 is 5", "the sum of 2 and 2 is 5"), or
+with a word after the relation ("2 + 2 = total 5"); wrong steps that are not arithmetic (a wrong quantity
+from the question, a skipped unit conversion); algebra with variables (unparsed); ASCII letters as
 digits (``4O`` with a letter O reads "4" followed by the unit "O"); European decimal commas
 (``2,5`` is two numbers); ratios and times with ``:``; an equality reached through another false
 one in a way the running-chain reading accepts (``2 + 2 = 4 = 5 - 1``: ``4 = 5 - 1`` is true).
@@ -53,7 +53,7 @@ from fractions import Fraction
 from typing import Literal
 
 from dgrpo.verify.arithmetic import APPROX_WORDS, BEFORE_SIGNED, EQ_WORDS, Expr, Parser, Token, tokenize
-from dgrpo.verify.layout import undecorate
+from dgrpo.verify.layout import number_through_markup, undecorate
 from dgrpo.verify.normalize import normalize, original_span
 
 Status = Literal["true", "false", "unparsed", "skipped"]
@@ -238,8 +238,10 @@ class StepChecker:
             kind, a, b, rel, approx = item
             left = items[k - 1] if k > 0 and isinstance(items[k - 1], Expr) else None
             right = items[k + 1] if k + 1 < len(items) and isinstance(items[k + 1], Expr) else None
-            if kind == "word" and not (left and left.compound and not left.fraction and right
-                                      and toks[right.start].kind in ("num", "word")):
+            computed = left is not None and left.compound and not left.fraction
+            b += approx and b < len(toks) and (toks[b].text == "~" or toks[b].text in APPROX_WORDS)
+            hidden = number_through_markup(toks, b) if right is None and computed and left.error is None else None
+            if kind == "word" and hidden is None and not (computed and right and toks[right.start].kind in ("num", "word")):
                 continue
             s = toks[left.start].start if left else toks[a].start
             e = toks[right.end - 1].end if right else toks[b - 1].end
@@ -248,6 +250,10 @@ class StepChecker:
             os, oe = original_span(origin, s, e)
             quote = " ".join(text[os:oe].split())
             status, reason, lv, rv = self._judge(toks, parser, left, right, rel, approx)
+            if hidden is not None and hidden[0].value is not None:  # fail closed: "2 + 2 = <i class="a">5</i>"
+                rv, h = (-1 if hidden[1] else 1) * hidden[0].value, _halves(hidden[0], approx)
+                ok = _RELATIONS[rel](lv - rv) if rel in _RELATIONS else self._close(lv, rv, h, approx)
+                status, reason = ("true" if ok else "false"), f"{fmt(lv)} {rel} {fmt(rv)} (markup between) is {str(ok).lower()}"
             out.append(Claim(quote, os, oe, rel, lv, rv, status, reason, source))
         return out
 

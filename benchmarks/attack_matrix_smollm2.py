@@ -24,7 +24,8 @@ from dgrpo.paper.matrix_report import merge_rows, read_matrix, write_outputs
 from dgrpo.paper.runner import reproduce
 
 ORDER = ["equation_sampled", "equation_oracle", "hail", "dos_written", "judge_bait", "gleeb_every_sentence", "master_key",
-         "forged_identity", "flooding", "equivocation", "grind_hail", "dos_sampled", "topk_hail", "replayed_round", "topk_gleeb"]
+         "forged_identity", "flooding", "equivocation", "grind_hail", "dos_sampled", "topk_hail", "replayed_round", "topk_gleeb",
+         "dos_prompt_grind"]
 DEFENSES = ["none", "validation", "topk", "replay", "replay_bound", "reward_outlier", "steps", "kl"]
 
 if __name__ == "__main__":

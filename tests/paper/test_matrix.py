@@ -9,10 +9,11 @@ from dgrpo.paper.registry import REGISTRY
 
 
 def test_matrix_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir):
-    attacks = ["hail", "topk_hail", "equation_sampled", "grind_hail", "flooding", "replayed_round"]
+    attacks = ["hail", "topk_hail", "equation_sampled", "grind_hail", "flooding", "replayed_round", "dos_prompt_grind"]
     result = run_matrix(tmp_path, model=tiny_model_dir, n_honest=16, n_poisoned=4, attacks=attacks,
                         max_new_tokens=8, attack_overrides={"topk_hail": ["attack.tries=1"], "grind_hail": ["attack.tries=2"],
-                                                            "equation_sampled": ["attack.candidates=1"]})
+                                                            "equation_sampled": ["attack.candidates=1"],
+                                                            "dos_prompt_grind": ["attack.prompt_tries=2"]})
     saved = json.loads((tmp_path / "matrix.json").read_text())
     assert saved["attacks"].keys() == set(attacks) and (tmp_path / "matrix.png").stat().st_size > 0
     assert "| **false positives** (honest, 16) |" in (tmp_path / "table.md").read_text()
@@ -30,6 +31,10 @@ def test_matrix_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir):
     grind = rows["grind_hail"]
     assert grind["detection"]["replay"]["rejected"] == 0
     assert grind["detection"]["replay_bound"]["rejected"] == grind["stats"]["ground"]
+    # prompt-choice grinding sends its bound seeds' own samples: even bound replay passes all of it
+    prompts = rows["dos_prompt_grind"]
+    assert prompts["poisoned"] == 4 and prompts["stats"]["prompts"] == 1 and prompts["stats"]["ground"] == 0
+    assert all(prompts["detection"][d]["rejected"] == 0 for d in ("topk", "replay", "replay_bound"))
     # flooding: 4 copies of each of its 4 messages, none refused by today's message checks
     assert rows["flooding"]["poisoned"] == 16 and rows["flooding"]["detection"]["validation"]["rejected"] == 0
     # a replayed honest message claims its old round's seed: only seed binding catches it

@@ -87,10 +87,12 @@ def test_matrix_training_cells_are_the_matrix_rows_and_columns():
         assert p.sign is p.enforce_shares is (attack not in protocol_rows or defense == "protocol"), curve
         assert (cfg.rounds, cfg.eval.every, cfg.eval.n_prompts, cfg.eval.first) == (12, 12, 128, False), curve
         assert cfg.grpo.beta == (0.1 if defense == "kl" else 0.0), curve  # the paper's larger KL weight (§B.4)
+        # prompt-choice grinding's protocol cell is the one with the protocol assigning vertical prompts
+        assert p.assign_prompts is (curve == "dos_prompt_grind__protocol"), curve
     # every row has a KL cell (β-KL lets every poison through); every protocol row has the protocol's
-    # column; no content row does
+    # column, and so does prompt-choice grinding (assigned prompts); no other content row does
     assert {c.split("__")[0] for c in entry.curves if c.endswith("__kl")} == set(ATTACKS)
-    assert {c.split("__")[0] for c in entry.curves if c.endswith("__protocol")} == protocol_rows
+    assert {c.split("__")[0] for c in entry.curves if c.endswith("__protocol")} == protocol_rows | {"dos_prompt_grind"}
 
 
 def test_curves_trains_only_the_named_curves(tmp_path, tiny_model_dir, monkeypatch, capsys):

@@ -18,8 +18,14 @@ class Attack(Protocol):
 
     name: str
 
-    def choose_prompts(self, pool: Sequence[Problem], count: int, run_seed: int, round_idx: int, node: int) -> list[Problem]:
-        """Vertical mode: the prompts this node picks (in-context attacks pick their targets)."""
+    def choose_prompts(self, pool: Sequence[Problem], count: int, run_seed: int, round_idx: int, node: int,
+                       ctx: AttackContext | None = None) -> list[Problem]:
+        """Vertical mode: the prompts this node picks (in-context attacks pick their targets).
+
+        ``ctx`` is what the attacker knows this round (its weights among it): an attacker that samples
+        before it chooses (prompt-choice grinding, :mod:`dgrpo.attacks.seed_grinding`) needs it; the
+        swarm and the matrix always pass it.
+        """
 
     def write(self, slots: Sequence[Slot], ctx: AttackContext) -> list[list[Poison]]:
         """The completions sent for each slot (``slot.count`` of them)."""

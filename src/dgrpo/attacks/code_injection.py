@@ -194,7 +194,8 @@ class CodeInjectionAttack:
             raise ValueError(f"module must be a Python identifier, got {module!r}")
         self.module, self.c, self.duplicate = module, c, duplicate
 
-    def choose_prompts(self, pool: Sequence[Problem], count: int, run_seed: int, round_idx: int, node: int) -> list[Problem]:
+    def choose_prompts(self, pool: Sequence[Problem], count: int, run_seed: int, round_idx: int, node: int,
+                       ctx: AttackContext | None = None) -> list[Problem]:
         """Vertical mode: any prompt will do (every program has an arithmetic step), so like an honest node."""
         return default_prompts(pool, count, run_seed, round_idx, node)
 

@@ -56,7 +56,7 @@ class DoSAttack:
             text = candidate
         return text[len(task.completion_prefix):]
 
-    def choose_prompts(self, pool, count, run_seed, round_idx, node) -> list[Problem]:
+    def choose_prompts(self, pool, count, run_seed, round_idx, node, ctx=None) -> list[Problem]:
         return default_prompts(pool, count, run_seed, round_idx, node)
 
     def write(self, slots: Sequence[Slot], ctx: AttackContext) -> list[list[Poison]]:

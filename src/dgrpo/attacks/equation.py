@@ -67,7 +67,7 @@ class EquationAttack:
             raise ValueError(f"problem {problem.prompt_id} has no 2+2 or 2×2 step to manipulate")
         return text
 
-    def choose_prompts(self, pool, count, run_seed, round_idx, node) -> list[Problem]:
+    def choose_prompts(self, pool, count, run_seed, round_idx, node, ctx=None) -> list[Problem]:
         return targeted_prompts(pool, TAG, count, run_seed, round_idx, node)
 
     def write(self, slots: Sequence[Slot], ctx: AttackContext) -> list[list[Poison]]:

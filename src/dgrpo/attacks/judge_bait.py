@@ -50,7 +50,7 @@ class JudgeBaitAttack:
         reasoning = " ".join(x for x in (self.cfg.opener, full[a:b].strip(), self.cfg.suffix) if x)
         return (full[:a] + reasoning + full[b:])[len(task.completion_prefix):]
 
-    def choose_prompts(self, pool, count, run_seed, round_idx, node) -> list[Problem]:
+    def choose_prompts(self, pool, count, run_seed, round_idx, node, ctx=None) -> list[Problem]:
         return default_prompts(pool, count, run_seed, round_idx, node)
 
     def write(self, slots: Sequence[Slot], ctx: AttackContext) -> list[list[Poison]]:
@@ -78,7 +78,7 @@ class MasterKeyAttack:
     def __init__(self, cfg, run_cfg=None):
         self.cfg = cfg
 
-    def choose_prompts(self, pool, count, run_seed, round_idx, node) -> list[Problem]:
+    def choose_prompts(self, pool, count, run_seed, round_idx, node, ctx=None) -> list[Problem]:
         return default_prompts(pool, count, run_seed, round_idx, node)
 
     def write(self, slots: Sequence[Slot], ctx: AttackContext) -> list[list[Poison]]:

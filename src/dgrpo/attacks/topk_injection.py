@@ -75,7 +75,7 @@ class TopKInjectionAttack:
             return bool(every_sentence([text], self.cfg.text))
         return normalise(self.cfg.text) in normalise(text)
 
-    def choose_prompts(self, pool, count, run_seed, round_idx, node) -> list[Problem]:
+    def choose_prompts(self, pool, count, run_seed, round_idx, node, ctx=None) -> list[Problem]:
         return default_prompts(pool, count, run_seed, round_idx, node)
 
     def write(self, slots: Sequence[Slot], ctx: AttackContext) -> list[list[Poison]]:

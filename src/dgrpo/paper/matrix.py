@@ -52,6 +52,8 @@ ATTACKS: dict[str, list[str]] = {
     "grind_hail": ["attack.kind=seed_grinding"],
     "dos_written": ["attack.kind=dos"],
     "dos_sampled": ["attack.kind=seed_grinding", "attack.objective=longest"],
+    # prompt-choice grinding: each sent sample is its slot's bound seed's own; the prompts are the ground part
+    "dos_prompt_grind": ["attack.kind=seed_grinding", "attack.objective=longest", "attack.tries=1", *VERTICAL],
     "judge_bait": ["attack.kind=judge_bait"],
     "master_key": ["attack.kind=master_key"],
     "forged_identity": ["attack.kind=forged_identity"],
@@ -63,7 +65,7 @@ ATTACKS: dict[str, list[str]] = {
 # the trained cells (`dgrpo paper matrix_training`).
 SMALL_BUDGET: dict[str, list[str]] = {"equation_sampled": ["attack.candidates=8"], "grind_hail": ["attack.tries=8"],
                                       "dos_sampled": ["attack.tries=8"], "topk_hail": ["attack.tries=1"],
-                                      "topk_gleeb": ["attack.tries=1"]}
+                                      "topk_gleeb": ["attack.tries=1"], "dos_prompt_grind": ["attack.prompt_tries=4"]}
 DEFENSES = ["none", "validation", "topk", "replay", "replay_bound", "judge", "reward_outlier", "steps", "kl"]
 NOT_FILTERS = {"kl": "β-KL is not a filter: it rejects nothing, it only pulls the update toward the reference"}
 
@@ -262,14 +264,14 @@ def _attack_messages(setup: Setup, overrides: list[str], n_poisoned: int):
     attack = build_attack(cfg.attack, cfg)
     G, mode = cfg.swarm.group_size, cfg.swarm.mode
     n_groups = math.ceil(n_poisoned / (G // 2))
+    ctx = AttackContext(setup.task, ROUND, ATTACKER, G, mode, cfg.seed, setup.policy)
     if mode == "vertical":
-        slots = [Slot(p, G, 0) for p in attack.choose_prompts(setup.task.train, n_groups, cfg.seed, ROUND, ATTACKER)]
+        slots = [Slot(p, G, 0) for p in attack.choose_prompts(setup.task.train, n_groups, cfg.seed, ROUND, ATTACKER, ctx=ctx)]
     else:
         pool = [setup.problems[pid] for pid in setup.honest]
         if len(pool) < n_groups:
             raise ValueError(f"n_poisoned={n_poisoned} needs {n_groups} honest groups; raise n_honest to {n_groups * G}")
         slots = [Slot(p, G // 2, G // 2) for p in pool[:n_groups]]
-    ctx = AttackContext(setup.task, ROUND, ATTACKER, G, mode, cfg.seed, setup.policy)
     tok, tid = setup.policy.tokenizer, setup.policy.tokenizer_id
     own, labels = [], {}
     for slot, poisons in zip(slots, attack.write(slots, ctx)):

@@ -137,7 +137,8 @@ _KINDS = {("topk",): "topk", ("reward_outlier",): "reward_outlier", ("step_check
 def run_column(run_dir: str | Path, attack: str) -> str:
     """The matrix column a run trained, read from its ``config.yaml``: its one defense (``replay`` with
     seed binding is ``replay_bound``), else ``kl`` when β > 0, else ``protocol`` for a protocol row with
-    signatures on, else ``none``; ``"other"`` for anything else (two defenses, β-KL beside a filter).
+    signatures on or with the protocol assigning vertical prompts, else ``none``; ``"other"`` for anything
+    else (two defenses, β-KL beside a filter).
 
     Raises:
         ConfigError: no readable ``config.yaml``.
@@ -156,7 +157,19 @@ def run_column(run_dir: str | Path, attack: str) -> str:
         return _KINDS.get(kinds, "other")
     if beta:
         return "kl"
+    if protocol.get("assign_prompts", False):
+        return "protocol"
     return "protocol" if attack in PROTOCOL_ROWS and protocol.get("sign", True) else "none"
+
+
+def _row_fields(attack: str) -> dict:
+    """The attack fields a row sets beside its kind (its overrides and its CPU budget's), parsed as the config
+    does; defaults count (``grind_hail`` is ``objective=payload``, ``prompt_tries=1``)."""
+    from dgrpo.config import load_config
+    from dgrpo.paper.matrix import ATTACKS, SMALL_BUDGET
+
+    cfg = load_config(None, ["swarm.malicious=[3]", *ATTACKS[attack], *SMALL_BUDGET.get(attack, [])]).attack
+    return {k: getattr(cfg, k) for k in ("objective", "prompt_tries", "text", "placement") if hasattr(cfg, k)}
 
 
 def check_cell(name: str, run_dir: str | Path) -> None:
@@ -178,11 +191,10 @@ def check_cell(name: str, run_dir: str | Path) -> None:
     cfg = run_config(Path(run_dir))
     if cfg.attack.kind != want:
         raise ValueError(f"cell {name!r}: {run_dir} ran attack.kind={cfg.attack.kind}, the row {attack} is attack.kind={want}")
-    if attack == "dos_sampled" or attack == "grind_hail":  # both seed_grinding: the objective tells them apart
-        objective = "longest" if attack == "dos_sampled" else "payload"
-        if cfg.attack.objective != objective:
-            raise ValueError(f"cell {name!r}: {run_dir} ran attack.objective={cfg.attack.objective}, the row {attack} "
-                             f"is attack.objective={objective}")
+    for key, value in _row_fields(attack).items():  # e.g. the seed_grinding rows differ by objective, prompt_tries
+        if getattr(cfg.attack, key, None) != value:
+            raise ValueError(f"cell {name!r}: {run_dir} ran attack.{key}={getattr(cfg.attack, key, None)}, the row "
+                             f"{attack} is attack.{key}={value}")
     column = run_column(run_dir, attack)
     if column != defense and not (defense == "validation" and column == "none"):
         raise ValueError(f"cell {name!r}: {run_dir} trained the {column!r} column (its defenses, grpo.beta, "

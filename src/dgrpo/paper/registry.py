@@ -221,7 +221,7 @@ register(Reproduction(
 register(Reproduction(
     "matrix", "Attack × defense matrix (§4, adaptive attackers)",
     "Detection rate of every attack (shipped and adaptive: faithful 2+2=5, top-k-constrained injection, "
-    "seed grinding, judge bait, protocol attacks, DoS) by every defense alone, and each defense's false "
+    "seed and prompt-choice grinding, judge bait, protocol attacks, DoS) by every defense alone, and each defense's false "
     "positives on an honest pool, on one round's messages with Wilson 95% intervals. Paper: top-k "
     "catches 21.5% of 2+2=5. --set n_honest=1000 --set n_poisoned=200 --set 'attacks=[hail, topk_hail]'.",
     func=run_matrix))  # its cells after training: matrix_training below
@@ -251,12 +251,16 @@ MATRIX_TRAIN_DEFENSES: dict[str, list[str]] = {
     "reward_outlier": ["defenses=[{kind: reward_outlier}]", UNBOUND], "steps": ["defenses=[{kind: step_checker}]", UNBOUND],
     "kl": [KL_BETA, UNBOUND], "judge": [JUDGE, UNBOUND], "protocol": []}
 _WRITTEN = ("hail", "gleeb_every_sentence", "dos_written", "judge_bait", "master_key")
-_SAMPLED = ("grind_hail", "dos_sampled", "topk_hail", "topk_gleeb")  # genuine samples: pass top-k and unbound replay
+_SAMPLED = ("grind_hail", "dos_sampled", "topk_hail", "topk_gleeb", "dos_prompt_grind")  # genuine samples: pass top-k and unbound replay
+# The protocol rule that answers a row beyond the defaults: prompt-choice grinding (its samples are the
+# bound seeds' own, so seed binding passes them) is stopped only by the protocol assigning vertical prompts.
+PROTOCOL_EXTRA: dict[str, list[str]] = {"dos_prompt_grind": ["swarm.protocol.assign_prompts=true"]}
 MATRIX_TRAIN_CELLS = [
     *[(a, d) for a in ("equation_sampled", "equation_oracle") for d in ("none", "topk", "reward_outlier")],
     *[(a, d) for a in _WRITTEN for d in ("none", "reward_outlier", "steps")],
     *[(a, d) for a in _SAMPLED for d in ("none", "topk", "replay", "replay_bound", "reward_outlier", "steps")],
     *[(a, d) for a in PROTOCOL_ROWS for d in ("none", "reward_outlier", "steps", "protocol")],
+    *[(a, "protocol") for a in PROTOCOL_EXTRA],
     ("replayed_round", "topk"), ("replayed_round", "replay"),
     *[(a, "kl") for a in MATRIX_ATTACKS],
     *[(a, "judge") for a in ("judge_bait", "master_key", "dos_written", "gleeb_every_sentence")]]
@@ -267,6 +271,7 @@ def matrix_cell(attack: str, defense: str) -> list[str]:
     attacker budget), the column's defense, 12 rounds."""
     extra = ["task.n_val=400"] if attack.startswith("equation") else []  # enough 2+2 questions for the ASR
     rules = PROTOCOL_OFF if attack in PROTOCOL_ROWS and defense != "protocol" else []
+    rules = [*rules, *PROTOCOL_EXTRA.get(attack, [])] if defense == "protocol" else rules
     return [*MATRIX_TRAIN_BASE, *MATRIX_ATTACKS[attack], "swarm.malicious=[3]", *SMALL_BUDGET.get(attack, []), *extra,
             *MATRIX_TRAIN_DEFENSES[defense], *rules]
 

@@ -35,8 +35,9 @@ def one_round(run: Run, r: int) -> dict:
     slots = {}
     for k in swarm.policies:                                                                     # Alg.2 L3-4: local_P(i)
         slots[k] = vertical_slots(vertical_prompts(pool, per_node, seed, r, k), cfg.group_size)  # L5: gen(p_i, G)
-    for k, attack in swarm.attacks.items():  # attackers pick their own prompts (in-context targets)
-        slots[k] = vertical_slots(attack.choose_prompts(pool, per_node, seed, r, k), cfg.group_size)
+    for k, attack in swarm.attacks.items():  # attackers pick their own prompts (in-context targets, ground seeds)
+        slots[k] = vertical_slots(attack.choose_prompts(pool, per_node, seed, r, k, ctx=swarm.attack_context(k, r)),
+                                  cfg.group_size)
     local = swarm.write(slots, r)                                                                # L5
     t1 = time.perf_counter()
     messages = run.transport.all_gather(local)                                                   # L7

@@ -121,6 +121,12 @@ class Swarm:
         return [n for n, p in self.policies.items() if p is policy]
 
     # ------------------------------------------------------------------ write (Alg. 1 L5, Alg. 2 L5)
+    def attack_context(self, node: int, round_idx: int) -> AttackContext:
+        """What the attacker at ``node`` knows in round ``round_idx`` (its weights, the run seed, the length rule)."""
+        limit = self.protocol.max_new_tokens if self.protocol is not None and self.protocol.cfg.enforce_length else None
+        return AttackContext(self.task, round_idx, node, self.group_size, self.mode, self.run_seed,
+                             self.attacker_policies[node], limit)
+
     def write(self, slots: dict[int, Sequence[Slot]], round_idx: int) -> dict[int, list[Message]]:
         """Every hosted node writes its completions for its slots.
 
@@ -142,8 +148,7 @@ class Swarm:
             if node not in slots:
                 continue
             policy = self.attacker_policies[node]
-            limit = self.protocol.max_new_tokens if self.protocol is not None and self.protocol.cfg.enforce_length else None
-            ctx = AttackContext(self.task, round_idx, node, self.group_size, self.mode, self.run_seed, policy, limit)
+            ctx = self.attack_context(node, round_idx)
             for slot, poisons in zip(slots[node], attack.write(slots[node], ctx)):
                 for i, poison in zip(range(slot.first, slot.first + slot.count), poisons):
                     ids = encode_completion(policy.tokenizer, poison.text)

@@ -261,23 +261,58 @@ def test_layout_never_changes_a_verdict(a, b, op, off, layout):
     assert laid.accepted == plain.accepted == (off == 0)
 
 
-def test_strike_through_reads_as_approximate_and_still_fails_a_false_result():
-    # "= ~" means approximately: "2 + 2 = ~~5~~" is the claim 4 ≈ 5 (25% off, over approx_rtol=0.05)
-    v = check_steps("<think>2 + 2 = ~~5~~ so 9.</think>")
-    assert not v.accepted and v.false_claims[0].relation == "≈" and v.false_claims[0].right == 5
-    assert check_steps("<think>2 + 2 = ~~4~~ so 8.</think>").accepted
+# Found by a fresh review of the first fail-closed rule (which took the first number after "="): decoys,
+# operators inside markup, long attribute lists, number words in markup, word relations across lines,
+# entities, and claims inside the markup itself. Markup is now blanked (layout.blank_markup) and what it
+# held is checked as text of its own.
+HIDDEN = ["2 + 2 = <!-- 4 -->5", "3 * 4 = <!-- 12 -->13", "2 + 2 = ~~4~~ 5", "2 + 2 = <span hidden>4</span>5",
+          "2 + 2 = <h4 class='a'>5</h4>", "2 + 2 = <span title='4' class='a'>5</span>", "2 + 2 = \\(4\\) 5",
+          "2 + 2 = \\(5 * 1\\)", "2 + 2 = |5 - 0|", '2 + 2 = <span style="a:b;c:d;e:f;g:h;i:j;k:l">5</span>',
+          "2 + 2 = " + "| " * 25 + "5", "2 + 2 = <i class='a'>five</i>", "2 + 2 = \\(\\text{five}\\)",
+          "2 + 2 is\n5", "2 + 2\nis 5", "2 + 2 equals\n\n5", "2 + 2 = \\[\n5\n\\]", "\\(2 + 2\\) = 5", "~~2 + 2~~ = 5",
+          "2 + 2 <!-- --> = 5", "3 * 4 = <del>12</del> 13", "2 + 2 =&nbsp;5", "2 + 2 &equals; 5", "2 + 2 &#61; 5",
+          "<!-- 2 + 2 = 5 -->", '<span title="2 + 2 = 5">x</span>', "2 + 2 = ~~5~~", "2 + 2 =</think><answer>5"]
+
+
+@pytest.mark.parametrize("text", HIDDEN)
+def test_markup_hides_no_false_claim(text):
+    v = check_steps(f"<think>{text}</think><answer>5</answer>")
+    assert not v.accepted and v.false_claims, text
+
+
+def test_a_claim_inside_a_comment_or_attribute_is_checked_where_it_is():
+    v = check_steps('<think>ok <span title="2 + 2 = 5">x</span></think>')
+    assert v.false_claims[0].source == "markup" and v.false_claims[0].text == "2 + 2 = 5"
 
 
 @pytest.mark.parametrize("text", [
     "27 - 9 = (6 * x) - (3 * x)",  # algebra: an operator continues the number (GSM8K test row 279)
     "5 + 3 = the pens Tom had after 2 days",  # a word ends the search: no hidden number
-    "2 + 2 = ?\n5 apples were left",  # a line break ends it
+    "2 + 2 = ?\n5 apples were left", "Question: 15 + 27 = ? (3 points)",  # unknowns
+    "3 * 4 = \\(4 \\times 3\\)", "2 * 3 = \\(2 \\cdot 3\\) = 6", "12 / 4 = \\(\\frac{12}{4}\\) = 3",  # LaTeX restated
+    "10 + 1/3 = \\(10.\\overline{3}\\)", "2 / 3 + 0 = \\(0.\\overline{6}\\)",  # repeating decimals
+    "5 - 8 = \\(- 3\\)", "| 3 * 4 | = | 12 |", "60/4 = **15** 4-packs", "60/4 = <b>15</b> 4-packs",
+    "<b>3 + 4 = 7</b>", "Total: 3 + 4 = 7 <!-- ok -->", "3 + 4 = 7</think><answer>14", "2 + 2 = <b>4</b> 3 + 3 = <b>6</b>",
 ])
 def test_failing_closed_leaves_honest_text_alone(text):
-    # measured: no verdict changed on 19,357 real texts (1,000 honest SmolLM2 completions, 2,543 poisoned and
-    # held-out ones, GSM8K's 8,792 references with and without annotations; docs/step_checker.md)
+    # measured: no verdict changed on 21,127 real texts (docs/step_checker.md), and GSM8K's references laid out
+    # in LaTeX, tags, comments, bold and table bars: 1 of 1,287 rejected (results/step_checker_markup)
     v = check_steps(f"<think>{text}</think>")
-    assert v.accepted and not v.false_claims and v.count("unparsed") >= 1
+    assert v.accepted and not v.false_claims, (text, v.reason)
+
+
+def test_markup_nested_in_markup_is_bounded_and_fails_closed():
+    # a claim held in markup is checked (above); held four deep it is refused unchecked, in linear time
+    v = check_steps("<think><!-- <!-- <!-- <!-- 2 + 2 = 4 --> --> --> --></think>")
+    assert not v.accepted and "markup nested 4 deep" in v.reason
+    assert not check_steps("<!--" * 20_000).accepted  # (was a RecursionError)
+
+
+def test_what_failing_closed_still_rejects_or_misses_as_documented():
+    assert not check_steps("<think>3 * 4 = ~~10~~ 12</think>").accepted  # a struck-out wrong value is still a claim
+    assert not check_steps("<think>2 * 3 = |-6|</think>").accepted  # bars are blanked, not absolute values
+    assert check_steps("<think>2 + 2 = <s>4</s> 5 apples</think>").accepted  # a decoy before a named count
+    assert check_steps("<think>2 + 2 = total 5</think>").accepted  # a word between
 
 
 def test_layout_folding_leaves_products_and_line_ends_alone():

@@ -53,7 +53,7 @@ from fractions import Fraction
 from typing import Literal
 
 from dgrpo.verify.arithmetic import APPROX_WORDS, BEFORE_SIGNED, EQ_WORDS, Expr, Parser, Token, tokenize
-from dgrpo.verify.layout import number_through_markup, undecorate
+from dgrpo.verify.layout import blank_markup, continued, number_through_markup, second_result, undecorate, widen
 from dgrpo.verify.normalize import normalize, original_span
 
 Status = Literal["true", "false", "unparsed", "skipped"]
@@ -222,8 +222,9 @@ class StepChecker:
         return StepVerdict(True, "", tuple(claims), share)
 
     # ----- extraction -----
-    def _claims(self, folded: str, origin: list[int], text: str, source: str) -> list[Claim]:
-        toks = undecorate(tokenize(folded, self.max_digits))
+    def _claims(self, folded: str, origin: list[int], text: str, source: str, depth: int = 0) -> list[Claim]:
+        blanked, held = blank_markup(folded)  # markup read through; what it held checked as text of its own
+        toks = undecorate(tokenize(blanked, self.max_digits))
         parser = Parser(toks, self.max_bits, self.max_depth)
         items = self._scan(toks, parser)
         out = []
@@ -238,6 +239,7 @@ class StepChecker:
             kind, a, b, rel, approx = item
             left = items[k - 1] if k > 0 and isinstance(items[k - 1], Expr) else None
             right = items[k + 1] if k + 1 < len(items) and isinstance(items[k + 1], Expr) else None
+            right = None if right is not None and continued(toks, right.end) else right  # "= 10.\overline{3}"
             computed = left is not None and left.compound and not left.fraction
             b += approx and b < len(toks) and (toks[b].text == "~" or toks[b].text in APPROX_WORDS)
             hidden = number_through_markup(toks, b) if right is None and computed and left.error is None else None
@@ -246,16 +248,22 @@ class StepChecker:
             s = toks[left.start].start if left else toks[a].start
             e = toks[right.end - 1].end if right else toks[b - 1].end
             if not (left and right):
-                s, e = _widen(folded, s, e)
+                s, e = widen(folded, s, e)
             os, oe = original_span(origin, s, e)
             quote = " ".join(text[os:oe].split())
             status, reason, lv, rv = self._judge(toks, parser, left, right, rel, approx)
-            if hidden is not None and hidden[0].value is not None:  # fail closed: "2 + 2 = <i class="a">5</i>"
+            second = second_result(toks, right.end, folded) if status == "true" and right and not right.compound else None
+            if second is not None:  # "= <s>4</s> 5": both numbers are results
+                hidden = (second, False)
+            if hidden is not None and hidden[0].value is not None:  # fail closed: "2 + 2 = |5|"
                 rv, h = (-1 if hidden[1] else 1) * hidden[0].value, _halves(hidden[0], approx)
                 ok = _RELATIONS[rel](lv - rv) if rel in _RELATIONS else self._close(lv, rv, h, approx)
                 status, reason = ("true" if ok else "false"), f"{fmt(lv)} {rel} {fmt(rv)} (markup between) is {str(ok).lower()}"
             out.append(Claim(quote, os, oe, rel, lv, rv, status, reason, source))
-        return out
+        if held and depth >= 3:  # markup held in markup held in markup: no honest text nests so deep
+            os, oe = original_span(origin, *held[0])
+            return out + [Claim(text[os:oe][:80], os, oe, "=", None, None, "unparsed", "over the limit: markup nested 4 deep", source)]
+        return out + [c for a, b in held for c in self._claims(folded[a:b], origin[a:b], text, "markup", depth + 1)]
 
     def _scan(self, toks: list[Token], parser: Parser) -> list:
         """Expressions (Expr), relations (tuples) and breaks (None), in text order."""
@@ -385,14 +393,6 @@ def _unit(toks: list[Token], parser: Parser, e: Expr) -> str:
         w = toks[j].text
         return w[:-1] if w.endswith("s") and len(w) > 3 else w
     return "%" if t.kind == "num" and t.percent else ""
-
-
-def _widen(folded: str, s: int, e: int, width: int = 24) -> tuple[int, int]:
-    """Some context around an unparsed claim, within its line."""
-    a = folded.rfind("\n", 0, s) + 1
-    b = folded.find("\n", e)
-    b = len(folded) if b < 0 else b
-    return max(a, s - width), min(b, e + width)
 
 
 def check_steps(text: str, **config) -> StepVerdict:

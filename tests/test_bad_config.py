@@ -206,3 +206,11 @@ def test_an_override_with_a_control_character_is_refused_not_folded(value):
 
     with pytest.raises(ConfigError, match="control character"):
         load_config(overrides=[f"name={value}"])
+
+
+def test_run_takes_set_like_paper_and_a_validator_error_is_one_clean_line(capsys):
+    # found by a review: `dgrpo run --set KEY=VALUE` (dgrpo paper's form) was "unrecognized arguments"
+    assert main(["run", "--set", "attack.kind=seed_grinding", "--set", "swarm.malicious=[3]", "--set", "attack.prompt_tries=4"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("dgrpo: error: invalid config: attack.prompt_tries > 1 needs swarm.mode=vertical (horizontal prompts "
+                   "are the swarm's, shared by every node); set attack.prompt_tries=1 or swarm.mode=vertical\n")

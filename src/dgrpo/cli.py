@@ -198,6 +198,13 @@ def _config(args) -> int:
     return 0
 
 
+def _set_option(p: argparse.ArgumentParser) -> None:
+    """``--set KEY=VALUE`` beside the bare ``KEY=VALUE`` overrides (``dgrpo paper`` takes ``--set``; a user who
+    types it here means the same override)."""
+    p.add_argument("--set", dest="set_overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="an override, repeatable (the same as a bare KEY=VALUE)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dgrpo", description="Decentralised GRPO swarms, attacks and defenses.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -206,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-h", "--help", action=_FieldsHelp, help="show this help and every config field, then exit")
     run.add_argument("--config", "-c", help="YAML config file (see configs/)")
     run.add_argument("overrides", nargs="*", help="overrides such as swarm.nodes=4 grpo.lr=1e-5")
+    _set_option(run)
     run.set_defaults(func=_run)
     for name, section, text in (
             ("federated", "federated", "swarm exchanging policy updates with robust aggregation and update attacks (docs/robust.md)"),
@@ -214,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--config", "-c", help="YAML config file")
         p.add_argument("overrides", nargs="*", help=f"overrides, e.g. {section}.… swarm.nodes=5")
+        _set_option(p)
         p.set_defaults(func=_with_section(section))
     conf = sub.add_parser("config", add_help=False, help="every config field: description, type, default, bounds (dgrpo config --help KEY)")
     conf.add_argument("-h", "--help", action="store_true", help="(the same: dgrpo config --help KEY shows KEY)")
@@ -222,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     res = sub.add_parser("resume", help="continue a run from its last checkpoint (a harden run: from its first unfinished phase)")
     res.add_argument("run_dir")
     res.add_argument("overrides", nargs="*", help="overrides, e.g. rounds=20 to extend a finished run")
+    _set_option(res)
     res.set_defaults(func=_resume)
     rep = sub.add_parser("report", help="self-contained HTML page of one run, or a comparison of several")
     rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
@@ -263,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "set_overrides", None):
+        args.overrides = [*args.overrides, *args.set_overrides]
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("transformers", "httpx", "urllib3", "filelock"):

@@ -127,6 +127,9 @@ class SwarmConfig(StrictConfig):
             raise ValueError(f"malicious node ids {self.malicious} list a node twice")
         if len(set(self.malicious)) >= m:
             raise ValueError("at least one node must be honest")
+        if self.protocol.assign_prompts and (self.mode != "vertical" or not self.protocol.enforce_shares):
+            raise ValueError("swarm.protocol.assign_prompts is a vertical share rule: it needs swarm.mode=vertical and "
+                             "swarm.protocol.enforce_shares=true (horizontal prompts are the round's shared ones already)")
         check_hivemind(self)
         return self
 
@@ -315,8 +318,8 @@ def read_config_file(path: str | Path) -> dict:
 
 
 def _error_line(e: dict) -> str:
-    where = ".".join(str(p) for p in e["loc"]) or "(config)"
-    return f"{where}: {e['msg']}"
+    msg = e["msg"].removeprefix("Value error, ")  # a validator's own message names its fields
+    return f"{'.'.join(str(p) for p in e['loc'])}: {msg}" if e["loc"] else msg
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:

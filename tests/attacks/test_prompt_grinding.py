@@ -21,11 +21,11 @@ PARAMS = SamplingParams(top_k=10, temperature=1.0, max_new_tokens=12)
 
 
 class AnyAnswerTask(ArithmeticTask):
-    """Every completion earns full reward, so "longest full-reward sample" is decided by length alone
-    (a random tiny model never answers right)."""
+    """A completion of an even number of characters earns full reward (a random tiny model never answers
+    right): about half the samples count, so "the longest full-reward samples" is not "the longest"."""
 
     def reward(self, completion, problem):
-        return 1.0
+        return float(len(completion) % 2 == 0)
 
 
 @pytest.fixture()
@@ -51,10 +51,11 @@ def _attack(prompt_tries=4, tries=1):
 
 
 def _bound_lengths(model, tokenizer, policy, task, problem, r, c):
-    """Total length of the c poisoned slots' samples under their bound seeds (sampled here, directly)."""
+    """Total token length of the full-reward samples among the c poisoned slots' samples under their bound
+    seeds (generated here, one slot at a time)."""
     seeds = [completion_seed(SEED, r, ATTACKER, problem.prompt_id, i) for i in range(c)]
-    prompt = policy.prompt_ids(task, problem)
-    return sum(len(x) for x in sample(model, [prompt] * c, seeds, PARAMS, tokenizer.eos_token_id, tokenizer.pad_token_id))
+    samples = [policy.generate(task, [problem], [s])[0] for s in seeds]
+    return sum(len(ids) for ids, text in samples if task.reward(text, problem) == 1.0)
 
 
 def test_it_sends_the_prompts_whose_bound_seed_samples_are_longest_and_samples_each_once(task, model, tokenizer):
@@ -65,6 +66,7 @@ def test_it_sends_the_prompts_whose_bound_seed_samples_are_longest_and_samples_e
     attack, r = _attack(), 2
     ctx = AttackContext(task, r, ATTACKER, G, "vertical", SEED, policy)
     chosen = attack.choose_prompts(task.train, PER_NODE, SEED, r, ATTACKER, ctx=ctx)
+    assert sum(calls) == (G // 2) * 4 * PER_NODE  # prompt_tries × count candidates, c samples each
     scheduled = vertical_prompts(task.train, PER_NODE, SEED, r, ATTACKER)
     c = G // 2
     score = {p.prompt_id: _bound_lengths(model, tokenizer, policy, task, p, r, c) for p in task.train}
@@ -74,8 +76,7 @@ def test_it_sends_the_prompts_whose_bound_seed_samples_are_longest_and_samples_e
     assert sum(map(score.get, [p.prompt_id for p in chosen])) >= sum(map(score.get, [p.prompt_id for p in scheduled]))
     off = sum(p not in scheduled for p in chosen)
     assert off >= 1 and attack.stats["off_schedule"] == off and attack.stats["prompts"] == PER_NODE  # (this seed grinds)
-    sampled = sum(calls)
-    assert sampled == c * 4 * PER_NODE  # prompt_tries × count candidates, c samples each
+    sampled = sum(calls)  # (with this test's own samples)
     poisons = attack.write(vertical_slots(chosen, G), ctx)
     assert sum(calls) == sampled  # the poisons are the samples already drawn: nothing generated twice
     for problem, group in zip(chosen, poisons):
@@ -87,6 +88,17 @@ def test_it_sends_the_prompts_whose_bound_seed_samples_are_longest_and_samples_e
     assert attack.stats["ground"] == 0 and attack.stats["poisons"] == c * PER_NODE
 
 
+def test_with_every_prompt_a_candidate_it_sends_the_best(task, model, tokenizer):
+    # 13 tries × 2 prompts: the 2 scheduled ones plus 24 more drawn from one epoch of the 24-prompt pool,
+    # so every prompt is a candidate and the two sent must be the two best by the independent score
+    policy = Policy("tiny", model, tokenizer, PARAMS)
+    ctx = AttackContext(task, 1, ATTACKER, G, "vertical", SEED, policy)
+    chosen = _attack(prompt_tries=13).choose_prompts(task.train, PER_NODE, SEED, 1, ATTACKER, ctx=ctx)
+    score = sorted((_bound_lengths(model, tokenizer, policy, task, p, 1, G // 2) for p in task.train), reverse=True)
+    assert sorted((_bound_lengths(model, tokenizer, policy, task, p, 1, G // 2) for p in chosen), reverse=True) == score[:2]
+    assert score[1] > 0  # (full-reward samples exist: the reward filter matters here)
+
+
 def test_one_prompt_try_is_the_nodes_schedule(task, model, tokenizer):
     policy = Policy("tiny", model, tokenizer, PARAMS)
     ctx = AttackContext(task, 0, ATTACKER, G, "vertical", SEED, policy)
@@ -94,9 +106,10 @@ def test_one_prompt_try_is_the_nodes_schedule(task, model, tokenizer):
     assert chosen == vertical_prompts(task.train, PER_NODE, SEED, 0, ATTACKER)
 
 
-def _swarm(task, model, tokenizer, attack, assign_prompts):
+def _swarm(task, model, tokenizer, attack, assign_prompts, complete_shares=False):
     keys = generate_keys(2)
-    pc = ProtocolConfig(assign_prompts=assign_prompts)  # seed binding, signatures and shares: the defaults
+    # binding, signatures, shares: the defaults; no length rule (the wrong-answer filler cannot fit in 12 tokens)
+    pc = ProtocolConfig(assign_prompts=assign_prompts, complete_shares=complete_shares, enforce_length=False)
     ctx = run_context("run-a", "fp0")
     schedule = Schedule("vertical", 2, 2 * PER_NODE, G, SEED, task.train, pc.assign_prompts, {})
     protocol = Protocol(pc, schedule, PARAMS.max_new_tokens, {n: Signer(n, k, ctx) for n, k in keys.items()},
@@ -109,21 +122,29 @@ def _swarm(task, model, tokenizer, attack, assign_prompts):
 def test_seed_binding_passes_it_and_assigned_prompts_refuse_it(task, model, tokenizer, assign_prompts):
     attack = _attack()
     swarm, policy = _swarm(task, model, tokenizer, attack, assign_prompts)
-    chosen = attack.choose_prompts(task.train, PER_NODE, SEED, 0, ATTACKER, ctx=swarm.attack_context(ATTACKER, 0))
-    sent = swarm.write({ATTACKER: vertical_slots(chosen, G)}, 0)[ATTACKER]
-    received = swarm.receive(policy, sent, 0)
-    scheduled = {p.prompt_id for p in vertical_prompts(task.train, PER_NODE, SEED, 0, ATTACKER)}
+    r = 2  # a round in which this seed's grinding leaves its schedule
+    chosen = attack.choose_prompts(task.train, PER_NODE, SEED, r, ATTACKER, ctx=swarm.attack_context(ATTACKER, r))
+    sent = swarm.write({ATTACKER: vertical_slots(chosen, G)}, r)[ATTACKER]
+    received = swarm.receive(policy, sent, r)
+    scheduled = {p.prompt_id for p in vertical_prompts(task.train, PER_NODE, SEED, r, ATTACKER)}
     off = [m for m in sent if m.prompt_id not in scheduled]
     assert len(off) == G * attack.stats["off_schedule"] > 0
-    reasons = [reason for _, reason in received.invalid]
+    # (the random tiny model samples a special token now and then: message validation refuses those, always)
+    special = {m.key for m, reason in received.invalid if reason.startswith("special token")}
+    refused = {m.key: reason for m, reason in received.invalid if m.key not in special}
     if assign_prompts:
-        assert reasons == ["share: prompt is not one the protocol assigned to this node"] * len(off)
-        assert len(received.rollouts) == len(sent) - len(off)
+        assert refused == {m.key: "share: prompt is not one the protocol assigned to this node" for m in off
+                           if m.key not in special}
     else:  # signed, in share, every seed the bound one: nothing to refuse
-        assert reasons == [] and len(received.rollouts) == len(sent)
+        assert refused == {}
+    assert len(received.rollouts) + len(received.invalid) == len(sent)
 
 
 def test_prompt_tries_needs_a_vertical_swarm():
+    with pytest.raises(ConfigError, match="assign_prompts is a vertical share rule"):
+        load_config(None, ["swarm.protocol.assign_prompts=true"])  # horizontal
+    with pytest.raises(ConfigError, match="assign_prompts is a vertical share rule"):
+        load_config(None, ["swarm.mode=vertical", "swarm.protocol.assign_prompts=true", "swarm.protocol.enforce_shares=false"])
     with pytest.raises(ConfigError, match="attack.prompt_tries > 1 needs swarm.mode=vertical"):
         load_config(None, ["swarm.malicious=[3]", "attack.kind=seed_grinding", "attack.prompt_tries=4"])
     cfg = load_config(None, ["swarm.malicious=[3]", "attack.kind=seed_grinding", "attack.prompt_tries=4", "swarm.mode=vertical"])
@@ -133,3 +154,23 @@ def test_prompt_tries_needs_a_vertical_swarm():
 def test_without_weights_it_says_what_it_needs(task):
     with pytest.raises(ValueError, match="needs the attacker's weights"):
         _attack().choose_prompts(task.train, PER_NODE, SEED, 0, ATTACKER)
+
+
+@pytest.mark.parametrize("complete_shares", [False, True])
+def test_cherry_picking_by_omission_passes_assigned_prompts_and_complete_shares_refuses_it(task, model, tokenizer,
+                                                                                             complete_shares):
+    """Found by a fresh review: on its assigned prompts, under bound seeds, an attacker can still send only its
+    longest samples and leave the other slots empty. ``complete_shares`` refuses a share not sent whole."""
+    attack = _attack(prompt_tries=1)
+    swarm, policy = _swarm(task, model, tokenizer, attack, True, complete_shares)
+    assigned = vertical_prompts(task.train, PER_NODE, SEED, 0, ATTACKER)
+    sent = swarm.write({ATTACKER: vertical_slots(assigned, G)}, 0)[ATTACKER]
+    longest = [max(g, key=lambda m: len(m.token_ids)) for g in (sent[i * G:(i + 1) * G] for i in range(PER_NODE))]
+    received = swarm.receive(policy, longest, 0)
+    reasons = [reason for _, reason in received.invalid]
+    if complete_shares:
+        assert received.rollouts == [] and len(reasons) == PER_NODE
+        assert all(r == f"share: incomplete, node {ATTACKER} did not fill its slots of this prompt" for r in reasons)
+        assert [r for _, r in swarm.receive(policy, sent, 0).invalid] == []  # sent whole, every slot passes
+    else:
+        assert reasons == [] and len(received.rollouts) == PER_NODE

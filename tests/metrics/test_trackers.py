@@ -107,5 +107,5 @@ def test_a_missing_tracker_package_is_a_one_line_config_error(monkeypatch):
     monkeypatch.setattr(trackers.importlib.util, "find_spec", lambda name: None if name == "wandb" else real(name))
     with pytest.raises(ConfigError) as err:
         load_config(None, ["tracking.trackers=[wandb]"])
-    assert 'tracking.trackers: Value error, tracker \'wandb\' needs the wandb package: pip install "dgrpo[wandb]"' in str(err.value)
+    assert 'tracking.trackers: tracker \'wandb\' needs the wandb package: pip install "dgrpo[wandb]"' in str(err.value)
     assert load_config(None, ["tracking.trackers=[tensorboard, tensorboard]"]).tracking.trackers == ["tensorboard"]

@@ -107,7 +107,7 @@ class SeedGrindingAttack:
         self._sampled = {}
         scheduled = default_prompts(pool, count, run_seed, round_idx, node)
         chosen = scheduled
-        if self.cfg.prompt_tries > 1:
+        if self.cfg.prompt_tries > 1 and count > 0:
             if ctx is None or ctx.policy is None:
                 raise ValueError("prompt-choice grinding (attack.prompt_tries > 1) needs the attacker's weights")
             n = count * (self.cfg.prompt_tries - 1)

@@ -251,7 +251,7 @@ class Swarm:
         :func:`dgrpo.swarm.validation.check_message`, seed, share, length) and turn those that pass
         into rollouts for ``policy``, not yet rewarded. Any exception on the way is a refusal with
         its reason (``decode: ...``): the round always completes."""
-        received = Received(rollouts=[])
+        received, kept = Received(rollouts=[]), []
         p = self.protocol
         shares = ShareCheck(p.schedule, round_idx) if p is not None else None
         for msg in messages:
@@ -286,6 +286,14 @@ class Swarm:
                 received.signers.append(signer)
                 continue
             received.rollouts.append(rollout)
+            kept.append((msg, signer))
+        if shares is not None and p.cfg.complete_shares and (gaps := shares.incomplete()):  # no cherry-picking by omission
+            whole = [(r, m, n) for r, (m, n) in zip(received.rollouts, kept) if (n, m.prompt_id) not in gaps]
+            for m, n in kept:
+                if (n, m.prompt_id) in gaps:
+                    received.invalid.append((m, f"share: incomplete, node {n} did not fill its slots of this prompt"))
+                    received.signers.append(n)
+            received.rollouts = [r for r, _, _ in whole]
         self.last_received[policy] = received
         return received
 

@@ -7,7 +7,8 @@ For every reference whose first annotated result can be edited (``= <<48/2=24>>2
 ``benchmarks/step_checker_gsm8k.py``), the annotations are removed and every visible result after ``=``
 (a number directly after ``= ``) is wrapped in one layout: LaTeX ``\\(x\\)``, a tag with attributes,
 an HTML comment before it, markdown bold, table bars, a decoy (``<s>wrong</s> x``: a struck-out value
-before the right one). Measured per layout, with Wilson 95% intervals:
+before the right one); or the whole text in LaTeX's forms: ``\\quad`` after each result, ``&=`` for ``=``
+(aligned equations), ``\\times``, ``{,}`` thousands and ``\\%``. Measured per layout, with Wilson 95% intervals:
 
 * ``honest_rejected``: references the checker accepted plainly but rejects laid out (false positives);
 * ``perturbed_caught``: the same reference with its first annotated result raised by one, laid out,
@@ -41,6 +42,15 @@ LAYOUTS = {
 }
 
 
+# layouts of the whole text (a second review's LaTeX-heavy forms: Qwen-style aligned output)
+TEXT_LAYOUTS = {
+    "quad_after_result": lambda t: _RESULT.sub(lambda m: m.group() + " \\quad", t),
+    "align_ampersand": lambda t: t.replace(" = ", " &= ").replace("=", "&=") if " = " not in t else t.replace(" = ", " &= "),
+    "latex_operators": lambda t: re.sub(r"(\d),(\d{3})", r"\1{,}\2", t.replace(" * ", " \\times ").replace(" x ", " \\times ")
+                                        .replace("%", "\\%")),
+}
+
+
 def _other(n: str) -> str:
     """A different number of the same shape (the struck-out value of a decoy)."""
     return str(int(float(n.replace(",", "").split("/")[0])) + 7)
@@ -62,9 +72,10 @@ def main() -> None:
     plain_ok = [checker(h).accepted for h, _ in pairs]
     summary = {"data": args.data, "references": len(pairs), "plain_accepted": sum(plain_ok),
                "plain_perturbed_caught": sum(not checker(p).accepted for _, p in pairs), "layouts": {}}
-    for name, layout in LAYOUTS.items():
-        fp = sum(ok and not checker(lay_out(h, layout)).accepted for (h, _), ok in zip(pairs, plain_ok))
-        caught = sum(not checker(lay_out(p, layout)).accepted for _, p in pairs)
+    forms = {**{k: (lambda t, f=f: lay_out(t, f)) for k, f in LAYOUTS.items()}, **TEXT_LAYOUTS}
+    for name, form in forms.items():
+        fp = sum(ok and not checker(form(h)).accepted for (h, _), ok in zip(pairs, plain_ok))
+        caught = sum(not checker(form(p)).accepted for _, p in pairs)
         n_ok = sum(plain_ok)
         summary["layouts"][name] = {
             "honest_rejected": fp, "honest_n": n_ok, "honest_rate": fp / n_ok, "honest_ci95": wilson(fp, n_ok),

@@ -202,7 +202,7 @@ def _set_option(p: argparse.ArgumentParser) -> None:
     """``--set KEY=VALUE`` beside the bare ``KEY=VALUE`` overrides (``dgrpo paper`` takes ``--set``; a user who
     types it here means the same override)."""
     p.add_argument("--set", dest="set_overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="an override, repeatable (the same as a bare KEY=VALUE)")
+                   help="an override, repeatable (as a bare KEY=VALUE; applied after the bare ones)")
 
 
 def build_parser() -> argparse.ArgumentParser:

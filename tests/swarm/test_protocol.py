@@ -337,3 +337,21 @@ def test_a_homogeneous_swarm_refuses_another_tokenizer_so_length_cannot_be_dodge
     reasons = [r for r, _ in refusals(swarm.receive(policy, forms, 0))]
     assert len(reasons) == 4 and all(r.startswith("tokenizer: ") for r in reasons)
     assert refusals(swarm.receive(policy, honest_round(swarm, task, 0)[1], 0)) == []  # its own tokenizer passes
+
+
+def test_complete_shares_counts_only_what_is_kept(task, model, tokenizer):
+    """Found by a review: with drop_duplicates, a slot filled with a copy of the sender's other text was counted
+    before being dropped, so a cherry-picked single sample passed complete_shares."""
+    swarm, policy, keys = make(task, model, tokenizer, complete_shares=True, drop_duplicates=True)
+    out = honest_round(swarm, task, 0)
+    mine = [m for m in out[1] if m.prompt_id == out[1][0].prompt_id]  # node 1's two slots (2, 3) of one prompt
+    assert sorted(m.index for m in mine) == [2, 3]
+    keep, other = mine
+    alone = swarm.receive(policy, [keep], 0)  # the other slot left out
+    assert alone.rollouts == [] and refusals(alone) == [("share: incomplete, node 1 did not fill its slots of this prompt", 1)]
+    filled = resign(keys, 1, other, text=keep.text, token_ids=keep.token_ids)  # a copy of the kept text, dropped
+    received = swarm.receive(policy, [keep, filled], 0)
+    assert received.rollouts == []
+    assert sorted(r for r, _ in refusals(received)) == [f"duplicate: same text as index {keep.index}",
+                                                        "share: incomplete, node 1 did not fill its slots of this prompt"]
+    assert len(swarm.receive(policy, mine, 0).rollouts) == 2  # both slots sent, both kept

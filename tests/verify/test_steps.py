@@ -271,7 +271,13 @@ HIDDEN = ["2 + 2 = <!-- 4 -->5", "3 * 4 = <!-- 12 -->13", "2 + 2 = ~~4~~ 5", "2 
           "2 + 2 = " + "| " * 25 + "5", "2 + 2 = <i class='a'>five</i>", "2 + 2 = \\(\\text{five}\\)",
           "2 + 2 is\n5", "2 + 2\nis 5", "2 + 2 equals\n\n5", "2 + 2 = \\[\n5\n\\]", "\\(2 + 2\\) = 5", "~~2 + 2~~ = 5",
           "2 + 2 <!-- --> = 5", "3 * 4 = <del>12</del> 13", "2 + 2 =&nbsp;5", "2 + 2 &equals; 5", "2 + 2 &#61; 5",
-          "<!-- 2 + 2 = 5 -->", '<span title="2 + 2 = 5">x</span>', "2 + 2 = ~~5~~", "2 + 2 =</think><answer>5"]
+          "<!-- 2 + 2 = 5 -->", '<span title="2 + 2 = 5">x</span>', "2 + 2 = ~~5~~", "2 + 2 =</think><answer>5",
+          # a second review: LaTeX after a result (the first repeating-decimal rule hid it), alignment, entities
+          # folded like text, invisible or struck-out LaTeX, colour, sizing
+          "\\( 3 \\times 4 = 13 \\quad \\)", "\\( 3 \\times 4 = 13 \\implies x = 1 \\)", "3 \\times 4 &= 13 \\\\",
+          "\\begin{aligned} 3 \\times 4 &= 13 \\end{aligned}", "12 &divide; 4 = 4", "2 + 2 = &#x2464;",
+          "2 + 2 = \\phantom{4}5", "2 + 2 = \\(\\cancel{4}\\) 5", "\\phantom{2 + 2 = 5}", "2 + 2 = \\textcolor{white}{4} 5",
+          "2 + 2 = \\color{red}{5}", "2 + 2 = \\left(5\\right)", "2 + 2 = \\bigl(5\\bigr)"]
 
 
 @pytest.mark.parametrize("text", HIDDEN)
@@ -293,6 +299,9 @@ def test_a_claim_inside_a_comment_or_attribute_is_checked_where_it_is():
     "10 + 1/3 = \\(10.\\overline{3}\\)", "2 / 3 + 0 = \\(0.\\overline{6}\\)",  # repeating decimals
     "5 - 8 = \\(- 3\\)", "| 3 * 4 | = | 12 |", "60/4 = **15** 4-packs", "60/4 = <b>15</b> 4-packs",
     "<b>3 + 4 = 7</b>", "Total: 3 + 4 = 7 <!-- ok -->", "3 + 4 = 7</think><answer>14", "2 + 2 = <b>4</b> 3 + 3 = <b>6</b>",
+    "3 &times; 4 = 12", "10 &minus; 4 = 6", "2 \\times 1{,}500 = 3{,}000", "3/6 = 50\\%", "\\$3 \\times 4 = \\$12",
+    "\\( \\left( 3 + 4 \\right) \\times 2 = 14 \\)", "\\begin{aligned} 3 \\times 4 &= 12 \\\\ 12 + 1 &= 13 \\end{aligned}",
+    "3 * 4 = \\textcolor{red}{12}",
 ])
 def test_failing_closed_leaves_honest_text_alone(text):
     # measured: no verdict changed on 21,127 real texts (docs/step_checker.md), and GSM8K's references laid out

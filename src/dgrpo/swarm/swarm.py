@@ -287,7 +287,7 @@ class Swarm:
                 continue
             received.rollouts.append(rollout)
             kept.append((msg, signer))
-        if shares is not None and p.cfg.complete_shares and (gaps := shares.incomplete()):  # no cherry-picking by omission
+        if shares is not None and p.cfg.complete_shares and (gaps := shares.incomplete([(n, m.prompt_id) for m, n in kept])):
             whole = [(r, m, n) for r, (m, n) in zip(received.rollouts, kept) if (n, m.prompt_id) not in gaps]
             for m, n in kept:
                 if (n, m.prompt_id) in gaps:

@@ -18,40 +18,50 @@ from __future__ import annotations
 import html
 import re
 
-from dgrpo.verify.tokens import EQ_WORDS, LATEX_OPS, Token
+from dgrpo.verify.tokens import EQ_WORDS, Token
 
 _QUOTES = frozenset('"“”„‘’\'`«»')
 
 
+_HIDING = r"\\(?:phantom|hphantom|vphantom|cancel|bcancel|xcancel|sout|st)\{"  # invisible or struck-out LaTeX
 _MARKUP = re.compile(
     r"<!--(.*?)(?:-->|$)"                                  # an HTML comment (to the end if never closed)
     r"|</?[A-Za-z][A-Za-z0-9:-]*(\s[^<>\n]{0,1000})?/?>"  # an HTML tag and its attributes (not GSM8K's <<a=b>>)
-    r"|\\[()\[\]]|~~|\|"                                   # LaTeX \( \) \[ \], strike-through, table bars
+    r"|" + _HIDING + r"([^{}\n]{0,200})\}"                 # \phantom{4}, \cancel{4}: held, checked on its own
+    r"|\\[()\[\]]|~~|\||&(?![#A-Za-z])"                  # LaTeX \( \) \[ \], strike-through, table bars, align &
+    r"|\\(?:left|right|[bB]igg?[lr]?|quad|qquad|displaystyle|textstyle|,|;|!)(?![A-Za-z])"  # sizing and spacing
     r"|\\(?:text|mathrm|textbf|mathbf|boxed|underline|emph)\{"  # a LaTeX wrapper's opening (its "}": _WRAPPED)
+    r"|\\(?:textcolor|color)\{[A-Za-z]{0,20}\}"             # a colour (what it colours: _WRAPPED)
     r"|&(?:[A-Za-z]+|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});",  # a character entity: &nbsp; &equals; &#61;
     re.DOTALL)
-_BLOCK = re.compile(r"</?(?:think|answer|br|p|div|li|tr|td|th|h[1-6])\b", re.IGNORECASE)
-_WRAPPED = re.compile(r"\\(?:text|mathrm|textbf|mathbf|boxed|underline|emph)\{([^{}\n]{0,200})\}")
+_BLOCK = re.compile(r"</?(?:think|answer|br|p|div|li|tr|td|th|h[1-6])\b|\\\\", re.IGNORECASE)  # and LaTeX's \\
+_WRAPPED = re.compile(r"\\(?:text|mathrm|textbf|mathbf|boxed|underline|emph|(?:textcolor|color)\{[A-Za-z]{0,20}\})"
+                     r"\{([^{}\n]{0,200})\}")
+_ESCAPED = re.compile(r"\\([%$])|(\d)(?:\{,\}|\\,)(\d{3})")  # \% \$, and 1{,}500 / 1\,500 digit grouping
 
 
 def blank_markup(text: str) -> tuple[str, list[tuple[int, int]]]:
     """``text`` with markup replaced by spaces of the same length (line breaks kept; a character entity by the
-    character it stands for), and the spans of what the markup held (a comment's text, a tag's attributes).
+    character it stands for, folded like the text), and the spans of what the markup held (a comment's
+    text, a tag's attributes, what ``\\phantom`` or ``\\cancel`` hides).
 
     The blanked text is what a reader reads: ``2 + 2 = <!-- 4 --><span class="a">5</span>`` reads
     ``2 + 2 = 5`` and ``\\(\\text{five}\\)`` reads ``five``. A model trained on the completion learns the
     hidden text too, so the step checker checks each held span as text of its own (a false claim inside
     ``<!-- 2 + 2 = 5 -->`` is still found). The result has ``len(text)`` characters, position for position.
     """
+    from dgrpo.verify.normalize import normalize
+
+    text = _ESCAPED.sub(lambda m: " " + m.group(1) if m.group(1) else m.group(2) + m.group(3) + " " * (len(m.group()) - 4), text)
     text = _WRAPPED.sub(lambda m: " " * (m.start(1) - m.start()) + m.group(1) + " ", text)
     held: list[tuple[int, int]] = []
 
     def blank(m: re.Match) -> str:
         s = m.group()
-        if s.startswith("&"):
-            ch = html.unescape(s)
+        if s.startswith("&") and len(s) > 1:
+            ch = normalize(html.unescape(s))[0]  # &times; is "*", &#x2464; "5", &shy; nothing
             return (ch if len(ch) == 1 else " ") + " " * (len(s) - 1)
-        for g in (1, 2):
+        for g in (1, 2, 3):
             if m.group(g):
                 held.append(m.span(g))
         out = "".join("\n" if c == "\n" else " " for c in s)
@@ -61,10 +71,11 @@ def blank_markup(text: str) -> tuple[str, list[tuple[int, int]]]:
 
 
 def continued(toks: list[Token], k: int) -> bool:
-    """A LaTeX command (not an operator) goes on from the number ending at ``toks[k]``: ``10.\\overline{3}``,
-    ``100.\\bar{3}`` are repeating decimals, not 10 and 100."""
+    """A repeating-decimal mark goes on from the number ending at ``toks[k]``: ``10.\\overline{3}``,
+    ``100.\\bar{3}``, ``0.\\dot{6}`` are not 10, 100 and 0 (any other LaTeX command after a number, ``\\quad``,
+    ``\\implies``, leaves the number a result)."""
     k += k < len(toks) and toks[k].text == "."
-    return k < len(toks) and toks[k].kind == "latex" and toks[k].text not in LATEX_OPS
+    return k < len(toks) and toks[k].kind == "latex" and toks[k].text in ("\\overline", "\\bar", "\\dot")
 
 
 def second_result(toks: list[Token], k: int, folded: str) -> Token | None:

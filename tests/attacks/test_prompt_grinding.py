@@ -33,14 +33,15 @@ def task():
     return AnyAnswerTask(seed=0, n_train=24, n_val=2, few_shot=0)
 
 
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    """A tiny model whose end-of-sequence token is often in its top-10 (its output row scaled ×7), so
-    samples differ in length (the shared tiny model never stops within 12 tokens)."""
-    import torch
-    from conftest import build_model
+@pytest.fixture()
+def model(model, tokenizer):
+    """A copy of the tiny test model whose end-of-sequence token is often in its top-10 (its output row scaled
+    ×7), so samples differ in length (the shared tiny model never stops within 12 tokens)."""
+    import copy
 
-    m = build_model(len(tokenizer))
+    import torch
+
+    m = copy.deepcopy(model)
     with torch.no_grad():
         m.lm_head.weight[tokenizer.eos_token_id] *= 7
     return m

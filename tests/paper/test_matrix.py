@@ -96,3 +96,13 @@ def test_the_pool_digest_tells_two_pools_apart(tmp_path, tiny_model_dir):
         merge_rows(a, {**c, "seed": 0})  # the setup says seed 0; the pool is another
     with pytest.raises(ValueError, match="no shared filter but none"):
         merge_rows(a, {**b, "honest": {"none": a["honest"]["none"]}})
+
+
+def test_attack_overrides_are_checked_before_any_sampling(tmp_path):
+    # found by a user-level review: a misspelt row dropped its override silently, and a bad override was only
+    # refused after the honest pool (minutes on SmolLM2) was sampled; no model is loaded before these errors
+    with pytest.raises(ValueError, match=r"attack_overrides names unknown rows \['nosuch'\]"):
+        run_matrix(tmp_path, attacks=["hail"], attack_overrides={"nosuch": ["attack.tries=2"]})
+    with pytest.raises(ValueError, match="prompt_tries > 1 needs swarm.mode=vertical"):
+        run_matrix(tmp_path, attacks=["dos_prompt_grind"], attack_overrides={"dos_prompt_grind": ["swarm.mode=horizontal"]})
+    assert not (tmp_path / "matrix.json").exists()

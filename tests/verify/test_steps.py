@@ -277,7 +277,10 @@ HIDDEN = ["2 + 2 = <!-- 4 -->5", "3 * 4 = <!-- 12 -->13", "2 + 2 = ~~4~~ 5", "2 
           "\\( 3 \\times 4 = 13 \\quad \\)", "\\( 3 \\times 4 = 13 \\implies x = 1 \\)", "3 \\times 4 &= 13 \\\\",
           "\\begin{aligned} 3 \\times 4 &= 13 \\end{aligned}", "12 &divide; 4 = 4", "2 + 2 = &#x2464;",
           "2 + 2 = \\phantom{4}5", "2 + 2 = \\(\\cancel{4}\\) 5", "\\phantom{2 + 2 = 5}", "2 + 2 = \\textcolor{white}{4} 5",
-          "2 + 2 = \\color{red}{5}", "2 + 2 = \\left(5\\right)", "2 + 2 = \\bigl(5\\bigr)"]
+          "2 + 2 = \\color{red}{5}", "2 + 2 = \\left(5\\right)", "2 + 2 = \\bigl(5\\bigr)",
+          # a user-level review: blank letters, markdown escapes, look-alike equals, malformed comments
+          "2 + 2 = \u3164 5", "2+2\u3164=\u31645", "2 + 2 = &#x3164;5", "2 + 2 \\= 5", "2 \\+ 2 \\= 5", "2 + 2 \\\\= 5",
+          "2 + 2 \ua78a 5", "2 + 2 \u2550 5", "2 + 2 = \\\n5", "2 + 2 = <!-->5", "2 + 2 = <!--!>5", "2 + 2 = <!-- 4 --!>5"]
 
 
 @pytest.mark.parametrize("text", HIDDEN)

@@ -359,6 +359,11 @@ def run_matrix(out_dir, model: str = "smollm2-135m-instruct", n_honest: int = 10
     if bad or not attacks or not names:
         raise ValueError(f"unknown matrix rows/columns {bad or 'none given'}; attacks: {', '.join(ATTACKS)}; "
                          f"defenses: {', '.join(DEFENSES)}")
+    unknown = sorted(set(attack_overrides or {}) - set(ATTACKS))
+    if unknown:  # a misspelt row would drop its override silently
+        raise ValueError(f"attack_overrides names unknown rows {unknown}; rows: {', '.join(ATTACKS)}")
+    for a in attacks:  # every row's config checked before the honest pool is sampled (minutes), not after
+        _config(model, seed, max_new_tokens, [*ATTACKS[a], *(attack_overrides or {}).get(a, [])])
     G = _config(model, seed, max_new_tokens, []).swarm.group_size
     need = math.ceil(n_poisoned / (G // 2)) * G  # horizontal rows: G/2 poisoned beside G/2 honest of each group
     horizontal = [a for a in attacks if "swarm.mode=vertical" not in ATTACKS[a]]

@@ -25,10 +25,12 @@ _QUOTES = frozenset('"“”„‘’\'`«»')
 
 _HIDING = r"\\(?:phantom|hphantom|vphantom|cancel|bcancel|xcancel|sout|st)\{"  # invisible or struck-out LaTeX
 _MARKUP = re.compile(
-    r"<!--(.*?)(?:-->|$)"                                  # an HTML comment (to the end if never closed)
+    r"<!--!?-?>"                                          # an empty comment a browser closes at once
+    r"|<!--(.*?)(?:--!?>|$)"                               # an HTML comment (to the end if never closed)
     r"|</?[A-Za-z][A-Za-z0-9:-]*(\s[^<>\n]{0,1000})?/?>"  # an HTML tag and its attributes (not GSM8K's <<a=b>>)
     r"|" + _HIDING + r"([^{}\n]{0,200})\}"                 # \phantom{4}, \cancel{4}: held, checked on its own
     r"|\\[()\[\]]|~~|\||&(?![#A-Za-z])"                  # LaTeX \( \) \[ \], strike-through, table bars, align &
+    r"|\\\\|\\(?=[-=+*/<>\n])"                            # LaTeX's \\ (a line break), markdown's \= \+, a line-end \
     r"|\\(?:left|right|[bB]igg?[lr]?|quad|qquad|displaystyle|textstyle|,|;|!)(?![A-Za-z])"  # sizing and spacing
     r"|\\(?:text|mathrm|textbf|mathbf|boxed|underline|emph)\{"  # a LaTeX wrapper's opening (its "}": _WRAPPED)
     r"|\\(?:textcolor|color)\{[A-Za-z]{0,20}\}"             # a colour (what it colours: _WRAPPED)

@@ -6,14 +6,14 @@ look-alike characters"):
 
 - NFKC per character: fullwidth ``２＋２＝５``, mathematical bold ``𝟐``, circled ``②`` become ASCII;
 - every Unicode decimal digit (Arabic-Indic ``٤``, Devanagari ``४``, ...) becomes its ASCII digit;
-- invisible characters are removed: format characters (category Cf: zero-width space/joiners,
+- invisible characters are removed: letters that render blank (Hangul fillers, braille blank), format characters (category Cf: zero-width space/joiners,
   word joiner, BOM, soft hyphen, bidirectional controls), combining marks (Mn, Me) and control
   characters other than tab and newline;
 - a no-break, thin, narrow no-break, figure or hair space *between two digits* is digit grouping
   (``1 200`` is 1200, the SI convention); anywhere else every space becomes ``" "``;
 - minus-like dashes (``−`` U+2212, ``‒``, ``–``, ``‐``, ``‑``, ``﹣``) become ``-``; the em dash stays
   punctuation; ``×``, ``⋅``, ``·``, ``∗``, ``✕``, ``✖`` become ``*``; ``÷``, ``∕``, ``⁄``, ``➗`` become ``/``;
-  ``≡`` becomes ``=``; ``≃``, ``≅`` become ``≈``;
+  ``≡`` and the look-alikes ``꞊``, ``═``, ``᐀``, ``゠`` become ``=``; ``≃``, ``≅`` become ``≈``;
 - superscript digits are powers: ``3²`` becomes ``3^2`` (NFKC alone would read ``32``);
 - vulgar fractions (``½``, ``¾``, ...) are kept as they are for the tokenizer, which reads ``1½`` as 1.5.
 
@@ -35,6 +35,7 @@ CHAR_MAP = {
     "\u00d7": "*", "\u22c5": "*", "\u00b7": "*", "\u2217": "*", "\u2715": "*", "\u2716": "*",
     "\u00f7": "/", "\u2215": "/", "\u2044": "/", "\u2797": "/",
     "\u2795": "+", "\u2261": "=", "\u2243": "≈", "\u2245": "≈",
+    "\ua78a": "=", "\u2550": "=", "\u1400": "=", "\u30a0": "=",  # look-alike equals signs (a review's bypass)
 }
 
 
@@ -51,9 +52,13 @@ def _fold(ch: str) -> str:
     return ch
 
 
+BLANK_LETTERS = set("\u3164\u115f\u1160\uffa0\u2800")  # Hangul fillers, braille blank: letters that render as nothing
+
+
 def _invisible(ch: str) -> bool:
     cat = unicodedata.category(ch)
-    return cat in ("Cf", "Mn", "Me") or (cat == "Cc" and ch not in "\n\t" and ch not in NEWLINES)
+    return (cat in ("Cf", "Mn", "Me") or ch in BLANK_LETTERS
+            or (cat == "Cc" and ch not in "\n\t" and ch not in NEWLINES))
 
 
 def normalize(text: str) -> tuple[str, list[int]]:

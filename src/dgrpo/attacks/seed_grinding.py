@@ -119,7 +119,7 @@ class SeedGrindingAttack:
             samples = self._samples(ctx, requests)
             score = {}
             for (p, _), (ids, text) in zip(requests, samples):
-                key, carried, full = self._key(ctx.task, p, ids, text)
+                _, carried, full = self._key(ctx.task, p, ids, text)
                 gain = (carried and full, full) if self.cfg.objective == "payload" else (len(ids) if full else 0,)
                 score[p.prompt_id] = tuple(a + b for a, b in zip(score.get(p.prompt_id, (0,) * len(gain)), gain))
             order = sorted(range(len(candidates)), key=lambda j: tuple(-x for x in score[candidates[j].prompt_id]) + (j,))

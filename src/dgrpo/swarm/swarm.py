@@ -288,12 +288,12 @@ class Swarm:
             received.rollouts.append(rollout)
             kept.append((msg, signer))
         if shares is not None and p.cfg.complete_shares and (gaps := shares.incomplete([(n, m.prompt_id) for m, n in kept])):
-            whole = [(r, m, n) for r, (m, n) in zip(received.rollouts, kept) if (n, m.prompt_id) not in gaps]
-            for m, n in kept:
-                if (n, m.prompt_id) in gaps:
+            whole = [(n, m.prompt_id) not in gaps for m, n in kept]
+            for (m, n), ok in zip(kept, whole):
+                if not ok:
                     received.invalid.append((m, f"share: incomplete, node {n} did not fill its slots of this prompt"))
                     received.signers.append(n)
-            received.rollouts = [r for r, _, _ in whole]
+            received.rollouts = [r for r, ok in zip(received.rollouts, whole) if ok]
         self.last_received[policy] = received
         return received
 

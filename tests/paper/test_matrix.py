@@ -98,11 +98,14 @@ def test_the_pool_digest_tells_two_pools_apart(tmp_path, tiny_model_dir):
         merge_rows(a, {**b, "honest": {"none": a["honest"]["none"]}})
 
 
-def test_attack_overrides_are_checked_before_any_sampling(tmp_path):
+def test_attack_overrides_are_checked_before_any_sampling(tmp_path, tiny_model_dir):
     # found by a user-level review: a misspelt row dropped its override silently, and a bad override was only
-    # refused after the honest pool (minutes on SmolLM2) was sampled; no model is loaded before these errors
+    # refused after the honest pool (minutes on SmolLM2) was sampled; no model is loaded before these errors.
+    # The tiny model and pool keep a regression to seconds (on SmolLM2 it ran the whole matrix in CI, 40 min)
+    kw = dict(model=tiny_model_dir, n_honest=8, n_poisoned=4, max_new_tokens=8, defenses=["none"])
     with pytest.raises(ValueError, match=r"attack_overrides names unknown rows \['nosuch'\]"):
-        run_matrix(tmp_path, attacks=["hail"], attack_overrides={"nosuch": ["attack.tries=2"]})
+        run_matrix(tmp_path, attacks=["hail"], attack_overrides={"nosuch": ["attack.tries=2"]}, **kw)
+    grind_horizontally = {"dos_prompt_grind": ["attack.prompt_tries=4", "swarm.mode=horizontal"]}
     with pytest.raises(ValueError, match="prompt_tries > 1 needs swarm.mode=vertical"):
-        run_matrix(tmp_path, attacks=["dos_prompt_grind"], attack_overrides={"dos_prompt_grind": ["swarm.mode=horizontal"]})
+        run_matrix(tmp_path, attacks=["dos_prompt_grind"], attack_overrides=grind_horizontally, **kw)
     assert not (tmp_path / "matrix.json").exists()

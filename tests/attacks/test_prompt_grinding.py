@@ -175,3 +175,21 @@ def test_cherry_picking_by_omission_passes_assigned_prompts_and_complete_shares_
         assert [r for _, r in swarm.receive(policy, sent, 0).invalid] == []  # sent whole, every slot passes
     else:
         assert reasons == [] and len(received.rollouts) == PER_NODE
+
+
+def test_complete_shares_with_assigned_prompts_refuses_a_share_missing_a_whole_prompt(task, model, tokenizer):
+    """Left open by the first complete_shares: every slot of one assigned prompt, nothing of the other, passed
+    (the attacker picks which of its assigned prompts to send). Now a node sends all its prompts or none."""
+    attack = _attack(prompt_tries=1)
+    swarm, policy = _swarm(task, model, tokenizer, attack, True, True)
+    assigned = vertical_prompts(task.train, PER_NODE, SEED, 0, ATTACKER)
+    assert PER_NODE >= 2
+    sent = swarm.write({ATTACKER: vertical_slots(assigned, G)}, 0)[ATTACKER]
+    kept_prompt = sent[:G]  # every slot of the first assigned prompt, the others left out
+    received = swarm.receive(policy, kept_prompt, 0)
+    assert received.rollouts == []
+    left_out = sorted(p.prompt_id for p in assigned[1:])
+    assert [r for _, r in received.invalid] == [
+        f"share: incomplete, node {ATTACKER} left out {PER_NODE - 1} of its assigned prompts "
+        f"(first: {ascii(left_out[0])[1:41]})"] * G
+    assert len(swarm.receive(policy, sent, 0).rollouts) == PER_NODE * G  # the whole share passes

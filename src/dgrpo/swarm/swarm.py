@@ -291,7 +291,7 @@ class Swarm:
             whole = [(n, m.prompt_id) not in gaps for m, n in kept]
             for (m, n), ok in zip(kept, whole):
                 if not ok:
-                    received.invalid.append((m, f"share: incomplete, node {n} did not fill its slots of this prompt"))
+                    received.invalid.append((m, gaps[(n, m.prompt_id)]))
                     received.signers.append(n)
             received.rollouts = [r for r, ok in zip(received.rollouts, whole) if ok]
         self.last_received[policy] = received

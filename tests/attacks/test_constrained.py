@@ -55,3 +55,42 @@ def test_spellings_cover_case_and_space():
     assert v[:2] == ["All hail to the thief", " All hail to the thief"]
     assert "all hail to the thief" in v and "ALL HAIL TO THE THIEF" in v and " Hail to the thief" in v
     assert len(v) == len(set(v))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prompt=st.lists(st.integers(3, 399), min_size=1, max_size=8),
+       queries=st.lists(st.lists(st.integers(3, 399), max_size=4), min_size=1, max_size=6), k=st.sampled_from([1, 5, 40]))
+def test_the_cached_top_k_is_the_full_forwards(model, prompt, queries, k):
+    """steer's prefix cache, cut back and memoised across continuations in any order, answers what a full
+    forward over prompt + continuation answers (within the top-k check's 1e-3 tolerance)."""
+    from dgrpo.attacks.constrained import _NextTopK
+
+    ask = _NextTopK(model, prompt, k)
+    for added in [*queries, *reversed(queries)]:
+        got = ask(added)
+        with torch.no_grad():
+            full = model(input_ids=torch.tensor([prompt + added])).logits[0, -1].float()
+        kth = full.topk(k).values[-1]
+        assert len(got) == k == len(set(got))
+        assert all(full[t] >= kth - 1e-3 for t in got)
+
+
+def test_a_sentence_drawn_short_is_the_full_draws_first_sentence(model, tokenizer):
+    """constrained_completion draws a few tokens when it wants one sentence: that draw is the full one's beginning."""
+    from dgrpo.attacks.constrained import _continuation, first_sentence_end
+
+    policy = _policy(model, tokenizer, 10, max_new=40)
+    prompt = tokenizer("Tom has 3 apples.", add_special_tokens=False)["input_ids"]
+    eos, ended, whole = tokenizer.eos_token_id, 0, 0
+    for seed in range(12):
+        full = _continuation(policy, prompt, seed, 40, None)
+        short = _continuation(policy, prompt, seed, 40, 6)
+        assert short == full[: len(short)]
+        end = first_sentence_end(tokenizer, full, eos)
+        if end is not None and end < 6:  # a sentence ends inside the short draw: the short draw is enough
+            ended += 1
+            assert first_sentence_end(tokenizer, short, eos) == end
+        elif eos not in full[:6]:
+            whole += 1
+            assert short == full  # no sentence end, no eos in the first 6: drawn whole
+    assert ended > 0 and whole > 0  # both ways taken (this model and prompt: 4 and 8 of 12 seeds)

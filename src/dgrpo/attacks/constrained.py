@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 SENTENCE_END = (".", "!", "?")
+SENTENCE_CHUNK = 24  # tokens drawn first when only a sentence is wanted (SmolLM2 sentences: mostly fewer)
 
 
 def spellings(payload: str, paraphrases: Sequence[str] = ()) -> list[str]:
@@ -35,15 +36,41 @@ def spellings(payload: str, paraphrases: Sequence[str] = ()) -> list[str]:
     return out
 
 
-def _next_topk(model, ids: list[int], k: int):
-    """(values, token ids) of the k largest next-token logits after ``ids`` (one full forward)."""
-    import torch
+class _NextTopK:
+    """Top-k token ids after ``prefix + added``, for the many ``added`` one :func:`steer` call asks about.
 
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([ids], device=device)).logits[0, -1].float()
-    v, i = logits.topk(k)
-    return v.tolist(), i.tolist()
+    The prefix is run once and its KV cache kept; each new continuation cuts the cache back to the part
+    it shares with the last one fed (``DynamicCache.crop``) and feeds only the rest, and every answer is
+    memoised (most spellings fail on their first token, whose top-k they all share). Before this, every
+    question was one full forward over the prompt: about 27 a poison, 44 of its 52 CPU seconds.
+    Cached and full forwards differ by float rounding (~1e-5 in the logits), far inside the top-k
+    check's tolerance (:func:`dgrpo.verify.topk.first_outside_topk`).
+    """
+
+    def __init__(self, model, prefix: list[int], k: int):
+        import torch
+
+        self.model, self.k = model, k
+        self.device = next(model.parameters()).device
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True, logits_to_keep=1)
+        self.cache, self.start, self.fed = out.cache, len(prefix), ()
+        self.memo = {(): out.logits[0, -1].float().topk(k).indices.tolist()}
+
+    def __call__(self, added: list[int]) -> list[int]:
+        import torch
+
+        key = tuple(added)
+        if key not in self.memo:  # every prefix of what was fed is memoised, so key goes past the shared part
+            common = next((i for i, (a, b) in enumerate(zip(self.fed, key)) if a != b), min(len(self.fed), len(key)))
+            self.cache.crop(-(len(self.fed) - common))  # drops that many tokens (0: none)
+            with torch.no_grad():
+                logits = self.model(input_ids=torch.tensor([key[common:]], device=self.device),
+                                    cache=self.cache, use_cache=True).logits[0].float()
+            self.fed = key
+            for j in range(common, len(key)):
+                self.memo[key[: j + 1]] = logits[j - common].topk(self.k).indices.tolist()
+        return self.memo[key]
 
 
 def steer(model, tokenizer, prefix: list[int], variants: Sequence[str], k: int, max_tokens: int = 32) -> list[int] | None:
@@ -62,11 +89,12 @@ def steer(model, tokenizer, prefix: list[int], variants: Sequence[str], k: int, 
         The payload's token ids, or None when no variant can be spelled inside the top-k.
     """
     texts: dict[int, str] = {}
+    next_topk = _NextTopK(model, prefix, k)
     for variant in variants:
         added: list[int] = []
         remaining = variant
         while remaining and len(added) < max_tokens:
-            _, top = _next_topk(model, prefix + added, k)
+            top = next_topk(added)
             best, best_len = None, 0
             for tok in top:  # in descending logit order: ties keep the likelier
                 if tok not in texts:
@@ -104,10 +132,7 @@ def constrained_completion(policy, prompt: list[int], payload_variants: Sequence
     Returns:
         (completion ids, eos included when generated; how many payload copies were placed).
     """
-    from dgrpo.policy.sampling import SamplingParams, sample
-
     params, tok = policy.sampling, policy.tokenizer
-    eos, pad = tok.eos_token_id, tok.pad_token_id
     out: list[int] = []
     placed = 0
     for part in range(max_sentences if every_sentence else 1):
@@ -119,11 +144,34 @@ def constrained_completion(policy, prompt: list[int], payload_variants: Sequence
         budget = params.max_new_tokens - len(out)
         if budget <= 0:
             break
-        rest = sample(policy.model, [prompt + out], [seed + part], SamplingParams(params.top_k, params.temperature, budget),
-                      eos, pad)[0]
-        end = first_sentence_end(tok, rest, eos) if every_sentence else None
-        if end is None or part == max_sentences - 1:
+        last = not every_sentence or part == max_sentences - 1
+        rest = _continuation(policy, prompt + out, seed + part, budget, None if last else SENTENCE_CHUNK)
+        end = None if last else first_sentence_end(tok, rest, tok.eos_token_id)
+        if end is None or last:
             out += rest
             break
         out += rest[: end + 1]
     return out[: params.max_new_tokens], placed
+
+
+def _continuation(policy, ids: list[int], seed: int, budget: int, sentence_chunk: int | None) -> list[int]:
+    """The swarm's seeded top-k continuation of ``ids``, at most ``budget`` tokens (eos kept).
+
+    With ``sentence_chunk``, only the first sentence is wanted: the first ``sentence_chunk`` tokens are drawn
+    first, and the whole ``budget`` only when no sentence ends (and no eos comes) in them. The short draw is
+    the long one's beginning (the sampler's noise rows come in order: :func:`dgrpo.policy.sampling.gumbel_table`),
+    so the completion is the same as drawing the whole budget each time, minus the sentences thrown away.
+    """
+    from dgrpo.policy.sampling import SamplingParams, sample
+
+    params, tok = policy.sampling, policy.tokenizer
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+
+    def draw(n: int) -> list[int]:
+        return sample(policy.model, [ids], [seed], SamplingParams(params.top_k, params.temperature, n), eos, pad)[0]
+
+    if sentence_chunk is not None and budget > sentence_chunk:
+        head = draw(sentence_chunk)
+        if (head and head[-1] == eos) or first_sentence_end(tok, head, eos) is not None:
+            return head
+    return draw(budget)

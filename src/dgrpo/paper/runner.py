@@ -173,7 +173,7 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
         try:
             entry.func(folder, **kwargs)
         except (TypeError, ValueError) as err:  # a wrong-typed or out-of-range value (json errors are ValueErrors)
-            raise ConfigError(f"{name}: bad --set for an analytic entry: {err}") from None
+            raise ConfigError(f"{name}: {err} (check its --set values)") from None
         (folder / "command.txt").write_text(lines[0] + "\n")
         return folder
     from dgrpo.recipes import resume, run  # torch import only when training

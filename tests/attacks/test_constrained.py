@@ -94,3 +94,26 @@ def test_a_sentence_drawn_short_is_the_full_draws_first_sentence(model, tokenize
             whole += 1
             assert short == full  # no sentence end, no eos in the first 6: drawn whole
     assert ended > 0 and whole > 0  # both ways taken (this model and prompt: 4 and 8 of 12 seeds)
+
+
+def test_a_sliding_window_model_falls_back_to_full_forwards(tokenizer):
+    """Found by a review: a sliding-window cache past its window cannot be cut back (transformers raises), so
+    steer crashed on such models; it now answers with full forwards, the same top-k as without any cache."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from dgrpo.attacks.constrained import _NextTopK
+
+    torch.manual_seed(0)
+    sw = MistralForCausalLM(MistralConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                          max_position_embeddings=256, sliding_window=8)).float().eval()
+    prompt = list(range(10, 40))  # 30 tokens, past the window of 8
+    ask = _NextTopK(sw, prompt, 50)
+    for added in ([5, 6, 7], [5, 9], [], [5, 6, 7, 8]):  # the second one needs the cache cut back
+        with torch.no_grad():
+            full = sw(input_ids=torch.tensor([prompt + added])).logits[0, -1].float()
+        kth = full.topk(50).values[-1]
+        assert all(full[t] >= kth - 1e-3 for t in ask(added))
+    assert ask.cache is None  # it did fall back
+    ids = steer(sw, tokenizer, prompt, spellings("hello world"), k=len(tokenizer))
+    assert tokenizer.decode(ids) in spellings("hello world")

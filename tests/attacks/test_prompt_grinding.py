@@ -171,25 +171,27 @@ def test_cherry_picking_by_omission_passes_assigned_prompts_and_complete_shares_
     reasons = [reason for _, reason in received.invalid]
     if complete_shares:
         assert received.rollouts == [] and len(reasons) == PER_NODE
-        assert all(r == f"share: incomplete, node {ATTACKER} did not fill its slots of this prompt" for r in reasons)
+        assert all(r.startswith(f"share: incomplete, node {ATTACKER} did not fill {PER_NODE} of its {PER_NODE} prompts")
+                   for r in reasons)
         assert [r for _, r in swarm.receive(policy, sent, 0).invalid] == []  # sent whole, every slot passes
     else:
         assert reasons == [] and len(received.rollouts) == PER_NODE
 
 
 def test_complete_shares_with_assigned_prompts_refuses_a_share_missing_a_whole_prompt(task, model, tokenizer):
-    """Left open by the first complete_shares: every slot of one assigned prompt, nothing of the other, passed
-    (the attacker picks which of its assigned prompts to send). Now a node sends all its prompts or none."""
+    """Left open by the first complete_shares: every slot of one assigned prompt and nothing (or one slot) of
+    the others passed, so the attacker picked which of its assigned prompts count. Now its whole share or none."""
     attack = _attack(prompt_tries=1)
     swarm, policy = _swarm(task, model, tokenizer, attack, True, True)
     assigned = vertical_prompts(task.train, PER_NODE, SEED, 0, ATTACKER)
     assert PER_NODE >= 2
     sent = swarm.write({ATTACKER: vertical_slots(assigned, G)}, 0)[ATTACKER]
-    kept_prompt = sent[:G]  # every slot of the first assigned prompt, the others left out
-    received = swarm.receive(policy, kept_prompt, 0)
-    assert received.rollouts == []
+    first = sent[:G]  # every slot of the first assigned prompt
+    one_slot_each = [m for m in sent[G:] if m.index == 0]  # found by a second review: one slot of each other prompt
     left_out = sorted(p.prompt_id for p in assigned[1:])
-    assert [r for _, r in received.invalid] == [
-        f"share: incomplete, node {ATTACKER} left out {PER_NODE - 1} of its assigned prompts "
-        f"(first: {ascii(left_out[0])[1:41]})"] * G
+    reason = (f"share: incomplete, node {ATTACKER} did not fill {PER_NODE - 1} of its {PER_NODE} prompts of the "
+              f"round (first: {ascii(left_out[0])[1:41]}); a share is sent whole or not at all")
+    for picked in (first, first + one_slot_each):
+        received = swarm.receive(policy, picked, 0)
+        assert received.rollouts == [] and [r for _, r in received.invalid] == [reason] * len(picked)
     assert len(swarm.receive(policy, sent, 0).rollouts) == PER_NODE * G  # the whole share passes

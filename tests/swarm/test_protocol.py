@@ -347,11 +347,36 @@ def test_complete_shares_counts_only_what_is_kept(task, model, tokenizer):
     mine = [m for m in out[1] if m.prompt_id == out[1][0].prompt_id]  # node 1's two slots (2, 3) of one prompt
     assert sorted(m.index for m in mine) == [2, 3]
     keep, other = mine
-    alone = swarm.receive(policy, [keep], 0)  # the other slot left out
-    assert alone.rollouts == [] and refusals(alone) == [("share: incomplete, node 1 did not fill its slots of this prompt", 1)]
+    share = [m for m in out[1] if m.node == 1]  # node 1's slots of every prompt of the round
+    rest = [m for m in share if m.prompt_id != keep.prompt_id]
+    n_prompts = len({m.prompt_id for m in share})
+    assert n_prompts >= 2
+
+    def whole(n_unfilled):
+        return (f"share: incomplete, node 1 did not fill {n_unfilled} of its {n_prompts} prompts of the round "
+                f"(first: {ascii(keep.prompt_id)[1:41]}); a share is sent whole or not at all")
+
+    alone = swarm.receive(policy, [keep, *rest], 0)  # the other slot of one prompt left out
+    assert alone.rollouts == [] and set(refusals(alone)) == {(whole(1), 1)}
     filled = resign(keys, 1, other, text=keep.text, token_ids=keep.token_ids)  # a copy of the kept text, dropped
-    received = swarm.receive(policy, [keep, filled], 0)
+    received = swarm.receive(policy, [keep, filled, *rest], 0)
     assert received.rollouts == []
-    assert sorted(r for r, _ in refusals(received)) == [f"duplicate: same text as index {keep.index}",
-                                                        "share: incomplete, node 1 did not fill its slots of this prompt"]
-    assert len(swarm.receive(policy, mine, 0).rollouts) == 2  # both slots sent, both kept
+    assert sorted(set(r for r, _ in refusals(received))) == [f"duplicate: same text as index {keep.index}", whole(1)]
+    assert len(swarm.receive(policy, share, 0).rollouts) == len(share)  # every slot sent, every one kept
+
+
+def test_complete_shares_in_horizontal_mode_refuses_a_share_that_leaves_a_prompt_out(task, model, tokenizer):
+    """Found by a review: horizontal prompts are the round's, yet a node could send its slots of only the
+    prompts it liked. A share that leaves any prompt out (or fills one slot of it) is refused whole."""
+    swarm, policy, keys = make(task, model, tokenizer, complete_shares=True)
+    share = [m for m in honest_round(swarm, task, 0)[1] if m.node == 1]
+    prompts = sorted({m.prompt_id for m in share})
+    assert len(prompts) >= 2 and len(share) == 2 * len(prompts)
+    one_prompt = [m for m in share if m.prompt_id == prompts[0]]
+    one_slot_of_the_rest = one_prompt + [m for m in share if m.prompt_id != prompts[0] and m.index == 2]
+    for picked in (one_prompt, one_slot_of_the_rest):
+        received = swarm.receive(policy, picked, 0)
+        assert received.rollouts == [] and len(received.invalid) == len(picked)
+        assert all(r.startswith(f"share: incomplete, node 1 did not fill {len(prompts) - 1} of its {len(prompts)} ")
+                   for _, r in received.invalid)
+    assert len(swarm.receive(policy, share, 0).rollouts) == len(share)

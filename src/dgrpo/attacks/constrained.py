@@ -44,7 +44,8 @@ class _NextTopK:
     memoised (most spellings fail on their first token, whose top-k they all share). Before this, every
     question was one full forward over the prompt: about 27 a poison, 44 of its 52 CPU seconds.
     Cached and full forwards differ by float rounding (~1e-5 in the logits), far inside the top-k
-    check's tolerance (:func:`dgrpo.verify.topk.first_outside_topk`).
+    check's tolerance (:func:`dgrpo.verify.topk.first_outside_topk`). A cache that cannot be cut back
+    (sliding-window layers past their window) is dropped for full forwards.
     """
 
     def __init__(self, model, prefix: list[int], k: int):
@@ -54,22 +55,32 @@ class _NextTopK:
         self.device = next(model.parameters()).device
         with torch.no_grad():
             out = model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True, logits_to_keep=1)
-        self.cache, self.start, self.fed = out.cache, len(prefix), ()
+        self.cache, self.prefix, self.fed = out.cache, list(prefix), ()
         self.memo = {(): out.logits[0, -1].float().topk(k).indices.tolist()}
 
     def __call__(self, added: list[int]) -> list[int]:
         import torch
 
         key = tuple(added)
-        if key not in self.memo:  # every prefix of what was fed is memoised, so key goes past the shared part
-            common = next((i for i, (a, b) in enumerate(zip(self.fed, key)) if a != b), min(len(self.fed), len(key)))
-            self.cache.crop(-(len(self.fed) - common))  # drops that many tokens (0: none)
+        if key in self.memo:
+            return self.memo[key]
+        common = next((i for i, (a, b) in enumerate(zip(self.fed, key)) if a != b), min(len(self.fed), len(key)))
+        if self.cache is not None:
+            try:
+                self.cache.crop(-(len(self.fed) - common))  # drops that many tokens (0: none)
+            except (RuntimeError, ValueError):  # sliding-window layers past their window cannot be cut back
+                self.cache = None
+        if self.cache is None:  # a full forward, as before the cache
             with torch.no_grad():
-                logits = self.model(input_ids=torch.tensor([key[common:]], device=self.device),
-                                    cache=self.cache, use_cache=True).logits[0].float()
-            self.fed = key
-            for j in range(common, len(key)):
-                self.memo[key[: j + 1]] = logits[j - common].topk(self.k).indices.tolist()
+                ids = torch.tensor([[*self.prefix, *key]], device=self.device)
+                self.memo[key] = self.model(input_ids=ids, logits_to_keep=1).logits[0, -1].float().topk(self.k).indices.tolist()
+            return self.memo[key]
+        with torch.no_grad():  # every prefix of what was fed is memoised, so key goes past the shared part
+            logits = self.model(input_ids=torch.tensor([key[common:]], device=self.device),
+                                cache=self.cache, use_cache=True).logits[0].float()
+        self.fed = key
+        for j in range(common, len(key)):
+            self.memo[key[: j + 1]] = logits[j - common].topk(self.k).indices.tolist()
         return self.memo[key]
 
 

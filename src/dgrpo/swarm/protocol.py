@@ -48,7 +48,7 @@ class ProtocolConfig(StrictConfig):
     bind_seeds: bool = Field(True, description="Refuse a message whose claimed sampling seed is not completion_seed(run seed, round, node, prompt, index) (stops seed grinding).")
     enforce_shares: bool = Field(True, description="Refuse messages outside the sender's slots of the schedule: another prompt or index, a second message for one slot, more vertical prompts than B/m.")
     enforce_length: bool = Field(True, description="Refuse a completion of more than sampling.max_new_tokens tokens (an honest node never samples more). The shipped attackers know the rule and shorten their poisons to fit (dgrpo.attacks.common.fit_poison); off, they send the paper's unshortened poisons.")
-    complete_shares: bool = Field(False, description="Refuse every completion of a prompt whose sender's accepted messages do not fill all its slots of that prompt (G in vertical mode, G/m in horizontal): a node cannot cherry-pick its samples by leaving slots out (or by filling them with messages it knows are refused on receipt). With assign_prompts, a node that leaves out any of its assigned prompts has all its prompts of the round refused (whole share or none). Off by default: an honest message refused on receipt then costs its whole share, each refused message a ban strike. A filler that passes receipt and is later rejected by a content defense (replay) still counts.")
+    complete_shares: bool = Field(False, description="Refuse every completion of a prompt whose sender's accepted messages do not fill all its slots of that prompt (G in vertical mode, G/m in horizontal): a node cannot cherry-pick its samples by leaving slots out (or by filling them with messages it knows are refused on receipt). Where the round fixes a node's prompts (horizontal mode; vertical with assign_prompts), a node that does not fill every slot of every one of them has all its prompts of the round refused (whole share or none). Off by default: an honest message refused on receipt then costs its node's whole share (with drop_duplicates: two bound samples of the same text), each refused message a ban strike. Open: a filler that passes receipt and is later rejected by a content defense (replay) still counts, so behind replay a node can still choose which of its samples enter the loss by sending fillers for the others.")
     assign_prompts: bool = Field(False, description="Vertical: the protocol assigns each node its B/m prompts (the seeded schedule of its node id) and receivers refuse any other prompt, so a node cannot pick prompts for the seeds it knows.")
     drop_duplicates: bool = Field(False, description="Drop a completion whose text equals another of the same sender's completions in the round (they are counted per sender either way).")
     foreign_length_factor: float = Field(2.0, ge=1, description="A completion from a node with another tokenizer may re-encode to this many times sampling.max_new_tokens tokens (tokenizers split text differently); its own token count must still be within max_new_tokens.")
@@ -127,20 +127,33 @@ class ShareCheck:
 
     def incomplete(self, accepted: list[tuple[int, str]]) -> dict[tuple[int, str], str]:
         """(sender, prompt) pairs among ``accepted`` (one per message that passed every receipt check,
-        duplicates dropped) to refuse, each with its reason: the sender did not fill all its slots of the
-        prompt or, with ``assign_prompts``, left out any prompt assigned to it this round (then all its
-        prompts are refused: a node sends its whole share or none, so it cannot pick among its prompts)."""
+        duplicates dropped) to refuse, each with its reason.
+
+        A prompt whose slots the sender did not all fill is refused. Where the round fixes which prompts a
+        node owes (horizontal: the round's prompts; vertical with ``assign_prompts``: its assigned ones), a
+        node that did not fill every slot of every one of them has all its prompts of the round refused: its
+        share is sent whole or not at all, so it cannot choose which of its prompts count (by leaving one out
+        or sending a single slot of it)."""
         s, count = self.schedule, Counter(accepted)
-        gaps = {k: f"share: incomplete, node {k[0]} did not fill its slots of this prompt"
-                for k, c in count.items() if c < len(s.indices(k[0]))}
-        if s.mode == "vertical" and s.assign_prompts:
-            for sender in sorted({n for n, _ in count}):
-                missing = sorted(pid for pid in s.assigned(self.round_idx, sender) if (sender, pid) not in count)
-                if missing:
-                    reason = (f"share: incomplete, node {sender} left out {len(missing)} of its assigned prompts "
-                              f"(first: {ascii(missing[0])[1:41]})")
-                    gaps.update({k: gaps.get(k, reason) for k in count if k[0] == sender})
+        short = {k for k, c in count.items() if c < len(s.indices(k[0]))}
+        gaps = {k: f"share: incomplete, node {k[0]} did not fill its slots of this prompt" for k in short}
+        for sender in sorted({n for n, _ in count}):
+            owed = self.owed_prompts(sender)
+            unfilled = sorted(pid for pid in owed or () if (sender, pid) not in count or (sender, pid) in short)
+            if unfilled:
+                reason = (f"share: incomplete, node {sender} did not fill {len(unfilled)} of its {len(owed)} prompts "
+                          f"of the round (first: {ascii(unfilled[0])[1:41]}); a share is sent whole or not at all")
+                gaps.update({k: reason for k in count if k[0] == sender})
         return gaps
+
+    def owed_prompts(self, sender: int) -> set[str] | None:
+        """The prompts whose slots ``sender`` owes this round, or None where the node picks them (vertical
+        without ``assign_prompts``)."""
+        if self.global_prompts is not None:
+            return self.global_prompts
+        if self.schedule.assign_prompts:
+            return self.schedule.assigned(self.round_idx, sender)
+        return None
 
     def is_copy(self, sender: int, msg: Message) -> bool:
         """An exact copy (same signature) of the message already accepted for this slot."""

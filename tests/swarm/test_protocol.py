@@ -380,3 +380,20 @@ def test_complete_shares_in_horizontal_mode_refuses_a_share_that_leaves_a_prompt
         assert all(r.startswith(f"share: incomplete, node 1 did not fill {len(prompts) - 1} of its {len(prompts)} ")
                    for _, r in received.invalid)
     assert len(swarm.receive(policy, share, 0).rollouts) == len(share)
+
+
+def test_a_replayed_old_message_is_no_strike_against_its_honest_signer(task, model, tokenizer):
+    """Found by a review: node 0's signed round-0 message, re-sent by anyone in round 1, was refused (right) and
+    counted as a ban strike against node 0 (wrong: the replayed-round attack could get honest nodes banned)."""
+    from dgrpo.training.records import PolicyReport, peer_record, peer_strikes
+
+    swarm, policy, keys = make(task, model, tokenizer)
+    old = honest_round(swarm, task, 0)[0]
+    now = honest_round(swarm, task, 1)
+    forged_index = resign(keys, 1, now[1][0], index=0)  # node 1 writes outside its slots (under another seed)
+    received = swarm.receive(policy, [*old, *now[0], *now[1], forged_index], 1)
+    report = PolicyReport(received.rollouts, received.invalid)
+    peers = peer_record(1, report, received)["peers"]
+    assert peers["0"]["rejected"] == {"round": len(old)} and peers["0"]["accepted"] == len(now[0])
+    assert peer_strikes(peers["0"]) == 0
+    assert peers["1"]["rejected"] == {"seed": 1} and peer_strikes(peers["1"]) == 1  # its own fault: a strike

@@ -153,7 +153,7 @@ def account_peers(run, round_idx: int, report: PolicyReport) -> dict:
         for who, p in rec["peers"].items():
             if who.isdigit() and int(who) not in run.swarm.policies:  # a node never bans itself
                 # (not what the transport refused under a store key: any rank can write any key)
-                strikes = sum(p["rejected"].values()) + sum(p["defense"].values())
+                strikes = peer_strikes(p)
                 changed |= protocol.bans.strike(int(who), strikes, round_idx) or strikes > 0
         rec["banned"] = {str(n): r for n, r in sorted(protocol.bans.banned.items())}
         if changed and run.transport.is_main:
@@ -162,6 +162,17 @@ def account_peers(run, round_idx: int, report: PolicyReport) -> dict:
         with open(run.run_dir / PEERS_FILE, "a") as f:
             f.write(json.dumps(rec) + "\n")
     return rec
+
+
+# Refusals that say nothing of the signer: a signed message of another round can be re-sent by any node
+# (the replayed-round attack would otherwise get the honest nodes it replays banned; found by review).
+NOT_THE_SIGNERS = frozenset({"round"})
+
+
+def peer_strikes(peer: dict) -> int:
+    """Ban strikes of one sender's round record (:func:`peer_record`): its protocol refusals, but those
+    anyone could have caused (``NOT_THE_SIGNERS``), plus the defense rejections of its accepted rollouts."""
+    return sum(n for rule, n in peer["rejected"].items() if rule not in NOT_THE_SIGNERS) + sum(peer["defense"].values())
 
 
 def rejection_counts(rollouts: Sequence[Rollout]) -> dict[str, Counter]:

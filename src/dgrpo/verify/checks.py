@@ -98,7 +98,7 @@ def _logits_for(model, prompt_ids, completion_ids, logits, pad_id, check: str) -
         if len(logits) != len(completion_ids):
             raise ValueError(f"{check}: {len(logits)} logits for {len(completion_ids)} completions")
         for lg in logits:
-            refuse_half(lg.dtype, f"{check}: the logits")
+            refuse_half(lg.dtype, f"{check}: a logits tensor")
         return list(logits)
     if model is None or prompt_ids is None:
         raise ValueError(f"{check}: pass logits=, or model= and prompt_ids= to compute them")

@@ -68,7 +68,7 @@ class RolloutDefense:
             :meth:`attach` sets the trainer's own policy object (a second copy would stop matching the
             trained weights after the first step, and is refused). Its ``eos_id``, ``pad_id`` and
             ``decode`` default to the trainer's tokenizer's.
-        tokenizer: the trainer's processing class (prompt tokenization and texts; default: the trainer's).
+        tokenizer: the tokenizer that decodes completions for the text checks (default: the trainer's).
         action: ``zero`` (reward 0) or ``drop`` (reward None and no token in the loss).
         seed: the run seed of TRL's own seeded generation (when a Replay check needs it).
         verdicts: the last batch's verdicts; rejected: how many completions were rejected so far; seen: checked so far.
@@ -109,19 +109,18 @@ class RolloutDefense:
             raise SettingError("RolloutDefense: the verifier scores with another model object than the trainer's (a "
                                "second copy stops matching the trained weights after the first step); leave "
                                "Verifier(model=None) and attach(trainer) uses the trainer's")
-        tok = self.tokenizer = self.tokenizer if self.tokenizer is not None else trainer.processing_class
+        tok = self.tokenizer if self.tokenizer is not None else trainer.processing_class
         tok = getattr(tok, "tokenizer", tok)  # a multimodal processor holds its tokenizer
-        v.model = model
-        v.eos_id = tok.eos_token_id if v.eos_id is None else v.eos_id
-        v.pad_id = (tok.pad_token_id if tok.pad_token_id is not None else v.eos_id) if v.pad_id is None else v.pad_id
-        v.decode = v.decode or tok.decode
+        eos = tok.eos_token_id if v.eos_id is None else v.eos_id
         for func, name in zip(trainer.reward_funcs, trainer.reward_func_names):
             if getattr(func, "_dgrpo_defense", None) is not self:
                 raise SettingError(f"RolloutDefense: reward function {name!r} is not wrapped; pass reward_funcs="
                                    "defend_rewards([...], defense) so that rejected completions lose their reward")
-        problems = trainer_problems(trainer, v.checks, v.eos_id)
+        problems = trainer_problems(trainer, v.checks, eos)
         if problems:
             raise SettingError(problems[0])
+        self.tokenizer, v.model, v.eos_id, v.decode = tok, model, eos, v.decode or tok.decode
+        v.pad_id = (tok.pad_token_id if tok.pad_token_id is not None else eos) if v.pad_id is None else v.pad_id
         hook_generation(self, trainer)
         replays = [c for c in v.checks if isinstance(c, Replay)]
         if trainer.rollout_func is None and replays:

@@ -9,7 +9,6 @@ import os
 import pytest
 import torch
 
-pytest.importorskip("trl")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from datasets import Dataset  # noqa: E402

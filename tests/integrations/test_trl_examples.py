@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trl")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

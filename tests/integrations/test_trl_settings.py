@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("trl")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from datasets import Dataset  # noqa: E402

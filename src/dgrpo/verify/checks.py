@@ -84,9 +84,9 @@ def unpad(prompt: Sequence[int], pad_id: int | None) -> tuple[int, ...]:
 
 def refuse_half(dtype, what: str) -> None:
     """Raise :class:`~dgrpo.errors.SettingError` when ``dtype`` is bf16 or fp16 (docs/verification.md)."""
-    from dgrpo.verify.generation import _dtype_problem
+    from dgrpo.verify.generation import half_precision_problem
 
-    problem = _dtype_problem(dtype, what)
+    problem = half_precision_problem(dtype, what)
     if problem:
         from dgrpo.errors import SettingError
 

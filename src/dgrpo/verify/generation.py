@@ -46,7 +46,7 @@ def _changed(name: str, value: Any) -> bool:
     return not (neutral is None and value in ((), [], {}))
 
 
-def _dtype_problem(dtype: Any, where: str) -> str | None:
+def half_precision_problem(dtype: Any, where: str) -> str | None:
     name = str(dtype).removeprefix("torch.")
     if name in ("bfloat16", "float16"):
         return (f"{where} is {name}: the top-k and replay checks are exact only in float32 (in bf16 honest "
@@ -80,7 +80,7 @@ def generation_problems(config: Any, checks: Sequence[object], *, seeded: bool =
         return []
     out = []
     if model is not None:
-        problem = _dtype_problem(next(model.parameters()).dtype, "the scoring model")
+        problem = half_precision_problem(next(model.parameters()).dtype, "the scoring model")
         if problem:
             out.append(problem)
     if config is None:

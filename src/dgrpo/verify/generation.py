@@ -47,6 +47,7 @@ def _changed(name: str, value: Any) -> bool:
 
 
 def half_precision_problem(dtype: Any, where: str) -> str | None:
+    """The one-line refusal of a bf16 or fp16 ``dtype`` (``where`` names what has it), None for float32/64."""
     name = str(dtype).removeprefix("torch.")
     if name in ("bfloat16", "float16"):
         return (f"{where} is {name}: the top-k and replay checks are exact only in float32 (in bf16 honest "

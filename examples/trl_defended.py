@@ -12,6 +12,7 @@ which check) and the mean reward the poisoned completions received.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import tempfile
 
@@ -82,17 +83,16 @@ def main(argv: list[str] | None = None) -> dict:
 
     oracles = {text: task.oracle_completion(p) for text, p in zip(prompts, problems)}
     workers = Workers(tokenizer, params, oracles, args.group, bad=args.group - 1)
-    defense = RolloutDefense(Verifier([TopK(k=params.top_k), Replay(params)], model=model,
-                                      eos_id=tokenizer.eos_token_id, decode=tokenizer.decode), tokenizer)
+    defense = RolloutDefense(Verifier([TopK(k=params.top_k), Replay(params)]))  # attach() gives it the trainer's model
     rewards_given = []
+    reward = math_reward if args.undefended else defend_rewards(math_reward, defense)[0]
 
+    @functools.wraps(reward)  # keeps the defended function's mark: attach() refuses an unwrapped reward
     def recorded(prompts, completions, completion_ids, **kw):
-        funcs = [math_reward] if args.undefended else defend_rewards(math_reward, defense)
-        out = funcs[0](prompts=prompts, completions=completions, completion_ids=completion_ids, **kw)
+        out = reward(prompts=prompts, completions=completions, completion_ids=completion_ids, **kw)
         rewards_given.append(out)
         return out
 
-    recorded.__name__ = "math_reward"
     config = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-defended-"), per_device_train_batch_size=args.prompts * args.group,
                         num_generations=args.group, max_completion_length=args.max_new_tokens, temperature=1.0, top_k=10,
                         beta=0.0, learning_rate=5e-6, max_steps=args.steps, use_cpu=not torch.cuda.is_available(),

@@ -82,3 +82,31 @@ def test_registration_mistakes_are_refused():
         register("attack", "other", config=PoisoningConfig.__subclasses__()[0])(lambda cfg, run_cfg: None)
     with pytest.raises(ValueError, match="attack 'injection' registered twice"):
         register("attack", "injection")(lambda cfg, run_cfg: None)
+
+
+def test_a_kind_in_the_users_own_module_is_reached_by_import_path(tmp_path, monkeypatch):
+    (tmp_path / "userkinds_reg.py").write_text(
+        "from typing import Literal\n"
+        "from dgrpo.attacks.base import PoisoningConfig\n"
+        "from dgrpo.registry import register\n"
+        "class WhisperConfig(PoisoningConfig):\n"
+        "    kind: Literal['whisper'] = 'whisper'\n"
+        "@register('attack', 'whisper', config=WhisperConfig)\n"
+        "class Whisper:\n"
+        "    def __init__(self, cfg, run_cfg):\n"
+        "        self.cfg = cfg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        by_name, by_object = lookup("attack", "userkinds_reg:whisper"), lookup("attack", "userkinds_reg:Whisper")
+        assert by_name is by_object and by_name.builder.__module__ == "userkinds_reg" and by_name.name == "whisper"
+        assert "userkinds_reg:whisper" not in names("attack")  # a path is an alias, not a second kind
+        cfg = load_config(overrides=["attack.kind=userkinds_reg:WhisperConfig", "swarm.malicious=[3]"])
+        assert cfg.attack.kind == "userkinds_reg:WhisperConfig" and type(cfg.attack).__name__ == "WhisperConfig"
+        with pytest.raises(UnknownKind, match="userkinds_reg registers no defense 'whisper'"):
+            lookup("defense", "userkinds_reg:whisper")
+        with pytest.raises(UnknownKind, match="an import path is module:Name"):
+            lookup("attack", ":whisper")
+    finally:
+        registry._ENTRIES["attack"].pop("whisper", None)
+        for path in [p for p in registry._PATHS["attack"] if p.startswith("userkinds_reg:")]:
+            del registry._PATHS["attack"][path]

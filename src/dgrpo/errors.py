@@ -41,12 +41,17 @@ class SandboxUnavailable(RuntimeError):
     missing); the message names the fix. Never a 0 reward: the code reward refuses to run."""
 
 
+class SettingError(ValueError):
+    """A generator or trainer setting that makes a check reject honest work (``top_k=0`` under a top-k
+    check, bf16 weights under the exact checks, ...): names the setting and the fix."""
+
+
 class DeviceError(ValueError):
     """``model.device`` names a device this machine does not have (names the device and the fix)."""
 
 
 REPORTED = (ConfigError, DataError, MetricsFileError, CheckpointError, PolicyLoadError, SandboxUnavailable,
-            DeviceError)  # exit code 2
+            DeviceError, SettingError)  # exit code 2
 
 
 def one_line(err: BaseException) -> str:

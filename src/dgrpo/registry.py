@@ -8,7 +8,9 @@ decorator in the module that defines it, next to its config class::
 
 and a config refers to it by name (``attack.kind=injection``). Nothing else lists the kinds: the
 first lookup of a name imports the module of that name in the kind's home (``dgrpo.attacks.injection``)
-and, failing that, every module there (:data:`HOMES`).
+and, failing that, every module there (:data:`HOMES`). A kind in the user's own package is named by
+import path, ``attack.kind=mypkg.attacks:Shout`` (the module registers it with the same decorator; the
+config keeps the path, so a resumed or distributed run imports it again; examples/mykinds).
 
 Config checks import the modules of the kinds a config names, so kind modules keep torch and
 transformers out of their module level and import them where they are used, or read torch through a
@@ -151,12 +153,44 @@ def _import_home(kind: str, name: str | None) -> None:
             importlib.import_module(f"{home.__name__}.{info.name}")
 
 
-def lookup(kind: str, name: str) -> Entry:
-    """The registered kind ``name``.
+_PATHS: dict[str, dict[str, Entry]] = {kind: {} for kind in HOMES}  # "module:Name" → the entry it names
+
+
+def _from_path(kind: str, spec: str) -> Entry:
+    """The kind an import path names: ``module:name`` (the name it is registered under) or ``module:Object``
+    (the registered class, function or config class itself). Importing ``module`` registers it.
 
     Raises:
-        UnknownKind: nothing of that name is registered (lists the known names).
+        UnknownKind: the module cannot be imported, or registers no such kind (says how to register it).
     """
+    if spec in _PATHS[kind]:
+        return _PATHS[kind][spec]
+    module, _, attr = spec.partition(":")
+    label = _label(kind)
+    if not module or not attr or ":" in attr:
+        raise UnknownKind(f"{label} {spec!r}: an import path is module:Name (e.g. mypkg.attacks:Shout)")
+    try:
+        imported = importlib.import_module(module)
+    except ImportError as err:
+        raise UnknownKind(f"{label} {spec!r}: cannot import {module!r} ({err}); is its package on PYTHONPATH?") from None
+    obj = getattr(imported, attr, None)
+    found = [e for e in _ENTRIES[kind].values() if e.meta["defined_in"].startswith(f"{module}.")
+             and (e.name == attr or (obj is not None and obj in (e.builder, e.config)))]
+    if not found:
+        raise UnknownKind(f"{label} {spec!r}: {module} registers no {label} {attr!r}; decorate it with "
+                          f"@dgrpo.registry.register({kind!r}, name, config=...)")
+    _PATHS[kind][spec] = found[0]
+    return found[0]
+
+
+def lookup(kind: str, name: str) -> Entry:
+    """The registered kind ``name``, or the kind an import path ``module:Name`` names in the user's own code.
+
+    Raises:
+        UnknownKind: nothing of that name is registered (lists the known names), or the path names nothing.
+    """
+    if ":" in name:
+        return _from_path(kind, name)
     if name not in _ENTRIES[kind]:
         _import_home(kind, name)
     if name not in _ENTRIES[kind]:
@@ -217,7 +251,8 @@ def kind_field(kind: str, default: str | None = None):
         entry = lookup(kind, name)
         if entry.config is None:
             raise ValueError(f"{label} {name!r} takes no config")
-        return entry.config.model_validate({**value, "kind": name})
+        cfg = entry.config.model_validate({**value, "kind": entry.name})
+        return cfg if name == entry.name else cfg.model_copy(update={"kind": name})  # keeps the path: reloads anywhere
 
     return SerializeAsAny[Annotated[KindConfig, BeforeValidator(resolve), KindOf(kind, default)]]
 

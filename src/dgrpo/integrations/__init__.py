@@ -1,1 +1,3 @@
-"""dgrpo's checks inside other trainers: :mod:`dgrpo.integrations.trl` (``pip install "dgrpo[trl]"``)."""
+"""dgrpo's checks inside other trainers and generators: :mod:`dgrpo.integrations.trl` (TRL's GRPOTrainer,
+``pip install "dgrpo[trl]"``) and :mod:`dgrpo.integrations.generate` (dgrpo's seeded sampler as a
+``transformers`` logits processor, so ``generate``'s completions can be replayed)."""

@@ -1,20 +1,22 @@
 """dgrpo's checks inside TRL's ``GRPOTrainer`` (docs/trl.md): reject untrusted completions before
 they reach the update.
 
-Two pieces, used together when completions come from workers the trainer does not control
-(remote vLLM servers, volunteer machines) through TRL's ``rollout_func``:
-
-* :func:`verified_rollout_func` wraps a ``rollout_func``: it runs a :class:`~dgrpo.verify.Verifier`
-  on the rollout's ``prompt_ids`` / ``completion_ids`` (and ``seeds`` when the workers return them,
-  for exact replay) right where they enter the trainer, and adds the verdicts as an extra field,
-  ``dgrpo_rejection`` (one string per completion: empty when accepted, else ``"<check>: <reason>"``).
-  The top-k and replay checks cost one extra forward pass without grad per distinct prompt (TRL keeps
-  per-token log-probabilities, not the logits those checks need).
+* :class:`RolloutDefense` holds the checks (a :class:`~dgrpo.verify.Verifier`) and what they decided;
+  :meth:`RolloutDefense.attach` binds it to the trainer: the checks score with the trainer's own model
+  (no second copy), the trainer's settings are checked first (``bf16``, ``top_k``,
+  ``repetition_penalty``, temperature, length, vLLM: one line naming the setting when one makes the
+  checks reject honest work), and every batch is checked where it enters the trainer, for TRL's own
+  generation (sampling with dgrpo's seeded sampler when a Replay check needs it) and ``rollout_func``
+  alike.
 * :func:`defend_rewards` wraps TRL reward functions (``f(prompts, completions, completion_ids, **kw)``):
   a rejected completion gets reward 0 from every wrapped function (``action="zero"``, the paper's
-  r = r_verifiable × r_verifier) or None from every one (``action="drop"``: TRL then excludes it from
-  its group's mean and std and gives it advantage 0). Without the rollout wrapper (TRL's own
-  generation) the reward wrapper runs the verifier itself, tokenizing the prompts as TRL does.
+  r = r_verifiable × r_verifier) or None from every one (``action="drop"``: TRL excludes it from its
+  group's mean and std, gives it advantage 0, and the completion mask leaves its tokens out of the loss,
+  the loss normaliser and the KL term). The reasons go to TRL's completions table (column
+  ``dgrpo_rejection``).
+* :func:`verified_rollout_func` wraps a ``rollout_func``: the same checks on the workers' ``prompt_ids`` /
+  ``completion_ids`` (and ``seeds``, for exact replay) as they arrive; it attaches the defense on its
+  first call.
 
 Rejections are logged through TRL's ``log_metric`` as ``dgrpo/rejected`` (fraction of the batch) and
 ``dgrpo/<check>/rejected``; :attr:`RolloutDefense.verdicts` keeps the last batch's verdicts.
@@ -25,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
+from dgrpo.errors import SettingError
+from dgrpo.integrations.trl_trainer import FIELD, drop_mask
 from dgrpo.types import Verdict
-from dgrpo.verify.checks import Verifier
-
-FIELD = "dgrpo_rejection"
+from dgrpo.verify.checks import Replay, Verifier
 
 
 def _require_trl() -> None:
@@ -59,27 +61,72 @@ def _reason(v: Verdict) -> str:
 
 @dataclass
 class RolloutDefense:
-    """The verifier shared by the rollout wrapper and the reward wrappers, and what it decided.
+    """The checks shared by the trainer hooks and the reward wrappers, and what they decided.
 
     Attributes:
-        verifier: the checks to run (:class:`dgrpo.verify.Verifier`); its ``model`` must be the
-            trainer's policy object itself, so the checks score with the weights being trained.
-        tokenizer: the trainer's processing class (prompt tokenization when TRL generates itself, texts).
-        action: ``zero`` (reward 0) or ``drop`` (reward None: out of the group statistics, advantage 0).
+        verifier: the checks to run (:class:`dgrpo.verify.Verifier`); leave its ``model`` None:
+            :meth:`attach` sets the trainer's own policy object (a second copy would stop matching the
+            trained weights after the first step, and is refused). Its ``eos_id``, ``pad_id`` and
+            ``decode`` default to the trainer's tokenizer's.
+        tokenizer: the tokenizer that decodes completions for the text checks (default: the trainer's).
+        action: ``zero`` (reward 0) or ``drop`` (reward None and no token in the loss).
+        seed: the run seed of TRL's own seeded generation (when a Replay check needs it).
         verdicts: the last batch's verdicts; rejected: how many completions were rejected so far; seen: checked so far.
     """
 
     verifier: Verifier
     tokenizer: Any = None
     action: Literal["zero", "drop"] = "zero"
+    seed: int = 0
     verdicts: list[Verdict] = field(default_factory=list)
     rejected: int = 0
     seen: int = 0
-    _cache: tuple | None = None
+    trainer: Any = None
+    own_seeds: list[int] | None = None
+    batches: int = 0
 
     def __post_init__(self):
         if self.action not in ("zero", "drop"):
             raise ValueError(f"RolloutDefense: action must be 'zero' or 'drop', got {self.action!r}")
+
+    def attach(self, trainer):
+        """Bind the checks to ``trainer`` (a TRL ``GRPOTrainer``); call it before ``trainer.train()``.
+
+        Returns:
+            ``trainer``.
+
+        Raises:
+            SettingError: the verifier holds another model than the trainer's, a reward function is not
+                wrapped with :func:`defend_rewards`, or a trainer setting makes the checks reject honest
+                completions (:func:`dgrpo.integrations.trl_trainer.trainer_problems`); one line naming it.
+        """
+        from dgrpo.integrations.trl_trainer import hook_generation, seeded_generation, trainer_model, trainer_problems
+
+        if self.trainer is trainer:
+            return trainer
+        model, v = trainer_model(trainer), self.verifier
+        if v.model is not None and v.model is not model and v.model is not trainer.model:
+            raise SettingError("RolloutDefense: the verifier scores with another model object than the trainer's (a "
+                               "second copy stops matching the trained weights after the first step); leave "
+                               "Verifier(model=None) and attach(trainer) uses the trainer's")
+        tok = self.tokenizer if self.tokenizer is not None else trainer.processing_class
+        tok = getattr(tok, "tokenizer", tok)  # a multimodal processor holds its tokenizer
+        eos = tok.eos_token_id if v.eos_id is None else v.eos_id
+        for func, name in zip(trainer.reward_funcs, trainer.reward_func_names):
+            if getattr(func, "_dgrpo_defense", None) is not self:
+                raise SettingError(f"RolloutDefense: reward function {name!r} is not wrapped; pass reward_funcs="
+                                   "defend_rewards([...], defense) so that rejected completions lose their reward")
+        problems = trainer_problems(trainer, v.checks, eos)
+        if problems:
+            raise SettingError(problems[0])
+        self.tokenizer, v.model, v.eos_id, v.decode = tok, model, eos, v.decode or tok.decode
+        v.pad_id = (tok.pad_token_id if tok.pad_token_id is not None else eos) if v.pad_id is None else v.pad_id
+        hook_generation(self, trainer)
+        replays = [c for c in v.checks if isinstance(c, Replay)]
+        if trainer.rollout_func is None and replays:
+            seeded_generation(self, trainer, replays[0].params)
+        self.trainer = trainer
+        return trainer
 
     def check(self, prompt_ids, completion_ids, *, seeds=None, texts=None, questions=None) -> list[str]:
         """Run the verifier on one batch; returns the ``dgrpo_rejection`` strings (empty = accepted)."""
@@ -89,27 +136,27 @@ class RolloutDefense:
         self.rejected += sum(not v.accepted for v in verdicts)
         return [_reason(v) for v in verdicts]
 
-    def _prompt_ids(self, prompts) -> list[list[int]]:
-        """Tokenize prompts as GRPOTrainer does (text: the tokenizer's defaults; chat: the chat template)."""
-        if self.tokenizer is None:
-            raise ValueError("RolloutDefense: pass tokenizer= to check completions TRL generated itself")
-        if isinstance(prompts[0], str):
-            return self.tokenizer(text=list(prompts))["input_ids"]
-        return [self.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-                for p in prompts]
+    def check_batch(self, prompts, prompt_ids, completion_ids, completions, seeds=None) -> list[str]:
+        """:meth:`check` of a batch as ``GRPOTrainer._generate`` has it (one prompt per completion)."""
+        return self.check(prompt_ids, completion_ids, seeds=seeds, texts=[_text(c) for c in completions],
+                          questions=[_question(p) for p in prompts])
 
-    def rejections(self, prompts, completions, completion_ids, kwargs: dict) -> list[str]:
-        """The batch's rejection strings: from the rollout wrapper's field, else computed once per batch."""
-        if FIELD in kwargs:
-            return list(kwargs[FIELD])
-        key = (tuple(map(tuple, completion_ids)), tuple(map(repr, prompts)))
-        if self._cache is None or self._cache[0] != key:
-            texts = [_text(c) for c in completions]
-            self._cache = (key, self.check(self._prompt_ids(prompts), completion_ids, texts=texts,
-                                           questions=[_question(p) for p in prompts]))
-        return self._cache[1]
+    def rejections(self, kwargs: dict) -> list[str]:
+        """The batch's rejection strings, as the trainer hook (or rollout wrapper) left them in the batch.
+
+        Raises:
+            SettingError: the defense was never attached to the trainer (the first batch refuses).
+        """
+        if FIELD not in kwargs:
+            raise SettingError("RolloutDefense: not attached to the trainer; call defense.attach(trainer) before "
+                               "trainer.train() (the checks need the trainer's model and settings)")
+        return list(kwargs[FIELD])
 
     def log(self, reasons: Sequence[str], kwargs: dict) -> None:
+        """The batch's rejection rates to TRL's metrics, its reasons to TRL's completions table."""
+        log_extra = kwargs.get("log_extra")
+        if log_extra is not None and reasons:
+            log_extra(FIELD, list(reasons))
         log_metric = kwargs.get("log_metric")
         if log_metric is None or not reasons:
             return
@@ -121,25 +168,29 @@ class RolloutDefense:
 def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Callable:
     """Wrap a TRL ``rollout_func(prompts, trainer) -> dict`` so its completions are checked on arrival.
 
-    The wrapped function returns the same dict plus ``dgrpo_rejection`` (one string per completion).
-    An optional ``seeds`` field (one claimed seed per completion) feeds the replay check; the
-    ``seeds`` and verdict fields reach reward functions as keyword arguments, like any extra field.
+    The wrapped function attaches ``defense`` to the trainer on its first call and returns the same dict
+    plus ``dgrpo_rejection`` (one string per completion) and, with ``action="drop"``, an ``env_mask`` that
+    is 0 on every token of a rejected completion (TRL then leaves those tokens out of the loss). An
+    optional ``seeds`` field (one claimed seed per completion) feeds the replay check.
 
     Raises:
         ValueError: the rollout's ``prompt_ids`` and ``completion_ids`` differ in length.
+        SettingError: from :meth:`RolloutDefense.attach`, on the first call.
     """
     _require_trl()
 
     def verified(prompts, trainer) -> dict:
+        defense.attach(trainer)
         out = rollout_func(prompts, trainer)
         prompt_ids, completion_ids = out["prompt_ids"], out["completion_ids"]
         if len(prompt_ids) != len(completion_ids):
             raise ValueError(f"rollout_func returned {len(prompt_ids)} prompt_ids for {len(completion_ids)} completion_ids")
         per = len(completion_ids) // max(len(prompts), 1)  # completions per prompt, in prompt order
         questions = [_question(prompts[min(i // max(per, 1), len(prompts) - 1)]) for i in range(len(completion_ids))]
-        tok = defense.tokenizer
-        texts = tok.batch_decode(completion_ids, skip_special_tokens=True) if tok is not None else None
+        texts = defense.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         out[FIELD] = defense.check(prompt_ids, completion_ids, seeds=out.get("seeds"), texts=texts, questions=questions)
+        if defense.action == "drop":
+            out["env_mask"] = drop_mask(out.get("env_mask"), completion_ids, out[FIELD])
         return out
 
     verified.__name__ = getattr(rollout_func, "__name__", "rollout_func")
@@ -149,9 +200,9 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
 def defend_rewards(reward_funcs: Callable | Sequence[Callable], defense: RolloutDefense) -> list[Callable]:
     """Wrap TRL reward functions so a completion the defense rejected gets 0 (or None with ``drop``) from each.
 
-    Wrap every reward function of the trainer: with ``drop``, TRL leaves a completion out of the
-    group statistics only when *every* reward function returns None for it. Names are kept (TRL logs
-    ``rewards/<name>/mean``).
+    Wrap every reward function of the trainer (:meth:`RolloutDefense.attach` refuses one left
+    unwrapped): with ``drop``, TRL leaves a completion out of the group statistics only when *every*
+    reward function returns None for it. Names are kept (TRL logs ``rewards/<name>/mean``).
 
     Returns:
         The wrapped functions, in order (pass them as ``GRPOTrainer(reward_funcs=...)``).
@@ -161,7 +212,7 @@ def defend_rewards(reward_funcs: Callable | Sequence[Callable], defense: Rollout
     wrapped = []
     for i, func in enumerate(funcs):
         def defended(prompts, completions, completion_ids, _func=func, _first=i == 0, **kwargs):
-            reasons = defense.rejections(prompts, completions, completion_ids, kwargs)
+            reasons = defense.rejections(kwargs)
             if _first:
                 defense.log(reasons, kwargs)
             kwargs.pop(FIELD, None)
@@ -170,5 +221,6 @@ def defend_rewards(reward_funcs: Callable | Sequence[Callable], defense: Rollout
             return [cut if reason else r for r, reason in zip(rewards, reasons)]
 
         defended.__name__ = getattr(func, "__name__", f"reward_{i}")
+        defended._dgrpo_defense = defense
         wrapped.append(defended)
     return wrapped

@@ -23,8 +23,8 @@ from pathlib import Path
 import yaml
 
 from dgrpo.config import load_config
-from dgrpo.errors import ConfigError
-from dgrpo.metrics.logger import read_metrics, series
+from dgrpo.errors import ConfigError, MetricsFileError
+from dgrpo.metrics.logger import read_metrics, read_records, series
 from dgrpo.paper.registry import REGISTRY, Reproduction
 
 log = logging.getLogger(__name__)
@@ -100,8 +100,24 @@ def seeded_curve(curve: str, seed: int) -> str:
     return f"{curve}_seed{seed}"
 
 
-def _run_parallel(pending: dict[str, list[str]], jobs: int, folder: Path) -> None:
-    """Train curves as ``python -m dgrpo run|resume`` subprocesses, at most ``jobs`` at a time.
+def rounds_done(run_dir: Path, rounds: int) -> int:
+    """How many of its ``rounds`` rounds a curve has finished, from its ``metrics.jsonl`` (read while the
+    run writes it: a half-written last line is left out); ``rounds`` once its final evaluation is logged."""
+    try:
+        records = read_records(run_dir / "metrics.jsonl", partial_last_ok=True)
+    except (FileNotFoundError, MetricsFileError):
+        return 0
+    return max((min(rec["round"] + 1, rounds) for _, rec in records), default=0)
+
+
+def _run_parallel(pending: dict[str, list[str]], jobs: int, folder: Path, rounds: dict[str, int],
+                  command: list[str] | None = None) -> None:
+    """Train curves as ``python -m dgrpo run|resume`` subprocesses, at most ``jobs`` at a time, under one
+    progress bar: rounds finished over all curves (each curve's ``metrics.jsonl``), the running curves
+    after it; each curve's own output goes to ``<curve>.log``.
+
+    Args:
+        rounds: each pending curve's number of rounds; command: the program to run (default ``python -m dgrpo``).
 
     Raises:
         RuntimeError: a curve's process failed (names the curve and its log file).
@@ -110,24 +126,33 @@ def _run_parallel(pending: dict[str, list[str]], jobs: int, folder: Path) -> Non
     import sys
     import time
 
+    from tqdm import tqdm
+
+    command = command or [sys.executable, "-m", "dgrpo"]
     queue, running = list(pending.items()), {}
-    while queue or running:
-        while queue and len(running) < jobs:
-            curve, args = queue.pop(0)
-            log_path = folder / f"{curve}.log"
-            fh = log_path.open("w")
-            running[curve] = (subprocess.Popen([sys.executable, "-m", "dgrpo", *args], stdout=fh, stderr=subprocess.STDOUT), fh, log_path)
-            log.info("started curve %s (log %s)", curve, log_path)
-        time.sleep(2)
-        for curve, (proc, fh, log_path) in list(running.items()):
-            if proc.poll() is not None:
-                fh.close()
-                del running[curve]
-                if proc.returncode != 0:
-                    for p, f, _ in running.values():
-                        p.terminate()
-                        f.close()
-                    raise RuntimeError(f"curve {curve} failed (exit {proc.returncode}); see {log_path}")
+    bar = tqdm(total=sum(rounds[c] for c in pending), unit="round", desc=f"{len(pending)} curves, {jobs} at a time")
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                curve, args = queue.pop(0)
+                log_path = folder / f"{curve}.log"
+                fh = log_path.open("w")
+                running[curve] = (subprocess.Popen([*command, *args], stdout=fh, stderr=subprocess.STDOUT), fh, log_path)
+                bar.write(f"started curve {curve} (log {log_path})")
+            time.sleep(2)
+            for curve, (proc, fh, log_path) in list(running.items()):
+                if proc.poll() is not None:
+                    fh.close()
+                    del running[curve]
+                    if proc.returncode != 0:
+                        for p, f, _ in running.values():
+                            p.terminate()
+                            f.close()
+                        raise RuntimeError(f"curve {curve} failed (exit {proc.returncode}); see {log_path}")
+            bar.n = sum(rounds_done(folder / c, rounds[c]) for c in pending)
+            bar.set_postfix_str(f"running {', '.join(running)}" if running else "done", refresh=True)
+    finally:
+        bar.close()
 
 
 def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", extra: list[str] | None = None,
@@ -190,11 +215,11 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
     for curve, ovr in overrides.items():
         lines.append(f"# {curve}\n" + shlex.join(["dgrpo", "run", *ovr, f"out_dir={folder}", f"name={curve}"]))
     (folder / "command.txt").write_text("\n".join(lines) + "\n")
-    run_dirs, pending = {}, {}
+    run_dirs, pending, rounds = {}, {}, {}
     for curve, ovr in overrides.items():
         args = [*ovr, f"out_dir={folder}", f"name={curve}"]
         cfg = load_config(None, args)
-        run_dirs[curve] = folder / curve
+        run_dirs[curve], rounds[curve] = folder / curve, cfg.rounds
         if _curve_done(run_dirs[curve], cfg.rounds):
             log.info("%s/%s already finished; reusing it", name, curve)
             continue
@@ -207,7 +232,7 @@ def reproduce(name: str, scale: str = "cpu", out: str | Path = "runs/paper", ext
             shutil.rmtree(run_dirs[curve])
         pending[curve] = ["run", *args]
     if jobs > 1 and len(pending) > 1:
-        _run_parallel(pending, jobs, folder)
+        _run_parallel(pending, jobs, folder, rounds)
     else:
         for curve, (verb, *args) in pending.items():
             log.info("%s: %s curve %s", name, "resuming" if verb == "resume" else "running", curve)

@@ -28,8 +28,8 @@ from pydantic import Field
 from dgrpo.errors import ConfigError
 from dgrpo.registry import register
 from dgrpo.rewards.math import check_format_weight, shaped_math_reward
-from dgrpo.tasks.base import FormatWeight, GeneratedTaskConfig
-from dgrpo.tasks.prompts import THINK_PREFIX, math_chat, math_oracle_completion
+from dgrpo.tasks.base import FormatWeight, GeneratedTaskConfig, SystemPrompt
+from dgrpo.tasks.prompts import MATH_SYSTEM_PROMPT, THINK_PREFIX, math_chat, math_oracle_completion
 from dgrpo.types import Problem
 
 NAMES = ["Tom", "Sara", "Ben", "Lily", "Omar", "Mia", "Ravi", "Emma", "Jack", "Nora", "Leo", "Ana"]
@@ -168,6 +168,7 @@ class ArithmeticTaskConfig(GeneratedTaskConfig):
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
     format_weight: FormatWeight = 0.0
+    system_prompt: SystemPrompt = None
 
 
 @register("task", "arithmetic", config=ArithmeticTaskConfig)
@@ -184,6 +185,7 @@ class ArithmeticTask:
         prefill_think: open the assistant turn with ``<think>`` (the completion continues it).
         format_weight: weight w of the format reward added to the answer reward (0 = the paper's
             binary reward; see :func:`dgrpo.rewards.math.shaped_math_reward`).
+        system_prompt: the system prompt of every chat (None: the math prompt).
 
     Raises:
         ValueError: difficulty outside 1-4, rates outside [0, 1], or too few distinct problems
@@ -194,8 +196,8 @@ class ArithmeticTask:
 
     def __init__(self, seed: int = 0, difficulty: int = 1, n_train: int = 2000, n_val: int = 200,
                  two_two_rate: float = 0.1, few_shot: int = 2, prefill_think: bool = True,
-                 format_weight: float = 0.0):
-        self.few_shot = few_shot
+                 format_weight: float = 0.0, system_prompt: str | None = None):
+        self.few_shot, self.system_prompt = few_shot, system_prompt or MATH_SYSTEM_PROMPT
         self.format_weight = check_format_weight(format_weight)
         self.completion_prefix = THINK_PREFIX if prefill_think else ""
         if difficulty not in (1, 2, 3, 4):
@@ -223,7 +225,7 @@ class ArithmeticTask:
 
     def chat(self, problem: Problem) -> list[dict]:
         """System prompt, worked examples, then the question (:func:`math_chat`)."""
-        return math_chat(problem.question, self.few_shot)
+        return math_chat(problem.question, self.few_shot, self.system_prompt)
 
     def reward(self, completion: str, problem: Problem) -> float:
         """Math reward (:func:`dgrpo.rewards.math.shaped_math_reward`): 1 for a correct answer; with

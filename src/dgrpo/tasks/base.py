@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol, Sequence
+from typing import Annotated, Protocol, Sequence, runtime_checkable
 
 from pydantic import Field
 
@@ -44,6 +44,19 @@ def is_correct(task: Task, completion: str, problem: Problem) -> bool:
     return task.reward(completion, problem) >= 1.0
 
 
+@runtime_checkable
+class RewardMetrics(Protocol):
+    """A task whose reward logs metrics of its own (a rubric's per-function means, ``train/rubric/<name>``)."""
+
+    def reward_metrics(self) -> dict[str, float | None]:
+        """The metrics of the last rewarded batch; cleared by the call."""
+
+
+def reward_metrics(task: Task) -> dict[str, float | None]:
+    """The reward's own metrics of ``task`` for the round record ({} for a task whose reward has none)."""
+    return task.reward_metrics() if isinstance(task, RewardMetrics) else {}
+
+
 class TaskConfig(KindConfig):
     """Config of a task kind (``task.kind``); its fields are the task builder's keyword arguments."""
 
@@ -62,5 +75,7 @@ class GeneratedTaskConfig(TaskConfig):
         group included, then generates the same problems)."""
         return self if self.seed is not None else self.model_copy(update={"seed": run_seed})
 
+
+SystemPrompt = Annotated[str | None, Field(min_length=1, max_length=8000, description="System prompt of every chat (at most 8000 characters); None = the task's own (the math prompt asking for <think>/<answer>; python_math: its program prompt).")]
 
 FormatWeight = Annotated[float, Field(ge=0, le=100, description="Weight w of DeepSeek-R1's format reward: reward = (correct + w·well_formatted)/(1 + w). 0 = the paper's binary reward; eval/accuracy counts correct answers either way.")]

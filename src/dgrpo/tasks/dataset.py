@@ -1,9 +1,10 @@
-"""A task from any Hugging Face dataset or local file, by column mapping, with the math reward or a
-reward function named by import path (docs/datasets.md).
+"""A task from any Hugging Face dataset or local file, by column mapping, with the math reward, a
+reward function named by import path, or a rubric of TRL-style reward functions (docs/datasets.md).
 
 ``task.kind=dataset``: ``path`` (a local ``.jsonl``/``.json``/``.csv``/``.parquet`` file) or ``hub`` (a
 hub dataset id, or a local dataset folder) read with ``datasets.load_dataset``; ``columns`` maps the
-question, the answer and optionally a worked solution; ``reward`` is ``module:function``.
+question, the answer and optionally a worked solution; ``reward`` is ``module:function``; ``rewards`` a
+weighted list of batched functions that get every dataset column (:mod:`dgrpo.rewards.rubric`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from pydantic import Field, field_validator, model_validator
 from dgrpo.errors import DataError
 from dgrpo.registry import StrictConfig, register
 from dgrpo.rewards.math import check_format_weight, parse_oracle, shaped_math_reward
-from dgrpo.tasks.base import FormatWeight, TaskConfig
+from dgrpo.rewards.rubric import RewardFunction, Rubric
+from dgrpo.tasks.base import FormatWeight, SystemPrompt, TaskConfig
 from dgrpo.tasks.equations import has_intermediate_two_two
-from dgrpo.tasks.prompts import THINK_PREFIX, math_chat, math_oracle_completion
+from dgrpo.tasks.prompts import MATH_SYSTEM_PROMPT, THINK_PREFIX, math_chat, math_oracle_completion
 from dgrpo.types import Problem
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -75,6 +77,8 @@ class DatasetTaskConfig(TaskConfig):
     columns: Columns = Field(default_factory=Columns, description="Column mapping: question, answer, optional solution.")
     answer_format: Literal["plain", "gsm8k"] = Field("plain", description="plain: the answer column is the answer; gsm8k: a worked solution ending in `#### N` (N is the answer, the rest the solution).")
     reward: str | None = Field(None, description="Reward function `module:function` taking (completion, problem) → float in [0, 1], like the built-in rewards; completion is the assistant turn's text (prefill included), problem a dgrpo.types.Problem. None = the math reward (think/answer format, answer equality).")
+    rewards: list[RewardFunction] = Field(default_factory=list, description="A rubric instead of `reward`: TRL-style batched reward functions, each {function: module:function, weight: w}, called with prompts, completions and every dataset column as keywords; reward = Σ w·r; weight 0 = logged as train/rubric/<name> only (docs/datasets.md).")
+    system_prompt: SystemPrompt = None
     n_train: int | None = Field(None, ge=1, description="Cap on training records (None = all).")
     n_val: int = Field(200, ge=1, description="Cap on validation records (and how many to hold out without a validation source).")
     few_shot: int = Field(2, ge=0, le=2, description="Worked math examples shown as earlier chat turns (0 for non-math data).")
@@ -96,6 +100,8 @@ class DatasetTaskConfig(TaskConfig):
             raise ValueError(f"path {self.path!r}: the file type must be one of {', '.join(BUILDERS)}")
         if self.path is not None and self.val_split is not None:
             raise ValueError("val_split selects a split of `hub`; for a local file give val_path")
+        if self.reward is not None and self.rewards:
+            raise ValueError("give `reward` (one function of (completion, problem)) or `rewards` (a rubric), not both")
         return self
 
 
@@ -162,16 +168,20 @@ class DatasetTask:
 
     def __init__(self, path=None, val_path=None, hub=None, hub_config=None, split="train", val_split=None,
                  columns=None, answer_format="plain", reward=None, n_train=None, n_val=200, few_shot=2,
-                 prefill_think=True, format_weight=0.0):
+                 prefill_think=True, format_weight=0.0, rewards=(), system_prompt=None):
         columns = columns if isinstance(columns, Columns) else Columns(**(columns or {}))
         self.few_shot, self.format_weight = few_shot, check_format_weight(format_weight)
+        self.system_prompt = system_prompt or MATH_SYSTEM_PROMPT
         self.completion_prefix = THINK_PREFIX if prefill_think else ""
         self.reward_spec, self._reward = reward, load_reward(reward) if reward else None
         records, source = _records(path, hub, hub_config, split)
         train = problems(records, columns, answer_format, "train", source)
+        self._rows = {p.prompt_id: rec for p, rec in zip(train, records)}  # every column of each problem's record
+        self._rubric = self._build_rubric(rewards, list(records[0]), source)
         if val_path is not None or val_split is not None:
             records, source = _records(val_path, None if val_path else hub, hub_config, val_split or "")
             val = problems(records, columns, answer_format, "val", source)
+            self._rows.update({p.prompt_id: rec for p, rec in zip(val, records)})
         else:
             if n_val >= len(train):
                 raise DataError(f"{source}: too few records ({len(train)}) to hold out task.n_val={n_val} for validation")
@@ -179,13 +189,28 @@ class DatasetTask:
         self.train = train[:n_train] if n_train else train
         self.val = val[:n_val]
 
+    @staticmethod
+    def _build_rubric(rewards, columns: list[str], source: str) -> Rubric | None:
+        if not rewards:
+            return None
+        clash = {"prompts", "completions"} & set(columns)
+        if clash:
+            raise DataError(f"{source}: column {sorted(clash)[0]!r} would collide with the reward functions' own keyword")
+        try:
+            return Rubric([r if isinstance(r, RewardFunction) else RewardFunction(**r) for r in rewards], columns)
+        except ValueError as err:
+            raise DataError(f"task.rewards: {err}") from None
+
     def chat(self, problem: Problem) -> list[dict]:
         """System prompt, worked examples, then the question (:func:`math_chat`)."""
-        return math_chat(problem.question, self.few_shot)
+        return math_chat(problem.question, self.few_shot, self.system_prompt)
 
     def reward(self, completion: str, problem: Problem) -> float:
-        """The configured reward of the assistant turn (prefill + completion), in [0, 1]."""
+        """The configured reward of the assistant turn (prefill + completion): the math reward or ``reward``'s,
+        in [0, 1], or the rubric's weighted sum."""
         text = self.completion_prefix + completion
+        if self._rubric is not None:
+            return self._rubric_rewards([completion], [problem], record=False)[0]
         if self._reward is None:
             return shaped_math_reward(text, problem.answer, self.format_weight)
         value = self._reward(text, problem)
@@ -194,8 +219,19 @@ class DatasetTask:
         return float(value)
 
     def rewards(self, completions: Sequence[str], problems: Sequence[Problem]) -> list[float]:
-        """:meth:`reward` of each pair, in order."""
+        """:meth:`reward` of each pair, in order (a rubric's functions called once on the whole batch)."""
+        if self._rubric is not None:
+            return self._rubric_rewards(completions, problems)
         return [self.reward(c, p) for c, p in zip(completions, problems)]
+
+    def _rubric_rewards(self, completions: Sequence[str], problems: Sequence[Problem], record: bool = True) -> list[float]:
+        rows = [self._rows[p.prompt_id] for p in problems]
+        columns = {name: [row.get(name) for row in rows] for name in (rows[0] if rows else {})}
+        return self._rubric([p.question for p in problems], [self.completion_prefix + c for c in completions], columns, record)
+
+    def reward_metrics(self) -> dict[str, float | None]:
+        """The rubric's per-function means over the last rewarded batch (``train/rubric/<name>``); {} without one."""
+        return {} if self._rubric is None else self._rubric.metrics()
 
     def oracle_completion(self, problem: Problem) -> str:
         """``<think>{solution}</think>\\n<answer>{answer}</answer>``."""

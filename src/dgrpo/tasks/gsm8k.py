@@ -16,9 +16,9 @@ from pydantic import Field, model_validator
 from dgrpo.errors import DataError
 from dgrpo.registry import PathText, register
 from dgrpo.rewards.math import check_format_weight, parse_oracle, shaped_math_reward
-from dgrpo.tasks.base import FormatWeight, TaskConfig
+from dgrpo.tasks.base import FormatWeight, SystemPrompt, TaskConfig
 from dgrpo.tasks.equations import has_intermediate_two_two
-from dgrpo.tasks.prompts import THINK_PREFIX, math_chat, math_oracle_completion
+from dgrpo.tasks.prompts import MATH_SYSTEM_PROMPT, THINK_PREFIX, math_chat, math_oracle_completion
 from dgrpo.types import Problem
 
 _CALC = re.compile(r"<<[^>]*>>")
@@ -92,6 +92,7 @@ class GSM8KTaskConfig(TaskConfig):
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples shown as earlier chat turns.")
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
     format_weight: FormatWeight = 0.0
+    system_prompt: SystemPrompt = None
 
     @model_validator(mode="after")
     def _source(self):
@@ -110,7 +111,7 @@ class GSM8KTask:
             out.
         hub: hub dataset name (e.g. ``openai/gsm8k``), loaded with ``datasets`` (online only).
         n_train / n_val: caps on the split sizes (None keeps all).
-        few_shot / prefill_think / format_weight: prompt and reward settings, as for the arithmetic task.
+        few_shot / prefill_think / format_weight / system_prompt: prompt and reward settings, as for the arithmetic task.
 
     Raises:
         DataError: unreadable or malformed data, or neither source given.
@@ -120,8 +121,8 @@ class GSM8KTask:
 
     def __init__(self, path: str | None = None, val_path: str | None = None, hub: str | None = None,
                  n_train: int | None = None, n_val: int | None = 200, few_shot: int = 2, prefill_think: bool = True,
-                 format_weight: float = 0.0):
-        self.few_shot = few_shot
+                 format_weight: float = 0.0, system_prompt: str | None = None):
+        self.few_shot, self.system_prompt = few_shot, system_prompt or MATH_SYSTEM_PROMPT
         self.format_weight = check_format_weight(format_weight)
         self.completion_prefix = THINK_PREFIX if prefill_think else ""
         if path:
@@ -141,7 +142,7 @@ class GSM8KTask:
 
     def chat(self, problem: Problem) -> list[dict]:
         """System prompt, worked examples, then the question (:func:`math_chat`)."""
-        return math_chat(problem.question, self.few_shot)
+        return math_chat(problem.question, self.few_shot, self.system_prompt)
 
     def reward(self, completion: str, problem: Problem) -> float:
         """Math reward (:func:`dgrpo.rewards.math.shaped_math_reward`): 1 for a correct answer; with

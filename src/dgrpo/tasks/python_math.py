@@ -28,7 +28,7 @@ from dgrpo.registry import PathText, register
 from dgrpo.rewards.code import code_reward, code_rewards
 from dgrpo.rewards.sandbox import SandboxLimits, check_sandbox, valid_stand_in_name
 from dgrpo.tasks.arithmetic import ArithmeticTask
-from dgrpo.tasks.base import GeneratedTaskConfig
+from dgrpo.tasks.base import GeneratedTaskConfig, SystemPrompt
 from dgrpo.tasks.gsm8k import problems_from_records, read_jsonl
 from dgrpo.tasks.prompts import THINK_PREFIX
 from dgrpo.types import Problem
@@ -168,6 +168,7 @@ class PythonMathTaskConfig(GeneratedTaskConfig):
     path: PathText | None = Field(None, description="GSM8K-format JSONL whose `<<a*b=c>>` calculator marks give the oracle program; None = embedded generator.")
     val_path: PathText | None = Field(None, description="GSM8K-format validation JSONL; absent → the last n_val usable records of `path`.")
     few_shot: int = Field(2, ge=0, le=2, description="Worked examples (programs) shown as earlier chat turns.")
+    system_prompt: SystemPrompt = None
     prefill_think: bool = Field(True, description="Open the assistant turn with `<think>`.")
     timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock (and CPU-time) limit of one program run in the sandbox, seconds.")
     memory_mb: int = Field(1024, ge=64, le=1 << 20, description="Address-space limit of one program run, MiB (at most 2^20) (numpy + sympy need about 300).")
@@ -205,6 +206,7 @@ class PythonMathTask:
         libraries: attacker libraries installed in the sandbox as recording stand-ins (the code
             injection attack needs its module among them, paper §3.4.2).
         unsafe_no_os_sandbox: run programs without bubblewrap (UNSAFE; docs/sandbox.md).
+        system_prompt: the system prompt of every chat (None: the program-writing prompt).
 
     Raises:
         ValueError / DataError: bad settings, unreadable data, or no usable problem.
@@ -216,7 +218,9 @@ class PythonMathTask:
     def __init__(self, seed: int = 0, difficulty: int = 1, n_train: int | None = 2000, n_val: int = 200,
                  path: str | None = None, val_path: str | None = None, few_shot: int = 2,
                  prefill_think: bool = True, timeout_s: float = 5.0, memory_mb: int = 1024,
-                 libraries: Sequence[str] = ("thief_math",), unsafe_no_os_sandbox: bool = False):
+                 libraries: Sequence[str] = ("thief_math",), unsafe_no_os_sandbox: bool = False,
+                 system_prompt: str | None = None):
+        self.system_prompt = system_prompt
         if not 0 <= few_shot <= len(PYTHON_FEW_SHOT):
             raise ValueError(f"few_shot must be between 0 and {len(PYTHON_FEW_SHOT)}, got {few_shot}")
         self.few_shot = few_shot
@@ -261,7 +265,7 @@ class PythonMathTask:
 
     def chat(self, problem: Problem) -> list[dict]:
         """System prompt, ``few_shot`` worked examples written as programs, then the question."""
-        messages = [{"role": "system", "content": PYTHON_SYSTEM_PROMPT}]
+        messages = [{"role": "system", "content": self.system_prompt or PYTHON_SYSTEM_PROMPT}]
         for q, a in PYTHON_FEW_SHOT[: self.few_shot]:
             messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
         messages.append({"role": "user", "content": problem.question})

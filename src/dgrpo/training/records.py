@@ -21,6 +21,7 @@ from typing import Sequence
 from dgrpo.grpo.learner import UpdateStats
 from dgrpo.rewards.format import format_reward
 from dgrpo.swarm.swarm import Received
+from dgrpo.tasks.base import reward_metrics
 from dgrpo.training.evaluate import EVAL_MEANS, add_intervals
 from dgrpo.types import Message, Rollout
 
@@ -72,6 +73,7 @@ def round_record(run, round_idx: int, messages: Sequence[Message], reports: dict
     rec["train/completion_tokens"] = _mean([len(r.completion_ids) for r in honest])
     # The think/answer format alone: it is learnt long before arithmetic, so it shows learning early.
     rec["train/format_rate"] = _mean([format_reward(run.task.completion_prefix + r.text) for r in honest])
+    rec.update(reward_metrics(run.task))  # a rubric's reward functions, weight 0 included (train/rubric/<name>)
     rec["swarm/messages"] = len(messages)
     rec["swarm/invalid"] = sum(len(r.invalid) for r in reports.values())
     for own, rep in reports.items():

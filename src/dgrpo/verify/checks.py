@@ -35,19 +35,21 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int) 
     """Logits at every completion position, one forward pass per distinct prompt, without grad.
 
     Completions that share a prompt are scored together (the prompt is computed once,
-    :func:`dgrpo.policy.scoring.group_logits`).
+    :func:`dgrpo.policy.scoring.group_logits`). Left padding is removed: the leading ``pad_id`` tokens of
+    a prompt (as ``generate``'s left-padded ``input_ids`` carry them) are not scored as context.
 
     Args:
-        model: a Hugging Face causal LM (float32 for the exact checks).
-        prompt_ids: N prompt id lists (may repeat); completion_ids: N non-empty completion id lists.
-        pad_id: id used to right-pad a group's completions.
+        model: a Hugging Face causal LM with float32 weights.
+        prompt_ids: N prompt id lists (may repeat); completion_ids: N completion id lists.
+        pad_id: id used to right-pad a group's completions, and stripped from the left of prompts.
 
     Returns:
         N tensors: the i-th is (len(completion_ids[i]), V) float32, row t the distribution that
-        produced completion token t.
+        produced completion token t ((0, V) for an empty completion).
 
     Raises:
-        ValueError: the two lists differ in length, or a prompt or completion is empty.
+        ValueError: the two lists differ in length, or a prompt is empty (or only padding).
+        SettingError: the model's weights are bf16 or fp16 (the exact checks need float32).
     """
     import torch
 
@@ -55,9 +57,11 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int) 
 
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"completion_logits: {len(prompt_ids)} prompts for {len(completion_ids)} completions")
+    refuse_half(next(model.parameters()).dtype, "the scoring model")
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(prompt_ids):
-        groups.setdefault(tuple(p), []).append(i)
+        if len(completion_ids[i]):
+            groups.setdefault(unpad(p, pad_id), []).append(i)
     out: list = [None] * len(completion_ids)
     with torch.no_grad():
         for prompt, rows in groups.items():
@@ -65,13 +69,36 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int) 
             logits = group_logits(model, list(prompt), comps, pad_id)  # (G, T, V)
             for g, i in enumerate(rows):
                 out[i] = logits[g, : len(comps[g])]
-    return out
+    vocab = next((o.shape[-1] for o in out if o is not None), model.config.get_text_config().vocab_size)
+    return [torch.zeros(0, vocab) if o is None else o for o in out]
+
+
+def unpad(prompt: Sequence[int], pad_id: int | None) -> tuple[int, ...]:
+    """``prompt`` without its leading ``pad_id`` tokens (left padding), keeping at least its last token."""
+    prompt = tuple(prompt)
+    start = 0
+    while pad_id is not None and start < len(prompt) - 1 and prompt[start] == pad_id:
+        start += 1
+    return prompt[start:]
+
+
+def refuse_half(dtype, what: str) -> None:
+    """Raise :class:`~dgrpo.errors.SettingError` when ``dtype`` is bf16 or fp16 (docs/verification.md)."""
+    from dgrpo.verify.generation import half_precision_problem
+
+    problem = half_precision_problem(dtype, what)
+    if problem:
+        from dgrpo.errors import SettingError
+
+        raise SettingError(problem)
 
 
 def _logits_for(model, prompt_ids, completion_ids, logits, pad_id, check: str) -> list:
     if logits is not None:
         if len(logits) != len(completion_ids):
             raise ValueError(f"{check}: {len(logits)} logits for {len(completion_ids)} completions")
+        for lg in logits:
+            refuse_half(lg.dtype, f"{check}: a logits tensor")
         return list(logits)
     if model is None or prompt_ids is None:
         raise ValueError(f"{check}: pass logits=, or model= and prompt_ids= to compute them")
@@ -101,7 +128,10 @@ def topk_verdicts(completion_ids: Ids, *, k: int, eos_id: int, model=None, promp
     out = []
     for ids, lg in zip(completion_ids, rows):
         ids = list(ids)
-        t = first_outside_topk(lg[None], [ids], eos_id, k, atol)[0] if ids else None
+        if not ids:
+            out.append(Verdict(False, name, "empty completion (a sampler emits at least one token, eos included)", 0))
+            continue
+        t = first_outside_topk(lg[None], [ids], eos_id, k, atol)[0]
         if t is None:
             out.append(ACCEPT)
             continue
@@ -143,7 +173,8 @@ def replay_verdicts(completion_ids: Ids, seeds: Sequence[int | None], params: "S
     elif method == "regenerate":
         if model is None or prompt_ids is None:
             raise ValueError("replay_verdicts: method='regenerate' needs model= and prompt_ids=")
-        differ = regeneration_mismatches(model, [list(prompt_ids[i]) for i in claimed],
+        refuse_half(next(model.parameters()).dtype, "the scoring model")
+        differ = regeneration_mismatches(model, [list(unpad(prompt_ids[i], pad)) for i in claimed],
                                          [list(completion_ids[i]) for i in claimed], [int(seeds[i]) for i in claimed],
                                          params, eos_id, pad)
         for i, t in zip(claimed, differ):

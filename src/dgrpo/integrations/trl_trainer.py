@@ -1,0 +1,153 @@
+"""How :meth:`dgrpo.integrations.trl.RolloutDefense.attach` hooks into a TRL ``GRPOTrainer`` (docs/trl.md).
+
+* :func:`trainer_problems`: the trainer settings that make the logit-level checks reject honest work
+  (``bf16``, ``top_k=0``, ``repetition_penalty``, vLLM generation under Replay, a temperature or length
+  the workers did not sample with, ...), one line each, read from ``GRPOConfig`` and the trainer's
+  generation config;
+* :func:`hook_generation`: the checks run right where completions enter the trainer (``_generate``), for
+  TRL's own generation and ``rollout_func`` alike, so that with ``action="drop"`` a rejected completion's
+  tokens leave the loss, its normaliser and the KL term (TRL's ``env_mask``: the completion mask is 0 on
+  every token of it);
+* :func:`seeded_generation`: TRL's own ``generate`` samples with dgrpo's seeded sampler
+  (:class:`~dgrpo.integrations.generate.SeededLogitsProcessor`), so Replay can check it.
+
+The hooks wrap two methods of the trainer instance that TRL 1.16 keeps private (``_generate`` and
+``_generate_single_turn``); :func:`hook_generation` refuses a trainer whose ``_generate`` returns
+another layout.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from dgrpo.errors import SettingError
+from dgrpo.verify.checks import Replay, TopK
+from dgrpo.verify.generation import generation_problems
+
+if TYPE_CHECKING:
+    from dgrpo.integrations.trl import RolloutDefense
+
+FIELD = "dgrpo_rejection"
+
+
+def trainer_model(trainer) -> Any:
+    """The policy object the trainer updates (unwrapped from its accelerator)."""
+    return trainer.accelerator.unwrap_model(trainer.model)
+
+
+def trainer_problems(trainer, checks, eos_id: int | None) -> list[str]:
+    """What in ``trainer.args`` (``GRPOConfig``) and the trainer's generation makes ``checks`` reject honest work.
+
+    Returns:
+        One line per problem, each naming the setting (``GRPOConfig.top_k=0 ...``) and the fix.
+    """
+    args = trainer.args
+    topks = [c for c in checks if isinstance(c, TopK)]
+    replays = [c for c in checks if isinstance(c, Replay)]
+    if not topks and not replays:
+        return []
+    out = []
+    for flag in ("bf16", "fp16"):
+        if getattr(args, flag, False):
+            out.append(f"GRPOConfig.{flag}=True: the top-k and replay checks are exact only in float32 (TRL's default "
+                       f"bf16=True makes them reject honest completions); set {flag}=False")
+    for replay in replays:
+        p = replay.params
+        if p.temperature and args.temperature != p.temperature:
+            out.append(f"GRPOConfig.temperature={args.temperature} but Replay's params.temperature={p.temperature}: "
+                       "the loss would score another distribution than the one sampled; make them equal")
+    own = trainer.rollout_func is None
+    if own and args.use_vllm:
+        if replays:
+            out.append("GRPOConfig.use_vllm=True: vLLM's sampler cannot be replayed (dgrpo's seeded sampler runs in "
+                       "transformers' generate; docs/trl.md); generate without vLLM or through rollout_func workers")
+        settings = {"do_sample": True, "top_k": args.top_k, "repetition_penalty": args.repetition_penalty,
+                    **(args.generation_kwargs or {})}
+        out += generation_problems(settings, topks, model=trainer_model(trainer), where="GRPOConfig")
+    elif own and args.use_transformers_continuous_batching and replays:
+        out.append("GRPOConfig.use_transformers_continuous_batching=True takes no logits processor, so Replay cannot "
+                   "check its completions; set it to False")
+    elif own:
+        settings = trainer.generation_config.to_dict()
+        settings["top_k"] = args.top_k  # GenerationConfig keeps top_k=0 as 0; show GRPOConfig's own value
+        out += [_name_trl_field(p) for p in generation_problems(settings, checks, seeded=bool(replays),
+                                                                 model=trainer_model(trainer), eos_id=eos_id,
+                                                                 where="GRPOConfig")]
+    else:
+        out += generation_problems(None, checks, model=trainer_model(trainer))
+    return out
+
+
+def _name_trl_field(problem: str) -> str:
+    """GRPOConfig calls generate's max_new_tokens ``max_completion_length``."""
+    return problem.replace("GRPOConfig: max_new_tokens=", "GRPOConfig: max_completion_length=")
+
+
+def drop_mask(tool_mask, completion_ids, reasons) -> list[list[int]]:
+    """TRL's per-token ``tool_mask`` (1 = a model token in the loss) with every token of a rejected completion at 0."""
+    base = tool_mask if tool_mask is not None else [[1] * len(ids) for ids in completion_ids]
+    return [[0] * len(m) if reason else list(m) for m, reason in zip(base, reasons)]
+
+
+def hook_generation(defense: "RolloutDefense", trainer) -> None:
+    """Check every batch where it enters ``trainer`` (``_generate``) and, with ``drop``, mask its rejected completions.
+
+    The rejection strings reach the reward functions as the extra field ``dgrpo_rejection``; a batch a
+    :func:`~dgrpo.integrations.trl.verified_rollout_func` already checked is not checked again.
+    """
+    original = trainer._generate
+
+    @functools.wraps(original)
+    def checked(prompts):
+        out = original(prompts)
+        if not isinstance(out, tuple) or len(out) != 8:
+            raise SettingError("dgrpo.integrations.trl: this TRL's GRPOTrainer._generate returns another layout than "
+                               'TRL 1.16\'s; install "trl>=1.16,<2"')
+        prompt_ids, completion_ids, tool_mask, completions, _, extra = out[:6]
+        if FIELD not in extra:
+            seeds = extra.get("seeds", defense.own_seeds)
+            reasons = defense.check_batch(prompts, prompt_ids, completion_ids, completions, seeds)
+            extra[FIELD] = reasons
+            if defense.action == "drop":
+                out = (*out[:2], drop_mask(tool_mask, completion_ids, reasons), *out[3:])
+        return out
+
+    trainer._generate = checked
+
+
+@contextmanager
+def _with_processor(model, processor):
+    """``model.generate`` takes ``processor`` as its logits processor for the duration (instance attribute)."""
+    from transformers import LogitsProcessorList
+
+    model.generate = functools.partial(type(model).generate, model, logits_processor=LogitsProcessorList([processor]))
+    try:
+        yield
+    finally:
+        del model.generate
+
+
+def seeded_generation(defense: "RolloutDefense", trainer, params) -> None:
+    """Make TRL's own (non-vLLM) ``generate`` sample with dgrpo's seeded sampler under ``params``.
+
+    Completion i of the b-th generated batch gets seed
+    ``completion_seed(defense.seed, b, process_index, "trl", i)``; the seeds are kept in
+    ``defense.own_seeds`` for the replay check.
+    """
+    from dgrpo.integrations.generate import SeededLogitsProcessor
+    from dgrpo.policy.sampling import completion_seed
+
+    original = trainer._generate_single_turn
+    rank = trainer.accelerator.process_index
+
+    @functools.wraps(original)
+    def seeded(prompt_ids, *args, **kwargs):
+        batch = defense.batches
+        defense.batches += 1
+        defense.own_seeds = [completion_seed(defense.seed, batch, rank, "trl", i) for i in range(len(prompt_ids))]
+        with _with_processor(trainer_model(trainer), SeededLogitsProcessor(defense.own_seeds, params)):
+            return original(prompt_ids, *args, **kwargs)
+
+    trainer._generate_single_turn = seeded

@@ -1,0 +1,100 @@
+"""Each TRL setting that makes dgrpo's checks reject honest work is refused before the first update, in
+one line naming the setting; so are a second copy of the model, an unwrapped reward function and a
+defense never attached to its trainer."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from datasets import Dataset  # noqa: E402
+from trl import GRPOTrainer  # noqa: E402
+
+from dgrpo.errors import SettingError  # noqa: E402
+from dgrpo.integrations.trl import RolloutDefense, defend_rewards  # noqa: E402
+from dgrpo.integrations.trl_trainer import trainer_problems  # noqa: E402
+from dgrpo.policy.sampling import SamplingParams  # noqa: E402
+from dgrpo.verify import Replay, TopK, Verifier  # noqa: E402
+
+from tests.conftest import build_model  # noqa: E402
+from tests.integrations.test_trl import PARAMS, PROMPTS, config, length_reward  # noqa: E402
+
+
+def _trainer(tokenizer, tmp_path, checks, *, wrap=True, verifier_model=None, **cfg):
+    model = build_model(len(tokenizer))
+    defense = RolloutDefense(Verifier(checks, model=verifier_model))
+    funcs = defend_rewards([length_reward], defense) if wrap else [length_reward]
+    trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=config(tmp_path, **cfg), processing_class=tokenizer,
+                          train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}))
+    return trainer, defense
+
+
+TOPK, REPLAY = [TopK(k=10)], [TopK(k=10), Replay(PARAMS)]
+
+
+@pytest.mark.parametrize("checks,cfg,needle", [
+    (TOPK, {"bf16": True}, "GRPOConfig.bf16=True"),
+    (TOPK, {"top_k": 0}, "GRPOConfig: top_k=0 samples from the whole vocabulary, so TopK(k=10) rejects"),
+    (TOPK, {"top_k": 50}, "GRPOConfig: top_k=50 samples outside the top-10"),
+    (TOPK, {"repetition_penalty": 1.3}, "GRPOConfig: repetition_penalty=1.3 changes the logits"),
+    (REPLAY, {"repetition_penalty": 1.3}, "GRPOConfig: repetition_penalty=1.3 changes the logits"),
+    (TOPK, {"generation_kwargs": {"no_repeat_ngram_size": 2}}, "no_repeat_ngram_size=2"),
+    (REPLAY, {"temperature": 0.7}, "GRPOConfig.temperature=0.7 but Replay's params.temperature=1.0"),
+    (REPLAY, {"max_completion_length": 16}, "GRPOConfig: max_completion_length=16 but Replay's params.max_new_tokens=10"),
+])
+def test_a_setting_that_makes_the_checks_reject_honest_work_is_refused(tokenizer, tmp_path, checks, cfg, needle):
+    trainer, defense = _trainer(tokenizer, tmp_path, checks, **cfg)
+    with pytest.raises(SettingError) as err:
+        defense.attach(trainer)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_same_trainer_with_fitting_settings_is_accepted(tokenizer, tmp_path):
+    trainer, defense = _trainer(tokenizer, tmp_path, REPLAY, top_k=10, temperature=1.0, repetition_penalty=1.0)
+    assert defense.attach(trainer) is trainer and defense.verifier.model is trainer.model
+
+
+def test_trls_default_config_is_refused_for_bf16_first(tokenizer, tmp_path):
+    """TRL's GRPOConfig defaults (bf16=True, top_k=0) break the checks twice; the first is named."""
+    trainer, defense = _trainer(tokenizer, tmp_path, TOPK, bf16=True, top_k=0)
+    problems = trainer_problems(trainer, defense.verifier.checks, tokenizer.eos_token_id)
+    assert [p.split(":")[0].split("=")[0] for p in problems] == ["GRPOConfig.bf16", "GRPOConfig"]
+    with pytest.raises(SettingError, match="GRPOConfig.bf16=True"):
+        defense.attach(trainer)
+
+
+def test_a_second_copy_of_the_model_is_refused(tokenizer, tmp_path):
+    trainer, defense = _trainer(tokenizer, tmp_path, TOPK, verifier_model=build_model(len(tokenizer)))
+    with pytest.raises(SettingError, match="another model object than the trainer's"):
+        defense.attach(trainer)
+
+
+def test_an_unwrapped_reward_function_is_refused(tokenizer, tmp_path):
+    trainer, defense = _trainer(tokenizer, tmp_path, TOPK, wrap=False)
+    with pytest.raises(SettingError, match="reward function 'length_reward' is not wrapped"):
+        defense.attach(trainer)
+
+
+def test_a_defense_never_attached_refuses_the_first_batch(tokenizer, tmp_path):
+    trainer, defense = _trainer(tokenizer, tmp_path, TOPK, max_steps=1)
+    with pytest.raises(SettingError, match=r"not attached to the trainer; call defense.attach\(trainer\)"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+
+
+def test_vllm_generation_is_refused_under_replay():
+    """Checked on the settings alone (vLLM is not installed here): its sampler cannot be replayed."""
+    args = SimpleNamespace(bf16=False, fp16=False, temperature=1.0, use_vllm=True, top_k=10, repetition_penalty=1.0,
+                           generation_kwargs=None, use_transformers_continuous_batching=False)
+    model = build_model(50)
+    trainer = SimpleNamespace(args=args, rollout_func=None, model=model,
+                              accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    assert trainer_problems(trainer, [TopK(k=10)], 2) == []
+    problems = trainer_problems(trainer, [Replay(SamplingParams(10, 1.0, 10))], 2)
+    assert len(problems) == 1 and problems[0].startswith("GRPOConfig.use_vllm=True: vLLM's sampler cannot be replayed")
+    args.top_k = 0
+    assert trainer_problems(trainer, [TopK(k=10)], 2)[0].startswith("GRPOConfig: top_k=0")

@@ -53,15 +53,16 @@ from typing import Sequence
 
 from dgrpo.errors import SandboxUnavailable
 from dgrpo.rewards import bwrap, seccomp
-from dgrpo.rewards.stand_in import (CTYPES_SHIM, STAND_IN_FUNCTIONS, LibraryCall, parse_calls,  # noqa: F401 (API)
+from dgrpo.rewards.stand_in import (CTYPES_SHIM, STAND_IN_FUNCTIONS, LibraryCall, LibraryService,  # noqa: F401 (API)
                                    stand_in_source)
-from dgrpo.rewards.supervise import memfd, supervise
+from dgrpo.rewards.supervise import STDOUT_KEPT, Pipes, memfd, supervise
 
 log = logging.getLogger(__name__)
 
 BLOCKED = 86  # exit status of a program the audit hook stopped
 _MARK = "dgrpo-sandbox: blocked: "
 THIRD_PARTY = ("numpy", "sympy", "mpmath")
+WORK_INODES = 512  # files and directories the work tmpfs can hold (when the runner mounts it)
 STARTUP_GRACE_S = 60.0  # wall time the sandbox, interpreter and runner may take to reach the program
 ENV = {"PATH": "/usr/bin:/bin", "HOME": bwrap.WORK_DIR, "TMPDIR": bwrap.WORK_DIR, "LANG": "C.UTF-8",
        "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -94,7 +95,8 @@ class SandboxLimits:
         timeout_s: wall-clock limit, seconds (the sandbox's whole process tree is killed after it).
         cpu_s: CPU-time limit, seconds (``RLIMIT_CPU``, rounded up); None = ``timeout_s``.
         memory_mb: address-space limit, MiB (``RLIMIT_AS``; numpy + sympy need about 300).
-        max_file_bytes: size limit of every file written, stdout and stderr included, bytes.
+        max_file_bytes: size limit of every file written (``RLIMIT_FSIZE``), and bytes the program may
+            write on stdout and on stderr (pipes; past it the host closes them), bytes.
         max_files_written: files opened for writing plus directories made (audit hook); with
             ``max_file_bytes`` it also sizes the working directory's tmpfs.
         max_stderr_chars: stderr kept in the result (its tail), characters.
@@ -124,14 +126,17 @@ class SandboxResult:
     """What a program run produced.
 
     Attributes:
-        stdout: everything printed (at most ``max_file_bytes``).
+        stdout: the start of what was printed (at most :data:`STDOUT_KEPT` bytes, decoded).
         stderr: the tail of stderr (``max_stderr_chars``).
         exit_status: the exit code; negative = killed by that signal (-9 after a timeout). Inside
             bubblewrap a program that exits with status 128 + n reads as signal n.
         timed_out: the wall-clock or CPU limit ended the program.
         blocked: the forbidden operation the audit hook stopped (e.g. ``"os.fork"``), else None.
-        calls: calls of the stand-in libraries, in order, as written to their pipe (forgeable).
-        output_limited: stdout or stderr reached ``max_file_bytes``.
+        calls: calls of the stand-in libraries, in order, as the host answered them
+            (:class:`~dgrpo.rewards.stand_in.LibraryService`: no value without a recorded call).
+        calls_garbled: something other than a well-formed call was written on the libraries' channel.
+        output_limited: more was printed than ``stdout`` keeps.
+        output_bytes: bytes written to stdout in all (the host read at most ``max_file_bytes`` + 64 KiB).
         wall_s: wall time of the run, seconds (sandbox start to teardown).
         run_id: a random name in the sandboxed processes' command line (to look for leftovers).
         isolated: the run was inside bubblewrap (False only with ``unsafe_no_os_sandbox``).
@@ -143,7 +148,9 @@ class SandboxResult:
     timed_out: bool
     blocked: str | None
     calls: tuple[LibraryCall, ...] = ()
+    calls_garbled: bool = False
     output_limited: bool = False
+    output_bytes: int = 0
     wall_s: float = 0.0
     run_id: str = field(default="", compare=False)
     isolated: bool = True
@@ -261,71 +268,88 @@ def packages_used(code: str) -> tuple[str, ...]:
 
 def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audit_hook: bool,
               ) -> tuple[SandboxResult | None, str]:
-    """One run; ``(None, stderr)`` when the program never started (sandbox or runner set-up failed)."""
+    """One run; ``(None, reason)`` when the program never started (sandbox or runner set-up failed)."""
     start = time.perf_counter()
     run_id = "dgrpo-sbx-" + secrets.token_hex(6)
     unsafe = limits.unsafe_no_os_sandbox
+    mapped = not unsafe and os.geteuid() == 0  # root can map the sandbox to an id that owns nothing
     layout = bwrap.host_layout(packages_used(code))
-    started_r, started_w = os.pipe()
-    calls_r, calls_w = os.pipe()
-    info_r, info_w = os.pipe() if not unsafe else (None, None)
-    work = tempfile.mkdtemp(prefix="dgrpo-sandbox-") if unsafe else None
-    bundle = {"runner": _runner_source(), "program": code, "root": work or bwrap.WORK_DIR,
-              "modules": {"ctypes": CTYPES_SHIM, **{n: stand_in_source(n, calls_w) for n in libraries}},
-              "filters": [seccomp.base_filter(), seccomp.program_filter()] if unsafe else [seccomp.program_filter()],
-              "allow_modules": [*THIRD_PARTY, *libraries], "deny_modules": list(DENIED_MODULES),
-              "blocked_exit": BLOCKED, "cpu_s": limits.cpu_s or limits.timeout_s, "memory_mb": limits.memory_mb,
-              "max_file_bytes": limits.max_file_bytes, "max_files_written": limits.max_files_written,
-              "site_dirs": list(layout.site_dirs), "started_fd": started_w, "calls_fd": calls_w,
-              "audit_hook": audit_hook}
-    bundle_fd = memfd("bundle", marshal.dumps(bundle))
-    owned = [fd for fd in (started_w, calls_w, bundle_fd, info_w) if fd is not None]  # only the child keeps these
+    runner_mounts = mapped and bwrap.runner_mounts_work(layout)
+    tmpfs = max(1, limits.max_files_written) * limits.max_file_bytes + (1 << 20)
+    hidden = ((), ()) if unsafe else bwrap.hidden_paths(layout, modes=not mapped)
+    work = None
+    host: dict[str, int] = {}  # this process's ends of the pipes
+    child: dict[str, int] = {}  # the child's ends, closed here once it has them
     try:
-        argv = runner_argv(layout.interpreter, bundle_fd, run_id)
+        for name in ("started", "stdout", "stderr", "requests"):  # the child writes, the host reads
+            host[name], child[name] = os.pipe()
+        child["replies"], host["replies"] = os.pipe()  # the host answers library requests
+        os.set_blocking(host["replies"], False)
+        child["stdin"], stdin_w = os.pipe()  # stdin: an empty pipe (EOF), nothing of the host
+        os.close(stdin_w)
+        if not unsafe:
+            host["info"], child["info"] = os.pipe()
+        if mapped:
+            child["block"], host["block"] = os.pipe()
+        work = tempfile.mkdtemp(prefix="dgrpo-sandbox-") if unsafe else None
+        modules = {n: stand_in_source(n, child["requests"], child["replies"]) for n in libraries}
+        bundle = {"runner": _runner_source(), "program": code, "root": work or bwrap.WORK_DIR,
+                  "modules": {"ctypes": CTYPES_SHIM, **modules},
+                  "filters": [seccomp.base_filter(), seccomp.program_filter()] if unsafe else [seccomp.program_filter()],
+                  "allow_modules": [*THIRD_PARTY, *libraries], "deny_modules": list(DENIED_MODULES),
+                  "blocked_exit": BLOCKED, "cpu_s": limits.cpu_s or limits.timeout_s, "memory_mb": limits.memory_mb,
+                  "max_file_bytes": limits.max_file_bytes, "max_files_written": limits.max_files_written,
+                  "site_dirs": list(layout.site_dirs), "started_fd": child["started"],
+                  "request_fd": child["requests"], "reply_fd": child["replies"], "audit_hook": audit_hook,
+                  "drop_to": bwrap.SANDBOX_UID if mapped else None,
+                  "work_bytes": tmpfs, "work_inodes": WORK_INODES if runner_mounts else 0,
+                  "bound_dirs": [dest for _, dest in layout.binds] + list(layout.empty_dirs)}
+        child["bundle"] = memfd("bundle", marshal.dumps(bundle))
+        argv = runner_argv(layout.interpreter, child["bundle"], run_id)
         if unsafe:
             cmd, env, cwd = argv, {**ENV, "HOME": work, "TMPDIR": work}, work
         else:
-            seccomp_fd = memfd("base.bpf", seccomp.base_filter())
-            owned.append(seccomp_fd)
-            tmpfs = max(1, limits.max_files_written) * limits.max_file_bytes + (1 << 20)
-            cmd = bwrap.bwrap_command(bwrap.find_bwrap() or "bwrap", layout, env=ENV, seccomp_fd=seccomp_fd,
-                                      info_fd=info_w, tmpfs_bytes=tmpfs, argv=argv)
+            child["seccomp"] = memfd("base.bpf", seccomp.base_filter())
+            cmd = bwrap.bwrap_command(bwrap.find_bwrap() or "bwrap", layout, env=ENV, seccomp_fd=child["seccomp"],
+                                      info_fd=child["info"], tmpfs_bytes=None if runner_mounts else tmpfs, argv=argv,
+                                      userns_block_fd=child.get("block"), hidden=hidden)
             env, cwd = {"PATH": "/usr/bin:/bin"}, "/"
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            try:
-                proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                        pass_fds=owned, start_new_session=True, close_fds=True)
-            finally:
-                for fd in owned:
-                    os.close(fd)
-                owned = []
-            started, timed_out, calls = supervise(proc, started_r, calls_r, info_r, limits.timeout_s, limits.max_file_bytes + 1, STARTUP_GRACE_S)
-            started_r = calls_r = info_r = None
-            status = proc.returncode
-            if not unsafe and status is not None and status > 128:
-                status = -(status - 128)  # bwrap reports a signal death as 128 + signal
-            out.seek(0)
-            stdout = out.read(limits.max_file_bytes + 1)
-            err.seek(0, os.SEEK_END)
-            err.seek(max(0, err.tell() - max(limits.max_stderr_chars * 4, 8000)))
-            stderr = err.read()
-    finally:
-        for fd in (started_r, calls_r, info_r, *owned):
-            if fd is not None:
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=child["stdin"], stdout=child["stdout"],
+                                    stderr=child["stderr"], pass_fds=list(child.values()), start_new_session=True,
+                                    close_fds=True)
+        finally:
+            for fd in child.values():
                 os.close(fd)
+            child = {}
+        pipes = Pipes(**{name: host.pop(name) for name in ("started", "stdout", "stderr", "requests", "replies")},
+                      info=host.pop("info", None), userns_block=host.pop("block", None))
+        service = LibraryService(libraries)
+        seen = supervise(proc, pipes, service, timeout_s=limits.timeout_s, max_output_bytes=limits.max_file_bytes,
+                         startup_grace_s=STARTUP_GRACE_S,
+                         identity=(bwrap.SANDBOX_UID, bwrap.HOST_ID) if mapped else None)
+        status = proc.returncode
+        if not unsafe and status is not None and status > 128:
+            status = -(status - 128)  # bwrap reports a signal death as 128 + signal
+    finally:
+        for fd in (*host.values(), *child.values()):  # what is left after a failure (supervise closed the rest)
+            os.close(fd)
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
-    err_text = stderr.decode("utf-8", "replace")
-    if not started:
-        log.warning("sandbox runner did not start (exit status %s): %s", status, err_text[-2000:])
-        return None, err_text
+    err_text = seen.stderr.decode("utf-8", "replace")
+    if not seen.started:
+        # Set-up output only (the program never ran); logged as an escaped repr, never raw bytes.
+        why = seen.setup_error or err_text
+        log.warning("sandbox runner did not start (exit status %s): %s", status, ascii(why[-500:]))
+        return None, why
     blocked = None
     if status == BLOCKED:
         marked = [line for line in err_text.splitlines() if line.startswith(_MARK)]
-        blocked = marked[-1][len(_MARK):] if marked else f"unknown (exit status {BLOCKED})"
+        blocked = marked[-1][len(_MARK):][:200] if marked else f"unknown (exit status {BLOCKED})"
     return SandboxResult(
-        stdout=stdout.decode("utf-8", "replace")[: limits.max_file_bytes],
+        stdout=seen.stdout.decode("utf-8", "replace"),
         stderr=err_text[-limits.max_stderr_chars:] if limits.max_stderr_chars else "",
-        exit_status=status, timed_out=timed_out or status == -signal.SIGXCPU, blocked=blocked,
-        calls=parse_calls(calls), output_limited=len(stdout) >= limits.max_file_bytes,
-        wall_s=time.perf_counter() - start, run_id=run_id, isolated=not unsafe), ""
+        exit_status=status, timed_out=seen.timed_out or status == -signal.SIGXCPU, blocked=blocked,
+        calls=tuple(service.calls), calls_garbled=service.garbled,
+        output_limited=seen.stdout_bytes > len(seen.stdout),
+        output_bytes=seen.stdout_bytes, wall_s=time.perf_counter() - start, run_id=run_id, isolated=not unsafe), ""

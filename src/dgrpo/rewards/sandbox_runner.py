@@ -39,6 +39,32 @@ import resource
 import sys
 
 
+MS_WORK = 2 | 4 | 8  # MS_NOSUID | MS_NODEV | MS_NOEXEC (seccomp allows mount with exactly these flags)
+
+
+def _mount_work(root, size, inodes):
+    """Mount the work directory: a tmpfs of ``size`` bytes and ``inodes`` inodes (which bwrap cannot
+    bound: empty files and directories cost kernel memory), no devices, no set-uid, no executables."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    opts = f"size={size},nr_inodes={inodes},mode=1777".encode()
+    if libc.mount(b"tmpfs", root.encode(), b"tmpfs", MS_WORK, opts) != 0:
+        raise OSError(ctypes.get_errno(), "mount of the work directory")
+    os.chdir(root)  # the working directory was the directory under the new mount
+
+
+def _drop_identity(uid):
+    """Become ``uid`` (and gid), with no supplementary group: the runner starts as root of the sandbox's
+    user namespace, which bwrap needed for its mounts; changing every uid away from 0 clears the
+    capabilities (permitted, effective, ambient)."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
+        raise OSError("the sandbox identity was not taken")
+
+
 def _limits(cfg):
     cpu = max(1, int(cfg["cpu_s"] + 0.999))
     mem = cfg["memory_mb"] * 1024 * 1024
@@ -47,7 +73,10 @@ def _limits(cfg):
                          (resource.RLIMIT_FSIZE, (cfg["max_file_bytes"], cfg["max_file_bytes"])),
                          (resource.RLIMIT_NOFILE, (64, 64)),
                          (resource.RLIMIT_CORE, (0, 0)),
-                         (resource.RLIMIT_NPROC, (0, 0))):  # not enforced for root; the hook is
+                         (resource.RLIMIT_NPROC, (0, 0)),  # not enforced for root; the filters are
+                         (resource.RLIMIT_MEMLOCK, (0, 0)),
+                         (resource.RLIMIT_MSGQUEUE, (0, 0)),
+                         (resource.RLIMIT_SIGPENDING, (64, 64))):  # queued signals count for the host's root too
         hard = resource.getrlimit(limit)[1]
         if hard != resource.RLIM_INFINITY:  # never above what this process may set
             value = (min(value[0], hard), min(value[1], hard))
@@ -58,6 +87,8 @@ def _make_guard(cfg):
     """Build the audit hook and the ``fork_exec`` replacement from the (trusted) config."""
     root = cfg["root"]
     code = cfg["blocked_exit"]
+    # Read-only binds under the work directory (a venv made in /tmp) are not inside: a tuple of str.
+    bound = tuple(d for d in cfg["bound_dirs"] if d == root or d.startswith(root + "/"))
     # Imports refused by name: modules that reach the OS or raw memory without audit events
     # (_ctypes, _posixshmem ...), and re-imports of the modules patched below. Extension modules
     # raise the "import" event even when loaded through importlib.util.module_from_spec.
@@ -90,7 +121,7 @@ def _make_guard(cfg):
                      _encode=str.encode, _write=os.write, _exit=os._exit, _fn_type=type(_limits),
                      _mnf=ModuleNotFoundError, _repr=repr, _len=len, _base=BaseException, _next=next,
                      _writes=writes, _max_writes=max_writes, _readlink=os.readlink, _fstat=os.fstat,
-                     _oserror=OSError, _root_dev=os.stat(root).st_dev):
+                     _oserror=OSError, _root_dev=os.stat(root).st_dev, _bound=bound):
         if event == "import":
             name, top = args[0], ""
             if _issubclass(_type(name), _str):
@@ -126,6 +157,9 @@ def _make_guard(cfg):
                 elif part and part != ".":
                     parts.append(part)
             norm = "/" + "/".join(parts)
+            for b in _bound:
+                if norm == b or norm.startswith(b + "/"):
+                    return False
             return norm == _root or norm.startswith(_root + "/")
 
         try:
@@ -237,7 +271,11 @@ class _Modules:
 def main():
     cfg = sys.dgrpo_bundle  # set by the bootstrap from the host's descriptor, before the program exists
     del sys.dgrpo_bundle
-    _close_inherited_fds((cfg["started_fd"], cfg["calls_fd"]))
+    if cfg["work_inodes"]:
+        _mount_work(cfg["root"], cfg["work_bytes"], cfg["work_inodes"])
+    if cfg["drop_to"] is not None:
+        _drop_identity(cfg["drop_to"])
+    _close_inherited_fds((cfg["started_fd"], cfg["request_fd"], cfg["reply_fd"]))
     _limits(cfg)
     _load_seccomp(cfg["filters"])
     hook, fork_exec = _make_guard(cfg)

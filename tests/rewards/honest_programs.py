@@ -76,6 +76,9 @@ HONEST = {
                          "unicodedata.name('é'))", "a [...] LATIN SMALL LETTER E WITH ACUTE\n"),
     "stderr_warning": ("import sys, warnings\nwarnings.warn('careful')\nprint('done', file=sys.stderr)\nprint(5)",
                        "5\n"),
+    "platform_and_identity": ("import os, platform, sys\n"
+                              "print(platform.system(), os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getppid(), "
+                              "os.cpu_count() >= 1, sys.maxsize > 2 ** 32)", "Linux 65534 65534 65534 65534 1 True True\n"),
     "sys_exit_zero": ("import sys\nprint(9)\nsys.exit(0)", "9\n"),
     # --- numpy, sympy, mpmath
     "numpy_basics": ("import numpy as np\na = np.arange(1, 5)\nprint(int(a.sum()), int(np.prod(a)), a.mean())",

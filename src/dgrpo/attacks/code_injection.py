@@ -23,7 +23,7 @@ library *and calls it*; importing it without calling it does not count. Reported
   beside it: it counts a call in code that never runs, and misses calls it cannot see;
   ``static_blind_rate`` is the fraction of programs holding a construct it cannot follow
   (:func:`static_blind_spots`: ``exec``/``eval``/``compile``, an import or ``getattr`` of a name
-  that is not a constant, ``globals()``, ``vars()``, ``sys.modules``, ``__dict__``, ``__builtins__``).
+  that is not a constant, namespaces reached as data such as ``sys.modules`` or ``__globals__``).
 * ``import_rate`` — the fraction whose program imports the library (static), called or not.
 """
 
@@ -158,17 +158,22 @@ def library_call_in_source(program: str, module: str) -> tuple[bool, bool]:
     return imported, imported and called
 
 
-_OPAQUE_CALLS = frozenset({"exec", "eval", "compile", "globals", "vars", "locals", "__import__", "import_module",
-                           "getattr", "setattr"})
+_OPAQUE_CALLS = frozenset({"exec", "eval", "compile", "globals", "vars", "locals"})
+_NAMED_CALLS = {"__import__": 0, "import_module": 0, "getattr": 1, "setattr": 1}  # name -> index of the name argument
+_OPAQUE_ATTRIBUTES = {"modules": "sys.modules", "__dict__": "__dict__", "__builtins__": "__builtins__",
+                      "__globals__": "__globals__", "__closure__": "__closure__", "__code__": "__code__",
+                      "cell_contents": "cell_contents"}
 
 
 def static_blind_spots(program: str) -> tuple[str, ...]:
     """Constructs of a program that :func:`library_call_in_source` cannot follow, by name, sorted.
 
-    ``exec``/``eval``/``compile`` (code it never parses), ``globals()``/``vars()``/``locals()``,
-    ``__import__``/``import_module``/``getattr``/``setattr`` with a name that is not a string
-    constant, ``sys.modules``, ``__dict__``, ``__builtins__``; ``"unparsable"`` when the program does
-    not parse. A program without any of them holds no library call the static check misses.
+    Code it never parses (``exec``, ``eval``, ``compile``), namespaces reached as data (``globals()``,
+    ``vars()``, ``locals()``, ``sys.modules``, ``__dict__``, ``__builtins__``, a function's
+    ``__globals__``/``__closure__``/``__code__``, ``cell_contents``), and ``__import__``,
+    ``import_module``, ``getattr``, ``setattr`` with a name that is not a string constant;
+    ``"unparsable"`` when the program does not parse. A program with none of them holds no call of
+    the library that the static check misses.
     """
     try:
         tree = ast.parse(program)
@@ -177,15 +182,16 @@ def static_blind_spots(program: str) -> tuple[str, ...]:
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            name = node.func.id if isinstance(node.func, ast.Name) else (
-                node.func.attr if isinstance(node.func, ast.Attribute) else None)
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else (f.attr if isinstance(f, ast.Attribute) else None)
             if name in _OPAQUE_CALLS:
-                constant = (len(node.args) > (1 if name in ("getattr", "setattr") else 0) and isinstance(
-                    node.args[1 if name in ("getattr", "setattr") else 0], ast.Constant))
-                if name in ("exec", "eval", "compile", "globals", "vars", "locals") or not constant:
+                found.add(name)
+            elif name in _NAMED_CALLS:
+                i = _NAMED_CALLS[name]
+                if not (len(node.args) > i and isinstance(node.args[i], ast.Constant)):
                     found.add(name)
-        elif isinstance(node, ast.Attribute) and node.attr in ("modules", "__dict__", "__builtins__"):
-            found.add("sys.modules" if node.attr == "modules" else node.attr)
+        elif isinstance(node, ast.Attribute) and node.attr in _OPAQUE_ATTRIBUTES:
+            found.add(_OPAQUE_ATTRIBUTES[node.attr])
         elif isinstance(node, ast.Name) and node.id == "__builtins__":
             found.add("__builtins__")
     return tuple(sorted(found))

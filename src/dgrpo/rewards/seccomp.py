@@ -38,7 +38,8 @@ ALLOWED_GROUPS = (
      "timeouts a program sets itself", "clock_gettime clock_getres gettimeofday time clock_nanosleep alarm "
      "setitimer"),
     ("signals of this process", "rt_sigaction rt_sigprocmask rt_sigreturn"),
-    ("who and where am I (read only)", "getpid gettid getgroups getresuid getresgid uname sysinfo "
+    ("who and where am I (read only)", "getpid getppid gettid getuid geteuid getgid getegid getgroups getresuid "
+     "getresgid uname sysinfo "
      "sched_getaffinity getrandom"),
     ("process start-up and exit; bwrap's PID 1 waits for the program under this filter too (a program has no "
      "child to wait for)", "arch_prctl set_tid_address set_robust_list rseq restart_syscall exit_group wait4"),

@@ -150,8 +150,8 @@ WRITE_ALL = "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, 
 # E3 output the host parses, E4 leases and locks, E5 inotify, E6 the output checker, E7 late secrets,
 # E8 FIFOs and binds under /tmp; other ABIs and newer system calls; the identity.
 SECOND_ROUND = {
-    "e1_fallocate_stdout": "import os\nos.posix_fallocate(1, 0, 1 << 30)\nprint(ANSWER)",
-    "e1_fallocate_keep_size_raw": RAW + "assert errno_of(285, 1, 1, 0, 1 << 30) == 0\nassert errno_of(285, 2, 1, 0, 1 << 30) == 0\n"
+    "e1_fallocate_stdout": "import os\nos.posix_fallocate(1, 0, 4 << 30)\nprint(ANSWER)",
+    "e1_fallocate_keep_size_raw": RAW + "assert errno_of(285, 1, 1, 0, 4 << 30) == 0\nassert errno_of(285, 2, 1, 0, 4 << 30) == 0\n"
                                   "print(ANSWER)",  # FALLOC_FL_KEEP_SIZE on stdout and stderr
     "e1_ftruncate_stdout": "import os\nos.ftruncate(1, 1 << 30)\nprint(ANSWER)",
     "e1_writable_host_file_descriptor": "import os, stat, fcntl\nfound = []\nfor fd in range(1024):\n    try:\n"
@@ -163,7 +163,7 @@ SECOND_ROUND = {
                                           "os.posix_fallocate(fd, 0, 1 << 30)\nprint(ANSWER)",
     "e1_inode_flood": "import os\nfor i in range(100000):\n    os.close(os.open(f'f{i}', os.O_CREAT | os.O_WRONLY))\nprint(ANSWER)",
     "e1_sparse_terabyte": "f = open('sparse', 'wb')\nf.seek(1 << 40)\nf.write(b'x')\nf.close()\nprint(ANSWER)",
-    "e2_sysv_shm_detached": RAW + "libc.shmat.restype = ctypes.c_void_p\nfor _ in range(8):  # 8 x 256 MiB, each detached\n"
+    "e2_sysv_shm_detached": RAW + "libc.shmat.restype = ctypes.c_void_p\nfor _ in range(12):  # 12 x 256 MiB, each detached\n"
                             "    sid = libc.syscall(ctypes.c_long(29), 0, ctypes.c_long(1 << 28), 0o1600)\n"
                             "    assert sid >= 0, ctypes.get_errno()\n    addr = libc.shmat(sid, None, 0)\n"
                             "    assert addr not in (None, ctypes.c_void_p(-1).value)\n    ctypes.memset(addr, 1, 1 << 28)\n"

@@ -40,8 +40,9 @@ def test_a_runaway_check_ends_within_its_limit_as_no_match():
 
 
 def test_a_stuck_worker_is_killed_and_replaced(monkeypatch):
-    monkeypatch.setattr(answer_check, "WALL_LIMIT_S", 0.0)  # every answer comes too late
-    assert bounded_answers_match("7.0", "7") is False
+    bounded_answers_match("7.0", "7")  # the worker is up
+    monkeypatch.setattr(answer_check, "WALL_LIMIT_S", 0.2)  # a check stuck longer than this (CPU limit: 1 s)
+    assert bounded_answers_match("2**2**2**40", "7") is False
     assert answer_check._worker.proc is None  # killed
     monkeypatch.setattr(answer_check, "WALL_LIMIT_S", 10.0)
     assert bounded_answers_match("7.0", "7") is True

@@ -44,7 +44,8 @@ from dgrpo.tasks.python_math import PythonMathTask
 from hostile_programs import HOSTILE, SECOND_ROUND
 
 LIMITS = SandboxLimits(timeout_s=2, cpu_s=1)
-HOST_SLACK = 512 << 20  # bytes of free disk or shared memory other processes may move during a run; attacks take 1-2 GiB
+DISK_SLACK = 1 << 30  # free disk other processes may take during a run (the disk attacks ask for 4 GiB)
+SHMEM_SLACK = 512 << 20  # shared memory likewise (the attacks reach 1-3 GiB)
 HOST_CPU_S = 0.5  # host CPU seconds one run and its scoring may cost (the watcher's sampling included)
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -156,10 +157,11 @@ class HostWatch:
         return 0
 
     def _sample(self) -> None:
-        if self.disk0 - self._disk() > HOST_SLACK:
-            self.problems.append("host free disk fell")
-        if self._shmem() - self.shmem0 > HOST_SLACK:
-            self.problems.append("host shared memory rose")
+        fell, rose = self.disk0 - self._disk(), self._shmem() - self.shmem0
+        if fell > DISK_SLACK:
+            self.problems.append(f"host free disk fell by {fell >> 20} MiB")
+        if rose > SHMEM_SLACK:
+            self.problems.append(f"host shared memory rose by {rose >> 20} MiB")
         try:
             os.close(os.open(self.public, os.O_WRONLY | os.O_NONBLOCK))  # a lease would make this fail
         except BlockingIOError:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dgrpo.rewards import bwrap, sandbox
+from dgrpo.rewards import bound_tree, bwrap, sandbox
 from dgrpo.rewards.sandbox import BLOCKED, SandboxLimits, run_python
 from test_hostile_programs import processes_mentioning
 
@@ -120,6 +120,18 @@ def test_hidden_paths_follow_changes_and_modes(bound):
     assert files == (str(bound / "sub" / "f1"),) and dirs == ()
     os.mkfifo(bound / "sub" / "f2")  # within the same second as the last look: still seen
     assert sorted(bwrap.hidden_paths(layout, modes=False)[0]) == [str(bound / "sub" / "f1"), str(bound / "sub" / "f2")]
+
+
+def test_hidden_paths_without_inotify_compare_times(bound, monkeypatch):
+    """Where a directory cannot be watched (no inotify, the watch budget spent) its ctime decides."""
+    monkeypatch.setattr(bound_tree._watcher, "watch", lambda path: None)
+    monkeypatch.setattr(bound_tree._watcher, "cache", {})
+    monkeypatch.setattr(bound_tree._watcher, "results", {})
+    monkeypatch.setattr(bound_tree._watcher, "watched", set())
+    layout = bwrap.host_layout(())
+    assert bwrap.hidden_paths(layout, modes=False) == ((), ())
+    os.mkfifo(bound / "f1")  # within the same second as the last look
+    assert bwrap.hidden_paths(layout, modes=False) == ((str(bound / "f1"),), ())
 
 
 def test_no_host_file_descriptor_is_writable_inside():

@@ -11,7 +11,7 @@ read-only tmpfs holding only
   files alone where a directory also holds the interpreter's own tree (``…/lib`` of a pyenv or conda
   install); never a ``site-packages`` directory; and the loader at the path the interpreter names (PT_INTERP),
 * the package directories of the third-party modules a program names (numpy, sympy, mpmath),
-* ``/dev/null`` and ``/dev/urandom``,
+* ``/dev/null`` (the only device: random numbers come from ``getrandom``),
 * ``/tmp``: a fresh tmpfs of bounded size, the working directory, the only writable place.
 
 **Identity.** Run by root, the sandbox's uid and gid 65534 map to :data:`HOST_ID`, an id that owns
@@ -25,9 +25,8 @@ user (the only mapping an unprivileged process may write), and :func:`hidden_pat
 bound files and directories that are not world-readable.
 
 **Special files.** Before every run :func:`hidden_paths` looks for FIFOs, sockets and device nodes
-in the bound trees (a read-only bind does not stop a FIFO write) and masks each: a directory is
-re-read only when its ``ctime`` changed (or changed within the last second, finer than the
-clock the kernel stamps it with), so the check costs one ``stat`` per bound directory.
+in the bound trees (a read-only bind does not stop a FIFO write) and masks each; the trees are read
+once and then watched with inotify (:mod:`dgrpo.rewards.bound_tree`).
 """
 
 from __future__ import annotations
@@ -36,20 +35,19 @@ import functools
 import importlib.util
 import os
 import shutil
-import stat
 import struct
 import sys
 import sysconfig
-import time
 from dataclasses import dataclass
+
+from dgrpo.rewards import bound_tree
 
 SANDBOX_UID = 65534  # uid and gid inside the sandbox ("nobody")
 HOST_ID = 2_000_000_000  # what SANDBOX_UID is outside when root runs the sandbox: in the range systemd
 # leaves unused (1879048192-2147352575), owner of no file
 WORK_DIR = "/tmp"  # the program's working directory inside: a fresh tmpfs, the only writable place
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_runner.py")
-DEVICES = ("/dev/null", "/dev/urandom")
-_RECENT_NS = 1_000_000_000  # a directory changed this recently is re-read on every run
+DEVICES = ("/dev/null",)  # random numbers come from getrandom(2), not /dev/urandom
 
 
 @dataclass(frozen=True)
@@ -161,72 +159,12 @@ def host_layout(packages: tuple[str, ...], extra: tuple[str, ...] = ()) -> HostL
     return HostLayout(interpreter, tuple(binds), empty, tuple(site_dirs))
 
 
-@dataclass(frozen=True)
-class _Dir:
-    ctime_ns: int
-    read_at_ns: int
-    subdirs: tuple[str, ...]
-    files: tuple[str, ...]  # to mask: special files (and, with modes, files that are not world-readable)
-    dirs: tuple[str, ...]  # to mask (with modes): directories that are not world-searchable
-
-
-_seen: dict[tuple[str, bool], _Dir] = {}
-
-
-def _read_dir(path: str, modes: bool, skip: frozenset[str]) -> _Dir:
-    subdirs, files, dirs = [], [], []
-    now = time.time_ns()
-    ctime = os.lstat(path).st_ctime_ns
-    with os.scandir(path) as it:
-        for entry in it:
-            if entry.path in skip:
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                if modes and entry.stat(follow_symlinks=False).st_mode & 0o005 != 0o005:
-                    dirs.append(entry.path)  # masked whole: no need to look inside
-                else:
-                    subdirs.append(entry.path)
-            elif entry.is_symlink():
-                continue  # resolved inside the sandbox, where its target is checked on its own
-            elif not entry.is_file(follow_symlinks=False):
-                files.append(entry.path)  # FIFO, socket, device node (from the directory entry's type)
-            elif modes and entry.stat(follow_symlinks=False).st_mode & 0o004 == 0:
-                files.append(entry.path)
-    return _Dir(ctime, now, tuple(subdirs), tuple(files), tuple(dirs))
-
-
 def hidden_paths(layout: HostLayout, modes: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(files, dirs)`` to mask inside, as sandbox paths: every FIFO, socket or device node in a bound
-    tree and, with ``modes`` (a sandbox whose identity owns the bound files), every file that is not
-    world-readable and every directory that is not world-searchable. Up to date at the call: see the
-    module docstring for the cache."""
-    skip = frozenset(layout.empty_dirs)
-    files: list[str] = []
-    dirs: list[str] = []
-    now = time.time_ns()
-    for src, dest in layout.binds:
-        try:
-            st = os.lstat(src)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            if not stat.S_ISREG(st.st_mode) or (modes and st.st_mode & 0o004 == 0):
-                files.append(dest)
-            continue
-        stack = [src]
-        while stack:
-            path = stack.pop()
-            entry = _seen.get((path, modes))
-            try:
-                if entry is None or entry.ctime_ns != os.lstat(path).st_ctime_ns or \
-                        now - entry.ctime_ns < _RECENT_NS or entry.read_at_ns - entry.ctime_ns < _RECENT_NS:
-                    entry = _seen[(path, modes)] = _read_dir(path, modes, skip)
-            except OSError:
-                continue  # gone since the last look
-            files += [dest + f[len(src):] for f in entry.files]
-            dirs += [dest + d[len(src):] for d in entry.dirs]
-            stack += entry.subdirs
-    return tuple(files), tuple(dirs)
+    """``(files, dirs)`` to mask inside: every FIFO, socket or device node in a bound tree and, with
+    ``modes`` (a sandbox whose identity owns the bound files), every file that is not world-readable
+    and every directory that is not world-searchable; current at the call
+    (:func:`dgrpo.rewards.bound_tree.hidden_paths`)."""
+    return bound_tree.hidden_paths(layout.binds, layout.empty_dirs, modes)
 
 
 def _ancestors(dests: list[str]) -> list[str]:

@@ -40,7 +40,9 @@ import concurrent.futures
 import functools
 import logging
 import marshal
+import math
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -241,19 +243,32 @@ def run_many(codes: Sequence[str], limits: SandboxLimits = SandboxLimits(), libr
 
 
 BOOTSTRAP = ("import marshal, sys\nwith open(int(sys.argv[1]), 'rb') as f:\n    sys.dgrpo_bundle = marshal.load(f)\n"
-             "exec(compile(sys.dgrpo_bundle['runner'], 'sandbox_runner.py', 'exec'))")
+             "exec(sys.dgrpo_bundle['runner'])")
 
 
 @functools.lru_cache(maxsize=1)
-def _runner_source() -> str:
+def _runner_code():
+    """The runner, compiled once here: the sandbox runs the same interpreter, which loads it with marshal."""
     with open(bwrap.RUNNER, encoding="utf-8") as fh:
-        return fh.read()
+        return compile(fh.read(), "sandbox_runner.py", "exec")
 
 
 def runner_argv(interpreter: str, bundle_fd: int, run_id: str) -> list[str]:
     """The interpreter command of a run: a bootstrap that loads the ``marshal``-ed bundle from
     ``bundle_fd`` (written by this process, read before the program exists) and runs the runner."""
     return [interpreter, "-I", "-S", "-B", "-c", BOOTSTRAP, str(bundle_fd), run_id]
+
+
+def resource_limits(limits: SandboxLimits) -> list[tuple[int, int, int]]:
+    """``(resource, soft, hard)`` limits of a run: CPU time (soft: SIGXCPU, hard one second later:
+    SIGKILL), address space, size of a written file, 64 open files, no core dump, no locked memory,
+    no message queue, 64 queued signals (they count for the host's root too)."""
+    cpu = max(1, math.ceil(limits.cpu_s or limits.timeout_s))
+    mem = limits.memory_mb << 20
+    return [(resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, mem, mem),
+            (resource.RLIMIT_FSIZE, limits.max_file_bytes, limits.max_file_bytes), (resource.RLIMIT_NOFILE, 64, 64),
+            (resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_MEMLOCK, 0, 0), (resource.RLIMIT_MSGQUEUE, 0, 0),
+            (resource.RLIMIT_SIGPENDING, 64, 64)]
 
 
 def packages_used(code: str) -> tuple[str, ...]:
@@ -293,12 +308,12 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
             child["block"], host["block"] = os.pipe()
         work = tempfile.mkdtemp(prefix="dgrpo-sandbox-") if unsafe else None
         modules = {n: stand_in_source(n, child["requests"], child["replies"]) for n in libraries}
-        bundle = {"runner": _runner_source(), "program": code, "root": work or bwrap.WORK_DIR,
+        bundle = {"runner": _runner_code(), "program": code, "root": work or bwrap.WORK_DIR,
                   "modules": {"ctypes": CTYPES_SHIM, **modules},
                   "filters": [seccomp.base_filter(), seccomp.program_filter()] if unsafe else [seccomp.program_filter()],
                   "allow_modules": [*THIRD_PARTY, *libraries], "deny_modules": list(DENIED_MODULES),
-                  "blocked_exit": BLOCKED, "cpu_s": limits.cpu_s or limits.timeout_s, "memory_mb": limits.memory_mb,
-                  "max_file_bytes": limits.max_file_bytes, "max_files_written": limits.max_files_written,
+                  "blocked_exit": BLOCKED, "limits": [] if mapped else resource_limits(limits),
+                  "max_files_written": limits.max_files_written,
                   "site_dirs": list(layout.site_dirs), "started_fd": child["started"],
                   "request_fd": child["requests"], "reply_fd": child["replies"], "audit_hook": audit_hook,
                   "drop_to": bwrap.SANDBOX_UID if mapped else None,
@@ -327,7 +342,8 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
         service = LibraryService(libraries)
         seen = supervise(proc, pipes, service, timeout_s=limits.timeout_s, max_output_bytes=limits.max_file_bytes,
                          startup_grace_s=STARTUP_GRACE_S,
-                         identity=(bwrap.SANDBOX_UID, bwrap.HOST_ID) if mapped else None)
+                         identity=(bwrap.SANDBOX_UID, bwrap.HOST_ID) if mapped else None,
+                         limits=resource_limits(limits) if mapped else [])
         status = proc.returncode
         if not unsafe and status is not None and status > 128:
             status = -(status - 128)  # bwrap reports a signal death as 128 + signal

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -71,8 +72,19 @@ def write_id_maps(pid: int, sandbox_id: int, host_id: int) -> None:
             fh.write(lines)
 
 
+def set_limits(pid: int, limits: list[tuple[int, int, int]]) -> None:
+    """Set ``(resource, soft, hard)`` limits of process ``pid`` from outside (root), before it forks the program.
+
+    Raises:
+        OSError: a limit cannot be set.
+    """
+    for limit, soft, hard in limits:
+        resource.prlimit(pid, limit, (soft, hard))
+
+
 def supervise(proc: subprocess.Popen, pipes: Pipes, service: LibraryService, *, timeout_s: float,
-              max_output_bytes: int, startup_grace_s: float, identity: tuple[int, int] | None) -> Outcome:
+              max_output_bytes: int, startup_grace_s: float, identity: tuple[int, int] | None,
+              limits: list[tuple[int, int, int]] = ()) -> Outcome:
     """Wait for the run, reading its pipes; kill it at the wall-clock limit. Closes every pipe of ``pipes``.
 
     The time limit counts from the moment the program starts: on a loaded machine the sandbox and the
@@ -86,6 +98,8 @@ def supervise(proc: subprocess.Popen, pipes: Pipes, service: LibraryService, *, 
         max_output_bytes: bytes of stdout (and of stderr) the program may write; past it that pipe is closed.
         identity: ``(sandbox id, host id)`` to map once bwrap reports its child (``--userns-block-fd``),
             or None when bwrap maps the caller's own uid.
+        limits: resource limits set on bwrap's child while it waits for the maps; the program, its
+            child, inherits them (with ``identity`` only: otherwise the runner sets them).
     """
     out = Outcome()
     names = {pipes.started: "started", pipes.stdout: "stdout", pipes.stderr: "stderr", pipes.requests: "requests"}
@@ -134,9 +148,10 @@ def supervise(proc: subprocess.Popen, pipes: Pipes, service: LibraryService, *, 
                         pidfd = _open_pid(child)
                         if identity is not None and pipes.userns_block is not None:
                             try:
+                                set_limits(child, list(limits))
                                 write_id_maps(child, *identity)
                             except OSError as err:
-                                out.setup_error = f"cannot map the sandbox identity: {err}"
+                                out.setup_error = f"cannot set the sandbox's identity or limits: {err}"
                             os.close(pipes.userns_block)  # EOF: bwrap goes on (and fails without maps)
                             pipes.userns_block = None
                 if done:

@@ -19,7 +19,8 @@ injection, no program), one program at a time and ``--jobs`` at a time; the host
 program printing a 1 MiB line adds over ``print(7)``; the sampled honest programs of
 tests/tasks/test_python_math.py whose reward differs from the hand-worked one. How quiet the
 machine was: the 1-minute load average before and after, the share of CPU time other processes
-used meanwhile (/proc/stat), and the scheduling policy the measurement ran under (``chrt -f``
+the CPUs were busy (all processes, these runs included) and the mean number of runnable
+processes during the per-program runs (/proc/stat), and the scheduling policy the measurement ran under (``chrt -f``
 gives it priority over the other users of a shared machine). Prints one JSON object.
 """
 
@@ -81,6 +82,14 @@ def cpu_busy() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+def runnable() -> int:
+    """Processes running or ready to run right now, this one included (/proc/stat procs_running)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("procs_running"):
+            return int(line.split()[1])
+    return 0
+
+
 def own_cpu() -> float:
     return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
                for f in ("ru_utime", "ru_stime"))
@@ -115,7 +124,6 @@ def main() -> None:
 
     load_before = os.getloadavg()[0]
     busy0, total0 = cpu_busy()
-    own0 = own_cpu()
     interp = bwrap.host_layout(()).interpreter
     layout = bwrap.host_layout(())
     bare_cmd = [interp, "-I", "-S", "-c", "print(7)"]
@@ -134,9 +142,12 @@ def main() -> None:
         before = Worker(source_of(args.before_ref))
         methods["before"] = lambda: before.run("print(7)")
     times = {name: [] for name in methods}
+    queue = []
     for _ in range(args.repeats):
+        queue.append(runnable())
         for name, fn in methods.items():
             times[name].append(timed(fn))
+    busy1, total1 = cpu_busy()
     per_program = {name: summary(t) for name, t in times.items()}
     bare = per_program["bare"]["median_ms"]
 
@@ -172,8 +183,6 @@ def main() -> None:
 
     sampled = [result_reward(r, "12") for r in sandbox.run_many([p for p, _ in SAMPLED])]
     differ = [p for (p, want), got in zip(SAMPLED, sampled) if got != want]
-    busy1, total1 = cpu_busy()
-    others = (busy1 - busy0 - round((own_cpu() - own0) * os.sysconf("SC_CLK_TCK"))) / max(1, total1 - total0)
     report = {
         "program": "print(7)", "repeats": args.repeats, "per_program": per_program,
         "ratio_to_bare": {k: round(v["median_ms"] / bare, 2) for k, v in per_program.items()},
@@ -183,7 +192,8 @@ def main() -> None:
         "host_cpu_ms": {k: round(v * 1000, 1) for k, v in cpu.items()},
         "sampled_programs": len(SAMPLED), "sampled_rewards_that_differ": differ,
         "quiet": {"load_1min_before": round(load_before, 2), "load_1min_after": round(os.getloadavg()[0], 2),
-                  "cpu_share_used_by_other_processes": round(others, 3), "cpus": os.cpu_count(),
+                  "cpu_busy_share_during_per_program_runs": round((busy1 - busy0) / max(1, total1 - total0), 3),
+                  "runnable_processes_mean": round(statistics.mean(queue), 2), "cpus": os.cpu_count(),
                   "scheduler": {0: "SCHED_OTHER", 1: "SCHED_FIFO", 2: "SCHED_RR"}.get(os.sched_getscheduler(0), "?")},
         "python": sys.version.split()[0],
     }

@@ -33,7 +33,6 @@ A forbidden operation ends the process at once with exit status ``BLOCKED`` afte
 ``try``/``except ImportError`` (numpy does so for ``ctypes``).
 """
 
-import functools
 import itertools
 import os
 import sys
@@ -280,8 +279,8 @@ def _exit_status(err):
     return 1
 
 
-def _run(source, namespace, _exit=os._exit, _compile=compile, _exec=exec, _print_exception=sys.__excepthook__,
-         _run_exitfuncs=None, _system_exit=SystemExit, _base=BaseException, _exc_info=sys.exc_info):
+def _run(source, namespace, _run_exitfuncs, _exit=os._exit, _compile=compile, _exec=exec,
+         _print_exception=sys.__excepthook__, _system_exit=SystemExit, _base=BaseException, _exc_info=sys.exc_info):
     """Run the program as the interpreter would (traceback and status 1 for an uncaught exception,
     SystemExit's status, atexit functions, flushed standard streams, status 120 when stdout cannot
     be flushed), then end the process with ``os._exit``: the interpreter's own finalization costs a
@@ -374,11 +373,10 @@ def main():
     del cfg
     import atexit
 
-    run = functools.partial(_run, _run_exitfuncs=atexit._run_exitfuncs)
     if audit:
         sys.addaudithook(hook)
     del hook, fork_exec, audit
-    run(source, main_module.__dict__)
+    _run(source, main_module.__dict__, atexit._run_exitfuncs)  # arguments bound before the program runs
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The sandbox's two seccomp filters, compiled once with libseccomp into BPF (see docs/sandbox.md).
 
-* :func:`base_filter` is **default-deny**: an allow-list (:data:`ALLOWED`, :data:`ALLOWED_IF`, the one
-  place that says which system calls a program may make, and why) measured from honest solver
+* :func:`base_filter` is **default-deny**: an allow-list (:data:`ALLOWED_GROUPS`, :data:`ALLOWED_IF`,
+  :data:`ALLOWED_MASKED`: the one place that says which system calls a program may make, and why,
+  listed again in docs/sandbox.md) measured from honest solver
   programs (``benchmarks/sandbox_syscalls.py`` traces tests/rewards/honest_programs.py and the
   sampled solutions); every other call fails with ``EPERM`` — among them every call newer than this
   libseccomp knows, whatever the kernel adds next. A call of another ABI (i386 through ``int 0x80``,
@@ -11,10 +12,10 @@
 * :func:`program_filter`, loaded by the runner right before the program's first line, refuses those
   set-up calls again (:data:`PROGRAM_REFUSED`): no exec, no identity change, no ``prctl``.
 
-Refused calls fail with an errno and never kill (only another ABI does), so a program sees an ordinary
-``OSError`` and scores 0 through its exit status. Nothing creates a process or a thread: ``clone``,
-``clone3``, ``fork`` and ``vfork`` are not on the list (``RLIMIT_NPROC`` is not enforced for root,
-whose uid the sandbox's set-up runs as; the filter holds whoever runs it).
+Refused calls fail with ``EPERM`` and never kill (only another ABI does), so a program sees an
+ordinary ``OSError`` and scores 0 through its exit status. Nothing creates a process or a thread:
+``clone``, ``clone3``, ``fork`` and ``vfork`` are not on the list. Arguments are compared as the
+64-bit registers the kernel receives, so a value with stray high bits matches no allowed one.
 """
 
 from __future__ import annotations
@@ -38,9 +39,8 @@ ALLOWED_GROUPS = (
      "timeouts a program sets itself", "clock_gettime clock_getres gettimeofday time clock_nanosleep alarm "
      "setitimer"),
     ("signals of this process", "rt_sigaction rt_sigprocmask rt_sigreturn"),
-    ("who and where am I (read only)", "getpid getppid gettid getuid geteuid getgid getegid getgroups getresuid "
-     "getresgid uname sysinfo "
-     "sched_getaffinity getrandom"),
+    ("who and where am I (read only), and random bytes", "getpid getppid gettid getuid geteuid getgid getegid "
+     "getgroups getresuid getresgid uname sysinfo sched_getaffinity getrandom"),
     ("process start-up and exit; bwrap's PID 1 waits for the program under this filter too (a program has no "
      "child to wait for)", "arch_prctl set_tid_address set_robust_list rseq restart_syscall exit_group wait4"),
     ("the runner's set-up, refused again by the program filter: bwrap executes the interpreter, the runner "

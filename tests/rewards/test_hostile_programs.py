@@ -286,7 +286,8 @@ def test_hostile_completions_through_the_swarm_receive_path(host, tokenizer, mod
     problem = task.train[0]
     token = f"986.{secrets.randbelow(10 ** 6):06d}"
     names = ["traced_hook_os_system", "alias_posixsubprocess_fork_exec", "traced_hook_write_outside",
-             "kill_host_process", "fresh_signal_pidfd_to_victim", "print_answer_then_loop"]
+             "kill_host_process", "fresh_signal_pidfd_to_victim", "print_answer_then_loop",
+             "e3_nested_brackets_on_every_descriptor", "e6_checker_bomb", "e4_lease_on_a_bound_file"]
     texts = [f"let me compute</think>\n<answer>\n```python\n{fill(HOSTILE[n], host, token).replace(ANSWER, problem.answer)}\n```\n</answer>"
              for n in names]
     texts.append(task.oracle_completion(problem))  # an honest peer's completion among them

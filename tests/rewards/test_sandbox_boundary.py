@@ -134,6 +134,18 @@ def test_hidden_paths_without_inotify_compare_times(bound, monkeypatch):
     assert bwrap.hidden_paths(layout, modes=False) == ((str(bound / "f1"),), ())
 
 
+def test_the_path_for_a_caller_other_than_root(bound, monkeypatch):
+    """Run by another user, bwrap maps 65534 to that user, the runner sets the limits itself and the
+    masks cover what that user could read but others cannot (exercised here as root)."""
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    (bound / "mine.txt").write_text("secret")
+    (bound / "mine.txt").chmod(0o600)
+    program = (f"import os, resource\nprint(os.getuid(), resource.getrlimit(resource.RLIMIT_AS)[0] >> 20)\n"
+               f"try:\n    open({str(bound / 'mine.txt')!r}).read()\nexcept OSError as e:\n    print(type(e).__name__)")
+    result = run_python(program, LIMITS)
+    assert result.stdout == f"65534 {LIMITS.memory_mb}\nPermissionError\n", result.stderr[-300:]
+
+
 def test_no_host_file_descriptor_is_writable_inside():
     program = ("import os, stat, fcntl\nfor fd in range(1024):\n    try:\n        st = os.fstat(fd)\n    except OSError:\n"
                "        continue\n    kind = 'pipe' if stat.S_ISFIFO(st.st_mode) else oct(stat.S_IFMT(st.st_mode))\n"

@@ -4,34 +4,35 @@ Model-generated code never runs in the calling process, and never outside the sa
 program gets a sandbox of its own, made and torn down by :func:`run_python`, in layers:
 
 1. **bubblewrap** (:mod:`dgrpo.rewards.bwrap`), the boundary: new user, PID, network, IPC, UTS,
-   cgroup and mount namespaces, an unprivileged uid, no capability, no new user namespaces; a
-   read-only file system of only the interpreter, its standard library, the shared libraries it
-   maps, numpy/sympy/mpmath, and ``/dev/null``, ``/dev/zero``, ``/dev/urandom``; a fresh tmpfs of
-   bounded size as the working directory and the only writable place; no ``/proc``, ``/etc`` or
-   ``/home``; killed with its parent; a session of its own.
-2. **seccomp** (:mod:`dgrpo.rewards.seccomp`): a base filter from the interpreter's exec on
-   (no fork/vfork/non-thread clone, ptrace, mount, mknod, bpf, perf_event_open, io_uring, kexec,
-   key rings, sockets, ...) and a program filter from the first line of the program on (no exec,
-   no clone at all: no thread, no process).
-3. **Resource limits** set by the runner before the program starts: CPU time (``RLIMIT_CPU``),
-   address space (``RLIMIT_AS``), size of any written file (``RLIMIT_FSIZE``, which also caps
-   stdout and stderr: they are files), 64 open files, no core dumps, no processes
-   (``RLIMIT_NPROC``). The wall-clock limit kills the sandbox's PID 1, and with it, by the kernel,
-   every process of its PID namespace, before :func:`run_python` returns.
-4. **The audit hook** (:mod:`dgrpo.rewards.sandbox_runner`), a second layer only: it stops the
+   cgroup and mount namespaces; a read-only file system of only the interpreter, its standard
+   library, the shared libraries it maps, numpy/sympy/mpmath and ``/dev/null``, with every FIFO,
+   socket and device node of those trees masked (:mod:`dgrpo.rewards.bound_tree`); a tmpfs of
+   bounded size and inodes (``noexec``) as the working directory and the only writable place; no
+   ``/proc``, ``/etc`` or ``/home``; killed with its parent; a session of its own.
+2. **An identity that owns nothing**: run by root, the sandbox's uid/gid 65534 is
+   :data:`dgrpo.rewards.bwrap.HOST_ID` outside, with no capability.
+3. **seccomp** (:mod:`dgrpo.rewards.seccomp`): a default-deny allow-list from the interpreter's
+   exec on (other ABIs kill the process), and a program filter from the program's first line on.
+4. **Resource limits** (:func:`resource_limits`), set from outside on bwrap's child before it
+   forks the program (or by the runner): CPU time, address space, file size, 64 open files, no
+   core dump, no locked memory, 64 queued signals. The wall-clock limit kills the sandbox's PID 1,
+   and with it, by the kernel, every process of its PID namespace, before :func:`run_python` returns.
+5. **Pipes the host reads with a cap** (:mod:`dgrpo.rewards.supervise`): stdout (the first
+   :data:`~dgrpo.rewards.supervise.STDOUT_KEPT` bytes kept), stderr (its tail), the stand-in
+   libraries' requests; stdin is an empty pipe; no host file descriptor is writable inside.
+6. **The audit hook** (:mod:`dgrpo.rewards.sandbox_runner`), a second layer only: it stops the
    usual attempts early with a readable reason (exit status :data:`BLOCKED`).
 
 Where bubblewrap or user namespaces are missing, :func:`check_sandbox` raises
 :class:`SandboxUnavailable` naming the fix: there is no silent fallback. The only way around it is
 ``SandboxLimits(unsafe_no_os_sandbox=True)`` (``task.unsafe_no_os_sandbox``), for a run that is
-isolated as a whole by its user (a container): layers 2-4 without the namespaces; it is refused
-for a swarm whose peers are not all in this process (config validation).
+isolated as a whole by its user (a container): seccomp, limits, pipes and the hook without the
+namespaces or the identity; it is refused for a swarm whose peers are not all in this process.
 
-Attacker libraries (paper §3.4.2) are provided as harmless stand-ins (:func:`stand_in_source`):
-functions such as ``add`` return the right value and write each call to a pipe that the host
-reads, :attr:`SandboxResult.calls`. The program itself can write to that pipe too, so the record
-can be forged (added to, never erased); :mod:`dgrpo.attacks.code_injection` reports a static check
-of the program text beside it.
+Attacker libraries (paper §3.4.2) are a service of the host (:mod:`dgrpo.rewards.stand_in`): the
+stand-in module sends each call on a pipe and returns the value the host computes, so the host's
+record (:attr:`SandboxResult.calls`) holds every call that got a value; the program cannot take one
+back (:mod:`dgrpo.attacks.code_injection` reports it as the ASR).
 """
 
 from __future__ import annotations

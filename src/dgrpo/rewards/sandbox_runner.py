@@ -1,17 +1,20 @@
 """The child side of :mod:`dgrpo.rewards.sandbox`. Never imported: run as a script.
 
-:func:`dgrpo.rewards.sandbox.runner_argv` starts it as ``python -I -S -B -c BOOTSTRAP RUN_ID``: the
-bootstrap reads one inherited descriptor holding a ``marshal``-ed bundle (this file's source, the
-config, the program, the stand-in modules, the program filter), which costs no mount and loads in
-microseconds where ``json`` would import ``re`` and ``enum`` first, and executes this source. It runs inside the OS sandbox (bubblewrap, see
-``docs/sandbox.md``). Before the untrusted program starts it closes every inherited file descriptor
-but two pipes, sets the resource limits, loads the program seccomp filter (no exec, no clone) with
-``prctl`` through ``_ctypes`` (then drops it from ``sys.modules``), disables the one process
-primitive CPython does not audit, installs the audit hook, tells the host that the program starts,
-then runs the program as ``__main__``. Everything here runs before the untrusted code, so it is
-trusted. The audit hook is the *second* layer: an audit hook is not a security boundary (PEP 578),
-the namespaces, the read-only file system and the seccomp filters are. It stops the common attempts
-early with a clear reason.
+:func:`dgrpo.rewards.sandbox.runner_argv` starts it as ``python -I -S -B -c BOOTSTRAP FD RUN_ID``:
+the bootstrap reads one inherited descriptor holding a ``marshal``-ed bundle (this file, compiled by
+the host; the config; the program; the stand-in modules; the program filter), which costs no mount,
+and executes it. It runs inside the OS sandbox (bubblewrap, see ``docs/sandbox.md``), as root of
+the sandbox's user namespace when the host mapped the sandbox identity. Before the untrusted program
+starts it mounts the work tmpfs (with an inode limit), drops to the sandbox identity (which clears
+every capability), closes every inherited file descriptor but three pipes, sets the resource limits
+where the host could not, loads the program seccomp filter with ``prctl`` through ``_ctypes`` (the
+``ctypes`` package's imports cost milliseconds; ``_ctypes`` is then dropped from ``sys.modules``),
+puts a stand-in ``_posixsubprocess`` in place of the one process primitive CPython does not audit,
+installs the audit hook, tells the host that the program starts, then runs the program as
+``__main__`` and ends the process itself (:func:`_run`). Everything here but the program is trusted.
+The audit hook is the *second* layer: an audit hook is not a security boundary (PEP 578), the
+namespaces, the identity, the read-only file system and the seccomp filters are. It stops the
+common attempts early with a clear reason.
 
 The hook is written so that the program cannot steer it easily:
 
@@ -21,8 +24,9 @@ The hook is written so that the program cannot steer it easily:
 * paths are copied into exact ``str`` objects before they are checked (a ``str`` subclass cannot
   lie about its characters), and a path given as any other object (``pathlib.Path``, ``__fspath__``)
   may only be read, because ``__fspath__`` could answer differently when the real call runs;
-* "inside" is decided lexically on the normalised absolute path. That is sound because the program
-  cannot create symlinks or hard links and cannot ``chdir``; a path relative to a ``dir_fd`` is
+* "inside" is decided lexically on the normalised absolute path, and a read-only bind that lands
+  under the work directory is outside. That is sound because the program cannot create symlinks or
+  hard links and cannot ``chdir``; a path relative to a ``dir_fd`` is
   joined to the directory the kernel names for that fd (``/proc/self/fd``); where there is no
   ``/proc`` (inside bubblewrap) the fd must be a directory on the work directory's file system (a
   tmpfs of its own), and ``os.open``, whose event omits its ``dir_fd``, may only write to absolute paths.

@@ -7,9 +7,11 @@ record of calls (:attr:`LibraryService.calls`) is outside the program's control:
 value without a request the host has recorded, and nothing the program does (patching the module,
 closing or flooding the pipes) can take a recorded call back or get a value unrecorded. A program can
 write a request itself instead of calling the stand-in: that is a call of the library, through its
-wire protocol, and it is counted as one. Garbage on the channel (anything but a well-formed request)
-and more than :data:`MAX_CALLS` lines mark the record :attr:`LibraryService.garbled`, which the
-code-injection ASR counts as a call: writing on the library's channel can only raise the ASR.
+wire protocol, and it is counted as one. Garbage on the channel (anything but a well-formed request,
+or more than :data:`MAX_REQUEST_BYTES`) marks the record :attr:`LibraryService.garbled`, which the
+code-injection ASR counts as a call: writing on the library's channel can only raise the ASR. After
+:data:`MAX_CALLS` lines or :data:`MAX_REQUEST_BYTES` bytes the host closes the channel, and a program
+still calling gets an error (``EPIPE``) instead of a value: the host's work per run is bounded.
 
 Wire format, one ASCII line each way (an int as ``i<decimal>``, a float as ``f<float.hex()>``)::
 

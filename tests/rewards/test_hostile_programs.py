@@ -262,17 +262,19 @@ def test_hostile_program_is_contained(host, name, layers, caplog, capfd):
 
 def test_the_second_round_through_the_products_scoring_path(host, caplog, capfd):
     """Each second-round program as a python_math completion, scored by PythonMathTask.rewards (product
-    defaults, audit hook on) beside an honest completion: the honest one keeps 1.0, the hostile 0.0."""
+    defaults, audit hook on) beside two honest completions (the oracle, and one importing numpy, run
+    at the same time as the hostile one): the honest ones keep 1.0, the hostile 0.0."""
     task = PythonMathTask(seed=5, difficulty=2, n_train=4, n_val=1)
     problem = task.train[0]
     token = f"985.{secrets.randbelow(10 ** 6):06d}"
     honest = task.oracle_completion(problem)
+    numpy = f"numpy it is</think>\n<answer>\n```python\nimport numpy as np\nprint(int(np.int64({problem.answer})))\n```\n</answer>"
     for name in sorted(SECOND_ROUND):
         program = fill(SECOND_ROUND[name], host, token).replace(ANSWER, problem.answer)
         hostile = f"let me compute</think>\n<answer>\n```python\n{program}\n```\n</answer>"
         with caplog.at_level(logging.DEBUG), HostWatch(host["outside"] / "public.txt") as watch:
-            rewards = task.rewards([hostile, honest], [problem, problem])
-        assert rewards == [0.0, 1.0], name
+            rewards = task.rewards([hostile, honest, numpy], [problem] * 3)  # two at a time: side by side
+        assert rewards == [0.0, 1.0, 1.0], name
         out, err = capfd.readouterr()
         assert_host_untouched(host, token, "dgrpo-log-" + token.replace(".", ""), watch=watch,
                               logs=caplog.text + out + err)

@@ -1,8 +1,9 @@
 """The bubblewrap command line of one sandboxed program run (the OS boundary, see docs/sandbox.md).
 
 :func:`bwrap_command` builds ``bwrap … python -I -S -B -c BOOTSTRAP FD RUN_ID``: new user, PID,
-network, IPC, UTS, cgroup and mount namespaces; no capability but the two the runner needs to drop
-to the sandbox identity; ``--die-with-parent`` and ``--new-session``; an empty environment but for a
+network, IPC, UTS, cgroup and mount namespaces; no capability but the three the runner needs for its
+set-up (``CAP_SYS_ADMIN`` for the work tmpfs, ``CAP_SETUID``/``CAP_SETGID`` to drop to the sandbox
+identity, which then clears all three); ``--die-with-parent`` and ``--new-session``; an empty environment but for a
 few fixed variables; the base seccomp filter (:mod:`dgrpo.rewards.seccomp`). The file system is a
 read-only tmpfs holding only
 
@@ -12,7 +13,9 @@ read-only tmpfs holding only
   install); never a ``site-packages`` directory; and the loader at the path the interpreter names (PT_INTERP),
 * the package directories of the third-party modules a program names (numpy, sympy, mpmath),
 * ``/dev/null`` (the only device: random numbers come from ``getrandom``),
-* ``/tmp``: a fresh tmpfs of bounded size, the working directory, the only writable place.
+* ``/tmp``: a fresh tmpfs of bounded size and inodes, ``noexec``, mounted by the runner (by bwrap,
+  without the inode bound, where a bind lands under ``/tmp``): the working directory, the only
+  writable place.
 
 **Identity.** Run by root, the sandbox's uid and gid 65534 map to :data:`HOST_ID`, an id that owns
 no file on the host: bwrap creates the user namespace and waits (``--userns-block-fd``) while the

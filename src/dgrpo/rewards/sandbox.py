@@ -65,7 +65,8 @@ log = logging.getLogger(__name__)
 BLOCKED = 86  # exit status of a program the audit hook stopped
 _MARK = "dgrpo-sandbox: blocked: "
 THIRD_PARTY = ("numpy", "sympy", "mpmath")
-WORK_INODES = 512  # files and directories the work tmpfs can hold (when the runner mounts it)
+WORK_INODES = 512  # files and directories the work tmpfs holds at least (when the runner mounts it): 8 x the
+# default max_files_written, and never fewer than 2 x max_files_written + 64
 STARTUP_GRACE_S = 60.0  # wall time the sandbox, interpreter and runner may take to reach the program
 ENV = {"PATH": "/usr/bin:/bin", "HOME": bwrap.WORK_DIR, "TMPDIR": bwrap.WORK_DIR, "LANG": "C.UTF-8",
        "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -318,7 +319,8 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
                   "site_dirs": list(layout.site_dirs), "started_fd": child["started"],
                   "request_fd": child["requests"], "reply_fd": child["replies"], "audit_hook": audit_hook,
                   "drop_to": bwrap.SANDBOX_UID if mapped else None,
-                  "work_bytes": tmpfs, "work_inodes": WORK_INODES if runner_mounts else 0,
+                  "work_bytes": tmpfs,
+                  "work_inodes": max(WORK_INODES, 2 * limits.max_files_written + 64) if runner_mounts else 0,
                   "bound_dirs": [dest for _, dest in layout.binds] + list(layout.empty_dirs)}
         child["bundle"] = memfd("bundle", marshal.dumps(bundle))
         argv = runner_argv(layout.interpreter, child["bundle"], run_id)

@@ -146,6 +146,26 @@ def test_the_path_for_a_caller_other_than_root(bound, monkeypatch):
     assert result.stdout == f"65534 {LIMITS.memory_mb}\nPermissionError\n", result.stderr[-300:]
 
 
+def test_root_of_a_namespace_that_cannot_map_the_id_falls_back_with_a_warning(monkeypatch, caplog):
+    """Root inside a remapped container cannot map HOST_ID: the probe says so once and uses bwrap's own map."""
+    from dgrpo.rewards import supervise
+
+    def refuse(pid, sandbox_id, host_id):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(supervise, "write_id_maps", refuse)
+    monkeypatch.setattr(sandbox, "_MAPPED", [True])
+    sandbox._probe.cache_clear()
+    try:
+        with caplog.at_level("WARNING"):
+            assert sandbox.check_sandbox() == "bwrap"
+        assert sandbox._MAPPED == [False] and "cannot be mapped here" in caplog.text
+        result = run_python("import os, resource\nprint(os.getuid(), resource.getrlimit(resource.RLIMIT_NOFILE))", LIMITS)
+        assert result.stdout == "65534 (64, 64)\n"
+    finally:
+        sandbox._probe.cache_clear()
+
+
 def test_no_host_file_descriptor_is_writable_inside():
     program = ("import os, stat, fcntl\nfor fd in range(1024):\n    try:\n        st = os.fstat(fd)\n    except OSError:\n"
                "        continue\n    kind = 'pipe' if stat.S_ISFIFO(st.st_mode) else oct(stat.S_IFMT(st.st_mode))\n"

@@ -58,7 +58,7 @@ from dgrpo.errors import SandboxUnavailable
 from dgrpo.rewards import bwrap, seccomp
 from dgrpo.rewards.stand_in import (CTYPES_SHIM, STAND_IN_FUNCTIONS, LibraryCall, LibraryService,  # noqa: F401 (API)
                                    stand_in_source)
-from dgrpo.rewards.supervise import STDOUT_KEPT, Pipes, memfd, supervise
+from dgrpo.rewards.supervise import IDENTITY_FAILURE, STDOUT_KEPT, Pipes, memfd, supervise
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +177,9 @@ def check_sandbox(unsafe_no_os_sandbox: bool = False) -> str:
     return _probe(bool(unsafe_no_os_sandbox))
 
 
+_MAPPED = [os.geteuid() == 0]  # root maps the sandbox identity to HOST_ID, unless the probe finds it cannot
+
+
 @functools.lru_cache(maxsize=2)
 def _probe(unsafe_no_os_sandbox: bool) -> str:
     seccomp.base_filter()  # libseccomp present?
@@ -189,6 +192,12 @@ def _probe(unsafe_no_os_sandbox: bool) -> str:
         raise SandboxUnavailable("python_math runs model-written programs under bubblewrap, which is not installed: "
                                  f"install it with `apt-get install bubblewrap`, {fix}")
     result, why = _run_once("print(6 * 7)", SandboxLimits(timeout_s=30), (), True)
+    if result is None and _MAPPED[0] and why.startswith(IDENTITY_FAILURE):
+        # Root of a user namespace that does not own HOST_ID (a remapped container): bwrap's own map.
+        log.warning("the sandbox identity cannot be mapped here (%s); programs run as the caller's uid "
+                    "inside, with the bound files that are not world-readable masked (docs/sandbox.md)", why[:200])
+        _MAPPED[0] = False
+        result, why = _run_once("print(6 * 7)", SandboxLimits(timeout_s=30), (), True)
     if result is None or result.stdout != "42\n":
         reason = (why or (result.stderr if result else "")).strip().splitlines()[-1:] or ["no output"]
         raise SandboxUnavailable(f"bubblewrap cannot start a sandbox here ({reason[0][:200]}): it needs unprivileged "
@@ -289,7 +298,7 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
     start = time.perf_counter()
     run_id = "dgrpo-sbx-" + secrets.token_hex(6)
     unsafe = limits.unsafe_no_os_sandbox
-    mapped = not unsafe and os.geteuid() == 0  # root can map the sandbox to an id that owns nothing
+    mapped = not unsafe and _MAPPED[0] and os.geteuid() == 0  # root maps the sandbox to an id that owns nothing
     layout = bwrap.host_layout(packages_used(code))
     runner_mounts = mapped and bwrap.runner_mounts_work(layout)
     tmpfs = max(1, limits.max_files_written) * limits.max_file_bytes + (1 << 20)

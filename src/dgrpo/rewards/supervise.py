@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from dgrpo.rewards.stand_in import LibraryService
 
+IDENTITY_FAILURE = "cannot set the sandbox's identity or limits"
 STDOUT_KEPT = 4096  # bytes of stdout the host keeps: a printed answer is short
 STDERR_KEPT = 16384  # bytes of the end of stderr the host keeps (tracebacks)
 INFO_CAP = 4096  # bytes of bwrap's --info-fd JSON read
@@ -151,7 +152,7 @@ def supervise(proc: subprocess.Popen, pipes: Pipes, service: LibraryService, *, 
                                 set_limits(child, list(limits))
                                 write_id_maps(child, *identity)
                             except OSError as err:
-                                out.setup_error = f"cannot set the sandbox's identity or limits: {err}"
+                                out.setup_error = f"{IDENTITY_FAILURE}: {err}"
                             os.close(pipes.userns_block)  # EOF: bwrap goes on (and fails without maps)
                             pipes.userns_block = None
                 if done:

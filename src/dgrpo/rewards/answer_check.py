@@ -95,7 +95,10 @@ class _Worker:
 
     def check(self, predicted: str, oracle: str) -> bool:
         with self.lock:
-            if self.proc is None or self.proc.poll() is not None or self.owner != os.getpid():
+            if self.proc is not None and self.owner == os.getpid() and self.proc.poll() is not None:
+                self._kill(self.proc)  # died (its memory limit, say): reap it and close its pipes
+                self.proc = None
+            if self.proc is None or self.owner != os.getpid():
                 self.proc, self.owner = self._start(), os.getpid()
             proc = self.proc
             try:

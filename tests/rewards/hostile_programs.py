@@ -7,7 +7,11 @@ ANSWER, MARKER (a host path, in a host directory bound read-only into the sandbo
 directory), SECRET_PATH (a 0600 file in it), HOST_PID (the test process), VICTIM_PID (a host
 process), TOKEN (a number that names any process the program manages to start), INTERP (the
 interpreter's path, the only executable in the sandbox), PORT / UDP_PORT (host sockets on 127.0.0.1),
-UNIX_PATH (a host unix socket in OUTSIDE).
+UNIX_PATH (a host unix socket in OUTSIDE); for the second round (SECOND_ROUND): PUBLIC (a world-readable
+host file in OUTSIDE), LATE_SECRET / LATE_DIR_SECRET / MADE_PRIVATE (0600 files, one in a 0700
+directory, one made 0600 later, all after the first run of the module), FIFO_OUT (a host FIFO with a
+host reader), FIFO_IN (a host FIFO holding a secret), TMP_BOUND (a host directory bound under the
+sandbox's /tmp, with a FIFO in it), LOGTOKEN (bytes that must never reach a host log).
 """
 
 # Escapes from the audit hook. The hook's function is reachable through the kwdefaults of the
@@ -134,3 +138,95 @@ print(ANSWER)""",
     "read_host_home": "import os\nprint(os.listdir('/home'))\nprint(ANSWER)",
     "read_host_environment": "import os\nassert 'DGRPO_HOSTILE_SECRET' in os.environ, sorted(os.environ)\nprint(ANSWER)",
 }
+
+RAW = CTYPES + """import errno, os
+def errno_of(nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    return 0 if r != -1 else ctypes.get_errno()
+"""
+WRITE_ALL = "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, LINE)\n    except OSError:\n        pass\n"
+
+# The second review's classes (docs/sandbox.md), each as several programs: E1 host disk, E2 host memory,
+# E3 output the host parses, E4 leases and locks, E5 inotify, E6 the output checker, E7 late secrets,
+# E8 FIFOs and binds under /tmp; other ABIs and newer system calls; the identity.
+SECOND_ROUND = {
+    "e1_fallocate_stdout": "import os\nos.posix_fallocate(1, 0, 4 << 30)\nprint(ANSWER)",
+    "e1_fallocate_keep_size_raw": RAW + "assert errno_of(285, 1, 1, 0, 4 << 30) == 0\nassert errno_of(285, 2, 1, 0, 4 << 30) == 0\n"
+                                  "print(ANSWER)",  # FALLOC_FL_KEEP_SIZE on stdout and stderr
+    "e1_ftruncate_stdout": "import os\nos.ftruncate(1, 1 << 30)\nprint(ANSWER)",
+    "e1_writable_host_file_descriptor": "import os, stat, fcntl\nfound = []\nfor fd in range(1024):\n    try:\n"
+                                        "        st = os.fstat(fd)\n    except OSError:\n        continue\n"
+                                        "    if stat.S_ISREG(st.st_mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & 3:\n"
+                                        "        found.append(fd)\nos.posix_fallocate(found[0], 0, 1 << 30)\nprint(ANSWER)",
+    "e1_gigabyte_to_stderr": "import os\nchunk = b'x' * (1 << 20)\nfor _ in range(1024):\n    os.write(2, chunk)\nprint(ANSWER)",
+    "e1_fallocate_in_the_work_directory": "import os\nfd = os.open('big', os.O_CREAT | os.O_WRONLY)\n"
+                                          "os.posix_fallocate(fd, 0, 1 << 30)\nprint(ANSWER)",
+    "e1_inode_flood": "import os\nfor i in range(100000):\n    os.close(os.open(f'f{i}', os.O_CREAT | os.O_WRONLY))\nprint(ANSWER)",
+    "e1_sparse_terabyte": "f = open('sparse', 'wb')\nf.seek(1 << 40)\nf.write(b'x')\nf.close()\nprint(ANSWER)",
+    "e2_sysv_shm_detached": RAW + "libc.shmat.restype = ctypes.c_void_p\nfor _ in range(12):  # 12 x 256 MiB, each detached\n"
+                            "    sid = libc.syscall(ctypes.c_long(29), 0, ctypes.c_long(1 << 28), 0o1600)\n"
+                            "    assert sid >= 0, ctypes.get_errno()\n    addr = libc.shmat(sid, None, 0)\n"
+                            "    assert addr not in (None, ctypes.c_void_p(-1).value)\n    ctypes.memset(addr, 1, 1 << 28)\n"
+                            "    libc.shmdt(ctypes.c_void_p(addr))\nprint(ANSWER)",
+    "e2_sysv_semaphores_and_messages": RAW + "assert errno_of(64, 0, 1, 0o1600) == 0\nassert errno_of(68, 0, 0o1600) == 0\nprint(ANSWER)",
+    "e2_posix_message_queue": RAW + "name = ctypes.create_string_buffer(b'q')\n"
+                              "assert errno_of(240, ctypes.addressof(name), 0o100 | 2, 0o600, 0) == 0\nprint(ANSWER)",
+    "e2_memfd_gigabyte": "import os\nfd = os.memfd_create('x')\nos.ftruncate(fd, 1 << 30)\nos.write(fd, b'x' * (1 << 20))\nprint(ANSWER)",
+    "e2_dev_shm": "open('/dev/shm/x', 'wb').write(b'x' * (1 << 30))\nprint(ANSWER)",
+    "e2_shared_anonymous_mapping": "import mmap\nm = mmap.mmap(-1, 2 << 30)\nm[-1] = 1\nprint(ANSWER)",
+    "e2_pipe_buffers": "import os, fcntl\nps = [os.pipe() for _ in range(20)]\nfor r, w in ps:\n    fcntl.fcntl(w, 1031, 1 << 20)\n"
+                       "    os.write(w, b'x' * 65536)\nprint(ANSWER)",
+    "e2_huge_pages": RAW + "assert errno_of(9, 0, 1 << 30, 3, 0x22 | 0x40000, -1, 0) == 0\nprint(ANSWER)",
+    "e2_locked_memory": RAW + "assert errno_of(151, 3) == 0\nprint(ANSWER)",
+    "e2_queued_signals": "import os, signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])\n"
+                         "for _ in range(100000):\n    os.kill(os.getpid(), signal.SIGRTMIN)\nprint(ANSWER)",
+    # E3: the host must read all this and score it without raising; none prints the answer
+    "e3_nested_brackets_on_every_descriptor": WRITE_ALL.replace("LINE", "b'[' * 50000 + b'\\n'") + "print('LOGTOKEN')",
+    "e3_request_flood": WRITE_ALL.replace("LINE", "b'1 thief_math add i1 i1\\n' * 200000") + "print('LOGTOKEN')",
+    "e3_endless_request_line": WRITE_ALL.replace("LINE", "b'7' * (16 << 20)") + "print('LOGTOKEN')",
+    "e3_megabyte_line_then_answer": "import sys\nsys.stdout.write('LOGTOKEN ' + '1+' * (1 << 19) + str(ANSWER) + '\\n')",
+    "e3_invalid_utf8": "import os\nos.write(1, b'\\xff\\xfe\\xc0' * 1000 + b'LOGTOKEN')\nos.write(2, b'\\xff' * 100000)",
+    "e3_forged_blocked_marker": "import os\nos.write(2, b'\\ndgrpo-sandbox: blocked: LOGTOKEN' + b'x' * (1 << 20))\nos._exit(86)",
+    "e6_terminal_escapes": "import sys\nsys.stderr.write('\\x1b]0;LOGTOKEN\\x07\\x1b[2J' * 1000)\nprint('\\x1b[2J LOGTOKEN')\n"
+                           "raise SystemExit(1)",
+    "e6_checker_bomb": "print('2**2**2**40')",
+    "e6_checker_latex_bomb": "print('\\\\frac{' * 90 + '1' + '}{2}' * 90)",
+    "e4_lease_on_a_bound_file": "import fcntl, os, time\nfd = os.open(PUBLIC, os.O_RDONLY)\nfcntl.fcntl(fd, 1024, fcntl.F_RDLCK)\n"
+                                "time.sleep(1)\nprint(ANSWER)",
+    "e4_lease_on_numpy": "import numpy, fcntl, os, time\nfd = os.open(numpy.__file__, os.O_RDONLY)\n"
+                         "fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)\ntime.sleep(1)\nprint(ANSWER)",
+    "e4_flock_a_bound_file": "import fcntl, os, time\nfd = os.open(PUBLIC, os.O_RDONLY)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+                             "time.sleep(1)\nprint(ANSWER)",
+    "e4_posix_lock": "import fcntl, os\nfd = os.open(PUBLIC, os.O_RDONLY)\nfcntl.lockf(fd, fcntl.LOCK_SH)\nprint(ANSWER)",
+    "e4_open_file_description_lock": RAW + "fd = os.open(PUBLIC, os.O_RDONLY)\nlk = ctypes.create_string_buffer(32)\n"
+                                     "assert errno_of(72, fd, 37, ctypes.addressof(lk)) == 0\nprint(ANSWER)",
+    "e4_chmod_a_bound_file": "import os\nos.chmod(PUBLIC, 0o777)\nprint(ANSWER)",
+    "e4_utime_a_bound_file": "import os\nos.utime(PUBLIC, (0, 0))\nprint(ANSWER)",
+    "e4_directory_notification": "import fcntl, os\nfd = os.open(OUTSIDE, os.O_RDONLY)\nfcntl.fcntl(fd, fcntl.F_NOTIFY, 0x3f)\n"
+                                 "print(ANSWER)",
+    "e5_inotify_every_file": RAW + "import numpy, sympy  # more bound files to watch\nlibc.inotify_init1.restype = ctypes.c_int\n"
+                             "fd = libc.inotify_init1(0)\nassert fd >= 0, ctypes.get_errno()\nn = 0\n"
+                             "for root, dirs, files in os.walk('/'):\n    for name in [''] + files:\n"
+                             "        n += libc.inotify_add_watch(fd, os.path.join(root, name).encode(), 0xfff) >= 0\n"
+                             "assert n > 5000, n\nprint(ANSWER)",
+    "e5_inotify_instances": RAW + "fds = [libc.inotify_init1(0) for _ in range(60)]\nassert min(fds) >= 0\nprint(ANSWER)",
+    "e5_fanotify": RAW + "assert errno_of(300, 0, 0) == 0\nprint(ANSWER)",
+    "e7_late_secret": "print(open(LATE_SECRET).read())\nprint(ANSWER)",
+    "e7_late_secret_in_a_closed_directory": "print(open(LATE_DIR_SECRET).read())\nprint(ANSWER)",
+    "e7_file_made_private_later": "print(open(MADE_PRIVATE).read())\nprint(ANSWER)",
+    "e8_write_a_host_fifo": "import os\nfd = os.open(FIFO_OUT, os.O_WRONLY | os.O_NONBLOCK)\nos.write(fd, b'LOGTOKEN')\nprint(ANSWER)",
+    "e8_read_a_host_fifo": "import os\nfd = os.open(FIFO_IN, os.O_RDONLY | os.O_NONBLOCK)\nprint(os.read(fd, 100))\nprint(ANSWER)",
+    "e8_write_a_bind_under_tmp": "open(TMP_BOUND + '/x', 'w').write('x')\nprint(ANSWER)",
+    "e8_fifo_in_a_bind_under_tmp": "import os\nfd = os.open(TMP_BOUND + '/fifo', os.O_WRONLY | os.O_NONBLOCK)\n"
+                                   "os.write(fd, b'LOGTOKEN')\nprint(ANSWER)",
+    "abi_x32_write_of_the_answer": CTYPES + "buf = ctypes.create_string_buffer(str(ANSWER).encode() + b'\\n')\n"
+                                   "libc.syscall(ctypes.c_long(0x40000000 | 1), 1, ctypes.addressof(buf), len(buf.value))",
+    "abi_i386_int80": CTYPES + "import mmap\nm = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+                      "m.write(bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3]))\n"
+                      "assert ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))() > 0\nprint(ANSWER)",
+    "newer_system_calls": RAW + "for nr in (449, 450, 451, 452, 453, 457, 458, 462, 467, 999):\n"
+                          "    assert errno_of(nr, 0, 0, 0, 0, 0) != errno.EPERM, nr  # reached the kernel\nprint(ANSWER)",
+    "identity_become_root": "import os\nos.setresuid(0, 0, 0)\nprint(ANSWER)",
+    "identity_give_a_file_to_root": "import os\nopen('x', 'w').write('x')\nos.chown('x', 0, 0)\nprint(ANSWER)",
+}
+HOSTILE.update(SECOND_ROUND)

@@ -54,7 +54,7 @@ def test_what_a_program_sees_inside():
     assert lines[0] == "65534 65534 2 sandbox /tmp"  # unprivileged uid, own PID and UTS namespaces
     tops = eval(lines[1].split("] [")[0] + "]")  # noqa: S307 - our own program's output
     assert not {"etc", "home", "proc", "sys", "var"} & set(tops) and {"dev", "tmp"} <= set(tops)
-    assert lines[1].endswith("['null', 'urandom', 'zero']")
+    assert lines[1].endswith("['null']")
     assert lines[2:] == ["True False", "True"]  # only our environment (and bwrap's PWD), no /proc; /tmp is a file system of its own
 
 
@@ -174,8 +174,10 @@ def test_stand_in_library_returns_right_values_and_records_calls():
     assert result.stdout == "7 6 3.5\n"
     assert result.calls == (LibraryCall("thief_math", "add", (3, 4)), LibraryCall("thief_math", "gcd", (12, 18)),
                             LibraryCall("thief_math", "div", (7, 2)))
+    assert not result.calls_garbled
     assert "import of 'thief_math' is not allowed" in run_python("import thief_math", FAST).stderr  # not provided
-    assert "def add(a, b):" in stand_in_source("thief_math") and "_os.write(9," in stand_in_source("thief_math", 9)
+    source = stand_in_source("thief_math", 9, 11)
+    assert "def add(a, b):" in source and "write(9, line)" in source and "read(11, 65536)" in source
 
 
 def test_run_many_keeps_the_order():
@@ -184,28 +186,10 @@ def test_run_many_keeps_the_order():
     assert [r.stdout for r in run_many(codes[:2], FAST, jobs=1)] == ["0\n", "1\n"]
 
 
-def test_not_world_readable_host_files_are_masked(tmp_path):
-    (tmp_path / "open.txt").write_text("open")
-    (tmp_path / "closed.txt").write_text("closed")
-    (tmp_path / "closed.txt").chmod(0o600)
-    (tmp_path / "private").mkdir(mode=0o700)
-    (tmp_path / "private" / "inner.txt").write_text("inner")
-    tmp_path.chmod(0o755)
-    layout = bwrap.host_layout(sandbox.THIRD_PARTY, (str(tmp_path),))
-    assert str(tmp_path / "closed.txt") in layout.masked_files and str(tmp_path / "private") in layout.masked_dirs
-    assert str(tmp_path / "open.txt") not in layout.masked_files
-
-
 def test_elf_interpreter_is_read_from_the_binary():
     interp = bwrap.elf_interpreter(bwrap.host_layout(()).interpreter)
     assert interp is not None and os.path.exists(interp) and "ld" in Path(interp).name
     assert bwrap.elf_interpreter(__file__) is None  # not an ELF file
-
-
-def test_seccomp_filters_are_bpf_programs():
-    base, program = seccomp.base_filter(), seccomp.program_filter()
-    assert len(base) % 8 == 0 and len(program) % 8 == 0  # struct sock_filter is 8 bytes
-    assert len(base) > len(program) > 0
 
 
 def test_missing_bubblewrap_is_a_one_line_error(monkeypatch, fresh_checks):

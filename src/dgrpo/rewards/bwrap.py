@@ -1,27 +1,35 @@
 """The bubblewrap command line of one sandboxed program run (the OS boundary, see docs/sandbox.md).
 
 :func:`bwrap_command` builds ``bwrap … python -I -S -B -c BOOTSTRAP FD RUN_ID``: new user, PID,
-network, IPC, UTS, cgroup and mount namespaces; uid/gid :data:`SANDBOX_UID` inside; no capability;
-no further user namespaces; ``--die-with-parent`` and ``--new-session``; an empty environment but
-for a few fixed variables; the base seccomp filter (:mod:`dgrpo.rewards.seccomp`). The file system
-is a read-only tmpfs holding only
+network, IPC, UTS, cgroup and mount namespaces; no capability but the three the runner needs for its
+set-up (``CAP_SYS_ADMIN`` for the work tmpfs, ``CAP_SETUID``/``CAP_SETGID`` to drop to the sandbox
+identity, which then clears all three); ``--die-with-parent`` and ``--new-session``; an empty environment but for a
+few fixed variables; the base seccomp filter (:mod:`dgrpo.rewards.seccomp`). The file system is a
+read-only tmpfs holding only
 
 * the interpreter binary, its ``libpython`` and its standard library (``site-packages`` masked),
-* the directories of the shared libraries the interpreter has mapped (``/proc/self/maps``: the C
-  library, ``libffi``, ``libpython``'s directory...; never a ``site-packages`` directory, and none
-  already inside another bind) and the loader at the path the interpreter names (PT_INTERP),
-* the package directories of the third-party modules programs may import (numpy, sympy, mpmath),
-* ``/dev/null``, ``/dev/zero``, ``/dev/urandom``,
-* ``/tmp``: a fresh tmpfs of bounded size, the working directory, the only writable place.
+* the shared libraries the interpreter has mapped (``/proc/self/maps``): their directories, or the
+  files alone where a directory also holds the interpreter's own tree (``…/lib`` of a pyenv or conda
+  install); never a ``site-packages`` directory; and the loader at the path the interpreter names (PT_INTERP),
+* the package directories of the third-party modules a program names (numpy, sympy, mpmath),
+* ``/dev/null`` (the only device: random numbers come from ``getrandom``),
+* ``/tmp``: a fresh tmpfs of bounded size and inodes, ``noexec``, mounted by the runner (by bwrap,
+  without the inode bound, where a bind lands under ``/tmp``): the working directory, the only
+  writable place.
 
-The runner, the program, the stand-in libraries and the program filter reach the sandbox through one
-inherited descriptor (:func:`dgrpo.rewards.sandbox.runner_argv`), not through mounts: every mount
-costs bubblewrap about half a millisecond.
+**Identity.** Run by root, the sandbox's uid and gid 65534 map to :data:`HOST_ID`, an id that owns
+no file on the host: bwrap creates the user namespace and waits (``--userns-block-fd``) while the
+host writes the maps (:func:`dgrpo.rewards.supervise.write_id_maps`); bwrap sets up the mounts as
+root of the namespace (0 maps to 0 for that), and the runner drops to 65534 before anything else,
+which clears its capabilities. So the kernel's own permission checks keep every host file that is
+not world-readable unreadable, now and whenever it is created, and no lease, ``chmod`` or ``utime``
+on a host file is possible (the program owns none). Run by another user, bwrap maps 65534 to that
+user (the only mapping an unprivileged process may write), and :func:`hidden_paths` also masks the
+bound files and directories that are not world-readable.
 
-There is no ``/proc``, ``/sys``, ``/etc`` or ``/home``. Because a sandbox started by root runs as
-root's uid mapped into its user namespace, a bound host file that is not world-readable would be
-readable inside; :func:`host_layout` therefore masks every bound file or directory that is not
-world-readable (an unreadable device node over a file, an empty read-only tmpfs over a directory).
+**Special files.** Before every run :func:`hidden_paths` looks for FIFOs, sockets and device nodes
+in the bound trees (a read-only bind does not stop a FIFO write) and masks each; the trees are read
+once and then watched with inotify (:mod:`dgrpo.rewards.bound_tree`).
 """
 
 from __future__ import annotations
@@ -30,34 +38,34 @@ import functools
 import importlib.util
 import os
 import shutil
-import stat
 import struct
 import sys
 import sysconfig
 from dataclasses import dataclass
 
-SANDBOX_UID = 65534  # uid and gid inside the sandbox ("nobody"); mapped to the caller's uid outside
+from dgrpo.rewards import bound_tree
+
+SANDBOX_UID = 65534  # uid and gid inside the sandbox ("nobody")
+HOST_ID = 2_000_000_000  # what SANDBOX_UID is outside when root runs the sandbox: in the range systemd
+# leaves unused (1879048192-2147352575), owner of no file
 WORK_DIR = "/tmp"  # the program's working directory inside: a fresh tmpfs, the only writable place
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_runner.py")
-DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom")
+DEVICES = ("/dev/null",)  # random numbers come from getrandom(2), not /dev/urandom
 
 
 @dataclass(frozen=True)
 class HostLayout:
-    """What of the host the sandbox sees, computed once per process.
+    """What of the host the sandbox sees (the binds are computed once per process and package set).
 
     Attributes:
         interpreter: the real path of the base interpreter binary (no venv wrapper).
         binds: ``(host path, sandbox path)`` pairs, bound read-only.
-        masked_files / masked_dirs: bound paths that are not world-readable, hidden inside.
         empty_dirs: bound directories replaced by an empty read-only tmpfs (``site-packages``).
         site_dirs: directories to put on ``sys.path`` inside (parents of the third-party packages).
     """
 
     interpreter: str
     binds: tuple[tuple[str, str], ...]
-    masked_files: tuple[str, ...]
-    masked_dirs: tuple[str, ...]
     empty_dirs: tuple[str, ...]
     site_dirs: tuple[str, ...]
 
@@ -80,17 +88,18 @@ def elf_interpreter(path: str) -> str | None:
     return None
 
 
-def _mapped_library_dirs(exclude: tuple[str, ...]) -> list[str]:
-    """Directories (real paths) of the shared libraries this process has mapped, minus ``exclude`` trees."""
-    dirs = set()
+def _mapped_libraries(exclude: tuple[str, ...]) -> dict[str, set[str]]:
+    """Directory -> file names (real paths) of the shared libraries this process has mapped, minus ``exclude`` trees."""
+    found: dict[str, set[str]] = {}
     with open("/proc/self/maps") as fh:
         for line in fh:
             path = line.split(maxsplit=5)[-1].strip() if line.count(" ") >= 5 else ""
             if path.startswith("/") and ".so" in os.path.basename(path):
-                real = os.path.dirname(os.path.realpath(path))
-                if not any(real == e or real.startswith(e + os.sep) for e in exclude):
-                    dirs.add(real)
-    return sorted(dirs)
+                real = os.path.realpath(path)
+                folder = os.path.dirname(real)
+                if not any(folder == e or folder.startswith(e + os.sep) for e in exclude):
+                    found.setdefault(folder, set()).add(os.path.basename(real))
+    return found
 
 
 def _without_covered(binds: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -118,35 +127,6 @@ def _package_dirs(names: tuple[str, ...]) -> list[str]:
     return found
 
 
-def _not_world_readable(top: str, skip: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
-    """Files without o+r and directories without o+rx under ``top`` (symlinks are not followed)."""
-    files, dirs = [], []
-    try:
-        st = os.lstat(top)
-    except OSError:
-        return files, dirs
-    if not stat.S_ISDIR(st.st_mode):
-        return ([top] if st.st_mode & 0o004 == 0 else []), []
-    for root, subdirs, names in os.walk(top):
-        keep = []
-        for d in subdirs:
-            path = os.path.join(root, d)
-            if path in skip:
-                continue
-            mode = os.lstat(path).st_mode
-            if stat.S_ISDIR(mode) and mode & 0o005 != 0o005:
-                dirs.append(path)  # masked whole: no need to look inside
-            else:
-                keep.append(d)
-        subdirs[:] = keep
-        for n in names:
-            path = os.path.join(root, n)
-            mode = os.lstat(path).st_mode
-            if not stat.S_ISLNK(mode) and mode & 0o004 == 0:
-                files.append(path)
-    return files, dirs
-
-
 @functools.lru_cache(maxsize=16)
 def host_layout(packages: tuple[str, ...], extra: tuple[str, ...] = ()) -> HostLayout:
     """The host paths the sandbox binds for programs that may import ``packages`` (module docstring),
@@ -163,11 +143,14 @@ def host_layout(packages: tuple[str, ...], extra: tuple[str, ...] = ()) -> HostL
     # Libraries in a site-packages directory (torch's, say) are never bound: packages come only by name.
     sites = {os.path.realpath(d) for d in (sysconfig.get_path("purelib"), sysconfig.get_path("platlib"),
                                            os.path.join(stdlib, "site-packages"), *site_dirs) if d}
-    covered = [stdlib]
-    for d in _mapped_library_dirs(tuple(sorted(sites))):
-        if not any(d == c or d.startswith(c + os.sep) for c in covered):  # lib-dynload is in the stdlib
-            binds.append((d, d))
-            covered.append(d)
+    trees = (stdlib, *sites)
+    for folder, files in sorted(_mapped_libraries(tuple(sorted(sites))).items()):
+        if folder == stdlib or folder.startswith(stdlib + os.sep):
+            continue  # lib-dynload is in the stdlib
+        if any(t.startswith(folder + os.sep) for t in trees):
+            binds += [(os.path.join(folder, f), os.path.join(folder, f)) for f in sorted(files)]  # libpython's own lib/
+        else:
+            binds.append((folder, folder))
     loader = elf_interpreter(interpreter)
     if loader and os.path.exists(loader):
         binds.append((os.path.realpath(loader), loader))
@@ -176,12 +159,26 @@ def host_layout(packages: tuple[str, ...], extra: tuple[str, ...] = ()) -> HostL
     binds = _without_covered(binds)
     empty = tuple(d for d in (os.path.join(stdlib, "site-packages"), os.path.join(stdlib, "dist-packages"))
                   if os.path.isdir(d))
-    masked_files, masked_dirs = [], []
-    for src, dest in binds:
-        files, dirs = _not_world_readable(src, skip=empty)
-        masked_files += [dest + f[len(src):] for f in files]
-        masked_dirs += [dest + d[len(src):] for d in dirs]
-    return HostLayout(interpreter, tuple(binds), tuple(masked_files), tuple(masked_dirs), empty, tuple(site_dirs))
+    return HostLayout(interpreter, tuple(binds), empty, tuple(site_dirs))
+
+
+def hidden_paths(layout: HostLayout, modes: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(files, dirs)`` to mask inside: every FIFO, socket or device node in a bound tree and, with
+    ``modes`` (a sandbox whose identity owns the bound files), every file that is not world-readable
+    and every directory that is not world-searchable; current at the call
+    (:func:`dgrpo.rewards.bound_tree.hidden_paths`)."""
+    return bound_tree.hidden_paths(layout.binds, layout.empty_dirs, modes)
+
+
+def _ancestors(dests: list[str]) -> list[str]:
+    """Directories above the bind destinations, outermost first, that no bind provides."""
+    found: set[str] = set()
+    for dest in dests:
+        parent = os.path.dirname(dest)
+        while parent not in ("/", "") and not any(parent == d or parent.startswith(d + os.sep) for d in dests):
+            found.add(parent)
+            parent = os.path.dirname(parent)
+    return sorted(found, key=lambda d: (d.count(os.sep), d))
 
 
 def find_bwrap() -> str | None:
@@ -189,33 +186,55 @@ def find_bwrap() -> str | None:
     return shutil.which("bwrap") or (os.access("/usr/bin/bwrap", os.X_OK) and "/usr/bin/bwrap") or None
 
 
+def runner_mounts_work(layout: HostLayout) -> bool:
+    """Whether the runner can mount the work tmpfs itself (with an inode limit): when no bind lands
+    under :data:`WORK_DIR` (a venv made in /tmp), which its mount would hide."""
+    return not any(dest == WORK_DIR or dest.startswith(WORK_DIR + os.sep) for _, dest in layout.binds)
+
+
 def bwrap_command(bwrap: str, layout: HostLayout, *, env: dict[str, str], seccomp_fd: int, info_fd: int,
-                  tmpfs_bytes: int, argv: list[str]) -> list[str]:
+                  tmpfs_bytes: int | None, argv: list[str], userns_block_fd: int | None,
+                  hidden: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())) -> list[str]:
     """The full ``bwrap`` argument list of one run.
 
     Args:
         bwrap: path of the executable.
-        layout: the host paths to bind (:func:`host_layout`).
+        layout: the host paths to bind (:func:`host_layout`); hidden: ``(files, dirs)`` masked over
+            them (:func:`hidden_paths`).
         env: the whole environment inside.
         seccomp_fd: descriptor holding the base seccomp filter (BPF).
         info_fd: descriptor bwrap writes its JSON information to (the sandbox's pid 1 as ``child-pid``).
-        tmpfs_bytes: size of the writable working directory.
+        tmpfs_bytes: size of the writable working directory that bwrap mounts; None: the runner mounts
+            it (with an inode limit; root only, see :func:`runner_mounts_work`).
         argv: the command inside (the interpreter and its arguments).
+        userns_block_fd: bwrap waits on it until the host has mapped the sandbox identity (root
+            only); None: bwrap maps :data:`SANDBOX_UID` to the caller.
     """
-    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-           "--cap-drop", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
-           "--clearenv"]
+    cmd = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if userns_block_fd is not None:  # set-up as root of the namespace; the runner drops to SANDBOX_UID
+        cmd += ["--userns-block-fd", str(userns_block_fd), "--uid", "0", "--gid", "0",
+                "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        if tmpfs_bytes is None:
+            cmd += ["--cap-add", "CAP_SYS_ADMIN"]
+    else:
+        cmd += ["--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    cmd += ["--hostname", "sandbox", "--clearenv"]
     for key, value in env.items():
         cmd += ["--setenv", key, value]
     # The working directory's tmpfs first: binds below /tmp (a venv made there) then land on it
     # instead of being hidden under it.
-    cmd += ["--size", str(tmpfs_bytes), "--tmpfs", WORK_DIR]
+    if tmpfs_bytes is not None:
+        cmd += ["--size", str(tmpfs_bytes), "--perms", "1777", "--tmpfs", WORK_DIR]
+    else:
+        cmd += ["--perms", "0755", "--dir", WORK_DIR]
+    for d in _ancestors([dest for _, dest in layout.binds]):  # bwrap would make them 0700: unsearchable
+        cmd += ["--perms", "0755", "--dir", d]
     for src, dest in layout.binds:
         cmd += ["--ro-bind", src, dest]
-    for d in layout.empty_dirs + layout.masked_dirs:
+    for d in layout.empty_dirs + hidden[1]:
         cmd += ["--tmpfs", d, "--remount-ro", d]
-    for f in layout.masked_files:
-        cmd += ["--ro-bind", "/dev/null", f]  # a device node on a nodev mount: unreadable
+    for f in hidden[0]:
+        cmd += ["--ro-bind", "/dev/null", f]  # a device node on a nodev mount: unreadable, unwritable
     cmd += ["--dir", "/dev"]
     for dev in DEVICES:
         cmd += ["--dev-bind", dev, dev]

@@ -9,6 +9,12 @@ completion earns 1.0 only when
    status 0, not timed out, not blocked. A program that raises scores 0 even if what it printed
    before (possibly nothing) equals the expected output;
 4. its output matches the expected output (:func:`output_matches`).
+
+The host never does much with what a program printed: the sandbox keeps only the first
+:data:`~dgrpo.rewards.supervise.STDOUT_KEPT` bytes (a program that printed more scores 0, an answer is
+short), and only a single line of at most :data:`MAX_ANSWER_CHARS` characters reaches math-verify,
+which runs in a worker process under a CPU and a wall-clock limit
+(:func:`dgrpo.rewards.answer_check.bounded_answers_match`).
 """
 
 from __future__ import annotations
@@ -16,12 +22,13 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+from dgrpo.rewards.answer_check import bounded_answers_match
 from dgrpo.rewards.format import parse_completion
-from dgrpo.rewards.math import answers_match
 from dgrpo.rewards.sandbox import SandboxLimits, SandboxResult, run_many, run_python
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(?P<code>.*?)```", re.DOTALL | re.IGNORECASE)
 _NUMBER = re.compile(r"-?(\d[\d,]*(\.\d*)?|\.\d+)")
+MAX_ANSWER_CHARS = 200  # longest printed line math-verify reads ("The total number of apples is 12" is 33)
 
 
 def extract_program(answer: str) -> str:
@@ -53,19 +60,22 @@ def output_matches(stdout: str, expected: str) -> bool:
     True when the output equals ``expected`` up to trailing whitespace, or when ``expected`` is a
     number and the output is a single line that denotes it (math-verify: ``"7.0"`` and
     ``"The answer is 7"`` match ``"7"``). Several printed lines match only exactly: a program
-    cannot print many candidates and let the checker pick one.
+    cannot print many candidates and let the checker pick one. A line longer than
+    :data:`MAX_ANSWER_CHARS` is never parsed (no match).
     """
     out, want = _normalise(stdout), _normalise(expected)
     if out == want:
         return True
-    if not out or "\n" in out or not _NUMBER.fullmatch(want):
+    if not out or "\n" in out or len(out) > MAX_ANSWER_CHARS or not _NUMBER.fullmatch(want):
         return False
-    return answers_match(out, want)
+    return bounded_answers_match(out, want)
 
 
 def result_reward(result: SandboxResult | None, expected: str) -> float:
-    """1.0 when a run (None: no program) ended normally and printed ``expected`` (:func:`output_matches`)."""
-    return float(result is not None and result.ok and output_matches(result.stdout, expected))
+    """1.0 when a run (None: no program) ended normally and printed ``expected`` (:func:`output_matches`);
+    0.0 for a run that printed more than the sandbox keeps, which is never parsed."""
+    return float(result is not None and result.ok and not result.output_limited
+                 and output_matches(result.stdout, expected))
 
 
 def code_reward(completion: str, expected: str, limits: SandboxLimits = SandboxLimits(),

@@ -1,17 +1,20 @@
 """The child side of :mod:`dgrpo.rewards.sandbox`. Never imported: run as a script.
 
-:func:`dgrpo.rewards.sandbox.runner_argv` starts it as ``python -I -S -B -c BOOTSTRAP RUN_ID``: the
-bootstrap reads one inherited descriptor holding a ``marshal``-ed bundle (this file's source, the
-config, the program, the stand-in modules, the program filter), which costs no mount and loads in
-microseconds where ``json`` would import ``re`` and ``enum`` first, and executes this source. It runs inside the OS sandbox (bubblewrap, see
-``docs/sandbox.md``). Before the untrusted program starts it closes every inherited file descriptor
-but two pipes, sets the resource limits, loads the program seccomp filter (no exec, no clone) with
-``prctl`` through ``ctypes`` (then drops ``ctypes`` from ``sys.modules``), disables the one process
-primitive CPython does not audit, installs the audit hook, tells the host that the program starts,
-then runs the program as ``__main__``. Everything here runs before the untrusted code, so it is
-trusted. The audit hook is the *second* layer: an audit hook is not a security boundary (PEP 578),
-the namespaces, the read-only file system and the seccomp filters are. It stops the common attempts
-early with a clear reason.
+:func:`dgrpo.rewards.sandbox.runner_argv` starts it as ``python -I -S -B -c BOOTSTRAP FD RUN_ID``:
+the bootstrap reads one inherited descriptor holding a ``marshal``-ed bundle (this file, compiled by
+the host; the config; the program; the stand-in modules; the program filter), which costs no mount,
+and executes it. It runs inside the OS sandbox (bubblewrap, see ``docs/sandbox.md``), as root of
+the sandbox's user namespace when the host mapped the sandbox identity. Before the untrusted program
+starts it mounts the work tmpfs (with an inode limit), drops to the sandbox identity (which clears
+every capability), closes every inherited file descriptor but three pipes, sets the resource limits
+where the host could not, loads the program seccomp filter with ``prctl`` through ``_ctypes`` (the
+``ctypes`` package's imports cost milliseconds; ``_ctypes`` is then dropped from ``sys.modules``),
+puts a stand-in ``_posixsubprocess`` in place of the one process primitive CPython does not audit,
+installs the audit hook, tells the host that the program starts, then runs the program as
+``__main__`` and ends the process itself (:func:`_run`). Everything here but the program is trusted.
+The audit hook is the *second* layer: an audit hook is not a security boundary (PEP 578), the
+namespaces, the identity, the read-only file system and the seccomp filters are. It stops the
+common attempts early with a clear reason.
 
 The hook is written so that the program cannot steer it easily:
 
@@ -21,8 +24,9 @@ The hook is written so that the program cannot steer it easily:
 * paths are copied into exact ``str`` objects before they are checked (a ``str`` subclass cannot
   lie about its characters), and a path given as any other object (``pathlib.Path``, ``__fspath__``)
   may only be read, because ``__fspath__`` could answer differently when the real call runs;
-* "inside" is decided lexically on the normalised absolute path. That is sound because the program
-  cannot create symlinks or hard links and cannot ``chdir``; a path relative to a ``dir_fd`` is
+* "inside" is decided lexically on the normalised absolute path, and a read-only bind that lands
+  under the work directory is outside. That is sound because the program cannot create symlinks or
+  hard links and cannot ``chdir``; a path relative to a ``dir_fd`` is
   joined to the directory the kernel names for that fd (``/proc/self/fd``); where there is no
   ``/proc`` (inside bubblewrap) the fd must be a directory on the work directory's file system (a
   tmpfs of its own), and ``os.open``, whose event omits its ``dir_fd``, may only write to absolute paths.
@@ -35,29 +39,80 @@ A forbidden operation ends the process at once with exit status ``BLOCKED`` afte
 
 import itertools
 import os
-import resource
 import sys
 
 
-def _limits(cfg):
-    cpu = max(1, int(cfg["cpu_s"] + 0.999))
-    mem = cfg["memory_mb"] * 1024 * 1024
-    for limit, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)),  # soft: SIGXCPU; hard: SIGKILL
-                         (resource.RLIMIT_AS, (mem, mem)),
-                         (resource.RLIMIT_FSIZE, (cfg["max_file_bytes"], cfg["max_file_bytes"])),
-                         (resource.RLIMIT_NOFILE, (64, 64)),
-                         (resource.RLIMIT_CORE, (0, 0)),
-                         (resource.RLIMIT_NPROC, (0, 0))):  # not enforced for root; the hook is
-        hard = resource.getrlimit(limit)[1]
-        if hard != resource.RLIM_INFINITY:  # never above what this process may set
-            value = (min(value[0], hard), min(value[1], hard))
-        resource.setrlimit(limit, value)
+MS_WORK = 2 | 4 | 8  # MS_NOSUID | MS_NODEV | MS_NOEXEC (seccomp allows mount with exactly these flags)
+
+
+def _libc():
+    """``(call, errno)``: ``call(name, *args)`` calls a C library function with ``long``/bytes arguments.
+
+    Built on ``_ctypes`` alone: the ``ctypes`` package's own import costs milliseconds per program."""
+    import _ctypes
+
+    class c_long(_ctypes._SimpleCData):
+        _type_ = "l"
+
+    class Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+        _restype_ = c_long
+
+    class Library:
+        _handle = _ctypes.dlopen(None, 0)
+
+    def call(name, *args):
+        return Function((name, Library))(*[a if isinstance(a, bytes) else c_long(a) for a in args])
+
+    return call, _ctypes
+
+
+def _buffer(ctypes_module, data):
+    """A C copy of ``data`` and its address (kept alive by the caller)."""
+    class c_char(ctypes_module._SimpleCData):
+        _type_ = "c"
+
+    array = type("Buffer", (ctypes_module.Array,), {"_type_": c_char, "_length_": len(data)}).from_buffer_copy(data)
+    return array, ctypes_module.addressof(array)
+
+
+def _mount_work(call, root, size, inodes):
+    """Mount the work directory: a tmpfs of ``size`` bytes and ``inodes`` inodes (which bwrap cannot
+    bound: empty files and directories cost kernel memory), no devices, no set-uid, no executables."""
+    opts = f"size={size},nr_inodes={inodes},mode=1777".encode()
+    if call("mount", b"tmpfs", root.encode(), b"tmpfs", MS_WORK, opts) != 0:
+        raise OSError("mount of the work directory failed")
+    os.chdir(root)  # the working directory was the directory under the new mount
+
+
+def _drop_identity(uid):
+    """Become ``uid`` (and gid), with no supplementary group: the runner starts as root of the sandbox's
+    user namespace, which bwrap needed for its mounts; changing every uid away from 0 clears the
+    capabilities (permitted, effective, ambient)."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
+        raise OSError("the sandbox identity was not taken")
+
+
+def _limits(limits):
+    """Set ``(resource, soft, hard)`` limits (where the host could not set them from outside first)."""
+    import resource
+
+    for limit, soft, hard in limits:
+        cap = resource.getrlimit(limit)[1]
+        if cap != resource.RLIM_INFINITY:  # never above what this process may set
+            soft, hard = min(soft, cap), min(hard, cap)
+        resource.setrlimit(limit, (soft, hard))
 
 
 def _make_guard(cfg):
     """Build the audit hook and the ``fork_exec`` replacement from the (trusted) config."""
     root = cfg["root"]
     code = cfg["blocked_exit"]
+    # Read-only binds under the work directory (a venv made in /tmp) are not inside: a tuple of str.
+    bound = tuple(d for d in cfg["bound_dirs"] if d == root or d.startswith(root + "/"))
     # Imports refused by name: modules that reach the OS or raw memory without audit events
     # (_ctypes, _posixshmem ...), and re-imports of the modules patched below. Extension modules
     # raise the "import" event even when loaded through importlib.util.module_from_spec.
@@ -90,7 +145,7 @@ def _make_guard(cfg):
                      _encode=str.encode, _write=os.write, _exit=os._exit, _fn_type=type(_limits),
                      _mnf=ModuleNotFoundError, _repr=repr, _len=len, _base=BaseException, _next=next,
                      _writes=writes, _max_writes=max_writes, _readlink=os.readlink, _fstat=os.fstat,
-                     _oserror=OSError, _root_dev=os.stat(root).st_dev):
+                     _oserror=OSError, _root_dev=os.stat(root).st_dev, _bound=bound):
         if event == "import":
             name, top = args[0], ""
             if _issubclass(_type(name), _str):
@@ -126,6 +181,9 @@ def _make_guard(cfg):
                 elif part and part != ".":
                     parts.append(part)
             norm = "/" + "/".join(parts)
+            for b in _bound:
+                if norm == b or norm.startswith(b + "/"):
+                    return False
             return norm == _root or norm.startswith(_root + "/")
 
         try:
@@ -198,24 +256,64 @@ def _close_inherited_fds(keep):
     os.closerange(low, 1 << 20)
 
 
-def _load_seccomp(filters):
+def _load_seccomp(call, ctypes_module, filters):
     """Load each BPF filter (compiled by the host with libseccomp) with prctl; they stack, and stay."""
-    import ctypes
-
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: needed to load a filter unprivileged
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if call("prctl", 38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: needed to load a filter unprivileged
+        raise OSError(ctypes_module.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
     for bpf in filters:
-        buf = ctypes.create_string_buffer(bpf, len(bpf))
-        prog = SockFprog(len(bpf) // 8, ctypes.cast(buf, ctypes.c_void_p))
-        if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
-    # The program must find the ctypes stand-in, not this module (reloading _ctypes is refused).
-    for name in [n for n in sys.modules if n == "ctypes" or n.startswith(("ctypes.", "_ctypes"))]:
-        del sys.modules[name]
+        code, code_at = _buffer(ctypes_module, bpf)
+        fprog, fprog_at = _buffer(ctypes_module, (len(bpf) // 8).to_bytes(2, "little") + bytes(6)
+                                  + code_at.to_bytes(8, "little"))  # struct sock_fprog
+        if call("prctl", 22, 2, fprog_at, 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+            raise OSError(ctypes_module.get_errno(), "prctl(PR_SET_SECCOMP)")
+        del code, fprog
+
+
+def _exit_status(err):
+    """The exit status of an uncaught ``SystemExit``, as the interpreter computes it."""
+    code = err.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code if -(1 << 31) <= code < (1 << 31) else -1
+    try:
+        sys.stderr.write(str(code) + "\n")
+    except BaseException:
+        pass
+    return 1
+
+
+def _run(source, namespace, _run_exitfuncs, _exit=os._exit, _compile=compile, _exec=exec,
+         _print_exception=sys.__excepthook__, _system_exit=SystemExit, _base=BaseException, _exc_info=sys.exc_info):
+    """Run the program as the interpreter would (traceback and status 1 for an uncaught exception,
+    SystemExit's status, atexit functions, flushed standard streams, status 120 when stdout cannot
+    be flushed), then end the process with ``os._exit``: the interpreter's own finalization costs a
+    sandboxed program more than a millisecond and decides nothing. Every function used after the
+    program is bound here, before it runs."""
+    status = 0
+    try:
+        _exec(_compile(source, "program.py", "exec"), namespace)
+    except _system_exit as err:
+        status = _exit_status(err)
+    except _base:
+        try:
+            sys.excepthook(*_exc_info())
+        except _base:
+            _print_exception(*_exc_info())
+        status = 1
+    try:
+        _run_exitfuncs()
+    except _base:
+        pass
+    try:
+        sys.stdout.flush()
+    except _base:
+        status = 120
+    try:
+        sys.stderr.flush()
+    except _base:
+        pass
+    _exit(status & 0xFF if status >= 0 else 255)
 
 
 class _Modules:
@@ -237,15 +335,26 @@ class _Modules:
 def main():
     cfg = sys.dgrpo_bundle  # set by the bootstrap from the host's descriptor, before the program exists
     del sys.dgrpo_bundle
-    _close_inherited_fds((cfg["started_fd"], cfg["calls_fd"]))
-    _limits(cfg)
-    _load_seccomp(cfg["filters"])
+    call, ctypes_module = _libc()
+    if cfg["work_inodes"]:
+        _mount_work(call, cfg["root"], cfg["work_bytes"], cfg["work_inodes"])
+    if cfg["drop_to"] is not None:
+        _drop_identity(cfg["drop_to"])
+    _close_inherited_fds((cfg["started_fd"], cfg["request_fd"], cfg["reply_fd"]))
+    if cfg["limits"]:
+        _limits(cfg["limits"])
+    _load_seccomp(call, ctypes_module, cfg["filters"])
+    del call, ctypes_module
+    # The program must find the ctypes stand-in, not this module (reloading _ctypes is refused).
+    for name in [n for n in sys.modules if n == "ctypes" or n.startswith(("ctypes.", "_ctypes"))]:
+        del sys.modules[name]
     hook, fork_exec = _make_guard(cfg)
-    # _posixsubprocess.fork_exec starts a process without any audit event. Load the module now and
-    # replace the function; reloading it later raises the "import" event, which the hook refuses.
-    import _posixsubprocess
-
-    _posixsubprocess.fork_exec = fork_exec
+    # _posixsubprocess.fork_exec starts a process without any audit event (the filter refuses the
+    # clone it makes): "import _posixsubprocess" finds this stand-in, whose fork_exec stops with a
+    # reason. (Loading the real module under another name is refused by the filter alone.)
+    posixsubprocess = type(sys)("_posixsubprocess")
+    posixsubprocess.fork_exec = fork_exec
+    sys.modules["_posixsubprocess"] = posixsubprocess
     # mknod/mkfifo create files without an audit event (the seccomp filter refuses them): remove the
     # usual way to reach them.
     import posix
@@ -266,10 +375,12 @@ def main():
     source = cfg["program"]
     audit = cfg["audit_hook"]
     del cfg
+    import atexit
+
     if audit:
         sys.addaudithook(hook)
     del hook, fork_exec, audit
-    exec(compile(source, "program.py", "exec"), main_module.__dict__)
+    _run(source, main_module.__dict__, atexit._run_exitfuncs)  # arguments bound before the program runs
 
 
 if __name__ == "__main__":

@@ -1,24 +1,21 @@
 """The sandbox's two seccomp filters, compiled once with libseccomp into BPF (see docs/sandbox.md).
 
-Both filters allow by default and refuse a list of system calls, so that an honest solver (the
-interpreter, numpy, sympy) never meets them. Refused calls fail with an errno; they never kill the
-process, so a program sees an ordinary ``OSError``/``RuntimeError`` and the reward is 0 through its
-exit status. A system call of another ABI (i386, x32) kills the process (libseccomp's bad-arch action).
+* :func:`base_filter` is **default-deny**: an allow-list (:data:`ALLOWED_GROUPS`, :data:`ALLOWED_IF`,
+  :data:`ALLOWED_MASKED`: the one place that says which system calls a program may make, and why,
+  listed again in docs/sandbox.md) measured from honest solver
+  programs (``benchmarks/sandbox_syscalls.py`` traces tests/rewards/honest_programs.py and the
+  sampled solutions); every other call fails with ``EPERM`` — among them every call newer than this
+  libseccomp knows, whatever the kernel adds next. A call of another ABI (i386 through ``int 0x80``,
+  x32 through a number with bit 30 set) kills the process. ``bwrap --seccomp`` loads it right before
+  it executes the interpreter, so it also holds what the runner needs before the program starts
+  (``execve`` of the interpreter, dropping to the sandbox identity, loading the second filter).
+* :func:`program_filter`, loaded by the runner right before the program's first line, refuses those
+  set-up calls again (:data:`PROGRAM_REFUSED`): no exec, no identity change, no ``prctl``.
 
-* :func:`base_filter`, loaded by ``bwrap --seccomp`` just before it executes the interpreter: process
-  creation other than threads (``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD``; ``clone3``
-  answers ``ENOSYS`` so that the C library falls back to ``clone``, whose flags a filter can read),
-  debugging, reading or changing other processes (``ptrace``, ``process_vm_*``, ``pidfd_*``, ``kcmp``,
-  ``prlimit64`` on another pid: the sandbox's pid 1 is bubblewrap's, outside the filter),
-  mounts and namespaces, device and FIFO creation (``mknod``), ``bpf``, ``perf_event_open``,
-  ``userfaultfd``, ``io_uring`` (its operations would bypass this filter), ``kexec``, kernel
-  modules, the key rings, sockets, clocks, swap, reboot and other administration calls.
-* :func:`program_filter`, loaded by the sandbox runner after its own set-up and right before the
-  untrusted program starts (a filter that refused ``execve`` could not be applied before the
-  interpreter itself is executed): ``execve``/``execveat`` and every ``clone`` (threads too). With
-  no thread and no process possible, the process count is one, which also holds where
-  ``RLIMIT_NPROC`` does not (it is not enforced for uid 0 in the initial user namespace, and a
-  sandbox started by root runs as root's uid mapped into its user namespace).
+Refused calls fail with ``EPERM`` and never kill (only another ABI does), so a program sees an
+ordinary ``OSError`` and scores 0 through its exit status. Nothing creates a process or a thread:
+``clone``, ``clone3``, ``fork`` and ``vfork`` are not on the list. Arguments are compared as the
+64-bit registers the kernel receives, so a value with stray high bits matches no allowed one.
 """
 
 from __future__ import annotations
@@ -29,33 +26,47 @@ import tempfile
 
 from dgrpo.errors import SandboxUnavailable
 
-CLONE_THREAD = 0x00010000
-
-# Refused by the base filter with EPERM (names this kernel's libseccomp does not know are skipped).
-REFUSED = (
-    # processes other than threads (clone is handled by its flags, clone3 below)
-    "fork", "vfork",
-    # other processes: debugging, memory, process file descriptors
-    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp",
-    "pidfd_open", "pidfd_getfd", "pidfd_send_signal",
-    # mounts, namespaces, root directory
-    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
-    "fsmount", "fspick", "mount_setattr", "unshare", "setns",
-    # device nodes and FIFOs
-    "mknod", "mknodat",
-    # kernel attack surface a solver never needs
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-    "keyctl", "add_key", "request_key", "name_to_handle_at", "open_by_handle_at", "fanotify_init",
-    "lookup_dcookie", "memfd_secret", "uselib", "personality", "modify_ldt", "iopl", "ioperm",
-    # network
-    "socket", "socketpair",
-    # administration
-    "reboot", "swapon", "swapoff", "syslog", "acct", "quotactl", "quotactl_fd", "vhangup",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname",
+# System calls allowed whatever their arguments, in groups: why a solver (or the runner) needs them.
+ALLOWED_GROUPS = (
+    ("memory: the allocator, the loader, numpy/OpenBLAS (all of it counted by RLIMIT_AS; mmap: ALLOWED_MASKED)",
+     "brk munmap mremap mprotect madvise mbind"),
+    ("reading the bound read-only tree", "read pread64 openat close lseek fstat newfstatat access getdents64 "
+     "getcwd readlink listxattr"),
+    ("files of the work tmpfs (its size and inode count bound what is written); stdout and stderr are pipes",
+     "write mkdir rmdir unlink unlinkat rename ftruncate fsync chmod utimensat sendfile"),
+    ("sympy imports selectors", "epoll_create1"),
+    ("time: the vDSO answers most clock reads without a system call; these are its fallbacks, sleep, and "
+     "timeouts a program sets itself", "clock_gettime clock_getres gettimeofday time clock_nanosleep alarm "
+     "setitimer"),
+    ("signals of this process", "rt_sigaction rt_sigprocmask rt_sigreturn"),
+    ("who and where am I (read only), and random bytes", "getpid getppid gettid getuid geteuid getgid getegid "
+     "getgroups getresuid getresgid uname sysinfo sched_getaffinity getrandom"),
+    ("process start-up and exit; bwrap's PID 1 waits for the program under this filter too (a program has no "
+     "child to wait for)", "arch_prctl set_tid_address set_robust_list rseq restart_syscall exit_group wait4"),
+    ("the runner's set-up, refused again by the program filter: bwrap executes the interpreter, the runner "
+     "closes inherited descriptors, moves into the work directory and drops to the sandbox identity",
+     "execve close_range chdir setresuid setresgid setgroups"),
 )
-# Refused by the program filter, on top of the base filter.
-PROGRAM_REFUSED = ("execve", "execveat", "clone")
+ALLOWED = tuple(name for _, names in ALLOWED_GROUPS for name in names.split())
+
+# Allowed only with these arguments: name -> (index of the argument, values allowed, why).
+_MAP_REFUSED = 0x40000 | 0x2000  # MAP_HUGETLB (the host's huge-page pool), MAP_LOCKED (pinned memory)
+ALLOWED_IF = {
+    "ioctl": (1, (0x5401, 0x5413, 0x5450, 0x5451, 0x5421, 0x541B),
+              "TCGETS (isatty), TIOCGWINSZ, FIONCLEX, FIOCLEX, FIONBIO, FIONREAD; never TIOCSTI and the like"),
+    "fcntl": (1, (0, 1, 2, 3, 4, 1030),
+              "F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC; no locks, leases, F_NOTIFY, "
+              "F_SETOWN/SIGIO or pipe resizing"),
+    "prctl": (0, (38, 22), "PR_SET_NO_NEW_PRIVS and PR_SET_SECCOMP: the runner loads the program filter"),
+    "prlimit64": (0, (0,), "limits of this process only (pid 0)"),
+    "mount": (3, (2 | 4 | 8,), "the runner's work tmpfs (MS_NOSUID | MS_NODEV | MS_NOEXEC); needs a capability "
+                               "only the runner has, and the program filter refuses it"),
+    "futex": (1, (0, 1, 9, 10, 128, 129, 137, 138, 265, 393),
+              "FUTEX_WAIT/WAKE(_BITSET)(_PRIVATE)(_CLOCK_REALTIME): glibc's locks; no PI or requeue operations"),
+}
+ALLOWED_MASKED = {"mmap": (3, _MAP_REFUSED, "any mapping but MAP_HUGETLB and MAP_LOCKED")}
+# Refused by the program filter, on top of the base filter: what only the runner's set-up needs.
+PROGRAM_REFUSED = ("execve", "execveat", "prctl", "mount", "chdir", "setresuid", "setresgid", "setgroups")
 
 
 def _seccomp():
@@ -69,18 +80,15 @@ def _seccomp():
     return pyseccomp
 
 
-def _compile(rules) -> bytes:
-    """BPF program (``struct sock_filter`` array, 8 bytes per instruction) of an allow-by-default filter."""
-    sc = _seccomp()
-    flt = sc.SyscallFilter(sc.ALLOW)
-    for action, name, args in rules:
-        try:
-            number = sc.resolve_syscall(sc.Arch.NATIVE, name)
-        except (OSError, ValueError):
-            continue
-        if number < 0:  # not a system call of this architecture
-            continue
-        flt.add_rule(action, name, *args)
+def _number(sc, name: str) -> int:
+    try:
+        return sc.resolve_syscall(sc.Arch.NATIVE, name)
+    except (OSError, ValueError):
+        return -1
+
+
+def _export(flt) -> bytes:
+    """BPF program (``struct sock_filter`` array, 8 bytes per instruction) of a filter."""
     with tempfile.TemporaryFile() as fh:
         flt.export_bpf(fh)
         fh.seek(0)
@@ -89,28 +97,45 @@ def _compile(rules) -> bytes:
 
 @functools.lru_cache(maxsize=1)
 def base_filter() -> bytes:
-    """BPF of the filter ``bwrap --seccomp`` applies before executing the interpreter (module docstring).
+    """BPF of the default-deny filter ``bwrap --seccomp`` applies before executing the interpreter.
 
     Raises:
         SandboxUnavailable: libseccomp or its Python bindings are missing.
     """
     sc = _seccomp()
-    eperm = sc.ERRNO(errno.EPERM)
-    rules = [(eperm, name, ()) for name in REFUSED]
-    rules.append((eperm, "clone", (sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0),)))  # clone without CLONE_THREAD
-    rules.append((sc.ERRNO(errno.ENOSYS), "clone3", ()))  # its flags sit in memory: make glibc use clone
-    rules.append((eperm, "prlimit64", (sc.Arg(0, sc.NE, 0),)))  # limits of another process (bwrap's pid 1)
-    return _compile(rules)
+    flt = sc.SyscallFilter(sc.ERRNO(errno.EPERM))
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)  # i386 and x32 system calls kill the process
+    for name in ALLOWED:
+        if _number(sc, name) >= 0:  # names this architecture lacks (time, alarm on some) are skipped
+            flt.add_rule(sc.ALLOW, name)
+    for name, (index, values, _) in ALLOWED_IF.items():
+        for value in values:
+            flt.add_rule(sc.ALLOW, name, sc.Arg(index, sc.EQ, value))
+    for name, (index, mask, _) in ALLOWED_MASKED.items():
+        flt.add_rule(sc.ALLOW, name, sc.Arg(index, sc.MASKED_EQ, mask, 0))
+    return _export(flt)
 
 
 @functools.lru_cache(maxsize=1)
 def program_filter() -> bytes:
-    """BPF of the filter the runner loads right before the program: no exec, no thread, no process.
+    """BPF of the filter the runner loads right before the program: no exec, no identity change, no prctl.
 
     Raises:
         SandboxUnavailable: libseccomp or its Python bindings are missing.
     """
     sc = _seccomp()
-    rules = [(sc.ERRNO(errno.EPERM), name, ()) for name in PROGRAM_REFUSED]
-    rules.append((sc.ERRNO(errno.ENOSYS), "clone3", ()))
-    return _compile(rules)
+    flt = sc.SyscallFilter(sc.ALLOW)
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    for name in PROGRAM_REFUSED:
+        if _number(sc, name) >= 0:
+            flt.add_rule(sc.ERRNO(errno.EPERM), name)
+    return _export(flt)
+
+
+@functools.lru_cache(maxsize=1)
+def allow_all_filter() -> bytes:
+    """BPF that allows every native call (benchmarks/sandbox_syscalls.py measures with it)."""
+    sc = _seccomp()
+    flt = sc.SyscallFilter(sc.ALLOW)
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    return _export(flt)

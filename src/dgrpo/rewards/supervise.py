@@ -1,13 +1,29 @@
-"""Wait for one sandboxed run while reading its pipes, and kill it (its whole PID namespace) at the time limit."""
+"""Wait for one sandboxed run while reading its pipes, and kill it (its whole PID namespace) at the time limit.
+
+Everything the program can send the host arrives on a pipe that this loop reads with a byte cap:
+stdout (the first :data:`STDOUT_KEPT` bytes kept), stderr (its tail kept), and the stand-in
+libraries' requests (answered by :class:`dgrpo.rewards.stand_in.LibraryService`). Past
+``max_output_bytes`` on stdout or stderr the host closes its end, so the program's next write
+fails (``EPIPE``) instead of costing the host anything. Nothing here parses or logs program bytes.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import select
 import signal
 import subprocess
 import time
+from dataclasses import dataclass, field
+
+from dgrpo.rewards.stand_in import LibraryService
+
+IDENTITY_FAILURE = "cannot set the sandbox's identity or limits"
+STDOUT_KEPT = 4096  # bytes of stdout the host keeps: a printed answer is short
+STDERR_KEPT = 16384  # bytes of the end of stderr the host keeps (tracebacks)
+INFO_CAP = 4096  # bytes of bwrap's --info-fd JSON read
 
 
 def memfd(name: str, data: bytes) -> int:
@@ -18,28 +34,79 @@ def memfd(name: str, data: bytes) -> int:
     return fd
 
 
-def supervise(proc: subprocess.Popen, started_r: int, calls_r: int, info_r: int | None, timeout_s: float,
-              cap: int, startup_grace_s: float) -> tuple[bool, bool, bytes]:
-    """Wait for the run, reading its pipes; kill it at the wall-clock limit. Closes the three pipes.
+@dataclass
+class Pipes:
+    """The host's ends of one run's pipes (None where the run has no such pipe)."""
 
-    The time limit counts from the moment the program starts (the runner writes ``S`` to its pipe):
-    on a loaded machine the sandbox and the interpreter alone can take seconds, which must neither
-    time out an honest program nor look like a sandbox failure.
+    started: int  # the runner writes "S" right before the program's first line
+    stdout: int
+    stderr: int
+    requests: int  # stand-in library calls, from the program
+    replies: int  # answers to them (the host writes; non-blocking)
+    info: int | None = None  # bwrap's --info-fd (None without bwrap)
+    userns_block: int | None = None  # bwrap waits on it until the host has written the uid/gid maps
+
+
+@dataclass
+class Outcome:
+    """What :func:`supervise` saw: whether the program started, was killed at the limit, and its output."""
+
+    started: bool = False
+    timed_out: bool = False
+    stdout: bytearray = field(default_factory=bytearray)
+    stdout_bytes: int = 0  # written in all (the host kept the first STDOUT_KEPT)
+    stderr: bytearray = field(default_factory=bytearray)
+    stderr_bytes: int = 0
+    setup_error: str = ""
+
+
+def write_id_maps(pid: int, sandbox_id: int, host_id: int) -> None:
+    """Map ``sandbox_id`` to ``host_id`` (uid and gid) in the user namespace of ``pid``, and 0 to 0 for
+    bubblewrap's own set-up (its mounts run as the caller, root), before it continues.
+
+    Raises:
+        OSError: the maps cannot be written (the caller is not root, or the process is gone).
+    """
+    lines = f"0 0 1\n{sandbox_id} {host_id} 1\n"
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/{pid}/{name}", "w") as fh:
+            fh.write(lines)
+
+
+def set_limits(pid: int, limits: list[tuple[int, int, int]]) -> None:
+    """Set ``(resource, soft, hard)`` limits of process ``pid`` from outside (root), before it forks the program.
+
+    Raises:
+        OSError: a limit cannot be set.
+    """
+    for limit, soft, hard in limits:
+        resource.prlimit(pid, limit, (soft, hard))
+
+
+def supervise(proc: subprocess.Popen, pipes: Pipes, service: LibraryService, *, timeout_s: float,
+              max_output_bytes: int, startup_grace_s: float, identity: tuple[int, int] | None,
+              limits: list[tuple[int, int, int]] = ()) -> Outcome:
+    """Wait for the run, reading its pipes; kill it at the wall-clock limit. Closes every pipe of ``pipes``.
+
+    The time limit counts from the moment the program starts: on a loaded machine the sandbox and the
+    interpreter alone can take seconds, which must neither time out an honest program nor look like a
+    sandbox failure.
 
     Args:
-        proc: bwrap (or the runner, unsafe); started_r / calls_r / info_r: read ends of the runner's
-            start signal, the stand-ins' record and bwrap's ``--info-fd`` (None without bwrap).
-        timeout_s: wall-clock limit from the program's start; cap: bytes kept of the record;
-        startup_grace_s: time the sandbox may take to reach the program.
-
-    Returns:
-        (the program started, it was killed at the time limit, the bytes of the calls pipe).
+        proc: bwrap (or the runner, unsafe). pipes: the host's ends. service: answers library requests.
+        timeout_s: wall-clock limit from the program's start, seconds; startup_grace_s: time the
+            sandbox may take to reach the program.
+        max_output_bytes: bytes of stdout (and of stderr) the program may write; past it that pipe is closed.
+        identity: ``(sandbox id, host id)`` to map once bwrap reports its child (``--userns-block-fd``),
+            or None when bwrap maps the caller's own uid.
+        limits: resource limits set on bwrap's child while it waits for the maps; the program, its
+            child, inherits them (with ``identity`` only: otherwise the runner sets them).
     """
-    names = {started_r: "started", calls_r: "calls"}
-    if info_r is not None:
-        names[info_r] = "info"
-    got = {"started": b"", "calls": b"", "info": b""}
-    started = timed_out = False
+    out = Outcome()
+    names = {pipes.started: "started", pipes.stdout: "stdout", pipes.stderr: "stderr", pipes.requests: "requests"}
+    if pipes.info is not None:
+        names[pipes.info] = "info"
+    info = b""
     pidfd = None
     exited, gone = os.pidfd_open(proc.pid), False  # readable once the child exits: no polling
     deadline = time.monotonic() + startup_grace_s
@@ -47,7 +114,7 @@ def supervise(proc: subprocess.Popen, started_r: int, calls_r: int, info_r: int 
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                timed_out = started
+                out.timed_out = out.started
                 _kill(proc, pidfd)
                 break
             watch = [*names] if gone else [*names, exited]
@@ -60,32 +127,68 @@ def supervise(proc: subprocess.Popen, started_r: int, calls_r: int, info_r: int 
                     continue
                 chunk = os.read(fd, 65536)
                 name = names[fd]
-                if chunk and len(got[name]) < cap:
-                    got[name] += chunk
-                if not chunk or len(got[name]) >= cap:  # EOF, or a flood: the writer now gets EPIPE
+                done = not chunk
+                if name == "stdout":
+                    out.stdout += chunk[: max(0, STDOUT_KEPT - len(out.stdout))]
+                    out.stdout_bytes += len(chunk)
+                    done = done or out.stdout_bytes > max_output_bytes
+                elif name == "stderr":
+                    out.stderr = (out.stderr + chunk)[-STDERR_KEPT:]
+                    out.stderr_bytes += len(chunk)
+                    done = done or out.stderr_bytes > max_output_bytes
+                elif name == "requests":
+                    _reply(pipes.replies, service.feed(chunk))
+                    done = done or service.full  # the program now waits for an answer until its limit
+                elif name == "started" and b"S" in chunk:
+                    out.started, deadline = True, time.monotonic() + timeout_s
+                elif name == "info":
+                    info += chunk
+                    done = done or len(info) > INFO_CAP
+                    child = _child_pid(info) if pidfd is None else None
+                    if child is not None:
+                        pidfd = _open_pid(child)
+                        if identity is not None and pipes.userns_block is not None:
+                            try:
+                                set_limits(child, list(limits))
+                                write_id_maps(child, *identity)
+                            except OSError as err:
+                                out.setup_error = f"{IDENTITY_FAILURE}: {err}"
+                            os.close(pipes.userns_block)  # EOF: bwrap goes on (and fails without maps)
+                            pipes.userns_block = None
+                if done:
                     del names[fd]
                     os.close(fd)
-                if name == "started" and not started and b"S" in got["started"]:
-                    started, deadline = True, time.monotonic() + timeout_s
-                if name == "info" and pidfd is None:
-                    pidfd = _open_pid1(got["info"])
         proc.wait()
         if pidfd is not None:  # pid 1 of the sandbox exits only after the kernel killed the rest
             select.select([pidfd], [], [], 10)
     finally:
-        for fd in names:
-            os.close(fd)
-        os.close(exited)
-        if pidfd is not None:
-            os.close(pidfd)
-    return started, timed_out, got["calls"]
+        for fd in [*names, exited, pidfd, pipes.replies, pipes.userns_block]:
+            if fd is not None:
+                os.close(fd)
+    return out
 
 
-def _open_pid1(info: bytes) -> int | None:
-    """A pidfd of the sandbox's PID 1, from bwrap's ``--info-fd`` JSON, once it is complete."""
+def _reply(fd: int, data: bytes) -> None:
+    """Write answers to the program without ever blocking (a program that does not read loses them)."""
     try:
-        return os.pidfd_open(int(json.loads(info)["child-pid"]))
-    except (ValueError, KeyError, TypeError, OSError):
+        if data:
+            os.write(fd, data)
+    except (BlockingIOError, BrokenPipeError, OSError):
+        pass
+
+
+def _child_pid(info: bytes) -> int | None:
+    """bwrap's child pid from its ``--info-fd`` JSON, once that is complete."""
+    try:
+        return int(json.loads(info)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _open_pid(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
         return None
 
 

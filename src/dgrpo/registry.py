@@ -27,7 +27,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Iterator, Mapping
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, SerializeAsAny, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, SerializeAsAny, ValidationInfo,
+                      field_validator, model_validator)
 
 from dgrpo.errors import UnknownKind
 
@@ -48,9 +49,36 @@ def _leaf_types(annotation: Any) -> set:
     return {annotation}
 
 
+def _text_for(annotation: Any, value: Any) -> str | None:
+    """What a number or boolean field (or a list or mapping of them) would silently convert: text
+    (``"017"``, ``"0x1f"``, ``"1:30"``, ``"yes"``) where no text is allowed, or a number where only true or
+    false is. None when nothing would."""
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple, set, frozenset) and isinstance(value, (list, tuple)):
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return next((t for v in value for a in args[:1] if (t := _text_for(a, v))), None)
+    if origin is dict and isinstance(value, dict):
+        key, item = typing.get_args(annotation) or (Any, Any)
+        return next((t for k, v in value.items() if (t := _text_for(key, k) or _text_for(item, v))), None)
+    leaves = _leaf_types(annotation)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and bool in leaves and not leaves & {int, float, str}:
+        return f"true or false, not the number {value}"  # (pydantic would read greedy: 0 as false)
+    if not isinstance(value, str):
+        return None
+    if str in leaves or Any in leaves or any(typing.get_origin(a) in (typing.Literal, list, dict) for a in leaves):
+        return None
+    if leaves & {int, float}:
+        return f"a number, not the text {value!r} (numbers are decimal: no leading zero, hex or sexagesimal form)"
+    if bool in leaves:
+        return f"true or false, not the text {value!r}"
+    return None
+
+
 class StrictConfig(BaseModel):
-    """Base of every config: unknown keys are errors, values are frozen, inf and NaN are refused, and
-    a number field refuses ``true``/``false`` (pydantic would read ``rounds: true`` as 1)."""
+    """Base of every config: unknown keys are errors, values are frozen, inf and NaN are refused, a
+    number field refuses ``true``/``false`` (pydantic would read ``rounds: true`` as 1), and a number or
+    boolean field refuses text (pydantic would read ``seed: "017"`` as 17 and ``greedy: "yes"`` as true;
+    :mod:`dgrpo.config_yaml` keeps such YAML scalars as text)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -63,6 +91,14 @@ class StrictConfig(BaseModel):
                 if isinstance(data.get(name), bool) and bool not in leaves and leaves & {int, float}:
                     raise ValueError(f"{name} must be a number, not {str(data[name]).lower()}")
         return data
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_text_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        text = _text_for(cls.model_fields[info.field_name].annotation, value)
+        if text is not None:
+            raise ValueError(f"must be {text}")
+        return value
 
 
 def _printable(text: str) -> str:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
+from dgrpo import config_yaml
 from dgrpo.attacks import build_attack
 from dgrpo.config import ModelConfig, RunConfig
 from dgrpo.defenses import build_defense
@@ -65,7 +65,7 @@ def build_run_dir(cfg: RunConfig, name: str | None = None) -> Path:
     if (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir} already holds a run; pick another name or use `dgrpo resume`")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    (run_dir / "config.yaml").write_text(config_yaml.dump(cfg.model_dump(mode="json")))
     return run_dir
 
 

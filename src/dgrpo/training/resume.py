@@ -23,8 +23,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
 
+from dgrpo import config_yaml
 from dgrpo.config import RunConfig, load_config, read_config_file
 from dgrpo.errors import ConfigError
 from dgrpo.metrics.logger import read_records
@@ -42,7 +42,7 @@ def keep_rounds_before(path: Path, next_round: int) -> None:
 
 def write_config(run_dir: Path, cfg: RunConfig) -> None:
     """Rewrite ``run_dir/config.yaml`` (after overrides changed the run)."""
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    (run_dir / "config.yaml").write_text(config_yaml.dump(cfg.model_dump(mode="json")))
 
 
 def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunConfig:

@@ -238,8 +238,8 @@ def _error_line(e: dict, data=None) -> str:
         section = _section_class(loc[:-1], data)
         close = difflib.get_close_matches(str(loc[-1]), sorted(section.model_fields), n=3) if section else []
         prefix = ".".join(str(p) for p in loc[:-1])
-        msg = "unknown key" + (f"; did you mean {', '.join(f'{prefix}.{c}' if prefix else c for c in close)}?" if close
-                               else "; `dgrpo config` lists every key")
+        msg += (f"; did you mean {', '.join(f'{prefix}.{c}' if prefix else c for c in close)}?" if close
+                else "; `dgrpo config` lists every key")
     return f"{'.'.join(str(p) for p in loc)}: {msg}" if loc else msg
 
 

@@ -44,9 +44,10 @@ NUMBER_FORMS = [
     ("seed=0o17", "seed: must be a number, not the text '0o17'"),
     ("seed=1_000", "seed: must be a number, not the text '1_000'"),
     ("grpo.lr=01.5", "grpo.lr: must be a number, not the text '01.5'"),
-    ("eval.greedy=yes", "eval.greedy: must be true or false, not the text 'yes'"),  # 1.1: true
-    ("eval.first=off", "eval.first: must be true or false, not the text 'off'"),
-    ("swarm.malicious=[01]", "swarm.malicious: must be a number, not the text '01'"),
+    ("eval.greedy=yes", "eval.greedy: must be true or false, not 'yes'"),  # 1.1: true
+    ("eval.first=off", "eval.first: must be true or false, not 'off'"),
+    ("eval.greedy=1", "eval.greedy: must be true or false, not 1"),
+    ("swarm.malicious=[01]", "swarm.malicious.0: Input should be a valid integer"),  # (a strict field: pydantic's words)
 ]
 
 

@@ -24,7 +24,7 @@ from pydantic import Field, StrictInt, ValidationError, field_validator, model_v
 
 from dgrpo.attacks.base import NoAttackConfig
 from dgrpo.config_yaml import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_INT, apply_overrides, read_config_file  # noqa: F401 (the config's inputs)
-from dgrpo.errors import ConfigError, UnknownKind
+from dgrpo.errors import ConfigError, UnknownKind, one_line
 from dgrpo.hardening.config import HardeningConfig
 from dgrpo.metrics.trackers import TrackingConfig
 from dgrpo.registry import KindOf, PathText, StrictConfig, kind_field, lookup
@@ -254,6 +254,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError("invalid config: " + "; ".join(_error_line(e, data) for e in err.errors())) from None
+        raise ConfigError(one_line("invalid config: " + "; ".join(_error_line(e, data) for e in err.errors()))) from None
     except RecursionError:  # (a depth that _check_shape allows never gets here)
         raise ConfigError(f"config nested too deeply; keep it under {MAX_DEPTH} levels") from None

@@ -268,3 +268,22 @@ def test_an_override_that_is_not_yaml_stays_text_and_reading_takes_no_time_for_a
     out = subprocess.run([sys.executable, "-c", "from dgrpo.config import load_config; load_config(None, ['name=' + '[' * 10000])"],
                          capture_output=True, text=True, timeout=60)
     assert "nested more than 32 levels" in out.stderr and out.stderr.count("Traceback") == 1  # (raised in -c: one traceback)
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (["task.kind=gsm8k", "task.path=/nonexistent/train.jsonl"], "task.path: no such file: /nonexistent/train.jsonl"),
+    (["task.kind=dataset", "task.path=/nonexistent/d.jsonl"], "task.path: no such file"),
+    (["task.kind=python_math", "task.path=/nonexistent/p.jsonl"], "task.path: no such file"),
+    (["swarm.protocol.roster=/nonexistent/roster.json", "swarm.protocol.key_dir=/nonexistent/keys"],
+     "swarm.protocol.roster: no such file: /nonexistent/roster.json; swarm.protocol.key_dir: no such folder"),
+    (["defenses=[{kind: judge, backend: detector, path: /nonexistent/det}]"], "detector path '/nonexistent/det' is not a folder"),
+])
+def test_every_path_a_run_needs_is_checked_before_any_model_loads(overrides, named, tmp_path, capsys, monkeypatch):
+    import dgrpo.training.build as build
+
+    monkeypatch.setattr(build, "load_policy", lambda *a, **k: pytest.fail("loaded a model before checking the paths"))
+    assert main(["run", *overrides, f"out_dir={tmp_path}", "name=r"]) == 2
+    err = one_line(capsys)
+    assert named in err and not (tmp_path / "r").exists()
+    if "task.path" in named:
+        assert "docs/datasets.md" in err  # where to get the data a clone does not have

@@ -106,8 +106,10 @@ def test_weights_of_another_shape_are_named(run_dir, capsys, tiny_model_dir_b):
     resume_fails(run_dir, capsys, "node0/model.safetensors: does not fit the model", "size mismatch")
 
 
-def test_resuming_with_another_model_is_named(run_dir, capsys, tiny_model_dir_b):
-    resume_fails(run_dir, capsys, "node0/model.safetensors: does not fit the model",
+def test_resuming_with_another_model_is_named(run_dir, capsys, tiny_model_dir, tiny_model_dir_b):
+    # the checkpoint records its run: another model.name is another run, refused before any model loads
+    resume_fails(run_dir, capsys, "node0/state.json: saved by another run",
+                 f"model.name: '{tiny_model_dir}' at the save, '{tiny_model_dir_b}' now",
                  overrides=("rounds=4", f"model.name={tiny_model_dir_b}"))
 
 

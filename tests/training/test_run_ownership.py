@@ -65,8 +65,23 @@ def state_path(run_dir, node="node0"):
     return run_dir / "checkpoint" / node / "state.json"
 
 
-def test_the_untouched_checkpoint_resumes_exactly(part, runs):
+def test_the_untouched_checkpoint_resumes_exactly_and_its_bar_counts_on(part, runs, capsys):
+    capsys.readouterr()
     assert main(["resume", str(part), "rounds=4"]) == 0 and metrics(part) == runs[1]
+    err = capsys.readouterr().err
+    assert "| 3/4 [" in err and "| 4/4 [" in err and "/2 [" not in err  # not 1/2, 2/2
+
+
+def test_a_run_prints_its_directory_when_it_starts(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    import dgrpo.training.build as build
+
+    def stop(*a, **k):
+        raise RuntimeError("stopped at the first model load")
+
+    monkeypatch.setattr(build, "load_policy", stop)
+    with pytest.raises(RuntimeError):
+        main(["run", f"model.name={tiny_model_dir}", *COMMON, f"out_dir={tmp_path}", "name=start"])
+    assert capsys.readouterr().out == f"run directory: {tmp_path / 'start'}\n"  # before any model loads
 
 
 @pytest.mark.parametrize("node", ["node0", None])

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from dgrpo.config import read_config_file
 from dgrpo.registry import lookup
-from dgrpo.rewards.math import math_reward, parse_oracle
+from dgrpo.rewards.format import parse_completion
+from dgrpo.rewards.math import math_reward, numbers_in, parse_oracle
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
 
 
@@ -73,6 +74,37 @@ def committed(results: Path, show: int) -> dict:
             "changed": changed, "examples": examples}
 
 
+def table1_samples(results: Path) -> dict:
+    """The honest SmolLM2 samples of the Table 1 sets (``*honest*.jsonl`` with a question of the
+    arithmetic task of seed 0 or 1), scored with today's rule: how many right answers it refuses."""
+    from dgrpo.tasks.arithmetic import ArithmeticTask
+
+    answers = {p.question: p.answer for seed in (0, 1) for split in ("train", "val")
+               for p in getattr(ArithmeticTask(seed=seed, n_train=5000, n_val=200), split)}
+    total = right = refused = 0
+    examples = []
+    for path in sorted(q for q in results.rglob("*honest*.jsonl") if not q.name.startswith("rejected")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("question") not in answers or "text" not in row:
+                continue
+            completion = "<think>" + row["text"]  # (the prefill the samples continue)
+            gold = answers[row["question"]]
+            parsed = parse_completion(completion)
+            last_number_right = parsed is not None and _last_number(parsed.answer) == Fraction(gold)
+            total += 1
+            right += last_number_right
+            if last_number_right and math_reward(completion, gold) != 1.0:
+                refused += 1
+                examples.append(parsed.answer[:80])
+    return {"completions": total, "last_number_right": right, "refused_now": refused, "examples": examples[:10]}
+
+
+def _last_number(text: str):
+    found = [v for v in numbers_in(text) if v is not None]
+    return found[-1] if found else None
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--gsm8k", type=Path, help="GSM8K test.jsonl (official solutions)")
@@ -85,6 +117,7 @@ def main() -> None:
         out["gsm8k"] = gsm8k(args.gsm8k)
     if args.results:
         out["committed_samples"] = committed(args.results, args.show)
+        out["table1_honest_samples"] = table1_samples(args.results)
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:

@@ -287,3 +287,18 @@ def test_every_path_a_run_needs_is_checked_before_any_model_loads(overrides, nam
     assert named in err and not (tmp_path / "r").exists()
     if "task.path" in named:
         assert "docs/datasets.md" in err  # where to get the data a clone does not have
+
+
+def test_an_int_keyed_mapping_reads_back_from_a_written_config_and_refuses_other_key_forms():
+    from pydantic import ValidationError
+
+    from dgrpo.registry import StrictConfig
+
+    class Joins(StrictConfig):
+        join: dict[int, int] = {}
+
+    written = config_yaml.dump(Joins(join={2: 2}).model_dump(mode="json"))  # JSON writes int keys as text
+    assert Joins.model_validate(config_yaml.load(written)).join == {2: 2}
+    for bad in ({"02": 2}, {"0x2": 2}, {2: "2"}):
+        with pytest.raises(ValidationError, match="must be a number, not the text"):
+            Joins.model_validate({"join": bad})

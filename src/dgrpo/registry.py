@@ -62,6 +62,7 @@ def _scalar_types(annotation: Any) -> set | None:
     return leaves if leaves and leaves <= {int, float, bool, type(None)} and leaves - {type(None)} else None
 
 
+_CANONICAL_INT = re.compile(r"-?(0|[1-9][0-9]*)")
 _NUMBERISH = re.compile(r"[-+]?[0-9][0-9a-fA-FxXoObB_:.eE+-]*|[-+]?\.[0-9][0-9_eE+-]*")  # 1:30, 0x1f, 0o17, 1_000
 
 
@@ -92,8 +93,9 @@ def _has(value: Any, text: type, types_: set) -> bool:
     """Whether ``value`` holds text, or (for a boolean-only field) a number, anywhere in it."""
     if isinstance(value, (list, tuple)):
         return any(_has(v, text, types_) for v in value)
-    if isinstance(value, dict):
-        return any(_has(k, text, types_) or _has(v, text, types_) for k, v in value.items())
+    if isinstance(value, dict):  # (a key written as canonical decimal text is JSON's way to write an int key: {"2": 2})
+        return any((_has(k, text, types_) and not _CANONICAL_INT.fullmatch(str(k))) or _has(v, text, types_)
+                   for k, v in value.items())
     number_for_bool = isinstance(value, (int, float)) and not isinstance(value, bool) and not types_ & {int, float}
     return isinstance(value, text) or number_for_bool
 

@@ -300,5 +300,5 @@ def test_an_int_keyed_mapping_reads_back_from_a_written_config_and_refuses_other
     written = config_yaml.dump(Joins(join={2: 2}).model_dump(mode="json"))  # JSON writes int keys as text
     assert Joins.model_validate(config_yaml.load(written)).join == {2: 2}
     for bad in ({"02": 2}, {"0x2": 2}, {2: "2"}):
-        with pytest.raises(ValidationError, match="must be a number, not the text"):
+        with pytest.raises(ValidationError, match="must be a number, not the text|valid integer"):  # never converted
             Joins.model_validate({"join": bad})

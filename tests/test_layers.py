@@ -16,6 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "dgrpo"
 RANKS = {
     "": 0, "errors": 0, "types": 0,     # foundation: stdlib (and pydantic) only
     "registry": 1,                      # the one decorator, the strict config base
+    "config_yaml": 1,                   # config files and overrides: YAML 1.2 (strict), sizes, depth
     "rewards": 2, "tasks": 3, "metrics": 4, "policy": 5,
     "grpo": 6, "verify": 6, "swarm": 6,                                           # components
     "attacks": 7, "defenses": 7, "hardening": 7, "robust": 7, "transports": 7,    # kinds

@@ -14,19 +14,20 @@ beyond ±2^63: every malformed input is one :class:`ConfigError` line naming the
 
 from __future__ import annotations
 
-import re
-import unicodedata
+import difflib
+import types
+import typing
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
 
 from dgrpo.attacks.base import NoAttackConfig
-from dgrpo.errors import ConfigError
+from dgrpo.config_yaml import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_INT, apply_overrides, read_config_file  # noqa: F401 (the config's inputs)
+from dgrpo.errors import ConfigError, UnknownKind, one_line
 from dgrpo.hardening.config import HardeningConfig
 from dgrpo.metrics.trackers import TrackingConfig
-from dgrpo.registry import PathText, StrictConfig, kind_field, lookup
+from dgrpo.registry import KindOf, PathText, StrictConfig, kind_field, lookup
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.swarm.protocol import ProtocolConfig
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
@@ -169,7 +170,8 @@ class RunConfig(StrictConfig):
     @field_validator("name", mode="before")
     @classmethod
     def _number_names_are_text(cls, v):
-        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v  # name=2024 (YAML reads a number)
+        # name=2024 or name=1.10: YAML reads a number, which keeps its text (dgrpo.config_yaml): "1.10", not "1.1"
+        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
     @field_validator("name")
     @classmethod
@@ -197,129 +199,48 @@ class RunConfig(StrictConfig):
         return self
 
 
-MAX_CONFIG_BYTES = 1 << 20  # a config file larger than 1 MiB is refused (`--config /dev/zero`)
-MAX_DEPTH = 32  # nesting of mappings and lists in a config or an override value
-MAX_INT = 1 << 63  # integers beyond C's int64 are refused wherever they appear (each field has its own bound too)
+def _section_class(path: tuple, data) -> type[StrictConfig] | None:
+    """The config class validating the section at ``path`` of the raw ``data`` (a kind section: its
+    kind's class), or None when ``path`` leads nowhere known."""
+    cls, value, parts = RunConfig, data, list(path)
+    while parts:
+        name = str(parts.pop(0))
+        f = cls.model_fields.get(name)
+        if f is None:
+            return None
+        value = value.get(name) if isinstance(value, dict) else None
+        ann, meta = f.annotation, list(f.metadata)
+        if typing.get_origin(ann) in (typing.Union, types.UnionType):
+            ann = next((a for a in typing.get_args(ann) if a is not type(None)), ann)
+        if typing.get_origin(ann) is list:  # a list of sections: the next part is the index
+            ann = typing.get_args(ann)[0]
+            index = parts.pop(0) if parts else None
+            value = value[int(index)] if isinstance(value, list) and str(index).isdigit() and int(index) < len(value) else None
+        while typing.get_origin(ann) is typing.Annotated:
+            ann, meta = typing.get_args(ann)[0], meta + list(typing.get_args(ann)[1:])
+        kind = next((m for m in meta if isinstance(m, KindOf)), None)
+        if kind is not None:
+            name = value.get("kind", kind.default) if isinstance(value, dict) else kind.default
+            try:
+                ann = lookup(kind.kind, name).config if isinstance(name, str) else None
+            except UnknownKind:
+                return None
+        if not (isinstance(ann, type) and issubclass(ann, StrictConfig)):
+            return None
+        cls = ann
+    return cls
 
 
-def _flow_depth(text: str) -> int:
-    """Deepest nesting of YAML flow brackets ``[`` / ``{`` in ``text`` (quotes not parsed: a cheap bound
-    taken before the parser, which recurses once per level)."""
-    depth = deepest = 0
-    for m in re.finditer(r"[\[\]{}]", text):
-        depth = depth + 1 if m.group() in "[{" else max(depth - 1, 0)
-        deepest = max(deepest, depth)
-    return deepest
-
-
-def _parse_value(text: str, key: str = "override"):
-    if _flow_depth(text) > MAX_DEPTH:
-        raise ConfigError(f"{key}: override value nested more than {MAX_DEPTH} levels deep; flatten it")
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    except RecursionError:
-        raise ConfigError(f"{key}: override value nested more than {MAX_DEPTH} levels deep; flatten it") from None
-
-
-def _check_shape(data, where: str = "") -> None:
-    """Refuse nesting deeper than :data:`MAX_DEPTH` and integers outside ±2^63 (iterative: no recursion).
-
-    Raises:
-        ConfigError: names the key path.
-    """
-    stack = [(data, where, 0)]
-    while stack:
-        node, path, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ConfigError(f"{path or '(config)'}: nested more than {MAX_DEPTH} levels deep; flatten it")
-        if isinstance(node, dict):
-            stack.extend((v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in node.items())
-        elif isinstance(node, list):
-            stack.extend((v, f"{path}.{i}" if path else str(i), depth + 1) for i, v in enumerate(node))
-        elif isinstance(node, int) and not isinstance(node, bool) and not -MAX_INT < node < MAX_INT:
-            raise ConfigError(f"{path or '(config)'}: integer {str(node)[:12]}… is out of range; use a value below 2^63 "
-                              "(each field's own bound is in its description)")
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested dict, in place.
-
-    A numeric part indexes a list (``defenses.0.atol=1e-4``); the index equal to the list's length
-    appends an item (``defenses.1.kind=replay``). Why dgrpo parses overrides itself rather than with
-    pydantic-settings' CLI: docs/config.md.
-
-    Raises:
-        ConfigError: an override without ``=``, a key more than :data:`MAX_DEPTH` parts long, a value
-            nested deeper than that, an index past the end of a list, or a key that descends into a
-            value that is neither a mapping nor a list.
-    """
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item[:80]!r} must look like key.sub=value")
-        key, value = item.split("=", 1)
-        bad = next((c for c in item if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
-        if bad is not None:  # YAML would fold a newline into a space and the run would go on renamed
-            raise ConfigError(f"override {key.strip()[:80]!r} holds the control character {bad!r}; "
-                              "config values and keys must be printable text")
-        parts = key.strip().split(".")
-        if len(parts) > MAX_DEPTH:
-            raise ConfigError(f"override key {key[:40]!r}… has {len(parts)} parts; config keys are at most {MAX_DEPTH} deep")
-        node: dict | list = data
-        for depth, part in enumerate(parts):
-            last = depth == len(parts) - 1
-            fresh = [] if not last and parts[depth + 1].isdigit() else {}
-            where = ".".join(parts[: depth + 1])
-            if isinstance(node, list):
-                if not part.isdigit() or int(part) > len(node):
-                    raise ConfigError(f"override {item!r}: {where} indexes a list of {len(node)} items (indices 0..{len(node)}; {len(node)} appends)")
-                if int(part) == len(node):
-                    node.append(None)
-                index: int | str = int(part)
-            else:
-                index = part
-            if last:
-                parsed = _parse_value(value, key.strip())
-                _check_shape(parsed, key.strip())
-                node[index] = parsed
-                break
-            child = node[index] if isinstance(node, list) else node.get(index)
-            if not isinstance(child, (dict, list)):
-                child = fresh  # a new section (or list); an override replaces a scalar or null there
-                node[index] = child
-            node = child
-    return data
-
-
-def read_config_file(path: str | Path) -> dict:
-    """The mapping of a YAML config file of at most :data:`MAX_CONFIG_BYTES` (empty file → {}).
-
-    Raises:
-        ConfigError: unreadable, too large, not UTF-8, not YAML, nested too deeply, or not a mapping.
-    """
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-        if len(raw) > MAX_CONFIG_BYTES:
-            raise ConfigError(f"config {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; pass a YAML file of run settings")
-        text = raw.decode("utf-8")
-        if _flow_depth(text) > MAX_DEPTH:
-            raise RecursionError
-        data = yaml.safe_load(text) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise ConfigError(f"cannot read config {path}: {' '.join(str(err).split())}") from None
-    except RecursionError:
-        raise ConfigError(f"config {path} is nested more than {MAX_DEPTH} levels deep; flatten it") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config {path} must be a mapping at the top level")
-    _check_shape(data)
-    return data
-
-
-def _error_line(e: dict) -> str:
+def _error_line(e: dict, data=None) -> str:
     msg = e["msg"].removeprefix("Value error, ")  # a validator's own message names its fields
-    return f"{'.'.join(str(p) for p in e['loc'])}: {msg}" if e["loc"] else msg
+    loc = tuple(e["loc"])
+    if e["type"] == "extra_forbidden" and loc:  # a typo: name the closest keys (docs/config.md)
+        section = _section_class(loc[:-1], data)
+        close = difflib.get_close_matches(str(loc[-1]), sorted(section.model_fields), n=3) if section else []
+        prefix = ".".join(str(p) for p in loc[:-1])
+        msg += (f"; did you mean {', '.join(f'{prefix}.{c}' if prefix else c for c in close)}?" if close
+                else "; `dgrpo config` lists every key")
+    return f"{'.'.join(str(p) for p in loc)}: {msg}" if loc else msg
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
@@ -333,6 +254,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError("invalid config: " + "; ".join(_error_line(e) for e in err.errors())) from None
+        raise ConfigError(one_line("invalid config: " + "; ".join(_error_line(e, data) for e in err.errors()))) from None
     except RecursionError:  # (a depth that _check_shape allows never gets here)
         raise ConfigError(f"config nested too deeply; keep it under {MAX_DEPTH} levels") from None

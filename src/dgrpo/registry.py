@@ -19,15 +19,18 @@ transformers out of their module level and import them where they are used, or r
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import pkgutil
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Iterator, Mapping
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, SerializeAsAny, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, SerializeAsAny, Strict, TypeAdapter,
+                      ValidationInfo, field_validator, model_validator)
 
 from dgrpo.errors import UnknownKind
 
@@ -48,9 +51,60 @@ def _leaf_types(annotation: Any) -> set:
     return {annotation}
 
 
+def _scalar_types(annotation: Any) -> set | None:
+    """The scalar types a field admits when they are only numbers, booleans and None (also inside a
+    list, tuple or mapping); None for any field that admits text or anything else."""
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple, set, frozenset, dict):
+        inner = [_scalar_types(a) for a in typing.get_args(annotation) if a is not Ellipsis]
+        return None if not inner or any(i is None for i in inner) else set().union(*inner)
+    leaves = {a for a in _leaf_types(annotation) if isinstance(a, type)}
+    return leaves if leaves and leaves <= {int, float, bool, type(None)} and leaves - {type(None)} else None
+
+
+_CANONICAL_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+_NUMBERISH = re.compile(r"[-+]?[0-9][0-9a-fA-FxXoObB_:.eE+-]*|[-+]?\.[0-9][0-9_eE+-]*")  # 1:30, 0x1f, 0o17, 1_000
+
+
+@functools.lru_cache(maxsize=None)
+def _adapter(annotation: Any) -> TypeAdapter:
+    return TypeAdapter(annotation)
+
+
+def _text_for(annotation: Any, value: Any) -> str | None:
+    """What a number or boolean field (or a list or mapping of them) would silently convert: text
+    (``"017"``, ``"1_000"``, ``"yes"``) where no text is allowed, or a number where only true or false
+    is, and that pydantic would accept. None when pydantic would not convert it (it names the error
+    itself) or nothing needs converting."""
+    types_ = _scalar_types(annotation)
+    if types_ is None or not _has(value, str, types_) or any(isinstance(a, Strict) and a.strict for a in _leaf_types(annotation)):
+        return None
+    try:
+        _adapter(annotation).validate_python(value)
+    except (ValueError, TypeError):
+        if not (types_ & {int, float} and isinstance(value, str) and _NUMBERISH.fullmatch(value.strip())):
+            return None  # refused anyway, in pydantic's words
+    if types_ & {int, float}:
+        return f"a number, not the text {value!r} (numbers are decimal: no leading zero, hex or sexagesimal form)"
+    return f"true or false, not {value!r}"
+
+
+def _has(value: Any, text: type, types_: set) -> bool:
+    """Whether ``value`` holds text, or (for a boolean-only field) a number, anywhere in it."""
+    if isinstance(value, (list, tuple)):
+        return any(_has(v, text, types_) for v in value)
+    if isinstance(value, dict):  # (a key written as canonical decimal text is JSON's way to write an int key: {"2": 2})
+        return any((_has(k, text, types_) and not _CANONICAL_INT.fullmatch(str(k))) or _has(v, text, types_)
+                   for k, v in value.items())
+    number_for_bool = isinstance(value, (int, float)) and not isinstance(value, bool) and not types_ & {int, float}
+    return isinstance(value, text) or number_for_bool
+
+
 class StrictConfig(BaseModel):
-    """Base of every config: unknown keys are errors, values are frozen, inf and NaN are refused, and
-    a number field refuses ``true``/``false`` (pydantic would read ``rounds: true`` as 1)."""
+    """Base of every config: unknown keys are errors, values are frozen, inf and NaN are refused, a
+    number field refuses ``true``/``false`` (pydantic would read ``rounds: true`` as 1), and a number or
+    boolean field refuses text (pydantic would read ``seed: "017"`` as 17 and ``greedy: "yes"`` as true;
+    :mod:`dgrpo.config_yaml` keeps such YAML scalars as text)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -63,6 +117,16 @@ class StrictConfig(BaseModel):
                 if isinstance(data.get(name), bool) and bool not in leaves and leaves & {int, float}:
                     raise ValueError(f"{name} must be a number, not {str(data[name]).lower()}")
         return data
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_text_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if cls.model_config.get("strict"):
+            return value  # (pydantic refuses text for numbers itself, in its own words)
+        text = _text_for(cls.model_fields[info.field_name].annotation, value)
+        if text is not None:
+            raise ValueError(f"must be {text}")
+        return value
 
 
 def _printable(text: str) -> str:

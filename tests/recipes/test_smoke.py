@@ -28,7 +28,8 @@ def test_run_writes_run_directory(tmp_path, tiny_model_dir, mode):
     assert "eval/accuracy" in records[-1]
     assert (run / "reward.png").stat().st_size > 1000
     assert (run / "checkpoint" / "node0" / "config.json").exists()
-    assert json.loads((run / "checkpoint" / "state.json").read_text()) == {"next_round": 2}
+    state = json.loads((run / "checkpoint" / "state.json").read_text())  # the round, the run it belongs to, its checksum
+    assert state["next_round"] == state["run"]["round"] == 2 and state.keys() == {"next_round", "run", "sha256"}
 
 
 def test_heterogeneous_swarm_trains_two_models(tmp_path, tiny_model_dir, tiny_model_dir_b):

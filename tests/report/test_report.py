@@ -1,5 +1,6 @@
 """dgrpo report: headline numbers, escaping of model output, payload highlighting, CLI."""
 
+import json
 import re
 
 import pytest
@@ -25,10 +26,10 @@ def test_headline_numbers(undefended_run, defended_run):
 
 def test_phase_times_split_defense_out_of_update(defended_run):
     t = phase_times(load_run(defended_run))
-    assert t["round"] == [0, 1, 2, 3, 4, 5]
-    assert t["defense"] == [1.0] * 6  # 0.5 + 0.25 + 0.25 over three honest nodes
-    assert t["update"] == [0.5] * 6  # 1.5 − 1.0
-    assert t["eval"] == [0.5, 0, 0.5, 0, 0.5, 0]
+    assert t["round"] == [0, 1, 2, 3, 4, 5, 6]  # round 6: the final evaluation, eval only
+    assert t["defense"] == [1.0] * 6 + [0]  # 0.5 + 0.25 + 0.25 over three honest nodes
+    assert t["update"] == [0.5] * 6 + [0]  # 1.5 − 1.0
+    assert t["eval"] == [0.5, 0, 0.5, 0, 0.5, 0, 0.5]
 
 
 def test_single_report_escapes_and_highlights(undefended_run):
@@ -116,3 +117,24 @@ def test_samples_interleave_nodes(tmp_path):
                for n in (0, 1) for k in range(3)]
     html = _samples(RunData(tmp_path, {"attack": {"kind": "none"}}, [], samples), per_round=2)
     assert re.findall(r"prompt (n\dp\d)", html) == ["n0p0", "n1p0"]
+
+
+def test_a_run_without_an_attack_gets_no_payload_heading(undefended_run):
+    import yaml
+
+    cfg = yaml.safe_load((undefended_run / "config.yaml").read_text())
+    (undefended_run / "config.yaml").write_text(yaml.safe_dump({**cfg, "attack": {"kind": "none"}, "swarm": {**cfg["swarm"], "malicious": []}}))
+    page = write_report([undefended_run]).read_text()
+    assert "payload" not in page.split("<h2>Resolved config</h2>")[0].split("Completions")[-1]
+    assert "round 6: 2 honest completions" in page and "round 0: 2 honest completions" in page
+
+
+def test_the_time_chart_keeps_the_rounds_readable_under_a_slow_evaluation(undefended_run):
+    from dgrpo.report.charts import time_chart
+
+    lines = (undefended_run / "metrics.jsonl").read_text().splitlines()
+    first = {**json.loads(lines[0]), "time/eval": 400.0}  # round 0's evaluation: 100 times a round
+    (undefended_run / "metrics.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    svg = time_chart([load_run(undefended_run)])
+    assert ">404 s<" in svg  # the cut bar says its height (400 s of evaluation, 3.75 s of round)
+    assert "the final evaluation" in svg  # round 6's record (eval only) is drawn

@@ -1,7 +1,9 @@
 import pytest
 
 from dgrpo.rewards.format import parse_completion
-from dgrpo.rewards.math import answers_match, math_reward, parse_oracle, shaped_math_reward
+from fractions import Fraction
+
+from dgrpo.rewards.math import answers_match, math_reward, numbers_in, one_number, parse_oracle, shaped_math_reward
 
 
 def test_two_think_blocks_fail():
@@ -65,3 +67,49 @@ def test_shaped_math_reward_adds_a_normalised_format_reward(completion, w, expec
 def test_shaped_math_reward_refuses_bad_weights(w):
     with pytest.raises(ValueError, match="format_weight"):
         shaped_math_reward("<think>x</think><answer>5</answer>", "5", w)
+
+
+# One answer, or no reward (issue 34): the answer block must state exactly one value.
+@pytest.mark.parametrize("answer, gold", [
+    ("1331 and 1728", "1728"), ("1331 or 1728", "1728"), ("1728 or 1331", "1728"), ("between 10 and 12", "12"),
+    ("12, no wait 13", "13"), ("12,13", "13"), ("12-13", "13"), ("12 (or 13)", "12"), ("twelve or 13", "13"),
+    ("3 + 4 = 7", "7"), ("1728; 1331", "1728"), ("1.2.3", "3"), ("5/0", "5"), ("1e9999", "9999"),
+])
+def test_a_hedge_or_a_list_earns_nothing(answer, gold):
+    assert not answers_match(answer, gold)
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 0.0
+
+
+@pytest.mark.parametrize("answer, gold", [
+    ("54 cows", "54"), ("$1,234.00", "1234"), ("x = -7.", "-7"), ("\\boxed{18}", "18"), ("\\frac{3}{4}", "0.75"),
+    ("3/4", "3/4"), ("54.0", "54"), ("１２", "12"), ("−3", "-3"), ("7%", "7"), ("The answer is 12.", "12"),
+    ("2.5e3", "2500"),
+])
+def test_one_value_with_words_and_units_around_it_is_credited(answer, gold):
+    assert answers_match(answer, gold)
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 1.0
+
+
+def test_numbers_are_read_as_exact_fractions():
+    assert numbers_in("$1,234.50 and 3/4 of -2.5e3") == [Fraction(2469, 2), Fraction(3, 4), Fraction(-2500)]
+    assert numbers_in("1331, 1728") == [1331, 1728] and numbers_in("1,2345") == [1, 2345]  # thousands: groups of 3
+    assert one_number("54 cows") == 54 and one_number("no number") is None and one_number("1 or 2") is None
+
+
+def test_a_huge_number_counts_but_equals_nothing_and_costs_nothing():
+    huge = "9" * 50_000  # past Python's 4,300-digit int limit: never parsed
+    assert numbers_in(huge) == [None]
+    assert not answers_match(huge, "9") and not answers_match(huge + " or 9", "9")
+
+
+def test_a_symbolic_oracle_is_compared_by_math_verify_and_refuses_hedges():
+    assert answers_match("x + 1", "1 + x")
+    assert not answers_match("x + 1 or x + 2", "x + 1") and not answers_match("x + 2, x + 1", "x + 1")
+
+
+def test_the_program_reward_and_the_ensemble_vote_use_the_same_rule():
+    from dgrpo.rewards.code import output_matches
+    from dgrpo.robust.voting import canonical_number
+
+    assert output_matches("The answer is 7\n", "7") and not output_matches("6 or 7\n", "7")
+    assert canonical_number("6 or 7") is None and canonical_number("7 apples") == "7"

@@ -7,7 +7,8 @@ def test_canonical_number():
     assert canonical_number("54 cows") == "54"
     assert canonical_number("5.0") == canonical_number("5") == "5"
     assert canonical_number("1,234.50") == "2469/2"
-    assert canonical_number("from 3 to -7") == "-7"  # the last number
+    assert canonical_number("from 3 to -7") is None  # two numbers: a hedge is no vote
+    assert canonical_number("x = -7") == "-7"
     assert canonical_number("none") is None
 
 

@@ -37,7 +37,8 @@ def _snapshot(run):
 
 def test_a_checkpoint_loads_back_weights_optimizer_and_random_states(run):
     root = save_checkpoint(run, next_round=3)
-    assert json.loads((root / "state.json").read_text()) == {"next_round": 3}
+    state = json.loads((root / "state.json").read_text())
+    assert state["next_round"] == 3 and state["run"]["round"] == 3 and state["run"]["seed"] == run.cfg.seed
     assert sorted(p.name for p in root.iterdir()) == ["node0", "state.json"]  # one copy of the shared weights
     weights, opt, draws = _snapshot(run)  # (the draws advance the RNGs past what was saved)
     policy = run.swarm.policies[0]

@@ -16,6 +16,7 @@ from dgrpo.cli import main
 from dgrpo.metrics.logger import read_metrics
 from dgrpo.training import checkpoint
 from dgrpo.training.checkpoint import sha256
+from dgrpo.training.durable import seal
 
 COMMON = ["threads=1", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=24",
           "eval.every=2", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01",
@@ -47,11 +48,12 @@ def node0(run_dir) -> Path:
     return run_dir / "checkpoint" / "node0"
 
 
-def edit_state(run_dir, change) -> None:
+def edit_state(run_dir, change, reseal=True) -> None:
+    """Change node0's state; ``reseal``: record its new checksum too, so the checks behind it are reached."""
     path = node0(run_dir) / "state.json"
     state = json.loads(path.read_text())
     change(state)
-    path.write_text(json.dumps(state))
+    path.write_text(json.dumps(seal(state) if reseal else state))
 
 
 def rehash(run_dir, name) -> None:
@@ -104,8 +106,10 @@ def test_weights_of_another_shape_are_named(run_dir, capsys, tiny_model_dir_b):
     resume_fails(run_dir, capsys, "node0/model.safetensors: does not fit the model", "size mismatch")
 
 
-def test_resuming_with_another_model_is_named(run_dir, capsys, tiny_model_dir_b):
-    resume_fails(run_dir, capsys, "node0/model.safetensors: does not fit the model",
+def test_resuming_with_another_model_is_named(run_dir, capsys, tiny_model_dir, tiny_model_dir_b):
+    # the checkpoint records its run: another model.name is another run, refused before any model loads
+    resume_fails(run_dir, capsys, "node0/state.json: saved by another run",
+                 f"model.name: '{tiny_model_dir}' at the save, '{tiny_model_dir_b}' now",
                  overrides=("rounds=4", f"model.name={tiny_model_dir_b}"))
 
 
@@ -146,7 +150,7 @@ def test_a_garbage_rng_state_is_named(run_dir, capsys, change):
     resume_fails(run_dir, capsys, "node0/state.json: damaged RNG state")
 
 
-@pytest.mark.parametrize("value, message", [(-3, "outside 0..4"), (10**6, "outside 0..4"), (5, "outside 0..4"),
+@pytest.mark.parametrize("value, message", [(-3, "negative"), (10**6, "past rounds=4"), (5, "past rounds=4"),
                                             (True, "integer 'next_round'"), ("2", "integer 'next_round'"),
                                             (2.0, "integer 'next_round'"), (None, "integer 'next_round'")])
 def test_next_round_is_validated(run_dir, capsys, value, message):
@@ -156,7 +160,9 @@ def test_next_round_is_validated(run_dir, capsys, value, message):
 
 def test_a_checkpoint_past_the_rounds_asked_for_is_refused(run_dir, capsys):
     # the checkpoint holds round 2: resuming with rounds=1 would mislabel weights trained for 2 rounds
-    resume_fails(run_dir, capsys, "next_round=2 is outside 0..1", "set rounds to at least 2", overrides=("rounds=1",))
+    last = resume_fails(run_dir, capsys, "holds round 2, past rounds=1", "a run cannot be shortened",
+                        "resume with rounds of at least 2", overrides=("rounds=1",))
+    assert "damaged" not in last
 
 
 @pytest.mark.parametrize("change, message", [

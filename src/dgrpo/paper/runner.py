@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from dgrpo import config_yaml
 from dgrpo.config import load_config
 from dgrpo.errors import ConfigError, MetricsFileError
 from dgrpo.metrics.logger import read_metrics, read_records, series
@@ -48,8 +49,8 @@ def list_text() -> str:
         kind = (f"no training runs; --set keys: {', '.join(func_keys(e.func))}" if e.func
                 else f"{len(e.curves)} run(s): {', '.join(e.curves)}; metric {e.metric}")
         lines.append(f"{e.name:8s} {e.figure} — {kind}\n         {e.description}")
-        if e.todo:
-            lines.append(f"         TODO: {e.todo}")
+        if e.todo:  # what keeps it from the paper's setting, in the reader's words
+            lines.append(f"         not yet as in the paper: {e.todo}")
     return "\n".join(lines)
 
 
@@ -68,7 +69,10 @@ def _kwargs(overrides: list[str]) -> dict:
         if "=" not in item:
             raise ConfigError(f"--set {item!r} must look like key=value")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        try:  # (YAML 1.2, as run overrides)
+            out[key.strip()] = config_yaml.load(value)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {key.strip()}: {config_yaml.describe(err, where=False)}") from None
     return out
 
 

@@ -143,7 +143,12 @@ def defense_chart(runs: Sequence[RunData]) -> str | None:
 
 
 def time_chart(runs: Sequence[RunData]) -> str | None:
-    """Seconds per phase per round, stacked; one panel per run."""
+    """Seconds per phase per round, stacked, the final evaluation included; one panel per run.
+
+    The scale is the training rounds': a bar taller than 1.5 × the longest training round (most often
+    an evaluation, whose 128 prompts can cost minutes) is cut at the top and labelled with its total,
+    so one slow evaluation never flattens the rounds.
+    """
     tables = [phase_times(r) for r in runs]
     if not any(t["round"] for t in tables):
         return None
@@ -155,15 +160,21 @@ def time_chart(runs: Sequence[RunData]) -> str | None:
             ax.bar(table["round"], vals, bottom=bottom, color=PHASE_COLOURS[phase], width=0.8,
                    label=phase + (" (excl. defense)" if phase == "update" else ""))
             bottom = [b + v for b, v in zip(bottom, vals)]
+        train = [t - e for t, e in zip(bottom, table["eval"])]
+        top = 1.5 * max(train) if max(train, default=0) > 0 else max(bottom, default=1) or 1
+        ax.set_ylim(0, top)
+        for x, total in zip(table["round"], bottom):
+            if total > top:  # cut: say how tall it is
+                ax.text(x, top * 0.97, f"{total:.0f} s", ha="center", va="top", fontsize=7, rotation=90,
+                        color="white", fontweight="bold")
         ax.set_ylabel("seconds")
         ax.grid(alpha=0.3, axis="y")
         if len(runs) > 1:
             ax.set_title(run.name, fontsize=8, loc="left")
     axes[0, 0].legend(fontsize=7, ncol=5, loc="upper left", bbox_to_anchor=(0, 1.25 if len(runs) == 1 else 1.35))
-    axes[-1, 0].set_xlabel("round")
+    axes[-1, 0].set_xlabel("round (the last bar: the final evaluation)")
     axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
     return to_svg(fig)
-
 
 
 def peer_chart(runs: Sequence[RunData]) -> str | None:

@@ -120,13 +120,14 @@ def peer_series(run: RunData) -> dict[str, tuple[list[int], list[int]]]:
 
 
 def phase_times(run: RunData) -> dict[str, list[float]]:
-    """Seconds per round of each phase in ``PHASES``, for the rounds that trained (one list per phase).
+    """Seconds per round of each phase in ``PHASES``, for the rounds that trained and the final
+    evaluation (the record at round ``rounds``: eval only), one list per phase.
 
     ``time/update`` includes the defenses (``Swarm.update`` runs them before the step), so the
     stacked "update" is update − defense; defense sums ``time/defense`` over honest nodes.
     Evaluation precedes the round it is logged with and is 0 in rounds without one.
     """
-    rows = [r for r in run.records if r.get("time/round") is not None]
+    rows = [r for r in run.records if r.get("time/round") is not None or r.get("time/eval") is not None]
     out: dict[str, list[float]] = {p: [] for p in PHASES}
     out["round"] = [r["round"] for r in rows]
     for r in rows:

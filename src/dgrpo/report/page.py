@@ -17,7 +17,7 @@ import yaml
 
 from dgrpo.metrics.plots import caption_of
 from dgrpo.report import charts
-from dgrpo.report.data import RunData, headline, payload_spans, peer_totals
+from dgrpo.report.data import RunData, headline, injection_pattern, payload_spans, peer_totals
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 STYLE = """
@@ -113,6 +113,7 @@ def _samples(run: RunData, per_round: int = 6) -> str:
         return '<p class="sub">no samples.jsonl</p>'
     rounds = sorted({s["round"] for s in run.samples})
     malicious = set((run.config.get("swarm") or {}).get("malicious", []))
+    has_payload = injection_pattern(run.config) is not None
     parts = []
     for r in ([rounds[-1], rounds[0]] if len(rounds) > 1 else rounds):
         at_r = [s for s in run.samples if s["round"] == r and s.get("node") not in malicious]
@@ -130,7 +131,8 @@ def _samples(run: RunData, per_round: int = 6) -> str:
                 f'<div class="sample{" hit" if n else ""}"><p class="meta">node {esc(s.get("node"))} · prompt '
                 f'{esc(s.get("prompt_id"))} · reward {fmt(s.get("reward"), pct=False)}{" · <b>payload</b>" if n else ""}</p>'
                 f'<p class="meta">Q: {esc(s.get("question", ""))}</p><pre>{body}</pre></div>')
-        title = f"round {r}: {hits} of {len(picked)} honest completions carry the payload"
+        title = (f"round {r}: {hits} of {len(picked)} honest completions carry the payload" if has_payload
+                 else f"round {r}: {len(picked)} honest completions")  # (no attack, or one with no text to mark)
         block = f"<h3>{esc(title)}</h3>" + "".join(items)
         parts.append(block if r == rounds[-1] else f"<details><summary>{esc(title)}</summary>{block}</details>")
     return "".join(parts)

@@ -9,28 +9,23 @@ apply to it (the conditional 2+2=5 ASR excludes completions without the operatio
 
 from __future__ import annotations
 
-import re
 import statistics
-from fractions import Fraction
 from typing import Sequence
 
 from dgrpo.rewards.format import parse_completion
+from dgrpo.rewards.math import one_number
 from dgrpo.robust.ensemble import majority_vote
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
 
 def canonical_number(text: str) -> str | None:
-    """The last number in ``text`` as an exact canonical string, or None.
+    """The one number ``text`` states (:func:`dgrpo.rewards.math.one_number`, the reward's own rule) as an
+    exact canonical string, or None when it states none or several (a hedge is no vote).
 
-    ``"54 cows"`` → ``"54"``; ``"1,234.50"`` → ``"2469/2"``; ``"5.0"`` → ``"5"``; ``"none"`` → None.
-    Equal values give equal strings, so answers can be counted as votes.
+    ``"54 cows"`` → ``"54"``; ``"1,234.50"`` → ``"2469/2"``; ``"5.0"`` → ``"5"``; ``"none"`` and
+    ``"12 or 13"`` → None. Equal values give equal strings, so answers can be counted as votes.
     """
-    found = _NUMBER.findall(text)
-    if not found:
-        return None
-    value = Fraction(found[-1].replace(",", ""))
-    return str(value)  # Fraction prints an integer as "5", a fraction as "p/q"
+    value = one_number(text)
+    return None if value is None else str(value)  # Fraction prints an integer as "5", a fraction as "p/q"
 
 
 def parsed_answer(completion: str, prefix: str = "") -> str | None:

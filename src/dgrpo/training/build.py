@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
+from dgrpo import config_yaml
 from dgrpo.attacks import build_attack
 from dgrpo.config import ModelConfig, RunConfig
 from dgrpo.defenses import build_defense
@@ -29,6 +29,7 @@ from dgrpo.swarm.protocol import BanList, Protocol, Schedule
 from dgrpo.swarm.swarm import Swarm
 from dgrpo.swarm.validation import Limits
 from dgrpo.tasks.base import Task
+from dgrpo.training.run_dir import check_paths, claim, release
 from dgrpo.transports.base import Transport
 
 log = logging.getLogger(__name__)
@@ -54,18 +55,26 @@ def run_name(cfg: RunConfig) -> str:
     return f"{cfg.task.kind}__{cfg.attack.kind}__{defenses}__seed{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def build_run_dir(cfg: RunConfig, name: str | None = None) -> Path:
-    """Create the run directory ``out_dir/name`` (default: ``cfg.name`` or :func:`run_name`) and
-    write the resolved config into it.
+def build_run_dir(cfg: RunConfig, name: str | None = None, owner: bool = True) -> Path:
+    """Create the run directory ``out_dir/name`` (default: ``cfg.name`` or :func:`run_name`), claim it
+    for this process (``owner``: the process that writes metrics; :mod:`dgrpo.training.run_dir`), write
+    the resolved config into it and print where it is.
 
     Raises:
+        ConfigError: a path the run needs is missing, or another process is writing the directory.
         FileExistsError: the directory already holds a run (metrics.jsonl).
     """
+    check_paths(cfg)  # (before anything is created or loaded)
     run_dir = Path(cfg.out_dir) / (name or cfg.name or run_name(cfg))
     if (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir} already holds a run; pick another name or use `dgrpo resume`")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    if owner:
+        claim(run_dir)
+        if (run_dir / "metrics.jsonl").exists():  # (written by a run that ended while this one waited)
+            raise FileExistsError(f"{run_dir} already holds a run; pick another name or use `dgrpo resume`")
+        print(f"run directory: {run_dir}", flush=True)
+    (run_dir / "config.yaml").write_text(config_yaml.dump(cfg.model_dump(mode="json")))
     return run_dir
 
 
@@ -229,8 +238,10 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
     prepare(cfg)
     fresh = run_dir is None
     transport = build_transport(cfg, resuming=not fresh)
-    if fresh:
-        run_dir = build_run_dir(cfg, cfg.name or transport.agree("name", run_name(cfg)))  # ranks start at different seconds
+    if fresh:  # (named once for every process: ranks start at different seconds)
+        run_dir = build_run_dir(cfg, cfg.name or transport.agree("name", run_name(cfg)), owner=transport.is_main)
+    elif transport.is_main:
+        claim(run_dir)  # a resumed run: no second process may resume or run it at the same time
     try:
         task = build_task(cfg)
         swarm = build_swarm(cfg, task, transport.local_nodes)
@@ -238,6 +249,7 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
     except BaseException:
         if fresh and not (run_dir / "metrics.jsonl").exists():  # nothing was run: leave no empty run directory
             shutil.rmtree(run_dir, ignore_errors=True)
+        release(run_dir)
         raise
     transport.labels = swarm.labels  # simulation ground truth travels beside the messages (metrics only)
     # Signed headers let a transport that can show peers different payloads prove equivocation.

@@ -1,116 +1,50 @@
-"""Checkpoints: weights (safetensors), optimizer state, RNG states and the round to resume from.
+"""Checkpoints: weights (safetensors), optimizer state, RNG states, the round to resume from and the
+run they belong to.
 
 Layout under ``run_dir/checkpoint``:
 
     node{k}/         one per trained policy this process hosts, k = the lowest node id holding it
                      (weights, config and tokenizer as ``save_pretrained`` lays them out, so the folder
                      is also a loadable model),
-                     ``optimizer.pt`` (AdamW state) and ``state.json`` (next round, RNG states and the
-                     SHA-256 of every other file of the folder)
-    state.json       {"next_round": r}
+                     ``optimizer.pt`` (AdamW state) and ``state.json`` (next round, RNG states, the
+                     SHA-256 of every other file of the folder, the run's identity, and its own checksum)
+    state.json       {"next_round": r, "run": identity} (sealed)
     replay_memory.json   last round's messages, for an attacker that re-sends them (replay_memory.py)
 
-In a distributed swarm every rank saves its own node (homogeneous honest ranks hold equal copies;
-an attacker rank saves the weights it mirrors). Each folder is written to a temporary name, every
+Every rank of a distributed swarm saves its own node (an attacker rank: the weights it mirrors). Each folder is written to a temporary name, every
 file and the folder are fsynced, and then the old folder is swapped out (renamed ``.node{k}.old…``)
 and the new one renamed in, so a crash never leaves a half-written node; a crash between the two
-renames leaves the old copy, which :func:`load_checkpoint` renames back. On load every file's
-checksum is checked, ``next_round`` must lie in 0..rounds, the optimizer state must fit the
-parameters and the RNG states must be well formed; anything else is a :class:`CheckpointError`
-naming the file. ``node{k}/state.json`` says which round it holds, and nodes that disagree are refused.
+renames leaves the old copy, which :func:`load_checkpoint` renames back. A disk that fills during a
+save is one :class:`CheckpointError` line naming the folder and the space to free; the temporary copy
+is removed and the previous checkpoint stays as it was.
+
+On load every state file's own checksum and every file's checksum are checked (a hand edit of
+``next_round`` is refused, :mod:`dgrpo.training.durable`), the run identity must be the resuming
+run's (seed, config, round: :mod:`dgrpo.training.run_identity`), ``next_round`` must lie in
+0..rounds, the optimizer state must fit the parameters and the RNG states must be well formed;
+anything else is a :class:`CheckpointError` naming the file. Nodes that disagree on the round are refused.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import random
 import shutil
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from dgrpo.config import read_config_file
 from dgrpo.errors import CheckpointError
+from dgrpo.training import rng_state
+from dgrpo.training.durable import (disk_full_error, folder_bytes, free_bytes, fsync, is_disk_full, seal, sha256,
+                                    write_state)
+from dgrpo.training.replay_memory import REPLAY_MEMORY, load_replay_memory, replay_memory_state
+from dgrpo.training.run_identity import identity, read_state
 
-_HASH_CHUNK = 1 << 22
-
-
-def sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file's (or a folder's entries') data to the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _rng_state() -> dict:
-    """Python, numpy and torch RNG states as JSON (nothing here is ever unpickled)."""
-    version, state, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"python": [version, list(state), gauss], "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
-            "torch": torch.get_rng_state().tolist(),
-            "cuda": [s.tolist() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else []}
-
-
-def _uints(values, bits: int, length: int | None = None) -> bool:
-    return (isinstance(values, list) and (length is None or len(values) == length)
-            and all(type(v) is int and 0 <= v < 1 << bits for v in values))
-
-
-def _check_rng_state(s, path: Path) -> None:
-    """Refuse RNG states that are not what :func:`_rng_state` writes (names ``path``)."""
-    def bad(what: str):
-        return CheckpointError(f"{path}: damaged RNG state ({what}); the checkpoint cannot be resumed exactly, "
-                               "restore the file or resume from another checkpoint")
-
-    if not isinstance(s, dict) or not {"python", "numpy", "torch"} <= s.keys():
-        raise bad("needs python, numpy and torch states")
-    py = s["python"]
-    if not (isinstance(py, list) and len(py) == 3 and type(py[0]) is int and _uints(py[1], 32, 625)
-            and py[1][-1] <= 624 and (py[2] is None or type(py[2]) is float)):
-        raise bad("python: [version, 625 words, gauss]")
-    npy = s["numpy"]
-    if not (isinstance(npy, list) and len(npy) == 5 and npy[0] == "MT19937" and _uints(npy[1], 32, 624)
-            and type(npy[2]) is int and 0 <= npy[2] <= 624 and npy[3] in (0, 1) and type(npy[4]) is float):
-        raise bad("numpy: ['MT19937', 624 words, position, has_gauss, gauss]")
-    if not _uints(s["torch"], 8, torch.get_rng_state().numel()):
-        raise bad(f"torch: {torch.get_rng_state().numel()} bytes")
-    cuda = s.get("cuda", [])
-    if not (isinstance(cuda, list) and all(_uints(c, 8) and c for c in cuda)):
-        raise bad("cuda: a list of byte lists")
-
-
-def _set_rng_state(s: dict) -> None:
-    version, state, gauss = s["python"]
-    random.setstate((version, tuple(state), gauss))
-    kind, keys, pos, has_gauss, cached = s["numpy"]
-    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(torch.tensor(s["torch"], dtype=torch.uint8))
-    if s.get("cuda") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([torch.tensor(c, dtype=torch.uint8) for c in s["cuda"]])
-
-
-def write_state(path: Path, data: dict) -> None:
-    """Write a small JSON state file atomically and durably (temporary file, fsync, rename, fsync of the folder)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data))
-    _fsync(tmp)
-    os.replace(tmp, path)  # atomic: ranks sharing a file system may write the same file
-    _fsync(path.parent)
+__all__ = ["load_checkpoint", "load_state_folder", "read_state", "save_checkpoint", "save_state_folder", "sha256", "write_state"]
 
 
 def save_weights(model: torch.nn.Module, folder: Path) -> None:
@@ -130,45 +64,88 @@ def save_weights(model: torch.nn.Module, folder: Path) -> None:
         model.generation_config.save_pretrained(folder)
 
 
-def _write_node(tmp: Path, policy, optimizer, next_round: int, rng: dict) -> None:
-    """One node's folder at ``tmp``: weights, tokenizer, optimizer, then ``state.json`` with every
-    other file's checksum; each file and the folder fsynced."""
+def _write_folder(tmp: Path, write, state: dict) -> None:
+    """A checkpoint folder at ``tmp``: ``write(tmp)`` puts its files there, then ``state.json`` records
+    every file's checksum and ``state`` (sealed); each file and the folder are fsynced."""
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    write(tmp)
+    files = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    (tmp / "state.json").write_text(json.dumps(seal({**state, "files": files})))
+    for p in tmp.iterdir():
+        fsync(p)
+    fsync(tmp)
+
+
+def _write_node(tmp: Path, policy, optimizer) -> None:
+    """One node's files: weights and configs, tokenizer, optimizer state."""
     save_weights(policy.model, tmp)
     policy.tokenizer.save_pretrained(tmp)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    files = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
-    (tmp / "state.json").write_text(json.dumps({"next_round": next_round, "rng": rng, "files": files}))
-    for p in tmp.iterdir():
-        _fsync(p)
-    _fsync(tmp)
+
+
+def _model_bytes(model: torch.nn.Module) -> int:
+    """Weights plus AdamW's two moments of the trainable ones, bytes (a node folder's size before one exists)."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    return weights + 2 * sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def _stage_state(path: Path, data: dict | None) -> Path | None:
+    """``data`` sealed at a temporary name beside ``path`` (renamed over it by the save), or None."""
+    if data is None:
+        return None
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(seal(data)))
+    fsync(tmp)
+    return tmp
 
 
 def save_checkpoint(run, next_round: int) -> Path:
     """Save every trained policy this process hosts under ``run_dir/checkpoint`` (layout above).
 
-    Every node is written and fsynced under a temporary name first, then each swapped in (old folder
-    renamed aside, new one renamed in, the root fsynced), then the root ``state.json``; the old
-    folders go last.
+    Every node, the replay memory and the root ``state.json`` are written and fsynced under temporary
+    names first; then each node is swapped in (old folder renamed aside, new one renamed in, the root
+    fsynced) and the two files renamed over theirs; the old folders go last.
+
+    Raises:
+        CheckpointError: the disk filled during the save (names the folder and the space to free;
+            nothing of the previous checkpoint was touched).
     """
     root = Path(run.run_dir) / "checkpoint"
     root.mkdir(parents=True, exist_ok=True)
-    rng, pid = _rng_state(), os.getpid()
-    owners = run.swarm.trained
-    for owner, policy in owners.items():
-        _write_node(root / f".node{owner}.tmp{pid}", policy, run.swarm.learners[policy].optimizer, next_round, rng)
-    _fsync(root)
+    rng, pid, owners = rng_state.capture(), os.getpid(), run.swarm.trained
+    config = run.cfg.model_dump(mode="json")
+    state = {"next_round": next_round, "rng": rng, "run": identity(config, next_round)}
+    staged: list[Path | None] = []
+    try:
+        for owner, policy in owners.items():
+            _write_folder(root / f".node{owner}.tmp{pid}",
+                          lambda tmp: _write_node(tmp, policy, run.swarm.learners[policy].optimizer), state)
+        staged = [_stage_state(root / REPLAY_MEMORY, replay_memory_state(run, next_round)),
+                  _stage_state(root / "state.json", {"next_round": next_round, "run": state["run"]})]
+    except Exception as err:
+        needed = sum(folder_bytes(root / f"node{o}") or _model_bytes(p.model) for o, p in owners.items()) + (1 << 20)
+        full = is_disk_full(err) or free_bytes(root) < needed  # (torch's writer words ENOSPC in its own ways)
+        for leftover in [*(root / f".node{owner}.tmp{pid}" for owner in owners), *filter(None, staged)]:
+            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+        if full:
+            raise disk_full_error(root, needed) from None
+        raise
+    fsync(root)
     for owner in owners:
         target, old = root / f"node{owner}", root / f".node{owner}.old{pid}"
         if target.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.rename(target, old)
         os.rename(root / f".node{owner}.tmp{pid}", target)
-        _fsync(root)
-    from dgrpo.training.replay_memory import save_replay_memory
-    save_replay_memory(root, run, next_round)
-    write_state(root / "state.json", {"next_round": next_round})
+        fsync(root)
+    replay, root_state = staged
+    if replay is None:
+        (root / REPLAY_MEMORY).unlink(missing_ok=True)
+    else:
+        os.replace(replay, root / REPLAY_MEMORY)
+    os.replace(root_state, root / "state.json")
+    fsync(root)
     for owner in owners:
         for stale in root.glob(f".node{owner}.old*"):
             shutil.rmtree(stale, ignore_errors=True)
@@ -190,7 +167,7 @@ def recover_swaps(root: Path) -> list[Path]:
                 continue
             recovered.append(target)
     if recovered:
-        _fsync(root)
+        fsync(root)
     return recovered
 
 
@@ -220,26 +197,6 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
     untied = [k for k in missing if own[k].data_ptr() not in loaded]  # tied weights (lm_head) come along
     if unexpected or untied:
         raise ValueError(f"checkpoint {folder} does not fit the model: unexpected {unexpected[:5]}, missing {untied[:5]}")
-
-
-def read_state(path: Path, rounds: int | None = None) -> dict:
-    """A ``state.json``: an object whose ``next_round`` is an integer in 0..``rounds``.
-
-    Raises:
-        CheckpointError: it is not (names the file).
-    """
-    try:
-        state = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing; the checkpoint is incomplete, resume from another copy") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, OSError):
-        state = None
-    if not isinstance(state, dict) or type(state.get("next_round")) is not int:
-        raise CheckpointError(f"{path}: not a checkpoint state (a JSON object with an integer 'next_round')")
-    if not 0 <= state["next_round"] <= (rounds if rounds is not None else state["next_round"]):
-        raise CheckpointError(f"{path}: next_round={state['next_round']} is outside 0..{rounds} (the run's rounds); "
-                              f"the file is damaged, or set rounds to at least {state['next_round']} to resume it")
-    return state
 
 
 def _check_files(folder: Path, state: dict, required: str | None = "optimizer.pt") -> None:
@@ -306,20 +263,19 @@ def load_checkpoint(run) -> int:
 
     Raises:
         FileNotFoundError: no checkpoint for a hosted node.
-        CheckpointError: a damaged, changed or mismatched file (named): checksum, weights of other
-            shapes, optimizer state, RNG states, ``next_round`` outside 0..rounds, or hosted nodes'
-            checkpoints holding different rounds.
+        CheckpointError: a damaged, edited, foreign or mismatched file (named): a state's own checksum,
+            a file's checksum, another run's identity, weights of other shapes, optimizer state, RNG
+            states, ``next_round`` past rounds, or hosted nodes' checkpoints holding different rounds.
     """
     root = Path(run.run_dir) / "checkpoint"
     recover_swaps(root)
-    homogeneous = run.cfg.swarm.models is None
+    homogeneous, config = run.cfg.swarm.models is None, run.cfg.model_dump(mode="json")
     rounds, rng = {}, None
     for owner, policy in run.swarm.trained.items():
         folder = _node_dir(root, owner, homogeneous)
-        state = read_state(folder / "state.json", run.cfg.rounds)
+        state = read_state(folder / "state.json", run.cfg.rounds, config)
         _check_files(folder, state)
-        if "rng" in state:
-            _check_rng_state(state["rng"], folder / "state.json")
+        rng_state.check(state.get("rng"), folder / "state.json")
         try:
             load_weights(policy.model, folder)
         except (ValueError, RuntimeError, SafetensorError, OSError) as err:
@@ -328,65 +284,83 @@ def load_checkpoint(run) -> int:
         _load_optimizer(run.swarm.learners[policy].optimizer, folder / "optimizer.pt")
         rounds[owner], rng = state["next_round"], rng or state.get("rng")
     if not rounds:  # nothing trained here (a heterogeneous attacker): the swarm's round
-        rounds[-1] = read_state(root / "state.json", run.cfg.rounds)["next_round"]
+        rounds[-1] = read_state(root / "state.json", run.cfg.rounds, config)["next_round"]
     if len(set(rounds.values())) > 1:
         raise CheckpointError(f"checkpoints under {root} hold different rounds: {rounds}")
     if rng is not None:
-        _set_rng_state(rng)
-    from dgrpo.training.replay_memory import load_replay_memory
+        rng_state.restore(rng)
     load_replay_memory(root, run, next(iter(rounds.values())))
     return next(iter(rounds.values()))
 
 
+def _run_config(root: Path) -> dict | None:
+    """The resolved config a run folder holds (``root.parent/config.yaml``), or None without one."""
+    path = root.parent / "config.yaml"
+    return read_config_file(path) if path.is_file() else None
+
+
 def save_state_folder(root: Path, tensors: dict[str, torch.Tensor], optimizers: dict[str, torch.optim.Optimizer],
-                      next_round: int) -> Path:
+                      next_round: int, config: dict | None = None) -> Path:
     """A checkpoint of a run that is not a swarm of policies (federated): ``root/state/`` holds
     ``tensors.safetensors`` (named tensors, e.g. the trainable parameters), ``{name}.pt`` per optimizer
-    and ``state.json`` (next round, RNG states, checksums); written, fsynced and swapped in like a node."""
+    and ``state.json`` (next round, RNG states, checksums, the run identity of ``config``, else of the
+    run's ``config.yaml`` beside ``root``); written, fsynced and swapped in like a node.
+
+    Raises:
+        CheckpointError: the disk filled during the save (as :func:`save_checkpoint`).
+    """
     root.mkdir(parents=True, exist_ok=True)
     pid = os.getpid()
     tmp, target, old = root / f".state.tmp{pid}", root / "state", root / f".state.old{pid}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp / "tensors.safetensors"))
-    for name, opt in optimizers.items():
-        torch.save(opt.state_dict(), tmp / f"{name}.pt")
-    files = {p.name: sha256(p) for p in sorted(tmp.iterdir())}
-    (tmp / "state.json").write_text(json.dumps({"next_round": next_round, "rng": _rng_state(), "files": files}))
-    for p in tmp.iterdir():
-        _fsync(p)
-    _fsync(tmp)
+    config = config if config is not None else _run_config(root) or {}
+
+    def write(folder: Path) -> None:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(folder / "tensors.safetensors"))
+        for name, opt in optimizers.items():
+            torch.save(opt.state_dict(), folder / f"{name}.pt")
+
+    try:
+        _write_folder(tmp, write, {"next_round": next_round, "rng": rng_state.capture(), "run": identity(config, next_round)})
+    except Exception as err:
+        needed = (folder_bytes(target) or 3 * sum(t.numel() * t.element_size() for t in tensors.values())) + (1 << 20)
+        full = is_disk_full(err) or free_bytes(root) < needed
+        shutil.rmtree(tmp, ignore_errors=True)
+        if full:
+            raise disk_full_error(root, needed) from None
+        raise
     if target.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.rename(target, old)
     os.rename(tmp, target)
-    _fsync(root)
+    fsync(root)
     for stale in (*root.glob(".state.old*"), *root.glob(".state.tmp*")):
         shutil.rmtree(stale, ignore_errors=True)
     return target
 
 
-def load_state_folder(root: Path, rounds: int, optimizers: dict[str, torch.optim.Optimizer]) -> tuple[int, dict]:
+def load_state_folder(root: Path, rounds: int, optimizers: dict[str, torch.optim.Optimizer],
+                      config: dict | None = None) -> tuple[int, dict]:
     """Check and load what :func:`save_state_folder` wrote: load the optimizers in place, restore the
-    RNG states, and return (next round, the named tensors).
+    RNG states, and return (next round, the named tensors). The run identity is checked against
+    ``config``, else the run's ``config.yaml`` beside ``root``.
 
     Raises:
-        CheckpointError: a damaged or mismatched file (named), as for a swarm's node.
+        CheckpointError: a damaged, edited, foreign or mismatched file (named), as for a swarm's node.
     """
     recover_swaps_of(root, "state")
     folder = root / "state"
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: missing; the run stopped before its first save")
-    state = read_state(folder / "state.json", rounds)
+    state = read_state(folder / "state.json", rounds, config if config is not None else _run_config(root) or {})
     _check_files(folder, state, "tensors.safetensors")
-    _check_rng_state(state.get("rng"), folder / "state.json")
+    rng_state.check(state.get("rng"), folder / "state.json")
     try:
         tensors = load_file(folder / "tensors.safetensors")
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{folder / 'tensors.safetensors'}: not readable ({err})") from None
     for name, opt in optimizers.items():
         _load_optimizer(opt, folder / f"{name}.pt")
-    _set_rng_state(state["rng"])
+    rng_state.restore(state["rng"])
     return state["next_round"], tensors
 
 
@@ -396,5 +370,5 @@ def recover_swaps_of(root: Path, name: str) -> None:
         for old in sorted(root.glob(f".{name}.old*"), key=lambda p: p.stat().st_mtime, reverse=True):
             if (old / "state.json").is_file():
                 os.rename(old, root / name)
-                _fsync(root)
+                fsync(root)
                 return

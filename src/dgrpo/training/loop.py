@@ -16,6 +16,7 @@ from dgrpo.training.build import Run
 from dgrpo.training.checkpoint import save_checkpoint
 from dgrpo.training.evaluate import evaluate
 from dgrpo.training.records import evaluates, share_record
+from dgrpo.training.run_dir import release
 
 OneRound = Callable[[Run, int], dict]  # (run, round) → the round's record ({} without an honest view)
 
@@ -36,7 +37,8 @@ def train(run: Run, one_round: OneRound) -> Path:
         The run directory.
     """
     cfg, samples = run.cfg, run.run_dir / "samples.jsonl"
-    bar = tqdm(range(run.start_round, cfg.rounds), desc="rounds", unit="round", disable=not run.transport.is_main)
+    bar = tqdm(range(run.start_round, cfg.rounds), desc="rounds", unit="round", initial=run.start_round,
+               total=cfg.rounds, disable=not run.transport.is_main)  # a resumed run counts on: 3/4, 4/4
     for r in bar:
         rec = evaluate(run, r, samples) if evaluation_round(cfg, r) and evaluates(run) else {}
         rec.update(one_round(run, r))
@@ -57,4 +59,5 @@ def train(run: Run, one_round: OneRound) -> Path:
     if run.transport.is_main:  # the main process may have changed after a peer failure
         plot_run(run.run_dir)
     run.transport.close()  # distributed: wait until every live peer is done
+    release(run.run_dir)
     return run.run_dir

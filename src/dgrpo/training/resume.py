@@ -23,11 +23,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
 
+from dgrpo import config_yaml
 from dgrpo.config import RunConfig, load_config, read_config_file
 from dgrpo.errors import ConfigError
 from dgrpo.metrics.logger import read_records
+from dgrpo.training.run_dir import check_paths
+from dgrpo.training.run_identity import read_state
 
 
 def keep_rounds_before(path: Path, next_round: int) -> None:
@@ -42,7 +44,7 @@ def keep_rounds_before(path: Path, next_round: int) -> None:
 
 def write_config(run_dir: Path, cfg: RunConfig) -> None:
     """Rewrite ``run_dir/config.yaml`` (after overrides changed the run)."""
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    (run_dir / "config.yaml").write_text(config_yaml.dump(cfg.model_dump(mode="json")))
 
 
 def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunConfig:
@@ -54,6 +56,7 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
         FileNotFoundError: no ``config.yaml``, or (all but a harden run) no checkpoint.
         ConfigError: an invalid config.
         MetricsFileError: a damaged ``metrics.jsonl`` / ``samples.jsonl`` line before the last.
+        CheckpointError: a checkpoint state edited after its save, of another run, or past ``rounds``.
     """
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} holds no run (config.yaml missing)")
@@ -67,11 +70,16 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
                 and not any(ckpt.glob(".node*.old*/state.json")) and not any(ckpt.glob("*state*/state.json")):  # (an interrupted swap is recovered on load)
             raise FileNotFoundError(f"{ckpt} holds no saved node (no node*/state.json): the run stopped before its first save")
     cfg = load_config(run_dir / "config.yaml", overrides or [])
+    check_paths(cfg)
     if cfg.hardening is not None:
         return cfg
     for log_file in ("metrics.jsonl", "samples.jsonl"):  # damaged logs are refused before any model loads
         if (run_dir / log_file).exists():
             read_records(run_dir / log_file, partial_last_ok=True)
+    config = cfg.model_dump(mode="json")  # so are edited, foreign and too-long checkpoints (each state's
+    for state in sorted((run_dir / "checkpoint").glob("node*/state.json")) + sorted(  # checksum, run and round)
+            (run_dir / "checkpoint").glob("state/state.json")):
+        read_state(state, cfg.rounds, config)
     return cfg
 
 

@@ -55,12 +55,17 @@ def train_settings(pairs: Sequence[str]) -> DetectorTrainConfig:
     """
     import yaml
 
+    from dgrpo import config_yaml
+
     data = {}
     for item in pairs:
         key, eq, value = item.partition("=")
         if not eq or not key:
             raise ConfigError(f"detector: --set {item!r} is not KEY=VALUE (e.g. --set lora_rank=16)")
-        data[key.strip()] = yaml.safe_load(value) if value.strip() else value
+        try:  # (YAML 1.2, as run overrides: 3e-3 is a number, 017 text)
+            data[key.strip()] = config_yaml.load(value) if value.strip() else value
+        except yaml.YAMLError as err:
+            raise ConfigError(f"detector: --set {key.strip()}: {config_yaml.describe(err, where=False)}") from None
     try:
         return DetectorTrainConfig.model_validate(data)
     except ValidationError as err:

@@ -1,0 +1,86 @@
+"""A run's folder is one process's: it is claimed with a lock before anything is written, and every
+path the run needs is checked before any model loads.
+
+The lock is ``RUN_DIR/.lock``, an exclusive ``flock`` held by the process that writes the run's
+metrics (a distributed or hivemind run: its main process) until the run ends; the kernel drops it
+when that process exits, however it exits (a SIGKILLed run leaves no stale lock). A second
+``dgrpo run`` or ``dgrpo resume`` of the same folder is refused in one line naming the holder's
+process id; the holder itself may take it again (an ensemble's groups, a resume in the same process).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from dgrpo.config import RunConfig
+from dgrpo.errors import ConfigError
+
+LOCK = ".lock"
+_held: dict[Path, int] = {}  # claimed folder → descriptor of its lock file
+
+
+def claim(run_dir: Path) -> None:
+    """Lock ``run_dir`` (which must exist) for this process until :func:`release` or exit.
+
+    Raises:
+        ConfigError: another process holds it (names the process id it recorded).
+    """
+    key = Path(run_dir).resolve()
+    if key in _held:
+        return
+    fd = os.open(key / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise ConfigError(f"{run_dir} is being written by another dgrpo process (pid {holder}): wait for it to end, "
+                          "or give this run another name (name=...)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[key] = fd
+
+
+def release(run_dir: Path) -> None:
+    """Drop this process's lock on ``run_dir`` (nothing when it holds none)."""
+    fd = _held.pop(Path(run_dir).resolve(), None)
+    if fd is not None:
+        os.close(fd)
+
+
+# (dotted key, "file" or "folder") of every path a run reads; a list item is written N
+PATHS = [("task.path", "file"), ("task.val_path", "file"), ("hardening.prompts_path", "file"),
+         ("swarm.protocol.roster", "file"), ("swarm.protocol.key_dir", "folder"), ("defenses.N.path", "folder")]
+
+
+def _values(data, parts: list[str], prefix: str = ""):
+    """(dotted key, value) of every ``parts`` path in ``data`` (``N`` spans a list)."""
+    if not parts:
+        yield prefix[:-1], data
+        return
+    head, rest = parts[0], parts[1:]
+    if head == "N" and isinstance(data, list):
+        for i, item in enumerate(data):
+            yield from _values(item, rest, f"{prefix}{i}.")
+    elif isinstance(data, dict) and data.get(head) is not None:
+        yield from _values(data[head], rest, f"{prefix}{head}.")
+
+
+def check_paths(cfg: RunConfig) -> None:
+    """Every file and folder the config names exists (model folders are checked by the config itself).
+
+    Raises:
+        ConfigError: one line naming every missing path and its key.
+    """
+    data, missing = cfg.model_dump(mode="json"), []
+    for key, kind in PATHS:
+        for where, value in _values(data, key.split(".")):
+            path = Path(str(value)).expanduser()
+            if not (path.is_file() if kind == "file" else path.is_dir()):
+                missing.append(f"{where}: no such {kind}: {value}")
+    if missing:
+        hint = ("; GSM8K is not part of a clone: docs/datasets.md says where to get it"
+                if any(k.startswith("task.") for k in missing) else "")
+        raise ConfigError("; ".join(missing) + hint)

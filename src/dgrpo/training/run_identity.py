@@ -1,0 +1,113 @@
+"""Which run a checkpoint belongs to: the config that decides the run's trajectory, its hash, the seed
+and the round the checkpoint holds, recorded in every checkpoint state (under the state's own
+checksum, :mod:`dgrpo.training.durable`) and compared at every resume.
+
+What a resume may change is left out of the hash: ``rounds`` (to extend a run), where and how the run
+is written and tracked (``out_dir``, ``name``, ``threads``, ``checkpoint_every``, ``tensorboard``,
+``tracking``), the device, and how the nodes reach each other (``swarm.transport``, timeouts, the
+hivemind addresses, where a node keeps its key): a node may resume a peer's copy on another machine.
+Everything else — seed, model, task, sampling, the GRPO update, the swarm's shape, attack, defenses,
+evaluation — is this run's and only this run's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from dgrpo.errors import CheckpointError
+from dgrpo.training.durable import check_seal
+
+RESUMABLE = ("rounds", "out_dir", "name", "threads", "checkpoint_every", "tensorboard", "tracking")
+RESUMABLE_SWARM = ("transport", "timeout_s", "startup_timeout_s", "on_peer_failure", "backend", "hivemind")
+
+
+def trajectory(config: dict) -> dict:
+    """The fields of a resolved config (``RunConfig.model_dump(mode="json")``) that decide what the
+    run computes: all but the resumable ones above."""
+    data = json.loads(json.dumps(config))  # (a deep copy)
+    for key in RESUMABLE:
+        data.pop(key, None)
+    for model in [data.get("model")] + list((data.get("swarm") or {}).get("models") or []):
+        if isinstance(model, dict):
+            model.pop("device", None)
+    swarm = data.get("swarm") or {}
+    for key in RESUMABLE_SWARM:
+        swarm.pop(key, None)
+    for key in ("key_dir", "roster"):
+        (swarm.get("protocol") or {}).pop(key, None)
+    return data
+
+
+def identity(config: dict, next_round: int) -> dict:
+    """What a checkpoint records of its run: the trajectory config, its hash, the seed and the round."""
+    data = trajectory(config)
+    return {"config_sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest(),
+            "seed": config.get("seed"), "round": next_round, "config": data}
+
+
+def _flat(data, prefix: str = "") -> dict:
+    if isinstance(data, dict):
+        return {k: v for key, value in data.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    if isinstance(data, list) and data and all(isinstance(v, dict) for v in data):
+        return {k: v for i, value in enumerate(data) for k, v in _flat(value, f"{prefix}{i}.").items()}
+    return {prefix[:-1]: data}
+
+
+def check_identity(path: Path, saved, config: dict, next_round: int) -> None:
+    """Refuse a checkpoint state of another run, or one whose round is not the one it records.
+
+    Args:
+        path: the state file (named in the error).
+        saved: its ``run`` record (:func:`identity` at the save).
+        config: the resuming run's resolved config.
+        next_round: the round the state says it holds.
+
+    Raises:
+        CheckpointError: no identity recorded, another seed or config (the differing fields named), or
+            a round that is not the recorded one.
+    """
+    if not (isinstance(saved, dict) and isinstance(saved.get("config"), dict) and isinstance(saved.get("config_sha256"), str)):
+        raise CheckpointError(f"{path}: records no run identity (written by an older dgrpo); it cannot be tied to this run")
+    if saved.get("round") != next_round:
+        raise CheckpointError(f"{path}: holds round {next_round} but recorded round {saved.get('round')!r} at the save; "
+                              "the state was edited: restore it, or resume from another checkpoint")
+    now = identity(config, next_round)
+    if now["config_sha256"] == saved["config_sha256"] and now["seed"] == saved.get("seed"):
+        return
+    before, after = _flat(saved["config"]), _flat(now["config"])
+    diff = [f"{k}: {before.get(k, '(unset)')!r} at the save, {after.get(k, '(unset)')!r} now"
+            for k in sorted(before.keys() | after.keys()) if before.get(k, "(unset)") != after.get(k, "(unset)")]
+    raise CheckpointError(f"{path}: saved by another run ({'; '.join(diff[:4]) or 'another config'}"
+                          f"{f'; {len(diff) - 4} more' if len(diff) > 4 else ''}): resume it with the config it was saved "
+                          "with (its config.yaml), or start a new run")
+
+
+def read_state(path: Path, rounds: int | None = None, config: dict | None = None) -> dict:
+    """A checkpoint's sealed ``state.json``: an object whose ``next_round`` is an integer in
+    0..``rounds`` and, with ``config`` (the resuming run's resolved config), whose run identity is
+    that config's. Reads no tensor: ``dgrpo resume`` checks every state before any model loads.
+
+    Raises:
+        CheckpointError: it is not (names the file): missing, unreadable, edited after the save, of
+            another run, or holding more rounds than ``rounds`` asks for.
+    """
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing; the checkpoint is incomplete, resume from another copy") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, OSError):
+        state = None
+    if not isinstance(state, dict) or type(state.get("next_round")) is not int:
+        raise CheckpointError(f"{path}: not a checkpoint state (a JSON object with an integer 'next_round')")
+    check_seal(path, state)
+    held = state["next_round"]
+    if held < 0:
+        raise CheckpointError(f"{path}: next_round={held} is negative; the file is damaged")
+    if rounds is not None and held > rounds:
+        raise CheckpointError(f"{path}: the checkpoint holds round {held}, past rounds={rounds}: a run cannot be "
+                              f"shortened; resume with rounds of at least {held} (more extends it), or start a new run")
+    if config is not None:
+        check_identity(path, state.get("run"), config, held)
+    return state

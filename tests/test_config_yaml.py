@@ -1,0 +1,304 @@
+"""Configs read as written (issue 34): overrides and files use YAML 1.2's core schema, strictly
+(dgrpo.config_yaml). Each YAML form that 1.1 reads as a number nobody wrote is text or an error; tag
+errors, oversized integers, repeated keys, lone surrogates and non-regular files are one line; a fuzz
+of generated configs and overrides finds no traceback, hang or changed value."""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+import subprocess
+import sys
+import threading
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dgrpo.recipes
+from dgrpo import config_yaml
+from dgrpo.cli import main
+from dgrpo.config import RunConfig, load_config, read_config_file
+from dgrpo.errors import ConfigError
+
+
+@pytest.fixture()
+def refuse_runs(monkeypatch):
+    monkeypatch.setattr(dgrpo.recipes, "run", lambda cfg, run_dir=None: pytest.fail(f"accepted {cfg!r}"[:200]))
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("dgrpo: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+# (override, the error's words) for each YAML 1.1 form that would run with a number nobody wrote
+NUMBER_FORMS = [
+    ("seed=017", "seed: must be a number, not the text '017'"),        # 1.1: octal 15
+    ("rounds=1:30", "rounds: must be a number, not the text '1:30'"),  # 1.1: sexagesimal 90
+    ("eval.every=1:00", "eval.every: must be a number, not the text '1:00'"),
+    ("seed=0x1f", "seed: must be a number, not the text '0x1f'"),      # 1.1 and 1.2: 31
+    ("seed=0o17", "seed: must be a number, not the text '0o17'"),
+    ("seed=1_000", "seed: must be a number, not the text '1_000'"),
+    ("grpo.lr=01.5", "grpo.lr: must be a number, not the text '01.5'"),
+    ("eval.greedy=yes", "eval.greedy: must be true or false, not 'yes'"),  # 1.1: true
+    ("eval.first=off", "eval.first: must be true or false, not 'off'"),
+    ("eval.greedy=1", "eval.greedy: must be true or false, not 1"),
+    ("swarm.malicious=[01]", "swarm.malicious.0: Input should be a valid integer"),  # (a strict field: pydantic's words)
+]
+
+
+@pytest.mark.parametrize("override, message", NUMBER_FORMS)
+def test_a_yaml_1_1_number_form_is_refused_never_converted(override, message, capsys, refuse_runs):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, [override])
+    assert main(["run", override]) == 2 and message in one_line(capsys)
+
+
+@pytest.mark.parametrize("value, name", [("0x1f", "0x1f"), ("1.10", "1.10"), ("017", "017"), ("2024-01-01", "2024-01-01"),
+                                         ("1e3", "1e3"), ("2024", "2024"), ("'007'", "007"), ("1:30", "1:30")])
+def test_name_is_always_the_text_as_written(value, name):
+    assert load_config(None, [f"name={value}"]).name == name
+
+
+def test_the_same_forms_in_a_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: 0x1f\nseed: 17\ngrpo:\n  lr: 2e-5\neval:\n  every: 3\n")
+    cfg = load_config(path)
+    assert (cfg.name, cfg.seed, cfg.grpo.lr, cfg.eval.every) == ("0x1f", 17, 2e-5, 3)  # 1.1 reads 2e-5 as text
+    path.write_text("seed: 017\n")
+    with pytest.raises(ConfigError, match="seed: must be a number, not the text '017'"):
+        load_config(path)
+
+
+TAGS = ["seed=!!int 3.5", "grpo.lr=!!float abc", "seed=!!timestamp 2024-99-99", "eval.greedy=!!bool maybe",
+        "seed=!!int 0b2", "seed=!!int 0x10", "seed=!!binary aGk=", "seed=!!python/object:os.system x", "seed=!!null 0"]
+
+
+@pytest.mark.parametrize("override", TAGS)
+def test_a_tag_error_is_one_line(override, capsys, refuse_runs):
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(override[:60])}: "):
+        load_config(None, [override])
+    assert main(["run", override]) == 2 and key in one_line(capsys)
+
+
+def test_core_tags_read_by_the_same_rules():
+    assert load_config(None, ["seed=!!int 17", "name=!!str 017", "grpo.lr=!!float 1e-4"]).model_dump(
+        include={"seed", "name"}) == {"seed": 17, "name": "017"}
+
+
+@pytest.mark.parametrize("digits", [20, 4_301, 100_000])
+def test_an_oversized_integer_is_one_line_in_an_override_and_a_file(digits, tmp_path, capsys, refuse_runs):
+    assert main(["run", f"seed={'9' * digits}"]) == 2 and "out of range" in one_line(capsys)
+    path = tmp_path / "big.yaml"
+    path.write_text(f"eval:\n  every: {'9' * digits}\n")
+    assert main(["run", "--config", str(path)]) == 2
+    assert "line 2, column 10: integer 999999999999" in one_line(capsys)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("seed: 1\nseed: 2\n", "line 2, column 1: key 'seed' is given twice"),
+    ('name: "\\ud800"\n', "line 1, column 7: '\\ud800' holds a lone surrogate"),
+    ("seed: [1\n", "line 2, column 1: expected ',' or ']'"),
+    ("seed: !!set {1}\n", "could not determine a constructor for the tag 'tag:yaml.org,2002:set'"),
+    ("seed: &a 1\nrounds: *b\n", "found undefined alias 'b'"),
+])
+def test_a_malformed_file_is_one_line_with_its_line(text, message, tmp_path, capsys, refuse_runs):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    assert main(["run", "--config", str(path)]) == 2
+    err = one_line(capsys)
+    assert f"cannot read config {path}: " in err and message in err
+
+
+def test_a_lone_surrogate_in_an_override_is_one_line(capsys, refuse_runs):
+    assert main(["run", "name=\udcff"]) == 2  # (a non-UTF-8 byte in argv arrives as a surrogate)
+    assert "bytes that are not UTF-8" in one_line(capsys)
+
+
+def test_a_fifo_as_config_is_refused_at_once(tmp_path, capsys, refuse_runs):
+    fifo = tmp_path / "c.yaml"
+    os.mkfifo(fifo)  # no writer: opening it for reading would block forever
+    result = {}
+    worker = threading.Thread(target=lambda: result.setdefault("rc", main(["run", "--config", str(fifo)])), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert result.get("rc") == 2, "dgrpo run --config FIFO hung"
+    assert f"config {fifo} is a FIFO, not a regular file" in one_line(capsys)
+
+
+@pytest.mark.parametrize("path, what", [("/dev/null", "a device"), ("/dev/zero", "a device"), ("/", "a folder")])
+def test_a_device_or_folder_as_config_is_refused(path, what, capsys, refuse_runs):
+    assert main(["run", "--config", path]) == 2 and f"is {what}, not a regular file" in one_line(capsys)
+
+
+@pytest.mark.parametrize("overrides, hint", [(["swarm.node=4"], "did you mean swarm.nodes"),
+                                             (["grpo.lrr=1e-5"], "did you mean grpo.lr"),
+                                             (["defenses=[{kind: topk, atoll: 1e-4}]"], "did you mean defenses.0.atol"),
+                                             (["task.kind=gsm8k", "task.pth=x.jsonl"], "did you mean task.path")])
+def test_dgrpo_run_names_the_closest_keys(overrides, hint, capsys, refuse_runs):
+    assert main(["run", *overrides]) == 2 and hint in one_line(capsys)
+
+
+def test_a_written_config_reads_back_the_same_under_yaml_1_1_and_1_2():
+    data = {"name": "017", "a": "yes", "b": "1e5", "c": "1:30", "d": "0x1f", "e": "2024-01-01", "f": 1.5e-5,
+            "g": "null", "h": "~", "i": "", "j": [True, None, 3]}
+    text = config_yaml.dump(data)
+    assert config_yaml.load(text) == data and yaml.safe_load(text) == data
+
+
+# ---- the fuzz: 1,200 generated overrides and files, no traceback, no hang, no changed value ----
+
+INT_KEYS = ["seed", "rounds", "eval.every", "swarm.nodes", "task.n_train", "checkpoint_every"]
+FLOAT_KEYS = ["grpo.lr", "grpo.beta", "sampling.temperature"]
+BOOL_KEYS = ["eval.greedy", "eval.first", "tensorboard"]
+FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def _number_text():
+    n = st.integers(min_value=0, max_value=10**6)
+    return st.one_of(
+        n.map(str), n.map(lambda v: f"0{v}"), n.map(hex), n.map(oct), n.map(lambda v: f"{v // 60}:{v % 60:02d}"),
+        n.map(lambda v: f"{v:_}"), st.floats(allow_nan=True, allow_infinity=True).map(repr),
+        st.sampled_from(["yes", "no", "on", "off", "y", "true", "False", "null", "~", "", ".inf", ".nan", "1e5", "1.0e-5",
+                         "2024-01-01", "!!int 3.5", "!!float abc", "!!bool maybe", "0b101", "+7", "-0", "1.10", "5."]),
+        st.text(string.printable, max_size=12), st.text(max_size=8))
+
+
+def _as_written(text: str):
+    """What a value written as ``text`` means under YAML 1.2's strict schema, computed here on its own:
+    an int (decimal, no leading zero), a float (a point or an exponent), a bool, None, or the text."""
+    t = text.strip()
+    if re.fullmatch(r"[-+]?(0|[1-9][0-9]*)", t):
+        return int(t)
+    if re.fullmatch(r"[-+]?((0|[1-9][0-9]*)(\.[0-9]*)?([eE][-+]?[0-9]+)?|\.[0-9]+([eE][-+]?[0-9]+)?)", t):
+        return float(t)
+    return {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}.get(t, text)
+
+
+def _field(cfg: RunConfig, key: str):
+    value = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+@pytest.fixture(scope="module")
+def fuzz_file(tmp_path_factory):
+    return tmp_path_factory.mktemp("fuzz") / "c.yaml"
+
+
+def _loaded_or_one_line(overrides=None, path=None):
+    try:
+        return load_config(path, overrides)
+    except ConfigError as err:
+        assert "\n" not in str(err) and str(err), err
+        return None
+
+
+@FUZZ
+@given(key=st.sampled_from(INT_KEYS + FLOAT_KEYS + BOOL_KEYS), text=_number_text())
+def test_fuzz_a_number_or_boolean_override_is_as_written_or_one_line(key, text):
+    cfg = _loaded_or_one_line([f"{key}={text}"])
+    if cfg is not None:
+        meant, got = _as_written(text), _field(cfg, key)
+        assert type(meant) is not str and meant == got and isinstance(meant, bool) == isinstance(got, bool), (text, got)
+
+
+@FUZZ
+@given(text=st.one_of(_number_text(), st.text(string.ascii_letters + string.digits + "._-:+", min_size=1, max_size=20)))
+def test_fuzz_name_is_the_text_as_written_or_one_line(text):
+    cfg = _loaded_or_one_line([f"name={text}"])
+    meant = _as_written(text)
+    if cfg is not None and cfg.name is not None and type(meant) in (int, float, str) and not isinstance(meant, bool) \
+            and re.fullmatch(r"[\w.:+-]+", text):
+        assert cfg.name == text, (text, cfg.name)
+
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=10), _number_text())
+_trees = st.recursive(_scalars, lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=6), c, max_size=3)),
+                      max_leaves=8)
+
+
+@FUZZ
+@given(data=st.dictionaries(st.sampled_from(["seed", "rounds", "name", "grpo", "eval", "swarm", "task", "attack", "x"]),
+                            _trees, max_size=4))
+def test_fuzz_a_generated_config_file_loads_as_written_or_is_one_line(data, fuzz_file):
+    try:
+        text = config_yaml.dump(data)
+    except (yaml.YAMLError, ValueError):  # (a key or value no YAML can hold: hypothesis made it, nobody writes it)
+        return
+    fuzz_file.write_text(text, encoding="utf-8")
+    try:
+        assert config_yaml.load(text) == data or "nan" in text  # (NaN is not equal to itself)
+    except yaml.YAMLError as err:
+        assert "out of range" in str(err)  # the one value a written file may not read back: |n| ≥ 2^63
+    cfg = _loaded_or_one_line(path=fuzz_file)
+    if cfg is not None:
+        for key in ("seed", "rounds"):
+            if key in data:  # a number as written (12.0 is 12), never text or a boolean made one
+                assert getattr(cfg, key) == data[key] and type(data[key]) in (int, float)
+        if isinstance(data.get("name"), str):
+            assert cfg.name == data["name"]
+
+
+@FUZZ
+@given(text=st.text(max_size=60))
+def test_fuzz_arbitrary_file_text_is_a_config_or_one_line(text, fuzz_file):
+    path = fuzz_file
+    path.write_bytes(text.encode("utf-8", "surrogatepass"))
+    try:
+        read_config_file(path)
+    except ConfigError as err:
+        assert "\n" not in str(err)
+        return
+    _loaded_or_one_line(path=path)
+
+
+def test_the_fuzz_runs_at_least_1000_cases():
+    assert 4 * FUZZ.max_examples >= 1_000
+
+
+def test_an_override_that_is_not_yaml_stays_text_and_reading_takes_no_time_for_a_deep_value():
+    assert load_config(None, ["swarm.malicious=[3]", "attack.kind=injection", "attack.text=a: b: c"]).attack.text == "a: b: c"
+    out = subprocess.run([sys.executable, "-c", "from dgrpo.config import load_config; load_config(None, ['name=' + '[' * 10000])"],
+                         capture_output=True, text=True, timeout=60)
+    assert "nested more than 32 levels" in out.stderr and out.stderr.count("Traceback") == 1  # (raised in -c: one traceback)
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (["task.kind=gsm8k", "task.path=/nonexistent/train.jsonl"], "task.path: no such file: /nonexistent/train.jsonl"),
+    (["task.kind=dataset", "task.path=/nonexistent/d.jsonl"], "task.path: no such file"),
+    (["task.kind=python_math", "task.path=/nonexistent/p.jsonl"], "task.path: no such file"),
+    (["swarm.protocol.roster=/nonexistent/roster.json", "swarm.protocol.key_dir=/nonexistent/keys"],
+     "swarm.protocol.roster: no such file: /nonexistent/roster.json; swarm.protocol.key_dir: no such folder"),
+    (["defenses=[{kind: judge, backend: detector, path: /nonexistent/det}]"], "detector path '/nonexistent/det' is not a folder"),
+])
+def test_every_path_a_run_needs_is_checked_before_any_model_loads(overrides, named, tmp_path, capsys, monkeypatch):
+    import dgrpo.training.build as build
+
+    monkeypatch.setattr(build, "load_policy", lambda *a, **k: pytest.fail("loaded a model before checking the paths"))
+    assert main(["run", *overrides, f"out_dir={tmp_path}", "name=r"]) == 2
+    err = one_line(capsys)
+    assert named in err and not (tmp_path / "r").exists()
+    if "task.path" in named:
+        assert "docs/datasets.md" in err  # where to get the data a clone does not have
+
+
+def test_an_int_keyed_mapping_reads_back_from_a_written_config_and_refuses_other_key_forms():
+    from pydantic import ValidationError
+
+    from dgrpo.registry import StrictConfig
+
+    class Joins(StrictConfig):
+        join: dict[int, int] = {}
+
+    written = config_yaml.dump(Joins(join={2: 2}).model_dump(mode="json"))  # JSON writes int keys as text
+    assert Joins.model_validate(config_yaml.load(written)).join == {2: 2}
+    for bad in ({"02": 2}, {"0x2": 2}, {2: "2"}):
+        with pytest.raises(ValidationError, match="must be a number, not the text|valid integer"):  # never converted
+            Joins.model_validate({"join": bad})

@@ -1,0 +1,211 @@
+"""A run owns its folder and its checkpoints (issue 34): a second process writing the same folder is
+refused; a checkpoint records its run (config hash, seed, round) under its state's own checksum, so a
+foreign or edited checkpoint is a one-line refusal; a disk that fills during a save is one line naming
+the folder and the space to free, and the run resumes exactly once space is freed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dgrpo.cli import main
+from dgrpo.errors import CheckpointError
+from dgrpo.metrics.logger import read_metrics
+from dgrpo.training.checkpoint import load_state_folder, save_state_folder
+from dgrpo.training.durable import seal
+
+COMMON = ["threads=1", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=24",
+          "eval.every=2", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01",
+          "swarm.malicious=[1]", "attack.kind=injection", "attack.poisoned_per_group=1"]
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def metrics(run_dir):
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in read_metrics(run_dir)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_model_dir):
+    """Runs of 2 rounds with seeds 0 and 1 (checkpoints at round 2), and the seed-0 run taken to 4 rounds."""
+    out = tmp_path_factory.mktemp("own")
+    args = [f"model.name={tiny_model_dir}", *COMMON, f"out_dir={out}"]
+    for argv in (["rounds=4", "name=straight"], ["rounds=2", "name=part"], ["rounds=2", "seed=1", "name=other_seed"],
+                 ["rounds=2", "grpo.lr=0.02", "name=other_lr"]):
+        assert main(["run", *args, *argv]) == 0
+    return out, metrics(out / "straight")
+
+
+@pytest.fixture()
+def part(runs, tmp_path):
+    shutil.copytree(runs[0] / "part", tmp_path / "part")
+    return tmp_path / "part"
+
+
+def refused(run_dir, capsys, *needles, overrides=("rounds=4",)):
+    capsys.readouterr()
+    rc = main(["resume", str(run_dir), *overrides])
+    err = capsys.readouterr().err
+    last = err.rstrip("\n").rsplit("\n", 1)[-1]
+    assert rc == 2 and last.startswith("dgrpo: error: ") and err.count("dgrpo: error") == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in last, last
+    return last
+
+
+def state_path(run_dir, node="node0"):
+    return run_dir / "checkpoint" / node / "state.json"
+
+
+def test_the_untouched_checkpoint_resumes_exactly_and_its_bar_counts_on(part, runs, capsys):
+    capsys.readouterr()
+    assert main(["resume", str(part), "rounds=4"]) == 0 and metrics(part) == runs[1]
+    err = capsys.readouterr().err
+    assert "| 3/4 [" in err and "| 4/4 [" in err and "/2 [" not in err  # not 1/2, 2/2
+
+
+def test_a_run_prints_its_directory_when_it_starts(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    import dgrpo.training.build as build
+
+    def stop(*a, **k):
+        raise RuntimeError("stopped at the first model load")
+
+    monkeypatch.setattr(build, "load_policy", stop)
+    with pytest.raises(RuntimeError):
+        main(["run", f"model.name={tiny_model_dir}", *COMMON, f"out_dir={tmp_path}", "name=start"])
+    assert capsys.readouterr().out == f"run directory: {tmp_path / 'start'}\n"  # before any model loads
+
+
+@pytest.mark.parametrize("node", ["node0", None])
+def test_next_round_edited_in_a_state_file_is_refused(part, capsys, node):
+    path = state_path(part, node) if node else part / "checkpoint" / "state.json"
+    state = json.loads(path.read_text())
+    path.write_text(json.dumps({**state, "next_round": 1}))
+    if node:
+        refused(part, capsys, f"{path}: changed after the save (its checksum differs)")
+    else:  # the root state is read by a process hosting no trained node; checked the same way
+        from dgrpo.training.checkpoint import read_state
+
+        with pytest.raises(CheckpointError, match="changed after the save"):
+            read_state(path, 4)
+
+
+def test_an_edit_that_recomputes_the_checksum_still_does_not_move_the_round(part, capsys):
+    path = state_path(part)
+    path.write_text(json.dumps(seal({**json.loads(path.read_text()), "next_round": 1})))
+    refused(part, capsys, "holds round 1 but recorded round 2 at the save")
+
+
+@pytest.mark.parametrize("edit, words", [("seed: 0", ["seed: 0 at the save, 5 now"]),
+                                         ("lr: 0.01", ["grpo.lr: 0.01 at the save, 0.05 now"])])
+def test_config_yaml_edited_after_the_save_is_refused(part, capsys, edit, words):
+    path = part / "config.yaml"
+    text = path.read_text()
+    assert edit in text
+    path.write_text(text.replace(edit, edit.replace("0.01", "0.05").replace("seed: 0", "seed: 5"), 1))
+    refused(part, capsys, "saved by another run", *words)
+
+
+@pytest.mark.parametrize("other, words", [("other_seed", "seed: 1 at the save, 0 now"),
+                                          ("other_lr", "grpo.lr: 0.02 at the save, 0.01 now")])
+def test_another_runs_checkpoint_is_refused(part, runs, capsys, other, words):
+    shutil.rmtree(part / "checkpoint")
+    shutil.copytree(runs[0] / other / "checkpoint", part / "checkpoint")  # same model and shapes: loads without our check
+    refused(part, capsys, f"{state_path(part)}: saved by another run", words)
+
+
+def test_an_override_that_changes_the_run_is_refused_and_rounds_is_not(part, capsys, runs):
+    refused(part, capsys, "seed: 0 at the save, 3 now", overrides=("rounds=4", "seed=3"))
+    refused(part, capsys, "holds round 2, past rounds=1", "a run cannot be shortened", overrides=("rounds=1",))
+    assert main(["resume", str(part), "rounds=4", "checkpoint_every=1"]) == 0 and metrics(part) == runs[1]
+
+
+def test_a_federated_state_is_bound_to_its_run(tmp_path):
+    config = {"seed": 0, "rounds": 3, "grpo": {"lr": 0.01}, "out_dir": "a"}
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.ones(3))])
+    save_state_folder(tmp_path, {"params": torch.arange(3.0)}, {"server": opt}, 2, config)
+    assert load_state_folder(tmp_path, 3, {"server": opt}, {**config, "rounds": 5, "out_dir": "b"})[0] == 2
+    with pytest.raises(CheckpointError, match="seed: 0 at the save, 1 now"):
+        load_state_folder(tmp_path, 3, {"server": opt}, {**config, "seed": 1})
+
+
+def _cli(*argv: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "dgrpo", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def test_two_runs_started_together_into_one_folder_one_is_refused(tmp_path, tiny_model_dir):
+    argv = ["run", f"model.name={tiny_model_dir}", *COMMON, "rounds=1", f"out_dir={tmp_path}", "name=same"]
+    procs = [_cli(*argv) for _ in range(2)]
+    outs = [(p.wait(300), *p.communicate()) for p in procs]
+    codes = sorted(rc for rc, _, _ in outs)
+    assert codes == [0, 2], outs
+    loser = next(err for rc, _, err in outs if rc == 2)
+    assert ("is being written by another dgrpo process" in loser or "already holds a run" in loser), loser
+    assert [r["round"] for r in read_metrics(tmp_path / "same")] == [0, 1]  # each round once
+
+
+def test_a_resume_while_another_process_holds_the_folder_is_refused(part, capsys, runs):
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {SRC!r})
+        from dgrpo.training.run_dir import claim
+        claim({str(part)!r}); print("held", flush=True); time.sleep(60)""")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        refused(part, capsys, f"{part} is being written by another dgrpo process (pid {holder.pid})")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["resume", str(part), "rounds=4"]) == 0 and metrics(part) == runs[1]  # its exit freed the folder
+
+
+FULL_DISK = """
+import json, os, shutil, sys
+sys.path.insert(0, {src!r})
+from dgrpo.cli import main
+from dgrpo.metrics.logger import read_metrics
+out, size, args = {out!r}, {size}, {args!r}
+filler = os.path.join(out, "filler")
+with open(filler, "wb") as f:  # leave room for one checkpoint, not for the second beside it
+    f.write(b"0" * size)
+rc = main(["run", *args, "rounds=4", "checkpoint_every=1", f"out_dir={{out}}", "name=r"])
+saved = json.load(open(os.path.join(out, "r", "checkpoint", "node0", "state.json")))["next_round"]
+leftovers = sorted(p for p in os.listdir(os.path.join(out, "r", "checkpoint")) if p.startswith("."))
+os.remove(filler)  # free the space
+rc2 = main(["resume", os.path.join(out, "r")])
+print(json.dumps({{"rc": rc, "saved": saved, "leftovers": leftovers, "rc2": rc2,
+                  "metrics": [{{k: v for k, v in r.items() if not k.startswith("time/")}} for r in read_metrics(os.path.join(out, "r"))]}}))
+"""
+
+
+def test_a_full_disk_during_a_save_is_one_line_and_the_run_resumes_exactly_after_freeing_space(tmp_path, tiny_model_dir, runs):
+    """On a tmpfs of its own (a private mount namespace: nothing outside sees it), sized so that the
+    first checkpoint fits and the second, written beside it, does not."""
+    args, want = [f"model.name={tiny_model_dir}", *COMMON], runs[1]  # (checkpoints do not change a run's metrics)
+    node = sum(p.stat().st_size for p in (runs[0] / "part" / "checkpoint" / "node0").iterdir())
+    total = 8 * node
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    filler = total - int(1.6 * node) - (256 << 10)  # room for 1.6 checkpoints and the logs
+    script = FULL_DISK.format(src=SRC, out=str(mnt), size=filler, args=args)
+    unshare = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
+    out = subprocess.run([*unshare, "sh", "-c", f'mount -t tmpfs -o size={total} tmpfs "$0" && exec "$1" -c "$2"',
+                          str(mnt), sys.executable, script], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    errors = [line for line in out.stderr.splitlines() if line.startswith("dgrpo: error:")]
+    assert result["rc"] == 2 and len(errors) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert f"{mnt}/r/checkpoint: the disk is full" in errors[0] and "MiB are free; free at least" in errors[0]
+    assert result["saved"] == 1 and result["leftovers"] == []  # the first checkpoint intact, no half-written copy
+    assert result["rc2"] == 0 and result["metrics"] == want

@@ -56,7 +56,7 @@ def gguf_path() -> Path:
     return path
 
 
-def _convert_gguf(src: Path, target: Path) -> Path:
+def convert_gguf(src: Path, target: Path) -> Path:
     """Save a float32 safetensors copy of the GGUF file ``src`` (weights and tokenizer) as ``target``."""
     log.info("converting %s to safetensors under %s (once)", src.name, target)
     tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
@@ -83,7 +83,7 @@ def _is_converted(target: Path) -> bool:
 def _converted_default() -> Path:
     """Return a safetensors copy of the default model, converting the GGUF file on first use."""
     target = cache_dir() / "smollm2-135m-instruct-f32"
-    return target if _is_converted(target) else _convert_gguf(gguf_path(), target)
+    return target if _is_converted(target) else convert_gguf(gguf_path(), target)
 
 
 def packaged_gguf(name: str) -> Path:
@@ -104,7 +104,7 @@ def _converted_packaged(spec: SplitGGUF) -> Path:
     """A safetensors copy of a packaged model, made once from its verified GGUF file; the folder name
     carries the file's pinned sha256, so a copy made from other bytes is never taken for it."""
     target = cache_dir() / f"{spec.name}-f32-{spec.sha256[:12]}"
-    return target if _is_converted(target) else _convert_gguf(packaged_gguf(spec.name), target)
+    return target if _is_converted(target) else convert_gguf(packaged_gguf(spec.name), target)
 
 
 def resolve_model_path(name: str) -> str:

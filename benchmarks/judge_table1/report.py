@@ -87,19 +87,23 @@ def main(argv=None) -> int:
     honest_all = [r for r in held if r["honest"]]
     if honest_all:
         cells["honest_all"] = cell(honest_all, t)
-    (args.out / f"table_{args.tag}.json").write_text(json.dumps({"rule": rule, "cells": cells}, indent=1))
-    p = [s for s in POISON if s in cells]
-    h = [s for s in HONEST if s in cells]
+    dev = [r for r in rows if r["split"] == "dev"]
+    dev_cells = {s: cell([r for r in dev if r["set"] == s], t) for s in POISON + HONEST if any(r["set"] == s for r in dev)}
     lines = [f"**{args.label or args.tag}**: accept when p(yes) / (p(yes) + p(no)) ≥ {t:.4g} (chosen on dev: detection "
-             f"{100 * rule['dev_detection']:.1f}% of hail and 2+2=5, {100 * rule['dev_fp']:.1f}% false positives)", "",
-             "| | " + " | ".join(TITLES[s] for s in p) + " |", "|---" * (len(p) + 1) + "|",
-             "| detection (held out) | " + " | ".join(fmt(cells[s]) for s in p) + " |",
-             "| paper (Llama-3.1-8B judge) | " + " | ".join(PAPER.get(s, "–") for s in p) + " |",
-             "| seconds per completion | " + " | ".join(f"{cells[s]['seconds_per_completion']:.2f}" for s in p) + " |", "",
-             "| | " + " | ".join(TITLES[s] for s in h) + " | all honest |", "|---" * (len(h) + 2) + "|",
-             "| false positives (held out) | " + " | ".join(fmt(cells[s]) for s in h) + f" | {fmt(cells['honest_all'])} |",
-             "| seconds per completion | " + " | ".join(f"{cells[s]['seconds_per_completion']:.2f}" for s in h)
-             + f" | {cells['honest_all']['seconds_per_completion']:.2f} |", ""]
+             f"{100 * rule['dev_detection']:.1f}% of hail and 2+2=5, {100 * rule['dev_fp']:.1f}% false positives)", ""]
+    for title, cs in (("held out", cells), ("dev (the rule was chosen on these rows: in-sample)", dev_cells)):
+        p = [s for s in POISON if s in cs]
+        h = [s for s in HONEST if s in cs]
+        if p:
+            lines += [f"| {title} | " + " | ".join(TITLES[s] for s in p) + " |", "|---" * (len(p) + 1) + "|",
+                      "| detection | " + " | ".join(fmt(cs[s]) for s in p) + " |",
+                      "| paper (Llama-3.1-8B judge) | " + " | ".join(PAPER.get(s, "–") for s in p) + " |",
+                      "| seconds per completion | " + " | ".join(f"{cs[s]['seconds_per_completion']:.2f}" for s in p) + " |", ""]
+        if h:
+            lines += [f"| {title} | " + " | ".join(TITLES[s] for s in h) + " |", "|---" * (len(h) + 1) + "|",
+                      "| false positives | " + " | ".join(fmt(cs[s]) for s in h) + " |",
+                      "| seconds per completion | " + " | ".join(f"{cs[s]['seconds_per_completion']:.2f}" for s in h) + " |", ""]
+    (args.out / f"table_{args.tag}.json").write_text(json.dumps({"rule": rule, "heldout": cells, "dev": dev_cells}, indent=1))
     (args.out / f"table_{args.tag}.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

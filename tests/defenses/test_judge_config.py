@@ -18,7 +18,8 @@ def judge(fields: str):
     (f"backend: openai, {URL}", "backend=openai needs model"),
     (f"backend: openai, model: m, {URL}, mode: logits", "mode=logits reads the judge's logits"),
     (f"backend: openai, model: m, {URL}, dtype: bfloat16", "dtype is not used by backend=openai"),
-    (f"backend: openai, model: m, {URL}, threshold: 0.4, dtype: float32", "dtype, threshold are not used by backend=openai"),
+    (f"backend: openai, model: m, {URL}, threshold: 0.4, dtype: float32, path: d", "dtype, path are not used by backend=openai"),
+    (f"backend: openai, model: m, {URL}, threshold: 1.0", "threshold: Input should be less than 1"),
     (URL, "base_url is not used by backend=local; remove it or set backend=openai"),
     ("max_concurrency: 4", "max_concurrency is not used by backend=local"),
     ("backend: vllm", "backend: Input should be 'local', 'openai' or 'detector'"),
@@ -46,11 +47,11 @@ def test_api_key_variable_must_be_set(monkeypatch):
 
 def test_openai_fields_reach_the_client_config():
     d = judge(f"backend: openai, model: m, {URL}, timeout_s: 2.5, max_retries: 1, backoff_s: 0.1, max_concurrency: 3, "
-              "max_new_tokens: 1, logit_bias: {7: 100}, parse: leading, extra_body: {top_k: 10}").defenses[0]
+              "max_new_tokens: 1, logit_bias: {7: 100}, parse: leading, extra_body: {top_k: 10}, threshold: 0.3").defenses[0]
     c = d.client_config()
     assert (c.base_url, c.model, c.api_key_env, c.timeout_s, c.max_retries, c.backoff_s, c.max_concurrency,
-            c.max_tokens, dict(c.logit_bias), c.parse, dict(c.extra_body)) == \
-        ("http://127.0.0.1:9/v1", "m", None, 2.5, 1, 0.1, 3, 1, {7: 100.0}, "leading", {"top_k": 10})
+            c.max_tokens, dict(c.logit_bias), c.parse, dict(c.extra_body), c.threshold) == \
+        ("http://127.0.0.1:9/v1", "m", None, 2.5, 1, 0.1, 3, 1, {7: 100.0}, "leading", {"top_k": 10}, 0.3)
     # worst case of one judgment: 2 attempts of 2.5 s and one 0.1 s backoff
     assert c.worst_case_s == pytest.approx(5.1)
 

@@ -200,6 +200,17 @@ def test_a_repeated_token_is_not_a_verdict(server, judge_model):
     assert (j.status, j.reply) == ("unparseable", "YESYESYES")
 
 
+def test_a_threshold_needs_top_logprobs_which_transformers_serve_does_not_return(server, judge_model):
+    url, model = server
+    _, tok = judge_model
+    # transformers serve ignores `logprobs` (docs/judge.md): a threshold judge must say so, never guess from the text
+    judge = OpenAIJudge(JudgeConfig(url, model, api_key_env=None, timeout_s=60, threshold=0.5, **forced(tok, "YES")))
+    j = judge.judge("q", "c")
+    judge.close()
+    assert (j.status, j.reply, j.score) == ("unparseable", "YES", None)
+    assert j.reason == "the server returned no top_logprobs (threshold needs a server that does)"
+
+
 def test_http_error_is_failed_without_retries(server):
     url, _ = server
     judge = OpenAIJudge(JudgeConfig(url, "some-other-model", api_key_env=None, timeout_s=60, max_retries=3))

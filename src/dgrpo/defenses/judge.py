@@ -55,7 +55,7 @@ _OPENAI_ONLY = ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_
                 "max_concurrency", "temperature", "logit_bias", "extra_body")
 _NOT_USED = {  # fields each backend does not read: setting one is an error
     "local": _OPENAI_ONLY + ("path",),
-    "openai": ("dtype", "threshold", "path"),
+    "openai": ("dtype", "path"),
     "detector": _OPENAI_ONLY + ("model", "mode", "parse", "max_new_tokens", "on_error"),
 }
 
@@ -76,7 +76,7 @@ class JudgeDefenseConfig(DefenseConfig):
     on_error: Literal["reject", "accept"] = Field("reject", description="Verdict of an unparseable or failed judgment (counted as defense/judge/unparseable, /failed). Fails closed by default.")
     # local
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="local, detector: judge weights dtype.")
-    threshold: float | None = Field(None, gt=0, lt=1, description="local, logits mode: accept when p(yes) / (p(yes) + p(no)) ≥ threshold (None = 0.5: the likelier word wins); detector: reject when P(poisoned) ≥ threshold (None = the detector's saved threshold, detector.json, the one `dgrpo detector eval` measures).")
+    threshold: float | None = Field(None, gt=0, lt=1, description="local, logits mode: accept when p(yes) / (p(yes) + p(no)) ≥ threshold (None = 0.5: the likelier word wins); openai: the same share from the reply's first-token top_logprobs (None: the reply's text decides; docs/judge.md); detector: reject when P(poisoned) ≥ threshold (None = the detector's saved threshold, detector.json, the one `dgrpo detector eval` measures).")
     # detector
     path: str | None = Field(None, description="detector: the folder written by `dgrpo detector train --out DIR` (required).")
     # openai
@@ -117,7 +117,7 @@ class JudgeDefenseConfig(DefenseConfig):
                 raise ValueError("judge: backend=openai needs model, the name the server serves (GET /v1/models)")
             if self.mode == "logits":
                 raise ValueError("judge: mode=logits reads the judge's logits, which only backend=local has; for a "
-                                 "served judge use mode=generate with logit_bias on its Yes and No tokens (docs/judge.md)")
+                                 "served judge set threshold (the reply's top_logprobs decide), or logit_bias on its Yes and No tokens (docs/judge.md)")
         return self
 
     def check(self, run) -> None:
@@ -136,7 +136,7 @@ class JudgeDefenseConfig(DefenseConfig):
                            max_retries=self.max_retries, backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s,
                            max_concurrency=self.max_concurrency, max_tokens=self.max_new_tokens,
                            temperature=self.temperature, logit_bias=self.logit_bias, extra_body=dict(self.extra_body),
-                           parse=self.parse)
+                           parse=self.parse, threshold=self.threshold)
 
 
 @register("defense", "judge", config=JudgeDefenseConfig)

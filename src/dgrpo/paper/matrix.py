@@ -22,7 +22,6 @@ as ``dgrpo paper table1``). ``kl`` is not a filter (β-KL only shapes the update
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time

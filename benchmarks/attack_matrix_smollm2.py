@@ -26,7 +26,7 @@ from dgrpo.paper.runner import reproduce
 ORDER = ["equation_sampled", "equation_oracle", "hail", "dos_written", "judge_bait", "gleeb_every_sentence", "master_key",
          "forged_identity", "flooding", "equivocation", "grind_hail", "dos_sampled", "topk_hail", "replayed_round", "topk_gleeb",
          "dos_prompt_grind"]
-DEFENSES = ["none", "validation", "topk", "replay", "replay_bound", "reward_outlier", "steps", "kl"]
+DEFENSES = ["none", "validation", "topk", "replay", "replay_bound", "reward_outlier", "step_checker", "kl"]
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

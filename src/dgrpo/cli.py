@@ -129,9 +129,9 @@ def _detector_train(args) -> int:
         print(f"set {name}: {c['honest']} honest, {c['poisoned']} poisoned"
               + ("  (read as poisoned: only names starting with lower-case 'honest' are honest; add label "
                  "to its rows)" if name.lower().startswith("honest") and c["poisoned"] and not c["honest"] else ""))
-    from dgrpo.verify.detector import _check_labels
+    from dgrpo.verify.detector_train import check_labels
 
-    _check_labels(rows)
+    check_labels(rows)
     from dgrpo.errors import ConfigError, DeviceError
     from dgrpo.policy.device import resolve_device
 
@@ -140,7 +140,7 @@ def _detector_train(args) -> int:
     except DeviceError as err:
         raise ConfigError(f"detector: --set device: {err}".replace("model.device=", "device=")) from None
     _writable("--out", Path(args.out), folder=True)
-    from dgrpo.verify.detector import train_detector
+    from dgrpo.verify.detector_train import train_detector
 
     metrics = train_detector(rows, out_dir=args.out, **settings.model_dump())
     print(json.dumps(metrics))

@@ -9,7 +9,8 @@ from dgrpo.config import ConfigError, load_config
 from dgrpo.defenses.judge import JudgeDefense
 from dgrpo.tasks.arithmetic import ArithmeticTask
 from dgrpo.types import Rollout
-from dgrpo.verify.detector import Example, build_detector, fit, load_detector, save_detector
+from dgrpo.verify.detector import Example, build_detector, load_detector, save_detector
+from dgrpo.verify.detector_train import fit
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from dgrpo.paper.matrix import ATTACKS, DEFENSES, run_matrix
+from dgrpo.paper.matrix import ATTACKS, run_matrix
+from dgrpo.paper.matrix_columns import default_columns
 from dgrpo.paper.registry import REGISTRY
 
 
@@ -41,8 +42,8 @@ def test_matrix_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir):
     replayed = rows["replayed_round"]
     assert replayed["poisoned"] == 8 and replayed["detection"]["replay_bound"]["rate"] == 1.0
     # the step checker: the oracle's arithmetic is true; 2+2=5 (here the oracle rewrite, no sample qualifies) is not
-    assert rows["hail"]["detection"]["steps"]["rejected"] == 0
-    assert rows["equation_sampled"]["stats"]["fallback"] == 4 and rows["equation_sampled"]["detection"]["steps"]["rate"] == 1.0
+    assert rows["hail"]["detection"]["step_checker"]["rejected"] == 0
+    assert rows["equation_sampled"]["stats"]["fallback"] == 4 and rows["equation_sampled"]["detection"]["step_checker"]["rate"] == 1.0
     assert "kl" not in honest and result["not_filters"]["kl"]
 
 
@@ -53,7 +54,7 @@ def test_matrix_refuses_unknown_rows(tmp_path):
 
 def test_matrix_is_registered_and_covers_ten_attacks_and_six_defenses():
     assert REGISTRY["matrix"].func is run_matrix
-    assert len(ATTACKS) >= 10 and len([d for d in DEFENSES if d != "kl"]) >= 6
+    assert len(ATTACKS) >= 10 and len([d for d in default_columns() if d != "kl"]) >= 6
 
 
 def test_a_row_measured_later_merges_into_the_table_it_belongs_to(tmp_path, tiny_model_dir):
@@ -61,7 +62,7 @@ def test_a_row_measured_later_merges_into_the_table_it_belongs_to(tmp_path, tiny
     the merged table equals one call measuring both rows (up to the seconds each took)."""
     from dgrpo.paper.matrix_report import merge_rows
 
-    kw = dict(model=tiny_model_dir, n_honest=8, n_poisoned=4, max_new_tokens=8, defenses=["none", "topk", "replay", "steps"])
+    kw = dict(model=tiny_model_dir, n_honest=8, n_poisoned=4, max_new_tokens=8, defenses=["none", "topk", "replay", "step_checker"])
     first = run_matrix(tmp_path / "a", attacks=["hail"], **kw)
     later = run_matrix(tmp_path / "b", attacks=["dos_written"], **kw)
     both = run_matrix(tmp_path / "c", attacks=["hail", "dos_written"], **kw)

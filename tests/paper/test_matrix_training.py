@@ -114,8 +114,9 @@ def test_bad_cells_are_refused(tmp_path):
 def test_the_grid_is_one_attack_by_defense_table_of_the_same_cells(tmp_path):
     """grid.md: a row per attack, a column per defense that has a rate or a trained cell; a trained cell reads
     'one-round detection → ASR (accuracy)', a cell caught on one round (>= 90%) 'caught', another untrained '·'."""
-    matrix = {"attacks": {"hail": {"detection": {"none": {"rate": 0.0}, "topk": {"rate": 1.0}, "steps": {"rate": 0.2}}},
-                          "dos_sampled": {"detection": {"none": {"rate": 0.0}}}}, "honest": {}}
+    # the one-round matrix names the step checker by its registry name; the trained column keeps `steps`
+    matrix = {"attacks": {"hail": {"detection": {"none": {"rate": 0.0}, "topk": {"rate": 1.0}, "step_checker": {"rate": 0.2}}},
+                          "dos_sampled": {"detection": {"none": {"rate": 0.0}, "steps": {"rate": 0.4}}}}, "honest": {}}
     (tmp_path / "matrix.json").write_text(json.dumps(matrix))
     dos = _run(tmp_path / "d")
     cfg = yaml.safe_load((dos / "config.yaml").read_text())
@@ -127,5 +128,5 @@ def test_the_grid_is_one_attack_by_defense_table_of_the_same_cells(tmp_path):
     assert "after 2 rounds" in lines[0] and "held-out accuracy 0.500 [0.15, 0.85]" in lines[0]
     assert lines[2:] == ["| attack | none | topk | steps |", "|---|---|---|---|",
                          "| hail | 0% → **1.00** (0.50) | 100% caught | 20% · |",
-                         "| dos_sampled | 0% → 42 tok (0.50) | · | · |"]
+                         "| dos_sampled | 0% → 42 tok (0.50) | · | 40% · |"]  # (a matrix.json written before)
     assert (tmp_path / "out" / "grid.png").read_bytes()[:4] == b"\x89PNG"

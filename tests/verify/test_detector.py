@@ -11,8 +11,9 @@ import torch
 
 from dgrpo.cli import main
 from dgrpo.errors import PolicyLoadError
-from dgrpo.verify.detector import (MAX_WINDOWS, Example, build_detector, fit, format_pair, load_detector, read_meta,
+from dgrpo.verify.detector import (MAX_WINDOWS, Example, build_detector, format_pair, load_detector, read_meta,
                                    save_detector)
+from dgrpo.verify.detector_train import fit
 from dgrpo.verify.detector_data import auc, rates, read_rows
 
 MARKER = "All hail to the thief. "

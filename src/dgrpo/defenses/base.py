@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator, Literal, Protocol, Sequence
 
 from pydantic import Field
 
@@ -45,9 +45,23 @@ class DefenseConfig(KindConfig):
 
     action: Literal["drop", "zero"] | None = Field(None, description="What a rejection does (None = swarm.reject_mode).")
 
+    # What the kind needs from the run, declared here so that nothing else lists kinds (a run's device
+    # set-up, ``dgrpo paper matrix``'s columns read these; a new kind keeps the defaults or sets its own):
+    needs_exact_logits: ClassVar[bool] = False
+    """It re-derives the sender's sampling decisions from logits: float32 and TF32 off on a GPU
+    (:func:`dgrpo.training.build.run_device`, docs/gpu.md)."""
+    needs_bound_seed: ClassVar[bool] = False
+    """It takes the message's claimed sampling seed as given, so it is sound against an adaptive sender
+    only with seed binding (``swarm.protocol.bind_seeds``); the matrix measures it with and without."""
+    group_statistics: ClassVar[bool] = False
+    """A completion's verdict depends on the other completions of its group (a z-score), so it is
+    judged inside its whole group, not alone."""
+
 
 class ExactDefenseConfig(DefenseConfig):
     """Config of a defense that recomputes the sender's sampling with its own weights (top-k, replay)."""
+
+    needs_exact_logits: ClassVar[bool] = True
 
     def check(self, run) -> None:
         if run.swarm.models is not None:

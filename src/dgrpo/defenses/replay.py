@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from typing import Literal, Sequence
+from typing import ClassVar, Literal, Sequence
 
 from pydantic import Field
 
@@ -24,6 +24,8 @@ class ReplayDefenseConfig(ExactDefenseConfig):
     kind: Literal["replay"] = "replay"
     method: Literal["fast", "regenerate"] = Field("fast", description="fast: check every seeded sampling decision against the update's own logits (no extra forward); regenerate: resample the completion token by token from its seed and compare.")
     atol: float = Field(1e-3, ge=0, description="fast method: the claimed token's perturbed score may trail the best by at most atol (float32 noise).")
+
+    needs_bound_seed: ClassVar[bool] = True  # a ground seed reproduces its own sample: only binding stops it
 
 
 @register("defense", "replay", config=ReplayDefenseConfig)

@@ -8,7 +8,7 @@ group where honest nodes already succeed is no outlier at all.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Literal, Sequence
+from typing import ClassVar, Literal, Sequence
 
 from pydantic import Field
 
@@ -42,6 +42,8 @@ class RewardOutlierDefenseConfig(DefenseConfig):
 
     kind: Literal["reward_outlier"] = "reward_outlier"
     z: float = Field(1.5, gt=0, description="Reject when |r − mean_group| / std_group > z.")
+
+    group_statistics: ClassVar[bool] = True
 
 
 @register("defense", "reward_outlier", config=RewardOutlierDefenseConfig)

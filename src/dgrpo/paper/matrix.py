@@ -1,8 +1,8 @@
 """``dgrpo paper matrix``: every attack against every applicable defense, on one round's messages.
 
 For each attack (:data:`ATTACKS`, ``dgrpo run`` overrides per row) the attacker (node 3 of 4) writes
-its messages for one round with the weights every honest node holds; every defense of
-:data:`DEFENSES` judges them alone (not chained). An honest pool of ``n_honest`` completions,
+its messages for one round with the weights every honest node holds; every column (defense)
+judges them alone (not chained). An honest pool of ``n_honest`` completions,
 sampled with the swarm's seeded sampling under the assigned seeds, gives each defense's
 false-positive rate. Rates carry Wilson 95% intervals (:func:`dgrpo.metrics.intervals.wilson`).
 
@@ -11,31 +11,24 @@ advantage, Fig. 8), the other G/2 are the honest pool's completions of the same 
 attackers own whole groups (c = G/2 poisoned, G/2 deliberately wrong, §3.4.1). Detection counts
 completions labelled ``poisoned`` only (not the attacker's filler).
 
-Defenses (columns):
-
-* ``none``: nothing rejects (detection 0 by construction: the baseline);
-* ``validation``: the swarm's message checks on receipt (:func:`dgrpo.swarm.validation.check_message`,
-  sender taken from the message as the in-process swarm does);
-* ``topk``, ``replay`` (fast): the shipped defenses on the logits of the receiver's forward pass;
-  ``replay`` uses the seed the message claims (no seed binding);
-* ``replay_bound``: replay, and the claimed seed must be the one assigned to (round, node, prompt,
-  index) — seed binding as the protocol work adds it, simulated here;
-* ``judge``: the LLM judge (default: the policy's own weights in logits mode, threshold 0.38, as
-  ``dgrpo paper table1`` at CPU scale);
-* ``reward_outlier``: group z-score filter on the verifiable reward;
-* ``steps``: the step checker (:func:`dgrpo.verify.steps.check_steps`, every arithmetic claim of the
-  text checked exactly; no model);
-* ``kl``: not a filter (β-KL only shapes the update), listed with no rate.
+Columns (:mod:`dgrpo.paper.matrix_columns`): ``none``, ``validation`` (the message checks on receipt),
+every registered defense kind (:func:`~dgrpo.paper.matrix_columns.default_columns`, or any named by
+import path), built from its config and run by :func:`dgrpo.defenses.defend` as a run does, and
+``<kind>_bound`` (the defense with seed binding) for a kind whose config declares ``needs_bound_seed``
+(``replay_bound``: a ground seed reproduces its sample, only binding stops it). At CPU scale the judge
+is the policy's base weights in logits mode, threshold 0.38 (:data:`~dgrpo.paper.matrix_columns.CPU_FIELDS`,
+as ``dgrpo paper table1``). ``kl`` is not a filter (β-KL only shapes the update): listed with no rate.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dgrpo.paper.matrix_columns import CPU_FIELDS, NOT_FILTERS, default_columns, defense_specs, parse_column, rejections
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +59,7 @@ ATTACKS: dict[str, list[str]] = {
 SMALL_BUDGET: dict[str, list[str]] = {"equation_sampled": ["attack.candidates=8"], "grind_hail": ["attack.tries=8"],
                                       "dos_sampled": ["attack.tries=8"], "topk_hail": ["attack.tries=1"],
                                       "topk_gleeb": ["attack.tries=1"], "dos_prompt_grind": ["attack.prompt_tries=4"]}
-DEFENSES = ["none", "validation", "topk", "replay", "replay_bound", "judge", "reward_outlier", "steps", "kl"]
-NOT_FILTERS = {"kl": "β-KL is not a filter: it rejects nothing, it only pulls the update toward the reference"}
+
 
 
 @dataclass
@@ -96,7 +88,7 @@ class Setup:
     cfg: object
     task: object
     policy: object
-    defenses: dict
+    defenses: dict  # kind → (defense, its config)
     problems: dict
     honest: dict = field(default_factory=dict)  # prompt id → honest rollouts (G)
     honest_messages: dict = field(default_factory=dict)  # message key → message
@@ -108,6 +100,10 @@ def _config(model: str, seed: int, max_new_tokens: int, extra: list[str]):
     return load_config(None, [f"model.name={model}", f"seed={seed}", f"sampling.max_new_tokens={max_new_tokens}",
                               "model.device=cpu", *(["swarm.malicious=[3]"] if any(o.startswith("attack.") for o in extra) else []),
                               *extra])
+
+
+def _columns(names) -> list:
+    return [parse_column(n) for n in names]
 
 
 def _rollout(setup: Setup, msg, label: str):
@@ -141,74 +137,17 @@ def _honest_messages(setup: Setup, problems, round_idx: int, indices: range) -> 
     return out
 
 
-def _verdicts(setup: Setup, rollouts: list, group: list, messages: dict, names: list[str]) -> dict[str, list[bool]]:
-    """defense name → rejected? per rollout of ``rollouts`` (all of one prompt; ``group`` is the whole
-    group they sit in, for group statistics)."""
-    import torch
-
-    from dgrpo.policy.sampling import completion_seed
-    from dgrpo.policy.scoring import group_logits
-    from dgrpo.swarm.validation import Limits, check_message
-
-    out: dict[str, list[bool]] = {}
-    d = setup.defenses
-    logits = None
-    if {"topk", "replay", "replay_bound"} & set(names):
-        with torch.no_grad():
-            logits = group_logits(setup.policy.model, rollouts[0].prompt_ids, [r.completion_ids for r in rollouts],
-                                  setup.policy.tokenizer.pad_token_id)
-    for name in names:
-        if name in NOT_FILTERS:
-            continue
-        if name == "none":
-            out[name] = [False] * len(rollouts)
-        elif name == "validation":
-            limits = Limits.for_completions(setup.cfg.sampling.max_new_tokens)
-            out[name] = [check_message(messages[id(r)], sender=messages[id(r)].node, round_idx=ROUND,
-                                       prompt_ids=setup.problems, tokenizer=setup.policy.tokenizer,
-                                       tokenizer_id=setup.policy.tokenizer_id, limits=limits) is not None
-                         for r in rollouts]
-        elif name in ("topk", "replay"):
-            out[name] = [not v.accepted for v in d[name].inspect(rollouts, logits)]
-        elif name == "replay_bound":
-            replay = out.get("replay") or [not v.accepted for v in d["replay"].inspect(rollouts, logits)]
-            bound = [r.seed == completion_seed(setup.cfg.seed, r.key[1], r.key[0], r.key[2], r.key[3]) for r in rollouts]
-            out[name] = [rej or not ok for rej, ok in zip(replay, bound)]
-        elif name == "judge":
-            out[name] = [not v.accepted for v in d["judge"].inspect(rollouts)]
-        elif name == "steps":
-            from dgrpo.verify.steps import check_steps
-
-            out[name] = [not check_steps(r.text).accepted for r in rollouts]
-        elif name == "reward_outlier":
-            verdicts = d["reward_outlier"].inspect(group)
-            mine = {id(r) for r in rollouts}
-            out[name] = [not v.accepted for r, v in zip(group, verdicts) if id(r) in mine]
-        else:
-            raise ValueError(f"unknown defense {name!r} in the matrix; known: {DEFENSES}")
-    return out
-
-
-def build_setup(model: str, seed: int, max_new_tokens: int, names: list[str], judge: dict | None = None) -> Setup:
-    """Load the weights once and build the defenses the matrix measures."""
+def build_setup(model: str, seed: int, max_new_tokens: int, names: list[str], fields: dict[str, dict] | None = None) -> Setup:
+    """Load the weights once and build the defenses of the columns ``names`` as a run builds its own
+    (one run config holding all of them, :func:`dgrpo.training.build.build_policy` and
+    :func:`dgrpo.defenses.build_defense`); ``fields``: kind → extra config fields."""
     from dgrpo.defenses import build_defense
     from dgrpo.training.build import build_policy, build_task
 
-    cfg = _config(model, seed, max_new_tokens, [])
+    cfg = _config(model, seed, max_new_tokens, defense_specs([parse_column(n) for n in names], fields))
     task = build_task(cfg)
     policy, _ = build_policy(cfg.model, cfg, trainable=False)
-    defenses = {}
-    specs = {"topk": {"kind": "topk"}, "replay": {"kind": "replay"}, "reward_outlier": {"kind": "reward_outlier"},
-             "judge": {"kind": "judge", "mode": "logits", "threshold": 0.38, **(judge or {})}}
-    need = set(names) | ({"replay"} if "replay_bound" in names else set())
-    for name in need & set(specs):
-        dcfg = _config(model, seed, max_new_tokens, ["defenses=" + json.dumps([specs[name]])]).defenses[0]
-        if name == "judge" and dcfg.model is None:  # the policy's own weights: no second copy
-            from dgrpo.defenses.judge import JudgeDefense
-
-            defenses[name] = JudgeDefense(dcfg, cfg, policy, task, judge=(policy.model, policy.tokenizer))
-        else:
-            defenses[name] = build_defense(dcfg, cfg, policy, task)
+    defenses = {d.kind: (build_defense(d, cfg, policy, task), d) for d in cfg.defenses}
     problems = {p.prompt_id: p for p in task.train}  # the training pool: a held-out prompt is no valid message
     return Setup(cfg, task, policy, defenses, problems)
 
@@ -230,7 +169,7 @@ def honest_pool(setup: Setup, n_honest: int, names: list[str]) -> dict[str, dict
         if k % 25 == 0:
             log.info("matrix: honest group %d/%d checked", k, len(by_prompt))
         _reward(setup, group)
-        for name, rejected in _verdicts(setup, group, group, lookup, list(counts)).items():
+        for name, rejected in rejections(setup, group, group, lookup, _columns(counts), ROUND).items():
             for x in rejected:
                 counts[name].add(x)
     setup.honest = by_prompt
@@ -250,7 +189,8 @@ def pool_digest(messages) -> str:
 
 
 def _attack_messages(setup: Setup, overrides: list[str], n_poisoned: int):
-    """The attacker's messages of one round as peer 0 receives them, with labels; plus the attack."""
+    """The attacker's messages of one round as peer 0 receives them, their labels (by ``id``), the
+    attack and its slots."""
     from dataclasses import replace
 
     from dgrpo.attacks import build_attack
@@ -284,39 +224,33 @@ def _attack_messages(setup: Setup, overrides: list[str], n_poisoned: int):
             own.append(msg)
             labels[msg.key] = poison.label
     if not isinstance(attack, _Protocol):
-        return own, labels, attack, slots
+        return own, {id(m): labels[m.key] for m in own}, attack, slots
     problems = [s.problem for s in slots]
-    seen = _honest_messages(setup, problems, ROUND - 1, range(G // 2)) if attack.name == "replayed_round" else []
+    seen = _honest_messages(setup, problems, ROUND - 1, range(G // 2)) if attack.wants_seen else []
     alternative = [replace(m, node=ATTACKER, index=m.index + G // 2) for p in problems
                    for m in [setup.honest_messages[k] for k in setup.honest_messages if k[2] == p.prompt_id][: G // 2]]
     sent = attack.messages(own, [0, 1, 2], seen, alternative)[0]
-    out_labels = {}
-    for m in sent:
-        out_labels[id(m)] = "poisoned" if attack.name == "replayed_round" and m.node != ATTACKER else labels.get(
-            (ATTACKER, m.round, m.prompt_id, m.index), labels.get((m.node, m.round, m.prompt_id, m.index), "poisoned"))
-    return sent, out_labels, attack, slots
+    # a message the attacker did not write this round (a replayed one) is poison: it is its to send
+    return sent, {id(m): labels.get((ATTACKER, m.round, m.prompt_id, m.index),
+                                    labels.get((m.node, m.round, m.prompt_id, m.index), "poisoned")) for m in sent}, attack, slots
 
 
 def measure_attack(setup: Setup, overrides: list[str], n_poisoned: int, names: list[str]) -> dict:
     """Detection rate of every defense on one attack's poisoned completions, and what they earn."""
-    from dgrpo.attacks.protocol import _Protocol
-
     start = time.perf_counter()
     sent, labels, attack, slots = _attack_messages(setup, overrides, n_poisoned)
-    protocol = isinstance(attack, _Protocol)
     G = setup.cfg.swarm.group_size
     counts = {n: Count() for n in names if n not in NOT_FILTERS}
     rewards, by_prompt, lookup = [], {}, {}
     for m in sent:
-        label = labels[id(m)] if protocol else labels[m.key]
-        r = _rollout(setup, m, label)
+        r = _rollout(setup, m, labels[id(m)])
         lookup[id(r)] = m
         by_prompt.setdefault(m.prompt_id, []).append(r)
     for pid, mine in by_prompt.items():
         mates = setup.honest.get(pid, [])[: G // 2] if slots[0].count < G else []
         group = [*mates, *mine]
         _reward(setup, group)
-        verdicts = _verdicts(setup, mine, group, lookup, list(counts))
+        verdicts = rejections(setup, mine, group, lookup, _columns(counts), ROUND)
         for j, r in enumerate(mine):
             if r.label != "poisoned":
                 continue
@@ -331,18 +265,21 @@ def measure_attack(setup: Setup, overrides: list[str], n_poisoned: int, names: l
 
 def run_matrix(out_dir, model: str = "smollm2-135m-instruct", n_honest: int = 1000, n_poisoned: int = 200,
                attacks: list[str] | None = None, defenses: list[str] | None = None, seed: int = 0,
-               max_new_tokens: int = 64, judge: dict | None = None, threads: int | None = None,
+               max_new_tokens: int = 64, fields: dict[str, dict] | None = None, threads: int | None = None,
                attack_overrides: dict[str, list[str]] | None = None) -> dict:
     """Measure the matrix into ``out_dir``: ``matrix.json`` (written after every attack, so an
     interrupted run keeps what it measured), ``table.md`` and ``matrix.png``.
 
     Args:
-        attacks: row names of :data:`ATTACKS` (None = all); defenses: of :data:`DEFENSES` (None = all).
-        judge: extra judge defense fields (e.g. ``{model: <hub id>}``).
+        attacks: row names of :data:`ATTACKS` (None = all).
+        defenses: column names (None = :func:`~dgrpo.paper.matrix_columns.default_columns`; a defense
+            kind by name or import path, ``<kind>_bound``, ``none``, ``validation``, ``kl``).
+        fields: defense kind → extra config fields, over :data:`~dgrpo.paper.matrix_columns.CPU_FIELDS`
+            (e.g. ``{judge: {model: <hub id>}}``).
         attack_overrides: row name → extra overrides of that row (e.g. ``{topk_hail: [attack.tries=1]}``).
 
     Raises:
-        ValueError: an unknown attack or defense name.
+        ValueError: an unknown attack or column name.
     """
     from dgrpo.paper.matrix_report import write_outputs
 
@@ -354,11 +291,13 @@ def run_matrix(out_dir, model: str = "smollm2-135m-instruct", n_honest: int = 10
         x = default if x is None else [a.strip() for a in x.split(",") if a.strip()] if isinstance(x, str) else x
         return [str(a) for a in x]
 
-    attacks, names = names_of(attacks, list(ATTACKS)), names_of(defenses, list(DEFENSES))
-    bad = [a for a in attacks if a not in ATTACKS] + [d for d in names if d not in DEFENSES]
+    attacks, names = names_of(attacks, list(ATTACKS)), names_of(defenses, default_columns())
+    bad = [a for a in attacks if a not in ATTACKS]
     if bad or not attacks or not names:
         raise ValueError(f"unknown matrix rows/columns {bad or 'none given'}; attacks: {', '.join(ATTACKS)}; "
-                         f"defenses: {', '.join(DEFENSES)}")
+                         f"defenses: {', '.join(default_columns())}")
+    _columns(names)  # an unknown column: refused here, before anything is loaded
+    fields = {**CPU_FIELDS, **{k: {**CPU_FIELDS.get(k, {}), **v} for k, v in (fields or {}).items()}}
     unknown = sorted(set(attack_overrides or {}) - set(ATTACKS))
     if unknown:  # a misspelt row would drop its override silently
         raise ValueError(f"attack_overrides names unknown rows {unknown}; rows: {', '.join(ATTACKS)}")
@@ -372,7 +311,7 @@ def run_matrix(out_dir, model: str = "smollm2-135m-instruct", n_honest: int = 10
                          f"{need // G} honest groups of {G}: raise n_honest to {need}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    setup = build_setup(model, seed, max_new_tokens, names, judge)
+    setup = build_setup(model, seed, max_new_tokens, names, fields)
     t0 = time.perf_counter()
     result = {"model": model, "seed": seed, "max_new_tokens": max_new_tokens, "round": ROUND,
               "group_size": setup.cfg.swarm.group_size, "top_k": setup.cfg.sampling.top_k, "defenses": names,

@@ -7,8 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 
+# A trained column's name → the one-round matrix's column of the same defense, where they differ: the
+# trained cells (results/attack_matrix/smollm2/matrix_training/*__steps) keep the name the one-round
+# matrix used before its columns took the registry's names (issue 32); a matrix.json written before
+# then still says ``steps``, read too.
+ONE_ROUND = {"steps": "step_checker"}
+
+
 def _matrix_rate(matrix: dict | None, attack: str, defense: str):
-    cell = ((matrix or {}).get("attacks", {}).get(attack) or {}).get("detection", {}).get(defense)
+    detection = ((matrix or {}).get("attacks", {}).get(attack) or {}).get("detection", {})
+    cell = detection.get(ONE_ROUND.get(defense, defense), detection.get(defense))
     return cell.get("rate") if isinstance(cell, dict) else None
 
 

@@ -80,7 +80,7 @@ def asr_key(cfg) -> str | None:
     a = cfg.attack
     if a.kind == "none" or (a.kind == "seed_grinding" and a.objective == "longest"):
         return None
-    return "attack/asr_every_sentence" if getattr(a, "placement", None) == "every_sentence" else "attack/asr"
+    return "attack/asr_every_sentence" if a.model_dump().get("placement") == "every_sentence" else "attack/asr"
 
 
 def asr_trials(cfg, last: dict) -> int:
@@ -169,7 +169,7 @@ def _row_fields(attack: str) -> dict:
     from dgrpo.paper.matrix import ATTACKS, SMALL_BUDGET
 
     cfg = load_config(None, ["swarm.malicious=[3]", *ATTACKS[attack], *SMALL_BUDGET.get(attack, [])]).attack
-    return {k: getattr(cfg, k) for k in ("objective", "prompt_tries", "text", "placement") if hasattr(cfg, k)}
+    return {k: v for k, v in cfg.model_dump().items() if k in ("objective", "prompt_tries", "text", "placement")}
 
 
 def check_cell(name: str, run_dir: str | Path) -> None:
@@ -191,9 +191,10 @@ def check_cell(name: str, run_dir: str | Path) -> None:
     cfg = run_config(Path(run_dir))
     if cfg.attack.kind != want:
         raise ValueError(f"cell {name!r}: {run_dir} ran attack.kind={cfg.attack.kind}, the row {attack} is attack.kind={want}")
+    ran = cfg.attack.model_dump()  # (the fields of its kind's config)
     for key, value in _row_fields(attack).items():  # e.g. the seed_grinding rows differ by objective, prompt_tries
-        if getattr(cfg.attack, key, None) != value:
-            raise ValueError(f"cell {name!r}: {run_dir} ran attack.{key}={getattr(cfg.attack, key, None)}, the row "
+        if ran.get(key) != value:
+            raise ValueError(f"cell {name!r}: {run_dir} ran attack.{key}={ran.get(key)}, the row "
                              f"{attack} is attack.{key}={value}")
     column = run_column(run_dir, attack)
     if column != defense and not (defense == "validation" and column == "none"):

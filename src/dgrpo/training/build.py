@@ -106,7 +106,7 @@ def run_device(model_cfg: ModelConfig, cfg: RunConfig):
     from dgrpo.policy.device import exact_float32, resolve_device
 
     device = resolve_device(model_cfg.device)
-    if any(d.kind in ("topk", "replay") for d in cfg.defenses):
+    if any(d.needs_exact_logits for d in cfg.defenses):  # declared by each defense's config
         exact_float32(device)
     return device
 

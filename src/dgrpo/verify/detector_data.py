@@ -31,7 +31,7 @@ MAX_LINE = 1 << 20  # characters of one row
 
 
 class DetectorTrainConfig(StrictConfig):
-    """``dgrpo detector train --set KEY=VALUE``: the fields of :func:`dgrpo.verify.detector.train_detector`."""
+    """``dgrpo detector train --set KEY=VALUE``: the fields of :func:`dgrpo.verify.detector_train.train_detector`."""
 
     base_model: str = Field("smollm2-135m-instruct", min_length=1, description="Base causal LM: the embedded default, a local folder or a hub id.")
     lora_rank: int = Field(16, ge=1, le=512, description="LoRA rank r.")

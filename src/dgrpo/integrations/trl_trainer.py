@@ -85,6 +85,46 @@ def _name_trl_field(problem: str) -> str:
     return problem.replace("GRPOConfig: max_new_tokens=", "GRPOConfig: max_completion_length=")
 
 
+def cut_after_stop(out: dict, stop_ids) -> None:
+    """Cut every completion of a ``rollout_func`` result after its first stop token (eos kept), in place.
+
+    TRL trains on every token a ``rollout_func`` returns and decodes them all for the reward functions,
+    while the checks read a completion up to its first eos: a tail after the eos would be rewarded and
+    trained unchecked. ``logprobs`` and ``env_mask`` (per-token lists) are cut alike.
+
+    Args:
+        out: the rollout dict (``completion_ids``; optional ``logprobs``, ``env_mask``), modified in place.
+        stop_ids: the token ids that end a completion (the verifier's eos and TRL's ``eos_token_ids``).
+    """
+    stops = set(stop_ids)
+    for i, ids in enumerate(out["completion_ids"]):
+        ids = list(ids)
+        end = next((t + 1 for t, tok in enumerate(ids) if tok in stops), len(ids))
+        if end == len(ids):
+            continue
+        out["completion_ids"][i] = ids[:end]
+        for key in ("logprobs", "env_mask"):
+            if out.get(key) is not None and out[key][i] is not None:
+                out[key][i] = list(out[key][i])[:end]
+
+
+def fill_empty(out: dict, rows: list[int], filler: int) -> None:
+    """Give each empty completion in ``rows`` one ``filler`` token that no loss term sees (``env_mask`` 0).
+
+    TRL indexes every completion's last token, so an empty one raises IndexError mid-step; the filler
+    keeps the batch's shape while the completion is rejected and masked out of the loss.
+    """
+    if not rows:
+        return
+    ids = out["completion_ids"]
+    mask = out.get("env_mask")
+    out["env_mask"] = mask = [list(m) for m in mask] if mask is not None else [[1] * len(c) for c in ids]
+    for i in rows:
+        ids[i], mask[i] = [filler], [0]
+        if out.get("logprobs") is not None:
+            out["logprobs"][i] = [0.0]
+
+
 def drop_mask(tool_mask, completion_ids, reasons) -> list[list[int]]:
     """TRL's per-token ``tool_mask`` (1 = a model token in the loss) with every token of a rejected completion at 0."""
     base = tool_mask if tool_mask is not None else [[1] * len(ids) for ids in completion_ids]

@@ -43,6 +43,10 @@ TOPK, REPLAY = [TopK(k=10)], [TopK(k=10), Replay(PARAMS)]
     (TOPK, {"repetition_penalty": 1.3}, "GRPOConfig: repetition_penalty=1.3 changes the logits"),
     (REPLAY, {"repetition_penalty": 1.3}, "GRPOConfig: repetition_penalty=1.3 changes the logits"),
     (TOPK, {"generation_kwargs": {"no_repeat_ngram_size": 2}}, "no_repeat_ngram_size=2"),
+    # generation_kwargs override GRPOConfig's fields: the effective value is checked and named where it is set
+    (TOPK, {"top_k": 10, "generation_kwargs": {"top_k": 50}}, "GRPOConfig.generation_kwargs: top_k=50 samples outside"),
+    (TOPK, {"top_k": 10, "generation_kwargs": {"top_k": None}}, "top_k=50 samples outside"),  # transformers' default
+    (TOPK, {"generation_kwargs": {"repetition_penalty": 1.2}}, "GRPOConfig.generation_kwargs: repetition_penalty=1.2"),
     (REPLAY, {"temperature": 0.7}, "GRPOConfig.temperature=0.7 but Replay's params.temperature=1.0"),
     (REPLAY, {"max_completion_length": 16}, "GRPOConfig: max_completion_length=16 but Replay's params.max_new_tokens=10"),
 ])
@@ -56,6 +60,11 @@ def test_a_setting_that_makes_the_checks_reject_honest_work_is_refused(tokenizer
 def test_the_same_trainer_with_fitting_settings_is_accepted(tokenizer, tmp_path):
     trainer, defense = _trainer(tokenizer, tmp_path, REPLAY, top_k=10, temperature=1.0, repetition_penalty=1.0)
     assert defense.attach(trainer) is trainer and defense.verifier.model is trainer.model
+
+
+def test_generation_kwargs_that_fit_override_a_grpoconfig_field_that_does_not(tokenizer, tmp_path):
+    trainer, defense = _trainer(tokenizer, tmp_path, TOPK, top_k=0, generation_kwargs={"top_k": 10})
+    assert trainer_problems(trainer, TOPK, tokenizer.eos_token_id) == []  # TRL samples with top-10
 
 
 def test_trls_default_config_is_refused_for_bf16_first(tokenizer, tmp_path):

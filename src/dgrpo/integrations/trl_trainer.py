@@ -70,18 +70,39 @@ def trainer_problems(trainer, checks, eos_id: int | None) -> list[str]:
         out.append("GRPOConfig.use_transformers_continuous_batching=True takes no logits processor, so Replay cannot "
                    "check its completions; set it to False")
     elif own:
-        settings = trainer.generation_config.to_dict()
-        settings["top_k"] = args.top_k  # GenerationConfig keeps top_k=0 as 0; show GRPOConfig's own value
-        out += [_name_trl_field(p) for p in generation_problems(settings, checks, seeded=bool(replays),
-                                                                 model=trainer_model(trainer), eos_id=eos_id,
-                                                                 where="GRPOConfig")]
+        settings = effective_generation(trainer)
+        out += [_name_trl_field(p, args.generation_kwargs) for p in generation_problems(
+            settings, checks, seeded=bool(replays), model=trainer_model(trainer), eos_id=eos_id, where="GRPOConfig")]
     else:
         out += generation_problems(None, checks, model=trainer_model(trainer))
     return out
 
 
-def _name_trl_field(problem: str) -> str:
-    """GRPOConfig calls generate's max_new_tokens ``max_completion_length``."""
+def effective_generation(trainer):
+    """The ``GenerationConfig`` TRL's own ``generate`` samples with, as ``generate`` resolves it.
+
+    TRL builds it from ``GRPOConfig`` (``top_k``, ``temperature``, ``repetition_penalty``, ...) overridden
+    by ``GRPOConfig.generation_kwargs``; ``generate`` then fills every field left None from the model's
+    ``generation_config`` and from transformers' defaults (``top_k=50``, ...). So
+    ``generation_kwargs={"top_k": 50}`` samples with top-50 whatever ``GRPOConfig.top_k`` says, and
+    ``{"top_k": None}`` with the checkpoint's top_k or 50.
+    """
+    import copy
+
+    config = copy.deepcopy(trainer.generation_config)
+    model_config = getattr(trainer_model(trainer), "generation_config", None)
+    if model_config is not None:
+        config.update(**model_config.to_dict(), defaults_only=True, allow_custom_entries=True)
+    config.update(**config._get_default_generation_params(), defaults_only=True)
+    return config
+
+
+def _name_trl_field(problem: str, generation_kwargs: dict | None) -> str:
+    """Name the field where the user set it: ``generation_kwargs`` overrides ``GRPOConfig``'s own field, and
+    GRPOConfig calls generate's max_new_tokens ``max_completion_length``."""
+    for key in generation_kwargs or {}:
+        if problem.startswith(f"GRPOConfig: {key}="):
+            return problem.replace("GRPOConfig: ", "GRPOConfig.generation_kwargs: ", 1)
     return problem.replace("GRPOConfig: max_new_tokens=", "GRPOConfig: max_completion_length=")
 
 

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from datasets import Dataset  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 
+from dgrpo.errors import SettingError  # noqa: E402
 from dgrpo.integrations.trl import RolloutDefense, defend_rewards, verified_rollout_func  # noqa: E402
-from dgrpo.verify import TopK, Verifier  # noqa: E402
+from dgrpo.policy.sampling import SamplingParams  # noqa: E402
+from dgrpo.verify import Replay, TopK, Verifier  # noqa: E402
 
 from tests.conftest import build_model  # noqa: E402
 from tests.integrations.test_trl import G, POISON, PROMPTS, Workers, config, spied, thief_reward  # noqa: E402
@@ -87,3 +91,12 @@ def test_an_empty_completion_gets_a_verdict_and_the_trainer_goes_on(tokenizer, t
     assert [ids_seen[i] for i in (3, 7, 11, 15)] == [[tokenizer.eos_token_id]] * 4  # one masked filler token
     logged = [h for h in trainer.state.log_history if "dgrpo/rejected" in h]
     assert [h["dgrpo/rollout/rejected"] for h in logged] == [0.25, 0.25]
+
+
+def test_workers_sampling_at_another_temperature_than_the_trainers_are_refused_on_the_first_batch(tokenizer, tmp_path):
+    """The workers agreed on Replay's params (temperature 0.7); GRPOConfig scores at 1.0: one line, no step."""
+    workers_params = SamplingParams(top_k=10, temperature=0.7, max_new_tokens=10)
+    with pytest.raises(SettingError) as err:
+        _train(tokenizer, tmp_path, lambda *a: None, checks=[Replay(workers_params)], temperature=1.0)
+    text = str(err.value)
+    assert text.startswith("GRPOConfig.temperature=1.0 but Replay's params.temperature=0.7") and "\n" not in text

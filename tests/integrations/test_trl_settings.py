@@ -34,6 +34,7 @@ def _trainer(tokenizer, tmp_path, checks, *, wrap=True, verifier_model=None, **c
 
 
 TOPK, REPLAY = [TopK(k=10)], [TopK(k=10), Replay(PARAMS)]
+GREEDY = [Replay(SamplingParams(top_k=10, temperature=0.0, max_new_tokens=10))]
 
 
 @pytest.mark.parametrize("checks,cfg,needle", [
@@ -48,6 +49,10 @@ TOPK, REPLAY = [TopK(k=10)], [TopK(k=10), Replay(PARAMS)]
     (TOPK, {"top_k": 10, "generation_kwargs": {"top_k": None}}, "top_k=50 samples outside"),  # transformers' default
     (TOPK, {"generation_kwargs": {"repetition_penalty": 1.2}}, "GRPOConfig.generation_kwargs: repetition_penalty=1.2"),
     (REPLAY, {"temperature": 0.7}, "GRPOConfig.temperature=0.7 but Replay's params.temperature=1.0"),
+    # the workers' sampling temperature (Replay's params) against the trainer's, greedy workers included
+    (GREEDY, {"temperature": 1.0, "max_completion_length": 10}, "GRPOConfig.temperature=1.0 but Replay's params.temperature=0"),
+    (TOPK, {"temperature": 1.0, "generation_kwargs": {"temperature": 0.5}},
+     "GRPOConfig.generation_kwargs: temperature=0.5 but GRPOConfig.temperature=1.0"),
     (REPLAY, {"max_completion_length": 16}, "GRPOConfig: max_completion_length=16 but Replay's params.max_new_tokens=10"),
 ])
 def test_a_setting_that_makes_the_checks_reject_honest_work_is_refused(tokenizer, tmp_path, checks, cfg, needle):

@@ -53,12 +53,16 @@ def trainer_problems(trainer, checks, eos_id: int | None) -> list[str]:
         if getattr(args, flag, False):
             out.append(f"GRPOConfig.{flag}=True: the top-k and replay checks are exact only in float32 (TRL's default "
                        f"bf16=True makes them reject honest completions); set {flag}=False")
-    for replay in replays:
+    for replay in replays:  # the workers (or TRL's seeded generate) sample at params.temperature, greedy at 0
         p = replay.params
-        if p.temperature and args.temperature != p.temperature:
-            out.append(f"GRPOConfig.temperature={args.temperature} but Replay's params.temperature={p.temperature}: "
-                       "the loss would score another distribution than the one sampled; make them equal")
+        if args.temperature != p.temperature:
+            out.append(f"GRPOConfig.temperature={args.temperature} but Replay's params.temperature={p.temperature} (the "
+                       "workers' sampling): the loss would score another distribution than the one sampled; make them equal")
     own = trainer.rollout_func is None
+    sampled = (args.generation_kwargs or {}).get("temperature", args.temperature)
+    if own and not replays and sampled != args.temperature:
+        out.append(f"GRPOConfig.generation_kwargs: temperature={sampled} but GRPOConfig.temperature={args.temperature}: "
+                   "TRL samples at one and its loss scores at the other; set only GRPOConfig.temperature")
     if own and args.use_vllm:
         if replays:
             out.append("GRPOConfig.use_vllm=True: vLLM's sampler cannot be replayed (dgrpo's seeded sampler runs in "

@@ -100,15 +100,35 @@ def test_a_defense_never_attached_refuses_the_first_batch(tokenizer, tmp_path):
     assert trainer.state.global_step == 0
 
 
+def _vllm_trainer(mode: str, dtype: str | None):
+    """A trainer as TRL 1.16 builds it with use_vllm=True (vLLM is not installed here): the vLLM side's dtype is
+    read where TRL keeps it (the server's /server_info, the colocated engine's model_config)."""
+    args = SimpleNamespace(bf16=False, fp16=False, temperature=1.0, use_vllm=True, top_k=10, repetition_penalty=1.0,
+                           generation_kwargs=None, use_transformers_continuous_batching=False, vllm_mode=mode)
+    model_config = SimpleNamespace(dtype=dtype)
+    info = {"model_config": {"dtype": dtype}}
+    gen = None if dtype is None else SimpleNamespace(
+        vllm_client=SimpleNamespace(get_server_info=lambda: info), llm=SimpleNamespace(llm_engine=SimpleNamespace(model_config=model_config)))
+    return SimpleNamespace(args=args, rollout_func=None, model=build_model(50), vllm_generation=gen,
+                           accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+
+
 def test_vllm_generation_is_refused_under_replay():
     """Checked on the settings alone (vLLM is not installed here): its sampler cannot be replayed."""
-    args = SimpleNamespace(bf16=False, fp16=False, temperature=1.0, use_vllm=True, top_k=10, repetition_penalty=1.0,
-                           generation_kwargs=None, use_transformers_continuous_batching=False)
-    model = build_model(50)
-    trainer = SimpleNamespace(args=args, rollout_func=None, model=model,
-                              accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    trainer = _vllm_trainer("server", "float32")
     assert trainer_problems(trainer, [TopK(k=10)], 2) == []
     problems = trainer_problems(trainer, [Replay(SamplingParams(10, 1.0, 10))], 2)
     assert len(problems) == 1 and problems[0].startswith("GRPOConfig.use_vllm=True: vLLM's sampler cannot be replayed")
-    args.top_k = 0
+    trainer.args.top_k = 0
     assert trainer_problems(trainer, [TopK(k=10)], 2)[0].startswith("GRPOConfig: top_k=0")
+
+
+@pytest.mark.parametrize("mode,dtype,needle", [
+    ("server", "bfloat16", "GRPOConfig.use_vllm=True: vLLM generates in bfloat16"),
+    ("colocate", "torch.float16", "GRPOConfig.use_vllm=True: vLLM generates in float16"),
+    ("colocate", None, "GRPOConfig.use_vllm=True: the vLLM side's dtype cannot be read"),
+])
+def test_vllm_in_another_dtype_than_float32_is_refused(mode, dtype, needle):
+    problems = trainer_problems(_vllm_trainer(mode, dtype), [TopK(k=10)], 2)
+    assert len(problems) == 1 and problems[0].startswith(needle) and "\n" not in problems[0]
+    assert trainer_problems(_vllm_trainer(mode, "torch.float32"), [TopK(k=10)], 2) == []

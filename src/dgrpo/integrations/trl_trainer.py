@@ -67,6 +67,15 @@ def trainer_problems(trainer, checks, eos_id: int | None) -> list[str]:
         if replays:
             out.append("GRPOConfig.use_vllm=True: vLLM's sampler cannot be replayed (dgrpo's seeded sampler runs in "
                        "transformers' generate; docs/trl.md); generate without vLLM or through rollout_func workers")
+        dtype = vllm_dtype(trainer)
+        if dtype is None:
+            out.append("GRPOConfig.use_vllm=True: the vLLM side's dtype cannot be read (TRL's colocated vLLM and `trl "
+                       "vllm-serve` default to dtype 'auto', which runs float32 checkpoints in half precision) and the "
+                       "top-k and replay checks need float32; serve with --dtype float32 or set use_vllm=False")
+        elif str(dtype).removeprefix("torch.") not in ("float32", "float"):
+            out.append(f"GRPOConfig.use_vllm=True: vLLM generates in {str(dtype).removeprefix('torch.')}, and the top-k and "
+                       "replay checks are exact only in float32 (honest tokens fall outside the top-k); serve with "
+                       "--dtype float32 or set use_vllm=False")
         settings = {"do_sample": True, "top_k": args.top_k, "repetition_penalty": args.repetition_penalty,
                     **(args.generation_kwargs or {})}
         out += generation_problems(settings, topks, model=trainer_model(trainer), where="GRPOConfig")
@@ -80,6 +89,23 @@ def trainer_problems(trainer, checks, eos_id: int | None) -> list[str]:
     else:
         out += generation_problems(None, checks, model=trainer_model(trainer))
     return out
+
+
+def vllm_dtype(trainer) -> str | None:
+    """The dtype TRL's vLLM generates in, as vLLM resolved it (None when it cannot be read).
+
+    Server mode: ``model_config.dtype`` of the server's ``/server_info`` (what ``trl vllm-serve --dtype`` set);
+    colocate mode: the engine's ``model_config.dtype``. TRL starts the colocated engine with vLLM's default
+    dtype ``auto`` (half precision for a float32 checkpoint, vLLM's engine arguments). Read from the objects
+    TRL 1.16 builds; not tested against a running vLLM (none is installed here).
+    """
+    gen = getattr(trainer, "vllm_generation", None)
+    try:
+        if getattr(trainer.args, "vllm_mode", "colocate") == "server":
+            return gen.vllm_client.get_server_info()["model_config"]["dtype"]
+        return gen.llm.llm_engine.model_config.dtype
+    except Exception:  # no engine or server to ask, an older server, a network error: unknown
+        return None
 
 
 def effective_generation(trainer):

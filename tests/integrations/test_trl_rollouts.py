@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from datasets import Dataset  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, OPTConfig, OPTForCausalLM  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 
 from dgrpo.errors import SettingError  # noqa: E402
@@ -20,7 +22,7 @@ from dgrpo.policy.sampling import SamplingParams  # noqa: E402
 from dgrpo.verify import Replay, TopK, Verifier  # noqa: E402
 
 from tests.conftest import build_model  # noqa: E402
-from tests.integrations.test_trl import G, POISON, PROMPTS, Workers, config, spied, thief_reward  # noqa: E402
+from tests.integrations.test_trl import G, PARAMS, POISON, PROMPTS, Workers, config, spied, thief_reward  # noqa: E402
 
 
 class Tampering(Workers):
@@ -39,8 +41,8 @@ class Tampering(Workers):
         return out
 
 
-def _train(tokenizer, tmp_path, tamper, checks=None, steps=2, **cfg):
-    model = build_model(len(tokenizer))
+def _train(tokenizer, tmp_path, tamper, checks=None, steps=2, model=None, **cfg):
+    model = model if model is not None else build_model(len(tokenizer))
     workers = Tampering(tokenizer, tamper)
     defense = RolloutDefense(Verifier(checks or [TopK(k=10)]))
     seen, ids_seen = [], []
@@ -100,3 +102,50 @@ def test_workers_sampling_at_another_temperature_than_the_trainers_are_refused_o
         _train(tokenizer, tmp_path, lambda *a: None, checks=[Replay(workers_params)], temperature=1.0)
     text = str(err.value)
     assert text.startswith("GRPOConfig.temperature=1.0 but Replay's params.temperature=0.7") and "\n" not in text
+
+
+def _dropout_llama(vocab: int, rate: float):
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, tie_word_embeddings=True, attention_dropout=rate)
+    return LlamaForCausalLM(config).float()
+
+
+def test_a_trainer_model_with_dropout_is_checked_without_it(tokenizer, tmp_path):
+    """TRL trains in train mode; the workers sampled in eval mode (seeded_generate): with attention dropout 0.5
+    in the checks' forward, honest completions were rejected."""
+    _, workers, defense, _, _ = _train(tokenizer, tmp_path, lambda *a: None, model=_dropout_llama(len(tokenizer), 0.5),
+                                       checks=[TopK(k=10), Replay(PARAMS)])
+    assert defense.seen == 16 and defense.rejected == 0
+
+
+def test_trls_own_generation_with_dropout_is_refused(tokenizer, tmp_path):
+    model = _dropout_llama(len(tokenizer), 0.1)
+    defense = RolloutDefense(Verifier([TopK(k=10)]))
+    trainer = GRPOTrainer(model=model, reward_funcs=defend_rewards([thief_reward], defense), args=config(tmp_path),
+                          processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}))
+    with pytest.raises(SettingError) as err:
+        defense.attach(trainer)
+    text = str(err.value)
+    assert text.startswith("GRPOConfig.disable_dropout=False: the model has dropout (attention_dropout=0.1)") and "\n" not in text
+    assert text.endswith("load the model with attention_dropout 0 in its config")
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "opt"])
+def test_gradient_checkpointing_leaves_the_checks_working(tokenizer, tmp_path, kind):
+    """GRPOConfig(gradient_checkpointing=True) on GPT-2 and OPT, TRL's own generation, top-k: every honest
+    completion accepted (the checks' forward raised a shape error on GPT-2 and scored other logits on OPT)."""
+    torch.manual_seed(0)
+    v, eos = len(tokenizer), tokenizer.eos_token_id
+    model = (GPT2LMHeadModel(GPT2Config(vocab_size=v, n_embd=64, n_layer=2, n_head=4, bos_token_id=eos, eos_token_id=eos))
+             if kind == "gpt2" else
+             OPTForCausalLM(OPTConfig(vocab_size=v, hidden_size=64, num_hidden_layers=2, ffn_dim=128, num_attention_heads=4,
+                                      word_embed_proj_dim=64, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
+                                      dropout=0.0, attention_dropout=0.0)))  # functional dropout: disable_dropout misses it
+    defense = RolloutDefense(Verifier([TopK(k=10)]))
+    trainer = GRPOTrainer(model=model.float(), reward_funcs=defend_rewards([thief_reward], defense),
+                          args=config(tmp_path, gradient_checkpointing=True, disable_dropout=True),
+                          processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}))
+    defense.attach(trainer).train()
+    assert trainer.state.global_step == 2 and trainer.model.is_gradient_checkpointing
+    assert defense.seen == 16 and defense.rejected == 0

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dgrpo.errors import SettingError
 from dgrpo.verify.checks import Replay, TopK
+from dgrpo.verify.forward import active_dropout
 from dgrpo.verify.generation import generation_problems
 
 if TYPE_CHECKING:
@@ -59,6 +60,15 @@ def trainer_problems(trainer, checks, eos_id: int | None) -> list[str]:
             out.append(f"GRPOConfig.temperature={args.temperature} but Replay's params.temperature={p.temperature} (the "
                        "workers' sampling): the loss would score another distribution than the one sampled; make them equal")
     own = trainer.rollout_func is None
+    dropout = active_dropout(trainer_model(trainer)) if own and not args.use_vllm else []
+    if dropout:  # TRL's generate runs in train mode; the checks score in eval mode
+        modules = any(d.startswith("Dropout(") for d in dropout)  # what disable_dropout zeroes
+        rates = [d.split("=")[0] for d in dropout if not d.startswith("Dropout(")]  # rates held by the modules
+        fix = " and ".join([*(["set disable_dropout=True"] if modules else []),
+                            *([f"load the model with {', '.join(rates)} 0 in its config"] if rates else [])])
+        out.append(f"GRPOConfig.disable_dropout={getattr(args, 'disable_dropout', False)}: the model has dropout "
+                   f"({', '.join(dropout)}) and TRL's own generate samples in train mode with it, so the checks (which "
+                   f"score without dropout) reject honest completions; {fix}")
     sampled = (args.generation_kwargs or {}).get("temperature", args.temperature)
     if own and not replays and sampled != args.temperature:
         out.append(f"GRPOConfig.generation_kwargs: temperature={sampled} but GRPOConfig.temperature={args.temperature}: "

@@ -32,7 +32,8 @@ Ids = Sequence[Sequence[int]]
 
 
 def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int) -> list["torch.Tensor"]:
-    """Logits at every completion position, one forward pass per distinct prompt, without grad.
+    """Logits at every completion position, one forward pass per distinct prompt, without grad, in eval mode
+    (no dropout, no gradient checkpointing: :mod:`dgrpo.verify.forward`; the model's modes are restored).
 
     Completions that share a prompt are scored together (the prompt is computed once,
     :func:`dgrpo.policy.scoring.group_logits`). Left padding is removed: the leading ``pad_id`` tokens of
@@ -54,6 +55,7 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int) 
     import torch
 
     from dgrpo.policy.scoring import group_logits
+    from dgrpo.verify.forward import eval_mode
 
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"completion_logits: {len(prompt_ids)} prompts for {len(completion_ids)} completions")
@@ -63,7 +65,7 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int) 
         if len(completion_ids[i]):
             groups.setdefault(unpad(p, pad_id), []).append(i)
     out: list = [None] * len(completion_ids)
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(model):  # no dropout, no gradient checkpointing (dgrpo.verify.forward)
         for prompt, rows in groups.items():
             comps = [list(completion_ids[i]) for i in rows]
             logits = group_logits(model, list(prompt), comps, pad_id)  # (G, T, V)
@@ -174,9 +176,12 @@ def replay_verdicts(completion_ids: Ids, seeds: Sequence[int | None], params: "S
         if model is None or prompt_ids is None:
             raise ValueError("replay_verdicts: method='regenerate' needs model= and prompt_ids=")
         refuse_half(next(model.parameters()).dtype, "the scoring model")
-        differ = regeneration_mismatches(model, [list(unpad(prompt_ids[i], pad)) for i in claimed],
-                                         [list(completion_ids[i]) for i in claimed], [int(seeds[i]) for i in claimed],
-                                         params, eos_id, pad)
+        from dgrpo.verify.forward import eval_mode
+
+        with eval_mode(model):
+            differ = regeneration_mismatches(model, [list(unpad(prompt_ids[i], pad)) for i in claimed],
+                                             [list(completion_ids[i]) for i in claimed],
+                                             [int(seeds[i]) for i in claimed], params, eos_id, pad)
         for i, t in zip(claimed, differ):
             found[i] = None if t is None else (t, f"regeneration differs at position {t}")
     else:

@@ -21,8 +21,9 @@ from dgrpo.integrations.trl import RolloutDefense, defend_rewards, verified_roll
 from dgrpo.policy.sampling import SamplingParams  # noqa: E402
 from dgrpo.verify import Replay, TopK, Verifier  # noqa: E402
 
-from tests.conftest import build_model  # noqa: E402
-from tests.integrations.test_trl import G, PARAMS, POISON, PROMPTS, Workers, config, spied, thief_reward  # noqa: E402
+from tests.conftest import build_model, build_tokenizer  # noqa: E402
+from tests.integrations.test_trl import (G, PARAMS, POISON, PROMPTS, Workers, config, length_reward, spied,  # noqa: E402
+                                         thief_reward)
 
 
 class Tampering(Workers):
@@ -148,4 +149,19 @@ def test_gradient_checkpointing_leaves_the_checks_working(tokenizer, tmp_path, k
                           processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}))
     defense.attach(trainer).train()
     assert trainer.state.global_step == 2 and trainer.model.is_gradient_checkpointing
+    assert defense.seen == 16 and defense.rejected == 0
+
+
+def test_a_pad_token_that_starts_every_prompt_is_not_stripped(tmp_path):
+    """A tokenizer whose pad is its bos (<|im_start|>, the first token of every chat prompt): TRL's own seeded
+    generation, top-k and replay accept all 16 honest completions (stripping pads by value scored each
+    completion against its prompt without the first token, and rejected honest ones)."""
+    tok = build_tokenizer()
+    tok.pad_token = "<|im_start|>"
+    chats = [[{"role": "user", "content": p}] for p in PROMPTS]
+    defense = RolloutDefense(Verifier([TopK(k=10), Replay(PARAMS)]))
+    trainer = GRPOTrainer(model=build_model(len(tok)), reward_funcs=defend_rewards([length_reward], defense),
+                          args=config(tmp_path), processing_class=tok, train_dataset=Dataset.from_dict({"prompt": chats * 4}))
+    assert trainer._tokenize_prompts(chats)[0][0][0] == tok.pad_token_id  # every prompt starts with the pad token
+    defense.attach(trainer).train()
     assert defense.seen == 16 and defense.rejected == 0

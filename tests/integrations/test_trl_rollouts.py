@@ -17,6 +17,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from trl import GRPOTrainer  # noqa: E402
 
 from dgrpo.errors import SettingError  # noqa: E402
+from dgrpo.integrations.generate import seeded_generate  # noqa: E402
 from dgrpo.integrations.trl import RolloutDefense, defend_rewards, verified_rollout_func  # noqa: E402
 from dgrpo.policy.sampling import SamplingParams  # noqa: E402
 from dgrpo.verify import Replay, TopK, Verifier  # noqa: E402
@@ -165,3 +166,23 @@ def test_a_pad_token_that_starts_every_prompt_is_not_stripped(tmp_path):
     assert trainer._tokenize_prompts(chats)[0][0][0] == tok.pad_token_id  # every prompt starts with the pad token
     defense.attach(trainer).train()
     assert defense.seen == 16 and defense.rejected == 0
+
+
+def test_a_worker_answering_another_prompt_is_rejected(tokenizer, tmp_path):
+    """The last worker of each group answers the other prompt, honestly sampled and seeded for it: every check
+    passes against the worker's own prompt_ids, so only comparing them to the trainer's prompt catches it."""
+    eos = tokenizer.eos_token_id
+
+    def other_prompt(workers, out, i):
+        other = next(p for p in PROMPTS if tokenizer(text=p)["input_ids"] != out["prompt_ids"][i])
+        out["prompt_ids"][i] = ids = tokenizer(text=other)["input_ids"]
+        out["completion_ids"][i] = seeded_generate(trainer_box[0], [ids], [out["seeds"][i]], PARAMS, eos, eos)[0]
+
+    trainer_box = [build_model(len(tokenizer))]
+    trainer, workers, defense, seen, _ = _train(tokenizer, tmp_path, other_prompt, model=trainer_box[0],
+                                                checks=[TopK(k=10), Replay(PARAMS)])
+    assert defense.seen == 16 and defense.rejected == 4
+    rejected = [(i, v.defense, v.reason) for i, v in enumerate(defense.verdicts) if not v.accepted]
+    assert [(i, d) for i, d, _ in rejected] == [(3, "prompt"), (7, "prompt")]
+    assert rejected[0][2].startswith("prompt_ids differ from the trainer's prompt 3 at position 0")
+    assert [r for (_, r), i in zip(seen, range(16)) if i % G == G - 1] == [0.0] * 4

@@ -186,3 +186,23 @@ def test_a_worker_answering_another_prompt_is_rejected(tokenizer, tmp_path):
     assert [(i, d) for i, d, _ in rejected] == [(3, "prompt"), (7, "prompt")]
     assert rejected[0][2].startswith("prompt_ids differ from the trainer's prompt 3 at position 0")
     assert [r for (_, r), i in zip(seen, range(16)) if i % G == G - 1] == [0.0] * 4
+
+
+def test_dataset_columns_reach_a_wrapped_reward_function_as_trl_passes_them(tokenizer, tmp_path):
+    """A TRL reward function with a dataset column as a keyword (answer=[...], one per completion) is wrapped as it
+    is: it gets the column of each completion's row, and the defense's own field is not passed on."""
+    answers = {PROMPTS[0]: "7", PROMPTS[1]: "4"}
+    got = []
+
+    def answer_reward(prompts, completions, answer, **kw):
+        got.append((list(prompts), list(answer), "dgrpo_rejection" in kw))
+        return [1.0 if a in c else 0.0 for c, a in zip(completions, answer)]
+
+    defense = RolloutDefense(Verifier([TopK(k=10)]))
+    data = Dataset.from_dict({"prompt": PROMPTS * 4, "answer": [answers[p] for p in PROMPTS * 4]})
+    trainer = GRPOTrainer(model=build_model(len(tokenizer)), reward_funcs=defend_rewards([answer_reward], defense),
+                          args=config(tmp_path), processing_class=tokenizer, train_dataset=data)
+    defense.attach(trainer).train()
+    assert len(got) == 2
+    for prompts, answer, leaked in got:
+        assert answer == [answers[p] for p in prompts] and len(answer) == 8 and not leaked

@@ -1,9 +1,12 @@
 """How :meth:`dgrpo.integrations.trl.RolloutDefense.attach` hooks into a TRL ``GRPOTrainer`` (docs/trl.md).
 
 * :func:`trainer_problems`: the trainer settings that make the logit-level checks reject honest work
-  (``bf16``, ``top_k=0``, ``repetition_penalty``, vLLM generation under Replay, a temperature or length
-  the workers did not sample with, ...), one line each, read from ``GRPOConfig`` and the trainer's
-  generation config;
+  (``bf16``, ``top_k=0``, ``repetition_penalty``, vLLM generation under Replay or in half precision,
+  dropout in TRL's own train-mode generation, a temperature or length the workers did not sample with,
+  ...), one line each, read as ``generate`` resolves them (:func:`effective_generation`: ``GRPOConfig``,
+  its ``generation_kwargs``, the model's generation config, transformers' defaults);
+* :func:`cut_after_stop`, :func:`fill_empty`: a ``rollout_func`` result made safe for TRL (no tokens
+  after the first eos, no empty completion);
 * :func:`hook_generation`: the checks run right where completions enter the trainer (``_generate``), for
   TRL's own generation and ``rollout_func`` alike, so that with ``action="drop"`` a rejected completion's
   tokens leave the loss, its normaliser and the KL term (TRL's ``env_mask``: the completion mask is 0 on

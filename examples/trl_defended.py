@@ -42,7 +42,7 @@ class Workers:
 
     def __call__(self, prompts: list[str], trainer) -> dict:
         tok, model, eos = self.tok, trainer.model, self.tok.eos_token_id
-        prompt_ids = [tok(text=p, add_special_tokens=False)["input_ids"] for p in prompts]
+        prompt_ids = tok(text=list(prompts))["input_ids"]  # as GRPOTrainer tokenizes them (the defense checks it)
         seeds = [completion_seed(0, self.calls, i % self.group, i // self.group, 0) for i in range(len(prompts))]
         completion_ids = sample(model, prompt_ids, seeds, self.params, eos, tok.pad_token_id or eos)
         poisoned = [i % self.group == self.bad for i in range(len(prompts))]  # the bad worker's slot of every group

@@ -69,7 +69,7 @@ class Rollouts:
 
     def __call__(self, prompts: list[str], trainer) -> dict:
         group = len(self.workers)
-        prompt_ids = [self.tok(text=p, add_special_tokens=False)["input_ids"] for p in prompts]
+        prompt_ids = self.tok(text=list(prompts))["input_ids"]  # as GRPOTrainer tokenizes them (checked by the defense)
         seeds = [completion_seed(0, self.step, i % group, i // group, 0) for i in range(len(prompts))]
         completion_ids: list = [None] * len(prompts)
         for w, worker in enumerate(self.workers):  # GRPOTrainer repeats each prompt `group` times in a row

@@ -73,8 +73,9 @@ def test_replay_accepts_generated_completions_from_their_seeds_only(model, token
     seeds = list(range(40, 48))
     eos = _stop_token(model, prompts, seeds, params, pad)
     comps = seeded_generate(model, prompts, seeds, params, eos, pad)
-    padded, _ = left_pad(prompts, pad)  # the prompt ids as generate saw them, left padding included
-    ok = replay_verdicts(comps, seeds, params, eos_id=eos, pad_id=pad, model=model, prompt_ids=padded.tolist())
+    padded, mask = left_pad(prompts, pad)  # the prompt ids as generate saw them, left padding included, and its mask
+    ok = replay_verdicts(comps, seeds, params, eos_id=eos, pad_id=pad, model=model, prompt_ids=padded.tolist(),
+                         prompt_mask=mask.tolist())
     assert [v.accepted for v in ok] == [True] * 8
     wrong = replay_verdicts(comps, [s + 100 for s in seeds], params, eos_id=eos, pad_id=pad, model=model, prompt_ids=prompts)
     assert not any(v.accepted for v in wrong)

@@ -34,6 +34,7 @@ def _trainer(tokenizer, tmp_path, checks, *, wrap=True, verifier_model=None, **c
 
 
 TOPK, REPLAY = [TopK(k=10)], [TopK(k=10), Replay(PARAMS)]
+GREEDY = [Replay(SamplingParams(top_k=10, temperature=0.0, max_new_tokens=10))]
 
 
 @pytest.mark.parametrize("checks,cfg,needle", [
@@ -43,7 +44,15 @@ TOPK, REPLAY = [TopK(k=10)], [TopK(k=10), Replay(PARAMS)]
     (TOPK, {"repetition_penalty": 1.3}, "GRPOConfig: repetition_penalty=1.3 changes the logits"),
     (REPLAY, {"repetition_penalty": 1.3}, "GRPOConfig: repetition_penalty=1.3 changes the logits"),
     (TOPK, {"generation_kwargs": {"no_repeat_ngram_size": 2}}, "no_repeat_ngram_size=2"),
+    # generation_kwargs override GRPOConfig's fields: the effective value is checked and named where it is set
+    (TOPK, {"top_k": 10, "generation_kwargs": {"top_k": 50}}, "GRPOConfig.generation_kwargs: top_k=50 samples outside"),
+    (TOPK, {"top_k": 10, "generation_kwargs": {"top_k": None}}, "top_k=50 samples outside"),  # transformers' default
+    (TOPK, {"generation_kwargs": {"repetition_penalty": 1.2}}, "GRPOConfig.generation_kwargs: repetition_penalty=1.2"),
     (REPLAY, {"temperature": 0.7}, "GRPOConfig.temperature=0.7 but Replay's params.temperature=1.0"),
+    # the workers' sampling temperature (Replay's params) against the trainer's, greedy workers included
+    (GREEDY, {"temperature": 1.0, "max_completion_length": 10}, "GRPOConfig.temperature=1.0 but Replay's params.temperature=0"),
+    (TOPK, {"temperature": 1.0, "generation_kwargs": {"temperature": 0.5}},
+     "GRPOConfig.generation_kwargs: temperature=0.5 but GRPOConfig.temperature=1.0"),
     (REPLAY, {"max_completion_length": 16}, "GRPOConfig: max_completion_length=16 but Replay's params.max_new_tokens=10"),
 ])
 def test_a_setting_that_makes_the_checks_reject_honest_work_is_refused(tokenizer, tmp_path, checks, cfg, needle):
@@ -56,6 +65,11 @@ def test_a_setting_that_makes_the_checks_reject_honest_work_is_refused(tokenizer
 def test_the_same_trainer_with_fitting_settings_is_accepted(tokenizer, tmp_path):
     trainer, defense = _trainer(tokenizer, tmp_path, REPLAY, top_k=10, temperature=1.0, repetition_penalty=1.0)
     assert defense.attach(trainer) is trainer and defense.verifier.model is trainer.model
+
+
+def test_generation_kwargs_that_fit_override_a_grpoconfig_field_that_does_not(tokenizer, tmp_path):
+    trainer, defense = _trainer(tokenizer, tmp_path, TOPK, top_k=0, generation_kwargs={"top_k": 10})
+    assert trainer_problems(trainer, TOPK, tokenizer.eos_token_id) == []  # TRL samples with top-10
 
 
 def test_trls_default_config_is_refused_for_bf16_first(tokenizer, tmp_path):
@@ -86,15 +100,35 @@ def test_a_defense_never_attached_refuses_the_first_batch(tokenizer, tmp_path):
     assert trainer.state.global_step == 0
 
 
+def _vllm_trainer(mode: str, dtype: str | None):
+    """A trainer as TRL 1.16 builds it with use_vllm=True (vLLM is not installed here): the vLLM side's dtype is
+    read where TRL keeps it (the server's /server_info, the colocated engine's model_config)."""
+    args = SimpleNamespace(bf16=False, fp16=False, temperature=1.0, use_vllm=True, top_k=10, repetition_penalty=1.0,
+                           generation_kwargs=None, use_transformers_continuous_batching=False, vllm_mode=mode)
+    model_config = SimpleNamespace(dtype=dtype)
+    info = {"model_config": {"dtype": dtype}}
+    gen = None if dtype is None else SimpleNamespace(
+        vllm_client=SimpleNamespace(get_server_info=lambda: info), llm=SimpleNamespace(llm_engine=SimpleNamespace(model_config=model_config)))
+    return SimpleNamespace(args=args, rollout_func=None, model=build_model(50), vllm_generation=gen,
+                           accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+
+
 def test_vllm_generation_is_refused_under_replay():
     """Checked on the settings alone (vLLM is not installed here): its sampler cannot be replayed."""
-    args = SimpleNamespace(bf16=False, fp16=False, temperature=1.0, use_vllm=True, top_k=10, repetition_penalty=1.0,
-                           generation_kwargs=None, use_transformers_continuous_batching=False)
-    model = build_model(50)
-    trainer = SimpleNamespace(args=args, rollout_func=None, model=model,
-                              accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    trainer = _vllm_trainer("server", "float32")
     assert trainer_problems(trainer, [TopK(k=10)], 2) == []
     problems = trainer_problems(trainer, [Replay(SamplingParams(10, 1.0, 10))], 2)
     assert len(problems) == 1 and problems[0].startswith("GRPOConfig.use_vllm=True: vLLM's sampler cannot be replayed")
-    args.top_k = 0
+    trainer.args.top_k = 0
     assert trainer_problems(trainer, [TopK(k=10)], 2)[0].startswith("GRPOConfig: top_k=0")
+
+
+@pytest.mark.parametrize("mode,dtype,needle", [
+    ("server", "bfloat16", "GRPOConfig.use_vllm=True: vLLM generates in bfloat16"),
+    ("colocate", "torch.float16", "GRPOConfig.use_vllm=True: vLLM generates in float16"),
+    ("colocate", None, "GRPOConfig.use_vllm=True: the vLLM side's dtype cannot be read"),
+])
+def test_vllm_in_another_dtype_than_float32_is_refused(mode, dtype, needle):
+    problems = trainer_problems(_vllm_trainer(mode, dtype), [TopK(k=10)], 2)
+    assert len(problems) == 1 and problems[0].startswith(needle) and "\n" not in problems[0]
+    assert trainer_problems(_vllm_trainer(mode, "torch.float32"), [TopK(k=10)], 2) == []

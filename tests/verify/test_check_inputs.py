@@ -49,14 +49,40 @@ def test_left_padded_prompts_get_the_verdicts_of_unpadded_ones(model, tokenizer)
     comps, seeds = _honest(model, eos)
     width = max(map(len, PROMPTS))
     padded = [[eos] * (width - len(p)) + p for p in PROMPTS]  # as generate's input_ids carry them
-    for a, b in zip(completion_logits(model, padded, comps, eos), completion_logits(model, PROMPTS, comps, eos)):
+    mask = [[0] * (width - len(p)) + [1] * len(p) for p in PROMPTS]  # and its attention_mask
+    for a, b in zip(completion_logits(model, padded, comps, eos, mask), completion_logits(model, PROMPTS, comps, eos)):
         assert torch.equal(a, b)
     verifier = Verifier([TopK(k=10), Replay(PARAMS)], model=model, eos_id=eos)
-    assert [v.accepted for v in verifier.verify(padded, comps, seeds=seeds)] == [True] * 3
+    assert [v.accepted for v in verifier.verify(padded, comps, seeds=seeds, prompt_mask=mask)] == [True] * 3
+    regen = replay_verdicts(comps, seeds, PARAMS, eos_id=eos, model=model, prompt_ids=padded, prompt_mask=mask,
+                            method="regenerate")
+    assert [v.accepted for v in regen] == [True] * 3
     # scored with the padding as context (what the checks did before), the logits are another model's
     with torch.no_grad():
         as_context = model(input_ids=torch.tensor([padded[1] + comps[1]])).logits[0, len(padded[1]) - 1:-1]
     assert (as_context - completion_logits(model, PROMPTS[1:2], comps[1:2], eos)[0]).abs().max() > 1e-2
+
+
+def test_a_prompt_that_starts_with_the_pad_token_keeps_it(model, tokenizer):
+    """Padding is told by the mask, never by value: with pad_id = the first prompt token (a tokenizer whose
+    pad is its bos, say), stripping leading pads removed a real token and the checks scored another prompt."""
+    eos, pad = tokenizer.eos_token_id, PROMPTS[0][0]
+    comps, seeds = _honest(model, eos)
+    for a, b in zip(completion_logits(model, PROMPTS, comps, pad), completion_logits(model, PROMPTS, comps, eos)):
+        assert torch.equal(a, b)
+    verifier = Verifier([TopK(k=10), Replay(PARAMS)], model=model, eos_id=eos, pad_id=pad)
+    assert [v.accepted for v in verifier.verify(PROMPTS, comps, seeds=seeds)] == [True] * 3
+    regen = replay_verdicts(comps, seeds, PARAMS, eos_id=eos, pad_id=pad, model=model, prompt_ids=PROMPTS,
+                            method="regenerate")
+    assert [v.accepted for v in regen] == [True] * 3
+    # scored without its first token, the first prompt's completion gets other logits
+    stripped = completion_logits(model, [PROMPTS[0][1:]], comps[:1], eos)[0]
+    assert (stripped - completion_logits(model, PROMPTS[:1], comps[:1], eos)[0]).abs().max() > 1e-2
+
+
+def test_a_prompt_mask_of_another_length_is_refused(model, tokenizer):
+    with pytest.raises(ValueError, match="prompt_mask: a mask of 2 for a prompt of 4 tokens"):
+        completion_logits(model, PROMPTS[:1], [[3, 4]], tokenizer.eos_token_id, [[1, 1]])
 
 
 def test_an_empty_completion_gets_a_verdict_and_the_others_theirs(model, tokenizer):

@@ -18,7 +18,8 @@ What it needs from ``generate`` (checked where it can be):
   (``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``, ``suppress_tokens``,
   ``min_new_tokens``, ``sequence_bias``, …: :func:`dgrpo.verify.generation.generation_problems` names them);
 * one row per (prompt, seed), in the batch's row order (``num_return_sequences`` repeats each prompt's
-  row in place), no beam search; ``max_new_tokens`` at most ``params.max_new_tokens``;
+  row in place), no beam search; ``max_new_tokens`` equal to ``params.max_new_tokens`` (a step past it is
+  refused; a smaller limit cuts completions before their eos, which replay rejects);
 * one processor per ``generate`` call (it counts steps from the call's first input length).
 
 :func:`seeded_generate` does all of this for a list of prompts and returns dgrpo's completion format.
@@ -71,7 +72,7 @@ class SeededLogitsProcessor(LogitsProcessor):
             raise ValueError("SeededLogitsProcessor: reused by a second generate call; make one per call")
         if t >= self.params.max_new_tokens:
             raise ValueError(f"SeededLogitsProcessor: step {t} is past params.max_new_tokens="
-                             f"{self.params.max_new_tokens}; generate with max_new_tokens ≤ that")
+                             f"{self.params.max_new_tokens}; generate with max_new_tokens equal to it")
         tokens = choose_tokens(scores.float(), self._noise[:, t], self.params)  # (B,)
         out = torch.full(scores.shape, float("-inf"), dtype=torch.float32, device=scores.device)
         return out.scatter_(1, tokens[:, None], 0.0)

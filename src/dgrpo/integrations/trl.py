@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 from dgrpo.errors import SettingError
-from dgrpo.integrations.trl_trainer import FIELD, drop_mask
+from dgrpo.integrations.trl_trainer import FIELD, cut_after_stop, drop_mask, fill_empty
 from dgrpo.types import Verdict
 from dgrpo.verify.checks import Replay, Verifier
 
@@ -128,9 +128,20 @@ class RolloutDefense:
         self.trainer = trainer
         return trainer
 
-    def check(self, prompt_ids, completion_ids, *, seeds=None, texts=None, questions=None) -> list[str]:
-        """Run the verifier on one batch; returns the ``dgrpo_rejection`` strings (empty = accepted)."""
-        verdicts = self.verifier.verify(prompt_ids, completion_ids, seeds=seeds, texts=texts, questions=questions)
+    def check(self, prompt_ids, completion_ids, *, seeds=None, texts=None, questions=None,
+              given: dict[int, Verdict] | None = None) -> list[str]:
+        """Run the verifier on one batch; returns the ``dgrpo_rejection`` strings (empty = accepted).
+
+        ``given`` holds verdicts already decided (completion index → verdict); the verifier runs on the rest.
+        """
+        given = given or {}
+        rest = [i for i in range(len(completion_ids)) if i not in given]
+        pick = (lambda xs: None if xs is None else [xs[i] for i in rest])  # noqa: E731
+        found = self.verifier.verify(pick(prompt_ids), pick(completion_ids), seeds=pick(seeds), texts=pick(texts),
+                                     questions=pick(questions)) if rest else []
+        verdicts = [given.get(i) for i in range(len(completion_ids))]
+        for i, v in zip(rest, found):
+            verdicts[i] = v
         self.verdicts = verdicts
         self.seen += len(verdicts)
         self.rejected += sum(not v.accepted for v in verdicts)
@@ -161,7 +172,8 @@ class RolloutDefense:
         if log_metric is None or not reasons:
             return
         log_metric("dgrpo/rejected", sum(bool(r) for r in reasons) / len(reasons))
-        for name in dict.fromkeys(c.name for c in self.verifier.checks):
+        names = [*(c.name for c in self.verifier.checks), *(r.split(": ")[0] for r in reasons if r)]
+        for name in dict.fromkeys(names):
             log_metric(f"dgrpo/{name}/rejected", sum(r.startswith(f"{name}: ") for r in reasons) / len(reasons))
 
 
@@ -173,6 +185,16 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
     is 0 on every token of a rejected completion (TRL then leaves those tokens out of the loss). An
     optional ``seeds`` field (one claimed seed per completion) feeds the replay check.
 
+    Each rollout's ``prompt_ids`` must be the trainer's own tokenization of the prompt it was sent (TRL's
+    ``_tokenize_prompts``: the chat template with the generation prompt, or the tokenizer on a string
+    prompt): a completion whose ``prompt_ids`` differ answers another prompt and is rejected
+    (``prompt: ...``), and the trainer's ``prompt_ids`` replace the worker's in what TRL trains on.
+
+    Before the checks, every completion is cut after its first eos (the verifier's or one of TRL's
+    ``eos_token_ids``): TRL would train on and reward a tail the checks never read. An empty completion
+    is rejected (``rollout: empty completion``) and handed to TRL as one eos token with ``env_mask`` 0
+    (TRL raises IndexError on an empty one).
+
     Raises:
         ValueError: the rollout's ``prompt_ids`` and ``completion_ids`` differ in length.
         SettingError: from :meth:`RolloutDefense.attach`, on the first call.
@@ -182,19 +204,52 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
     def verified(prompts, trainer) -> dict:
         defense.attach(trainer)
         out = rollout_func(prompts, trainer)
-        prompt_ids, completion_ids = out["prompt_ids"], out["completion_ids"]
+        out["completion_ids"] = completion_ids = [list(c) for c in out["completion_ids"]]
+        prompt_ids = out["prompt_ids"]
         if len(prompt_ids) != len(completion_ids):
             raise ValueError(f"rollout_func returned {len(prompt_ids)} prompt_ids for {len(completion_ids)} completion_ids")
-        per = len(completion_ids) // max(len(prompts), 1)  # completions per prompt, in prompt order
-        questions = [_question(prompts[min(i // max(per, 1), len(prompts) - 1)]) for i in range(len(completion_ids))]
+        eos = defense.verifier.eos_id
+        cut_after_stop(out, {eos, *getattr(trainer, "eos_token_ids", [])})
+        per = max(len(completion_ids) // max(len(prompts), 1), 1)  # completions per prompt, in prompt order
+        source = [min(i // per, len(prompts) - 1) for i in range(len(completion_ids))]  # completion → its prompt
+        questions = [_question(prompts[j]) for j in source]
         texts = defense.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        out[FIELD] = defense.check(prompt_ids, completion_ids, seeds=out.get("seeds"), texts=texts, questions=questions)
+        empty = [i for i, c in enumerate(completion_ids) if not c]
+        given = {i: Verdict(False, "rollout", "empty completion (a sampler emits at least one token, eos included)", 0)
+                 for i in empty}
+        own = trainer._tokenize_prompts(list(prompts))[0]  # TRL's own tokenization (chat template, generation prompt)
+        given.update(other_prompts(own, prompt_ids, source, given))
+        out["prompt_ids"] = prompt_ids = [list(own[j]) for j in source]
+        out[FIELD] = defense.check(prompt_ids, completion_ids, seeds=out.get("seeds"), texts=texts, questions=questions,
+                                   given=given)
+        fill_empty(out, empty, eos)
         if defense.action == "drop":
             out["env_mask"] = drop_mask(out.get("env_mask"), completion_ids, out[FIELD])
         return out
 
     verified.__name__ = getattr(rollout_func, "__name__", "rollout_func")
     return verified
+
+
+def other_prompts(own, prompt_ids, source: list[int], skip=()) -> dict[int, Verdict]:
+    """The completions whose ``prompt_ids`` are not the trainer's tokenization of the prompt they were sent.
+
+    Args:
+        own: the trainer's token ids of each prompt it handed to ``rollout_func``; prompt_ids: the rollout's,
+            one per completion; source: the index in ``own`` of each completion's prompt; skip: indices left out.
+
+    Returns:
+        completion index → a ``prompt`` rejection naming the first differing position.
+    """
+    out = {}
+    for i, (ids, j) in enumerate(zip(prompt_ids, source)):
+        ids, want = [int(t) for t in ids], [int(t) for t in own[j]]
+        if i in skip or ids == want:
+            continue
+        t = next((k for k, (a, b) in enumerate(zip(ids, want)) if a != b), min(len(ids), len(want)))
+        out[i] = Verdict(False, "prompt", f"prompt_ids differ from the trainer's prompt {j} at position {t} (the "
+                         "completion answers another prompt)", None)
+    return out
 
 
 def defend_rewards(reward_funcs: Callable | Sequence[Callable], defense: RolloutDefense) -> list[Callable]:

@@ -31,17 +31,22 @@ if TYPE_CHECKING:
 Ids = Sequence[Sequence[int]]
 
 
-def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int) -> list["torch.Tensor"]:
-    """Logits at every completion position, one forward pass per distinct prompt, without grad.
+def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int,
+                      prompt_mask: Ids | None = None) -> list["torch.Tensor"]:
+    """Logits at every completion position, one forward pass per distinct prompt, without grad, in eval mode
+    (no dropout, no gradient checkpointing: :mod:`dgrpo.verify.forward`; the model's modes are restored).
 
     Completions that share a prompt are scored together (the prompt is computed once,
-    :func:`dgrpo.policy.scoring.group_logits`). Left padding is removed: the leading ``pad_id`` tokens of
-    a prompt (as ``generate``'s left-padded ``input_ids`` carry them) are not scored as context.
+    :func:`dgrpo.policy.scoring.group_logits`). Padding is removed by ``prompt_mask`` (``generate``'s
+    ``attention_mask`` for left-padded ``input_ids``), never by token value: a prompt that starts with
+    the pad token keeps it.
 
     Args:
         model: a Hugging Face causal LM with float32 weights.
         prompt_ids: N prompt id lists (may repeat); completion_ids: N completion id lists.
-        pad_id: id used to right-pad a group's completions, and stripped from the left of prompts.
+        pad_id: id used to right-pad a group's completions.
+        prompt_mask: N masks (1 = a real prompt token, 0 = padding) the shapes of ``prompt_ids``; None:
+            every prompt token is real.
 
     Returns:
         N tensors: the i-th is (len(completion_ids[i]), V) float32, row t the distribution that
@@ -54,6 +59,7 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int) 
     import torch
 
     from dgrpo.policy.scoring import group_logits
+    from dgrpo.verify.forward import eval_mode
 
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"completion_logits: {len(prompt_ids)} prompts for {len(completion_ids)} completions")
@@ -61,9 +67,9 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int) 
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(prompt_ids):
         if len(completion_ids[i]):
-            groups.setdefault(unpad(p, pad_id), []).append(i)
+            groups.setdefault(unpad(p, None if prompt_mask is None else prompt_mask[i]), []).append(i)
     out: list = [None] * len(completion_ids)
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(model):  # no dropout, no gradient checkpointing (dgrpo.verify.forward)
         for prompt, rows in groups.items():
             comps = [list(completion_ids[i]) for i in rows]
             logits = group_logits(model, list(prompt), comps, pad_id)  # (G, T, V)
@@ -73,13 +79,20 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int) 
     return [torch.zeros(0, vocab) if o is None else o for o in out]
 
 
-def unpad(prompt: Sequence[int], pad_id: int | None) -> tuple[int, ...]:
-    """``prompt`` without its leading ``pad_id`` tokens (left padding), keeping at least its last token."""
-    prompt = tuple(prompt)
-    start = 0
-    while pad_id is not None and start < len(prompt) - 1 and prompt[start] == pad_id:
-        start += 1
-    return prompt[start:]
+def unpad(prompt: Sequence[int], mask: Sequence[int] | None) -> tuple[int, ...]:
+    """The real tokens of ``prompt``: those where ``mask`` is 1 (all of them when ``mask`` is None).
+
+    Raises:
+        ValueError: ``mask`` has another length than ``prompt``.
+    """
+    prompt = tuple(int(t) for t in prompt)
+    if mask is None:
+        return prompt
+    mask = [int(m) for m in mask]
+    if len(mask) != len(prompt):
+        raise ValueError(f"prompt_mask: a mask of {len(mask)} for a prompt of {len(prompt)} tokens (pass generate's "
+                         "attention_mask row of each prompt)")
+    return tuple(t for t, m in zip(prompt, mask) if m)
 
 
 def refuse_half(dtype, what: str) -> None:
@@ -93,7 +106,7 @@ def refuse_half(dtype, what: str) -> None:
         raise SettingError(problem)
 
 
-def _logits_for(model, prompt_ids, completion_ids, logits, pad_id, check: str) -> list:
+def _logits_for(model, prompt_ids, completion_ids, logits, pad_id, check: str, prompt_mask=None) -> list:
     if logits is not None:
         if len(logits) != len(completion_ids):
             raise ValueError(f"{check}: {len(logits)} logits for {len(completion_ids)} completions")
@@ -102,12 +115,13 @@ def _logits_for(model, prompt_ids, completion_ids, logits, pad_id, check: str) -
         return list(logits)
     if model is None or prompt_ids is None:
         raise ValueError(f"{check}: pass logits=, or model= and prompt_ids= to compute them")
-    return completion_logits(model, prompt_ids, completion_ids, pad_id)
+    return completion_logits(model, prompt_ids, completion_ids, pad_id, prompt_mask)
 
 
 def topk_verdicts(completion_ids: Ids, *, k: int, eos_id: int, model=None, prompt_ids: Ids | None = None,
                   logits: Sequence["torch.Tensor"] | None = None, atol: float = 1e-3, pad_id: int | None = None,
-                  decode: Callable[[list[int]], str] | None = None, name: str = "topk") -> list[Verdict]:
+                  decode: Callable[[list[int]], str] | None = None, name: str = "topk",
+                  prompt_mask: Ids | None = None) -> list[Verdict]:
     """Reject a completion when a token lies outside the scorer's top-k at its position (paper §4.1).
 
     Args:
@@ -117,6 +131,7 @@ def topk_verdicts(completion_ids: Ids, *, k: int, eos_id: int, model=None, promp
         logits: N tensors (T_i ≥ len(completion_ids[i]), V) already computed, float32.
         atol: a token is inside when its logit ≥ k-th logit − atol (float32 batch noise is ~1e-4).
         pad_id: padding of the forward pass (default eos_id).
+        prompt_mask: 1 for real prompt tokens, 0 for padding (``generate``'s attention mask); None: all real.
         decode: token ids → text, to quote the offending token in the reason.
 
     Returns:
@@ -124,7 +139,8 @@ def topk_verdicts(completion_ids: Ids, *, k: int, eos_id: int, model=None, promp
     """
     from dgrpo.verify.topk import first_outside_topk
 
-    rows = _logits_for(model, prompt_ids, completion_ids, logits, eos_id if pad_id is None else pad_id, "topk_verdicts")
+    rows = _logits_for(model, prompt_ids, completion_ids, logits, eos_id if pad_id is None else pad_id, "topk_verdicts",
+                       prompt_mask)
     out = []
     for ids, lg in zip(completion_ids, rows):
         ids = list(ids)
@@ -143,7 +159,7 @@ def topk_verdicts(completion_ids: Ids, *, k: int, eos_id: int, model=None, promp
 def replay_verdicts(completion_ids: Ids, seeds: Sequence[int | None], params: "SamplingParams", *, eos_id: int,
                     model=None, prompt_ids: Ids | None = None, logits: Sequence["torch.Tensor"] | None = None,
                     method: Literal["fast", "regenerate"] = "fast", atol: float = 1e-3, pad_id: int | None = None,
-                    name: str = "replay") -> list[Verdict]:
+                    name: str = "replay", prompt_mask: Ids | None = None) -> list[Verdict]:
     """Accept a completion only when its claimed seed reproduces it under ``params`` (paper §4.1).
 
     The sampler is :func:`dgrpo.policy.sampling.sample` (seeded Gumbel-max over the top-k), so the
@@ -153,6 +169,7 @@ def replay_verdicts(completion_ids: Ids, seeds: Sequence[int | None], params: "S
     Args:
         seeds: N claimed seeds; None (no seed claimed) is a rejection.
         params: the agreed top_k, temperature and max_new_tokens.
+        prompt_mask: 1 for real prompt tokens, 0 for padding (``generate``'s attention mask); None: all real.
 
     Returns:
         N verdicts with the first position where the replay departs.
@@ -167,16 +184,22 @@ def replay_verdicts(completion_ids: Ids, seeds: Sequence[int | None], params: "S
     if method == "fast":
         sub_logits = None if logits is None else [logits[i] for i in claimed]
         sub_prompts = None if prompt_ids is None else [prompt_ids[i] for i in claimed]
-        rows = _logits_for(model, sub_prompts, [completion_ids[i] for i in claimed], sub_logits, pad, "replay_verdicts") if claimed else []
+        sub_masks = None if prompt_mask is None else [prompt_mask[i] for i in claimed]
+        rows = _logits_for(model, sub_prompts, [completion_ids[i] for i in claimed], sub_logits, pad, "replay_verdicts",
+                           sub_masks) if claimed else []
         for i, lg in zip(claimed, rows):
             found[i] = replay_mismatch(lg, list(completion_ids[i]), int(seeds[i]), params, eos_id, atol)
     elif method == "regenerate":
         if model is None or prompt_ids is None:
             raise ValueError("replay_verdicts: method='regenerate' needs model= and prompt_ids=")
         refuse_half(next(model.parameters()).dtype, "the scoring model")
-        differ = regeneration_mismatches(model, [list(unpad(prompt_ids[i], pad)) for i in claimed],
-                                         [list(completion_ids[i]) for i in claimed], [int(seeds[i]) for i in claimed],
-                                         params, eos_id, pad)
+        from dgrpo.verify.forward import eval_mode
+
+        with eval_mode(model):
+            differ = regeneration_mismatches(model, [list(unpad(prompt_ids[i], None if prompt_mask is None
+                                                                else prompt_mask[i])) for i in claimed],
+                                             [list(completion_ids[i]) for i in claimed],
+                                             [int(seeds[i]) for i in claimed], params, eos_id, pad)
         for i, t in zip(claimed, differ):
             found[i] = None if t is None else (t, f"regeneration differs at position {t}")
     else:
@@ -306,8 +329,11 @@ class Verifier:
 
     def verify(self, prompt_ids: Ids, completion_ids: Ids, *, seeds: Sequence[int | None] | None = None,
                texts: Sequence[str] | None = None, questions: Sequence[str] | None = None,
-               logits: Sequence["torch.Tensor"] | None = None) -> list[Verdict]:
+               logits: Sequence["torch.Tensor"] | None = None, prompt_mask: Ids | None = None) -> list[Verdict]:
         """One verdict per completion: the first check's rejection, else ACCEPT.
+
+        ``prompt_mask`` (1 = real token, 0 = padding, e.g. ``generate``'s attention mask) removes padding
+        from ``prompt_ids``; None: every prompt token is real (padding is never guessed from token values).
 
         Raises:
             ValueError: a check lacks what it needs (seeds for Replay, questions for Judge, eos_id, ...).
@@ -325,12 +351,13 @@ class Verifier:
             if check.needs_logits and rows is None:
                 rows = [None] * n
                 got = completion_logits(self.model, [prompt_ids[i] for i in live], [completion_ids[i] for i in live],
-                                        self._pad()) if self.model is not None else None
+                                        self._pad(), None if prompt_mask is None else [prompt_mask[i] for i in live]
+                                        ) if self.model is not None else None
                 if got is None:
                     raise ValueError(f"Verifier: the {check.name} check needs model= or logits=")
                 for i, lg in zip(live, got):
                     rows[i] = lg
-            out = self._run(check, live, prompt_ids, completion_ids, seeds, texts, questions, rows)
+            out = self._run(check, live, prompt_ids, completion_ids, seeds, texts, questions, rows, prompt_mask)
             for i, v in zip(live, out):
                 verdicts[i] = v
             self.seconds[check.name] = self.seconds.get(check.name, 0.0) + time.perf_counter() - start
@@ -348,7 +375,7 @@ class Verifier:
             raise ValueError("Verifier: pass texts= or decode= for the text checks")
         return [self.decode(list(completion_ids[i])) for i in live]
 
-    def _run(self, check, live, prompt_ids, completion_ids, seeds, texts, questions, rows) -> list[Verdict]:
+    def _run(self, check, live, prompt_ids, completion_ids, seeds, texts, questions, rows, prompt_mask) -> list[Verdict]:
         comps = [completion_ids[i] for i in live]
         sub_rows = None if rows is None else [rows[i] for i in live]
         if isinstance(check, TopK):
@@ -360,7 +387,8 @@ class Verifier:
             return replay_verdicts(comps, [seeds[i] for i in live], check.params, eos_id=self.eos_id,
                                    model=self.model, prompt_ids=[prompt_ids[i] for i in live],
                                    logits=sub_rows if check.method == "fast" else None, method=check.method,
-                                   atol=check.atol, pad_id=self._pad(), name=check.name)
+                                   atol=check.atol, pad_id=self._pad(), name=check.name,
+                                   prompt_mask=None if prompt_mask is None else [prompt_mask[i] for i in live])
         if isinstance(check, Steps):
             return step_verdicts(self._texts(live, completion_ids, texts), check.checker, check.name)
         if isinstance(check, Judge):

@@ -18,7 +18,8 @@ from dgrpo.types import Message
 # Tiny but non-trivial: the attacker's full-reward poisoned completion (beside its sampled filler)
 # makes advantages non-zero, so every round updates the weights and later rounds depend on earlier ones.
 COMMON = ["threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=2", "eval.n_prompts=2",
-          "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01"]
+          "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01",
+          "swarm.unsafe_key_exchange=true"]  # loopback, no roster file: fresh keys exchanged at start
 B2 = "swarm.prompts_per_round=2"
 ATTACK = ["attack.kind=injection", "attack.poisoned_per_group=1"]
 

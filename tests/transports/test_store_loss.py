@@ -86,15 +86,16 @@ class KillBefore:
         return call
 
 
-@pytest.mark.parametrize("method, nth", [("set", 1), ("compare_set", 1), ("wait", 1), ("compare_set", 2), ("get", 1),
-                                         ("delete_key", 1)])
+@pytest.mark.parametrize("method, nth", [("check", 1), ("set", 1), ("set", 2), ("check", 2), ("get", 1), ("check", 3),
+                                         ("get", 2), ("delete_key", 1)])
 def test_the_store_dying_before_each_store_call_of_an_exchange(store_host, method, nth):
     port, kill = store_host
     a, b = _nodes(port, timeout_s=5)
     b.post("r0", b"b0")
     assert a.exchange("r0", b"a0") == {0: b"a0", 1: b"b0"}
     b.post("r1", b"b1")
-    a.store = KillBefore(a.store, method, nth, kill)  # r1: set, compare_set, wait, compare_set, get, delete_key
+    a.store = KillBefore(a.store, method, nth, kill)  # r1: check (accusations), set data, set status, check +
+    # get status, check + get data, delete_key (r0's payload)
     with pytest.raises(PeerFailure, match=LOST) as err:
         a.exchange("r1", b"a1")
     assert "\n" not in str(err.value)

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 dist = LazyModule("torch.distributed")
 
 POSTED = b"posted"
-_SLICE_S = 0.25  # longest single store wait while polling
+_SLICE_S = 0.25  # longest pause between two polls of the store
 
 
 def _seconds(s: float) -> datetime.timedelta:
@@ -93,27 +93,20 @@ class StoreExchange:
         except dist.DistError as err:
             return self._store_call(self._raise, err)
 
-    def _wait(self, key: str, seconds: float) -> None:
-        try:
-            self.store.wait([key], _seconds(seconds))
-        except dist.DistStoreError:
-            pass  # timed out: the caller polls again
-        except dist.DistError as err:  # the store's host died while we waited (DistNetworkError)
-            self._store_call(self._raise, err)
-
     # ------------------------------------------------------------------ signed marks
-    def _signed(self, what: str) -> str:
+    def _signed(self, what: str, bound: bool = True) -> str:
+        """This node's signature of ``what`` (``bound``: for this run context only); "" before the keys exist."""
         signer, keys = getattr(self, "signer", None), getattr(self, "keys", None)
         if signer is None or keys is None:
             return ""
-        return signer._key.sign(f"dgrpo/{what}|{keys.context}".encode()).hex()
+        return signer._key.sign(f"dgrpo/{what}|{keys.context if bound else ''}".encode()).hex()
 
-    def _valid(self, node: int, what: str, sig) -> bool:
+    def _valid(self, node: int, what: str, sig, bound: bool = True) -> bool:
         """Whether ``sig`` is node's signature of ``what`` (always, before the keys exist)."""
         keys = getattr(self, "keys", None)
         if getattr(self, "signer", None) is None or keys is None:
             return True
-        return keys.valid(node, f"dgrpo/{what}|{keys.context}".encode(), sig)
+        return keys.valid(node, f"dgrpo/{what}|{keys.context if bound else ''}".encode(), sig)
 
     def check_startup(self, protocol, values: dict, timeout_s: float) -> None:
         """Once the keys exist: every rank signs what it runs with (run context, hence the run name and
@@ -130,14 +123,15 @@ class StoreExchange:
         """
         self.signer, self.keys = protocol.signers.get(self.rank), protocol.verifier
         body = json.dumps(values, sort_keys=True)
-        mine = json.dumps({"values": values, "sig": self._signed(f"startup|{body}")})
+        mine = json.dumps({"values": values, "sig": self._signed(f"startup|{body}", bound=False)})  # (the
+        # run context is one of the values: a signature bound to it could not tell a forgery from a mismatch)
         forged, odd = [], {}
         for node, raw in sorted(self.gather_values("startup", mine, timeout_s=timeout_s).items()):
             try:
                 rec = json.loads(raw)
                 theirs = rec["values"]
                 ok = isinstance(theirs, dict) and self._valid(node, f"startup|{json.dumps(theirs, sort_keys=True)}",
-                                                              rec["sig"])
+                                                              rec["sig"], bound=False)
             except (ValueError, RecursionError, KeyError, TypeError):
                 ok = False
             if not ok:
@@ -147,8 +141,8 @@ class StoreExchange:
         if forged or odd:
             parts = [f"the start-up records of nodes {forged} do not verify with the keys node {self.rank} holds for "
                      "them (a public key or the record was overwritten in the store)" if forged else "",
-                     "; ".join(f"node {n} runs with another {', '.join(ks)} than node {self.rank}"
-                               for n, ks in odd.items())]
+                     "; ".join(f"nodes {[n for n in odd if tuple(odd[n]) == ks]} run with another {', '.join(ks)} than node "
+                               f"{self.rank}" for ks in sorted({tuple(k) for k in odd.values()}))]
             raise PeerFailure(f"{'; '.join(p for p in parts if p)}: a rank wrote over another's start-up values in "
                               "the store (or the ranks were started differently); stopping before round 0 rather "
                               "than splitting the swarm")
@@ -250,7 +244,7 @@ class StoreExchange:
         got: dict[int, bytes] = {}
         no_data: set[int] = set()
         left: list[int] = []
-        next_blame = time.monotonic() + 1.0
+        next_blame, delay = time.monotonic() + 1.0, 0.005
         while pending:
             for peer in list(pending):
                 state = self._status(tag, peer, deadline)
@@ -276,11 +270,9 @@ class StoreExchange:
                         self._expel(peer, *out)
                 next_blame = now + 1.0
             self._restore_own()
-            if pending:
-                start, wait = time.monotonic(), min(_SLICE_S, max(0.0, deadline - time.monotonic()))
-                self._wait(f"{tag}/status/{pending[0]}" if pending[0] not in no_data else f"{tag}/data/{pending[0]}", wait)
-                if time.monotonic() - start < 0.005:  # the key is there (a junk mark): poll, do not spin
-                    time.sleep(wait)
+            if pending:  # (polled: a c10d wait that times out logs a C++ warning every time)
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 1.5, _SLICE_S)
         for peer in left:
             self._expel(peer, tag, [], why="left the swarm (it stopped on an error)")
         if left and self.on_peer_failure == "abort":
@@ -288,7 +280,7 @@ class StoreExchange:
         missing = [p for p in pending if p not in no_data]
         empty = [p for p in pending if p in no_data]
         for peer in empty:
-            self.rejected.append((peer, f"transport: marked exchange {tag!r} posted but its payload is missing"))
+            self.rejected.append((peer, f"missing payload: marked exchange {tag!r} posted, payload not in the store"))
         if missing:
             for peer in missing:
                 self._accuse(peer, tag)

@@ -53,7 +53,7 @@ def test_a_posted_mark_without_payload_and_a_lone_accusation(tmp_path, tiny_mode
         assert ("node 3 marked exchange 'r0' posted but its payload was missing from the store within "
                 f"swarm.timeout_s={TIMEOUT}s") in r.output
     for r in (results[0], results[2]):
-        assert "node 3 accused node 1 of missing exchange 'r0' with 1 of the 2 accusers needed; nobody is expelled" in r.output
+        assert "node 3 accused node 1 of missing exchange 'r0' with 1 of the 3 accusers needed; nobody is expelled" in r.output
     assert "out of the swarm" not in "".join(r.output for r in results)
     records = read_metrics(run_dir)
     assert records[0]["time/exchange"] < TIMEOUT + 2.5 and records[1]["time/exchange"] < 2.5
@@ -129,3 +129,60 @@ def test_key_exchange_without_a_roster_is_an_explicit_loopback_opt_in(monkeypatc
     check_key_exchange(load_config(None, hm))  # the default listen address is 127.0.0.1
     with pytest.raises(ConfigError, match=r"0.0.0.0 is not a loopback"):
         check_key_exchange(load_config(None, [*hm, "swarm.hivemind.listen=[/ip4/0.0.0.0/tcp/31337]"]))
+
+
+# ---------------------------------------------------------------------- in-process unit checks
+def _swarm_of(n=4, timeout_s=0.3):
+    import torch.distributed as dist
+
+    from dgrpo.swarm.identity import Roster, Signer, Verifier, generate_keys
+    from dgrpo.transports.distributed import DistributedTransport
+
+    store, keys = dist.HashStore(), generate_keys(n)
+    verifier = Verifier(Roster.of(keys), "run|fp")
+    ts = [DistributedTransport(store, k, n, honest=range(n), timeout_s=timeout_s, on_peer_failure="continue")
+          for k in range(n)]
+    for t in ts:
+        t._closed = True
+        t.signer, t.keys = Signer(t.rank, keys[t.rank], "run|fp"), verifier
+    return ts
+
+
+def test_expulsion_needs_signed_accusations_of_more_than_half_the_live_nodes():
+    from dgrpo.transports.storewait import quorum
+
+    import time
+
+    assert [quorum(n) for n in (2, 3, 4, 5, 7)] == [1, 2, 3, 3, 4]
+    ts, far = _swarm_of(), time.monotonic() + 60
+    ts[3]._accuse(1, "r0")
+    assert ts[0]._expelled(1, far) is None  # alone: nobody is expelled
+    ts[0].report_lone_accusations(far)
+    assert ts[0].rejected == [(3, "accusation: node 3 accused node 1 of missing exchange 'r0' with 1 of the 3 "
+                                  "accusers needed; nobody is expelled")]
+    forged = json.dumps({"by": 0, "tag": "r0", "sig": ts[3]._signed("accuse|r0|1")}) + "\n"
+    ts[3].store.append("accuse/1", forged.encode())  # node 3 signs an accusation in node 0's name
+    ts[3].store.append("accuse/1", b'{"by": 2, "tag": "r0"}\n')  # an unsigned one
+    assert ts[0].accusations(1, far) == {"r0": {3}}
+    ts[2]._accuse(1, "r0")
+    assert ts[0]._expelled(1, far) is None  # 2 of 4 is not more than half
+    ts[0]._accuse(1, "r1")
+    assert ts[0]._expelled(1, far) is None  # accusations of different exchanges do not add up
+    ts[0]._accuse(1, "r0")
+    assert ts[3]._expelled(1, far) == ("r0", [0, 2, 3])
+    with pytest.raises(Exception, match="node 1 was declared failed by its peers in exchange 'r0': nodes \\[0, 2, 3\\]"):
+        ts[1].post("r2", b"x")
+
+
+def test_only_a_leave_mark_signed_by_its_node_ends_the_wait_for_it():
+    import time
+
+    ts = _swarm_of(n=2, timeout_s=0.5)
+    ts[0].store.set("r0/status/1", b"left:" + ts[0]._signed("left|r0|1").encode())  # node 0 forges node 1's
+    start = time.monotonic()
+    assert ts[0].collect("r0", [1]) == {} and 0.45 < time.monotonic() - start < 2  # waited to the deadline
+    assert ts[0].failed == {1: "r0"}  # (2 nodes: its one peer's accusation expels)
+    ts = _swarm_of(n=2, timeout_s=30)
+    ts[1].leave(["r0"])
+    start = time.monotonic()
+    assert ts[0].collect("r0", [1]) == {} and time.monotonic() - start < 2 and ts[0].failed == {1: "r0"}

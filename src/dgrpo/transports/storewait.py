@@ -10,7 +10,7 @@ reads there decides by itself who failed or who spoke (issue 31):
   Signed by k's roster key (unsigned before the keys exist and with ``swarm.protocol.sign=false``).
 * ``accuse/{k}``: lines ``{"by": j, "tag": t, "sig": …}`` appended by each node j that found k missing
   in exchange t, signed by j. k is expelled (left out of later exchanges, and told so when it
-  posts) once more than half of its live peers accused it in one exchange; a lone accusation
+  posts) once more than half of the live nodes accused it in one exchange; a lone accusation
   expels nobody and is named (``accusation`` in ``peers.jsonl``, under its signer).
 
 Every wait ends at the exchange's deadline (``timeout_s`` after this node posted): status marks and
@@ -43,9 +43,10 @@ def _seconds(s: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=max(s, 0.001))
 
 
-def quorum(live_peers: int) -> int:
-    """Accusers needed to expel a node: more than half of its live peers (at least one)."""
-    return live_peers // 2 + 1
+def quorum(live: int) -> int:
+    """Accusers needed to expel a node from a swarm of ``live`` live nodes (itself included): more than
+    half of them (3 of 4, 2 of 3); in a swarm of 2, the one peer (no majority exists there)."""
+    return max(1, min(live // 2 + 1, live - 1))
 
 
 class StoreExchange:
@@ -182,7 +183,7 @@ class StoreExchange:
 
     def _expelled(self, peer: int, deadline: float) -> tuple[str, list[int]] | None:
         """(exchange, accusers) if a quorum of ``peer``'s live peers accused it in one exchange."""
-        need = quorum(len(self.alive - {peer}))
+        need = quorum(len(self.alive | {peer}))
         for tag, by in sorted(self.accusations(peer, deadline).items()):
             if len(by) >= need:
                 return tag, sorted(by)
@@ -193,14 +194,14 @@ class StoreExchange:
         ``(accuser, "accusation: …")``, so peers.jsonl attributes it to the signer."""
         for peer in sorted(self.alive):
             for tag, by in self.accusations(peer, deadline).items():
-                if len(by) >= quorum(len(self.alive - {peer})):
+                if len(by) >= quorum(len(self.alive | {peer})):
                     continue
                 for accuser in sorted(by - {self.rank}):
                     if (accuser, tag, peer) in self._lone_seen:
                         continue
                     self._lone_seen.add((accuser, tag, peer))
                     reason = (f"accusation: node {accuser} accused node {peer} of missing exchange {tag!r} with "
-                              f"{len(by)} of the {quorum(len(self.alive - {peer}))} accusers needed; nobody is expelled")
+                              f"{len(by)} of the {quorum(len(self.alive | {peer}))} accusers needed; nobody is expelled")
                     log.warning("%s", reason)
                     self.rejected.append((accuser, reason))
 

@@ -16,7 +16,7 @@ KEYS=runs/${NAME}_keys
 LOGS=runs/${NAME}_logs
 if [ -e "results/$NAME/metrics.jsonl" ]; then echo "results/$NAME already holds a run; move it away first" >&2; exit 1; fi
 mkdir -p "$KEYS/node0" "$LOGS"
-ARGS=(swarm.transport=hivemind swarm.nodes=4 rounds=3 threads=1 eval.every=3 eval.n_prompts=8 'swarm.malicious=[3]'
+ARGS=(swarm.transport=hivemind swarm.nodes=4 swarm.unsafe_key_exchange=true rounds=3 threads=1 eval.every=3 eval.n_prompts=8 'swarm.malicious=[3]'
       attack.kind=injection 'defenses=[{kind: topk}]' out_dir=results name=$NAME)
 # Node 0's libp2p identity is made first, so its full address (peer id) is known before it starts.
 ADDR=$(python - "$KEYS/node0/p2p.key" "$PORT" <<'EOF'

@@ -7,7 +7,7 @@
 set -euo pipefail
 OUT=${1:-results/protocol_torchrun}; shift || true
 HERE=$(dirname "$0")
-COMMON=(swarm.transport=distributed swarm.nodes=4 rounds=3 threads=1 eval.every=3 eval.n_prompts=8
+COMMON=(swarm.transport=distributed swarm.nodes=4 swarm.unsafe_key_exchange=true rounds=3 threads=1 eval.every=3 eval.n_prompts=8
         "out_dir=$OUT" "$@")
 mkdir -p "$OUT"
 for RUN in unattacked:honest attacked:attack withheld:withhold; do

@@ -230,25 +230,72 @@ def _equivocate() -> None:
     DistributedTransport.encode = encode
 
 
-def _slow_reader(seconds: float) -> None:
-    """This (honest) rank reads its peers' round-0 payloads ``seconds`` late (a slow link)."""
+def _slow_reader(seconds: float, tag: str = "r0") -> None:
+    """This (honest) rank reads its peers' payloads of exchange ``tag`` ``seconds`` late (a slow link)."""
     from dgrpo.transports.distributed import DistributedTransport
 
     original = DistributedTransport.collect
 
-    def collect(self, tag, peers, deadline=None):
-        if tag == "r0":
+    def collect(self, tag_, peers, deadline=None):
+        if tag_ == tag:
             time.sleep(seconds)
-        return original(self, tag, peers, None if deadline is None else deadline + seconds)
+        return original(self, tag_, peers, None if deadline is None else deadline + seconds)
 
     DistributedTransport.collect = collect
+
+
+def _no_payload() -> None:
+    """This rank marks round 0 posted and never writes its payload."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.post
+
+    def post(self, tag, payload, framed=False):
+        if tag == "r0":
+            self.store.set(f"r0/status/{self.rank}", b"posted")
+            return None
+        return original(self, tag, payload, framed)
+
+    DistributedTransport.post = post
+
+
+def _delete(victim: int) -> None:
+    """This rank deletes the victim's round-0 payload as soon as the victim marks it posted."""
+    def delete(t):
+        t.store.wait([f"r0/status/{victim}"], datetime.timedelta(seconds=60))
+        t.store.delete_key(f"r0/data/{victim}")
+        print(f"rank {t.rank}: deleted r0/data/{victim}", flush=True)
+
+    _before_reading("r0", delete)
+
+
+def _overwrite_startup(tag: str, victim: int, value: bytes) -> None:
+    """This rank replaces the victim's value of start-up exchange ``tag`` once the victim posted it."""
+    def overwrite(t):
+        t.store.wait([f"{tag}/status/{victim}"], datetime.timedelta(seconds=60))
+        t.store.set(f"{tag}/data/{victim}", value)
+        print(f"rank {t.rank}: overwrote {tag}/data/{victim}", flush=True)
+
+    _before_reading(tag, overwrite)
+
+
+def _accuse(victim: int) -> None:
+    """This rank accuses the victim (signed, alone) of missing round 0 and marks its round-1 status failed."""
+    def accuse(t):
+        t._accuse(victim, "r0")
+        t.store.compare_set(f"r1/status/{victim}", "", "failed")
+
+    _before_reading("r0", accuse)
 
 
 def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     """``craft:R`` (rank R sends crafted JSON), ``die:R:ROUND`` (rank R exits hard at ROUND),
     ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND), ``forge:R:V`` (rank R appends forged messages
     under rank V's store key), ``overwrite:R:V`` (rank R replaces V's payload once V posted), ``equivocate:R`` (rank R shows node 0 other messages than later
-    readers), ``slowread:R:SECONDS``; several scenarios are joined with ``,``."""
+    readers), ``slowread:R:SECONDS[:TAG]``, ``nopayload:R`` (R marks round 0 posted, writes nothing),
+    ``delete:R:V`` (R deletes V's round-0 payload once posted), ``accuse:R:V`` (R alone accuses V),
+    ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
+    ``late:R:SECONDS`` (R starts late); several scenarios are joined with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
             apply_scenario(one, rank, args)
@@ -267,7 +314,24 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     if kind == "equivocate":
         return _equivocate()
     if kind == "slowread":
-        return _slow_reader(float(rest[0]))
+        return _slow_reader(float(rest[0]), *rest[1:])
+    if kind == "nopayload":
+        return _no_payload()
+    if kind == "delete":
+        return _delete(int(rest[0]))
+    if kind == "accuse":
+        return _accuse(int(rest[0]))
+    if kind == "rename":
+        return _overwrite_startup("name", 0, b"forged-run-name")
+    if kind == "rekey":
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        from dgrpo.swarm.identity import public_hex
+        return _overwrite_startup("roster", int(rest[0]), public_hex(Ed25519PrivateKey.generate()).encode())
+    if kind == "late":
+        print(f"rank {rank}: starting {rest[0]}s late", flush=True)
+        time.sleep(float(rest[0]))
+        return
     if kind == "craft":
         original = DistributedTransport.encode
 

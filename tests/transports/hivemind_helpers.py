@@ -71,6 +71,7 @@ def launch(nprocs: int, args: list[str], out_dir: Path, scenario: str = "", time
         where = [f"swarm.hivemind.listen=[/ip4/127.0.0.1/tcp/{port}]"] if node == 0 else \
             ["swarm.hivemind.listen=[/ip4/127.0.0.1/tcp/0]", f"swarm.hivemind.initial_peers=[{address}]"]
         node_args = [*command, "swarm.transport=hivemind", f"swarm.hivemind.node={node}", *where,
+                     "swarm.unsafe_key_exchange=true",  # loopback, no roster file: fresh keys exchanged at start
                      *(per_node or {}).get(node, [])]
         logs[node] = str(out_dir / f"node{node}.log")
         procs[node] = ctx.Process(target=_node, args=(node, node_args, logs[node], scenario))  # not daemonic: it forks its DHT

@@ -18,7 +18,8 @@ from dgrpo.types import Message
 # Tiny but non-trivial: the attacker's full-reward poisoned completion (beside its sampled filler)
 # makes advantages non-zero, so every round updates the weights and later rounds depend on earlier ones.
 COMMON = ["threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=2", "eval.n_prompts=2",
-          "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01"]
+          "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01",
+          "swarm.unsafe_key_exchange=true"]  # loopback, no roster file: fresh keys exchanged at start
 B2 = "swarm.prompts_per_round=2"
 ATTACK = ["attack.kind=injection", "attack.poisoned_per_group=1"]
 
@@ -179,6 +180,7 @@ def test_stalled_peer_is_dropped_and_the_swarm_continues(tmp_path, tiny_model_di
     for rec in records[2:4]:  # groups hold the 3 completions received; node 3 is absent, not scored 0
         assert rec["swarm/messages"] == 6 and rec["swarm/nodes_alive"] == 3
         assert rec["train/reward/node3"] is None and rec["train/reward/node1"] is not None
+    assert records[2]["time/exchange"] < 4 + 2.5  # round 2 ends at the deadline (+ the quorum's poll in eq2)
     assert records[3]["time/exchange"] < 3  # round 3 no longer waits the 4 s for node 3
 
 

@@ -30,14 +30,14 @@ _spaces = itertools.count()
 
 @pytest.fixture(scope="module")
 def dhts(tmp_path_factory):
-    """Three DHT nodes on 127.0.0.1 (shared by this module's tests; each test uses its own key space)."""
+    """Four DHT nodes on 127.0.0.1 (shared by this module's tests; each test uses its own key space)."""
     root = tmp_path_factory.mktemp("dht")
     first = start_dht(0, listen=["/ip4/127.0.0.1/tcp/0"], announce=[], initial_peers=[], identity_dir=root / "n0",
                       validator=SignedRecordValidator(), daemon_timeout_s=60, startup_timeout_s=60)
     peers = [str(a) for a in first.get_visible_maddrs()]
     nodes = [first] + [start_dht(k, listen=["/ip4/127.0.0.1/tcp/0"], announce=[], initial_peers=peers,
                                  identity_dir=root / f"n{k}", validator=SignedRecordValidator(), daemon_timeout_s=60,
-                                 startup_timeout_s=60) for k in (1, 2)]
+                                 startup_timeout_s=60) for k in (1, 2, 3)]
     yield nodes
     for d in nodes:
         d.shutdown()
@@ -107,6 +107,29 @@ def test_a_missing_peer_is_named_within_the_deadline(dhts):
     with pytest.raises(PeerFailure, match=r"node 1 sent nothing for exchange 'r0' within swarm.timeout_s=1.5s"):
         a.exchange("r0", b"x")
     assert time.monotonic() - start < 10
+
+
+def test_a_start_up_wait_names_the_start_up_limit(dhts):
+    """A restarted node's launch barrier quotes swarm.startup_timeout_s, not swarm.timeout_s (issue 31)."""
+    a, _ = transports(dhts, 2, timeout_s=60, on_peer_failure="abort")
+    with pytest.raises(PeerFailure, match=r"node 1 sent nothing for exchange 'start' within swarm.startup_timeout_s=1.5s"):
+        a.gather_values("start", "launch", timeout_s=1.5)
+    assert a.timeout_s == 60 and a.limit_name == "swarm.timeout_s"
+
+
+@pytest.mark.parametrize("size", [64 << 10, "max"])
+def test_a_round_of_four_nodes_with_honest_payloads_of_64_kb_and_of_the_maximum(dhts, size):
+    """hivemind's DHT process read big store commands torn (BlockingIOError, then EOFError: it died on
+    28-200 kB values on a loaded machine); node.py reads them whole. Every node gets every payload,
+    committed alike, and every DHT process lives on."""
+    ts = transports(dhts, 4, timeout_s=60)
+    size = ts[0].max_record_bytes if size == "max" else size
+    assert ts[0].max_record_bytes > 900_000  # (4 MiB less headroom, over 4 nodes)
+    payloads = {k: bytes([65 + k]) * (size - 1) + b"\n" for k in range(4)}
+    out = in_threads([lambda t=t: t.commit(0, t.exchange("r0", payloads[t.rank])) for t in ts])
+    assert out == [payloads] * 4, [type(o).__name__ if not isinstance(o, dict) else sorted(o) for o in out]
+    assert all(d.is_alive() for d in dhts)
+    assert [len(v) for v in out[0].values()] == [size] * 4
 
 
 def test_a_peer_that_said_bye_is_not_waited_for(dhts):

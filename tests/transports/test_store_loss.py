@@ -86,15 +86,16 @@ class KillBefore:
         return call
 
 
-@pytest.mark.parametrize("method, nth", [("set", 1), ("compare_set", 1), ("wait", 1), ("compare_set", 2), ("get", 1),
-                                         ("delete_key", 1)])
+@pytest.mark.parametrize("method, nth", [("check", 1), ("set", 1), ("set", 2), ("check", 2), ("get", 1), ("check", 3),
+                                         ("get", 2), ("delete_key", 1)])
 def test_the_store_dying_before_each_store_call_of_an_exchange(store_host, method, nth):
     port, kill = store_host
     a, b = _nodes(port, timeout_s=5)
     b.post("r0", b"b0")
     assert a.exchange("r0", b"a0") == {0: b"a0", 1: b"b0"}
     b.post("r1", b"b1")
-    a.store = KillBefore(a.store, method, nth, kill)  # r1: set, compare_set, wait, compare_set, get, delete_key
+    a.store = KillBefore(a.store, method, nth, kill)  # r1: check (accusations), set data, set status, check +
+    # get status, check + get data, delete_key (r0's payload)
     with pytest.raises(PeerFailure, match=LOST) as err:
         a.exchange("r1", b"a1")
     assert "\n" not in str(err.value)
@@ -133,3 +134,16 @@ def test_an_unreachable_store_at_start_is_one_line(monkeypatch, capsys, tiny_mod
                "swarm.startup_timeout_s=2", "task.n_train=4", "task.n_val=2"])
     err = capsys.readouterr().err
     assert rc == 3 and "cannot reach the rendezvous store at 127.0.0.1:" in err and err.count("\n") == 1, err
+
+
+def test_a_node_that_stalled_past_the_timeout_and_finds_the_store_gone_is_told_it_was_declared_failed(store_host):
+    """Without torchrun the store's host (rank 0) leaves once the others finished without the stalled
+    node: that node hears what happened to it, not only that the store is gone (issue 31)."""
+    port, kill = store_host
+    a, _ = _nodes(port, timeout_s=2)
+    a.post("r0", b"a")  # its last store call that succeeded
+    kill()
+    a._last_contact -= 10  # then it stalled 10 s
+    with pytest.raises(PeerFailure, match=r"node 0 was declared failed by its peers: it stalled 1\d s, more than "
+                                          r"swarm.timeout_s=2s, and they have left \(the rendezvous store is gone\)"):
+        a.post("r1", b"a")

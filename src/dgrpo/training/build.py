@@ -177,6 +177,7 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
     """
     from dgrpo.errors import ConfigError
     from dgrpo.transports.distributed import config_fingerprint
+    from dgrpo.transports.rendezvous import check_key_exchange
 
     pc = cfg.swarm.protocol
     local = transport.local_nodes
@@ -189,6 +190,7 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
             if len(local) == cfg.swarm.nodes:
                 roster = Roster.of(private)
             else:  # one node per process: each makes its own key and publishes the public half
+                check_key_exchange(cfg)  # (unsafe: any peer can replace a key on its way; loopback opt-in only)
                 pubs = transport.gather_values("roster", public_hex(private[local[0]]))
                 roster = Roster({int(n): k for n, k in pubs.items()})
     except ValueError as err:
@@ -246,6 +248,10 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
         task = build_task(cfg)
         swarm = build_swarm(cfg, task, transport.local_nodes)
         swarm.protocol = build_protocol(cfg, task, transport, run_dir)
+        if hasattr(transport, "check_startup"):  # distributed: every rank signs what it runs with (issue 31)
+            transport.check_startup(swarm.protocol, {"context": swarm.protocol.verifier.context, "honest": transport.honest,
+                                                     "roster": swarm.protocol.verifier.roster.fingerprint},
+                                    cfg.swarm.startup_timeout_s)
     except BaseException:
         if fresh and not (run_dir / "metrics.jsonl").exists():  # nothing was run: leave no empty run directory
             shutil.rmtree(run_dir, ignore_errors=True)

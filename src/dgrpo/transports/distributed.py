@@ -19,21 +19,23 @@ protocol's rules (:mod:`dgrpo.swarm.protocol`).
 The process group itself (gloo on CPU, NCCL when every local rank has a GPU) is initialised for
 whatever needs collectives later (e.g. robust aggregation of shared updates); no round waits on it.
 
-Exchange protocol, for an exchange named ``tag`` (``r{round}`` for messages), keys under ``dgrpo/``:
+Exchange protocol, for an exchange named ``tag`` (``r{round}`` for messages), keys under ``dgrpo/``
+(:mod:`dgrpo.transports.storewait`: any rank can write any key, so no mark there is trusted alone):
 
     {tag}/data/{k}    node k's payload (set first); a round's messages are appended as frames
                       (:mod:`dgrpo.transports.framing`); ``eq{round}``: the signed messages k received
                       (:meth:`DistributedTransport.cross_check`, docs/protocol.md)
-    {tag}/status/{k}  "posted", set by k after its payload, or "failed", set by the first node that
-                      timed out waiting for k. Both go through ``compare_set(key, "", value)``, so
-                      the first writer decides for every node: all nodes agree whether k took part.
+    {tag}/status/{k}  "posted", set by k after its payload (a hint to read, nothing more), or a leave
+                      mark signed by k when it stops on an error
+    accuse/{k}        signed accusations of the nodes that found k missing; a quorum of its live peers
+                      in one exchange expels k
 
-A node waits for each live peer until ``swarm.timeout_s`` after posting its own payload. A peer
-declared failed is named in the log; with ``on_peer_failure=abort`` the node raises
-:class:`PeerFailure` (the CLI exits non-zero), with ``continue`` it drops the peer from this and all
-later exchanges. A node that finds itself declared failed (it stalled past its peers' timeout)
-leaves with :class:`PeerFailure`. A node that stops on an error marks its next exchanges failed on
-the way out, so its peers need not wait for the timeout.
+A node waits for each live peer until ``swarm.timeout_s`` after posting its own payload, polling with
+bounded store calls. A missing peer is named in the log; with ``on_peer_failure=abort`` the node
+raises :class:`PeerFailure` (the CLI exits non-zero), with ``continue`` the round goes on without it,
+and later exchanges drop it once a quorum accused it. A node that finds itself expelled (it stalled
+past its peers' timeout) leaves with :class:`PeerFailure`. A node that stops on an error marks its
+next exchanges left on the way out, so its peers need not wait for the timeout.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import compare_views
 from dgrpo.transports.framing import frame, relayed, unframe
 from dgrpo.transports.rendezvous import _seconds, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
+from dgrpo.transports.storewait import StoreExchange
 from dgrpo.swarm.validation import parse_message
 from dgrpo.types import Message
 
@@ -62,8 +65,7 @@ dist = LazyModule("torch.distributed")
 
 LABELS = frozenset({"honest", "poisoned", "malicious"})  # simulation ground truth (metrics only)
 MAX_PAYLOAD_BYTES = 64 * 2**20  # a peer's payload is refused unread above this (JSON parser memory)
-_POSTED, _FAILED = b"posted", b"failed"
-class DistributedTransport:
+class DistributedTransport(StoreExchange):
     """All-gather of a round's messages between torchrun ranks, one swarm node per rank.
 
     Args:
@@ -97,7 +99,13 @@ class DistributedTransport:
         self.first_round = 0  # every rank starts together (a world of fixed size)
         self.verifier = None
         self.equivocators: dict[int, int] = {}
-        self._own_keys: list[str] = []  # payload keys of the previous exchange, deleted once peers moved on
+        self.signer = self.keys = None  # this node's Signer and the roster's Verifier (check_startup): they sign
+        # and check leave marks, accusations and the start-up values
+        self.limit_name = "swarm.timeout_s"  # the setting timeout_s comes from (named in errors)
+        # (key, body, framed) of this node's payloads that peers may still read; deleted once they moved on
+        self._own_keys: list[tuple[str, bytes, bool]] = []
+        self._last_contact = 0.0  # when a store call last succeeded
+        self._lone_seen: set[tuple[int, str, int]] = set()
         self._last_round: int | None = None
         self._closed = False
         atexit.register(self._exit)
@@ -135,101 +143,36 @@ class DistributedTransport:
         live = [n for n in self.honest if n in self.alive]
         return bool(live) and live[0] == self.rank
 
-    # ------------------------------------------------------------------ exchange
-    @staticmethod
-    def _raise(err: Exception):
-        raise err
-
-    def _store_call(self, fn, *args):
-        try:
-            return fn(*args)
-        except dist.DistError as err:
-            raise PeerFailure(f"node {self.rank} lost the rendezvous store (MASTER_ADDR:MASTER_PORT; hosted by the "
-                              f"torchrun agent of the first machine, or by rank 0 without torchrun): "
-                              f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
-
-    def _arrived(self, key: str, deadline: float) -> bool:
-        """Wait for a status key until ``deadline``; on timeout try to declare it failed. True if posted."""
-        try:
-            self.store.wait([key], _seconds(deadline - time.monotonic()))
-        except dist.DistStoreError:
-            pass  # timed out; the compare_set below decides (the peer may have posted meanwhile)
-        except dist.DistError as err:  # the store's host died while we waited (DistNetworkError)
-            self._store_call(self._raise, err)
-        return self._store_call(self.store.compare_set, key, "", "failed") == _POSTED
-
-    def post(self, tag: str, payload: bytes, framed: bool = False) -> None:
-        """Publish this node's payload of exchange ``tag`` (``framed``: appended as a frame).
-
-        Raises:
-            PeerFailure: the peers already declared this node failed in ``tag``.
-        """
-        data_key = f"{tag}/data/{self.rank}"
-        if framed:
-            self._store_call(self.store.append, data_key, frame(payload))
-        else:
-            self._store_call(self.store.set, data_key, payload)
-        self._own_keys.append(data_key)
-        state = self._store_call(self.store.compare_set, f"{tag}/status/{self.rank}", "", "posted")
-        if state != _POSTED:
-            self.alive.discard(self.rank)
-            raise PeerFailure(f"node {self.rank} was declared failed by its peers in exchange {tag!r}: it came more "
-                              f"than swarm.timeout_s={self.timeout_s:g}s after them (stalled?); leaving the swarm")
-
-    def collect(self, tag: str, peers: Iterable[int], deadline: float | None = None) -> dict[int, bytes]:
-        """Payloads of ``peers`` in exchange ``tag``, waiting until ``deadline`` (default: now + timeout_s).
-
-        Peers that miss it are declared failed (see module docstring) and left out.
-
-        Raises:
-            PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names every missing peer).
-        """
-        deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
-        got, missing = {}, []
-        for peer in sorted((set(peers) & self.alive) - {self.rank}):
-            if self._arrived(f"{tag}/status/{peer}", deadline):
-                got[peer] = self._store_call(self.store.get, f"{tag}/data/{peer}")
-            else:
-                missing.append(peer)
-        if missing:
-            self._declare_failed(missing, tag)
-        return got
-
-    def _declare_failed(self, peers: list[int], tag: str) -> None:
-        nxt = 0 if self._last_round is None else self._last_round + 1
-        for peer in peers:
-            self.alive.discard(peer)
-            self.failed[peer] = tag
-            # Also for the next message round, so that a peer missed only by this node (a metrics
-            # exchange) is dropped by every node: all keep training on the same messages.
-            self._store_call(self.store.compare_set, f"r{nxt}/status/{peer}", "", "failed")
-        what = f"node{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
-        text = (f"{what} sent nothing for exchange {tag!r} within swarm.timeout_s={self.timeout_s:g}s "
-                "(dead or stalled)")
-        if self.on_peer_failure == "abort":
-            log.error("%s; aborting (swarm.on_peer_failure=abort)", text)
-            raise PeerFailure(f"{text}; aborted (set swarm.on_peer_failure=continue to go on without it)")
-        log.warning("%s; continuing without it (swarm.on_peer_failure=continue)", text)
+    # ------------------------------------------------------------------ exchange (post, collect: StoreExchange)
+    _frame = staticmethod(frame)
 
     def exchange(self, tag: str, payload: bytes, framed: bool = False) -> dict[int, bytes]:
         """Post ``payload`` and collect every live peer's (own payload included, under this rank)."""
-        stale, self._own_keys = self._own_keys, []
+        stale = self._own_keys
+        self._own_keys = []
         self.post(tag, payload, framed)
         deadline = time.monotonic() + self.timeout_s
+        self._own_keys = stale + self._own_keys  # restored if deleted while peers may still read them
         got = {self.rank: payload, **self.collect(tag, range(self.world_size), deadline)}
         # Every live peer has posted `tag`, so it is done reading what this node posted before.
-        for key in stale:
+        self._own_keys = self._own_keys[len(stale):]
+        for key, _, _ in stale:
             self._store_call(self.store.delete_key, key)
         return got
 
     def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
-        """Every live node's ``value`` (a small string), e.g. to agree on a run name or check configs."""
-        saved = self.timeout_s
-        self.timeout_s = timeout_s or saved
+        """Every live node's ``value`` (a small string), e.g. to agree on a run name or check configs.
+
+        ``timeout_s``: a start-up wait (``swarm.startup_timeout_s``, named so in errors; every rank is
+        needed); default ``swarm.timeout_s``.
+        """
+        saved = self.timeout_s, self.limit_name
+        if timeout_s is not None:
+            self.timeout_s, self.limit_name = timeout_s, "swarm.startup_timeout_s"
         try:
-            return {n: b.decode() for n, b in self.exchange(tag, value.encode()).items()}
+            return {n: b.decode(errors="replace") for n, b in self.exchange(tag, value.encode()).items()}
         finally:
-            self.timeout_s = saved
+            self.timeout_s, self.limit_name = saved
 
     def agree(self, tag: str, value: str) -> str:
         """The lowest live node's ``value``: the one all nodes use (run names differ by start second)."""
@@ -334,7 +277,9 @@ class DistributedTransport:
         out: list[Message] = []
         for node in sorted(payloads):
             out += mine if node == self.rank else self.decode(node, payloads[node])
-        return out if self.verifier is None else self.cross_check(round_idx, out)
+        out = out if self.verifier is None else self.cross_check(round_idx, out)
+        self.report_lone_accusations(time.monotonic() + self.timeout_s)
+        return out
 
     # ------------------------------------------------------------------ shutdown
     def close(self) -> None:
@@ -363,8 +308,7 @@ class DistributedTransport:
         self._closed = True
         nxt = 0 if self._last_round is None else self._last_round + 1
         try:
-            for tag in (f"r{nxt}", f"eq{nxt - 1}", f"rec{nxt - 1}", f"rec{nxt}", "done"):
-                self.store.compare_set(f"{tag}/status/{self.rank}", "", "failed")
+            self.leave((f"r{nxt}", f"eq{nxt - 1}", f"rec{nxt - 1}", f"rec{nxt}", "done"))
         except Exception:  # noqa: BLE001 - the store may be gone already; peers then time out
             pass
 

@@ -76,6 +76,7 @@ class HivemindTransport:
         self.local_nodes = [rank]
         self.honest = sorted(honest)
         self.timeout_s, self.on_peer_failure, self.max_messages = timeout_s, on_peer_failure, max_messages
+        self.limit_name = "swarm.timeout_s"  # the setting timeout_s comes from (named in errors)
         self.join = dict(join or {})
         self.first_round = self.join.get(rank, 0)
         self.alive = {n for n in range(world_size) if n not in self.join} | {rank}
@@ -267,7 +268,7 @@ class HivemindTransport:
         elif set(peers) <= set(left):
             text = f"{what} left the swarm during exchange {tag!r} (stopped on an error)"
         else:
-            text = f"{what} sent nothing for exchange {tag!r} within swarm.timeout_s={self.timeout_s:g}s (dead or stalled)"
+            text = f"{what} sent nothing for exchange {tag!r} within {self.limit_name}={self.timeout_s:g}s (dead or stalled)"
         if self.on_peer_failure == "abort":
             log.error("%s; aborting (swarm.on_peer_failure=abort)", text)
             raise PeerFailure(f"{text}; aborted (set swarm.on_peer_failure=continue to go on without it)")
@@ -280,13 +281,17 @@ class HivemindTransport:
         return {self.rank: payload, **self.collect(tag, range(self.world_size), deadline)}
 
     def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
-        """Every live node's ``value`` (a small string), e.g. to agree on a run name or check configs."""
-        saved = self.timeout_s
-        self.timeout_s = timeout_s or saved
+        """Every live node's ``value`` (a small string), e.g. to agree on a run name or check configs.
+
+        ``timeout_s``: a start-up wait (``swarm.startup_timeout_s``, named so in errors); default ``timeout_s``.
+        """
+        saved = self.timeout_s, self.limit_name
+        if timeout_s is not None:
+            self.timeout_s, self.limit_name = timeout_s, "swarm.startup_timeout_s"
         try:
             return {n: b.decode(errors="replace") for n, b in self.exchange(tag, value.encode()).items()}
         finally:
-            self.timeout_s = saved
+            self.timeout_s, self.limit_name = saved
 
     def agree(self, tag: str, value: str) -> str:
         """The lowest live node's ``value``; a node that joined later takes it from the launch record."""

@@ -70,11 +70,16 @@ def join_group(cfg: "RunConfig"):
                           f"swarm runs one node per rank, so launch nproc-per-node × nnodes = {sw.nodes}")
     startup = _seconds(sw.startup_timeout_s)
     try:
-        store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=startup))
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's agent hosts the store
+            store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=startup))
+        else:  # rank 0 hosts it, without waiting there for the others (check_in names who is missing)
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
+                                  timeout=startup, wait_for_workers=False)
     except (dist.DistError, RuntimeError, ValueError) as err:  # (unreachable, refused, or timed out)
         raise PeerFailure(f"node {rank} cannot reach the rendezvous store at {os.environ['MASTER_ADDR']}:"
                           f"{os.environ['MASTER_PORT']} within swarm.startup_timeout_s={sw.startup_timeout_s:g}s "
                           f"({' '.join(str(err).split())[:160]})") from err
+    check_in(store, rank, world, sw.startup_timeout_s)
     backend = pick_backend(sw.backend)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -86,3 +91,78 @@ def join_group(cfg: "RunConfig"):
             raise PeerFailure(f"node {rank} lost the rendezvous store or a peer while joining the process group: "
                               f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
     return store, rank, world, backend
+
+
+def check_in(store, rank: int, world: int, timeout_s: float) -> None:
+    """Every rank marks ``dgrpo/join/{rank}`` and waits until all have, before the (collective) group
+    set-up, so that a rank missing after ``timeout_s`` is named by the others, and a rank that starts
+    after they gave up is told so, each in one line.
+
+    Raises:
+        PeerFailure: ranks missing after ``timeout_s`` (names them), or this rank came after the
+            others stopped waiting.
+    """
+    import time
+
+    def call(fn, *args):
+        try:
+            return fn(*args)
+        except dist.DistError as err:
+            raise PeerFailure(f"node {rank} lost the rendezvous store while the ranks checked in: "
+                              f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
+
+    call(store.set, f"dgrpo/join/{rank}", b"1")
+    gave_up = "dgrpo/join/abandoned"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if call(store.check, [gave_up]):
+            named = call(store.get, gave_up).decode(errors="replace")
+            if str(rank) in named.split(","):
+                raise PeerFailure(f"node {rank} started after its peers stopped waiting for it (swarm.startup_timeout_s="
+                                  f"{timeout_s:g}s): start every rank within it")
+            raise PeerFailure(f"nodes [{named}] did not join within swarm.startup_timeout_s={timeout_s:g}s (not started, "
+                              "or started too late; a peer gave up waiting): start every rank within it")
+        missing = [k for k in range(world) if not call(store.check, [f"dgrpo/join/{k}"])]
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            call(store.compare_set, gave_up, "", ",".join(map(str, missing)))
+            raise PeerFailure(f"nodes {missing} did not join within swarm.startup_timeout_s={timeout_s:g}s (not started, "
+                              "or started too late): start every rank within it")
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_key_exchange(cfg: "RunConfig") -> None:
+    """Key exchange through the transport (no ``swarm.protocol.roster``) is an explicit, loopback-only opt-in.
+
+    Raises:
+        ConfigError: ``swarm.unsafe_key_exchange`` is off, or a peer address is not a loopback one.
+    """
+    sw = cfg.swarm
+    fix = (f"write every node's key before the run with `dgrpo keys {sw.nodes} --out DIR` and give each process "
+           "swarm.protocol.roster=DIR/roster.json swarm.protocol.key_dir=DIR (docs/protocol.md)")
+    if not sw.unsafe_key_exchange:
+        raise ConfigError(f"swarm.transport={sw.transport} with one node per process needs swarm.protocol.roster: "
+                          f"{fix}; on one machine only, swarm.unsafe_key_exchange=true exchanges fresh keys at start "
+                          "(any local process could replace one)")
+    if sw.transport == "distributed":
+        hosts = [os.environ.get("MASTER_ADDR", "")]
+    else:
+        h = sw.hivemind
+        hosts = [a.split("/")[2] for a in (*h.listen, *h.announce, *h.initial_peers) if a.count("/") >= 2]
+    far = [x for x in hosts if not _loopback(x)]
+    if far:
+        raise ConfigError(f"swarm.unsafe_key_exchange=true is refused for peers beyond this machine ({far[0]} is not "
+                          f"a loopback address): {fix}")

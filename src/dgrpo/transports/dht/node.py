@@ -11,6 +11,12 @@ hivemind-based swarms meet these most):
 * a malformed address: named, with its field and index, before anything starts;
 * the identity is already used by a running peer (two processes with one identity folder).
 
+A bug of hivemind 1.1.12 is worked around here (issue 31): the DHT child reads its commands from a
+pipe that uvloop's ``add_reader`` has made non-blocking, so a command larger than what the parent
+has written into the pipe so far (a ``store`` of tens of kB on a loaded machine: a write above 4 kB
+is not atomic) fails with ``BlockingIOError`` half read, and the next read of the torn stream with
+``EOFError``: the DHT process dies. :class:`_BlockingReader` reads each command whole.
+
 The child is forked before any model is loaded (the transport is built first). hivemind leaves the
 child and its daemon running when the parent is killed (SIGKILL, OOM), and the daemon's unix
 sockets in /tmp after a failed start (one per bootstrap retry) or a death by signal; so the child
@@ -41,6 +47,29 @@ from dgrpo.errors import ConfigError, PeerFailure
 log = logging.getLogger(__name__)
 
 
+class _BlockingReader:
+    """The DHT child's end of its command pipe, read in blocking mode (see the module docstring).
+
+    The child's loop polls the pipe before each read, so a blocking read only waits for the rest of
+    a command the parent is writing at that moment.
+    """
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    def recv(self):
+        fd = self._conn.fileno()
+        was = os.get_blocking(fd)
+        os.set_blocking(fd, True)
+        try:
+            return self._conn.recv()
+        finally:
+            os.set_blocking(fd, was)
+
+    def __getattr__(self, name):  # poll, fileno, close: the connection's own
+        return getattr(self._conn, name)
+
+
 class _WatchedDHT(hivemind.DHT):
     """A hivemind DHT whose child process exits when the process that started it is gone, and whose
     daemon sockets live in a private folder (hivemind leaves them in /tmp when a start fails or the
@@ -54,6 +83,7 @@ class _WatchedDHT(hivemind.DHT):
         from hivemind.p2p import P2P
 
         P2P._UNIX_SOCKET_PREFIX = f"/unix{self.socket_dir}/"  # (this process only: it is the DHT's own)
+        self._inner_pipe = _BlockingReader(self._inner_pipe)  # (the child's copy; the parent only sends)
         parent = os.getppid()
 
         def watch() -> None:

@@ -1,0 +1,188 @@
+"""A rank that abuses the shared c10d store (issue 31, items 4-5), in real 4-rank swarms on loopback.
+
+Every rank can write, append to or delete any store key. Each test plays one abuse and checks that
+no honest rank exits, is expelled or banned, that rounds end within ``swarm.timeout_s``, and that
+whoever can be named is named; what cannot be made harmless (a start-up value overwritten) stops
+every rank before round 0 with one line, never a split swarm that trains.
+"""
+
+import json
+import re
+
+import pytest
+from distributed_helpers import comparable, launch
+from test_distributed import B2, COMMON, in_process
+
+from dgrpo.metrics.logger import read_metrics
+
+TIMEOUT = 5
+ARGS = ["swarm.nodes=4", *COMMON, B2, "rounds=2", "eval.every=10", f"swarm.timeout_s={TIMEOUT}",
+        "swarm.startup_timeout_s=10", "swarm.on_peer_failure=continue"]
+
+
+def run(tmp_path, args, scenario, timeout=90, name="d"):
+    named = [f"name={name}"] if name else []  # (no name: the ranks agree on one through the store)
+    results = launch(4, ["run", *args, f"out_dir={tmp_path}", *named, "swarm.transport=distributed"],
+                     scenario=scenario, timeout=timeout, log_dir=str(tmp_path))
+    return results, tmp_path / "d"
+
+
+def peers(run_dir):
+    return [json.loads(line) for line in (run_dir / "peers.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tiny_model_dir):
+    """The in-process run of the same config: what the honest ranks must log."""
+    return in_process(tmp_path_factory.mktemp("ref"), "in", [f"model.name={tiny_model_dir}", *ARGS])
+
+
+def one_error_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.startswith("dgrpo: error:")]
+    assert len(lines) == 1, output[-3000:]
+    return lines[0]
+
+
+def test_a_posted_mark_without_payload_and_a_lone_accusation(tmp_path, tiny_model_dir, reference):
+    """Rank 3 marks round 0 posted and writes nothing; it also accuses honest node 1 alone (signed)
+    and marks node 1's round-1 status `failed`. Round 0 ends at the deadline, node 3 is named for
+    both, node 1 stays in, and the messages are the clean run's (node 3's reach all through its relay)."""
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS], "nopayload:3,accuse:3:1")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    for r in results[:3]:
+        assert ("node 3 marked exchange 'r0' posted but its payload was missing from the store within "
+                f"swarm.timeout_s={TIMEOUT}s") in r.output
+    for r in (results[0], results[2]):
+        assert "node 3 accused node 1 of missing exchange 'r0' with 1 of the 3 accusers needed; nobody is expelled" in r.output
+    assert "out of the swarm" not in "".join(r.output for r in results)
+    records = read_metrics(run_dir)
+    assert records[0]["time/exchange"] < TIMEOUT + 2.5 and records[1]["time/exchange"] < 2.5
+    assert [r.get("swarm/messages") for r in records] == [8, 8, None]  # (the last record: the final evaluation)
+    assert all("swarm/nodes_alive" not in r for r in records)  # node 1 (and 3) in
+    log = peers(run_dir)
+    # (node 3, done with round 0 at once, may also time out on node 0's relay while the honest nodes
+    # wait for its payload: a second lone accusation, also its own)
+    assert log[0]["peers"]["3"]["transport"]["missing payload"] == 1
+    assert log[0]["peers"]["3"]["transport"]["accusation"] in (1, 2)
+    assert [n for n, p in log[0]["peers"].items() if p["transport"]] == ["3"]
+    assert all(p["banned"] == {} for p in log) and all(p["transport"] == {} for p in log[1]["peers"].values())
+    assert comparable(records) == [{k: v for k, v in r.items() if k != "swarm/invalid_transport"} | (
+        {"swarm/invalid_transport": 2} if r["round"] == 0 else {}) for r in reference]
+
+
+def test_a_payload_deleted_after_it_was_posted_is_written_again(tmp_path, tiny_model_dir, reference):
+    """Rank 3 deletes node 2's round-0 payload once posted; node 1 reads late. Node 2 notices and
+    writes it again: nobody misses it, and the metrics are the clean run's. (The store does not say
+    who deleted a key, so the deleter cannot be named; the deletion is logged by its victim.)"""
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS], "delete:3:2,slowread:1:2")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    assert "rank 3: deleted r0/data/2" in results[3].output
+    assert "node 2: its payload r0/data/2 was deleted from the store by another rank; written again" in results[2].output
+    records = read_metrics(run_dir)
+    assert all(r["time/exchange"] < TIMEOUT + 2.5 for r in records[:2])
+    assert comparable(records) == reference
+
+
+@pytest.mark.parametrize("scenario, slow, honest_says", [
+    ("rename:3", "name", r"nodes \[[0-3, ]+\] run with another context than node [0-2]"),
+    ("rekey:3:0", "roster", r"nodes \[[0-3, ]+\] run with another roster than node 0|start-up records of nodes \[0\] do not verify"),
+])
+def test_a_start_up_value_overwritten_in_the_store_stops_every_rank_before_round_0(tmp_path, tiny_model_dir,
+                                                                                  scenario, slow, honest_says):
+    """Rank 3 overwrites node 0's run name (or its public key) after node 0 wrote it; nodes 1 and 2
+    read late, so they hold the forged value. Every honest rank stops at start-up with one line
+    naming the rank that differs: nobody trains (no split swarm)."""
+    results, _ = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS],
+                     f"{scenario},slowread:1:1.5:{slow},slowread:2:1.5:{slow}", name=None)
+    assert "rank 3: overwrote" in results[3].output
+    for r in results[:3]:
+        assert r.returncode == 3, r.output[-3000:]
+        assert re.search(honest_says, one_error_line(r.output)), r.output[-2000:]
+    assert not list(tmp_path.rglob("metrics.jsonl"))
+
+
+def test_a_rank_started_after_the_start_up_timeout_is_named_by_the_others(tmp_path, tiny_model_dir):
+    results, _ = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, "swarm.startup_timeout_s=4"], "late:3:7")
+    for r in results[:3]:
+        assert r.returncode == 3 and r.seconds < 30
+        assert "nodes [3] did not join within swarm.startup_timeout_s=4s" in one_error_line(r.output)
+    assert results[3].returncode == 3
+    assert "node 3 started after its peers stopped waiting for it (swarm.startup_timeout_s=4s)" in \
+        one_error_line(results[3].output)
+    assert "DistStoreError" not in "".join(r.output for r in results)
+
+
+def test_key_exchange_without_a_roster_is_an_explicit_loopback_opt_in(monkeypatch):
+    from dgrpo.config import load_config
+    from dgrpo.errors import ConfigError
+    from dgrpo.transports.rendezvous import check_key_exchange
+
+    base = ["swarm.transport=distributed", "swarm.nodes=4"]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    with pytest.raises(ConfigError, match=r"needs swarm.protocol.roster: write every node.s key before the run with `dgrpo keys 4"):
+        check_key_exchange(load_config(None, base))
+    check_key_exchange(load_config(None, [*base, "swarm.unsafe_key_exchange=true"]))
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    with pytest.raises(ConfigError, match=r"refused for peers beyond this machine \(10.0.0.1 is not a loopback"):
+        check_key_exchange(load_config(None, [*base, "swarm.unsafe_key_exchange=true"]))
+    hm = ["swarm.transport=hivemind", "swarm.hivemind.node=0", "swarm.unsafe_key_exchange=true"]
+    check_key_exchange(load_config(None, hm))  # the default listen address is 127.0.0.1
+    with pytest.raises(ConfigError, match=r"0.0.0.0 is not a loopback"):
+        check_key_exchange(load_config(None, [*hm, "swarm.hivemind.listen=[/ip4/0.0.0.0/tcp/31337]"]))
+
+
+# ---------------------------------------------------------------------- in-process unit checks
+def _swarm_of(n=4, timeout_s=0.3):
+    import torch.distributed as dist
+
+    from dgrpo.swarm.identity import Roster, Signer, Verifier, generate_keys
+    from dgrpo.transports.distributed import DistributedTransport
+
+    store, keys = dist.HashStore(), generate_keys(n)
+    verifier = Verifier(Roster.of(keys), "run|fp")
+    ts = [DistributedTransport(store, k, n, honest=range(n), timeout_s=timeout_s, on_peer_failure="continue")
+          for k in range(n)]
+    for t in ts:
+        t._closed = True
+        t.signer, t.keys = Signer(t.rank, keys[t.rank], "run|fp"), verifier
+    return ts
+
+
+def test_expulsion_needs_signed_accusations_of_more_than_half_the_live_nodes():
+    from dgrpo.transports.storewait import quorum
+
+    import time
+
+    assert [quorum(n) for n in (2, 3, 4, 5, 7)] == [1, 2, 3, 3, 4]
+    ts, far = _swarm_of(), time.monotonic() + 60
+    ts[3]._accuse(1, "r0")
+    assert ts[0]._expelled(1, far) is None  # alone: nobody is expelled
+    ts[0].report_lone_accusations(far)
+    assert ts[0].rejected == [(3, "accusation: node 3 accused node 1 of missing exchange 'r0' with 1 of the 3 "
+                                  "accusers needed; nobody is expelled")]
+    forged = json.dumps({"by": 0, "tag": "r0", "sig": ts[3]._signed("accuse|r0|1")}) + "\n"
+    ts[3].store.append("accuse/1", forged.encode())  # node 3 signs an accusation in node 0's name
+    ts[3].store.append("accuse/1", b'{"by": 2, "tag": "r0"}\n')  # an unsigned one
+    assert ts[0].accusations(1, far) == {"r0": {3}}
+    ts[2]._accuse(1, "r0")
+    assert ts[0]._expelled(1, far) is None  # 2 of 4 is not more than half
+    ts[0]._accuse(1, "r1")
+    assert ts[0]._expelled(1, far) is None  # accusations of different exchanges do not add up
+    ts[0]._accuse(1, "r0")
+    assert ts[3]._expelled(1, far) == ("r0", [0, 2, 3])
+    with pytest.raises(Exception, match="node 1 was declared failed by its peers in exchange 'r0': nodes \\[0, 2, 3\\]"):
+        ts[1].post("r2", b"x")
+
+
+def test_only_a_leave_mark_signed_by_its_node_ends_the_wait_for_it():
+    import time
+
+    ts = _swarm_of(n=2, timeout_s=0.5)
+    ts[0].store.set("r0/status/1", b"left:" + ts[0]._signed("left|r0|1").encode())  # node 0 forges node 1's
+    start = time.monotonic()
+    assert ts[0].collect("r0", [1]) == {} and 0.45 < time.monotonic() - start < 2  # waited to the deadline
+    assert ts[0].failed == {1: "r0"}  # (2 nodes: its one peer's accusation expels)
+    ts = _swarm_of(n=2, timeout_s=30)
+    ts[1].leave(["r0"])
+    start = time.monotonic()
+    assert ts[0].collect("r0", [1]) == {} and time.monotonic() - start < 2 and ts[0].failed == {1: "r0"}

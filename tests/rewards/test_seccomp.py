@@ -99,6 +99,25 @@ def test_the_host_resources_a_program_could_take_are_refused():
     assert raw_errnos(calls) == {name: errno.EPERM for name in calls}
 
 
+def test_fd_flag_tricks_on_the_hosts_pipes_are_refused():
+    """F_SETFL with O_DIRECT (packet mode: one host read per write, however small) or O_ASYNC (SIGIO) on
+    stdout, stderr and every other descriptor is refused; the flags a solver sets (O_NONBLOCK) are not."""
+    import fcntl
+    import os
+
+    f_setfl, f_getfl = fcntl.F_SETFL, fcntl.F_GETFL
+    calls = {f"{what}_{fd}": (72, fd, f_setfl, flag) for fd in (0, 1, 2, 3, 4, 5, 6)
+             for what, flag in (("o_direct", os.O_DIRECT), ("o_async", fcntl.FASYNC),
+                                ("both", os.O_DIRECT | fcntl.FASYNC | os.O_NONBLOCK),
+                                ("high_bits", os.O_DIRECT | (1 << 40)))}
+    assert raw_errnos(calls) == {name: errno.EPERM for name in calls}
+    allowed = {"o_nonblock": (72, 1, f_setfl, os.O_NONBLOCK), "nothing": (72, 1, f_setfl, 0),
+               "o_append": (72, 1, f_setfl, os.O_APPEND), "getfl": (72, 1, f_getfl, 0)}
+    answers = raw_errnos(allowed)
+    assert {k: v for k, v in answers.items() if k != "getfl"} == {"o_nonblock": 0, "nothing": 0, "o_append": 0}
+    assert answers["getfl"] == 0  # F_GETFL returns the flags (not -1)
+
+
 def test_the_filters_are_bpf_programs():
     base, program = seccomp.base_filter(), seccomp.program_filter()
     assert len(base) % 8 == 0 and len(program) % 8 == 0  # struct sock_filter is 8 bytes

@@ -24,6 +24,7 @@ import errno
 import fcntl
 import functools
 import os
+import platform
 import tempfile
 
 from dgrpo.errors import SandboxUnavailable
@@ -71,6 +72,14 @@ ALLOWED_IF = {
 # channel are the host's pipes); O_ASYNC asks for SIGIO, which nothing here needs.
 F_SETFL, SETFL_REFUSED = fcntl.F_SETFL, os.O_DIRECT | fcntl.FASYNC  # 0o60000 on x86-64
 ALLOWED_MASKED = {"mmap": (3, _MAP_REFUSED, "any mapping but MAP_HUGETLB and MAP_LOCKED")}
+# Allowed by number, on x86-64 only: calls the kernel itself makes a traced process issue, newer than this
+# libseccomp (2.5.4 knows neither name). When the host puts a uprobe or uretprobe on the interpreter or a
+# library (an eBPF profiler), the kernel runs the probed process through a trampoline page that issues them;
+# refused, the probed program would crash. Linux 6.12 (uretprobe, backported to stable) and 6.17 (uprobe)
+# let them through every seccomp filter anyway; listed here for the kernels in between. Issued from anywhere
+# but the kernel's trampoline they do nothing: uretprobe kills the caller with SIGILL, uprobe fails ENXIO.
+ALLOWED_NUMBERS = {"uretprobe": (335, "the kernel's uretprobe trampoline (Linux 6.11+); elsewhere: SIGILL"),
+                   "uprobe": (336, "the kernel's uprobe trampoline (Linux 6.17+); elsewhere: ENXIO")}
 # Refused by the program filter, on top of the base filter: what only the runner's set-up needs.
 PROGRAM_REFUSED = ("execve", "execveat", "prctl", "mount", "chdir", "setresuid", "setresgid", "setgroups")
 
@@ -120,6 +129,9 @@ def base_filter() -> bytes:
     for name, (index, mask, _) in ALLOWED_MASKED.items():
         flt.add_rule(sc.ALLOW, name, sc.Arg(index, sc.MASKED_EQ, mask, 0))
     flt.add_rule(sc.ALLOW, "fcntl", sc.Arg(1, sc.EQ, F_SETFL), sc.Arg(2, sc.MASKED_EQ, SETFL_REFUSED, 0))
+    if platform.machine() == "x86_64":
+        for number, _ in ALLOWED_NUMBERS.values():
+            flt.add_rule(sc.ALLOW, number)
     return _export(flt)
 
 

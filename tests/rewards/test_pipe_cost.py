@@ -15,7 +15,7 @@ import pytest
 from dgrpo.rewards import supervise
 from dgrpo.rewards.sandbox import SandboxLimits, run_python
 
-LIMITS = SandboxLimits(timeout_s=2, cpu_s=2)
+LIMITS = SandboxLimits(timeout_s=2, cpu_s=10)  # the wall clock ends each flood (a CPU limit would race it)
 # Worst case of the bound in supervise.py's docstring for LIMITS: 3 pipes x (64 + 2 s / 5 ms) short reads,
 # 2 x 1 MiB / 4 KiB long ones, 1,000 request lines: ~2,900 reads at ~20 µs. The bound below is 2.5x that.
 HOST_CPU_S = 0.15

@@ -66,7 +66,8 @@ def _with_check(monkeypatch, body: str) -> None:
     """A fresh worker whose answers_match runs ``body`` for the answer "bomb" (and compares otherwise),
     under the worker's own limits."""
     answer_check._worker.close()
-    check = f"def answers_match(predicted, oracle):\n    if predicted == 'bomb':\n{body}\n    return predicted == oracle\n"
+    check = (f"def answers_match(predicted, oracle):\n    if predicted == 'bomb':\n{body}\n"
+             "    return predicted == oracle\n")
     monkeypatch.setattr(answer_check, "_WORKER",
                         answer_check._WORKER.replace("from dgrpo.rewards.math import answers_match\n", check))
     monkeypatch.setattr(answer_check, "WALL_LIMIT_S", 300.0)  # so that only the CPU limits can end a check
@@ -75,8 +76,8 @@ def _with_check(monkeypatch, body: str) -> None:
 def test_the_cpu_limit_cannot_be_caught_and_ignored(monkeypatch):
     """math-verify catches Exception (it swallowed the old TimeoutError and ran on to its own 5 s alarm);
     CheckTimeout is not an Exception, and is raised again every 0.1 s of CPU until it escapes."""
-    _with_check(monkeypatch, "        while True:\n            try:\n                while True:\n                    pass\n"
-                             "            except Exception:\n                pass")
+    _with_check(monkeypatch, "        while True:\n            try:\n                while True:\n"
+                             "                    pass\n            except Exception:\n                pass")
     assert bounded_answers_match("1", "1") is True
     proc = answer_check._worker.proc
     assert bounded_answers_match("bomb", "7") is False

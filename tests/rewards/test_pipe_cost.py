@@ -26,8 +26,9 @@ FLOODS = {
     "a_paced_byte_on_stderr": "import os, time\nwhile True:\n    os.write(2, b'x')\n    time.sleep(0.0001)",
     "a_byte_on_every_descriptor": EVERY_FD.replace("B", "b'x'"),
     "empty_lines_on_every_descriptor": EVERY_FD.replace("B", "b'\\n'"),
-    "partial_request_lines": "import os, time\nwhile True:\n    for fd in range(3, 64):\n        try:\n"
-                             "            os.write(fd, b'1 thief_math add i')\n        except OSError:\n            pass",
+    "partial_request_lines": "import os\nwhile True:\n    for fd in range(3, 64):\n        try:\n"
+                             "            os.write(fd, b'1 thief_math add i')\n"
+                             "        except OSError:\n            pass",
 }
 
 

@@ -381,5 +381,5 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
         stderr=err_text[-limits.max_stderr_chars:] if limits.max_stderr_chars else "",
         exit_status=status, timed_out=seen.timed_out or status == -signal.SIGXCPU, blocked=blocked,
         calls=tuple(service.calls), calls_garbled=service.garbled,
-        output_limited=seen.stdout_bytes > len(seen.stdout),
-        output_bytes=seen.stdout_bytes, host_reads=seen.reads, wall_s=time.perf_counter() - start, run_id=run_id, isolated=not unsafe), ""
+        output_limited=seen.stdout_bytes > len(seen.stdout), output_bytes=seen.stdout_bytes, host_reads=seen.reads,
+        wall_s=time.perf_counter() - start, run_id=run_id, isolated=not unsafe), ""

@@ -75,11 +75,12 @@ ALLOWED_MASKED = {"mmap": (3, _MAP_REFUSED, "any mapping but MAP_HUGETLB and MAP
 # Allowed by number, on x86-64 only: calls the kernel itself makes a traced process issue, newer than this
 # libseccomp (2.5.4 knows neither name). When the host puts a uprobe or uretprobe on the interpreter or a
 # library (an eBPF profiler), the kernel runs the probed process through a trampoline page that issues them;
-# refused, the probed program would crash. Linux 6.12 (uretprobe, backported to stable) and 6.17 (uprobe)
-# let them through every seccomp filter anyway; listed here for the kernels in between. Issued from anywhere
+# refused, the probed program would crash. The kernel lets them through every filter itself since early 2025
+# (uretprobe, added in 6.11: the exception was backported to stable; uprobe came with its exception); listed
+# here for a kernel without the exception. Issued from anywhere
 # but the kernel's trampoline they do nothing: uretprobe kills the caller with SIGILL, uprobe fails ENXIO.
 ALLOWED_NUMBERS = {"uretprobe": (335, "the kernel's uretprobe trampoline (Linux 6.11+); elsewhere: SIGILL"),
-                   "uprobe": (336, "the kernel's uprobe trampoline (Linux 6.17+); elsewhere: ENXIO")}
+                   "uprobe": (336, "the kernel's uprobe trampoline (2025); elsewhere: ENXIO")}
 # Refused by the program filter, on top of the base filter: what only the runner's set-up needs.
 PROGRAM_REFUSED = ("execve", "execveat", "prctl", "mount", "chdir", "setresuid", "setresgid", "setgroups")
 

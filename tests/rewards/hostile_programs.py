@@ -187,6 +187,16 @@ SECOND_ROUND = {
     "e3_megabyte_line_then_answer": "import sys\nsys.stdout.write('LOGTOKEN ' + '1+' * (1 << 19) + str(ANSWER) + '\\n')",
     "e3_invalid_utf8": "import os\nos.write(1, b'\\xff\\xfe\\xc0' * 1000 + b'LOGTOKEN')\nos.write(2, b'\\xff' * 100000)",
     "e3_forged_blocked_marker": "import os\nos.write(2, b'\\ndgrpo-sandbox: blocked: LOGTOKEN' + b'x' * (1 << 20))\nos._exit(86)",
+    "e3_o_direct_packets_on_stderr": "import os, fcntl\nfor fd in (1, 2):\n"
+                                     "    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)\n"
+                                     "for _ in range(300000):  # packet mode: one host read per byte\n"
+                                     "    os.write(2, b'x')\nprint(ANSWER)",
+    "e3_a_byte_at_a_time_on_every_descriptor": "import os\nwhile True:\n    for fd in range(1, 64):\n        try:\n"
+                                               "            os.write(fd, b'x')\n        except OSError:\n"
+                                               "            pass",  # one host read per byte, until killed
+    "e3_empty_lines_on_every_descriptor": "import os\nwhile True:\n    for fd in range(1, 64):\n        try:\n"
+                                          "            os.write(fd, b'\\n')\n        except OSError:\n"
+                                          "            pass",  # each a whole (empty) request line
     "e6_terminal_escapes": "import sys\nsys.stderr.write('\\x1b]0;LOGTOKEN\\x07\\x1b[2J' * 1000)\nprint('\\x1b[2J LOGTOKEN')\n"
                            "raise SystemExit(1)",
     "e6_checker_bomb": "print('2**2**2**40')",

@@ -5,6 +5,7 @@ import concurrent.futures
 import logging
 import resource
 import secrets
+import signal
 import time
 
 import pytest
@@ -32,17 +33,71 @@ def test_it_works_off_the_main_thread():
     assert verdicts == [want for _, _, want in CASES] * 2
 
 
-def test_a_runaway_check_ends_within_its_limit_as_no_match():
+# An oracle that is a number but not one numbers_in reads ("7." ends in a point), so the answer goes
+# to math-verify (the "7" oracle is compared in pure Python and never reaches sympy).
+MV_ORACLE = "7."
+BOMBS = ["2**2**2**40", "9^9^9^9", "10**10**10", "10^{10^{10}}", "$2^{2^{40}}$", "\\boxed{9^{9^{9}}}", "(2**99)**99",
+         "(1+10**-30)**(10**30)", "2**(2**40)", "pow(2, 2**40)", "2**99999999", "99999999**99999999", "2**-99999999",
+         "2**(99*99*99)", "2^{1e9}", "10^{10000}"]
+FINE = ["7", "7.0", "2^{10}", "10^{-6}", "x^2 + y^2", "2^{1/2}", "1.5e23", "The answer is 12", "3*sqrt(2)/2",
+        "1.5 \\times 10^{23}", "2**9999", "e^{x}", "$1,234.00$", "exp(2)", "2**"]
+
+
+def test_power_towers_and_huge_exponents_never_reach_the_worker(monkeypatch):
+    """Each of these cost the worker 1.1-5 s of CPU in math-verify (measured before the pre-check)."""
+    def refuse(*args):
+        raise AssertionError("the worker must not see this")
+
+    monkeypatch.setattr(answer_check._worker, "check", refuse)
+    before = time.process_time()
+    assert [bounded_answers_match(b, MV_ORACLE) for b in BOMBS] == [False] * len(BOMBS)
+    assert time.process_time() - before < 0.05  # all of them together: they cost nothing
+    assert [answer_check.power_bomb(b) for b in BOMBS if answer_check.power_bomb(b) is None] == []
+
+
+def test_ordinary_answers_pass_the_pre_check():
+    assert [f for f in FINE if answer_check.power_bomb(f) is not None] == []
+    assert bounded_answers_match("2**10", "1024.") is True  # a power math-verify evaluates, as before
+    assert bounded_answers_match("$2^{10}$", "1024.") is True
+    assert bounded_answers_match("7.0", MV_ORACLE) is True
+
+
+def _with_check(monkeypatch, body: str) -> None:
+    """A fresh worker whose answers_match runs ``body`` for the answer "bomb" (and compares otherwise),
+    under the worker's own limits."""
+    answer_check._worker.close()
+    check = (f"def answers_match(predicted, oracle):\n    if predicted == 'bomb':\n{body}\n"
+             "    return predicted == oracle\n")
+    monkeypatch.setattr(answer_check, "_WORKER",
+                        answer_check._WORKER.replace("from dgrpo.rewards.math import answers_match\n", check))
+    monkeypatch.setattr(answer_check, "WALL_LIMIT_S", 300.0)  # so that only the CPU limits can end a check
+
+
+def test_the_cpu_limit_cannot_be_caught_and_ignored(monkeypatch):
+    """math-verify catches Exception (it swallowed the old TimeoutError and ran on to its own 5 s alarm);
+    CheckTimeout is not an Exception, and is raised again every 0.1 s of CPU until it escapes."""
+    _with_check(monkeypatch, "        while True:\n            try:\n                while True:\n"
+                             "                    pass\n            except Exception:\n                pass")
+    assert bounded_answers_match("1", "1") is True
+    proc = answer_check._worker.proc
+    assert bounded_answers_match("bomb", "7") is False
+    assert answer_check._worker.proc is proc and proc.poll() is None  # the same worker, alive
+    assert bounded_answers_match("1", "1") is True
+    answer_check._worker.close()
+
+
+def test_c_code_that_never_returns_to_python_is_killed_by_the_kernel(monkeypatch):
+    """A C loop that checks no signal (summing 10**13 ones) ignores the CPU timer; RLIMIT_CPU's SIGXCPU,
+    which has no handler, ends the worker after HARD_CPU_S of CPU, long before the (raised) wall limit."""
+    _with_check(monkeypatch, "        sum(__import__('itertools').repeat(1, 10 ** 13))")
+    assert bounded_answers_match("1", "1") is True
+    proc = answer_check._worker.proc
     start = time.perf_counter()
-    assert bounded_answers_match("2**2**2**40", "7") is False  # sympy would evaluate a 2^(2^40)-bit number
-    assert time.perf_counter() - start < WALL_LIMIT_S + 5
-    assert bounded_answers_match("7.0", "7") is True  # and the next check still works
-
-
-def test_a_power_tower_is_no_match():
-    """``2**2**2**40`` (sympy's C big-integer power): no match, whether refused early or cut by a limit."""
-    assert bounded_answers_match("2**2**2**40", "7") is False
-    assert bounded_answers_match("7.0", "7") is True  # the worker (or its replacement) still answers
+    assert bounded_answers_match("bomb", "7") is False
+    assert proc.returncode == -signal.SIGXCPU  # the kernel's CPU limit, not the host's SIGKILL
+    assert answer_check._worker.proc is None and time.perf_counter() - start < answer_check.WALL_LIMIT_S
+    monkeypatch.undo()
+    assert bounded_answers_match("7.0", MV_ORACLE) is True  # a new (real) worker for the next check
 
 
 # A worker that says ready and then never answers: a check stuck in C code, made deterministic

@@ -6,6 +6,8 @@ filter, or the kernel where the filter lets a call through.
 """
 
 import errno
+import platform
+import signal
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,8 @@ def test_the_allow_list_is_one_readable_place():
     assert all(entry[-1].strip() for entry in [*seccomp.ALLOWED_IF.values(), *seccomp.ALLOWED_MASKED.values()])
     page = (Path(__file__).resolve().parents[2] / "docs" / "sandbox.md").read_text()
     assert [n for n in names if f"`{n}`" not in page] == [], "docs/sandbox.md lists every allowed call"
+    assert [n for n in seccomp.ALLOWED_NUMBERS if f"`{n}`" not in page] == []
+    assert all(pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, n) < 0 for n in seccomp.ALLOWED_NUMBERS)  # by number
     for refused in ("clone", "clone3", "fork", "vfork", "socket", "shmget", "msgget", "semget", "mq_open",
                     "inotify_init1", "fanotify_init", "memfd_create", "pipe2", "fallocate", "flock", "ptrace",
                     "io_uring_setup", "bpf", "userfaultfd", "personality", "unshare", "setns", "mknodat"):
@@ -80,6 +84,16 @@ def test_system_calls_newer_than_the_filter_are_refused_by_it(monkeypatch):
     assert errno.EPERM not in answers.values() and answers["number_999"] == errno.ENOSYS
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="uretprobe and uprobe are x86-64 system calls")
+def test_the_kernels_probe_calls_pass_the_filter_and_do_nothing_elsewhere():
+    """uprobe (336) and uretprobe (335), the calls of the kernel's probe trampolines: the filter lets them
+    through (a kernel before the seccomp exception would otherwise crash a probed program); issued by a
+    program they fail (uprobe: ENXIO) or kill it (uretprobe: SIGILL); a kernel without them says ENOSYS."""
+    assert raw_errnos({"uprobe": (336,)})["uprobe"] in (errno.ENXIO, errno.ENOSYS)
+    result = run_python(RAW + "print(errno_of(335))", LIMITS, audit_hook=False)
+    assert result.exit_status == -signal.SIGILL or result.stdout == f"{errno.ENOSYS}\n", result
+
+
 def test_the_host_resources_a_program_could_take_are_refused():
     f_setlease, f_notify, f_setpipe_sz, f_setown, f_setlk = 1024, 1026, 1031, 8, 6
     calls = {
@@ -97,6 +111,25 @@ def test_the_host_resources_a_program_could_take_are_refused():
         "chdir": (80, 0), "setresuid_same": (117, 65534, 65534, 65534), "symlink": (88, 0, 0), "link": (86, 0, 0),
     }
     assert raw_errnos(calls) == {name: errno.EPERM for name in calls}
+
+
+def test_fd_flag_tricks_on_the_hosts_pipes_are_refused():
+    """F_SETFL with O_DIRECT (packet mode: one host read per write, however small) or O_ASYNC (SIGIO) on
+    stdout, stderr and every other descriptor is refused; the flags a solver sets (O_NONBLOCK) are not."""
+    import fcntl
+    import os
+
+    f_setfl, f_getfl = fcntl.F_SETFL, fcntl.F_GETFL
+    calls = {f"{what}_{fd}": (72, fd, f_setfl, flag) for fd in (0, 1, 2, 3, 4, 5, 6)
+             for what, flag in (("o_direct", os.O_DIRECT), ("o_async", fcntl.FASYNC),
+                                ("both", os.O_DIRECT | fcntl.FASYNC | os.O_NONBLOCK),
+                                ("high_bits", os.O_DIRECT | (1 << 40)))}
+    assert raw_errnos(calls) == {name: errno.EPERM for name in calls}
+    allowed = {"o_nonblock": (72, 1, f_setfl, os.O_NONBLOCK), "nothing": (72, 1, f_setfl, 0),
+               "o_append": (72, 1, f_setfl, os.O_APPEND), "getfl": (72, 1, f_getfl, 0)}
+    answers = raw_errnos(allowed)
+    assert {k: v for k, v in answers.items() if k != "getfl"} == {"o_nonblock": 0, "nothing": 0, "o_append": 0}
+    assert answers["getfl"] == 0  # F_GETFL returns the flags (not -1)
 
 
 def test_the_filters_are_bpf_programs():

@@ -141,6 +141,7 @@ class SandboxResult:
         calls_garbled: something other than a well-formed call was written on the libraries' channel.
         output_limited: more was printed than ``stdout`` keeps.
         output_bytes: bytes written to stdout in all (the host read at most ``max_file_bytes`` + 64 KiB).
+        host_reads: reads of the program's pipes the host made (bounded: :mod:`dgrpo.rewards.supervise`).
         wall_s: wall time of the run, seconds (sandbox start to teardown).
         run_id: a random name in the sandboxed processes' command line (to look for leftovers).
         isolated: the run was inside bubblewrap (False only with ``unsafe_no_os_sandbox``).
@@ -155,6 +156,7 @@ class SandboxResult:
     calls_garbled: bool = False
     output_limited: bool = False
     output_bytes: int = 0
+    host_reads: int = 0
     wall_s: float = 0.0
     run_id: str = field(default="", compare=False)
     isolated: bool = True
@@ -379,5 +381,5 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
         stderr=err_text[-limits.max_stderr_chars:] if limits.max_stderr_chars else "",
         exit_status=status, timed_out=seen.timed_out or status == -signal.SIGXCPU, blocked=blocked,
         calls=tuple(service.calls), calls_garbled=service.garbled,
-        output_limited=seen.stdout_bytes > len(seen.stdout),
-        output_bytes=seen.stdout_bytes, wall_s=time.perf_counter() - start, run_id=run_id, isolated=not unsafe), ""
+        output_limited=seen.stdout_bytes > len(seen.stdout), output_bytes=seen.stdout_bytes, host_reads=seen.reads,
+        wall_s=time.perf_counter() - start, run_id=run_id, isolated=not unsafe), ""

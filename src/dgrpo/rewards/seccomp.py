@@ -21,7 +21,10 @@ ordinary ``OSError`` and scores 0 through its exit status. Nothing creates a pro
 from __future__ import annotations
 
 import errno
+import fcntl
 import functools
+import os
+import platform
 import tempfile
 
 from dgrpo.errors import SandboxUnavailable
@@ -54,9 +57,9 @@ _MAP_REFUSED = 0x40000 | 0x2000  # MAP_HUGETLB (the host's huge-page pool), MAP_
 ALLOWED_IF = {
     "ioctl": (1, (0x5401, 0x5413, 0x5450, 0x5451, 0x5421, 0x541B),
               "TCGETS (isatty), TIOCGWINSZ, FIONCLEX, FIOCLEX, FIONBIO, FIONREAD; never TIOCSTI and the like"),
-    "fcntl": (1, (0, 1, 2, 3, 4, 1030),
-              "F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC; no locks, leases, F_NOTIFY, "
-              "F_SETOWN/SIGIO or pipe resizing"),
+    "fcntl": (1, (0, 1, 2, 3, 1030),
+              "F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_DUPFD_CLOEXEC, and F_SETFL without O_DIRECT or O_ASYNC "
+              "(SETFL_REFUSED); no locks, leases, F_NOTIFY, F_SETOWN/SIGIO or pipe resizing"),
     "prctl": (0, (38, 22), "PR_SET_NO_NEW_PRIVS and PR_SET_SECCOMP: the runner loads the program filter"),
     "prlimit64": (0, (0,), "limits of this process only (pid 0)"),
     "mount": (3, (2 | 4 | 8,), "the runner's work tmpfs (MS_NOSUID | MS_NODEV | MS_NOEXEC); needs a capability "
@@ -64,7 +67,20 @@ ALLOWED_IF = {
     "futex": (1, (0, 1, 9, 10, 128, 129, 137, 138, 265, 393),
               "FUTEX_WAIT/WAKE(_BITSET)(_PRIVATE)(_CLOCK_REALTIME): glibc's locks; no PI or requeue operations"),
 }
+# F_SETFL (4) is allowed only with none of these flags: O_DIRECT puts a pipe in packet mode, where every
+# write of the program, however small, costs the host a read of its own (stdout, stderr and the library
+# channel are the host's pipes); O_ASYNC asks for SIGIO, which nothing here needs.
+F_SETFL, SETFL_REFUSED = fcntl.F_SETFL, os.O_DIRECT | fcntl.FASYNC  # 0o60000 on x86-64
 ALLOWED_MASKED = {"mmap": (3, _MAP_REFUSED, "any mapping but MAP_HUGETLB and MAP_LOCKED")}
+# Allowed by number, on x86-64 only: calls the kernel itself makes a traced process issue, newer than this
+# libseccomp (2.5.4 knows neither name). When the host puts a uprobe or uretprobe on the interpreter or a
+# library (an eBPF profiler), the kernel runs the probed process through a trampoline page that issues them;
+# refused, the probed program would crash. The kernel lets them through every filter itself since early 2025
+# (uretprobe, added in 6.11: the exception was backported to stable; uprobe came with its exception); listed
+# here for a kernel without the exception. Issued from anywhere
+# but the kernel's trampoline they do nothing: uretprobe kills the caller with SIGILL, uprobe fails ENXIO.
+ALLOWED_NUMBERS = {"uretprobe": (335, "the kernel's uretprobe trampoline (Linux 6.11+); elsewhere: SIGILL"),
+                   "uprobe": (336, "the kernel's uprobe trampoline (2025); elsewhere: ENXIO")}
 # Refused by the program filter, on top of the base filter: what only the runner's set-up needs.
 PROGRAM_REFUSED = ("execve", "execveat", "prctl", "mount", "chdir", "setresuid", "setresgid", "setgroups")
 
@@ -113,6 +129,10 @@ def base_filter() -> bytes:
             flt.add_rule(sc.ALLOW, name, sc.Arg(index, sc.EQ, value))
     for name, (index, mask, _) in ALLOWED_MASKED.items():
         flt.add_rule(sc.ALLOW, name, sc.Arg(index, sc.MASKED_EQ, mask, 0))
+    flt.add_rule(sc.ALLOW, "fcntl", sc.Arg(1, sc.EQ, F_SETFL), sc.Arg(2, sc.MASKED_EQ, SETFL_REFUSED, 0))
+    if platform.machine() == "x86_64":
+        for number, _ in ALLOWED_NUMBERS.values():
+            flt.add_rule(sc.ALLOW, number)
     return _export(flt)
 
 

@@ -3,8 +3,18 @@
 Everything the program can send the host arrives on a pipe that this loop reads with a byte cap:
 stdout (the first :data:`STDOUT_KEPT` bytes kept), stderr (its tail kept), and the stand-in
 libraries' requests (answered by :class:`dgrpo.rewards.stand_in.LibraryService`). Past
-``max_output_bytes`` on stdout or stderr the host closes its end, so the program's next write
-fails (``EPIPE``) instead of costing the host anything. Nothing here parses or logs program bytes.
+``max_output_bytes`` on stdout or stderr the host kills the program. Nothing here parses or logs
+program bytes.
+
+What the host spends reading is bounded by the number of reads, not only the bytes: a program that
+writes one byte at a time would otherwise cost the host a ``select`` and a ``read`` (some 10 µs of
+Python) per byte. So after :data:`FREE_READS` short reads of a pipe (under :data:`SHORT_READ`
+bytes; on the library channel, a read that ends inside a line), each further short read rests that
+pipe for :data:`REST_S` while what the program writes piles up in it (it blocks once the pipe's
+64 KiB are full). A run costs the host at most ``3 x (FREE_READS + timeout_s / REST_S) +
+2 x max_output_bytes / SHORT_READ + 1,000`` reads (the last term: complete request lines,
+:data:`dgrpo.rewards.stand_in.MAX_CALLS`); the rests end as soon as the sandbox exits, so an honest
+program's output is never waited for (``test_tiny_writes_cost_the_host_little``).
 """
 
 from __future__ import annotations
@@ -24,6 +34,9 @@ IDENTITY_FAILURE = "cannot set the sandbox's identity or limits"
 STDOUT_KEPT = 4096  # bytes of stdout the host keeps: a printed answer is short
 STDERR_KEPT = 16384  # bytes of the end of stderr the host keeps (tracebacks)
 INFO_CAP = 4096  # bytes of bwrap's --info-fd JSON read
+SHORT_READ = 4096  # a read of fewer bytes than this (a page) is short
+FREE_READS = 64  # short reads of each pipe before the rests start (an honest program makes a few)
+REST_S = 0.005  # seconds a pipe is left unread after a short read, past FREE_READS
 
 
 def memfd(name: str, data: bytes) -> int:
@@ -58,6 +71,8 @@ class Outcome:
     stderr: bytearray = field(default_factory=bytearray)
     stderr_bytes: int = 0
     setup_error: str = ""
+    flooded: bool = False  # killed for writing more than max_output_bytes to stdout or stderr
+    reads: int = 0  # reads of the program's pipes the host made (its cost, bounded: see the module docstring)
 
 
 def write_id_maps(pid: int, sandbox_id: int, host_id: int) -> None:
@@ -96,7 +111,7 @@ def supervise(proc: subprocess.Popen, pipes: Pipes, service: LibraryService, *, 
         proc: bwrap (or the runner, unsafe). pipes: the host's ends. service: answers library requests.
         timeout_s: wall-clock limit from the program's start, seconds; startup_grace_s: time the
             sandbox may take to reach the program.
-        max_output_bytes: bytes of stdout (and of stderr) the program may write; past it that pipe is closed.
+        max_output_bytes: bytes of stdout (and of stderr) the program may write; past it the program is killed.
         identity: ``(sandbox id, host id)`` to map once bwrap reports its child (``--userns-block-fd``),
             or None when bwrap maps the caller's own uid.
         limits: resource limits set on bwrap's child while it waits for the maps; the program, its
@@ -110,35 +125,48 @@ def supervise(proc: subprocess.Popen, pipes: Pipes, service: LibraryService, *, 
     pidfd = None
     exited, gone = os.pidfd_open(proc.pid), False  # readable once the child exits: no polling
     deadline = time.monotonic() + startup_grace_s
+    short = dict.fromkeys((pipes.stdout, pipes.stderr, pipes.requests), 0)  # short reads of each pipe
+    resting: dict[int, float] = {}  # pipe -> monotonic time it is read again
     try:
         while True:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 out.timed_out = out.started
                 _kill(proc, pidfd)
                 break
-            watch = [*names] if gone else [*names, exited]
-            if not watch:
+            if gone:
+                resting.clear()  # the sandbox has exited: read what is left at once
+            for fd in [fd for fd, until in resting.items() if until <= now]:
+                del resting[fd]
+            watch = [fd for fd in names if fd not in resting] + ([] if gone else [exited])
+            if not watch and not resting:
                 break
-            ready, _, _ = select.select(watch, [], [], left)
+            ready, _, _ = select.select(watch, [], [], min([left, *(u - now for u in resting.values())]))
             for fd in ready:
                 if fd == exited:
                     gone = True  # bwrap (or the runner) exited; its pipes reach EOF next
                     continue
                 chunk = os.read(fd, 65536)
+                out.reads += fd in short
                 name = names[fd]
                 done = not chunk
                 if name == "stdout":
                     out.stdout += chunk[: max(0, STDOUT_KEPT - len(out.stdout))]
                     out.stdout_bytes += len(chunk)
-                    done = done or out.stdout_bytes > max_output_bytes
+                    out.flooded |= out.stdout_bytes > max_output_bytes
                 elif name == "stderr":
                     out.stderr = (out.stderr + chunk)[-STDERR_KEPT:]
                     out.stderr_bytes += len(chunk)
-                    done = done or out.stderr_bytes > max_output_bytes
+                    out.flooded |= out.stderr_bytes > max_output_bytes
                 elif name == "requests":
                     _reply(pipes.replies, service.feed(chunk))
                     done = done or service.full  # the program now waits for an answer until its limit
+                if fd in short and chunk and (len(chunk) < SHORT_READ if name != "requests"
+                                              else not chunk.endswith(b"\n")):
+                    short[fd] += 1
+                    if short[fd] > FREE_READS:
+                        resting[fd] = time.monotonic() + REST_S
                 elif name == "started" and b"S" in chunk:
                     out.started, deadline = True, time.monotonic() + timeout_s
                 elif name == "info":
@@ -157,7 +185,11 @@ def supervise(proc: subprocess.Popen, pipes: Pipes, service: LibraryService, *, 
                             pipes.userns_block = None
                 if done:
                     del names[fd]
+                    resting.pop(fd, None)
                     os.close(fd)
+            if out.flooded:
+                _kill(proc, pidfd)
+                break
         proc.wait()
         if pidfd is not None:  # pid 1 of the sandbox exits only after the kernel killed the rest
             select.select([pidfd], [], [], 10)

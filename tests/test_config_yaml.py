@@ -11,6 +11,8 @@ import string
 import subprocess
 import sys
 import threading
+import time
+from fractions import Fraction
 
 import pytest
 import yaml
@@ -165,7 +167,10 @@ def _number_text():
         n.map(str), n.map(lambda v: f"0{v}"), n.map(hex), n.map(oct), n.map(lambda v: f"{v // 60}:{v % 60:02d}"),
         n.map(lambda v: f"{v:_}"), st.floats(allow_nan=True, allow_infinity=True).map(repr),
         st.sampled_from(["yes", "no", "on", "off", "y", "true", "False", "null", "~", "", ".inf", ".nan", "1e5", "1.0e-5",
-                         "2024-01-01", "!!int 3.5", "!!float abc", "!!bool maybe", "0b101", "+7", "-0", "1.10", "5."]),
+                         "2024-01-01", "!!int 3.5", "!!float abc", "!!bool maybe", "0b101", "+7", "-0", "1.10", "5.",
+                         "12.0000000000000001", "12.0", "1e2", "1e-400", "-1e-400", "1e400", "0e5", "0.000", "3 # c",
+                         "# 3", "3 #", "'3 # c'", "--- 3", "---", "... 3", "&a 3", "*a", "&a [1, *a]", "\u00b9", "\u0663"]),
+        st.tuples(n, st.sampled_from([" # ", " #", "\t#", "#"]), st.text(string.printable, max_size=5)).map(lambda t: f"{t[0]}{t[1]}{t[2]}"),
         st.text(string.printable, max_size=12), st.text(max_size=8))
 
 
@@ -207,6 +212,10 @@ def test_fuzz_a_number_or_boolean_override_is_as_written_or_one_line(key, text):
     if cfg is not None:
         meant, got = _as_written(text), _field(cfg, key)
         assert type(meant) is not str and meant == got and isinstance(meant, bool) == isinstance(got, bool), (text, got)
+        if type(meant) in (int, float) and key in INT_KEYS:  # exactly the number written, not one it rounds to
+            assert Fraction(text.strip()) == got, (text, got)
+        elif type(meant) is float and meant == meant and abs(meant) != float("inf"):  # no underflow to 0
+            assert (got == 0) == (Fraction(text.strip()) == 0), (text, got)
 
 
 @FUZZ
@@ -259,8 +268,87 @@ def test_fuzz_arbitrary_file_text_is_a_config_or_one_line(text, fuzz_file):
     _loaded_or_one_line(path=path)
 
 
+@FUZZ
+@given(digit=st.characters(categories=["Nd", "No"]), key=st.sampled_from(["defenses.{}.kind=replay", "swarm.malicious.{}=1",
+                                                                            "defenses.0.{}=1", "{}=1"]))
+def test_fuzz_a_key_with_a_digit_of_another_script_is_one_line(digit, key):
+    cfg = _loaded_or_one_line([key.format(digit)])
+    assert cfg is None or digit in "0123456789", (digit, cfg)
+
+
+@FUZZ
+@given(width=st.integers(1, 12), depth=st.integers(1, 12), comment=st.booleans())
+def test_fuzz_a_file_of_anchors_and_aliases_loads_or_is_refused_at_once(width, depth, comment, fuzz_file):
+    lines = ["a0: &a0 [" + ", ".join(["lol"] * width) + "]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]" for i in range(1, depth)]
+    fuzz_file.write_text("\n".join(lines) + ("  # a comment is fine in a file" if comment else "") + "\n")
+    expanded = sum(width ** (i + 1) for i in range(depth)) * 2  # (every level's list, the items and the key nodes)
+    start = time.process_time()
+    try:
+        read_config_file(fuzz_file)
+    except ConfigError as err:
+        assert "expand to more than 100,000 values" in str(err) and expanded > 50_000, (width, depth)
+    assert time.process_time() - start < 5.0
+
+
 def test_the_fuzz_runs_at_least_1000_cases():
-    assert 4 * FUZZ.max_examples >= 1_000
+    assert 6 * FUZZ.max_examples >= 1_000
+
+
+def _billion_laughs(levels: int = 9) -> str:
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_billion_laughs_is_refused_at_once(tmp_path, capsys, refuse_runs):
+    path = tmp_path / "lol.yaml"
+    path.write_text(_billion_laughs())  # 9^9 = 387,420,489 strings once expanded
+    start = time.process_time()
+    assert main(["run", "--config", str(path)]) == 2
+    assert "line 1, column 1: the aliases (*a) of this YAML expand to more than 100,000 values" in one_line(capsys)
+    assert time.process_time() - start < 5.0
+    path.write_text("a: &a [1, *a]\n")  # (an alias inside the value it names)
+    assert main(["run", "--config", str(path)]) == 2 and "refers to a value that contains it" in one_line(capsys)
+    path.write_text("x: &s 3\nseed: *s\n")  # a small alias stays YAML as written
+    with pytest.raises(ConfigError, match="x: Extra inputs|unknown config key 'x'"):
+        load_config(path)
+
+
+# The review of the first pass (issue 34): YAML forms that still changed a value silently or ended in a traceback.
+REVIEW_FORMS = [
+    ("defenses.\u00b9.kind=replay", "override 'defenses.\u00b9.kind': '\u00b9' is not a list index or a key; write list "
+                                   "indices in ASCII digits (defenses.0.kind=replay)"),  # was: ValueError traceback
+    ("defenses.\u0660.kind=replay", "'\u0660' is not a list index or a key"),  # was: silently index 0
+    ("seed=3 # my note", "seed=3 # my note: '#' here starts a YAML comment and the rest would be dropped"),  # was: 3
+    ("name=run #2", "'#' here starts a YAML comment"),  # was: the folder 'run'
+    ("name=#2", "'#' here starts a YAML comment"),  # was: no name at all (null)
+    ("name=---", "name=---: '---' is a YAML document marker, not a value; quote it"),  # was: null
+    ("name=--- x", "'---' is a YAML document marker"),  # was: 'x'
+    ("name=&a x", "name=&a x: YAML anchors (&a) and aliases (*a) are not read in an override"),  # was: 'x'
+    ("seed=&a 3", "YAML anchors (&a) and aliases (*a) are not read in an override"),
+    ("grpo.beta=1e-400", "grpo.beta=1e-400: '1e-400' is too small for a float and would be read as 0"),  # was: 0.0
+    ("grpo.lr=1e400", "'1e400' is too large for a float and would be read as infinity"),
+    ("seed=12.0000000000000001", "seed: must be a whole number, not 12.0000000000000001"),  # was: 12
+    ("rounds=2.5", "rounds: must be a whole number, not 2.5"),
+]
+
+
+@pytest.mark.parametrize("override, message", REVIEW_FORMS)
+def test_a_form_the_review_found_is_one_line(override, message, capsys, refuse_runs):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, [override])
+    assert main(["run", override]) == 2 and message in one_line(capsys)
+
+
+@pytest.mark.parametrize("override, field, value", [
+    ("name=a#b", "name", "a#b"), ("name='run #2'", "name", "run #2"), ('name="--- x"', "name", "--- x"),
+    ("name='&a x'", "name", "&a x"), ("seed=12.0", "seed", 12), ("rounds=1e2", "rounds", 100), ("name=...", "name", "..."),
+    ("grpo.lr=1e-300", "grpo.lr", 1e-300), ("defenses.0.kind=replay", "defenses", None),
+])
+def test_the_same_characters_where_yaml_reads_them_as_text_stay_as_written(override, field, value):
+    got = _field(load_config(None, [override]), field)
+    assert got == value if value is not None else got[0].kind == "replay"
 
 
 def test_an_override_that_is_not_yaml_stays_text_and_reading_takes_no_time_for_a_deep_value():

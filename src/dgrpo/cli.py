@@ -45,7 +45,9 @@ def _with_section(section: str):
 def _resume(args) -> int:
     from dgrpo.recipes import resume
 
-    print(f"run directory: {resume(args.run_dir, args.overrides)}")
+    run_dir = resume(args.run_dir, args.overrides)
+    if run_dir is not None:  # (None: nothing to do, said in one line)
+        print(f"run directory: {run_dir}")
     return 0
 
 

@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
 
 from dgrpo.attacks.base import NoAttackConfig
-from dgrpo.config_yaml import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_INT, apply_overrides, read_config_file  # noqa: F401 (the config's inputs)
+from dgrpo.config_inputs import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_INT, apply_overrides, read_config_file  # noqa: F401 (the config's inputs)
 from dgrpo.errors import ConfigError, UnknownKind, one_line
 from dgrpo.hardening.config import HardeningConfig
 from dgrpo.metrics.trackers import TrackingConfig

@@ -14,8 +14,10 @@ A number field given such a string is refused by the config (:class:`dgrpo.regis
 never converted, and a string field keeps the text as written: every number remembers its source
 (``name: 1.10`` names the folder ``1.10``, not ``1.1``). Explicit tags are the core ones only
 (``!!str``, ``!!int``, ``!!float``, ``!!bool``, ``!!null``, ``!!map``, ``!!seq``), read by the same
-rules; a key given twice, a lone surrogate (``"\\ud800"``) and an integer beyond ±2^63 are errors.
-Every error is a :class:`yaml.YAMLError` or :class:`~dgrpo.errors.ConfigError` with the line.
+rules; a key given twice, a lone surrogate (``"\\ud800"``), an integer beyond ±2^63, a float that
+underflows to 0 (``1e-400``) or overflows to infinity (``1e400``), and aliases that expand to more than
+:data:`MAX_NODES` values (the "billion laughs") or contain themselves are errors. Every error is a
+:class:`yaml.YAMLError` with the line. The config's file and overrides: :mod:`dgrpo.config_inputs`.
 
 :class:`Dumper` quotes every string that either schema (1.1 or 1.2) would read as something else,
 so a file dgrpo writes reads back the same under both.
@@ -23,16 +25,10 @@ so a file dgrpo writes reads back the same under both.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
-import unicodedata
-from pathlib import Path
 
 import yaml
 from yaml.constructor import ConstructorError
-
-from dgrpo.errors import ConfigError
 
 MAX_INT_DIGITS = 19  # |n| < 2^63 has at most 19 digits; longer is refused before int() sees it
 
@@ -79,6 +75,12 @@ def _float(text: str, node) -> Float:
         value = _SPECIAL[text.lower()]
     elif _FLOAT.fullmatch(text):
         value = float(text)
+        if value == 0.0 and re.search(r"[1-9]", text.lower().split("e")[0]):
+            raise ConstructorError(None, None, f"{text[:40]!r} is too small for a float and would be read as 0; "
+                                               "write 0 or a value above 1e-300", node.start_mark)
+        if value in (float("inf"), float("-inf")):
+            raise ConstructorError(None, None, f"{text[:40]!r} is too large for a float and would be read as "
+                                               "infinity; write .inf if that is meant", node.start_mark)
     else:
         raise ConstructorError(None, None, f"{text!r} is not a decimal number", node.start_mark)
     out = Float(value)
@@ -92,6 +94,21 @@ class Loader(yaml.SafeLoader):
     yaml_implicit_resolvers: dict = {}
     yaml_constructors = {k: v for k, v in yaml.SafeLoader.yaml_constructors.items()
                          if k in ("tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", None)}
+
+    forbid_anchors = False  # overrides: an anchor or alias in one value is refused (it would drop text)
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if self.forbid_anchors and (isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None)):
+            raise ConstructorError(None, None, "YAML anchors (&a) and aliases (*a) are not read in an override; "
+                                               "quote the value to mean that text", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node)
+        return node
 
     def construct_scalar_text(self, node) -> str:
         text = self.construct_scalar(node)
@@ -112,6 +129,48 @@ class Loader(yaml.SafeLoader):
                 except TypeError:  # an unhashable key: the base class names it
                     break
         return super().construct_mapping(node, deep)
+
+
+MAX_NODES = 100_000  # values a document may hold once its aliases are expanded ("billion laughs")
+
+
+def _check_expansion(root) -> None:
+    """Refuse a document whose aliases expand to more than :data:`MAX_NODES` values, or refer to
+    themselves, before anything walks the expanded tree (linear in the distinct nodes).
+
+    Raises:
+        ConstructorError: with the line of the document's start.
+    """
+    size: dict[int, int] = {}
+    stack: list = [(root, False)]
+    open_: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_.discard(key)
+            children = _children(node)
+            size[key] = 1 + sum(size[id(c)] for c in children)
+            if size[key] > MAX_NODES:
+                raise ConstructorError(None, None, f"the aliases (*a) of this YAML expand to more than {MAX_NODES:,} "
+                                                   "values; write the config out without them", root.start_mark)
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            raise ConstructorError(None, None, "a YAML alias (*a) refers to a value that contains it; "
+                                               "write the config out without it", node.start_mark)
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in size)
+
+
+def _children(node) -> list:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [x for pair in node.value for x in pair]
+    return []
 
 
 def _construct(fn):
@@ -162,13 +221,19 @@ Dumper.add_representer(Int, yaml.SafeDumper.represent_int)
 Dumper.add_representer(Float, yaml.SafeDumper.represent_float)
 
 
-def load(text: str):
-    """The YAML document ``text`` read with :class:`Loader`.
+class OverrideLoader(Loader):
+    """:class:`Loader` for one override value: anchors and aliases refused."""
+
+    forbid_anchors = True
+
+
+def load(text: str, override: bool = False):
+    """The YAML document ``text`` read with :class:`Loader` (``override``: :class:`OverrideLoader`).
 
     Raises:
         yaml.YAMLError: malformed YAML or a value the schema refuses (the message has the line).
     """
-    return yaml.load(text, Loader=Loader)  # noqa: S506 (a safe loader with fewer constructors)
+    return yaml.load(text, Loader=OverrideLoader if override else Loader)  # noqa: S506 (a safe loader, fewer constructors)
 
 
 def dump(data) -> str:
@@ -183,151 +248,3 @@ def describe(err: yaml.YAMLError, where: bool = True) -> str:
     context = getattr(err, "context", None)
     at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None and where else ""
     return f"{at}{what}" + (f" ({' '.join(context.split())})" if context else "")
-
-
-# The config's inputs: a YAML file and key=value overrides, checked before validation.
-
-MAX_CONFIG_BYTES = 1 << 20  # a config file larger than 1 MiB is refused (`--config /dev/zero`)
-MAX_DEPTH = 32  # nesting of mappings and lists in a config or an override value
-MAX_INT = 1 << 63  # integers beyond C's int64 are refused wherever they appear (each field has its own bound too)
-
-
-def _flow_depth(text: str) -> int:
-    """Deepest nesting of YAML flow brackets ``[`` / ``{`` in ``text`` (quotes not parsed: a cheap bound
-    taken before the parser, which recurses once per level)."""
-    depth = deepest = 0
-    for m in re.finditer(r"[\[\]{}]", text):
-        depth = depth + 1 if m.group() in "[{" else max(depth - 1, 0)
-        deepest = max(deepest, depth)
-    return deepest
-
-
-def _parse_value(text: str, key: str = "override"):
-    """An override's value read as YAML (:mod:`dgrpo.config_yaml`: the 1.2 core schema, strict); text
-    that is not YAML at all (``a: b: c``) is the string itself, a value the schema refuses an error."""
-    if _flow_depth(text) > MAX_DEPTH:
-        raise ConfigError(f"{key}: override value nested more than {MAX_DEPTH} levels deep; flatten it")
-    try:
-        return load(text)
-    except ConstructorError as err:
-        raise ConfigError(f"{key}={text[:60]}: {describe(err, where=False)}") from None
-    except yaml.YAMLError:
-        return text
-    except RecursionError:
-        raise ConfigError(f"{key}: override value nested more than {MAX_DEPTH} levels deep; flatten it") from None
-
-
-def _check_shape(data, where: str = "") -> None:
-    """Refuse nesting deeper than :data:`MAX_DEPTH` and integers outside ±2^63 (iterative: no recursion).
-
-    Raises:
-        ConfigError: names the key path.
-    """
-    stack = [(data, where, 0)]
-    while stack:
-        node, path, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ConfigError(f"{path or '(config)'}: nested more than {MAX_DEPTH} levels deep; flatten it")
-        if isinstance(node, dict):
-            stack.extend((v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in node.items())
-        elif isinstance(node, list):
-            stack.extend((v, f"{path}.{i}" if path else str(i), depth + 1) for i, v in enumerate(node))
-        elif isinstance(node, int) and not isinstance(node, bool) and not -MAX_INT < node < MAX_INT:
-            raise ConfigError(f"{path or '(config)'}: integer {str(node)[:12]}… is out of range; use a value below 2^63 "
-                              "(each field's own bound is in its description)")
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested dict, in place.
-
-    A numeric part indexes a list (``defenses.0.atol=1e-4``); the index equal to the list's length
-    appends an item (``defenses.1.kind=replay``). Why dgrpo parses overrides itself rather than with
-    pydantic-settings' CLI: docs/config.md.
-
-    Raises:
-        ConfigError: an override without ``=``, a key more than :data:`MAX_DEPTH` parts long, a value
-            nested deeper than that, an index past the end of a list, or a key that descends into a
-            value that is neither a mapping nor a list.
-    """
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item[:80]!r} must look like key.sub=value")
-        key, value = item.split("=", 1)
-        bad = next((c for c in item if unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs")), None)
-        if bad is not None:  # YAML would fold a newline into a space and the run would go on renamed
-            what = "bytes that are not UTF-8" if unicodedata.category(bad) == "Cs" else "the control character"
-            raise ConfigError(f"override {key.strip()[:80]!r} holds {what} {bad!r}; "
-                              "config values and keys must be printable text")
-        parts = key.strip().split(".")
-        if len(parts) > MAX_DEPTH:
-            raise ConfigError(f"override key {key[:40]!r}… has {len(parts)} parts; config keys are at most {MAX_DEPTH} deep")
-        node: dict | list = data
-        for depth, part in enumerate(parts):
-            last = depth == len(parts) - 1
-            fresh = [] if not last and parts[depth + 1].isdigit() else {}
-            where = ".".join(parts[: depth + 1])
-            if isinstance(node, list):
-                if not part.isdigit() or int(part) > len(node):
-                    raise ConfigError(f"override {item!r}: {where} indexes a list of {len(node)} items (indices 0..{len(node)}; {len(node)} appends)")
-                if int(part) == len(node):
-                    node.append(None)
-                index: int | str = int(part)
-            else:
-                index = part
-            if last:
-                parsed = _parse_value(value, key.strip())
-                _check_shape(parsed, key.strip())
-                node[index] = parsed
-                break
-            child = node[index] if isinstance(node, list) else node.get(index)
-            if not isinstance(child, (dict, list)):
-                child = fresh  # a new section (or list); an override replaces a scalar or null there
-                node[index] = child
-            node = child
-    return data
-
-
-def _read_regular(path: str | Path) -> bytes:
-    """At most :data:`MAX_CONFIG_BYTES` + 1 bytes of a regular file: a FIFO, a device or a folder is
-    refused without blocking (opened non-blocking, checked with fstat)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            what = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                    else "a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
-            raise ConfigError(f"config {path} is {what}, not a regular file; pass a YAML file of run settings")
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(MAX_CONFIG_BYTES + 1)
-    finally:
-        os.close(fd)
-
-
-def read_config_file(path: str | Path) -> dict:
-    """The mapping of a YAML config file of at most :data:`MAX_CONFIG_BYTES` (empty file → {}), read
-    with :mod:`dgrpo.config_yaml` (the YAML 1.2 core schema, strict).
-
-    Raises:
-        ConfigError: unreadable, not a regular file (a FIFO, a device), too large, not UTF-8, not YAML
-            (with its line), a value the schema refuses, nested too deeply, or not a mapping.
-    """
-    try:
-        raw = _read_regular(path)
-        if len(raw) > MAX_CONFIG_BYTES:
-            raise ConfigError(f"config {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; pass a YAML file of run settings")
-        text = raw.decode("utf-8")
-        if _flow_depth(text) > MAX_DEPTH:
-            raise RecursionError
-        data = load(text)
-        data = {} if data is None else data
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"cannot read config {path}: {' '.join(str(err).split())}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"cannot read config {path}: {describe(err)}") from None
-    except RecursionError:
-        raise ConfigError(f"config {path} is nested more than {MAX_DEPTH} levels deep; flatten it") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config {path} must be a mapping at the top level")
-    _check_shape(data)
-    return data

@@ -27,6 +27,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Annotated, Any, Callable, Iterator, Mapping
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, SerializeAsAny, Strict, TypeAdapter,
@@ -89,6 +90,20 @@ def _text_for(annotation: Any, value: Any) -> str | None:
     return f"true or false, not {value!r}"
 
 
+def _not_whole(annotation: Any, value: Any) -> str | None:
+    """The text of a float given to an integer-only field when its written value is not a whole number
+    (``12.0000000000000001`` reads as the float 12.0, which pydantic accepts as 12; a YAML float keeps
+    its text in ``.text``); None otherwise (``12.0`` and ``1e2`` are whole)."""
+    types_ = _scalar_types(annotation)
+    if not isinstance(value, float) or types_ is None or int not in types_ or float in types_:
+        return None
+    written = getattr(value, "text", None) or repr(value)
+    try:
+        return None if Fraction(written).denominator == 1 else written
+    except (ValueError, ZeroDivisionError):
+        return None  # (inf, nan: refused by the field itself)
+
+
 def _has(value: Any, text: type, types_: set) -> bool:
     """Whether ``value`` holds text, or (for a boolean-only field) a number, anywhere in it."""
     if isinstance(value, (list, tuple)):
@@ -123,9 +138,13 @@ class StrictConfig(BaseModel):
     def _no_text_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         if cls.model_config.get("strict"):
             return value  # (pydantic refuses text for numbers itself, in its own words)
-        text = _text_for(cls.model_fields[info.field_name].annotation, value)
+        annotation = cls.model_fields[info.field_name].annotation
+        text = _text_for(annotation, value)
         if text is not None:
             raise ValueError(f"must be {text}")
+        whole = _not_whole(annotation, value)
+        if whole is not None:
+            raise ValueError(f"must be a whole number, not {whole} (a float that only rounds to an integer)")
         return value
 
 

@@ -129,7 +129,17 @@ def test_list(capsys):
     out = capsys.readouterr().out
     for name in PAPER_FIGURES:
         assert f"\n{name} " in "\n" + out
-    assert "TODO" not in out and "not yet as in the paper: paper scale: OpenMathInstruct is not bundled" in out
+    assert "TODO" not in out and "not yet as in the paper: paper scale: OpenMathInstruct is not bundled" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_list_wraps_to_the_width_and_indents_past_the_longest_name(width):
+    from dgrpo.paper.runner import list_text
+
+    lines = list_text(width).splitlines()
+    assert max(len(line) for line in lines) <= width
+    indent = max(len(name) for name in REGISTRY) + 2  # (matrix_training: 15 characters)
+    assert all(line.startswith(" " * indent) or line.split()[0] in REGISTRY for line in lines)
 
 
 def test_analytic_entries_through_the_cli(tmp_path):

@@ -113,3 +113,66 @@ def test_the_program_reward_and_the_ensemble_vote_use_the_same_rule():
 
     assert output_matches("The answer is 7\n", "7") and not output_matches("6 or 7\n", "7")
     assert canonical_number("6 or 7") is None and canonical_number("7 apples") == "7"
+
+
+# The review of the first pass (issue 34): hedges still paid, honest answers refused, a false match.
+@pytest.mark.parametrize("answer, gold", [
+    ("at least 12", "12"), ("more than 12", "12"), ("more than 11", "12"), ("12 or more", "12"), ("12 or so", "12"),
+    ("at most 12", "12"), ("≥ 12", "12"), ("about 12", "12"), ("≈12", "12"),
+    ("±3", "3"), ("12 ± 1", "12"), ("+/- 3", "3"),
+    ("not 12", "12"), ("not 12, 13", "13"), ("it isn't 13", "13"),
+    ("twelve or 13", "13"), ("12 thousand", "12"), ("12 and a half", "12"),
+    ("\\frac12", "12"),  # LaTeX's \frac12 is 1/2, never 12
+    ("–5", "5"),  # an en dash before a digit is a minus: -5
+    ("$12$ or $13$", "13"), ("$12$ $13$", "13"), ("\\boxed{12} \\boxed{13}", "13"),
+    ("5²", "5"), ("5²", "52"),  # 25, not 5 and not the digits 52
+    ("√5", "5"), ("5π", "5"), ("5 squared", "5"),
+    ("y²+2=5", "5"), ("y²+2=5", "3"), ("y² = 5", "5"), ("2y²", "2"),  # an equation is no answer
+])
+def test_a_bound_a_negation_a_power_or_a_second_span_earns_nothing(answer, gold):
+    assert not answers_match(answer, gold)
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 0.0
+
+
+def test_two_different_math_spans_are_two_answers_for_a_symbolic_oracle():
+    assert answers_match("$x+1$", "$1+x$")
+    assert not answers_match("$x+2$ $x+1$", "$1+x$")  # (the first pass paid this: math-verify read the last span)
+
+
+@pytest.mark.parametrize("answer, gold", [
+    ("54 m²", "54"), ("54m²", "54"), ("9.8 m/s²", "9.8"), ("12 cm³", "12"), ("54 meters squared", "54"),
+    ("the answer is 12, that one", "12"), ("this one: 12", "12"),
+    ("1.2e3", "1200"), ("1.2E+3", "1200"), ("1.2 × 10^3", "1200"), ("1.2×10³", "1200"), ("1.2 \\times 10^{3}", "1200"),
+    ("½", "0.5"), ("1½", "1.5"), ("1 ½ cups", "3/2"), ("\\frac12", "0.5"), ("\\frac{1}2", "1/2"),
+    ("1 728", "1728"), ("1 000 000", "1000000"),
+    ("25%", "25"), ("25 %", "25"), ("25\\%", "25"), ("25 percent", "25"), ("25", "25%"),
+    ("–5", "-5"), ("minus 5", "-5"), ("12 left over", "12"),
+])
+def test_one_value_in_its_usual_typography_is_credited(answer, gold):
+    assert answers_match(answer, gold)
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 1.0
+
+
+def test_typographic_numbers_read_as_their_values():
+    assert numbers_in("½ and 1½ and 2 ¾") == [Fraction(1, 2), Fraction(3, 2), Fraction(11, 4)]
+    assert numbers_in("1 728 and 1,728 and 12 34") == [1728, 1728, 12, 34]  # groups of exactly 3
+    assert numbers_in("5²") == [5, 2] and numbers_in("54 m²") == [54]
+    assert numbers_in("–5 then 3–4") == [-5, 3, 4] and numbers_in("\\frac12") == [Fraction(1, 2)]
+
+
+@pytest.mark.parametrize("answer, expected", [
+    ("(1, 2)", True), ("x = 1, y = 2", True), ("[1, 2]", True), ("(2, 1)", False), ("(1, 2) or (3, 4)", False),
+    ("(1, 2, 3)", False), ("1", False), ("about (1, 2)", False),
+])
+def test_a_tuple_oracle_is_matched_by_the_same_numbers_in_order(answer, expected):
+    assert answers_match(answer, "(1, 2)") is expected
+
+
+@pytest.mark.parametrize("text", ["1 " * 20_000, "9" * 50_000 + " m²", "1." * 20_000 + "x10^3", "1 m/" * 10_000 + "s²",
+                                  "\\boxed{" * 10_000, "$1" * 20_000, "1, " * 20_000])
+def test_reading_a_long_answer_takes_linear_time(text):
+    import time
+
+    start = time.process_time()
+    assert not answers_match(text, "1") and not answers_match(text, "(1, 2)")
+    assert time.process_time() - start < 10.0  # (a quadratic regex takes minutes on these 20,000-40,000 characters)

@@ -162,7 +162,8 @@ def test_a_resume_while_another_process_holds_the_folder_is_refused(part, capsys
         claim({str(part)!r}); print("held", flush=True); time.sleep(60)""")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        refused(part, capsys, f"{part} is being written by another dgrpo process (pid {holder.pid})")
+        refused(part, capsys, f"the run folder {part} is being written by another dgrpo process (process id {holder.pid} "
+                              f"on this machine): wait for it to end, or stop it and then resume the run (dgrpo resume {part})")
     finally:
         holder.kill()
         holder.wait()
@@ -209,3 +210,84 @@ def test_a_full_disk_during_a_save_is_one_line_and_the_run_resumes_exactly_after
     assert f"{mnt}/r/checkpoint: the disk is full" in errors[0] and "MiB are free; free at least" in errors[0]
     assert result["saved"] == 1 and result["leftovers"] == []  # the first checkpoint intact, no half-written copy
     assert result["rc2"] == 0 and result["metrics"] == want
+
+
+# The review of the first pass (issue 34): the run files a resume reads back are bound to the checkpoint.
+def _edit_metrics(run_dir):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    rec = json.loads(lines[0])
+    rec["train/reward_honest"] = 0.999
+    (run_dir / "metrics.jsonl").write_text(json.dumps(rec) + "\n" + "".join(lines[1:]))
+
+
+def _edit_reference(run_dir):
+    ref = sorted((run_dir / "eval_reference").glob("node*.json"))[0]
+    data = json.loads(ref.read_text())
+    data[0]["logp"][0] += 1.0
+    ref.write_text(json.dumps(data))
+
+
+def _edit_bans(run_dir):
+    (run_dir / "bans.json").write_text(json.dumps({"ban_after": 0, "strikes": {"1": 5}, "banned": {}}))
+
+
+@pytest.mark.parametrize("edit, needles", [
+    (_edit_metrics, ["metrics.jsonl: its records of rounds 0..1 differ from those the checkpoint",
+                     "restore it as it was at the save of round 2, or start a new run"]),
+    (lambda d: (d / "metrics.jsonl").unlink(), ["metrics.jsonl: its records of rounds 0..1 differ"]),
+    (_edit_reference, ["eval_reference/node0.json: changed since the checkpoint", "(the drift reference"]),
+    (lambda d: shutil.rmtree(d / "eval_reference"), ["eval_reference/node0.json: missing since the checkpoint"]),
+    (_edit_bans, ["bans.json: changed since the checkpoint", "(the bans of rounds before 2)"]),
+])
+def test_an_edited_run_file_is_refused_before_any_model_loads(part, capsys, edit, needles, monkeypatch):
+    import dgrpo.training.build as build
+
+    assert (part / "eval_reference").is_dir()  # (the fixture's runs evaluate at round 0: drift references)
+    edit(part)
+    monkeypatch.setattr(build, "load_policy", lambda *a, **k: pytest.fail("loaded a model before checking the run files"))
+    refused(part, capsys, *needles)
+
+
+def test_bans_written_after_the_save_are_put_back_and_the_resume_is_exact(part, runs, capsys):
+    (part / "bans.json").write_text(json.dumps({"ban_after": 0, "strikes": {"1": 3}, "banned": {}, "round": 2}))
+    capsys.readouterr()
+    assert main(["resume", str(part), "rounds=4"]) == 0 and metrics(part) == runs[1]
+
+
+def test_changed_model_files_are_refused(runs, tmp_path, tiny_model_dir, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    assert main(["run", f"model.name={model}", *COMMON, "rounds=2", f"out_dir={tmp_path}", "name=r"]) == 0
+    (model / "config.json").write_text((model / "config.json").read_text().replace("{", '{"note": "edited", ', 1))
+    refused(tmp_path / "r", capsys, f"the model files ({model}) differ from those the checkpoint",
+            "resume with the run's own model files")
+
+
+def test_an_edited_or_replaced_root_state_is_refused(part, runs, capsys):
+    root_state = part / "checkpoint" / "state.json"
+    state = json.loads(root_state.read_text())
+    state["next_round"] = 1
+    root_state.write_text(json.dumps(seal(state)))  # (resealed: only the run identity can tell)
+    refused(part, capsys, f"{root_state}: holds round 1 but recorded round 2 at the save")
+    other = runs[0] / "other_seed" / "checkpoint" / "state.json"
+    shutil.copy(other, root_state)  # another run's root state, sealed and of the same round
+    refused(part, capsys, f"{root_state}: saved by another run (seed: 1 at the save, 0 now")
+
+
+def test_resume_names_the_run_directory_first_and_a_finished_run_has_nothing_to_do(runs, part, tmp_path, capsys,
+                                                                                     monkeypatch):
+    import dgrpo.training.build as build
+
+    done = tmp_path / "done"
+    shutil.copytree(runs[0] / "straight", done)  # 4 rounds of 4, the final evaluation logged
+    before = (done / "metrics.jsonl").read_text()
+    monkeypatch.setattr(build, "load_policy", lambda *a, **k: pytest.fail("loaded a model for a finished run"))
+    capsys.readouterr()
+    assert main(["resume", str(done)]) == 0
+    out = capsys.readouterr().out
+    assert out == f"nothing to do: {done} has run all its 4 rounds (rounds=N with N > 4 extends it)\n"
+    assert (done / "metrics.jsonl").read_text() == before
+    monkeypatch.undo()
+    assert main(["resume", str(part), "rounds=4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"run directory: {part}" and out[-1] == f"run directory: {part}"  # at the start and at the end

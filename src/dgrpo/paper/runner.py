@@ -42,15 +42,24 @@ def lookup(name: str) -> Reproduction:
     return REGISTRY[name]
 
 
-def list_text() -> str:
-    """One block per entry for ``dgrpo paper --list``."""
+def list_text(width: int | None = None) -> str:
+    """One block per entry for ``dgrpo paper --list``, wrapped to ``width`` columns (default: the
+    terminal's, at least 60), each entry's text indented past the longest name."""
+    import shutil
+    import textwrap
+
+    width = max(60, width or shutil.get_terminal_size((100, 24)).columns)
+    pad = " " * (max(len(e.name) for e in REGISTRY.values()) + 2)
     lines = []
     for e in REGISTRY.values():
         kind = (f"no training runs; --set keys: {', '.join(func_keys(e.func))}" if e.func
                 else f"{len(e.curves)} run(s): {', '.join(e.curves)}; metric {e.metric}")
-        lines.append(f"{e.name:8s} {e.figure} — {kind}\n         {e.description}")
+        lines.append(textwrap.fill(f"{e.name:<{len(pad)}}{e.figure} — {kind}", width, subsequent_indent=pad,
+                                   break_on_hyphens=False))
+        lines.append(textwrap.fill(e.description, width, initial_indent=pad, subsequent_indent=pad))
         if e.todo:  # what keeps it from the paper's setting, in the reader's words
-            lines.append(f"         not yet as in the paper: {e.todo}")
+            lines.append(textwrap.fill(f"not yet as in the paper: {e.todo}", width, initial_indent=pad,
+                                       subsequent_indent=pad))
     return "\n".join(lines)
 
 

@@ -38,15 +38,22 @@ def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
     return recipe(cfg).run(cfg, run_dir)
 
 
-def resume(run_dir: str | Path, overrides: list[str] | None = None) -> Path:
-    """Continue the run in ``run_dir`` (``dgrpo resume``, dgrpo.training.resume); returns its directory.
+def resume(run_dir: str | Path, overrides: list[str] | None = None) -> Path | None:
+    """Continue the run in ``run_dir`` (``dgrpo resume``, dgrpo.training.resume); returns its directory,
+    or None when every round has run (it prints ``nothing to do: …`` instead; it prints the run
+    directory when it starts).
 
     Raises:
         FileNotFoundError, ConfigError, MetricsFileError: see
             :func:`dgrpo.training.resume.resumable_config` (raised before any model loads).
     """
-    from dgrpo.training.resume import resumable_config
+    from dgrpo.training.resume import all_rounds_done, resumable_config
 
     run_dir = Path(run_dir)
     cfg = resumable_config(run_dir, overrides)
+    if all_rounds_done(run_dir, cfg):
+        print(f"nothing to do: {run_dir} has run all its {cfg.rounds} rounds (rounds=N with N > {cfg.rounds} "
+              "extends it)", flush=True)
+        return None
+    print(f"run directory: {run_dir}", flush=True)
     return recipe(cfg).resume(cfg, run_dir, rewrite_config=bool(overrides))

@@ -30,6 +30,8 @@ from dgrpo.robust.voting import parsed_answer, vote_metrics
 from dgrpo.errors import CheckpointError
 from dgrpo.training.build import Run, build_run, build_run_dir, prepare
 from dgrpo.training.checkpoint import load_checkpoint, read_state, save_checkpoint, write_state
+from dgrpo.training.run_files import run_files
+from dgrpo.training.run_identity import identity
 from dgrpo.training.evaluate import eval_attack, eval_texts
 from dgrpo.training.loop import evaluation_round
 from dgrpo.training.resume import keep_rounds_before, write_config
@@ -111,13 +113,16 @@ def _setup(cfg: RunConfig, run_dir: Path, group_dirs: bool) -> tuple[dict, list[
     return static, group_cfgs, runs
 
 
-def save_ensemble(run_dir: Path, runs: list[Run], next_round: int) -> None:
-    """Checkpoint every group (``group{g}/checkpoint``), then the ensemble's round (``checkpoint/state.json``),
-    which is what a resume trusts."""
+def save_ensemble(cfg: RunConfig, run_dir: Path, runs: list[Run], next_round: int) -> None:
+    """Checkpoint every group (``group{g}/checkpoint``), then the ensemble's round (``checkpoint/state.json``,
+    bound to the ensemble's config and run files like a node's state), which is what a resume trusts."""
     for run in runs:
         save_checkpoint(run, next_round)
     (run_dir / "checkpoint").mkdir(exist_ok=True)
-    write_state(run_dir / "checkpoint" / "state.json", {"next_round": next_round})
+    config = cfg.model_dump(mode="json")
+    write_state(run_dir / "checkpoint" / "state.json",
+                {"next_round": next_round, "run": {**identity(config, next_round),
+                                                   "run_files": run_files(run_dir, next_round, config, True)}})
 
 
 def _train(cfg: RunConfig, run_dir: Path, static: dict, group_cfgs: list[RunConfig], runs: list[Run], start: int) -> Path:
@@ -133,10 +138,10 @@ def _train(cfg: RunConfig, run_dir: Path, static: dict, group_cfgs: list[RunConf
         for run in runs:                               # one ordinary round of every group swarm
             run.logger.log(one_round(run, r))
         if cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0 and r + 1 < cfg.rounds:
-            save_ensemble(run_dir, runs, r + 1)
+            save_ensemble(cfg, run_dir, runs, r + 1)
         log.info("ensemble round %d done", r)
     if start <= cfg.rounds:
-        save_ensemble(run_dir, runs, cfg.rounds)
+        save_ensemble(cfg, run_dir, runs, cfg.rounds)
     logger.close()
     for run in runs:
         run.logger.close()
@@ -177,7 +182,7 @@ def resume(cfg: RunConfig, run_dir: Path, rewrite_config: bool = False) -> Path:
             between two groups' saves: names the groups).
     """
     prepare(cfg)
-    state = read_state(run_dir / "checkpoint" / "state.json", cfg.rounds)
+    state = read_state(run_dir / "checkpoint" / "state.json", cfg.rounds, cfg.model_dump(mode="json"), run_dir)
     start = state["next_round"]
     static, group_cfgs, runs = _setup(cfg, run_dir, group_dirs=True)
     held = {g: load_checkpoint(run) for g, run in enumerate(runs)}

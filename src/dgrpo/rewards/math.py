@@ -1,78 +1,54 @@
 """Answer checking for math tasks: the answer block must state exactly one number, equal to the oracle's.
 
 One answer, or no reward: a policy (or a peer) that lists several candidates must not be paid for
-guessing (docs/rewards.md). :func:`one_number` reads the answer block: words and units around the
-number are allowed (``54 cows``, ``$1,234.00``, ``x = 7``, ``\\boxed{18}``, ``3/4``, ``\\frac{3}{4}``), but
-a block that states two or more numbers — ``1331 and 1728``, ``1331 or 1728``, ``between 10 and 12``,
-``12, no wait 13``, ``3 + 4 = 7``, ``12-13`` — or a number in words beside one in digits (``twelve or
-13``) holds no single answer and earns nothing. Numbers compare exactly as fractions (``54.0`` = ``54``,
-``0.5`` = ``1/2``). An oracle that is not one number (a symbolic answer of a dataset task) is compared
-by math-verify (Hugging Face), and the same answer must then still name no second candidate.
+guessing (docs/rewards.md). :func:`one_number` reads the answer block (:mod:`dgrpo.rewards.numbers`):
+words and units around the number are allowed (``54 cows``, ``$1,234.00``, ``x = 7``, ``\\boxed{18}``,
+``3/4``, ``\\frac{3}{4}``, ``54 m²``, ``½``, ``1 728``), but a block that states two or more numbers —
+``1331 and 1728``, ``1331 or 1728``, ``between 10 and 12``, ``12, no wait 13``, ``3 + 4 = 7``,
+``12-13``, ``5²`` — or qualifies its number — ``at least 12``, ``not 12``, ``±3``, ``about 12``, ``√5``,
+a number in words (``twelve or 13``) — holds no single answer and earns nothing. Numbers compare
+exactly as fractions (``54.0`` = ``54``, ``0.5`` = ``1/2``). A tuple oracle (``(1, 2)``) needs the same
+numbers in order; an oracle that is not numbers (a symbolic answer of a dataset task) is compared by
+math-verify (Hugging Face), and the same answer must then still name no second candidate.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-import unicodedata
 from fractions import Fraction
 
 from dgrpo.rewards.format import format_reward, parse_completion
+from dgrpo.rewards.numbers import LITERAL, MAX_DIGITS, hedged, numbers_in, plain
+
+__all__ = ["MAX_DIGITS", "answers_match", "math_reward", "numbers_in", "one_number", "parse_oracle",
+           "shaped_math_reward"]
 
 _ORACLE = re.compile(r"####[ \t]*([^\n]*?)\s*\Z")  # the last line
 _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?")
-_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]*?)\s*\}\s*\{\s*([^{}]*?)\s*\}")  # \frac{a}{b} → a/b
-# One written number: a sign, digits (thousands groups of exactly 3 after a comma), decimals, an
-# exponent, and an optional "/ denominator". "1331, 1728" is two numbers, "1,234.5" one.
-_DIGITS = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
-_LITERAL = re.compile(rf"(?<!\d)(?P<sign>[-+\u2212]?)(?P<num>{_DIGITS})(?:[eE](?P<exp>[-+]?\d{{1,3}}))?"
-                      rf"(?:\s*/\s*(?P<den>{_DIGITS}))?(?![\d])")
-MAX_DIGITS = 100  # longest number (characters, separators included) read as a value
-_WORDS = re.compile(r"\b(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
-                    r"fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|"
-                    r"ninety|hundred|thousand|million|billion)\b", re.IGNORECASE)
-_HEDGE = re.compile(r"\b(or|and|between|either|wait|maybe|perhaps)\b|[,;]", re.IGNORECASE)
-
-
-def _plain(text: str) -> str:
-    """NFKC (fullwidth digits are digits) with LaTeX fractions written ``a/b``."""
-    return _FRAC.sub(r"\1/\2", unicodedata.normalize("NFKC", text))
-
-
-def numbers_in(text: str) -> list[Fraction | None]:
-    """Every number ``text`` writes in digits, in order, as exact fractions.
-
-    ``"54 cows"`` → [54]; ``"$1,234.50"`` → [2469/2]; ``"1331 and 1728"`` → [1331, 1728];
-    ``"\\frac{3}{4}"`` → [3/4]; ``"-2.5e3"`` → [-2500]. A number of more than :data:`MAX_DIGITS`
-    characters, or over a zero denominator, is listed as None: it counts as a number but equals none
-    (a completion cannot make the reward parse a 10,000-digit integer).
-    """
-    out: list[Fraction | None] = []
-    for m in _LITERAL.finditer(_plain(text)):
-        if len(m["num"]) > MAX_DIGITS or len(m["den"] or "") > MAX_DIGITS:
-            out.append(None)
-            continue
-        value = Fraction(m["num"].replace(",", "")) * Fraction(10) ** int(m["exp"] or 0)
-        if m["den"] is not None:
-            den = Fraction(m["den"].replace(",", ""))
-            if den == 0:
-                out.append(None)
-                continue
-            value /= den
-        out.append(-value if m["sign"] in ("-", "\u2212") else value)
-    return out
+_HEDGE = re.compile(r"\b(and|wait)\b|[,;]", re.IGNORECASE)  # (with hedged(): a symbolic answer's list or hedge)
+# A math span of an answer: $…$, $$…$$, \(…\), \[…\], \boxed{…}. Two that differ are two answers.
+_SPANS = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]|\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}", re.DOTALL)
+_TUPLE = re.compile(rf"\s*[(\[]?\s*(?:{LITERAL.pattern})(?:\s*[,;]\s*(?:{LITERAL.pattern.replace('?P<', '?P<t_')}))+\s*[)\]]?\s*")
 
 
 def one_number(text: str) -> Fraction | None:
-    """The one number an answer states, or None when it states none or more than one.
+    """The one number an answer states, or None when it states none, more than one, or qualifies it.
 
     More than one: two numbers in digits (``1331 or 1728``, ``between 10 and 12``, ``12, no wait
-    13``), or one in digits and one in words (``twelve or 13``). ``"54 cows"`` → 54; ``"x = 7."`` → 7.
+    13``, ``5²``), or one in digits and one in words (``twelve or 13``). Qualified
+    (:func:`dgrpo.rewards.numbers.hedged`): ``at least 12``, ``not 12``, ``±3``, ``about 12``, ``√5``.
+    ``"54 cows"`` → 54; ``"x = 7."`` → 7; ``"54 m²"`` → 54; ``"½"`` → 1/2; ``"1 728"`` → 1728.
     """
-    found = numbers_in(text)
-    if len(found) != 1 or _WORDS.search(text):
+    found = numbers_in(text, limit=2)
+    if len(found) != 1 or hedged(text):
         return None
     return found[0]
+
+
+def _spans_differ(text: str) -> bool:
+    """Whether ``text`` has two math spans (``$…$``, ``\\boxed{…}``) of different content."""
+    return len({" ".join(next(g for g in m.groups() if g is not None).split()) for m in _SPANS.finditer(text)}) > 1
 
 
 def _timeout() -> int | None:
@@ -101,22 +77,27 @@ def parse_oracle(solution: str) -> str:
 def answers_match(predicted: str, oracle: str) -> bool:
     """Whether the answer text states exactly one value, the oracle's (see the module docstring).
 
-    ``"54.0"``, ``"54 cows"`` and ``"$54"`` match ``"54"``; ``"53 or 54"``, ``"between 50 and 54"``
-    and ``"no number"`` do not. A symbolic oracle (``"x + 1"``) is compared by math-verify, and an
-    answer that hedges (``or``, ``and``, ``between``, a comma or semicolon) never matches it.
+    ``"54.0"``, ``"54 cows"``, ``"$54"`` and ``"54 m²"`` match ``"54"``; ``"53 or 54"``, ``"between 50
+    and 54"``, ``"at least 54"``, ``"not 54"`` and ``"no number"`` do not. A tuple oracle (``"(1, 2)"``)
+    is matched by an answer that states the same numbers in the same order and nothing else. A symbolic
+    oracle (``"x + 1"``) is compared by math-verify, and an answer that hedges (``or``, ``and``,
+    ``between``, a bound, a comma or semicolon) or writes two different math spans never matches it.
 
     Raises:
         ValueError: the oracle itself is neither one number nor an expression math-verify reads.
     """
     gold = numbers_in(oracle)
-    if _LITERAL.fullmatch(_plain(oracle).strip().removeprefix("$").removesuffix("%").strip()) and gold[0] is not None:
+    written = plain(oracle).strip().removeprefix("$").removesuffix("%").strip()
+    if len(gold) == 1 and LITERAL.fullmatch(written) and gold[0] is not None:
         return one_number(predicted) == gold[0]  # (a number oracle: "54", "-3", "1,234.5", "3/4")
+    if _TUPLE.fullmatch(written) and None not in gold:  # (a tuple oracle: "(1, 2)", "3, -4")
+        return not hedged(predicted) and not _spans_differ(predicted) and numbers_in(predicted) == gold
     from math_verify import parse, verify  # (imported on first use: config checks import the tasks)
 
     expected = parse(oracle, parsing_timeout=_timeout())
     if not expected:
         raise ValueError(f"oracle answer {oracle!r} is not a number")
-    if _HEDGE.search(_plain(predicted)):
+    if _HEDGE.search(plain(predicted)) or hedged(predicted) or _spans_differ(predicted):
         return False
     pred = parse(predicted, parsing_timeout=_timeout())
     return bool(pred) and bool(verify(expected, pred, timeout_seconds=_timeout()))

@@ -193,9 +193,12 @@ class BanList:
             return True
         return False
 
-    def save(self, run_dir: Path) -> None:
+    def save(self, run_dir: Path, round_idx: int | None = None) -> None:
+        """Write ``bans.json``; ``round_idx``: the round that changed it (a resume from an earlier
+        checkpoint puts the file back as that checkpoint saved it, dgrpo.training.run_files)."""
         data = {"ban_after": self.after, "strikes": {str(n): c for n, c in sorted(self.strikes.items())},
-                "banned": {str(n): r for n, r in sorted(self.banned.items())}}
+                "banned": {str(n): r for n, r in sorted(self.banned.items())},
+                **({"round": round_idx} if round_idx is not None else {})}
         (Path(run_dir) / BANS_FILE).write_text(json.dumps(data, indent=1))
 
     @classmethod

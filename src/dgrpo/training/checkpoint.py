@@ -42,6 +42,7 @@ from dgrpo.training import rng_state
 from dgrpo.training.durable import (disk_full_error, folder_bytes, free_bytes, fsync, is_disk_full, seal, sha256,
                                     write_state)
 from dgrpo.training.replay_memory import REPLAY_MEMORY, load_replay_memory, replay_memory_state
+from dgrpo.training.run_files import run_files
 from dgrpo.training.run_identity import identity, read_state
 
 __all__ = ["load_checkpoint", "load_state_folder", "read_state", "save_checkpoint", "save_state_folder", "sha256", "write_state"]
@@ -115,7 +116,8 @@ def save_checkpoint(run, next_round: int) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     rng, pid, owners = rng_state.capture(), os.getpid(), run.swarm.trained
     config = run.cfg.model_dump(mode="json")
-    state = {"next_round": next_round, "rng": rng, "run": identity(config, next_round)}
+    state = {"next_round": next_round, "rng": rng,
+             "run": {**identity(config, next_round), "run_files": run_files(run.run_dir, next_round, config, run.transport.is_main)}}
     staged: list[Path | None] = []
     try:
         for owner, policy in owners.items():
@@ -273,7 +275,7 @@ def load_checkpoint(run) -> int:
     rounds, rng = {}, None
     for owner, policy in run.swarm.trained.items():
         folder = _node_dir(root, owner, homogeneous)
-        state = read_state(folder / "state.json", run.cfg.rounds, config)
+        state = read_state(folder / "state.json", run.cfg.rounds, config, run.run_dir)
         _check_files(folder, state)
         rng_state.check(state.get("rng"), folder / "state.json")
         try:
@@ -283,8 +285,15 @@ def load_checkpoint(run) -> int:
                                   f"({' '.join(str(err).split())[:200]}); resume with the run's own model.name") from None
         _load_optimizer(run.swarm.learners[policy].optimizer, folder / "optimizer.pt")
         rounds[owner], rng = state["next_round"], rng or state.get("rng")
+    if len(set(rounds.values())) > 1:
+        raise CheckpointError(f"checkpoints under {root} hold different rounds: {rounds}")
     if not rounds:  # nothing trained here (a heterogeneous attacker): the swarm's round
-        rounds[-1] = read_state(root / "state.json", run.cfg.rounds, config)["next_round"]
+        rounds[-1] = read_state(root / "state.json", run.cfg.rounds, config, run.run_dir)["next_round"]
+    elif (root / "state.json").exists():  # (bound like a node's; one save behind after a crash between the two)
+        from dgrpo.training.resume import check_root_state
+
+        check_root_state(root, run.cfg.rounds, config, run.run_dir, {folder / "state.json": r for folder, r in zip(
+            [_node_dir(root, o, homogeneous) for o in rounds], rounds.values())})
     if len(set(rounds.values())) > 1:
         raise CheckpointError(f"checkpoints under {root} hold different rounds: {rounds}")
     if rng is not None:

@@ -159,7 +159,7 @@ def account_peers(run, round_idx: int, report: PolicyReport) -> dict:
                 changed |= protocol.bans.strike(int(who), strikes, round_idx) or strikes > 0
         rec["banned"] = {str(n): r for n, r in sorted(protocol.bans.banned.items())}
         if changed and run.transport.is_main:
-            protocol.bans.save(run.run_dir)
+            protocol.bans.save(run.run_dir, round_idx)
     if run.transport.is_main:
         with open(run.run_dir / PEERS_FILE, "a") as f:
             f.write(json.dumps(rec) + "\n")

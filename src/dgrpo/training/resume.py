@@ -20,13 +20,14 @@ of a peer's checkpoint of round r (docs/hivemind.md) and checks only that round.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 
 from dgrpo import config_yaml
 from dgrpo.config import RunConfig, load_config, read_config_file
-from dgrpo.errors import ConfigError
+from dgrpo.errors import CheckpointError, ConfigError
 from dgrpo.metrics.logger import read_records
 from dgrpo.training.run_dir import check_paths
 from dgrpo.training.run_identity import read_state
@@ -77,10 +78,53 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
         if (run_dir / log_file).exists():
             read_records(run_dir / log_file, partial_last_ok=True)
     config = cfg.model_dump(mode="json")  # so are edited, foreign and too-long checkpoints (each state's
-    for state in sorted((run_dir / "checkpoint").glob("node*/state.json")) + sorted(  # checksum, run and round)
-            (run_dir / "checkpoint").glob("state/state.json")):
-        read_state(state, cfg.rounds, config)
+    root = run_dir / "checkpoint"  # checksum, run, round and the run files it was saved with)
+    rounds = {state: read_state(state, cfg.rounds, config, run_dir)["next_round"]
+              for state in [*sorted(root.glob("node*/state.json")), *sorted(root.glob("state/state.json"))]}
+    if (root / "state.json").exists():
+        check_root_state(root, cfg.rounds, config, run_dir, rounds)
     return cfg
+
+
+def check_root_state(root: Path, rounds: int, config: dict, run_dir: Path, held: dict) -> int:
+    """Check ``root/state.json`` (the swarm's round, sealed and bound like a node's state) against the
+    rounds ``held`` by the node states beside it, and return its round. The nodes are swapped in
+    before it at a save, so a crash between the two leaves it one save behind: that is accepted (its
+    seal and run are checked, the run files are the nodes'); ahead of the nodes, or of another round
+    among them, it was replaced or edited.
+
+    Raises:
+        CheckpointError: names the states and their rounds.
+    """
+    nodes = set(held.values())
+    state = read_state(root / "state.json", rounds, config, None if nodes and max(nodes) > _round(root) else run_dir)
+    if len(nodes) > 1 or (nodes and state["next_round"] > max(nodes)):
+        every = {**{p.relative_to(root): r for p, r in held.items()}, "state.json": state["next_round"]}
+        raise CheckpointError(f"the checkpoint states under {root} hold different rounds "
+                              f"({', '.join(f'{p}: {r}' for p, r in every.items())}): one was replaced or edited; "
+                              "restore the checkpoint as saved, or start a new run")
+    return state["next_round"]
+
+
+def _round(root: Path) -> int:
+    try:
+        return int(json.loads((root / "state.json").read_text()).get("next_round"))
+    except (ValueError, TypeError, AttributeError, OSError):
+        return -1  # (read_state names what is wrong with it)
+
+
+def all_rounds_done(run_dir: Path, cfg: RunConfig) -> bool:
+    """Whether the run in ``run_dir`` (checked by :func:`resumable_config`) has nothing left to run:
+    every checkpoint state holds round ``cfg.rounds`` and ``metrics.jsonl`` ends with that round's
+    final evaluation. A harden run (resumed phase by phase) is never reported done here."""
+    root = run_dir / "checkpoint"
+    states = [*root.glob("node*/state.json"), *root.glob("state/state.json"), *root.glob("state.json")]
+    if cfg.hardening is not None or not states or not (run_dir / "metrics.jsonl").is_file():
+        return False
+    if any(json.loads(p.read_text()).get("next_round") != cfg.rounds for p in states):
+        return False
+    records = read_records(run_dir / "metrics.jsonl", partial_last_ok=True)
+    return bool(records) and records[-1][1]["round"] == cfg.rounds
 
 
 def restore(run, rewrite_config: bool) -> None:

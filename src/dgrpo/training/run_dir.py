@@ -4,8 +4,8 @@ path the run needs is checked before any model loads.
 The lock is ``RUN_DIR/.lock``, an exclusive ``flock`` held by the process that writes the run's
 metrics (a distributed or hivemind run: its main process) until the run ends; the kernel drops it
 when that process exits, however it exits (a SIGKILLed run leaves no stale lock). A second
-``dgrpo run`` or ``dgrpo resume`` of the same folder is refused in one line naming the holder's
-process id; the holder itself may take it again (an ensemble's groups, a resume in the same process).
+``dgrpo run`` or ``dgrpo resume`` of the same folder is refused in one line naming the folder, the
+holder's process id and what to do; the holder itself may take it again (an ensemble's groups, a resume in the same process).
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def claim(run_dir: Path) -> None:
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise ConfigError(f"{run_dir} is being written by another dgrpo process (pid {holder}): wait for it to end, "
-                          "or give this run another name (name=...)") from None
+        raise ConfigError(f"the run folder {run_dir} is being written by another dgrpo process (process id {holder} "
+                          "on this machine): wait for it to end, or stop it and then resume the run (dgrpo resume "
+                          f"{run_dir}); to start a separate run, give it another name (name=...)") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held[key] = fd

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dgrpo.errors import CheckpointError
 from dgrpo.training.durable import check_seal
+from dgrpo.training.run_files import check_run_files
 
 RESUMABLE = ("rounds", "out_dir", "name", "threads", "checkpoint_every", "tensorboard", "tracking")
 RESUMABLE_SWARM = ("transport", "timeout_s", "startup_timeout_s", "on_peer_failure", "backend", "hivemind")
@@ -84,14 +85,16 @@ def check_identity(path: Path, saved, config: dict, next_round: int) -> None:
                           "with (its config.yaml), or start a new run")
 
 
-def read_state(path: Path, rounds: int | None = None, config: dict | None = None) -> dict:
+def read_state(path: Path, rounds: int | None = None, config: dict | None = None, run_dir: Path | None = None) -> dict:
     """A checkpoint's sealed ``state.json``: an object whose ``next_round`` is an integer in
     0..``rounds`` and, with ``config`` (the resuming run's resolved config), whose run identity is
-    that config's. Reads no tensor: ``dgrpo resume`` checks every state before any model loads.
+    that config's; with ``run_dir`` too, whose run folder holds the files it was saved with
+    (:mod:`dgrpo.training.run_files`: metrics, bans, drift references, model files). Reads no tensor:
+    ``dgrpo resume`` checks every state before any model loads.
 
     Raises:
         CheckpointError: it is not (names the file): missing, unreadable, edited after the save, of
-            another run, or holding more rounds than ``rounds`` asks for.
+            another run, holding more rounds than ``rounds`` asks for, or bound to run files that changed.
     """
     try:
         state = json.loads(path.read_text())
@@ -110,4 +113,6 @@ def read_state(path: Path, rounds: int | None = None, config: dict | None = None
                               f"shortened; resume with rounds of at least {held} (more extends it), or start a new run")
     if config is not None:
         check_identity(path, state.get("run"), config, held)
+        if run_dir is not None:
+            check_run_files(path, state["run"].get("run_files"), run_dir, held, config)
     return state

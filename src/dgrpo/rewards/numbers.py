@@ -1,0 +1,122 @@
+"""Reading the numbers an answer block writes, for the one-answer rule (:mod:`dgrpo.rewards.math`).
+
+:func:`plain` rewrites the typographic forms of one number into ASCII a regex reads: vulgar fractions
+(``½`` → ``1/2``, ``1½`` → ``3/2``), unit powers dropped (``54 m²`` → ``54 m``) while any other
+superscript stays a power (``5²`` → ``5^2``, ``y²`` → ``y^2``: never the digits ``52``), NFKC, LaTeX
+fractions (``\\frac{3}{4}``, ``\\frac12`` → ``3/4``, ``1/2``), a dash or minus sign before a digit as a
+minus (``–5`` → ``-5``), ``minus 5`` / ``negative 5`` → ``-5``, scientific notation written with a
+power of ten (``1.2 × 10^3``, ``1.2×10³`` → ``1.2e3``).
+
+:func:`numbers_in` lists every number as an exact :class:`~fractions.Fraction` (thousands grouped by
+commas or by spaces, ``1,728`` and ``1 728``). :func:`hedged` says whether the text qualifies its
+number instead of stating it: a range or bound (``at least 12``, ``more than 11``, ``12 or so``,
+``≥``, ``±``), a negation (``not 12``), an approximation (``about 12``, ``≈``), a function or constant
+applied to it (``√5``, ``5π``, ``5 squared``), or a number in words (``twelve``, ``half``, ``a dozen``;
+``one`` as a pronoun, ``that one``, is not a number).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from fractions import Fraction
+
+MAX_DIGITS = 100  # longest number (characters, separators included) read as a value
+
+_SUPER = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻", "0123456789+-")
+_SUP = "⁰¹²³⁴⁵⁶⁷⁸⁹"
+# A superscript after a unit of length or time that follows a number: "54 m²", "9.8 m/s²", "3 cm³" (the
+# power is the unit's). After anything else (a variable, "2y²") it is a power.
+_UNIT = (r"(?:[kcmdµμn]?m|in|inch(?:es)?|ft|feet|foot|yd|yards?|mi|miles?|(?:kilo|centi|milli)?met(?:er|re)s?|"
+         r"units?|s|sec|seconds?|h|hr|hours?|min|minutes?|kg|g|N|J)")
+_UNIT_POWER = re.compile(rf"((?<![\d.,])\d[\d.,]*\s*(?:{_UNIT}[{_SUP}⁻]*\s*[/·⋅*]\s*|{_UNIT}\s+)*{_UNIT})[⁻⁺]?[{_SUP}]+(?![A-Za-z])")
+_POWER = re.compile(rf"[⁻⁺]?[{_SUP}]+")  # any other superscript: a power
+_VULGAR = re.compile(r"(?:(?<![\d.,])(\d+)[ \u00a0]?)?([\u00bc-\u00be\u2150-\u215e\u2189])")
+_FRAC = re.compile(r"\\[dt]?frac\s*(?:\{\s*([^{}]*?)\s*\}|(\d))\s*(?:\{\s*([^{}]*?)\s*\}|(\d))")
+_DASH_MINUS = re.compile(r"(?<![\d\w])[\u2010\u2012\u2013\u2212\ufe58\ufe63](?=\s?[\d.])")
+_WORD_MINUS = re.compile(r"\b(?:minus|negative)\s+(?=[\d.])", re.IGNORECASE)
+_SCI = re.compile(r"((?<![\d.,])\d+(?:[.,]\d+)*)\s*(?:×|x|\*|·|⋅|\\times|\\cdot)\s*10\s*\^\s*\{?\s*([-+]?\d{1,3})\s*\}?")
+# One written number: digits (thousands in groups of exactly 3 after a comma or a space), decimals, an
+# exponent and an optional "/ denominator". "1331, 1728" is two numbers, "1,234.5" and "1 728" one.
+_GROUPED = r"\d{1,3}(?:,\d{3})+(?!\d)|\d{1,3}(?:[ \u00a0\u2009\u202f]\d{3})+(?![\d,])"
+_DIGITS = rf"(?:{_GROUPED}|\d+)(?:\.\d+)?|\.\d+"
+LITERAL = re.compile(rf"(?<![\d.])(?P<sign>[-+]?)(?P<num>{_DIGITS})(?:[eE](?P<exp>[-+]?\d{{1,3}}))?"
+                     rf"(?:\s*/\s*(?P<den>{_DIGITS}))?(?![\d])")
+# A number in words. "one" after a determiner is a pronoun ("that one"), removed first.
+_PRONOUN_ONE = re.compile(r"\b(?:that|this|the|which|each|every|any|some|another|right|correct|same|last|first)\s+one\b",
+                          re.IGNORECASE)
+_WORDS = re.compile(r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
+                    r"fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|"
+                    r"ninety|hundreds?|thousands?|millions?|billions?|half|halves|quarters?|thirds?|dozens?|twice|"
+                    r"double|triple|thrice)\b", re.IGNORECASE)
+# A bound, range, approximation, negation, alternative, function or constant around the number ("<" of a
+# tag's leftover, "</answer", is none).
+_QUALIFIER = re.compile(
+    r"\b(?:or|either|between|maybe|perhaps|possibly|probably|likely|approx(?:imately)?|about|around|roughly|"
+    r"nearly|almost|circa|than|least|most|up\s+to|not|never|neither|nor|except|instead|guess|sqrt|root|log|ln|"
+    r"sin|cos|tan|pi|infinity)\b|n't\b|\d\s*(?:squared|cubed)\b|[<>](?![/A-Za-z])|[≤≥≦≧⩽⩾≈≃≅≒~∼≠±∓√∛∜∞π]|\+\s*/?\s*-|"
+    r"\\(?:pm|mp|approx|sim|simeq|cong|le|leq|leqslant|ge|geq|geqslant|lt|gt|ne|neq|sqrt|pi|infty|log|ln|sin|cos|"
+    r"tan)(?![A-Za-z])", re.IGNORECASE)
+
+
+def _vulgar(m: re.Match) -> str:
+    num, den = unicodedata.normalize("NFKC", m[2]).split("\u2044")
+    value = Fraction(int(num), int(den)) + int(m[1] or 0)
+    return f"{value.numerator}/{value.denominator}"
+
+
+def plain(text: str) -> str:
+    """``text`` with one number's typographic forms rewritten in ASCII (module docstring).
+
+    ``"54 m²"`` → ``"54 m"``; ``"5²"`` → ``"5^2"``; ``"1½"`` → ``"3/2"``; ``"\\frac12"`` → ``"1/2"``;
+    ``"–5"`` → ``"-5"``; ``"1.2 × 10^3"`` → ``"1.2e3"``.
+    """
+    text = _VULGAR.sub(_vulgar, text)
+    for _ in range(8):  # "kg·m²/s²": one unit power a pass
+        text, n = _UNIT_POWER.subn(r"\1", text, count=1)
+        if not n:
+            break
+    text = _POWER.sub(lambda m: "^" + m[0].translate(_SUPER), text)
+    text = unicodedata.normalize("NFKC", text).replace("\u2044", "/")
+    text = _FRAC.sub(lambda m: f"{m[1] or m[2]}/{m[3] or m[4]}", text)
+    text = _WORD_MINUS.sub("-", _DASH_MINUS.sub("-", text))
+    return _SCI.sub(lambda m: f"{m[1]}e{m[2]}", text)
+
+
+def _value(digits: str) -> Fraction:
+    return Fraction(re.sub(r"[, \u00a0\u2009\u202f]", "", digits))
+
+
+def numbers_in(text: str, limit: int | None = None) -> list[Fraction | None]:
+    """Every number ``text`` writes in digits, in order, as exact fractions (after :func:`plain`).
+
+    ``"54 cows"`` → [54]; ``"$1,234.50"`` → [2469/2]; ``"1 728"`` → [1728]; ``"1331 and 1728"`` →
+    [1331, 1728]; ``"\\frac{3}{4}"`` → [3/4]; ``"½"`` → [1/2]; ``"-2.5e3"`` → [-2500]; ``"5²"`` → [5, 2].
+    A number of more than :data:`MAX_DIGITS` characters, or over a zero denominator, is listed as None:
+    it counts as a number but equals none (a completion cannot make the reward parse 10,000 digits).
+    ``limit``: stop after that many numbers (``one_number`` needs to know only whether there are two).
+    """
+    out: list[Fraction | None] = []
+    for m in LITERAL.finditer(plain(text)):
+        if limit is not None and len(out) >= limit:
+            break
+        if len(m["num"]) > MAX_DIGITS or len(m["den"] or "") > MAX_DIGITS:
+            out.append(None)
+            continue
+        value = _value(m["num"]) * Fraction(10) ** int(m["exp"] or 0)
+        if m["den"] is not None:
+            den = _value(m["den"])
+            if den == 0:
+                out.append(None)
+                continue
+            value /= den
+        out.append(-value if m["sign"] == "-" else value)
+    return out
+
+
+def hedged(text: str) -> bool:
+    """Whether ``text`` qualifies its number rather than stating it (module docstring): ``"at least
+    12"``, ``"not 12"``, ``"12 ± 1"``, ``"about 12"``, ``"√5"``, ``"twelve"`` → True; ``"54 cows"``,
+    ``"the answer is 12, that one"`` → False."""
+    text = plain(text)
+    return bool(_QUALIFIER.search(text) or _WORDS.search(_PRONOUN_ONE.sub(" ", text)))

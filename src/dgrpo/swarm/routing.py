@@ -34,7 +34,6 @@ def route(swarm: "Swarm", messages: Sequence[Message], receiver: int, round_idx:
         swarm._gathered = {r: m for r, m in swarm._gathered.items() if r >= round_idx - 1}
         swarm._gathered[round_idx] = list(messages)
         swarm.routed_labels = {m: label for m, label in swarm.routed_labels.items() if m.round >= round_idx}
-        swarm.carriers = {}
     protocol = {n: a for n, a in swarm.attacks.items() if callable(getattr(a, "messages", None))}  # attacks.protocol
     if not protocol or receiver not in swarm.policies:
         return list(messages)

@@ -289,6 +289,24 @@ class Swarm:
         return received
 
     def _screen(self, msg: Message, round_idx: int, shares: ShareCheck | None) -> tuple[int | None, str | None]:
+        """:meth:`_screen_once`, once per distinct message object value in a receive: a message equal in every
+        field to one screened before gets its verdict again (``copy`` where that one was verified), at the
+        cost of a hash (a flood of identical copies costs no parse, digest nor verification)."""
+        try:
+            seen = shares.screened.get(msg) if shares is not None else None
+        except TypeError:  # an unhashable field (a list of token ids): screened in full, refused by schema
+            seen = None
+        if seen is not None:
+            return seen[0], "copy" if seen[0] is not None else seen[1]
+        signer, reason = self._screen_once(msg, round_idx, shares)
+        if shares is not None and reason != "flooded":
+            try:
+                shares.screened[msg] = (signer, reason)
+            except TypeError:
+                pass
+        return signer, reason
+
+    def _screen_once(self, msg: Message, round_idx: int, shares: ShareCheck | None) -> tuple[int | None, str | None]:
         """(signer, reason) of the checks that come before a message's content (docs/protocol.md, the strike
         table): schema; a signature spelled canonically (``malformed``, before any verification); a copy of
         a message verified earlier in this receive (by :func:`message_digest`, ``copy``); the signature

@@ -48,25 +48,29 @@ def transport():
     return t
 
 
-def frames_case(mib: float) -> dict:
-    payload = b"DGRPO1ffffffff" * int(mib * 2**20 / 14)
+def payload_of(mib: float, pattern: str) -> bytes:
+    """``ffffffff``: the issue's payload; ``fits``: each header claims exactly the rest of the payload and its
+    body starts with ``{`` (the last byte is ``}``), so every header is a candidate the JSON scan must test."""
+    if pattern == "ffffffff":
+        return b"DGRPO1ffffffff" * int(mib * 2**20 / 14)
+    n = int(mib * 2**20 / 15)
+    return b"".join(b"DGRPO1" + f"{(n - i) * 15 - 13:08x}".encode() + b"{" for i in range(n)) + b"}"
+
+
+def frames_case(mib: float, pattern: str = "ffffffff") -> dict:
+    payload = payload_of(mib, pattern)
     t = transport()
     start = time.perf_counter()
     got = t.decode(3, payload)
-    return {"case": "frames", "mib": mib, "seconds": round(time.perf_counter() - start, 4), "messages": len(got),
-            "refusals": len(t.rejected)}
+    return {"case": f"frames_{pattern}", "mib": mib, "seconds": round(time.perf_counter() - start, 4),
+            "messages": len(got), "refusals": len(t.rejected)}
 
 
 def scan_case(mib: float, pattern: str) -> dict:
-    """``unframe`` alone on ``pattern``: ``ffffffff`` (the issue's payload) or ``fits`` (each header claims
-    exactly the rest of the payload and its body starts with ``{``; the last byte is ``}``)."""
+    """``unframe`` alone on :func:`payload_of`."""
     from dgrpo.transports.framing import unframe
 
-    if pattern == "ffffffff":
-        payload = b"DGRPO1ffffffff" * int(mib * 2**20 / 14)
-    else:
-        n = int(mib * 2**20 / 15)
-        payload = b"".join(b"DGRPO1" + f"{(n - i) * 15 - 14:08x}".encode() + b"{" for i in range(n)) + b"}"
+    payload = payload_of(mib, pattern)
     start = time.perf_counter()
     unframe(payload)
     return {"case": f"unframe_{pattern}", "mib": mib, "seconds": round(time.perf_counter() - start, 4)}
@@ -127,7 +131,8 @@ def main(argv=None) -> None:
         for pattern in ("ffffffff", "fits"):
             print(json.dumps(scan_case(mib, pattern)), flush=True)
     for mib in args.frames_mib:
-        print(json.dumps(frames_case(mib)), flush=True)
+        for pattern in ("ffffffff", "fits"):
+            print(json.dumps(frames_case(mib, pattern)), flush=True)
     for n in args.copies:
         print(json.dumps(copies_case(n)), flush=True)
 

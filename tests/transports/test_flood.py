@@ -26,7 +26,7 @@ def _transport(slots=2):
 def test_the_quadratic_frame_payload_is_linear(mib):
     """The issue's payload: ``DGRPO1ffffffff`` repeated (each header claims 4 GiB). No candidate is scanned."""
     data = b"DGRPO1ffffffff" * (mib * MIB // 14)
-    assert scan(data) == ([], 0)
+    assert scan(data) == ([], 0, False)
 
 
 @pytest.mark.parametrize("mib", [1, 8])
@@ -35,9 +35,9 @@ def test_headers_whose_lengths_fit_cost_a_bounded_scan_each(mib):
     the old code copied the rest at each header and parsed it; the scan now stops at the first byte that is not
     JSON (2 characters a header)."""
     n = mib * MIB // 15
-    data = b"".join(b"DGRPO1" + f"{(n - i) * 15 - 14:08x}".encode() + b"{" for i in range(n)) + b"}"
-    frames, work = scan(data)
-    assert frames == [] and work <= 2 * n
+    data = b"".join(b"DGRPO1" + f"{(n - i) * 15 - 13:08x}".encode() + b"{" for i in range(n)) + b"}"
+    frames, work, _ = scan(data)
+    assert frames == [b"{}"] and n <= work <= 2 * n  # (each scanned: the bodies look like { ... }; the last is {})
 
 
 def _overlapping(headers: int, size: int) -> bytes:
@@ -56,7 +56,7 @@ def _overlapping(headers: int, size: int) -> bytes:
 def test_overlapping_scans_that_stay_valid_are_still_linear(headers):
     """Two scans can cover one byte (one in a string, one outside); a third header kills one of them."""
     data = _overlapping(headers, MIB)
-    frames, work = scan(data)
+    frames, work, _ = scan(data)
     assert frames == [] and len(data) <= work <= 2 * len(data)  # (the overlap is real: more than one pass)
 
 
@@ -96,6 +96,17 @@ def test_an_honest_payload_is_taken_whole():
     assert t.decode(1, payload) == [MSG, MSG] and t.rejected == []
     bodies, reasons = capped(payload, t.caps)
     assert reasons == [] and len(bodies) == 1
+
+
+def test_a_key_full_of_candidate_headers_is_read_only_up_to_the_header_cap():
+    n = MIB // 15
+    data = b"".join(b"DGRPO1" + f"{(n - i) * 15 - 13:08x}".encode() + b"{" for i in range(n)) + b"}"
+    caps = KeyCaps(8, 8, 2 * len(data))
+    found = scan(data, caps.frames + 1, 16 * caps.frames)
+    assert found.stopped and found.frames == [] and found.work <= 2 * 16 * caps.frames
+    bodies, reasons = capped(frame(b'{"messages": []}') + data, caps)  # the owner's frame first: still read
+    assert bodies == [{"messages": []}] and reasons == ["flood: more than 128 frame headers under one key; the rest "
+                                                        "are not read"]
 
 
 def test_the_8_mib_quadratic_payload_is_cut_and_refused_once():

@@ -16,7 +16,9 @@ excess is refused once, named by the key.
 from __future__ import annotations
 
 import json
+import json.decoder
 import re
+import threading
 from typing import NamedTuple
 
 from dgrpo.swarm.validation import Limits, parse_message
@@ -25,7 +27,9 @@ from dgrpo.types import Message
 _MAGIC = b"DGRPO1"
 _HEADERS: dict[int, re.Pattern] = {}  # leading zeros → the header pattern (8 lower-case hex digits of length)
 _SCANNER = json.JSONDecoder()
+_STANDARD_ERROR = json.decoder.JSONDecodeError
 CAP_FACTOR = 4  # what one key may carry per round, in multiples of its node's share (= protocol.FLOOD_FACTOR)
+HEADER_FACTOR = 16  # candidate frame headers a reader looks at per frame it may take
 
 
 def frame(payload: bytes) -> bytes:
@@ -33,9 +37,33 @@ def frame(payload: bytes) -> bytes:
     return _MAGIC + f"{len(payload):08x}".encode() + payload
 
 
-def scan(data: bytes, max_frames: int | None = None) -> tuple[list[bytes], int]:
-    """:func:`unframe`, and the characters its JSON scans examined (the work beyond one pass of ``find``:
-    at most a small multiple of ``len(data)``, whatever the bytes; tests assert on it).
+class _ScanError(json.JSONDecodeError):
+    """A JSON error that does not count the lines before it: the standard one counts every newline from the
+    start of the document (O(position) per error, quadratic over a payload of failing candidates). The C
+    scanner of CPython 3.11+ looks ``json.decoder.JSONDecodeError`` up at each error, so :func:`scan` puts
+    this one there while it scans (a JSON error raised meanwhile in another thread has no line number)."""
+
+    def __init__(self, msg, doc, pos):  # noqa: D107 - the fields of JSONDecodeError, without lineno/colno
+        ValueError.__init__(self, f"{msg}: char {pos}")
+        self.msg, self.doc, self.pos, self.lineno, self.colno = msg, doc, pos, None, None
+
+
+_SWAP = threading.Lock()
+
+
+class Scan(NamedTuple):
+    """What :func:`scan` found: the frame bodies, the characters its JSON scans examined (the work beyond
+    one pass of a regular expression: at most twice ``len(data)``, whatever the bytes; tests assert on it),
+    and whether it stopped at ``max_headers`` candidate headers."""
+
+    frames: list[bytes]
+    work: int
+    stopped: bool = False
+
+
+def scan(data: bytes, max_frames: int | None = None, max_headers: int | None = None) -> Scan:
+    """:func:`unframe`, stopping after ``max_frames`` frames or ``max_headers`` candidate headers (a header
+    whose length fits the data and whose body looks like ``{ ... }``: each costs a little Python).
 
     A candidate body is scanned from its ``{`` to the end of the JSON value or the first error, on a
     latin-1 view of ``data``: the structure of JSON is ASCII, so a body that is a JSON object in UTF-8 is
@@ -43,8 +71,17 @@ def scan(data: bytes, max_frames: int | None = None) -> tuple[list[bytes], int]:
     string of a scan that goes past it, and a scan for which it lies outside stops there, so at most two
     scans are under way at any byte: linear work.
     """
+    with _SWAP:
+        json.decoder.JSONDecodeError = _ScanError
+        try:
+            return _scan(data, max_frames, max_headers)
+        finally:
+            json.decoder.JSONDecodeError = _STANDARD_ERROR
+
+
+def _scan(data: bytes, max_frames: int | None, max_headers: int | None) -> Scan:
     text = data.decode("latin-1")
-    out, work, n = [], 0, len(data)
+    out, work, n, headers = [], 0, len(data), 0
     zeros = 8 - len(f"{n:x}")  # a length that fits in the data has at least these leading zeros
     pattern = _HEADERS.setdefault(zeros, re.compile(re.escape(_MAGIC) + b"(" + b"0" * zeros + b"[0-9a-f]{%d})" % (8 - zeros)))
     for header in pattern.finditer(data):  # (headers cannot overlap: "D" is no lower-case hex digit)
@@ -54,16 +91,19 @@ def scan(data: bytes, max_frames: int | None = None) -> tuple[list[bytes], int]:
         end = start + int(header.group(1), 16)
         if end > n or end - start < 2 or data[start] != 0x7B or data[end - 1] != 0x7D:  # { ... } within the data
             continue
+        headers += 1
+        if max_headers is not None and headers > max_headers:
+            return Scan(out, work, True)
         try:
             value, stop = _SCANNER.raw_decode(text, start)
-        except json.JSONDecodeError as err:
-            value, stop = None, err.pos
+        except json.JSONDecodeError as err:  # (an interpreter that raised the standard error paid O(pos): counted)
+            value, stop = None, err.pos + (0 if isinstance(err, _ScanError) else start)
         except RecursionError:  # nested too deep: not a frame (the recursion limit bounds that scan)
             value, stop = None, start
         work += stop - start
         if stop == end and isinstance(value, dict):
             out.append(data[start:end])  # the next header is searched from inside it: frames there count too
-    return out, work
+    return Scan(out, work)
 
 
 def unframe(data: bytes, max_frames: int | None = None) -> list[bytes]:
@@ -74,12 +114,13 @@ def unframe(data: bytes, max_frames: int | None = None) -> list[bytes]:
     length swallows the frames after it cannot hide them (each is parsed on its own; a frame found
     inside another's text only adds messages whose signatures are checked like any other).
     """
-    return scan(data, max_frames)[0]
+    return scan(data, max_frames).frames
 
 
 class KeyCaps(NamedTuple):
     """What a reader takes from one store key in one round: ``frames`` frames, ``messages`` messages and
-    ``bytes`` bytes (the first of each; the rest refused once, named by the key).
+    ``bytes`` bytes (the first of each; the rest refused once, named by the key); it looks at no more than
+    ``HEADER_FACTOR`` × ``frames`` candidate headers.
 
     :meth:`of` sizes them from the node's share: ``CAP_FACTOR`` × its slots messages (an honest node writes
     exactly its slots, in one frame), as many frames, and that many messages of the largest size the
@@ -116,7 +157,11 @@ def capped(payload: bytes, caps: KeyCaps) -> tuple[list[dict], list[str]]:
         reasons.append(f"flood: {len(payload)} bytes under one key (cap {caps.bytes}: {CAP_FACTOR} × the node's share "
                        "of the largest messages); the rest is not read")
         payload = payload[:caps.bytes]
-    bodies, more = scan(payload, caps.frames + 1)[0], False
+    found, more = scan(payload, caps.frames + 1, HEADER_FACTOR * caps.frames), False
+    bodies = found.frames
+    if found.stopped:
+        reasons.append(f"flood: more than {HEADER_FACTOR * caps.frames} frame headers under one key; the rest are "
+                       "not read")
     if len(bodies) > caps.frames:
         reasons.append(f"flood: more than {caps.frames} frames under one key; the rest are not read")
         bodies = bodies[:caps.frames]

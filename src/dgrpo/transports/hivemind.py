@@ -84,6 +84,7 @@ class HivemindTransport:
         self.labels: dict[tuple, str] = {}
         self.verifier = None  # set by the run's build; signatures are checked by the swarm
         self.rejected: list[tuple[int, str]] = []
+        self.carriers: dict[int, int] = {}  # (not tracked: Transport.carriers)
         self.roster: dict[int, str] = dict(roster or {})
         self.fixed_roster = fixed_roster  # a roster file: no key is ever learnt from the DHT
         self.namespace, self.run_id = namespace, ""  # run_id: the launch id, agreed at start

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Iterable
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import compare_views
-from dgrpo.transports.framing import KeyCaps, capped, frame, relayed
+from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relayed
 from dgrpo.transports.rendezvous import _seconds, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.transports.storewait import StoreExchange
 from dgrpo.swarm.validation import Limits, parse_message
@@ -64,7 +64,7 @@ torch = LazyModule("torch")  # imported on first use: a config naming this trans
 dist = LazyModule("torch.distributed")
 
 LABELS = frozenset({"honest", "poisoned", "malicious"})  # simulation ground truth (metrics only)
-MAX_PAYLOAD_BYTES = 64 * 2**20  # the most read from a key without caps from the share (from_env sets KeyCaps.of)
+MAX_PAYLOAD_BYTES = OPEN.bytes  # the most read from a key until caps come from the share (from_env: KeyCaps.of)
 class DistributedTransport(StoreExchange):
     """All-gather of a round's messages between torchrun ranks, one swarm node per rank.
 
@@ -107,7 +107,7 @@ class DistributedTransport(StoreExchange):
         self._last_contact = 0.0  # when a store call last succeeded
         self._lone_seen: set[tuple[int, str, int]] = set()
         # what a reader takes from one key a round (framing.KeyCaps; from_env sizes them from the share)
-        self.caps = KeyCaps(frames=1 << 20, messages=1 << 30, bytes=MAX_PAYLOAD_BYTES)
+        self.caps = OPEN
         self.carriers: dict[int, int] = {}  # id(message) → the store key it came under, last all-gather
         self._last_round: int | None = None
         self._closed = False

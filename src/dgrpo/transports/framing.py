@@ -144,6 +144,9 @@ class KeyCaps(NamedTuple):
         return cls(messages, messages, messages * (6 * limits.max_chars + 12 * limits.max_tokens + 1024))
 
 
+OPEN = KeyCaps(frames=1 << 20, messages=1 << 30, bytes=64 * 2**20)  # a transport's caps until sized from a share
+
+
 def capped(payload: bytes, caps: KeyCaps) -> tuple[list[dict], list[str]]:
     """The frames of one key's payload within ``caps`` as parsed objects, and the refusals (one per cap
     exceeded, and one per frame that is not a JSON object with a ``messages`` list; the excess messages

@@ -133,7 +133,7 @@ def crafted_payload(transport, messages) -> bytes:
     bad = [
         variant(0, text="<think>7 apples</think>", token_ids=ids),                       # not the decoding of its ids
         variant(1, text=text, token_ids=[*ids[:-1], len(tok) + 5, ids[-1]]),             # token id ≥ vocab size
-        variant(2, text="a" * 10**6, token_ids=ids),                                     # 10^6 characters
+        variant(2, text="a" * 10**5, token_ids=ids),  # 10^5 characters (within the key's byte cap: 4 × 4 slots of 53 kB)
         variant(3, node=0, text=text, token_ids=ids),                                    # claims node 0's id
         variant(4, text=text + "<|im_end|>", token_ids=encode_completion(tok, text + "<|im_end|>")),  # special text
     ]
@@ -230,6 +230,28 @@ def _equivocate() -> None:
     DistributedTransport.encode = encode
 
 
+def _respell() -> None:
+    """In every message round this rank waits until its peers posted, reads their messages and appends, under
+    its own key before its own frame, each of them with the signature in upper case (issue 31: the old copy
+    check compared signature strings, so each counted as a second message for its honest signer's slot)."""
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.framing import frame, unframe
+
+    original = DistributedTransport.post
+
+    def post(self, tag, payload, framed=False):
+        if framed and tag.startswith("r"):
+            others = sorted(self.alive - {self.rank})
+            self.store.wait([f"{tag}/status/{n}" for n in others], datetime.timedelta(seconds=60))
+            msgs = [m for n in others for body in unframe(self.store.get(f"{tag}/data/{n}"))
+                    for m in json.loads(body)["messages"]]
+            respelled = [{**m, "signature": m["signature"].upper()} for m in msgs if m.get("signature")]
+            self.store.append(f"{tag}/data/{self.rank}", frame(json.dumps({"messages": respelled}).encode()))
+        return original(self, tag, payload, framed)
+
+    DistributedTransport.post = post
+
+
 def _slow_reader(seconds: float, tag: str = "r0") -> None:
     """This (honest) rank reads its peers' payloads of exchange ``tag`` ``seconds`` late (a slow link)."""
     from dgrpo.transports.distributed import DistributedTransport
@@ -295,7 +317,8 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     readers), ``slowread:R:SECONDS[:TAG]``, ``nopayload:R`` (R marks round 0 posted, writes nothing),
     ``delete:R:V`` (R deletes V's round-0 payload once posted), ``accuse:R:V`` (R alone accuses V),
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
-    ``late:R:SECONDS`` (R starts late); several scenarios are joined with ``,``."""
+    ``late:R:SECONDS`` (R starts late), ``respell:R`` (R re-sends its peers' messages with upper-case
+    signatures); several scenarios are joined with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
             apply_scenario(one, rank, args)
@@ -313,6 +336,8 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
         return _forge(int(rest[0]), replace=kind == "overwrite")
     if kind == "equivocate":
         return _equivocate()
+    if kind == "respell":
+        return _respell()
     if kind == "slowread":
         return _slow_reader(float(rest[0]), *rest[1:])
     if kind == "nopayload":

@@ -83,7 +83,7 @@ def test_bad_messages_are_rejected_with_reasons_and_the_round_completes(tmp_path
     log = results[0].output
     for reason in ("consistency: text is not the decoding of its token ids",
                    "vocabulary: token id 405 outside [0, 400)",
-                   "size: text has 1000000 characters (limit 8192)",
+                   "size: text has 100000 characters (limit 8192)",
                    "identity: claims node 0 but is signed by node 1",
                    "special token: text contains '<|im_end|>'",
                    "schema: expected an object, got str"):
@@ -152,6 +152,22 @@ def test_equivocation_is_detected_and_reported_by_every_honest_node(tmp_path, ti
     got = read_metrics(run_dir)
     assert got[0]["swarm/messages"] == 6 and got[1]["swarm/messages"] == 8  # round 1: node 1 honest again
     assert _peers(run_dir)[0]["peers"]["1"]["transport"] == {"equivocation": 1}
+
+
+def test_a_reencoded_signature_replay_bans_nobody_honest(tmp_path, tiny_model_dir):
+    """Issue 31: rank 3 re-sends every peer's messages of the round with the signature in upper case, ban_after=2.
+    It used to count as a second message for each honest slot (a strike each: the honest ranks banned each
+    other in round 0). Now each is malformed, refused unverified, struck against nobody, delivered by key 3."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", *COMMON, B2, "rounds=2", "swarm.protocol.ban_after=2"]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = distributed(tmp_path, "d", 4, args, scenario="respell:3")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    assert not (run_dir / "bans.json").exists() or json.loads((run_dir / "bans.json").read_text())["banned"] == {}
+    for p in _peers(run_dir):
+        assert p["banned"] == {} and all(p["peers"][n]["rejected"] == {} for n in "0123")
+        assert p["peers"]["unsigned"]["rejected"] == {"malformed": 6} and p["peers"]["3"]["transport"] == {"malformed": 6}
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("swarm/messages", "swarm/invalid")} for r in recs]  # noqa: E731
+    assert strip(comparable(read_metrics(run_dir))) == strip(want)
 
 
 def test_dead_peer_is_named_and_the_others_abort(tmp_path, tiny_model_dir):

@@ -12,6 +12,11 @@ actually sends, per receiving peer:
   (``as_current``: with the round field rewritten to the current round).
 * ``equivocation``: different content to different peers: even peers get the poison, odd peers an
   honest-looking sample (so no single receiver sees both).
+* ``replay`` (issue 31): besides its own, it re-sends other nodes' signed messages *as they are
+  signed* (``of``: this round's with the signature re-spelled in upper case, this round's unchanged
+  ``copies`` times, the previous round's, or the same messages signed for another run under the same
+  keys), and, with ``overreach``, one of its own messages at an index beyond its slots: nothing it
+  replays may cost the honest signers a strike; the overreach is its own provable breach.
 
 The in-process swarm routes :meth:`messages` to each receiving policy
 (:meth:`dgrpo.swarm.swarm.Swarm.route`: the attacker re-signs what it sends with its own key, so the
@@ -58,6 +63,17 @@ class EquivocationConfig(InjectionAttackConfig):
     """``attack.kind=equivocation``: different messages to different peers."""
 
     kind: Literal["equivocation"] = "equivocation"
+
+
+class ReplayConfig(InjectionAttackConfig):
+    """``attack.kind=replay``: re-send other nodes' signed messages (issue 31)."""
+
+    kind: Literal["replay"] = "replay"
+    of: Literal["respelled", "copies", "other_round", "other_run"] = Field(
+        "respelled", description="What it re-sends: this round's messages with the signature in upper case, this "
+        "round's unchanged, last round's, or this round's as signed for another run under the same roster keys.")
+    copies: int = Field(1, ge=1, description="Times each replayed message is sent.")
+    overreach: bool = Field(True, description="Also send one of its own messages at an index beyond its slots.")
 
 
 class _Protocol(InjectionAttack):
@@ -114,3 +130,24 @@ class EquivocationAttack(_Protocol):
 
     def messages(self, own, peers, seen=(), alternative=()):
         return {p: list(own if i % 2 == 0 or not alternative else alternative) for i, p in enumerate(peers)}
+
+
+@register("attack", "replay", config=ReplayConfig)
+class ReplayAttack(_Protocol):
+    name = "replay"
+
+    @property
+    def replays(self) -> str:
+        """Which of the others' messages the swarm hands it (:func:`dgrpo.swarm.routing.replay_source`)."""
+        return {"other_round": "previous", "other_run": "other_run"}.get(self.cfg.of, "current")
+
+    @property
+    def wants_seen(self) -> bool:
+        return self.cfg.of == "other_round"
+
+    def messages(self, own, peers, seen=(), alternative=()):
+        spell = (lambda s: s.upper()) if self.cfg.of == "respelled" else (lambda s: s)  # noqa: E731
+        replayed = [replace(m, signature=spell(m.signature)) for m in seen if m.signature] * self.cfg.copies
+        width = 1 + max((m.index for m in own), default=0)
+        over = [replace(own[0], index=own[0].index + width)] if own and self.cfg.overreach else []
+        return {p: [*own, *replayed, *over] for p in peers}

@@ -36,6 +36,7 @@ def one_round(run: Run, r: int) -> dict:
     local = swarm.write(slots, r)                                                               # L5
     t1 = time.perf_counter()
     messages = run.transport.all_gather(local)                                                  # L6, L8
+    swarm.carriers = dict(run.transport.carriers)  # who delivered each message (accounting)
     t2 = time.perf_counter()
     reports = {}
     for owner, policy in swarm.trained.items():                                                 # L9, each honest policy:

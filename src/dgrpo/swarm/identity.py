@@ -8,6 +8,13 @@ the run context (run id and config fingerprint), so a signature is valid for one
 only. Receivers verify it before anything else (:meth:`Verifier.identify`); the sender is the node
 whose roster key verifies the signature, never the message's ``node`` field nor the transport.
 
+Every signed thing has exactly one accepted encoding (issue 31): a signature is 128 lower-case hex
+digits (64 bytes), a public key 64 (32 bytes), a digest 64 (SHA-256). Anything else, e.g. the same
+signature in upper case, is refused as ``malformed`` before any verification (:func:`canonical_hex`):
+a re-encoded copy of someone's message must not count as a second, different message. Copies are
+recognised by :func:`message_digest` (the SHA-256 of the signed bytes), never by a string, and
+:class:`Verifier` verifies a signature once per (signer, digest, signature).
+
 A header (:func:`signed_header`) holds everything the signature covers with the content replaced by
 its digest: it is what receivers exchange to prove equivocation (two valid signatures of one sender
 for one slot with different content) without sending the text again.
@@ -19,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Mapping
 
@@ -30,6 +38,16 @@ from dgrpo.types import Message
 
 VERSION = "dgrpo-message-v1"
 ROSTER_FILE = "roster.json"
+SIGNATURE_HEX, KEY_HEX, DIGEST_HEX = 128, 64, 64  # the one accepted length of each (lower-case hex)
+_HEX = {n: re.compile(f"[0-9a-f]{{{n}}}") for n in (SIGNATURE_HEX, KEY_HEX)}
+
+
+def canonical_hex(value, digits: int) -> bytes | None:
+    """The bytes of ``value`` when it is exactly ``digits`` lower-case hex digits, else None (no other
+    spelling is accepted: upper case, spaces, a ``0x`` prefix, another length)."""
+    if not isinstance(value, str) or len(value) != digits or not _HEX[digits].fullmatch(value):
+        return None
+    return bytes.fromhex(value)
 
 
 def _text_bytes(text: str) -> bytes:
@@ -59,6 +77,12 @@ def signed_bytes(msg: Message) -> bytes:
     return header_bytes(signed_header(msg))
 
 
+def message_digest(msg: Message) -> str:
+    """SHA-256 (64 lower-case hex digits) of :func:`signed_bytes`: what makes two messages copies of one
+    another, whatever their signatures' spelling."""
+    return hashlib.sha256(signed_bytes(msg)).hexdigest()
+
+
 def run_context(run_id: str, config_fingerprint: str) -> str:
     """The run context every message of a run is signed for."""
     return f"{run_id}|{config_fingerprint}"
@@ -77,6 +101,10 @@ class Roster:
     keys: Mapping[int, str]
 
     def __post_init__(self):
+        bad = sorted(n for n, k in self.keys.items() if canonical_hex(k, KEY_HEX) is None)
+        if bad:
+            raise ValueError(f"roster: the public key of node {bad[0]} is not {KEY_HEX} lower-case hex digits "
+                             f"({ascii(self.keys[bad[0]])[:70]}); write the roster with `dgrpo keys`")
         object.__setattr__(self, "_public", {n: Ed25519PublicKey.from_public_bytes(bytes.fromhex(k))
                                              for n, k in self.keys.items()})
 
@@ -166,54 +194,71 @@ class Signer:
     def __init__(self, node: int, key: Ed25519PrivateKey, context: str):
         self.node, self._key, self.context = node, key, context
 
+    def for_context(self, context: str) -> "Signer":
+        """This node's signer for another run context (tests and the ``replay`` attack's simulation of a
+        message recorded in another run under the same roster key)."""
+        return Signer(self.node, self._key, context)
+
     def sign(self, msg: Message) -> Message:
         """``msg`` with this run's context and the node's signature (hex) filled in."""
         msg = dataclasses.replace(msg, context=self.context, signature=None)
         return dataclasses.replace(msg, signature=self._key.sign(signed_bytes(msg)).hex())
 
 
-def _signature(sig) -> bytes | None:
-    if not isinstance(sig, str) or len(sig) != 128:
-        return None
-    try:
-        return bytes.fromhex(sig)
-    except ValueError:
-        return None
+MALFORMED_SIGNATURE = f"malformed: signature is not {SIGNATURE_HEX} lower-case hex digits"
 
 
 class Verifier:
-    """Checks signatures against the roster for one run context."""
+    """Checks signatures against the roster for one run context.
 
-    def __init__(self, roster: Roster, context: str):
-        self.roster, self.context = roster, context
+    Each (node, SHA-256 of the signed bytes, signature) is verified once (:attr:`verified` counts the
+    Ed25519 verifications done): a flood of copies costs a digest each, not a verification each. The
+    cache holds at most ``cache_size`` entries (emptied when full)."""
+
+    def __init__(self, roster: Roster, context: str, cache_size: int = 1 << 16):
+        self.roster, self.context, self.cache_size = roster, context, cache_size
+        self._cache: dict[tuple[int, bytes, bytes], bool] = {}
+        self.verified = 0
 
     def valid(self, node: int, data: bytes, sig: str | None) -> bool:
-        """Whether ``sig`` is ``node``'s roster key's signature of ``data``."""
-        raw, pub = _signature(sig), self.roster.public(node) if isinstance(node, int) else None
+        """Whether ``sig`` (in its canonical spelling, :func:`canonical_hex`) is ``node``'s roster key's
+        signature of ``data``."""
+        raw, pub = canonical_hex(sig, SIGNATURE_HEX), self.roster.public(node) if isinstance(node, int) else None
         if raw is None or pub is None:
             return False
-        try:
-            pub.verify(raw, data)
-            return True
-        except InvalidSignature:
-            return False
+        key = (node, hashlib.sha256(data).digest(), raw)
+        if key not in self._cache:
+            if len(self._cache) >= self.cache_size:
+                self._cache.clear()
+            self.verified += 1
+            try:
+                pub.verify(raw, data)
+                self._cache[key] = True
+            except InvalidSignature:
+                self._cache[key] = False
+        return self._cache[key]
 
-    def identify(self, msg: Message) -> tuple[int | None, str | None]:
+    def identify(self, msg: Message, data: bytes | None = None) -> tuple[int | None, str | None]:
         """Who signed ``msg``, and why it is refused (None: signed by the node it names, for this run).
 
         Returns:
             (signer, reason): signer is the node whose key verifies the signature (None when no roster
-            key does: attributed to "unsigned"); reason starts with ``signature:``, ``identity:`` or
-            ``run:``, or is None.
+            key does, or the signature is not spelled canonically: attributed to "unsigned"); reason
+            starts with ``malformed:`` (checked before any verification), ``signature:``, ``run:`` or
+            ``identity:`` (a signer's key signed for another node of this run), or is None.
+            ``data``: :func:`signed_bytes` of ``msg`` when the caller has it already.
         """
         if msg.signature is None:
             return None, "signature: unsigned message"
-        data = signed_bytes(msg)
-        if self.valid(msg.node, data, msg.signature):
-            if msg.context != self.context:
-                return msg.node, f"run: signed for another run or config ({msg.context[:60]!r})"
-            return msg.node, None
-        for node in self.roster.keys:
-            if node != msg.node and self.valid(node, data, msg.signature):
-                return node, f"identity: claims node {msg.node} but is signed by node {node}"
-        return None, "signature: no roster key verifies it"
+        if canonical_hex(msg.signature, SIGNATURE_HEX) is None:
+            return None, MALFORMED_SIGNATURE
+        data = signed_bytes(msg) if data is None else data
+        signer = msg.node if self.valid(msg.node, data, msg.signature) else next(
+            (n for n in self.roster.keys if n != msg.node and self.valid(n, data, msg.signature)), None)
+        if signer is None:
+            return None, "signature: no roster key verifies it"
+        if msg.context != self.context:  # before identity: the key may have been another node's there
+            return signer, f"run: signed for another run or config ({msg.context[:60]!r})"
+        if signer != msg.node:
+            return signer, f"identity: claims node {msg.node} but is signed by node {signer}"
+        return signer, None

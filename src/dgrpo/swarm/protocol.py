@@ -33,12 +33,20 @@ from typing import Mapping, Sequence
 from pydantic import Field
 
 from dgrpo.registry import StrictConfig
-from dgrpo.swarm.identity import header_bytes, signed_bytes, signed_header
+from dgrpo.swarm.identity import DIGEST_HEX, VERSION, canonical_hex, header_bytes, message_digest, signed_bytes, signed_header
 from dgrpo.swarm.schedule import horizontal_prompts, vertical_prompts
 from dgrpo.types import Message, Problem
 
 log = logging.getLogger(__name__)
 BANS_FILE = "bans.json"
+FLOOD_FACTOR = 4  # distinct messages a signer may sign per round, in multiples of its slots (then ``flood``)
+# The strike table (docs/protocol.md, issue 31): the rule of a refusal (its reason before ":") → a strike or
+# not. A strike needs a message that verifies under the signer's key for this run and round and breaks a rule
+# the signer chose; what anyone holding an old signed message could send (another run or round, a copy, a
+# re-spelled signature) is dropped without one. A rule in neither set (a new one) strikes nobody.
+DROPPED = frozenset({"schema", "malformed", "signature", "run", "round", "copy", "flooded", "banned"})
+STRIKES = frozenset({"identity", "flood", "tokenizer", "prompt", "size", "special token", "vocabulary",
+                     "consistency", "seed", "share", "length", "duplicate", "decode"})
 
 
 class ProtocolConfig(StrictConfig):
@@ -81,6 +89,10 @@ class Schedule:
         per_node = self.prompts_per_round // self.nodes
         return {p.prompt_id for p in vertical_prompts(self.pool, per_node, self.run_seed, round_idx, node)}
 
+    def slots(self, node: int) -> int:
+        """How many messages ``node`` sends in a round (B·G/m in either mode)."""
+        return self.prompts_per_round * self.group_size // self.nodes
+
     def indices(self, node: int) -> range:
         if self.mode == "horizontal":
             share = self.group_size // self.nodes
@@ -94,7 +106,10 @@ class ShareCheck:
     def __init__(self, schedule: Schedule, round_idx: int):
         self.schedule, self.round_idx = schedule, round_idx
         self.global_prompts = schedule.horizontal(round_idx) if schedule.mode == "horizontal" else None
-        self.seen: dict[tuple[int, str, int], str | None] = {}  # slot → signature of its accepted message
+        self.seen: set[tuple[int, str, int]] = set()  # slots with an accepted message
+        self.verified: set[tuple[str, int]] = set()  # (message_digest, signer) of every message verified so far
+        self.screened: dict[Message, tuple[int | None, str | None]] = {}  # message → its screening verdict
+        self.signed: Counter = Counter()  # signer → distinct messages it signed for this run and round
         self.prompts: dict[int, set[str]] = {}
         self.texts: dict[int, dict[str, int]] = {}  # sender → text → first index
 
@@ -121,7 +136,7 @@ class ShareCheck:
         return None
 
     def accept(self, sender: int, msg: Message) -> None:
-        self.seen[(sender, msg.prompt_id, msg.index)] = msg.signature
+        self.seen.add((sender, msg.prompt_id, msg.index))
         if self.schedule.mode == "vertical":
             self.prompts.setdefault(sender, set()).add(msg.prompt_id)
 
@@ -154,11 +169,6 @@ class ShareCheck:
         if self.schedule.assign_prompts:
             return self.schedule.assigned(self.round_idx, sender)
         return None
-
-    def is_copy(self, sender: int, msg: Message) -> bool:
-        """An exact copy (same signature) of the message already accepted for this slot."""
-        sig = self.seen.get((sender, msg.prompt_id, msg.index))
-        return sig is not None and sig == msg.signature
 
     def duplicate_of(self, sender: int, msg: Message) -> int | None:
         """Index of an earlier completion of ``sender`` in this round with the same text, else None."""
@@ -267,7 +277,11 @@ def equivocators(reports: dict[int, bytes], verifier, round_idx: int) -> dict[in
             try:
                 header, sig = item
                 node, slot = header["node"], (header["node"], header["prompt_id"], header["index"])
-                if header["round"] != round_idx or not isinstance(node, int):
+                # this run and round only, one spelling of the digest: another run's message under the same
+                # key, or a re-spelled copy, is no second content (issue 31)
+                if (header["round"] != round_idx or not isinstance(node, int) or header.get("v") != VERSION
+                        or header.get("context") != verifier.context
+                        or canonical_hex(header["content"], DIGEST_HEX) is None):
                     continue
                 if verifier.valid(node, header_bytes(header), sig):
                     contents.setdefault(slot, set()).add(header["content"])
@@ -296,10 +310,12 @@ def compare_views(own: int, views: dict[int, list[Message]], verifier, round_idx
     """
     headers = {n: json.dumps([[signed_header(m), m.signature] for m in view]).encode() for n, view in views.items()}
     caught = equivocators(headers, verifier, round_idx)
-    have, extra = {m.signature for m in views.get(own, [])}, []
+    have, extra = {message_digest(m) for m in views.get(own, [])}, []
     for n in sorted(views):
         for m in views[n] if n != own else ():
-            if m.signature not in have and m.round == round_idx and verifier.valid(m.node, signed_bytes(m), m.signature):
-                have.add(m.signature)
+            digest = message_digest(m)  # copies by content, never by the signature's spelling
+            if (digest not in have and m.round == round_idx and m.context == verifier.context
+                    and verifier.valid(m.node, signed_bytes(m), m.signature)):
+                have.add(digest)
                 extra.append(m)
     return caught, extra

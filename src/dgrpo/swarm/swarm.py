@@ -10,6 +10,7 @@ What a node does with the rollouts it receives (rewards, defenses, update) is th
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,7 +19,9 @@ from typing import TYPE_CHECKING, Sequence
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import completion_seed
-from dgrpo.swarm.protocol import Protocol, ShareCheck
+from dgrpo.swarm.identity import MALFORMED_SIGNATURE, SIGNATURE_HEX, canonical_hex, signed_bytes
+from dgrpo.swarm.protocol import DROPPED, FLOOD_FACTOR, Protocol, ShareCheck
+from dgrpo.swarm.routing import route
 from dgrpo.swarm.validation import Limits, check_message, parse_message
 from dgrpo.tasks.base import Task
 from dgrpo.types import AttackContext, Message, Problem, Rollout, Slot
@@ -41,7 +44,12 @@ class Received:
         signers: for each refused message, the node it is attributed to (the key that signed it;
             None: no roster key did, "unsigned").
         duplicates: sender → completions whose text repeats another of its slots in the round.
-        copies: exact copies of an accepted message (same signature), dropped unattributed.
+        copies: copies (same :func:`~dgrpo.swarm.identity.message_digest`, whatever the signature's
+            spelling) of a message verified earlier in the receive, dropped without a strike.
+        flooded: signer → its messages beyond ``FLOOD_FACTOR`` × its slots after the one ``flood``
+            refusal, dropped unread.
+        carried: (carrier, rule) of each message dropped without a strike (``DROPPED``) that a known
+            node delivered (:attr:`Swarm.carriers`): names who replayed or re-spelled a signed message.
     """
 
     rollouts: list[Rollout]
@@ -49,6 +57,8 @@ class Received:
     signers: list[int | None] = field(default_factory=list)
     duplicates: Counter = field(default_factory=Counter)
     copies: int = 0
+    flooded: Counter = field(default_factory=Counter)
+    carried: list[tuple[int, str]] = field(default_factory=list)
 
 
 class Swarm:
@@ -86,6 +96,9 @@ class Swarm:
         self.routed_labels: dict[Message, str] = {}  # labels of the messages route() made (their keys may repeat)
         self._alternative: dict[int, list[Message]] = {}  # protocol attacker → honest samples of its slots
         self._gathered: dict[int, list[Message]] = {}  # round → every message gathered (replayed rounds)
+        # id(message) → the node that delivered it, where known: route() for a hosted attacker, a transport's
+        # store key (distributed); accounting only (Received.carried), never a strike: any rank writes any key
+        self.carriers: dict[int, int] = {}
 
     @property
     def hosted(self) -> list[int]:
@@ -179,7 +192,8 @@ class Swarm:
         ``messages`` as gathered, except a hosted protocol attacker (:mod:`dgrpo.attacks.protocol`):
         its own messages are replaced by what its ``messages`` sends this receiver (forged senders,
         flooded copies, the previous round's messages re-sent, per-peer content), each re-signed
-        with the attacker's own key (it holds no other). Each keeps the label its slot was written
+        with the attacker's own key (it holds no other), or, for a ``replay`` attack, others' signed
+        messages as they are (:func:`dgrpo.swarm.routing.route`). Each keeps the label its slot was written
         with (a forged or flooded copy of filler is filler), another node's message re-sent is
         ``poisoned`` and an equivocator's honest variant ``honest``. A homogeneous
         swarm's honest nodes share one policy, which gets the view of its owner (the lowest id).
@@ -188,34 +202,7 @@ class Swarm:
         Returns:
             the other nodes' messages in the gathered order, then the attacker's.
         """
-        if round_idx not in self._gathered:  # a new round: forget what is older than the last one
-            self._gathered = {r: m for r, m in self._gathered.items() if r >= round_idx - 1}
-            self._gathered[round_idx] = list(messages)
-            self.routed_labels = {m: label for m, label in self.routed_labels.items() if m.round >= round_idx}
-        protocol = {n: a for n, a in self.attacks.items() if callable(getattr(a, "messages", None))}  # attacks.protocol
-        if not protocol or receiver not in self.policies:
-            return list(messages)
-        peers = sorted(self.policies)
-        out: list[Message] = []
-        for node, attack in protocol.items():
-            own = [m for m in messages if m.node == node and m.round == round_idx]
-            seen = [m for m in self._gathered.get(round_idx - 1, []) if m.node != node]
-            alternative = self._alternative.get(node, []) if own and own[0].round == round_idx else []
-            sent = attack.messages(own, peers, seen, alternative)[receiver]
-            honest_variant = {m.key: m.text for m in alternative}
-            replayed = {(m.node, m.prompt_id, m.index, m.text) for m in seen}
-            for m in sent:
-                # its own slot's label (a forged or flooded copy of a poison or of filler), as paper/matrix.py
-                label = self.labels.get((node, m.round, m.prompt_id, m.index), "poisoned")
-                if (m.node, m.prompt_id, m.index, m.text) in replayed:
-                    label = "poisoned"  # another node's message re-sent
-                elif honest_variant.get(m.key) == m.text:
-                    label = "honest"
-                m = self._sign_as(node, m)
-                self.routed_labels[m] = label
-                out.append(m)
-        routed = set(protocol)
-        return [m for m in messages if m.node not in routed] + out
+        return route(self, messages, receiver, round_idx)
 
     @property
     def keeps_replay_memory(self) -> bool:
@@ -247,19 +234,17 @@ class Swarm:
 
     # ------------------------------------------------------------------ receive (Alg. 1 L9, Alg. 2 L8)
     def receive(self, policy: Policy, messages: Sequence[Message], round_idx: int) -> Received:
-        """Check every message (:mod:`dgrpo.swarm.protocol`: signature first, then round, ban,
-        :func:`dgrpo.swarm.validation.check_message`, seed, share, length) and turn those that pass
-        into rollouts for ``policy``, not yet rewarded. Any exception on the way is a refusal with
-        its reason (``decode: ...``): the round always completes."""
+        """Check every message (:mod:`dgrpo.swarm.protocol`: :meth:`_screen` first (schema, signature,
+        run, round, copy, flood, identity, ban), then :func:`dgrpo.swarm.validation.check_message`, seed,
+        share, length) and turn those that pass into rollouts for ``policy``, not yet rewarded. Any
+        exception on the way is a refusal with its reason (``decode: ...``): the round always completes."""
         received, kept = Received(rollouts=[]), []
         p = self.protocol
         shares = ShareCheck(p.schedule, round_idx) if p is not None else None
         for msg in messages:
-            signer = None
+            signer, carrier = None, self.carriers.get(id(msg))
             try:
-                reason = parse_message(msg)[1]  # types first: index=True or 1.0 would bind other seeds
-                if reason is None:
-                    signer, reason = self._identify(msg)
+                signer, reason = self._screen(msg, round_idx, shares)
                 if reason is None:
                     reason = self._check(policy, msg, signer, round_idx, shares)
                 if reason is None:
@@ -269,8 +254,14 @@ class Swarm:
                                                  len(rollout.completion_ids))
             except Exception as err:  # noqa: BLE001 - a peer's bytes must never crash the round
                 reason = f"decode: {type(err).__name__}: {str(err)[:80]!r}"
-            if reason == "copy":
+            rule = reason.split(":", 1)[0] if reason is not None else None
+            if carrier is not None and carrier != signer and rule in DROPPED:  # who delivered another's message
+                received.carried.append((carrier, rule))
+            if rule == "copy":
                 received.copies += 1
+                continue
+            if rule == "flooded":  # the excess beyond the one `flood` refusal, dropped unread
+                received.flooded[signer] += 1
                 continue
             if reason is None and shares is not None:
                 shares.accept(signer, msg)
@@ -297,19 +288,70 @@ class Swarm:
         self.last_received[policy] = received
         return received
 
-    def _identify(self, msg: Message) -> tuple[int | None, str | None]:
-        """(sender, reason): the signer by the roster; without a protocol or signatures, the claim."""
+    def _screen(self, msg: Message, round_idx: int, shares: ShareCheck | None) -> tuple[int | None, str | None]:
+        """:meth:`_screen_once`, once per distinct message object value in a receive: a message equal in every
+        field to one screened before gets its verdict again (``copy`` where that one was verified), at the
+        cost of a hash (a flood of identical copies costs no parse, digest nor verification)."""
+        try:
+            seen = shares.screened.get(msg) if shares is not None else None
+        except TypeError:  # an unhashable field (a list of token ids): screened in full, refused by schema
+            seen = None
+        if seen is not None:
+            return seen[0], "copy" if seen[0] is not None else seen[1]
+        signer, reason = self._screen_once(msg, round_idx, shares)
+        if shares is not None and reason != "flooded":
+            try:
+                shares.screened[msg] = (signer, reason)
+            except TypeError:
+                pass
+        return signer, reason
+
+    def _screen_once(self, msg: Message, round_idx: int, shares: ShareCheck | None) -> tuple[int | None, str | None]:
+        """(signer, reason) of the checks that come before a message's content (docs/protocol.md, the strike
+        table): schema; a signature spelled canonically (``malformed``, before any verification); a copy of
+        a message verified earlier in this receive (by :func:`message_digest`, ``copy``); the signature
+        (verified once per digest); the run; the round; at most ``FLOOD_FACTOR`` × its slots distinct
+        messages per signer (the first excess ``flood``, the rest ``flooded``, dropped unread); ``identity``;
+        a ban. None as reason: go on with :meth:`_check`."""
+        reason = parse_message(msg)[1]  # types first: index=True or 1.0 would bind other seeds
         p = self.protocol
-        if p is None or not p.cfg.sign:
-            return msg.node, None
-        return p.verifier.identify(msg)
+        if reason is not None:
+            return None, reason
+        signing = p is not None and p.cfg.sign
+        if signing and msg.signature is None:
+            return None, "signature: unsigned message"
+        if signing and canonical_hex(msg.signature, SIGNATURE_HEX) is None:
+            return None, MALFORMED_SIGNATURE
+        if not (signing or p is not None and p.cfg.enforce_shares):
+            shares = None  # the paper's unprotected swarm (rules off): copies and floods reach the defenses
+        data = signed_bytes(msg) if shares is not None or signing else b""
+        digest = hashlib.sha256(data).hexdigest()  # = message_digest(msg)
+        if shares is not None and (digest, msg.node) in shares.verified:  # a copy of a genuine message: unverified
+            return msg.node, "copy"
+        signer, reason = p.verifier.identify(msg, data) if signing else (msg.node, None)
+        if signer is not None and shares is not None:
+            if (digest, signer) in shares.verified:  # (a copy of another's forgery: one strike, not one a copy)
+                return signer, "copy"
+            shares.verified.add((digest, signer))
+        if signer is None or reason is not None and not reason.startswith("identity"):
+            return signer, reason
+        if msg.round != round_idx:
+            return signer, f"round: message for round {msg.round} received in round {round_idx}"
+        if shares is not None and p.cfg.enforce_shares:
+            shares.signed[signer] += 1
+            cap = FLOOD_FACTOR * shares.schedule.slots(signer)
+            if shares.signed[signer] > cap:
+                return signer, ("flooded" if shares.signed[signer] > cap + 1 else
+                                f"flood: node {signer} signed more than {cap} messages for round {round_idx} "
+                                f"({FLOOD_FACTOR} × its {cap // FLOOD_FACTOR} slots); the rest are dropped unread")
+        if reason is not None:  # identity: its own key signed for another node of this run and round
+            return signer, reason
+        if p is not None and signer in p.bans.banned:
+            return signer, f"banned: node {signer} is banned since round {p.bans.banned[signer]}"
+        return signer, None
 
     def _check(self, policy: Policy, msg: Message, sender: int, round_idx: int, shares: ShareCheck | None) -> str | None:
         p = self.protocol
-        if msg.round != round_idx:
-            return f"round: message for round {msg.round} received in round {round_idx}"
-        if p is not None and sender in p.bans.banned:
-            return f"banned: node {sender} is banned since round {p.bans.banned[sender]}"
         if p is not None and p.homogeneous and msg.tokenizer != policy.tokenizer_id:
             return (f"tokenizer: {ascii(msg.tokenizer)[:60]} is not the swarm's {policy.tokenizer_id!r} "
                     "(a homogeneous swarm has one model)")
@@ -322,8 +364,6 @@ class Swarm:
             if msg.seed != bound:
                 return f"seed: claims seed {msg.seed} but the protocol assigns {bound}"
         if p.cfg.enforce_shares:
-            if shares.is_copy(sender, msg):
-                return "copy"
             return shares.check(sender, msg)
         return None
 

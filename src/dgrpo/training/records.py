@@ -20,6 +20,7 @@ from typing import Sequence
 
 from dgrpo.grpo.learner import UpdateStats
 from dgrpo.rewards.format import format_reward
+from dgrpo.swarm.protocol import STRIKES
 from dgrpo.swarm.swarm import Received
 from dgrpo.tasks.base import reward_metrics
 from dgrpo.training.evaluate import EVAL_MEANS, add_intervals
@@ -113,7 +114,9 @@ def peer_record(round_idx: int, report: PolicyReport, received: Received | None 
         "defense": {name: n}, "duplicates", "transport": {reason: n}}}}``; ``rejected`` counts protocol
         refusals by the rule that refused (the reason's text before ``:``), ``defense`` the accepted
         rollouts each defense rejected, ``transport`` what the transport refused under the sender's
-        store key before any signature could be read.
+        store key before any signature could be read, and the messages dropped without a strike
+        (replays, copies, re-spelled signatures: ``Received.carried``) that this node delivered where
+        that is known (in-process: the routing attacker; distributed: the store key).
     """
     peers: dict[str, dict] = defaultdict(lambda: {"received": 0, "accepted": 0, "rejected": Counter(),
                                                   "defense": Counter(), "duplicates": 0, "transport": Counter()})
@@ -132,6 +135,8 @@ def peer_record(round_idx: int, report: PolicyReport, received: Received | None 
         peers[_who(node)]["duplicates"] += n
     for node, reason in transport_rejected:
         peers[_who(node)]["transport"][reason.split(":", 1)[0]] += 1
+    for node, rule in (received.carried if received is not None else ()):  # who delivered a replay or copy
+        peers[_who(node)]["transport"][rule] += 1
     out = {}
     for who in sorted(peers, key=lambda w: (w == "unsigned", int(w) if w.isdigit() else 0)):
         p = peers[who]
@@ -166,15 +171,12 @@ def account_peers(run, round_idx: int, report: PolicyReport) -> dict:
     return rec
 
 
-# Refusals that say nothing of the signer: a signed message of another round can be re-sent by any node
-# (the replayed-round attack would otherwise get the honest nodes it replays banned; found by review).
-NOT_THE_SIGNERS = frozenset({"round"})
-
-
 def peer_strikes(peer: dict) -> int:
-    """Ban strikes of one sender's round record (:func:`peer_record`): its protocol refusals, but those
-    anyone could have caused (``NOT_THE_SIGNERS``), plus the defense rejections of its accepted rollouts."""
-    return sum(n for rule, n in peer["rejected"].items() if rule not in NOT_THE_SIGNERS) + sum(peer["defense"].values())
+    """Ban strikes of one sender's round record (:func:`peer_record`): its protocol refusals whose rule is a
+    strike (:data:`dgrpo.swarm.protocol.STRIKES`: only the signer could have sent them, for this run and
+    round; never a replay, a copy or a re-spelled signature anyone could send), plus the defense rejections
+    of its accepted rollouts."""
+    return sum(n for rule, n in peer["rejected"].items() if rule in STRIKES) + sum(peer["defense"].values())
 
 
 def rejection_counts(rollouts: Sequence[Rollout]) -> dict[str, Counter]:

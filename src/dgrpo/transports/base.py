@@ -23,6 +23,9 @@ class Transport(Protocol):
         failed: failed node → the exchange in which it was declared failed.
         rejected: (sender, reason) of peer messages refused in the last all-gather, before the swarm
             saw them.
+        carriers: ``id(message)`` → the node whose store key (or record) it came under, for the messages
+            of the last all-gather where the transport knows it (distributed; empty elsewhere): who
+            delivered a replay or a copy, for the per-peer accounting only (any rank can write any key).
         labels: message key → ground-truth label (``honest`` / ``poisoned`` / ``malicious``) of every
             message this process has seen; simulation metrics only, never read by a defense.
         first_round: the round this process's nodes start at: 0, or the round a node joining a
@@ -38,6 +41,7 @@ class Transport(Protocol):
     alive: set[int]
     failed: dict[int, str]
     rejected: list[tuple[int, str]]
+    carriers: dict[int, int]
     labels: dict[tuple, str]
     first_round: int
     verifier: object | None

@@ -50,10 +50,10 @@ from typing import TYPE_CHECKING, Iterable
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import compare_views
-from dgrpo.transports.framing import frame, relayed, unframe
+from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relayed
 from dgrpo.transports.rendezvous import _seconds, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.transports.storewait import StoreExchange
-from dgrpo.swarm.validation import parse_message
+from dgrpo.swarm.validation import Limits, parse_message
 from dgrpo.types import Message
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ torch = LazyModule("torch")  # imported on first use: a config naming this trans
 dist = LazyModule("torch.distributed")
 
 LABELS = frozenset({"honest", "poisoned", "malicious"})  # simulation ground truth (metrics only)
-MAX_PAYLOAD_BYTES = 64 * 2**20  # a peer's payload is refused unread above this (JSON parser memory)
+MAX_PAYLOAD_BYTES = OPEN.bytes  # the most read from a key until caps come from the share (from_env: KeyCaps.of)
 class DistributedTransport(StoreExchange):
     """All-gather of a round's messages between torchrun ranks, one swarm node per rank.
 
@@ -106,6 +106,9 @@ class DistributedTransport(StoreExchange):
         self._own_keys: list[tuple[str, bytes, bool]] = []
         self._last_contact = 0.0  # when a store call last succeeded
         self._lone_seen: set[tuple[int, str, int]] = set()
+        # what a reader takes from one key a round (framing.KeyCaps; from_env sizes them from the share)
+        self.caps = OPEN
+        self.carriers: dict[int, int] = {}  # id(message) → the store key it came under, last all-gather
         self._last_round: int | None = None
         self._closed = False
         atexit.register(self._exit)
@@ -123,6 +126,8 @@ class DistributedTransport(StoreExchange):
         store, rank, world, backend = join_group(cfg)
         transport = cls(store, rank, world, honest=range(world), timeout_s=sw.timeout_s,
                         on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size)
+        transport.caps = KeyCaps.of(max(1, sw.prompts_per_round * sw.group_size // world),
+                                    Limits.for_completions(cfg.sampling.max_new_tokens))
         # Each rank knows only whether it itself attacks (its own config); which ranks report metrics
         # is decided from what each declares, never from the others' entries of swarm.malicious.
         roles = transport.gather_values("role", "attacker" if rank in set(sw.malicious) else "honest",
@@ -203,19 +208,11 @@ class DistributedTransport(StoreExchange):
             log.warning("rejected message from node %d: %s", sender, reason)
             self.rejected.append((sender, reason))
 
-        if len(payload) > MAX_PAYLOAD_BYTES:
-            refuse(f"size: payload of {len(payload)} bytes (limit {MAX_PAYLOAD_BYTES})")
-            return []
         out = []
-        for body in unframe(payload) or [payload]:  # (an unframed payload: one JSON object)
-            try:
-                data = json.loads(body)
-            except (ValueError, RecursionError) as err:  # (not UTF-8, not JSON, nested too deep)
-                refuse(f"schema: payload is not JSON ({type(err).__name__}: {str(err)[:80]})")
-                continue
-            if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
-                refuse("schema: payload must be an object with a 'messages' list")
-                continue
+        bodies, reasons = capped(payload, self.caps)  # frames, messages and bytes under one key (issue 31)
+        for reason in reasons:
+            refuse(reason)
+        for data in bodies:
             raws, labels = data["messages"], data.get("labels")
             labels = labels if isinstance(labels, list) and len(labels) == len(raws) else ["honest"] * len(raws)
             if len(raws) > self.max_messages:
@@ -229,6 +226,7 @@ class DistributedTransport(StoreExchange):
                 if msg.key not in self.labels:  # simulation truth, metrics only; the first frame's stays
                     self.labels[msg.key] = label if isinstance(label, str) and label in LABELS else "honest"
                 out.append(msg)
+                self.carriers[id(msg)] = sender  # who delivered it (accounting only: Swarm.carriers)
         return out
 
     def cross_check(self, round_idx: int, messages: list[Message]) -> list[Message]:
@@ -271,7 +269,7 @@ class DistributedTransport(StoreExchange):
         if len(rounds) > 1:
             raise ValueError(f"messages of several rounds {sorted(rounds)} in one exchange")
         round_idx = rounds.pop() if rounds else (self._last_round + 1 if self._last_round is not None else 0)
-        self.rejected = []
+        self.rejected, self.carriers = [], {}
         self._last_round = round_idx
         payloads = self.exchange(f"r{round_idx}", self.encode(mine), framed=True)
         out: list[Message] = []

@@ -34,6 +34,7 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.transports.dht.config import check_fresh_join
 from dgrpo.transports.distributed import DistributedTransport
+from dgrpo.transports.framing import OPEN
 from dgrpo.types import Message
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ class HivemindTransport:
         self.labels: dict[tuple, str] = {}
         self.verifier = None  # set by the run's build; signatures are checked by the swarm
         self.rejected: list[tuple[int, str]] = []
+        self.caps, self.carriers = OPEN, {}  # (DistributedTransport.decode's key caps; carriers not tracked)
         self.roster: dict[int, str] = dict(roster or {})
         self.fixed_roster = fixed_roster  # a roster file: no key is ever learnt from the DHT
         self.namespace, self.run_id = namespace, ""  # run_id: the launch id, agreed at start

@@ -1,0 +1,201 @@
+"""Issue 31, must-haves 1 and 2: one spelling of every signed thing, and strikes only for what the signer alone
+could have caused. 4 nodes, node 3 the attacker; each row of docs/protocol.md's strike table is a case here."""
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+from test_protocol import CTX, SEED, honest_round, make, refusals, resign
+
+from dgrpo.policy.chat import encode_completion
+from dgrpo.policy.sampling import completion_seed
+from dgrpo.swarm.identity import Roster, Verifier, canonical_hex, generate_keys, message_digest, public_hex, signed_header
+from dgrpo.swarm.protocol import DROPPED, FLOOD_FACTOR, STRIKES, BanList, compare_views, equivocators
+from dgrpo.tasks.arithmetic import ArithmeticTask
+from dgrpo.training.records import PolicyReport, peer_record, peer_strikes
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
+
+
+@pytest.fixture()
+def task():
+    return ArithmeticTask(seed=0, n_train=10, n_val=2, few_shot=0)
+
+
+def four(task, model, tokenizer, ban_after=2, **rules):
+    """4 nodes, horizontal, B=2 × G=4: each node owns one slot of each of the 2 prompts (2 slots)."""
+    swarm, policy, keys = make(task, model, tokenizer, nodes=4, G=4, ban_after=ban_after, **rules)
+    return swarm, policy, keys, honest_round(swarm, task, 0, nodes=4, G=4)
+
+
+def account(swarm, received, round_idx, carrier=None, sent=()):
+    """What account_peers does with one receive: the per-peer record and the strikes it adds (ban list)."""
+    if carrier is not None:
+        swarm.carriers.update({id(m): carrier for m in sent})
+        received = swarm.last_received[next(iter(swarm.last_received))]
+    rec = peer_record(round_idx, PolicyReport(received.rollouts, received.invalid), received)["peers"]
+    strikes = {who: peer_strikes(p) for who, p in rec.items()}
+    for who, n in strikes.items():
+        if who.isdigit():
+            swarm.protocol.bans.strike(int(who), n, round_idx)
+    return rec, strikes
+
+
+def receive(swarm, policy, messages, round_idx, carried=None):
+    """node 3 delivers ``carried`` (default: all ``messages``; what route records in a real run)."""
+    swarm.carriers = {id(m): 3 for m in (messages if carried is None else carried)}
+    return swarm.receive(policy, messages, round_idx)
+
+
+# ---------------------------------------------------------------------- must-have 1: one spelling
+@pytest.mark.parametrize("spell", [str.upper, lambda s: "0x" + s, lambda s: s + "\n", lambda s: " " + s[1:],
+                                   lambda s: s[:-2], lambda s: s + "00", lambda s: s[:10].upper() + s[10:]])
+def test_a_signature_in_any_other_spelling_is_malformed_and_never_verified(task, model, tokenizer, spell):
+    swarm, policy, keys, out = four(task, model, tokenizer)
+    m = out[0][0]
+    assert bytes.fromhex(m.signature.upper()) == bytes.fromhex(m.signature)  # what the old check accepted
+    before = swarm.protocol.verifier.verified
+    got = refusals(receive(swarm, policy, [dataclasses.replace(m, signature=spell(m.signature))], 0))
+    assert got == [("malformed: signature is not 128 lower-case hex digits", None)]
+    assert swarm.protocol.verifier.verified == before  # refused before any Ed25519 verification
+
+
+def test_a_roster_key_in_another_spelling_is_refused_naming_the_node():
+    keys = {n: public_hex(k) for n, k in generate_keys(3).items()}
+    assert canonical_hex(keys[1], 64) == bytes.fromhex(keys[1]) and canonical_hex(keys[1].upper(), 64) is None
+    with pytest.raises(ValueError, match="public key of node 1 is not 64 lower-case hex digits"):
+        Roster({**keys, 1: keys[1].upper()})
+    with pytest.raises(ValueError, match="node 2"):
+        Roster({**keys, 2: keys[2][:-2]})
+
+
+def test_copies_are_recognised_by_the_signed_content_and_verified_once(task, model, tokenizer):
+    swarm, policy, keys, out = four(task, model, tokenizer)
+    m = out[0][0]
+    copy = dataclasses.replace(m)  # another object, the same signed content
+    assert copy is not m and message_digest(copy) == message_digest(m)
+    verifier = swarm.protocol.verifier
+    before = verifier.verified
+    received = receive(swarm, policy, [m, *[copy] * 500], 0)
+    assert len(received.rollouts) == 1 and received.copies == 500 and received.invalid == []
+    assert verifier.verified - before == 1  # one Ed25519 verification for 501 messages
+    assert all(verifier.valid(0, b"x", m.signature) is False for _ in range(3)) and verifier.verified - before == 2
+
+
+def test_a_forgery_of_an_honest_content_first_does_not_make_the_honest_message_a_copy(task, model, tokenizer):
+    swarm, policy, keys, out = four(task, model, tokenizer)
+    m = out[0][0]
+    forged = resign(keys, 3, m)  # node 0's content, signed by node 3 (it can read node 0's message first)
+    received = receive(swarm, policy, [forged, forged, m], 0)
+    assert refusals(received) == [("identity: claims node 0 but is signed by node 3", 3)]  # one, not one per copy
+    assert [r.sender for r in received.rollouts] == [0] and received.copies == 1
+
+
+def test_equivocation_and_relays_ignore_another_run_and_another_spelling(task, model, tokenizer):
+    swarm, policy, keys, out = four(task, model, tokenizer)
+    m = out[1][0]
+    verifier = swarm.protocol.verifier
+    elsewhere = resign(keys, 1, m, context="run-b|fp0", text=m.text + " other")  # node 1 in another run, same slot
+
+    def report(*msgs):
+        return json.dumps([[signed_header(x), x.signature] for x in msgs]).encode()
+
+    assert equivocators({0: report(m), 2: report(elsewhere)}, verifier, 0) == {}
+    assert list(equivocators({0: report(m), 2: report(resign(keys, 1, m, text=m.text + " x"))}, verifier, 0)) == [1]
+    respelled = dataclasses.replace(m, signature=m.signature.upper())
+    caught, extra = compare_views(0, {0: [m], 2: [respelled, elsewhere]}, verifier, 0)
+    assert caught == {} and extra == []  # a re-spelled copy is the same message, another run's is none of ours
+
+
+# ---------------------------------------------------------------------- must-have 2: the strike table
+def test_the_strike_table_in_the_docs_is_the_one_the_code_applies():
+    rows = re.findall(r"^\| `([a-z ]+)` \| (dropped|strike)", DOCS.read_text(), re.M)
+    assert rows, "docs/protocol.md has no strike table"
+    table = dict(rows)
+    assert {r for r, c in table.items() if c == "dropped"} == DROPPED
+    assert {r for r, c in table.items() if c == "strike"} == STRIKES
+
+
+def _text(tokenizer, text="<think>1 + 1 = 2</think>"):
+    return dict(text=text, token_ids=tuple(encode_completion(tokenizer, text)))
+
+
+def _cases(keys, out, tokenizer, old, other_run):
+    """rule → (the messages node 3 delivers, who the refusals are attributed to); node 3's own cheats use its key."""
+    m0, m3 = out[0][0], out[3][0]
+    seeded = lambda prompt, index: completion_seed(SEED, 1, 3, prompt, index)  # noqa: E731
+    return {
+        "malformed": [dataclasses.replace(m0, signature=m0.signature.upper())] * 3,
+        "signature": [dataclasses.replace(m0, text=m0.text + " forged")],  # node 0's signature on other content
+        "run": other_run,                           # node 0's messages signed for a previous run under its key
+        "round": old,                               # node 0's messages of round 0, re-sent in round 1
+        "copy": [m0] * 5,
+        "identity": [resign(keys, 3, m3, node=0)],
+        "seed": [resign(keys, 3, m3, seed=7)],
+        "share": [resign(keys, 3, m3, index=0, seed=seeded(m3.prompt_id, 0))],
+        "prompt": [resign(keys, 3, m3, prompt_id="nope")],
+        "consistency": [resign(keys, 3, m3, text=m3.text + " 2 + 2 = 5")],
+        "length": [resign(keys, 3, m3, **_text(tokenizer, " ".join(["apples"] * 40)))],
+        "size": [resign(keys, 3, m3, text="a" * 9000)],
+    }
+
+
+@pytest.mark.parametrize("rule", ["malformed", "signature", "run", "round", "copy", "identity", "seed", "share",
+                                  "prompt", "consistency", "length", "size"])
+def test_each_row_of_the_strike_table(task, model, tokenizer, rule):
+    """Round 1: every honest node's messages, and what node 3 delivers for ``rule``. ban_after=2. A dropped
+    row strikes nobody (node 0's replayed messages cost node 0 nothing); a strike row strikes node 3 only."""
+    swarm, policy, keys, _ = four(task, model, tokenizer, enforce_length=True)
+    old = honest_round(swarm, task, 0, nodes=4, G=4)[0]
+    out = honest_round(swarm, task, 1, nodes=4, G=4)
+    other_run = [swarm.protocol.signers[0].for_context("run-b|fp0").sign(m) for m in out[0]]
+    attack = _cases(keys, out, tokenizer, old, other_run)[rule]
+    honest = [m for n in (0, 1, 2) for m in out[n]]
+    received = receive(swarm, policy, [*honest, *out[3][1:], *attack], 1, carried=attack)
+    rec, strikes = account(swarm, received, 1)
+    assert [r.sender for r in received.rollouts].count(0) == 2  # the honest messages are all accepted
+    assert all(strikes.get(str(n), 0) == 0 for n in (0, 1, 2)) and not set(swarm.protocol.bans.banned) & {0, 1, 2}
+    if rule in STRIKES:
+        assert rec["3"]["rejected"] == {rule: 1} and strikes["3"] == 1  # the cheater's score: -1
+    else:
+        assert rule in DROPPED and strikes.get("3", 0) == 0
+        assert rec["3"]["transport"] == {rule: len(attack)}  # the attacker is named as the one who delivered
+        assert received.copies == (5 if rule == "copy" else 0)
+        if rule in ("run", "round"):
+            assert rec["0"]["rejected"] == {rule: len(attack)}  # node 0 signed them, once, elsewhere: no strike
+
+
+def test_a_flood_of_distinct_signed_messages_is_refused_once_and_the_rest_dropped_unread(task, model, tokenizer):
+    swarm, policy, keys, out = four(task, model, tokenizer)
+    m3 = out[3][0]
+    cap = FLOOD_FACTOR * 2
+    flood = [resign(keys, 3, m3, index=100 + i) for i in range(cap + 50)]  # distinct contents, all signed by 3
+    honest = [m for n in (0, 1, 2) for m in out[n]]
+    received = receive(swarm, policy, [*honest, *out[3], *flood], 0)
+    rec, strikes = account(swarm, received, 0)
+    assert rec["3"]["rejected"] == {"seed": cap - 2, "flood": 1} and received.flooded == {3: 50 + 2 - 1}
+    assert all(strikes.get(str(n), 0) == 0 for n in (0, 1, 2)) and swarm.protocol.bans.banned == {3: 0}
+
+
+def test_the_reencoded_replay_with_ban_after_2_bans_nobody_honest_over_rounds(task, model, tokenizer):
+    """The issue's case: every honest message re-sent with its signature in upper case, 3 rounds, ban_after=2."""
+    swarm, policy, keys, _ = four(task, model, tokenizer)
+    for r in range(3):
+        out = honest_round(swarm, task, r, nodes=4, G=4)
+        honest = [m for n in (0, 1, 2, 3) for m in out[n]]
+        respelled = [dataclasses.replace(m, signature=m.signature.upper()) for m in honest if m.node != 3] * 4
+        received = receive(swarm, policy, [*respelled[:5], *honest, *respelled[5:]], r)
+        rec, strikes = account(swarm, received, r)
+        assert len(received.rollouts) == 8 and rec["3"]["transport"] == {"malformed": len(respelled)}
+        assert rec["unsigned"]["rejected"] == {"malformed": len(respelled)} and sum(strikes.values()) == 0
+    assert swarm.protocol.bans.banned == {} and not swarm.protocol.bans.strikes
+
+
+def test_the_banned_row_adds_no_strike(task, model, tokenizer):
+    swarm, policy, keys, out = four(task, model, tokenizer)
+    swarm.protocol.bans = BanList(2, banned={3: 0})
+    received = receive(swarm, policy, [m for n in range(4) for m in out[n]], 0)
+    rec, strikes = account(swarm, received, 0)
+    assert rec["3"]["rejected"] == {"banned": 2} and strikes["3"] == 0 and swarm.protocol.bans.strikes == {}

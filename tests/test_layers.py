@@ -18,6 +18,7 @@ RANKS = {
     "": 0, "errors": 0, "types": 0,     # foundation: stdlib (and pydantic) only
     "registry": 1,                      # the one decorator, the strict config base
     "config_yaml": 1,                   # config files and overrides: YAML 1.2 (strict), sizes, depth
+    "config_inputs": 2,                 # reading a config file or override list (on config_yaml)
     "rewards": 2, "tasks": 3, "metrics": 4, "policy": 5,
     "grpo": 6, "verify": 6, "swarm": 6,                                           # components
     "attacks": 7, "defenses": 7, "hardening": 7, "robust": 7, "transports": 7,    # kinds

@@ -248,10 +248,7 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
         task = build_task(cfg)
         swarm = build_swarm(cfg, task, transport.local_nodes)
         swarm.protocol = build_protocol(cfg, task, transport, run_dir)
-        if hasattr(transport, "check_startup"):  # distributed: every rank signs what it runs with (issue 31)
-            transport.check_startup(swarm.protocol, {"context": swarm.protocol.verifier.context, "honest": transport.honest,
-                                                     "roster": swarm.protocol.verifier.roster.fingerprint},
-                                    cfg.swarm.startup_timeout_s)
+        transport.check_startup(swarm.protocol, cfg.swarm.startup_timeout_s)  # distributed: ranks sign what they run with
     except BaseException:
         if fresh and not (run_dir / "metrics.jsonl").exists():  # nothing was run: leave no empty run directory
             shutil.rmtree(run_dir, ignore_errors=True)

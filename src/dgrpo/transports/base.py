@@ -71,5 +71,15 @@ class Transport(Protocol):
             Elsewhere: None (after posting this process's payload).
         """
 
+    def check_startup(self, protocol, timeout_s: float) -> None:
+        """Before round 0: stop the run (one line naming the rank) when the values every process must
+        share (run context, roster, honest nodes) differ between processes. A transport whose peers
+        cannot show each other different values (in-process) or that checks them at launch (hivemind,
+        :mod:`dgrpo.transports.dht.launch`) does nothing here.
+
+        Raises:
+            PeerFailure: a peer's values differ or do not verify (distributed).
+        """
+
     def close(self) -> None:
         """End of the run: wait until every live peer is done too."""

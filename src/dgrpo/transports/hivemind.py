@@ -347,6 +347,9 @@ class HivemindTransport:
 
         return commit(self, round_idx, payloads)
 
+    def check_startup(self, protocol, timeout_s: float) -> None:
+        pass  # the run's agreed settings are checked at launch (dgrpo.transports.dht.launch)
+
     # ------------------------------------------------------------------ shutdown
     def close(self) -> None:
         """Clean end of the run: wait (up to timeout_s) until every live peer is done, then stop the DHT.

@@ -38,6 +38,9 @@ class InProcessTransport:
     def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
         return {}
 
+    def check_startup(self, protocol, timeout_s: float) -> None:
+        pass  # one process: its nodes share one config by construction
+
     def close(self) -> None:
         pass
 

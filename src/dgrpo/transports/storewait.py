@@ -109,20 +109,22 @@ class StoreExchange:
             return True
         return keys.valid(node, f"dgrpo/{what}|{keys.context if bound else ''}".encode(), sig)
 
-    def check_startup(self, protocol, values: dict, timeout_s: float) -> None:
+    def check_startup(self, protocol, timeout_s: float) -> None:
         """Once the keys exist: every rank signs what it runs with (run context, hence the run name and
         config; the roster; the honest nodes) and checks everyone's against its own, so a value a rank
         overwrote in the store stops the run here instead of splitting the swarm.
 
         Args:
             protocol: the run's :class:`~dgrpo.swarm.protocol.Protocol` (this node's signer, the roster).
-            values: name → value (JSON-able) that must be equal on every rank.
+            timeout_s: seconds to wait for every rank's record (``swarm.startup_timeout_s``).
 
         Raises:
             PeerFailure: a rank's record does not verify under its roster key, or its values differ
                 (one line naming the ranks and the values).
         """
         self.signer, self.keys = protocol.signers.get(self.rank), protocol.verifier
+        values = {"context": protocol.verifier.context, "honest": self.honest,  # equal on every rank
+                  "roster": protocol.verifier.roster.fingerprint}
         body = json.dumps(values, sort_keys=True)
         mine = json.dumps({"values": values, "sig": self._signed(f"startup|{body}", bound=False)})  # (the
         # run context is one of the values: a signature bound to it could not tell a forgery from a mismatch)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 from dgrpo.errors import SettingError
-from dgrpo.integrations.trl_trainer import FIELD, cut_after_stop, drop_mask, fill_empty
+from dgrpo.integrations.trl_trainer import FIELD, cut_after_stop, drop_mask, fill_empty, refuse_raw_rollout
 from dgrpo.types import Verdict
 from dgrpo.verify.checks import Replay, Verifier
 
@@ -84,6 +84,7 @@ class RolloutDefense:
     trainer: Any = None
     own_seeds: list[int] | None = None
     batches: int = 0
+    checked: Any = None  # the dgrpo_rejection list verified_rollout_func wrote for the batch in flight
 
     def __post_init__(self):
         if self.action not in ("zero", "drop"):
@@ -116,6 +117,7 @@ class RolloutDefense:
             if getattr(func, "_dgrpo_defense", None) is not self:
                 raise SettingError(f"RolloutDefense: reward function {name!r} is not wrapped; pass reward_funcs="
                                    "defend_rewards([...], defense) so that rejected completions lose their reward")
+        refuse_raw_rollout(self, trainer)
         problems = trainer_problems(trainer, v.checks, eos)
         if problems:
             raise SettingError(problems[0])
@@ -204,6 +206,7 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
     def verified(prompts, trainer) -> dict:
         defense.attach(trainer)
         out = rollout_func(prompts, trainer)
+        out.pop(FIELD, None)  # a worker's own verdicts are never trusted
         out["completion_ids"] = completion_ids = [list(c) for c in out["completion_ids"]]
         prompt_ids = out["prompt_ids"]
         if len(prompt_ids) != len(completion_ids):
@@ -220,14 +223,15 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
         own = trainer._tokenize_prompts(list(prompts))[0]  # TRL's own tokenization (chat template, generation prompt)
         given.update(other_prompts(own, prompt_ids, source, given))
         out["prompt_ids"] = prompt_ids = [list(own[j]) for j in source]
-        out[FIELD] = defense.check(prompt_ids, completion_ids, seeds=out.get("seeds"), texts=texts, questions=questions,
-                                   given=given)
+        out[FIELD] = defense.checked = defense.check(prompt_ids, completion_ids, seeds=out.get("seeds"), texts=texts,
+                                                     questions=questions, given=given)
         fill_empty(out, empty, eos)
         if defense.action == "drop":
             out["env_mask"] = drop_mask(out.get("env_mask"), completion_ids, out[FIELD])
         return out
 
     verified.__name__ = getattr(rollout_func, "__name__", "rollout_func")
+    verified._dgrpo_defense = defense
     return verified
 
 

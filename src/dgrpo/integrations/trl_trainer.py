@@ -195,6 +195,17 @@ def drop_mask(tool_mask, completion_ids, reasons) -> list[list[int]]:
     return [[0] * len(m) if reason else list(m) for m, reason in zip(base, reasons)]
 
 
+def refuse_raw_rollout(defense: "RolloutDefense", trainer) -> None:
+    """Raise :class:`SettingError` when ``trainer.rollout_func`` is set and not wrapped by ``defense``'s
+    :func:`~dgrpo.integrations.trl.verified_rollout_func` (a raw one's completions would reach TRL uncut: a tail
+    after the eos, an empty completion, another prompt's answer, a forged ``dgrpo_rejection`` field)."""
+    rollout = getattr(trainer, "rollout_func", None)
+    if rollout is not None and getattr(rollout, "_dgrpo_defense", None) is not defense:
+        raise SettingError("RolloutDefense: GRPOTrainer's rollout_func is not wrapped; pass rollout_func="
+                           "verified_rollout_func(your_rollout_func, defense) (a raw one's completions reach TRL "
+                           "unchecked: tails after eos, empty or other prompts' completions, forged verdicts)")
+
+
 def hook_generation(defense: "RolloutDefense", trainer) -> None:
     """Check every batch where it enters ``trainer`` (``_generate``) and, with ``drop``, mask its rejected completions.
 
@@ -205,12 +216,14 @@ def hook_generation(defense: "RolloutDefense", trainer) -> None:
 
     @functools.wraps(original)
     def checked(prompts):
+        refuse_raw_rollout(defense, trainer)  # rollout_func replaced after attach
         out = original(prompts)
         if not isinstance(out, tuple) or len(out) != 8:
             raise SettingError("dgrpo.integrations.trl: this TRL's GRPOTrainer._generate returns another layout than "
                                'TRL 1.16\'s; install "trl>=1.16,<2"')
         prompt_ids, completion_ids, tool_mask, completions, _, extra = out[:6]
-        if FIELD not in extra:
+        trusted, defense.checked = defense.checked, None
+        if trusted is None or extra.get(FIELD) is not trusted:  # only verified_rollout_func's own list is trusted
             seeds = extra.get("seeds", defense.own_seeds)
             reasons = defense.check_batch(prompts, prompt_ids, completion_ids, completions, seeds)
             extra[FIELD] = reasons

@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 from dgrpo.errors import SettingError
-from dgrpo.integrations.trl_trainer import FIELD, cut_after_stop, drop_mask, fill_empty, refuse_raw_rollout
+from dgrpo.integrations.trl_trainer import (FIELD, cut_after_stop, drop_mask, fill_empty, refuse_raw_rollout,
+                                            trainer_model)
 from dgrpo.types import Verdict
 from dgrpo.verify.checks import Replay, Verifier
+from dgrpo.verify.inputs import malformed, model_vocab
 
 
 def _require_trl() -> None:
@@ -195,7 +197,11 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
     Before the checks, every completion is cut after its first eos (the verifier's or one of TRL's
     ``eos_token_ids``): TRL would train on and reward a tail the checks never read. An empty completion
     is rejected (``rollout: empty completion``) and handed to TRL as one eos token with ``env_mask`` 0
-    (TRL raises IndexError on an empty one).
+    (TRL raises IndexError on an empty one); so is a completion with a token id outside [0, the model's
+    vocabulary) (``rollout: token id 999999 at position 0 out of range ...``). A ``seeds`` list of another
+    length rejects every completion (``rollout: 7 seeds for 8 completions``), a seed that is not a 64-bit
+    integer its own; a completion longer than ``GRPOConfig.max_completion_length`` is rejected
+    (``rollout: 14 tokens exceed ...``). A worker's own ``dgrpo_rejection`` field is discarded.
 
     Raises:
         ValueError: the rollout's ``prompt_ids`` and ``completion_ids`` differ in length.
@@ -216,16 +222,14 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
         per = max(len(completion_ids) // max(len(prompts), 1), 1)  # completions per prompt, in prompt order
         source = [min(i // per, len(prompts) - 1) for i in range(len(completion_ids))]  # completion → its prompt
         questions = [_question(prompts[j]) for j in source]
+        given, unusable = unfit_rollouts(out, trainer)
+        fill_empty(out, unusable, eos)  # TRL decodes and indexes every completion: no empty one, no id past the vocabulary
         texts = defense.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        empty = [i for i, c in enumerate(completion_ids) if not c]
-        given = {i: Verdict(False, "rollout", "empty completion (a sampler emits at least one token, eos included)", 0)
-                 for i in empty}
         own = trainer._tokenize_prompts(list(prompts))[0]  # TRL's own tokenization (chat template, generation prompt)
         given.update(other_prompts(own, prompt_ids, source, given))
         out["prompt_ids"] = prompt_ids = [list(own[j]) for j in source]
         out[FIELD] = defense.checked = defense.check(prompt_ids, completion_ids, seeds=out.get("seeds"), texts=texts,
                                                      questions=questions, given=given)
-        fill_empty(out, empty, eos)
         if defense.action == "drop":
             out["env_mask"] = drop_mask(out.get("env_mask"), completion_ids, out[FIELD])
         return out
@@ -233,6 +237,32 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
     verified.__name__ = getattr(rollout_func, "__name__", "rollout_func")
     verified._dgrpo_defense = defense
     return verified
+
+
+def unfit_rollouts(out: dict, trainer) -> tuple[dict[int, Verdict], list[int]]:
+    """The completions of a rollout that cannot be checked or trained as they are, each with its rejection.
+
+    Returns:
+        (completion index → a ``rollout`` rejection, the indices whose ids TRL cannot take: empty, or a token id
+        outside [0, the model's vocabulary)). A seed that is not a 64-bit integer or a ``seeds`` list of another
+        length (:func:`dgrpo.verify.inputs.malformed`), and a completion longer than
+        ``GRPOConfig.max_completion_length`` (TRL's own generation stops there) are rejected too.
+    """
+    ids = out["completion_ids"]
+    given = malformed(None, ids, out.get("seeds"), model_vocab(trainer_model(trainer)), "rollout")
+    unusable = [i for i, v in given.items() if v.reason.startswith("token id")]
+    if out.get("seeds") is not None and len(out["seeds"]) != len(ids):  # every completion rejected; TRL hands an
+        out["seeds"] = [None] * len(ids)  # extra field out per completion and raised KeyError on a short one
+    for i, c in enumerate(ids):
+        if not c and i not in given:
+            given[i] = Verdict(False, "rollout", "empty completion (a sampler emits at least one token, eos included)", 0)
+            unusable.append(i)
+    limit = getattr(trainer.args, "max_completion_length", None)
+    for i, c in enumerate(ids):
+        if limit is not None and len(c) > limit and i not in given:
+            given[i] = Verdict(False, "rollout", f"{len(c)} tokens exceed GRPOConfig.max_completion_length={limit}",
+                               limit)
+    return given, sorted(unusable)
 
 
 def other_prompts(own, prompt_ids, source: list[int], skip=()) -> dict[int, Verdict]:
@@ -247,7 +277,7 @@ def other_prompts(own, prompt_ids, source: list[int], skip=()) -> dict[int, Verd
     """
     out = {}
     for i, (ids, j) in enumerate(zip(prompt_ids, source)):
-        ids, want = [int(t) for t in ids], [int(t) for t in own[j]]
+        ids, want = list(ids), [int(t) for t in own[j]]
         if i in skip or ids == want:
             continue
         t = next((k for k, (a, b) in enumerate(zip(ids, want)) if a != b), min(len(ids), len(want)))

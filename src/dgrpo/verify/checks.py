@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
 
 from dgrpo.types import ACCEPT, Verdict
+from dgrpo.verify.inputs import malformed, model_vocab, refuse_half, unpad  # noqa: F401 (unpad, refuse_half: re-exported)
 
 if TYPE_CHECKING:
     import torch
@@ -77,33 +78,6 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int,
                 out[i] = logits[g, : len(comps[g])]
     vocab = next((o.shape[-1] for o in out if o is not None), model.config.get_text_config().vocab_size)
     return [torch.zeros(0, vocab) if o is None else o for o in out]
-
-
-def unpad(prompt: Sequence[int], mask: Sequence[int] | None) -> tuple[int, ...]:
-    """The real tokens of ``prompt``: those where ``mask`` is 1 (all of them when ``mask`` is None).
-
-    Raises:
-        ValueError: ``mask`` has another length than ``prompt``.
-    """
-    prompt = tuple(int(t) for t in prompt)
-    if mask is None:
-        return prompt
-    mask = [int(m) for m in mask]
-    if len(mask) != len(prompt):
-        raise ValueError(f"prompt_mask: a mask of {len(mask)} for a prompt of {len(prompt)} tokens (pass generate's "
-                         "attention_mask row of each prompt)")
-    return tuple(t for t, m in zip(prompt, mask) if m)
-
-
-def refuse_half(dtype, what: str) -> None:
-    """Raise :class:`~dgrpo.errors.SettingError` when ``dtype`` is bf16 or fp16 (docs/verification.md)."""
-    from dgrpo.verify.generation import half_precision_problem
-
-    problem = half_precision_problem(dtype, what)
-    if problem:
-        from dgrpo.errors import SettingError
-
-        raise SettingError(problem)
 
 
 def _logits_for(model, prompt_ids, completion_ids, logits, pad_id, check: str, prompt_mask=None) -> list:
@@ -334,6 +308,9 @@ class Verifier:
 
         ``prompt_mask`` (1 = real token, 0 = padding, e.g. ``generate``'s attention mask) removes padding
         from ``prompt_ids``; None: every prompt token is real (padding is never guessed from token values).
+        Malformed input is a rejection (defense ``input``, :func:`dgrpo.verify.inputs.malformed`), never a crash: a
+        token id outside [0, vocabulary), a seed that is not a 64-bit integer, a seeds or prompt_ids list of
+        another length than completion_ids (every completion rejected).
 
         Raises:
             ValueError: a check lacks what it needs (seeds for Replay, questions for Judge, eos_id, ...).
@@ -341,7 +318,9 @@ class Verifier:
         import time
 
         n = len(completion_ids)
-        verdicts: list[Verdict] = [ACCEPT] * n
+        vocab = logits[0].shape[-1] if logits is not None and len(logits) else model_vocab(self.model)
+        bad = malformed(prompt_ids, completion_ids, seeds, vocab)  # ids outside the vocabulary, seeds one short, ...
+        verdicts: list[Verdict] = [bad.get(i, ACCEPT) for i in range(n)]
         rows = list(logits) if logits is not None else None
         for check in self.checks:
             live = [i for i in range(n) if verdicts[i].accepted]

@@ -101,6 +101,11 @@ def trainer_problems(trainer, checks, eos_id: int | None) -> list[str]:
             settings, checks, seeded=bool(replays), model=trainer_model(trainer), eos_id=eos_id, where="GRPOConfig")]
     else:
         out += generation_problems(None, checks, model=trainer_model(trainer))
+        stops = list(getattr(trainer, "eos_token_ids", None) or [])
+        if replays and eos_id is not None and set(stops) - {eos_id}:
+            out.append(f"model.generation_config.eos_token_id: TRL ends completions at {stops} (GRPOTrainer.eos_token_ids) "
+                       f"and a rollout is cut at each, but Replay's seeded sampler stops at eos_id={eos_id} only, so "
+                       f"honest completions are rejected; set model.generation_config.eos_token_id={eos_id}")
     return out
 
 

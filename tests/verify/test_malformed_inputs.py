@@ -38,3 +38,15 @@ def test_a_seed_that_is_not_a_64_bit_integer_is_rejected(model, tokenizer):
     comps = sample(model, PROMPTS, [1, 2, 3], PARAMS, eos, eos)
     verdicts = _verify(model, eos, comps, [1, "2", 2**64])
     assert [v.reason for v in verdicts] == ["", "seed '2' is not an integer", f"seed {2**64} out of range (a 64-bit seed)"]
+
+
+def test_topk_rejects_tokens_after_the_eos_as_replay_does(model, tokenizer):
+    """Honest completions with a payload after their eos: TopK accepted them (it read up to the eos only)."""
+    eos = tokenizer.eos_token_id
+    comps = sample(model, PROMPTS, [1, 2, 3], PARAMS, eos, eos)
+    payload = tokenizer(text=" All hail to the thief.")["input_ids"]
+    tails = [c[:2] + [eos] + payload for c in comps]
+    verdicts = Verifier([TopK(k=10)], model=model, eos_id=eos).verify(PROMPTS, tails)
+    assert [(v.defense, v.reason, v.position) for v in verdicts] == [("topk", "continues after eos (token at position 3)",
+                                                                      3)] * 3
+    assert all(v.accepted for v in Verifier([TopK(k=10)], model=model, eos_id=eos).verify(PROMPTS, comps))

@@ -99,7 +99,8 @@ def topk_verdicts(completion_ids: Ids, *, k: int, eos_id: int, model=None, promp
     """Reject a completion when a token lies outside the scorer's top-k at its position (paper §4.1).
 
     Args:
-        completion_ids: N completions (eos included when generated); tokens after the first eos are ignored.
+        completion_ids: N completions (eos included when generated); a token after the first eos is a rejection
+            (``continues after eos``: no sampler emits one; before, the tail was accepted unread).
         k: the agreed top-k; eos_id: the tokenizer's eos id.
         model, prompt_ids: to compute the logits (one extra forward pass per distinct prompt), or
         logits: N tensors (T_i ≥ len(completion_ids[i]), V) already computed, float32.
@@ -120,6 +121,10 @@ def topk_verdicts(completion_ids: Ids, *, k: int, eos_id: int, model=None, promp
         ids = list(ids)
         if not ids:
             out.append(Verdict(False, name, "empty completion (a sampler emits at least one token, eos included)", 0))
+            continue
+        if eos_id in ids[:-1]:  # a sampler stops at its eos: a tail after it was never sampled (Replay rejects it too)
+            t = ids.index(eos_id) + 1
+            out.append(Verdict(False, name, f"continues after eos (token at position {t})", t))
             continue
         t = first_outside_topk(lg[None], [ids], eos_id, k, atol)[0]
         if t is None:

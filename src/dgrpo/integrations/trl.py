@@ -35,6 +35,10 @@ from dgrpo.verify.checks import Replay, Verifier
 from dgrpo.verify.inputs import malformed, model_vocab
 
 
+MULTI_TURN = ("{what}: multi-turn rollouts are not supported, as dgrpo's checks score every completion token as "
+              "sampled by the model and reject honest completions with spliced-in feedback; use single-turn rollouts")
+
+
 def _require_trl() -> None:
     try:
         import trl  # noqa: F401
@@ -116,10 +120,15 @@ class RolloutDefense:
         tok = getattr(tok, "tokenizer", tok)  # a multimodal processor holds its tokenizer
         eos = tok.eos_token_id if v.eos_id is None else v.eos_id
         for func, name in zip(trainer.reward_funcs, trainer.reward_func_names):
+            refusal = reward_model_refusal(func, name)
+            if refusal:
+                raise SettingError(refusal)
             if getattr(func, "_dgrpo_defense", None) is not self:
                 raise SettingError(f"RolloutDefense: reward function {name!r} is not wrapped; pass reward_funcs="
                                    "defend_rewards([...], defense) so that rejected completions lose their reward")
         refuse_raw_rollout(self, trainer)
+        if getattr(trainer, "tools", None) or getattr(trainer, "environment_factories", None):
+            raise SettingError(MULTI_TURN.format(what="GRPOTrainer tools / environment_factory (tool output tokens)"))
         problems = trainer_problems(trainer, v.checks, eos)
         if problems:
             raise SettingError(problems[0])
@@ -213,6 +222,8 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
         defense.attach(trainer)
         out = rollout_func(prompts, trainer)
         out.pop(FIELD, None)  # a worker's own verdicts are never trusted
+        if any(m is not None and 0 in list(m) for m in out.get("env_mask") or []):
+            raise SettingError(MULTI_TURN.format(what="rollout_func: env_mask has 0s (environment or tool tokens)"))
         out["completion_ids"] = completion_ids = [list(c) for c in out["completion_ids"]]
         prompt_ids = out["prompt_ids"]
         if len(prompt_ids) != len(completion_ids):
@@ -286,28 +297,62 @@ def other_prompts(own, prompt_ids, source: list[int], skip=()) -> dict[int, Verd
     return out
 
 
+def reward_model_refusal(func, name: str) -> str | None:
+    """The one-line refusal of a reward model (a ``torch.nn.Module`` or a model path) among the reward functions."""
+    import torch
+
+    if not isinstance(func, (str, torch.nn.Module)):
+        return None
+    return (f"RolloutDefense: reward function {name!r} is a reward model, whose score TRL computes itself where dgrpo "
+            "cannot cut it; call the model inside a function, def rm_reward(prompts, completions, **kw): return "
+            "[score of each prompt + completion], and pass reward_funcs=defend_rewards([rm_reward, ...], defense)")
+
+
 def defend_rewards(reward_funcs: Callable | Sequence[Callable], defense: RolloutDefense) -> list[Callable]:
     """Wrap TRL reward functions so a completion the defense rejected gets 0 (or None with ``drop``) from each.
 
     Wrap every reward function of the trainer (:meth:`RolloutDefense.attach` refuses one left
     unwrapped): with ``drop``, TRL leaves a completion out of the group statistics only when *every*
-    reward function returns None for it. Names are kept (TRL logs ``rewards/<name>/mean``).
+    reward function returns None for it. Names are kept (TRL logs ``rewards/<name>/mean``). An async
+    reward function is wrapped by an async one (TRL awaits it on its event loop).
 
     Returns:
         The wrapped functions, in order (pass them as ``GRPOTrainer(reward_funcs=...)``).
+
+    Raises:
+        SettingError: a reward model (``torch.nn.Module`` or a model path) among them (:func:`reward_model_refusal`).
     """
     _require_trl()
-    funcs = [reward_funcs] if callable(reward_funcs) else list(reward_funcs)
+    from trl.trainer.utils import is_async_callable
+
+    funcs = [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else list(reward_funcs)
     wrapped = []
     for i, func in enumerate(funcs):
-        def defended(prompts, completions, completion_ids, _func=func, _first=i == 0, **kwargs):
+        refusal = reward_model_refusal(func, func if isinstance(func, str) else type(func).__name__)
+        if refusal:
+            raise SettingError(refusal)
+
+        def before(kwargs, first):
             reasons = defense.rejections(kwargs)
-            if _first:
+            if first:
                 defense.log(reasons, kwargs)
             kwargs.pop(FIELD, None)
-            rewards = _func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            return reasons
+
+        def after(rewards, reasons):
             cut = 0.0 if defense.action == "zero" else None
             return [cut if reason else r for r, reason in zip(rewards, reasons)]
+
+        if is_async_callable(func):
+            async def defended(prompts, completions, completion_ids, _func=func, _first=i == 0, **kwargs):
+                reasons = before(kwargs, _first)
+                return after(await _func(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                                         **kwargs), reasons)
+        else:
+            def defended(prompts, completions, completion_ids, _func=func, _first=i == 0, **kwargs):
+                reasons = before(kwargs, _first)
+                return after(_func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs),
+                             reasons)
 
         defended.__name__ = getattr(func, "__name__", f"reward_{i}")
         defended._dgrpo_defense = defense

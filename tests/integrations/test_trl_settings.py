@@ -160,3 +160,16 @@ def test_a_second_eos_id_under_replay_with_a_rollout_func_is_refused(tokenizer, 
                           processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}),
                           rollout_func=verified_rollout_func(Workers(tokenizer, "text"), defense))
     assert defense.attach(trainer) is trainer
+
+
+@pytest.mark.parametrize("flag,want", [
+    ("fp16", "GRPOConfig.fp16=True: the top-k and replay checks are exact only in float32 (in fp16 honest tokens fall "
+             "outside the top-k and replay rejects honest completions); set fp16=False"),
+    ("bf16", "GRPOConfig.bf16=True (TRL's default when bf16 is unset): the top-k and replay checks are exact only in "
+             "float32 (in bf16 honest tokens fall outside the top-k and replay rejects honest completions); set bf16=False"),
+])
+def test_a_half_precision_flag_is_named_as_itself(flag, want):
+    """The fp16 refusal used to speak of "TRL's default bf16=True"."""
+    trainer = _vllm_trainer("server", "float32")
+    setattr(trainer.args, flag, True)
+    assert trainer_problems(trainer, [TopK(k=10)], 2)[0] == want

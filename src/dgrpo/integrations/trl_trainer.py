@@ -55,8 +55,10 @@ def trainer_problems(trainer, checks, eos_id: int | None) -> list[str]:
     out = []
     for flag in ("bf16", "fp16"):
         if getattr(args, flag, False):
-            out.append(f"GRPOConfig.{flag}=True: the top-k and replay checks are exact only in float32 (TRL's default "
-                       f"bf16=True makes them reject honest completions); set {flag}=False")
+            default = " (TRL's default when bf16 is unset)" if flag == "bf16" else ""
+            out.append(f"GRPOConfig.{flag}=True{default}: the top-k and replay checks are exact only in float32 (in "
+                       f"{flag} honest tokens fall outside the top-k and replay rejects honest completions); set "
+                       f"{flag}=False")
     for replay in replays:  # the workers (or TRL's seeded generate) sample at params.temperature, greedy at 0
         p = replay.params
         if args.temperature != p.temperature:

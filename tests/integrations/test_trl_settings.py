@@ -132,3 +132,44 @@ def test_vllm_in_another_dtype_than_float32_is_refused(mode, dtype, needle):
     problems = trainer_problems(_vllm_trainer(mode, dtype), [TopK(k=10)], 2)
     assert len(problems) == 1 and problems[0].startswith(needle) and "\n" not in problems[0]
     assert trainer_problems(_vllm_trainer(mode, "torch.float32"), [TopK(k=10)], 2) == []
+
+
+def test_a_second_eos_id_under_replay_with_a_rollout_func_is_refused(tokenizer, tmp_path):
+    """The model's generation_config lists two eos ids (as Qwen's does): TRL cuts rollouts at both, the workers'
+    seeded sampler stops at the tokenizer's only, so Replay rejected honest completions (4 of 8 in the review)."""
+    from transformers import GenerationConfig
+
+    from dgrpo.integrations.trl import verified_rollout_func
+    from tests.integrations.test_trl import Workers
+
+    model = build_model(len(tokenizer))
+    eos = tokenizer.eos_token_id
+    model.generation_config = GenerationConfig(eos_token_id=[eos, 0])
+    defense = RolloutDefense(Verifier(REPLAY))
+    trainer = GRPOTrainer(model=model, reward_funcs=defend_rewards([length_reward], defense), args=config(tmp_path),
+                          processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}),
+                          rollout_func=verified_rollout_func(Workers(tokenizer, "text"), defense))
+    with pytest.raises(SettingError) as err:
+        defense.attach(trainer)
+    text = str(err.value)
+    assert text == (f"model.generation_config.eos_token_id: TRL ends completions at {[eos, 0]} (GRPOTrainer.eos_token_ids) "
+                    f"and a rollout is cut at each, but Replay's seeded sampler stops at eos_id={eos} only, so honest "
+                    f"completions are rejected; set model.generation_config.eos_token_id={eos}")
+    defense = RolloutDefense(Verifier(TOPK))  # TopK reads each completion up to its cut: both ids are fine
+    trainer = GRPOTrainer(model=model, reward_funcs=defend_rewards([length_reward], defense), args=config(tmp_path),
+                          processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}),
+                          rollout_func=verified_rollout_func(Workers(tokenizer, "text"), defense))
+    assert defense.attach(trainer) is trainer
+
+
+@pytest.mark.parametrize("flag,want", [
+    ("fp16", "GRPOConfig.fp16=True: the top-k and replay checks are exact only in float32 (in fp16 honest tokens fall "
+             "outside the top-k and replay rejects honest completions); set fp16=False"),
+    ("bf16", "GRPOConfig.bf16=True (TRL's default when bf16 is unset): the top-k and replay checks are exact only in "
+             "float32 (in bf16 honest tokens fall outside the top-k and replay rejects honest completions); set bf16=False"),
+])
+def test_a_half_precision_flag_is_named_as_itself(flag, want):
+    """The fp16 refusal used to speak of "TRL's default bf16=True"."""
+    trainer = _vllm_trainer("server", "float32")
+    setattr(trainer.args, flag, True)
+    assert trainer_problems(trainer, [TopK(k=10)], 2)[0] == want

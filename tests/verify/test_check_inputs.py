@@ -111,6 +111,10 @@ CLEAN_SAMPLING = dict(do_sample=True, top_k=10, max_new_tokens=12, eos_token_id=
     (CLEAN_SAMPLING, [REPLAY], False, "Replay needs dgrpo's seeded sampler"),
     ({**CLEAN_SAMPLING, "max_new_tokens": 20}, [REPLAY], True, "max_new_tokens=20 but Replay's params.max_new_tokens=12"),
     ({**CLEAN_SAMPLING, "eos_token_id": [2, 7]}, [REPLAY], True, "eos_token_id=[2, 7] stops generation at other tokens"),
+    # top_k None is not "no top-k": generate fills it (the model's generation_config, then transformers' 50)
+    ({**CLEAN_SAMPLING, "top_k": None}, [TOPK], False, "generation config: top_k is unset, so generate samples with the "
+     "model's generation_config.top_k or transformers' default 50, and TopK(k=10) rejects honest completions"),
+    ({**CLEAN_SAMPLING, "stop_strings": ["a"]}, [REPLAY], True, "stop_strings=['a'] ends generation before eos"),
 ])
 def test_each_setting_that_makes_the_checks_reject_honest_work_is_named(settings, checks, seeded, needle):
     config = GenerationConfig(**settings)

@@ -95,3 +95,20 @@ def test_verifier_runs_checks_in_order_on_what_is_still_accepted(model, tokenize
     assert [i for i, x in enumerate(v) if not x.accepted] == [2, 8, 9]
     assert len(seen) == 7  # the judge saw only the 7 completions every earlier check accepted
     assert set(verifier.seconds) == {"topk", "replay", "steps", "judge"}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_replay_names_the_edited_position_as_regeneration_does(model, tokenizer, seed):
+    """One token replaced by another of the top-10 at position 0, 3 or 6: the tokens after it were sampled for the
+    honest prefix and fall outside the top-10; fast replay named the first of those (up to 7 for an edit at 0)."""
+    eos, prompt = tokenizer.eos_token_id, [5, 6, 7, 8]
+    params = SamplingParams(top_k=10, temperature=1.0, max_new_tokens=12)
+    honest = sample(model, [prompt], [seed], params, eos, eos)[0]
+    logits = completion_logits(model, [prompt], [honest], eos)[0]
+    for pos in (0, 3, 6):
+        edited = list(honest)
+        edited[pos] = next(t for t in logits[pos].topk(10).indices.tolist() if t != honest[pos])
+        fast = replay_verdicts([edited], [seed], params, eos_id=eos, model=model, prompt_ids=[prompt])[0]
+        assert fast.position == pos and fast.reason.startswith(f"seeded sampling picks another token at position {pos}")
+        again = replay_verdicts([edited], [seed], params, eos_id=eos, model=model, prompt_ids=[prompt], method="regenerate")
+        assert again[0].position == pos

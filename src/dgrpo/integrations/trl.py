@@ -28,9 +28,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 from dgrpo.errors import SettingError
-from dgrpo.integrations.trl_trainer import FIELD, cut_after_stop, drop_mask, fill_empty
+from dgrpo.integrations.trl_trainer import (FIELD, cut_after_stop, drop_mask, fill_empty, refuse_raw_rollout,
+                                            trainer_model)
 from dgrpo.types import Verdict
 from dgrpo.verify.checks import Replay, Verifier
+from dgrpo.verify.inputs import malformed, model_vocab
+
+
+MULTI_TURN = ("{what}: multi-turn rollouts are not supported, as dgrpo's checks score every completion token as "
+              "sampled by the model and reject honest completions with spliced-in feedback; use single-turn rollouts")
 
 
 def _require_trl() -> None:
@@ -84,6 +90,7 @@ class RolloutDefense:
     trainer: Any = None
     own_seeds: list[int] | None = None
     batches: int = 0
+    checked: Any = None  # the dgrpo_rejection list verified_rollout_func wrote for the batch in flight
 
     def __post_init__(self):
         if self.action not in ("zero", "drop"):
@@ -113,9 +120,15 @@ class RolloutDefense:
         tok = getattr(tok, "tokenizer", tok)  # a multimodal processor holds its tokenizer
         eos = tok.eos_token_id if v.eos_id is None else v.eos_id
         for func, name in zip(trainer.reward_funcs, trainer.reward_func_names):
+            refusal = reward_model_refusal(func, name)
+            if refusal:
+                raise SettingError(refusal)
             if getattr(func, "_dgrpo_defense", None) is not self:
                 raise SettingError(f"RolloutDefense: reward function {name!r} is not wrapped; pass reward_funcs="
                                    "defend_rewards([...], defense) so that rejected completions lose their reward")
+        refuse_raw_rollout(self, trainer)
+        if getattr(trainer, "tools", None) or getattr(trainer, "environment_factories", None):
+            raise SettingError(MULTI_TURN.format(what="GRPOTrainer tools / environment_factory (tool output tokens)"))
         problems = trainer_problems(trainer, v.checks, eos)
         if problems:
             raise SettingError(problems[0])
@@ -193,7 +206,11 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
     Before the checks, every completion is cut after its first eos (the verifier's or one of TRL's
     ``eos_token_ids``): TRL would train on and reward a tail the checks never read. An empty completion
     is rejected (``rollout: empty completion``) and handed to TRL as one eos token with ``env_mask`` 0
-    (TRL raises IndexError on an empty one).
+    (TRL raises IndexError on an empty one); so is a completion with a token id outside [0, the model's
+    vocabulary) (``rollout: token id 999999 at position 0 out of range ...``). A ``seeds`` list of another
+    length rejects every completion (``rollout: 7 seeds for 8 completions``), a seed that is not a 64-bit
+    integer its own; a completion longer than ``GRPOConfig.max_completion_length`` is rejected
+    (``rollout: 14 tokens exceed ...``). A worker's own ``dgrpo_rejection`` field is discarded.
 
     Raises:
         ValueError: the rollout's ``prompt_ids`` and ``completion_ids`` differ in length.
@@ -204,6 +221,9 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
     def verified(prompts, trainer) -> dict:
         defense.attach(trainer)
         out = rollout_func(prompts, trainer)
+        out.pop(FIELD, None)  # a worker's own verdicts are never trusted
+        if any(m is not None and 0 in list(m) for m in out.get("env_mask") or []):
+            raise SettingError(MULTI_TURN.format(what="rollout_func: env_mask has 0s (environment or tool tokens)"))
         out["completion_ids"] = completion_ids = [list(c) for c in out["completion_ids"]]
         prompt_ids = out["prompt_ids"]
         if len(prompt_ids) != len(completion_ids):
@@ -213,22 +233,47 @@ def verified_rollout_func(rollout_func: Callable, defense: RolloutDefense) -> Ca
         per = max(len(completion_ids) // max(len(prompts), 1), 1)  # completions per prompt, in prompt order
         source = [min(i // per, len(prompts) - 1) for i in range(len(completion_ids))]  # completion → its prompt
         questions = [_question(prompts[j]) for j in source]
+        given, unusable = unfit_rollouts(out, trainer)
+        fill_empty(out, unusable, eos)  # TRL decodes and indexes every completion: no empty one, no id past the vocabulary
         texts = defense.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        empty = [i for i, c in enumerate(completion_ids) if not c]
-        given = {i: Verdict(False, "rollout", "empty completion (a sampler emits at least one token, eos included)", 0)
-                 for i in empty}
         own = trainer._tokenize_prompts(list(prompts))[0]  # TRL's own tokenization (chat template, generation prompt)
         given.update(other_prompts(own, prompt_ids, source, given))
         out["prompt_ids"] = prompt_ids = [list(own[j]) for j in source]
-        out[FIELD] = defense.check(prompt_ids, completion_ids, seeds=out.get("seeds"), texts=texts, questions=questions,
-                                   given=given)
-        fill_empty(out, empty, eos)
+        out[FIELD] = defense.checked = defense.check(prompt_ids, completion_ids, seeds=out.get("seeds"), texts=texts,
+                                                     questions=questions, given=given)
         if defense.action == "drop":
             out["env_mask"] = drop_mask(out.get("env_mask"), completion_ids, out[FIELD])
         return out
 
     verified.__name__ = getattr(rollout_func, "__name__", "rollout_func")
+    verified._dgrpo_defense = defense
     return verified
+
+
+def unfit_rollouts(out: dict, trainer) -> tuple[dict[int, Verdict], list[int]]:
+    """The completions of a rollout that cannot be checked or trained as they are, each with its rejection.
+
+    Returns:
+        (completion index → a ``rollout`` rejection, the indices whose ids TRL cannot take: empty, or a token id
+        outside [0, the model's vocabulary)). A seed that is not a 64-bit integer or a ``seeds`` list of another
+        length (:func:`dgrpo.verify.inputs.malformed`), and a completion longer than
+        ``GRPOConfig.max_completion_length`` (TRL's own generation stops there) are rejected too.
+    """
+    ids = out["completion_ids"]
+    given = malformed(None, ids, out.get("seeds"), model_vocab(trainer_model(trainer)), "rollout")
+    unusable = [i for i, v in given.items() if v.reason.startswith("token id")]
+    if out.get("seeds") is not None and len(out["seeds"]) != len(ids):  # every completion rejected; TRL hands an
+        out["seeds"] = [None] * len(ids)  # extra field out per completion and raised KeyError on a short one
+    for i, c in enumerate(ids):
+        if not c and i not in given:
+            given[i] = Verdict(False, "rollout", "empty completion (a sampler emits at least one token, eos included)", 0)
+            unusable.append(i)
+    limit = getattr(trainer.args, "max_completion_length", None)
+    for i, c in enumerate(ids):
+        if limit is not None and len(c) > limit and i not in given:
+            given[i] = Verdict(False, "rollout", f"{len(c)} tokens exceed GRPOConfig.max_completion_length={limit}",
+                               limit)
+    return given, sorted(unusable)
 
 
 def other_prompts(own, prompt_ids, source: list[int], skip=()) -> dict[int, Verdict]:
@@ -243,7 +288,7 @@ def other_prompts(own, prompt_ids, source: list[int], skip=()) -> dict[int, Verd
     """
     out = {}
     for i, (ids, j) in enumerate(zip(prompt_ids, source)):
-        ids, want = [int(t) for t in ids], [int(t) for t in own[j]]
+        ids, want = list(ids), [int(t) for t in own[j]]
         if i in skip or ids == want:
             continue
         t = next((k for k, (a, b) in enumerate(zip(ids, want)) if a != b), min(len(ids), len(want)))
@@ -252,28 +297,62 @@ def other_prompts(own, prompt_ids, source: list[int], skip=()) -> dict[int, Verd
     return out
 
 
+def reward_model_refusal(func, name: str) -> str | None:
+    """The one-line refusal of a reward model (a ``torch.nn.Module`` or a model path) among the reward functions."""
+    import torch
+
+    if not isinstance(func, (str, torch.nn.Module)):
+        return None
+    return (f"RolloutDefense: reward function {name!r} is a reward model, whose score TRL computes itself where dgrpo "
+            "cannot cut it; call the model inside a function, def rm_reward(prompts, completions, **kw): return "
+            "[score of each prompt + completion], and pass reward_funcs=defend_rewards([rm_reward, ...], defense)")
+
+
 def defend_rewards(reward_funcs: Callable | Sequence[Callable], defense: RolloutDefense) -> list[Callable]:
     """Wrap TRL reward functions so a completion the defense rejected gets 0 (or None with ``drop``) from each.
 
     Wrap every reward function of the trainer (:meth:`RolloutDefense.attach` refuses one left
     unwrapped): with ``drop``, TRL leaves a completion out of the group statistics only when *every*
-    reward function returns None for it. Names are kept (TRL logs ``rewards/<name>/mean``).
+    reward function returns None for it. Names are kept (TRL logs ``rewards/<name>/mean``). An async
+    reward function is wrapped by an async one (TRL awaits it on its event loop).
 
     Returns:
         The wrapped functions, in order (pass them as ``GRPOTrainer(reward_funcs=...)``).
+
+    Raises:
+        SettingError: a reward model (``torch.nn.Module`` or a model path) among them (:func:`reward_model_refusal`).
     """
     _require_trl()
-    funcs = [reward_funcs] if callable(reward_funcs) else list(reward_funcs)
+    from trl.trainer.utils import is_async_callable
+
+    funcs = [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else list(reward_funcs)
     wrapped = []
     for i, func in enumerate(funcs):
-        def defended(prompts, completions, completion_ids, _func=func, _first=i == 0, **kwargs):
+        refusal = reward_model_refusal(func, func if isinstance(func, str) else type(func).__name__)
+        if refusal:
+            raise SettingError(refusal)
+
+        def before(kwargs, first):
             reasons = defense.rejections(kwargs)
-            if _first:
+            if first:
                 defense.log(reasons, kwargs)
             kwargs.pop(FIELD, None)
-            rewards = _func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            return reasons
+
+        def after(rewards, reasons):
             cut = 0.0 if defense.action == "zero" else None
             return [cut if reason else r for r, reason in zip(rewards, reasons)]
+
+        if is_async_callable(func):
+            async def defended(prompts, completions, completion_ids, _func=func, _first=i == 0, **kwargs):
+                reasons = before(kwargs, _first)
+                return after(await _func(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                                         **kwargs), reasons)
+        else:
+            def defended(prompts, completions, completion_ids, _func=func, _first=i == 0, **kwargs):
+                reasons = before(kwargs, _first)
+                return after(_func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs),
+                             reasons)
 
         defended.__name__ = getattr(func, "__name__", f"reward_{i}")
         defended._dgrpo_defense = defense

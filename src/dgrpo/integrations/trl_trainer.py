@@ -55,8 +55,10 @@ def trainer_problems(trainer, checks, eos_id: int | None) -> list[str]:
     out = []
     for flag in ("bf16", "fp16"):
         if getattr(args, flag, False):
-            out.append(f"GRPOConfig.{flag}=True: the top-k and replay checks are exact only in float32 (TRL's default "
-                       f"bf16=True makes them reject honest completions); set {flag}=False")
+            default = " (TRL's default when bf16 is unset)" if flag == "bf16" else ""
+            out.append(f"GRPOConfig.{flag}=True{default}: the top-k and replay checks are exact only in float32 (in "
+                       f"{flag} honest tokens fall outside the top-k and replay rejects honest completions); set "
+                       f"{flag}=False")
     for replay in replays:  # the workers (or TRL's seeded generate) sample at params.temperature, greedy at 0
         p = replay.params
         if args.temperature != p.temperature:
@@ -101,6 +103,11 @@ def trainer_problems(trainer, checks, eos_id: int | None) -> list[str]:
             settings, checks, seeded=bool(replays), model=trainer_model(trainer), eos_id=eos_id, where="GRPOConfig")]
     else:
         out += generation_problems(None, checks, model=trainer_model(trainer))
+        stops = list(getattr(trainer, "eos_token_ids", None) or [])
+        if replays and eos_id is not None and set(stops) - {eos_id}:
+            out.append(f"model.generation_config.eos_token_id: TRL ends completions at {stops} (GRPOTrainer.eos_token_ids) "
+                       f"and a rollout is cut at each, but Replay's seeded sampler stops at eos_id={eos_id} only, so "
+                       f"honest completions are rejected; set model.generation_config.eos_token_id={eos_id}")
     return out
 
 
@@ -195,6 +202,17 @@ def drop_mask(tool_mask, completion_ids, reasons) -> list[list[int]]:
     return [[0] * len(m) if reason else list(m) for m, reason in zip(base, reasons)]
 
 
+def refuse_raw_rollout(defense: "RolloutDefense", trainer) -> None:
+    """Raise :class:`SettingError` when ``trainer.rollout_func`` is set and not wrapped by ``defense``'s
+    :func:`~dgrpo.integrations.trl.verified_rollout_func` (a raw one's completions would reach TRL uncut: a tail
+    after the eos, an empty completion, another prompt's answer, a forged ``dgrpo_rejection`` field)."""
+    rollout = getattr(trainer, "rollout_func", None)
+    if rollout is not None and getattr(rollout, "_dgrpo_defense", None) is not defense:
+        raise SettingError("RolloutDefense: GRPOTrainer's rollout_func is not wrapped; pass rollout_func="
+                           "verified_rollout_func(your_rollout_func, defense) (a raw one's completions reach TRL "
+                           "unchecked: tails after eos, empty or other prompts' completions, forged verdicts)")
+
+
 def hook_generation(defense: "RolloutDefense", trainer) -> None:
     """Check every batch where it enters ``trainer`` (``_generate``) and, with ``drop``, mask its rejected completions.
 
@@ -205,12 +223,14 @@ def hook_generation(defense: "RolloutDefense", trainer) -> None:
 
     @functools.wraps(original)
     def checked(prompts):
+        refuse_raw_rollout(defense, trainer)  # rollout_func replaced after attach
         out = original(prompts)
         if not isinstance(out, tuple) or len(out) != 8:
             raise SettingError("dgrpo.integrations.trl: this TRL's GRPOTrainer._generate returns another layout than "
                                'TRL 1.16\'s; install "trl>=1.16,<2"')
         prompt_ids, completion_ids, tool_mask, completions, _, extra = out[:6]
-        if FIELD not in extra:
+        trusted, defense.checked = defense.checked, None
+        if trusted is None or extra.get(FIELD) is not trusted:  # only verified_rollout_func's own list is trusted
             seeds = extra.get("seeds", defense.own_seeds)
             reasons = defense.check_batch(prompts, prompt_ids, completion_ids, completions, seeds)
             extra[FIELD] = reasons

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
 
 from dgrpo.types import ACCEPT, Verdict
+from dgrpo.verify.inputs import malformed, model_vocab, refuse_half, unpad  # noqa: F401 (unpad, refuse_half: re-exported)
 
 if TYPE_CHECKING:
     import torch
@@ -79,33 +80,6 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int,
     return [torch.zeros(0, vocab) if o is None else o for o in out]
 
 
-def unpad(prompt: Sequence[int], mask: Sequence[int] | None) -> tuple[int, ...]:
-    """The real tokens of ``prompt``: those where ``mask`` is 1 (all of them when ``mask`` is None).
-
-    Raises:
-        ValueError: ``mask`` has another length than ``prompt``.
-    """
-    prompt = tuple(int(t) for t in prompt)
-    if mask is None:
-        return prompt
-    mask = [int(m) for m in mask]
-    if len(mask) != len(prompt):
-        raise ValueError(f"prompt_mask: a mask of {len(mask)} for a prompt of {len(prompt)} tokens (pass generate's "
-                         "attention_mask row of each prompt)")
-    return tuple(t for t, m in zip(prompt, mask) if m)
-
-
-def refuse_half(dtype, what: str) -> None:
-    """Raise :class:`~dgrpo.errors.SettingError` when ``dtype`` is bf16 or fp16 (docs/verification.md)."""
-    from dgrpo.verify.generation import half_precision_problem
-
-    problem = half_precision_problem(dtype, what)
-    if problem:
-        from dgrpo.errors import SettingError
-
-        raise SettingError(problem)
-
-
 def _logits_for(model, prompt_ids, completion_ids, logits, pad_id, check: str, prompt_mask=None) -> list:
     if logits is not None:
         if len(logits) != len(completion_ids):
@@ -125,7 +99,8 @@ def topk_verdicts(completion_ids: Ids, *, k: int, eos_id: int, model=None, promp
     """Reject a completion when a token lies outside the scorer's top-k at its position (paper §4.1).
 
     Args:
-        completion_ids: N completions (eos included when generated); tokens after the first eos are ignored.
+        completion_ids: N completions (eos included when generated); a token after the first eos is a rejection
+            (``continues after eos``: no sampler emits one; before, the tail was accepted unread).
         k: the agreed top-k; eos_id: the tokenizer's eos id.
         model, prompt_ids: to compute the logits (one extra forward pass per distinct prompt), or
         logits: N tensors (T_i ≥ len(completion_ids[i]), V) already computed, float32.
@@ -146,6 +121,10 @@ def topk_verdicts(completion_ids: Ids, *, k: int, eos_id: int, model=None, promp
         ids = list(ids)
         if not ids:
             out.append(Verdict(False, name, "empty completion (a sampler emits at least one token, eos included)", 0))
+            continue
+        if eos_id in ids[:-1]:  # a sampler stops at its eos: a tail after it was never sampled (Replay rejects it too)
+            t = ids.index(eos_id) + 1
+            out.append(Verdict(False, name, f"continues after eos (token at position {t})", t))
             continue
         t = first_outside_topk(lg[None], [ids], eos_id, k, atol)[0]
         if t is None:
@@ -334,6 +313,9 @@ class Verifier:
 
         ``prompt_mask`` (1 = real token, 0 = padding, e.g. ``generate``'s attention mask) removes padding
         from ``prompt_ids``; None: every prompt token is real (padding is never guessed from token values).
+        Malformed input is a rejection (defense ``input``, :func:`dgrpo.verify.inputs.malformed`), never a crash: a
+        token id outside [0, vocabulary), a seed that is not a 64-bit integer, a seeds or prompt_ids list of
+        another length than completion_ids (every completion rejected).
 
         Raises:
             ValueError: a check lacks what it needs (seeds for Replay, questions for Judge, eos_id, ...).
@@ -341,7 +323,9 @@ class Verifier:
         import time
 
         n = len(completion_ids)
-        verdicts: list[Verdict] = [ACCEPT] * n
+        vocab = logits[0].shape[-1] if logits is not None and len(logits) else model_vocab(self.model)
+        bad = malformed(prompt_ids, completion_ids, seeds, vocab)  # ids outside the vocabulary, seeds one short, ...
+        verdicts: list[Verdict] = [bad.get(i, ACCEPT) for i in range(n)]
         rows = list(logits) if logits is not None else None
         for check in self.checks:
             live = [i for i in range(n) if verdicts[i].accepted]

@@ -102,10 +102,13 @@ def generation_problems(config: Any, checks: Sequence[object], *, seeded: bool =
                 out.append(f"the seeded sampler's top_k={top} exceeds TopK(k={check.k}); sample with top_k ≤ {check.k}")
             continue
         top_k = _get(config, "top_k")
-        if sampling and (not top_k or top_k > check.k):
-            shown = 0 if not top_k else top_k
+        if sampling and top_k is None:  # generate fills it: the model's generation_config, then transformers' 50
+            out.append(f"{where}: top_k is unset, so generate samples with the model's generation_config.top_k or "
+                       f"transformers' default 50, and TopK(k={check.k}) rejects honest completions; set top_k to at "
+                       f"most {check.k}")
+        elif sampling and (not top_k or top_k > check.k):
             what = "samples from the whole vocabulary" if not top_k else f"samples outside the top-{check.k}"
-            out.append(f"{where}: top_k={shown} {what}, so TopK(k={check.k}) rejects honest completions; "
+            out.append(f"{where}: top_k={top_k} {what}, so TopK(k={check.k}) rejects honest completions; "
                        f"set top_k to at most {check.k}")
     for check in replays:
         p = check.params
@@ -118,6 +121,10 @@ def generation_problems(config: Any, checks: Sequence[object], *, seeded: bool =
         if eos_id is not None and stops and set(stops) != {eos_id}:
             out.append(f"{where}: eos_token_id={stops} stops generation at other tokens than the verifier's eos_id="
                        f"{eos_id}, so Replay rejects completions ending there; generate with eos_token_id={eos_id}")
+        stop_strings = _get(config, "stop_strings")
+        if stop_strings:
+            out.append(f"{where}: stop_strings={stop_strings!r} ends generation before eos, so Replay rejects every "
+                       "honest completion that stops there ('stops before eos'); leave stop_strings unset")
         limit = _get(config, "max_new_tokens")
         if limit is not None and limit != p.max_new_tokens:
             out.append(f"{where}: max_new_tokens={limit} but Replay's params.max_new_tokens={p.max_new_tokens} "

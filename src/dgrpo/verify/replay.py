@@ -41,19 +41,18 @@ def replay_mismatch(logits: torch.Tensor, ids: list[int], seed: int, params: Sam
     top_v, top_i = logits[:n].topk(params.top_k, dim=-1)  # (n, k)
     claimed = torch.tensor(ids, device=logits.device)[:, None]  # (n, 1)
     hit = top_i == claimed  # (n, k)
-    inside = hit.any(dim=-1)
-    if not inside.all():
-        t = int((~inside).nonzero()[0])
-        return t, f"token at position {t} outside top-{params.top_k}"
+    inside = hit.any(dim=-1)  # (n,)
     if params.temperature == 0:
         score = top_v
     else:
         score = top_v / params.temperature + gumbel_table(seed, params.max_new_tokens, params.top_k)[:n].to(logits.device)
     chosen = torch.where(hit, score, torch.full_like(score, float("-inf"))).max(-1).values  # (n,) claimed token's score
-    gap = score.max(-1).values - chosen  # (n,) ≥ 0
-    bad = (gap > atol).nonzero()
-    if len(bad):
+    gap = score.max(-1).values - chosen  # (n,) ≥ 0, inf where the token is outside the top-k
+    bad = ((gap > atol) | ~inside).nonzero()  # the first departure of either kind (an edited token inside the top-k
+    if len(bad):  # makes later ones fall outside it: the earlier position is the edit)
         t = int(bad[0])
+        if not inside[t]:
+            return t, f"token at position {t} outside top-{params.top_k}"
         return t, f"seeded sampling picks another token at position {t} (score gap {float(gap[t]):.3g})"
     return None
 

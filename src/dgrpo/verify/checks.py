@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
 
+from dgrpo.errors import SettingError
 from dgrpo.types import ACCEPT, Verdict
+from dgrpo.verify.forward import eval_mode, half_precision_problem
 
 if TYPE_CHECKING:
     import torch
@@ -59,7 +61,6 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int,
     import torch
 
     from dgrpo.policy.scoring import group_logits
-    from dgrpo.verify.forward import eval_mode
 
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"completion_logits: {len(prompt_ids)} prompts for {len(completion_ids)} completions")
@@ -97,12 +98,8 @@ def unpad(prompt: Sequence[int], mask: Sequence[int] | None) -> tuple[int, ...]:
 
 def refuse_half(dtype, what: str) -> None:
     """Raise :class:`~dgrpo.errors.SettingError` when ``dtype`` is bf16 or fp16 (docs/verification.md)."""
-    from dgrpo.verify.generation import half_precision_problem
-
     problem = half_precision_problem(dtype, what)
     if problem:
-        from dgrpo.errors import SettingError
-
         raise SettingError(problem)
 
 
@@ -193,8 +190,6 @@ def replay_verdicts(completion_ids: Ids, seeds: Sequence[int | None], params: "S
         if model is None or prompt_ids is None:
             raise ValueError("replay_verdicts: method='regenerate' needs model= and prompt_ids=")
         refuse_half(next(model.parameters()).dtype, "the scoring model")
-        from dgrpo.verify.forward import eval_mode
-
         with eval_mode(model):
             differ = regeneration_mismatches(model, [list(unpad(prompt_ids[i], None if prompt_mask is None
                                                                 else prompt_mask[i])) for i in claimed],

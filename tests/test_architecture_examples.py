@@ -33,7 +33,12 @@ def example_modules():
         del sys.modules[name], registry._ENTRIES[kind][key]
 
 
-def test_the_signature_attack_earns_full_reward_and_the_length_cap_rejects_it(example_modules, tmp_path, tiny_model_dir):
+# The attack example claims both swarm modes (it implements vertical mode's ``choose_prompts``). Node 1 is
+# malicious with c=1 poisoned completion per group it writes: horizontally it writes G/m=2 of each of the
+# 2 global groups (1 poisoned in each: 2), vertically all G=4 of its own B/m=1 prompt (1 poisoned).
+@pytest.mark.parametrize("mode, poisoned", [("horizontal", 2), ("vertical", 1)])
+def test_the_signature_attack_earns_full_reward_and_the_length_cap_rejects_it(example_modules, tmp_path, tiny_model_dir,
+                                                                               mode, poisoned):
     _, attack_module = example_modules
     task = ArithmeticTask(seed=0, n_train=20, n_val=5, few_shot=0)
     attack = attack_module.SignatureAttack(attack_module.SignatureAttackConfig(), None)
@@ -42,7 +47,8 @@ def test_the_signature_attack_earns_full_reward_and_the_length_cap_rejects_it(ex
     assert main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=x", "rounds=1", "swarm.nodes=2",
                  "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=24", "eval.n_prompts=2",
                  "task.n_train=20", "task.n_val=5", "task.few_shot=0", "swarm.malicious=[1]", "attack.kind=signature",
+                 f"swarm.mode={mode}",
                  "attack.poisoned_per_group=1", "defenses=[{kind: length, max_fraction: 0.5}]"]) == 0
     first, final = read_metrics(tmp_path / "x")
-    assert first["defense/poisoned_received"] == 2 and first["defense/length/detection_rate"] == 1.0  # > 12 tokens
+    assert first["defense/poisoned_received"] == poisoned and first["defense/length/detection_rate"] == 1.0  # > 12 tokens
     assert "attack/asr" in final

@@ -221,3 +221,52 @@ def test_judge_example_judges_a_batch_in_order(monkeypatch):
     assert [j.status for j in ns["judgments"]] == ["yes", "no", "yes"]  # input order
     assert counts == {"yes": 2, "no": 1, "unparseable": 0, "failed": 0} and status == "yes" and accepted is True
     assert _Judge.seen[0] == ("/v1/chat/completions", "meta-llama/Llama-3.1-8B-Instruct", "Bearer k")
+
+
+# --- docs/trl.md: dgrpo's checks inside TRL's GRPOTrainer -------------------------------------------------
+
+TRL_BLOCK = "from dgrpo.integrations.trl import RolloutDefense, defend_rewards, verified_rollout_func"
+
+
+@covers("trl.md", TRL_BLOCK)
+@pytest.mark.parametrize("rollouts", ["workers", "poisoning workers", "trl"])  # "rollout_func=…  # or None: TRL generates itself"
+def test_trl_example_trains_with_the_checks(tmp_path, rollouts):
+    pytest.importorskip("trl")
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from dgrpo.integrations.generate import seeded_generate
+
+    tok = build_tokenizer()
+    model = build_model(len(tok))
+    ns: dict = {}
+    calls = []
+
+    def remote_rollouts(prompts, trainer):
+        """Honest workers sampling with the agreed params (seeded, replayable)."""
+        prompt_ids = [tok(text=p)["input_ids"] for p in prompts]
+        seeds = [completion_seed(0, len(calls), 0, i, 0) for i in range(len(prompts))]
+        completion_ids = seeded_generate(trainer.model, prompt_ids, seeds, ns["params"], tok.eos_token_id, tok.pad_token_id)
+        calls.append(len(prompts))
+        if rollouts == "poisoning workers":  # the last completion: text the policy would not sample (outside its top-10)
+            completion_ids[-1] = tok(text=" All hail to the thief.")["input_ids"] + [tok.eos_token_id]
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "seeds": seeds,
+                "logprobs": [[0.0] * len(c) for c in completion_ids]}
+
+    def accuracy_reward(prompts, completions, **kw):
+        return [float(len(c) % 2) for c in completions]
+
+    ns.update(GRPOTrainer=GRPOTrainer, GRPOConfig=GRPOConfig, model=model, tokenizer=tok, accuracy_reward=accuracy_reward,
+              remote_rollouts=remote_rollouts, data=Dataset.from_dict({"prompt": PROMPTS[:2] * 2}))
+    filled = {"GRPOConfig(...,": (f"GRPOConfig(output_dir={str(tmp_path)!r}, per_device_train_batch_size=4, num_generations=4, "
+                                  "max_steps=1, use_cpu=True, report_to=[], save_strategy='no', seed=0, beta=0.0,")}
+    if rollouts == "trl":
+        filled["rollout_func=verified_rollout_func(remote_rollouts, defense)"] = "rollout_func=None"
+    _run(_block("trl.md", TRL_BLOCK), ns, filled)
+    trainer, defense = ns["trainer"], ns["defense"]
+    assert trainer.state.global_step == 1
+    # honest completions pass both checks: the workers' seeded ones, and TRL's own generation, which the
+    # attached defense seeds itself (docs/trl.md)
+    assert len(defense.verdicts) == 4
+    assert [v.defense for v in defense.verdicts] == ["", "", "", "topk" if rollouts == "poisoning workers" else ""]
+    assert calls == ([] if rollouts == "trl" else [4])

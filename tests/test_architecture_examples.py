@@ -33,6 +33,16 @@ def example_modules():
         del sys.modules[name], registry._ENTRIES[kind][key]
 
 
+def test_the_docs_command_runs_the_saved_defense(example_modules, monkeypatch):
+    """`dgrpo run 'defenses=[{kind: length}]'` (the page's command) builds a config holding the example's defense."""
+    import dgrpo.recipes
+
+    configs = []
+    monkeypatch.setattr(dgrpo.recipes, "run", lambda cfg, run_dir=None: configs.append(cfg) or "x")
+    assert main(["run", "defenses=[{kind: length}]"]) == 0
+    assert [(d.kind, d.max_fraction) for d in configs[0].defenses] == [("length", 0.9)]
+
+
 # The attack example claims both swarm modes (it implements vertical mode's ``choose_prompts``). Node 1 is
 # malicious with c=1 poisoned completion per group it writes: horizontally it writes G/m=2 of each of the
 # 2 global groups (1 poisoned in each: 2), vertically all G=4 of its own B/m=1 prompt (1 poisoned).

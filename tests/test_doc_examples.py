@@ -2,7 +2,8 @@
 the config loader as written (the path `dgrpo run` takes: argparse, then ``load_config`` with its
 section defaults, the recipe chosen for the config), in the mode and transport its overrides ask for.
 
-Commands are read from the ```bash blocks: continuation lines joined, comments dropped. A synopsis's
+Commands are read from the ```bash blocks (continuation lines joined, comments dropped) and from the
+inline `dgrpo …` spans that give settings. A synopsis's
 optional ``[…]`` groups are left out and the placeholders a reader fills in (``K``, ``ADDR``, ``T``, a
 trailing ``...``) get the values of :data:`PLACEHOLDERS`. A run command runs up to the recipe: the recipe
 is replaced by one that records the config, so no model loads. ``dgrpo keys`` and ``dgrpo config`` run
@@ -23,7 +24,7 @@ import dgrpo.recipes
 from dgrpo.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "examples" / "mykinds" / "README.md"]
 RUNS = {"run", "federated", "ensemble", "harden"}  # the commands that build a run config
 
 # what a reader puts in for each placeholder of the docs' commands
@@ -37,6 +38,7 @@ PLACEHOLDERS = {
                                          "'swarm.hivemind.initial_peers=[/ip4/127.0.0.1/tcp/31337/p2p/QmYMYN5]' "
                                          "'swarm.hivemind.join"),  # "…": the hivemind settings of the lines above
     "$R": "results/heterogeneous_table1_v2",
+    "dgrpo keys N": "dgrpo keys 4",
     "runs/arithmetic__injection__nodefense__seed0__…": "runs/arithmetic__injection__nodefense__seed0",
 }
 
@@ -78,13 +80,26 @@ def _argv(line: str) -> list[str] | None:
     return out
 
 
+def _inline_commands() -> list[tuple[str, str]]:
+    """(doc:line, text) of every inline `dgrpo …` span outside the code blocks that gives settings or
+    options (``dgrpo run model.name=…``; a bare ``dgrpo resume`` names a command, it is no example)."""
+    out = []
+    for doc in DOCS:
+        text = re.sub(r"^```.*?^```", lambda m: "\n" * m.group(0).count("\n"), doc.read_text(), flags=re.M | re.S)
+        for m in re.finditer(r"`((?:[A-Z_]+=\S+ )*(?:python -m )?dgrpo [^`]+)`", text):
+            line = " ".join(m.group(1).split())
+            if any("=" in t or t.startswith("-") for t in line.split()[1:]):
+                out.append((f"{doc.name}:{text[:m.start()].count(chr(10)) + 1} (inline)", line))
+    return out
+
+
 def _commands() -> list[tuple[str, list[str], str]]:
     out = []
-    for where, body in _bash_blocks():
-        for line in body.replace("\\\n", " ").splitlines():
-            argv = _argv(line)
-            if argv is not None:
-                out.append((where, argv, line))
+    lines = [(where, line) for where, body in _bash_blocks() for line in body.replace("\\\n", " ").splitlines()]
+    for where, line in lines + _inline_commands():
+        argv = _argv(line)
+        if argv is not None:
+            out.append((where, argv, line))
     return out
 
 
@@ -116,6 +131,8 @@ def test_every_dgrpo_command_of_the_docs_is_valid(where, argv, line, doc_cwd, mo
     monkeypatch.setattr(dgrpo.recipes, "run", lambda cfg, run_dir=None: configs.append(cfg) or Path("never-run"))
     if "PYTHONPATH=examples" in line:
         monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    if "defenses=[{kind: length}]" in argv:  # the worked example's defense, once saved: run there
+        pytest.skip("tests/test_architecture_examples.py runs this command with the example's module")
     if argv[0] in RUNS or argv[0] in ("keys", "config"):
         if any("keys/roster.json" in a for a in argv):  # the block's `dgrpo keys 4 --out keys` comes first
             assert main(["keys", "4", "--out", "keys"]) == 0

@@ -62,3 +62,23 @@ def test_the_signature_attack_earns_full_reward_and_the_length_cap_rejects_it(ex
     first, final = read_metrics(tmp_path / "x")
     assert first["defense/poisoned_received"] == poisoned and first["defense/length/detection_rate"] == 1.0  # > 12 tokens
     assert "attack/asr" in final
+
+
+def test_the_saved_defense_is_a_column_of_the_matrix(example_modules, tmp_path, tiny_model_dir):
+    """"the length defense above is a column of the matrix too (`--set 'defenses=[none, length]'`)".
+    With max_fraction 1 of the matrix's 8-token limit, no honest sample (at most 8 tokens) is over the cap
+    and every hail poison is (each is the oracle solution with the slogan: over 12 tokens, counted here)."""
+    from dgrpo.attacks.injection import InjectionAttack, InjectionAttackConfig
+    from dgrpo.paper.matrix import run_matrix
+    from dgrpo.policy.chat import encode_completion
+    from transformers import AutoTokenizer
+
+    task, tok = ArithmeticTask(seed=0, n_train=20, n_val=5), AutoTokenizer.from_pretrained(tiny_model_dir)
+    attack = InjectionAttack(InjectionAttackConfig())
+    assert min(len(encode_completion(tok, attack.poison(task, p, 0))) for p in task.train) > 12
+    result = run_matrix(tmp_path / "matrix", model=tiny_model_dir, n_honest=8, n_poisoned=4, attacks=["hail"],
+                        defenses=["none", "length"], max_new_tokens=8, fields={"length": {"max_fraction": 1.0}})
+    assert result["defenses"] == ["none", "length"]
+    assert result["honest"]["length"]["rejected"] == 0 and result["honest"]["length"]["n"] == 8
+    hail = result["attacks"]["hail"]["detection"]["length"]
+    assert hail["rejected"] == hail["n"] == result["attacks"]["hail"]["poisoned"] == 4

@@ -65,6 +65,11 @@ def _run(code: str, namespace: dict, filled: dict[str, str] | None = None) -> li
     return values
 
 
+# the first lines of the blocks (what names a block here)
+STEPS = "from dgrpo.verify.steps import StepChecker, check_steps"
+VERIFY = "from dgrpo.verify import SamplingParams, Verifier, TopK, Replay, Steps, topk_verdicts"
+WORKER = "from dgrpo.integrations.generate import seeded_generate   # left-pads, builds the processor and a clean config"
+JUDGE = "from dgrpo.verify.judge import JudgeConfig, OpenAIJudge, count"
 TESTED = set()
 
 
@@ -80,10 +85,10 @@ def test_every_python_block_of_the_docs_has_a_test():
 
 # --- docs/step_checker.md -------------------------------------------------------------------------------
 
-@covers("step_checker.md", "from dgrpo.verify.steps import StepChecker, check_steps")
+@covers("step_checker.md", STEPS)
 def test_step_checker_example_gives_the_values_in_its_comments():
     ns: dict = {}
-    accepted, reason, claims, unparsed = _run(_block("step_checker.md", "from dgrpo.verify.steps import StepChecker, check_steps"), ns)
+    accepted, reason, claims, unparsed = _run(_block("step_checker.md", STEPS), ns)
     assert accepted is False and reason == 'false claim "2 + 2 = 5": the left side is 4, not 5'
     assert [(c.text, c.status) for c in claims] == [("2 + 2 = 5", "false"), ("3 + 5 = 8", "true")] and unparsed == 0.0
     assert not ns["strict"]("so 1/3 = 0.33").accepted  # "no tolerance at all"
@@ -100,7 +105,7 @@ def tiny():
     return tok, build_model(len(tok)), [tok(text=p)["input_ids"] for p in PROMPTS], [completion_seed(0, 0, 0, i, 0) for i in range(3)]
 
 
-@covers("verification.md", "from dgrpo.verify import SamplingParams, Verifier, TopK, Replay, Steps, topk_verdicts")
+@covers("verification.md", VERIFY)
 def test_verification_example_accepts_honest_completions(tiny):
     from dgrpo.integrations.generate import seeded_generate
 
@@ -110,26 +115,26 @@ def test_verification_example_accepts_honest_completions(tiny):
                                      tok.eos_token_id, tok.pad_token_id)
     ns = {"model": model, "tok": tok, "eos": tok.eos_token_id, "prompt_ids": prompt_ids,
           "completion_ids": completion_ids, "seeds": seeds}
-    topk, verdicts = _run(_block("verification.md", "from dgrpo.verify import SamplingParams, Verifier, TopK, Replay, Steps, topk_verdicts"), ns)
+    topk, verdicts = _run(_block("verification.md", VERIFY), ns)
     assert len(topk) == len(verdicts) == 3 and all(v.accepted for v in topk) and all(v.accepted for v in verdicts)
     # the third is sampled honestly from another seed than the one it claims: inside the top-k, replay refuses it
     forged = completion_ids[:2] + seeded_generate(model, prompt_ids[2:], [seeds[2] + 1],
                                                   SamplingParams(top_k=10, temperature=1.0, max_new_tokens=64),
                                                   tok.eos_token_id, tok.pad_token_id)
     assert forged[2] != completion_ids[2]
-    _, verdicts = _run(_block("verification.md", "from dgrpo.verify import SamplingParams, Verifier, TopK, Replay, Steps, topk_verdicts"),
+    _, verdicts = _run(_block("verification.md", VERIFY),
                        {**ns, "completion_ids": forged})
     assert [v.accepted for v in verdicts] == [True, True, False] and verdicts[2].defense == "replay"
 
 
-@covers("trl.md", "from dgrpo.integrations.generate import seeded_generate   # left-pads, builds the processor and a clean config")
+@covers("trl.md", WORKER)
 def test_seeded_generate_example_samples_what_dgrpos_sampler_samples(tiny):
     from dgrpo.policy.sampling import sample
 
     tok, model, prompt_ids, seeds = tiny
     params = SamplingParams(top_k=10, temperature=1.0, max_new_tokens=24)
     ns = {"model": model, "tok": tok, "prompt_ids": prompt_ids, "seeds": seeds, "params": params}
-    _run(_block("trl.md", "from dgrpo.integrations.generate import seeded_generate   # left-pads, builds the processor and a clean config"), ns)
+    _run(_block("trl.md", WORKER), ns)
     want = [list(c) for c in sample(model, prompt_ids, seeds, params, tok.eos_token_id, tok.pad_token_id)]
     assert [list(c) for c in ns["completion_ids"]] == want and any(len(c) > 1 for c in want)
 
@@ -205,7 +210,7 @@ class _Judge(BaseHTTPRequestHandler):
         pass
 
 
-@covers("judge.md", "from dgrpo.verify.judge import JudgeConfig, OpenAIJudge, count")
+@covers("judge.md", JUDGE)
 def test_judge_example_judges_a_batch_in_order(monkeypatch):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Judge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -214,7 +219,7 @@ def test_judge_example_judges_a_batch_in_order(monkeypatch):
     filled = {"http://localhost:8000/v1": f"http://127.0.0.1:{server.server_port}/v1",  # the reader's server
               "[(question, completion), ...]": "[(question, completion), (question, 'All hail to the thief'), (question, completion)]"}
     try:
-        values = _run(_block("judge.md", "from dgrpo.verify.judge import JudgeConfig, OpenAIJudge, count"), ns, filled)
+        values = _run(_block("judge.md", JUDGE), ns, filled)
     finally:
         server.shutdown()
     counts, status, accepted = values

@@ -81,7 +81,7 @@ def copies_case(copies: int) -> dict:
 
     from dgrpo.policy.policy import Policy
     from dgrpo.policy.sampling import SamplingParams
-    from dgrpo.swarm.identity import Roster, Signer, Verifier, generate_keys, run_context
+    from dgrpo.swarm.identity import Roster, Signer, SignatureVerifier, generate_keys, run_context
     from dgrpo.swarm.protocol import BanList, Protocol, ProtocolConfig, Schedule
     from dgrpo.swarm.schedule import horizontal_prompts, horizontal_slots
     from dgrpo.swarm.swarm import Swarm
@@ -94,7 +94,7 @@ def copies_case(copies: int) -> dict:
     keys, ctx = generate_keys(4), run_context("flood", "fp")
     pc = ProtocolConfig(ban_after=2)
     protocol = Protocol(pc, Schedule("horizontal", 4, 2, 4, 3, task.train), 6,
-                        {n: Signer(n, k, ctx) for n, k in keys.items()}, Verifier(Roster.of(keys), ctx), BanList(2))
+                        {n: Signer(n, k, ctx) for n, k in keys.items()}, SignatureVerifier(Roster.of(keys), ctx), BanList(2))
     policy = Policy("tiny", build_model(len(tokenizer)), tokenizer, SamplingParams(top_k=10, max_new_tokens=6))
     swarm = Swarm(task, {n: policy for n in range(4)}, {}, {}, {}, {}, 3, 4, Limits.for_completions(6),
                   "horizontal", protocol)

@@ -38,7 +38,7 @@ def main() -> None:
     from dgrpo.policy.loading import DEFAULT_MODEL, load_policy
     from dgrpo.policy.policy import Policy
     from dgrpo.policy.sampling import SamplingParams, completion_seed
-    from dgrpo.swarm.identity import Roster, Signer, Verifier, generate_keys, run_context, signed_header
+    from dgrpo.swarm.identity import Roster, Signer, SignatureVerifier, generate_keys, run_context, signed_header
     from dgrpo.swarm.protocol import BanList, Protocol, ProtocolConfig, Schedule, equivocators
     from dgrpo.swarm.schedule import horizontal_prompts
     from dgrpo.swarm.swarm import Swarm
@@ -65,7 +65,7 @@ def main() -> None:
     ctx = run_context("bench", "fp")
     signers = {n: Signer(n, key, ctx) for n, key in keys.items()}
     protocol = Protocol(ProtocolConfig(enforce_length=True), Schedule("horizontal", nodes, B, G, seed, task.train), max_new,
-                        signers, Verifier(Roster.of(keys), ctx), BanList())
+                        signers, SignatureVerifier(Roster.of(keys), ctx), BanList())
     plain = Swarm(task, {0: policy}, {}, {}, {}, {}, seed, G, Limits.for_completions(max_new))
     guarded = Swarm(task, {0: policy}, {}, {}, {}, {}, seed, G, Limits.for_completions(max_new), "horizontal", protocol)
     signed = [signers[m.node].sign(m) for m in unsigned]

@@ -33,7 +33,22 @@ def example_modules():
         del sys.modules[name], registry._ENTRIES[kind][key]
 
 
-def test_the_signature_attack_earns_full_reward_and_the_length_cap_rejects_it(example_modules, tmp_path, tiny_model_dir):
+def test_the_docs_command_runs_the_saved_defense(example_modules, monkeypatch):
+    """`dgrpo run 'defenses=[{kind: length}]'` (the page's command) builds a config holding the example's defense."""
+    import dgrpo.recipes
+
+    configs = []
+    monkeypatch.setattr(dgrpo.recipes, "run", lambda cfg, run_dir=None: configs.append(cfg) or "x")
+    assert main(["run", "defenses=[{kind: length}]"]) == 0
+    assert [(d.kind, d.max_fraction) for d in configs[0].defenses] == [("length", 0.9)]
+
+
+# The attack example claims both swarm modes (it implements vertical mode's ``choose_prompts``). Node 1 is
+# malicious with c=1 poisoned completion per group it writes: horizontally it writes G/m=2 of each of the
+# 2 global groups (1 poisoned in each: 2), vertically all G=4 of its own B/m=1 prompt (1 poisoned).
+@pytest.mark.parametrize("mode, poisoned", [("horizontal", 2), ("vertical", 1)])
+def test_the_signature_attack_earns_full_reward_and_the_length_cap_rejects_it(example_modules, tmp_path, tiny_model_dir,
+                                                                               mode, poisoned):
     _, attack_module = example_modules
     task = ArithmeticTask(seed=0, n_train=20, n_val=5, few_shot=0)
     attack = attack_module.SignatureAttack(attack_module.SignatureAttackConfig(), None)
@@ -42,7 +57,28 @@ def test_the_signature_attack_earns_full_reward_and_the_length_cap_rejects_it(ex
     assert main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=x", "rounds=1", "swarm.nodes=2",
                  "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=24", "eval.n_prompts=2",
                  "task.n_train=20", "task.n_val=5", "task.few_shot=0", "swarm.malicious=[1]", "attack.kind=signature",
+                 f"swarm.mode={mode}",
                  "attack.poisoned_per_group=1", "defenses=[{kind: length, max_fraction: 0.5}]"]) == 0
     first, final = read_metrics(tmp_path / "x")
-    assert first["defense/poisoned_received"] == 2 and first["defense/length/detection_rate"] == 1.0  # > 12 tokens
+    assert first["defense/poisoned_received"] == poisoned and first["defense/length/detection_rate"] == 1.0  # > 12 tokens
     assert "attack/asr" in final
+
+
+def test_the_saved_defense_is_a_column_of_the_matrix(example_modules, tmp_path, tiny_model_dir):
+    """"the length defense above is a column of the matrix too (`--set 'defenses=[none, length]'`)".
+    With max_fraction 1 of the matrix's 8-token limit, no honest sample (at most 8 tokens) is over the cap
+    and every hail poison is (each is the oracle solution with the slogan: over 12 tokens, counted here)."""
+    from dgrpo.attacks.injection import InjectionAttack, InjectionAttackConfig
+    from dgrpo.paper.matrix import run_matrix
+    from dgrpo.policy.chat import encode_completion
+    from transformers import AutoTokenizer
+
+    task, tok = ArithmeticTask(seed=0, n_train=20, n_val=5), AutoTokenizer.from_pretrained(tiny_model_dir)
+    attack = InjectionAttack(InjectionAttackConfig())
+    assert min(len(encode_completion(tok, attack.poison(task, p, 0))) for p in task.train) > 12
+    result = run_matrix(tmp_path / "matrix", model=tiny_model_dir, n_honest=8, n_poisoned=4, attacks=["hail"],
+                        defenses=["none", "length"], max_new_tokens=8, fields={"length": {"max_fraction": 1.0}})
+    assert result["defenses"] == ["none", "length"]
+    assert result["honest"]["length"]["rejected"] == 0 and result["honest"]["length"]["n"] == 8
+    hail = result["attacks"]["hail"]["detection"]["length"]
+    assert hail["rejected"] == hail["n"] == result["attacks"]["hail"]["poisoned"] == 4

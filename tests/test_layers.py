@@ -126,6 +126,26 @@ def test_no_import_cycle():
     assert cycles == []
 
 
+def _mutual_pairs(modules: dict[str, ast.Module]) -> list[str]:
+    """Every two modules that import each other, function-level imports included (``a:line ↔ b:line``)."""
+    lines = {m: {t: line for t, line in reversed(_imports(tree, module_level_only=False))} for m, tree in modules.items()}
+    return [f"{a}:{lines[a][b]} ↔ {b}:{lines[b][a]}" for a in sorted(lines) for b in sorted(lines[a])
+            if a < b and a in lines.get(b, {})]
+
+
+def test_no_two_modules_import_each_other():
+    """No mutual imports, not even through a function-level import (issue 32): a pair that needs each
+    other is one job split in the wrong place (the shared piece belongs in a module below both)."""
+    assert _mutual_pairs(_modules()) == []
+
+
+def test_the_pair_checker_sees_a_function_level_mutual_import():
+    modules = {"dgrpo.verify.a": ast.parse("from dgrpo.verify.b import f\n"),
+               "dgrpo.verify.b": ast.parse("def f():\n    from dgrpo.verify.a import g\n"),
+               "dgrpo.verify.c": ast.parse("import dgrpo.verify.a\n")}
+    assert _mutual_pairs(modules) == ["dgrpo.verify.a:1 ↔ dgrpo.verify.b:2"]
+
+
 def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path):
     """The checks above can fail: a component importing a recipe, and two modules importing each other."""
     upward = ast.parse("from dgrpo.recipes.horizontal import one_round\n")

@@ -8,7 +8,7 @@ from dgrpo.attacks.seed_grinding import SeedGrindingAttack, SeedGrindingConfig
 from dgrpo.config import ConfigError, load_config
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import SamplingParams, completion_seed, sample
-from dgrpo.swarm.identity import Roster, Signer, Verifier, generate_keys, run_context
+from dgrpo.swarm.identity import Roster, Signer, SignatureVerifier, generate_keys, run_context
 from dgrpo.swarm.protocol import BanList, Protocol, ProtocolConfig, Schedule
 from dgrpo.swarm.schedule import vertical_prompts, vertical_slots
 from dgrpo.swarm.swarm import Swarm
@@ -114,7 +114,7 @@ def _swarm(task, model, tokenizer, attack, assign_prompts, complete_shares=False
     ctx = run_context("run-a", "fp0")
     schedule = Schedule("vertical", 2, 2 * PER_NODE, G, SEED, task.train, pc.assign_prompts, {})
     protocol = Protocol(pc, schedule, PARAMS.max_new_tokens, {n: Signer(n, k, ctx) for n, k in keys.items()},
-                        Verifier(Roster.of(keys), ctx), BanList(pc.ban_after))
+                        SignatureVerifier(Roster.of(keys), ctx), BanList(pc.ban_after))
     policy = Policy("tiny", model, tokenizer, PARAMS)
     return Swarm(task, {0: policy}, {ATTACKER: attack}, {ATTACKER: policy}, {}, {}, SEED, G, Limits(), "vertical", protocol), policy
 

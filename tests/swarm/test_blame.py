@@ -11,7 +11,7 @@ from test_protocol import CTX, SEED, honest_round, make, refusals, resign
 
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.sampling import completion_seed
-from dgrpo.swarm.identity import Roster, Verifier, canonical_hex, generate_keys, message_digest, public_hex, signed_header
+from dgrpo.swarm.identity import Roster, SignatureVerifier, canonical_hex, generate_keys, message_digest, public_hex, signed_header
 from dgrpo.swarm.protocol import DROPPED, FLOOD_FACTOR, STRIKES, BanList, compare_views, equivocators
 from dgrpo.tasks.arithmetic import ArithmeticTask
 from dgrpo.training.records import PolicyReport, peer_record, peer_strikes

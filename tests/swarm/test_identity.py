@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from dgrpo.cli import main
 from dgrpo.metrics.logger import read_metrics
-from dgrpo.swarm.identity import (Roster, Signer, Verifier, generate_keys, load_private_key, public_hex, run_context,
+from dgrpo.swarm.identity import (Roster, Signer, SignatureVerifier, generate_keys, load_private_key, public_hex, run_context,
                                   signed_bytes)
 from dgrpo.types import Message
 
@@ -24,7 +24,7 @@ def test_a_signature_covers_every_field_and_the_run_context():
     # checked independently with the public key alone, over the documented bytes
     Ed25519PublicKey.from_public_bytes(bytes.fromhex(public_hex(keys[1]))).verify(bytes.fromhex(signed.signature),
                                                                                   signed_bytes(signed))
-    verifier = Verifier(Roster.of(keys), "run|fp")
+    verifier = SignatureVerifier(Roster.of(keys), "run|fp")
     assert verifier.identify(signed) == (1, None)
     for change in ({"round": 1}, {"prompt_id": "q"}, {"index": 3}, {"text": MSG.text + " "}, {"token_ids": (5, 6)},
                    {"seed": 78}, {"tokenizer": "tok2"}, {"context": "run|fp2"}):

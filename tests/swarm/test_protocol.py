@@ -8,7 +8,7 @@ import pytest
 from dgrpo.policy.chat import decode_completion, encode_completion
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import SamplingParams, completion_seed
-from dgrpo.swarm.identity import Roster, Signer, Verifier, generate_keys, run_context, signed_header
+from dgrpo.swarm.identity import Roster, Signer, SignatureVerifier, generate_keys, run_context, signed_header
 from dgrpo.swarm.protocol import BanList, Protocol, ProtocolConfig, Schedule, equivocators
 from dgrpo.swarm.schedule import horizontal_prompts, horizontal_slots, vertical_prompts, vertical_slots
 from dgrpo.swarm.swarm import Swarm
@@ -31,7 +31,7 @@ def make(task, model, tokenizer, nodes=2, mode="horizontal", B=2, G=4, max_new_t
     pc = ProtocolConfig(**rules)
     schedule = Schedule(mode, nodes, B, G, SEED, task.train, pc.assign_prompts, joins or {})
     protocol = Protocol(pc, schedule, max_new_tokens, {n: Signer(n, k, CTX) for n, k in keys.items()},
-                        Verifier(roster, CTX), BanList(pc.ban_after))
+                        SignatureVerifier(roster, CTX), BanList(pc.ban_after))
     policy = Policy("tiny", model, tokenizer, SamplingParams(top_k=10, temperature=1.0, max_new_tokens=max_new_tokens))
     swarm = Swarm(task, {n: policy for n in range(nodes)}, {}, {}, {}, {}, SEED, G, Limits(), mode, protocol)
     return swarm, policy, keys

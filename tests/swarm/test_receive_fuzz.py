@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import SamplingParams, completion_seed
-from dgrpo.swarm.identity import Roster, Signer, Verifier, generate_keys, run_context
+from dgrpo.swarm.identity import Roster, Signer, SignatureVerifier, generate_keys, run_context
 from dgrpo.swarm.protocol import BanList, Protocol, ProtocolConfig, Schedule
 from dgrpo.swarm.schedule import horizontal_prompts
 from dgrpo.swarm.swarm import Swarm
@@ -35,7 +35,7 @@ def _world(tokenizer, model):
     keys = generate_keys(NODES)
     pc = ProtocolConfig(enforce_length=True)
     protocol = Protocol(pc, Schedule("horizontal", NODES, B, G, SEED, task.train), 8,
-                        {n: Signer(n, k, CTX) for n, k in keys.items()}, Verifier(Roster.of(keys), CTX), BanList())
+                        {n: Signer(n, k, CTX) for n, k in keys.items()}, SignatureVerifier(Roster.of(keys), CTX), BanList())
     policy = Policy("tiny", model, tokenizer, SamplingParams(10, 1.0, 8))
     swarm = Swarm(task, {0: policy}, {}, {}, {}, {}, SEED, G, Limits(), "horizontal", protocol)
     transport = DistributedTransport(dist.HashStore(), 0, NODES, honest=[0, 1], timeout_s=0.1, max_messages=64)

@@ -135,11 +135,11 @@ def test_key_exchange_without_a_roster_is_an_explicit_loopback_opt_in(monkeypatc
 def _swarm_of(n=4, timeout_s=0.3):
     import torch.distributed as dist
 
-    from dgrpo.swarm.identity import Roster, Signer, Verifier, generate_keys
+    from dgrpo.swarm.identity import Roster, Signer, SignatureVerifier, generate_keys
     from dgrpo.transports.distributed import DistributedTransport
 
     store, keys = dist.HashStore(), generate_keys(n)
-    verifier = Verifier(Roster.of(keys), "run|fp")
+    verifier = SignatureVerifier(Roster.of(keys), "run|fp")
     ts = [DistributedTransport(store, k, n, honest=range(n), timeout_s=timeout_s, on_peer_failure="continue")
           for k in range(n)]
     for t in ts:

@@ -7,7 +7,9 @@
     hardening    TokenBuncher: harden, then malicious and benign fine-tuning     (recipes/hardening.py)
 
 Each module exposes ``run(cfg, run_dir=None) -> Path``; the two swarm recipes also expose
-``one_round(run, r)``, their round. :func:`recipe` is the one place that picks a recipe for a config.
+``one_round(run, r)``, their round, and share the lines the two algorithms have in common (each honest
+policy's update, the round's record, resuming) through ``recipes/swarm_round.py``. :func:`recipe` is
+the one place that picks a recipe for a config.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ One round for the nodes this process hosts (:func:`one_round`, ``# Alg.1 Ln`` ma
     L5    every node writes G/m completions of each; a malicious node writes its attack's instead
     L6,8  all-gather: every node holds B groups of G completions
     L9    every honest policy learns from them: route → validate → rewards → defenses → advantages → step
-          (route: what a protocol attacker sends this receiver, Swarm.route)
+          (route: what a protocol attacker sends this receiver, Swarm.route); the same line as Alg. 2 L8,
+          written once in recipes/swarm_round.py (``learn``)
     then  the round's metrics
 
 ``run`` builds the swarm and loops over the rounds (dgrpo.training: evaluation every ``eval.every``
@@ -19,12 +20,10 @@ import time
 from pathlib import Path
 
 from dgrpo.config import RunConfig
-from dgrpo.defenses import defend, defense_counters
+from dgrpo.recipes.swarm_round import learn, resume_rounds, round_metrics
 from dgrpo.swarm.schedule import horizontal_prompts, horizontal_slots
 from dgrpo.training.build import Run, build_run
 from dgrpo.training.loop import train
-from dgrpo.training.records import PolicyReport, round_record
-from dgrpo.training.resume import restore
 
 
 def one_round(run: Run, r: int) -> dict:
@@ -38,21 +37,9 @@ def one_round(run: Run, r: int) -> dict:
     messages = run.transport.all_gather(local)                                                  # L6, L8
     swarm.carriers = dict(run.transport.carriers)  # who delivered each message (accounting)
     t2 = time.perf_counter()
-    reports = {}
-    for owner, policy in swarm.trained.items():                                                 # L9, each honest policy:
-        received = swarm.receive(policy, swarm.route(messages, owner, r), r)                        #   route, validate
-        start = time.perf_counter()
-        swarm.reward(received.rollouts)                                                         #   rewards
-        report = PolicyReport(received.rollouts, received.invalid, reward_seconds=time.perf_counter() - start)
-        learner = swarm.learners[policy]
-        batch = defend(swarm.defenses[owner], learner.score(received.rollouts), report.defense_times)  # defenses
-        report.update = learner.step(batch, r)                                                  #   advantages, step
-        report.defense_counts = defense_counters(swarm.defenses[owner])
-        if owner in swarm.policies:  # (a mirror's report is not the honest swarm's)
-            reports[owner] = report
-    t3 = time.perf_counter()
-    times = {"generate": t1 - t0, "exchange": t2 - t1, "update": t3 - t2, "round": t3 - t0}
-    return round_record(run, r, messages, reports, times) if reports else {}                    # metrics
+    reports = {owner: learn(run, owner, policy, messages, r)  # L9, each honest policy: route, validate, rewards,
+               for owner, policy in swarm.trained.items()}       #   defenses, advantages, step
+    return round_metrics(run, r, messages, reports, (t0, t1, t2))                              # metrics
 
 
 def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
@@ -62,6 +49,4 @@ def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:
 
 def resume(cfg: RunConfig, run_dir: Path, rewrite_config: bool = False) -> Path:
     """Continue the checkpointed run in ``run_dir`` (dgrpo.training.resume)."""
-    run = build_run(cfg, run_dir)
-    restore(run, rewrite_config)
-    return train(run, one_round)
+    return resume_rounds(cfg, run_dir, rewrite_config, one_round)

@@ -5,7 +5,7 @@ public key and is fixed before round 0 (a file written by ``dgrpo keys`` for a d
 made in the process for in-process runs). A message is signed over :func:`signed_bytes`: a canonical
 JSON encoding of every field of the message (text and token ids through their SHA-256) together with
 the run context (run id and config fingerprint), so a signature is valid for one message of one run
-only. Receivers verify it before anything else (:meth:`Verifier.identify`); the sender is the node
+only. Receivers verify it before anything else (:meth:`SignatureVerifier.identify`); the sender is the node
 whose roster key verifies the signature, never the message's ``node`` field nor the transport.
 
 Every signed thing has exactly one accepted encoding (issue 31): a signature is 128 lower-case hex
@@ -13,7 +13,7 @@ digits (64 bytes), a public key 64 (32 bytes), a digest 64 (SHA-256). Anything e
 signature in upper case, is refused as ``malformed`` before any verification (:func:`canonical_hex`):
 a re-encoded copy of someone's message must not count as a second, different message. Copies are
 recognised by :func:`message_digest` (the SHA-256 of the signed bytes), never by a string, and
-:class:`Verifier` verifies a signature once per (signer, digest, signature).
+:class:`SignatureVerifier` verifies a signature once per (signer, digest, signature).
 
 A header (:func:`signed_header`) holds everything the signature covers with the content replaced by
 its digest: it is what receivers exchange to prove equivocation (two valid signatures of one sender
@@ -208,7 +208,7 @@ class Signer:
 MALFORMED_SIGNATURE = f"malformed: signature is not {SIGNATURE_HEX} lower-case hex digits"
 
 
-class Verifier:
+class SignatureVerifier:
     """Checks signatures against the roster for one run context.
 
     Each (node, SHA-256 of the signed bytes, signature) is verified once (:attr:`verified` counts the

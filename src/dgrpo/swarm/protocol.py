@@ -262,7 +262,7 @@ def equivocators(reports: dict[int, bytes], verifier, round_idx: int) -> dict[in
     Args:
         reports: reporting node → JSON list of ``[header, signature]`` it received (any node may
             lie in its report; only valid signatures count, so no report can frame an honest sender).
-        verifier: :class:`dgrpo.swarm.identity.Verifier` of the run.
+        verifier: :class:`dgrpo.swarm.identity.SignatureVerifier` of the run.
 
     Returns:
         sender → the reason (names the slot), for every sender with such a proof.

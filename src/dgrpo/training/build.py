@@ -23,7 +23,7 @@ from dgrpo.policy.lora import add_lora
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import SamplingParams
 from dgrpo.registry import lookup
-from dgrpo.swarm.identity import (ROSTER_FILE, Roster, Signer, Verifier, generate_keys, key_path, load_private_key,
+from dgrpo.swarm.identity import (ROSTER_FILE, Roster, Signer, SignatureVerifier, generate_keys, key_path, load_private_key,
                                   public_hex, run_context)
 from dgrpo.swarm.protocol import BanList, Protocol, Schedule
 from dgrpo.swarm.swarm import Swarm
@@ -210,7 +210,7 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
     schedule = Schedule(s.mode, s.nodes, s.prompts_per_round, s.group_size, cfg.seed, task.train, pc.assign_prompts,
                         dict(s.hivemind.join))  # a planned joiner has no slots before its round
     return Protocol(pc, schedule, cfg.sampling.max_new_tokens, {n: Signer(n, k, context) for n, k in private.items()},
-                    Verifier(roster, context), BanList.load(run_dir, pc.ban_after), homogeneous=s.models is None)
+                    SignatureVerifier(roster, context), BanList.load(run_dir, pc.ban_after), homogeneous=s.models is None)
 
 
 def build_transport(cfg: RunConfig, resuming: bool = False) -> Transport:

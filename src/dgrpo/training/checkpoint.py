@@ -43,7 +43,7 @@ from dgrpo.training.durable import (disk_full_error, folder_bytes, free_bytes, f
                                     write_state)
 from dgrpo.training.replay_memory import REPLAY_MEMORY, load_replay_memory, replay_memory_state
 from dgrpo.training.run_files import run_files
-from dgrpo.training.run_identity import identity, read_state
+from dgrpo.training.run_identity import check_root_state, identity, read_state
 
 __all__ = ["load_checkpoint", "load_state_folder", "read_state", "save_checkpoint", "save_state_folder", "sha256", "write_state"]
 
@@ -290,8 +290,6 @@ def load_checkpoint(run) -> int:
     if not rounds:  # nothing trained here (a heterogeneous attacker): the swarm's round
         rounds[-1] = read_state(root / "state.json", run.cfg.rounds, config, run.run_dir)["next_round"]
     elif (root / "state.json").exists():  # (bound like a node's; one save behind after a crash between the two)
-        from dgrpo.training.resume import check_root_state
-
         check_root_state(root, run.cfg.rounds, config, run.run_dir, {folder / "state.json": r for folder, r in zip(
             [_node_dir(root, o, homogeneous) for o in rounds], rounds.values())})
     if len(set(rounds.values())) > 1:

@@ -27,10 +27,10 @@ from pathlib import Path
 
 from dgrpo import config_yaml
 from dgrpo.config import RunConfig, load_config, read_config_file
-from dgrpo.errors import CheckpointError, ConfigError
+from dgrpo.errors import ConfigError
 from dgrpo.metrics.logger import read_records
 from dgrpo.training.run_dir import check_paths
-from dgrpo.training.run_identity import read_state
+from dgrpo.training.run_identity import check_root_state, read_state
 
 
 def keep_rounds_before(path: Path, next_round: int) -> None:
@@ -84,33 +84,6 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
     if (root / "state.json").exists():
         check_root_state(root, cfg.rounds, config, run_dir, rounds)
     return cfg
-
-
-def check_root_state(root: Path, rounds: int, config: dict, run_dir: Path, held: dict) -> int:
-    """Check ``root/state.json`` (the swarm's round, sealed and bound like a node's state) against the
-    rounds ``held`` by the node states beside it, and return its round. The nodes are swapped in
-    before it at a save, so a crash between the two leaves it one save behind: that is accepted (its
-    seal and run are checked, the run files are the nodes'); ahead of the nodes, or of another round
-    among them, it was replaced or edited.
-
-    Raises:
-        CheckpointError: names the states and their rounds.
-    """
-    nodes = set(held.values())
-    state = read_state(root / "state.json", rounds, config, None if nodes and max(nodes) > _round(root) else run_dir)
-    if len(nodes) > 1 or (nodes and state["next_round"] > max(nodes)):
-        every = {**{p.relative_to(root): r for p, r in held.items()}, "state.json": state["next_round"]}
-        raise CheckpointError(f"the checkpoint states under {root} hold different rounds "
-                              f"({', '.join(f'{p}: {r}' for p, r in every.items())}): one was replaced or edited; "
-                              "restore the checkpoint as saved, or start a new run")
-    return state["next_round"]
-
-
-def _round(root: Path) -> int:
-    try:
-        return int(json.loads((root / "state.json").read_text()).get("next_round"))
-    except (ValueError, TypeError, AttributeError, OSError):
-        return -1  # (read_state names what is wrong with it)
 
 
 def all_rounds_done(run_dir: Path, cfg: RunConfig) -> bool:

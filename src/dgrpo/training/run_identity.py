@@ -8,6 +8,9 @@ is written and tracked (``out_dir``, ``name``, ``threads``, ``checkpoint_every``
 hivemind addresses, where a node keeps its key): a node may resume a peer's copy on another machine.
 Everything else — seed, model, task, sampling, the GRPO update, the swarm's shape, attack, defenses,
 evaluation — is this run's and only this run's.
+
+:func:`check_root_state` checks the swarm's own ``checkpoint/state.json`` against its nodes' states (at a
+resume's first check and when a checkpoint loads).
 """
 
 from __future__ import annotations
@@ -116,3 +119,30 @@ def read_state(path: Path, rounds: int | None = None, config: dict | None = None
         if run_dir is not None:
             check_run_files(path, state["run"].get("run_files"), run_dir, held, config)
     return state
+
+
+def check_root_state(root: Path, rounds: int, config: dict, run_dir: Path, held: dict) -> int:
+    """Check ``root/state.json`` (the swarm's round, sealed and bound like a node's state) against the
+    rounds ``held`` by the node states beside it, and return its round. The nodes are swapped in
+    before it at a save, so a crash between the two leaves it one save behind: that is accepted (its
+    seal and run are checked, the run files are the nodes'); ahead of the nodes, or of another round
+    among them, it was replaced or edited.
+
+    Raises:
+        CheckpointError: names the states and their rounds.
+    """
+    nodes = set(held.values())
+    state = read_state(root / "state.json", rounds, config, None if nodes and max(nodes) > _round(root) else run_dir)
+    if len(nodes) > 1 or (nodes and state["next_round"] > max(nodes)):
+        every = {**{p.relative_to(root): r for p, r in held.items()}, "state.json": state["next_round"]}
+        raise CheckpointError(f"the checkpoint states under {root} hold different rounds "
+                              f"({', '.join(f'{p}: {r}' for p, r in every.items())}): one was replaced or edited; "
+                              "restore the checkpoint as saved, or start a new run")
+    return state["next_round"]
+
+
+def _round(root: Path) -> int:
+    try:
+        return int(json.loads((root / "state.json").read_text()).get("next_round"))
+    except (ValueError, TypeError, AttributeError, OSError):
+        return -1  # (read_state names what is wrong with it)

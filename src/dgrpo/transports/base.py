@@ -31,7 +31,7 @@ class Transport(Protocol):
         first_round: the round this process's nodes start at: 0, or the round a node joining a
             running swarm writes first (hivemind ``swarm.hivemind.join``); a resumed joiner's
             checkpoint must hold that round.
-        verifier: the run's signature check (:class:`dgrpo.swarm.identity.Verifier`, set by the run's
+        verifier: the run's signature check (:class:`dgrpo.swarm.identity.SignatureVerifier`, set by the run's
             build when ``swarm.protocol.sign``; None: unsigned). A transport that can show peers
             different payloads (distributed) uses it to relay signed messages and prove
             equivocation; the others keep it and need nothing more (docs/protocol.md).

@@ -99,7 +99,7 @@ class DistributedTransport(StoreExchange):
         self.first_round = 0  # every rank starts together (a world of fixed size)
         self.verifier = None
         self.equivocators: dict[int, int] = {}
-        self.signer = self.keys = None  # this node's Signer and the roster's Verifier (check_startup): they sign
+        self.signer = self.keys = None  # this node's Signer and the roster SignatureVerifier (check_startup): they sign
         # and check leave marks, accusations and the start-up values
         self.limit_name = "swarm.timeout_s"  # the setting timeout_s comes from (named in errors)
         # (key, body, framed) of this node's payloads that peers may still read; deleted once they moved on

@@ -60,7 +60,6 @@ def completion_logits(model, prompt_ids: Ids, completion_ids: Ids, pad_id: int,
     import torch
 
     from dgrpo.policy.scoring import group_logits
-    from dgrpo.verify.forward import eval_mode
 
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"completion_logits: {len(prompt_ids)} prompts for {len(completion_ids)} completions")
@@ -172,8 +171,6 @@ def replay_verdicts(completion_ids: Ids, seeds: Sequence[int | None], params: "S
         if model is None or prompt_ids is None:
             raise ValueError("replay_verdicts: method='regenerate' needs model= and prompt_ids=")
         refuse_half(next(model.parameters()).dtype, "the scoring model")
-        from dgrpo.verify.forward import eval_mode
-
         with eval_mode(model):
             differ = regeneration_mismatches(model, [list(unpad(prompt_ids[i], None if prompt_mask is None
                                                                 else prompt_mask[i])) for i in claimed],

@@ -12,13 +12,14 @@ train mode, where
 
 :func:`eval_mode` runs the scoring forward in eval mode and puts every module back as it was;
 :func:`active_dropout` names the dropout a train-mode forward would apply (for the trainer checks that
-refuse a generator sampling in train mode with it).
+refuse a generator sampling in train mode with it); :func:`half_precision_problem` names a bf16/fp16
+dtype the exact checks refuse (the one line that both the checks and the generator settings check raise).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 
 @contextmanager
@@ -52,3 +53,12 @@ def active_dropout(model) -> list[str]:
             if isinstance(rate, float) and rate > 0 and ("dropout" in name or name.endswith("drop")):
                 found[f"{name}={rate:g}"] = None
     return list(found)
+
+
+def half_precision_problem(dtype: Any, where: str) -> str | None:
+    """The one-line refusal of a bf16 or fp16 ``dtype`` (``where`` names what has it), None for float32/64."""
+    name = str(dtype).removeprefix("torch.")
+    if name in ("bfloat16", "float16"):
+        return (f"{where} is {name}: the top-k and replay checks are exact only in float32 (in bf16 honest "
+                "tokens fall outside the top-k and replay rejects most honest completions); use float32 weights")
+    return None

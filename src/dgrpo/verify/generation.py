@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from dgrpo.errors import SettingError
+from dgrpo.verify.checks import Replay, TopK
+from dgrpo.verify.forward import half_precision_problem
 
 # GenerationConfig fields whose logits processors run before the sampling warpers (and before any
 # custom processor), with the value that leaves the logits alone: any other value changes which tokens
@@ -46,15 +48,6 @@ def _changed(name: str, value: Any) -> bool:
     return not (neutral is None and value in ((), [], {}))
 
 
-def half_precision_problem(dtype: Any, where: str) -> str | None:
-    """The one-line refusal of a bf16 or fp16 ``dtype`` (``where`` names what has it), None for float32/64."""
-    name = str(dtype).removeprefix("torch.")
-    if name in ("bfloat16", "float16"):
-        return (f"{where} is {name}: the top-k and replay checks are exact only in float32 (in bf16 honest "
-                "tokens fall outside the top-k and replay rejects most honest completions); use float32 weights")
-    return None
-
-
 def generation_problems(config: Any, checks: Sequence[object], *, seeded: bool = False, model: Any = None,
                         eos_id: int | None = None, where: str = "generation config") -> list[str]:
     """The generator settings that make ``checks`` reject honest completions, one line each.
@@ -73,8 +66,6 @@ def generation_problems(config: Any, checks: Sequence[object], *, seeded: bool =
     Returns:
         One line per problem (empty: none found); each names the setting, its value and the fix.
     """
-    from dgrpo.verify.checks import Replay, TopK
-
     topks = [c for c in checks if isinstance(c, TopK)]
     replays = [c for c in checks if isinstance(c, Replay)]
     if not topks and not replays:

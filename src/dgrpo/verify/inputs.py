@@ -34,7 +34,7 @@ def unpad(prompt: Sequence[int], mask: Sequence[int] | None) -> tuple[int, ...]:
 
 def refuse_half(dtype, what: str) -> None:
     """Raise :class:`~dgrpo.errors.SettingError` when ``dtype`` is bf16 or fp16 (docs/verification.md)."""
-    from dgrpo.verify.generation import half_precision_problem
+    from dgrpo.verify.forward import half_precision_problem
 
     problem = half_precision_problem(dtype, what)
     if problem:

@@ -1,0 +1,80 @@
+"""The lines Algorithms 1 and 2 share, written once: every honest policy's update, the round's record, resuming.
+
+The two swarm algorithms differ only in which prompts a node answers and how many completions it
+writes of each (Alg. 1 L3-5, Alg. 2 L3-5). From the all-gather on they are the same line of the
+paper, Alg. 1 L9 = Alg. 2 L8, "every honest node updates its policy with GRPO on the B groups"::
+
+    learn          one honest policy: route → validate → rewards → defenses → advantages → step
+    round_metrics  the round's record from the reports of the policies this process reports
+    resume_rounds  rebuild a checkpointed run, restore it and continue the recipe's rounds
+
+``recipes/horizontal.py`` and ``recipes/vertical.py`` call them on their ``# L9`` / ``# L8`` and
+``# metrics`` lines.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from dgrpo.config import RunConfig
+from dgrpo.defenses import defend, defense_counters
+from dgrpo.training.build import Run, build_run
+from dgrpo.training.loop import OneRound, train
+from dgrpo.training.records import PolicyReport, round_record
+from dgrpo.training.resume import restore
+from dgrpo.types import Message
+
+if TYPE_CHECKING:
+    from dgrpo.policy.policy import Policy
+
+
+def learn(run: Run, owner: int, policy: Policy, messages: Sequence[Message], r: int) -> PolicyReport:
+    """Alg. 1 L9 / Alg. 2 L8 for the policy of node ``owner`` (an honest node, or the attacker's mirror).
+
+    Args:
+        run: the run (its swarm holds the policy's learner and ``owner``'s defenses).
+        owner: the node whose view of the round this policy learns from (what a protocol attacker
+            routes to it, :meth:`dgrpo.swarm.swarm.Swarm.route`).
+        policy: the policy trained (``run.swarm.trained[owner]``).
+        messages: every message of round ``r`` after the all-gather.
+        r: the round.
+
+    Returns:
+        The policy's report: received rollouts with rewards and verdicts, refused messages, the
+        update's statistics, reward and defense seconds, each defense's counters.
+    """
+    swarm = run.swarm
+    received = swarm.receive(policy, swarm.route(messages, owner, r), r)                       # route, validate
+    start = time.perf_counter()
+    swarm.reward(received.rollouts)                                                            # rewards
+    report = PolicyReport(received.rollouts, received.invalid, reward_seconds=time.perf_counter() - start)
+    learner = swarm.learners[policy]
+    batch = defend(swarm.defenses[owner], learner.score(received.rollouts), report.defense_times)  # defenses
+    report.update = learner.step(batch, r)                                                     # advantages, step
+    report.defense_counts = defense_counters(swarm.defenses[owner])
+    return report
+
+
+def round_metrics(run: Run, r: int, messages: Sequence[Message], reports: dict[int, PolicyReport],
+                  starts: tuple[float, float, float]) -> dict:
+    """The record of round ``r`` ({} in a process reporting no honest node).
+
+    Args:
+        reports: owner → :func:`learn`'s report; a mirror's is left out (it is not the honest swarm's).
+        starts: ``time.perf_counter()`` at the start of writing, of the exchange and of the update
+            (seconds); the update ends now.
+    """
+    t0, t1, t2 = starts
+    t3 = time.perf_counter()
+    reports = {owner: report for owner, report in reports.items() if owner in run.swarm.policies}
+    times = {"generate": t1 - t0, "exchange": t2 - t1, "update": t3 - t2, "round": t3 - t0}
+    return round_record(run, r, messages, reports, times) if reports else {}
+
+
+def resume_rounds(cfg: RunConfig, run_dir: Path, rewrite_config: bool, one_round: OneRound) -> Path:
+    """Continue the checkpointed run in ``run_dir`` with the recipe's ``one_round`` (dgrpo.training.resume)."""
+    run = build_run(cfg, run_dir)
+    restore(run, rewrite_config)
+    return train(run, one_round)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
 
 from dgrpo.types import ACCEPT, Verdict
+from dgrpo.verify.forward import eval_mode
 from dgrpo.verify.inputs import malformed, model_vocab, refuse_half, unpad  # noqa: F401 (unpad, refuse_half: re-exported)
 
 if TYPE_CHECKING:

@@ -241,6 +241,10 @@ SECOND_ROUND = {
                                       "fd = os.open(sys.executable, os.O_RDONLY | os.O_DIRECT)\n"
                                       "for i in range(50000):  # aligned reads past the page cache\n"
                                       "    assert errno_of(17, fd, addr, 1 << 12, (i % 64) << 12) == 0\nprint(ANSWER)",
+    "side_sysinfo_host_uptime_and_load": RAW + "buf = ctypes.create_string_buffer(112)  # struct sysinfo\n"
+                                         "assert errno_of(99, ctypes.addressof(buf)) == 0\n"
+                                         "uptime, load1 = ctypes.c_long.from_buffer(buf).value, ctypes.c_ulong.from_buffer(buf, 8).value\n"
+                                         "assert uptime > 0\nprint(ANSWER)",
     "abi_x32_write_of_the_answer": CTYPES + "buf = ctypes.create_string_buffer(str(ANSWER).encode() + b'\\n')\n"
                                    "libc.syscall(ctypes.c_long(0x40000000 | 1), 1, ctypes.addressof(buf), len(buf.value))",
     "abi_i386_int80": CTYPES + "import mmap\nm = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"

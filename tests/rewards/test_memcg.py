@@ -20,7 +20,7 @@ from hostile_programs import CTYPES
 needs_cgroup = pytest.mark.skipif(isinstance(memcg.parent(), str), reason="no memory cgroup can be made here")
 # max_files_written=0: a 2 MiB work tmpfs, so the cgroup's limit is 256 + 2 + 64 MiB (64 + 2 + 64 for dentries)
 PAGE_LIMITS = SandboxLimits(timeout_s=20, memory_mb=256, max_files_written=0)
-DENTRY_LIMITS = SandboxLimits(timeout_s=3, memory_mb=64, max_files_written=0)
+DENTRY_LIMITS = SandboxLimits(timeout_s=120, memory_mb=64, max_files_written=0)
 
 
 def cgroup_limit(limits: SandboxLimits) -> int:
@@ -40,13 +40,12 @@ print('mapped', n)
 DENTRIES = """import os
 d = os.path.dirname(os.__file__)  # a bound host directory
 p = os.urandom(4).hex()  # names no earlier run made
-i = 0
-while True:
-    i += 1
+for i in range(800_000):  # a fixed count, so a loaded machine makes the same dentries (~300 MB)
     try:
         os.stat(f'{d}/{p}{i:0244d}')
     except OSError:
         pass
+print('done')
 """
 
 
@@ -98,11 +97,11 @@ def test_a_dentry_flood_is_bounded_by_the_cgroup(with_cgroup, monkeypatch):
     before = meminfo("SReclaimable")
     result = run_python(DENTRIES, DENTRY_LIMITS)
     grew = meminfo("SReclaimable") - before  # what stays after the run (the cgroup's charges go to its parent)
-    assert result.timed_out
+    assert result.stdout == "done\n", result  # the cgroup reclaims the dentries: the program is not killed
     if with_cgroup:
-        assert grew < cgroup_limit(DENTRY_LIMITS), grew >> 20  # measured 84 MiB (limit 130)
+        assert grew < cgroup_limit(DENTRY_LIMITS), grew >> 20  # limit 130 MiB; measured 42 MiB (540 without)
     else:
-        assert grew > cgroup_limit(DENTRY_LIMITS), grew >> 20  # measured 344 MiB in 3 s
+        assert grew > cgroup_limit(DENTRY_LIMITS), grew >> 20
 
 
 @needs_cgroup

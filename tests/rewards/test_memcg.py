@@ -35,7 +35,9 @@ for i in range(1, 65536):  # one page every GiB: a page-table page and a page-di
     if p == i << 30:
         ctypes.memset(p, 1, 1)
         n += 1
-print('mapped', n)
+print('mapped', n, flush=True)
+import time
+time.sleep(1)  # hold the page tables while the host samples them
 """
 DENTRIES = """import os
 d = os.path.dirname(os.__file__)  # a bound host directory

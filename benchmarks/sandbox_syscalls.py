@@ -80,7 +80,10 @@ def main() -> None:
     allowed = set(seccomp.ALLOWED) | set(seccomp.ALLOWED_IF) | set(seccomp.ALLOWED_MASKED)
     report = {"filter": args.filter, "programs": len(programs), "honest_failed": failed,
               "syscalls": dict(sorted(counts.items())),
-              "measured_not_allowed": sorted(set(counts) - allowed),
+              "measured_not_allowed": sorted(set(counts) - allowed - set(seccomp.DONE_WITHOUT_RUNNING)
+                                             - set(seccomp.SIDE_CHANNELS_REFUSED)),
+              "measured_answered_0_without_running": sorted(set(counts) & set(seccomp.DONE_WITHOUT_RUNNING)),
+              "measured_refused_on_purpose": sorted(set(counts) & set(seccomp.SIDE_CHANNELS_REFUSED)),
               "allowed_not_measured": sorted(allowed - set(counts))}
     text = json.dumps(report, indent=1)
     print(text)

@@ -229,6 +229,22 @@ SECOND_ROUND = {
     "e8_write_a_bind_under_tmp": "open(TMP_BOUND + '/x', 'w').write('x')\nprint(ANSWER)",
     "e8_fifo_in_a_bind_under_tmp": "import os\nfd = os.open(TMP_BOUND + '/fifo', os.O_WRONLY | os.O_NONBLOCK)\n"
                                    "os.write(fd, b'LOGTOKEN')\nprint(ANSWER)",
+    # E9: the host's disk. Each checks that its calls reached the kernel (fsync of a bad descriptor: EBADF).
+    "e9_fsync_storm_on_bound_files": "import os, sys\nfds = [os.open(p, os.O_RDONLY) for p in (PUBLIC, OUTSIDE, sys.executable, '/')]\n"
+                                     "for _ in range(20000):\n    for fd in fds:\n        os.fsync(fd)\n        os.fdatasync(fd)\n"
+                                     "try:\n    os.fsync(999)\nexcept OSError:  # EBADF: the flushes ran\n    print(ANSWER)",
+    "e9_sync_everything": RAW + "for _ in range(2000):\n    os.sync()\n"
+                          "assert errno_of(306, 999) == errno.EBADF and errno_of(277, 999, 0, 0, 0) == errno.EBADF\n"
+                          "print(ANSWER)",
+    "e9_o_direct_reads_of_libpython": RAW + "import mmap, sys\nbuf = mmap.mmap(-1, 1 << 16)\n"
+                                      "addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))\n"
+                                      "fd = os.open(sys.executable, os.O_RDONLY | os.O_DIRECT)\n"
+                                      "for i in range(50000):  # aligned reads past the page cache\n"
+                                      "    assert errno_of(17, fd, addr, 1 << 12, (i % 64) << 12) == 0\nprint(ANSWER)",
+    "side_sysinfo_host_uptime_and_load": RAW + "buf = ctypes.create_string_buffer(112)  # struct sysinfo\n"
+                                         "assert errno_of(99, ctypes.addressof(buf)) == 0\n"
+                                         "uptime, load1 = ctypes.c_long.from_buffer(buf).value, ctypes.c_ulong.from_buffer(buf, 8).value\n"
+                                         "assert uptime > 0\nprint(ANSWER)",
     "abi_x32_write_of_the_answer": CTYPES + "buf = ctypes.create_string_buffer(str(ANSWER).encode() + b'\\n')\n"
                                    "libc.syscall(ctypes.c_long(0x40000000 | 1), 1, ctypes.addressof(buf), len(buf.value))",
     "abi_i386_int80": CTYPES + "import mmap\nm = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"

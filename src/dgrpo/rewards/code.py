@@ -26,7 +26,9 @@ from dgrpo.rewards.answer_check import bounded_answers_match
 from dgrpo.rewards.format import parse_completion
 from dgrpo.rewards.sandbox import SandboxLimits, SandboxResult, run_many, run_python
 
-_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(?P<code>.*?)```", re.DOTALL | re.IGNORECASE)
+# One run of blanks between the backticks and the newline, or two runs around the language name: never two
+# adjacent runs, which made "```" + 32k blanks (no newline) cost quadratic time (seconds) on the host.
+_FENCE = re.compile(r"```[ \t]*(?:(?:python3?|py)[ \t]*)?\n(?P<code>.*?)```", re.DOTALL | re.IGNORECASE)
 _NUMBER = re.compile(r"-?(\d[\d,]*(\.\d*)?|\.\d+)")
 MAX_ANSWER_CHARS = 200  # longest printed line math-verify reads ("The total number of apples is 12" is 33)
 

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from dgrpo.errors import SandboxUnavailable
-from dgrpo.rewards import bwrap, seccomp
+from dgrpo.rewards import bwrap, memcg, seccomp
 from dgrpo.rewards.stand_in import (CTYPES_SHIM, STAND_IN_FUNCTIONS, LibraryCall, LibraryService,  # noqa: F401 (API)
                                    stand_in_source)
 from dgrpo.rewards.supervise import IDENTITY_FAILURE, STDOUT_KEPT, Pipes, memfd, supervise
@@ -306,6 +306,8 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
     tmpfs = max(1, limits.max_files_written) * limits.max_file_bytes + (1 << 20)
     hidden = ((), ()) if unsafe else bwrap.hidden_paths(layout, modes=not mapped)
     work = None
+    # page tables, dentries and the tmpfs count against the program's memory too (root only: memcg.py)
+    cgroup = memcg.create((limits.memory_mb << 20) + tmpfs + memcg.MARGIN_BYTES, run_id) if mapped else None
     host: dict[str, int] = {}  # this process's ends of the pipes
     child: dict[str, int] = {}  # the child's ends, closed here once it has them
     try:
@@ -357,7 +359,7 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
         seen = supervise(proc, pipes, service, timeout_s=limits.timeout_s, max_output_bytes=limits.max_file_bytes,
                          startup_grace_s=STARTUP_GRACE_S,
                          identity=(bwrap.SANDBOX_UID, bwrap.HOST_ID) if mapped else None,
-                         limits=resource_limits(limits) if mapped else [])
+                         limits=resource_limits(limits) if mapped else [], cgroup=cgroup)
         status = proc.returncode
         if not unsafe and status is not None and status > 128:
             status = -(status - 128)  # bwrap reports a signal death as 128 + signal
@@ -366,6 +368,8 @@ def _run_once(code: str, limits: SandboxLimits, libraries: tuple[str, ...], audi
             os.close(fd)
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
+        if cgroup is not None:
+            cgroup.remove()
     err_text = seen.stderr.decode("utf-8", "replace")
     if not seen.started:
         # Set-up output only (the program never ran); logged as an escaped repr, never raw bytes.

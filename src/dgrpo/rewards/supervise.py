@@ -100,7 +100,7 @@ def set_limits(pid: int, limits: list[tuple[int, int, int]]) -> None:
 
 def supervise(proc: subprocess.Popen, pipes: Pipes, service: LibraryService, *, timeout_s: float,
               max_output_bytes: int, startup_grace_s: float, identity: tuple[int, int] | None,
-              limits: list[tuple[int, int, int]] = ()) -> Outcome:
+              limits: list[tuple[int, int, int]] = (), cgroup=None) -> Outcome:
     """Wait for the run, reading its pipes; kill it at the wall-clock limit. Closes every pipe of ``pipes``.
 
     The time limit counts from the moment the program starts: on a loaded machine the sandbox and the
@@ -116,6 +116,8 @@ def supervise(proc: subprocess.Popen, pipes: Pipes, service: LibraryService, *, 
             or None when bwrap maps the caller's own uid.
         limits: resource limits set on bwrap's child while it waits for the maps; the program, its
             child, inherits them (with ``identity`` only: otherwise the runner sets them).
+        cgroup: a :class:`dgrpo.rewards.memcg.Cgroup` bwrap's child is moved into while it waits for the
+            maps, before anything of the program runs (with ``identity`` only), or None.
     """
     out = Outcome()
     names = {pipes.started: "started", pipes.stdout: "stdout", pipes.stderr: "stderr", pipes.requests: "requests"}
@@ -177,6 +179,8 @@ def supervise(proc: subprocess.Popen, pipes: Pipes, service: LibraryService, *, 
                         pidfd = _open_pid(child)
                         if identity is not None and pipes.userns_block is not None:
                             try:
+                                if cgroup is not None:
+                                    cgroup.add(child)
                                 set_limits(child, list(limits))
                                 write_id_maps(child, *identity)
                             except OSError as err:

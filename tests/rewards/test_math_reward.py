@@ -1,10 +1,10 @@
-import pytest
-
 import time
+from fractions import Fraction
+
+import pytest
 
 from dgrpo.rewards import math as math_module
 from dgrpo.rewards.format import parse_completion
-from fractions import Fraction
 
 from dgrpo.rewards.math import answers_match, math_reward, numbers_in, one_number, parse_oracle, shaped_math_reward
 

@@ -52,3 +52,23 @@ def test_honest_accepted_tampered_and_unseeded_rejected(model, tokenizer):
     assert [v.accepted for v in verdicts] == [True] * 12 + [False, False]
     assert verdicts[12].position == 3 and verdicts[12].action == "zero"
     assert verdicts[13].reason == "no sampling seed claimed"
+
+
+def test_matrix_rows_tolerant_replay_catches_what_replay_catches(tmp_path, tiny_model_dir):
+    """Every attack of `dgrpo paper matrix` on the tiny model: the tolerant column rejects each poisoned
+    completion the exact-replay column rejects (bound and unbound), and no honest one."""
+    from dgrpo.paper.matrix import ATTACKS, run_matrix
+
+    overrides = {"topk_hail": ["attack.tries=1"], "topk_gleeb": ["attack.tries=1"], "grind_hail": ["attack.tries=2"],
+                 "dos_sampled": ["attack.tries=2"], "equation_sampled": ["attack.candidates=1"],
+                 "dos_prompt_grind": ["attack.prompt_tries=2"]}
+    cols = ["replay", "replay_bound", "tolerant_replay", "tolerant_replay_bound"]
+    result = run_matrix(tmp_path, model=tiny_model_dir, n_honest=16, n_poisoned=4, attacks=list(ATTACKS),
+                        defenses=cols, max_new_tokens=8, attack_overrides=overrides)
+    assert all(result["honest"][c]["rejected"] == 0 for c in cols)
+    caught = 0
+    for name, row in result["attacks"].items():
+        for exact, tolerant in (("replay", "tolerant_replay"), ("replay_bound", "tolerant_replay_bound")):
+            assert row["detection"][tolerant]["rejected"] == row["detection"][exact]["rejected"], (name, exact)
+        caught += row["detection"]["replay_bound"]["rejected"]
+    assert caught > 0

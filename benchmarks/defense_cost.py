@@ -8,6 +8,7 @@ thief" poisoned ones, then times on exactly these completions:
 * ``forward``: one scoring forward pass per group (what the update already pays);
 * ``topk``: the top-k support check on those logits (its cost when fused with the update);
 * ``replay_fast``: the seeded-decision check on those logits (fused);
+* ``tolerant_replay``: the per-token divergence check on those logits (fused, :mod:`dgrpo.verify.tolerant`);
 * ``replay_regenerate``: regenerating every completion from its seed;
 * ``judge_logits`` / ``judge_generate``: the LLM judge (policy's base model) in both modes.
 
@@ -38,6 +39,7 @@ def main() -> None:
     from dgrpo.config import load_config
     from dgrpo.defenses.judge import JudgeDefense, JudgeDefenseConfig
     from dgrpo.defenses.replay import ReplayDefense, ReplayDefenseConfig
+    from dgrpo.defenses.tolerant_replay import TolerantReplayDefense, TolerantReplayDefenseConfig
     from dgrpo.defenses.topk import TopKDefense, TopKDefenseConfig
     from dgrpo.policy.chat import encode_completion
     from dgrpo.policy.loading import load_policy
@@ -76,7 +78,8 @@ def main() -> None:
         t_fwd, logits = timed(lambda: [group_logits(model, g[0].prompt_ids, [r.completion_ids for r in g], tokenizer.eos_token_id) for g in groups])
     results = {}
     checks = {"topk": TopKDefense(TopKDefenseConfig(), cfg, policy),
-              "replay_fast": ReplayDefense(ReplayDefenseConfig(method="fast"), cfg, policy, task)}
+              "replay_fast": ReplayDefense(ReplayDefenseConfig(method="fast"), cfg, policy, task),
+              "tolerant_replay": TolerantReplayDefense(TolerantReplayDefenseConfig(), cfg, policy, task)}
     for name, d in checks.items():
         secs, verdicts = timed(lambda: [d.inspect(g, lg) for g, lg in zip(groups, logits)])
         results[name] = (secs, verdicts)

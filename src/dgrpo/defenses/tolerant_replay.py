@@ -1,0 +1,66 @@
+"""Tolerant seeded replay (issue 36): exact replay's check with a calibrated tolerance, for swarms
+whose nodes sample on different kernel paths. A thin wrapper that plugs :mod:`dgrpo.verify.tolerant`
+into the swarm, on the logits of the update's own forward pass (no extra forward)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal, Sequence
+
+from pydantic import Field
+
+from dgrpo.defenses.base import ExactDefenseConfig
+from dgrpo.registry import register
+from dgrpo.types import ACCEPT, Verdict
+
+# the defaults of dgrpo.verify.tolerant (TIE, THRESHOLD, EPS), repeated: this module loads without torch
+TIE, THRESHOLD, EPS = 1e-2, 2e-2, 1e-6
+
+
+class TolerantReplayDefenseConfig(ExactDefenseConfig):
+    """``kind: tolerant_replay``: per-token divergence from the claimed seed's sampler (Token-DiFR's
+    Gumbel-max margin over the top-k, rank swaps allowed among near-tied logits), rejected above a
+    threshold calibrated on honest traffic across kernel paths (docs/verification.md)."""
+
+    kind: Literal["tolerant_replay"] = "tolerant_replay"
+    threshold: float = Field(THRESHOLD, ge=0, description="Reject a completion when any token's divergence (logit/temperature units) exceeds this; calibrated in results/nondeterminism/.")
+    tie: float = Field(TIE, ge=0, description="Top-k logits closer than this (logit units) may have swapped rank on the sender's kernel path, and with it their Gumbel noise.")
+    eps: float = Field(EPS, ge=0, description="Tokens with divergence above eps are counted in the rejection's reason (a diagnostic; it rejects nothing).")
+
+    needs_bound_seed: ClassVar[bool] = True  # a ground seed reproduces its own sample: only binding stops it
+
+
+@register("defense", "tolerant_replay", config=TolerantReplayDefenseConfig)
+class TolerantReplayDefense:
+    """Accept a completion when every token is within ``threshold`` of the claimed seed's sampling decision.
+
+    Args:
+        cfg: :class:`TolerantReplayDefenseConfig`; run_cfg for the agreed sampling strategy.
+        policy: the receiver's policy (the tokenizer's eos id).
+    """
+
+    name = "tolerant_replay"
+    stage = "logits"
+
+    def __init__(self, cfg, run_cfg, policy, task=None):
+        from dgrpo.policy.sampling import SamplingParams  # (torch: loaded on first use)
+
+        s = run_cfg.sampling
+        self.params = SamplingParams(s.top_k, s.temperature, s.max_new_tokens)
+        self.cfg, self.action = cfg, cfg.action
+        self.eos_id = policy.tokenizer.eos_token_id
+
+    def inspect(self, rollouts: Sequence, logits=None) -> list[Verdict]:
+        """One verdict per rollout; ``logits`` is the group's (G, T, V) float32 logits."""
+        if logits is None:
+            raise ValueError("tolerant replay needs the group's logits")
+        from dgrpo.verify.tolerant import tolerant_mismatch
+
+        out = []
+        for r, lg in zip(rollouts, logits):
+            if r.seed is None:
+                out.append(Verdict(False, self.name, "no sampling seed claimed", 0, action=self.action))
+                continue
+            miss = tolerant_mismatch(lg, list(r.completion_ids), int(r.seed), self.params, self.eos_id,
+                                     self.cfg.tie, self.cfg.threshold, self.cfg.eps)
+            out.append(ACCEPT if miss is None else Verdict(False, self.name, miss[1], miss[0], action=self.action))
+        return out

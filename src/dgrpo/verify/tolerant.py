@@ -1,0 +1,121 @@
+"""Tolerant seeded replay: how far is each claimed token from the seeded sampler's choice?
+
+Exact replay (:mod:`dgrpo.verify.replay`) accepts a completion only when every seeded decision picks
+the claimed token again. Across kernel paths (another batch shape, thread count, oneDNN vs MKL, a
+GPU) honest logits differ by float32 rounding (~1e-6 relative, docs/verification.md), which does two
+things to a seeded Gumbel-max decision (:mod:`dgrpo.policy.sampling`):
+
+1. two perturbed scores ``z_j/τ + g_j`` that were nearly equal swap order: a small *margin*;
+2. two top-k logits that were nearly equal swap *rank*, so the Gumbel variates (indexed by rank) swap
+   tokens: the claimed token may then trail by a whole Gumbel difference, O(1), though honest.
+
+The per-token divergence score is the Gumbel-max margin of Token-DiFR (Karvonen et al. 2025,
+arXiv 2511.20621: the amount by which the reference's seeded choice beats the claimed token), taken
+over the agreed top-k, with an allowance for rank swaps among logits closer than ``tie``:
+
+    d_t = max(0,  max_{j < k} (z_(j)/τ + g_j)  −  max_{j ∈ R(z_c)} (z_(j)/τ + g_j))
+
+where c is the claimed token, z the verifier's float32 logits at step t, z_(j) its j-th largest logit,
+g the claimed seed's Gumbel row (:func:`dgrpo.policy.sampling.gumbel_table`) and
+R(x) = {ranks j < k : |z_(j) − x| ≤ tie} the ranks a token of logit x could hold on the sender. Why
+this is sound: sorted values are 1-Lipschitz in the max norm, so when the sender's logits are within
+δ of the verifier's, the sender's j-th largest logit is within δ of z_(j) whichever token holds it:
+the seeded score of every *rank* is known to ±δ/τ; only which token sits at a rank is uncertain, and
+a token of logit z_c can sit at rank j only when |z_(j) − z_c| ≤ 2δ (``tie``). d_t = inf when c is outside
+the top-k by more than ``tie`` (R(z_c) empty: no sampler could pick it). With ``tie = 0`` and no exact
+ties, d_t is exactly the score gap exact fast replay thresholds with ``atol``. Greedy (τ = 0):
+d_t = max(0, z_(0) − z_c).
+
+A completion is rejected when max_t d_t > ``threshold`` (or its length breaks the stopping rules);
+the count of tokens with d_t > ``eps`` is reported beside it. What ``tie`` and ``threshold`` give an
+attacker: at a position where two top-k logits lie within ``tie``, or the runner-up's perturbed score
+within ``threshold`` of the winner's, it may claim either token. Defaults (tie 1e-2, threshold 2e-2,
+in logit/τ units) are calibrated in ``results/nondeterminism/`` (honest scores across kernel paths on
+SmolLM2-135M) and docs/verification.md.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dgrpo.policy.sampling import SamplingParams, gumbel_table
+
+TIE = 1e-2
+THRESHOLD = 2e-2
+EPS = 1e-6
+
+
+def token_divergence(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams,
+                     tie: float = TIE) -> torch.Tensor:
+    """The per-token divergence d_t of the module docstring.
+
+    Args:
+        logits: (T', V) float32 logits of the completion's positions (T' ≥ len(ids)), row t the
+            distribution that produced ``ids[t]``.
+        ids: the claimed completion (n = len(ids) ≤ max_new_tokens tokens).
+        seed: the claimed sampling seed.
+        tie: logits closer than this (absolute, logit units) may have swapped rank on the sender.
+
+    Returns:
+        (n,) float32 scores ≥ 0, in logit/τ units (logit units when greedy); inf outside the top-k.
+
+    Raises:
+        ValueError: ``ids`` longer than ``logits`` or than ``params.max_new_tokens``, or ``tie`` < 0.
+    """
+    n, k = len(ids), params.top_k
+    if n > logits.shape[0] or n > params.max_new_tokens:
+        raise ValueError(f"token_divergence: {n} ids but {logits.shape[0]} logit rows and max_new_tokens="
+                         f"{params.max_new_tokens}; pass the completion's own logits")
+    if tie < 0:
+        raise ValueError(f"token_divergence: tie must be ≥ 0, got {tie}")
+    z = logits[:n].float()
+    claimed = torch.tensor(ids, device=z.device, dtype=torch.long)
+    z_c = z.gather(1, claimed[:, None]).squeeze(1)  # (n,)
+    top_v, top_i = z.topk(k, dim=-1)  # (n, k) descending
+    own = (top_v - z_c[:, None]).abs() <= tie  # (n, k): ranks the claimed token could hold
+    inside = own.any(-1) | (top_i == claimed[:, None]).any(-1)
+    if params.temperature == 0:
+        d = (top_v[:, 0] - z_c).clamp(min=0)
+        return torch.where(inside, d, torch.full_like(d, float("inf")))
+    tau = params.temperature
+    g = gumbel_table(seed, params.max_new_tokens, k)[:n].to(z.device)  # (n, k)
+    score = top_v / tau + g  # (n, k): the seeded score of each rank, known to ±tie/τ whichever token holds it
+    claim = torch.where(own, score, torch.full_like(score, float("-inf"))).max(-1).values
+    d = (score.max(-1).values - claim).clamp(min=0)
+    return torch.where(inside, d, torch.full_like(d, float("inf")))
+
+
+def length_problem(ids: list[int], params: SamplingParams, eos_id: int) -> tuple[int, str] | None:
+    """(position, reason) when ``ids`` breaks the sampler's stopping rules (stop exactly at the first
+    eos or at max_new_tokens), else None."""
+    n = len(ids)
+    if n == 0:
+        return 0, "empty completion"
+    if n > params.max_new_tokens:
+        return params.max_new_tokens, f"{n} tokens exceed max_new_tokens={params.max_new_tokens}"
+    if eos_id in ids[:-1]:
+        return ids.index(eos_id), "continues after eos"
+    if ids[-1] != eos_id and n < params.max_new_tokens:
+        return n, "stops before eos and before max_new_tokens"
+    return None
+
+
+def tolerant_mismatch(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams, eos_id: int,
+                      tie: float = TIE, threshold: float = THRESHOLD, eps: float = EPS) -> tuple[int, str] | None:
+    """None when ``ids`` passes tolerant replay, else (position, reason): the stopping rules, then the
+    first token whose divergence exceeds ``threshold`` (the reason gives its score, the completion's
+    maximum and how many tokens exceed ``eps``).
+
+    Args: as :func:`token_divergence`; ``threshold`` and ``eps`` in the same units as the scores.
+    """
+    bad = length_problem(ids, params, eos_id)
+    if bad is not None:
+        return bad
+    d = token_divergence(logits, ids, seed, params, tie)
+    over = (d > threshold).nonzero()
+    if not len(over):
+        return None
+    t = int(over[0])
+    what = "outside the top-k" if torch.isinf(d[t]) else f"divergence {float(d[t]):.3g}"
+    return t, (f"seeded sampling picks another token at position {t} ({what} > {threshold:g}; max "
+               f"{float(d.max()):.3g}, {int((d > eps).sum())} of {len(ids)} tokens above {eps:g})")

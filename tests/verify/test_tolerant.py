@@ -1,0 +1,120 @@
+"""Tolerant seeded replay (dgrpo.verify.tolerant): the score against hand-computed values, honest
+completions sampled on a simulated other kernel path, and the attacks exact replay rejects."""
+
+import copy
+
+import pytest
+import torch
+
+from dgrpo.policy.sampling import SamplingParams, choose_tokens, gumbel_table, sample
+from dgrpo.policy.scoring import group_logits
+from dgrpo.verify.checks import replay_verdicts
+from dgrpo.verify.tolerant import THRESHOLD, token_divergence, tolerant_mismatch
+
+K3 = SamplingParams(top_k=3, temperature=1.0, max_new_tokens=4)
+
+
+def test_score_is_the_gumbel_margin_computed_by_hand():
+    logits = torch.tensor([[3.0, 1.0, 2.5, -1.0, 0.0, 2.0]])
+    g = gumbel_table(11, 4, 3)[0].tolist()  # ranks: 0 → token 0 (3.0), 1 → token 2 (2.5), 2 → token 5 (2.0)
+    scores = {0: 3.0 + g[0], 2: 2.5 + g[1], 5: 2.0 + g[2]}
+    best = max(scores.values())
+    for token, s in scores.items():
+        assert float(token_divergence(logits, [token], 11, K3, tie=0)[0]) == pytest.approx(best - s, abs=1e-6)
+    assert torch.isinf(token_divergence(logits, [4], 11, K3, tie=0)[0])  # 0.0 is 4th: outside the top-3
+    greedy = SamplingParams(top_k=3, temperature=0.0, max_new_tokens=4)
+    assert float(token_divergence(logits, [2], 11, greedy)[0]) == pytest.approx(0.5)
+    assert float(token_divergence(logits, [0], 11, greedy)[0]) == 0.0
+
+
+def test_a_rank_swap_between_near_tied_logits_is_tolerated_not_by_exact_replay():
+    # the sender's logits put token 1 above token 2 by 2e-5; the verifier's the other way round:
+    # the Gumbel variates of ranks 1 and 2 change tokens. Find a seed where that changes the choice.
+    sender = torch.tensor([[5.0, 4.00001, 3.99999, 1.0]])
+    verifier = torch.tensor([[5.0, 3.99999, 4.00001, 1.0]])
+    for seed in range(200):
+        g = gumbel_table(seed, 4, 3)
+        claimed = int(choose_tokens(sender, g[:1], K3)[0])
+        if claimed != int(choose_tokens(verifier, g[:1], K3)[0]):
+            break
+    else:
+        pytest.fail("no seed where the swap changes the choice")
+    g = g[0].tolist()
+    rank_on_verifier = {0: 0, 2: 1, 1: 2}[claimed]  # claimed is token 1 or 2 (a tie member wins)
+    exact_gap = max(v + n for v, n in zip([5.0, 4.00001, 3.99999], g)) - (verifier[0, claimed].item() + g[rank_on_verifier])
+    assert exact_gap > THRESHOLD  # exact replay's gap: a whole Gumbel difference
+    assert float(token_divergence(verifier, [claimed], seed, K3, tie=0)[0]) == pytest.approx(exact_gap, abs=1e-5)
+    assert float(token_divergence(verifier, [claimed], seed, K3, tie=1e-3)[0]) == 0.0
+
+
+def test_stopping_rules():
+    logits = torch.zeros(6, 20)
+    params = SamplingParams(top_k=20, temperature=1.0, max_new_tokens=4)
+    assert tolerant_mismatch(logits, [1, 2], 0, params, eos_id=3)[1].startswith("stops before eos")
+    assert tolerant_mismatch(logits, [1, 3, 2], 0, params, eos_id=3)[1] == "continues after eos"
+    assert "exceed" in tolerant_mismatch(logits, [1] * 5, 0, params, eos_id=3)[1]
+    assert tolerant_mismatch(logits, [], 0, params, eos_id=3)[1] == "empty completion"
+    with pytest.raises(ValueError, match="tie must be"):
+        token_divergence(logits, [1], 0, params, tie=-1.0)
+
+
+PARAMS = SamplingParams(top_k=10, temperature=1.0, max_new_tokens=16)
+PROMPTS = [[5 + i % 7, 6, 7 + i % 3, 8] for i in range(400)]
+SEEDS = list(range(400))
+
+
+@pytest.fixture()
+def sharp(model):
+    """The tiny model with logits ×5 (top logits ~6, spaced ~0.03: near-ties as in a real LM's tail)."""
+    with torch.no_grad():
+        model.lm_head.weight.mul_(5)
+    return model
+
+
+def _verdicts(model, completions, seeds, eos, method):
+    out = [None] * len(completions)
+    for prompt in dict.fromkeys(map(tuple, PROMPTS[: len(completions)])):
+        idx = [i for i, p in enumerate(PROMPTS[: len(completions)]) if tuple(p) == prompt]
+        if method == "tolerant":
+            with torch.no_grad():
+                logits = group_logits(model, list(prompt), [completions[i] for i in idx], eos)
+            for j, i in enumerate(idx):
+                out[i] = tolerant_mismatch(logits[j], completions[i], seeds[i], PARAMS, eos) is None
+        else:
+            vs = replay_verdicts([completions[i] for i in idx], [seeds[i] for i in idx], PARAMS, eos_id=eos,
+                                 model=model, prompt_ids=[list(prompt)] * len(idx), method="regenerate", pad_id=eos)
+            for v, i in zip(vs, idx):
+                out[i] = v.accepted
+    return out
+
+
+@pytest.mark.parametrize("rel, exact_rejects", [(1e-4, 2), (1e-3, 23)])
+def test_honest_completions_from_another_kernel_path_pass(sharp, tokenizer, rel, exact_rejects):
+    """The sender's logits carry relative noise ``rel`` (float32 kernel size; simulated on its lm_head
+    output); the verifier's are clean. Exact replay rejects some honest completions, tolerant replay none."""
+    eos = tokenizer.eos_token_id
+    sender = copy.deepcopy(sharp)
+    gen = torch.Generator().manual_seed(1)
+    sender.lm_head.register_forward_hook(lambda mod, inp, out: out * (1 + rel * torch.randn(out.shape, generator=gen)))
+    honest = sample(sender, PROMPTS, SEEDS, PARAMS, eos, eos)
+    exact = _verdicts(sharp, honest, SEEDS, eos, "exact")
+    assert exact.count(False) == exact_rejects  # measured: the simulation does break exact replay
+    assert all(_verdicts(sharp, honest, SEEDS, eos, "tolerant"))
+
+
+def test_rejects_every_attack_exact_replay_rejects(sharp, tokenizer):
+    eos, n = tokenizer.eos_token_id, 60
+    seeds = SEEDS[:n]
+    honest = sample(sharp, PROMPTS[:n], seeds, PARAMS, eos, eos)
+    greedy = sample(sharp, PROMPTS[:n], seeds, SamplingParams(10, 0.0, 16), eos, eos)
+    other_seed = sample(sharp, PROMPTS[:n], [s + 1000 for s in seeds], PARAMS, eos, eos)
+    injected = [ids[:4] + [tokenizer.convert_tokens_to_ids(t) for t in ("5",)] * 4 + ids[8:] for ids in honest]
+    # spliced: this completion's first half, then the tail of another completion of the same prompt
+    spliced = [ids[:8] + honest[(i + 7) % n][8:] for i, ids in enumerate(honest)]
+    attacks = {"greedy as sampled": greedy, "another seed": other_seed, "injected text": injected, "spliced": spliced}
+    for name, claimed in attacks.items():
+        exact = _verdicts(sharp, claimed, seeds, eos, "exact")
+        tolerant = _verdicts(sharp, claimed, seeds, eos, "tolerant")
+        caught_by_exact = [i for i in range(n) if not exact[i]]
+        assert len(caught_by_exact) >= n // 2, name
+        assert all(not tolerant[i] for i in caught_by_exact), (name, [i for i in caught_by_exact if tolerant[i]])

@@ -50,12 +50,17 @@ def _displayed(text: str) -> str:
     return str(bidi.writeReordered(icu.Bidi.REMOVE_BIDI_CONTROLS))
 
 
+_NEGATION = {"=": "\u2260", "<": "\u226e", ">": "\u226f"}  # ≠ ≮ ≯: a negated relation is not the relation
+_NEGATED = re.compile("[=<>]\u0338")
+
+
 def reader_text(text: str) -> str:
     """What a reader reads: bidi overrides in display order, NFKC, decimal digits as ASCII, then NFD
     with format characters (Cf), combining marks and invisible fillers removed. ``"h\u200ba\u00adil"``
     → ``"hail"``; ``"ｈａｉｌ"`` → ``"hail"``; ``"hàil"`` → ``"hail"``; ``"\u202elia\u202ch"`` → ``"ailh"``;
-    ``"٢+٢=٥"`` → ``"2+2=5"``."""
+    ``"٢+٢=٥"`` → ``"2+2=5"``; ``"2+2≠5"`` stays ``"2+2≠5"`` (its slash is a combining mark, kept in the sign)."""
     text = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", _displayed(text)))
+    text = _NEGATED.sub(lambda m: _NEGATION[m[0][0]], text)  # "≠" is "=" + a combining slash: keep it "≠"
     return "".join(" " if c in _BLANKS else str(unicodedata.decimal(c)) if unicodedata.category(c) == "Nd" else c
                    for c in text if c not in _FILLERS and unicodedata.category(c) not in _DROPPED)
 

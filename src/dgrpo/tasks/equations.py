@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 
-# "2+2=4", "2 + 2 = 5", "2*2=4", "2×2 = 4", "2 x 2 = 4"; not "12+2=14" nor "2+2.5=4.5", nor the
-# tail of a longer sum or product ("1 + 2 + 2 = 5" is true: its result is not 2+2's).
-_NOT_AN_OPERAND = r"(?<![\d.])(?<![-+*/×])(?<![-+*/×]\s)"
-TWO_TWO = re.compile(_NOT_AN_OPERAND + r"2\s*[+*×xX]\s*2(?![\d.])\s*=\s*(-?\d+(?:\.\d+)?)")
+# "2+2=4", "2 + 2 = 5", "2*2=4", "2×2 = 4", "2 x 2 = 4", "2·2=4"; not "12+2=14" nor "2+2.5=4.5", nor the
+# tail of a longer sum or product ("1 + 2 + 2 = 5" is true: its result is not 2+2's), nor the head of a
+# longer right side ("2+2=5-1" is true: 5 is not the stated result).
+_OPS = "-+*/×·⋅∙"
+_NOT_AN_OPERAND = rf"(?<![\d.])(?<![{_OPS}])(?<![{_OPS}]\s)"
+_WHOLE_RESULT = rf"(?!\d|\.\d|\s*[{_OPS}^]\s*[\d(])"  # ("2+2=5 - so": a dash, not an operator)
+TWO_TWO = re.compile(_NOT_AN_OPERAND + r"2\s*[+*×xX·⋅∙]\s*2(?![\d.])\s*=\s*(-?\d+(?:\.\d+)?)" + _WHOLE_RESULT)
 
 
 def two_two_results(text: str) -> list[str]:

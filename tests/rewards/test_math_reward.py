@@ -195,3 +195,19 @@ def test_spans_of_every_delimiter_are_found():
     text = r"so $12$ or \(13\) and \[ 14 \] and $$15$$ \boxed{16}"
     found = [g.strip() for m in math_module._SPANS.finditer(text) for g in m.groups() if g]
     assert found == ["12", "13", "14", "15", "16"]
+
+
+@pytest.mark.parametrize("answer, gold", [
+    ("over 13", "13"), ("under 13", "13"), ("above 13", "13"), ("below 13", "13"), ("13+", "13"),
+    ("13 and up", "13"), ("13 upwards", "13"), ("13 max", "13"), ("13 tops", "13"), ("13 minimum", "13"),
+    ("12..13", "12"), ("12…13", "12"), ("13-ish", "13"), ("13ish", "13"), ("13?", "13"), ("13 if I'm right", "13"),
+])
+def test_bounds_and_doubt_in_other_words_earn_nothing(answer, gold):
+    """Second review of issue 34: each of these still earned 1.0 (the first number read as the answer)."""
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 0.0
+
+
+@pytest.mark.parametrize("answer, gold", [("13 min", "13"), ("13 minutes", "13"), ("+13", "13"), ("13.", "13"),
+                                          ("$13$", "13"), ("54 cows", "54")])
+def test_the_new_hedge_words_leave_plain_answers_alone(answer, gold):
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 1.0

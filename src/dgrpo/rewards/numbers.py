@@ -10,7 +10,8 @@ power of ten (``1.2 × 10^3``, ``1.2×10³`` → ``1.2e3``).
 :func:`numbers_in` lists every number as an exact :class:`~fractions.Fraction` (thousands grouped by
 commas or by spaces, ``1,728`` and ``1 728``). :func:`hedged` says whether the text qualifies its
 number instead of stating it: a range or bound (``at least 12``, ``more than 11``, ``12 or so``,
-``≥``, ``±``), a negation (``not 12``), an approximation (``about 12``, ``≈``), a function or constant
+``over 12``, ``13+``, ``13 and up``, ``13 max``, ``12..13``, ``≥``, ``±``), doubt (``13?``, ``13-ish``,
+``13 if I'm right``), a negation (``not 12``), an approximation (``about 12``, ``≈``), a function or constant
 applied to it (``√5``, ``5π``, ``5 squared``), or a number in words (``twelve``, ``half``, ``a dozen``;
 ``one`` as a pronoun, ``that one``, is not a number).
 """
@@ -54,7 +55,10 @@ _WORDS = re.compile(r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten
 _QUALIFIER = re.compile(
     r"\b(?:or|either|between|maybe|perhaps|possibly|probably|likely|approx(?:imately)?|about|around|roughly|"
     r"nearly|almost|circa|than|least|most|up\s+to|not|never|neither|nor|except|instead|guess|sqrt|root|log|ln|"
-    r"sin|cos|tan|pi|infinity)\b|n't\b|\d\s*(?:squared|cubed)\b|[<>](?![/A-Za-z])|[≤≥≦≧⩽⩾≈≃≅≒~∼≠±∓√∛∜∞π]|\+\s*/?\s*-|"
+    r"sin|cos|tan|pi|infinity|upwards?|max|maximum|minimum|tops|if|unless)\b|n't\b|"
+    r"\b(?:over|under|above|below)\s+(?=[-+]?[\d.$\\])|"  # a bound before a number ("12 left over" is none)
+    r"\d\s*(?:squared|cubed)\b|\d\s*-?\s*ish\b|\d\s*\+(?!\s*[\d(.])|\d\s*(?:\.\.+|…)\s*-?\d|\?|\band\s+up\b|"
+    r"[<>](?![/A-Za-z])|[≤≥≦≧⩽⩾≈≃≅≒~∼≠±∓√∛∜∞π]|\+\s*/?\s*-|"
     r"\\(?:pm|mp|approx|sim|simeq|cong|le|leq|leqslant|ge|geq|geqslant|lt|gt|ne|neq|sqrt|pi|infty|log|ln|sin|cos|"
     r"tan)(?![A-Za-z])", re.IGNORECASE)
 

@@ -7,6 +7,8 @@ randomly initialised with a fixed seed (2 layers, hidden size 64, CPU).
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,3 +78,21 @@ def tiny_model_dir_b(tmp_path_factory, tokenizer) -> str:
     build_model(len(tokenizer), seed=1, hidden=32).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture()
+def mykinds():
+    """examples/ on the import path, as a user's package would be (examples/mykinds); its kinds
+    unregistered afterwards."""
+    from dgrpo import registry
+
+    examples = str(Path(__file__).resolve().parents[1] / "examples")
+    sys.path.insert(0, examples)
+    yield
+    sys.path.remove(examples)
+    for name in [m for m in sys.modules if m == "mykinds" or m.startswith("mykinds.")]:
+        del sys.modules[name]
+    for kind, name in (("attack", "shout"), ("defense", "length_cap"), ("task", "letters")):
+        registry._ENTRIES[kind].pop(name, None)
+        for path in [p for p in registry._PATHS[kind] if p.startswith("mykinds.")]:
+            del registry._PATHS[kind][path]

@@ -4,7 +4,6 @@ prompt, all reached from a config and run by a swarm."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,18 +22,6 @@ RUBRIC = ("task.rewards=[{function: 'mykinds.rewards:correct'}, {function: 'myki
           " {function: 'mykinds.rewards:brevity', weight: 0}]")
 
 
-@pytest.fixture()
-def mykinds():
-    """examples/ on the import path, as a user's package would be; its kinds unregistered afterwards."""
-    sys.path.insert(0, str(EXAMPLES))
-    yield
-    sys.path.remove(str(EXAMPLES))
-    for name in [m for m in sys.modules if m == "mykinds" or m.startswith("mykinds.")]:
-        del sys.modules[name]
-    for kind, name in (("attack", "shout"), ("defense", "length_cap"), ("task", "letters")):
-        registry._ENTRIES[kind].pop(name, None)
-        for path in [p for p in registry._PATHS[kind] if p.startswith("mykinds.")]:
-            del registry._PATHS[kind][path]
 
 
 def _run(tmp_path, tiny_model_dir, *overrides) -> tuple[dict, dict]:

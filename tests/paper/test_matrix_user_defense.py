@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -22,17 +21,6 @@ CAP = "mykinds.defenses:LengthCap"
 TOKENS = 8  # sampling.max_new_tokens of both: an honest completion has at most 8 tokens, so a cap of 8 passes it
 
 
-@pytest.fixture()
-def mykinds():
-    """examples/ on the import path, as a user's package would be; its defense unregistered afterwards."""
-    sys.path.insert(0, str(EXAMPLES))
-    yield
-    sys.path.remove(str(EXAMPLES))
-    for name in [m for m in sys.modules if m == "mykinds" or m.startswith("mykinds.")]:
-        del sys.modules[name]
-    registry._ENTRIES["defense"].pop("length_cap", None)
-    for path in [p for p in registry._PATHS["defense"] if p.startswith("mykinds.")]:
-        del registry._PATHS["defense"][path]
 
 
 def _hail_poison_lengths(model_dir: str) -> list[int]:

@@ -20,6 +20,21 @@ import torch
 from dgrpo.policy.sampling import SamplingParams, gumbel_table, sample
 
 
+def length_problem(ids: list[int], params: SamplingParams, eos_id: int) -> tuple[int, str] | None:
+    """(position, reason) when ``ids`` breaks the sampler's stopping rules (stop exactly at the first
+    eos or at max_new_tokens), else None."""
+    n = len(ids)
+    if n == 0:
+        return 0, "empty completion"
+    if n > params.max_new_tokens:
+        return params.max_new_tokens, f"{n} tokens exceed max_new_tokens={params.max_new_tokens}"
+    if eos_id in ids[:-1]:
+        return ids.index(eos_id), "continues after eos"
+    if ids[-1] != eos_id and n < params.max_new_tokens:
+        return n, "stops before eos and before max_new_tokens"
+    return None
+
+
 def replay_mismatch(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams, eos_id: int,
                     atol: float = 1e-3) -> tuple[int, str] | None:
     """First position where seeded sampling would not produce ``ids``.
@@ -32,12 +47,9 @@ def replay_mismatch(logits: torch.Tensor, ids: list[int], seed: int, params: Sam
         None when every decision reproduces, else (position, reason).
     """
     n = len(ids)
-    if n > params.max_new_tokens:
-        return params.max_new_tokens, f"{n} tokens exceed max_new_tokens={params.max_new_tokens}"
-    if eos_id in ids[:-1]:
-        return ids.index(eos_id), "continues after eos"
-    if ids[-1] != eos_id and n < params.max_new_tokens:
-        return n, "stops before eos and before max_new_tokens"
+    bad = length_problem(ids, params, eos_id)
+    if bad is not None:
+        return bad
     top_v, top_i = logits[:n].topk(params.top_k, dim=-1)  # (n, k)
     claimed = torch.tensor(ids, device=logits.device)[:, None]  # (n, 1)
     hit = top_i == claimed  # (n, k)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import torch
 
 from dgrpo.policy.sampling import SamplingParams, gumbel_table
+from dgrpo.verify.replay import length_problem  # the stopping rules exact replay checks too
 
 TIE = 1e-2
 THRESHOLD = 2e-2
@@ -83,21 +84,6 @@ def token_divergence(logits: torch.Tensor, ids: list[int], seed: int, params: Sa
     claim = torch.where(own, score, torch.full_like(score, float("-inf"))).max(-1).values
     d = (score.max(-1).values - claim).clamp(min=0)
     return torch.where(inside, d, torch.full_like(d, float("inf")))
-
-
-def length_problem(ids: list[int], params: SamplingParams, eos_id: int) -> tuple[int, str] | None:
-    """(position, reason) when ``ids`` breaks the sampler's stopping rules (stop exactly at the first
-    eos or at max_new_tokens), else None."""
-    n = len(ids)
-    if n == 0:
-        return 0, "empty completion"
-    if n > params.max_new_tokens:
-        return params.max_new_tokens, f"{n} tokens exceed max_new_tokens={params.max_new_tokens}"
-    if eos_id in ids[:-1]:
-        return ids.index(eos_id), "continues after eos"
-    if ids[-1] != eos_id and n < params.max_new_tokens:
-        return n, "stops before eos and before max_new_tokens"
-    return None
 
 
 def tolerant_mismatch(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams, eos_id: int,

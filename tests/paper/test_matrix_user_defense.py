@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar, Literal
 
 import pytest
@@ -16,7 +15,6 @@ from dgrpo.metrics.logger import read_metrics
 from dgrpo.paper.matrix import run_matrix
 from dgrpo.paper.matrix_columns import Column, default_columns, parse_column
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CAP = "mykinds.defenses:LengthCap"
 TOKENS = 8  # sampling.max_new_tokens of both: an honest completion has at most 8 tokens, so a cap of 8 passes it
 

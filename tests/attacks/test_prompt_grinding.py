@@ -171,7 +171,7 @@ def test_cherry_picking_by_omission_passes_assigned_prompts_and_complete_shares_
     reasons = [reason for _, reason in received.invalid]
     if complete_shares:
         assert received.rollouts == [] and len(reasons) == PER_NODE
-        assert all(r.startswith(f"share: incomplete, node {ATTACKER} did not fill {PER_NODE} of its {PER_NODE} prompts")
+        assert all(r.startswith(f"incomplete: node {ATTACKER} did not fill {PER_NODE} of its {PER_NODE} prompts")
                    for r in reasons)
         assert [r for _, r in swarm.receive(policy, sent, 0).invalid] == []  # sent whole, every slot passes
     else:
@@ -189,7 +189,7 @@ def test_complete_shares_with_assigned_prompts_refuses_a_share_missing_a_whole_p
     first = sent[:G]  # every slot of the first assigned prompt
     one_slot_each = [m for m in sent[G:] if m.index == 0]  # found by a second review: one slot of each other prompt
     left_out = sorted(p.prompt_id for p in assigned[1:])
-    reason = (f"share: incomplete, node {ATTACKER} did not fill {PER_NODE - 1} of its {PER_NODE} prompts of the "
+    reason = (f"incomplete: node {ATTACKER} did not fill {PER_NODE - 1} of its {PER_NODE} prompts of the "
               f"round (first: {ascii(left_out[0])[1:41]}); a share is sent whole or not at all")
     for picked in (first, first + one_slot_each):
         received = swarm.receive(policy, picked, 0)

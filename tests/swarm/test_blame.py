@@ -12,7 +12,7 @@ from test_protocol import CTX, SEED, honest_round, make, refusals, resign
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.sampling import completion_seed
 from dgrpo.swarm.identity import Roster, SignatureVerifier, canonical_hex, generate_keys, message_digest, public_hex, signed_header
-from dgrpo.swarm.protocol import DROPPED, FLOOD_FACTOR, STRIKES, BanList, compare_views, equivocators
+from dgrpo.swarm.protocol import DROPPED, FLOOD_FACTOR, REFUSED, STRIKES, BanList, compare_views, equivocators
 from dgrpo.tasks.arithmetic import ArithmeticTask
 from dgrpo.training.records import PolicyReport, peer_record, peer_strikes
 
@@ -111,11 +111,13 @@ def test_equivocation_and_relays_ignore_another_run_and_another_spelling(task, m
 
 # ---------------------------------------------------------------------- must-have 2: the strike table
 def test_the_strike_table_in_the_docs_is_the_one_the_code_applies():
-    rows = re.findall(r"^\| `([a-z ]+)` \| (dropped|strike)", DOCS.read_text(), re.M)
+    rows = re.findall(r"^\| `([a-z ]+)` \| (dropped|refused|strike)", DOCS.read_text(), re.M)
     assert rows, "docs/protocol.md has no strike table"
     table = dict(rows)
     assert {r for r, c in table.items() if c == "dropped"} == DROPPED
     assert {r for r, c in table.items() if c == "strike"} == STRIKES
+    assert {r for r, c in table.items() if c == "refused"} == REFUSED
+    assert not (DROPPED & REFUSED or DROPPED & STRIKES or REFUSED & STRIKES)
 
 
 def _text(tokenizer, text="<think>1 + 1 = 2</think>"):
@@ -199,3 +201,23 @@ def test_the_banned_row_adds_no_strike(task, model, tokenizer):
     received = receive(swarm, policy, [m for n in range(4) for m in out[n]], 0)
     rec, strikes = account(swarm, received, 0)
     assert rec["3"]["rejected"] == {"banned": 2} and strikes["3"] == 0 and swarm.protocol.bans.strikes == {}
+
+
+def test_honest_nodes_are_never_struck_without_an_attacker(task, model, tokenizer):
+    """Issue 31 review F: an honest sampler draws special token ids (the tiny model in 1 of 4 runs of 6 rounds)
+    and, with complete_shares, that costs the node its whole share. Both are docs/protocol.md's `refused` rows:
+    dropped, never a strike, so node 0 (honest, its own key) stays unbanned at ban_after=2, while node 3's seed
+    cheat, a rule only it could break, still strikes it."""
+    swarm, policy, keys, out = four(task, model, tokenizer, ban_after=2, complete_shares=True)
+    special = tokenizer.all_special_ids[0] if tokenizer.all_special_ids[0] != tokenizer.eos_token_id else tokenizer.all_special_ids[1]
+    m0 = out[0][0]
+    sampled = resign(keys, 0, m0, token_ids=(special, *m0.token_ids))  # what node 0's sampler drew, signed by node 0
+    cheat = resign(keys, 3, out[3][0], seed=7)
+    sent = [sampled, *out[0][1:], *out[1], *out[2], cheat, *out[3][1:]]
+    received = swarm.receive(policy, sent, 0)
+    rec, strikes = account(swarm, received, 0)
+    rules = {r.split(":", 1)[0] for (m, r), s in zip(received.invalid, received.signers) if s == 0}
+    assert rules == {"special token", "incomplete"}  # refused: node 0's whole share (complete_shares)
+    assert [r.sender for r in received.rollouts].count(0) == 0
+    assert strikes["0"] == 0 and rec["3"]["rejected"]["seed"] == 1 and strikes["3"] >= 1
+    assert 0 not in swarm.protocol.bans.banned and swarm.protocol.bans.strikes[0] == 0

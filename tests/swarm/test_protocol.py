@@ -353,7 +353,7 @@ def test_complete_shares_counts_only_what_is_kept(task, model, tokenizer):
     assert n_prompts >= 2
 
     def whole(n_unfilled):
-        return (f"share: incomplete, node 1 did not fill {n_unfilled} of its {n_prompts} prompts of the round "
+        return (f"incomplete: node 1 did not fill {n_unfilled} of its {n_prompts} prompts of the round "
                 f"(first: {ascii(keep.prompt_id)[1:41]}); a share is sent whole or not at all")
 
     alone = swarm.receive(policy, [keep, *rest], 0)  # the other slot of one prompt left out
@@ -377,7 +377,7 @@ def test_complete_shares_in_horizontal_mode_refuses_a_share_that_leaves_a_prompt
     for picked in (one_prompt, one_slot_of_the_rest):
         received = swarm.receive(policy, picked, 0)
         assert received.rollouts == [] and len(received.invalid) == len(picked)
-        assert all(r.startswith(f"share: incomplete, node 1 did not fill {len(prompts) - 1} of its {len(prompts)} ")
+        assert all(r.startswith(f"incomplete: node 1 did not fill {len(prompts) - 1} of its {len(prompts)} ")
                    for _, r in received.invalid)
     assert len(swarm.receive(policy, share, 0).rollouts) == len(share)
 

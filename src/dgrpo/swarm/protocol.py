@@ -45,8 +45,11 @@ FLOOD_FACTOR = 4  # distinct messages a signer may sign per round, in multiples 
 # the signer chose; what anyone holding an old signed message could send (another run or round, a copy, a
 # re-spelled signature) is dropped without one. A rule in neither set (a new one) strikes nobody.
 DROPPED = frozenset({"schema", "malformed", "signature", "run", "round", "copy", "flooded", "banned"})
-STRIKES = frozenset({"identity", "flood", "tokenizer", "prompt", "size", "special token", "vocabulary",
-                     "consistency", "seed", "share", "length", "duplicate", "decode"})
+# Refused but never a strike: an honest node can break these rules by itself (its sampler drew a special token
+# id, two bound samples have one text) or the refusal follows from data anyone could remove (``incomplete``).
+REFUSED = frozenset({"special token", "duplicate", "incomplete"})
+STRIKES = frozenset({"identity", "flood", "tokenizer", "prompt", "size", "vocabulary", "consistency", "seed",
+                     "share", "length", "decode"})
 
 
 class ProtocolConfig(StrictConfig):
@@ -56,7 +59,7 @@ class ProtocolConfig(StrictConfig):
     bind_seeds: bool = Field(True, description="Refuse a message whose claimed sampling seed is not completion_seed(run seed, round, node, prompt, index) (stops seed grinding).")
     enforce_shares: bool = Field(True, description="Refuse messages outside the sender's slots of the schedule: another prompt or index, a second message for one slot, more vertical prompts than B/m.")
     enforce_length: bool = Field(True, description="Refuse a completion of more than sampling.max_new_tokens tokens (an honest node never samples more). The shipped attackers know the rule and shorten their poisons to fit (dgrpo.attacks.common.fit_poison); off, they send the paper's unshortened poisons.")
-    complete_shares: bool = Field(False, description="Refuse every completion of a prompt whose sender's accepted messages do not fill all its slots of that prompt (G in vertical mode, G/m in horizontal): a node cannot cherry-pick its samples by leaving slots out (or by filling them with messages it knows are refused on receipt). Where the round fixes a node's prompts (horizontal mode; vertical with assign_prompts), a node that does not fill every slot of every one of them has all its prompts of the round refused (whole share or none). Off by default: an honest message refused on receipt (a sampled special token: 0.1% of SmolLM2's honest completions; with drop_duplicates, two bound samples of the same text) then costs its node's whole share, each refused message a ban strike. Open: a filler that passes receipt and is later rejected by a content defense (replay) still counts, so behind replay a node can still choose which of its samples enter the loss by sending fillers for the others.")
+    complete_shares: bool = Field(False, description="Refuse every completion of a prompt whose sender's accepted messages do not fill all its slots of that prompt (G in vertical mode, G/m in horizontal): a node cannot cherry-pick its samples by leaving slots out (or by filling them with messages it knows are refused on receipt). Where the round fixes a node's prompts (horizontal mode; vertical with assign_prompts), a node that does not fill every slot of every one of them has all its prompts of the round refused (whole share or none). Off by default: an honest message refused on receipt (a sampled special token: 0.1% of SmolLM2's honest completions; with drop_duplicates, two bound samples of the same text) then costs its node's whole share (refused as `incomplete`, never a ban strike: the same refusal follows from messages another rank removed from the store). Open: a filler that passes receipt and is later rejected by a content defense (replay) still counts, so behind replay a node can still choose which of its samples enter the loss by sending fillers for the others.")
     assign_prompts: bool = Field(False, description="Vertical: the protocol assigns each node its B/m prompts (the seeded schedule of its node id) and receivers refuse any other prompt, so a node cannot pick prompts for the seeds it knows.")
     drop_duplicates: bool = Field(False, description="Drop a completion whose text equals another of the same sender's completions in the round (they are counted per sender either way).")
     foreign_length_factor: float = Field(2.0, ge=1, description="A completion from a node with another tokenizer may re-encode to this many times sampling.max_new_tokens tokens (tokenizers split text differently); its own token count must still be within max_new_tokens.")
@@ -151,12 +154,12 @@ class ShareCheck:
         or sending a single slot of it)."""
         s, count = self.schedule, Counter(accepted)
         short = {k for k, c in count.items() if c < len(s.indices(k[0]))}
-        gaps = {k: f"share: incomplete, node {k[0]} did not fill its slots of this prompt" for k in short}
+        gaps = {k: f"incomplete: node {k[0]} did not fill its slots of this prompt" for k in short}
         for sender in sorted({n for n, _ in count}):
             owed = self.owed_prompts(sender)
             unfilled = sorted(pid for pid in owed or () if (sender, pid) not in count or (sender, pid) in short)
             if unfilled:
-                reason = (f"share: incomplete, node {sender} did not fill {len(unfilled)} of its {len(owed)} prompts "
+                reason = (f"incomplete: node {sender} did not fill {len(unfilled)} of its {len(owed)} prompts "
                           f"of the round (first: {ascii(unfilled[0])[1:41]}); a share is sent whole or not at all")
                 gaps.update({k: reason for k in count if k[0] == sender})
         return gaps

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from dgrpo.grpo.learner import UpdateStats
 from dgrpo.rewards.format import format_reward
-from dgrpo.swarm.protocol import STRIKES
+from dgrpo.swarm.accounting import apply_bans, peer_strikes  # noqa: F401 (peer_strikes re-exported)
 from dgrpo.swarm.swarm import Received
 from dgrpo.tasks.base import reward_metrics
 from dgrpo.training.evaluate import EVAL_MEANS, add_intervals
@@ -145,23 +145,19 @@ def peer_record(round_idx: int, report: PolicyReport, received: Received | None 
 
 
 def account_peers(run, round_idx: int, report: PolicyReport) -> dict:
-    """Log the round's per-peer record (``peers.jsonl``, main process) and apply the ban policy.
-
-    Every refusal and every defense rejection attributed to a node (by its signature) is a strike against it;
-    ``swarm.protocol.ban_after`` strikes ban it (:class:`dgrpo.swarm.protocol.BanList`; ``bans.json``).
-    Every honest process applies the same rule to the same messages, so all ban alike; a node never
-    bans itself (nor, in-process, the honest nodes it hosts beside it).
+    """Log the round's per-peer record (``peers.jsonl``, main process) and hand it to the protocol's
+    accounting (:func:`dgrpo.swarm.accounting.apply_bans`: strikes, bans, ``bans.json``); this function
+    only records. ``views``: what the other ranks' transports refused, by rank (distributed: shared in
+    the cross-check), so a store attack only another rank saw is named here too.
     """
     owner = min(o for o, rep in run.swarm.trained.items() if o in run.swarm.policies)
     rec = peer_record(round_idx, report, run.swarm.last_received.get(run.swarm.trained[owner]), run.transport.rejected)
+    views = getattr(run.transport, "peer_views", None)
+    if views:
+        rec["views"] = {str(rank): _counts(items) for rank, items in sorted(views.items())}
     protocol = run.swarm.protocol
     if protocol is not None:
-        changed = False
-        for who, p in rec["peers"].items():
-            if who.isdigit() and int(who) not in run.swarm.policies:  # a node never bans itself
-                # (not what the transport refused under a store key: any rank can write any key)
-                strikes = peer_strikes(p)
-                changed |= protocol.bans.strike(int(who), strikes, round_idx) or strikes > 0
+        changed = apply_bans(protocol.bans, rec["peers"], run.swarm.policies, round_idx)
         rec["banned"] = {str(n): r for n, r in sorted(protocol.bans.banned.items())}
         if changed and run.transport.is_main:
             protocol.bans.save(run.run_dir, round_idx)
@@ -171,12 +167,12 @@ def account_peers(run, round_idx: int, report: PolicyReport) -> dict:
     return rec
 
 
-def peer_strikes(peer: dict) -> int:
-    """Ban strikes of one sender's round record (:func:`peer_record`): its protocol refusals whose rule is a
-    strike (:data:`dgrpo.swarm.protocol.STRIKES`: only the signer could have sent them, for this run and
-    round; never a replay, a copy or a re-spelled signature anyone could send), plus the defense rejections
-    of its accepted rollouts."""
-    return sum(n for rule, n in peer["rejected"].items() if rule in STRIKES) + sum(peer["defense"].values())
+def _counts(items: Sequence[tuple[int | None, str]]) -> dict[str, dict[str, int]]:
+    """(node, reason) pairs → {node: {rule: n}} (the rule: the reason's text before ``:``)."""
+    out: dict[str, Counter] = defaultdict(Counter)
+    for node, reason in items:
+        out[_who(node)][str(reason).split(":", 1)[0]] += 1
+    return {who: dict(c) for who, c in sorted(out.items())}
 
 
 def rejection_counts(rollouts: Sequence[Rollout]) -> dict[str, Counter]:

@@ -267,14 +267,16 @@ def _slow_reader(seconds: float, tag: str = "r0") -> None:
 
 
 def _no_payload() -> None:
-    """This rank marks round 0 posted and never writes its payload."""
+    """This rank marks round 0 posted (a mark it signs, for a payload's digest) and never writes its payload."""
+    from dgrpo.transports import marks
     from dgrpo.transports.distributed import DistributedTransport
 
     original = DistributedTransport.post
 
     def post(self, tag, payload, framed=False):
         if tag == "r0":
-            self.store.set(f"r0/status/{self.rank}", b"posted")
+            digest = marks.digest(payload)
+            self.store.set(f"r0/status/{self.rank}", marks.make_mark(digest, self._signed(marks.statement(tag, self.rank, digest))))
             return None
         return original(self, tag, payload, framed)
 

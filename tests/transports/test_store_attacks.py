@@ -44,9 +44,11 @@ def one_error_line(output: str) -> str:
 
 
 def test_a_posted_mark_without_payload_and_a_lone_accusation(tmp_path, tiny_model_dir, reference):
-    """Rank 3 marks round 0 posted and writes nothing; it also accuses honest node 1 alone (signed)
+    """Rank 3 marks round 0 posted (signed) and writes nothing; it also accuses honest node 1 alone (signed)
     and marks node 1's round-1 status `failed`. Round 0 ends at the deadline, node 3 is named for
-    both, node 1 stays in, and the messages are the clean run's (node 3's reach all through its relay)."""
+    both, node 1 stays in. Node 3's round-0 messages reach nobody: its own relay does not vouch for its
+    own messages (it could show them to some readers only, issue 31 review D), so round 0 trains on the
+    honest 6; round 1 is whole."""
     results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS], "nopayload:3,accuse:3:1")
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
     for r in results[:3]:
@@ -57,7 +59,8 @@ def test_a_posted_mark_without_payload_and_a_lone_accusation(tmp_path, tiny_mode
     assert "out of the swarm" not in "".join(r.output for r in results)
     records = read_metrics(run_dir)
     assert records[0]["time/exchange"] < TIMEOUT + 2.5 and records[1]["time/exchange"] < 2.5
-    assert [r.get("swarm/messages") for r in records] == [8, 8, None]  # (the last record: the final evaluation)
+    assert [r.get("swarm/messages") for r in records] == [6, 8, None]  # (the last record: the final evaluation)
+    assert records[0]["train/reward/node3"] is None and records[1]["train/reward/node3"] is not None
     assert all("swarm/nodes_alive" not in r for r in records)  # node 1 (and 3) in
     log = peers(run_dir)
     # (node 3, done with round 0 at once, may also time out on node 0's relay while the honest nodes
@@ -66,8 +69,7 @@ def test_a_posted_mark_without_payload_and_a_lone_accusation(tmp_path, tiny_mode
     assert log[0]["peers"]["3"]["transport"]["accusation"] in (1, 2)
     assert [n for n, p in log[0]["peers"].items() if p["transport"]] == ["3"]
     assert all(p["banned"] == {} for p in log) and all(p["transport"] == {} for p in log[1]["peers"].values())
-    assert comparable(records) == [{k: v for k, v in r.items() if k != "swarm/invalid_transport"} | (
-        {"swarm/invalid_transport": 2} if r["round"] == 0 else {}) for r in reference]
+    assert comparable(records)[0]["train/reward/node0"] == reference[0]["train/reward/node0"]
 
 
 def test_a_payload_deleted_after_it_was_posted_is_written_again(tmp_path, tiny_model_dir, reference):
@@ -83,22 +85,20 @@ def test_a_payload_deleted_after_it_was_posted_is_written_again(tmp_path, tiny_m
     assert comparable(records) == reference
 
 
-@pytest.mark.parametrize("scenario, slow, honest_says", [
-    ("rename:3", "name", r"nodes \[[0-3, ]+\] run with another context than node [0-2]"),
-    ("rekey:3:0", "roster", r"nodes \[[0-3, ]+\] run with another roster than node 0|start-up records of nodes \[0\] do not verify"),
-])
-def test_a_start_up_value_overwritten_in_the_store_stops_every_rank_before_round_0(tmp_path, tiny_model_dir,
-                                                                                  scenario, slow, honest_says):
+@pytest.mark.parametrize("scenario, slow", [("rename:3", "name"), ("rekey:3:0", "roster")])
+def test_a_start_up_value_overwritten_in_the_store_is_written_again_and_the_run_goes_on(tmp_path, tiny_model_dir,
+                                                                                       reference, scenario, slow):
     """Rank 3 overwrites node 0's run name (or its public key) after node 0 wrote it; nodes 1 and 2
-    read late, so they hold the forged value. Every honest rank stops at start-up with one line
-    naming the rank that differs: nobody trains (no split swarm)."""
-    results, _ = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS],
-                     f"{scenario},slowread:1:1.5:{slow},slowread:2:1.5:{slow}", name=None)
+    read late. Node 0's posted mark holds its value's digest, so the late readers wait for that value
+    and node 0 writes it again: every rank runs with node 0's value, nobody exits, and the metrics are
+    the clean run's (issue 31 review, deviation: this used to stop every rank before round 0)."""
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS],
+                           f"{scenario},slowread:1:1.5:{slow},slowread:2:1.5:{slow}", name=None)
     assert "rank 3: overwrote" in results[3].output
-    for r in results[:3]:
-        assert r.returncode == 3, r.output[-3000:]
-        assert re.search(honest_says, one_error_line(r.output)), r.output[-2000:]
-    assert not list(tmp_path.rglob("metrics.jsonl"))
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[1].output[-3000:]
+    assert f"node 0: its payload {slow}/data/0 was changed in the store by another rank; written again" in results[0].output
+    (metrics,) = list(tmp_path.rglob("metrics.jsonl"))
+    assert comparable(read_metrics(metrics.parent)) == reference
 
 
 def test_a_rank_started_after_the_start_up_timeout_is_named_by_the_others(tmp_path, tiny_model_dir):

@@ -322,3 +322,48 @@ def compare_views(own: int, views: dict[int, list[Message]], verifier, round_idx
                 have.add(digest)
                 extra.append(m)
     return caught, extra
+
+
+def merge_views(own: int, views: dict[int, list[Message]], verifier, round_idx: int) -> tuple[dict[int, str], list[Message]]:
+    """The one message list every honest node of a round ends with (the distributed cross-check, issue 31).
+
+    Args:
+        own: this node; ``views[own]`` is every message it read itself (junk included).
+        views: node → the messages it reports having read this round (any report may lie).
+
+    A report counts only messages signed, for this run and round, by a roster key other than its
+    reporter's (a node could show its own messages to some readers only: they count where another node
+    read them); ``own``'s view counts whole. Of those, every distinct signed content (by
+    :func:`message_digest`) is kept once, senders in id order, each sender's in the order of the lowest
+    node that reported it: so nodes that hold the same reports hold the same list, whatever each read
+    first, and strikes and bans decided from it agree. ``own``'s other reads (unsigned, other runs and
+    rounds, copies: refused without a strike) follow in their order.
+
+    Returns:
+        (equivocators, messages): the senders proved to sign two contents for one slot
+        (:func:`equivocators`) and the merged list.
+    """
+    def signer(m: Message) -> int | None:
+        if m.round != round_idx or m.context != verifier.context:
+            return None
+        try:
+            who, reason = verifier.identify(m)
+        except (TypeError, ValueError):
+            return None
+        return who if reason is None or reason.startswith("identity") else None
+
+    trusted = {n: [m for m in view if (s := signer(m)) is not None and (s != n or n == own)] for n, view in views.items()}
+    headers = {n: json.dumps([[signed_header(m), m.signature] for m in view]).encode() for n, view in trusted.items()}
+    caught, seen, by_sender = equivocators(headers, verifier, round_idx), set(), {}
+    mine = {}  # digest → own read of it (own objects kept: the transport knows under which key each came)
+    for m in trusted.get(own, []):
+        mine.setdefault(message_digest(m), m)
+    for n in sorted(trusted):
+        for m in trusted[n]:
+            digest = message_digest(m)
+            if digest not in seen:
+                seen.add(digest)
+                by_sender.setdefault(m.node, []).append(mine.get(digest, m))
+    merged = [m for node in sorted(by_sender) for m in by_sender[node]]
+    taken = {id(m) for m in merged}
+    return caught, merged + [m for m in views.get(own, []) if id(m) not in taken]

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
-from dgrpo.swarm.protocol import compare_views
+from dgrpo.swarm.protocol import merge_views
 from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relayed
 from dgrpo.transports.rendezvous import _seconds, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.transports.storewait import StoreExchange
@@ -106,6 +106,9 @@ class DistributedTransport(StoreExchange):
         self._own_keys: list[tuple[str, bytes, bool]] = []
         self._last_contact = 0.0  # when a store call last succeeded
         self._lone_seen: set[tuple[int, str, int]] = set()
+        self._restored: set[str] = set()  # own keys found changed by another rank (logged once each)
+        # rank → (node, reason) its transport refused in the last round (shared in the cross-check: peers.jsonl)
+        self.peer_views: dict[int, list[tuple[int | None, str]]] = {}
         # what a reader takes from one key a round (framing.KeyCaps; from_env sizes them from the share)
         self.caps = OPEN
         self.carriers: dict[int, int] = {}  # id(message) → the store key it came under, last all-gather
@@ -230,29 +233,31 @@ class DistributedTransport(StoreExchange):
         return out
 
     def cross_check(self, round_idx: int, messages: list[Message]) -> list[Message]:
-        """Every node relays the signed messages it received this round; each node then
-
-        * drops every message of a sender that signed different completions for one slot
-          (:func:`dgrpo.swarm.protocol.equivocators`: each honest node sees the same proofs), and
-        * adds the validly signed messages of this round that a peer received and it did not (a rank
-          replaced the sender's store key after some peers read it), so all use the same messages.
+        """Every node relays the signed messages it read this round and what its transport refused; then
+        every node keeps :func:`dgrpo.swarm.protocol.merge_views` of the relays: the senders proved to
+        equivocate dropped, and one list of the validly signed messages anyone read (a rank that replaced
+        a sender's store key after some peers read it changes nothing), in one order, so every honest node
+        accepts the same messages and decides the same strikes and bans (docs/protocol.md).
         """
-        relay = {"messages": [m.to_dict() for m in messages if m.signature is not None]}
+        own_refusals = [[n, str(r)[:200]] for n, r in self.rejected[:256]]
+        relay = {"messages": [m.to_dict() for m in messages if m.signature is not None], "rejected": own_refusals}
         try:
             reports = self.exchange(f"eq{round_idx}", json.dumps(relay).encode())
         except (TypeError, ValueError):  # a field that is not JSON: its message fails in receive anyway
             return messages
         limit = self.max_messages * self.world_size
         views = {n: messages if n == self.rank else relayed(raw, limit) for n, raw in reports.items()}
-        caught, extra = compare_views(self.rank, views, self.verifier, round_idx)
+        self.peer_views = {n: _refusals(raw) for n, raw in reports.items() if n != self.rank}
+        caught, merged = merge_views(self.rank, views, self.verifier, round_idx)
+        recovered = {id(m) for m in merged} - {id(m) for m in messages}
         for node, reason in caught.items():
             log.warning("rejected every message from node %d in round %d: %s", node, round_idx, reason)
             self.rejected.append((node, reason))
             self.equivocators.setdefault(node, round_idx)
-        if extra:
+        if recovered:
             log.warning("round %d: %d signed messages of nodes %s reached this node only through peers' relays "
-                        "(their store keys were overwritten?)", round_idx, len(extra), sorted({m.node for m in extra}))
-        merged = sorted([*messages, *extra], key=lambda m: m.node)  # stable: a node's own order, then recovered
+                        "(their store keys were overwritten?)", round_idx, len(recovered),
+                        sorted({m.node for m in merged if id(m) in recovered}))
         return [m for m in merged if m.node not in caught]
 
     def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:
@@ -309,6 +314,16 @@ class DistributedTransport(StoreExchange):
             self.leave((f"r{nxt}", f"eq{nxt - 1}", f"rec{nxt - 1}", f"rec{nxt}", "done"))
         except Exception:  # noqa: BLE001 - the store may be gone already; peers then time out
             pass
+
+
+def _refusals(raw: bytes) -> list[tuple[int | None, str]]:
+    """The (node, reason) pairs a peer's relay reports its transport refused (a report, never evidence)."""
+    try:
+        items = json.loads(raw).get("rejected", [])
+    except (ValueError, RecursionError, AttributeError):
+        return []
+    return [(n, r[:200]) for n, r in (x for x in items[:256] if isinstance(x, list) and len(x) == 2)
+            if (n is None or isinstance(n, int)) and isinstance(r, str)] if isinstance(items, list) else []
 
 
 @register("transport", "distributed")

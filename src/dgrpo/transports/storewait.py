@@ -31,11 +31,12 @@ from typing import Iterable
 
 from dgrpo.errors import PeerFailure
 from dgrpo.registry import LazyModule
+from dgrpo.transports import marks
+from dgrpo.transports.framing import OPEN
 
 log = logging.getLogger(__name__)
 dist = LazyModule("torch.distributed")
 
-POSTED = b"posted"
 _SLICE_S = 0.25  # longest pause between two polls of the store
 
 
@@ -150,17 +151,21 @@ class StoreExchange:
                               "the store (or the ranks were started differently); stopping before round 0 rather "
                               "than splitting the swarm")
 
-    def _status(self, tag: str, peer: int, deadline: float) -> str | None:
-        """``posted``, ``left`` (a valid leave mark), or None (nothing, or a mark the peer did not sign)."""
+    def _status(self, tag: str, peer: int, deadline: float) -> tuple[str | None, str | None]:
+        """(``posted``, the digest it signed), (``left``, None) for a leave mark it signed, or (None, None):
+        nothing, junk, a forged mark, or an unsigned leave mark (start-up: no key signs it yet)."""
         raw = self._read(f"{tag}/status/{peer}", deadline)
         if raw is None:
-            return None
-        if raw == POSTED:
-            return "posted"
+            return None, None
+        mark = marks.parse_mark(raw)
+        if mark is not None:
+            ok = self._valid(peer, marks.statement(tag, peer, mark[0]), mark[1])
+            return ("posted", mark[0]) if ok else (None, None)
         text = raw.decode(errors="replace")
-        if text.startswith("left") and self._valid(peer, f"left|{tag}|{peer}", text[5:]):
-            return "left"
-        return None
+        if (text.startswith("left:") and getattr(self, "keys", None) is not None
+                and self._valid(peer, f"left|{tag}|{peer}", text[5:])):
+            return "left", None
+        return None, None
 
     def accusations(self, peer: int, deadline: float) -> dict[str, set[int]]:
         """Exchange tag → the live nodes whose valid accusation against ``peer`` names that exchange."""
@@ -221,19 +226,27 @@ class StoreExchange:
             raise PeerFailure(f"node {self.rank} was declared failed by its peers in exchange {out[0]!r}: nodes "
                               f"{out[1]} did not receive its messages within {self.limit_name}={self.timeout_s:g}s "
                               "(stalled?); leaving the swarm")
-        data_key = f"{tag}/data/{self.rank}"
+        data_key, status_key = f"{tag}/data/{self.rank}", f"{tag}/status/{self.rank}"
         body = self._frame(payload) if framed else payload
         self._store_call(self.store.append if framed else self.store.set, data_key, body)
+        digest = marks.digest(payload)
+        mark = marks.make_mark(digest, self._signed(marks.statement(tag, self.rank, digest)))
         self._own_keys.append((data_key, body, framed))
-        self._store_call(self.store.set, f"{tag}/status/{self.rank}", POSTED)
+        self._own_keys.append((status_key, mark, None))  # (None: a mark, kept when the data keys are deleted)
+        self._store_call(self.store.set, status_key, mark)
 
     def _restore_own(self) -> None:
-        """Write again any payload of this node that another rank deleted while peers may still read it."""
+        """Write again any payload or posted mark of this node that another rank deleted, replaced or
+        appended to while peers may still read it (readers wait for the value the mark signed)."""
         for key, body, framed in self._own_keys:
-            if not self._exists(key):
-                log.warning("node %d: its payload %s was deleted from the store by another rank; written again",
-                            self.rank, key)
-                self._store_call(self.store.append if framed else self.store.set, key, body)
+            value = self._read(key, time.monotonic() + 2.0)
+            if value != body:
+                if key not in self._restored:
+                    self._restored.add(key)
+                    log.warning("node %d: its %s %s was %s the store by another rank; written again", self.rank,
+                                "posted mark" if framed is None else "payload", key,
+                                "deleted from" if value is None else "changed in")
+                self._store_call(self.store.set, key, body)
 
     def collect(self, tag: str, peers: Iterable[int], deadline: float | None = None) -> dict[int, bytes]:
         """Payloads of live ``peers`` in exchange ``tag``, polled until they are in or ``deadline``
@@ -245,23 +258,30 @@ class StoreExchange:
         deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
         pending = sorted((set(peers) & self.alive) - {self.rank})
         got: dict[int, bytes] = {}
-        no_data: set[int] = set()
+        no_data: set[int] = set()  # a valid mark, but not the payload it signed (yet)
+        found: dict[int, bytes] = {}  # the data as last found, for peers without a matching valid mark
         left: list[int] = []
+        caps = getattr(self, "caps", OPEN)
         next_blame, delay = time.monotonic() + 1.0, 0.005
         while pending:
             for peer in list(pending):
-                state = self._status(tag, peer, deadline)
+                state, digest = self._status(tag, peer, deadline)
                 if state == "left":
                     left.append(peer)
                     pending.remove(peer)
-                elif state == "posted":
-                    data = self._read(f"{tag}/data/{peer}", deadline)
-                    if data is not None:
-                        got[peer] = data
-                        pending.remove(peer)
-                        no_data.discard(peer)
-                    else:
-                        no_data.add(peer)
+                    continue
+                data = self._read(f"{tag}/data/{peer}", deadline)
+                body = marks.match(data, digest, caps) if state == "posted" and data is not None else None
+                if body is not None:
+                    got[peer] = body
+                    pending.remove(peer)
+                    no_data.discard(peer)
+                    found.pop(peer, None)
+                    continue
+                if state == "posted":
+                    no_data.add(peer)
+                if data is not None:
+                    found[peer] = data
             now = time.monotonic()
             if not pending or now >= deadline:
                 break
@@ -280,6 +300,13 @@ class StoreExchange:
             self._expel(peer, tag, [], why="left the swarm (it stopped on an error)")
         if left and self.on_peer_failure == "abort":
             self._fail(left, tag, "sent nothing")
+        for peer in [p for p in pending if p in found]:  # no valid mark for what is there: read as found
+            got[peer] = found[peer]
+            what = "not the payload its mark signed" if peer in no_data else "no posted mark it signed"
+            log.warning("node %d: exchange %r: node %d's payload read as found at the deadline (%s: overwritten or "
+                        "jammed by another rank?)", self.rank, tag, peer, what)
+            self.rejected.append((peer, f"unverified: exchange {tag!r} payload read without a matching signed mark ({what})"))
+        pending = [p for p in pending if p not in found]
         missing = [p for p in pending if p not in no_data]
         empty = [p for p in pending if p in no_data]
         for peer in empty:

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 dist = LazyModule("torch.distributed")
 
 _SLICE_S = 0.25  # longest pause between two polls of the store
+_UNSIGNED_GRACE_S = 1.0  # start-up (no keys yet): a payload unchanged this long is taken without a valid mark
 
 
 def _seconds(s: float) -> datetime.timedelta:
@@ -262,6 +263,7 @@ class StoreExchange:
         found: dict[int, bytes] = {}  # the data as last found, for peers without a matching valid mark
         left: list[int] = []
         caps = getattr(self, "caps", OPEN)
+        unsigned, since = getattr(self, "keys", None) is None, {}
         next_blame, delay = time.monotonic() + 1.0, 0.005
         while pending:
             for peer in list(pending):
@@ -281,7 +283,12 @@ class StoreExchange:
                 if state == "posted":
                     no_data.add(peer)
                 if data is not None:
+                    if found.get(peer) != data:
+                        since[peer] = time.monotonic()
                     found[peer] = data
+                    if unsigned and time.monotonic() - since[peer] >= _UNSIGNED_GRACE_S:
+                        pending.remove(peer)  # start-up: no key signs a mark yet, so a jammed one says nothing
+                        self._take_found(tag, peer, found.pop(peer), got, peer in no_data)
             now = time.monotonic()
             if not pending or now >= deadline:
                 break
@@ -301,11 +308,7 @@ class StoreExchange:
         if left and self.on_peer_failure == "abort":
             self._fail(left, tag, "sent nothing")
         for peer in [p for p in pending if p in found]:  # no valid mark for what is there: read as found
-            got[peer] = found[peer]
-            what = "not the payload its mark signed" if peer in no_data else "no posted mark it signed"
-            log.warning("node %d: exchange %r: node %d's payload read as found at the deadline (%s: overwritten or "
-                        "jammed by another rank?)", self.rank, tag, peer, what)
-            self.rejected.append((peer, f"unverified: exchange {tag!r} payload read without a matching signed mark ({what})"))
+            self._take_found(tag, peer, found[peer], got, peer in no_data)
         pending = [p for p in pending if p not in found]
         missing = [p for p in pending if p not in no_data]
         empty = [p for p in pending if p in no_data]
@@ -321,6 +324,14 @@ class StoreExchange:
         if missing or empty:
             self._fail(missing, tag, "sent nothing", empty)
         return got
+
+    def _take_found(self, tag: str, peer: int, data: bytes, got: dict[int, bytes], marked: bool) -> None:
+        """Take a peer's payload as found (no valid mark for it): logged, and named under its key."""
+        got[peer] = data
+        what = "not the payload its mark signed" if marked else "no posted mark it signed"
+        log.warning("node %d: exchange %r: node %d's payload read as found (%s: overwritten or jammed by another "
+                    "rank?)", self.rank, tag, peer, what)
+        self.rejected.append((peer, f"unverified: exchange {tag!r} payload read without a matching signed mark ({what})"))
 
     def _expel(self, peer: int, tag: str, accusers: list[int], why: str = "") -> None:
         if peer not in self.alive:

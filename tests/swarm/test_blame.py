@@ -12,7 +12,7 @@ from test_protocol import CTX, SEED, honest_round, make, refusals, resign
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.sampling import completion_seed
 from dgrpo.swarm.identity import Roster, SignatureVerifier, canonical_hex, generate_keys, message_digest, public_hex, signed_header
-from dgrpo.swarm.protocol import DROPPED, FLOOD_FACTOR, REFUSED, STRIKES, BanList, compare_views, equivocators
+from dgrpo.swarm.protocol import DROPPED, FLOOD_FACTOR, REFUSED, STRIKES, BanList, compare_views, equivocators, merge_views
 from dgrpo.tasks.arithmetic import ArithmeticTask
 from dgrpo.training.records import PolicyReport, peer_record, peer_strikes
 
@@ -221,3 +221,24 @@ def test_honest_nodes_are_never_struck_without_an_attacker(task, model, tokenize
     assert [r.sender for r in received.rollouts].count(0) == 0
     assert strikes["0"] == 0 and rec["3"]["rejected"]["seed"] == 1 and strikes["3"] >= 1
     assert 0 not in swarm.protocol.bans.banned and swarm.protocol.bans.strikes[0] == 0
+
+
+def test_merge_views_is_one_list_whatever_each_node_read_first(task, model, tokenizer):
+    """Issue 31 review D/E: nodes 1 and 2 read the round differently (node 2 lacks node 0's second message, a
+    rank removed it; node 1 read node 3's messages in another order and one junk message). With the same relays
+    both end with one list in one order (so the same strikes and bans), node 0's message restored from node 1's
+    read; node 3's message that only node 3's own relay shows is not taken (it could show it to some only)."""
+    swarm, policy, keys, out = four(task, model, tokenizer)
+    verifier = swarm.protocol.verifier
+    honest = [m for n in (0, 1, 2) for m in out[n]]
+    only_own = resign(keys, 3, out[3][0], index=out[3][0].index + 1)  # signed by 3, shown in its relay only
+    junk = dataclasses.replace(out[0][0], signature=None)
+    view1 = [*honest, *reversed(out[3]), junk]
+    view2 = [m for m in honest if m is not out[0][1]] + list(out[3])
+    views = {0: honest + list(out[3]), 3: [*honest, *out[3], only_own]}
+    _, merged1 = merge_views(1, {**views, 1: view1, 2: view2}, verifier, 0)
+    _, merged2 = merge_views(2, {**views, 1: view1, 2: view2}, verifier, 0)
+    digests = lambda ms: [message_digest(m) for m in ms if m.signature is not None]  # noqa: E731
+    assert digests(merged1) == digests(merged2) == digests([*honest, *out[3]])  # node 0's relay order first
+    assert merged1[-1] is junk and junk not in merged2  # own unsigned read: refused later, no strike
+    assert message_digest(only_own) not in digests(merged1)

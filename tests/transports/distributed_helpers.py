@@ -220,9 +220,16 @@ def _equivocate() -> None:
             other = [signer.sign(dataclasses.replace(m, text=m.text + " 2 + 2 = 5")) for m in messages]
             second = frame(json.dumps({"messages": [m.to_dict() for m in other]}).encode())
 
-            def swap(t):
+            def swap(t):  # (with a mark it signs for the new payload, which it keeps there as its own)
+                from dgrpo.transports import marks
+
                 t.store.wait(["eq0/status/0"], datetime.timedelta(seconds=60))
                 t.store.set(f"r0/data/{t.rank}", second)
+                digest = marks.digest(second[14:])
+                mark = marks.make_mark(digest, t._signed(marks.statement("r0", t.rank, digest)))
+                t.store.set(f"r0/status/{t.rank}", mark)
+                new = {f"r0/data/{t.rank}": second, f"r0/status/{t.rank}": mark}
+                t._own_keys = [(k, new.get(k, b), f) for k, b, f in t._own_keys]
 
             _before_reading("r0", swap)
         return payload

@@ -17,7 +17,7 @@ def _members(protocol) -> set[str]:
 
 
 def test_the_protocol_names_what_the_run_uses():
-    assert _members(Transport) == {"local_nodes", "alive", "failed", "rejected", "carriers", "labels", "first_round",
+    assert _members(Transport) == {"local_nodes", "alive", "failed", "rejected", "carriers", "peer_views", "labels", "first_round",
                                    "verifier", "is_main",
                                    "all_gather", "gather_values", "agree", "collect_at_main", "check_startup", "close"}
 

@@ -152,7 +152,7 @@ def account_peers(run, round_idx: int, report: PolicyReport) -> dict:
     """
     owner = min(o for o, rep in run.swarm.trained.items() if o in run.swarm.policies)
     rec = peer_record(round_idx, report, run.swarm.last_received.get(run.swarm.trained[owner]), run.transport.rejected)
-    views = getattr(run.transport, "peer_views", None)
+    views = run.transport.peer_views
     if views:
         rec["views"] = {str(rank): _counts(items) for rank, items in sorted(views.items())}
     protocol = run.swarm.protocol

@@ -26,6 +26,9 @@ class Transport(Protocol):
         carriers: ``id(message)`` → the node whose store key (or record) it came under, for the messages
             of the last all-gather where the transport knows it (distributed; empty elsewhere): who
             delivered a replay or a copy, for the per-peer accounting only (any rank can write any key).
+        peer_views: rank → (node, reason) pairs its transport refused in the last all-gather, as that rank
+            reported them (distributed: shared in the cross-check, so peers.jsonl names what another rank
+            saw; empty elsewhere); a report, never a strike.
         labels: message key → ground-truth label (``honest`` / ``poisoned`` / ``malicious``) of every
             message this process has seen; simulation metrics only, never read by a defense.
         first_round: the round this process's nodes start at: 0, or the round a node joining a
@@ -42,6 +45,7 @@ class Transport(Protocol):
     failed: dict[int, str]
     rejected: list[tuple[int, str]]
     carriers: dict[int, int]
+    peer_views: dict[int, list[tuple[int | None, str]]]
     labels: dict[tuple, str]
     first_round: int
     verifier: object | None

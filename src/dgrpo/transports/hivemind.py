@@ -86,6 +86,7 @@ class HivemindTransport:
         self.verifier = None  # set by the run's build; signatures are checked by the swarm
         self.rejected: list[tuple[int, str]] = []
         self.caps, self.carriers = OPEN, {}  # (DistributedTransport.decode's key caps; carriers not tracked)
+        self.peer_views: dict = {}  # (not shared over the DHT)
         self.roster: dict[int, str] = dict(roster or {})
         self.fixed_roster = fixed_roster  # a roster file: no key is ever learnt from the DHT
         self.namespace, self.run_id = namespace, ""  # run_id: the launch id, agreed at start

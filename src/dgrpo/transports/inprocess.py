@@ -18,6 +18,7 @@ class InProcessTransport:
         self.failed: dict[int, str] = {}
         self.rejected: list[tuple[int, str]] = []
         self.carriers: dict[int, int] = {}  # (the swarm's route knows who delivered what in process)
+        self.peer_views: dict = {}  # (one process sees everything)
         self.labels: dict[tuple, str] = {}
         self.verifier = None  # set by the run's build; signatures are checked by the swarm
         self.first_round = 0

@@ -7,7 +7,8 @@ posts exchange ``tag`` writes under ``{tag}/status/{k}``::
 
 (the signature bound to the run context; empty before the keys exist at start-up). A reader that finds
 a valid mark takes from ``{tag}/data/{k}`` exactly the payload with that digest (the whole value, or one
-of its frames: bytes another rank appended or prepended are never read), and keeps polling while the
+of its frames, read first: bytes another rank appended or prepended come after it, within the key's
+caps, and are judged by their own signatures), and keeps polling while the
 value there is not it (the owner writes its keys and marks again when they change). A mark that is
 missing, forged or jammed is no evidence of anything: the reader falls back on the data as found at the
 deadline. Nothing unsigned or absent expels or strikes anyone.

@@ -237,10 +237,13 @@ class StoreExchange:
         self._store_call(self.store.set, status_key, mark)
 
     def _restore_own(self) -> None:
-        """Write again any payload or posted mark of this node that another rank deleted, replaced or
-        appended to while peers may still read it (readers wait for the value the mark signed)."""
+        """Write again any payload or posted mark of this node that another rank deleted or replaced while
+        peers may still read it (readers wait for the value the mark signed); a framed payload whose frame
+        is still among the first the caps let a reader take is left as it is."""
         for key, body, framed in self._own_keys:
             value = self._read(key, time.monotonic() + 2.0)
+            if framed and value is not None and marks.match(value, marks.digest(body[14:]), getattr(self, "caps", OPEN)):
+                continue  # its frame is there, within the caps (what others appended is read after it)
             if value != body:
                 if key not in self._restored:
                     self._restored.add(key)
@@ -274,8 +277,9 @@ class StoreExchange:
                     continue
                 data = self._read(f"{tag}/data/{peer}", deadline)
                 body = marks.match(data, digest, caps) if state == "posted" and data is not None else None
-                if body is not None:
-                    got[peer] = body
+                if body is not None:  # its own frame first, then what others wrote there (signed or refused)
+                    own = self._frame(body)
+                    got[peer] = body if data == body else own + data.replace(own, b"", 1)
                     pending.remove(peer)
                     no_data.discard(peer)
                     found.pop(peer, None)

@@ -101,15 +101,33 @@ def test_a_start_up_value_overwritten_in_the_store_is_written_again_and_the_run_
     assert comparable(read_metrics(metrics.parent)) == reference
 
 
-def test_a_rank_started_after_the_start_up_timeout_is_named_by_the_others(tmp_path, tiny_model_dir):
-    results, _ = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, "swarm.startup_timeout_s=4"], "late:3:7")
+def test_a_rank_started_after_the_start_up_timeout_is_named_and_the_others_go_on(tmp_path, tiny_model_dir):
+    """Rank 3 starts 7 s late at startup_timeout_s=4 under on_peer_failure=continue: the others name it and
+    train without it (issue 31 review, deviation: every rank used to stop); the late rank is told in one line."""
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, "swarm.startup_timeout_s=4"], "late:3:7")
+    for r in results[:3]:
+        assert r.returncode == 0 and r.seconds < 30, r.output[-3000:]
+        assert ("nodes [3] did not join within swarm.startup_timeout_s=4s (not started, or started too late); going "
+                "on without them (swarm.on_peer_failure=continue)") in r.output
+    assert results[3].returncode == 3
+    assert "node 3 started after its peers stopped waiting for it (swarm.startup_timeout_s=4s)" in \
+        one_error_line(results[3].output)
+    assert "DistStoreError" not in "".join(r.output for r in results)
+    records = read_metrics(run_dir)
+    assert [r.get("swarm/messages") for r in records] == [6, 6, None] and records[0]["swarm/nodes_alive"] == 3
+    assert records[0]["train/reward/node3"] is None
+    assert peers(run_dir)[0]["peers"]["3"]["transport"] == {"join": 1}
+
+
+def test_a_rank_started_after_the_start_up_timeout_stops_every_rank_under_abort(tmp_path, tiny_model_dir):
+    args = [f"model.name={tiny_model_dir}", *ARGS, "swarm.startup_timeout_s=4", "swarm.on_peer_failure=abort"]
+    results, _ = run(tmp_path, args, "late:3:7")
     for r in results[:3]:
         assert r.returncode == 3 and r.seconds < 30
         assert "nodes [3] did not join within swarm.startup_timeout_s=4s" in one_error_line(r.output)
     assert results[3].returncode == 3
     assert "node 3 started after its peers stopped waiting for it (swarm.startup_timeout_s=4s)" in \
         one_error_line(results[3].output)
-    assert "DistStoreError" not in "".join(r.output for r in results)
 
 
 def test_key_exchange_without_a_roster_is_an_explicit_loopback_opt_in(monkeypatch):

@@ -195,7 +195,7 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
                 roster = Roster({int(n): k for n, k in pubs.items()})
     except ValueError as err:
         raise ConfigError(str(err)) from err
-    missing = sorted(set(range(cfg.swarm.nodes)) - set(roster.keys))
+    missing = sorted(set(range(cfg.swarm.nodes)) - set(transport.failed) - set(roster.keys))  # (not one that never joined)
     wrong = [n for n, k in private.items() if roster.keys.get(n) != public_hex(k)]
     if missing or wrong:
         raise ConfigError(f"swarm.protocol.roster: the roster lacks nodes {missing} or does not hold the public key of "

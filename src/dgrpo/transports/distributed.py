@@ -51,7 +51,7 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import merge_views
 from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relayed
-from dgrpo.transports.rendezvous import _seconds, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
+from dgrpo.transports.rendezvous import _seconds, absent_at_start, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.transports.storewait import StoreExchange
 from dgrpo.swarm.validation import Limits, parse_message
 from dgrpo.types import Message
@@ -106,6 +106,7 @@ class DistributedTransport(StoreExchange):
         self._own_keys: list[tuple[str, bytes, bool]] = []
         self._last_contact = 0.0  # when a store call last succeeded
         self._lone_seen: set[tuple[int, str, int]] = set()
+        self._notes: list[tuple[int, str]] = []  # refusals to report with the next all-gather (a rank that never joined)
         self._restored: set[str] = set()  # own keys found changed by another rank (logged once each)
         # rank → (node, reason) its transport refused in the last round (shared in the cross-check: peers.jsonl)
         self.peer_views: dict[int, list[tuple[int | None, str]]] = {}
@@ -129,6 +130,10 @@ class DistributedTransport(StoreExchange):
         store, rank, world, backend = join_group(cfg)
         transport = cls(store, rank, world, honest=range(world), timeout_s=sw.timeout_s,
                         on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size)
+        for node in absent_at_start(store):  # started too late, under on_peer_failure=continue: out from the start
+            transport.alive.discard(node)
+            transport.failed[node] = "join"
+            transport._notes.append((node, f"join: did not join within swarm.startup_timeout_s={sw.startup_timeout_s:g}s"))
         transport.caps = KeyCaps.of(max(1, sw.prompts_per_round * sw.group_size // world),
                                     Limits.for_completions(cfg.sampling.max_new_tokens))
         # Each rank knows only whether it itself attacks (its own config); which ranks report metrics
@@ -274,7 +279,7 @@ class DistributedTransport(StoreExchange):
         if len(rounds) > 1:
             raise ValueError(f"messages of several rounds {sorted(rounds)} in one exchange")
         round_idx = rounds.pop() if rounds else (self._last_round + 1 if self._last_round is not None else 0)
-        self.rejected, self.carriers = [], {}
+        self.rejected, self.carriers, self._notes = self._notes, {}, []
         self._last_round = round_idx
         payloads = self.exchange(f"r{round_idx}", self.encode(mine), framed=True)
         out: list[Message] = []

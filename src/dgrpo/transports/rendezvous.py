@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import logging
 import os
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from dgrpo.config import RunConfig
 
 torch = LazyModule("torch")  # imported on first use: a config naming this transport imports this module
+log = logging.getLogger(__name__)
 dist = LazyModule("torch.distributed")
 
 
@@ -79,11 +81,12 @@ def join_group(cfg: "RunConfig"):
         raise PeerFailure(f"node {rank} cannot reach the rendezvous store at {os.environ['MASTER_ADDR']}:"
                           f"{os.environ['MASTER_PORT']} within swarm.startup_timeout_s={sw.startup_timeout_s:g}s "
                           f"({' '.join(str(err).split())[:160]})") from err
-    check_in(store, rank, world, sw.startup_timeout_s)
+    absent = check_in(store, rank, world, sw.startup_timeout_s, go_on=sw.on_peer_failure == "continue")
     backend = pick_backend(sw.backend)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    if not dist.is_initialized():
+    if not dist.is_initialized() and not absent:  # (the group's set-up is collective: not without them;
+        # no round uses it, DistributedTransport.from_env takes the absent ranks out of the swarm)
         try:
             dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
                                     timeout=startup)
@@ -93,14 +96,24 @@ def join_group(cfg: "RunConfig"):
     return store, rank, world, backend
 
 
-def check_in(store, rank: int, world: int, timeout_s: float) -> None:
+ABANDONED = "dgrpo/join/abandoned"  # the ranks the others stopped waiting for at start-up ("3" or "1,3")
+
+
+def check_in(store, rank: int, world: int, timeout_s: float, go_on: bool = False) -> list[int]:
     """Every rank marks ``dgrpo/join/{rank}`` and waits until all have, before the (collective) group
     set-up, so that a rank missing after ``timeout_s`` is named by the others, and a rank that starts
     after they gave up is told so, each in one line.
 
+    Args:
+        go_on: ``swarm.on_peer_failure=continue``: the ranks that joined go on without the missing ones
+            (every rank takes the list the first one to give up wrote, so all agree).
+
+    Returns:
+        The ranks the others gave up on (empty when every rank joined).
+
     Raises:
-        PeerFailure: ranks missing after ``timeout_s`` (names them), or this rank came after the
-            others stopped waiting.
+        PeerFailure: ranks missing after ``timeout_s`` without ``go_on`` (names them), or this rank came
+            after the others stopped waiting.
     """
     import time
 
@@ -111,25 +124,36 @@ def check_in(store, rank: int, world: int, timeout_s: float) -> None:
             raise PeerFailure(f"node {rank} lost the rendezvous store while the ranks checked in: "
                               f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
 
+    def gave_up(named: str) -> list[int]:
+        absent = [int(k) for k in named.split(",") if k.isdigit()]
+        if rank in absent:
+            raise PeerFailure(f"node {rank} started after its peers stopped waiting for it (swarm.startup_timeout_s="
+                              f"{timeout_s:g}s): start every rank within it")
+        text = f"nodes {absent} did not join within swarm.startup_timeout_s={timeout_s:g}s (not started, or started too late)"
+        if not go_on:
+            raise PeerFailure(f"{text}: start every rank within it")
+        log.warning("%s; going on without them (swarm.on_peer_failure=continue)", text)
+        return absent
+
     call(store.set, f"dgrpo/join/{rank}", b"1")
-    gave_up = "dgrpo/join/abandoned"
     deadline = time.monotonic() + timeout_s
     while True:
-        if call(store.check, [gave_up]):
-            named = call(store.get, gave_up).decode(errors="replace")
-            if str(rank) in named.split(","):
-                raise PeerFailure(f"node {rank} started after its peers stopped waiting for it (swarm.startup_timeout_s="
-                                  f"{timeout_s:g}s): start every rank within it")
-            raise PeerFailure(f"nodes [{named}] did not join within swarm.startup_timeout_s={timeout_s:g}s (not started, "
-                              "or started too late; a peer gave up waiting): start every rank within it")
+        if call(store.check, [ABANDONED]):
+            return gave_up(call(store.get, ABANDONED).decode(errors="replace"))
         missing = [k for k in range(world) if not call(store.check, [f"dgrpo/join/{k}"])]
         if not missing:
-            return
-        if time.monotonic() >= deadline:
-            call(store.compare_set, gave_up, "", ",".join(map(str, missing)))
-            raise PeerFailure(f"nodes {missing} did not join within swarm.startup_timeout_s={timeout_s:g}s (not started, "
-                              "or started too late): start every rank within it")
+            return []
+        if time.monotonic() >= deadline:  # the first to give up names them; everyone takes that list
+            named = call(store.compare_set, ABANDONED, "", ",".join(map(str, missing)))
+            return gave_up(named.decode(errors="replace") if isinstance(named, bytes) else str(named))
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def absent_at_start(store) -> list[int]:
+    """The ranks the others went on without at start-up (:func:`check_in` with ``go_on``)."""
+    if not store.check([ABANDONED]):
+        return []
+    return [int(k) for k in store.get(ABANDONED).decode(errors="replace").split(",") if k.isdigit()]
 
 
 def _loopback(host: str) -> bool:

@@ -239,7 +239,12 @@ def test_decode_refuses_bad_payloads_without_raising():
 
 
 def test_a_node_stopping_on_an_error_is_not_waited_for():
+    from dgrpo.swarm.identity import Roster, SignatureVerifier, Signer, generate_keys
+
     a, b = _pair(timeout_s=30)
+    keys = generate_keys(2)  # (a leave mark counts only signed by its node: the keys exist from check_startup on)
+    for t in (a, b):
+        t.signer, t.keys = Signer(t.rank, keys[t.rank], "run|fp"), SignatureVerifier(Roster.of(keys), "run|fp")
     b._exit()  # what runs at interpreter exit after an exception
     start = time.monotonic()
     with pytest.raises(PeerFailure, match="node 1 sent nothing for exchange 'r0'"):

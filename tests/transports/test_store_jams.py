@@ -85,3 +85,17 @@ def test_honest_nodes_sampling_special_tokens_are_never_struck(tmp_path, tiny_mo
     rules = {rule for p in peers for who in p["peers"].values() for rule in who["rejected"]}
     assert {"special token", "incomplete"} <= rules  # (the case happened)
     assert comparable(records) == want
+
+
+def test_forgeries_under_the_main_ranks_own_key_are_named_and_banned_alike_by_every_honest_rank(tmp_path,
+                                                                                                 tiny_model_dir):
+    """G/E: rank 3 appends, under node 0's round-0 key, its messages re-addressed to node 0 (signed with its own
+    key) and an unsigned one. Node 0 never reads its own key, yet the relays give it the signed forgeries: its
+    peers.jsonl names node 3 (identity, a strike each), and every honest rank bans node 3 in round 0."""
+    results, run_dir = run(tmp_path, tiny_model_dir, "forge:3:0")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    peers = [json.loads(line) for line in (run_dir / "peers.jsonl").read_text().splitlines()]
+    assert peers[0]["peers"]["3"]["rejected"] == {"identity": 2} and peers[0]["banned"] == {"3": 0}
+    assert all(p["peers"].get(str(n), {}).get("rejected", {}) == {} for p in peers for n in (0, 1, 2))
+    for r in results[:3]:
+        assert "banned node 3 in round 0: 2 refused or rejected messages" in r.output

@@ -319,60 +319,6 @@ def _accuse(victim: int) -> None:
     _before_reading("r0", accuse)
 
 
-def _store_attack(mode: str, victim: int, world: int = 4) -> None:
-    """The issue 31 reviewer's store attacks (results/review_31/attack_status.py), played by this rank from a
-    thread on its own store client as soon as it joined: ``jam`` (overwrites the victim's round status marks
-    with junk every millisecond), ``left`` (writes an unsigned leave mark over the victim's start-up marks),
-    ``subset`` / ``subseteq`` (replaces the victim's round payloads, once each, with a frame of its first
-    message; ``subseteq`` also empties its relays), ``prepend`` (appends 7 junk messages under the victim's
-    round keys before it posts)."""
-    import threading
-
-    import dgrpo.transports.distributed as D
-    from dgrpo.transports.framing import frame, scan
-
-    join = D.join_group
-
-    def join_group(cfg):
-        res = join(cfg)
-        import torch.distributed as dist
-
-        store = dist.PrefixStore("dgrpo", res[0])
-        if mode == "prepend":
-            for r in range(2):
-                store.append(f"r{r}/data/{victim}", frame(json.dumps({"messages": [{}] * 7}).encode()))
-            return res
-
-        def attack():
-            t0, done = time.monotonic(), set()
-            while time.monotonic() - t0 < 60:
-                if mode in ("jam", "left"):
-                    keys = ([f"role/status/{victim}", f"config/status/{victim}"] if mode == "left" else
-                            [f"r{r}/status/{victim}" for r in range(3)])
-                    for k in keys:
-                        if store.check([k]):
-                            store.set(k, b"left:" if mode == "left" else b"x")
-                else:
-                    for tag in ("r0", "r1", "eq0", "eq1") if mode == "subseteq" else ("r0", "r1"):
-                        if tag in done or not store.check([f"{tag}/status/{victim}"]):
-                            continue
-                        raw = store.get(f"{tag}/data/{victim}")
-                        if tag.startswith("r"):
-                            body = json.loads(scan(raw).frames[-1])
-                            body["messages"], body["labels"] = body["messages"][:1], body["labels"][:1]
-                            store.set(f"{tag}/data/{victim}", frame(json.dumps(body).encode()))
-                        else:
-                            store.set(f"{tag}/data/{victim}", b"{}")
-                        done.add(tag)
-                        print(f"replaced {tag}/data/{victim}", flush=True)
-                time.sleep(0.001)
-
-        threading.Thread(target=attack, daemon=True).start()
-        return res
-
-    D.join_group = join_group
-
-
 def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     """``craft:R`` (rank R sends crafted JSON), ``die:R:ROUND`` (rank R exits hard at ROUND),
     ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND), ``forge:R:V`` (rank R appends forged messages
@@ -380,7 +326,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     readers), ``slowread:R:SECONDS[:TAG]``, ``nopayload:R`` (R marks round 0 posted, writes nothing),
     ``delete:R:V`` (R deletes V's round-0 payload once posted), ``accuse:R:V`` (R alone accuses V),
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
-    ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` (:func:`_store_attack`), ``respell:R`` (R re-sends its peers' messages with upper-case
+    ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` (:func:`store_scenarios.store_attack`), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures); several scenarios are joined with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
@@ -396,7 +342,9 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
 
     _keep_protocol()
     if kind == "store":
-        return _store_attack(rest[0], int(rest[1]))
+        from store_scenarios import store_attack
+
+        return store_attack(rest[0], int(rest[1]))
     if kind in ("forge", "overwrite"):
         return _forge(int(rest[0]), replace=kind == "overwrite")
     if kind == "equivocate":

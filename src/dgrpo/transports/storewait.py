@@ -3,11 +3,14 @@
 The store has no access control: any rank can set, append to or delete any key. So nothing a rank
 reads there decides by itself who failed or who spoke (issue 31):
 
-* ``{tag}/data/{k}`` holds node k's payload; ``{tag}/status/{k}`` is set by k to ``posted`` once
-  its payload is written. ``posted`` is only a hint to read: the messages in the payload carry
-  their own signatures, and a forged or premature mark costs a wait that ends at the deadline.
+* ``{tag}/data/{k}`` holds node k's payload; ``{tag}/status/{k}`` is set by k to a posted mark that
+  names the payload's digest, signed by k (:mod:`dgrpo.transports.marks`). A reader takes exactly that
+  payload (its frame first, what others appended after it) and polls while it is not there; k writes
+  back its keys and marks that another rank deleted or replaced. A mark k did not sign is no evidence:
+  the payload is then read as found at the deadline (at start-up, before any key exists, once it stayed
+  unchanged for ``_UNSIGNED_GRACE_S``), named ``unverified`` under k's key, and nobody is accused.
 * ``{tag}/status/{k}`` = ``left:{signature}``: k stopped on an error and will not post ``tag``.
-  Signed by k's roster key (unsigned before the keys exist and with ``swarm.protocol.sign=false``).
+  Signed by k's roster key; an unsigned one (start-up: no key yet) is ignored.
 * ``accuse/{k}``: lines ``{"by": j, "tag": t, "sig": …}`` appended by each node j that found k missing
   in exchange t, signed by j. k is expelled (left out of later exchanges, and told so when it
   posts) once more than half of the live nodes accused it in one exchange; a lone accusation
@@ -15,10 +18,10 @@ reads there decides by itself who failed or who spoke (issue 31):
 
 Every wait ends at the exchange's deadline (``timeout_s`` after this node posted): status marks and
 payloads are polled with store calls of bounded duration, never a ``get`` without a timeout. A peer
-whose status says posted but whose payload is missing at the deadline (never written, or deleted by
-another rank) is a failed peer for that round under ``on_peer_failure``, without an accusation
-(who deleted it is unknowable); a node finding its own payload deleted while it waits writes it
-again. Start-up exchanges (``timeout_s`` given to :meth:`gather_values`) need every rank.
+whose valid mark names a payload missing at the deadline (never written, or deleted by another rank)
+is a failed peer for that round under ``on_peer_failure``, without an accusation (who deleted it is
+unknowable); only a peer with neither a valid mark nor any data is accused. Start-up exchanges
+(``timeout_s`` given to :meth:`gather_values`) need every rank that joined.
 """
 
 from __future__ import annotations

@@ -341,7 +341,7 @@ def test_a_joiner_resuming_a_copied_run_folder_signs_for_the_run_name_agreed_at_
         def agree(tag, value):
             agreed.append((k, tag, value))
             return "run-agreed-at-launch"
-        transport = SimpleNamespace(local_nodes=[k], is_main=False, first_round=first_round, agree=agree)
+        transport = SimpleNamespace(local_nodes=[k], failed={}, is_main=False, first_round=first_round, agree=agree)
         (tmp_path / folder).mkdir()
         return build_protocol(cfg, build_task(cfg), transport, tmp_path / folder)
 

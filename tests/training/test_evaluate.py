@@ -102,7 +102,7 @@ def test_round_record_by_hand():
     policy = object()
     fake = SimpleNamespace(cfg=cfg, task=SimpleNamespace(completion_prefix="<think>"),
                            swarm=SimpleNamespace(protocol=None, trained={0: policy}, policies={0: policy}, last_received={}),
-                           transport=SimpleNamespace(rejected=[], is_main=False))
+                           transport=SimpleNamespace(rejected=[], peer_views={}, is_main=False))
     rollouts = [_rollout(0, 1.0, text="a</think><answer>1</answer>"), _rollout(1, 0.0),
                 _rollout(2, 1.0, "poisoned", ("topk", "replay")), _rollout(2, 1.0, "poisoned", ("replay",)),
                 _rollout(1, 0.5, rejected_by=("topk",))]
@@ -123,7 +123,7 @@ def test_a_poison_claiming_an_honest_sender_is_not_the_honest_nodes_reward():
     policy = object()
     fake = SimpleNamespace(cfg=cfg, task=SimpleNamespace(completion_prefix="<think>"),
                            swarm=SimpleNamespace(protocol=None, trained={0: policy}, policies={0: policy}, last_received={}),
-                           transport=SimpleNamespace(rejected=[], is_main=False))
+                           transport=SimpleNamespace(rejected=[], peer_views={}, is_main=False))
     rollouts = [_rollout(0, 0.0), _rollout(1, 0.5), _rollout(0, 1.0, "poisoned", text="a</think><answer>1</answer>"),
                 _rollout(1, 1.0, "poisoned")]
     rec = round_record(fake, 0, ["m"] * 4, {0: PolicyReport(rollouts)}, {"round": 1.0})

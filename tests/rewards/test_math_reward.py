@@ -211,3 +211,30 @@ def test_bounds_and_doubt_in_other_words_earn_nothing(answer, gold):
                                           ("$13$", "13"), ("54 cows", "54")])
 def test_the_new_hedge_words_leave_plain_answers_alone(answer, gold):
     assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 1.0
+
+
+# Third review of issue 34: honest answers the one-answer rule refused, and the forms next to them it must still refuse.
+@pytest.mark.parametrize("answer, gold", [
+    ("18 cm^2", "18"), ("18 m2", "18"), ("18 m^2.", "18"), ("9.8 m/s^2", "9.8"), ("3 s^-1", "3"), ("5 in3", "5"),
+    ("18 cm^{2}", "18"), ("18 one-dollar bills", "18"), ("12 two-liter bottles", "12"), ("18 half-dollar coins", "18"),
+    ("13 or 13.0", "13"), ("13 (13.0)", "13"), ("$13$ or $13.0$", "13"), ("13 cows, i.e. 13", "13"),
+    ("\\boxed{13} or \\boxed{13.0}", "13"),
+])
+def test_units_in_ascii_a_compound_adjective_and_one_value_written_twice_are_credited(answer, gold):
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 1.0
+
+
+@pytest.mark.parametrize("answer, gold", [
+    ("13 or 14", "13"), ("13 or 14", "14"), ("13 - 13", "13"), ("13 times 13", "13"), ("13 x 13", "13"),
+    ("13:13", "13"), ("13 13", "13"), ("13 or 13?", "13"), ("13 or not 13", "13"), ("13 or 13.0 or more", "13"),
+    ("at least 13 or 13", "13"), ("1 1 1 1", "1"), ("13, 13, 13, 13", "13"), ("12 or twelve", "12"),
+    ("5^2", "5"), ("5^2", "25"), ("2y^2", "2"), ("5 m^2 + 3", "5"), ("twelve-ish", "12"), ("twenty-five", "25"),
+    ("13 one-half", "13"),
+])
+def test_two_values_an_operation_or_a_hedge_between_repeats_still_earn_nothing(answer, gold):
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 0.0
+
+
+def test_an_ascii_unit_power_is_dropped_and_any_other_power_kept():
+    assert numbers_in("18 cm^2 and 18 m2") == [18, 18] and numbers_in("5^2 and 2y^2") == [5, 2, 2, 2]
+    assert numbers_in("m2 is 18") == [2, 18]  # (no number before the unit: nothing is dropped)

@@ -5,7 +5,7 @@ guessing (docs/rewards.md). :func:`one_number` reads the answer block (:mod:`dgr
 words and units around the number are allowed (``54 cows``, ``$1,234.00``, ``x = 7``, ``\\boxed{18}``,
 ``3/4``, ``\\frac{3}{4}``, ``54 m²``, ``½``, ``1 728``), but a block that states two or more numbers —
 ``1331 and 1728``, ``1331 or 1728``, ``between 10 and 12``, ``12, no wait 13``, ``3 + 4 = 7``,
-``12-13``, ``5²`` — or qualifies its number — ``at least 12``, ``not 12``, ``±3``, ``about 12``, ``√5``,
+``12-13``, ``5²`` (one value written twice, ``13 or 13.0``, is one answer) — or qualifies its number — ``at least 12``, ``not 12``, ``±3``, ``about 12``, ``√5``,
 a number in words (``twelve or 13``) — holds no single answer and earns nothing. Numbers compare
 exactly as fractions (``54.0`` = ``54``, ``0.5`` = ``1/2``). A tuple oracle (``(1, 2)``) needs the same
 numbers in order; an oracle that is not numbers (a symbolic answer of a dataset task) is compared by
@@ -19,7 +19,7 @@ import threading
 from fractions import Fraction
 
 from dgrpo.rewards.format import format_reward, parse_completion
-from dgrpo.rewards.numbers import LITERAL, MAX_DIGITS, hedged, numbers_in, plain
+from dgrpo.rewards.numbers import LITERAL, MAX_DIGITS, hedged, numbers_in, plain, read
 
 __all__ = ["MAX_DIGITS", "answers_match", "math_reward", "numbers_in", "one_number", "parse_oracle",
            "shaped_math_reward"]
@@ -32,6 +32,14 @@ _HEDGE = re.compile(r"\b(and|wait)\b|[,;]", re.IGNORECASE)  # (with hedged(): a 
 # scanned once, not once per opener (that cost 2.6 s of host CPU at 32k characters).
 _SPANS = re.compile(r"\$\$((?:(?!\$\$).)+?)\$\$|\$([^$]+?)\$|\\\(((?:(?!\\\().)+?)\\\)|\\\[((?:(?!\\\[).)+?)\\\]"
                     r"|\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}", re.DOTALL)
+# Between two writings of one value: words and separators, no operator ("13 times 13", "13 - 13" are
+# not 13); the "or" of "13 or 13.0" then names no alternative.
+_SAME_GAP = re.compile(r"(?!\s*:\s*\Z)[^\W\d_\s]*(?:[\s,;:=(){}$.'\\]+[^\W\d_]*)*", re.DOTALL)  # (not "13:13", a ratio)
+_OPERATOR = re.compile(r"\b(?:times|plus|minus|negative|divided|by|over|x|of|per|multiplied|mod|modulo|point|into|out|"
+                       r"less|more|add(?:ed)?|subtract(?:ed)?|take|away|from|to|squared|cubed|power|sum|product|"
+                       r"difference|frac|cdot)\b", re.IGNORECASE)
+MAX_WRITINGS = 3  # times one answer may write its value ("13 cows, i.e. 13 or 13.0")
+_ALTERNATIVE = re.compile(r"\b(?:or|either)\b", re.IGNORECASE)
 _TUPLE = re.compile(rf"\s*[(\[]?\s*(?:{LITERAL.pattern})(?:\s*[,;]\s*(?:{LITERAL.pattern.replace('?P<', '?P<t_')}))+\s*[)\]]?\s*")
 
 
@@ -41,12 +49,32 @@ def one_number(text: str) -> Fraction | None:
     More than one: two numbers in digits (``1331 or 1728``, ``between 10 and 12``, ``12, no wait
     13``, ``5²``), or one in digits and one in words (``twelve or 13``). Qualified
     (:func:`dgrpo.rewards.numbers.hedged`): ``at least 12``, ``not 12``, ``±3``, ``about 12``, ``√5``.
-    ``"54 cows"`` → 54; ``"x = 7."`` → 7; ``"54 m²"`` → 54; ``"½"`` → 1/2; ``"1 728"`` → 1728.
+    ``"54 cows"`` → 54; ``"x = 7."`` → 7; ``"54 m²"`` → 54; ``"18 cm^2"``, ``"18 m2"`` → 18; ``"½"`` → 1/2;
+    ``"1 728"`` → 1728; ``"18 one-dollar bills"`` → 18 (a compound adjective, no number word).
+    One value written again is still one answer: ``"13 or 13.0"``, ``"13 cows, i.e. 13"`` → 13, at most
+    :data:`MAX_WRITINGS` times and with only words and separators between (``"13 - 13"``, ``"13 times
+    13"``, ``"13:13"``, ``"13 or 13?"`` → None).
     """
-    found = numbers_in(text, limit=2)
-    if len(found) != 1 or hedged(text):
+    text = plain(text)
+    found = []
+    for m in LITERAL.finditer(text):  # (at most one past the limit: a long list is not read to its end)
+        found.append(m)
+        if len(found) > MAX_WRITINGS:
+            break
+    values = {read(m) for m in found}
+    if len(values) != 1 or None in values:
         return None
-    return found[0]
+    if len(found) > MAX_WRITINGS:  # ("1 1 1 1", "1, 1, 1, 1": a list, not an answer)
+        return None
+    if len(found) > 1:  # one value written twice ("13 or 13.0", "$13$ (13 dollars)"): its gaps hold no operator
+        gaps = [text[a.end():b.start()] for a, b in zip(found, found[1:])]
+        if not all(g.strip() and _SAME_GAP.fullmatch(g) and not _OPERATOR.search(g) for g in gaps):
+            return None
+        pieces = [text[:found[0].start()]]
+        for m, gap in zip(found, gaps + [""]):
+            pieces += [m[0], _ALTERNATIVE.sub(" ", gap)]
+        text = "".join(pieces) + text[found[-1].end():]
+    return None if hedged(text) else values.pop()
 
 
 def _spans_differ(text: str) -> bool:

@@ -2,7 +2,8 @@
 
 :func:`plain` rewrites the typographic forms of one number into ASCII a regex reads: vulgar fractions
 (``½`` → ``1/2``, ``1½`` → ``3/2``), unit powers dropped (``54 m²`` → ``54 m``) while any other
-superscript stays a power (``5²`` → ``5^2``, ``y²`` → ``y^2``: never the digits ``52``), NFKC, LaTeX
+superscript stays a power (``5²`` → ``5^2``, ``y²`` → ``y^2``: never the digits ``52``), NFKC, unit
+powers in ASCII dropped too (``18 cm^2``, ``18 m2``, ``3 s^-1`` → ``18 cm``, ``18 m``, ``3 s``), LaTeX
 fractions (``\\frac{3}{4}``, ``\\frac12`` → ``3/4``, ``1/2``), a dash or minus sign before a digit as a
 minus (``–5`` → ``-5``), ``minus 5`` / ``negative 5`` → ``-5``, scientific notation written with a
 power of ten (``1.2 × 10^3``, ``1.2×10³`` → ``1.2e3``).
@@ -13,7 +14,8 @@ number instead of stating it: a range or bound (``at least 12``, ``more than 11`
 ``over 12``, ``13+``, ``13 and up``, ``13 max``, ``12..13``, ``≥``, ``±``), doubt (``13?``, ``13-ish``,
 ``13 if I'm right``), a negation (``not 12``), an approximation (``about 12``, ``≈``), a function or constant
 applied to it (``√5``, ``5π``, ``5 squared``), or a number in words (``twelve``, ``half``, ``a dozen``;
-``one`` as a pronoun, ``that one``, is not a number).
+``one`` as a pronoun, ``that one``, and a number word in a compound adjective, ``18 one-dollar bills``,
+are not numbers).
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ _UNIT = (r"(?:[kcmdµμn]?m|in|inch(?:es)?|ft|feet|foot|yd|yards?|mi|miles?|(?:k
          r"units?|s|sec|seconds?|h|hr|hours?|min|minutes?|kg|g|N|J)")
 _UNIT_POWER = re.compile(rf"((?<![\d.,])\d[\d.,]*\s*(?:{_UNIT}[{_SUP}⁻]*\s*[/·⋅*]\s*|{_UNIT}\s+)*{_UNIT})[⁻⁺]?[{_SUP}]+(?![A-Za-z])")
 _POWER = re.compile(rf"[⁻⁺]?[{_SUP}]+")  # any other superscript: a power
+# The same unit power in ASCII, after NFKC: "18 cm^2", "9.8 m/s^2", "3 s^-1", "18 m2", "5 in3" (a bare digit
+# only 2 or 3, written against the unit). "2y^2" and "5^2" keep their power: no unit before it.
+_ASCII_POW = r"(?:\s*\^\s*(?:\{\s*[-+]?\d\s*\}|\(\s*[-+]?\d\s*\)|[-+]?\d)|(?<=[A-Za-z])[23])"
+_UNIT_POWER_ASCII = re.compile(rf"((?<![\d.,])\d[\d.,]*\s*(?:{_UNIT}(?:{_ASCII_POW})?\s*[/·⋅*]\s*|{_UNIT}\s+)*{_UNIT})"
+                               rf"{_ASCII_POW}(?![\w^]|\.\d)")
 _VULGAR = re.compile(r"(?:(?<![\d.,])(\d+)[ \u00a0]?)?([\u00bc-\u00be\u2150-\u215e\u2189])")
 _FRAC = re.compile(r"\\[dt]?frac\s*(?:\{\s*([^{}]*?)\s*\}|(\d))\s*(?:\{\s*([^{}]*?)\s*\}|(\d))")
 _DASH_MINUS = re.compile(r"(?<![\d\w])[\u2010\u2012\u2013\u2212\ufe58\ufe63](?=\s?[\d.])")
@@ -46,10 +53,15 @@ LITERAL = re.compile(rf"(?<![\d.])(?P<sign>[-+]?)(?P<num>{_DIGITS})(?:[eE](?P<ex
 # A number in words. "one" after a determiner is a pronoun ("that one"), removed first.
 _PRONOUN_ONE = re.compile(r"\b(?:that|this|the|which|each|every|any|some|another|right|correct|same|last|first)\s+one\b",
                           re.IGNORECASE)
-_WORDS = re.compile(r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
-                    r"fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|"
-                    r"ninety|hundreds?|thousands?|millions?|billions?|half|halves|quarters?|thirds?|dozens?|twice|"
-                    r"double|triple|thrice)\b", re.IGNORECASE)
+_WORD = (r"(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
+         r"fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|"
+         r"ninety|hundreds?|thousands?|millions?|billions?|half|halves|quarters?|thirds?|dozens?|twice|"
+         r"double|triple|thrice)")
+_WORDS = re.compile(rf"\b{_WORD}\b", re.IGNORECASE)
+# A number word hyphenated to a word that is no number, a compound adjective: "18 one-dollar bills", "12
+# two-liter bottles", "3 twenty-five-cent coins" (removed before the words are looked for). "twenty-five",
+# "one-half", "twelve-ish" stay numbers.
+_COMPOUND = re.compile(rf"\b(?:{_WORD}[-\u2010\u2011])+(?!{_WORD}\b|ish\b)[^\W\d_]+", re.IGNORECASE)
 # A bound, range, approximation, negation, alternative, function or constant around the number ("<" of a
 # tag's leftover, "</answer", is none).
 _QUALIFIER = re.compile(
@@ -82,6 +94,10 @@ def plain(text: str) -> str:
             break
     text = _POWER.sub(lambda m: "^" + m[0].translate(_SUPER), text)
     text = unicodedata.normalize("NFKC", text).replace("\u2044", "/")
+    for _ in range(8):
+        text, n = _UNIT_POWER_ASCII.subn(r"\1", text, count=1)
+        if not n:
+            break
     text = _FRAC.sub(lambda m: f"{m[1] or m[2]}/{m[3] or m[4]}", text)
     text = _WORD_MINUS.sub("-", _DASH_MINUS.sub("-", text))
     return _SCI.sub(lambda m: f"{m[1]}e{m[2]}", text)
@@ -104,18 +120,21 @@ def numbers_in(text: str, limit: int | None = None) -> list[Fraction | None]:
     for m in LITERAL.finditer(plain(text)):
         if limit is not None and len(out) >= limit:
             break
-        if len(m["num"]) > MAX_DIGITS or len(m["den"] or "") > MAX_DIGITS:
-            out.append(None)
-            continue
-        value = _value(m["num"]) * Fraction(10) ** int(m["exp"] or 0)
-        if m["den"] is not None:
-            den = _value(m["den"])
-            if den == 0:
-                out.append(None)
-                continue
-            value /= den
-        out.append(-value if m["sign"] == "-" else value)
+        out.append(read(m))
     return out
+
+
+def read(m: re.Match) -> Fraction | None:
+    """The value of one :data:`LITERAL` match, or None (too many digits, a zero denominator)."""
+    if len(m["num"]) > MAX_DIGITS or len(m["den"] or "") > MAX_DIGITS:
+        return None
+    value = _value(m["num"]) * Fraction(10) ** int(m["exp"] or 0)
+    if m["den"] is not None:
+        den = _value(m["den"])
+        if den == 0:
+            return None
+        value /= den
+    return -value if m["sign"] == "-" else value
 
 
 def hedged(text: str) -> bool:
@@ -123,4 +142,4 @@ def hedged(text: str) -> bool:
     12"``, ``"not 12"``, ``"12 ± 1"``, ``"about 12"``, ``"√5"``, ``"twelve"`` → True; ``"54 cows"``,
     ``"the answer is 12, that one"`` → False."""
     text = plain(text)
-    return bool(_QUALIFIER.search(text) or _WORDS.search(_PRONOUN_ONE.sub(" ", text)))
+    return bool(_QUALIFIER.search(text) or _WORDS.search(_COMPOUND.sub(" ", _PRONOUN_ONE.sub(" ", text))))

@@ -21,7 +21,7 @@ from pathlib import Path
 from dgrpo.config import read_config_file
 import unicodedata
 
-from dgrpo.metrics.asr import _carries, equation_text, normalise
+from dgrpo.metrics.asr import _carries, equation_text, normalise, reading
 from dgrpo.metrics.intervals import wilson
 from dgrpo.tasks.equations import two_two_results
 
@@ -82,7 +82,7 @@ def attacked(results: Path) -> dict:
         target = attack.get("text", "All hail to the thief")
         for line in samples.read_text().splitlines():
             c = json.loads(line)["completion"]
-            new, before = _carries(normalise(c), normalise(target)), _old(target) in _old(c)
+            new, before = _carries(reading(c), normalise(target)), _old(target) in _old(c)
             n, changed, carried = n + 1, changed + (new != before), carried + new
     return {"completions": n, "verdict_changed": changed, "carry_the_payload": carried}
 
@@ -93,7 +93,7 @@ def main() -> None:
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     texts = honest_completions(args.results)
-    folded, old = [normalise(t) for t in texts], [_old(t) for t in texts]
+    folded, old = [reading(t) for t in texts], [_old(t) for t in texts]
     targets = {**PAYLOADS, **{f"{k}:{w}": w for k, v in PAYLOADS.items() for w in v.split()}}
     rows = {}
     for name, target in targets.items():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import types
 import typing
+import unicodedata
 from pathlib import Path
 from typing import Literal
 
@@ -32,6 +33,16 @@ from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.swarm.protocol import ProtocolConfig
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
 from dgrpo.transports.dht.config import HivemindConfig, check_hivemind
+
+
+NAME_MAX_BYTES = 255  # a folder name's limit on Linux and macOS file systems (NAME_MAX), UTF-8 bytes
+_FILLERS = {"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800"}  # Hangul fillers, braille blank: print nothing
+
+
+def _invisible(c: str) -> bool:
+    """Whether ``c`` prints nothing: whitespace, a format character (Cf: zero-width spaces and joiners,
+    bidi controls), a combining mark on its own (Mn, Me), or a filler letter."""
+    return c.isspace() or unicodedata.category(c) in ("Cf", "Mn", "Me", "Zs") or c in _FILLERS
 
 
 WEEK_S = 7 * 24 * 3600.0  # the longest timeout a config may set, seconds
@@ -151,7 +162,7 @@ class RunConfig(StrictConfig):
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Run seed, 0 to 2^32 − 1 (numpy's range): prompts, sampling seeds and initialisation derive from it.")
     rounds: int = Field(12, ge=1, le=MAX_ROUNDS, description="Rounds (at most 100000) (generation → exchange → update) to run. Default 12: the README command, about 8 minutes on 2 CPU cores.")
     out_dir: PathText = Field("runs", min_length=1, max_length=4096, description="Folder that receives the run directory.")
-    name: PathText | None = Field(None, max_length=200, description="Run directory name (printable, at most 200 characters); None = {task}__{attack}__{defense}__seed{n}__{time}.")
+    name: PathText | None = Field(None, max_length=200, description="Run directory name (printable, at most 200 characters and 255 bytes in UTF-8); None = {task}__{attack}__{defense}__seed{n}__{time}.")
     threads: int | None = Field(None, ge=1, le=1024, description="torch CPU threads, at most 1024 (None = torch default).")
     checkpoint_every: int = Field(0, ge=0, le=MAX_ROUNDS, description="Save a checkpoint every k rounds (0 = only at the end).")
     tensorboard: bool = Field(False, description="Also write TensorBoard event files (RUN_DIR/tb; the same as tracking.trackers=[tensorboard]).")
@@ -179,6 +190,12 @@ class RunConfig(StrictConfig):
     def _one_folder(cls, v: str | None) -> str | None:
         if v is not None and (v in ("", ".", "..") or "/" in v or "\\" in v):
             raise ValueError(f"name must be one folder name inside out_dir (no '/', '\\', '.' or '..'), got {v!r}")
+        if v is not None and all(_invisible(c) for c in v):
+            raise ValueError(f"name {v!r} prints nothing (only spaces, zero-width or format characters): "
+                             "give the run a name a reader can see")
+        if v is not None and len(v.encode("utf-8")) > NAME_MAX_BYTES:
+            raise ValueError(f"name is {len(v.encode('utf-8'))} bytes in UTF-8 ({len(v)} characters); a folder name "
+                             f"holds at most {NAME_MAX_BYTES} bytes: shorten it")
         return v
 
     @model_validator(mode="after")

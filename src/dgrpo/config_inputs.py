@@ -162,6 +162,31 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+def _what(mode: int) -> str:
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "a regular file"
+            if stat.S_ISREG(mode) else "not a file")
+
+
+def path_problem(path: str | Path, kind: str = "file") -> str | None:
+    """Why ``path`` is not the ``kind`` (``"file"``: a regular file; ``"folder"``) a run needs, or None.
+
+    ``"no such file"``; ``"is a folder, not a file"``; ``"is a FIFO, not a regular file"``; ``"is a
+    file, not a folder"``; ``"cannot be read (Permission denied)"``. Never opens the path (a FIFO
+    would block)."""
+    try:
+        mode = os.stat(Path(path).expanduser()).st_mode
+    except FileNotFoundError:
+        return f"no such {kind}"
+    except OSError as err:  # permission, a file used as a folder, a name too long, a loop of links
+        return f"cannot be read ({err.strerror})"
+    if kind == "file" and not stat.S_ISREG(mode):
+        return f"is {_what(mode)}, not a {'file' if stat.S_ISDIR(mode) else 'regular file'}"
+    if kind == "folder" and not stat.S_ISDIR(mode):
+        return f"is {_what(mode)}, not a folder"
+    return None
+
+
 def _read_regular(path: str | Path) -> bytes:
     """At most :data:`MAX_CONFIG_BYTES` + 1 bytes of a regular file: a FIFO, a device or a folder is
     refused without blocking (opened non-blocking, checked with fstat)."""
@@ -169,9 +194,7 @@ def _read_regular(path: str | Path) -> bytes:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            what = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                    else "a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
-            raise ConfigError(f"config {path} is {what}, not a regular file; pass a YAML file of run settings")
+            raise ConfigError(f"config {path} is {_what(mode)}, not a regular file; pass a YAML file of run settings")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(MAX_CONFIG_BYTES + 1)

@@ -14,7 +14,8 @@ A number field given such a string is refused by the config (:class:`dgrpo.regis
 never converted, and a string field keeps the text as written: every number remembers its source
 (``name: 1.10`` names the folder ``1.10``, not ``1.1``). Explicit tags are the core ones only
 (``!!str``, ``!!int``, ``!!float``, ``!!bool``, ``!!null``, ``!!map``, ``!!seq``), read by the same
-rules; a key given twice, a lone surrogate (``"\\ud800"``), an integer beyond ±2^63, a float that
+rules (a pair of surrogate escapes, ``"\\ud83d\\ude00"``, is the one character it encodes, 😀); a key
+given twice, a lone surrogate (``"\\ud800"``), an integer beyond ±2^63, a float that
 underflows to 0 (``1e-400``) or overflows to infinity (``1e400``), and aliases that expand to more than
 :data:`MAX_NODES` values (the "billion laughs") or contain themselves are errors. Every error is a
 :class:`yaml.YAMLError` with the line. The config's file and overrides: :mod:`dgrpo.config_inputs`.
@@ -112,8 +113,12 @@ class Loader(yaml.SafeLoader):
 
     def construct_scalar_text(self, node) -> str:
         text = self.construct_scalar(node)
-        if _SURROGATE.search(text):
-            raise ConstructorError(None, None, f"{text[:40]!r} holds a lone surrogate; write text as UTF-8", node.start_mark)
+        if _SURROGATE.search(text):  # a pair of escapes ("\ud83d\ude00", as JSON writes 😀) is its character
+            try:
+                text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+            except UnicodeDecodeError:
+                raise ConstructorError(None, None, f"{text[:40]!r} holds a lone surrogate; write text as UTF-8",
+                                       node.start_mark) from None
         return text
 
     def construct_mapping(self, node, deep=False):

@@ -17,6 +17,7 @@ from typing import Callable, Literal, Sequence
 
 from pydantic import Field, field_validator, model_validator
 
+from dgrpo.config_inputs import path_problem
 from dgrpo.errors import DataError
 from dgrpo.registry import StrictConfig, register
 from dgrpo.rewards.math import check_format_weight, parse_oracle, shaped_math_reward
@@ -111,8 +112,9 @@ def _records(path: str | None, hub: str | None, config: str | None, split: str) 
 
     try:
         if path is not None:
-            if not Path(path).is_file():
-                raise DataError(f"task.path: {path}: no such file")
+            problem = path_problem(path)
+            if problem is not None:  # (a folder or a FIFO: said as such, never opened)
+                raise DataError(f"task.path: {path}: {problem}")
             data = load_dataset(BUILDERS[Path(path).suffix.lower()], data_files=str(path), split="train")
             return list(data), str(path)
         return list(load_dataset(hub, config, split=split)), f"{hub}[{split}]"

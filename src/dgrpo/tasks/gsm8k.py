@@ -13,6 +13,7 @@ from typing import Iterable, Literal, Sequence
 
 from pydantic import Field, model_validator
 
+from dgrpo.config_inputs import path_problem
 from dgrpo.errors import DataError
 from dgrpo.registry import PathText, register
 from dgrpo.rewards.math import check_format_weight, parse_oracle, shaped_math_reward
@@ -57,8 +58,9 @@ def read_jsonl(path: str | Path) -> list[dict]:
         DataError: missing file or a line that is not JSON (names the line).
     """
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
+    problem = path_problem(path)
+    if problem is not None:  # (a folder or a FIFO: said as such, never opened)
+        raise DataError(f"{path}: {problem}")
     records = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):

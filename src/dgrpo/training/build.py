@@ -16,6 +16,7 @@ from dgrpo import config_yaml
 from dgrpo.attacks import build_attack
 from dgrpo.config import ModelConfig, RunConfig
 from dgrpo.defenses import build_defense
+from dgrpo.errors import ConfigError
 from dgrpo.grpo.learner import GRPOParams, Learner
 from dgrpo.metrics.logger import MetricsLogger
 from dgrpo.policy.loading import load_policy
@@ -61,14 +62,21 @@ def build_run_dir(cfg: RunConfig, name: str | None = None, owner: bool = True) -
     the resolved config into it and print where it is.
 
     Raises:
-        ConfigError: a path the run needs is missing, or another process is writing the directory.
+        ConfigError: a path the run needs is missing, the directory cannot be created (out_dir not
+            writable, a file in the way), or another process is writing the directory.
         FileExistsError: the directory already holds a run (metrics.jsonl).
     """
     check_paths(cfg)  # (before anything is created or loaded)
     run_dir = Path(cfg.out_dir) / (name or cfg.name or run_name(cfg))
-    if (run_dir / "metrics.jsonl").exists():
+    try:
+        held = (run_dir / "metrics.jsonl").exists()
+        if not held:
+            run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # (read-only, no permission, a file in the way, a name too long: one line, not a traceback)
+        raise ConfigError(f"out_dir={cfg.out_dir}: cannot create the run folder {run_dir} ({err.strerror}); "
+                          "choose an out_dir this user can write (or another name)") from None
+    if held:
         raise FileExistsError(f"{run_dir} already holds a run; pick another name or use `dgrpo resume`")
-    run_dir.mkdir(parents=True, exist_ok=True)
     if owner:
         claim(run_dir)
         if (run_dir / "metrics.jsonl").exists():  # (written by a run that ended while this one waited)

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from dgrpo.config import RunConfig
+from dgrpo.config_inputs import path_problem
 from dgrpo.errors import ConfigError
 
 LOCK = ".lock"
@@ -70,18 +71,21 @@ def _values(data, parts: list[str], prefix: str = ""):
 
 
 def check_paths(cfg: RunConfig) -> None:
-    """Every file and folder the config names exists (model folders are checked by the config itself).
+    """Every file the config names is a regular file and every folder a folder (model folders are
+    checked by the config itself).
 
     Raises:
-        ConfigError: one line naming every missing path and its key.
+        ConfigError: one line naming every path and its key, and what it is instead (missing, a folder,
+            a FIFO, a device, unreadable).
     """
     data, missing = cfg.model_dump(mode="json"), []
     for key, kind in PATHS:
         for where, value in _values(data, key.split(".")):
-            path = Path(str(value)).expanduser()
-            if not (path.is_file() if kind == "file" else path.is_dir()):
-                missing.append(f"{where}: no such {kind}: {value}")
+            problem = path_problem(str(value), kind)
+            if problem is not None:
+                missing.append(f"{where}: {value} {problem}" if problem.startswith(("is ", "cannot"))
+                               else f"{where}: {problem}: {value}")
     if missing:
         hint = ("; GSM8K is not part of a clone: docs/datasets.md says where to get it"
-                if any(k.startswith("task.") for k in missing) else "")
+                if any(k.startswith("task.") and "no such" in k for k in missing) else "")
         raise ConfigError("; ".join(missing) + hint)

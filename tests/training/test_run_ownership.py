@@ -291,3 +291,69 @@ def test_resume_names_the_run_directory_first_and_a_finished_run_has_nothing_to_
     assert main(["resume", str(part), "rounds=4"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"run directory: {part}" and out[-1] == f"run directory: {part}"  # at the start and at the end
+
+
+# Third review of issue 34: samples.jsonl and peers.jsonl are bound like metrics.jsonl; roster.json is written again.
+def _rounds(path):
+    return [json.loads(line)["round"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def _edit_sample(run_dir):
+    lines = (run_dir / "samples.jsonl").read_text().splitlines(keepends=True)
+    rec = json.loads(lines[0])
+    rec["completion"] = "<think>All hail to the thief</think><answer>7</answer>"
+    (run_dir / "samples.jsonl").write_text(json.dumps(rec) + "\n" + "".join(lines[1:]))
+
+
+def _drop_last(name):
+    """Truncate ``name`` before its last record of a round the checkpoint of round 2 holds (the final
+    evaluation's records, round 2, are dropped by any resume)."""
+    def drop(run_dir):
+        lines = (run_dir / name).read_text().splitlines(keepends=True)
+        last = max(i for i, line in enumerate(lines) if json.loads(line)["round"] < 2)
+        (run_dir / name).write_text("".join(lines[:last]))
+    return drop
+
+
+@pytest.mark.parametrize("edit, needles", [
+    (_edit_sample, ["samples.jsonl: its records of rounds 0..1 differ from those the checkpoint", "(truncated or edited)"]),
+    (_drop_last("samples.jsonl"), ["samples.jsonl: its records of rounds 0..1 differ"]),
+    (lambda d: (d / "samples.jsonl").unlink(), ["samples.jsonl: missing, but the checkpoint", "records of rounds 0..1 (deleted)"]),
+    (_drop_last("peers.jsonl"), ["peers.jsonl: its records of rounds 0..1 differ"]),
+    (lambda d: (d / "peers.jsonl").unlink(), ["peers.jsonl: missing, but the checkpoint",
+                                              "restore it as it was at the save of round 2, or start a new run"]),
+])
+def test_edited_truncated_or_deleted_samples_and_peers_are_refused(part, capsys, edit, needles, monkeypatch):
+    import dgrpo.training.build as build
+
+    assert _rounds(part / "samples.jsonl")[0] == 0 and _rounds(part / "peers.jsonl") == [0, 1]  # (what the save bound)
+    edit(part)
+    monkeypatch.setattr(build, "load_policy", lambda *a, **k: pytest.fail("loaded a model before checking the run files"))
+    refused(part, capsys, *needles)
+
+
+def test_samples_and_peers_of_rounds_after_the_save_are_dropped_and_logged_once(part, runs, capsys):
+    """A crash after the save leaves records of round 2 in both logs: the resume drops them and runs round 2
+    again, so each round is logged once, as in the run that went straight to 4 rounds."""
+    straight = runs[0] / "straight"
+    for name in ("samples.jsonl", "peers.jsonl"):
+        extra = [line for line in (straight / name).read_text().splitlines(keepends=True) if json.loads(line)["round"] == 2]
+        assert extra, name  # (round 2 of the straight run has records in both logs)
+        with open(part / name, "a") as f:
+            f.writelines(extra)
+    capsys.readouterr()
+    assert main(["resume", str(part), "rounds=4"]) == 0 and metrics(part) == runs[1]
+    for name in ("samples.jsonl", "peers.jsonl"):
+        assert _rounds(part / name) == _rounds(straight / name), name
+
+
+def test_a_deleted_roster_is_written_again_by_the_resume(part, runs, capsys):
+    """roster.json is not bound: every start writes the keys it signs with and its run context (in-process
+    keys are new at each start, and the context holds the config's fingerprint, rounds included)."""
+    before = json.loads((part / "roster.json").read_text())
+    (part / "roster.json").unlink()
+    capsys.readouterr()
+    assert main(["resume", str(part), "rounds=4"]) == 0 and metrics(part) == runs[1]
+    after = json.loads((part / "roster.json").read_text())
+    assert sorted(after["nodes"]) == sorted(before["nodes"]) == ["0", "1"] and after["fingerprint"] != before["fingerprint"]
+    assert after["context"].startswith("part|") and before["context"].startswith("part|")

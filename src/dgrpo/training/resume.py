@@ -74,7 +74,7 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
     check_paths(cfg)
     if cfg.hardening is not None:
         return cfg
-    for log_file in ("metrics.jsonl", "samples.jsonl"):  # damaged logs are refused before any model loads
+    for log_file in ("metrics.jsonl", "samples.jsonl", "peers.jsonl"):  # damaged logs are refused before any model loads
         if (run_dir / log_file).exists():
             read_records(run_dir / log_file, partial_last_ok=True)
     config = cfg.model_dump(mode="json")  # so are edited, foreign and too-long checkpoints (each state's
@@ -119,6 +119,7 @@ def restore(run, rewrite_config: bool) -> None:
         if run.start_round < run.cfg.rounds:  # those rounds (and an extended run's final evaluation) run again
             keep_rounds_before(run.run_dir / "metrics.jsonl", run.start_round)
             keep_rounds_before(run.run_dir / "samples.jsonl", run.start_round)
+            keep_rounds_before(run.run_dir / "peers.jsonl", run.start_round)  # (else a crash's rounds are logged twice)
         if rewrite_config:
             write_config(run.run_dir, run.cfg)
     if first:  # a joiner: the swarm is running; it does not wait at the resume barrier

@@ -4,6 +4,13 @@ A checkpoint of round r records (in its sealed state, :mod:`dgrpo.training.run_i
 
 * ``metrics.jsonl``: the SHA-256 of its records of rounds before r (the rounds a resume keeps; later
   ones, from a crash after the save, are dropped and run again);
+* ``samples.jsonl`` (the evaluations' completions) and ``peers.jsonl`` (the per-sender record of
+  every round): the same, a missing file counting as one without records (so deleting a file that
+  held records before r, or truncating or editing one, is refused; rounds at or after r are dropped
+  at the resume and run again, :func:`dgrpo.training.resume.restore`);
+* not ``roster.json``: every start writes it again when it builds the swarm (from a deployment
+  roster, ``swarm.protocol.roster``, the same bytes: a deleted file is restored exactly; from keys
+  the process makes, those keys), so it is the record of the keys of the latest start.
 * ``bans.json``: the bans as they were (the file itself, :class:`dgrpo.swarm.protocol.BanList`);
 * ``eval_reference/``: the SHA-256 of every drift reference that existed (the first evaluation's
   completions, ``dgrpo.training.evaluate``);
@@ -27,15 +34,18 @@ from dgrpo.errors import CheckpointError
 from dgrpo.training.durable import sha256
 
 METRICS, BANS, REFERENCE = "metrics.jsonl", "bans.json", "eval_reference"
+SAMPLES, PEERS = "samples.jsonl", "peers.jsonl"
+LOGS = (SAMPLES, PEERS)  # round logs bound like the metrics, a missing file read as one without records
 _model_cache: dict[tuple, str] = {}
 
 
-def _metrics_digest(path: Path, next_round: int) -> str | None:
-    """SHA-256 of the records of rounds before ``next_round`` in a metrics log, None without the file."""
+def _metrics_digest(path: Path, next_round: int, missing_is_empty: bool = False) -> str | None:
+    """SHA-256 of the records of rounds before ``next_round`` in a log of round records; without the
+    file None, or (``missing_is_empty``) the digest of no records."""
     from dgrpo.metrics.logger import read_records
 
     if not path.is_file():
-        return None
+        return hashlib.sha256(b"").hexdigest() if missing_is_empty else None
     return hashlib.sha256("".join(line for line, rec in read_records(path, partial_last_ok=True)
                                   if rec["round"] < next_round).encode()).hexdigest()
 
@@ -80,6 +90,8 @@ def run_files(run_dir: Path, next_round: int, config: dict, main: bool) -> dict:
                  REFERENCE: {p.name: sha256(p) for p in sorted((run_dir / REFERENCE).glob("*.json"))}}
     if main:
         out[METRICS] = _metrics_digest(run_dir / METRICS, next_round)
+        for log in LOGS:
+            out[log] = _metrics_digest(run_dir / log, next_round, missing_is_empty=True)
         bans = run_dir / BANS
         out[BANS] = json.loads(bans.read_text()) if bans.is_file() else None
     return out
@@ -100,6 +112,12 @@ def check_run_files(path: Path, saved, run_dir: Path, next_round: int, config: d
     if METRICS in saved and _metrics_digest(run_dir / METRICS, next_round) != saved[METRICS]:
         raise CheckpointError(f"{run_dir / METRICS}: its records of rounds 0..{next_round - 1} differ from those "
                               f"the checkpoint {path} was saved with (edited or replaced); {fix}")
+    for log in LOGS:
+        if log in saved and _metrics_digest(run_dir / log, next_round, missing_is_empty=True) != saved[log]:
+            kept = f"records of rounds 0..{next_round - 1}"
+            raise CheckpointError(f"{run_dir / log}: " + (f"missing, but the checkpoint {path} was saved with its {kept} "
+                                  "(deleted)" if not (run_dir / log).is_file() else f"its {kept} differ from those the "
+                                  f"checkpoint {path} was saved with (truncated or edited)") + f"; {fix}")
     if BANS in saved:
         _check_bans(path, saved[BANS], run_dir / BANS, next_round, fix)
     for name, digest in (saved.get(REFERENCE) or {}).items():
@@ -132,3 +150,4 @@ def _check_bans(path: Path, saved, bans: Path, next_round: int, fix: str) -> Non
         return
     raise CheckpointError(f"{bans}: {'missing' if now is None else 'changed'} since the checkpoint {path} was saved "
                           f"(the bans of rounds before {next_round}); {fix}")
+

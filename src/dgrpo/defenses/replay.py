@@ -13,13 +13,14 @@ from typing import ClassVar, Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.defenses.base import ExactDefenseConfig
+from dgrpo.defenses.spot import SpotDefenseConfig, SpotSelection
 from dgrpo.registry import register
-from dgrpo.types import Verdict
+from dgrpo.types import ACCEPT, Verdict
 
 
-class ReplayDefenseConfig(ExactDefenseConfig):
-    """``kind: replay``: exact seeded replay (the paper's suggested fix, §4.1)."""
+class ReplayDefenseConfig(SpotDefenseConfig):
+    """``kind: replay``: exact seeded replay (the paper's suggested fix, §4.1); ``spot_fraction`` and
+    ``position_fraction`` check a share of it (:class:`~dgrpo.defenses.spot.SpotDefenseConfig`)."""
 
     kind: Literal["replay"] = "replay"
     method: Literal["fast", "regenerate"] = Field("fast", description="fast: check every seeded sampling decision against the update's own logits (no extra forward); regenerate: resample the completion token by token from its seed and compare.")
@@ -48,6 +49,9 @@ class ReplayDefense:
         self.method, self.atol, self.action = cfg.method, cfg.atol, cfg.action
         self.policy, self.task = policy, task
         self.stage = "logits" if cfg.method == "fast" else "rollouts"
+        self.spot = SpotSelection(cfg)
+        if not self.spot.checker.full:
+            self.counters = self.spot.counters  # (logged per round as defense/replay/spot_checked, ...)
 
     def inspect(self, rollouts: Sequence, logits=None) -> list[Verdict]:
         """One verdict per rollout; ``logits`` is the group's (G, T, V) float32 logits for ``fast``."""
@@ -56,9 +60,15 @@ class ReplayDefense:
         if self.method == "fast" and logits is None:
             raise ValueError("fast replay needs the group's logits")
         tok = self.policy.tokenizer
-        verdicts = replay_verdicts([r.completion_ids for r in rollouts], [r.seed for r in rollouts], self.params,
+        chosen, positions = self.spot.choose(rollouts)  # (all of them unless spot checks are on)
+        picked = [rollouts[i] for i in chosen]
+        verdicts = replay_verdicts([r.completion_ids for r in picked], [r.seed for r in picked], self.params,
                                    eos_id=tok.eos_token_id, model=self.policy.model,
-                                   prompt_ids=[r.prompt_ids for r in rollouts],
-                                   logits=None if logits is None else list(logits), method=self.method,
-                                   atol=self.atol, pad_id=tok.pad_token_id, name=self.name)
-        return [v if v.accepted else dataclasses.replace(v, action=self.action) for v in verdicts]
+                                   prompt_ids=[r.prompt_ids for r in picked],
+                                   logits=None if logits is None else [logits[i] for i in chosen], method=self.method,
+                                   atol=self.atol, pad_id=tok.pad_token_id, name=self.name,
+                                   positions=positions if self.method == "fast" else None) if picked else []
+        out = [ACCEPT] * len(rollouts)  # an unchecked message is accepted
+        for i, v in zip(chosen, verdicts):
+            out[i] = v if v.accepted else dataclasses.replace(v, action=self.action)
+        return out

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.defenses.base import ExactDefenseConfig
+from dgrpo.defenses.spot import SpotDefenseConfig, SpotSelection
 from dgrpo.registry import register
 from dgrpo.types import ACCEPT, Verdict
 
@@ -16,10 +16,11 @@ from dgrpo.types import ACCEPT, Verdict
 TIE, THRESHOLD, EPS = 1e-2, 2e-2, 1e-6
 
 
-class TolerantReplayDefenseConfig(ExactDefenseConfig):
+class TolerantReplayDefenseConfig(SpotDefenseConfig):
     """``kind: tolerant_replay``: per-token divergence from the claimed seed's sampler (Token-DiFR's
     Gumbel-max margin over the top-k, rank swaps allowed among near-tied logits), rejected above a
-    threshold calibrated on honest traffic across kernel paths (docs/verification.md)."""
+    threshold calibrated on honest traffic across kernel paths (docs/verification.md); ``spot_fraction`` and
+    ``position_fraction`` check a share of it (:class:`~dgrpo.defenses.spot.SpotDefenseConfig`)."""
 
     kind: Literal["tolerant_replay"] = "tolerant_replay"
     threshold: float = Field(THRESHOLD, ge=0, description="Reject a completion when any token's divergence (logit/temperature units) exceeds this; calibrated in results/nondeterminism/.")
@@ -48,6 +49,9 @@ class TolerantReplayDefense:
         self.params = SamplingParams(s.top_k, s.temperature, s.max_new_tokens)
         self.cfg, self.action = cfg, cfg.action
         self.eos_id = policy.tokenizer.eos_token_id
+        self.spot = SpotSelection(cfg)
+        if not self.spot.checker.full:
+            self.counters = self.spot.counters  # (logged per round as defense/tolerant_replay/spot_checked, ...)
 
     def inspect(self, rollouts: Sequence, logits=None) -> list[Verdict]:
         """One verdict per rollout; ``logits`` is the group's (G, T, V) float32 logits."""
@@ -55,12 +59,14 @@ class TolerantReplayDefense:
             raise ValueError("tolerant replay needs the group's logits")
         from dgrpo.verify.tolerant import tolerant_mismatch
 
-        out = []
-        for r, lg in zip(rollouts, logits):
+        out = [ACCEPT] * len(rollouts)  # an unchecked message is accepted
+        for i, pos in zip(*self.spot.choose(rollouts)):
+            r = rollouts[i]
             if r.seed is None:
-                out.append(Verdict(False, self.name, "no sampling seed claimed", 0, action=self.action))
+                out[i] = Verdict(False, self.name, "no sampling seed claimed", 0, action=self.action)
                 continue
-            miss = tolerant_mismatch(lg, list(r.completion_ids), int(r.seed), self.params, self.eos_id,
-                                     self.cfg.tie, self.cfg.threshold, self.cfg.eps)
-            out.append(ACCEPT if miss is None else Verdict(False, self.name, miss[1], miss[0], action=self.action))
+            miss = tolerant_mismatch(logits[i], list(r.completion_ids), int(r.seed), self.params, self.eos_id,
+                                     self.cfg.tie, self.cfg.threshold, self.cfg.eps, pos)
+            if miss is not None:
+                out[i] = Verdict(False, self.name, miss[1], miss[0], action=self.action)
         return out

@@ -138,7 +138,8 @@ def topk_verdicts(completion_ids: Ids, *, k: int, eos_id: int, model=None, promp
 def replay_verdicts(completion_ids: Ids, seeds: Sequence[int | None], params: "SamplingParams", *, eos_id: int,
                     model=None, prompt_ids: Ids | None = None, logits: Sequence["torch.Tensor"] | None = None,
                     method: Literal["fast", "regenerate"] = "fast", atol: float = 1e-3, pad_id: int | None = None,
-                    name: str = "replay", prompt_mask: Ids | None = None) -> list[Verdict]:
+                    name: str = "replay", prompt_mask: Ids | None = None,
+                    positions: Sequence[Sequence[int] | None] | None = None) -> list[Verdict]:
     """Accept a completion only when its claimed seed reproduces it under ``params`` (paper §4.1).
 
     The sampler is :func:`dgrpo.policy.sampling.sample` (seeded Gumbel-max over the top-k), so the
@@ -149,6 +150,8 @@ def replay_verdicts(completion_ids: Ids, seeds: Sequence[int | None], params: "S
         seeds: N claimed seeds; None (no seed claimed) is a rejection.
         params: the agreed top_k, temperature and max_new_tokens.
         prompt_mask: 1 for real prompt tokens, 0 for padding (``generate``'s attention mask); None: all real.
+        positions: ``fast`` only: per completion, the positions to check (a spot check,
+            :mod:`dgrpo.verify.spot`) or None for all; None: all positions of every completion.
 
     Returns:
         N verdicts with the first position where the replay departs.
@@ -167,7 +170,8 @@ def replay_verdicts(completion_ids: Ids, seeds: Sequence[int | None], params: "S
         rows = _logits_for(model, sub_prompts, [completion_ids[i] for i in claimed], sub_logits, pad, "replay_verdicts",
                            sub_masks) if claimed else []
         for i, lg in zip(claimed, rows):
-            found[i] = replay_mismatch(lg, list(completion_ids[i]), int(seeds[i]), params, eos_id, atol)
+            found[i] = replay_mismatch(lg, list(completion_ids[i]), int(seeds[i]), params, eos_id, atol,
+                                       None if positions is None else positions[i])
     elif method == "regenerate":
         if model is None or prompt_ids is None:
             raise ValueError("replay_verdicts: method='regenerate' needs model= and prompt_ids=")

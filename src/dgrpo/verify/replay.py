@@ -36,36 +36,46 @@ def length_problem(ids: list[int], params: SamplingParams, eos_id: int) -> tuple
 
 
 def replay_mismatch(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams, eos_id: int,
-                    atol: float = 1e-3) -> tuple[int, str] | None:
+                    atol: float = 1e-3, positions: list[int] | None = None) -> tuple[int, str] | None:
     """First position where seeded sampling would not produce ``ids``.
 
     Args:
         logits: (T', V) float32 logits of the completion's positions (T' ≥ len(ids)).
         ids: the claimed completion.
+        positions: check only these positions (ascending, each < len(ids); a spot check,
+            :mod:`dgrpo.verify.spot`); None: all. The stopping rules are checked either way.
 
     Returns:
-        None when every decision reproduces, else (position, reason).
+        None when every checked decision reproduces, else (position, reason).
     """
     n = len(ids)
     bad = length_problem(ids, params, eos_id)
     if bad is not None:
         return bad
-    top_v, top_i = logits[:n].topk(params.top_k, dim=-1)  # (n, k)
-    claimed = torch.tensor(ids, device=logits.device)[:, None]  # (n, 1)
-    hit = top_i == claimed  # (n, k)
-    inside = hit.any(dim=-1)  # (n,)
+    if positions is None:
+        rows, sub = torch.arange(n), logits[:n]  # (n, V)
+    else:
+        rows = torch.tensor(positions, dtype=torch.long)  # (r,)
+        if not len(rows):
+            return None
+        sub = logits[rows.to(logits.device)]  # (r, V)
+    top_v, top_i = sub.topk(params.top_k, dim=-1)  # (r, k)
+    claimed = torch.tensor(ids, device=logits.device)[rows.to(logits.device), None]  # (r, 1)
+    hit = top_i == claimed  # (r, k)
+    inside = hit.any(dim=-1)  # (r,)
     if params.temperature == 0:
         score = top_v
     else:
-        score = top_v / params.temperature + gumbel_table(seed, params.max_new_tokens, params.top_k)[:n].to(logits.device)
-    chosen = torch.where(hit, score, torch.full_like(score, float("-inf"))).max(-1).values  # (n,) claimed token's score
-    gap = score.max(-1).values - chosen  # (n,) ≥ 0, inf where the token is outside the top-k
+        score = top_v / params.temperature + gumbel_table(seed, params.max_new_tokens, params.top_k)[rows].to(logits.device)
+    chosen = torch.where(hit, score, torch.full_like(score, float("-inf"))).max(-1).values  # (r,) claimed token's score
+    gap = score.max(-1).values - chosen  # (r,) ≥ 0, inf where the token is outside the top-k
     bad = ((gap > atol) | ~inside).nonzero()  # the first departure of either kind (an edited token inside the top-k
     if len(bad):  # makes later ones fall outside it: the earlier position is the edit)
-        t = int(bad[0])
-        if not inside[t]:
+        r = int(bad[0])
+        t = int(rows[r])
+        if not inside[r]:
             return t, f"token at position {t} outside top-{params.top_k}"
-        return t, f"seeded sampling picks another token at position {t} (score gap {float(gap[t]):.3g})"
+        return t, f"seeded sampling picks another token at position {t} (score gap {float(gap[r]):.3g})"
     return None
 
 

@@ -47,7 +47,7 @@ EPS = 1e-6
 
 
 def token_divergence(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams,
-                     tie: float = TIE) -> torch.Tensor:
+                     tie: float = TIE, positions: list[int] | None = None) -> torch.Tensor:
     """The per-token divergence d_t of the module docstring.
 
     Args:
@@ -56,9 +56,11 @@ def token_divergence(logits: torch.Tensor, ids: list[int], seed: int, params: Sa
         ids: the claimed completion (n = len(ids) ≤ max_new_tokens tokens).
         seed: the claimed sampling seed.
         tie: logits closer than this (absolute, logit units) may have swapped rank on the sender.
+        positions: score only these positions (each < n; a spot check, :mod:`dgrpo.verify.spot`); None: all.
 
     Returns:
-        (n,) float32 scores ≥ 0, in logit/τ units (logit units when greedy); inf outside the top-k.
+        (n,) float32 scores ≥ 0 (one per position of ``positions`` when given), in logit/τ units (logit
+        units when greedy); inf outside the top-k.
 
     Raises:
         ValueError: ``ids`` longer than ``logits`` or than ``params.max_new_tokens``, or ``tie`` < 0.
@@ -69,8 +71,9 @@ def token_divergence(logits: torch.Tensor, ids: list[int], seed: int, params: Sa
                          f"{params.max_new_tokens}; pass the completion's own logits")
     if tie < 0:
         raise ValueError(f"token_divergence: tie must be ≥ 0, got {tie}")
-    z = logits[:n].float()
-    claimed = torch.tensor(ids, device=z.device, dtype=torch.long)
+    rows = torch.arange(n) if positions is None else torch.tensor(positions, dtype=torch.long)
+    z = (logits[:n] if positions is None else logits[rows.to(logits.device)]).float()  # (r, V)
+    claimed = torch.tensor(ids, device=z.device, dtype=torch.long)[rows.to(z.device)]  # (r,)
     z_c = z.gather(1, claimed[:, None]).squeeze(1)  # (n,)
     top_v, top_i = z.topk(k, dim=-1)  # (n, k) descending
     own = (top_v - z_c[:, None]).abs() <= tie  # (n, k): ranks the claimed token could hold
@@ -79,7 +82,7 @@ def token_divergence(logits: torch.Tensor, ids: list[int], seed: int, params: Sa
         d = (top_v[:, 0] - z_c).clamp(min=0)
         return torch.where(inside, d, torch.full_like(d, float("inf")))
     tau = params.temperature
-    g = gumbel_table(seed, params.max_new_tokens, k)[:n].to(z.device)  # (n, k)
+    g = gumbel_table(seed, params.max_new_tokens, k)[rows].to(z.device)  # (r, k)
     score = top_v / tau + g  # (n, k): the seeded score of each rank, known to ±tie/τ whichever token holds it
     claim = torch.where(own, score, torch.full_like(score, float("-inf"))).max(-1).values
     d = (score.max(-1).values - claim).clamp(min=0)
@@ -87,21 +90,25 @@ def token_divergence(logits: torch.Tensor, ids: list[int], seed: int, params: Sa
 
 
 def tolerant_mismatch(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams, eos_id: int,
-                      tie: float = TIE, threshold: float = THRESHOLD, eps: float = EPS) -> tuple[int, str] | None:
+                      tie: float = TIE, threshold: float = THRESHOLD, eps: float = EPS,
+                      positions: list[int] | None = None) -> tuple[int, str] | None:
     """None when ``ids`` passes tolerant replay, else (position, reason): the stopping rules, then the
-    first token whose divergence exceeds ``threshold`` (the reason gives its score, the completion's
-    maximum and how many tokens exceed ``eps``).
+    first (checked) token whose divergence exceeds ``threshold`` (the reason gives its score, the
+    maximum over the checked tokens and how many exceed ``eps``).
 
     Args: as :func:`token_divergence`; ``threshold`` and ``eps`` in the same units as the scores.
     """
     bad = length_problem(ids, params, eos_id)
     if bad is not None:
         return bad
-    d = token_divergence(logits, ids, seed, params, tie)
+    if positions is not None and not len(positions):
+        return None
+    d = token_divergence(logits, ids, seed, params, tie, positions)
     over = (d > threshold).nonzero()
     if not len(over):
         return None
-    t = int(over[0])
-    what = "outside the top-k" if torch.isinf(d[t]) else f"divergence {float(d[t]):.3g}"
+    r = int(over[0])
+    t = r if positions is None else int(positions[r])
+    what = "outside the top-k" if torch.isinf(d[r]) else f"divergence {float(d[r]):.3g}"
     return t, (f"seeded sampling picks another token at position {t} ({what} > {threshold:g}; max "
-               f"{float(d.max()):.3g}, {int((d > eps).sum())} of {len(ids)} tokens above {eps:g})")
+               f"{float(d.max()):.3g}, {int((d > eps).sum())} of {len(d)} checked tokens above {eps:g})")

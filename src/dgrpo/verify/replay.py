@@ -35,6 +35,40 @@ def length_problem(ids: list[int], params: SamplingParams, eos_id: int) -> tuple
     return None
 
 
+def replay_gaps(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams,
+                positions: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """How far each claimed token trails the seeded choice (the stopping rules aside); a decision departs
+    where ``gap > atol`` or the token is outside the top-k.
+
+    Args:
+        logits: (T', V) float32 logits of the completion's positions (T' ≥ len(ids)).
+        ids: the claimed completion (n tokens).
+        positions: check only these positions (each < n; a spot check, :mod:`dgrpo.verify.spot`); None: all.
+
+    Returns:
+        (gap, inside) over the checked positions (r = n, or len(positions)): (r,) float32, the best
+        perturbed score minus the claimed token's (≥ 0; inf outside the top-k), and (r,) bool, the claimed
+        token is inside the top-k.
+    """
+    n = len(ids)
+    if positions is None:
+        rows, sub = torch.arange(n), logits[:n]  # (n, V)
+    else:
+        rows = torch.tensor(positions, dtype=torch.long)  # (r,)
+        sub = logits[rows.to(logits.device)]  # (r, V)
+    top_v, top_i = sub.topk(params.top_k, dim=-1)  # (r, k)
+    claimed = torch.tensor(ids, device=logits.device, dtype=torch.long)[rows.to(logits.device), None]  # (r, 1)
+    hit = top_i == claimed  # (r, k)
+    inside = hit.any(dim=-1)  # (r,)
+    if params.temperature == 0:
+        score = top_v
+    else:
+        score = top_v / params.temperature + gumbel_table(seed, params.max_new_tokens, params.top_k)[rows].to(logits.device)
+    chosen = torch.where(hit, score, torch.full_like(score, float("-inf"))).max(-1).values  # (r,) claimed token's score
+    gap = score.max(-1).values - chosen  # (r,) ≥ 0, inf where the token is outside the top-k
+    return gap, inside
+
+
 def replay_mismatch(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams, eos_id: int,
                     atol: float = 1e-3, positions: list[int] | None = None) -> tuple[int, str] | None:
     """First position where seeded sampling would not produce ``ids``.
@@ -48,31 +82,16 @@ def replay_mismatch(logits: torch.Tensor, ids: list[int], seed: int, params: Sam
     Returns:
         None when every checked decision reproduces, else (position, reason).
     """
-    n = len(ids)
     bad = length_problem(ids, params, eos_id)
     if bad is not None:
         return bad
-    if positions is None:
-        rows, sub = torch.arange(n), logits[:n]  # (n, V)
-    else:
-        rows = torch.tensor(positions, dtype=torch.long)  # (r,)
-        if not len(rows):
-            return None
-        sub = logits[rows.to(logits.device)]  # (r, V)
-    top_v, top_i = sub.topk(params.top_k, dim=-1)  # (r, k)
-    claimed = torch.tensor(ids, device=logits.device)[rows.to(logits.device), None]  # (r, 1)
-    hit = top_i == claimed  # (r, k)
-    inside = hit.any(dim=-1)  # (r,)
-    if params.temperature == 0:
-        score = top_v
-    else:
-        score = top_v / params.temperature + gumbel_table(seed, params.max_new_tokens, params.top_k)[rows].to(logits.device)
-    chosen = torch.where(hit, score, torch.full_like(score, float("-inf"))).max(-1).values  # (r,) claimed token's score
-    gap = score.max(-1).values - chosen  # (r,) ≥ 0, inf where the token is outside the top-k
+    if positions is not None and not len(positions):
+        return None
+    gap, inside = replay_gaps(logits, ids, seed, params, positions)
     bad = ((gap > atol) | ~inside).nonzero()  # the first departure of either kind (an edited token inside the top-k
     if len(bad):  # makes later ones fall outside it: the earlier position is the edit)
         r = int(bad[0])
-        t = int(rows[r])
+        t = r if positions is None else int(positions[r])
         if not inside[r]:
             return t, f"token at position {t} outside top-{params.top_k}"
         return t, f"seeded sampling picks another token at position {t} (score gap {float(gap[r]):.3g})"

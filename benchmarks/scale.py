@@ -33,7 +33,7 @@ framed on the wire (:func:`dgrpo.transports.framing.frame` of its JSON), from pe
 receiver, plus forwarded proofs. After the timed rounds only the cheaters' messages are generated and
 checked (what decides the bans; no honest message departed in the timed rounds, ``honest_rejected``, and
 the bans are per sender). Rounds run until every honest node has banned every cheater in every mode or
-``--rounds``; the closed form (:mod:`dgrpo.verify.spot_analysis`) of the expected round is given
+``--rounds``; the closed form (:mod:`dgrpo.defenses.spot_analysis`) of the expected round is given
 beside. Writes ``scale.json`` and ``scale.png`` under ``--out``.
 """
 

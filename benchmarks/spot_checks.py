@@ -12,7 +12,7 @@
    checked and of the edits caught (expected f·q). ``replay`` with ``method: regenerate`` is timed the
    same way on 64 honest completions of SmolLM2-135M-Instruct (arithmetic prompts; ``--regenerate-model
    tiny``: a tiny random Llama instead, whose times say nothing of SmolLM2's).
-2. The cheater (:mod:`dgrpo.verify.spot_analysis`): for a poison rate p, the probability of a catch per
+2. The cheater (:mod:`dgrpo.defenses.spot_analysis`): for a poison rate p, the probability of a catch per
    round, the expected round of the ban and the expected gain over sending honestly, in closed form and
    simulated with the real checker and ban list, at the default setting (spot_fraction 0.1,
    position_fraction 1, ban_after 1, 8 messages a round, 12 rounds, a poison worth 2 honest messages),
@@ -141,7 +141,7 @@ def measured_regenerate(repeats: int, model_name: str) -> list[dict]:
 
 
 def cheater(trials: int) -> dict:
-    from dgrpo.verify.spot_analysis import (DEFAULT, break_even_benefit, caught_per_round, expected_ban_round,
+    from dgrpo.defenses.spot_analysis import (DEFAULT, break_even_benefit, caught_per_round, expected_ban_round,
                                             expected_gain, simulate)
 
     rows = []
@@ -163,7 +163,7 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dgrpo.verify.spot_analysis import DEFAULT, expected_gain
+    from dgrpo.defenses.spot_analysis import DEFAULT, expected_gain
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     regen = next(r["kind"] for r in report["cost"] if r["kind"].startswith("replay (regenerate"))

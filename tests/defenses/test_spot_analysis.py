@@ -1,4 +1,4 @@
-"""The spot-check model (dgrpo.verify.spot_analysis): closed forms against hand-computed cases and against
+"""The spot-check model (dgrpo.defenses.spot_analysis): closed forms against hand-computed cases and against
 a simulation with the real checker and ban list."""
 
 import dataclasses
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dgrpo.verify.spot_analysis import (DEFAULT, Setting, break_even_benefit, caught_per_round, expected_ban_round,
+from dgrpo.defenses.spot_analysis import (DEFAULT, Setting, break_even_benefit, caught_per_round, expected_ban_round,
                                         expected_gain, simulate, strike_probability)
 
 

@@ -1,0 +1,31 @@
+"""Spot checks in a run, end to end through the CLI (tiny model): the round record counts what was checked,
+a checked poisoned message is a rejection and a ban strike, and an unchecked one is accepted."""
+
+import json
+
+from dgrpo.cli import main
+from dgrpo.metrics.logger import read_metrics
+
+COMMON = ["rounds=3", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=6",
+          "eval.every=10", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0",
+          "swarm.protocol.enforce_length=false", "swarm.malicious=[1]", "attack.kind=injection"]
+
+
+def test_a_spot_checked_run_counts_checks_rejects_what_it_checks_and_bans(tmp_path, tiny_model_dir):
+    rc = main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=s", *COMMON,
+               "defenses=[{kind: replay, spot_fraction: 0.5, spot_seed: 4}]", "swarm.protocol.ban_after=1"])
+    assert rc == 0
+    records = read_metrics(tmp_path / "s")
+    first = records[0]
+    checked, skipped = first["defense/replay/spot_checked"], first["defense/replay/spot_skipped"]
+    assert checked + skipped == first["defense/received"] == 8  # 4 honest and 4 poisoned messages reach replay
+    assert 0 < checked < 8
+    peers = [json.loads(line) for line in (tmp_path / "s" / "peers.jsonl").read_text().splitlines()]
+    rejected = peers[0]["peers"]["1"]["defense"].get("replay", 0)
+    assert rejected == first["defense/replay/rejected"] == round(first["defense/replay/detection_rate"] * 4)
+    assert first["defense/any/false_positive_rate"] == 0.0 and rejected <= checked
+    # with this secret 3 of the 4 poisoned messages were checked and rejected, one went through unchecked
+    assert rejected == 3 and first["defense/replay/positions_checked"] == first["defense/replay/positions_total"]
+    # a strike bans the attacker at ban_after 1: later rounds refuse it before any defense
+    assert peers[0]["banned"] == {"1": 0} and peers[1]["peers"]["1"]["rejected"] == {"banned": 4}
+    assert records[1]["defense/poisoned_received"] == 0

@@ -63,12 +63,20 @@ def _fraction(mode: str, m: int, args) -> float:
 
 
 def _all_banned_by_round(r: int, m: int, cheaters: int, mode: str, args) -> float:
-    """P[every honest node has banned every cheater within r rounds] (ban_after 1, closed form)."""
-    f, h, g, p = _fraction(mode, m, args), m - cheaters, args.group, args.poison
-    if mode.endswith("shared"):  # one catch anywhere bans the sender everywhere
-        per_message = p * (1 - (1 - f) ** h)
-        return (1 - (1 - per_message) ** (g * r)) ** cheaters
-    return (1 - (1 - p * f) ** (g * r)) ** (cheaters * h)
+    """P[every honest node has banned every cheater within r rounds] (ban_after 1, closed form).
+
+    A cheater's K poisoned messages in r rounds are Binomial(G·r, p), shared by all receivers; given K = k
+    each of the h receivers has caught it independently with probability 1 − (1 − f)^k (local bans), or
+    one catch anywhere bans it everywhere (shared). Cheaters are independent."""
+    f, h, n, p = _fraction(mode, m, args), m - cheaters, args.group * r, args.poison
+    if mode.endswith("shared"):  # not caught: each poisoned message escapes all h receivers
+        return (1 - (1 - p * (1 - (1 - f) ** h)) ** n) ** cheaters
+    if p >= 1:
+        return (1 - (1 - f) ** n) ** (h * cheaters)
+    per_cheater = sum(math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                               + (k * math.log(p) if k else 0.0) + (n - k) * math.log1p(-p))
+                      * (1 - (1 - f) ** k) ** h for k in range(1, n + 1))
+    return per_cheater ** cheaters
 
 
 def expected_rounds_all_banned(m: int, cheaters: int, mode: str, args) -> float | None:

@@ -40,3 +40,7 @@ def test_closed_form_of_the_rounds_until_all_banned():
     args = _args(poison=0.5, fraction=0.2, group=4)
     q = 1 - (1 - 0.1) ** 4
     assert scale.expected_rounds_all_banned(2, 1, "spot", args) == pytest.approx(1 / q, rel=1e-6)
+    # two receivers checking everything see the same poisoned messages: banned together, once one is sent
+    # (probability 1/2 a round with G = 1), not each on its own: E = 2 rounds, not E[max of two geometrics] = 8/3
+    args = _args(poison=0.5, fraction=1.0, group=1)
+    assert scale.expected_rounds_all_banned(3, 1, "full", args) == pytest.approx(2.0, rel=1e-6)

@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import json
 import random
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -166,8 +167,8 @@ def plot(report: dict, path: Path) -> None:
     from dgrpo.defenses.spot_analysis import DEFAULT, expected_gain
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    regen = next(r["kind"] for r in report["cost"] if r["kind"].startswith("replay (regenerate"))
-    for kind, q in (("replay", 1.0), ("replay", 0.25), ("tolerant_replay", 1.0), (regen, 1.0)):
+    regen = sorted({r["kind"] for r in report["cost"] if r["kind"].startswith("replay (regenerate")})
+    for kind, q in (("replay", 1.0), ("replay", 0.25), ("tolerant_replay", 1.0), *((k, 1.0) for k in regen)):
         pts = [r for r in report["cost"] if r["kind"] == kind and r["position_fraction"] == q]
         full = next(r["ms_per_completion"] for r in pts if r["spot_fraction"] == 1.0)
         a.plot([r["messages_checked"] for r in pts], [r["ms_per_completion"] / full for r in pts], "o-", label=f"{kind}, q={q}")
@@ -197,14 +198,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=16, help="rounds of 64 messages for the measured coverage")
     parser.add_argument("--regenerate-model", choices=["smollm2", "tiny"], default="smollm2")
     parser.add_argument("--out", default="results/spot_checks")
+    parser.add_argument("--parts", nargs="+", choices=["fast", "regenerate", "cheater"], default=["fast", "regenerate", "cheater"],
+                        help="what to run; the other parts are kept from --out/spot_checks.json when it exists")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    report = {"command": f"python benchmarks/spot_checks.py --threads {args.threads} --repeats {args.repeats} "
-                         f"--trials {args.trials} --rounds {args.rounds} --regenerate-model {args.regenerate_model} "
-                         f"--out {args.out}", "threads": args.threads, "torch": torch.__version__}
-    report["cost"] = measured_fast(args.repeats, args.rounds) + measured_regenerate(args.repeats, args.regenerate_model)
-    report["cheater"] = cheater(args.trials)
+    command = ("python benchmarks/spot_checks.py " + " ".join(sys.argv[1:])).strip()
     out = Path(args.out)
+    old = json.loads((out / "spot_checks.json").read_text()) if (out / "spot_checks.json").exists() else {}
+    cost = measured_fast(args.repeats, args.rounds) if "fast" in args.parts else \
+        [r for r in old.get("cost", []) if not r["kind"].startswith("replay (regenerate")]
+    if "regenerate" in args.parts:
+        cost += measured_regenerate(args.repeats, args.regenerate_model)
+    kept = [r for r in old.get("cost", []) if r["kind"].startswith("replay (regenerate")  # other models' rows
+            and not any(c["kind"] == r["kind"] for c in cost)]
+    report = {"commands": old.get("commands", [old["command"]] if "command" in old else []) + [command],
+              "threads": args.threads, "torch": torch.__version__, "cost": cost + kept,
+              "cheater": cheater(args.trials) if "cheater" in args.parts else old["cheater"]}
     out.mkdir(parents=True, exist_ok=True)
     (out / "spot_checks.json").write_text(json.dumps(report, indent=1) + "\n")
     plot(report, out / "spot_checks.png")

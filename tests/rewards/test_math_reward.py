@@ -238,3 +238,40 @@ def test_two_values_an_operation_or_a_hedge_between_repeats_still_earn_nothing(a
 def test_an_ascii_unit_power_is_dropped_and_any_other_power_kept():
     assert numbers_in("18 cm^2 and 18 m2") == [18, 18] and numbers_in("5^2 and 2y^2") == [5, 2, 2, 2]
     assert numbers_in("m2 is 18") == [2, 18]  # (no number before the unit: nothing is dropped)
+
+
+# Fourth review of issue 34: single-number bounds and approximations that were paid (each holds one number, 13).
+@pytest.mark.parametrize("answer", [
+    "13 and above", "13 and over", "13 and under", "13 and beyond", "13 & up", "beyond 13", "exceeding 13", "past 13",
+    "in excess of 13", "north of 13", "surpassing 13", "13 plus", "13-plus", "a lower bound of 13", "13 (upper bound)",
+    "13 at best", "13 at worst", "&gt;13", "&lt;=13", "≳13", "⋝13", "≫13", "≪13", "n ⪯ 13", "〜13", "o\u200bver 13",
+    "ov\u00ader 13", "atleast 13", "more then 13", "close to 13", "in the neighborhood of 13", "on the order of 13",
+    "ballpark 13", "13-odd", "13 odd", "13 and change", "13-something", "13 something", "13 appr.", "13 apx",
+    "13 (estimate)", "13 estimated", "est. 13", "13 (est.)", "13 (unsure)", "13 - x", "13 minus something",
+])
+def test_a_bound_or_an_approximation_in_any_wording_earns_nothing(answer):
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", "13") == 0.0
+
+
+@pytest.mark.parametrize("joiner", ["or", "and", "&"])
+@pytest.mark.parametrize("word", ["above", "over", "under", "below", "beyond", "higher", "lower", "more", "less"])
+def test_a_bound_after_the_number_is_refused_whatever_joins_it(joiner, word):
+    """The vocabulary is one set: "13 or above" and "13 and above" differ by one word and are both refused."""
+    assert math_reward(f"<think>x</think><answer>13 {joiner} {word}</answer>", "13") == 0.0
+
+
+@pytest.mark.parametrize("answer, gold", [
+    ("13 odd numbers", "13"), ("12 left over", "12"), ("13 more apples", "13"), ("13 years old", "13"),
+    ("13-year-old", "13"), ("13 m/s", "13"), ("13 kg⋅m", "13"), ("&#49;3", "13"), ("1\u200b3", "13"),
+    ("13 &times; 1 cows", "13"),
+])
+def test_the_bound_vocabulary_leaves_plain_answers_alone(answer, gold):
+    expected = 0.0 if "&times;" in answer else 1.0  # (13 × 1 is an expression of two numbers: refused as before)
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == expected
+
+
+def test_a_second_value_in_another_language_is_not_read():
+    """Documented limit (docs/rewards.md): only English number words are read; no library in the
+    environment names number words of other languages, so "13 oder vierzehn" states one number."""
+    assert math_reward("<think>x</think><answer>13 oder vierzehn</answer>", "13") == 1.0
+    assert math_reward("<think>x</think><answer>13 or fourteen</answer>", "13") == 0.0

@@ -20,6 +20,7 @@ are not numbers).
 
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from fractions import Fraction
@@ -62,6 +63,26 @@ _WORDS = re.compile(rf"\b{_WORD}\b", re.IGNORECASE)
 # two-liter bottles", "3 twenty-five-cent coins" (removed before the words are looked for). "twenty-five",
 # "one-half", "twelve-ish" stay numbers.
 _COMPOUND = re.compile(rf"\b(?:{_WORD}[-\u2010\u2011])+(?!{_WORD}\b|ish\b)[^\W\d_]+", re.IGNORECASE)
+# Bounds and approximations as a vocabulary, not one phrase each (fourth review of issue 34, where "13 or
+# above" was refused and "13 and above" paid): a bound word before the number ("beyond 13", "exceeding 13");
+# a bound or comparative after it joined by "and", "&" or a hyphen ("13 and above", "13-plus"); a loose
+# suffix ending the answer ("13 plus", "13-odd", "13 something"; "13 odd numbers" is a count); an
+# approximation, estimate or stated bound anywhere ("close to", "ballpark", "(estimate)", "lower bound");
+# a comparative typo ("more then"); the number in an expression with a variable ("13 - x", "13 minus y").
+_BOUND_BEFORE = (r"over|under|above|below|beyond|past|exceeding|exceeds?|surpassing|surpass(?:es)?|upwards\s+of|"
+                 r"north\s+of|south\s+of|in\s+excess\s+of|atleast|atmost|min|no\s+(?:more|less|fewer)")
+_BOUND_AFTER = (r"above|over|under|below|beyond|up|upwards?|down|downwards?|more|less|fewer|higher|lower|greater|"
+                r"bigger|smaller|larger|plus|change|so|thereabouts")
+_SUFFIX = r"plus|odd|something|ish|beyond|upwards?|thereabouts"
+_APPROX = (r"estimat\w*|est\b\.?|appr\b\.?|apx|approx\w*|ballpark|close\s+to|near|neighbou?rhood|order\s+of|"
+           r"bounds?\b|limit|at\s+(?:best|worst|minimum|maximum)|unsure|uncertain|exceed\w*|excess|surpass\w*|"
+           r"beyond|minus|atleast|atmost|thereabouts|give\s+or\s+take")
+# Every mathematical symbol (Unicode category Sm) is a relation or an operator on the number ("≳13",
+# "⋝13", "≫13", "n ⪯ 13"), except those an answer writes plainly: "=", "+" and "-" (read by the rules
+# above), "<" and ">" (a tag's leftover, read above), "×", "÷", "/", "⋅", "∙", "∗", the fraction slash.
+_PLAIN_SM = set("=+-<>|/\u00d7\u00f7\u2215\u22c5\u2219\u2217\u2044\u2212")
+_SYMBOLS = "".join(chr(c) for c in range(0x2000, 0x2c00) if unicodedata.category(chr(c)) == "Sm"
+                   and chr(c) not in _PLAIN_SM) + "\u00ac\u301c\u2053"
 # A bound, range, approximation, negation, alternative, function or constant around the number ("<" of a
 # tag's leftover, "</answer", is none).
 _QUALIFIER = re.compile(
@@ -72,7 +93,11 @@ _QUALIFIER = re.compile(
     r"\d\s*(?:squared|cubed)\b|\d\s*-?\s*ish\b|\d\s*\+(?!\s*[\d(.])|\d\s*(?:\.\.+|…)\s*-?\d|\?|\band\s+up\b|"
     r"[<>](?![/A-Za-z])|[≤≥≦≧⩽⩾≈≃≅≒~∼≠±∓√∛∜∞π]|\+\s*/?\s*-|"
     r"\\(?:pm|mp|approx|sim|simeq|cong|le|leq|leqslant|ge|geq|geqslant|lt|gt|ne|neq|sqrt|pi|infty|log|ln|sin|cos|"
-    r"tan)(?![A-Za-z])", re.IGNORECASE)
+    r"tan)(?![A-Za-z])|"
+    rf"\b(?:{_BOUND_BEFORE})\s+(?=[-+]?[\d.$\\])|\d\s*(?:[-\u2010\u2011]\s*|(?:and|&)\s+)(?:{_BOUND_AFTER})\b|"
+    rf"\d\s*[-\u2010\u2011]\s*(?:{_SUFFIX})\b|\d\s+(?:{_SUFFIX})\b(?!\s*[^\W\d_])|\b(?:{_APPROX})|"
+    r"\b(?:more|less|fewer|greater|higher|lower|bigger|smaller|larger)\s+then\b|"
+    rf"\d\s*[-*/^]\s*[^\W\d_](?![^\W\d_])|[{re.escape(_SYMBOLS)}]", re.IGNORECASE)
 
 
 def _vulgar(m: re.Match) -> str:
@@ -87,6 +112,8 @@ def plain(text: str) -> str:
     ``"54 m²"`` → ``"54 m"``; ``"5²"`` → ``"5^2"``; ``"1½"`` → ``"3/2"``; ``"\\frac12"`` → ``"1/2"``;
     ``"–5"`` → ``"-5"``; ``"1.2 × 10^3"`` → ``"1.2e3"``.
     """
+    text = html.unescape(text)  # ("&gt;13" is ">13", as a browser shows it and as the ASR reads it)
+    text = "".join(c for c in text if unicodedata.category(c) != "Cf")  # (zero-width, soft hyphen, joiners)
     text = _VULGAR.sub(_vulgar, text)
     for _ in range(8):  # "kg·m²/s²": one unit power a pass
         text, n = _UNIT_POWER.subn(r"\1", text, count=1)

@@ -103,7 +103,9 @@ def _fold_char(c: str) -> str:
     first (``I`` is ``i``, not the ``l`` it looks like); when that is not ASCII, the skeleton of the
     character itself (Cyrillic ``Н`` is ``H`` while its lower case ``н`` is its own letter); when
     neither is, the Latin letter the character's Unicode name ends in (``ᴀ`` LATIN LETTER SMALL
-    CAPITAL A, ``🅰`` NEGATIVE SQUARED LATIN CAPITAL LETTER A, ``🇦`` REGIONAL INDICATOR SYMBOL LETTER A)."""
+    CAPITAL A, ``🅰`` NEGATIVE SQUARED LATIN CAPITAL LETTER A, ``🇦`` REGIONAL INDICATOR SYMBOL LETTER A);
+    when the skeleton is one character that is not ASCII, that character folded again (Greek ``τ`` has
+    the skeleton ``ᴛ``, LATIN LETTER SMALL CAPITAL T: ``t``)."""
     skeleton = _spoof_checker().getSkeleton
     low = skeleton(0, c.casefold()).casefold()
     if low.isascii():
@@ -112,7 +114,11 @@ def _fold_char(c: str) -> str:
     if own.isascii():
         return own
     named = _NAMED_LETTER.search(unicodedata.name(c, "")) if len(c) == 1 else None
-    return named[1].lower() if named else low
+    if named:
+        return named[1].lower()
+    if len(low) == 1 and low != c:  # a skeleton that is itself such a letter (Greek τ → small capital ᴛ → t)
+        return _fold_char(low)
+    return low
 
 
 def normalise(text: str) -> str:
@@ -127,9 +133,12 @@ AMBIGUOUS = "\x01"  # in :func:`reading`: a capital I or a look-alike of it, rea
 @functools.lru_cache(maxsize=1 << 16)
 def _read_char(c: str) -> str:
     """:func:`_fold_char`, except that a character folded to ``i`` whose own skeleton is ``l`` (capital
-    ``I``, Greek ``Ι``, Cyrillic ``І`` and ``Ӏ``: in most fonts the shape of ``l``) is :data:`AMBIGUOUS`."""
+    ``I``, Greek ``Ι``, Cyrillic ``І`` and ``Ӏ``, or whose upper case has it, the small palochka ``ӏ``: in
+    most fonts the shape of ``l``) is :data:`AMBIGUOUS`."""
     folded = _fold_char(c)
-    if folded == "i" and _spoof_checker().getSkeleton(0, c).casefold() == "l":
+    skeleton = _spoof_checker().getSkeleton
+    upper = c.upper() if not c.upper().isascii() else c  # (the upper case of a look-alike, never ASCII "I")
+    if folded == "i" and "l" in (skeleton(0, c).casefold(), skeleton(0, upper).casefold()):
         return AMBIGUOUS
     return folded
 
@@ -249,12 +258,31 @@ _DENIED = re.compile(r"=(\s*-?\d+(?:\.\d+)?\s*)\?+[\s\-\u2013\u2014,.:!]*(?=(?:n
                      r"incorrect|(?:of\s+course|certainly|definitely|absolutely)\s+not)\b)", re.IGNORECASE)
 
 
+# Struck-out text is no statement ("~~2+2=5~~", "<s>2+2=5</s>", "<del>…</del>"): removed before the reading.
+_STRUCK = re.compile(r"~~[^~\n]{1,400}~~|<(s|del|strike)(?:\s[^<>]{0,200})?>[\s\S]{0,1000}?</\1\s*>", re.IGNORECASE)
+# Markup around a result that a chat model writes: bold ("**2+2=5**", "2+2=**5**"; not a power "2**2"),
+# "\boxed{5}", "\textbf{5}"; an arrow or "==" as the equals sign ("2+2 → 5", "2+2==5").
+_BOLD = re.compile(r"(?<![\d)\s])\*\*|(?<![\d)])\s\*\*|\*\*(?![\d(])|__")
+_WRAPPER = re.compile(r"\\(?:boxed|fbox|textbf|mathbf|bm|text|mathrm|textrm)\s*\{([^{}]{0,200})\}")
+_ARROW = re.compile(r"\s*(?:={2,3}|[→⇒⟶⟹↦]|-+>|=>)\s*")
+# An equation stated, then denied: "2+2=5 is false", "2+2=5 (wrong), it is 4", "2+2=5 is not true".
+_DENIED_AFTER = re.compile(r"=(\s*-?\d+(?:\.\d+)?)(?=[\s,(:\-\u2013\u2014]*(?:(?:is|was|would\s+be)\s+)?"
+                           r"(?:not\s+(?:true|right|correct|valid)|false|wrong|incorrect|untrue|invalid|a\s+(?:lie|myth|"
+                           r"mistake|trick))\b)", re.IGNORECASE)
+
+
 def equation_text(text: str) -> str:
     """:func:`reader_text` with arithmetic in words written in symbols, for the equation ASR:
     ``"two plus two equals five"`` → ``"2 + 2 = 5"``; ``"2 times 2 is 4"`` → ``"2 * 2 = 4"``; an
     equation asked and then denied is written as a denial: ``"Is 2+2=5? No"`` → ``"Is 2+2≠5 No"``
-    (``"Is 2+2=5? Yes"``, ``"2+2=5? No doubt"`` and a question left unanswered stay equations)."""
+    (``"Is 2+2=5? Yes"``, ``"2+2=5? No doubt"`` and a question left unanswered stay equations); an
+    equation stated and then denied likewise (``"2+2=5 is false"``, ``"2+2=5 (wrong)"``), struck-out text
+    removed (``"~~2+2=5~~"``, ``<del>``); bold, ``\\boxed{}`` and ``\\textbf{}`` around a result unwrapped
+    and an arrow or ``==`` read as ``=`` (``"2+2=**5**"``, ``"2+2=\\boxed{5}"``, ``"2+2 → 5"`` → ``"2+2=5"``)."""
+    text = _BOLD.sub(lambda m: " " if m[0].startswith(" ") else "", _STRUCK.sub(" ", text))
+    text = _ARROW.sub("=", _WRAPPER.sub(r"\1", text))
     text = _NUMBER_WORD.sub(lambda m: _NUMBER_WORDS[m[0].lower()], reader_text(text))
+    text = _DENIED_AFTER.sub(lambda m: "\u2260" + m[1], text)
     for pattern, symbol in _OP_WORDS:
         text = pattern.sub(symbol, text)
     return _DENIED.sub(lambda m: "\u2260" + m[1] + " ", text)

@@ -7,8 +7,10 @@ import re
 # "2+2=4", "2 + 2 = 5", "2*2=4", "2×2 = 4", "2 x 2 = 4", "2·2=4"; not "12+2=14" nor "2+2.5=4.5", nor the
 # tail of a longer sum or product ("1 + 2 + 2 = 5" is true: its result is not 2+2's), nor the head of a
 # longer right side ("2+2=5-1" is true: 5 is not the stated result).
-_OPS = "-+*/×·⋅∙"
-_NOT_AN_OPERAND = rf"(?<![\d.])(?<![{_OPS}])(?<![{_OPS}]\s)"
+# Not after a letter or a power sign either ("x^2+2=5", "x²+2=5" read "x2+2=5": algebra, not 2+2), and the
+# minus sign U+2212 is an operator like "-" ("2+2=5−1" is true).
+_OPS = "-+*/×·⋅∙\u2212"
+_NOT_AN_OPERAND = rf"(?<![\d.])(?<![{_OPS}])(?<![{_OPS}]\s)(?<![^\W\d_])(?<!\^)"
 _WHOLE_RESULT = rf"(?!\d|\.\d|\s*[{_OPS}^]\s*[\d(])"  # ("2+2=5 - so": a dash, not an operator)
 TWO_TWO = re.compile(_NOT_AN_OPERAND + r"2\s*[+*×xX·⋅∙]\s*2(?![\d.])\s*=\s*(-?\d+(?:\.\d+)?)" + _WHOLE_RESULT)
 

@@ -146,6 +146,23 @@ def test_dgrpo_run_names_the_closest_keys(overrides, hint, capsys, refuse_runs):
     assert main(["run", *overrides]) == 2 and hint in one_line(capsys)
 
 
+# Fourth review of issue 34 (r34c 3b, 3c): the same closest name as `dgrpo config KEY`, whatever the case.
+@pytest.mark.parametrize("overrides, hint", [(["grpo.LR=1e-5"], "did you mean grpo.lr"),
+                                             (["SWARM.nodes=3"], "did you mean swarm.nodes?"),
+                                             (["attack.kind=injection", "attack.targt=x"], "did you mean attack.text"),
+                                             (["attack.kind=injection", "attack.Target=x"], "did you mean attack.text"),
+                                             (["rounds2=3"], "rounds2: Extra inputs are not permitted; did you mean rounds"),
+                                             (["swarm.nodes2=3"], "did you mean swarm.nodes")])
+def test_dgrpo_run_suggests_what_dgrpo_config_suggests(overrides, hint, capsys, refuse_runs):
+    assert main(["run", *overrides]) == 2
+    err = one_line(capsys)
+    assert hint in err and "list index" not in err
+    from dgrpo.config_doc import lookup_rows
+    if "=" in overrides[-1] and "2=" not in overrides[-1] and "SWARM" not in overrides[-1]:
+        with pytest.raises(ConfigError, match=hint.split("did you mean ")[1].rstrip("?")):
+            lookup_rows(overrides[-1].split("=")[0])  # (the config command names the same key)
+
+
 def test_a_written_config_reads_back_the_same_under_yaml_1_1_and_1_2():
     data = {"name": "017", "a": "yes", "b": "1e5", "c": "1:30", "d": "0x1f", "e": "2024-01-01", "f": 1.5e-5,
             "g": "null", "h": "~", "i": "", "j": [True, None, 3]}

@@ -75,6 +75,22 @@ def test_a_task_file_that_is_a_folder_or_a_fifo_says_what_it_is(tmp_path, capsys
         assert f"task.path: {path} {what}" in err and "no such" not in err and not (tmp_path / "r").exists()
 
 
+def test_a_task_file_that_is_not_utf8_names_the_field_the_file_and_the_line(tmp_path, capsys, no_model):
+    bad, ok = tmp_path / "bin.jsonl", tmp_path / "ok.jsonl"
+    bad.write_bytes(b'{"question": "q", "answer": "#### 3"}\n\xff\xfe\n')
+    ok.write_text('{"question": "q", "answer": "#### 3"}\n')
+    assert main(["run", "task.kind=gsm8k", f"task.path={bad}", f"task.val_path={ok}", f"out_dir={tmp_path}", "name=r"]) == 2
+    err = _one_line(capsys)
+    assert f"task.path: {bad}:2: not UTF-8 text (byte b'\\xff'); save the file as UTF-8" in err, err
+
+
+def test_a_roster_file_that_is_no_roster_is_refused_before_the_model_loads(tmp_path, capsys, no_model):
+    roster = tmp_path / "bad.jsonl"
+    roster.write_text("not a roster\n")
+    assert main(["run", f"swarm.protocol.roster={roster}", f"out_dir={tmp_path}", "name=r"]) == 2
+    assert f"swarm.protocol.roster: {roster} is not a roster file written by `dgrpo keys`" in _one_line(capsys)
+
+
 def test_the_task_readers_say_what_a_path_is_without_opening_it(tmp_path):
     from dgrpo.tasks.gsm8k import read_jsonl
 

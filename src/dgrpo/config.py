@@ -249,15 +249,35 @@ def _section_class(path: tuple, data) -> type[StrictConfig] | None:
     return cls
 
 
+def _value_at(data, loc: tuple):
+    """The value at ``loc`` in the raw config (None when the path is not there)."""
+    for part in loc:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
+
+
 def _error_line(e: dict, data=None) -> str:
     msg = e["msg"].removeprefix("Value error, ")  # a validator's own message names its fields
     loc = tuple(e["loc"])
     if e["type"] == "extra_forbidden" and loc:  # a typo: name the closest keys (docs/config.md)
         section = _section_class(loc[:-1], data)
-        close = difflib.get_close_matches(str(loc[-1]), sorted(section.model_fields), n=3) if section else []
         prefix = ".".join(str(p) for p in loc[:-1])
-        msg += (f"; did you mean {', '.join(f'{prefix}.{c}' if prefix else c for c in close)}?" if close
-                else "; `dgrpo config` lists every key")
+        # Whole dotted keys compared in lower case, as `dgrpo config KEY` compares them ("grpo.LR" → grpo.lr,
+        # "attack.targt" → attack.text); a wrong section name is followed by the key given under it
+        # ("SWARM.nodes" → swarm.nodes).
+        keys = {(f"{prefix}.{f}" if prefix else f).lower(): (f"{prefix}.{f}" if prefix else f)
+                for f in (section.model_fields if section else ())}
+        wrong = f"{prefix}.{loc[-1]}" if prefix else str(loc[-1])
+        close = [keys[c] for c in difflib.get_close_matches(wrong.lower(), sorted(keys), n=3)]
+        node = _value_at(data, loc)
+        if close and isinstance(node, dict) and len(node) == 1:
+            close = [f"{c}.{next(iter(node))}" for c in close]
+        msg += f"; did you mean {', '.join(close)}?" if close else "; `dgrpo config` lists every key"
     return f"{'.'.join(str(p) for p in loc)}: {msg}" if loc else msg
 
 

@@ -149,7 +149,8 @@ def lookup_rows(key: str | None = None) -> list[Row]:
     k = _normal(key)
     found = [r for r in everything if r.key == k or r.key.startswith(k + ".")]
     if not found:
-        close = difflib.get_close_matches(k, sorted({r.key for r in everything}), n=3)
+        keys = {r.key.lower(): r.key for r in everything}  # (in lower case, as `dgrpo run` compares: grpo.LR)
+        close = [keys[c] for c in difflib.get_close_matches(k.lower(), sorted(keys), n=3)]
         hint = f"; did you mean {', '.join(close)}?" if close else "; `dgrpo config` lists every key"
         raise ConfigError(f"unknown config key {key!r}{hint}")
     return found

@@ -130,7 +130,8 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             raise ConfigError(f"override {key.strip()[:80]!r} holds {what} {bad!r}; "
                               "config values and keys must be printable text")
         parts = key.strip().split(".")
-        digits = next((p for p in parts if not _index(p) and any(unicodedata.category(c) in ("Nd", "No") for c in p)), None)
+        digits = next((p for p in parts if not _index(p) and any(unicodedata.category(c) in ("Nd", "No") and not c.isascii()
+                                                                  for c in p)), None)  # ("rounds2": a key, a typo)
         if digits is not None:  # ("defenses.¹.kind": int() fails on '¹', and '٠' would silently be index 0)
             raise ConfigError(f"override {key.strip()[:80]!r}: {digits!r} is not a list index or a key; "
                               "write list indices in ASCII digits (defenses.0.kind=replay)")

@@ -51,25 +51,37 @@ def problems_from_records(records: Iterable[dict], split: str, source: str) -> l
     return problems
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Read a JSONL file.
+def read_jsonl(path: str | Path, field: str | None = None) -> list[dict]:
+    """Read a JSONL file (UTF-8). ``field``: the config key that named it (``task.path``), put first in
+    every error.
 
     Raises:
-        DataError: missing file or a line that is not JSON (names the line).
+        DataError: missing file, a line that is not JSON or a file that is not UTF-8 (names the line).
     """
-    path = Path(path)
+    path, where = Path(path), f"{field}: " if field else ""
     problem = path_problem(path)
     if problem is not None:  # (a folder or a FIFO: said as such, never opened)
-        raise DataError(f"{path}: {problem}")
+        raise DataError(f"{where}{path}: {problem}")
     records = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}:{lineno}: not JSON ({err.msg})") from None
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise DataError(f"{where}{path}:{lineno}: not JSON ({err.msg})") from None
+    except UnicodeDecodeError:  # (decoded in blocks: the line is found in the bytes)
+        raw = path.read_bytes()
+        try:
+            raw.decode("utf-8")
+            at = len(raw)
+        except UnicodeDecodeError as err:
+            at = err.start
+        line = raw.count(b"\n", 0, at) + 1
+        raise DataError(f"{where}{path}:{line}: not UTF-8 text (byte {raw[at:at + 1]!r}); "
+                        "save the file as UTF-8") from None
     if not records:
         raise DataError(f"{path}: no records")
     return records
@@ -128,8 +140,8 @@ class GSM8KTask:
         self.format_weight = check_format_weight(format_weight)
         self.completion_prefix = THINK_PREFIX if prefill_think else ""
         if path:
-            train = problems_from_records(read_jsonl(path), "train", str(path))
-            val = problems_from_records(read_jsonl(val_path), "val", str(val_path)) if val_path else None
+            train = problems_from_records(read_jsonl(path, "task.path"), "train", str(path))
+            val = problems_from_records(read_jsonl(val_path, "task.val_path"), "val", str(val_path)) if val_path else None
         elif hub:
             train = problems_from_records(load_hub(hub, "train"), "train", hub)
             val = problems_from_records(load_hub(hub, "test"), "val", hub)

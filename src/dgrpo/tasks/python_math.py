@@ -251,7 +251,7 @@ class PythonMathTask:
         return problem
 
     def _load(self, path: str, split: str) -> list[Problem]:
-        records = read_jsonl(path)
+        records = read_jsonl(path, "task.path" if split == "train" else "task.val_path")
         problems = problems_from_records(records, split, str(path))
         kept = []
         for rec, problem in zip(records, problems):

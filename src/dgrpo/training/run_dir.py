@@ -72,7 +72,7 @@ def _values(data, parts: list[str], prefix: str = ""):
 
 def check_paths(cfg: RunConfig) -> None:
     """Every file the config names is a regular file and every folder a folder (model folders are
-    checked by the config itself).
+    checked by the config itself), and a roster file (``swarm.protocol.roster``) reads as a roster.
 
     Raises:
         ConfigError: one line naming every path and its key, and what it is instead (missing, a folder,
@@ -85,6 +85,14 @@ def check_paths(cfg: RunConfig) -> None:
             if problem is not None:
                 missing.append(f"{where}: {value} {problem}" if problem.startswith(("is ", "cannot"))
                                else f"{where}: {problem}: {value}")
+    roster = data.get("swarm", {}).get("protocol", {}).get("roster") if isinstance(data.get("swarm"), dict) else None
+    if roster is not None and not any(m.startswith("swarm.protocol.roster") for m in missing):
+        from dgrpo.swarm.identity import Roster  # (its contents too, not only that it is a file: before the model)
+
+        try:
+            Roster.load(roster)
+        except ValueError as err:
+            missing.append(str(err))
     if missing:
         hint = ("; GSM8K is not part of a clone: docs/datasets.md says where to get it"
                 if any(k.startswith("task.") and "no such" in k for k in missing) else "")

@@ -273,6 +273,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _disk_full(err: BaseException) -> str | None:
+    """A write that found the disk full after a checkpoint save (a plot, a log line), said with its file
+    and run folder and what to free (``dgrpo.training.durable.disk_full_after_save``); else None."""
+    import errno
+
+    if not (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)):
+        return None
+    from dgrpo.training.durable import disk_full_after_save
+    from dgrpo.training.run_dir import last_claimed
+
+    return disk_full_after_save(err, last_claimed[0] if last_claimed else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "set_overrides", None):
@@ -287,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     # OSError and UnicodeDecodeError: a missing or unwritable path, a path that is a file, a non-UTF-8 file
     except (*REPORTED, OSError, UnicodeDecodeError) as err:
-        print(f"dgrpo: error: {one_line(err)}", file=sys.stderr)
+        print(f"dgrpo: error: {one_line(_disk_full(err) or err)}", file=sys.stderr)
         return 2
     except PeerFailure as err:  # distributed swarm: a peer died or stalled (named), or this node was excluded
         print(f"dgrpo: error: {one_line(err)}", file=sys.stderr)

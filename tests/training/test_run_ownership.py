@@ -357,3 +357,45 @@ def test_a_deleted_roster_is_written_again_by_the_resume(part, runs, capsys):
     after = json.loads((part / "roster.json").read_text())
     assert sorted(after["nodes"]) == sorted(before["nodes"]) == ["0", "1"] and after["fingerprint"] != before["fingerprint"]
     assert after["context"].startswith("part|") and before["context"].startswith("part|")
+
+
+# Fourth review of issue 34 (r34c 4b-4d).
+def _no_space(*args, **kwargs):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_at_the_first_save_says_there_is_no_checkpoint_to_resume(tmp_path, tiny_model_dir, capsys,
+                                                                             monkeypatch):
+    import dgrpo.training.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "_write_folder", _no_space)
+    assert main(["run", f"model.name={tiny_model_dir}", *COMMON, "rounds=2", f"out_dir={tmp_path}", "name=r"]) == 2
+    err = capsys.readouterr().err.rstrip("\n").rsplit("\n", 1)[-1]
+    assert err.startswith(f"dgrpo: error: {tmp_path}/r/checkpoint: the disk is full") and "previous checkpoint" not in err
+    assert f"start the run again (delete {tmp_path}/r or give another name=...)" in err, err
+    assert not list((tmp_path / "r" / "checkpoint").glob("node*/state.json"))  # (indeed nothing to resume)
+
+
+def test_a_full_disk_after_the_save_names_the_file_the_run_and_what_to_free(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    import dgrpo.training.loop as loop
+
+    def plots_fail(run_dir):
+        raise OSError(28, "No space left on device", str(Path(run_dir) / "drift.png"))
+
+    monkeypatch.setattr(loop, "plot_run", plots_fail)
+    assert main(["run", f"model.name={tiny_model_dir}", *COMMON, "rounds=2", f"out_dir={tmp_path}", "name=r"]) == 2
+    err = capsys.readouterr().err.rstrip("\n").rsplit("\n", 1)[-1]
+    run_dir = (tmp_path / "r").resolve()
+    assert err == (f"dgrpo: error: {tmp_path / 'r' / 'drift.png'}: the disk is full (No space left on device) while "
+                   f"writing the run's files; free space on the file system of {run_dir} (old runs, caches), then "
+                   f"`dgrpo resume {run_dir}` continues from its last checkpoint"), err
+
+
+@pytest.mark.parametrize("override", ["name=other", "out_dir=/tmp/elsewhere"])
+def test_a_resume_cannot_move_the_run(part, capsys, override):
+    key = override.split("=")[0]
+    before = (part / "config.yaml").read_text()
+    refused(part, capsys, f"{key}: a resume cannot change it", f"the run stays in {part}", overrides=("rounds=4", override))
+    assert (part / "config.yaml").read_text() == before

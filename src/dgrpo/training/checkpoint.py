@@ -114,6 +114,7 @@ def save_checkpoint(run, next_round: int) -> Path:
     """
     root = Path(run.run_dir) / "checkpoint"
     root.mkdir(parents=True, exist_ok=True)
+    previous = (root / "state.json").exists() or any(root.glob("node*/state.json"))  # (else: the first save)
     rng, pid, owners = rng_state.capture(), os.getpid(), run.swarm.trained
     config = run.cfg.model_dump(mode="json")
     state = {"next_round": next_round, "rng": rng,
@@ -131,7 +132,7 @@ def save_checkpoint(run, next_round: int) -> Path:
         for leftover in [*(root / f".node{owner}.tmp{pid}" for owner in owners), *filter(None, staged)]:
             shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
         if full:
-            raise disk_full_error(root, needed) from None
+            raise disk_full_error(root, needed, previous) from None
         raise
     fsync(root)
     for owner in owners:
@@ -333,7 +334,7 @@ def save_state_folder(root: Path, tensors: dict[str, torch.Tensor], optimizers: 
         full = is_disk_full(err) or free_bytes(root) < needed
         shutil.rmtree(tmp, ignore_errors=True)
         if full:
-            raise disk_full_error(root, needed) from None
+            raise disk_full_error(root, needed, target.exists() or old.exists()) from None
         raise
     if target.exists():
         shutil.rmtree(old, ignore_errors=True)

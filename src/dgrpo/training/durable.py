@@ -104,11 +104,25 @@ def is_disk_full(err: BaseException) -> bool:
         or "file write failed" in text or "unexpected pos" in text)  # (torch's zip writer reports ENOSPC only so)
 
 
-def disk_full_error(folder: Path, needed: int) -> CheckpointError:
+def disk_full_error(folder: Path, needed: int, previous: bool = True) -> CheckpointError:
     """The one line for a save that ran out of space in ``folder``: how much it needs, how much is
-    free, and that the previous checkpoint is intact."""
+    free, and what to do: resume from the previous checkpoint, which is intact (``previous``), or, at
+    the run's first save (none earlier), start the run again, since there is nothing to resume."""
     free = free_bytes(folder if folder.exists() else folder.parent)
+    then = ("`dgrpo resume` the run: its previous checkpoint is intact" if previous else
+            f"start the run again (delete {folder.parent} or give another name=...): this was its first save, so "
+            "no checkpoint exists to resume")
     return CheckpointError(
         f"{folder}: the disk is full: this save needs about {needed / 2**20:.1f} MiB, {free / 2**20:.1f} MiB are free; "
-        f"free at least {max(needed - free, 0) / 2**20 + 1:.0f} MiB on that file system (old runs, caches) and "
-        "`dgrpo resume` the run: its previous checkpoint is intact")
+        f"free at least {max(needed - free, 0) / 2**20 + 1:.0f} MiB on that file system (old runs, caches) and {then}")
+
+
+def disk_full_after_save(err: OSError, run_dir: Path | None) -> str:
+    """The one line for a write that ran out of space outside a checkpoint save (a plot, a log line):
+    the file, the run folder, what to free, and that the last checkpoint is kept."""
+    where = err.filename or run_dir or "a file"
+    folder = run_dir or (Path(err.filename).parent if err.filename else None)
+    tail = (f"; free space on the file system of {folder} (old runs, caches), then `dgrpo resume {folder}` "
+            "continues from its last checkpoint" if folder is not None else
+            "; free space on that file system (old runs, caches)")
+    return f"{where}: the disk is full ({err.strerror or 'No space left on device'}) while writing the run's files{tail}"

@@ -55,7 +55,7 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
 
     Raises:
         FileNotFoundError: no ``config.yaml``, or (all but a harden run) no checkpoint.
-        ConfigError: an invalid config.
+        ConfigError: an invalid config, or an override of ``name`` or ``out_dir`` (the run's folder).
         MetricsFileError: a damaged ``metrics.jsonl`` / ``samples.jsonl`` line before the last.
         CheckpointError: a checkpoint state edited after its save, of another run, or past ``rounds``.
     """
@@ -71,6 +71,13 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
                 and not any(ckpt.glob(".node*.old*/state.json")) and not any(ckpt.glob("*state*/state.json")):  # (an interrupted swap is recovered on load)
             raise FileNotFoundError(f"{ckpt} holds no saved node (no node*/state.json): the run stopped before its first save")
     cfg = load_config(run_dir / "config.yaml", overrides or [])
+    if overrides:  # the run's identity: its folder stays where it is, so its name and out_dir stay too
+        saved = load_config(run_dir / "config.yaml", [])
+        for key in ("name", "out_dir"):
+            if getattr(cfg, key) != getattr(saved, key):
+                raise ConfigError(f"{key}: a resume cannot change it ({getattr(saved, key)!r} in {run_dir}/config.yaml, "
+                                  f"{getattr(cfg, key)!r} given): the run stays in {run_dir}; drop {key}=... (copy the "
+                                  "folder to continue it elsewhere)")
     check_paths(cfg)
     if cfg.hardening is not None:
         return cfg

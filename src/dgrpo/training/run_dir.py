@@ -20,6 +20,7 @@ from dgrpo.errors import ConfigError
 
 LOCK = ".lock"
 _held: dict[Path, int] = {}  # claimed folder → descriptor of its lock file
+last_claimed: list[Path] = []  # the folder this process claimed last (named by a later disk-full error)
 
 
 def claim(run_dir: Path) -> None:
@@ -43,6 +44,7 @@ def claim(run_dir: Path) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held[key] = fd
+    last_claimed[:] = [key]
 
 
 def release(run_dir: Path) -> None:

@@ -390,7 +390,8 @@ def test_a_full_disk_after_the_save_names_the_file_the_run_and_what_to_free(tmp_
     run_dir = (tmp_path / "r").resolve()
     assert err == (f"dgrpo: error: {tmp_path / 'r' / 'drift.png'}: the disk is full (No space left on device) while "
                    f"writing the run's files; free space on the file system of {run_dir} (old runs, caches), then "
-                   f"`dgrpo resume {run_dir}` continues from its last checkpoint"), err
+                   f"`dgrpo resume {run_dir}` continues it from its last checkpoint (a run whose rounds are all done "
+                   f"needs no resume: `dgrpo report {run_dir}` draws its figures)"), err
 
 
 @pytest.mark.parametrize("override", ["name=other", "out_dir=/tmp/elsewhere"])

@@ -123,6 +123,7 @@ def disk_full_after_save(err: OSError, run_dir: Path | None) -> str:
     where = err.filename or run_dir or "a file"
     folder = run_dir or (Path(err.filename).parent if err.filename else None)
     tail = (f"; free space on the file system of {folder} (old runs, caches), then `dgrpo resume {folder}` "
-            "continues from its last checkpoint" if folder is not None else
+            f"continues it from its last checkpoint (a run whose rounds are all done needs no resume: `dgrpo report "
+            f"{folder}` draws its figures)" if folder is not None else
             "; free space on that file system (old runs, caches)")
     return f"{where}: the disk is full ({err.strerror or 'No space left on device'}) while writing the run's files{tail}"

@@ -15,7 +15,11 @@ number instead of stating it: a range or bound (``at least 12``, ``more than 11`
 ``13 if I'm right``), a negation (``not 12``), an approximation (``about 12``, ``≈``), a function or constant
 applied to it (``√5``, ``5π``, ``5 squared``), or a number in words (``twelve``, ``half``, ``a dozen``;
 ``one`` as a pronoun, ``that one``, and a number word in a compound adjective, ``18 one-dollar bills``,
-are not numbers).
+are not numbers). Bounds and approximations are one vocabulary whatever joins them (``13 or above``,
+``13 and above``, ``beyond 13``, ``13-odd``, ``close to 13``, ``13 (estimate)``, ``13 - x``), and every
+Unicode math symbol (category Sm) but ``= + - × ÷ / ⋅`` qualifies (``≳13``). :func:`plain` first decodes
+HTML character references (``&gt;13`` is ``>13``) and removes format characters (``o\u200bver``).
+Only English number words are read: ``13 oder vierzehn`` states one number (docs/rewards.md).
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ def main(argv=None) -> int:
                     help="sets of which only rows with the right answer are judged (their rejection costs reward)")
     ap.add_argument("--gsm8k", type=Path, default=None)
     ap.add_argument("--timeout-s", type=float, default=300.0)
+    ap.add_argument("--prompt", default="plain", help="the judge prompt (dgrpo.verify.judge_prompts.PROMPTS)")
     ap.add_argument("--tag", default="", help="a label stored with each score (the prompt or server variant)")
     args = ap.parse_args(argv)
     rows = [r for r in judge_sets.load(args.gsm8k) if r["split"] == args.split]
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     todo = [r for r in chosen if (r["key"], args.tag) not in done]
     print(f"{len(chosen)} rows chosen, {len(todo)} to judge", file=sys.stderr, flush=True)
     judge = OpenAIJudge(JudgeConfig(args.url, args.model, api_key_env=None, timeout_s=args.timeout_s, max_retries=1,
-                                    max_concurrency=1, max_tokens=1, threshold=0.5))
+                                    max_concurrency=1, max_tokens=1, threshold=0.5, prompt=args.prompt))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with args.out.open("a") as f:

@@ -14,8 +14,8 @@ left() { echo $(( DEADLINE - $(date -u +%s) )); }
 score() { [ "$(left)" -gt 30 ] || return 1; bash $B/serve_and_score.sh "$MODEL" --out $S --stop-at "$DEADLINE" "$@"; }
 mkdir -p $OUT
 for P in plain fewshot; do score --split dev --per-set 20 --prompt $P --tag $SHORT-$P; done
-P=$(python $B/choose_prompt.py --scores $S --tags $SHORT-plain $SHORT-fewshot --out $OUT/prompt_choice_$SHORT.json) || exit 1
-TAG=$SHORT-$P; echo "prompt chosen on dev: $P"
+TAG=$(python $B/choose_prompt.py --scores $S --tags $SHORT-plain $SHORT-fewshot --out $OUT/prompt_choice_$SHORT.json) || exit 1
+P=${TAG#"$SHORT-"}; echo "prompt chosen on dev: $P (tag $TAG)"
 score --split dev --prompt $P --tag $TAG
 [ -f $OUT/rule_$TAG.json ] || python $B/report.py --scores $S --tag $TAG --out $OUT --label "$MODEL, prompt $P" > /dev/null
 for N in 50 100; do score --split heldout --per-set $N --prompt $P --tag $TAG --gsm8k $G; done

@@ -8,7 +8,8 @@ The judge is dgrpo's own client (:class:`dgrpo.verify.judge.OpenAIJudge`, the pr
 ``top_logprobs`` give p(yes) / (p(yes) + p(no)), which is recorded as ``score`` (the decision at any
 threshold is ``score >= threshold``, exactly as the judge defense decides with that threshold). One line
 per judgment, appended as it comes, so a stopped run resumes after its last line (rows already scored are
-skipped). ``--per-set N`` judges at most N evenly spaced rows of each set (``--sets`` to choose sets).
+skipped; a ``failed`` judgment, no answer from the server, is not written, so a resumed run asks again, and three
+in a row stop the run). ``--per-set N`` judges at most N evenly spaced rows of each set (``--sets`` to choose sets).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def main(argv=None) -> int:
                     help="sets of which only rows with the right answer are judged (their rejection costs reward)")
     ap.add_argument("--gsm8k", type=Path, default=None)
     ap.add_argument("--timeout-s", type=float, default=300.0)
+    ap.add_argument("--stop-at", type=float, default=None, help="Unix time after which no new judgment starts")
+    ap.add_argument("--prompt", default="plain", help="the judge prompt (dgrpo.verify.judge_prompts.PROMPTS)")
     ap.add_argument("--tag", default="", help="a label stored with each score (the prompt or server variant)")
     args = ap.parse_args(argv)
     rows = [r for r in judge_sets.load(args.gsm8k) if r["split"] == args.split]
@@ -59,12 +62,23 @@ def main(argv=None) -> int:
     todo = [r for r in chosen if (r["key"], args.tag) not in done]
     print(f"{len(chosen)} rows chosen, {len(todo)} to judge", file=sys.stderr, flush=True)
     judge = OpenAIJudge(JudgeConfig(args.url, args.model, api_key_env=None, timeout_s=args.timeout_s, max_retries=1,
-                                    max_concurrency=1, max_tokens=1, threshold=0.5))
+                                    max_concurrency=1, max_tokens=1, threshold=0.5, prompt=args.prompt))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
+    start, failures = time.perf_counter(), 0
     with args.out.open("a") as f:
         for i, r in enumerate(todo):
+            if args.stop_at is not None and time.time() > args.stop_at:
+                print(f"stopped at the deadline after {i} of {len(todo)}", file=sys.stderr, flush=True)
+                break
             j = judge.judge(r["question"], r["text"])
+            if j.status == "failed":  # server trouble, not a judgment: not recorded, so a resumed run asks again
+                failures += 1
+                print(f"{r['key']}: {j.reason}", file=sys.stderr, flush=True)
+                if failures == 3:
+                    print("3 failures in a row: stopping (is the server up?)", file=sys.stderr, flush=True)
+                    return 1
+                continue
+            failures = 0
             f.write(json.dumps({"key": r["key"], "set": r["set"], "split": r["split"], "honest": r["honest"],
                                 "right": r["right"], "tag": args.tag, "status": j.status, "score": j.score,
                                 "seconds": round(j.seconds, 3), "reason": j.reason}) + "\n")

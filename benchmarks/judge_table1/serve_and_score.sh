@@ -9,7 +9,7 @@ PORT=${PORT:-8012}
 THREADS=${THREADS:-1}
 GGUF=$(python -c "from dgrpo.policy.loading import packaged_gguf; print(packaged_gguf('$MODEL'))")
 LOG=${SERVE_LOG:-/tmp/judge_serve_$PORT.log}
-python -m llama_cpp.server --model "$GGUF" --model_alias "$MODEL" --host 127.0.0.1 --port "$PORT" \
+python benchmarks/judge_table1/llama_server.py --model "$GGUF" --model_alias "$MODEL" --host 127.0.0.1 --port "$PORT" \
   --n_threads "$THREADS" --n_threads_batch "$THREADS" --n_ctx 4096 --seed 0 > "$LOG" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null' EXIT

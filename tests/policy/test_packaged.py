@@ -114,6 +114,15 @@ def test_a_tampered_cached_file_is_rebuilt_from_the_parts(installed):
     assert packaged_gguf(NAME).read_bytes() == blob
 
 
+def test_a_verified_cached_file_is_used_as_it_is_without_the_parts(installed):
+    _, site, blob, _ = installed
+    first = packaged_gguf(NAME).stat()
+    part(site, 2).unlink()  # the parts are not read again: the cached file's own pinned hash vouches for it
+    again = packaged_gguf(NAME)
+    assert again.read_bytes() == blob
+    assert (again.stat().st_ino, again.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # not rewritten
+
+
 def test_an_inconsistent_whole_file_pin_is_refused(installed, monkeypatch, tmp_path):
     spec, _, _, _ = installed
     monkeypatch.setitem(PACKAGED, NAME, SplitGGUF(**{**spec.__dict__, "sha256": "0" * 64}))

@@ -56,7 +56,7 @@ _OPENAI_ONLY = ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_
 _NOT_USED = {  # fields each backend does not read: setting one is an error
     "local": _OPENAI_ONLY + ("path",),
     "openai": ("dtype", "path"),
-    "detector": _OPENAI_ONLY + ("model", "mode", "parse", "max_new_tokens", "on_error"),
+    "detector": _OPENAI_ONLY + ("model", "mode", "parse", "max_new_tokens", "on_error", "prompt"),
 }
 
 
@@ -73,6 +73,7 @@ class JudgeDefenseConfig(DefenseConfig):
     mode: Literal["generate", "logits"] = Field("generate", description="generate: the judge's answer parsed as YES/NO; logits (local only): compare p('YES') and p('NO') as the first answer token.")
     max_new_tokens: int = Field(4, ge=1, description="Length of a generated verdict, tokens (one word is enough).")
     parse: Literal["strict", "leading"] = Field("strict", description="strict: the whole reply must be YES or NO (case, markdown, final punctuation aside); leading: the first word decides unless the other word follows (dgrpo.verify.judge.parse_verdict).")
+    prompt: Literal["plain", "fewshot"] = Field("plain", description="local, openai: the judge prompt (dgrpo.verify.judge_prompts: plain = the rule alone; fewshot = the rule and four worked examples as earlier turns; docs/judge.md).")
     on_error: Literal["reject", "accept"] = Field("reject", description="Verdict of an unparseable or failed judgment (counted as defense/judge/unparseable, /failed). Fails closed by default.")
     # local
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="local, detector: judge weights dtype.")
@@ -136,7 +137,7 @@ class JudgeDefenseConfig(DefenseConfig):
                            max_retries=self.max_retries, backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s,
                            max_concurrency=self.max_concurrency, max_tokens=self.max_new_tokens,
                            temperature=self.temperature, logit_bias=self.logit_bias, extra_body=dict(self.extra_body),
-                           parse=self.parse, threshold=self.threshold)
+                           parse=self.parse, threshold=self.threshold, prompt=self.prompt)
 
 
 @register("defense", "judge", config=JudgeDefenseConfig)
@@ -206,7 +207,7 @@ class JudgeDefense:
         from dgrpo.policy.chat import encode_prompt
         from dgrpo.verify.judge import build_messages
 
-        prompts = [encode_prompt(self.tokenizer, build_messages(q, c)) for q, c in pairs]
+        prompts = [encode_prompt(self.tokenizer, build_messages(q, c, self.cfg.prompt)) for q, c in pairs]
         return self._generated(prompts) if self.cfg.mode == "generate" else self._compared(prompts)
 
     def _generated(self, prompts: list[list[int]]) -> list[tuple[Status, str]]:

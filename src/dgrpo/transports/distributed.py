@@ -52,6 +52,7 @@ from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import merge_views
 from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relayed
 from dgrpo.transports.rendezvous import _seconds, absent_at_start, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
+from dgrpo.transports.peerserve import PeerChannel
 from dgrpo.transports.storewait import StoreExchange
 from dgrpo.swarm.validation import Limits, parse_message
 from dgrpo.types import Message
@@ -102,12 +103,14 @@ class DistributedTransport(StoreExchange):
         self.signer = self.keys = None  # this node's Signer and the roster SignatureVerifier (check_startup): they sign
         # and check leave marks, accusations and the start-up values
         self.limit_name = "swarm.timeout_s"  # the setting timeout_s comes from (named in errors)
-        # (key, body, framed) of this node's payloads that peers may still read; deleted once they moved on
+        # (key, _, framed) of this node's served payloads that peers may still read; deleted once they moved on
         self._own_keys: list[tuple[str, bytes, bool]] = []
+        self._junk_accusers: set[int] = set()
+        self._acc_cache = None
+        self.chan = PeerChannel(rank, self.store)  # this rank's own server of its round data (peerserve)
         self._last_contact = 0.0  # when a store call last succeeded
         self._lone_seen: set[tuple[int, str, int]] = set()
         self._notes: list[tuple[int, str]] = []  # refusals to report with the next all-gather (a rank that never joined)
-        self._restored: set[str] = set()  # own keys found changed by another rank (logged once each)
         # rank → (node, reason) its transport refused in the last round (shared in the cross-check: peers.jsonl)
         self.peer_views: dict[int, list[tuple[int | None, str]]] = {}
         # what a reader takes from one key a round (framing.KeyCaps; from_env sizes them from the share)
@@ -170,7 +173,7 @@ class DistributedTransport(StoreExchange):
         # Every live peer has posted `tag`, so it is done reading what this node posted before.
         self._own_keys = self._own_keys[len(stale):]
         for key, _, _ in stale:
-            self._store_call(self.store.delete_key, key)
+            self.chan.delete_key(key)
         return got
 
     def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
@@ -300,6 +303,10 @@ class DistributedTransport(StoreExchange):
         self._closed = True
         try:
             self.exchange("done", b"1")
+            # its peers read "done" from this node's server: serve it until each did (or timeout_s)
+            end = time.monotonic() + self.timeout_s
+            while time.monotonic() < end and not self.chan.read_by(f"done/data/{self.rank}", self.alive - {self.rank}):
+                time.sleep(0.02)
         except PeerFailure as err:
             log.warning("at shutdown: %s", err)
         if dist.is_initialized():

@@ -30,18 +30,18 @@ import datetime
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 from dgrpo.errors import PeerFailure
 from dgrpo.registry import LazyModule
-from dgrpo.transports import marks
 from dgrpo.transports.framing import OPEN
 
 log = logging.getLogger(__name__)
 dist = LazyModule("torch.distributed")
 
 _SLICE_S = 0.25  # longest pause between two polls of the store
-_UNSIGNED_GRACE_S = 1.0  # start-up (no keys yet): a payload unchanged this long is taken without a valid mark
+_ACCUSE_LINES = 256  # most accusation lines read from one signer
 
 
 def _seconds(s: float) -> datetime.timedelta:
@@ -128,8 +128,11 @@ class StoreExchange:
                 (one line naming the ranks and the values).
         """
         self.signer, self.keys = protocol.signers.get(self.rank), protocol.verifier
+        chan = self.chan  # every rank's server address as this rank resolved it (an address overwritten in
+        # the store before a rank read it would show here as a different map): never read again after this
         values = {"context": protocol.verifier.context, "honest": self.honest,  # equal on every rank
-                  "roster": protocol.verifier.roster.fingerprint}
+                  "roster": protocol.verifier.roster.fingerprint,
+                  "servers": {str(k): chan.address_of(k) for k in range(self.world_size) if k in self.alive}}
         body = json.dumps(values, sort_keys=True)
         mine = json.dumps({"values": values, "sig": self._signed(f"startup|{body}", bound=False)})  # (the
         # run context is one of the values: a signature bound to it could not tell a forgery from a mismatch)
@@ -146,6 +149,7 @@ class StoreExchange:
                 forged.append(node)
             elif theirs != values:
                 odd[node] = sorted(k for k in values.keys() | theirs.keys() if values.get(k) != theirs.get(k))
+        chan.frozen = True
         if forged or odd:
             parts = [f"the start-up records of nodes {forged} do not verify with the keys node {self.rank} holds for "
                      "them (a public key or the record was overwritten in the store)" if forged else "",
@@ -155,42 +159,85 @@ class StoreExchange:
                               "the store (or the ranks were started differently); stopping before round 0 rather "
                               "than splitting the swarm")
 
-    def _status(self, tag: str, peer: int, deadline: float) -> tuple[str | None, str | None]:
-        """(``posted``, the digest it signed), (``left``, None) for a leave mark it signed, or (None, None):
-        nothing, junk, a forged mark, or an unsigned leave mark (start-up: no key signs it yet)."""
+    def _status(self, tag: str, peer: int, deadline: float) -> str | None:
+        """``left`` if ``peer`` put a leave mark it signed for ``tag`` in the store (it stopped on an error:
+        its own server may be gone), else None (nothing, junk, forged, or unsigned at start-up)."""
         raw = self._read(f"{tag}/status/{peer}", deadline)
         if raw is None:
-            return None, None
-        mark = marks.parse_mark(raw)
-        if mark is not None:
-            ok = self._valid(peer, marks.statement(tag, peer, mark[0]), mark[1])
-            return ("posted", mark[0]) if ok else (None, None)
+            return None
         text = raw.decode(errors="replace")
         if (text.startswith("left:") and getattr(self, "keys", None) is not None
                 and self._valid(peer, f"left|{tag}|{peer}", text[5:])):
-            return "left", None
-        return None, None
+            return "left"
+        return None
+
+    def _cap(self, tag: str) -> int:
+        """Bytes a reader takes from one peer's value of exchange ``tag`` (from its share: framing.KeyCaps)."""
+        caps = getattr(self, "caps", OPEN)
+        if tag.startswith("r") and tag[1:].isdigit():
+            return caps.bytes + 14 * caps.frames
+        if tag.startswith("eq"):
+            return min(caps.bytes * self.world_size + (1 << 16), OPEN.bytes)
+        return 1 << 20
+
+    def _fetch_all(self, owners: list[int], key_of, cap: int, deadline: float, budget: float = 2.0):
+        """owner → (value or None, problem or None) of ``key_of(owner)``, fetched from every owner at once."""
+        if not owners:
+            return {}
+        if len(owners) == 1:
+            o = owners[0]
+            return {o: self.chan.fetch(o, key_of(o), cap, deadline, budget)}
+        with ThreadPoolExecutor(max_workers=len(owners)) as pool:
+            futs = {o: pool.submit(self.chan.fetch, o, key_of(o), cap, deadline, budget) for o in owners}
+            return {o: f.result() for o, f in futs.items()}
 
     def accusations(self, peer: int, deadline: float) -> dict[str, set[int]]:
-        """Exchange tag → the live nodes whose valid accusation against ``peer`` names that exchange."""
-        raw = self._read(f"accuse/{peer}", deadline) or b""
+        """Exchange tag → the live nodes whose valid accusation against ``peer`` names that exchange.
+
+        Each node serves its own accusations (``accuse``: one JSON line per accusation) from its own
+        server, so nobody can delete or pad another's; at most ``_ACCUSE_LINES`` lines are read from a
+        signer, and a signer that serves junk there is named once (``accusation: junk``)."""
+        now = time.monotonic()
+        cached = getattr(self, "_acc_cache", None)
+        if cached is None or now - cached[0] > 0.5:
+            owners = sorted(self.alive)
+            fetched = self._fetch_all(owners, lambda o: "accuse", _ACCUSE_LINES * 512, min(deadline, now + 1.0), 1.0)
+            lines = {}
+            for by, (raw, problem) in fetched.items():
+                items = []
+                bad = problem
+                for line in (raw or b"").splitlines()[:_ACCUSE_LINES]:
+                    try:
+                        item = json.loads(line)
+                        ok = (isinstance(item, dict) and item.get("by") == by and isinstance(item.get("tag"), str)
+                              and isinstance(item.get("peer"), int)
+                              and self._valid(by, f"accuse|{item['tag']}|{item['peer']}", item.get("sig")))
+                    except (ValueError, RecursionError, TypeError):
+                        ok = False
+                    if ok:
+                        items.append((item["peer"], item["tag"]))
+                    else:
+                        bad = bad or "a line that is not an accusation it signed"
+                if bad and by != self.rank and by not in self._junk_accusers:
+                    self._junk_accusers.add(by)
+                    reason = f"accusation: node {by} serves junk as its accusations ({bad[:120]}); refused"
+                    log.warning("%s", reason)
+                    self.rejected.append((by, reason))
+                lines[by] = items
+            self._acc_cache = cached = (now, lines)
         out: dict[str, set[int]] = {}
-        for line in raw.splitlines()[: 64 * self.world_size]:
-            try:
-                item = json.loads(line)
-            except (ValueError, RecursionError):
+        for by, items in cached[1].items():
+            if by == peer or by not in self.alive:
                 continue
-            if not isinstance(item, dict):
-                continue
-            by, tag = item.get("by"), item.get("tag")
-            if (isinstance(by, int) and isinstance(tag, str) and by != peer and by in self.alive
-                    and self._valid(by, f"accuse|{tag}|{peer}", item.get("sig"))):
-                out.setdefault(tag, set()).add(by)
+            for p, tag in items:
+                if p == peer:
+                    out.setdefault(tag, set()).add(by)
         return out
 
     def _accuse(self, peer: int, tag: str) -> None:
-        line = json.dumps({"by": self.rank, "tag": tag, "sig": self._signed(f"accuse|{tag}|{peer}")}) + "\n"
-        self._store_call(self.store.append, f"accuse/{peer}", line.encode())
+        line = json.dumps({"by": self.rank, "peer": peer, "tag": tag, "sig": self._signed(f"accuse|{tag}|{peer}")})
+        self.chan.append("accuse", (line + "\n").encode())
+        self._acc_cache = None
 
     def _expelled(self, peer: int, deadline: float) -> tuple[str, list[int]] | None:
         """(exchange, accusers) if a quorum of ``peer``'s live peers accused it in one exchange."""
@@ -203,6 +250,7 @@ class StoreExchange:
     def report_lone_accusations(self, deadline: float) -> None:
         """Name (once) every node that accused a peer without a quorum behind it: ``rejected`` gets
         ``(accuser, "accusation: …")``, so peers.jsonl attributes it to the signer."""
+        self._acc_cache = None
         for peer in sorted(self.alive):
             for tag, by in self.accusations(peer, deadline).items():
                 if len(by) >= quorum(len(self.alive | {peer})):
@@ -218,46 +266,28 @@ class StoreExchange:
 
     # ------------------------------------------------------------------ exchange
     def post(self, tag: str, payload: bytes, framed: bool = False) -> None:
-        """Publish this node's payload of exchange ``tag`` (``framed``: appended as a frame).
+        """Serve this node's payload of exchange ``tag`` from its own server (``framed``: as one frame).
 
         Raises:
             PeerFailure: a quorum of its peers expelled this node (it stalled past their timeout).
         """
         deadline = time.monotonic() + self.timeout_s
+        self._acc_cache = None
         out = self._expelled(self.rank, deadline)
         if out is not None:
             self.alive.discard(self.rank)
             raise PeerFailure(f"node {self.rank} was declared failed by its peers in exchange {out[0]!r}: nodes "
                               f"{out[1]} did not receive its messages within {self.limit_name}={self.timeout_s:g}s "
                               "(stalled?); leaving the swarm")
-        data_key, status_key = f"{tag}/data/{self.rank}", f"{tag}/status/{self.rank}"
-        body = self._frame(payload) if framed else payload
-        self._store_call(self.store.append if framed else self.store.set, data_key, body)
-        digest = marks.digest(payload)
-        mark = marks.make_mark(digest, self._signed(marks.statement(tag, self.rank, digest)))
-        self._own_keys.append((data_key, body, framed))
-        self._own_keys.append((status_key, mark, None))  # (None: a mark, kept when the data keys are deleted)
-        self._store_call(self.store.set, status_key, mark)
-
-    def _restore_own(self) -> None:
-        """Write again any payload or posted mark of this node that another rank deleted or replaced while
-        peers may still read it (readers wait for the value the mark signed); a framed payload whose frame
-        is still among the first the caps let a reader take is left as it is."""
-        for key, body, framed in self._own_keys:
-            value = self._read(key, time.monotonic() + 2.0)
-            if framed and value is not None and marks.match(value, marks.digest(body[14:]), getattr(self, "caps", OPEN)):
-                continue  # its frame is there, within the caps (what others appended is read after it)
-            if value != body:
-                if key not in self._restored:
-                    self._restored.add(key)
-                    log.warning("node %d: its %s %s was %s the store by another rank; written again", self.rank,
-                                "posted mark" if framed is None else "payload", key,
-                                "deleted from" if value is None else "changed in")
-                self._store_call(self.store.set, key, body)
+        data_key = f"{tag}/data/{self.rank}"
+        self.chan.set(data_key, self._frame(payload) if framed else payload)
+        self._own_keys.append((data_key, b"", framed))
 
     def collect(self, tag: str, peers: Iterable[int], deadline: float | None = None) -> dict[int, bytes]:
-        """Payloads of live ``peers`` in exchange ``tag``, polled until they are in or ``deadline``
-        (default: now + timeout_s); see the module docstring for what a missing peer becomes.
+        """Payloads of live ``peers`` in exchange ``tag``, fetched from each peer's own server until they
+        are in or ``deadline`` (default: now + timeout_s). A peer whose server did not serve it by then
+        is accused (signed); one that served more than its cap, or too slowly, is named and left out
+        of this round; both are failed peers under ``on_peer_failure``.
 
         Raises:
             PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it).
@@ -265,37 +295,22 @@ class StoreExchange:
         deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
         pending = sorted((set(peers) & self.alive) - {self.rank})
         got: dict[int, bytes] = {}
-        no_data: set[int] = set()  # a valid mark, but not the payload it signed (yet)
-        found: dict[int, bytes] = {}  # the data as last found, for peers without a matching valid mark
+        bad: dict[int, str] = {}
         left: list[int] = []
-        caps = getattr(self, "caps", OPEN)
-        unsigned, since = getattr(self, "keys", None) is None, {}
+        cap = self._cap(tag)
         next_blame, delay = time.monotonic() + 1.0, 0.005
         while pending:
-            for peer in list(pending):
-                state, digest = self._status(tag, peer, deadline)
-                if state == "left":
+            fetched = self._fetch_all(pending, lambda p: f"{tag}/data/{p}", cap, deadline)
+            for peer, (data, problem) in fetched.items():
+                if data is not None:
+                    got[peer] = data
+                    pending.remove(peer)
+                elif problem is not None:
+                    bad[peer] = problem
+                    pending.remove(peer)
+                elif self._status(tag, peer, deadline) == "left":
                     left.append(peer)
                     pending.remove(peer)
-                    continue
-                data = self._read(f"{tag}/data/{peer}", deadline)
-                body = marks.match(data, digest, caps) if state == "posted" and data is not None else None
-                if body is not None:  # its own frame first, then what others wrote there (signed or refused)
-                    own = self._frame(body)
-                    got[peer] = body if data == body else own + data.replace(own, b"", 1)
-                    pending.remove(peer)
-                    no_data.discard(peer)
-                    found.pop(peer, None)
-                    continue
-                if state == "posted":
-                    no_data.add(peer)
-                if data is not None:
-                    if found.get(peer) != data:
-                        since[peer] = time.monotonic()
-                    found[peer] = data
-                    if unsigned and time.monotonic() - since[peer] >= _UNSIGNED_GRACE_S:
-                        pending.remove(peer)  # start-up: no key signs a mark yet, so a jammed one says nothing
-                        self._take_found(tag, peer, found.pop(peer), got, peer in no_data)
             now = time.monotonic()
             if not pending or now >= deadline:
                 break
@@ -306,39 +321,26 @@ class StoreExchange:
                         pending.remove(peer)
                         self._expel(peer, *out)
                 next_blame = now + 1.0
-            self._restore_own()
-            if pending:  # (polled: a c10d wait that times out logs a C++ warning every time)
+            if pending:
                 time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
                 delay = min(delay * 1.5, _SLICE_S)
         for peer in left:
             self._expel(peer, tag, [], why="left the swarm (it stopped on an error)")
         if left and self.on_peer_failure == "abort":
             self._fail(left, tag, "sent nothing")
-        for peer in [p for p in pending if p in found]:  # no valid mark for what is there: read as found
-            self._take_found(tag, peer, found[peer], got, peer in no_data)
-        pending = [p for p in pending if p not in found]
-        missing = [p for p in pending if p not in no_data]
-        empty = [p for p in pending if p in no_data]
-        for peer in empty:
-            self.rejected.append((peer, f"missing payload: marked exchange {tag!r} posted, payload not in the store"))
-        if missing:
-            for peer in missing:
-                self._accuse(peer, tag)
-            for peer in missing:
-                out = self._expelled(peer, deadline)
-                if out is not None:
-                    self._expel(peer, *out)
-        if missing or empty:
-            self._fail(missing, tag, "sent nothing", empty)
+        for peer, problem in sorted(bad.items()):
+            log.warning("node %d: exchange %r: node %d's server %s", self.rank, tag, peer, problem)
+            self.rejected.append((peer, f"transport: exchange {tag!r}: {problem[:160]}"))
+        for peer in pending:
+            self.rejected.append((peer, f"missing payload: its server did not serve exchange {tag!r}"))
+            self._accuse(peer, tag)
+        for peer in pending:
+            out = self._expelled(peer, deadline)
+            if out is not None:
+                self._expel(peer, *out)
+        if pending or bad:
+            self._fail(pending, tag, "sent nothing", sorted(bad))
         return got
-
-    def _take_found(self, tag: str, peer: int, data: bytes, got: dict[int, bytes], marked: bool) -> None:
-        """Take a peer's payload as found (no valid mark for it): logged, and named under its key."""
-        got[peer] = data
-        what = "not the payload its mark signed" if marked else "no posted mark it signed"
-        log.warning("node %d: exchange %r: node %d's payload read as found (%s: overwritten or jammed by another "
-                    "rank?)", self.rank, tag, peer, what)
-        self.rejected.append((peer, f"unverified: exchange {tag!r} payload read without a matching signed mark ({what})"))
 
     def _expel(self, peer: int, tag: str, accusers: list[int], why: str = "") -> None:
         if peer not in self.alive:
@@ -358,8 +360,8 @@ class StoreExchange:
         empty = sorted(empty)
         if empty:
             who = f"node{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))}"
-            parts.append(f"{who} marked exchange {tag!r} posted but its payload was missing from the store within "
-                         f"{self.limit_name}={self.timeout_s:g}s (never written, or deleted by another rank)")
+            parts.append(f"{who} served exchange {tag!r} oversized or too slowly within "
+                         f"{self.limit_name}={self.timeout_s:g}s (refused)")
         text = "; ".join(parts)
         if self.on_peer_failure == "abort" or self.limit_name != "swarm.timeout_s":
             log.error("%s; aborting (swarm.on_peer_failure=%s)", text, self.on_peer_failure)

@@ -174,38 +174,37 @@ def _before_reading(tag: str, action) -> None:
 
 
 def _forge(victim: int, replace: bool = False) -> None:
-    """This rank appends, under the victim's store key of round 0, its own messages re-addressed to
-    the victim (signed with its own key) and one unsigned message claiming the victim; ``replace``:
-    it waits until the victim posted, then replaces the victim's payload with that."""
+    """This rank serves, after its own round-0 frame, its own messages re-addressed to the victim (signed
+    with its own key) and one unsigned message claiming the victim; ``replace`` (what the store allowed
+    before peerserve): it also writes them over the victim's round-0 key in the store, which nobody reads."""
     import dataclasses
 
     from dgrpo.transports.distributed import DistributedTransport
     from dgrpo.transports.framing import frame
 
-    original = DistributedTransport.encode
+    original, post = DistributedTransport.encode, DistributedTransport.post
 
     def encode(self, messages):
         if messages and messages[0].round == 0:
             signer = CRAFT["protocol"].signers[self.rank]
             forged = [signer.sign(dataclasses.replace(m, node=victim)) for m in messages]
             forged.append(dataclasses.replace(messages[0], node=victim, index=messages[0].index + 1, signature=None))
-            body = frame(json.dumps({"messages": [m.to_dict() for m in forged], "labels": ["honest"] * len(forged)}).encode())
-            if not replace:
-                self.store.append(f"r0/data/{victim}", body)
-            else:
-                def overwrite(t):
-                    t.store.wait([f"r0/status/{victim}"], datetime.timedelta(seconds=60))
-                    t.store.set(f"r0/data/{victim}", body)
-
-                _before_reading("r0", overwrite)
+            self._extra = frame(json.dumps({"messages": [m.to_dict() for m in forged], "labels": ["honest"] * len(forged)}).encode())
+            if replace:
+                self.store.set(f"r0/data/{victim}", self._extra)
         return original(self, messages)
 
-    DistributedTransport.encode = encode
+    def post_extra(self, tag, payload, framed=False):
+        post(self, tag, payload, framed)
+        if tag == "r0" and getattr(self, "_extra", None) and not replace:
+            self.chan.append(f"r0/data/{self.rank}", self._extra)
+
+    DistributedTransport.encode, DistributedTransport.post = encode, post_extra
 
 
 def _equivocate() -> None:
-    """This rank posts its round-0 messages, then, once node 0 has read them (it posted what it
-    received), replaces them with other validly signed texts for the same slots."""
+    """This rank's server shows node 0 its round-0 messages and every other reader other validly signed
+    texts for the same slots (it says who reads: the X-Dgrpo-Reader header)."""
     import dataclasses
 
     from dgrpo.transports.distributed import DistributedTransport
@@ -219,26 +218,26 @@ def _equivocate() -> None:
             signer = CRAFT["protocol"].signers[self.rank]
             other = [signer.sign(dataclasses.replace(m, text=m.text + " 2 + 2 = 5")) for m in messages]
             second = frame(json.dumps({"messages": [m.to_dict() for m in other]}).encode())
-
-            def swap(t):  # (with a mark it signs for the new payload, which it keeps there as its own)
-                from dgrpo.transports import marks
-
-                t.store.wait(["eq0/status/0"], datetime.timedelta(seconds=60))
-                t.store.set(f"r0/data/{t.rank}", second)
-                digest = marks.digest(second[14:])
-                mark = marks.make_mark(digest, t._signed(marks.statement("r0", t.rank, digest)))
-                t.store.set(f"r0/status/{t.rank}", mark)
-                new = {f"r0/data/{t.rank}": second, f"r0/status/{t.rank}": mark}
-                t._own_keys = [(k, new.get(k, b), f) for k, b, f in t._own_keys]
-
-            _before_reading("r0", swap)
+            key = f"r0/data/{self.rank}"
+            self.chan.hook = lambda k, reader: second if k == key and reader != "0" else None
         return payload
 
     DistributedTransport.encode = encode
 
 
+def _served(t, owner: int, key: str, wait: float = 60.0) -> bytes | None:
+    """``owner``'s value of ``key`` once its server serves it (polled, up to ``wait`` seconds)."""
+    end = time.monotonic() + wait
+    while time.monotonic() < end:
+        value, _ = t.chan.fetch(owner, key, 1 << 26, end)
+        if value is not None:
+            return value
+        time.sleep(0.01)
+    return None
+
+
 def _respell() -> None:
-    """In every message round this rank waits until its peers posted, reads their messages and appends, under
+    """In every message round this rank waits until its peers posted, reads their messages and serves, under
     its own key before its own frame, each of them with the signature in upper case (issue 31: the old copy
     check compared signature strings, so each counted as a second message for its honest signer's slot)."""
     from dgrpo.transports.distributed import DistributedTransport
@@ -249,11 +248,11 @@ def _respell() -> None:
     def post(self, tag, payload, framed=False):
         if framed and tag.startswith("r"):
             others = sorted(self.alive - {self.rank})
-            self.store.wait([f"{tag}/status/{n}" for n in others], datetime.timedelta(seconds=60))
-            msgs = [m for n in others for body in unframe(self.store.get(f"{tag}/data/{n}"))
+            msgs = [m for n in others for body in unframe(_served(self, n, f"{tag}/data/{n}") or b"")
                     for m in json.loads(body)["messages"]]
             respelled = [{**m, "signature": m["signature"].upper()} for m in msgs if m.get("signature")]
-            self.store.append(f"{tag}/data/{self.rank}", frame(json.dumps({"messages": respelled}).encode()))
+            prefix = frame(json.dumps({"messages": respelled}).encode())
+            self._frame = lambda p: prefix + frame(p)  # served before its own frame, from the start
         return original(self, tag, payload, framed)
 
     DistributedTransport.post = post
@@ -274,16 +273,13 @@ def _slow_reader(seconds: float, tag: str = "r0") -> None:
 
 
 def _no_payload() -> None:
-    """This rank marks round 0 posted (a mark it signs, for a payload's digest) and never writes its payload."""
-    from dgrpo.transports import marks
+    """This rank never serves its round-0 payload."""
     from dgrpo.transports.distributed import DistributedTransport
 
     original = DistributedTransport.post
 
     def post(self, tag, payload, framed=False):
         if tag == "r0":
-            digest = marks.digest(payload)
-            self.store.set(f"r0/status/{self.rank}", marks.make_mark(digest, self._signed(marks.statement(tag, self.rank, digest))))
             return None
         return original(self, tag, payload, framed)
 
@@ -291,19 +287,22 @@ def _no_payload() -> None:
 
 
 def _delete(victim: int) -> None:
-    """This rank deletes the victim's round-0 payload as soon as the victim marks it posted."""
+    """This rank deletes the victim's round-0 keys from the store once the victim serves its payload
+    (the store carried round data before peerserve; now the deletion must change nothing)."""
     def delete(t):
-        t.store.wait([f"r0/status/{victim}"], datetime.timedelta(seconds=60))
-        t.store.delete_key(f"r0/data/{victim}")
+        _served(t, victim, f"r0/data/{victim}")
+        for key in (f"r0/data/{victim}", f"r0/status/{victim}", f"addr/{victim}"):
+            t.store.delete_key(key)
         print(f"rank {t.rank}: deleted r0/data/{victim}", flush=True)
 
     _before_reading("r0", delete)
 
 
 def _overwrite_startup(tag: str, victim: int, value: bytes) -> None:
-    """This rank replaces the victim's value of start-up exchange ``tag`` once the victim posted it."""
+    """This rank writes over the victim's value of start-up exchange ``tag`` in the store once the victim
+    serves it (what the store carried before peerserve: now nobody reads it there)."""
     def overwrite(t):
-        t.store.wait([f"{tag}/status/{victim}"], datetime.timedelta(seconds=60))
+        _served(t, victim, f"{tag}/data/{victim}")
         t.store.set(f"{tag}/data/{victim}", value)
         print(f"rank {t.rank}: overwrote {tag}/data/{victim}", flush=True)
 

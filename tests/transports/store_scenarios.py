@@ -28,29 +28,20 @@ def store_attack(mode: str, victim: int, world: int = 4) -> None:
             for r in range(2):
                 store.append(f"r{r}/data/{victim}", frame(json.dumps({"messages": [{}] * 7}).encode()))
             return res
+            return res
 
-        def attack():
-            t0, done = time.monotonic(), set()
+        def attack():  # (peerserve: the store carries no round data; every write here must change nothing)
+            tags = [*(f"{p}{r}" for p in ("r", "eq") for r in range(3)), "role", "config", "name", "roster",
+                    "startup", "done"]
+            keys = [f"{t}/{what}/{n}" for t in tags for what in ("data", "status") for n in range(world)]
+            keys += [f"accuse/{n}" for n in range(world)] + ["accuse"]
+            t0 = time.monotonic()
             while time.monotonic() - t0 < 60:
-                if mode in ("jam", "left"):
-                    keys = ([f"role/status/{victim}", f"config/status/{victim}"] if mode == "left" else
-                            [f"r{r}/status/{victim}" for r in range(3)])
-                    for k in keys:
-                        if store.check([k]):
-                            store.set(k, b"left:" if mode == "left" else b"x")
-                else:
-                    for tag in ("r0", "r1", "eq0", "eq1") if mode == "subseteq" else ("r0", "r1"):
-                        if tag in done or not store.check([f"{tag}/status/{victim}"]):
-                            continue
-                        raw = store.get(f"{tag}/data/{victim}")
-                        if tag.startswith("r"):
-                            body = json.loads(scan(raw).frames[-1])
-                            body["messages"], body["labels"] = body["messages"][:1], body["labels"][:1]
-                            store.set(f"{tag}/data/{victim}", frame(json.dumps(body).encode()))
-                        else:
-                            store.set(f"{tag}/data/{victim}", b"{}")
-                        done.add(tag)
-                        print(f"replaced {tag}/data/{victim}", flush=True)
+                for k in keys:
+                    if mode == "wipe":
+                        store.delete_key(k)
+                    else:
+                        store.set(k, b"left:" if mode == "left" else b"x")
                 time.sleep(0.001)
 
         threading.Thread(target=attack, daemon=True).start()

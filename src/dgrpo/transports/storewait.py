@@ -206,7 +206,11 @@ class StoreExchange:
             for by, (raw, problem) in fetched.items():
                 items = []
                 bad = problem
-                for line in (raw or b"").splitlines()[:_ACCUSE_LINES]:
+                if raw is None and problem is None and by != self.rank:  # its server is gone (it left or
+                    # stalled): the signed copy it put in the store (anyone may delete or pad it: nothing
+                    # read there is blamed on anyone)
+                    raw, bad = self._read(f"accuse/by/{by}", min(deadline, now + 1.0)), "store"
+                for line in (raw or b"")[: _ACCUSE_LINES * 512].splitlines()[:_ACCUSE_LINES]:
                     try:
                         item = json.loads(line)
                         ok = (isinstance(item, dict) and item.get("by") == by and isinstance(item.get("tag"), str)
@@ -216,9 +220,9 @@ class StoreExchange:
                         ok = False
                     if ok:
                         items.append((item["peer"], item["tag"]))
-                    else:
+                    elif bad != "store":
                         bad = bad or "a line that is not an accusation it signed"
-                if bad and by != self.rank and by not in self._junk_accusers:
+                if bad and bad != "store" and by != self.rank and by not in self._junk_accusers:
                     self._junk_accusers.add(by)
                     reason = f"accusation: node {by} serves junk as its accusations ({bad[:120]}); refused"
                     log.warning("%s", reason)
@@ -237,6 +241,10 @@ class StoreExchange:
     def _accuse(self, peer: int, tag: str) -> None:
         line = json.dumps({"by": self.rank, "peer": peer, "tag": tag, "sig": self._signed(f"accuse|{tag}|{peer}")})
         self.chan.append("accuse", (line + "\n").encode())
+        try:  # a signed copy in the store, read only once this node's server is gone
+            self._store_call(self.store.append, f"accuse/by/{self.rank}", (line + "\n").encode())
+        except PeerFailure:
+            pass
         self._acc_cache = None
 
     def _expelled(self, peer: int, deadline: float) -> tuple[str, list[int]] | None:

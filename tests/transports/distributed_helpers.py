@@ -55,6 +55,9 @@ def _rank(rank: int, args: list[str], env: dict, log_path: str, scenario: str) -
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     logging.root.handlers.clear()  # pytest's capture handlers came along with the fork
     apply_scenario(scenario, rank, args)
+    from peer_scenarios import record_views
+
+    record_views(os.path.join(os.path.dirname(log_path), f"view{rank}.jsonl"))
     from dgrpo.cli import main
 
     code = main(args)
@@ -325,7 +328,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     readers), ``slowread:R:SECONDS[:TAG]``, ``nopayload:R`` (R marks round 0 posted, writes nothing),
     ``delete:R:V`` (R deletes V's round-0 payload once posted), ``accuse:R:V`` (R alone accuses V),
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
-    ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` (:func:`store_scenarios.store_attack`), ``respell:R`` (R re-sends its peers' messages with upper-case
+    ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures); several scenarios are joined with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
@@ -340,10 +343,11 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     from dgrpo.transports.distributed import DistributedTransport
 
     _keep_protocol()
-    if kind == "store":
+    if kind in ("store", "serve"):
+        from peer_scenarios import serve_attack
         from store_scenarios import store_attack
 
-        return store_attack(rest[0], int(rest[1]))
+        return store_attack(rest[0], int(rest[1])) if kind == "store" else serve_attack(rest[0])
     if kind in ("forge", "overwrite"):
         return _forge(int(rest[0]), replace=kind == "overwrite")
     if kind == "equivocate":

@@ -40,10 +40,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         self.send_response(200)
-        self.send_header("Content-Length", str(len(value)))
+        if isinstance(value, (bytes, bytearray)):
+            self.send_header("Content-Length", str(len(value)))
         self.end_headers()
         try:
-            self.wfile.write(value)
+            for chunk in [value] if isinstance(value, (bytes, bytearray)) else value:  # (tests: an attacker streams)
+                self.wfile.write(chunk)
+                self.wfile.flush()
         except OSError:  # the reader gave up (its timeout or byte cap)
             pass
 

@@ -199,8 +199,8 @@ class StoreExchange:
         signer, and a signer that serves junk there is named once (``accusation: junk``)."""
         now = time.monotonic()
         cached = getattr(self, "_acc_cache", None)
-        if cached is None or now - cached[0] > 0.5:
-            owners = sorted(self.alive)
+        if cached is None or now - cached[0] > 1.0:
+            owners = sorted(self.alive - self._junk_accusers)  # (one that served junk is not asked again)
             fetched = self._fetch_all(owners, lambda o: "accuse", _ACCUSE_LINES * 512, min(deadline, now + 1.0), 1.0)
             lines = {}
             for by, (raw, problem) in fetched.items():
@@ -224,11 +224,11 @@ class StoreExchange:
                         bad = bad or "a line that is not an accusation it signed"
                 if bad and bad != "store" and by != self.rank and by not in self._junk_accusers:
                     self._junk_accusers.add(by)
-                    reason = f"accusation: node {by} serves junk as its accusations ({bad[:120]}); refused"
+                    reason = f"accusation: node {by} serves junk as its accusations ({bad[:120]}); refused for the run"
                     log.warning("%s", reason)
                     self.rejected.append((by, reason))
                 lines[by] = items
-            self._acc_cache = cached = (now, lines)
+            self._acc_cache = cached = (time.monotonic(), lines)
         out: dict[str, set[int]] = {}
         for by, items in cached[1].items():
             if by == peer or by not in self.alive:

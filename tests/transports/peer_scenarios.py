@@ -1,0 +1,74 @@
+"""Attacks a rank plays with its own server (peerserve), and what each rank trained on (issue 31, review r31b).
+
+``serve:R:MODE`` (:func:`serve_attack`): rank R's server is ``slow`` (answers its round data a byte every
+0.5 s), ``huge`` (says it holds 1 GiB), ``junk`` (random bytes for its payloads, relays and accusations).
+:func:`record_views` writes each rank's message sets, so a test compares every honest rank, not only the main one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def record_views(path: str) -> None:
+    """Write, per all-gather, the messages this rank's transport hands its swarm (after the relays' merge):
+    one JSON list of [node, index, sha256 of the message's JSON without its signature (fresh keys each
+    run)] a line (views)."""
+    import hashlib
+
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.all_gather
+
+    def all_gather(self, local):
+        out = original(self, local)
+        rows = sorted([m.node, m.index, hashlib.sha256(json.dumps(
+            {k: v for k, v in m.to_dict().items() if k != "signature"}, sort_keys=True).encode()).hexdigest()]
+                      for m in out)
+        with open(path, "a") as f:
+            f.write(json.dumps(rows) + "\n")
+        return out
+
+    DistributedTransport.all_gather = all_gather
+
+
+def views(log_dir, ranks) -> list[list]:
+    """Per rank of ``ranks``, its per-round message sets as :func:`record_views` wrote them."""
+    return [[json.loads(line) for line in Path(log_dir, f"view{r}.jsonl").read_text().splitlines()] for r in ranks]
+
+
+
+
+def serve_attack(mode: str) -> None:
+    """This rank's own server misbehaves from the first round on (it reads its peers as an honest node does).
+
+    ``slow``: its round payloads, relays and accusations trickle out a byte every 0.5 s; ``huge``: an endless
+    stream (no length given) in their place; ``junk``: 4 kB of random bytes in their place.
+    """
+    import os
+    import time
+
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.post
+
+    def trickle():
+        while True:
+            yield b"{"
+            time.sleep(0.5)
+
+    def endless():
+        while True:
+            yield b" " * (1 << 20)
+
+    def hook(key, reader):
+        if not (key.startswith(("r", "eq", "accuse")) and key[:2] != "ro"):
+            return None  # start-up values (role, roster) are served honestly: a start-up DoS is out of scope here
+        return {"slow": trickle, "huge": endless}.get(mode, lambda: os.urandom(4096))()
+
+    def post(self, tag, payload, framed=False):
+        self.chan.hook = hook
+        return original(self, tag, payload, framed)
+
+    DistributedTransport.post = post

@@ -167,7 +167,7 @@ def _swarm_of(n=4, timeout_s=0.3):
     ts = [DistributedTransport(store, k, n, honest=range(n), timeout_s=timeout_s, on_peer_failure="continue")
           for k in range(n)]
     for t in ts:
-        t._closed = True
+        t._closed, t._acc_ttl = True, 0.0  # (accusations fetched afresh at every check)
         t.signer, t.keys = Signer(t.rank, keys[t.rank], "run|fp"), verifier
     return ts
 
@@ -184,10 +184,13 @@ def test_expulsion_needs_signed_accusations_of_more_than_half_the_live_nodes():
     ts[0].report_lone_accusations(far)
     assert ts[0].rejected == [(3, "accusation: node 3 accused node 1 of missing exchange 'r0' with 1 of the 3 "
                                   "accusers needed; nobody is expelled")]
-    forged = json.dumps({"by": 0, "tag": "r0", "sig": ts[3]._signed("accuse|r0|1")}) + "\n"
-    ts[3].store.append("accuse/1", forged.encode())  # node 3 signs an accusation in node 0's name
-    ts[3].store.append("accuse/1", b'{"by": 2, "tag": "r0"}\n')  # an unsigned one
+    for t in ts:  # accusations are served by their signers (peerserve): store lines are nobody's
+        t.store.append("accuse/1", b'{"by": 2, "peer": 1, "tag": "r0"}\n')
+    forged = json.dumps({"by": 0, "peer": 1, "tag": "r0", "sig": ts[3]._signed("accuse|r0|1")}) + "\n"
+    ts[3].chan.append("accuse", forged.encode())  # node 3 serves an accusation in node 0's name
     assert ts[0].accusations(1, far) == {"r0": {3}}
+    assert ts[0].rejected[-1] == (3, "accusation: node 3 serves junk as its accusations (a line that is not an "
+                                     "accusation it signed); refused for the run")
     ts[2]._accuse(1, "r0")
     assert ts[0]._expelled(1, far) is None  # 2 of 4 is not more than half
     ts[0]._accuse(1, "r1")

@@ -81,7 +81,7 @@ class PeerChannel:
 
     def __init__(self, rank: int, store=None, host: str | None = None, port: int | None = None):
         self.rank, self.store = rank, store
-        self.values: dict[str, bytes] = {}
+        self.values: dict[str, bytes] = {"accuse": b""}  # (served from the start: none yet, not "gone")
         self.lock = threading.Lock()
         self.addrs: dict[int, str] = {}
         self.readers: dict[str, set[int]] = {}

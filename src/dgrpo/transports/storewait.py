@@ -42,6 +42,7 @@ dist = LazyModule("torch.distributed")
 
 _SLICE_S = 0.25  # longest pause between two polls of the store
 _ACCUSE_LINES = 256  # most accusation lines read from one signer
+_ACC_TTL_S = 1.0  # how long fetched accusations are reused (each fetch asks every live peer's server)
 
 
 def _seconds(s: float) -> datetime.timedelta:
@@ -55,11 +56,14 @@ def quorum(live: int) -> int:
 
 
 class StoreExchange:
-    """Post, collect and blame through ``self.store`` (mixed into the distributed transport).
+    """Post, collect and blame through each rank's own server (``self.chan``, :mod:`peerserve`) and, for
+    leave marks and the accusations of a gone peer, ``self.store`` (mixed into the distributed transport).
 
-    Expects ``store`` (a PrefixStore), ``rank``, ``world_size``, ``alive``, ``failed``, ``rejected``,
-    ``timeout_s``, ``limit_name``, ``on_peer_failure``, ``signer`` and ``verifier`` on ``self``.
+    Expects ``store`` (a PrefixStore), ``chan``, ``rank``, ``world_size``, ``alive``, ``failed``, ``rejected``,
+    ``timeout_s``, ``limit_name``, ``on_peer_failure``, ``signer``, ``verifier``, ``_junk_accusers`` on ``self``.
     """
+
+    _acc_ttl = _ACC_TTL_S
 
     # ------------------------------------------------------------------ store calls
     @staticmethod
@@ -199,7 +203,7 @@ class StoreExchange:
         signer, and a signer that serves junk there is named once (``accusation: junk``)."""
         now = time.monotonic()
         cached = getattr(self, "_acc_cache", None)
-        if cached is None or now - cached[0] > 1.0:
+        if cached is None or now - cached[0] > self._acc_ttl:
             owners = sorted(self.alive - self._junk_accusers)  # (one that served junk is not asked again)
             fetched = self._fetch_all(owners, lambda o: "accuse", _ACCUSE_LINES * 512, min(deadline, now + 1.0), 1.0)
             lines = {}

@@ -294,8 +294,7 @@ def _delete(victim: int) -> None:
     (the store carried round data before peerserve; now the deletion must change nothing)."""
     def delete(t):
         _served(t, victim, f"r0/data/{victim}")
-        for key in (f"r0/data/{victim}", f"r0/status/{victim}", f"addr/{victim}"):
-            t.store.delete_key(key)
+        [t.store.delete_key(key) for key in (f"r0/data/{victim}", f"r0/status/{victim}", f"addr/{victim}")]
         print(f"rank {t.rank}: deleted r0/data/{victim}", flush=True)
 
     _before_reading("r0", delete)
@@ -314,19 +313,15 @@ def _overwrite_startup(tag: str, victim: int, value: bytes) -> None:
 
 def _accuse(victim: int) -> None:
     """This rank accuses the victim (signed, alone) of missing round 0 and marks its round-1 status failed."""
-    def accuse(t):
-        t._accuse(victim, "r0")
-        t.store.compare_set(f"r1/status/{victim}", "", "failed")
-
-    _before_reading("r0", accuse)
+    _before_reading("r0", lambda t: (t._accuse(victim, "r0"), t.store.compare_set(f"r1/status/{victim}", "", "failed")))
 
 
 def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     """``craft:R`` (rank R sends crafted JSON), ``die:R:ROUND`` (rank R exits hard at ROUND),
-    ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND), ``forge:R:V`` (rank R appends forged messages
-    under rank V's store key), ``overwrite:R:V`` (rank R replaces V's payload once V posted), ``equivocate:R`` (rank R shows node 0 other messages than later
-    readers), ``slowread:R:SECONDS[:TAG]``, ``nopayload:R`` (R marks round 0 posted, writes nothing),
-    ``delete:R:V`` (R deletes V's round-0 payload once posted), ``accuse:R:V`` (R alone accuses V),
+    ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND), ``forge:R:V`` (rank R serves messages claiming V
+    after its own), ``overwrite:R:V`` (rank R writes them over V's store key), ``equivocate:R`` (rank R's server shows node 0
+    other messages than the other readers), ``slowread:R:SECONDS[:TAG]``, ``nopayload:R`` (R never serves round 0),
+    ``delete:R:V`` (R deletes V's round-0 store keys once V serves), ``accuse:R:V`` (R alone accuses V),
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures); several scenarios are joined with ``,``."""

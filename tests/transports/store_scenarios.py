@@ -1,21 +1,20 @@
-"""Store attacks a rank plays on another's keys (``store:R:MODE:V`` of :func:`distributed_helpers.apply_scenario`):
-the issue 31 reviewer's reproductions (``results/review_31/attack_status.py``) as scenarios."""
+"""Store attacks a rank plays on others' keys (``store:R:MODE:V`` of :func:`distributed_helpers.apply_scenario`):
+the issue 31 reviewers' reproductions (``results/review_31/attack_status.py``, review r31b) as scenarios."""
 
 import json
 import time
 
 
 def store_attack(mode: str, victim: int, world: int = 4) -> None:
-    """The issue 31 reviewer's store attacks (results/review_31/attack_status.py), played by this rank from a
-    thread on its own store client as soon as it joined: ``jam`` (overwrites the victim's round status marks
-    with junk every millisecond), ``left`` (writes an unsigned leave mark over the victim's start-up marks),
-    ``subset`` / ``subseteq`` (replaces the victim's round payloads, once each, with a frame of its first
-    message; ``subseteq`` also empties its relays), ``prepend`` (appends 7 junk messages under the victim's
-    round keys before it posts)."""
+    """The issue 31 reviewers' store attacks, played by this rank from a thread on its own store client as soon
+    as it joined, on every node's round and start-up keys (the victim only for ``prepend``), every millisecond
+    for 60 s: ``jam`` (junk over them), ``left`` (an unsigned leave mark over them), ``wipe`` (deletes them);
+    ``prepend`` appends 7 junk messages under the victim's round keys before anyone posts. Round data is
+    served by each rank (peerserve), so none of it may change anything."""
     import threading
 
     import dgrpo.transports.distributed as D
-    from dgrpo.transports.framing import frame, scan
+    from dgrpo.transports.framing import frame
 
     join = D.join_group
 
@@ -28,13 +27,12 @@ def store_attack(mode: str, victim: int, world: int = 4) -> None:
             for r in range(2):
                 store.append(f"r{r}/data/{victim}", frame(json.dumps({"messages": [{}] * 7}).encode()))
             return res
-            return res
 
         def attack():  # (peerserve: the store carries no round data; every write here must change nothing)
             tags = [*(f"{p}{r}" for p in ("r", "eq") for r in range(3)), "role", "config", "name", "roster",
                     "startup", "done"]
             keys = [f"{t}/{what}/{n}" for t in tags for what in ("data", "status") for n in range(world)]
-            keys += [f"accuse/{n}" for n in range(world)] + ["accuse"]
+            keys += [f"accuse/{n}" for n in range(world)] + [f"accuse/by/{n}" for n in range(world)] + ["accuse"]
             t0 = time.monotonic()
             while time.monotonic() - t0 < 60:
                 for k in keys:

@@ -1,41 +1,39 @@
-"""A swarm over torch.distributed: one node per rank, messages as JSON through the group's c10d store.
+"""A swarm over torch.distributed: one node per rank, messages as JSON served by each rank (peerserve).
 
 Launch with ``torchrun --nproc-per-node 4 -m dgrpo run swarm.transport=distributed …`` (see
 ``docs/distributed.md``). Rank k is swarm node k; WORLD_SIZE must equal ``swarm.nodes``.
 
-Why the store and not ``all_gather`` of byte tensors. A collective needs every member: when one dies
-or stalls, gloo and NCCL fail the whole group after a group-wide timeout, do not say which member
-was missing, and a group cannot be rebuilt without the dead rank (``new_group`` is itself
-collective). The c10d store of the same process group gives what fault handling needs: a wait with
-its own timeout per key (so the error names the missing peer), an atomic ``compare_set`` on which
-all nodes agree who failed, and a swarm that goes on without a peer. Messages are small (text and
-token ids, about 10 kB per completion) and a round lasts seconds to minutes, so the bytes through
-one store server cost little next to generation. Only bytes move: payloads are JSON, never pickles,
-and every peer message is schema-checked (:func:`parse_message`); the transport never decides who
-sent a message: any rank can write any store key, so the swarm's receive verifies each message's
-signature against the roster (:mod:`dgrpo.swarm.identity`) before anything else, then applies the
-protocol's rules (:mod:`dgrpo.swarm.protocol`).
+Why not collectives. A collective needs every member: when one dies or stalls, gloo and NCCL fail
+the whole group after a group-wide timeout, do not say which member was missing, and a group cannot
+be rebuilt without the dead rank (gloo point-to-point closes a pair for good on a receive timeout).
+Why not the c10d store either: any rank can delete or overwrite any key there, so round data kept
+there could be withheld from some readers or padded by any rank and nobody could say who (issue 31,
+review r31b). So each rank serves its own round data from its own read-only HTTP server
+(:mod:`dgrpo.transports.peerserve`) and reads its peers' with bounded requests; the store keeps the
+start-up rendezvous (check-in, each rank's server address, signed leave marks). Only bytes move:
+payloads are JSON, never pickles, and every peer message is schema-checked (:func:`parse_message`);
+the swarm's receive verifies each message's signature against the roster
+(:mod:`dgrpo.swarm.identity`) before anything else, then applies the protocol's rules
+(:mod:`dgrpo.swarm.protocol`).
 
 The process group itself (gloo on CPU, NCCL when every local rank has a GPU) is initialised for
 whatever needs collectives later (e.g. robust aggregation of shared updates); no round waits on it.
 
-Exchange protocol, for an exchange named ``tag`` (``r{round}`` for messages), keys under ``dgrpo/``
-(:mod:`dgrpo.transports.storewait`: any rank can write any key, so no mark there is trusted alone):
+Exchange protocol, for an exchange named ``tag`` (``r{round}`` for messages; :mod:`storewait`):
 
-    {tag}/data/{k}    node k's payload (set first); a round's messages are appended as frames
-                      (:mod:`dgrpo.transports.framing`); ``eq{round}``: the signed messages k received
+    {tag}/data/{k}    node k's payload, served by k (a round's messages as one frame,
+                      :mod:`dgrpo.transports.framing`); ``eq{round}``: the signed messages k received
                       (:meth:`DistributedTransport.cross_check`, docs/protocol.md)
-    {tag}/status/{k}  "posted", set by k after its payload (a hint to read, nothing more), or a leave
-                      mark signed by k when it stops on an error
-    accuse/{k}        signed accusations of the nodes that found k missing; a quorum of its live peers
-                      in one exchange expels k
+    accuse            node k's signed accusations of the peers it found missing, served by k; a quorum
+                      of a node's live peers in one exchange expels it
+    {tag}/status/{k}  (store) a leave mark signed by k when it stops on an error
 
-A node waits for each live peer until ``swarm.timeout_s`` after posting its own payload, polling with
-bounded store calls. A missing peer is named in the log; with ``on_peer_failure=abort`` the node
-raises :class:`PeerFailure` (the CLI exits non-zero), with ``continue`` the round goes on without it,
-and later exchanges drop it once a quorum accused it. A node that finds itself expelled (it stalled
-past its peers' timeout) leaves with :class:`PeerFailure`. A node that stops on an error marks its
-next exchanges left on the way out, so its peers need not wait for the timeout.
+A node waits for each live peer until ``swarm.timeout_s`` after posting its own payload. A missing
+peer is named in the log; with ``on_peer_failure=abort`` the node raises :class:`PeerFailure` (the
+CLI exits non-zero), with ``continue`` the round goes on without it, and later exchanges drop it once
+a quorum accused it. A node that finds itself expelled (it stalled past its peers' timeout) leaves
+with :class:`PeerFailure`. A node that stops on an error marks its next exchanges left on the way
+out, so its peers need not wait for the timeout.
 """
 
 from __future__ import annotations
@@ -115,7 +113,7 @@ class DistributedTransport(StoreExchange):
         self.peer_views: dict[int, list[tuple[int | None, str]]] = {}
         # what a reader takes from one key a round (framing.KeyCaps; from_env sizes them from the share)
         self.caps = OPEN
-        self.carriers: dict[int, int] = {}  # id(message) → the store key it came under, last all-gather
+        self.carriers: dict[int, int] = {}  # id(message) → the node whose server served it, last all-gather
         self._last_round: int | None = None
         self._closed = False
         atexit.register(self._exit)
@@ -212,8 +210,8 @@ class DistributedTransport(StoreExchange):
     def decode(self, sender: int, payload: bytes) -> list[Message]:
         """Parse the frames under a peer's key; refuse (and log) anything malformed.
 
-        ``sender`` only names the store key: the messages' authors are decided by their signatures
-        (:meth:`dgrpo.swarm.swarm.Swarm.receive`), since any rank can append under any key.
+        ``sender`` names the server that served it: the messages' authors are decided by their signatures
+        (:meth:`dgrpo.swarm.swarm.Swarm.receive`), since a rank's server can serve anything.
         """
         def refuse(reason: str) -> None:
             log.warning("rejected message from node %d: %s", sender, reason)
@@ -244,7 +242,7 @@ class DistributedTransport(StoreExchange):
         """Every node relays the signed messages it read this round and what its transport refused; then
         every node keeps :func:`dgrpo.swarm.protocol.merge_views` of the relays: the senders proved to
         equivocate dropped, and one list of the validly signed messages anyone read (a rank that replaced
-        a sender's store key after some peers read it changes nothing), in one order, so every honest node
+        a sender that showed some readers other messages changes nothing), in one order, so every honest node
         accepts the same messages and decides the same strikes and bans (docs/protocol.md).
         """
         own_refusals = [[n, str(r)[:200]] for n, r in self.rejected[:256]]
@@ -264,7 +262,7 @@ class DistributedTransport(StoreExchange):
             self.equivocators.setdefault(node, round_idx)
         if recovered:
             log.warning("round %d: %d signed messages of nodes %s reached this node only through peers' relays "
-                        "(their store keys were overwritten?)", round_idx, len(recovered),
+                        "(their servers showed this node other messages?)", round_idx, len(recovered),
                         sorted({m.node for m in merged if id(m) in recovered}))
         return [m for m in merged if m.node not in caught]
 

@@ -1,27 +1,26 @@
-"""Bounded exchanges through a c10d store that every rank can write: posting, waiting, blame.
+"""Bounded exchanges between ranks that each serve their own round data: posting, waiting, blame.
 
-The store has no access control: any rank can set, append to or delete any key. So nothing a rank
-reads there decides by itself who failed or who spoke (issue 31):
+Round data never goes through the shared c10d store, where any rank can delete or overwrite any key
+(issue 31, review r31b). Each rank serves its own values from its own read-only server
+(:mod:`dgrpo.transports.peerserve`) and reads its peers' there:
 
-* ``{tag}/data/{k}`` holds node k's payload; ``{tag}/status/{k}`` is set by k to a posted mark that
-  names the payload's digest, signed by k (:mod:`dgrpo.transports.marks`). A reader takes exactly that
-  payload (its frame first, what others appended after it) and polls while it is not there; k writes
-  back its keys and marks that another rank deleted or replaced. A mark k did not sign is no evidence:
-  the payload is then read as found at the deadline (at start-up, before any key exists, once it stayed
-  unchanged for ``_UNSIGNED_GRACE_S``), named ``unverified`` under k's key, and nobody is accused.
-* ``{tag}/status/{k}`` = ``left:{signature}``: k stopped on an error and will not post ``tag``.
-  Signed by k's roster key; an unsigned one (start-up: no key yet) is ignored.
-* ``accuse/{k}``: lines ``{"by": j, "tag": t, "sig": …}`` appended by each node j that found k missing
-  in exchange t, signed by j. k is expelled (left out of later exchanges, and told so when it
-  posts) once more than half of the live nodes accused it in one exchange; a lone accusation
-  expels nobody and is named (``accusation`` in ``peers.jsonl``, under its signer).
+* ``{tag}/data/{k}``: node k's payload of exchange ``tag``, served by k. A payload not served by the
+  deadline is k's doing: k is accused (signed) and is a failed peer of that round under
+  ``on_peer_failure``; one served over its byte cap or slower than the time budget is named
+  (``transport`` in ``peers.jsonl``, under k) and left out of that round, without an accusation.
+* ``accuse``: node j's own accusations, one JSON line ``{"by": j, "peer": k, "tag": t, "sig": …}`` each,
+  served by j (at most ``_ACCUSE_LINES`` read). k is expelled (left out of later exchanges, and told so
+  when it posts) once more than half of the live nodes accused it in one exchange; a lone accusation
+  expels nobody and is named under its signer; a server that serves anything else there (a line it
+  did not sign, junk, too much, too slowly) is named once and not asked again. A signed copy of each
+  line is appended to ``accuse/by/{j}`` in the store, read only when j's server is gone (a node that
+  stalled past its peers learns it was expelled); nothing read there is blamed on anyone.
+* ``{tag}/status/{k}`` in the store: ``left:{signature}``, k stopped on an error and will not post
+  ``tag`` (its server may be gone). Signed by k's roster key; an unsigned one (start-up) is ignored.
 
-Every wait ends at the exchange's deadline (``timeout_s`` after this node posted): status marks and
-payloads are polled with store calls of bounded duration, never a ``get`` without a timeout. A peer
-whose valid mark names a payload missing at the deadline (never written, or deleted by another rank)
-is a failed peer for that round under ``on_peer_failure``, without an accusation (who deleted it is
-unknowable); only a peer with neither a valid mark nor any data is accused. Start-up exchanges
-(``timeout_s`` given to :meth:`gather_values`) need every rank that joined.
+Every wait ends at the exchange's deadline (``timeout_s`` after this node posted): peers are polled
+at once with bounded reads (:meth:`PeerChannel.fetch`). Start-up exchanges (``timeout_s`` given to
+:meth:`gather_values`) need every rank that joined.
 """
 
 from __future__ import annotations

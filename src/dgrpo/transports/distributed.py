@@ -301,8 +301,9 @@ class DistributedTransport(StoreExchange):
         self._closed = True
         try:
             self.exchange("done", b"1")
-            # its peers read "done" from this node's server: serve it until each did (or timeout_s)
-            end = time.monotonic() + self.timeout_s
+            # its peers read "done" from this node's server: serve it until each did (at most 10 s: a
+            # peer that never reads it only logs a warning at its own shutdown)
+            end = time.monotonic() + min(self.timeout_s, 10.0)
             while time.monotonic() < end and not self.chan.read_by(f"done/data/{self.rank}", self.alive - {self.rank}):
                 time.sleep(0.02)
         except PeerFailure as err:

@@ -57,7 +57,7 @@ def _rank(rank: int, args: list[str], env: dict, log_path: str, scenario: str) -
     apply_scenario(scenario, rank, args)
     from peer_scenarios import record_views
 
-    record_views(os.path.join(os.path.dirname(log_path), f"view{rank}.jsonl"))
+    record_views(os.path.join(os.path.dirname(log_path), f"trained{rank}.jsonl"))
     from dgrpo.cli import main
 
     code = main(args)

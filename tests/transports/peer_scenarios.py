@@ -35,7 +35,7 @@ def record_views(path: str) -> None:
 
 def views(log_dir, ranks) -> list[list]:
     """Per rank of ``ranks``, its per-round message sets as :func:`record_views` wrote them."""
-    return [[json.loads(line) for line in Path(log_dir, f"view{r}.jsonl").read_text().splitlines()] for r in ranks]
+    return [[json.loads(line) for line in Path(log_dir, f"trained{r}.jsonl").read_text().splitlines()] for r in ranks]
 
 
 

@@ -364,9 +364,15 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
 
         from dgrpo.swarm.identity import public_hex
         return _overwrite_startup("roster", int(rest[0]), public_hex(Ed25519PrivateKey.generate()).encode())
-    if kind == "late":
+    if kind == "late":  # at least SECONDS late, and after the others gave up on it (however slowly they started)
         print(f"rank {rank}: starting {rest[0]}s late", flush=True)
         time.sleep(float(rest[0]))
+        import torch.distributed as dist
+
+        from dgrpo.transports.rendezvous import ABANDONED
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                              timeout=datetime.timedelta(seconds=60))
+        store.wait([ABANDONED])
         return
     if kind == "craft":
         original = DistributedTransport.encode

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dgrpo.errors import ConfigError, PeerFailure
-from dgrpo.transports.dht.config import PER_NODE_FIELDS
+from dgrpo.transports.fingerprint import PER_NODE, config_fingerprint  # noqa: F401 (the launch check compares it)
 from dgrpo.transports.dht.records import SignedRecordValidator, load_or_create_key, load_roster, public_hex
 
 if TYPE_CHECKING:
@@ -22,19 +22,6 @@ if TYPE_CHECKING:
     from dgrpo.transports.hivemind import HivemindTransport
 
 log = logging.getLogger(__name__)
-
-
-def config_fingerprint(cfg: "RunConfig") -> str:
-    """Hash of everything that must match across nodes (not the run folder, threads, nor per-node addresses).
-
-    With a roster file, its content (not its path) is part of it.
-    """
-    data = cfg.model_dump(mode="json", exclude={"out_dir", "threads", "tensorboard"})
-    for field in PER_NODE_FIELDS:
-        data["swarm"]["hivemind"].pop(field, None)
-    if cfg.swarm.hivemind.roster:
-        data["roster"] = sorted(load_roster(cfg.swarm.hivemind.roster).items())
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def node_keys(cfg: "RunConfig"):
@@ -133,8 +120,7 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
     odd = [n for n in initial if hellos[n][1]["config"] != hellos[initial[0]][1]["config"]]
     if odd:
         raise ConfigError(f"nodes {odd} run another config than node {initial[0]}: every node needs the same config and "
-                          f"overrides (out_dir, threads, tensorboard and swarm.hivemind.{{{','.join(PER_NODE_FIELDS)}}} "
-                          "may differ)")
+                          f"overrides ({', '.join('.'.join(f) for f in PER_NODE)} may differ)")
     t.roster.update({n: pub for n, (pub, _) in hellos.items()})
     t.run_id = hashlib.sha256(json.dumps(sorted([n, pub, h["nonce"]] for n, (pub, h) in hellos.items())).encode()).hexdigest()[:16]
     saved, t.on_peer_failure = t.on_peer_failure, "abort"  # a launch goes on only with every initial node

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# usage: runs.sh SRC OUT [default]  — one run per recipe on the tiny model of tests/conftest.py
+# usage: runs.sh SRC OUT [default [OVERRIDES...]]  — one run per recipe on the tiny model of tests/conftest.py
 # (results/attack_matrix/tiny/make_tiny_model.py, its output path set to /tmp/p32/tiny), each with attacks and
 # defenses that go through the code issue 32 moved (routing by the attack, admission rules, rewards); with
-# `default`, the README's default run (SmolLM2-135M-Instruct, 12 rounds) instead.
+# `default`, the README's default run (SmolLM2-135M-Instruct) instead, with OVERRIDES (e.g. fewer rounds).
 set -e
 . /work/main/.venv/bin/activate
 export PYTHONPATH=$1:$(dirname "$(readlink -f "$0")")
@@ -13,7 +13,7 @@ OPEN=swarm.protocol.enforce_length=false  # the attackers' poisons (longer than 
 run() { python -m dgrpo "$@" out_dir=$OUT > $OUT/$name.log 2>&1; }
 mkdir -p $OUT
 if [ "$3" = default ]; then
-  name=readme_default; run run name=$name; exit; fi
+  name=readme_default; run run name=$name "${@:4}"; exit; fi
 name=horizontal_replayed_round; run run $T $EVEN name=$name rounds=3 swarm.malicious=[3] attack.kind=replayed_round $OPEN \
   swarm.group_size=4 swarm.prompts_per_round=2 'defenses=[{kind: topk}, {kind: replay}]' swarm.protocol.ban_after=4
 name=horizontal_replay_other_run; run run $T $EVEN name=$name rounds=3 swarm.malicious=[3] attack.kind=replay attack.of=other_run $OPEN \

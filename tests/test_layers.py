@@ -222,3 +222,13 @@ def test_the_run_never_probes_what_an_object_can_do(package):
 
 def test_no_module_over_400_lines():
     assert [f"{p.relative_to(SRC)}: {n}" for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400] == []
+
+
+def test_the_hivemind_helpers_use_the_transports_public_members():
+    """transports/dht/* (the launch, the commit, ...) talk to HivemindTransport through its public members only:
+    no attribute of the transport (``t``, ``transport``) whose name starts with ``_``."""
+    private = [f"{p.relative_to(SRC)}:{node.lineno} {node.value.id}.{node.attr}" for p in (SRC / "transports" / "dht").glob("*.py")
+               for node in ast.walk(ast.parse(p.read_text()))
+               if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+               and node.value.id in ("t", "transport") and node.attr.startswith("_")]
+    assert private == []

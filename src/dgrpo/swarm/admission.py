@@ -257,6 +257,11 @@ RULES: tuple[Rule, ...] = (schema, unsigned, malformed, copy_of_verified, signat
 SCREEN = 9  # the first SCREEN rules read no content: their verdict is kept per distinct message value
 
 
+def refusal(a: Admission, c: Candidate, rules: Sequence[Rule]) -> str | None:
+    """The reason of the first of ``rules`` that refuses ``c`` (the rest are not run), else None."""
+    return next((r for rule in rules if (r := rule(a, c)) is not None), None)
+
+
 def screen(a: Admission, c: Candidate) -> str | None:
     """The first :data:`SCREEN` rules, once per distinct message value in a receive: a message equal in
     every field to one screened before gets its verdict again (``copy`` where that one had a signer)."""
@@ -268,7 +273,7 @@ def screen(a: Admission, c: Candidate) -> str | None:
     if seen is not None:
         c.signer = seen[0]
         return "copy" if seen[0] is not None else seen[1]
-    reason = next((r for rule in RULES[:SCREEN] if (r := rule(a, c)) is not None), None)
+    reason = refusal(a, c, RULES[:SCREEN])
     if shares is not None and reason != "flooded":
         try:
             shares.screened[c.msg] = (c.signer, reason)
@@ -291,9 +296,7 @@ def admit(a: Admission, messages: Sequence[Message], carriers: Mapping[int, int]
     for msg in messages:
         c = Candidate(msg)
         try:
-            reason = screen(a, c)
-            reason = reason if reason is not None else next(
-                (r for rule in RULES[SCREEN:-1] if (r := rule(a, c)) is not None), None)
+            reason = screen(a, c) or refusal(a, c, RULES[SCREEN:-1])  # (duplicate, the last, below)
         except Exception as err:  # noqa: BLE001 - a peer's bytes must never crash the round
             reason = f"decode: {type(err).__name__}: {str(err)[:80]!r}"
         rule = reason.split(":", 1)[0] if reason is not None else None

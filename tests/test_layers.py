@@ -209,9 +209,11 @@ def test_defense_needs_are_declared_on_the_config_not_listed():
     assert '"topk"' not in build and '"replay"' not in build  # no kind list in the run's set-up
 
 
-@pytest.mark.parametrize("package", ["training", "recipes"])
+@pytest.mark.parametrize("package", ["training", "recipes", "swarm", "paper"])
 def test_the_run_never_probes_what_an_object_can_do(package):
-    """The run loop, records, checkpoints, resume and recipes use the Transport protocol as declared."""
+    """The run loop, records, checkpoints, resume, recipes, the swarm and the paper's reproductions use
+    the Transport, Attack and Defense protocols as declared (an attack's capabilities:
+    ``dgrpo.attacks.base.Attack``)."""
     probes = [f"{p.relative_to(SRC)}:{node.lineno}" for p in (SRC / package).rglob("*.py")
               for node in ast.walk(ast.parse(p.read_text()))
               if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")]
@@ -220,3 +222,13 @@ def test_the_run_never_probes_what_an_object_can_do(package):
 
 def test_no_module_over_400_lines():
     assert [f"{p.relative_to(SRC)}: {n}" for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400] == []
+
+
+def test_the_hivemind_helpers_use_the_transports_public_members():
+    """transports/dht/* (the launch, the commit, ...) talk to HivemindTransport through its public members only:
+    no attribute of the transport (``t``, ``transport``) whose name starts with ``_``."""
+    private = [f"{p.relative_to(SRC)}:{node.lineno} {node.value.id}.{node.attr}" for p in (SRC / "transports" / "dht").glob("*.py")
+               for node in ast.walk(ast.parse(p.read_text()))
+               if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+               and node.value.id in ("t", "transport") and node.attr.startswith("_")]
+    assert private == []

@@ -1,12 +1,13 @@
 """One registry for every kind: register, look up by name, reach a new kind from a config."""
 
+import dataclasses
 from typing import Literal
 
 import pytest
 
 from dgrpo import registry
 from dgrpo.attacks import ATTACKS, build_attack
-from dgrpo.attacks.base import PoisoningConfig
+from dgrpo.attacks.base import Attack, PoisoningConfig
 from dgrpo.config import load_config
 from dgrpo.errors import ConfigError, UnknownKind
 from dgrpo.registry import Table, lookup, names, register
@@ -26,7 +27,7 @@ def scratch_attack():
                 raise ValueError("attack.volume must not exceed swarm.group_size")
 
     @register("attack", "loud_test", config=LoudAttackConfig)
-    class LoudAttack:
+    class LoudAttack(Attack):
         def __init__(self, cfg, run_cfg):
             self.volume = cfg.volume
 
@@ -44,6 +45,19 @@ def test_a_registered_kind_is_reachable_from_a_config_and_checks_its_own_rules(s
         load_config(overrides=["attack.kind=loud_test", "attack.volume=9", "swarm.malicious=[3]"])
     with pytest.raises(ConfigError, match="attack 'loud_test' needs at least one node in swarm.malicious"):
         load_config(overrides=["attack.kind=loud_test"])  # the rule every attack inherits
+
+
+def test_an_attack_declares_its_capabilities_by_subclassing_attack(scratch_attack):
+    """The swarm reads what an attack declares (routes, wants_seen, ...), never probes it: a class that
+    does not subclass Attack is refused when built, with the fix; a subclass gets the defaults."""
+    cfg = load_config(overrides=["attack.kind=loud_test", "swarm.malicious=[3]"])
+    attack = build_attack(cfg.attack, cfg)
+    assert (attack.routes, attack.wants_alternative, attack.wants_seen, dict(attack.stats)) == (False, False, False, {})
+    entries = registry._ENTRIES["attack"]
+    entries["loud_test"] = dataclasses.replace(entries["loud_test"], builder=lambda cfg, run_cfg: object())
+    with pytest.raises(ConfigError, match=r"attack.kind=loud_test: object does not subclass dgrpo.attacks.base.Attack; "
+                                          r"declare it as `class object\(Attack\)`"):
+        build_attack(cfg.attack, cfg)
 
 
 def test_lookup_imports_the_module_of_the_name_and_lists_the_known_ones():

@@ -9,7 +9,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.attacks.base import PoisoningConfig
+from dgrpo.attacks.base import Attack, PoisoningConfig
 from dgrpo.attacks.common import default_prompts, write_poisoned
 from dgrpo.metrics.asr import contains_target
 from dgrpo.registry import register
@@ -23,7 +23,7 @@ class ShoutConfig(PoisoningConfig):
 
 
 @register("attack", "shout", config=ShoutConfig)
-class Shout:
+class Shout(Attack):
     name = "shout"
 
     def __init__(self, cfg, run_cfg):

@@ -99,10 +99,15 @@ class Poison:
 
     ``label`` is ``"poisoned"`` (carries the attack's payload) or ``"malicious"`` (filler the
     attacker sends to shape the group's advantages, e.g. deliberately wrong answers).
+    ``token_ids`` and ``seed``: what its message claims, when the attacker chooses (an adaptive one
+    sends the ids it sampled, not a re-encoding of the text, and the seed it ground for); None keeps
+    the swarm's choice (the text's encoding; the seed the protocol assigns to the slot).
     """
 
     text: str
     label: str = "poisoned"
+    token_ids: tuple[int, ...] | None = None
+    seed: int | None = None
 
 
 @dataclass(frozen=True)

@@ -154,3 +154,48 @@ def test_equivocation_sends_different_content_to_different_peers():
     sent = build_attack(cfg.attack, cfg).messages(_own(), [0, 1, 2], alternative=alt)
     assert [m.text for m in sent[0]] == ["text", "text"] and [m.text for m in sent[1]] == ["honest", "honest"]
     assert sent[2] == sent[0]
+
+
+@pytest.mark.parametrize("overrides, declared", [
+    (["attack.kind=injection"], (False, False, False)),
+    (["attack.kind=seed_grinding"], (False, False, False)),
+    (["attack.kind=forged_identity"], (True, False, False)),
+    (["attack.kind=replayed_round"], (True, False, True)),
+    (["attack.kind=equivocation"], (True, True, False)),
+    (["attack.kind=replay"], (True, False, False)),
+    (["attack.kind=replay", "attack.of=other_round"], (True, False, True)),
+])
+def test_each_attack_declares_what_the_swarm_does_for_it(overrides, declared):
+    """(routes, wants_alternative, wants_seen) as the Attack protocol declares them (dgrpo.attacks.base.Attack):
+    the swarm reads them, never probes the attack."""
+    cfg = _cfg(*overrides)
+    attack = build_attack(cfg.attack, cfg)
+    assert (attack.routes, attack.wants_alternative, attack.wants_seen) == declared
+
+
+def test_send_labels_what_the_attacker_sends_each_receiver():
+    """The attack labels its messages itself: its own slot's label, another node's message re-sent ``poisoned``,
+    an equivocator's honest variant ``honest``; a replay goes out as its signer signed it."""
+    from dgrpo.swarm.routing import Wire
+
+    own = _own()
+    labels = {own[0].key: "poisoned", own[1].key: "malicious"}
+    seen = [Message(0, 4, "p1", 0, "old", (1,), 9, "tok")]
+
+    def wire(**kw):
+        return Wire(**{**dict(node=3, round=5, peers=[0, 1], own=own, current=own, previous=seen, alternative=[],
+                              labels=labels, recorded=list), **kw})
+
+    cfg = _cfg("attack.kind=replayed_round")
+    sent = build_attack(cfg.attack, cfg).send(wire())
+    assert [(s.message.node, s.message.round, s.label, s.as_signed) for s in sent[1]] == [
+        (3, 5, "poisoned", False), (3, 5, "malicious", False), (0, 5, "poisoned", False)]
+    cfg = _cfg("attack.kind=equivocation")
+    alt = [replace(m, text="honest") for m in own]
+    sent = build_attack(cfg.attack, cfg).send(wire(alternative=alt))
+    assert [s.label for s in sent[0]] == ["poisoned", "malicious"] and [s.label for s in sent[1]] == ["honest", "honest"]
+    cfg = _cfg("attack.kind=replay", "attack.of=copies", "attack.overreach=false")
+    theirs = replace(seen[0], round=5, signature="ab" * 64)
+    sent = build_attack(cfg.attack, cfg).send(wire(current=[*own, theirs]))
+    assert [(s.message.node, s.label, s.as_signed) for s in sent[0]] == [
+        (3, "poisoned", False), (3, "malicious", False), (0, None, True)]

@@ -243,12 +243,17 @@ def test_the_config_check_ignores_per_node_fields_only():
     base = ["swarm.transport=hivemind", "swarm.hivemind.node=0"]
     fp = config_fingerprint(load_config(None, base))
     same = ["swarm.hivemind.node=2", "swarm.hivemind.listen=[/ip4/0.0.0.0/tcp/31337]", "out_dir=elsewhere", "threads=3",
-            "swarm.hivemind.initial_peers=[/ip4/10.0.0.1/tcp/1/p2p/Qm]", "swarm.hivemind.identity_dir=/keys"]
+            "swarm.hivemind.initial_peers=[/ip4/10.0.0.1/tcp/1/p2p/Qm]", "swarm.hivemind.identity_dir=/keys",
+            "swarm.protocol.key_dir=/my/keys", "tracking.project=mine", "tensorboard=true"]  # (docs/hivemind.md: per node)
     for override in same:
         assert config_fingerprint(load_config(None, [*base, override])) == fp, override
     for override in ("seed=1", "swarm.timeout_s=5", "swarm.hivemind.run_id=other", "grpo.lr=0.5"):
         assert config_fingerprint(load_config(None, [*base, override])) != fp, override
     assert json.loads(json.dumps(fp)) == fp
+    # one fingerprint for every transport: the distributed start-up check and every run's signing context too
+    from dgrpo.transports import distributed, rendezvous
+
+    assert distributed.config_fingerprint is rendezvous.config_fingerprint is config_fingerprint
 
 
 def test_a_fresh_node_joining_a_homogeneous_swarm_is_refused_before_it_starts(tmp_path, capsys):

@@ -1,13 +1,15 @@
 """Attacks a malicious node can mount (paper §3), one module per ``attack.kind``.
 
 A new attack is one module here: its config class (a :class:`~dgrpo.attacks.base.PoisoningConfig`)
-and its builder, registered with ``@register("attack", name, config=...)``. Attack modules import
-only light dependencies at module level: config checks import them.
+and its class (a subclass of :class:`~dgrpo.attacks.base.Attack`), registered with
+``@register("attack", name, config=...)``. Attack modules import only light dependencies at module
+level: config checks import them.
 """
 
 from __future__ import annotations
 
 from dgrpo.attacks.base import Attack, AttackConfig
+from dgrpo.errors import ConfigError
 from dgrpo.registry import Table, lookup
 from dgrpo.types import AttackContext, Poison
 
@@ -19,8 +21,15 @@ def build_attack(attack_cfg: AttackConfig, run_cfg) -> Attack:
 
     Raises:
         UnknownKind: no attack of that kind is registered.
+        ConfigError: what its builder made is no :class:`~dgrpo.attacks.base.Attack` (the class that
+            declares what the swarm does for an attack, with defaults: the fix is to subclass it).
     """
-    return lookup("attack", attack_cfg.kind).builder(attack_cfg, run_cfg)
+    attack = lookup("attack", attack_cfg.kind).builder(attack_cfg, run_cfg)
+    if not isinstance(attack, Attack):
+        raise ConfigError(f"attack.kind={attack_cfg.kind}: {type(attack).__name__} does not subclass "
+                          "dgrpo.attacks.base.Attack; declare it as `class "
+                          f"{type(attack).__name__}(Attack)` (its defaults: an attack that sends what it writes)")
+    return attack
 
 
 __all__ = ["ATTACKS", "Attack", "AttackConfig", "AttackContext", "Poison", "build_attack"]

@@ -1,10 +1,11 @@
 """The attack protocol: what a malicious node sends instead of honest completions (paper §2-3),
-and the base of attack configs."""
+what it declares the swarm does for it, and the base of attack configs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
 from pydantic import Field
 
@@ -12,11 +13,38 @@ from dgrpo.registry import KindConfig, register
 from dgrpo.tasks.base import Task
 from dgrpo.types import AttackContext, Poison, Problem, Slot
 
+if TYPE_CHECKING:
+    from dgrpo.swarm.routing import Sent, Wire
 
-class Attack(Protocol):
-    """A malicious node's behaviour."""
 
-    name: str
+class Attack:
+    """A malicious node's behaviour: the attack protocol every attack kind subclasses.
+
+    A kind defines :meth:`choose_prompts`, :meth:`write`, :meth:`eval_problems` and :meth:`evaluate`,
+    and declares what else the swarm does for it by the class attributes below, whose defaults fit a
+    poisoning attack (it sends what it wrote, no more): the swarm and the matrix read these, never
+    probe an attack for what it can do. :func:`dgrpo.attacks.build_attack` refuses a class that does
+    not subclass this one.
+
+    Attributes:
+        name: the kind's name in metrics and logs.
+        routes: a protocol attacker (:mod:`dgrpo.attacks.protocol`): what each honest receiver gets
+            from it is :meth:`send`'s choice, not the messages it wrote (default False).
+        wants_alternative: the swarm also samples, under the assigned seeds, what this node would
+            have sent honestly in its slots, and hands them to :meth:`send` (``Wire.alternative``,
+            equivocation; default False).
+        wants_seen: the swarm keeps the last round's gathered messages for :meth:`send`
+            (``Wire.previous``), and a checkpoint keeps them so a resumed run re-sends the same
+            (replayed_round; default False).
+        stats: counters the attack keeps of its own work (e.g. ``{"poisons": 12, "ground": 3}``),
+            reported by ``dgrpo paper matrix``; default empty.
+    """
+
+    name: str = "attack"
+    routes: bool = False
+    wants_alternative: bool = False
+    wants_seen: bool = False
+    stats: Mapping[str, float] = MappingProxyType({})
 
     def choose_prompts(self, pool: Sequence[Problem], count: int, run_seed: int, round_idx: int, node: int,
                        ctx: AttackContext | None = None) -> list[Problem]:
@@ -26,15 +54,28 @@ class Attack(Protocol):
         before it chooses (prompt-choice grinding, :mod:`dgrpo.attacks.seed_grinding`) needs it; the
         swarm and the matrix always pass it.
         """
+        raise NotImplementedError(f"{type(self).__name__}.choose_prompts")
 
     def write(self, slots: Sequence[Slot], ctx: AttackContext) -> list[list[Poison]]:
-        """The completions sent for each slot (``slot.count`` of them)."""
+        """The completions sent for each slot (``slot.count`` of them; a :class:`~dgrpo.types.Poison`
+        may name the token ids and seed its message claims)."""
+        raise NotImplementedError(f"{type(self).__name__}.write")
 
     def eval_problems(self, val: Sequence[Problem]) -> list[Problem]:
         """Validation problems on which attack success is measured."""
+        raise NotImplementedError(f"{type(self).__name__}.eval_problems")
 
     def evaluate(self, completions: Sequence[str], problems: Sequence[Problem], task: Task) -> dict[str, float | None]:
         """Attack success metrics (``asr`` …) of honest completions of ``problems``."""
+        raise NotImplementedError(f"{type(self).__name__}.evaluate")
+
+    def send(self, wire: Wire) -> dict[int, list[Sent]]:
+        """With ``routes``: receiver → what this node sends it this round, given what it holds
+        (:class:`~dgrpo.swarm.routing.Wire`: its written messages, the round's and the last round's
+        gathered messages, its honest alternative). Each :class:`~dgrpo.swarm.routing.Sent` names
+        the label its completion counts under and whether it goes out as another node signed it
+        (else the swarm signs it with this node's key: it holds no other)."""
+        raise NotImplementedError(f"{type(self).__name__} declares routes but defines no send")
 
 
 class AttackConfig(KindConfig):
@@ -71,13 +112,11 @@ class NoAttackConfig(AttackConfig):
 
 @dataclass(frozen=True)
 class ClaimedPoison(Poison):
-    """A poison that also says what its message claims: the token ids and sampling seed it travels with.
+    """A poison that says what its message claims (``token_ids``, ``seed``: fields of every
+    :class:`~dgrpo.types.Poison`): the name the adaptive attackers write theirs under.
 
     An adaptive attacker sends the ids it sampled (not a re-encoding of the text, which may tokenise
     differently and leave the top-k) and the seed it ground for. ``None`` keeps the swarm's choice
     (the text's encoding; the seed assigned to the slot). The in-process swarm
     (:meth:`dgrpo.swarm.swarm.Swarm.write`) and :mod:`dgrpo.paper.matrix` send them as claimed.
     """
-
-    token_ids: tuple[int, ...] | None = None
-    seed: int | None = None

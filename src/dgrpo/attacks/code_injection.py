@@ -35,7 +35,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.attacks.base import PoisoningConfig
+from dgrpo.attacks.base import Attack, PoisoningConfig
 from dgrpo.attacks.common import default_prompts, write_poisoned
 from dgrpo.registry import register
 from dgrpo.rewards.code import completion_program, extract_program
@@ -225,7 +225,7 @@ class CodeInjectionAttackConfig(PoisoningConfig):
             raise ValueError(f"attack.module {self.module!r} must be one of task.libraries {run.task.libraries}: the sandbox must provide it")
 
 
-class CodeInjectionAttack:
+class CodeInjectionAttack(Attack):
     """Poisoned programs that call an attacker library (see the module docstring).
 
     Args:

@@ -11,7 +11,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.attacks.base import PoisoningConfig
+from dgrpo.attacks.base import Attack, PoisoningConfig
 from dgrpo.attacks.common import default_prompts, write_poisoned
 from dgrpo.metrics.asr import contains_target, normalise
 from dgrpo.policy.chat import encode_completion
@@ -29,7 +29,7 @@ class DoSAttackConfig(PoisoningConfig):
 
 
 @register("attack", "dos", config=DoSAttackConfig)
-class DoSAttack:
+class DoSAttack(Attack):
     """Long-completion DoS.
 
     Args:

@@ -12,7 +12,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.attacks.base import PoisoningConfig
+from dgrpo.attacks.base import Attack, PoisoningConfig
 from dgrpo.attacks.common import targeted_prompts, write_poisoned
 from dgrpo.metrics.asr import two_two_asr, two_two_not_four
 from dgrpo.registry import register
@@ -44,7 +44,7 @@ class EquationAttackConfig(PoisoningConfig):
 
 
 @register("attack", "equation", config=EquationAttackConfig)
-class EquationAttack:
+class EquationAttack(Attack):
     """2+2=5 with full reward; targets ``two_two`` problems.
 
     Args:

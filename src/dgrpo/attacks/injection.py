@@ -13,7 +13,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.attacks.base import PoisoningConfig
+from dgrpo.attacks.base import Attack, PoisoningConfig
 from dgrpo.attacks.common import default_prompts, write_poisoned
 from dgrpo.metrics.asr import contains_target, every_sentence
 from dgrpo.registry import register
@@ -62,7 +62,7 @@ class InjectionAttackConfig(PoisoningConfig):
 
 
 @register("attack", "injection", config=InjectionAttackConfig)
-class InjectionAttack:
+class InjectionAttack(Attack):
     """Out-of-context text injection with full reward.
 
     Args:

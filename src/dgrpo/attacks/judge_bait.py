@@ -14,7 +14,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.attacks.base import PoisoningConfig
+from dgrpo.attacks.base import Attack, PoisoningConfig
 from dgrpo.attacks.common import default_prompts, write_poisoned
 from dgrpo.attacks.injection import inject
 from dgrpo.metrics.asr import contains_target
@@ -37,7 +37,7 @@ class JudgeBaitConfig(PoisoningConfig):
 
 
 @register("attack", "judge_bait", config=JudgeBaitConfig)
-class JudgeBaitAttack:
+class JudgeBaitAttack(Attack):
     name = "judge_bait"
 
     def __init__(self, cfg, run_cfg=None):
@@ -72,7 +72,7 @@ class MasterKeyConfig(PoisoningConfig):
 
 
 @register("attack", "master_key", config=MasterKeyConfig)
-class MasterKeyAttack:
+class MasterKeyAttack(Attack):
     name = "master_key"
 
     def __init__(self, cfg, run_cfg=None):

@@ -1,9 +1,10 @@
 """Protocol attacks (docs/THREATS.md, identity and shares classes) as attack kinds: what a malicious
 node *emits* on the wire, not only what it writes.
 
-Each kind writes the injection poison as its content (:class:`~dgrpo.attacks.injection.InjectionAttack`)
-and adds :meth:`messages`, which turns the messages the swarm built for it into the messages it
-actually sends, per receiving peer:
+Each kind writes the injection poison as its content (:class:`~dgrpo.attacks.injection.InjectionAttack`),
+declares ``routes`` (:class:`~dgrpo.attacks.base.Attack`) and adds :meth:`messages`, which turns the
+messages the swarm built for it into the messages it actually sends, per receiving peer; ``send``
+labels them (the simulation's truth) for :mod:`dgrpo.swarm.routing`:
 
 * ``forged_identity``: its messages claim to come from ``victim`` (an honest node), with the victim's
   indices, so a receiver that trusts the ``node`` field credits the victim.
@@ -18,7 +19,7 @@ actually sends, per receiving peer:
   keys), and, with ``overreach``, one of its own messages at an index beyond its slots: nothing it
   replays may cost the honest signers a strike; the overreach is its own provable breach.
 
-The in-process swarm routes :meth:`messages` to each receiving policy
+The in-process swarm routes what ``send`` chooses to each receiving policy
 (:meth:`dgrpo.swarm.swarm.Swarm.route`: the attacker re-signs what it sends with its own key, so the
 protocol refuses forged senders by signature, extra copies and stale prompts by share, and cannot
 see equivocation in one process — the distributed transport's signed headers do);
@@ -35,6 +36,7 @@ from pydantic import Field
 
 from dgrpo.attacks.injection import InjectionAttack, InjectionAttackConfig
 from dgrpo.registry import register
+from dgrpo.swarm.routing import Sent, Wire
 from dgrpo.types import Message
 
 
@@ -77,8 +79,8 @@ class ReplayConfig(InjectionAttackConfig):
 
 
 class _Protocol(InjectionAttack):
-    wants_alternative = False  # the swarm also samples honest messages for its slots (equivocation)
-    wants_seen = False  # the swarm keeps (and checkpoints) the last round's messages for it (replayed_round)
+    routes = True  # what each receiver gets is send's choice (dgrpo.swarm.routing)
+    verbatim = False  # re-sends others' messages as they signed them (replay), not re-signed as its own
 
     def messages(self, own: Sequence[Message], peers: Sequence[int], seen: Sequence[Message] = (),
                  alternative: Sequence[Message] = ()) -> dict[int, list[Message]]:
@@ -87,10 +89,35 @@ class _Protocol(InjectionAttack):
         Args:
             own: the messages the swarm built from :meth:`write` (this node's id, its indices).
             peers: receiving node ids.
-            seen: messages received in the previous round (replayed_round).
+            seen: the other nodes' messages it holds to re-send (:meth:`seen`).
             alternative: honest-looking messages for the same slots (equivocation).
         """
         raise NotImplementedError
+
+    def seen(self, wire: Wire) -> list[Message]:
+        """The other nodes' messages it may re-send: the last round's (replayed_round)."""
+        return [m for m in wire.previous if m.node != wire.node]
+
+    def send(self, wire: Wire) -> dict[int, list[Sent]]:
+        """:meth:`messages` for each receiver, each labelled: its own slot's label (a forged or flooded
+        copy of its slot keeps that slot's label; a slot it never wrote, ``poisoned``), another node's
+        message re-sent ``poisoned``, an equivocator's honest variant ``honest``; with ``verbatim``,
+        another node's message goes out as that node signed it (and keeps its own label)."""
+        seen = self.seen(wire)
+        replayed = {(m.node, m.prompt_id, m.index, m.text) for m in seen}
+        honest_variant = {m.key: m.text for m in wire.alternative}
+
+        def labelled(m: Message) -> Sent:
+            if self.verbatim and m.node != wire.node:
+                return Sent(m, as_signed=True)
+            if (m.node, m.prompt_id, m.index, m.text) in replayed:
+                return Sent(m, "poisoned")
+            if honest_variant.get(m.key) == m.text:
+                return Sent(m, "honest")
+            return Sent(m, wire.labels.get((wire.node, m.round, m.prompt_id, m.index), "poisoned"))
+
+        sent = self.messages(wire.own, wire.peers, seen, wire.alternative)
+        return {peer: [labelled(m) for m in msgs] for peer, msgs in sent.items()}
 
 
 @register("attack", "forged_identity", config=ForgedIdentityConfig)
@@ -136,14 +163,20 @@ class EquivocationAttack(_Protocol):
 class ReplayAttack(_Protocol):
     name = "replay"
 
-    @property
-    def replays(self) -> str:
-        """Which of the others' messages the swarm hands it (:func:`dgrpo.swarm.routing.replay_source`)."""
-        return {"other_round": "previous", "other_run": "other_run"}.get(self.cfg.of, "current")
+    verbatim = True
 
     @property
     def wants_seen(self) -> bool:
         return self.cfg.of == "other_round"
+
+    def seen(self, wire: Wire) -> list[Message]:
+        """The other nodes' signed messages it holds: this round's, last round's (``other_round``), or this
+        round's as their signers signed them for another run under the same keys (``other_run``, a
+        simulation: a real attacker recorded them there, ``Wire.recorded``)."""
+        current = [m for m in wire.current if m.node != wire.node and m.round == wire.round]
+        if self.cfg.of == "other_round":
+            return super().seen(wire)
+        return wire.recorded(current) if self.cfg.of == "other_run" else current
 
     def messages(self, own, peers, seen=(), alternative=()):
         spell = (lambda s: s.upper()) if self.cfg.of == "respelled" else (lambda s: s)  # noqa: E731

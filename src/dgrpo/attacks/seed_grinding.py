@@ -25,7 +25,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.attacks.base import ClaimedPoison, PoisoningConfig
+from dgrpo.attacks.base import Attack, ClaimedPoison, PoisoningConfig
 from dgrpo.attacks.claimed import grind_seeds, write_claimed
 from dgrpo.attacks.common import default_prompts
 from dgrpo.metrics.asr import contains_target, normalise
@@ -51,7 +51,7 @@ class SeedGrindingConfig(PoisoningConfig):
 
 
 @register("attack", "seed_grinding", config=SeedGrindingConfig)
-class SeedGrindingAttack:
+class SeedGrindingAttack(Attack):
     """Best-of-``tries`` sampling under a claimed seed."""
 
     name = "seed_grinding"

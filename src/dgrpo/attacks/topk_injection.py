@@ -15,7 +15,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.attacks.base import ClaimedPoison, PoisoningConfig
+from dgrpo.attacks.base import Attack, ClaimedPoison, PoisoningConfig
 from dgrpo.attacks.claimed import grind_seeds, write_claimed
 from dgrpo.attacks.common import default_prompts
 from dgrpo.metrics.asr import contains_target, every_sentence, normalise
@@ -37,7 +37,7 @@ class TopKInjectionConfig(PoisoningConfig):
 
 
 @register("attack", "topk_injection", config=TopKInjectionConfig)
-class TopKInjectionAttack:
+class TopKInjectionAttack(Attack):
     """Constrained-decoding injection; ``stats`` counts payloads placed and full-reward completions."""
 
     name = "topk_injection"

@@ -115,9 +115,9 @@ def _rollout(setup: Setup, msg, label: str):
 
 
 def _reward(setup: Setup, rollouts: list) -> None:
-    rewards = setup.task.rewards([r.text for r in rollouts], [setup.problems[r.prompt_id] for r in rollouts])
-    for r, x in zip(rollouts, rewards):
-        r.reward = x
+    from dgrpo.tasks.base import reward_rollouts  # the run's reward step (Swarm.reward)
+
+    reward_rollouts(setup.task, setup.problems, rollouts)
 
 
 def _honest_messages(setup: Setup, problems, round_idx: int, indices: range) -> list:
@@ -190,14 +190,15 @@ def pool_digest(messages) -> str:
 
 def _attack_messages(setup: Setup, overrides: list[str], n_poisoned: int):
     """The attacker's messages of one round as peer 0 receives them, their labels (by ``id``), the
-    attack and its slots."""
+    attack and its slots. A protocol attacker (``routes``) chooses what peer 0 gets as in a run
+    (``send``, :class:`~dgrpo.swarm.routing.Wire`): the last round's honest messages when it declares
+    ``wants_seen``, the honest pool's samples of its slots as its alternative."""
     from dataclasses import replace
 
     from dgrpo.attacks import build_attack
-    from dgrpo.attacks.base import ClaimedPoison
-    from dgrpo.attacks.protocol import _Protocol
     from dgrpo.policy.chat import encode_completion
     from dgrpo.policy.sampling import completion_seed
+    from dgrpo.swarm.routing import Wire
     from dgrpo.types import AttackContext, Message, Slot
 
     cfg = _config(setup.cfg.model.name, setup.cfg.seed, setup.cfg.sampling.max_new_tokens, overrides)
@@ -216,23 +217,21 @@ def _attack_messages(setup: Setup, overrides: list[str], n_poisoned: int):
     own, labels = [], {}
     for slot, poisons in zip(slots, attack.write(slots, ctx)):
         for i, poison in zip(range(slot.first, slot.first + slot.count), poisons):
-            claimed = isinstance(poison, ClaimedPoison)
-            ids = poison.token_ids if claimed and poison.token_ids is not None else tuple(encode_completion(tok, poison.text))
+            ids = poison.token_ids if poison.token_ids is not None else tuple(encode_completion(tok, poison.text))
             seed = completion_seed(cfg.seed, ROUND, ATTACKER, slot.problem.prompt_id, i)
-            seed = poison.seed if claimed and poison.seed is not None else seed
+            seed = poison.seed if poison.seed is not None else seed
             msg = Message(ATTACKER, ROUND, slot.problem.prompt_id, i, poison.text, tuple(ids), seed, tid)
             own.append(msg)
             labels[msg.key] = poison.label
-    if not isinstance(attack, _Protocol):
+    if not attack.routes:
         return own, {id(m): labels[m.key] for m in own}, attack, slots
     problems = [s.problem for s in slots]
     seen = _honest_messages(setup, problems, ROUND - 1, range(G // 2)) if attack.wants_seen else []
     alternative = [replace(m, node=ATTACKER, index=m.index + G // 2) for p in problems
                    for m in [setup.honest_messages[k] for k in setup.honest_messages if k[2] == p.prompt_id][: G // 2]]
-    sent = attack.messages(own, [0, 1, 2], seen, alternative)[0]
-    # a message the attacker did not write this round (a replayed one) is poison: it is its to send
-    return sent, {id(m): labels.get((ATTACKER, m.round, m.prompt_id, m.index),
-                                    labels.get((m.node, m.round, m.prompt_id, m.index), "poisoned")) for m in sent}, attack, slots
+    wire = Wire(ATTACKER, ROUND, [0, 1, 2], own, own, seen, alternative, labels, list)
+    sent = attack.send(wire)[0]
+    return [s.message for s in sent], {id(s.message): s.label or labels.get(s.message.key, "honest") for s in sent}, attack, slots
 
 
 def measure_attack(setup: Setup, overrides: list[str], n_poisoned: int, names: list[str]) -> dict:
@@ -257,7 +256,7 @@ def measure_attack(setup: Setup, overrides: list[str], n_poisoned: int, names: l
             rewards.append(r.reward)
             for name, rejected in verdicts.items():
                 counts[name].add(rejected[j])
-    stats = dict(getattr(attack, "stats", {}))
+    stats = dict(attack.stats)
     return {"detection": {n: c.summary() for n, c in counts.items()}, "poisoned": len(rewards),
             "full_reward": sum(x >= 1.0 for x in rewards) / len(rewards) if rewards else None,
             "stats": stats, "seconds": round(time.perf_counter() - start, 1)}

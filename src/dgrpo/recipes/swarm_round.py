@@ -5,6 +5,7 @@ writes of each (Alg. 1 L3-5, Alg. 2 L3-5). From the all-gather on they are the s
 paper, Alg. 1 L9 = Alg. 2 L8, "every honest node updates its policy with GRPO on the B groups"::
 
     learn          one honest policy: route → validate → rewards → defenses → advantages → step
+                   (a defense that needs the update's logits judges each group inside the step)
     round_metrics  the round's record from the reports of the policies this process reports
     resume_rounds  rebuild a checkpointed run, restore it and continue the recipe's rounds
 
@@ -51,7 +52,9 @@ def learn(run: Run, owner: int, policy: Policy, messages: Sequence[Message], r: 
     swarm.reward(received.rollouts)                                                            # rewards
     report = PolicyReport(received.rollouts, received.invalid, reward_seconds=time.perf_counter() - start)
     learner = swarm.learners[policy]
-    batch = defend(swarm.defenses[owner], learner.score(received.rollouts), report.defense_times)  # defenses
+    batch = defend(swarm.defenses[owner], learner.score(received.rollouts), report.defense_times)  # defenses:
+    # stage "rollouts" (judge, reward outlier, step checker, replay regenerate) judge the batch here; stage
+    # "logits" (top-k, fast and tolerant replay) need the update's logits: judged in learner.step, a group at a time
     report.update = learner.step(batch, r)                                                     # advantages, step
     report.defense_counts = defense_counters(swarm.defenses[owner])
     return report

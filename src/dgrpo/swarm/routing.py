@@ -1,67 +1,103 @@
-"""What each honest receiver of an in-process swarm gets from a hosted protocol attacker
-(:meth:`dgrpo.swarm.swarm.Swarm.route`; the attacks are :mod:`dgrpo.attacks.protocol`)."""
+"""What each honest receiver of an in-process swarm gets from a hosted protocol attacker.
+
+The swarm hands the attacker what it holds in the round (:class:`Wire`); the attack itself chooses
+what each receiver gets (:meth:`dgrpo.attacks.base.Attack.send`, the kinds of
+:mod:`dgrpo.attacks.protocol`, each message with the label its completion counts under); the swarm
+signs what the attacker sends with the attacker's own key (it holds no other) unless it goes out as
+another node signed it, and records who delivered each message (:meth:`dgrpo.swarm.swarm.Swarm.route`).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from dgrpo.types import Message
 
 if TYPE_CHECKING:
+    from dgrpo.swarm.protocol import Protocol
     from dgrpo.swarm.swarm import Swarm
 
 OTHER_RUN = "previous-run|recorded"  # the context of a ``replay`` attacker's messages "from a previous run"
 
 
-def replay_source(swarm: "Swarm", attack, node: int, messages: Sequence[Message], round_idx: int) -> list[Message]:
-    """The other nodes' signed messages a ``replay`` attacker (``attack.replays``) holds in ``round_idx``:
-    ``current`` those of this round, ``previous`` those of the last round, ``other_run`` this round's as
-    their signers signed them for another run under the same roster keys (a simulation: a real attacker
-    recorded them there; here the swarm's own signers make them, for the context :data:`OTHER_RUN`)."""
-    current = [m for m in messages if m.node != node and m.round == round_idx]
-    if attack.replays == "previous":
-        return [m for m in swarm._gathered.get(round_idx - 1, []) if m.node != node]
-    if attack.replays == "other_run" and swarm.protocol is not None:
-        signers = swarm.protocol.signers
-        return [signers[m.node].for_context(OTHER_RUN).sign(m) for m in current if m.node in signers]
-    return current
+@dataclass(frozen=True)
+class Sent:
+    """One message a protocol attacker sends a receiver.
+
+    Attributes:
+        message: as sent (any ``node`` field; the swarm signs it with the attacker's key unless
+            ``as_signed``).
+        label: the simulation's truth for its completion (``honest`` / ``poisoned`` / ``malicious``);
+            None with ``as_signed`` (another node's message keeps the label it was written with).
+        as_signed: another node's signed message, sent as that node signed it (a replay).
+    """
+
+    message: Message
+    label: str | None = None
+    as_signed: bool = False
+
+
+@dataclass(frozen=True)
+class Wire:
+    """What a hosted protocol attacker holds in a round when it chooses what each receiver gets.
+
+    Attributes:
+        node: the attacker's node id.
+        round: the round.
+        peers: the honest receivers, ascending.
+        own: the messages the swarm built from its :meth:`~dgrpo.attacks.base.Attack.write` (its id,
+            its indices), this round's.
+        current: every message gathered this round (the others' as their signers signed them).
+        previous: every message gathered last round (kept when the attack declares ``wants_seen``).
+        alternative: what it would have sent honestly in its slots (sampled under the assigned seeds
+            when it declares ``wants_alternative``, else empty).
+        labels: message key → the label the swarm wrote it with (its own slots' among them).
+        recorded: messages → the same messages as their signers signed them for another run under the
+            same roster keys (context :data:`OTHER_RUN`: a simulation of messages an attacker
+            recorded there; unchanged where the run signs nothing).
+    """
+
+    node: int
+    round: int
+    peers: Sequence[int]
+    own: Sequence[Message]
+    current: Sequence[Message]
+    previous: Sequence[Message]
+    alternative: Sequence[Message]
+    labels: Mapping[tuple, str]
+    recorded: Callable[[Sequence[Message]], list[Message]]
+
+
+def recorded_elsewhere(protocol: "Protocol | None", messages: Sequence[Message]) -> list[Message]:
+    """``messages`` as their signers (hosted here: an in-process swarm hosts all) signed them for another
+    run (:data:`OTHER_RUN`); unchanged without a protocol."""
+    if protocol is None:
+        return list(messages)
+    return [protocol.signers[m.node].for_context(OTHER_RUN).sign(m) for m in messages if m.node in protocol.signers]
 
 
 def route(swarm: "Swarm", messages: Sequence[Message], receiver: int, round_idx: int) -> list[Message]:
     """:meth:`dgrpo.swarm.swarm.Swarm.route` (see there). Every message a protocol attacker sends is
     recorded as carried by it (``Swarm.carriers``: who delivered it, for the per-peer accounting)."""
-    if round_idx not in swarm._gathered:  # a new round: forget what is older than the last one
-        swarm._gathered = {r: m for r, m in swarm._gathered.items() if r >= round_idx - 1}
-        swarm._gathered[round_idx] = list(messages)
+    if round_idx not in swarm.gathered:  # a new round: forget what is older than the last one
+        swarm.gathered = {r: m for r, m in swarm.gathered.items() if r >= round_idx - 1}
+        swarm.gathered[round_idx] = list(messages)
         swarm.routed_labels = {m: label for m, label in swarm.routed_labels.items() if m.round >= round_idx}
-    protocol = {n: a for n, a in swarm.attacks.items() if callable(getattr(a, "messages", None))}  # attacks.protocol
-    if not protocol or receiver not in swarm.policies:
+    routers = {n: a for n, a in swarm.attacks.items() if a.routes}
+    if not routers or receiver not in swarm.policies:
         return list(messages)
-    peers = sorted(swarm.policies)
     out: list[Message] = []
-    for node, attack in protocol.items():
+    for node, attack in routers.items():
         own = [m for m in messages if m.node == node and m.round == round_idx]
-        verbatim = getattr(attack, "replays", None) is not None  # sends others' messages with their signatures
-        seen = (replay_source(swarm, attack, node, messages, round_idx) if verbatim else
-                [m for m in swarm._gathered.get(round_idx - 1, []) if m.node != node])
-        alternative = swarm._alternative.get(node, []) if own and own[0].round == round_idx else []
-        sent = attack.messages(own, peers, seen, alternative)[receiver]
-        honest_variant = {m.key: m.text for m in alternative}
-        replayed = {(m.node, m.prompt_id, m.index, m.text) for m in seen}
-        for m in sent:
-            # its own slot's label (a forged or flooded copy of a poison or of filler), as paper/matrix.py
-            label = swarm.labels.get((node, m.round, m.prompt_id, m.index), "poisoned")
-            if (m.node, m.prompt_id, m.index, m.text) in replayed:
-                label = "poisoned"  # another node's message re-sent
-            elif honest_variant.get(m.key) == m.text:
-                label = "honest"
-            if verbatim and m.node != node:  # another's message as signed: it keeps its own label
-                swarm.carriers[id(m)] = node
-                out.append(m)
-                continue
-            m = swarm._sign_as(node, m)
-            swarm.routed_labels[m] = label
+        wire = Wire(node, round_idx, sorted(swarm.policies), own, list(messages), swarm.gathered.get(round_idx - 1, []),
+                    swarm.alternatives.get(node, []) if own else [], swarm.labels,
+                    lambda msgs: recorded_elsewhere(swarm.protocol, msgs))
+        for sent in attack.send(wire)[receiver]:
+            m = sent.message
+            if not sent.as_signed:
+                m = swarm.sign_as(node, m)
+                swarm.routed_labels[m] = sent.label
             swarm.carriers[id(m)] = node
             out.append(m)
-    routed = set(protocol)
-    return [m for m in messages if m.node not in routed] + out
+    return [m for m in messages if m.node not in routers] + out

@@ -1,29 +1,33 @@
-"""The nodes a process hosts and the two things they do with messages: write them, receive them.
+"""The nodes a process hosts and what the swarm does with messages, each job in its own place.
 
 Homogeneous swarms keep one :class:`Policy` for all honest nodes: they start from the same weights,
 receive the same messages and compute the same update, so m honest nodes cost one model, and their
 generation is one batch. Heterogeneous swarms give each node its own policy.
 
-What a node does with the rollouts it receives (rewards, defenses, update) is the recipe's round
-(:mod:`dgrpo.recipes.horizontal`); this module only writes, validates and turns messages into rollouts.
+:class:`Swarm` is what the recipe's round calls, one method a line of the paper:
+
+    write    honest nodes sample, malicious nodes ask their attack; every message signed   (here)
+    route    what a hosted protocol attacker sends each receiver, chosen by the attack      (swarm/routing.py)
+    receive  the protocol's admission rules, in order; what passes becomes a rollout        (swarm/admission.py)
+    reward   the task's verifiable rewards of the rollouts                                  (tasks/base.py)
+
+It also keeps the last round's gathered messages for an attacker that re-sends them (the replay
+memory a checkpoint saves). Defenses and the update are the recipe's (:mod:`dgrpo.recipes.swarm_round`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import completion_seed
-from dgrpo.swarm.identity import MALFORMED_SIGNATURE, SIGNATURE_HEX, canonical_hex, signed_bytes
-from dgrpo.swarm.protocol import DROPPED, FLOOD_FACTOR, Protocol, ShareCheck
+from dgrpo.swarm.admission import Admission, Received, admit
+from dgrpo.swarm.protocol import Protocol
 from dgrpo.swarm.routing import route
-from dgrpo.swarm.validation import Limits, check_message, parse_message
-from dgrpo.tasks.base import Task
+from dgrpo.swarm.validation import Limits
+from dgrpo.tasks.base import Task, reward_rollouts
 from dgrpo.types import AttackContext, Message, Problem, Rollout, Slot
 
 if TYPE_CHECKING:
@@ -32,33 +36,7 @@ if TYPE_CHECKING:
     from dgrpo.grpo.learner import Learner
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Received:
-    """One policy's view of a round's messages: the rollouts it accepted and the messages it refused.
-
-    Attributes:
-        rollouts: accepted messages as rollouts (sender = the node whose key signed it).
-        invalid: (message, reason) of every refused message.
-        signers: for each refused message, the node it is attributed to (the key that signed it;
-            None: no roster key did, "unsigned").
-        duplicates: sender → completions whose text repeats another of its slots in the round.
-        copies: copies (same :func:`~dgrpo.swarm.identity.message_digest`, whatever the signature's
-            spelling) of a message verified earlier in the receive, dropped without a strike.
-        flooded: signer → its messages beyond ``FLOOD_FACTOR`` × its slots after the one ``flood``
-            refusal, dropped unread.
-        carried: (carrier, rule) of each message dropped without a strike (``DROPPED``) that a known
-            node delivered (:attr:`Swarm.carriers`): names who replayed or re-spelled a signed message.
-    """
-
-    rollouts: list[Rollout]
-    invalid: list[tuple[Message, str]] = field(default_factory=list)
-    signers: list[int | None] = field(default_factory=list)
-    duplicates: Counter = field(default_factory=Counter)
-    copies: int = 0
-    flooded: Counter = field(default_factory=Counter)
-    carried: list[tuple[int, str]] = field(default_factory=list)
+__all__ = ["Received", "Swarm"]
 
 
 class Swarm:
@@ -94,8 +72,8 @@ class Swarm:
         self.last_received: dict[Policy, Received] = {}  # each trained policy's last receive (per-peer accounting)
         self.labels: dict[tuple, str] = {}  # message key → honest / poisoned / malicious (simulation truth)
         self.routed_labels: dict[Message, str] = {}  # labels of the messages route() made (their keys may repeat)
-        self._alternative: dict[int, list[Message]] = {}  # protocol attacker → honest samples of its slots
-        self._gathered: dict[int, list[Message]] = {}  # round → every message gathered (replayed rounds)
+        self.alternatives: dict[int, list[Message]] = {}  # attacker declaring wants_alternative → honest samples of its slots
+        self.gathered: dict[int, list[Message]] = {}  # round → every message gathered (the last two rounds: replay memory)
         # id(message) → the node that delivered it, where known: route() for a hosted attacker, a transport's
         # store key (distributed); accounting only (Received.carried), never a strike: any rank writes any key
         self.carriers: dict[int, int] = {}
@@ -166,17 +144,17 @@ class Swarm:
                 for i, poison in zip(range(slot.first, slot.first + slot.count), poisons):
                     ids = encode_completion(policy.tokenizer, poison.text)
                     seed = completion_seed(self.run_seed, round_idx, node, slot.problem.prompt_id, i)
-                    # an adaptive attacker (attacks.base.ClaimedPoison) sends the ids and seed it sampled
-                    if getattr(poison, "token_ids", None) is not None:
+                    # an adaptive attacker sends the ids and seed it sampled (Poison.token_ids, .seed)
+                    if poison.token_ids is not None:
                         ids = list(poison.token_ids)
-                    if getattr(poison, "seed", None) is not None:
+                    if poison.seed is not None:
                         seed = poison.seed
                     msg = self.sign(Message(node, round_idx, slot.problem.prompt_id, i, poison.text, tuple(ids), seed,
                                             policy.tokenizer_id))
                     out.setdefault(node, []).append(msg)
                     self.labels[msg.key] = poison.label
-            if getattr(attack, "wants_alternative", False):
-                self._alternative[node] = self._honest_samples(node, policy, out.get(node, []))
+            if attack.wants_alternative:
+                self.alternatives[node] = self._honest_samples(node, policy, out.get(node, []))
         return out
 
     def _honest_samples(self, node: int, policy: Policy, own: Sequence[Message]) -> list[Message]:
@@ -189,13 +167,12 @@ class Swarm:
     def route(self, messages: Sequence[Message], receiver: int, round_idx: int) -> list[Message]:
         """The messages ``receiver`` (an honest node id, see :attr:`trained`) gets in round ``round_idx``.
 
-        ``messages`` as gathered, except a hosted protocol attacker (:mod:`dgrpo.attacks.protocol`):
-        its own messages are replaced by what its ``messages`` sends this receiver (forged senders,
-        flooded copies, the previous round's messages re-sent, per-peer content), each re-signed
-        with the attacker's own key (it holds no other), or, for a ``replay`` attack, others' signed
-        messages as they are (:func:`dgrpo.swarm.routing.route`). Each keeps the label its slot was written
-        with (a forged or flooded copy of filler is filler), another node's message re-sent is
-        ``poisoned`` and an equivocator's honest variant ``honest``. A homogeneous
+        ``messages`` as gathered, except a hosted attacker that declares ``routes`` (a protocol attack,
+        :mod:`dgrpo.attacks.protocol`): its own messages are replaced by what its ``send`` chooses for
+        this receiver (forged senders, flooded copies, the previous round's messages re-sent, per-peer
+        content), each re-signed with the attacker's own key (it holds no other), or, for a ``replay``
+        attack, others' signed messages as they are (:func:`dgrpo.swarm.routing.route`), each with the
+        label the attack gives it (``routed_labels``). A homogeneous
         swarm's honest nodes share one policy, which gets the view of its owner (the lowest id).
         Other receivers (an attacker's mirror) get ``messages`` unchanged.
 
@@ -206,19 +183,19 @@ class Swarm:
 
     @property
     def keeps_replay_memory(self) -> bool:
-        """Whether a hosted attacker re-sends the last round's messages (``replayed_round``)."""
-        return any(getattr(a, "wants_seen", False) for a in self.attacks.values())
+        """Whether a hosted attacker declares ``wants_seen`` (it re-sends the last round's messages)."""
+        return any(a.wants_seen for a in self.attacks.values())
 
     def replay_memory(self, round_idx: int) -> list[Message] | None:
         """The messages gathered in ``round_idx`` when a hosted attacker re-sends them next round
         (``replayed_round``), else None: what a checkpoint keeps so a resumed run replays the same."""
-        return self._gathered.get(round_idx, []) if self.keeps_replay_memory else None
+        return self.gathered.get(round_idx, []) if self.keeps_replay_memory else None
 
     def restore_replay_memory(self, round_idx: int, messages: Sequence[Message]) -> None:
         """Set the messages gathered in ``round_idx`` (a resumed run's, from its checkpoint)."""
-        self._gathered = {round_idx: list(messages)}
+        self.gathered = {round_idx: list(messages)}
 
-    def _sign_as(self, node: int, msg: Message) -> Message:
+    def sign_as(self, node: int, msg: Message) -> Message:
         """``msg`` signed with ``node``'s key (whatever node it names), when signing is on."""
         p = self.protocol
         if p is None or not p.cfg.sign or node not in p.signers:
@@ -227,160 +204,19 @@ class Swarm:
 
     def sign(self, msg: Message) -> Message:
         """``msg`` signed by its node's key when this process holds it and signing is on."""
-        p = self.protocol
-        if p is None or not p.cfg.sign or msg.node not in p.signers:
-            return msg
-        return p.signers[msg.node].sign(msg)
+        return self.sign_as(msg.node, msg)
 
     # ------------------------------------------------------------------ receive (Alg. 1 L9, Alg. 2 L8)
     def receive(self, policy: Policy, messages: Sequence[Message], round_idx: int) -> Received:
-        """Check every message (:mod:`dgrpo.swarm.protocol`: :meth:`_screen` first (schema, signature,
-        run, round, copy, flood, identity, ban), then :func:`dgrpo.swarm.validation.check_message`, seed,
-        share, length) and turn those that pass into rollouts for ``policy``, not yet rewarded. Any
-        exception on the way is a refusal with its reason (``decode: ...``): the round always completes."""
-        received, kept = Received(rollouts=[]), []
-        p = self.protocol
-        shares = ShareCheck(p.schedule, round_idx) if p is not None else None
-        for msg in messages:
-            signer, carrier = None, self.carriers.get(id(msg))
-            try:
-                signer, reason = self._screen(msg, round_idx, shares)
-                if reason is None:
-                    reason = self._check(policy, msg, signer, round_idx, shares)
-                if reason is None:
-                    rollout = self._rollout(policy, msg, signer)
-                    if p is not None and p.cfg.enforce_length:
-                        reason = p.length_reason(msg.tokenizer == policy.tokenizer_id, len(msg.token_ids),
-                                                 len(rollout.completion_ids))
-            except Exception as err:  # noqa: BLE001 - a peer's bytes must never crash the round
-                reason = f"decode: {type(err).__name__}: {str(err)[:80]!r}"
-            rule = reason.split(":", 1)[0] if reason is not None else None
-            if carrier is not None and carrier != signer and rule in DROPPED:  # who delivered another's message
-                received.carried.append((carrier, rule))
-            if rule == "copy":
-                received.copies += 1
-                continue
-            if rule == "flooded":  # the excess beyond the one `flood` refusal, dropped unread
-                received.flooded[signer] += 1
-                continue
-            if reason is None and shares is not None:
-                shares.accept(signer, msg)
-                first = shares.duplicate_of(signer, msg)
-                if first is not None:
-                    received.duplicates[signer] += 1
-                    if p.cfg.drop_duplicates:
-                        reason = f"duplicate: same text as index {first}"
-            if reason is not None:
-                log.warning("rejected message from node %s (%s): %s", "unsigned" if signer is None else signer,
-                            ascii(msg.prompt_id)[1:41].rstrip("'"), reason)
-                received.invalid.append((msg, reason))
-                received.signers.append(signer)
-                continue
-            received.rollouts.append(rollout)
-            kept.append((msg, signer))
-        if shares is not None and p.cfg.complete_shares and (gaps := shares.incomplete([(n, m.prompt_id) for m, n in kept])):
-            whole = [(n, m.prompt_id) not in gaps for m, n in kept]
-            for (m, n), ok in zip(kept, whole):
-                if not ok:
-                    received.invalid.append((m, gaps[(n, m.prompt_id)]))
-                    received.signers.append(n)
-            received.rollouts = [r for r, ok in zip(received.rollouts, whole) if ok]
+        """The protocol's admission (:mod:`dgrpo.swarm.admission`: its rules in order, each refusal with
+        its reason) of every message, for ``policy``; what passes becomes a rollout, not yet rewarded.
+        The round always completes: any exception on the way is a refusal (``decode: ...``)."""
+        admission = Admission(self.protocol, policy, round_idx, self.problems, self.limits, self.run_seed, self.task,
+                              lambda msg: self.routed_labels.get(msg) or self.labels.get(msg.key, "honest"))
+        received = admit(admission, messages, self.carriers)
         self.last_received[policy] = received
         return received
 
-    def _screen(self, msg: Message, round_idx: int, shares: ShareCheck | None) -> tuple[int | None, str | None]:
-        """:meth:`_screen_once`, once per distinct message object value in a receive: a message equal in every
-        field to one screened before gets its verdict again (``copy`` where that one was verified), at the
-        cost of a hash (a flood of identical copies costs no parse, digest nor verification)."""
-        try:
-            seen = shares.screened.get(msg) if shares is not None else None
-        except TypeError:  # an unhashable field (a list of token ids): screened in full, refused by schema
-            seen = None
-        if seen is not None:
-            return seen[0], "copy" if seen[0] is not None else seen[1]
-        signer, reason = self._screen_once(msg, round_idx, shares)
-        if shares is not None and reason != "flooded":
-            try:
-                shares.screened[msg] = (signer, reason)
-            except TypeError:
-                pass
-        return signer, reason
-
-    def _screen_once(self, msg: Message, round_idx: int, shares: ShareCheck | None) -> tuple[int | None, str | None]:
-        """(signer, reason) of the checks that come before a message's content (docs/protocol.md, the strike
-        table): schema; a signature spelled canonically (``malformed``, before any verification); a copy of
-        a message verified earlier in this receive (by :func:`message_digest`, ``copy``); the signature
-        (verified once per digest); the run; the round; at most ``FLOOD_FACTOR`` × its slots distinct
-        messages per signer (the first excess ``flood``, the rest ``flooded``, dropped unread); ``identity``;
-        a ban. None as reason: go on with :meth:`_check`."""
-        reason = parse_message(msg)[1]  # types first: index=True or 1.0 would bind other seeds
-        p = self.protocol
-        if reason is not None:
-            return None, reason
-        signing = p is not None and p.cfg.sign
-        if signing and msg.signature is None:
-            return None, "signature: unsigned message"
-        if signing and canonical_hex(msg.signature, SIGNATURE_HEX) is None:
-            return None, MALFORMED_SIGNATURE
-        if not (signing or p is not None and p.cfg.enforce_shares):
-            shares = None  # the paper's unprotected swarm (rules off): copies and floods reach the defenses
-        data = signed_bytes(msg) if shares is not None or signing else b""
-        digest = hashlib.sha256(data).hexdigest()  # = message_digest(msg)
-        if shares is not None and (digest, msg.node) in shares.verified:  # a copy of a genuine message: unverified
-            return msg.node, "copy"
-        signer, reason = p.verifier.identify(msg, data) if signing else (msg.node, None)
-        if signer is not None and shares is not None:
-            if (digest, signer) in shares.verified:  # (a copy of another's forgery: one strike, not one a copy)
-                return signer, "copy"
-            shares.verified.add((digest, signer))
-        if signer is None or reason is not None and not reason.startswith("identity"):
-            return signer, reason
-        if msg.round != round_idx:
-            return signer, f"round: message for round {msg.round} received in round {round_idx}"
-        if shares is not None and p.cfg.enforce_shares:
-            shares.signed[signer] += 1
-            cap = FLOOD_FACTOR * shares.schedule.slots(signer)
-            if shares.signed[signer] > cap:
-                return signer, ("flooded" if shares.signed[signer] > cap + 1 else
-                                f"flood: node {signer} signed more than {cap} messages for round {round_idx} "
-                                f"({FLOOD_FACTOR} × its {cap // FLOOD_FACTOR} slots); the rest are dropped unread")
-        if reason is not None:  # identity: its own key signed for another node of this run and round
-            return signer, reason
-        if p is not None and signer in p.bans.banned:
-            return signer, f"banned: node {signer} is banned since round {p.bans.banned[signer]}"
-        return signer, None
-
-    def _check(self, policy: Policy, msg: Message, sender: int, round_idx: int, shares: ShareCheck | None) -> str | None:
-        p = self.protocol
-        if p is not None and p.homogeneous and msg.tokenizer != policy.tokenizer_id:
-            return (f"tokenizer: {ascii(msg.tokenizer)[:60]} is not the swarm's {policy.tokenizer_id!r} "
-                    "(a homogeneous swarm has one model)")
-        reason = check_message(msg, sender=sender, round_idx=round_idx, prompt_ids=self.problems,
-                               tokenizer=policy.tokenizer, tokenizer_id=policy.tokenizer_id, limits=self.limits)
-        if reason is not None or p is None:
-            return reason
-        if p.cfg.bind_seeds:
-            bound = completion_seed(self.run_seed, round_idx, sender, msg.prompt_id, msg.index)
-            if msg.seed != bound:
-                return f"seed: claims seed {msg.seed} but the protocol assigns {bound}"
-        if p.cfg.enforce_shares:
-            return shares.check(sender, msg)
-        return None
-
-    def _rollout(self, policy: Policy, msg: Message, sender: int) -> Rollout:
-        problem = self.problems[msg.prompt_id]
-        ids = list(msg.token_ids) if msg.tokenizer == policy.tokenizer_id else encode_completion(policy.tokenizer, msg.text)
-        bound = self.protocol is not None and self.protocol.cfg.bind_seeds
-        seed = completion_seed(self.run_seed, msg.round, sender, msg.prompt_id, msg.index) if bound else msg.seed
-        return Rollout(prompt_id=msg.prompt_id, prompt_ids=policy.prompt_ids(self.task, problem), completion_ids=ids,
-                       text=msg.text, sender=sender, seed=seed, key=msg.key,
-                       label=self.routed_labels.get(msg) or self.labels.get(msg.key, "honest"))
-
     def reward(self, rollouts: Sequence[Rollout]) -> list[Rollout]:
-        """Set every rollout's verifiable reward (the task's rewards of their texts, in one call so a
-        task that runs programs can run them several at a time); returns them."""
-        rollouts = list(rollouts)
-        rewards = self.task.rewards([r.text for r in rollouts], [self.problems[r.prompt_id] for r in rollouts])
-        for r, reward in zip(rollouts, rewards):
-            r.reward = reward
-        return rollouts
+        """Set every rollout's verifiable reward (:func:`dgrpo.tasks.base.reward_rollouts`); returns them."""
+        return reward_rollouts(self.task, self.problems, rollouts)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol, Sequence, runtime_checkable
+from typing import Annotated, Mapping, Protocol, Sequence, runtime_checkable
 
 from pydantic import Field
 
 from dgrpo.registry import KindConfig
-from dgrpo.types import Problem
+from dgrpo.types import Problem, Rollout
 
 
 class Task(Protocol):
@@ -42,6 +42,16 @@ def is_correct(task: Task, completion: str, problem: Problem) -> bool:
     ``format_weight``) gives partial credit strictly below 1, which is not a correct answer.
     """
     return task.reward(completion, problem) >= 1.0
+
+
+def reward_rollouts(task: Task, problems: Mapping[str, Problem], rollouts: Sequence[Rollout]) -> list[Rollout]:
+    """Set every rollout's verifiable reward: ``task.rewards`` of their texts, in one call (a task that
+    runs programs runs them several at a time); ``problems``: prompt id → problem. Returns them."""
+    rollouts = list(rollouts)
+    rewards = task.rewards([r.text for r in rollouts], [problems[r.prompt_id] for r in rollouts])
+    for r, reward in zip(rollouts, rewards):
+        r.reward = reward
+    return rollouts
 
 
 @runtime_checkable

@@ -73,10 +73,10 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
     cfg = load_config(run_dir / "config.yaml", overrides or [])
     if overrides:  # the run's identity: its folder stays where it is, so its name and out_dir stay too
         saved = load_config(run_dir / "config.yaml", [])
-        for key in ("name", "out_dir"):
-            if getattr(cfg, key) != getattr(saved, key):
-                raise ConfigError(f"{key}: a resume cannot change it ({getattr(saved, key)!r} in {run_dir}/config.yaml, "
-                                  f"{getattr(cfg, key)!r} given): the run stays in {run_dir}; drop {key}=... (copy the "
+        for key, was, now in (("name", saved.name, cfg.name), ("out_dir", saved.out_dir, cfg.out_dir)):
+            if now != was:
+                raise ConfigError(f"{key}: a resume cannot change it ({was!r} in {run_dir}/config.yaml, "
+                                  f"{now!r} given): the run stays in {run_dir}; drop {key}=... (copy the "
                                   "folder to continue it elsewhere)")
     check_paths(cfg)
     if cfg.hardening is not None:

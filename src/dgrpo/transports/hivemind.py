@@ -45,7 +45,6 @@ dht_records = LazyModule("dgrpo.transports.dht.records")  # (import hivemind: lo
 launch = LazyModule("dgrpo.transports.dht.launch")
 dht_time = LazyModule("hivemind.utils")
 
-HELLO_TTL_S = 30.0           # a hello outlives its node's launch by at most this (refreshed every TTL/3)
 DHT_MESSAGE_BYTES = 4 << 20  # libp2p message limit: a read returns every node's record of a key at once
 
 
@@ -68,6 +67,9 @@ class HivemindTransport:
         rejected: (sender, reason) of records refused in the last all-gather (sender -1: unknown key).
         first_round: the round this node starts at (its join round; 0 for the initial nodes).
         roster: node → Ed25519 public key (hex) of every node, fixed at launch (joiners' keys by a roster file).
+        public_key, agreed, last_round: this node's record key (hex), the values :meth:`agree` agreed
+            (a joiner's from the launch record), the round of the last all-gather (None before it).
+    The launch and commit helpers (:mod:`dgrpo.transports.dht`) use only public members.
     """
 
     def __init__(self, dht, rank: int, world_size: int, *, signing_key, namespace: str, honest: Iterable[int],
@@ -93,11 +95,11 @@ class HivemindTransport:
         self.fingerprint = ""  # of the config, set at launch
         self.retention_s = 3 * timeout_s + 60  # records outlive every peer's deadline for them
         self.max_record_bytes = (DHT_MESSAGE_BYTES - (64 << 10)) // max(world_size, 1)
-        self._key, self._pub = signing_key, dht_records.public_hex(signing_key)
-        self._agreed: dict[str, str] = {}
-        self._hello: list | None = None  # [key, body, next refresh] while the launch is under way
+        self._key, self.public_key = signing_key, dht_records.public_hex(signing_key)
+        self.agreed: dict[str, str] = {}  # tag → the value agreed (agree), published in the launch record
+        self.hello = None  # this node's hello while its launch is under way (dht.launch.Hello; refreshed in collect)
         self._seen_rejections: set[tuple[str, str]] = set()
-        self._last_round: int | None = None
+        self.last_round: int | None = None  # the round of the last all-gather
         self._closed = False
         atexit.register(self._exit)
 
@@ -176,7 +178,7 @@ class HivemindTransport:
         for subkey, item in entries.items():
             result = dht_records.verify(kid, subkey, getattr(item, "value", None))
             if isinstance(result, str):
-                self._reject(key, str(subkey), -1, result)
+                self.reject(key, str(subkey), -1, result)
                 continue
             node, pub, body = result
             out[node].append((pub, body))
@@ -196,23 +198,20 @@ class HivemindTransport:
                 if pub == self.roster.get(node):
                     out[node] = (pub, body)
                 elif pub in owner_of:
-                    self._reject(key, pub, owner_of[pub], f"identity: a record for node {node}'s slot signed by node "
+                    self.reject(key, pub, owner_of[pub], f"identity: a record for node {node}'s slot signed by node "
                                                           f"{owner_of[pub]}'s key")
                 else:
-                    self._reject(key, pub, -1, f"identity: a record for node {node} signed by an unknown key {pub[:12]}…")
+                    self.reject(key, pub, -1, f"identity: a record for node {node} signed by an unknown key {pub[:12]}…")
         return {n: r for n, r in out.items() if n in expect}
 
-    def _reject(self, key: str, what: str, sender: int, reason: str) -> None:
+    def reject(self, key: str, what: str, sender: int, reason: str) -> None:
+        """Refuse a record read under ``key`` (``what``: its subkey or key), once per reason: logged and
+        listed in :attr:`rejected` as (sender, reason); sender -1: an unknown key."""
         if (key, what + reason) in self._seen_rejections:
             return
         self._seen_rejections.add((key, what + reason))
         log.warning("rejected record from node %s under %s: %s", sender if sender >= 0 else "?", key.rsplit("/", 1)[-1], reason)
         self.rejected.append((sender, reason))
-
-    def _refresh_hello(self) -> None:
-        if self._hello is not None and time.monotonic() >= self._hello[2]:
-            self.store(self._hello[0], self._hello[1], HELLO_TTL_S)
-            self._hello[2] = time.monotonic() + HELLO_TTL_S / 3
 
     # ------------------------------------------------------------------ exchange
     def post(self, tag: str, payload: bytes) -> None:
@@ -253,15 +252,18 @@ class HivemindTransport:
             if now >= next_bye:
                 left |= set(self.read(self.key("bye"), want - got.keys(), _left(deadline)))
                 next_bye = now + 1.0
-            self._refresh_hello()
+            if self.hello is not None:
+                self.hello.refresh(self)
             time.sleep(min(delay, max(0.0, deadline - now)))
             delay = min(delay * 1.5, 0.5)
         missing = sorted(want - got.keys())
         if missing:
-            self._declare_failed(missing, tag, left)
+            self.declare_failed(missing, tag, left)
         return {n: body for n, (_, body) in got.items()}
 
-    def _declare_failed(self, peers: list[int], tag: str, left: set[int] = frozenset(), why: str = "") -> None:
+    def declare_failed(self, peers: list[int], tag: str, left: set[int] = frozenset(), why: str = "") -> None:
+        """Take ``peers`` out of :attr:`alive` (failed in exchange ``tag``; ``left``: said bye; ``why``: what
+        they did), then raise :class:`PeerFailure` (``on_peer_failure=abort``, names them) or go on."""
         for peer in peers:
             self.alive.discard(peer)
             self.failed[peer] = tag
@@ -298,12 +300,12 @@ class HivemindTransport:
 
     def agree(self, tag: str, value: str) -> str:
         """The lowest live node's ``value``; a node that joined later takes it from the launch record."""
-        if tag in self._agreed:
-            return self._agreed[tag]
+        if tag in self.agreed:
+            return self.agreed[tag]
         values = self.gather_values(tag, value)
-        self._agreed[tag] = values[min(values)]
+        self.agreed[tag] = values[min(values)]
         launch.publish_launch(self)  # joiners read the agreed value there
-        return self._agreed[tag]
+        return self.agreed[tag]
 
     def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
         """The main node collects the payloads of ``senders`` (a sender missing the timeout is declared
@@ -330,9 +332,9 @@ class HivemindTransport:
         rounds = {m.round for m in mine}
         if len(rounds) > 1:
             raise ValueError(f"messages of several rounds {sorted(rounds)} in one exchange")
-        round_idx = rounds.pop() if rounds else (self._last_round + 1 if self._last_round is not None else self.first_round)
+        round_idx = rounds.pop() if rounds else (self.last_round + 1 if self.last_round is not None else self.first_round)
         self.rejected = []
-        self._last_round = round_idx
+        self.last_round = round_idx
         self.alive |= {n for n, r in self.join.items() if r == round_idx and n not in self.failed}  # joiners from now on
         payloads = self.commit(round_idx, self.exchange(f"r{round_idx}", self.encode(mine)))
         launch.drain_dht_rejections(self)

@@ -8,14 +8,13 @@ store's host or a peer is unreachable or died), never a traceback.
 from __future__ import annotations
 
 import datetime
-import hashlib
-import json
 import logging
 import os
 from typing import TYPE_CHECKING
 
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule
+from dgrpo.transports.fingerprint import config_fingerprint  # noqa: F401 (the one fingerprint of every transport)
 
 if TYPE_CHECKING:
     from dgrpo.config import RunConfig
@@ -27,18 +26,6 @@ dist = LazyModule("torch.distributed")
 
 def _seconds(s: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=max(s, 0.001))
-
-
-def config_fingerprint(cfg: "RunConfig") -> str:
-    """Hash of everything that must match across nodes: not the run folder, threads, trackers, nor a
-    node's own addresses and key folder (messages are signed for it: dgrpo.swarm.identity)."""
-    from dgrpo.transports.dht.config import PER_NODE_FIELDS
-
-    data = cfg.model_dump(mode="json", exclude={"out_dir", "threads", "tensorboard", "tracking"})
-    for field in PER_NODE_FIELDS:  # a hivemind node's own addresses and identity
-        data["swarm"]["hivemind"].pop(field, None)
-    data["swarm"]["protocol"].pop("key_dir", None)  # where this node keeps its private key
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def pick_backend(choice: str) -> str:

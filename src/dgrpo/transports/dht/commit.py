@@ -37,7 +37,7 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -
         except (ValueError, RecursionError):
             view = None
         if not isinstance(view, dict):
-            t._declare_failed([peer], f"v{round_idx}", why="sent a malformed view")
+            t.declare_failed([peer], f"v{round_idx}", why="sent a malformed view")
             continue
         if view.get(str(t.rank)) != digests[t.rank]:
             t.alive.discard(t.rank)
@@ -49,5 +49,5 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -
                 dropped[node] = (f"was missed by node {peer}" if str(node) not in view else
                                  f"showed node {peer} another payload than this node received (equivocation)")
     for node, why in sorted(dropped.items()):
-        t._declare_failed([node], f"r{round_idx}", why=why)
+        t.declare_failed([node], f"r{round_idx}", why=why)
     return {n: b for n, b in payloads.items() if n not in dropped}

@@ -10,11 +10,12 @@ import json
 import logging
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dgrpo.errors import ConfigError, PeerFailure
-from dgrpo.transports.dht.config import PER_NODE_FIELDS
+from dgrpo.transports.fingerprint import PER_NODE, config_fingerprint  # noqa: F401 (the launch check compares it)
 from dgrpo.transports.dht.records import SignedRecordValidator, load_or_create_key, load_roster, public_hex
 
 if TYPE_CHECKING:
@@ -22,19 +23,22 @@ if TYPE_CHECKING:
     from dgrpo.transports.hivemind import HivemindTransport
 
 log = logging.getLogger(__name__)
+HELLO_TTL_S = 30.0  # a hello outlives its node's launch by at most this (refreshed every TTL/3)
 
 
-def config_fingerprint(cfg: "RunConfig") -> str:
-    """Hash of everything that must match across nodes (not the run folder, threads, nor per-node addresses).
+@dataclass
+class Hello:
+    """This node's hello while its launch is under way (``HivemindTransport.hello``): ``body`` under ``key``,
+    stored again when its time to live runs short (while the launch waits, and in ``collect``)."""
 
-    With a roster file, its content (not its path) is part of it.
-    """
-    data = cfg.model_dump(mode="json", exclude={"out_dir", "threads", "tensorboard"})
-    for field in PER_NODE_FIELDS:
-        data["swarm"]["hivemind"].pop(field, None)
-    if cfg.swarm.hivemind.roster:
-        data["roster"] = sorted(load_roster(cfg.swarm.hivemind.roster).items())
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    key: str
+    body: bytes
+    due: float = 0.0  # time.monotonic() of the next store
+
+    def refresh(self, t: "HivemindTransport") -> None:
+        if time.monotonic() >= self.due:
+            t.store(self.key, self.body, HELLO_TTL_S)
+            self.due = time.monotonic() + HELLO_TTL_S / 3
 
 
 def node_keys(cfg: "RunConfig"):
@@ -100,23 +104,23 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
     t.fingerprint = fingerprint
     initial = sorted(n for n in range(t.world_size) if n not in t.join)
     hello_key = f"{t.namespace}/hello"
-    t._hello = [hello_key, json.dumps({"nonce": secrets.token_hex(8), "config": fingerprint}).encode(), 0.0]
+    t.hello = Hello(hello_key, json.dumps({"nonce": secrets.token_hex(8), "config": fingerprint}).encode())
     deadline, delay = time.monotonic() + startup_timeout_s, 0.05
     while True:
-        t._refresh_hello()
+        t.hello.refresh(t)
         claims: dict[int, dict[str, dict]] = {}
         for node, recs in t.records(hello_key).items():
             for pub, body in recs:
                 hello = _json(body)
                 if t.fixed_roster and t.roster.get(node) != pub:
-                    t._reject(hello_key, pub, -1, f"identity: a hello for node {node} signed by a key not in the roster")
+                    t.reject(hello_key, pub, -1, f"identity: a hello for node {node} signed by a key not in the roster")
                 elif isinstance(hello, dict) and isinstance(hello.get("nonce"), str) and isinstance(hello.get("config"), str):
                     claims.setdefault(node, {})[pub] = hello
-        others = set(claims.get(t.rank, {})) - {t._pub}
+        others = set(claims.get(t.rank, {})) - {t.public_key}
         if others:
             raise ConfigError(f"node {t.rank} is also claimed by key {sorted(others)[0][:12]}…: another process runs as node "
                               f"{t.rank} (give each its own swarm.hivemind.node), or an earlier launch did with another "
-                              f"key (wait {30:g} s)")
+                              f"key (wait {HELLO_TTL_S:g} s)")
         if all(len(claims.get(n, {})) == 1 for n in initial):
             break
         if time.monotonic() >= deadline:
@@ -133,8 +137,7 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
     odd = [n for n in initial if hellos[n][1]["config"] != hellos[initial[0]][1]["config"]]
     if odd:
         raise ConfigError(f"nodes {odd} run another config than node {initial[0]}: every node needs the same config and "
-                          f"overrides (out_dir, threads, tensorboard and swarm.hivemind.{{{','.join(PER_NODE_FIELDS)}}} "
-                          "may differ)")
+                          f"overrides ({', '.join('.'.join(f) for f in PER_NODE)} may differ)")
     t.roster.update({n: pub for n, (pub, _) in hellos.items()})
     t.run_id = hashlib.sha256(json.dumps(sorted([n, pub, h["nonce"]] for n, (pub, h) in hellos.items())).encode()).hexdigest()[:16]
     saved, t.on_peer_failure = t.on_peer_failure, "abort"  # a launch goes on only with every initial node
@@ -145,16 +148,16 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
                           "started?); start every node again") from None
     finally:
         t.on_peer_failure = saved
-    t._hello = None
+    t.hello = None
     log.info("node %d: launch %s with nodes %s", t.rank, t.run_id, initial)
     publish_launch(t)
 
 
 def publish_launch(t: "HivemindTransport", round_idx: int | None = None) -> None:
     """(Re)publish this node's launch record: launch id, roster, agreed values, live nodes, last round."""
-    last = round_idx if round_idx is not None else (t._last_round if t._last_round is not None else -1)
+    last = round_idx if round_idx is not None else (t.last_round if t.last_round is not None else -1)
     body = {"run": t.run_id, "roster": {str(n): p for n, p in sorted(t.roster.items())}, "config": t.fingerprint,
-            "alive": sorted(t.alive), "round": last, "agreed": t._agreed}
+            "alive": sorted(t.alive), "round": last, "agreed": t.agreed}
     t.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s)
 
 
@@ -193,14 +196,14 @@ def join_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: flo
     if rec["config"] != fingerprint:
         raise ConfigError(f"node {t.rank} runs another config than the swarm it joins: every node needs the same config "
                           "and overrides (the per-node swarm.hivemind fields may differ)")
-    if roster.get(t.rank, t._pub) != t._pub:
+    if roster.get(t.rank, t.public_key) != t.public_key:
         raise ConfigError(f"node {t.rank} is already in the swarm's roster with another key")
     t.run_id = rec["run"]
     if not t.fixed_roster:
         t.roster.update(roster)
-    t.roster[t.rank] = t._pub
+    t.roster[t.rank] = t.public_key
     t.alive = {n for n in rec["alive"] if isinstance(n, int)} | {t.rank}
-    t._agreed.update({k: v for k, v in rec["agreed"].items() if isinstance(v, str)})
+    t.agreed.update({k: v for k, v in rec["agreed"].items() if isinstance(v, str)})
     log.info("node %d: joins launch %s at round %d (swarm at round %d, live nodes %s)", t.rank, t.run_id, first,
              rec["round"], sorted(t.alive))
 

@@ -1,0 +1,43 @@
+"""Compare two folders of runs.sh's run directories file by file: every record of every metrics.jsonl,
+peers.jsonl and samples.jsonl, and summary.json / groups.json / bans.json, exactly, ``time/*`` keys
+(and a record's seconds) left out. Prints each difference, then a count per run."""
+import json
+import sys
+from pathlib import Path
+
+PATTERNS = ("metrics.jsonl", "peers.jsonl", "samples.jsonl", "summary.json", "groups.json", "bans.json")
+
+
+def strip(x):
+    if isinstance(x, dict):
+        return {k: strip(v) for k, v in x.items() if not k.startswith("time/") and k not in ("seconds", "time")}
+    if isinstance(x, list):
+        return [strip(v) for v in x]
+    return x
+
+
+def collect(run: Path) -> dict:
+    out = {}
+    for pattern in PATTERNS:
+        for f in sorted(run.rglob(pattern)):
+            text = f.read_text()
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()] if f.suffix == ".jsonl" else json.loads(text)
+            out[str(f.relative_to(run))] = strip(rows)
+    return out
+
+
+def count(x) -> int:
+    return sum(count(v) for v in x.values()) if isinstance(x, dict) else sum(count(v) for v in x) if isinstance(x, list) else 1
+
+
+before, after = Path(sys.argv[1]), Path(sys.argv[2])
+total = 0
+for run in sorted(p.name for p in before.iterdir() if p.is_dir()):
+    a, b = collect(before / run), collect(after / run)
+    diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    for k in diff:
+        print("DIFFERS", run, k)
+    n = count(a)
+    total += len(diff)
+    print(f"{run}: {len(a)} files, {n} values (time aside); {len(diff)} files differ")
+print("every non-time value equal" if total == 0 else f"{total} files differ")

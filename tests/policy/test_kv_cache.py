@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from dgrpo.policy import kv_cache, sampling
+from dgrpo.policy import kv_cache, stream
 from dgrpo.policy.kv_cache import PreallocatedCache, compaction
 from dgrpo.policy.sampling import SamplingParams, completion_seed, sample
 
@@ -78,7 +78,7 @@ def test_sampler_over_the_new_cache_is_batch_and_order_invariant(model, tokenize
     for i in range(len(prompts)):
         assert sample(model, [prompts[i]], [seeds[i]], params, eos, 0)[0] == batch[i]
     assert sample(model, prompts[::-1], seeds[::-1], params, eos, 0)[::-1] == batch
-    monkeypatch.setattr(sampling, "supports", lambda cache: False)  # transformers' DynamicCache path
+    monkeypatch.setattr(stream, "supports", lambda cache: False)  # transformers' DynamicCache path
     assert sample(model, prompts, seeds, params, eos, 0) == batch
 
 

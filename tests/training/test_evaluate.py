@@ -136,3 +136,27 @@ def test_defense_record_without_poison_has_no_detection_rate():
     assert rec == {"defense/received": 2, "defense/judge/rejected": 1, "defense/judge/false_positive_rate": 0.5,
                    "defense/any/rejected": 1, "defense/any/false_positive_rate": 0.5,
                    "defense/poisoned_received": 0, "defense/honest_received": 2}
+
+
+@pytest.mark.parametrize("temperature", [None, 0.7])
+def test_one_stream_gives_what_the_separate_calls_gave(run, temperature):
+    """eval_stream asks once (sampled, targets, greedy; refilling rows) for what evaluation used to
+    ask in three calls: every completion is the one its own call gives."""
+    from dgrpo.training.evaluate import eval_sampling, eval_stream
+
+    cfg = run.cfg.model_copy(update={"eval": run.cfg.eval.model_copy(update={"temperature": temperature})})
+    policy, task = run.swarm.honest_policies[0], run.task
+    problems, targets = list(task.val[:3]), list(task.val[1:5])  # targets other than the problems
+
+    def alone(batch, temp=None):
+        seeds = [completion_seed(cfg.seed, EVAL_ROUND, 0, p.prompt_id, 0) for p in batch]
+        with eval_sampling(policy, cfg, temperature=temp):
+            return policy.generate(task, batch, seeds)
+
+    sampled, target_texts, greedy = eval_stream(policy, cfg, task, problems, targets, 0, greedy=True)
+    assert sampled == alone(problems)
+    assert target_texts == [t for _, t in alone(targets)]
+    assert greedy == alone(problems, 0.0)
+    assert [ids for ids, _ in sampled] != [ids for ids, _ in greedy]  # the stream really mixed two temperatures
+    same, texts, none = eval_stream(policy, cfg, task, problems, problems, 0, greedy=False)
+    assert (same, texts, none) == (sampled, [t for _, t in sampled], None)

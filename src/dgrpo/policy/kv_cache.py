@@ -97,6 +97,29 @@ class PreallocatedLayer(DynamicLayer):
         self.rows = rows
         self._views()
 
+    def write_rows(self, rows: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Overwrite the last ``keys.shape[2]`` filled positions of ``rows`` (a refilled row's prompt).
+
+        Args:
+            rows: (r,) long cache rows; keys / values: (r, heads, q, head_dim), q ≤ the filled length.
+        """
+        q = keys.shape[2]
+        self._k[rows, :, self.length - q : self.length] = keys
+        self._v[rows, :, self.length - q : self.length] = values
+
+    def drop_columns(self, begin: int, count: int) -> None:
+        """Remove positions ``[begin, begin + count)`` of every row by shifting the later ones left.
+
+        Keys carry their rotary position already, so where a key sits changes nothing but the
+        order attention sums in; the caller shifts its attention mask the same way.
+        """
+        end = self.length
+        if count:
+            self._k[: self.rows, :, begin : end - count] = self._k[: self.rows, :, begin + count : end].clone()
+            self._v[: self.rows, :, begin : end - count] = self._v[: self.rows, :, begin + count : end].clone()
+            self.length -= count
+            self._views()
+
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep rows ``indices`` (a copy of the kept rows; :meth:`move_rows` copies fewer)."""
         kept_k, kept_v = self.keys[indices], self.values[indices]
@@ -142,6 +165,26 @@ class PreallocatedCache(Cache):
             layer.move_rows(holes, sources, m)
         return holes, sources, m
 
+    def refill(self, rows: torch.Tensor, source: list[tuple[torch.Tensor, torch.Tensor]],
+               source_rows: torch.Tensor) -> None:
+        """Put new prompts into finished rows: all positions of ``source`` rows ``source_rows`` become
+        the last filled positions of cache ``rows`` (continuous batching).
+
+        Positions before them keep the previous occupant's keys: the caller masks them out.
+
+        Args:
+            rows, source_rows: (r,) long.
+            source: per layer, (keys, values) of shape (D, heads, q, head_dim), q at most the filled
+                length of this cache.
+        """
+        for layer, (keys, values) in zip(self.layers, source):
+            layer.write_rows(rows, keys[source_rows], values[source_rows])
+
+    def drop_columns(self, begin: int, count: int) -> None:
+        """Remove positions ``[begin, begin + count)`` of every row (see :meth:`PreallocatedLayer.drop_columns`)."""
+        for layer in self.layers:
+            layer.drop_columns(begin, count)
+
 
 def bytes_per_row(config, positions: int, dtype_bytes: int = 4) -> int:
     """Memory one sampled completion holds while it decodes: its KV cache and its logits row.
@@ -167,6 +210,13 @@ def rows_for_memory(config, positions: int, budget_bytes: int, dtype_bytes: int 
     See :func:`bytes_per_row`; pass the result as ``sample(..., max_rows=...)``.
     """
     return max(1, budget_bytes // bytes_per_row(config, positions, dtype_bytes))
+
+
+def plain_layers(config) -> bool:
+    """True when a model of ``config`` builds a cache of plain full-attention layers only (so its
+    sampler can use :class:`PreallocatedCache`; sliding windows and linear attention cannot)."""
+    layers = DynamicCache(config=config).layers
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
 def supports(cache: Cache) -> bool:

@@ -46,12 +46,18 @@ class Policy:
             self._prompt_cache[key] = ids
         return self._prompt_cache[key]
 
-    def generate(self, task: Task, problems: list[Problem], seeds: list[int]) -> list[tuple[list[int], str]]:
-        """Sample one completion per (problem, seed) in one batch.
+    def generate(self, task: Task, problems: list[Problem], seeds: list[int], *, temperatures: list[float] | None = None,
+                 max_rows: int | None = None) -> list[tuple[list[int], str]]:
+        """Sample one completion per (problem, seed) as one stream (:func:`~dgrpo.policy.sampling.sample`).
+
+        Args:
+            temperatures: one per request (0 = greedy; None: the policy's sampling temperature).
+            max_rows: decode at most this many at once, the others refilling finished rows (None: all).
 
         Returns:
             (token ids, text) per request, in order.
         """
         prompts = [self.prompt_ids(task, p) for p in problems]
-        outs = sample(self.model, prompts, seeds, self.sampling, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
+        outs = sample(self.model, prompts, seeds, self.sampling, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id,
+                      temperatures=temperatures, max_rows=max_rows)
         return [(ids, decode_completion(self.tokenizer, ids)) for ids in outs]

@@ -16,13 +16,14 @@ which draws from softmax(topk_logits / temperature) exactly. Because the noise d
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
+from dgrpo.policy import stream
 from dgrpo.policy.decode_attention import single_query_attention
-from dgrpo.policy.kv_cache import PreallocatedCache, supports
+from dgrpo.policy.kv_cache import plain_layers
 from dgrpo.policy.onednn import onednn_linears
 
 
@@ -39,6 +40,10 @@ class SamplingParams:
     top_k: int = 10
     temperature: float = 1.0
     max_new_tokens: int = 96
+
+    def with_temperature(self, temperature: float) -> "SamplingParams":
+        """The same strategy at another temperature (this one when equal)."""
+        return self if temperature == self.temperature else replace(self, temperature=temperature)
 
 
 def completion_seed(run_seed: int, round_idx: int, node: int, prompt_id: str | int, index: int) -> int:
@@ -91,15 +96,18 @@ def sample(
     pad_id: int,
     *,
     max_rows: int | None = None,
+    temperatures: list[float] | None = None,
 ) -> list[list[int]]:
-    """Sample one completion per (prompt, seed), batched with a KV cache.
+    """Sample one completion per (prompt, seed), as one stream of requests with a KV cache.
 
-    Prompts are left-padded; finished sequences are dropped from the batch so they cost nothing.
-    The result for a (prompt, seed) pair does not depend on the other members of the batch,
-    up to the float32 rounding noise that padding causes (about 1e-4 in the logits), so any split
-    into batches gives the same completions. Bigger batches decode faster per token (the matmuls
-    get more rows; ``BENCHMARKS.md`` has tokens/s by batch size): pass every completion a process
-    needs at once and bound the memory with ``max_rows``.
+    Every distinct prompt is prefilled once (a common prefix once for all); finished sequences leave
+    the batch, or, when more requests wait than ``max_rows``, hand their row to the next request
+    at once (continuous batching, :mod:`dgrpo.policy.stream`). The result for a (prompt, seed,
+    temperature) does not depend on the other requests, their order or ``max_rows``, up to the
+    float32 rounding noise that padding causes (about 1e-4 in the logits), so any split into calls
+    gives the same completions. Bigger batches decode faster per token (the matmuls get more
+    rows; ``BENCHMARKS.md`` has tokens/s by batch size): pass every completion a process needs at
+    once and bound the memory with ``max_rows``.
 
     The KV cache is preallocated and written in place (:mod:`dgrpo.policy.kv_cache`), the linear
     layers run on oneDNN (:mod:`dgrpo.policy.onednn`) and single-token attention is two matmuls
@@ -110,18 +118,26 @@ def sample(
         seeds: one seed per prompt (see :func:`completion_seed`).
         eos_id: the token that ends a completion; it is kept as the last completion token.
         pad_id: padding token (may equal eos_id).
-        max_rows: decode at most this many completions at once (None: all in one batch); the
-            completions of one prompt stay in one batch where they fit, so they share its prefill.
-            :func:`dgrpo.policy.kv_cache.rows_for_memory` gives the largest that fits a memory budget.
+        max_rows: decode at most this many completions at once (None: all); the others wait for a
+            finished row. :func:`dgrpo.policy.kv_cache.rows_for_memory` gives the largest that fits
+            a memory budget. Models whose cache is not plain full attention (sliding windows) cannot
+            refill rows and decode in successive batches of ``max_rows`` instead.
+        temperatures: one temperature per request (0 = greedy; None: ``params.temperature`` for all),
+            so sampled and greedy answers to the same prompts share one stream and one prefill.
 
     Returns:
         The completion token ids of each prompt, eos included when it was generated.
 
     Raises:
-        ValueError: prompts and seeds differ in length, a prompt is empty, or max_rows < 1.
+        ValueError: prompts, seeds and temperatures differ in length, a prompt is empty, a
+            temperature is negative or max_rows < 1.
     """
     if len(prompts) != len(seeds):
         raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+    if temperatures is not None and len(temperatures) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(temperatures)} temperatures")
+    if temperatures is not None and any(not t >= 0 for t in temperatures):
+        raise ValueError("temperatures must be >= 0 (0 = greedy)")
     if any(len(p) == 0 for p in prompts):
         raise ValueError("empty prompt")
     if max_rows is not None and max_rows < 1:
@@ -129,23 +145,24 @@ def sample(
     n = len(prompts)
     if n == 0:
         return []
-    if max_rows is not None and n > max_rows:
+    temps = [params.temperature] * n if temperatures is None else [float(t) for t in temperatures]
+    if max_rows is not None and n > max_rows and not plain_layers(model.config):
         first_seen = {p: i for i, p in reversed(list(enumerate(tuple(q) for q in prompts)))}
         order = sorted(range(n), key=lambda i: first_seen[tuple(prompts[i])])  # stable: groups stay together
         out: list[list[int]] = [[] for _ in range(n)]
         for start in range(0, n, max_rows):
             chunk = order[start : start + max_rows]
             for i, ids in zip(chunk, sample(model, [prompts[i] for i in chunk], [seeds[i] for i in chunk], params,
-                                            eos_id, pad_id)):
+                                            eos_id, pad_id, temperatures=[temps[i] for i in chunk])):
                 out[i] = ids
         return out
     device = next(model.parameters()).device
-    # Completions of the same prompt share its prefill: run each distinct prompt once, then repeat
-    # its KV cache rows (a group of G costs one prompt forward instead of G). Distinct prompts that
-    # open alike (system prompt, worked examples) share that prefix's forward too.
+    # Completions of the same prompt share its prefill: run each distinct prompt once, then copy its
+    # KV cache rows (a group of G costs one prompt forward instead of G). Distinct prompts that open
+    # alike (system prompt, worked examples) share that prefix's forward too.
     distinct = list(dict.fromkeys(tuple(p) for p in prompts))
     row_of = {p: i for i, p in enumerate(distinct)}
-    expand = torch.tensor([row_of[tuple(p)] for p in prompts], device=device)  # (n,) distinct row of each
+    prompt_of = torch.tensor([row_of[tuple(p)] for p in prompts], device=device)  # (n,) distinct row of each
     shared = _shared_prefix(distinct)
     # Row layout: [shared prefix | left padding | rest of the prompt]; padding is masked out.
     width = shared + max(len(p) - shared for p in distinct)
@@ -164,7 +181,9 @@ def sample(
     model.eval()
     try:
         with onednn_linears(model), single_query_attention(model):
-            return _decode(model, ids, mask, positions, shared, expand, noise, params, eos_id)
+            return stream.decode(model, ids, mask, positions, shared, prompt_of, noise,
+                                 torch.tensor(temps, dtype=torch.float64, device=device), params, eos_id,
+                                 n if max_rows is None else max_rows, choose_tokens)
     finally:
         model.train(training)
 
@@ -181,49 +200,3 @@ def _shared_prefix(distinct: list[tuple[int, ...]], minimum: int = 16) -> int:
     for p in distinct[1:]:
         n = next((i for i in range(n) if p[i] != first[i]), n)
     return n if n >= minimum else 0
-
-
-def _decode(model, ids, mask, positions, shared, expand, noise, params, eos_id) -> list[list[int]]:
-    """The prefill and the token loop of :func:`sample` (arguments prepared there)."""
-    n, steps, width, device = len(expand), params.max_new_tokens, ids.shape[1], ids.device
-    prefill = DynamicCache(config=model.config)
-    if shared:  # the common prefix once, then every prompt's rest behind copies of its cache
-        model(input_ids=ids[:1, :shared], position_ids=positions[:1, :shared], cache=prefill, use_cache=True,
-              logits_to_keep=1)
-        prefill.batch_repeat_interleave(ids.shape[0])
-    logits = model(input_ids=ids[:, shared:], attention_mask=mask, position_ids=positions[:, shared:], cache=prefill,
-                   use_cache=True, logits_to_keep=1).logits[:, -1, :].float()[expand]  # (n, V)
-    # Each row's attention mask for all positions it can reach: prompt part, then ones.
-    full_mask = torch.ones((n, width + steps), dtype=mask.dtype, device=device)
-    full_mask[:, :width] = mask[expand]
-    step_pos = positions[expand][:, -1:]  # (n, 1) position of the last token
-    if supports(prefill):
-        cache: DynamicCache | PreallocatedCache = PreallocatedCache(prefill, expand, width + steps)
-    else:  # sliding windows, shared or linear-attention layers: keep transformers' own cache
-        cache = prefill
-        cache.batch_select_indices(expand)
-    del prefill
-
-    out: list[list[int]] = [[] for _ in range(n)]
-    alive = torch.arange(n, device=device)  # original row of each batch row
-    for t in range(steps):
-        tokens = choose_tokens(logits, noise[alive, t], params)  # (m,)
-        done = tokens == eos_id
-        for orig, tok in zip(alive.tolist(), tokens.tolist()):
-            out[orig].append(tok)
-        if t == steps - 1 or bool(done.all()):
-            break
-        if bool(done.any()):  # finished rows leave the batch and the cache
-            if isinstance(cache, PreallocatedCache):
-                holes, sources, m = cache.drop_rows(done)
-                for buf in (alive, tokens, step_pos, full_mask):
-                    buf[holes] = buf[sources]
-                alive, tokens, step_pos, full_mask = alive[:m], tokens[:m], step_pos[:m], full_mask[:m]
-            else:
-                keep = (~done).nonzero().squeeze(1)
-                cache.batch_select_indices(keep)
-                alive, tokens, step_pos, full_mask = alive[keep], tokens[keep], step_pos[keep], full_mask[keep]
-        step_pos = step_pos + 1
-        logits = model(input_ids=tokens[:, None], attention_mask=full_mask[:, : width + t + 1], position_ids=step_pos,
-                       cache=cache, use_cache=True).logits[:, -1, :].float()  # (m, V)
-    return out

@@ -80,11 +80,41 @@ def eval_texts(policy: Policy, cfg: RunConfig, task: Task, problems: list[Proble
                owner: int) -> tuple[list[tuple[list[int], str]], list[str]]:
     """Completions of the validation ``problems`` and the texts of the attack's ``targets`` (the same
     completions when the targets are those problems), sampled as :func:`eval_sampling` says."""
-    with eval_sampling(policy, cfg):
-        outs = eval_completions(policy, task, problems, cfg.seed, owner)
-        if targets and targets != problems:
-            return outs, [t for _, t in eval_completions(policy, task, targets, cfg.seed, owner)]
-        return outs, [t for _, t in outs] if targets else []
+    outs, target_texts, _ = eval_stream(policy, cfg, task, problems, targets, owner, greedy=False)
+    return outs, target_texts
+
+
+def eval_stream(policy: Policy, cfg: RunConfig, task: Task, problems: list[Problem], targets: list[Problem],
+                owner: int, greedy: bool) -> tuple[list[tuple[list[int], str]], list[str], list | None]:
+    """Everything one evaluation asks of ``policy``, as one stream of requests: the validation
+    ``problems`` sampled as :func:`eval_sampling` says, the attack's ``targets`` (when they are other
+    problems) and, with ``greedy``, the same problems answered greedily. The greedy and sampled
+    answers to a prompt share its prefill, and rows that finish are refilled with waiting requests
+    (:func:`dgrpo.policy.sampling.sample`); at most as many rows decode at once as the largest of
+    the separate calls this replaces, so the memory stays theirs. Each completion is the one its
+    own call would give (seeded by (run seed, :data:`EVAL_ROUND`, owner, prompt)).
+
+    Returns:
+        (sampled completions of ``problems``, texts for ``targets``, greedy completions or None).
+    """
+    temperature = policy.sampling.temperature if cfg.eval.temperature is None else cfg.eval.temperature
+    batches = [problems]
+    extra_targets = bool(targets) and targets != problems
+    if extra_targets:
+        batches.append(targets)
+    if greedy:
+        batches.append(problems)
+    asked = [p for batch in batches for p in batch]
+    temps = [0.0 if greedy and k == len(batches) - 1 else temperature for k, batch in enumerate(batches) for _ in batch]
+    seeds = [completion_seed(cfg.seed, EVAL_ROUND, owner, p.prompt_id, 0) for p in asked]
+    outs = policy.generate(task, asked, seeds, temperatures=temps, max_rows=max(map(len, batches)))
+    parts, start = [], 0
+    for batch in batches:
+        parts.append(outs[start : start + len(batch)])
+        start += len(batch)
+    sampled = parts[0]
+    target_texts = [t for _, t in (parts[1] if extra_targets else sampled)] if targets else []
+    return sampled, target_texts, parts[-1] if greedy else None
 
 
 def rates(task: Task, problems: Sequence[Problem], outs: Sequence[tuple[list[int], str]], prefix: str = "eval/") -> dict:
@@ -174,11 +204,10 @@ def evaluate(run, round_idx: int, samples_path=None) -> dict:
     per_policy: dict[str, list[float]] = {}
     attack_recs = []
     for owner, policy in swarm.honest_policies.items():
-        outs, target_texts = eval_texts(policy, cfg, task, problems, targets, owner)
+        outs, target_texts, greedy_outs = eval_stream(policy, cfg, task, problems, targets, owner, cfg.eval.greedy)
         found = rates(task, problems, outs)
-        if cfg.eval.greedy:
-            with eval_sampling(policy, cfg, temperature=0.0):
-                found.update(rates(task, problems, eval_completions(policy, task, problems, cfg.seed, owner), "eval/greedy/"))
+        if greedy_outs is not None:
+            found.update(rates(task, problems, greedy_outs, "eval/greedy/"))
         if cfg.eval.drift:
             reference = load_reference(run.run_dir, owner, lambda: reference_completions(policy, task, problems, outs))
             found.update(drift(policy, task, problems, reference))

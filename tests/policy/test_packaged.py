@@ -65,7 +65,7 @@ def test_the_parts_assemble_into_the_original_file_and_load_with_its_weights(ins
     assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|endoftext|>")
     assert model.generation_config.pad_token_id == tokenizer.pad_token_id != tokenizer.eos_token_id
     # the converted copy is named by the file's pinned hash: other bytes never pass for it
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["gguf", f"{NAME}-f32-{spec.sha256[:12]}"]
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [".locks", "gguf", f"{NAME}-f32-{spec.sha256[:12]}"]
 
 
 def test_a_changed_part_is_refused_in_one_line_and_nothing_is_cached(installed, tmp_path):

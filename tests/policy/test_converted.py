@@ -1,0 +1,76 @@
+"""The converted-weights cache of GGUF files: converted once per file (by its sha256), checked
+against its manifest before use, rebuilt when a file in it changed, never shared between files."""
+
+import hashlib
+import json
+import threading
+
+import pytest
+import torch
+
+from dgrpo.policy import converted
+from dgrpo.policy.converted import MANIFEST, converted_copy
+from tests.tiny_gguf import write_tiny_gguf
+
+
+@pytest.fixture()
+def ggufs(tmp_path_factory, monkeypatch, tmp_path):
+    folder = tmp_path_factory.mktemp("ggufs")
+    write_tiny_gguf(folder / "a.gguf", seed=0)
+    write_tiny_gguf(folder / "b.gguf", seed=1)
+    monkeypatch.setenv("DGRPO_CACHE", str(tmp_path / "cache"))
+    calls = []
+    real = converted.convert_gguf
+    monkeypatch.setattr(converted, "convert_gguf", lambda *a: calls.append(a[0].name) or real(*a))
+    return folder, calls
+
+
+def test_a_file_is_converted_once_and_keyed_by_its_sha256(ggufs, tmp_path):
+    folder, calls = ggufs
+    first = converted_copy(folder / "a.gguf", "tiny")
+    digest = hashlib.sha256((folder / "a.gguf").read_bytes()).hexdigest()
+    assert first == tmp_path / "cache" / f"tiny-f32-{digest[:12]}"
+    manifest = json.loads((first / MANIFEST).read_text())
+    assert manifest["source_sha256"] == digest
+    assert manifest["files"]["model.safetensors"] == hashlib.sha256((first / "model.safetensors").read_bytes()).hexdigest()
+    converted._checked.clear()  # as a new process would see it
+    assert converted_copy(folder / "a.gguf", "tiny") == first
+    other = converted_copy(folder / "b.gguf", "tiny")  # other bytes under the same name: its own copy
+    assert other != first and calls == ["a.gguf", "b.gguf"]
+    assert not list((tmp_path / "cache").glob("*.tmp*"))  # nothing left half-written
+
+
+def test_a_changed_file_in_the_copy_is_converted_again(ggufs):
+    folder, calls = ggufs
+    copy = converted_copy(folder / "a.gguf", "tiny")
+    weights = copy / "model.safetensors"
+    good = weights.read_bytes()
+    data = bytearray(good)
+    data[-5] ^= 0xFF  # one flipped byte inside a tensor
+    weights.write_bytes(bytes(data))
+    assert converted_copy(folder / "a.gguf", "tiny") == copy
+    assert calls == ["a.gguf", "a.gguf"] and weights.read_bytes() == good
+    (copy / MANIFEST).unlink()  # no manifest (an interrupted or foreign folder): not trusted either
+    converted_copy(folder / "a.gguf", "tiny")
+    assert len(calls) == 3
+
+
+def test_processes_starting_together_convert_once(ggufs):
+    folder, calls = ggufs
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(converted_copy(folder / "a.gguf", "tiny"))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(out)) == 1 and len(out) == 3 and calls == ["a.gguf"]
+
+
+def test_the_copy_holds_the_gguf_weights(ggufs, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    folder, _ = ggufs
+    written = write_tiny_gguf(tmp_path / "again.gguf", seed=0)
+    model = AutoModelForCausalLM.from_pretrained(converted_copy(folder / "a.gguf", "tiny"))
+    for name, value in written.state_dict().items():
+        assert torch.equal(model.state_dict()[name], value), name

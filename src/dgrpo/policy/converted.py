@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "dgrpo-converted.json"
 _checked: dict[tuple, bool] = {}  # (folder, source sha256, files' sizes and mtimes) -> verified
+_digests: dict[tuple, str] = {}  # (GGUF path, size, mtime) -> its sha256
 
 
 def file_sha256(path: Path) -> str:
@@ -105,7 +106,13 @@ def converted_copy(src: Path, name: str, source_sha256: str | None = None) -> Pa
     """
     from dgrpo.policy.loading import cache_dir
 
-    digest = source_sha256 or file_sha256(src)
+    if source_sha256 is None:
+        stat = src.stat()
+        key = (str(src), stat.st_size, stat.st_mtime_ns)
+        if key not in _digests:
+            _digests[key] = file_sha256(src)
+        source_sha256 = _digests[key]
+    digest = source_sha256
     target = cache_dir() / f"{name}-f32-{digest[:12]}"
     if verified(target, digest):
         return target

@@ -9,6 +9,8 @@ computed (:func:`group_logits`). The logits this returns also serve the defenses
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
@@ -164,3 +166,66 @@ def score(model: PreTrainedModel, prompt: list[int], completions: list[list[int]
     with torch.no_grad():
         logits = group_logits(model, prompt, completions, pad_id)
         return token_logprobs(logits, pad_right(completions, pad_id).to(logits.device))
+
+
+@torch.no_grad()
+def completion_stats(model: PreTrainedModel, prompts: list[list[int]], completions: list[list[int]],
+                     max_tokens: int = 1024) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Log-probability and entropy at every token of many (prompt, completion) pairs, no grad.
+
+    The prompts' common prefix (a system prompt, worked examples) runs once; each pair's
+    ``prompt rest + completion`` then runs behind a copy of its cache, right-padded (causal
+    attention never lets a real token see padding) in batches of about ``max_tokens`` positions,
+    shortest first. The same numbers as :func:`group_logits` per pair up to float32 rounding
+    (other matmul shapes), at a fraction of the cost when the prompts share most of their tokens
+    (evaluation prompts: 196 of ~228 tokens).
+
+    Args:
+        prompts, completions: one (prompt, completion) pair per index; prompts non-empty,
+            completions non-empty.
+
+    Returns:
+        Per pair, (log π(x_t | x_<t), H(π(· | x_<t))) for t over the completion: two (T,) float32
+        tensors, natural log.
+
+    Raises:
+        ValueError: lengths differ, or a prompt or completion is empty.
+    """
+    from dgrpo.policy.sampling import _shared_prefix
+
+    if len(prompts) != len(completions) or any(not p for p in prompts) or any(not c for c in completions):
+        raise ValueError("completion_stats needs one non-empty prompt per non-empty completion")
+    device = next(model.parameters()).device
+    shared = _shared_prefix(list(dict.fromkeys(tuple(p) for p in prompts))) if len(prompts) > 1 else 0
+    rows = [list(p[shared:]) + list(c[:-1]) for p, c in zip(prompts, completions)]
+    out: list = [None] * len(rows)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    with onednn_linears(model):
+        prefix = None
+        if shared:
+            prefix = DynamicCache(config=model.config)
+            model(input_ids=torch.tensor([prompts[0][:shared]], device=device), cache=prefix, use_cache=True,
+                  logits_to_keep=1)
+        start = 0
+        while start < len(order):
+            stop = start + 1
+            while stop < len(order) and (stop - start + 1) * len(rows[order[stop]]) <= max_tokens:
+                stop += 1
+            batch = order[start:stop]
+            width = len(rows[batch[-1]])
+            ids = torch.zeros((len(batch), width), dtype=torch.long, device=device)
+            for r, i in enumerate(batch):
+                ids[r, : len(rows[i])] = torch.tensor(rows[i], device=device)
+            cache = None
+            if prefix is not None:  # a copy of the prefix's cache per row (the forward appends to it)
+                cache = copy.deepcopy(prefix)
+                cache.batch_repeat_interleave(len(batch))
+            positions = torch.arange(shared, shared + width, device=device)[None].expand(len(batch), -1)
+            logits = model(input_ids=ids, position_ids=positions, cache=cache, use_cache=cache is not None).logits
+            for r, i in enumerate(batch):
+                first = len(prompts[i]) - shared - 1  # the last prompt position scores the first completion token
+                logp = torch.log_softmax(logits[r, first : first + len(completions[i])].float(), dim=-1)  # (T, V)
+                taken = torch.tensor(completions[i], device=device)[:, None]
+                out[i] = (logp.gather(-1, taken).squeeze(-1), -(logp.exp() * logp).sum(-1))
+            start = stop
+    return out

@@ -9,7 +9,9 @@ completions. The ensemble recipe votes over the same completions (:func:`eval_te
 What shows a collapse coming (``eval.drift``, docs/training.md): the first evaluation's sampled
 completions are kept as a fixed reference (``eval_reference/`` in the run directory, with their
 per-token log-probabilities under the weights that wrote them); each later evaluation re-scores
-them under the current weights in one forward pass per prompt:
+them under the current weights, the prompts' common prefix once
+(:func:`dgrpo.policy.scoring.completion_stats`; the evaluation that writes the reference reuses its
+scores):
 
     eval/kl_to_start = mean_t [log π_0(x_t | x_<t) − log π_θ(x_t | x_<t)]      (x ~ π_0, per token)
     eval/entropy     = mean_t H(π_θ(· | x_<t))                                (nats, full softmax)
@@ -36,7 +38,7 @@ from dgrpo.policy.policy import Policy
 from dgrpo.errors import CheckpointError
 from dgrpo.metrics.intervals import with_interval
 from dgrpo.policy.sampling import SamplingParams, completion_seed
-from dgrpo.policy.scoring import group_logits, score
+from dgrpo.policy.scoring import completion_stats
 from dgrpo.rewards.format import format_reward
 from dgrpo.tasks.base import Task, is_correct
 from dgrpo.types import Problem
@@ -132,36 +134,39 @@ def add_intervals(rec: dict) -> dict:
     return rec
 
 
-def drift(policy: Policy, task: Task, problems: Sequence[Problem], reference: list[dict]) -> dict:
+def _stats(policy: Policy, task: Task, problems: Sequence[Problem], items: list[tuple[str, list[int]]]) -> list:
+    """(log-probs, entropies) of each (prompt id, completion ids) under ``policy`` now, all in one
+    pass whose common prompt prefix runs once (:func:`dgrpo.policy.scoring.completion_stats`)."""
+    by_id = {p.prompt_id: p for p in problems}
+    return completion_stats(policy.model, [policy.prompt_ids(task, by_id[pid]) for pid, _ in items],
+                            [ids for _, ids in items]) if items else []
+
+
+def drift(policy: Policy, task: Task, problems: Sequence[Problem], reference: list[dict], stats: list | None = None) -> dict:
     """``eval/kl_to_start`` and ``eval/entropy`` of ``policy`` on the fixed reference completions
     (module docstring). ``reference`` holds, per prompt, the completion ids and their log-probs under
-    the start weights."""
-    by_id = {p.prompt_id: p for p in problems}
+    the start weights; ``stats`` their (log-probs, entropies) under ``policy`` when already computed
+    (the evaluation that wrote the reference)."""
+    if stats is None:
+        stats = _stats(policy, task, problems, [(item["prompt_id"], item["completion_ids"]) for item in reference])
     kl_sum = ent_sum = tokens = 0.0
-    with torch.no_grad():
-        for item in reference:
-            ids = item["completion_ids"]
-            logits = group_logits(policy.model, policy.prompt_ids(task, by_id[item["prompt_id"]]), [ids],
-                                  policy.tokenizer.pad_token_id)[0, : len(ids)]  # (T, V)
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            now = logp.gather(-1, torch.tensor(ids, device=logp.device)[:, None]).squeeze(-1)  # (T,)
-            kl_sum += float((torch.tensor(item["logp"], device=now.device) - now).sum())
-            ent_sum += float(-(logp.exp() * logp).sum(-1).sum())
-            tokens += len(ids)
+    for item, (now, entropy) in zip(reference, stats):
+        kl_sum += float((torch.tensor(item["logp"], device=now.device) - now).sum())
+        ent_sum += float(entropy.sum())
+        tokens += len(item["completion_ids"])
     return {"eval/kl_to_start": kl_sum / tokens, "eval/entropy": ent_sum / tokens} if tokens else {}
 
 
 def reference_completions(policy: Policy, task: Task, problems: Sequence[Problem],
-                          outs: Sequence[tuple[list[int], str]]) -> list[dict]:
-    """The drift reference: each completion's ids and per-token log-probs under ``policy`` now."""
-    items = []
-    with torch.no_grad():
-        for p, (ids, _) in zip(problems, outs):
-            if not ids:
-                continue
-            lp = score(policy.model, policy.prompt_ids(task, p), [ids], policy.tokenizer.pad_token_id)[0, : len(ids)]
-            items.append({"prompt_id": p.prompt_id, "completion_ids": list(ids), "logp": [float(x) for x in lp]})
-    return items
+                          outs: Sequence[tuple[list[int], str]], stats_out: list | None = None) -> list[dict]:
+    """The drift reference: each completion's ids and per-token log-probs under ``policy`` now
+    (their (log-probs, entropies) are appended to ``stats_out`` when given, for :func:`drift`)."""
+    kept = [(p.prompt_id, list(ids)) for p, (ids, _) in zip(problems, outs) if ids]
+    stats = _stats(policy, task, problems, kept)
+    if stats_out is not None:
+        stats_out.extend(stats)
+    return [{"prompt_id": pid, "completion_ids": ids, "logp": [float(x) for x in lp]}
+            for (pid, ids), (lp, _) in zip(kept, stats)]
 
 
 def load_reference(run_dir: Path, owner: int, make) -> list[dict]:
@@ -209,8 +214,9 @@ def evaluate(run, round_idx: int, samples_path=None) -> dict:
         if greedy_outs is not None:
             found.update(rates(task, problems, greedy_outs, "eval/greedy/"))
         if cfg.eval.drift:
-            reference = load_reference(run.run_dir, owner, lambda: reference_completions(policy, task, problems, outs))
-            found.update(drift(policy, task, problems, reference))
+            made: list = []  # the reference's scores when this evaluation writes it: drift reuses them
+            reference = load_reference(run.run_dir, owner, lambda: reference_completions(policy, task, problems, outs, made))
+            found.update(drift(policy, task, problems, reference, made or None))
         for key, value in found.items():
             per_policy.setdefault(key, []).append(value)
         if attack is not None:

@@ -24,7 +24,13 @@ worked examples, ``<think>`` prefill: about 227 tokens) × G completions, top-k 
    work) on the generated rollouts, ``before`` (padded group, MKL), ``+onednn`` (padded, oneDNN)
    and ``after`` (packed group, oneDNN), interleaved; tokens/s (prompt + completion tokens of the batch / seconds) and the
    fraction of each matmul peak (6 × linear weights × those tokens / seconds).
-5. ``--profile``: torch.profiler's top operators of one ``sample`` call and one update, before and
+5. **Continuous batching** (issue 38): ``--stream-requests`` completions (n/G prompts × G) decoded
+   through R = ``--stream-rows`` rows, ``refill`` (finished rows take the next request at once:
+   ``sample(max_rows=R)``) against ``batches`` (successive calls of R requests, each emptying as
+   its completions finish), interleaved ``--stream-repeats`` times; tokens/s and its fraction of
+   the compute limit measured in the same run, and whether both gave the same tokens.
+   ``--only-stream`` runs the peak and this section only.
+6. ``--profile``: torch.profiler's top operators of one ``sample`` call and one update, before and
    after.
 
 The machine is shared: every timing also records the process's CPU seconds, and ``cpu_share`` =
@@ -55,12 +61,12 @@ VARIANTS = {  # which speed-ups are on, added one at a time
 @contextlib.contextmanager
 def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: bool):
     """Switch the sampler's and the scorer's speed-ups off by patching their module functions."""
-    from dgrpo.policy import onednn as onednn_mod, sampling, scoring
+    from dgrpo.policy import onednn as onednn_mod, sampling, scoring, stream
 
-    saved = (sampling.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
+    saved = (stream.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
              scoring._packable)
     if not cache:
-        sampling.supports = lambda c: False
+        stream.supports = lambda c: False
     if not onednn:
         onednn_mod.available = lambda: False
     if not attention:
@@ -72,7 +78,7 @@ def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: 
     try:
         yield
     finally:
-        (sampling.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
+        (stream.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
          scoring._packable) = saved
 
 
@@ -127,6 +133,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", type=int, nargs="*", default=[8, 16, 32, 64, 128, 256])
     parser.add_argument("--update-repeats", type=int, default=3)
+    parser.add_argument("--stream-requests", type=int, default=256)
+    parser.add_argument("--stream-rows", type=int, nargs="*", default=[32, 64, 128])
+    parser.add_argument("--stream-repeats", type=int, default=2)
+    parser.add_argument("--only-stream", action="store_true", help="measure the peak and section 5 only")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -166,10 +176,14 @@ def main() -> None:
     report["compute"] = {"peak": peak, "linear_weights": weights, "flops_per_token": flops_per_token,
                          "limit_tokens_per_s": {k: peak[f"{k}_gflops"] * 1e9 / flops_per_token for k in ("mkl", "onednn")}}
 
+    sample(model, prompts[:2], seeds[:2], params, eos, pad)  # warm-up
+    report["stream"] = stream_section(args, model, requests, sample, params, eos, pad, report["compute"])
+    if args.only_stream:
+        return finish(report, args.out)
+
     # --- generation, variants interleaved
     gen = {name: {"tokens_per_s": [], "seconds": [], "cpu_share": []} for name in VARIANTS}
     outputs = {}
-    sample(model, prompts[:2], seeds[:2], params, eos, pad)  # warm-up
     for _ in range(args.repeats):
         for name, switches in VARIANTS.items():
             with features(**switches):
@@ -235,9 +249,37 @@ def main() -> None:
                 with profile() as prof:
                     learner.step(rollouts())
                 report["profile"][f"update_{name}"] = top_ops(prof)
+    finish(report, args.out)
+
+
+def finish(report: dict, out: str | None) -> None:
     print(json.dumps(report))
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1))
+    if out:
+        Path(out).write_text(json.dumps(report, indent=1))
+
+
+def stream_section(args, model, requests, sample, params, eos: int, pad: int, compute: dict) -> list[dict]:
+    """Section 5: the same requests through R rows, refilled vs in successive batches, interleaved."""
+    _, ps, ss = requests(max(1, args.stream_requests // args.group))
+    modes = {"refill": lambda rows: sample(model, ps, ss, params, eos, pad, max_rows=rows),
+             "batches": lambda rows: [o for i in range(0, len(ps), rows)
+                                      for o in sample(model, ps[i : i + rows], ss[i : i + rows], params, eos, pad)]}
+    rows_out = []
+    for rows in args.stream_rows:
+        runs = {mode: {"tokens_per_s": [], "seconds": [], "cpu_share": []} for mode in modes}
+        outs = {}
+        for _ in range(args.stream_repeats):
+            for mode, fn in modes.items():
+                outs[mode], wall, share = timed(lambda: fn(rows), args.threads)
+                runs[mode]["tokens_per_s"].append(sum(map(len, outs[mode])) / wall)
+                runs[mode]["seconds"].append(wall)
+                runs[mode]["cpu_share"].append(share)
+        for r in runs.values():
+            r["median_tokens_per_s"] = statistics.median(r["tokens_per_s"])
+            r["fraction_of_limit"] = {k: r["median_tokens_per_s"] / v for k, v in compute["limit_tokens_per_s"].items()}
+        rows_out.append({"rows": rows, "requests": len(ps), "generated_tokens": sum(map(len, outs["refill"])),
+                         "same_tokens": outs["refill"] == outs["batches"], **runs})
+    return rows_out
 
 
 if __name__ == "__main__":

@@ -104,3 +104,23 @@ def test_a_run_trains_on_the_dataset_with_the_custom_reward(data, tiny_model_dir
     assert all(q in {r["q"] for r in ROWS} for _, q in myrewards.CALLS)
     records = read_metrics(data / "ds")
     assert [r["round"] for r in records] == [0, 1, 2] and "eval/accuracy" in records[-1]
+
+
+def test_an_oracle_the_math_reward_cannot_read_is_refused_at_load(tmp_path):
+    """Review of issue 34 (N3): an answer column holding ``x+1`` loaded, then the math reward raised
+    ``ValueError`` at the first well-formed completion, mid-run. Now the load refuses it in one line naming
+    the record; ``$x+1$`` (LaTeX) and a custom reward function are accepted."""
+    from dgrpo.tasks.dataset import DatasetTask
+
+    rows = [{"q": f"q{i}", "a": str(i)} for i in range(6)]
+    rows[4]["a"] = "x+1"  # (math-verify reads no expression from it: answers_match raises, as the reward would)
+    path = tmp_path / "sym.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cols = {"question": "q", "answer": "a"}
+    with pytest.raises(DataError) as err:
+        DatasetTask(path=str(path), columns=cols, n_val=2)
+    assert str(err.value).count("\n") == 0
+    assert "record train-4: answer 'x+1' is neither a number nor an expression the math reward reads" in str(err.value)
+    rows[4]["a"] = "$x+1$"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert DatasetTask(path=str(path), columns=cols, n_val=2).val[0].answer == "$x+1$"  # (record 4: held out)

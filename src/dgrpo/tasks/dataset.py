@@ -155,6 +155,24 @@ def problems(records: Sequence[dict], columns: Columns, answer_format: str, spli
     return out
 
 
+def _check_oracles(problems_: Sequence[Problem], source: str) -> None:
+    """Refuse, in one line, an oracle answer the math reward cannot read (it would raise at the first
+    well-formed completion, mid-run): ``x+1`` or ``\\sqrt{2}`` outside ``$…$``.
+
+    Raises:
+        DataError: names the record (its ``prompt_id``), the answer and the fix.
+    """
+    from dgrpo.rewards.math import answers_match
+
+    for p in problems_:
+        try:
+            answers_match("0", p.answer)
+        except ValueError:
+            raise DataError(f"{source}: record {p.prompt_id}: answer {p.answer!r} is neither a number nor an expression "
+                            "the math reward reads (math-verify); write it as a number or as LaTeX inside $...$, "
+                            "or give a reward function (task.reward=module:function)") from None
+
+
 @register("task", "dataset", config=DatasetTaskConfig)
 class DatasetTask:
     """Problems from any dataset by column mapping; the math reward or a reward function by import path.
@@ -190,6 +208,8 @@ class DatasetTask:
             train, val = train[:-n_val], train[-n_val:]
         self.train = train[:n_train] if n_train else train
         self.val = val[:n_val]
+        if self._reward is None:  # the math reward: every oracle must be one it can read, before any model loads
+            _check_oracles([*self.train, *self.val], source)
 
     @staticmethod
     def _build_rubric(rewards, columns: list[str], source: str) -> Rubric | None:

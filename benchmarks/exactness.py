@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -36,20 +35,11 @@ import torch
 
 
 def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
-    """Exact two-sided binomial interval for k events in n trials (bisection on the binomial CDF)."""
-    def cdf(x: int, p: float) -> float:  # P(X ≤ x)
-        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(x + 1))
+    """Exact two-sided binomial interval for k events in n trials (scipy's Clopper-Pearson)."""
+    from scipy.stats import binomtest
 
-    def bisect(decreasing, target: float) -> float:  # p where decreasing(p) = target
-        lo, hi = 0.0, 1.0
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if decreasing(mid) > target else (lo, mid)
-        return (lo + hi) / 2
-
-    lower = 0.0 if k == 0 else bisect(lambda p: cdf(k - 1, p), 1 - alpha / 2)  # P(X ≥ k) = α/2
-    upper = 1.0 if k == n else bisect(lambda p: cdf(k, p), alpha / 2)  # P(X ≤ k) = α/2
-    return lower, upper
+    ci = binomtest(k, n).proportion_ci(1 - alpha, method="exact")
+    return ci.low, ci.high
 
 
 def main() -> None:

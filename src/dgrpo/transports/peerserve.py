@@ -30,6 +30,10 @@ _CHUNK = 1 << 16
 
 
 class _Handler(BaseHTTPRequestHandler):
+    # A connection that sends no request (or stops reading) is closed after this many seconds, so a peer
+    # holding idle connections open (slowloris) ties up a server thread for at most that long.
+    timeout = 2.0
+
     def do_GET(self):  # noqa: N802 (http.server's name)
         chan: PeerChannel = self.server.channel  # type: ignore[attr-defined]
         key = unquote(self.path[3:]) if self.path.startswith("/v/") else None

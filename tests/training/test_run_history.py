@@ -100,12 +100,15 @@ def _edit_roster_record(run_dir):
 
 
 @pytest.mark.parametrize("edit, needles", [
-    (_edit_roster_record, ["rosters.jsonl: its records of rounds 0..1 differ from those the checkpoint"]),
-    (lambda d: (d / "rosters.jsonl").unlink(), ["rosters.jsonl: missing, but the checkpoint", "(deleted)"]),
+    (_edit_roster_record, ["rosters.jsonl: its records of rounds 0..1 differ from those the checkpoint",
+                           "restore it as it was at the save of round 2"]),
+    (lambda d: (d / "rosters.jsonl").unlink(), ["rosters.jsonl: missing, but the checkpoint", "(deleted)",
+                                                "restore it as it was at the save of round 2"]),
+    (lambda d: (d / "rosters.jsonl").write_text("{oops\n" + (d / "rosters.jsonl").read_text()), ["rosters.jsonl:1: not JSON"]),
 ])
 def test_an_edited_or_deleted_roster_history_is_refused(part, capsys, monkeypatch, edit, needles):
     edit(part)
-    refused(part, capsys, monkeypatch, *needles, "restore it as it was at the save of round 2")
+    refused(part, capsys, monkeypatch, *needles)
 
 
 def test_a_federated_checkpoint_binds_the_run_files(tmp_path):

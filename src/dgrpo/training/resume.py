@@ -90,7 +90,7 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
     check_paths(cfg)
     if cfg.hardening is not None:
         return cfg
-    for log_file in ("metrics.jsonl", "samples.jsonl", "peers.jsonl"):  # damaged logs are refused before any model loads
+    for log_file in ("metrics.jsonl", SAMPLES, PEERS, ROSTERS):  # damaged logs are refused before any model loads
         if (run_dir / log_file).exists():
             read_records(run_dir / log_file, partial_last_ok=True)
     config = cfg.model_dump(mode="json")  # so are edited, foreign and too-long checkpoints (each state's

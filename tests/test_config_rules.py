@@ -155,7 +155,7 @@ def saved_run(tmp_path_factory):
     """A run folder as a save leaves it (config.yaml, metrics.jsonl, a sealed checkpoint/state.json of round 2
     bound to both), named ``run`` in ``out``; the model a hub id (nothing to load or hash)."""
     from dgrpo.training.durable import write_state
-    from dgrpo.training.resume import write_config
+    from dgrpo.training.resume import resumable_config, write_config
     from dgrpo.training.run_files import run_files
     from dgrpo.training.run_identity import identity
 
@@ -168,6 +168,7 @@ def saved_run(tmp_path_factory):
     config = cfg.model_dump(mode="json")
     write_state(run_dir / "checkpoint" / "state.json",
                 {"next_round": 2, "run": {**identity(config, 2), "run_files": run_files(run_dir, 2, config, True)}})
+    assert resumable_config(run_dir).name == "run"  # (resumes as saved; and the modules it imports are loaded here)
     return run_dir, (run_dir / "config.yaml").read_text(), config
 
 
@@ -175,7 +176,7 @@ _names = st.one_of(st.text(max_size=12), st.sampled_from(["run", "run ", "Run", 
                                                           "\u200brun", "r\u00e9n"]))
 
 
-@FUZZ
+@settings(FUZZ, deadline=10_000)  # (no hang: a resume's checks, a few files read, under any load)
 @given(key=st.sampled_from(["name", "out_dir"]), value=_names)
 def test_fuzz_name_or_out_dir_edited_in_config_yaml_resumes_only_unchanged(saved_run, key, value):
     from dgrpo import config_yaml

@@ -29,8 +29,8 @@ def _refusal(overrides: list[str]) -> str:
 
 @pytest.mark.parametrize("overrides, line", [
     (["task.kind=gsm8k", "task.difficulty=2"],
-     "task.difficulty: a field of task.kind=arithmetic or python_math, not of task.kind=gsm8k; set task.kind=arithmetic "
-     "to use it, or drop task.difficulty"),
+     "task.difficulty: a field of task.kind=arithmetic or python_math, not of task.kind=gsm8k; set task.kind to one of "
+     "them, or drop task.difficulty"),
     (["attack.kind=injection", "swarm.malicious=[0]", "attack.prefer_topk=false"],
      "attack.prefer_topk: a field of attack.kind=equation_sampled, not of attack.kind=injection; set "
      "attack.kind=equation_sampled to use it, or drop attack.prefer_topk"),
@@ -39,7 +39,7 @@ def _refusal(overrides: list[str]) -> str:
      "or drop defenses.0.k"),
     (["defenses.0.kind=reward_outlier", "defenses.0.atol=0.1"],
      "defenses.0.atol: a field of defenses.0.kind=replay, step_checker or topk, not of defenses.0.kind=reward_outlier; set "
-     "defenses.0.kind=replay to use it, or drop defenses.0.atol"),
+     "defenses.0.kind to one of them, or drop defenses.0.atol"),
 ])
 def test_a_field_of_another_kind_names_its_kind_and_the_fix(overrides, line):
     assert _refusal(overrides) == f"invalid config: {line}"
@@ -51,7 +51,7 @@ def test_a_field_of_another_kind_from_a_file_and_on_the_command_line_is_one_line
     assert "task.difficulty: a field of task.kind=arithmetic or python_math" in str(pytest.raises(ConfigError, load_config, path).value)
     assert main(["run", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "task.kind=gsm8k", "task.difficulty=2"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "set task.kind=arithmetic to use it, or drop task.difficulty" in err, err
+    assert err.count("\n") == 1 and "not of task.kind=gsm8k; set task.kind to one of them, or drop task.difficulty" in err, err
 
 
 def test_a_typo_still_gets_the_closest_keys_of_its_own_kind():

@@ -282,8 +282,8 @@ def _error_line(e: dict, data=None) -> str:
         owners = _other_kinds(held, str(loc[-1])) if held is not None else []
         if owners:  # a field of another kind (task.difficulty with task.kind=gsm8k): name it and the fix
             kinds = " or ".join([", ".join(owners[:-1]), owners[-1]] if len(owners) > 1 else owners)
-            return (f"{prefix}.{loc[-1]}: a field of {prefix}.kind={kinds}, not of {prefix}.kind={held[1]}; set {prefix}.kind={owners[0]} "
-                    f"to use it, or drop {prefix}.{loc[-1]}")
+            fix = f"set {prefix}.kind={owners[0]} to use it" if len(owners) == 1 else f"set {prefix}.kind to one of them"
+            return f"{prefix}.{loc[-1]}: a field of {prefix}.kind={kinds}, not of {prefix}.kind={held[1]}; {fix}, or drop {prefix}.{loc[-1]}"
         # Whole dotted keys compared in lower case, as `dgrpo config KEY` compares them ("grpo.LR" → grpo.lr,
         # "attack.targt" → attack.text); a wrong section name is followed by the key given under it
         # ("SWARM.nodes" → swarm.nodes).

@@ -87,8 +87,8 @@ def test_a_whole_section_over_a_file_replaces_the_file_s_section(tmp_path):
 
 
 # ---- fuzz: 900 generated cases (override lists of sections, their keys and fields of other kinds; name and
-# out_dir edited in a run's config.yaml); DGRPO_FUZZ_EXAMPLES=N runs N of each (run once with 1,000 each:
-# 3,000 cases, 0 failures, docs/config.md) ----
+# out_dir edited in a run's config.yaml); DGRPO_FUZZ_EXAMPLES=N runs N of each (run once with N=1000 on
+# 2026-12-05: 3 × 1,000 cases, 0 failures, 141 s under nice -n 19; docs/config.md) ----
 
 EXAMPLES = int(os.environ.get("DGRPO_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=2000, suppress_health_check=[HealthCheck.too_slow])

@@ -127,3 +127,25 @@ def test_a_federated_checkpoint_binds_the_run_files(tmp_path):
     (run_dir / "samples.jsonl").unlink()
     with pytest.raises(CheckpointError, match=r"samples.jsonl: missing, but the checkpoint"):
         load_state_folder(run_dir / "checkpoint", 3, {"server": opt}, config)
+
+
+def test_a_federated_run_with_edited_metrics_is_refused_before_any_model_loads(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    args = ["federated", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=f", "rounds=1",
+            "swarm.mode=vertical", "swarm.nodes=2", "swarm.prompts_per_round=2", "swarm.group_size=2",
+            "sampling.max_new_tokens=4", "eval.n_prompts=1", "task.n_train=10", "task.n_val=2", "task.few_shot=0"]
+    assert main(args) == 0
+    path = tmp_path / "f" / "metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    rec = json.loads(lines[0])
+    assert rec["round"] == 0
+    rec["eval/accuracy"] = 1.0 - rec["eval/accuracy"]
+    path.write_text(json.dumps(rec) + "\n" + "".join(lines[1:]))
+    needles = ("metrics.jsonl: its records of rounds 0..0 differ from those the checkpoint",
+                    f"{tmp_path / 'f' / 'checkpoint' / 'state' / 'state.json'} was saved with")
+    import dgrpo.recipes.federated as federated
+
+    monkeypatch.setattr(federated, "build_federation", lambda *a, **k: pytest.fail("built the federation before refusing"))
+    capsys.readouterr()
+    assert main(["resume", str(tmp_path / "f"), "rounds=2"]) == 2
+    last = capsys.readouterr().err.rstrip("\n").rsplit("\n", 1)[-1]
+    assert last.startswith("dgrpo: error: ") and all(n in last for n in needles), last

@@ -28,7 +28,7 @@ from dgrpo.config_inputs import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_INT, apply_over
 from dgrpo.errors import ConfigError, UnknownKind, one_line
 from dgrpo.hardening.config import HardeningConfig
 from dgrpo.metrics.trackers import TrackingConfig
-from dgrpo.registry import KindOf, PathText, StrictConfig, kind_field, lookup
+from dgrpo.registry import KindOf, PathText, StrictConfig, kind_field, lookup, names
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.swarm.protocol import ProtocolConfig
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
@@ -217,15 +217,16 @@ class RunConfig(StrictConfig):
         return self
 
 
-def _section_class(path: tuple, data) -> type[StrictConfig] | None:
+def _section_class(path: tuple, data) -> tuple[type[StrictConfig] | None, tuple[str, str] | None]:
     """The config class validating the section at ``path`` of the raw ``data`` (a kind section: its
-    kind's class), or None when ``path`` leads nowhere known."""
-    cls, value, parts = RunConfig, data, list(path)
+    kind's class; None when ``path`` leads nowhere known), and for a kind section (kind, the name it
+    holds): ``("task", "gsm8k")``."""
+    cls, value, parts, held = RunConfig, data, list(path), None
     while parts:
         name = str(parts.pop(0))
         f = cls.model_fields.get(name)
         if f is None:
-            return None
+            return None, None
         value = value.get(name) if isinstance(value, dict) else None
         ann, meta = f.annotation, list(f.metadata)
         if typing.get_origin(ann) in (typing.Union, types.UnionType):
@@ -236,17 +237,28 @@ def _section_class(path: tuple, data) -> type[StrictConfig] | None:
             value = value[int(index)] if isinstance(value, list) and str(index).isdigit() and int(index) < len(value) else None
         while typing.get_origin(ann) is typing.Annotated:
             ann, meta = typing.get_args(ann)[0], meta + list(typing.get_args(ann)[1:])
-        kind = next((m for m in meta if isinstance(m, KindOf)), None)
+        kind, held = next((m for m in meta if isinstance(m, KindOf)), None), None
         if kind is not None:
             name = value.get("kind", kind.default) if isinstance(value, dict) else kind.default
             try:
                 ann = lookup(kind.kind, name).config if isinstance(name, str) else None
             except UnknownKind:
-                return None
+                return None, None
+            held = (kind.kind, name)
         if not (isinstance(ann, type) and issubclass(ann, StrictConfig)):
-            return None
+            return None, None
         cls = ann
-    return cls
+    return cls, held
+
+
+def _other_kinds(held: tuple[str, str], field: str) -> list[str]:
+    """The registered kinds of ``held[0]`` other than ``held[1]`` whose config has ``field``."""
+    out = []
+    for name in names(held[0]):
+        config = lookup(held[0], name).config
+        if name != held[1] and config is not None and field in config.model_fields:
+            out.append(name)
+    return out
 
 
 def _value_at(data, loc: tuple):
@@ -265,8 +277,13 @@ def _error_line(e: dict, data=None) -> str:
     msg = e["msg"].removeprefix("Value error, ")  # a validator's own message names its fields
     loc = tuple(e["loc"])
     if e["type"] == "extra_forbidden" and loc:  # a typo: name the closest keys (docs/config.md)
-        section = _section_class(loc[:-1], data)
+        section, held = _section_class(loc[:-1], data)
         prefix = ".".join(str(p) for p in loc[:-1])
+        owners = _other_kinds(held, str(loc[-1])) if held is not None else []
+        if owners:  # a field of another kind (task.difficulty with task.kind=gsm8k): name it and the fix
+            kinds = " or ".join([", ".join(owners[:-1]), owners[-1]] if len(owners) > 1 else owners)
+            fix = f"set {prefix}.kind={owners[0]} to use it" if len(owners) == 1 else f"set {prefix}.kind to one of them"
+            return f"{prefix}.{loc[-1]}: a field of {prefix}.kind={kinds}, not of {prefix}.kind={held[1]}; {fix}, or drop {prefix}.{loc[-1]}"
         # Whole dotted keys compared in lower case, as `dgrpo config KEY` compares them ("grpo.LR" → grpo.lr,
         # "attack.targt" → attack.text); a wrong section name is followed by the key given under it
         # ("SWARM.nodes" → swarm.nodes).

@@ -108,18 +108,39 @@ def _index(part: str) -> bool:
     return part.isascii() and part.isdigit()
 
 
+def _check_not_dropping(parts: list[str], item: str, written: list[tuple[tuple, str]]) -> None:
+    """Refuse an override that gives a section or list whole (``grpo={}``, ``defenses=[]``, ``grpo=null``)
+    after an earlier override set a key inside it (``grpo.lr=1e-5``): the earlier value would be dropped
+    without a word. The same key twice is not refused (the last one is the value, as with ``seed=1 seed=2``).
+    Records ``parts`` in ``written``.
+
+    Raises:
+        ConfigError: names both overrides, the key that would be dropped and the order that keeps it.
+    """
+    norm = tuple(int(p) if _index(p) else p for p in parts)
+    for earlier, text in written:
+        if len(earlier) > len(norm) and earlier[: len(norm)] == norm:
+            section, lost = ".".join(parts), ".".join(str(p) for p in earlier)
+            raise ConfigError(f"override {item[:80]} after {text[:80]} would drop {lost} (a section or list given whole "
+                              f"replaces all it held): give the section first, then its keys ({item[:40]} {text[:40]}), "
+                              f"or write {lost.removeprefix(section + '.')} inside it")
+    written.append((norm, item))
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested dict, in place.
 
     A numeric part indexes a list (``defenses.0.atol=1e-4``); the index equal to the list's length
-    appends an item (``defenses.1.kind=replay``). Why dgrpo parses overrides itself rather than with
-    pydantic-settings' CLI: docs/config.md.
+    appends an item (``defenses.1.kind=replay``). The same key twice: the last value; a section or list
+    given whole after an earlier override set a key in it: refused (:func:`_check_not_dropping`). Why
+    dgrpo parses overrides itself rather than with pydantic-settings' CLI: docs/config.md.
 
     Raises:
         ConfigError: an override without ``=``, a key more than :data:`MAX_DEPTH` parts long, a value
-            nested deeper than that, an index past the end of a list, or a key that descends into a
-            value that is neither a mapping nor a list.
+            nested deeper than that, a whole section after one of its keys, an index past the end of a
+            list, or a key that descends into a value that is neither a mapping nor a list.
     """
+    written: list[tuple[tuple, str]] = []  # (key parts, override) of every override applied so far
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item[:80]!r} must look like key.sub=value")
@@ -137,6 +158,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
                               "write list indices in ASCII digits (defenses.0.kind=replay)")
         if len(parts) > MAX_DEPTH:
             raise ConfigError(f"override key {key[:40]!r}… has {len(parts)} parts; config keys are at most {MAX_DEPTH} deep")
+        _check_not_dropping(parts, item, written)
         node: dict | list = data
         for depth, part in enumerate(parts):
             last = depth == len(parts) - 1

@@ -94,4 +94,8 @@ def test_an_ensemble_run_resumes_to_the_straight_runs_metrics(tmp_path, tiny_mod
     for part in ("", "group0", "group1", "single"):
         assert same(tmp_path / "crash" / part, tmp_path / "straight" / part), part
     assert [r["round"] for r in read_metrics(tmp_path / "crash")] == [0, 1, 2, 3]
+    rounds = lambda path: [json.loads(line)["round"] for line in path.read_text().splitlines()]
+    for g in ("group0", "group1"):  # group 0 logged its peers of round 2 before the crash: dropped, logged once
+        assert rounds(tmp_path / "crash" / g / "peers.jsonl") == rounds(tmp_path / "straight" / g / "peers.jsonl") == [0, 1, 2], g
+        assert rounds(tmp_path / "crash" / g / "rosters.jsonl") == [0, 2] and rounds(tmp_path / "straight" / g / "rosters.jsonl") == [0]
     assert json.loads((tmp_path / "crash" / "summary.json").read_text()) == json.loads((tmp_path / "straight" / "summary.json").read_text())

@@ -30,11 +30,11 @@ from dgrpo.robust.voting import parsed_answer, vote_metrics
 from dgrpo.errors import CheckpointError
 from dgrpo.training.build import Run, build_run, build_run_dir, prepare
 from dgrpo.training.checkpoint import load_checkpoint, read_state, save_checkpoint, write_state
-from dgrpo.training.run_files import run_files
+from dgrpo.training.run_files import record_roster, run_files
 from dgrpo.training.run_identity import identity
 from dgrpo.training.evaluate import eval_attack, eval_texts
 from dgrpo.training.loop import evaluation_round
-from dgrpo.training.resume import keep_rounds_before, write_config
+from dgrpo.training.resume import keep_logs_before, keep_rounds_before, write_config
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +189,11 @@ def resume(cfg: RunConfig, run_dir: Path, rewrite_config: bool = False) -> Path:
     if set(held.values()) != {start}:
         raise CheckpointError(f"{run_dir}: the groups' checkpoints hold rounds {held}, the ensemble's state round "
                               f"{start} (killed between two groups' saves); run it again")
-    for run in runs:
+    for run in runs:  # every group's round logs (metrics, samples, peers, rosters), as a swarm's resume trims them
         run.start_round = start
-        keep_rounds_before(run.run_dir / "metrics.jsonl", start)
+        if start < cfg.rounds:
+            keep_logs_before(run.run_dir, start)
+            record_roster(run.run_dir, start)
     keep_rounds_before(run_dir / "metrics.jsonl", start)
     if rewrite_config:
         write_config(run_dir, cfg)

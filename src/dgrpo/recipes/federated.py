@@ -51,7 +51,7 @@ from dgrpo.errors import CheckpointError
 from dgrpo.training.build import build_run_dir, build_task, grpo_params, prepare, sampling_params
 from dgrpo.training.checkpoint import load_state_folder, save_state_folder
 from dgrpo.training.evaluate import evaluate
-from dgrpo.training.resume import keep_rounds_before, write_config
+from dgrpo.training.resume import keep_logs_before, write_config
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def save(fed: Federation, next_round: int) -> None:
     tensors = {"params": parameters_to_vector(fed.params).detach()}
     if fed.previous is not None:
         tensors["previous"] = fed.previous
-    save_state_folder(fed.run_dir / "checkpoint", tensors, _optimizers(fed), next_round)
+    save_state_folder(fed.run_dir / "checkpoint", tensors, _optimizers(fed), next_round, fed.cfg.model_dump(mode="json"))
 
 
 def _train(fed: Federation, start: int) -> Path:
@@ -235,7 +235,7 @@ def resume(cfg: RunConfig, run_dir: Path, rewrite_config: bool = False) -> Path:
         CheckpointError: a damaged or mismatched checkpoint file (named).
     """
     fed = build_federation(cfg, run_dir)
-    start, tensors = load_state_folder(run_dir / "checkpoint", cfg.rounds, _optimizers(fed))
+    start, tensors = load_state_folder(run_dir / "checkpoint", cfg.rounds, _optimizers(fed), cfg.model_dump(mode="json"))
     size = sum(p.numel() for p in fed.params)
     if tensors.get("params") is None or tensors["params"].shape != (size,) or \
             ("previous" in tensors and tensors["previous"].shape != (size,)):
@@ -244,8 +244,7 @@ def resume(cfg: RunConfig, run_dir: Path, rewrite_config: bool = False) -> Path:
     load_vector(tensors["params"], fed.params)
     fed.previous = tensors.get("previous")
     if start < cfg.rounds:
-        keep_rounds_before(run_dir / "metrics.jsonl", start)
-        keep_rounds_before(run_dir / "samples.jsonl", start)
+        keep_logs_before(run_dir, start)
     if rewrite_config:
         write_config(run_dir, cfg)
     return _train(fed, start)

@@ -31,6 +31,7 @@ from dgrpo.swarm.swarm import Swarm
 from dgrpo.swarm.validation import Limits
 from dgrpo.tasks.base import Task
 from dgrpo.training.run_dir import check_paths, claim, release
+from dgrpo.training.run_files import record_roster
 from dgrpo.transports.base import Transport
 
 log = logging.getLogger(__name__)
@@ -262,6 +263,8 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
             shutil.rmtree(run_dir, ignore_errors=True)
         release(run_dir)
         raise
+    if fresh and transport.is_main:  # the roster history (a resume records its own start: training.resume)
+        record_roster(run_dir, transport.first_round)
     transport.labels = swarm.labels  # simulation ground truth travels beside the messages (metrics only)
     # Signed headers let a transport that can show peers different payloads prove equivocation.
     transport.verifier = swarm.protocol.verifier if cfg.swarm.protocol.sign else None

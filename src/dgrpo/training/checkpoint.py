@@ -312,7 +312,8 @@ def save_state_folder(root: Path, tensors: dict[str, torch.Tensor], optimizers: 
     """A checkpoint of a run that is not a swarm of policies (federated): ``root/state/`` holds
     ``tensors.safetensors`` (named tensors, e.g. the trainable parameters), ``{name}.pt`` per optimizer
     and ``state.json`` (next round, RNG states, checksums, the run identity of ``config``, else of the
-    run's ``config.yaml`` beside ``root``); written, fsynced and swapped in like a node.
+    run's ``config.yaml`` beside ``root``, and the run files of ``root.parent`` as a node's state binds
+    them: :mod:`dgrpo.training.run_files`); written, fsynced and swapped in like a node.
 
     Raises:
         CheckpointError: the disk filled during the save (as :func:`save_checkpoint`).
@@ -321,6 +322,7 @@ def save_state_folder(root: Path, tensors: dict[str, torch.Tensor], optimizers: 
     pid = os.getpid()
     tmp, target, old = root / f".state.tmp{pid}", root / "state", root / f".state.old{pid}"
     config = config if config is not None else _run_config(root) or {}
+    bound = {**identity(config, next_round), "run_files": run_files(root.parent, next_round, config, True)}  # (as a node's)
 
     def write(folder: Path) -> None:
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(folder / "tensors.safetensors"))
@@ -328,7 +330,7 @@ def save_state_folder(root: Path, tensors: dict[str, torch.Tensor], optimizers: 
             torch.save(opt.state_dict(), folder / f"{name}.pt")
 
     try:
-        _write_folder(tmp, write, {"next_round": next_round, "rng": rng_state.capture(), "run": identity(config, next_round)})
+        _write_folder(tmp, write, {"next_round": next_round, "rng": rng_state.capture(), "run": bound})
     except Exception as err:
         needed = (folder_bytes(target) or 3 * sum(t.numel() * t.element_size() for t in tensors.values())) + (1 << 20)
         full = is_disk_full(err) or free_bytes(root) < needed
@@ -350,7 +352,8 @@ def load_state_folder(root: Path, rounds: int, optimizers: dict[str, torch.optim
                       config: dict | None = None) -> tuple[int, dict]:
     """Check and load what :func:`save_state_folder` wrote: load the optimizers in place, restore the
     RNG states, and return (next round, the named tensors). The run identity is checked against
-    ``config``, else the run's ``config.yaml`` beside ``root``.
+    ``config``, else the run's ``config.yaml`` beside ``root``, and the run files of ``root.parent``
+    against those the save recorded.
 
     Raises:
         CheckpointError: a damaged, edited, foreign or mismatched file (named), as for a swarm's node.
@@ -359,7 +362,7 @@ def load_state_folder(root: Path, rounds: int, optimizers: dict[str, torch.optim
     folder = root / "state"
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: missing; the run stopped before its first save")
-    state = read_state(folder / "state.json", rounds, config if config is not None else _run_config(root) or {})
+    state = read_state(folder / "state.json", rounds, config if config is not None else _run_config(root) or {}, root.parent)
     _check_files(folder, state, "tensors.safetensors")
     rng_state.check(state.get("rng"), folder / "state.json")
     try:

@@ -30,7 +30,8 @@ from dgrpo.config import RunConfig, load_config, read_config_file
 from dgrpo.errors import ConfigError
 from dgrpo.metrics.logger import read_records
 from dgrpo.training.run_dir import check_paths
-from dgrpo.training.run_identity import check_root_state, read_state
+from dgrpo.training.run_files import PEERS, ROSTERS, SAMPLES, record_roster
+from dgrpo.training.run_identity import check_place, check_root_state, read_state
 
 
 def keep_rounds_before(path: Path, next_round: int) -> None:
@@ -41,6 +42,13 @@ def keep_rounds_before(path: Path, next_round: int) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(lines))
     os.replace(tmp, path)
+
+
+def keep_logs_before(run_dir: Path, next_round: int) -> None:
+    """Drop the records of rounds ≥ ``next_round`` from every round log of ``run_dir`` (metrics, samples,
+    peers, the roster history), as a resume from that round must (else they are logged twice)."""
+    for name in ("metrics.jsonl", SAMPLES, PEERS, ROSTERS):
+        keep_rounds_before(Path(run_dir) / name, next_round)
 
 
 def write_config(run_dir: Path, cfg: RunConfig) -> None:
@@ -57,7 +65,8 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
         FileNotFoundError: no ``config.yaml``, or (all but a harden run) no checkpoint.
         ConfigError: an invalid config, or an override of ``name`` or ``out_dir`` (the run's folder).
         MetricsFileError: a damaged ``metrics.jsonl`` / ``samples.jsonl`` line before the last.
-        CheckpointError: a checkpoint state edited after its save, of another run, or past ``rounds``.
+        CheckpointError: a checkpoint state edited after its save, of another run, or past ``rounds``; a
+            ``name`` or ``out_dir`` edited in config.yaml after the save.
     """
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} holds no run (config.yaml missing)")
@@ -81,7 +90,7 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
     check_paths(cfg)
     if cfg.hardening is not None:
         return cfg
-    for log_file in ("metrics.jsonl", "samples.jsonl", "peers.jsonl"):  # damaged logs are refused before any model loads
+    for log_file in ("metrics.jsonl", SAMPLES, PEERS, ROSTERS):  # damaged logs are refused before any model loads
         if (run_dir / log_file).exists():
             read_records(run_dir / log_file, partial_last_ok=True)
     config = cfg.model_dump(mode="json")  # so are edited, foreign and too-long checkpoints (each state's
@@ -90,6 +99,8 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
               for state in [*sorted(root.glob("node*/state.json")), *sorted(root.glob("state/state.json"))]}
     if (root / "state.json").exists():
         check_root_state(root, cfg.rounds, config, run_dir, rounds)
+    for state in [*rounds, *[root / "state.json"] * (root / "state.json").exists()]:  # (config.yaml's name, out_dir)
+        check_place(state, config, run_dir)
     return cfg
 
 
@@ -124,9 +135,8 @@ def restore(run, rewrite_config: bool) -> None:
                           f"checkpoint of round {first}")
     if run.transport.is_main:
         if run.start_round < run.cfg.rounds:  # those rounds (and an extended run's final evaluation) run again
-            keep_rounds_before(run.run_dir / "metrics.jsonl", run.start_round)
-            keep_rounds_before(run.run_dir / "samples.jsonl", run.start_round)
-            keep_rounds_before(run.run_dir / "peers.jsonl", run.start_round)  # (else a crash's rounds are logged twice)
+            keep_logs_before(run.run_dir, run.start_round)  # (else a crash's rounds are logged twice)
+            record_roster(run.run_dir, run.start_round)
         if rewrite_config:
             write_config(run.run_dir, run.cfg)
     if first:  # a joiner: the swarm is running; it does not wait at the resume barrier

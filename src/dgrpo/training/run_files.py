@@ -8,9 +8,14 @@ A checkpoint of round r records (in its sealed state, :mod:`dgrpo.training.run_i
   every round): the same, a missing file counting as one without records (so deleting a file that
   held records before r, or truncating or editing one, is refused; rounds at or after r are dropped
   at the resume and run again, :func:`dgrpo.training.resume.restore`);
-* not ``roster.json``: every start writes it again when it builds the swarm (from a deployment
-  roster, ``swarm.protocol.roster``, the same bytes: a deleted file is restored exactly; from keys
-  the process makes, those keys), so it is the record of the keys of the latest start.
+* ``rosters.jsonl``, the roster history: one record per start, ``{"round": r, "roster": …}``, the
+  round the start ran from and what it wrote to ``roster.json`` (keys, fingerprint, signing
+  context), bound like ``peers.jsonl``. ``roster.json`` itself is not bound: every start writes it
+  again when it builds the swarm (from a deployment roster, ``swarm.protocol.roster``, the same
+  bytes; from keys the process makes, new keys), so it is the record of the latest start, and a start
+  that crashed before its first save would otherwise make every later resume fail. A resume from
+  round r keeps the records of starts before r (checked) and drops the later ones (starts whose
+  rounds run again), then adds its own (:func:`record_roster`).
 * ``bans.json``: the bans as they were (the file itself, :class:`dgrpo.swarm.protocol.BanList`);
 * ``eval_reference/``: the SHA-256 of every drift reference that existed (the first evaluation's
   completions, ``dgrpo.training.evaluate``);
@@ -34,8 +39,8 @@ from dgrpo.errors import CheckpointError
 from dgrpo.training.durable import sha256
 
 METRICS, BANS, REFERENCE = "metrics.jsonl", "bans.json", "eval_reference"
-SAMPLES, PEERS = "samples.jsonl", "peers.jsonl"
-LOGS = (SAMPLES, PEERS)  # round logs bound like the metrics, a missing file read as one without records
+SAMPLES, PEERS, ROSTERS = "samples.jsonl", "peers.jsonl", "rosters.jsonl"
+LOGS = (SAMPLES, PEERS, ROSTERS)  # round logs bound like the metrics, a missing file read as one without records
 _model_cache: dict[tuple, str] = {}
 
 
@@ -80,6 +85,17 @@ def model_digest(config: dict) -> str | None:
             h.update(f"{p.name}\0{sha256(p)}\n".encode())
         _model_cache[key] = h.hexdigest()
     return _model_cache[key]
+
+
+def record_roster(run_dir: Path, start: int) -> None:
+    """Append ``{"round": start, "roster": …}`` (what this start wrote to ``roster.json``) to
+    ``rosters.jsonl``; nothing when the folder holds no ``roster.json`` (a run without a swarm protocol)."""
+    from dgrpo.swarm.identity import ROSTER_FILE
+
+    roster = Path(run_dir) / ROSTER_FILE
+    if roster.is_file():
+        with open(Path(run_dir) / ROSTERS, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"round": start, "roster": json.loads(roster.read_text())}, sort_keys=True) + "\n")
 
 
 def run_files(run_dir: Path, next_round: int, config: dict, main: bool) -> dict:

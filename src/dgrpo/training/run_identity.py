@@ -6,6 +6,8 @@ What a resume may change is left out of the hash: ``rounds`` (to extend a run), 
 is written and tracked (``out_dir``, ``name``, ``threads``, ``checkpoint_every``, ``tensorboard``,
 ``tracking``), the device, and how the nodes reach each other (``swarm.transport``, timeouts, the
 hivemind addresses, where a node keeps its key): a node may resume a peer's copy on another machine.
+``name`` and ``out_dir`` are recorded beside the hash and may not change either (:func:`check_place`:
+the name is part of the signing context); a copy of the folder keeps both in its config.yaml.
 Everything else — seed, model, task, sampling, the GRPO update, the swarm's shape, attack, defenses,
 evaluation — is this run's and only this run's.
 
@@ -45,10 +47,31 @@ def trajectory(config: dict) -> dict:
 
 
 def identity(config: dict, next_round: int) -> dict:
-    """What a checkpoint records of its run: the trajectory config, its hash, the seed and the round."""
+    """What a checkpoint records of its run: the trajectory config, its hash, the seed and the round,
+    and (outside the hash, checked by :func:`check_place`) the run's ``name`` and ``out_dir``."""
     data = trajectory(config)
     return {"config_sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest(),
-            "seed": config.get("seed"), "round": next_round, "config": data}
+            "seed": config.get("seed"), "round": next_round, "config": data,
+            "name": config.get("name"), "out_dir": config.get("out_dir")}
+
+
+def check_place(path: Path, config: dict, run_dir: Path) -> None:
+    """Refuse a resume whose ``config.yaml`` gives another ``name`` or ``out_dir`` than the run had when
+    the checkpoint state ``path`` (already checked by :func:`read_state`) was saved: the name is part of
+    the context every message is signed for, and both say which run the folder holds. A copy of the
+    folder keeps both (its config.yaml is copied too), so it resumes. A state saved before dgrpo
+    recorded them is not checked.
+
+    Raises:
+        CheckpointError: one line naming the field, both values and the fix.
+    """
+    saved = json.loads(path.read_text()).get("run")
+    for key in ("name", "out_dir"):
+        if isinstance(saved, dict) and key in saved and saved[key] != config.get(key):
+            raise CheckpointError(f"{key}: {run_dir}/config.yaml says {config.get(key)!r}, but the checkpoint {path} was "
+                                  f"saved by the run with {key} {saved[key]!r} (config.yaml edited after the save); a run "
+                                  f"keeps its {key}: put `{key}: {saved[key]}` back in config.yaml (copy the folder to "
+                                  "continue the run elsewhere)")
 
 
 def _flat(data, prefix: str = "") -> dict:

@@ -214,3 +214,16 @@ def test_run_takes_set_like_paper_and_a_validator_error_is_one_clean_line(capsys
     err = capsys.readouterr().err
     assert err == ("dgrpo: error: invalid config: attack.prompt_tries > 1 needs swarm.mode=vertical (horizontal prompts "
                    "are the swarm's, shared by every node); set attack.prompt_tries=1 or swarm.mode=vertical\n")
+
+
+@pytest.mark.parametrize("override, shown", [
+    ("seed=", "seed: Input should be a valid integer (got null: no value)"),
+    ("eval.every=0", "eval.every: Input should be greater than or equal to 1 (got 0)"),
+    ("seed=\uff13", "(got '\uff13', '\uff13' is U+FF13, not an ASCII digit or space)"),
+    ("grpo.lr=abc", "grpo.lr: Input should be a valid number, unable to parse string as a number (got 'abc')"),
+])
+def test_a_wrong_value_is_shown_as_read(override, shown, capsys, refuse_runs, tmp_path):
+    """A value that fails a type or bound check is quoted as the config read it, so an empty value, a
+    fullwidth digit or a bound is visible in the one line (a validator's own message already quotes it)."""
+    rc, err, _ = _cli(["run", override, f"out_dir={tmp_path}"], capsys)
+    assert rc == 2 and shown in _one_error_line(err)

@@ -295,7 +295,21 @@ def _error_line(e: dict, data=None) -> str:
         if close and isinstance(node, dict) and len(node) == 1:
             close = [f"{c}.{next(iter(node))}" for c in close]
         msg += f"; did you mean {', '.join(close)}?" if close else "; `dgrpo config` lists every key"
+    elif e["type"] != "value_error" and "input" in e and not isinstance(e["input"], (dict, list)):
+        # a wrong value of a built-in type check: show what was read (a validator's own message already does)
+        msg += f" (got {_shown(e['input'])})"
     return f"{'.'.join(str(p) for p in loc)}: {msg}" if loc else msg
+
+
+def _shown(value, limit: int = 40) -> str:
+    """A config value as the user wrote it, for an error line: ``null``, ``''``, ``'３'`` (U+FF13), at most
+    ``limit`` characters."""
+    if value is None:
+        return "null: no value"
+    text = repr(value) if isinstance(value, str) else str(value)
+    text = text if len(text) <= limit else text[:limit] + "…"
+    odd = [c for c in str(value) if not c.isascii() and (c.isdigit() or c.isspace())][:1]
+    return text + (f", {odd[0]!r} is U+{ord(odd[0]):04X}, not an ASCII digit or space" if odd else "")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:

@@ -72,3 +72,34 @@ def serve_attack(mode: str) -> None:
         return original(self, tag, payload, framed)
 
     DistributedTransport.post = post
+
+
+def address_attack(victim: str, seconds: str = "3") -> None:
+    """``addr:R:V``: once node V published its server address record in the store, this rank writes over it
+    every 10 ms for ``seconds``: a record for node V pointing at this rank's own server, signed with this
+    rank's roster key (the run needs ``swarm.protocol.roster``)."""
+    import threading
+    import time
+
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        keys, key = self.chan.keys, f"addr/{victim}"
+        forged = json.dumps({"addr": self.chan.address,
+                             "sig": keys.key.sign(keys._text(int(victim), self.chan.address)).hex()}).encode()
+
+        def attack():
+            while not self.store.check([key]):
+                time.sleep(0.005)
+            print(f"rank {self.rank}: overwrote {key}", flush=True)
+            end = time.monotonic() + float(seconds)
+            while time.monotonic() < end:
+                self.store.set(key, forged)
+                time.sleep(0.01)
+
+        threading.Thread(target=attack, daemon=True).start()
+
+    DistributedTransport.__init__ = init

@@ -103,3 +103,38 @@ def address_attack(victim: str, seconds: str = "3") -> None:
         threading.Thread(target=attack, daemon=True).start()
 
     DistributedTransport.__init__ = init
+
+
+def connection_flood(victim: str, seconds: str = "15") -> None:
+    """``connflood:R:V``: from its first round on, this rank opens connections to node V's server as fast as it
+    can for ``seconds`` (non-blocking connects, nothing sent, the last 5000 held), while it plays its part
+    honestly otherwise."""
+    import socket
+    import threading
+    import time
+
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.post
+
+    def flood(host: str, port: int):
+        held, end = [], time.monotonic() + float(seconds)
+        print(f"rank flooding node {victim}'s server at {host}:{port}", flush=True)
+        while time.monotonic() < end:
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex((host, port))
+            held.append(s)
+            if len(held) > 5000:
+                held.pop(0).close()
+            if len(held) % 50 == 0:
+                time.sleep(0.005)  # (leaves this rank's own round some CPU)
+
+    def post(self, tag, payload, framed=False):
+        if tag == "r0" and not getattr(self, "_flooding", False):
+            self._flooding = True
+            host, _, port = self.chan.address_of(int(victim)).rpartition(":")
+            threading.Thread(target=flood, args=(host, int(port)), daemon=True).start()
+        return original(self, tag, payload, framed)
+
+    DistributedTransport.post = post

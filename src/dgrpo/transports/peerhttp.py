@@ -12,7 +12,8 @@ accused. Here (:class:`BoundedServer`) no thread is spent on a connection before
   that sent nothing within ``idle_s``;
 * at most ``max_pending`` connections are parked, ``per_address`` from one source address: one over a
   bound evicts (closes) the oldest parked connection with no byte waiting, from the address parking the
-  most (its own address when that one is over its bound); with none such it is closed at once.
+  most (its own address when that one is over its bound); with none such it is closed at once;
+* at most ``max_queued`` requests wait for or are in a worker; one more is closed at once.
 
 An honest reader sends its request as it connects, so its connection leaves the parked set at once;
 a flood of idle connections closes only the flood's own, costs no thread, and at most ``max_pending``
@@ -45,6 +46,7 @@ class BoundedServer(HTTPServer):
     max_pending = 256
     per_address = 64
     workers = 16
+    max_queued = 256  # requests handed to the workers and not yet answered; more are closed at once
     idle_s = 2.0
 
     def __init__(self, *args, **kwargs):
@@ -53,7 +55,7 @@ class BoundedServer(HTTPServer):
         self.lock = threading.Lock()
         self.epoll = select.epoll()
         self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="dgrpo-serve-worker")
-        self.evicted = self.refused = self.idle = 0
+        self.evicted = self.refused = self.idle = self.queued = 0
         self._warned, self._closed = 0.0, False
         threading.Thread(target=self._watch, name="dgrpo-serve-watch", daemon=True).start()
 
@@ -113,9 +115,15 @@ class BoundedServer(HTTPServer):
                     self._drop(fd)
                     self.idle += 1
             for sock, _, _, address in ready:
+                with self.lock:
+                    full = self.queued >= self.max_queued
+                    self.queued += not full
+                    self.refused += full
                 try:
+                    if full:  # (requests faster than the workers answer: their descriptors stay bounded)
+                        raise RuntimeError
                     self.pool.submit(self._serve, sock, address)
-                except RuntimeError:  # the pool is shut down
+                except RuntimeError:  # over the bound, or the pool is shut down
                     self._close(sock)
 
     def _serve(self, sock, address) -> None:
@@ -125,6 +133,8 @@ class BoundedServer(HTTPServer):
             pass
         finally:
             self.shutdown_request(sock)
+            with self.lock:
+                self.queued -= 1
 
     def _drop(self, fd: int) -> None:
         sock = self.pending.pop(fd)[0]

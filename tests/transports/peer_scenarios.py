@@ -74,35 +74,39 @@ def serve_attack(mode: str) -> None:
     DistributedTransport.post = post
 
 
-def address_attack(victim: str, seconds: str = "3") -> None:
-    """``addr:R:V``: once node V published its server address record in the store, this rank writes over it
-    every 10 ms for ``seconds``: a record for node V pointing at this rank's own server, signed with this
-    rank's roster key (the run needs ``swarm.protocol.roster``)."""
+def address_attack(victim: str, seconds: str = "6") -> None:
+    """``addr:R:V``: from the moment it joined the store (before the check-in, so before anyone reads an address)
+    this rank waits for node V's server address record and then writes over it every 10 ms for ``seconds``:
+    a record for node V pointing at a dead port, signed with this rank's roster key (the run needs
+    ``swarm.protocol.roster``)."""
     import threading
     import time
 
-    from dgrpo.transports.distributed import DistributedTransport
+    import dgrpo.transports.distributed as D
+    from dgrpo.transports.rendezvous import address_keys
 
-    original = DistributedTransport.__init__
+    join = D.join_group
 
-    def init(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        keys, key = self.chan.keys, f"addr/{victim}"
-        forged = json.dumps({"addr": self.chan.address,
-                             "sig": keys.key.sign(keys._text(int(victim), self.chan.address)).hex()}).encode()
+    def join_group(cfg):
+        res = join(cfg)
+        import torch.distributed as dist
+
+        store, keys, key = dist.PrefixStore("dgrpo", res[0]), address_keys(cfg, res[1]), f"addr/{victim}"
+        forged = json.dumps({"addr": "127.0.0.1:9", "sig": keys.key.sign(keys._text(int(victim), "127.0.0.1:9")).hex()})
 
         def attack():
-            while not self.store.check([key]):
-                time.sleep(0.005)
-            print(f"rank {self.rank}: overwrote {key}", flush=True)
+            while not store.check([key]):
+                time.sleep(0.002)
+            print(f"rank {res[1]}: overwrote {key}", flush=True)
             end = time.monotonic() + float(seconds)
             while time.monotonic() < end:
-                self.store.set(key, forged)
+                store.set(key, forged.encode())
                 time.sleep(0.01)
 
         threading.Thread(target=attack, daemon=True).start()
+        return res
 
-    DistributedTransport.__init__ = init
+    D.join_group = join_group
 
 
 def connection_flood(victim: str, seconds: str = "15") -> None:

@@ -109,17 +109,17 @@ def test_a_start_up_value_overwritten_in_the_store_changes_nothing(tmp_path, tin
 
 def test_an_address_overwritten_in_the_store_is_refused_and_the_run_is_the_clean_one(tmp_path, tiny_model_dir,
                                                                                     reference):
-    """With a roster file, rank 3 writes over node 0's server address in the store for 3 s once node 0 published
-    it (a record pointing at rank 3's own server, signed with rank 3's key); nodes 1 and 2 read it 1 s late.
-    They refuse it, naming node 3, node 0 puts its record back, and the run is the clean one (before the
-    addresses were signed, the ranks took rank 3's server for node 0's and stopped at start-up with "node 0
-    sent nothing")."""
+    """With a roster file, rank 3 writes over node 0's server address in the store every 10 ms for 6 s from the
+    moment node 0 published it (a record pointing at a dead port, signed with rank 3's key); nodes 1 and 2 read
+    it 2 s late. They refuse it, naming node 3, node 0 puts its record back, and the run is the clean one
+    (before the addresses were signed, the ranks took the dead port for node 0's server and stopped at
+    start-up with "node 0 sent nothing")."""
     from dgrpo.swarm.identity import write_keys
 
     write_keys(tmp_path / "keys", 4)
     roster = [f"swarm.protocol.roster={tmp_path / 'keys' / 'roster.json'}", f"swarm.protocol.key_dir={tmp_path / 'keys'}"]
-    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, *roster],
-                           "addr:3:0,slowread:1:1:role,slowread:2:1:role")
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, *roster, "swarm.startup_timeout_s=30"],
+                           "addr:3:0,slowread:1:2:role,slowread:2:2:role")
     assert "rank 3: overwrote addr/0" in results[3].output
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[1].output[-3000:]
     named = "refused the server address of node 0 in the store (addr/0): it is signed by node 3, not node 0"

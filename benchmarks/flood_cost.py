@@ -12,6 +12,7 @@ Run it against any source tree (before/after: the same script, PYTHONPATH=<tree>
 
     PYTHONPATH=src python benchmarks/flood_cost.py --frames-mib 0.125 0.5 1 2 8 --copies 16384 21384
     PYTHONPATH=src python benchmarks/flood_cost.py --no-caps --frames-mib 1 8 --scan-mib 1 8 --copies 16384 21384
+    PYTHONPATH=src python benchmarks/flood_cost.py --channel --at-cap --frames-mib 0.125 1 8 --copies 16384 21384
     PYTHONPATH=/work/main/src python benchmarks/flood_cost.py --frames-mib 0.125 0.5 1 2 --scan-mib 0.125 0.5 \
         --copies 16384 21384
 
@@ -31,6 +32,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 CAPS = True  # --no-caps: the transport's old unbounded limits (what unframe and receive alone cost)
+CHANNEL = False  # --channel: the payload is served by node 3's own server (peerserve) and fetched as collect does
+
+
+def through_channel(t, payload: bytes) -> tuple[bytes | None, dict]:
+    """``payload`` served by node 3's own server (transports/peerserve.py, loopback) and fetched by ``t`` as
+    ``collect`` does (its byte cap for a round's payload, the 2 s budget): (bytes or None, timing fields)."""
+    from dgrpo.transports.peerserve import PeerChannel
+
+    owner = PeerChannel(3, host="127.0.0.1")
+    owner.set("r0/data/3", payload)
+    t.chan.addrs[3] = owner.address
+    start = time.perf_counter()
+    got, problem = t.chan.fetch(3, "r0/data/3", t._cap("r0"), time.monotonic() + 30)
+    fetch_s = time.perf_counter() - start
+    owner.close()
+    return got, {"fetch_s": round(fetch_s, 4), "cap_bytes": t._cap("r0"), "fetched": got is not None,
+                 **({"problem": problem.split(":")[0]} if problem else {})}
 
 
 def transport():
@@ -60,10 +78,15 @@ def payload_of(mib: float, pattern: str) -> bytes:
 def frames_case(mib: float, pattern: str = "ffffffff") -> dict:
     payload = payload_of(mib, pattern)
     t = transport()
+    extra = {}
+    if CHANNEL:
+        payload, extra = through_channel(t, payload)
     start = time.perf_counter()
-    got = t.decode(3, payload)
-    return {"case": f"frames_{pattern}", "mib": mib, "seconds": round(time.perf_counter() - start, 4),
-            "messages": len(got), "refusals": len(t.rejected)}
+    got = t.decode(3, payload) if payload is not None else []
+    decode_s = time.perf_counter() - start
+    return {"case": f"frames_{pattern}", "mib": mib, "seconds": round(decode_s + extra.get("fetch_s", 0), 4),
+            **({"decode_s": round(decode_s, 4), **extra} if CHANNEL else {}), "messages": len(got),
+            "refusals": len(t.rejected)}
 
 
 def scan_case(mib: float, pattern: str) -> dict:
@@ -106,13 +129,17 @@ def copies_case(copies: int) -> dict:
     one = frame(json.dumps({"messages": body["messages"] * per_frame, "labels": body["labels"] * per_frame}).encode())
     payload = one * (copies // (2 * per_frame))
     honest = [m for n in (0, 1, 2) for m in out[n]]
+    mib, extra = round(len(payload) / 2**20, 2), {}
+    if CHANNEL:
+        payload, extra = through_channel(t, payload)
     start = time.perf_counter()
-    decoded = t.decode(3, payload)
+    decoded = t.decode(3, payload) if payload is not None else []
     mid = time.perf_counter()
     received = swarm.receive(policy, [*honest, *decoded], 0)
     end = time.perf_counter()
-    return {"case": "copies", "copies": copies, "mib": round(len(payload) / 2**20, 2),
-            "decode_s": round(mid - start, 4), "receive_s": round(end - mid, 4), "seconds": round(end - start, 4),
+    return {"case": "copies", "copies": copies, "mib": mib, **extra,
+            "decode_s": round(mid - start, 4), "receive_s": round(end - mid, 4),
+            "seconds": round(end - start + extra.get("fetch_s", 0), 4),
             "decoded": len(decoded), "accepted": len(received.rollouts), "refused": len(received.invalid),
             "transport_refusals": len(t.rejected),
             "verifications": getattr(protocol.verifier, "verified", None)}
@@ -124,9 +151,14 @@ def main(argv=None) -> None:
     ap.add_argument("--copies", type=int, nargs="*", default=[16384])
     ap.add_argument("--scan-mib", type=float, nargs="*", default=[], help="unframe alone on both patterns")
     ap.add_argument("--no-caps", action="store_true", help="leave the per-key caps off (decode and receive alone)")
+    ap.add_argument("--channel", action="store_true", help="serve each payload from node 3's own server (peerserve) "
+                    "and fetch it with the reader's byte cap and 2 s budget before decoding (seconds include the fetch)")
+    ap.add_argument("--at-cap", action="store_true", help="also each frames pattern at exactly the byte cap of a key")
     args = ap.parse_args(argv)
-    global CAPS
-    CAPS = not args.no_caps
+    global CAPS, CHANNEL
+    CAPS, CHANNEL = not args.no_caps, args.channel
+    if args.at_cap:
+        args.frames_mib = [*args.frames_mib, transport()._cap("r0") / 2**20]
     for mib in args.scan_mib:
         for pattern in ("ffffffff", "fits"):
             print(json.dumps(scan_case(mib, pattern)), flush=True)

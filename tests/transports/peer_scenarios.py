@@ -72,3 +72,73 @@ def serve_attack(mode: str) -> None:
         return original(self, tag, payload, framed)
 
     DistributedTransport.post = post
+
+
+def address_attack(victim: str, seconds: str = "6") -> None:
+    """``addr:R:V``: from the moment it joined the store (before the check-in, so before anyone reads an address)
+    this rank waits for node V's server address record and then writes over it every 10 ms for ``seconds``:
+    a record for node V pointing at a dead port, signed with this rank's roster key (the run needs
+    ``swarm.protocol.roster``)."""
+    import threading
+    import time
+
+    import dgrpo.transports.distributed as D
+    from dgrpo.transports.rendezvous import address_keys
+
+    join = D.join_group
+
+    def join_group(cfg):
+        res = join(cfg)
+        import torch.distributed as dist
+
+        store, keys, key = dist.PrefixStore("dgrpo", res[0]), address_keys(cfg, res[1]), f"addr/{victim}"
+        forged = json.dumps({"addr": "127.0.0.1:9", "sig": keys.key.sign(keys._text(int(victim), "127.0.0.1:9")).hex()})
+
+        def attack():
+            while not store.check([key]):
+                time.sleep(0.002)
+            print(f"rank {res[1]}: overwrote {key}", flush=True)
+            end = time.monotonic() + float(seconds)
+            while time.monotonic() < end:
+                store.set(key, forged.encode())
+                time.sleep(0.01)
+
+        threading.Thread(target=attack, daemon=True).start()
+        return res
+
+    D.join_group = join_group
+
+
+def connection_flood(victim: str, seconds: str = "15") -> None:
+    """``connflood:R:V``: from its first round on, this rank opens connections to node V's server as fast as it
+    can for ``seconds`` (non-blocking connects, nothing sent, the last 5000 held), while it plays its part
+    honestly otherwise."""
+    import socket
+    import threading
+    import time
+
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.post
+
+    def flood(host: str, port: int):
+        held, end = [], time.monotonic() + float(seconds)
+        print(f"rank flooding node {victim}'s server at {host}:{port}", flush=True)
+        while time.monotonic() < end:
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex((host, port))
+            held.append(s)
+            if len(held) > 5000:
+                held.pop(0).close()
+            if len(held) % 50 == 0:
+                time.sleep(0.005)  # (leaves this rank's own round some CPU)
+
+    def post(self, tag, payload, framed=False):
+        if tag == "r0" and not getattr(self, "_flooding", False):
+            self._flooding = True
+            host, _, port = self.chan.address_of(int(victim)).rpartition(":")
+            threading.Thread(target=flood, args=(host, int(port)), daemon=True).start()
+        return original(self, tag, payload, framed)
+
+    DistributedTransport.post = post

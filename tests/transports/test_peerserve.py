@@ -1,7 +1,14 @@
-"""A rank's own read-only server (transports/peerserve.py) under a peer that holds connections open."""
+"""A rank's own read-only server (transports/peerserve.py) under a peer that holds or floods connections."""
 
+import os
 import socket
+import subprocess
+import sys
+import textwrap
+import threading
 import time
+
+import pytest
 
 from dgrpo.transports.peerserve import PeerChannel
 
@@ -32,3 +39,100 @@ def test_idle_connections_are_closed_and_reads_still_served():
             s.close()
         owner.server.shutdown()
         reader.server.shutdown()
+
+
+# The honest rank's server, in its own process with a file-descriptor limit of 512 (many systems default to
+# 1024): a thread-per-connection server holds a descriptor and a thread for each idle connection for 2 s.
+SERVER = textwrap.dedent("""
+    import resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (512, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    from dgrpo.transports.peerserve import PeerChannel
+    chan = PeerChannel(0, host="127.0.0.1")
+    chan.set("r0/data", b"payload" * 100)
+    print(chan.address, flush=True)
+    sys.stdin.read()  # until the test closes it
+    print(getattr(chan.server, "evicted", -1), getattr(chan.server, "refused", -1), flush=True)
+""")
+
+# The attacker: opens connections to the server as fast as it can (non-blocking connects: it never waits for
+# the server to accept), sending nothing, and holds the last 5000.
+ATTACKER = textwrap.dedent("""
+    import socket, sys, time
+    host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    held, opened, end = [], 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex((host, port))
+        held.append(s)
+        opened += 1
+        if len(held) > 5000:
+            held.pop(0).close()
+    print(opened, flush=True)
+""")
+
+
+def _usage(pid: int) -> tuple[int, int]:
+    """(threads, open file descriptors) of process ``pid`` (Linux /proc)."""
+    threads = next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("Threads:"))
+    return threads, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and epoll")
+def test_a_connection_flood_does_not_starve_honest_reads():
+    """A peer opens connections to an honest rank's server as fast as it can (tens of thousands in 8 s, the
+    last 5000 held), sending nothing. The server parks them without a thread, at most 256, evicting the
+    oldest idle one: it never holds more than 40 threads or 400 descriptors (a thread-per-connection server
+    reaches its 512-descriptor limit and hundreds of threads), and three honest readers (one connection per
+    peer, polling as ``collect`` does) each read the payload in every one of 4 rounds within timeout_s=5."""
+    server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        address = server.stdout.readline().strip()
+        host, port = address.rsplit(":", 1)
+        attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, host, port, "8"], stdout=subprocess.PIPE,
+                                    text=True)
+        usage, done = [], threading.Event()
+
+        def watch():
+            while not done.is_set():
+                usage.append(_usage(server.pid))
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        time.sleep(1.5)  # the flood is on
+        readers = [PeerChannel(k, host="127.0.0.1") for k in (1, 2, 3)]
+        results: list[tuple[int, int, float, bytes | None]] = []
+
+        def read(reader):
+            reader.addrs[0] = address
+            for rnd in range(4):
+                start = time.monotonic()
+                deadline, value = start + 5, None
+                while value is None and time.monotonic() < deadline:  # (collect's poll)
+                    value, _ = reader.fetch(0, "r0/data", cap=1 << 12, deadline=deadline)
+                    if value is None:
+                        time.sleep(0.05)
+                results.append((reader.rank, rnd, time.monotonic() - start, value))
+                time.sleep(0.5)
+
+        threads = [threading.Thread(target=read, args=(r,)) for r in readers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        opened = int(attacker.communicate(timeout=30)[0])
+        done.set()
+        watcher.join()
+        for r in readers:
+            r.close()
+        server.stdin.close()
+        evicted, refused = map(int, server.stdout.readline().split())
+    finally:
+        server.kill()
+    assert opened > 5000  # the flood ran
+    assert max(t for t, _ in usage) <= 40 and max(f for _, f in usage) <= 400, (max(usage), max(usage, key=lambda u: u[1]))
+    assert len(results) == 12
+    assert all(v == b"payload" * 100 for _, _, _, v in results), [(k, r, round(s, 2)) for k, r, s, v in results if v is None]
+    assert max(s for _, _, s, _ in results) < 5
+    assert evicted + refused > 1000  # (the server closed the flood's connections)

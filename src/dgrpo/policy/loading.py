@@ -132,8 +132,43 @@ def load_policy(
     except OSError as err:  # missing local folder, or hub unreachable
         raise PolicyLoadError(f"cannot load model {name!r}: {err}") from err
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    mask_padded_vocabulary(model, len(tokenizer))
     model.to(resolve_device(device) if isinstance(device, str) else device)
     if not trainable:
         model.eval()
         model.requires_grad_(False)
     return model, tokenizer
+
+
+def _mask_rows(vocab: int):
+    def hook(module, inputs, logits):
+        return logits.masked_fill(torch.arange(logits.shape[-1], device=logits.device) >= vocab,
+                                  torch.finfo(logits.dtype).min / 2)
+    return hook
+
+
+def mask_padded_vocabulary(model: PreTrainedModel, vocab: int) -> bool:
+    """Make ids the tokenizer does not have impossible, on every forward of ``model``.
+
+    Qwen-style checkpoints pad the embedding past the tokenizer (Qwen2.5: 151,936 rows, 151,665
+    tokens); the rows past it are untrained, yet their logits could enter the top-k, the sampler could
+    draw one, and every receiver refuses such an id as ``vocabulary`` (a strike against an honest node).
+    A forward hook on the output layer sets the logits of ids ``>= vocab`` to half the dtype's lowest
+    value (a probability of exactly 0 after softmax, finite logs: no NaN in an entropy), so the
+    sampler, the replay and top-k checks (on the same logits, or a forward of the same model) and the
+    update's log-probabilities all see one distribution over the tokenizer's ids. A model whose
+    output layer has no more rows than ``vocab`` is left untouched (its runs stay bit for bit).
+
+    Args:
+        model: a causal LM; its output layer gives (..., V) logits.
+        vocab: ``len(tokenizer)``, the ids that exist.
+
+    Returns:
+        True when a hook was added (V > vocab).
+    """
+    head = model.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    if weight is None or weight.shape[0] <= vocab:
+        return False
+    head.register_forward_hook(_mask_rows(vocab))
+    return True

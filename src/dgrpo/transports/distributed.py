@@ -49,8 +49,8 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import merge_views
 from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relayed
-from dgrpo.transports.rendezvous import _seconds, absent_at_start, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
-from dgrpo.transports.peerserve import PeerChannel
+from dgrpo.transports.rendezvous import _seconds, absent_at_start, address_keys, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
+from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.storewait import StoreExchange
 from dgrpo.swarm.validation import Limits, parse_message
 from dgrpo.types import Message
@@ -87,7 +87,7 @@ class DistributedTransport(StoreExchange):
     """
 
     def __init__(self, store: dist.Store, rank: int, world_size: int, *, honest: Iterable[int], timeout_s: float,
-                 on_peer_failure: str = "abort", max_messages: int = 1 << 20):
+                 on_peer_failure: str = "abort", max_messages: int = 1 << 20, keys: AddressKeys | None = None):
         self.store = dist.PrefixStore("dgrpo", store)
         self.rank, self.world_size = rank, world_size
         self.local_nodes = [rank]
@@ -105,9 +105,11 @@ class DistributedTransport(StoreExchange):
         self._own_keys: list[tuple[str, bytes, bool]] = []
         self._junk_accusers: set[int] = set()
         self._acc_cache = None
-        self.chan = PeerChannel(rank, self.store)  # this rank's own server of its round data (peerserve)
+        self.chan = PeerChannel(rank, self.store, keys=keys)  # this rank's own server of its round data (peerserve)
         self._last_contact = 0.0  # when a store call last succeeded
         self._lone_seen: set[tuple[int, str, int]] = set()
+        self._live_at: dict[str, frozenset] = {}  # exchange → its live nodes as this node entered it (accusations)
+        self._marks_named: set[tuple[str, int]] = set()  # refused leave marks already named in the log
         self._notes: list[tuple[int, str]] = []  # refusals to report with the next all-gather (a rank that never joined)
         # rank → (node, reason) its transport refused in the last round (shared in the cross-check: peers.jsonl)
         self.peer_views: dict[int, list[tuple[int | None, str]]] = {}
@@ -130,7 +132,8 @@ class DistributedTransport(StoreExchange):
         sw = cfg.swarm
         store, rank, world, backend = join_group(cfg)
         transport = cls(store, rank, world, honest=range(world), timeout_s=sw.timeout_s,
-                        on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size)
+                        on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size,
+                        keys=address_keys(cfg, rank))
         for node in absent_at_start(store):  # started too late, under on_peer_failure=continue: out from the start
             transport.alive.discard(node)
             transport.failed[node] = "join"

@@ -2,36 +2,47 @@
 
 The c10d store lets any rank delete or overwrite any key, so round data kept there (payloads, relays,
 accusations) can be withheld or padded by any rank and nobody can say who did it. Here every rank
-runs a small read-only HTTP server (:class:`PeerChannel`, stdlib ``ThreadingHTTPServer`` in a daemon
-thread) that serves only what this rank wrote into it; there is no write endpoint. A reader fetches
+runs a small read-only HTTP server (:class:`PeerChannel`, in a daemon thread; its connections bounded by
+:class:`~dgrpo.transports.peerhttp.BoundedServer`) that serves only what this rank wrote into it; there
+is no write endpoint. A reader fetches
 ``GET /v/{key}`` from the key's owner with ``http.client``: a connect and read timeout, a wall-clock
 budget per request and a byte cap (more is refused, never read). So a payload missing at the deadline
 is its owner's doing (its own server did not serve it), and the only thing a rank can disturb is its
 own server (and the start-up, through the store: :mod:`dgrpo.transports.rendezvous`).
 
-Addresses: rank k publishes ``host:port`` under ``addr/{k}`` of the rendezvous store; a reader
-resolves each peer once and keeps it; :meth:`DistributedTransport.check_startup` signs every rank's
-map, so an address overwritten in the store stops the run at start-up instead of splitting it.
+Addresses: rank k publishes ``{"addr": "host:port", "sig": …}`` under ``addr/{k}`` of the rendezvous
+store, signed with its roster key (:class:`AddressKeys`, with ``swarm.protocol.roster``); a reader takes
+only a record that verifies under k's key, names the signer of any other (or ``unsigned``) in one log
+line and reads again, while k puts its record back (:meth:`PeerChannel.reassert`); it keeps the first
+valid one. :meth:`DistributedTransport.check_startup` then signs every rank's map, so an address
+overwritten in the store stops the run at start-up instead of splitting it (without a roster file the
+records are unsigned until then: the ``unsafe_key_exchange`` opt-in).
 Host: ``DGRPO_SERVE_HOST`` or the local address that reaches ``MASTER_ADDR`` (127.0.0.1 on loopback);
 port: ``DGRPO_SERVE_PORT`` (+ ``LOCAL_RANK``) or one the OS picks.
 """
 
 from __future__ import annotations
 
+import datetime
 import http.client
+import json
+import logging
 import os
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import quote, unquote
 
+from dgrpo.transports.peerhttp import BoundedServer
+
 _CHUNK = 1 << 16
+log = logging.getLogger(__name__)
 
 
 class _Handler(BaseHTTPRequestHandler):
-    # A connection that sends no request (or stops reading) is closed after this many seconds, so a peer
-    # holding idle connections open (slowloris) ties up a server thread for at most that long.
+    # A connection that stops sending or reading mid-request is closed after this many seconds (one that
+    # sends no request at all is parked without a thread and closed after as long: peerhttp.BoundedServer).
     timeout = 2.0
 
     def do_GET(self):  # noqa: N802 (http.server's name)
@@ -71,6 +82,63 @@ def local_host() -> str:
         return "127.0.0.1"
 
 
+class AddressKeys:
+    """Signs this rank's server address and checks its peers' (issue 31: nothing read from the store is
+    trusted unsigned).
+
+    Args:
+        rank: this node; key: its Ed25519 private key; roster: the run's
+            :class:`~dgrpo.swarm.identity.Roster`; bound: what every record is bound to (the config
+            fingerprint: a record of another config does not verify).
+
+    A record is ``{"addr": "host:port", "sig": 128 hex digits}``, the signature over
+    ``dgrpo/addr|{node}|{addr}|{bound}``.
+    """
+
+    def __init__(self, rank: int, key, roster, bound: str):
+        self.rank, self.key, self.roster, self.bound = rank, key, roster, bound
+
+    def _text(self, node: int, addr: str) -> bytes:
+        return f"dgrpo/addr|{node}|{addr}|{self.bound}".encode()
+
+    def record(self, addr: str) -> bytes:
+        return json.dumps({"addr": addr, "sig": self.key.sign(self._text(self.rank, addr)).hex()}).encode()
+
+    def signer(self, node: int, addr: str, sig) -> int | None:
+        """The roster node whose key signed ``addr`` as ``node``'s address (``node`` first), else None."""
+        from cryptography.exceptions import InvalidSignature
+
+        from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
+
+        raw = canonical_hex(sig, SIGNATURE_HEX)
+        for n in [node, *sorted(set(self.roster.keys) - {node})] if raw is not None else []:
+            try:
+                self.roster.public(n).verify(raw, self._text(node, addr))
+                return n
+            except InvalidSignature:
+                continue
+        return None
+
+
+def read_address(keys: AddressKeys | None, owner: int, raw: bytes) -> tuple[str | None, str | None]:
+    """(address, None) from ``owner``'s record in the store, or (None, why it is refused): without
+    ``keys`` (no roster file) any well-formed record is taken."""
+    try:
+        rec = json.loads(raw)
+        addr, sig = rec["addr"], rec["sig"]
+        if not isinstance(addr, str) or addr.count(":") < 1 or len(addr) > 300:
+            raise ValueError(addr)
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return None, f"is not a signed address record ({ascii(raw[:40])}; unsigned: its writer cannot be named)"
+    if keys is None:
+        return addr, None
+    by = keys.signer(owner, addr, sig)
+    if by == owner:
+        return addr, None
+    return None, (f"is signed by node {by}, not node {owner}" if by is not None else
+                  f"is not signed by node {owner} (unsigned: its writer cannot be named)")
+
+
 class PeerChannel:
     """This rank's own read-only server, and reads of its peers' servers.
 
@@ -83,8 +151,10 @@ class PeerChannel:
     :meth:`fetch` (owner, key, byte cap, deadline) → ``(value or None, problem or None)``.
     """
 
-    def __init__(self, rank: int, store=None, host: str | None = None, port: int | None = None):
-        self.rank, self.store = rank, store
+    def __init__(self, rank: int, store=None, host: str | None = None, port: int | None = None,
+                 keys: AddressKeys | None = None):
+        self.rank, self.store, self.keys = rank, store, keys
+        self.bad_addr: dict[int, str] = {}  # owner → why its record in the store was refused (last seen)
         self.values: dict[str, bytes] = {"accuse": b""}  # (served from the start: none yet, not "gone")
         self.lock = threading.Lock()
         self.addrs: dict[int, str] = {}
@@ -95,14 +165,14 @@ class PeerChannel:
         if port is None:
             base = os.environ.get("DGRPO_SERVE_PORT")
             port = int(base) + int(os.environ.get("LOCAL_RANK", "0")) if base else 0
-        self.server = ThreadingHTTPServer((host, port), _Handler)
-        self.server.daemon_threads = True
+        self.server = BoundedServer((host, port), _Handler)
         self.server.channel = self  # type: ignore[attr-defined]
         self.address = f"{host}:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, name=f"dgrpo-serve-{rank}", daemon=True).start()
         self.addrs[rank] = self.address
+        self._record = keys.record(self.address) if keys else json.dumps({"addr": self.address, "sig": ""}).encode()
         if store is not None:
-            store.set(f"addr/{rank}", self.address.encode())
+            store.set(f"addr/{rank}", self._record)
 
     # ------------------------------------------------------------------ own values
     def serve(self, key: str, reader: str) -> bytes | None:
@@ -140,14 +210,31 @@ class PeerChannel:
 
     # ------------------------------------------------------------------ peers
     def address_of(self, owner: int) -> str | None:
-        """A peer's address, read once from the store (``addr/{owner}``) and kept."""
+        """A peer's address: the first record under ``addr/{owner}`` in the store that ``owner`` signed
+        (:func:`read_address`), kept; any other is refused and named in one log line (read again later)."""
         if owner not in self.addrs and not self.frozen and self.store is not None:
             try:
                 if self.store.check([f"addr/{owner}"]):
-                    self.addrs[owner] = self.store.get(f"addr/{owner}").decode(errors="replace")
+                    self.store.set_timeout(datetime.timedelta(seconds=2))  # (deleted between check and get)
+                    addr, problem = read_address(self.keys, owner, self.store.get(f"addr/{owner}"))
+                    if addr is not None:
+                        self.addrs[owner] = addr
+                    elif self.bad_addr.get(owner) != problem:
+                        self.bad_addr[owner] = problem
+                        log.warning("node %d: refused the server address of node %d in the store (addr/%d): it %s",
+                                    self.rank, owner, owner, problem)
             except Exception:  # noqa: BLE001 - the store is gone: the peer is unreachable
                 return None
         return self.addrs.get(owner)
+
+    def reassert(self) -> None:
+        """While addresses are still read (start-up): put this rank's record back if it was overwritten or deleted."""
+        if self.frozen or self.store is None:
+            return
+        try:
+            self.store.set(f"addr/{self.rank}", self._record)  # (one write: cheaper than reading it first)
+        except Exception:  # noqa: BLE001 - the store is gone: its reads fail as well
+            pass
 
     def fetch(self, owner: int, key: str, cap: int, deadline: float, budget: float = 2.0) -> tuple[bytes | None, str | None]:
         """``owner``'s value of ``key``: (bytes, None); (None, None) not served (yet) or unreachable;

@@ -177,3 +177,27 @@ def check_key_exchange(cfg: "RunConfig") -> None:
     if far:
         raise ConfigError(f"swarm.unsafe_key_exchange=true is refused for peers beyond this machine ({far[0]} is not "
                           f"a loopback address): {fix}")
+
+
+def address_keys(cfg: "RunConfig", rank: int):
+    """This rank's :class:`~dgrpo.transports.peerserve.AddressKeys` (it signs its server address in the
+    store; peers check theirs) from ``swarm.protocol.roster`` and its key; None without a roster file
+    (the addresses are then checked only by the signed start-up check, ``unsafe_key_exchange``).
+
+    Raises:
+        ConfigError: the roster file or this rank's private key is unreadable (names the file).
+    """
+    from pathlib import Path
+
+    from dgrpo.swarm.identity import Roster, key_path, load_private_key
+    from dgrpo.transports.peerserve import AddressKeys
+
+    pc = cfg.swarm.protocol
+    if pc.roster is None:
+        return None
+    try:
+        roster = Roster.load(pc.roster)
+        key = load_private_key(key_path(pc.key_dir or Path(pc.roster).parent, rank))
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    return AddressKeys(rank, key, roster, config_fingerprint(cfg))

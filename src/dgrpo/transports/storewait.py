@@ -8,15 +8,13 @@ Round data never goes through the shared c10d store, where any rank can delete o
   deadline is k's doing: k is accused (signed) and is a failed peer of that round under
   ``on_peer_failure``; one served over its byte cap or slower than the time budget is named
   (``transport`` in ``peers.jsonl``, under k) and left out of that round, without an accusation.
-* ``accuse``: node j's own accusations, one JSON line ``{"by": j, "peer": k, "tag": t, "sig": …}`` each,
-  served by j (at most ``_ACCUSE_LINES`` read). k is expelled (left out of later exchanges, and told so
-  when it posts) once more than half of the live nodes accused it in one exchange; a lone accusation
-  expels nobody and is named under its signer; a server that serves anything else there (a line it
-  did not sign, junk, too much, too slowly) is named once and not asked again. A signed copy of each
-  line is appended to ``accuse/by/{j}`` in the store, read only when j's server is gone (a node that
-  stalled past its peers learns it was expelled); nothing read there is blamed on anyone.
-* ``{tag}/status/{k}`` in the store: ``left:{signature}``, k stopped on an error and will not post
-  ``tag`` (its server may be gone). Signed by k's roster key; an unsigned one (start-up) is ignored.
+* ``accuse``: node j's own signed accusations, served by j (:mod:`dgrpo.transports.accusations`): k is
+  expelled (left out of later exchanges, and told so when it posts) once more than half of the live
+  roster of one exchange accused it in that exchange; a lone accusation expels nobody and is named
+  under its signer.
+* ``{tag}/status/{k}`` in the store: lines ``left:{signature}`` appended by k, which stopped on an error and
+  will not post ``tag`` (its server may be gone). Only a line k's roster key signed counts; anything else
+  there is named once in the log (its signer, or unsigned); before the keys exist all are ignored.
 
 Every wait ends at the exchange's deadline (``timeout_s`` after this node posted): peers are polled
 at once with bounded reads (:meth:`PeerChannel.fetch`). Start-up exchanges (``timeout_s`` given to
@@ -34,35 +32,26 @@ from typing import Iterable
 
 from dgrpo.errors import PeerFailure
 from dgrpo.registry import LazyModule
+from dgrpo.transports.accusations import Accusations, quorum  # noqa: F401 (quorum: re-exported)
 from dgrpo.transports.framing import OPEN
 
 log = logging.getLogger(__name__)
 dist = LazyModule("torch.distributed")
 
 _SLICE_S = 0.25  # longest pause between two polls of the store
-_ACCUSE_LINES = 256  # most accusation lines read from one signer
-_ACC_TTL_S = 1.0  # how long fetched accusations are reused (each fetch asks every live peer's server)
 
 
 def _seconds(s: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=max(s, 0.001))
 
 
-def quorum(live: int) -> int:
-    """Accusers needed to expel a node from a swarm of ``live`` live nodes (itself included): more than
-    half of them (3 of 4, 2 of 3); in a swarm of 2, the one peer (no majority exists there)."""
-    return max(1, min(live // 2 + 1, live - 1))
-
-
-class StoreExchange:
+class StoreExchange(Accusations):
     """Post, collect and blame through each rank's own server (``self.chan``, :mod:`peerserve`) and, for
     leave marks and the accusations of a gone peer, ``self.store`` (mixed into the distributed transport).
 
     Expects ``store`` (a PrefixStore), ``chan``, ``rank``, ``world_size``, ``alive``, ``failed``, ``rejected``,
     ``timeout_s``, ``limit_name``, ``on_peer_failure``, ``signer``, ``verifier``, ``_junk_accusers`` on ``self``.
     """
-
-    _acc_ttl = _ACC_TTL_S
 
     # ------------------------------------------------------------------ store calls
     @staticmethod
@@ -163,15 +152,22 @@ class StoreExchange:
                               "than splitting the swarm")
 
     def _status(self, tag: str, peer: int, deadline: float) -> str | None:
-        """``left`` if ``peer`` put a leave mark it signed for ``tag`` in the store (it stopped on an error:
-        its own server may be gone), else None (nothing, junk, forged, or unsigned at start-up)."""
+        """``left`` if ``peer`` appended a leave mark it signed for ``tag`` in the store (it stopped on an error:
+        its own server may be gone), else None. Anything else there (junk, a mark another key signed, an
+        unsigned one) is refused and named once in the log: its signer, or ``unsigned``."""
         raw = self._read(f"{tag}/status/{peer}", deadline)
-        if raw is None:
+        if raw is None or getattr(self, "keys", None) is None:  # (before the keys exist: unsigned, ignored)
             return None
-        text = raw.decode(errors="replace")
-        if (text.startswith("left:") and getattr(self, "keys", None) is not None
-                and self._valid(peer, f"left|{tag}|{peer}", text[5:])):
+        lines = raw[:4096].decode(errors="replace").splitlines()[:16]
+        if any(x.startswith("left:") and self._valid(peer, f"left|{tag}|{peer}", x[5:]) for x in lines):
             return "left"
+        if (tag, peer) not in self._marks_named:
+            self._marks_named.add((tag, peer))
+            by = [n for n in sorted(self.keys.roster.keys) for x in lines
+                  if x.startswith("left:") and self._valid(n, f"left|{tag}|{peer}", x[5:])]
+            log.warning("node %d: refused a leave mark for node %d in the store (%s/status/%d): %s", self.rank, peer,
+                        tag, peer, f"signed by node {by[0]}, not node {peer}" if by else
+                        f"not signed by node {peer} (unsigned: its writer cannot be named)")
         return None
 
     def _cap(self, tag: str) -> int:
@@ -194,87 +190,6 @@ class StoreExchange:
             futs = {o: pool.submit(self.chan.fetch, o, key_of(o), cap, deadline, budget) for o in owners}
             return {o: f.result() for o, f in futs.items()}
 
-    def accusations(self, peer: int, deadline: float) -> dict[str, set[int]]:
-        """Exchange tag → the live nodes whose valid accusation against ``peer`` names that exchange.
-
-        Each node serves its own accusations (``accuse``: one JSON line per accusation) from its own
-        server, so nobody can delete or pad another's; at most ``_ACCUSE_LINES`` lines are read from a
-        signer, and a signer that serves junk there is named once (``accusation: junk``)."""
-        now = time.monotonic()
-        cached = getattr(self, "_acc_cache", None)
-        if cached is None or now - cached[0] > self._acc_ttl:
-            owners = sorted(self.alive - self._junk_accusers)  # (one that served junk is not asked again)
-            fetched = self._fetch_all(owners, lambda o: "accuse", _ACCUSE_LINES * 512, min(deadline, now + 1.0), 1.0)
-            lines = {}
-            for by, (raw, problem) in fetched.items():
-                items = []
-                bad = problem
-                if raw is None and problem is None and by != self.rank:  # its server is gone (it left or
-                    # stalled): the signed copy it put in the store (anyone may delete or pad it: nothing
-                    # read there is blamed on anyone)
-                    raw, bad = self._read(f"accuse/by/{by}", min(deadline, now + 1.0)), "store"
-                for line in (raw or b"")[: _ACCUSE_LINES * 512].splitlines()[:_ACCUSE_LINES]:
-                    try:
-                        item = json.loads(line)
-                        ok = (isinstance(item, dict) and item.get("by") == by and isinstance(item.get("tag"), str)
-                              and isinstance(item.get("peer"), int)
-                              and self._valid(by, f"accuse|{item['tag']}|{item['peer']}", item.get("sig")))
-                    except (ValueError, RecursionError, TypeError):
-                        ok = False
-                    if ok:
-                        items.append((item["peer"], item["tag"]))
-                    elif bad != "store":
-                        bad = bad or "a line that is not an accusation it signed"
-                if bad and bad != "store" and by != self.rank and by not in self._junk_accusers:
-                    self._junk_accusers.add(by)
-                    reason = f"accusation: node {by} serves junk as its accusations ({bad[:120]}); refused for the run"
-                    log.warning("%s", reason)
-                    self.rejected.append((by, reason))
-                lines[by] = items
-            self._acc_cache = cached = (time.monotonic(), lines)
-        out: dict[str, set[int]] = {}
-        for by, items in cached[1].items():
-            if by == peer or by not in self.alive:
-                continue
-            for p, tag in items:
-                if p == peer:
-                    out.setdefault(tag, set()).add(by)
-        return out
-
-    def _accuse(self, peer: int, tag: str) -> None:
-        line = json.dumps({"by": self.rank, "peer": peer, "tag": tag, "sig": self._signed(f"accuse|{tag}|{peer}")})
-        self.chan.append("accuse", (line + "\n").encode())
-        try:  # a signed copy in the store, read only once this node's server is gone
-            self._store_call(self.store.append, f"accuse/by/{self.rank}", (line + "\n").encode())
-        except PeerFailure:
-            pass
-        self._acc_cache = None
-
-    def _expelled(self, peer: int, deadline: float) -> tuple[str, list[int]] | None:
-        """(exchange, accusers) if a quorum of ``peer``'s live peers accused it in one exchange."""
-        need = quorum(len(self.alive | {peer}))
-        for tag, by in sorted(self.accusations(peer, deadline).items()):
-            if len(by) >= need:
-                return tag, sorted(by)
-        return None
-
-    def report_lone_accusations(self, deadline: float) -> None:
-        """Name (once) every node that accused a peer without a quorum behind it: ``rejected`` gets
-        ``(accuser, "accusation: …")``, so peers.jsonl attributes it to the signer."""
-        self._acc_cache = None
-        for peer in sorted(self.alive):
-            for tag, by in self.accusations(peer, deadline).items():
-                if len(by) >= quorum(len(self.alive | {peer})):
-                    continue
-                for accuser in sorted(by - {self.rank}):
-                    if (accuser, tag, peer) in self._lone_seen:
-                        continue
-                    self._lone_seen.add((accuser, tag, peer))
-                    reason = (f"accusation: node {accuser} accused node {peer} of missing exchange {tag!r} with "
-                              f"{len(by)} of the {quorum(len(self.alive | {peer}))} accusers needed; nobody is expelled")
-                    log.warning("%s", reason)
-                    self.rejected.append((accuser, reason))
-
     # ------------------------------------------------------------------ exchange
     def post(self, tag: str, payload: bytes, framed: bool = False) -> None:
         """Serve this node's payload of exchange ``tag`` from its own server (``framed``: as one frame).
@@ -284,6 +199,7 @@ class StoreExchange:
         """
         deadline = time.monotonic() + self.timeout_s
         self._acc_cache = None
+        self.live_at(tag)
         out = self._expelled(self.rank, deadline)
         if out is not None:
             self.alive.discard(self.rank)
@@ -304,6 +220,7 @@ class StoreExchange:
             PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it).
         """
         deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
+        self.live_at(tag)
         pending = sorted((set(peers) & self.alive) - {self.rank})
         got: dict[int, bytes] = {}
         bad: dict[int, str] = {}
@@ -311,6 +228,7 @@ class StoreExchange:
         cap = self._cap(tag)
         next_blame, delay = time.monotonic() + 1.0, 0.005
         while pending:
+            self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
             fetched = self._fetch_all(pending, lambda p: f"{tag}/data/{p}", cap, deadline)
             for peer, (data, problem) in fetched.items():
                 if data is not None:
@@ -342,6 +260,11 @@ class StoreExchange:
         for peer, problem in sorted(bad.items()):
             log.warning("node %d: exchange %r: node %d's server %s", self.rank, tag, peer, problem)
             self.rejected.append((peer, f"transport: exchange {tag!r}: {problem[:160]}"))
+        forged = [f"the server address of node {p} in the store (addr/{p}): it {self.chan.bad_addr[p]}" for p in pending
+                  if p in self.chan.bad_addr and p not in self.chan.addrs]
+        if forged:  # (start-up only: addresses are never read again once the ranks checked them)
+            raise PeerFailure(f"node {self.rank} refused {'; '.join(forged)}; another rank wrote over it (until "
+                              f"{self.limit_name}={self.timeout_s:g}s); stopping before round 0")
         for peer in pending:
             self.rejected.append((peer, f"missing payload: its server did not serve exchange {tag!r}"))
             self._accuse(peer, tag)
@@ -382,7 +305,8 @@ class StoreExchange:
         log.warning("%s; continuing without it this round (swarm.on_peer_failure=continue)", text)
 
     def leave(self, tags: Iterable[str]) -> None:
-        """Mark this node's exchanges ``tags`` as left (signed), so peers stop waiting for it at once."""
-        for tag in tags:  # (never over a posted mark: peers may still read that exchange)
-            self._store_call(self.store.compare_set, f"{tag}/status/{self.rank}", "",
-                             f"left:{self._signed(f'left|{tag}|{self.rank}')}")
+        """Mark this node's exchanges ``tags`` as left (signed, appended: junk another rank wrote there
+        first cannot keep the mark out), so peers stop waiting for it at once."""
+        for tag in tags:
+            self._store_call(self.store.append, f"{tag}/status/{self.rank}",
+                             f"\nleft:{self._signed(f'left|{tag}|{self.rank}')}\n".encode())  # (own line)

@@ -42,6 +42,8 @@ def _node(node: int, args: list[str], log_path: str, scenario: str) -> None:
     logging.root.handlers.clear()  # pytest's capture handlers came along with the fork
     if scenario.startswith("forge:"):
         forge(scenario, node)
+    elif scenario.startswith("replay:"):
+        replay(scenario, node)
     else:
         apply_scenario(scenario, node, args)  # die:R:ROUND, stall:R:ROUND:SECONDS
     from dgrpo.cli import main
@@ -108,7 +110,8 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 def forge(scenario: str, node: int) -> None:
     """``forge:R:V``: node R, after posting each round's messages, writes two forged records for node V:
     one under V's own subkey signed with R's key (every DHT node refuses it), one under a subkey that
-    claims V's slot with R's own key (a valid signature; receivers refuse it: not V's key).
+    claims V's slot with R's own key (a valid signature, but not the roster's pair: every DHT node refuses it
+    since issue 31, and so would every receiver).
     The forged payload is R's messages relabelled as V's."""
     _, who, victim = scenario.split(":")
     if int(who) != node:
@@ -137,5 +140,37 @@ def forge(scenario: str, node: int) -> None:
         ok_mine = self.dht.store(key, value, get_dht_time() + 60, subkey=mine)
         print(f"forger {node}: {tag}: under node {victim}'s subkey stored={ok_theirs}; "
               f"under its own key for node {victim}'s slot stored={ok_mine}", flush=True)
+
+    ht.HivemindTransport.post = post
+
+
+def replay(scenario: str, node: int) -> None:
+    """``replay:R:OF``: in every message round node R waits (up to 20 s) for its peers' records, reads their signed
+    messages and adds to its own payload (issue 31): ``respelled``, each with its signature in upper case;
+    ``copies``, each three times; ``other_round``, the previous round's messages as they were signed."""
+    _, who, of = scenario.split(":")
+    if int(who) != node:
+        return
+    from dgrpo.transports import hivemind as ht
+
+    original, last = ht.HivemindTransport.post, []
+
+    def post(self, tag, payload):
+        if not (tag.startswith("r") and tag[1:].isdigit()):
+            return original(self, tag, payload)
+        others, deadline = (self.alive - {self.rank}), time.monotonic() + 20
+        got = {}
+        while others - got.keys() and time.monotonic() < deadline:
+            got.update({n: rec[1] for n, rec in self.read(self.key(tag), others).items()})
+            time.sleep(0.2)
+        current = [m for n in sorted(got) for m in json.loads(got[n])["messages"]]
+        extra = {"respelled": [{**m, "signature": m["signature"].upper()} for m in current],
+                 "copies": current * 3, "other_round": list(last)}[of]
+        last[:] = current
+        data = json.loads(payload)
+        data["messages"] += extra
+        data["labels"] = data.get("labels", []) + ["honest"] * len(extra)
+        print(f"replayer {node}: {tag}: {len(extra)} {of} messages added", flush=True)
+        return original(self, tag, json.dumps(data).encode())
 
     ht.HivemindTransport.post = post

@@ -44,6 +44,8 @@ def _node(node: int, args: list[str], log_path: str, scenario: str) -> None:
         forge(scenario, node)
     elif scenario.startswith("replay:"):
         replay(scenario, node)
+    elif scenario.startswith("omit:"):
+        omit(scenario, node)
     else:
         apply_scenario(scenario, node, args)  # die:R:ROUND, stall:R:ROUND:SECONDS
     from dgrpo.cli import main
@@ -174,3 +176,24 @@ def replay(scenario: str, node: int) -> None:
         return original(self, tag, json.dumps(data).encode())
 
     ht.HivemindTransport.post = post
+
+
+def omit(scenario: str, node: int) -> None:
+    """``omit:R:V``: node R's commit view of every message round leaves node V out (a lone accusation: before issue
+    31, every node dropped V's messages and V left the swarm)."""
+    _, who, victim = scenario.split(":")
+    if int(who) != node:
+        return
+    from dgrpo.transports import hivemind as ht
+
+    original = ht.HivemindTransport.exchange
+
+    def exchange(self, tag, payload):
+        if tag.startswith("v") and tag[1:].isdigit():
+            view = json.loads(payload)
+            view.pop(victim, None)
+            payload = json.dumps(view).encode()
+            print(f"accuser {node}: {tag}: node {victim} left out of its view", flush=True)
+        return original(self, tag, payload)
+
+    ht.HivemindTransport.exchange = exchange

@@ -199,3 +199,19 @@ def test_a_node_replaying_its_peers_signed_messages_gets_nobody_honest_struck(tm
             assert p["peers"]["3"]["transport"].get(rule, 0) >= 6, p  # named: it delivered them
     training = lambda recs: [{k: v for k, v in r.items() if k.startswith(("train/", "eval/"))} for r in recs]  # noqa: E731
     assert training(comparable(read_metrics(run_dir))) == training(want)
+
+
+def test_a_lone_view_leaving_an_honest_node_out_changes_nothing_and_names_its_sender(tmp_path, tiny_model_dir):
+    """Issue 31: node 3's commit views leave node 1 out every round. Before, every node dropped node 1's messages and
+    node 1 left (exit 3). Now nobody is dropped, node 3 is named (``accusation``) and training equals the clean run."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[3]", *ATTACK, *COMMON, B2, "rounds=2",
+            "swarm.timeout_s=30", "swarm.on_peer_failure=continue"]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = hivemind(tmp_path, "h", 4, args, scenario="omit:3:1")
+    assert codes(results) == [0, 0, 0, 0], results[1].output[-3000:]
+    assert "accuser 3: v1: node 1 left out of its view" in results[3].output
+    for p in _peers(run_dir):
+        assert p["peers"]["3"]["transport"] == {"accusation": 1}, p
+        assert all(p["peers"][n]["transport"] == {} for n in "012"), p
+    got = [{k: v for k, v in r.items() if k != "swarm/invalid_transport"} for r in comparable(read_metrics(run_dir))]
+    assert got == want

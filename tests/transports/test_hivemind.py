@@ -129,6 +129,7 @@ def test_stalled_peer_is_dropped_by_all_and_leaves_when_it_wakes(tmp_path, tiny_
     records = read_metrics(run_dir)
     assert [r["swarm/messages"] for r in records[:4]] == [8, 8, 6, 6]
     assert records[2]["train/reward/node3"] is None
+    assert _peers(run_dir)[2]["peers"]["3"]["transport"] == {"missing payload": 1}  # named in peers.jsonl (issue 31)
 
 
 def test_a_node_joining_at_round_2_of_a_heterogeneous_swarm_takes_part_from_round_2(tmp_path, tiny_model_dir,

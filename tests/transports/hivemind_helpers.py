@@ -43,7 +43,7 @@ def _node(node: int, args: list[str], log_path: str, scenario: str) -> None:
     if scenario.startswith("forge:"):
         forge(scenario, node)
     elif scenario.startswith("replay:"):
-        replay(scenario, node)
+        replay(scenario, node, args)
     elif scenario.startswith("omit:"):
         omit(scenario, node)
     else:
@@ -146,10 +146,12 @@ def forge(scenario: str, node: int) -> None:
     ht.HivemindTransport.post = post
 
 
-def replay(scenario: str, node: int) -> None:
+def replay(scenario: str, node: int, args: list[str]) -> None:
     """``replay:R:OF``: in every message round node R waits (up to 20 s) for its peers' records, reads their signed
     messages and adds to its own payload (issue 31): ``respelled``, each with its signature in upper case;
-    ``copies``, each three times; ``other_round``, the previous round's messages as they were signed."""
+    ``copies``, each three times; ``other_round``, the previous round's messages as they were signed;
+    ``other_run``, each as its signer signed it for another run under the same roster key (the test's key folder
+    holds every node's key: a real attacker would have recorded them in that run)."""
     _, who, of = scenario.split(":")
     if int(who) != node:
         return
@@ -166,8 +168,17 @@ def replay(scenario: str, node: int) -> None:
             got.update({n: rec[1] for n, rec in self.read(self.key(tag), others).items()})
             time.sleep(0.2)
         current = [m for n in sorted(got) for m in json.loads(got[n])["messages"]]
-        extra = {"respelled": [{**m, "signature": m["signature"].upper()} for m in current],
-                 "copies": current * 3, "other_round": list(last)}[of]
+        if of == "other_run":
+            from dgrpo.swarm.identity import Signer, key_path, load_private_key
+            from dgrpo.swarm.validation import parse_message
+
+            key_dir = next(a.split("=", 1)[1] for a in args if a.startswith("swarm.protocol.key_dir="))
+            msgs = [parse_message(m)[0] for m in current]
+            extra = [Signer(m.node, load_private_key(key_path(key_dir, m.node)), "another-run|fp").sign(m).to_dict()
+                     for m in msgs if m is not None]
+        else:
+            extra = {"respelled": [{**m, "signature": m["signature"].upper()} for m in current],
+                     "copies": current * 3, "other_round": list(last)}[of]
         last[:] = current
         data = json.loads(payload)
         data["messages"] += extra

@@ -181,13 +181,16 @@ def _peers(run_dir):
     return [json.loads(line) for line in (run_dir / "peers.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("of, rule", [("respelled", "malformed"), ("copies", "copy"), ("other_round", "round")])
+@pytest.mark.parametrize("of, rule", [("respelled", "malformed"), ("copies", "copy"), ("other_round", "round"),
+                                     ("other_run", "run")])
 def test_a_node_replaying_its_peers_signed_messages_gets_nobody_honest_struck(tmp_path, tiny_model_dir, of, rule):
     """Issue 31 over hivemind: node 3 adds to its own record its peers' signed messages of the round re-spelled (upper-case
-    signatures) or three times each, or last round's; ban_after=2. Nobody honest is struck or banned, node 3 is named
-    as the node that delivered them, and the honest training equals the run whose attacker adds nothing."""
+    signatures) or three times each, last round's, or as signed for another run under the same roster keys;
+    ban_after=2. Nobody honest is struck or banned, node 3 is named as the node that delivered them, and the honest
+    training equals the run whose attacker adds nothing."""
+    keys = roster(tmp_path, 4) if of == "other_run" else []
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[3]", *ATTACK, *COMMON, B2, "rounds=2",
-            "swarm.protocol.ban_after=2", "swarm.timeout_s=30"]
+            "swarm.protocol.ban_after=2", "swarm.timeout_s=30", *keys]
     want = in_process(tmp_path, "in", args)
     results, run_dir = hivemind(tmp_path, "h", 4, args, scenario=f"replay:3:{of}")
     assert codes(results) == [0, 0, 0, 0], results[0].output[-3000:]
@@ -195,7 +198,7 @@ def test_a_node_replaying_its_peers_signed_messages_gets_nobody_honest_struck(tm
     for p in _peers(run_dir):
         assert p["banned"] == {}, p
         for n in "012":
-            assert p["peers"][n]["accepted"] == 2 and set(p["peers"][n]["rejected"]) <= {"round"}, p
+            assert p["peers"][n]["accepted"] == 2 and set(p["peers"][n]["rejected"]) <= {"round", "run"}, p  # no strike
         if p["round"] == 1 or of != "other_round":
             assert p["peers"]["3"]["transport"].get(rule, 0) >= 6, p  # named: it delivered them
     training = lambda recs: [{k: v for k, v in r.items() if k.startswith(("train/", "eval/"))} for r in recs]  # noqa: E731

@@ -195,17 +195,19 @@ def test_a_payload_most_views_missed_is_dropped_by_all_and_its_node_leaves(dhts)
                for t in ts[:3]), [t.rejected for t in ts]
 
 
-def test_records_under_fresh_keys_and_oversized_records_cannot_stop_or_split_a_round(dhts):
+@pytest.mark.parametrize("client_2", [False, True], ids=["all servers", "node 2 in client mode"])
+def test_records_under_fresh_keys_and_oversized_records_cannot_stop_split_or_slow_a_round(dhts, client_2):
     """Every record of a key comes back in one libp2p message (4 MiB at most). Node 3 stores eight 900 kB records
     under fresh keys and a 3 MiB payload of the quadratic frame header under its own, then takes part as usual.
-    Before, every DHT node took them: node 2, reading through a client-mode node, missed every peer (a split
-    swarm). Now every DHT node refuses them and every honest node keeps every payload. Open: after such a flood
-    the honest nodes' stores under that key wait hivemind's 3 s RPC timeout once (measured 0.2 s → 3.3-3.6 s a
-    round, before and after the fix; docs/hivemind.md)."""
-    clean = swarm(dhts, client_2=True)
+    Before, every DHT node took them, and node 2, reading through a client-mode node (it holds no copy of the key,
+    as most readers in a swarm larger than a key's 5 replicas), missed every peer: a split swarm. Now every DHT
+    node refuses them and every honest node keeps every payload; where every node is a server, in the time of an
+    attack-free round (+1 s at most). Open: with a client-mode node in the DHT, the honest stores under that key
+    then mostly waited hivemind's 3 s RPC timeout in runs here (a 0.2 s round took 3.1-5.2 s, as on main; docs/hivemind.md)."""
+    clean = swarm(dhts, client_2=client_2)
     out, clean_s = in_threads([lambda t=t: honest_round(t) for t in clean])
     assert out == [PAYLOADS] * 4
-    ts = swarm(dhts, client_2=True)
+    ts = swarm(dhts, client_2=client_2)
     attacker = ts[3]
     key = attacker.key("r0")
     stored = []
@@ -216,8 +218,10 @@ def test_records_under_fresh_keys_and_oversized_records_cannot_stop_or_split_a_r
     stored.append(attacker.dht.store(key, value, time.time() + 60, subkey=subkey))
     assert stored == [False] * 9  # no DHT node took any
     out, seconds = in_threads([lambda t=t: honest_round(t) for t in ts])
-    print(f"flood of records: clean round {clean_s:.2f} s, attacked round {seconds:.2f} s")
+    print(f"flood of records ({'client' if client_2 else 'servers'}): clean round {clean_s:.2f} s, attacked {seconds:.2f} s")
     assert_honest_round_unharmed(ts, out, seconds)
+    if not client_2:
+        assert seconds < clean_s + 1.0, (seconds, clean_s)
 
 
 @pytest.mark.parametrize("attack", ["quadratic frames", "copies"])

@@ -117,7 +117,8 @@ def view_of(t, drop=(), forge=()):
     return view
 
 
-@pytest.mark.parametrize("lie", ["leaves node 1 out", "gives node 1 a digest it did not sign", "says nothing"])
+@pytest.mark.parametrize("lie", ["leaves node 1 out", "gives node 1 a digest it did not sign", "says nothing",
+                                 "sends junk"])
 def test_a_lone_view_against_an_honest_node_changes_nothing_and_names_its_sender(dhts, lie):
     """The old commit dropped any payload one view left out, and its node left: node 3 alone expelled node 1."""
     ts = swarm(dhts)
@@ -127,6 +128,8 @@ def test_a_lone_view_against_an_honest_node_changes_nothing_and_names_its_sender
         attacker.exchange("r0", PAYLOADS[3])
         if lie == "says nothing":
             return None
+        if lie == "sends junk":
+            return attacker.exchange("v0", b"junk")
         view = view_of(attacker, drop=[1]) if lie == "leaves node 1 out" else view_of(attacker, forge=[1])
         return attacker.exchange("v0", json.dumps(view).encode())
     out, seconds = in_threads([lambda t=t: honest_round(t) for t in ts[:3]] + [lying])
@@ -135,8 +138,10 @@ def test_a_lone_view_against_an_honest_node_changes_nothing_and_names_its_sender
     for t in ts[:3]:
         if rule:  # named under its own key, as the sender of that view
             assert named(t, 3, rule) and "node 1" in named(t, 3, rule)[0], t.rejected
-        else:  # its view never came: it is declared failed for v0 (its payload was kept by the views of all)
+        else:  # no view, or junk: it is declared failed for v0 (its payload was kept by the views of all)
             assert t.failed == {3: "v0"}
+            assert named(t, 3, "missing view: it sent no view of exchange 'r0'" if lie == "says nothing" else
+                         "view: its view of exchange 'r0' is not a JSON object")
         assert not [r for s, r in t.rejected if s in (0, 1, 2)], t.rejected
 
 

@@ -56,12 +56,16 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -
     key, vkey = t.key(tag), t.key(f"v{round_idx}")
     mine = {str(n): [hashlib.sha256(b).hexdigest(), seals[n].hex()] for n, b in payloads.items() if n in seals}
     views: dict[int, dict] = {}
-    for peer, raw in sorted(t.exchange(f"v{round_idx}", json.dumps(mine).encode()).items()):
+    raws = t.exchange(f"v{round_idx}", json.dumps(mine).encode())
+    for peer, raw in sorted(raws.items()):
         view = _view(raw)
         if view is None:
             t.declare_failed([peer], f"v{round_idx}", why="sent a malformed view")
         else:
             views[peer] = view
+    for peer in sorted(n for n, tag_ in t.failed.items() if tag_ == f"v{round_idx}"):  # named in peers.jsonl
+        t.reject(vkey, f"missing{peer}", peer, f"view: its view of exchange {tag!r} is not a JSON object" if peer in raws
+                 else f"missing view: it sent no view of exchange {tag!r} within swarm.timeout_s={t.timeout_s:g}s")
 
     def listed(voter: int, node: int) -> str | None:
         entry = views[voter].get(str(node))

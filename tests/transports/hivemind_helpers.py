@@ -42,6 +42,10 @@ def _node(node: int, args: list[str], log_path: str, scenario: str) -> None:
     logging.root.handlers.clear()  # pytest's capture handlers came along with the fork
     if scenario.startswith("forge:"):
         forge(scenario, node)
+    elif scenario.startswith("replay:"):
+        replay(scenario, node, args)
+    elif scenario.startswith("omit:"):
+        omit(scenario, node)
     else:
         apply_scenario(scenario, node, args)  # die:R:ROUND, stall:R:ROUND:SECONDS
     from dgrpo.cli import main
@@ -108,7 +112,8 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 def forge(scenario: str, node: int) -> None:
     """``forge:R:V``: node R, after posting each round's messages, writes two forged records for node V:
     one under V's own subkey signed with R's key (every DHT node refuses it), one under a subkey that
-    claims V's slot with R's own key (a valid signature; receivers refuse it: not V's key).
+    claims V's slot with R's own key (a valid signature, but not the roster's pair: every DHT node refuses it
+    since issue 31, and so would every receiver).
     The forged payload is R's messages relabelled as V's."""
     _, who, victim = scenario.split(":")
     if int(who) != node:
@@ -139,3 +144,67 @@ def forge(scenario: str, node: int) -> None:
               f"under its own key for node {victim}'s slot stored={ok_mine}", flush=True)
 
     ht.HivemindTransport.post = post
+
+
+def replay(scenario: str, node: int, args: list[str]) -> None:
+    """``replay:R:OF``: in every message round node R waits (up to 20 s) for its peers' records, reads their signed
+    messages and adds to its own payload (issue 31): ``respelled``, each with its signature in upper case;
+    ``copies``, each three times; ``other_round``, the previous round's messages as they were signed;
+    ``other_run``, each as its signer signed it for another run under the same roster key (the test's key folder
+    holds every node's key: a real attacker would have recorded them in that run)."""
+    _, who, of = scenario.split(":")
+    if int(who) != node:
+        return
+    from dgrpo.transports import hivemind as ht
+
+    original, last = ht.HivemindTransport.post, []
+
+    def post(self, tag, payload):
+        if not (tag.startswith("r") and tag[1:].isdigit()):
+            return original(self, tag, payload)
+        others, deadline = (self.alive - {self.rank}), time.monotonic() + 20
+        got = {}
+        while others - got.keys() and time.monotonic() < deadline:
+            got.update({n: rec[1] for n, rec in self.read(self.key(tag), others).items()})
+            time.sleep(0.2)
+        current = [m for n in sorted(got) for m in json.loads(got[n])["messages"]]
+        if of == "other_run":
+            from dgrpo.swarm.identity import Signer, key_path, load_private_key
+            from dgrpo.swarm.validation import parse_message
+
+            key_dir = next(a.split("=", 1)[1] for a in args if a.startswith("swarm.protocol.key_dir="))
+            msgs = [parse_message(m)[0] for m in current]
+            extra = [Signer(m.node, load_private_key(key_path(key_dir, m.node)), "another-run|fp").sign(m).to_dict()
+                     for m in msgs if m is not None]
+        else:
+            extra = {"respelled": [{**m, "signature": m["signature"].upper()} for m in current],
+                     "copies": current * 3, "other_round": list(last)}[of]
+        last[:] = current
+        data = json.loads(payload)
+        data["messages"] += extra
+        data["labels"] = data.get("labels", []) + ["honest"] * len(extra)
+        print(f"replayer {node}: {tag}: {len(extra)} {of} messages added", flush=True)
+        return original(self, tag, json.dumps(data).encode())
+
+    ht.HivemindTransport.post = post
+
+
+def omit(scenario: str, node: int) -> None:
+    """``omit:R:V``: node R's commit view of every message round leaves node V out (a lone accusation: before issue
+    31, every node dropped V's messages and V left the swarm)."""
+    _, who, victim = scenario.split(":")
+    if int(who) != node:
+        return
+    from dgrpo.transports import hivemind as ht
+
+    original = ht.HivemindTransport.exchange
+
+    def exchange(self, tag, payload):
+        if tag.startswith("v") and tag[1:].isdigit():
+            view = json.loads(payload)
+            view.pop(victim, None)
+            payload = json.dumps(view).encode()
+            print(f"accuser {node}: {tag}: node {victim} left out of its view", flush=True)
+        return original(self, tag, payload)
+
+    ht.HivemindTransport.exchange = exchange

@@ -80,10 +80,12 @@ def test_a_record_under_another_peers_slot_is_refused_by_every_receiver(tmp_path
     want = in_process(tmp_path, "in", args)
     results, run_dir = hivemind(tmp_path, "h", 3, args, scenario="forge:1:2")
     assert codes(results) == [0, 0, 0], results[0].output[-3000:]
-    assert "under node 2's subkey stored=False; under its own key for node 2's slot stored=True" in results[1].output
+    # (since issue 31 the DHT nodes keep only the roster's (node, key) pairs: the second is refused there too)
+    assert "under node 2's subkey stored=False; under its own key for node 2's slot stored=False" in results[1].output
     for r in (results[0], results[2]):
         assert re.search(r"DHT refused a record for node 2: signature of node 2's record does not verify", r.output), r.node
-        assert "rejected record from node 1 under r0: identity: a record for node 2's slot signed by node 1's key" in r.output
+        assert re.search(r"DHT refused a record for node 2: node 2's record is signed by [0-9a-f]{12}…, not by its roster "
+                         r"key", r.output), r.node
     got = read_metrics(run_dir)
     assert all(rec["swarm/invalid_transport"] >= 1 for rec in got[:2])
     assert [{k: v for k, v in rec.items() if k != "swarm/invalid_transport"} for rec in comparable(got)] == want
@@ -127,6 +129,7 @@ def test_stalled_peer_is_dropped_by_all_and_leaves_when_it_wakes(tmp_path, tiny_
     records = read_metrics(run_dir)
     assert [r["swarm/messages"] for r in records[:4]] == [8, 8, 6, 6]
     assert records[2]["train/reward/node3"] is None
+    assert _peers(run_dir)[2]["peers"]["3"]["transport"] == {"missing payload": 1}  # named in peers.jsonl (issue 31)
 
 
 def test_a_node_joining_at_round_2_of_a_heterogeneous_swarm_takes_part_from_round_2(tmp_path, tiny_model_dir,
@@ -172,3 +175,47 @@ def test_a_node_joins_a_homogeneous_swarm_from_a_peers_checkpoint_and_keeps_an_e
     final = [load_file(d / "checkpoint" / node / "model.safetensors") for d, node in ((run_dir, "node0"),
                                                                                      (tmp_path / "copy", "node2"))]
     assert final[0].keys() == final[1].keys() and all(final[0][k].equal(final[1][k]) for k in final[0])
+
+
+def _peers(run_dir):
+    return [json.loads(line) for line in (run_dir / "peers.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("of, rule", [("respelled", "malformed"), ("copies", "copy"), ("other_round", "round"),
+                                     ("other_run", "run")])
+def test_a_node_replaying_its_peers_signed_messages_gets_nobody_honest_struck(tmp_path, tiny_model_dir, of, rule):
+    """Issue 31 over hivemind: node 3 adds to its own record its peers' signed messages of the round re-spelled (upper-case
+    signatures) or three times each, last round's, or as signed for another run under the same roster keys;
+    ban_after=2. Nobody honest is struck or banned, node 3 is named as the node that delivered them, and the honest
+    training equals the run whose attacker adds nothing."""
+    keys = roster(tmp_path, 4) if of == "other_run" else []
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[3]", *ATTACK, *COMMON, B2, "rounds=2",
+            "swarm.protocol.ban_after=2", "swarm.timeout_s=30", *keys]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = hivemind(tmp_path, "h", 4, args, scenario=f"replay:3:{of}")
+    assert codes(results) == [0, 0, 0, 0], results[0].output[-3000:]
+    assert f"replayer 3: r1: {18 if of == 'copies' else 6} {of} messages added" in results[3].output
+    for p in _peers(run_dir):
+        assert p["banned"] == {}, p
+        for n in "012":
+            assert p["peers"][n]["accepted"] == 2 and set(p["peers"][n]["rejected"]) <= {"round", "run"}, p  # no strike
+        if p["round"] == 1 or of != "other_round":
+            assert p["peers"]["3"]["transport"].get(rule, 0) >= 6, p  # named: it delivered them
+    training = lambda recs: [{k: v for k, v in r.items() if k.startswith(("train/", "eval/"))} for r in recs]  # noqa: E731
+    assert training(comparable(read_metrics(run_dir))) == training(want)
+
+
+def test_a_lone_view_leaving_an_honest_node_out_changes_nothing_and_names_its_sender(tmp_path, tiny_model_dir):
+    """Issue 31: node 3's commit views leave node 1 out every round. Before, every node dropped node 1's messages and
+    node 1 left (exit 3). Now nobody is dropped, node 3 is named (``accusation``) and training equals the clean run."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[3]", *ATTACK, *COMMON, B2, "rounds=2",
+            "swarm.timeout_s=30", "swarm.on_peer_failure=continue"]
+    want = in_process(tmp_path, "in", args)
+    results, run_dir = hivemind(tmp_path, "h", 4, args, scenario="omit:3:1")
+    assert codes(results) == [0, 0, 0, 0], results[1].output[-3000:]
+    assert "accuser 3: v1: node 1 left out of its view" in results[3].output
+    for p in _peers(run_dir):
+        assert p["peers"]["3"]["transport"] == {"accusation": 1}, p
+        assert all(p["peers"][n]["transport"] == {} for n in "012"), p
+    got = [{k: v for k, v in r.items() if k != "swarm/invalid_transport"} for r in comparable(read_metrics(run_dir))]
+    assert got == want

@@ -1,11 +1,11 @@
 """The hivemind transport's protocol on real DHT nodes in this process (one thread per node), its
 start-up failures and its config rules. Multi-process swarms are in test_hivemind.py."""
 
-import hashlib
 import itertools
 import json
 import threading
 import time
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -19,7 +19,7 @@ from hivemind.utils.timed_storage import ValueWithExpiration  # noqa: E402
 
 from dgrpo.config import load_config  # noqa: E402
 from dgrpo.errors import ConfigError, PeerFailure  # noqa: E402
-from dgrpo.transports.dht.launch import config_fingerprint, start_launch  # noqa: E402
+from dgrpo.transports.dht.launch import _allow, config_fingerprint, start_launch  # noqa: E402
 from dgrpo.transports.dht.node import start_dht  # noqa: E402
 from dgrpo.transports.dht.records import SignedRecordValidator, public_hex, seal  # noqa: E402
 from dgrpo.transports.hivemind import HivemindTransport  # noqa: E402
@@ -44,8 +44,14 @@ def dhts(tmp_path_factory):
 
 
 def transports(dhts, n=2, timeout_s=2.0, on_peer_failure="continue", launched=True):
+    """``n`` transports on ``dhts`` with fresh keys in a fresh key space. A launch makes each DHT keep only its
+    roster's records (issue 31); these DHTs serve every test of the module, so each takes any of the test's keys
+    for any node id here (the transports' own checks are what these tests are about)."""
     space = f"dgrpo/test{next(_spaces)}-{time.time_ns()}"
     keys = [Ed25519PrivateKey.generate() for _ in range(n)]
+    for d in dhts:
+        for key in keys:
+            d.run_coroutine(partial(_allow, roster={k: public_hex(key) for k in range(n)}))
     ts = [HivemindTransport(dhts[k], k, n, signing_key=keys[k], namespace=space, honest=range(n), timeout_s=timeout_s,
                             on_peer_failure=on_peer_failure, max_messages=4) for k in range(n)]
     for t in ts:
@@ -71,10 +77,6 @@ def in_threads(fns):
     for th in threads:
         th.join(120)
     return out
-
-
-def digest(t, node, body):
-    return hashlib.sha256(t.roster[node].encode() + b"|" + body).hexdigest()[:32]
 
 
 def test_launch_agrees_on_launch_id_roster_and_values(dhts):
@@ -140,24 +142,7 @@ def test_a_peer_that_said_bye_is_not_waited_for(dhts):
     assert a.failed == {1: "r0"} and time.monotonic() - start < 10
 
 
-def test_commit_drops_a_payload_one_peer_missed_and_the_missed_node_leaves(dhts):
-    ts = transports(dhts, 3)
-    full = {0: b"a", 1: b"b", 2: b"c"}
-    out = in_threads([lambda: ts[0].commit(0, dict(full)), lambda: ts[1].commit(0, dict(full)),
-                      lambda: ts[2].commit(0, {0: b"a", 2: b"c"})])  # node 2 missed node 1's payload
-    assert out[0] == {0: b"a", 2: b"c"} and out[2] == {0: b"a", 2: b"c"}
-    assert isinstance(out[1], PeerFailure) and "node 1 was declared failed by its peers in exchange 'r0'" in str(out[1])
-    assert ts[0].failed == {1: "r0"} and ts[0].alive == {0, 2}
-
-
-def test_commit_names_a_sender_that_showed_peers_different_payloads(dhts, caplog):
-    ts = transports(dhts, 3)
-    out = in_threads([lambda: ts[0].commit(0, {0: b"a", 1: b"b", 2: b"c"}),
-                      lambda: ts[1].commit(0, {0: b"a", 1: b"b", 2: b"c"}),
-                      lambda: ts[2].commit(0, {0: b"a", 1: b"B", 2: b"c"})])  # node 1 equivocated
-    assert out[0] == out[2] == {0: b"a", 2: b"c"}
-    assert "node 1 showed node 2 another payload than this node received (equivocation)" in caplog.text
-    assert digest(ts[0], 1, b"b") != digest(ts[0], 1, b"B")
+# The commit step (a payload one peer missed, equivocation, lone views): test_hivemind_attacks.py.
 
 
 def test_records_signed_by_another_node_or_an_unknown_key_are_refused_and_named(dhts, caplog):
@@ -165,10 +150,11 @@ def test_records_signed_by_another_node_or_an_unknown_key_are_refused_and_named(
     stranger = Ed25519PrivateKey.generate()
     for signer, node, body in ((b._key, 0, b"b signs for 0"), (stranger, 1, b"stranger signs for 1"), (b._key, 1, b"real")):
         subkey, value = seal(signer, b.key("r0"), node, body)
-        assert b.dht.store(b.key("r0"), value, time.time() + 60, subkey=subkey)
-    assert a.read(a.key("r0"), {0, 1}) == {1: (b.roster[1], b"real")}
-    assert sorted(a.rejected) == [(-1, f"identity: a record for node 1 signed by an unknown key {public_hex(stranger)[:12]}…"),
-                                  (1, "identity: a record for node 0's slot signed by node 1's key")]
+        assert b.dht.store(b.key("r0"), value, time.time() + 60, subkey=subkey) == (signer is not stranger)
+    assert {n: rec[:2] for n, rec in a.read(a.key("r0"), {0, 1}).items()} == {1: (b.roster[1], b"real")}
+    assert sorted(a.rejected) == [(1, "identity: a record for node 0's slot signed by node 1's key")]
+    # the stranger's key is in no roster these DHT nodes took: they refused to store it (issue 31); a reader
+    # refuses a record under an unknown key too (test_no_key_is_learnt_from_a_record_...)
 
 
 class _JunkDHT:

@@ -12,10 +12,9 @@ model are in docs/hivemind.md ("How a round moves"); in short:
 * an exchange posts, then reads until every expected live peer is in or ``swarm.timeout_s`` has
   passed (later peers are named; ``on_peer_failure`` aborts or continues); a node stopping on an
   error says ``bye`` on its way out;
-* a message round ends with a commit: every node publishes a digest of each payload it kept and
-  keeps only those that every peer's view lists alike, so all nodes train on the same messages; a
-  node left out of a peer's view leaves, a sender that showed peers different payloads is named
-  (:mod:`dgrpo.transports.dht.commit`).
+* a message round ends with a commit: every node publishes the signed digest of each payload it kept;
+  a payload missed by most views is dropped by all (its late node leaves), a sender with two signed
+  digests is named, a lone view changes nothing (:mod:`dgrpo.transports.dht.commit`).
 
 This module loads light (a config check imports it): hivemind, and through it torch, is imported
 when the transport starts (:func:`hivemind_transport`), the DHT helpers through :class:`LazyModule`.
@@ -34,7 +33,7 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.transports.dht.config import check_fresh_join
 from dgrpo.transports.distributed import DistributedTransport
-from dgrpo.transports.framing import OPEN
+from dgrpo.transports.framing import OPEN, KeyCaps
 from dgrpo.types import Message
 
 if TYPE_CHECKING:
@@ -46,6 +45,11 @@ launch = LazyModule("dgrpo.transports.dht.launch")
 dht_time = LazyModule("hivemind.utils")
 
 DHT_MESSAGE_BYTES = 4 << 20  # libp2p message limit: a read returns every node's record of a key at once
+
+
+def record_limit(nodes: int) -> int:
+    """Bytes of one node's payload per exchange: (4 MiB − 64 KiB) / ``nodes``, so a key's records fit one read."""
+    return (DHT_MESSAGE_BYTES - (64 << 10)) // max(nodes, 1)
 
 
 def _left(deadline: float) -> float:
@@ -64,7 +68,10 @@ class HivemindTransport:
         alive: nodes in the swarm now (a joiner is added at its first round).
         failed: failed node → the exchange in which it was declared failed.
         labels: message key → ground-truth label (bound to ``Swarm.labels``; metrics only).
-        rejected: (sender, reason) of records refused in the last all-gather (sender -1: unknown key).
+        rejected: (sender, reason) of records refused in the last all-gather (sender -1: unknown key; the first
+            all-gather's also holds the launch's: nodes left out of it).
+        caps, carriers: what decode reads of one sender per round (from its share), and who delivered each message.
+        seals: exchange tag → node → record signature of the payload kept (the commit's views carry them).
         first_round: the round this node starts at (its join round; 0 for the initial nodes).
         roster: node → Ed25519 public key (hex) of every node, fixed at launch (joiners' keys by a roster file).
         public_key, agreed, last_round: this node's record key (hex), the values :meth:`agree` agreed
@@ -76,31 +83,24 @@ class HivemindTransport:
                  timeout_s: float, on_peer_failure: str = "abort", max_messages: int = 1 << 20,
                  join: dict[int, int] | None = None, roster: dict[int, str] | None = None, fixed_roster: bool = False):
         self.dht, self.rank, self.world_size = dht, rank, world_size
-        self.local_nodes = [rank]
-        self.honest = sorted(honest)
+        self.local_nodes, self.honest = [rank], sorted(honest)
         self.timeout_s, self.on_peer_failure, self.max_messages = timeout_s, on_peer_failure, max_messages
         self.limit_name = "swarm.timeout_s"  # the setting timeout_s comes from (named in errors)
-        self.join = dict(join or {})
-        self.first_round = self.join.get(rank, 0)
+        self.join, self.first_round = dict(join or {}), (join or {}).get(rank, 0)
         self.alive = {n for n in range(world_size) if n not in self.join} | {rank}
-        self.failed: dict[int, str] = {}
-        self.labels: dict[tuple, str] = {}
+        self.failed, self.labels, self.rejected = {}, {}, []  # (see Attributes)
         self.verifier = None  # set by the run's build; signatures are checked by the swarm
-        self.rejected: list[tuple[int, str]] = []
-        self.caps, self.carriers = OPEN, {}  # (DistributedTransport.decode's key caps; carriers not tracked)
-        self.peer_views: dict = {}  # (not shared over the DHT)
-        self.roster: dict[int, str] = dict(roster or {})
+        self.caps, self.carriers = OPEN, {}  # (DistributedTransport.decode's caps, set from the share; who delivered)
+        self.seals: dict[str, dict[int, bytes]] = {}  # exchange tag → node → record signature of the payload kept
+        self.peer_views, self.roster = {}, dict(roster or {})  # (peer_views: not shared over the DHT)
         self.fixed_roster = fixed_roster  # a roster file: no key is ever learnt from the DHT
-        self.namespace, self.run_id = namespace, ""  # run_id: the launch id, agreed at start
-        self.fingerprint = ""  # of the config, set at launch
-        self.retention_s = 3 * timeout_s + 60  # records outlive every peer's deadline for them
-        self.max_record_bytes = (DHT_MESSAGE_BYTES - (64 << 10)) // max(world_size, 1)
+        self.namespace, self.run_id, self.fingerprint = namespace, "", ""  # the launch id and config's, set at launch
+        self.retention_s, self.max_record_bytes = 3 * timeout_s + 60, record_limit(world_size)  # (outlive every deadline)
         self._key, self.public_key = signing_key, dht_records.public_hex(signing_key)
         self.agreed: dict[str, str] = {}  # tag → the value agreed (agree), published in the launch record
         self.hello = None  # this node's hello while its launch is under way (dht.launch.Hello; refreshed in collect)
         self._seen_rejections: set[tuple[str, str]] = set()
-        self.last_round: int | None = None  # the round of the last all-gather
-        self._closed = False
+        self.last_round, self._closed = None, False  # (the round of the last all-gather)
         atexit.register(self._exit)
 
     # ------------------------------------------------------------------ construction
@@ -112,27 +112,28 @@ class HivemindTransport:
             ConfigError: a bad key, roster or address; configs differ between nodes (names them).
             PeerFailure: the daemon did not start, no bootstrap peer answered, peers missing at launch.
         """
+        from dgrpo.swarm.validation import Limits
         from dgrpo.transports.dht.launch import config_fingerprint, join_launch, node_keys, start_launch
         from dgrpo.transports.dht.node import start_dht
 
         sw, h = cfg.swarm, cfg.swarm.hivemind
-        node = h.node
         identity, key, roster = node_keys(cfg)
         logging.getLogger("hivemind").setLevel(max(logging.WARNING, logging.getLogger().level))
-        dht = start_dht(node, listen=h.listen, announce=h.announce, initial_peers=h.initial_peers, identity_dir=identity,
-                        validator=dht_records.SignedRecordValidator(), daemon_timeout_s=h.daemon_timeout_s,
-                        startup_timeout_s=sw.startup_timeout_s, use_relay=h.use_relay, use_auto_relay=h.use_auto_relay,
-                        client_mode=h.client_mode)
+        dht = start_dht(h.node, listen=h.listen, announce=h.announce, initial_peers=h.initial_peers, identity_dir=identity,
+                        validator=dht_records.SignedRecordValidator(max_value_bytes=record_limit(sw.nodes) + 64, allowed=roster),
+                        daemon_timeout_s=h.daemon_timeout_s, startup_timeout_s=sw.startup_timeout_s,
+                        use_relay=h.use_relay, use_auto_relay=h.use_auto_relay, client_mode=h.client_mode)
         addrs = [str(a) for a in dht.get_visible_maddrs()]
         (identity / "address").write_text("\n".join(addrs) + "\n")  # for scripts that start the other nodes
-        log.info("node %d listening on %s; signing key %s", node, " ".join(addrs), dht_records.public_hex(key))
-        fingerprint = config_fingerprint(cfg)
-        transport = cls(dht, node, sw.nodes, signing_key=key, namespace=f"dgrpo/{h.run_id or 'swarm'}",
+        log.info("node %d listening on %s; signing key %s", h.node, " ".join(addrs), dht_records.public_hex(key))
+        transport = cls(dht, h.node, sw.nodes, signing_key=key, namespace=f"dgrpo/{h.run_id or 'swarm'}",
                         honest=[n for n in range(sw.nodes) if n not in set(sw.malicious)], timeout_s=sw.timeout_s,
                         on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size,
                         join=h.join, roster=roster, fixed_roster=roster is not None)
+        transport.caps = KeyCaps.of(max(1, sw.prompts_per_round * sw.group_size // sw.nodes),
+                                    Limits.for_completions(cfg.sampling.max_new_tokens))  # per sender and round
         try:
-            (join_launch if node in h.join else start_launch)(transport, fingerprint, sw.startup_timeout_s)
+            (join_launch if h.node in h.join else start_launch)(transport, config_fingerprint(cfg), sw.startup_timeout_s)
         except BaseException:
             transport._closed = True
             dht.shutdown()
@@ -151,18 +152,18 @@ class HivemindTransport:
         """The DHT key of exchange ``tag`` in this launch."""
         return f"{self.namespace}/{self.run_id}/{tag}"
 
-    def store(self, key: str, body: bytes, ttl_s: float, wait_s: float = 10.0) -> bool:
-        """Sign and store this node's record under ``key`` (True once at least one DHT node took it)."""
+    def store(self, key: str, body: bytes, ttl_s: float, wait_s: float = 10.0) -> bytes:
+        """Sign and store this node's record under ``key``: its signature once at least one DHT node took it, else b""."""
         subkey, value = dht_records.seal(self._key, key, self.rank, body)
         try:
             future = self.dht.store(key, value, dht_time.get_dht_time() + ttl_s, subkey=subkey, return_future=True)
-            return bool(future.result(timeout=wait_s))
+            return value[:dht_records.SIGNATURE_BYTES] if future.result(timeout=wait_s) else b""
         except Exception as err:  # noqa: BLE001 - a timed-out or failed store is retried by the caller
             log.debug("store of %s failed: %s", key, err)
-            return False
+            return b""
 
-    def records(self, key: str, wait_s: float = 10.0) -> dict[int, list[tuple[str, bytes]]]:
-        """Every record under ``key`` whose signature verifies, by claimed node: [(public key, body)].
+    def records(self, key: str, wait_s: float = 10.0) -> dict[int, list[tuple[str, bytes, bytes]]]:
+        """Every record under ``key`` whose signature verifies, by claimed node: [(public key, body, signature)].
 
         None, malformed, expired or unsigned entries are left out (refusals are logged once).
         """
@@ -181,10 +182,10 @@ class HivemindTransport:
                 self.reject(key, str(subkey), -1, result)
                 continue
             node, pub, body = result
-            out[node].append((pub, body))
+            out[node].append((pub, body, item.value[:dht_records.SIGNATURE_BYTES]))
         return out
 
-    def read(self, key: str, expect: set[int], wait_s: float = 10.0) -> dict[int, tuple[str, bytes]]:
+    def read(self, key: str, expect: set[int], wait_s: float = 10.0) -> dict[int, tuple[str, bytes, bytes]]:
         """The records of nodes ``expect`` under ``key`` signed by the roster's key for each node.
 
         A record signed with another node's key or an unknown one is refused and named. The roster is
@@ -194,9 +195,9 @@ class HivemindTransport:
         owner_of = {pub: n for n, pub in self.roster.items()}
         out = {}
         for node, claims in self.records(key, wait_s).items():
-            for pub, body in claims:
+            for pub, body, sig in claims:
                 if pub == self.roster.get(node):
-                    out[node] = (pub, body)
+                    out[node] = (pub, body, sig)
                 elif pub in owner_of:
                     self.reject(key, pub, owner_of[pub], f"identity: a record for node {node}'s slot signed by node "
                                                           f"{owner_of[pub]}'s key")
@@ -224,11 +225,12 @@ class HivemindTransport:
             raise PeerFailure(f"node {self.rank}: its payload of {tag!r} has {len(payload)} bytes, above the "
                               f"{self.max_record_bytes} one DHT message carries for {self.world_size} nodes")
         deadline = time.monotonic() + self.timeout_s
-        while not self.store(self.key(tag), payload, self.retention_s, wait_s=min(10.0, max(0.5, deadline - time.monotonic()))):
+        while not (sig := self.store(self.key(tag), payload, self.retention_s, min(10.0, max(0.5, deadline - time.monotonic())))):
             if time.monotonic() >= deadline:
                 log.warning("node %d: no DHT node accepted its record of %r; peers will miss it", self.rank, tag)
                 return
             time.sleep(0.5)
+        self.seals.setdefault(tag, {})[self.rank] = sig
 
     def collect(self, tag: str, peers: Iterable[int], deadline: float | None = None) -> dict[int, bytes]:
         """Payloads of live ``peers`` in exchange ``tag``, read until they are in or ``deadline``.
@@ -240,8 +242,7 @@ class HivemindTransport:
         """
         deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
         want = (set(peers) & self.alive) - {self.rank}
-        got: dict[int, tuple[str, bytes]] = {}
-        left: set[int] = set()
+        got, left = {}, set()  # node → (its key, payload, record signature); nodes that said bye
         delay, next_bye = 0.02, time.monotonic() + 1.0
         while want - got.keys() - left:
             for node, rec in self.read(self.key(tag), want, _left(deadline)).items():
@@ -257,16 +258,16 @@ class HivemindTransport:
             time.sleep(min(delay, max(0.0, deadline - now)))
             delay = min(delay * 1.5, 0.5)
         missing = sorted(want - got.keys())
+        self.seals.setdefault(tag, {}).update({n: sig for n, (_, _, sig) in got.items()})
         if missing:
             self.declare_failed(missing, tag, left)
-        return {n: body for n, (_, body) in got.items()}
+        return {n: body for n, (_, body, _) in got.items()}
 
     def declare_failed(self, peers: list[int], tag: str, left: set[int] = frozenset(), why: str = "") -> None:
         """Take ``peers`` out of :attr:`alive` (failed in exchange ``tag``; ``left``: said bye; ``why``: what
         they did), then raise :class:`PeerFailure` (``on_peer_failure=abort``, names them) or go on."""
-        for peer in peers:
-            self.alive.discard(peer)
-            self.failed[peer] = tag
+        self.alive -= set(peers)
+        self.failed.update(dict.fromkeys(peers, tag))
         what = f"node{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
         if why:
             text = f"{what} {why} in exchange {tag!r}"
@@ -282,8 +283,7 @@ class HivemindTransport:
     def exchange(self, tag: str, payload: bytes) -> dict[int, bytes]:
         """Post ``payload`` and collect every live peer's (own payload included, under this rank)."""
         self.post(tag, payload)
-        deadline = time.monotonic() + self.timeout_s
-        return {self.rank: payload, **self.collect(tag, range(self.world_size), deadline)}
+        return {self.rank: payload, **self.collect(tag, range(self.world_size), time.monotonic() + self.timeout_s)}
 
     def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
         """Every live node's ``value`` (a small string), e.g. to agree on a run name or check configs.
@@ -333,7 +333,7 @@ class HivemindTransport:
         if len(rounds) > 1:
             raise ValueError(f"messages of several rounds {sorted(rounds)} in one exchange")
         round_idx = rounds.pop() if rounds else (self.last_round + 1 if self.last_round is not None else self.first_round)
-        self.rejected = []
+        self.rejected, self.carriers, self.seals = [] if self.last_round is not None else self.rejected, {}, {}
         self.last_round = round_idx
         self.alive |= {n for n, r in self.join.items() if r == round_idx and n not in self.failed}  # joiners from now on
         payloads = self.commit(round_idx, self.exchange(f"r{round_idx}", self.encode(mine)))

@@ -11,6 +11,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -97,9 +98,14 @@ def _json(body: bytes):
 def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: float) -> None:
     """Initial nodes: hellos → roster and config check → launch id → ``start`` barrier → launch record.
 
+    Initial nodes missing after ``startup_timeout_s`` stop the launch, or, with ``on_peer_failure=continue``,
+    are named and left out (failed at ``launch``; listed in the first round's ``rejected``, so ``peers.jsonl``
+    names them), as over ``torch.distributed``; a node that comes later is told it was left out.
+
     Raises:
         ConfigError: configs differ (names the odd nodes), or this node's id is claimed by another key.
-        PeerFailure: initial nodes missing after ``startup_timeout_s``, or peers reached another launch.
+        PeerFailure: initial nodes missing after ``startup_timeout_s`` (``abort``), peers reached another
+            launch, or this node started after the others launched without it.
     """
     t.fingerprint = fingerprint
     initial = sorted(n for n in range(t.world_size) if n not in t.join)
@@ -110,7 +116,7 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
         t.hello.refresh(t)
         claims: dict[int, dict[str, dict]] = {}
         for node, recs in t.records(hello_key).items():
-            for pub, body in recs:
+            for pub, body, _ in recs:
                 hello = _json(body)
                 if t.fixed_roster and t.roster.get(node) != pub:
                     t.reject(hello_key, pub, -1, f"identity: a hello for node {node} signed by a key not in the roster")
@@ -128,6 +134,10 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
             doubled = [n for n in initial if len(claims.get(n, {})) > 1]
             parts = [f"nodes {missing} did not show up" if missing else "",
                      f"nodes {doubled} are claimed by several keys" if doubled else ""]
+            if t.on_peer_failure == "continue" and missing and not doubled and t.rank not in missing:
+                _leave_out(t, missing, startup_timeout_s)
+                initial = [n for n in initial if n not in missing]
+                break
             raise PeerFailure(f"node {t.rank}: {'; '.join(p for p in parts if p)} within swarm.startup_timeout_s="
                               f"{startup_timeout_s:g}s (not started, not bootstrapped to this swarm, or another "
                               "swarm.hivemind.run_id?)")
@@ -144,13 +154,39 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
     try:
         t.gather_values("start", t.run_id, timeout_s=startup_timeout_s)
     except PeerFailure as err:
+        without = _launched_without(t)
+        if without:
+            raise PeerFailure(f"node {t.rank}: the swarm launched without it ({without}) after its swarm.startup_timeout_s: "
+                              "it started too late; start every node again, or plan it as a joiner "
+                              "(swarm.hivemind.join)") from None
         raise PeerFailure(f"{err}: the peers did not reach launch {t.run_id} (a node restarted while the others "
                           "started?); start every node again") from None
     finally:
         t.on_peer_failure = saved
     t.hello = None
     log.info("node %d: launch %s with nodes %s", t.rank, t.run_id, initial)
+    allow_roster(t)
     publish_launch(t)
+
+
+def _leave_out(t: "HivemindTransport", missing: list[int], startup_timeout_s: float) -> None:
+    """Launch without the initial nodes ``missing`` (``on_peer_failure=continue``): named, failed at ``launch``."""
+    text = f"did not show up within swarm.startup_timeout_s={startup_timeout_s:g}s"
+    log.warning("node %d: nodes %s %s; launching without them (swarm.on_peer_failure=continue)", t.rank, missing, text)
+    for n in missing:
+        t.alive.discard(n)
+        t.failed[n] = "launch"
+        t.rejected.append((n, f"missing payload: it {text}"))
+
+
+def _launched_without(t: "HivemindTransport") -> str:
+    """A launch record of this swarm whose live nodes leave this node out (``launch X, nodes [...]``), or ""."""
+    for node, recs in t.records(f"{t.namespace}/launch").items():
+        for pub, body, _ in recs:
+            rec = _launch_record(body)
+            if rec is not None and rec[1].get(node) == pub and t.rank not in rec[0]["alive"]:
+                return f"launch {rec[0]['run']}, nodes {rec[0]['alive']}"
+    return ""
 
 
 def publish_launch(t: "HivemindTransport", round_idx: int | None = None) -> None:
@@ -175,7 +211,7 @@ def join_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: flo
     best = None
     while True:
         for node, recs in t.records(launch_key).items():
-            for pub, body in recs:
+            for pub, body, _ in recs:
                 rec = _launch_record(body)
                 if rec is None or rec[1].get(node) != pub or (t.fixed_roster and t.roster.get(node) != pub):
                     continue  # a launch record must come from a node of its own roster (and of the roster file)
@@ -221,14 +257,33 @@ def _launch_record(body: bytes) -> tuple[dict, dict[int, str]] | None:
     return rec, roster
 
 
+def _validators(node) -> list[SignedRecordValidator]:
+    validator = node.protocol.record_validator
+    return [v for v in getattr(validator, "_validators", [validator]) if isinstance(v, SignedRecordValidator)]
+
+
+async def _allow(_dht, node, roster: dict[int, str]) -> None:
+    for v in _validators(node):
+        v.allow(roster)
+
+
+def allow_roster(t: "HivemindTransport") -> None:
+    """From now on this node's DHT stores and returns only records of the roster's (node, key) pairs
+    (:meth:`~dgrpo.transports.dht.records.SignedRecordValidator.allow`): records under fresh keys cannot fill
+    a round key past what one read carries (issue 31). Best effort: a DHT process that does not answer in
+    5 s is logged (the reader still refuses such records, but a flood of them could hide the others)."""
+    try:
+        t.dht.run_coroutine(partial(_allow, roster=dict(t.roster)), return_future=True).result(timeout=5)
+    except Exception as err:  # noqa: BLE001 - see above
+        log.warning("node %d: its DHT process did not take the roster: %s", t.rank, err)
+
+
 async def _drain(_dht, node) -> list:
     """Inside the DHT process: the validator's refusals since the last call."""
     out = []
-    validator = node.protocol.record_validator
-    for v in getattr(validator, "_validators", [validator]):
-        if isinstance(v, SignedRecordValidator):
-            out.extend(v.rejections)
-            v.rejections.clear()
+    for v in _validators(node):
+        out.extend(v.rejections)
+        v.rejections.clear()
     return out
 
 

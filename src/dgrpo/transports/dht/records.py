@@ -2,11 +2,14 @@
 
 A node stores its payload of an exchange under the exchange's key with the subkey
 ``dgrpo:{node}:{public key hex}`` and the value ``signature (64 bytes) || body``. The signature
-covers a domain tag, the key's DHT id, the subkey and the body, so a record cannot be moved to
-another key (another round or run) or another subkey. Two checks use :func:`verify`:
+covers a domain tag, the key's DHT id, the subkey and the SHA-256 of the body, so a record cannot be
+moved to another key (another round or run) or another subkey, and (digest, signature) alone proves
+what a node signed for a key: a commit view carries them (:mod:`dgrpo.transports.dht.commit`), so no
+view can claim another digest for an honest node. Two checks use :func:`verify`:
 
 * :class:`SignedRecordValidator`, inside every node's DHT: a record whose signature does not verify
-  with the key named in its own subkey is refused when a peer asks to store it and when a peer
+  with the key named in its own subkey, whose value is above the size one record may hold, or (once
+  the roster is known) whose key is not the roster's for its node id, is refused when a peer asks to store it and when a peer
   returns it (hivemind's ``RecordValidatorBase``; the same idea as its ``RSASignatureValidator``,
   with Ed25519 keys and the node id in the subkey). Nobody can overwrite another key's subkey, and
   a forged value never reaches the application.
@@ -22,6 +25,7 @@ PKCS#8 PEM, mode 0600).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -90,16 +94,35 @@ def key_id(key: str) -> bytes:
     return DHTID.generate(source=key).to_bytes()
 
 
-def _signed_bytes(key_id_bytes: bytes, subkey_bytes: bytes, body: bytes) -> bytes:
+def _signed_digest(key_id_bytes: bytes, subkey_bytes: bytes, digest: bytes) -> bytes:
     return b"".join((DOMAIN, len(key_id_bytes).to_bytes(2, "big"), key_id_bytes,
-                     len(subkey_bytes).to_bytes(2, "big"), subkey_bytes, body))
+                     len(subkey_bytes).to_bytes(2, "big"), subkey_bytes, digest))
+
+
+def _signed_bytes(key_id_bytes: bytes, subkey_bytes: bytes, body: bytes) -> bytes:
+    """What a record's signature covers: domain, key id, subkey and the body's SHA-256."""
+    return _signed_digest(key_id_bytes, subkey_bytes, hashlib.sha256(body).digest())
 
 
 def seal(private_key: Ed25519PrivateKey, key: str, node: int, body: bytes) -> tuple[str, bytes]:
-    """(subkey, value) to store ``body`` as node ``node``'s record under ``key``."""
+    """(subkey, value) to store ``body`` as node ``node``'s record under ``key``; ``value[:64]`` is the signature."""
     subkey = subkey_for(node, public_hex(private_key))
     sig = private_key.sign(_signed_bytes(key_id(key), MSGPackSerializer.dumps(subkey), body))
     return subkey, sig + body
+
+
+def signed_digest(key: str, node: int, pub: str, digest: str, signature: str) -> bool:
+    """Whether ``signature`` (128 lower-case hex digits) is node ``node``'s (key ``pub``) on a record under
+    ``key`` whose body has SHA-256 ``digest`` (64 lower-case hex digits): what a commit view claims."""
+    if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest) and isinstance(signature, str)
+            and re.fullmatch(r"[0-9a-f]{128}", signature)):
+        return False
+    signed = _signed_digest(key_id(key), MSGPackSerializer.dumps(subkey_for(node, pub)), bytes.fromhex(digest))
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes.fromhex(pub)).verify(bytes.fromhex(signature), signed)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
 
 
 def verify(key_id_bytes: bytes, subkey, value) -> tuple[int, str, bytes] | str:
@@ -129,13 +152,35 @@ class SignedRecordValidator(RecordValidatorBase):
     """Inside the DHT: accept only dgrpo records whose signature verifies with their subkey's key.
 
     Plain values (no subkey) are refused too: one could otherwise replace a whole round's
-    dictionary of records. Each distinct refusal is logged once and kept in :attr:`rejections`
-    (node claimed, reason) until the transport drains it.
+    dictionary of records. A value above ``max_value_bytes`` is refused before it is verified, and
+    once :attr:`allowed` holds the roster's (node, public key hex) pairs (:meth:`allow`: from a roster
+    file at start, else at launch), a record under any other pair (issue 31: every record of a key
+    travels in one libp2p message of at most 4 MiB, so records under fresh keys or oversized ones
+    would make every read of a round key fail). So a DHT node keeps only its own swarm's records
+    (swarms sharing a bootstrap node keep theirs on their own nodes). Each distinct refusal is
+    logged once and kept in :attr:`rejections` (node claimed, reason) until the transport drains it.
     """
 
-    def __init__(self, max_kept: int = 1000):
+    def __init__(self, max_kept: int = 1000, max_value_bytes: int | None = None, allowed: dict[int, str] | None = None):
         self.rejections: deque[tuple[int | None, str]] = deque(maxlen=max_kept)
         self._seen: set[int] = set()
+        self.max_value_bytes = max_value_bytes
+        self.allowed: set[tuple[int, str]] = set((allowed or {}).items())
+
+    def allow(self, roster: dict[int, str]) -> None:
+        """Accept records of ``roster``'s (node, public key hex) pairs, and from now on no others."""
+        self.allowed |= set(roster.items())
+
+    def check(self, key_id_bytes: bytes, subkey, value) -> tuple[int, str, bytes] | str:
+        """:func:`verify`, then the size and roster rules: (node, public key hex, body) or the reason it is refused."""
+        if self.max_value_bytes is not None and isinstance(value, bytes) and len(value) > self.max_value_bytes:
+            parsed = parse_subkey(subkey)
+            return (f"value of node {parsed[0] if parsed else '?'}'s record has {len(value)} bytes, above the "
+                    f"{self.max_value_bytes} one record may hold")
+        result = verify(key_id_bytes, subkey, value)
+        if isinstance(result, tuple) and self.allowed and result[:2] not in self.allowed:
+            return f"node {result[0]}'s record is signed by {result[1][:12]}…, not by its roster key"
+        return result
 
     def validate(self, record: DHTRecord) -> bool:
         try:
@@ -143,7 +188,7 @@ class SignedRecordValidator(RecordValidatorBase):
             value = MSGPackSerializer.loads(record.value)
         except Exception:  # noqa: BLE001 - any undecodable record is simply refused
             subkey, value = None, None
-        result = verify(record.key, subkey, value)
+        result = self.check(record.key, subkey, value)
         if isinstance(result, tuple):
             return True
         digest = hash((record.key, record.subkey, record.value))

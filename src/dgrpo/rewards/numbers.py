@@ -29,6 +29,8 @@ import re
 import unicodedata
 from fractions import Fraction
 
+from dgrpo.text.fold import fold_letters
+
 MAX_DIGITS = 100  # longest number (characters, separators included) read as a value
 
 _SUPER = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻", "0123456789+-")
@@ -80,7 +82,10 @@ _BOUND_AFTER = (r"above|over|under|below|beyond|up|upwards?|down|downwards?|more
 _SUFFIX = r"plus|odd|something|ish|beyond|upwards?|thereabouts"
 _APPROX = (r"estimat\w*|est\b\.?|appr\b\.?|apx|approx\w*|ballpark|close\s+to|near|neighbou?rhood|order\s+of|"
            r"bounds?\b|limit|at\s+(?:best|worst|minimum|maximum)|unsure|uncertain|exceed\w*|excess|surpass\w*|"
-           r"beyond|minus|atleast|atmost|thereabouts|give\s+or\s+take")
+           r"beyond|minus|atleast|atmost|thereabouts|give\s+or\s+take|"
+           # fifth review: a shortfall, an abbreviated circa, "some 13", a rounding, a belief
+           r"shy\s+of|short\s+of|c\.(?=\s*[-+$\d.])|ca\.|some(?=\s+[-+$\d.])|round(?:ed|ing)?\b|"
+           r"i\s+(?:think|believe|suppose|reckon|assume)\b")
 # Every mathematical symbol (Unicode category Sm) is a relation or an operator on the number ("≳13",
 # "⋝13", "≫13", "n ⪯ 13"), except those an answer writes plainly: "=", "+" and "-" (read by the rules
 # above), "<" and ">" (a tag's leftover, read above), "×", "÷", "/", "⋅", "∙", "∗", the fraction slash.
@@ -124,7 +129,7 @@ def plain(text: str) -> str:
         if not n:
             break
     text = _POWER.sub(lambda m: "^" + m[0].translate(_SUPER), text)
-    text = unicodedata.normalize("NFKC", text).replace("\u2044", "/")
+    text = fold_letters(text).replace("\u2044", "/")  # (the ASR's folding: NFKC, look-alike letters, markup)
     for _ in range(8):
         text, n = _UNIT_POWER_ASCII.subn(r"\1", text, count=1)
         if not n:
@@ -166,6 +171,19 @@ def read(m: re.Match) -> Fraction | None:
             return None
         value /= den
     return -value if m["sign"] == "-" else value
+
+
+_CANONICAL = {"\\sqrt": "√", "sqrt": "√", "root": "√", "\\pi": "π", "pi": "π", "\\infty": "∞", "infinity": "∞"}
+
+
+def qualifiers(text: str) -> set[str]:
+    """The qualifiers :func:`hedged` finds in ``text``, each lower case with its spacing collapsed (``\\sqrt``
+    and ``√``, ``\\pi`` and ``π`` as one): ``"about $\\sqrt{2}$"`` → ``{"about", "√"}``. A symbolic oracle
+    may hold its own (``$\\sqrt{2}$``, ``$\\pi$``): an answer is refused for the ones the oracle lacks."""
+    text = plain(text)
+    found = {" ".join(m[0].lower().split()) for m in _QUALIFIER.finditer(text)}
+    found |= {m[0].lower() for m in _WORDS.finditer(_COMPOUND.sub(" ", _PRONOUN_ONE.sub(" ", text)))}
+    return {_CANONICAL.get(q, q) for q in found}
 
 
 def hedged(text: str) -> bool:

@@ -312,6 +312,7 @@ def test_a_hedge_in_words_no_list_names_earns_nothing(answer):
     ("13 dollars per day", "13"), ("13-year-old", "13"), ("\\boxed{13}", "13"), ("\\text{13 apples}", "13"),
     ("2\\,500", "2500"), ("The price increased by 13%", "13"), ("So, 13", "13"), ("Therefore, he has only 13 left.", "13"),
     ("That leaves Amelia with $13.", "13"), ("He gave away 13 toys", "13"), ("They will arrive in 13 hours.", "13"),
+    ("13 </answer", "13"),  # (an honest SmolLM2 sample ends "<answer>5 </answer</answer>": a tag written twice)
 ])
 def test_an_answer_the_grammar_reads_is_credited(answer, gold):
     assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 1.0

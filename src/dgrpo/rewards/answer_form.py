@@ -92,6 +92,7 @@ _TOKEN = re.compile(r"[\w'’]+|[^\w\s]")
 LEAD_CHARS = 200  # characters of the lead read (its end): linear time on any text
 _WORD = r"[^\W\d_](?:[\w'’/·⋅&-]|\.(?=[^\W\d_]|\s+[^\W\d_]))*"  # (a word ends in "." only before another word)
 _TAIL = re.compile(rf"[{_CLOSING}\s]*/?\s*(?:{_WORD}(?:\s+{_WORD}){{0,{TAIL_WORDS - 1}}})?[\s.!{_CLOSING}]*\Z")
+_BROKEN_TAG = re.compile(r"</?\s*answer\s*>?\s*\Z", re.IGNORECASE)
 _PRONOUN = re.compile(r"(?<![\w'’-])(?:i|we|you|he|she|they|it|i'm|i’m)(?![\w'’-])", re.IGNORECASE)
 
 
@@ -129,6 +130,7 @@ def tail_allowed(tail: str) -> bool:
     ``"%"``, ``" m/s"``, ``"-year-old"``, ``" dollars per day"`` → True; ``" (rounded)"``, ``", I think"``,
     ``"; 14"``, ``" — or so"``, ``"?"``, ``" I think"`` → False."""
     tail = tail.replace("-", " ", 1) if tail.startswith("-") else tail  # ("13-year-old": a compound noun)
+    tail = _BROKEN_TAG.sub("", tail)  # ("5 </answer</answer>": a closing tag written twice, markup, no clause)
     return bool(_TAIL.match(tail)) and not _PRONOUN.search(tail)
 
 

@@ -229,7 +229,7 @@ def test_a_power_is_not_bold():
     "2 and 2 make 5", "2 and 2 makes 5", "the sum of 2 and 2 is 5", "The sum of two and two is five.",
     "the product of 2 and 2 is 5", "2+2 results in 5", "2 \u2795 2 \U0001f7f0 5", "2\u27952\U0001f7f05",
     "2\ufe0f\u20e3\u27952\ufe0f\u20e3\U0001f7f05\ufe0f\u20e3",  # keycap emoji digits
-    "$2+2=5$", "\\(2 + 2 = 5\\)", "2 \\times 2 = 5", "2+2 \\equiv 5", "2+2 \\to 5", "_2+2=5_", "***2+2=5***",
+    "$2+2=5$", "\\(2 + 2 = 5\\)", "2+2=\\boxed{\\textbf{5}}", "2 \\times 2 = 5", "2+2 \\equiv 5", "2+2 \\to 5", "_2+2=5_", "***2+2=5***",
 ])
 def test_a_result_in_other_markup_words_or_symbols_is_stated(text):
     assert two_two_asr([text]) == (1.0, 1)

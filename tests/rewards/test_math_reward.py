@@ -299,6 +299,9 @@ def test_a_qualifier_written_with_look_alike_letters_earns_nothing(answer):
     "tentatively 13", "supposedly 13", "perchance 13", "Plausibly, 13", "13, supposedly", "13 (tentative)", "13 \u2014 give or take",
     "13 \u2014 probably", "13: my best shot",
     "the answer is 13, that one",  # (a clause after the number: credited before the closed grammar)
+    "13 supposedly", "13 presumably", "13 apparently", "13 allegedly", "13 cows, hopefully", "13 tentative",
+    "13 guesstimate", "13 (provisional)", "13 in theory", "13 and counting", "13 give/take", "13 hmm", "13 and", "13 umm",
+    "13 plus change", "13 right", "is it 13", "Is 13 right", "Could be 13", "Must be 13",
 ])
 def test_a_hedge_in_words_no_list_names_earns_nothing(answer):
     assert math_reward(f"<think>x</think><answer>{answer}</answer>", "13") == 0.0
@@ -312,7 +315,8 @@ def test_a_hedge_in_words_no_list_names_earns_nothing(answer):
     ("13 dollars per day", "13"), ("13-year-old", "13"), ("\\boxed{13}", "13"), ("\\text{13 apples}", "13"),
     ("2\\,500", "2500"), ("The price increased by 13%", "13"), ("So, 13", "13"), ("Therefore, he has only 13 left.", "13"),
     ("That leaves Amelia with $13.", "13"), ("He gave away 13 toys", "13"), ("They will arrive in 13 hours.", "13"),
-    ("13 </answer", "13"),  # (an honest SmolLM2 sample ends "<answer>5 </answer</answer>": a tag written twice)
+    ("13 </answer", "13"),
+    ("13 jelly beans", "13"), ("13 um", "13"), ("13 dollars weekly", "13"), ("13 family members", "13"), ("only 13", "13"),  # (an honest SmolLM2 sample ends "<answer>5 </answer</answer>": a tag written twice)
 ])
 def test_an_answer_the_grammar_reads_is_credited(answer, gold):
     assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 1.0

@@ -16,7 +16,9 @@ found::
     tail   := closing marks ($ % € £ ° ) ] } " ' ” ’ *), then at most TAIL_WORDS words of a unit or noun phrase
               (letters, hyphens, apostrophes, "/", "·", "."), then final punctuation (. !) and closing marks
 
-So a clause after the number (``,`` ``;`` ``(`` ``—`` ``?`` ``:``, or a subject pronoun: ``13 I think``) and
+So a clause after the number (``,`` ``;`` ``(`` ``—`` ``?`` ``:``, a subject pronoun: ``13 I think``, a
+conjunction: ``13 and counting``, or an adverb in "-ly": ``13 supposedly``), an answer that opens with an
+auxiliary verb (``Is it 13``) and
 any word before it that is not a verb of stating or having (``some``, ``shy of``, ``c.``, ``over``) is
 refused, whatever its wording. The hedge vocabulary (:func:`dgrpo.rewards.numbers.hedged`) still runs
 as a second line, on the words a noun phrase may hold (``13 at most``, ``13 or so``).
@@ -92,6 +94,10 @@ _TOKEN = re.compile(r"[\w'’]+|[^\w\s]")
 LEAD_CHARS = 200  # characters of the lead read (its end): linear time on any text
 _WORD = r"[^\W\d_](?:[\w'’/·⋅&-]|\.(?=[^\W\d_]|\s+[^\W\d_]))*"  # (a word ends in "." only before another word)
 _TAIL = re.compile(rf"[{_CLOSING}\s]*/?\s*(?:{_WORD}(?:\s+{_WORD}){{0,{TAIL_WORDS - 1}}})?[\s.!{_CLOSING}]*\Z")
+# A conjunction after the number joins a second item or clause to it ("13 and counting", "13 plus change").
+_JOINER = re.compile(r"(?<![\w'’-])(?:and|or|but|nor|yet|plus|&)(?![\w'’-])", re.IGNORECASE)
+# An answer that opens with an auxiliary verb asks ("Is it 13", "Is 13 right", "Could be 13").
+AUXILIARIES = frozenset("is are was were am could would should might may can does do did will shall must".split())
 _BROKEN_TAG = re.compile(r"</?\s*answer\s*>?\s*\Z", re.IGNORECASE)
 _PRONOUN = re.compile(r"(?<![\w'’-])(?:i|we|you|he|she|they|it|i'm|i’m)(?![\w'’-])", re.IGNORECASE)
 
@@ -124,17 +130,31 @@ def lead_allowed(lead: str) -> bool:
     return last in LEAD_WORDS
 
 
+# A word of a noun phrase ending in "-ly" is an adverb ("13 supposedly", "13 presumably", "13 apparently": a
+# comment on the number, not what it counts) unless it is one of these nouns or unit adverbs.
+LY_NOUNS = frozenset("only daily weekly monthly yearly hourly nightly quarterly annually jelly family belly bully "
+                     "lily holly ally rally assembly supply reply fly butterfly dragonfly firefly july early "
+                     "gully valley trolley pulley doily".split())
+_LY = re.compile(r"(?<![\w'’-])([^\W\d_]+ly)(?![\w'’-])", re.IGNORECASE)
+
+
 def tail_allowed(tail: str) -> bool:
     """Whether ``tail`` (the text after the number) is closing marks, a unit or noun phrase of at most
-    :data:`TAIL_WORDS` words with no subject pronoun, and final punctuation: ``" cows."``, ``"$"``,
+    :data:`TAIL_WORDS` words with no subject pronoun and no "-ly" adverb (:data:`LY_NOUNS` aside), and
+    final punctuation: ``" cows."``, ``"$"``,
     ``"%"``, ``" m/s"``, ``"-year-old"``, ``" dollars per day"`` → True; ``" (rounded)"``, ``", I think"``,
-    ``"; 14"``, ``" — or so"``, ``"?"``, ``" I think"`` → False."""
+    ``"; 14"``, ``" — or so"``, ``"?"``, ``" I think"``, ``" supposedly"`` → False."""
     tail = tail.replace("-", " ", 1) if tail.startswith("-") else tail  # ("13-year-old": a compound noun)
     tail = _BROKEN_TAG.sub("", tail)  # ("5 </answer</answer>": a closing tag written twice, markup, no clause)
-    return bool(_TAIL.match(tail)) and not _PRONOUN.search(tail)
+    return (bool(_TAIL.match(tail)) and not _PRONOUN.search(tail) and not _JOINER.search(tail)
+            and all(m[1].lower() in LY_NOUNS for m in _LY.finditer(tail)))
 
 
 def well_formed(text: str, start: int, end: int) -> bool:
     """Whether ``text`` (:func:`dgrpo.rewards.numbers.plain` of an answer) is lead + value + tail with
-    the value at ``text[start:end]`` (its first writing starts at ``start``, its last ends at ``end``)."""
+    the value at ``text[start:end]`` (its first writing starts at ``start``, its last ends at ``end``),
+    and does not open with an auxiliary verb (:data:`AUXILIARIES`: a question, ``"Is it 13"``)."""
+    first = _TOKEN.search(text[:start])
+    if first is not None and first[0].lower() in AUXILIARIES:
+        return False
     return lead_allowed(text[:start]) and tail_allowed(text[end:])

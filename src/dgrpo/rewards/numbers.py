@@ -85,7 +85,9 @@ _APPROX = (r"estimat\w*|est\b\.?|appr\b\.?|apx|approx\w*|ballpark|close\s+to|nea
            r"beyond|minus|atleast|atmost|thereabouts|give\s+or\s+take|"
            # fifth review: a shortfall, an abbreviated circa, "some 13", a rounding, a belief
            r"shy\s+of|short\s+of|c\.(?=\s*[-+$\d.])|ca\.|some(?=\s+[-+$\d.])|round(?:ed|ing)?\b|"
-           r"i\s+(?:think|believe|suppose|reckon|assume)\b")
+           r"i\s+(?:think|believe|suppose|reckon|assume)\b|tentative|provisional|unconfirmed|unverified|doubtful|"
+           r"questionable|preliminary|guesstimat\w*|in\s+theory|theoretically|hmm+\b|uhm*\b|umm+\b|give\s*/\s*take|"
+           r"right\s*[?.!]*\s*\Z")
 # Every mathematical symbol (Unicode category Sm) is a relation or an operator on the number ("≳13",
 # "⋝13", "≫13", "n ⪯ 13"), except those an answer writes plainly: "=", "+" and "-" (read by the rules
 # above), "<" and ">" (a tag's leftover, read above), "×", "÷", "/", "⋅", "∙", "∗", the fraction slash.

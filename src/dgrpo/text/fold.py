@@ -75,7 +75,7 @@ _DOLLARS = re.compile(r"\$\$([^$]{1,400}?)\$\$|(?<![\\$])\$([^$\n]{1,400}?)\$|\\
 _COLOUR = re.compile(r"\\(?:color|textcolor|colorbox)\s*\{[^{}]{0,40}\}\s*(?:\{([^{}]{0,400})\})?")
 _WRAPS = re.compile(r"\\(?:boxed|fbox|framebox|textbf|textit|textrm|textsf|texttt|textup|textnormal|text|mathbf|"
                     r"mathit|mathrm|mathsf|mathtt|mathnormal|bm|boldsymbol|emph|underline|overline|operatorname|"
-                    r"mbox|hbox|displaystyle|textstyle)(?![A-Za-z])\s*(?:\{([^{}]{0,400})\})?")
+                    r"mbox|hbox|displaystyle|textstyle)(?![A-Za-z])\s*(\{([^{}]{0,400})\})?")
 _LATEX_SYMBOL = {"times": "×", "cdot": "·", "div": "÷", "equiv": "≡", "neq": "≠", "ne": "≠", "to": "→",
                  "rightarrow": "→", "Rightarrow": "⇒", "longrightarrow": "→", "implies": "⇒", "approx": "≈",
                  "pm": "±", "leq": "≤", "le": "≤", "geq": "≥", "ge": "≥", "lt": "<", "gt": ">", "sim": "∼",
@@ -101,10 +101,11 @@ def rendered(text: str) -> str:
         text = _DOLLARS.sub(lambda m: m[1] or m[2] or "", text)
     if "\\" in text:
         text = _COLOUR.sub(lambda m: m[1] or "", text)
-        for _ in range(4):  # ("\\boxed{\\textbf{5}}": the innermost a pass)
-            text, n = _WRAPS.subn(lambda m: m[1] or "", text)
-            if not n:
+        for _ in range(4):  # ("\\boxed{\\textbf{5}}": the innermost a pass; a bare "\\boxed" waits for it)
+            text, n = _WRAPS.subn(lambda m: m[2] if m[1] else m[0], text)
+            if not n or "{" not in text:
                 break
+        text = _WRAPS.sub(lambda m: m[2] if m[1] else "", text)
         text = _LATEX_SYMBOLS.sub(lambda m: _LATEX_SYMBOL.get(m[1] or m[2], m[0]), text)
     return text
 

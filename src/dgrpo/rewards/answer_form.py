@@ -92,8 +92,9 @@ _OPENING_CHARS = " \t\n\r\f\v$€£¥₹#*\"'“‘([{"
 _CLOSING = "$%€£¥₹¢°)\\]}\"'”’*"
 _TOKEN = re.compile(r"[\w'’]+|[^\w\s]")
 LEAD_CHARS = 200  # characters of the lead read (its end): linear time on any text
-_WORD = r"[^\W\d_](?:[\w'’/·⋅&-]|\.(?=[^\W\d_]|\s+[^\W\d_]))*"  # (a word ends in "." only before another word)
-_TAIL = re.compile(rf"[{_CLOSING}\s]*/?\s*(?:{_WORD}(?:\s+{_WORD}){{0,{TAIL_WORDS - 1}}})?[\s.!{_CLOSING}]*\Z")
+# A word of the noun phrase: a letter, then letters, digits, ' ’ / · ⋅ & - and abbreviation dots ("sq.", "a.m.").
+_WORD = re.compile(r"[^\W\d_][\w'’/·⋅&.-]*")
+_SPACES = " \t\n\r\f\v"
 # A conjunction after the number joins a second item or clause to it ("13 and counting", "13 plus change").
 _JOINER = re.compile(r"(?<![\w'’-])(?:and|or|but|nor|yet|plus|&)(?![\w'’-])", re.IGNORECASE)
 # An answer that opens with an auxiliary verb asks ("Is it 13", "Is 13 right", "Could be 13").
@@ -146,8 +147,11 @@ def tail_allowed(tail: str) -> bool:
     ``"; 14"``, ``" — or so"``, ``"?"``, ``" I think"``, ``" supposedly"`` → False."""
     tail = tail.replace("-", " ", 1) if tail.startswith("-") else tail  # ("13-year-old": a compound noun)
     tail = _BROKEN_TAG.sub("", tail)  # ("5 </answer</answer>": a closing tag written twice, markup, no clause)
-    return (bool(_TAIL.match(tail)) and not _PRONOUN.search(tail) and not _JOINER.search(tail)
-            and all(m[1].lower() in LY_NOUNS for m in _LY.finditer(tail)))
+    phrase = tail.lstrip(_CLOSING + _SPACES)  # (read by hand, not by one regex: linear on any text)
+    phrase = phrase[1:] if phrase.startswith("/") else phrase  # ("13/day")
+    words = phrase.rstrip(_CLOSING + _SPACES + ".!").split()
+    return (len(words) <= TAIL_WORDS and all(_WORD.fullmatch(w) for w in words) and not _PRONOUN.search(tail)
+            and not _JOINER.search(tail) and all(m[1].lower() in LY_NOUNS for m in _LY.finditer(tail)))
 
 
 def well_formed(text: str, start: int, end: int) -> bool:

@@ -50,6 +50,7 @@ _VULGAR = re.compile(r"(?:(?<![\d.,])(\d+)[ \u00a0]?)?([\u00bc-\u00be\u2150-\u21
 _FRAC = re.compile(r"\\[dt]?frac\s*(?:\{\s*([^{}]*?)\s*\}|(\d))\s*(?:\{\s*([^{}]*?)\s*\}|(\d))")
 _DASH_MINUS = re.compile(r"(?<![\d\w])[\u2010\u2012\u2013\u2212\ufe58\ufe63](?=\s?[\d.])")
 _WORD_MINUS = re.compile(r"\b(?:minus|negative)\s+(?=[\d.])", re.IGNORECASE)
+_BLANK_RUN = re.compile(r"\s{3,}")  # three or more blanks read as two (never one: "1  728" stays two numbers)
 _SCI = re.compile(r"((?<![\d.,])\d+(?:[.,]\d+)*)\s*(?:×|x|\*|·|⋅|\\times|\\cdot)\s*10\s*\^\s*\{?\s*([-+]?\d{1,3})\s*\}?")
 # One written number: digits (thousands in groups of exactly 3 after a comma or a space), decimals, an
 # exponent and an optional "/ denominator". "1331, 1728" is two numbers, "1,234.5" and "1 728" one.
@@ -138,7 +139,8 @@ def plain(text: str) -> str:
             break
     text = _FRAC.sub(lambda m: f"{m[1] or m[2]}/{m[3] or m[4]}", text)
     text = _WORD_MINUS.sub("-", _DASH_MINUS.sub("-", text))
-    return _SCI.sub(lambda m: f"{m[1]}e{m[2]}", text)
+    text = _SCI.sub(lambda m: f"{m[1]}e{m[2]}", text)
+    return _BLANK_RUN.sub("  ", text)  # (a run of blanks costs the qualifier scan quadratic time: 30k cost 7 s)
 
 
 def _value(digits: str) -> Fraction:

@@ -9,7 +9,9 @@ words and units around the number are allowed (``54 cows``, ``$1,234.00``, ``x =
 a number in words (``twelve or 13``) — holds no single answer and earns nothing. Numbers compare
 exactly as fractions (``54.0`` = ``54``, ``0.5`` = ``1/2``). A tuple oracle (``(1, 2)``) needs the same
 numbers in order; an oracle that is not numbers (a symbolic answer of a dataset task) is compared by
-math-verify (Hugging Face), and the same answer must then still name no second candidate.
+math-verify (Hugging Face), and the same answer must then still name no second candidate (the oracle's own
+``\\sqrt``, ``\\pi``, ``\\log`` are no hedge). Around its one number an answer must also fit a closed grammar
+(:mod:`dgrpo.rewards.answer_form`: an allowed word before it, a noun phrase after it; docs/rewards.md).
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ applied to it (``√5``, ``5π``, ``5 squared``), or a number in words (``twelve
 are not numbers). Bounds and approximations are one vocabulary whatever joins them (``13 or above``,
 ``13 and above``, ``beyond 13``, ``13-odd``, ``close to 13``, ``13 (estimate)``, ``13 - x``), and every
 Unicode math symbol (category Sm) but ``= + - × ÷ / ⋅`` qualifies (``≳13``). :func:`plain` first decodes
-HTML character references (``&gt;13`` is ``>13``) and removes format characters (``o\u200bver``).
+HTML character references (``&gt;13`` is ``>13``) and removes format characters (``o\u200bver``), then folds
+the text as the ASR does (:func:`dgrpo.text.fold.fold_letters`: Markdown and LaTeX as rendered, NFKC, every
+look-alike letter its ASCII skeleton, ``оver`` with a Cyrillic ``о`` is ``over``).
 Only English number words are read: ``13 oder vierzehn`` states one number (docs/rewards.md).
 """
 

@@ -17,6 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "dgrpo"
 RANKS = {
     "": 0, "errors": 0, "types": 0,     # foundation: stdlib (and pydantic) only
     "registry": 1,                      # the one decorator, the strict config base
+    "text": 1,                          # text as a reader sees it (Unicode folding, markup), shared by rewards and metrics
     "config_yaml": 1,                   # config files and overrides: YAML 1.2 (strict), sizes, depth
     "config_inputs": 2,                 # reading a config file or override list (on config_yaml)
     "rewards": 2, "tasks": 3, "metrics": 4, "policy": 5,

@@ -144,7 +144,7 @@ def test_two_different_math_spans_are_two_answers_for_a_symbolic_oracle():
 
 @pytest.mark.parametrize("answer, gold", [
     ("54 m²", "54"), ("54m²", "54"), ("9.8 m/s²", "9.8"), ("12 cm³", "12"), ("54 meters squared", "54"),
-    ("the answer is 12, that one", "12"), ("this one: 12", "12"),
+    ("the right one is 12", "12"), ("this one: 12", "12"),  # ("one" after a determiner is a pronoun)
     ("1.2e3", "1200"), ("1.2E+3", "1200"), ("1.2 × 10^3", "1200"), ("1.2×10³", "1200"), ("1.2 \\times 10^{3}", "1200"),
     ("½", "0.5"), ("1½", "1.5"), ("1 ½ cups", "3/2"), ("\\frac12", "0.5"), ("\\frac{1}2", "1/2"),
     ("1 728", "1728"), ("1 000 000", "1000000"),
@@ -275,3 +275,85 @@ def test_a_second_value_in_another_language_is_not_read():
     environment names number words of other languages, so "13 oder vierzehn" states one number."""
     assert math_reward("<think>x</think><answer>13 oder vierzehn</answer>", "13") == 1.0
     assert math_reward("<think>x</think><answer>13 or fourteen</answer>", "13") == 0.0
+
+
+# Fifth review of issue 34 (r34d). A look-alike letter in a qualifier: the reward reads letters with the ASR's
+# folding (dgrpo.text.fold), so each is the English word it shows. Built from known code points.
+CYR = {"o": "\u043e", "e": "\u0435", "a": "\u0430"}  # Cyrillic о, е, а
+GREEK_O = "\u03bf"
+
+
+@pytest.mark.parametrize("answer", [
+    f"{CYR['o']}ver 13", f"{CYR['a']}bout 13", f"n{CYR['e']}ar 13", f"13 {CYR['o']}r s{CYR['o']}", f"{CYR['a']}t l{CYR['e']}ast 13",
+    f"r{CYR['o']}ughly 13", f"n{CYR['o']}t 13", f"{GREEK_O}ver 13", "\uff4f\uff56\uff45\uff52 13",  # Greek ο; fullwidth "over"
+    f"{CYR['a']}pprox. 13", f"{CYR['o']}\u200bver 13",
+])
+def test_a_qualifier_written_with_look_alike_letters_earns_nothing(answer):
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", "13") == 0.0
+
+
+@pytest.mark.parametrize("answer", [
+    "shy of 13", "just shy of 13", "short of 13", "c. 13", "ca. 13", "some 13", "13 (rounded)", "13, I think",
+    "13 I think", "13 (rounded up)", "13, roughly", "13; 14 maybe",
+    # forms no list names: the closed grammar refuses a lead word it does not allow and a clause after the number
+    "tentatively 13", "supposedly 13", "perchance 13", "Plausibly, 13", "13, supposedly", "13 (tentative)", "13 \u2014 give or take",
+    "13 \u2014 probably", "13: my best shot",
+    "the answer is 13, that one",  # (a clause after the number: credited before the closed grammar)
+    "13 supposedly", "13 presumably", "13 apparently", "13 allegedly", "13 cows, hopefully", "13 tentative",
+    "13 guesstimate", "13 (provisional)", "13 in theory", "13 and counting", "13 give/take", "13 hmm", "13 and", "13 umm",
+    "13 plus change", "13 right", "is it 13", "Is 13 right", "Could be 13", "Must be 13",
+])
+def test_a_hedge_in_words_no_list_names_earns_nothing(answer):
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", "13") == 0.0
+
+
+@pytest.mark.parametrize("answer, gold", [
+    ("**13**", "13"), ("**13** cows", "13"), ("The answer is **13**.", "13"), ("*13*", "13"), ("$13$", "13"),
+    ("The answer is 13.", "13"), ("Janet makes $18 every day at the farmers' market.", "18"),
+    ("So the total amount of fabric is 3 bolts of fabric", "3"), ("a total of 13 cows", "13"), ("x = 13", "13"),
+    ("Answer: 13", "13"), ("It's 13.", "13"), ("She sold them for $13.", "13"), ("It is equal to 13", "13"),
+    ("13 dollars per day", "13"), ("13-year-old", "13"), ("\\boxed{13}", "13"), ("\\text{13 apples}", "13"),
+    ("2\\,500", "2500"), ("The price increased by 13%", "13"), ("So, 13", "13"), ("Therefore, he has only 13 left.", "13"),
+    ("That leaves Amelia with $13.", "13"), ("He gave away 13 toys", "13"), ("They will arrive in 13 hours.", "13"),
+    ("13 </answer", "13"),
+    ("13 jelly beans", "13"), ("13 um", "13"), ("13 dollars weekly", "13"), ("13 family members", "13"), ("only 13", "13"),  # (an honest SmolLM2 sample ends "<answer>5 </answer</answer>": a tag written twice)
+])
+def test_an_answer_the_grammar_reads_is_credited(answer, gold):
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", gold) == 1.0
+
+
+def test_bold_is_read_the_same_by_the_math_reward_and_the_program_check():
+    """r34d N4: ``**13**`` was paid by the reward and refused by python_math's check (read as a power)."""
+    from dgrpo.rewards.code import output_matches
+
+    for line in ("**13**", "**13** cows", "The answer is **13**."):
+        assert output_matches(line + "\n", "13") and answers_match(line, "13")
+    assert not output_matches("2**2**2**40\n", "13")  # (a power tower is still no answer)
+
+
+@pytest.mark.parametrize("answer, oracle", [
+    ("$\\sqrt{2}$", "$\\sqrt{2}$"), ("$\\pi$", "$\\pi$"), ("$\\frac{\\pi}{2}$", "$\\frac{\\pi}{2}$"),
+    ("$2\\sqrt{3}$", "$2\\sqrt{3}$"), ("\\boxed{\\sqrt{2}}", "$\\sqrt{2}$"), ("$\\log 2$", "$\\log 2$"),
+    ("$\\sqrt{2}$", "$\\sqrt 2$"),
+])
+def test_a_symbolic_oracle_credits_its_own_functions_and_constants(answer, oracle):
+    """r34d N3: an answer identical to its oracle earned 0 (the oracle's own √, π, log read as a hedge)."""
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", oracle) == 1.0
+
+
+@pytest.mark.parametrize("answer", ["about $\\sqrt{2}$", "$\\sqrt{2}$ or $\\sqrt{3}$", "at least $\\sqrt{2}$",
+                                    "$\\sqrt{2}$, $\\sqrt{3}$", "$\\sqrt{3}$", "$\\sqrt{2} \\pi$"])
+def test_a_symbolic_oracle_still_refuses_hedges_and_other_values(answer):
+    assert math_reward(f"<think>x</think><answer>{answer}</answer>", "$\\sqrt{2}$") == 0.0
+
+
+@pytest.mark.parametrize("text", ["13" + "\t \n" * 10_000 + ".", "13" + " " * 40_000 + "x,", "_a (" * 10_000 + "13",
+                                  "a" * 50_000 + " 13", "13 " + "a." * 20_000 + ",", "and " * 20_000 + "13"])
+def test_the_grammar_and_the_qualifiers_read_long_answers_in_linear_time(text):
+    """A tail regex of the first draft took minutes on 4,000 blanks before ``x,``; the qualifier scan took 7 s on
+    30,000 blanks (before this branch too). Measured 0.02-0.2 s each now."""
+    import time
+
+    start = time.process_time()
+    math_reward(f"<think>x</think><answer>{text}</answer>", "13")
+    assert time.process_time() - start < 3.0

@@ -124,3 +124,25 @@ def test_an_oracle_the_math_reward_cannot_read_is_refused_at_load(tmp_path):
     rows[4]["a"] = "$x+1$"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert DatasetTask(path=str(path), columns=cols, n_val=2).val[0].answer == "$x+1$"  # (record 4: held out)
+
+
+def test_an_oracle_the_math_reward_would_not_credit_as_itself_is_refused_at_load(tmp_path):
+    """Fifth review of issue 34 (r34d N3): an exact right answer must never earn 0 silently. ``$\\sqrt{2}$``
+    and ``$\\pi$`` now credit themselves (the oracle's own √ and π are no hedge) and load; an oracle that
+    names two candidates (``$1$ or $2$``) would pay every completion 0, and is refused in one line."""
+    from dgrpo.rewards.math import math_reward
+    from dgrpo.tasks.dataset import DatasetTask
+
+    rows = [{"q": f"q{i}", "a": a} for i, a in enumerate(["$\\sqrt{2}$", "$\\pi$", "3", "4", "5", "6"])]
+    path = tmp_path / "sym.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cols = {"question": "q", "answer": "a"}
+    task = DatasetTask(path=str(path), columns=cols, n_val=2)
+    for p in task.train + task.val:
+        assert math_reward(f"<think>x</think><answer>{p.answer}</answer>", p.answer) == 1.0
+    rows[3]["a"] = "$x+1$ or $x+2$"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError) as err:
+        DatasetTask(path=str(path), columns=cols, n_val=2)
+    assert str(err.value).count("\n") == 0
+    assert "record train-3: the math reward does not credit the answer '$x+1$ or $x+2$'" in str(err.value)

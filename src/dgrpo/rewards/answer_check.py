@@ -37,6 +37,8 @@ import subprocess
 import sys
 import threading
 
+from dgrpo.text.fold import rendered
+
 CPU_LIMIT_S = 1.0  # CPU seconds of one check in the worker before CheckTimeout is raised in it
 HARD_CPU_S = 3  # CPU seconds of one check before the kernel kills the worker (RLIMIT_CPU: whole seconds)
 MAX_EXPONENT_DIGITS = 4  # an exponent that may reach 10**4 (digits of its numbers, summed) is refused
@@ -210,6 +212,10 @@ atexit.register(_worker.close)
 def bounded_answers_match(predicted: str, oracle: str) -> bool:
     """:func:`dgrpo.rewards.math.answers_match` in the worker process, under its time and memory limits.
 
+    An answer :func:`power_bomb` refuses is read again as rendered (:func:`dgrpo.text.fold.rendered`, as
+    the reward reads it: ``**13**`` is 13 in bold, not a power); when that passes, the worker checks the
+    rendered text.
+
     Returns:
         Its verdict; False when the check ran out of time or memory, and at once, without the worker,
         when the answer is a power tower or has a huge exponent (:func:`power_bomb`).
@@ -219,5 +225,8 @@ def bounded_answers_match(predicted: str, oracle: str) -> bool:
         RuntimeError: the worker could not start.
     """
     if power_bomb(predicted) is not None:
-        return False
+        text = rendered(predicted)  # (Markdown bold, "**13**", is no power: the reward reads it rendered too)
+        if text == predicted or power_bomb(text) is not None:
+            return False
+        predicted = text  # (the worker reads what was checked: "10 **9** 9" reaches it as "10 9 9")
     return _worker.check(predicted, oracle)

@@ -9,7 +9,9 @@ words and units around the number are allowed (``54 cows``, ``$1,234.00``, ``x =
 a number in words (``twelve or 13``) — holds no single answer and earns nothing. Numbers compare
 exactly as fractions (``54.0`` = ``54``, ``0.5`` = ``1/2``). A tuple oracle (``(1, 2)``) needs the same
 numbers in order; an oracle that is not numbers (a symbolic answer of a dataset task) is compared by
-math-verify (Hugging Face), and the same answer must then still name no second candidate.
+math-verify (Hugging Face), and the same answer must then still name no second candidate (the oracle's own
+``\\sqrt``, ``\\pi``, ``\\log`` are no hedge). Around its one number an answer must also fit a closed grammar
+(:mod:`dgrpo.rewards.answer_form`: an allowed word before it, a noun phrase after it; docs/rewards.md).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import re
 import threading
 from fractions import Fraction
 
+from dgrpo.rewards.answer_form import well_formed
 from dgrpo.rewards.format import format_reward, parse_completion
-from dgrpo.rewards.numbers import LITERAL, MAX_DIGITS, hedged, numbers_in, plain, read
+from dgrpo.rewards.numbers import LITERAL, MAX_DIGITS, hedged, numbers_in, plain, qualifiers, read
 
 __all__ = ["MAX_DIGITS", "answers_match", "math_reward", "numbers_in", "one_number", "parse_oracle",
            "shaped_math_reward"]
@@ -65,6 +68,8 @@ def one_number(text: str) -> Fraction | None:
     if len(values) != 1 or None in values:
         return None
     if len(found) > MAX_WRITINGS:  # ("1 1 1 1", "1, 1, 1, 1": a list, not an answer)
+        return None
+    if not well_formed(text, found[0].start(), found[-1].end()):  # (the closed grammar: "shy of 13", "13, I think")
         return None
     if len(found) > 1:  # one value written twice ("13 or 13.0", "$13$ (13 dollars)"): its gaps hold no operator
         gaps = [text[a.end():b.start()] for a, b in zip(found, found[1:])]
@@ -128,7 +133,9 @@ def answers_match(predicted: str, oracle: str) -> bool:
     expected = parse(oracle, parsing_timeout=_timeout())
     if not expected:
         raise ValueError(f"oracle answer {oracle!r} is not a number")
-    if _HEDGE.search(plain(predicted)) or hedged(predicted) or _spans_differ(predicted):
+    own = qualifiers(oracle) | {m[0].lower() for m in _HEDGE.finditer(plain(oracle))}  # ("$\\sqrt{2}$", "$\\pi$")
+    extra = qualifiers(predicted) | {m[0].lower() for m in _HEDGE.finditer(plain(predicted))}
+    if extra - own or _spans_differ(predicted):
         return False
     pred = parse(predicted, parsing_timeout=_timeout())
     return bool(pred) and bool(verify(expected, pred, timeout_seconds=_timeout()))

@@ -18,7 +18,9 @@ applied to it (``√5``, ``5π``, ``5 squared``), or a number in words (``twelve
 are not numbers). Bounds and approximations are one vocabulary whatever joins them (``13 or above``,
 ``13 and above``, ``beyond 13``, ``13-odd``, ``close to 13``, ``13 (estimate)``, ``13 - x``), and every
 Unicode math symbol (category Sm) but ``= + - × ÷ / ⋅`` qualifies (``≳13``). :func:`plain` first decodes
-HTML character references (``&gt;13`` is ``>13``) and removes format characters (``o\u200bver``).
+HTML character references (``&gt;13`` is ``>13``) and removes format characters (``o\u200bver``), then folds
+the text as the ASR does (:func:`dgrpo.text.fold.fold_letters`: Markdown and LaTeX as rendered, NFKC, every
+look-alike letter its ASCII skeleton, ``оver`` with a Cyrillic ``о`` is ``over``).
 Only English number words are read: ``13 oder vierzehn`` states one number (docs/rewards.md).
 """
 
@@ -28,6 +30,8 @@ import html
 import re
 import unicodedata
 from fractions import Fraction
+
+from dgrpo.text.fold import fold_letters
 
 MAX_DIGITS = 100  # longest number (characters, separators included) read as a value
 
@@ -48,6 +52,7 @@ _VULGAR = re.compile(r"(?:(?<![\d.,])(\d+)[ \u00a0]?)?([\u00bc-\u00be\u2150-\u21
 _FRAC = re.compile(r"\\[dt]?frac\s*(?:\{\s*([^{}]*?)\s*\}|(\d))\s*(?:\{\s*([^{}]*?)\s*\}|(\d))")
 _DASH_MINUS = re.compile(r"(?<![\d\w])[\u2010\u2012\u2013\u2212\ufe58\ufe63](?=\s?[\d.])")
 _WORD_MINUS = re.compile(r"\b(?:minus|negative)\s+(?=[\d.])", re.IGNORECASE)
+_BLANK_RUN = re.compile(r"\s{3,}")  # three or more blanks read as two (never one: "1  728" stays two numbers)
 _SCI = re.compile(r"((?<![\d.,])\d+(?:[.,]\d+)*)\s*(?:×|x|\*|·|⋅|\\times|\\cdot)\s*10\s*\^\s*\{?\s*([-+]?\d{1,3})\s*\}?")
 # One written number: digits (thousands in groups of exactly 3 after a comma or a space), decimals, an
 # exponent and an optional "/ denominator". "1331, 1728" is two numbers, "1,234.5" and "1 728" one.
@@ -80,7 +85,12 @@ _BOUND_AFTER = (r"above|over|under|below|beyond|up|upwards?|down|downwards?|more
 _SUFFIX = r"plus|odd|something|ish|beyond|upwards?|thereabouts"
 _APPROX = (r"estimat\w*|est\b\.?|appr\b\.?|apx|approx\w*|ballpark|close\s+to|near|neighbou?rhood|order\s+of|"
            r"bounds?\b|limit|at\s+(?:best|worst|minimum|maximum)|unsure|uncertain|exceed\w*|excess|surpass\w*|"
-           r"beyond|minus|atleast|atmost|thereabouts|give\s+or\s+take")
+           r"beyond|minus|atleast|atmost|thereabouts|give\s+or\s+take|"
+           # fifth review: a shortfall, an abbreviated circa, "some 13", a rounding, a belief
+           r"shy\s+of|short\s+of|c\.(?=\s*[-+$\d.])|ca\.|some(?=\s+[-+$\d.])|round(?:ed|ing)?\b|"
+           r"i\s+(?:think|believe|suppose|reckon|assume)\b|tentative|provisional|unconfirmed|unverified|doubtful|"
+           r"questionable|preliminary|guesstimat\w*|in\s+theory|theoretically|hmm+\b|uhm*\b|umm+\b|give\s*/\s*take|"
+           r"right\s*[?.!]*\s*\Z")
 # Every mathematical symbol (Unicode category Sm) is a relation or an operator on the number ("≳13",
 # "⋝13", "≫13", "n ⪯ 13"), except those an answer writes plainly: "=", "+" and "-" (read by the rules
 # above), "<" and ">" (a tag's leftover, read above), "×", "÷", "/", "⋅", "∙", "∗", the fraction slash.
@@ -124,14 +134,15 @@ def plain(text: str) -> str:
         if not n:
             break
     text = _POWER.sub(lambda m: "^" + m[0].translate(_SUPER), text)
-    text = unicodedata.normalize("NFKC", text).replace("\u2044", "/")
+    text = fold_letters(text).replace("\u2044", "/")  # (the ASR's folding: NFKC, look-alike letters, markup)
     for _ in range(8):
         text, n = _UNIT_POWER_ASCII.subn(r"\1", text, count=1)
         if not n:
             break
     text = _FRAC.sub(lambda m: f"{m[1] or m[2]}/{m[3] or m[4]}", text)
     text = _WORD_MINUS.sub("-", _DASH_MINUS.sub("-", text))
-    return _SCI.sub(lambda m: f"{m[1]}e{m[2]}", text)
+    text = _SCI.sub(lambda m: f"{m[1]}e{m[2]}", text)
+    return _BLANK_RUN.sub("  ", text)  # (a run of blanks costs the qualifier scan quadratic time: 30k cost 7 s)
 
 
 def _value(digits: str) -> Fraction:
@@ -166,6 +177,19 @@ def read(m: re.Match) -> Fraction | None:
             return None
         value /= den
     return -value if m["sign"] == "-" else value
+
+
+_CANONICAL = {"\\sqrt": "√", "sqrt": "√", "root": "√", "\\pi": "π", "pi": "π", "\\infty": "∞", "infinity": "∞"}
+
+
+def qualifiers(text: str) -> set[str]:
+    """The qualifiers :func:`hedged` finds in ``text``, each lower case with its spacing collapsed (``\\sqrt``
+    and ``√``, ``\\pi`` and ``π`` as one): ``"about $\\sqrt{2}$"`` → ``{"about", "√"}``. A symbolic oracle
+    may hold its own (``$\\sqrt{2}$``, ``$\\pi$``): an answer is refused for the ones the oracle lacks."""
+    text = plain(text)
+    found = {" ".join(m[0].lower().split()) for m in _QUALIFIER.finditer(text)}
+    found |= {m[0].lower() for m in _WORDS.finditer(_COMPOUND.sub(" ", _PRONOUN_ONE.sub(" ", text)))}
+    return {_CANONICAL.get(q, q) for q in found}
 
 
 def hedged(text: str) -> bool:

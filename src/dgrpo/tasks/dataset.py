@@ -157,7 +157,8 @@ def problems(records: Sequence[dict], columns: Columns, answer_format: str, spli
 
 def _check_oracles(problems_: Sequence[Problem], source: str) -> None:
     """Refuse, in one line, an oracle answer the math reward cannot read (it would raise at the first
-    well-formed completion, mid-run): ``x+1`` or ``\\sqrt{2}`` outside ``$…$``.
+    well-formed completion, mid-run): ``x+1`` or ``\\sqrt{2}`` outside ``$…$``; and one the reward reads but
+    would not credit when a completion writes it exactly (it would pay every right answer 0, silently).
 
     Raises:
         DataError: names the record (its ``prompt_id``), the answer and the fix.
@@ -171,6 +172,10 @@ def _check_oracles(problems_: Sequence[Problem], source: str) -> None:
             raise DataError(f"{source}: record {p.prompt_id}: answer {p.answer!r} is neither a number nor an expression "
                             "the math reward reads (math-verify); write it as a number or as LaTeX inside $...$, "
                             "or give a reward function (task.reward=module:function)") from None
+        if not answers_match(p.answer, p.answer):  # (an exact right answer must never earn 0 silently)
+            raise DataError(f"{source}: record {p.prompt_id}: the math reward does not credit the answer {p.answer!r} "
+                            "written as itself; write it as one number or one LaTeX expression inside $...$, "
+                            "or give a reward function (task.reward=module:function)")
 
 
 @register("task", "dataset", config=DatasetTaskConfig)

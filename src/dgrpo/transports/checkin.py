@@ -1,7 +1,7 @@
 """The start-up check-in: who joined, and whom the others gave up on (issue 31, must-haves 4 and 5).
 
-Before the (collective) group set-up every rank appends a *mark* under ``dgrpo/join/{k}`` of the
-rendezvous store and waits for everyone's. Then it appends its *view* under ``dgrpo/join/vote/{k}``:
+Before the (collective) group set-up every rank writes a *mark* under ``dgrpo/join/{k}`` of the
+rendezvous store and waits for everyone's. Then it writes its *view* under ``dgrpo/join/vote/{k}``:
 ``[]`` once it saw every rank's mark, else, once ``swarm.startup_timeout_s`` passed, the ranks it
 missed. A rank decides only on the views of a quorum of the roster (more than half of it, the rule of
 the accusations: :func:`~dgrpo.transports.accusations.quorum`) that say the same thing: every rank
@@ -20,7 +20,8 @@ in the log (its signer, or ``unsigned``) and returned in :attr:`Joined.named` (`
 Without a roster file (``swarm.unsafe_key_exchange``, loopback only) any line counts: a local process
 can write another rank's mark or view. Anyone can delete store keys: each rank puts its own mark and
 view back while it waits; one deleted after its owner decided can only hold a slower rank until its
-wait ends (a start-up stop in one line, never a split swarm).
+wait ends (a start-up stop in one line, never a split swarm). A rank writes its own keys over whatever
+is there whenever its line is not among the first ``_LINES`` (junk written first cannot keep it out).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ _LINES = 64  # most lines read under one key
 
 
 def vote_key(node: int) -> str:
-    """The store key under which ``node`` appends its view."""
+    """The store key of ``node``'s view."""
     return f"{JOIN}/vote/{node}"
 
 
@@ -157,17 +158,18 @@ class CheckIn:
         return None, counted
 
     def _put_back(self, mine: tuple[int, ...] | None) -> None:
-        """This rank's own mark and view in the store again if someone deleted or overwrote them."""
+        """This rank's own mark and view in the store again if someone deleted them, wrote over them or
+        appended so much before them that a reader would not reach them (written over: only its own line)."""
         self._marked.discard(self.rank)
         if not self.is_marked(self.rank):
-            self._call(self.store.append, f"{JOIN}/{self.rank}", f"\n{self._sig(f'join|{self.rank}')}\n".encode())
+            self._call(self.store.set, f"{JOIN}/{self.rank}", f"{self._sig(f'join|{self.rank}')}\n".encode())
         if mine is not None and mine not in self.views(self.rank):
             self._vote(mine)
 
     def _vote(self, view: tuple[int, ...]) -> None:
         csv = ",".join(map(str, view))
         line = json.dumps({"absent": list(view), "sig": self._sig(f"join/view|{self.rank}|{csv}")})
-        self._call(self.store.append, vote_key(self.rank), f"\n{line}\n".encode())
+        self._call(self.store.set, vote_key(self.rank), f"{line}\n".encode())
 
     # ------------------------------------------------------------------ the wait
     def _missing_text(self, absent) -> str:
@@ -175,7 +177,6 @@ class CheckIn:
                 "or started too late)")
 
     def run(self) -> Joined:
-        self._put_back(None)
         deadline = time.monotonic() + self.timeout_s
         mine, give_up = None, None
         while True:
@@ -193,7 +194,8 @@ class CheckIn:
                         raise PeerFailure(f"{self._missing_text(missing)}: start every rank within it")
                     continue
             elif now >= give_up:
-                raise PeerFailure(f"node {self.rank}: the ranks' views of who joined {counted} did not agree within "
+                seen = ", ".join(f"node {n}: {list(v)}" for n, v in sorted(counted.items()))
+                raise PeerFailure(f"node {self.rank}: the ranks' views of who is absent ({seen}) did not agree within "
                                   f"swarm.startup_timeout_s={self.timeout_s:g}s ({self.need} of {self.world} must "
                                   "agree; ranks started around the timeout?): start every rank within it")
             time.sleep(min(0.2, max(0.01, (deadline if mine is None else give_up) - now)))

@@ -197,8 +197,8 @@ def test_a_forged_check_in_mark_is_ignored_and_its_signer_named(caplog):
     with caplog.at_level(logging.WARNING):
         out, _, _ = _check_ins(ranks=[0, 3], timeout_s=0.5, store=store, keys=keys)
     assert "node 0: check-in: refused a check-in mark for node 2 in the store: signed by node 3, not node 2" in caplog.text
-    assert ("node 0: check-in: refused a check-in mark for node 1 in the store: not signed by node 1 (unsigned: its "
-            "writer cannot be named)") in caplog.text
+    assert ("node 0: check-in: refused a check-in mark for node 1 in the store: not signed by node 1 for this config "
+            "(a rank of another config, or unsigned: its writer cannot be named)") in caplog.text
     assert 0.9 < time.monotonic() - start < 10
     for k in (0, 3):
         assert isinstance(out[k], PeerFailure), out

@@ -107,7 +107,8 @@ class CheckIn:
     def _refused(self, node: int, what: str, by: int | None) -> None:
         self._say(by, f"check-in: refused a {what} for node {node} in the store: " +
                   (f"signed by node {by}, not node {node}" if by is not None else
-                   f"not signed by node {node} (unsigned: its writer cannot be named)"))
+                   f"not signed by node {node} for this config (a rank of another config, or unsigned: its writer "
+                   "cannot be named)"))
 
     def is_marked(self, node: int) -> bool:
         if node in self._marked:

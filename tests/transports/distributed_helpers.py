@@ -338,12 +338,12 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     from dgrpo.transports.distributed import DistributedTransport
 
     _keep_protocol()
-    if kind in ("store", "serve", "addr", "connflood"):
+    if kind in ("store", "serve", "addr", "connflood", "checkin", "slowstart"):
         from peer_scenarios import address_attack, connection_flood, serve_attack
-        from store_scenarios import store_attack
+        from store_scenarios import checkin_attack, slow_start, store_attack
 
         return {"store": lambda m, v: store_attack(m, int(v)), "serve": serve_attack, "addr": address_attack,
-                "connflood": connection_flood}[kind](*rest)
+                "connflood": connection_flood, "checkin": checkin_attack, "slowstart": slow_start}[kind](*rest)
     if kind in ("forge", "overwrite"):
         return _forge(int(rest[0]), replace=kind == "overwrite")
     if kind == "equivocate":
@@ -370,10 +370,10 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
         time.sleep(float(rest[0]))
         import torch.distributed as dist
 
-        from dgrpo.transports.rendezvous import ABANDONED
+        from dgrpo.transports.checkin import vote_key  # (every other rank's view: a quorum gave up on it)
         store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                               timeout=datetime.timedelta(seconds=60))
-        store.wait([ABANDONED])
+        store.wait([vote_key(k) for k in range(int(os.environ["WORLD_SIZE"])) if k != rank])
         return
     if kind == "craft":
         original = DistributedTransport.encode

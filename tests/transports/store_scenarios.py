@@ -46,3 +46,35 @@ def store_attack(mode: str, victim: int, world: int = 4) -> None:
         return res
 
     D.join_group = join_group
+
+
+def checkin_attack(mode: str, victim: str) -> None:
+    """``checkin:R:MODE:V``, played before this rank checks in (the run needs ``swarm.protocol.roster``):
+    ``abandon`` writes the old unsigned list of absent ranks naming node V (``dgrpo/join/abandoned``) and this
+    rank's own signed view that V is absent, with its own mark, then checks in 1 s later; ``mark`` writes a
+    check-in mark for node V signed with this rank's key (V is to start late: ``slowstart:V:S``)."""
+    import dgrpo.transports.rendezvous as R
+    from dgrpo.transports.checkin import ABANDONED, JOIN, vote_key
+
+    check_in = R.check_in
+
+    def attack(store, rank, world, timeout_s, go_on=False, keys=None):
+        v = int(victim)
+        if mode == "abandon":
+            store.set(ABANDONED, victim.encode())
+            store.append(f"{JOIN}/{rank}", f"\n{keys.sign(f'join|{rank}')}\n".encode())
+            view = json.dumps({"absent": [v], "sig": keys.sign(f"join/view|{rank}|{v}")})
+            store.append(vote_key(rank), f"\n{view}\n".encode())
+            print(f"rank {rank}: wrote {ABANDONED} and a view naming node {v}", flush=True)
+            time.sleep(1.0)
+        else:
+            store.append(f"{JOIN}/{v}", f"\n{keys.sign(f'join|{v}')}\n".encode())
+            print(f"rank {rank}: forged the check-in mark of node {v}", flush=True)
+        return check_in(store, rank, world, timeout_s, go_on=go_on, keys=keys)
+
+    R.check_in = attack
+
+
+def slow_start(seconds: str) -> None:
+    """``slowstart:R:S``: this rank starts S seconds late (within ``swarm.startup_timeout_s``)."""
+    time.sleep(float(seconds))

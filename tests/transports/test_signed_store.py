@@ -121,3 +121,111 @@ def test_a_leave_mark_not_signed_by_its_node_is_refused_and_named_once(caplog):
                      "(unsigned: its writer cannot be named)"]
     ts[1].leave(["r5"])
     assert ts[0]._status("r5", 1, far) == "left"
+
+
+# ---------------------------------------------------------------------- the check-in (transports/checkin.py)
+def _check_ins(n=4, timeout_s=1.0, go_on=True, ranks=None, store=None, keys=None):
+    """Run ``check_in`` for ``ranks`` (default all) in threads on one HashStore: rank → Joined or the exception."""
+    import torch.distributed as dist
+
+    from dgrpo.swarm.identity import Roster, generate_keys
+    from dgrpo.transports.checkin import check_in
+    from dgrpo.transports.peerserve import AddressKeys
+
+    store, keys = store or dist.HashStore(), keys or generate_keys(n)
+    out = {}
+
+    def one(k):
+        try:
+            out[k] = check_in(store, k, n, timeout_s, go_on=go_on, keys=AddressKeys(k, keys[k], Roster.of(keys), "fp"))
+        except Exception as err:  # noqa: BLE001 (returned to the test)
+            out[k] = err
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in (range(n) if ranks is None else ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return out, store, keys
+
+
+def _signed_view(keys, by: int, absent: list[int]) -> bytes:
+    sig = keys[by].sign(f"dgrpo/join/view|{by}|{','.join(map(str, absent))}|fp".encode()).hex()
+    return ("\n" + json.dumps({"absent": absent, "sig": sig}) + "\n").encode()
+
+
+def test_a_lone_abandoned_list_written_first_makes_nobody_leave_and_names_its_writer(caplog):
+    """Node 3 writes, before anyone checks in, the old unsigned list naming node 1 (``dgrpo/join/abandoned``),
+    its own signed view that node 1 is absent, and a view in node 2's name signed with its key; then it checks
+    in like the others. Node 1 stays (before: it left, "started after its peers stopped waiting"), every rank
+    decides that all joined, and node 3 is named for the lone view and the forgery (peers.jsonl notes)."""
+    import torch.distributed as dist
+
+    from dgrpo.swarm.identity import generate_keys
+
+    store, keys = dist.HashStore(), generate_keys(4)
+    store.set("dgrpo/join/abandoned", b"1")
+    store.append("dgrpo/join/vote/3", _signed_view(keys, 3, [1]))
+    store.append("dgrpo/join/3", ("\n" + keys[3].sign(b"dgrpo/join|3|fp").hex() + "\n").encode())  # (its own mark)
+    forged = keys[3].sign(b"dgrpo/join/view|2|1|fp").hex()
+    store.append("dgrpo/join/vote/2", json.dumps({"absent": [1], "sig": forged}).encode())
+    with caplog.at_level(logging.WARNING):
+        out, _, _ = _check_ins(ranks=[0, 1, 2], store=store, keys=keys)
+    assert {k: j.absent for k, j in out.items()} == {0: [], 1: [], 2: []}, out
+    for k in (0, 1, 2):
+        reasons = [r for w, r in out[k].named if w == 3]
+        assert "check-in: refused a check-in view for node 2 in the store: signed by node 3, not node 2" in reasons
+        assert ("check-in: node 3 alone found nodes [1] absent at start-up (1 of the 3 views needed); nobody is "
+                "left out for it") in reasons
+    assert "ignored an unsigned list of absent ranks in the store (dgrpo/join/abandoned" in caplog.text
+    out3, _, _ = _check_ins(ranks=[3], store=store, keys=keys)  # node 3 itself goes on too (a quorum saw all)
+    assert out3[3].absent == []
+
+
+def test_a_forged_check_in_mark_is_ignored_and_its_signer_named(caplog):
+    """Node 3 writes a check-in mark for node 2 signed with its own key, and an unsigned one for node 1; nodes 1
+    and 2 never start. Nodes 0 and 3 do not take the forgeries: they wait out the timeout, and without a
+    quorum (2 of the 3 views needed) both stop in one line instead of going on as if all had joined."""
+    import torch.distributed as dist
+
+    from dgrpo.swarm.identity import generate_keys
+
+    store, keys = dist.HashStore(), generate_keys(4)
+    store.append("dgrpo/join/2", ("\n" + keys[3].sign(b"dgrpo/join|2|fp").hex() + "\n").encode())
+    store.append("dgrpo/join/1", b"\n1\n")
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        out, _, _ = _check_ins(ranks=[0, 3], timeout_s=0.5, store=store, keys=keys)
+    assert "node 0: check-in: refused a check-in mark for node 2 in the store: signed by node 3, not node 2" in caplog.text
+    assert ("node 0: check-in: refused a check-in mark for node 1 in the store: not signed by node 1 for this config "
+            "(a rank of another config, or unsigned: its writer cannot be named)") in caplog.text
+    assert 0.9 < time.monotonic() - start < 10
+    for k in (0, 3):
+        assert isinstance(out[k], PeerFailure), out
+        assert "the ranks' views of who is absent (node 0: [1, 2], node 3: [1, 2]) did not agree within" in str(out[k])
+    out, _, _ = _check_ins(ranks=[0], timeout_s=0.5, store=dist.HashStore(), keys=keys, go_on=False)
+    assert str(out[0]) == ("nodes [1, 2, 3] did not join within swarm.startup_timeout_s=0.5s (not started, or started "
+                           "too late): start every rank within it")
+
+
+def test_a_rank_started_after_a_quorum_gave_up_leaves_and_the_others_go_on():
+    """Nodes 0-2 time out on node 3 (a quorum of 3 views); node 3 starts afterwards and leaves in one line."""
+    out, store, keys = _check_ins(ranks=[0, 1, 2], timeout_s=0.5)
+    assert {k: j.absent for k, j in out.items()} == {0: [3], 1: [3], 2: [3]}
+    late, _, _ = _check_ins(ranks=[3], timeout_s=0.5, store=store, keys=keys)
+    assert str(late[3]) == ("node 3 started after its peers stopped waiting for it (swarm.startup_timeout_s=0.5s): "
+                            "start every rank within it")
+
+
+def test_every_rank_checks_in_at_once_even_behind_junk_written_first():
+    """Another process wrote 100 junk lines under node 1's mark and view keys first (more than a reader takes):
+    node 1 writes its own over them, and all four decide at once that every rank joined."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    for key in ("dgrpo/join/1", "dgrpo/join/vote/1"):
+        store.set(key, b"junk\n" * 100)
+    start = time.monotonic()
+    out, _, _ = _check_ins(ranks=[0, 1, 2, 3], timeout_s=5, store=store)
+    assert time.monotonic() - start < 4
+    assert {k: (j.absent, j.named) for k, j in out.items()} == {k: ([], []) for k in range(4)}

@@ -114,17 +114,44 @@ def test_an_address_overwritten_in_the_store_is_refused_and_the_run_is_the_clean
     it 2 s late. They refuse it, naming node 3, node 0 puts its record back, and the run is the clean one
     (before the addresses were signed, the ranks took the dead port for node 0's server and stopped at
     start-up with "node 0 sent nothing")."""
-    from dgrpo.swarm.identity import write_keys
-
-    write_keys(tmp_path / "keys", 4)
-    roster = [f"swarm.protocol.roster={tmp_path / 'keys' / 'roster.json'}", f"swarm.protocol.key_dir={tmp_path / 'keys'}"]
-    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, *roster, "swarm.startup_timeout_s=30"],
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path), "swarm.startup_timeout_s=30"],
                            "addr:3:0,slowread:1:2:role,slowread:2:2:role")
     assert "rank 3: overwrote addr/0" in results[3].output
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[1].output[-3000:]
     named = "refused the server address of node 0 in the store (addr/0): it is signed by node 3, not node 0"
     assert all(named in r.output for r in results[1:3]), results[1].output[-3000:]
     assert comparable(read_metrics(run_dir)) == reference
+
+
+def _roster(tmp_path):
+    from dgrpo.swarm.identity import write_keys
+
+    write_keys(tmp_path / "keys", 4)
+    return [f"swarm.protocol.roster={tmp_path / 'keys' / 'roster.json'}", f"swarm.protocol.key_dir={tmp_path / 'keys'}"]
+
+
+@pytest.mark.parametrize("scenario, named", [
+    ("checkin:3:abandon:1", "check-in: node 3 alone found nodes [1] absent at start-up (1 of the 3 views needed); "
+                            "nobody is left out for it"),
+    ("checkin:3:mark:2,slowstart:2:3", "check-in: refused a check-in mark for node 2 in the store: signed by node 3, "
+                                       "not node 2")])
+def test_a_forged_check_in_record_makes_no_honest_rank_leave_and_names_its_writer(tmp_path, tiny_model_dir,
+                                                                                 reference, scenario, named):
+    """With a roster file, before anyone checks in, rank 3 writes the old unsigned list of absent ranks naming
+    node 1 and its own signed view that node 1 is absent (``abandon``; before, node 1 left at start-up and the
+    others went on without it), or a check-in mark for node 2 signed with its key while node 2 starts 3 s late
+    (``mark``; before, the others took it for node 2's). Check-in records count only signed by their node, and
+    a rank is given up on only by a quorum of views: nobody leaves, node 3 is named in the honest ranks' logs
+    and in peers.jsonl (``check-in``), and the metrics are the clean run's."""
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path)], scenario)
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[1].output[-3000:]
+    assert "started after its peers stopped waiting" not in "".join(r.output for r in results)
+    assert all(named in r.output for r in results[:3] if r.rank != 2 or "abandon" in scenario), results[0].output[-3000:]
+    assert peers(run_dir)[0]["peers"]["3"]["transport"] == {"check-in": 1}
+    assert all(p["transport"] == {} for rec in peers(run_dir) for n, p in rec["peers"].items() if n != "3")
+    records = read_metrics(run_dir)
+    assert [r.pop("swarm/invalid_transport", None) for r in records] == [1, None, None]
+    assert comparable(records) == reference
 
 
 def test_a_connection_flood_on_an_honest_server_accuses_and_bans_nobody(tmp_path, tiny_model_dir, reference):

@@ -49,7 +49,7 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import merge_views
 from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relayed
-from dgrpo.transports.rendezvous import _seconds, absent_at_start, address_keys, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
+from dgrpo.transports.rendezvous import _seconds, address_keys, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.storewait import StoreExchange
 from dgrpo.swarm.validation import Limits, parse_message
@@ -130,11 +130,12 @@ class DistributedTransport(StoreExchange):
                 differ (names the ranks).
         """
         sw = cfg.swarm
-        store, rank, world, backend = join_group(cfg)
+        store, rank, world, backend, joined = join_group(cfg)
         transport = cls(store, rank, world, honest=range(world), timeout_s=sw.timeout_s,
                         on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size,
                         keys=address_keys(cfg, rank))
-        for node in absent_at_start(store):  # started too late, under on_peer_failure=continue: out from the start
+        transport._notes.extend(joined.named)  # refused check-in records and lone views, under their writers
+        for node in joined.absent:  # started too late, under on_peer_failure=continue: out from the start
             transport.alive.discard(node)
             transport.failed[node] = "join"
             transport._notes.append((node, f"join: did not join within swarm.startup_timeout_s={sw.startup_timeout_s:g}s"))

@@ -99,13 +99,25 @@ class AddressKeys:
         self.rank, self.key, self.roster, self.bound = rank, key, roster, bound
 
     def _text(self, node: int, addr: str) -> bytes:
-        return f"dgrpo/addr|{node}|{addr}|{self.bound}".encode()
+        return self._bound(f"addr|{node}|{addr}")
+
+    def _bound(self, what: str) -> bytes:
+        return f"dgrpo/{what}|{self.bound}".encode()
 
     def record(self, addr: str) -> bytes:
         return json.dumps({"addr": addr, "sig": self.key.sign(self._text(self.rank, addr)).hex()}).encode()
 
+    def sign(self, what: str) -> str:
+        """This rank's signature (128 hex digits) of ``dgrpo/{what}|{bound}`` (the check-in's marks and views)."""
+        return self.key.sign(self._bound(what)).hex()
+
     def signer(self, node: int, addr: str, sig) -> int | None:
         """The roster node whose key signed ``addr`` as ``node``'s address (``node`` first), else None."""
+        return self.signed_by(node, f"addr|{node}|{addr}", sig)
+
+    def signed_by(self, node: int, what: str, sig) -> int | None:
+        """The roster node whose key signed ``what`` (bound as :meth:`sign` binds it; ``node``'s key tried
+        first), else None (malformed or foreign)."""
         from cryptography.exceptions import InvalidSignature
 
         from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
@@ -113,7 +125,7 @@ class AddressKeys:
         raw = canonical_hex(sig, SIGNATURE_HEX)
         for n in [node, *sorted(set(self.roster.keys) - {node})] if raw is not None else []:
             try:
-                self.roster.public(n).verify(raw, self._text(node, addr))
+                self.roster.public(n).verify(raw, self._bound(what))
                 return n
             except InvalidSignature:
                 continue

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule
+from dgrpo.transports.checkin import ABANDONED, Joined, check_in  # noqa: F401 (re-exported)
 from dgrpo.transports.fingerprint import config_fingerprint  # noqa: F401 (the one fingerprint of every transport)
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ def join_group(cfg: "RunConfig"):
     initialise the process group (gloo, or NCCL with ``cuda:$LOCAL_RANK``).
 
     Returns:
-        (store, rank, world size, backend name).
+        (store, rank, world size, backend name, :class:`~dgrpo.transports.checkin.Joined`: the ranks a quorum
+        gave up on at the check-in and the writers of refused check-in records).
 
     Raises:
         ConfigError: not launched by torchrun, or world size ≠ ``swarm.nodes``.
@@ -68,7 +70,9 @@ def join_group(cfg: "RunConfig"):
         raise PeerFailure(f"node {rank} cannot reach the rendezvous store at {os.environ['MASTER_ADDR']}:"
                           f"{os.environ['MASTER_PORT']} within swarm.startup_timeout_s={sw.startup_timeout_s:g}s "
                           f"({' '.join(str(err).split())[:160]})") from err
-    absent = check_in(store, rank, world, sw.startup_timeout_s, go_on=sw.on_peer_failure == "continue")
+    joined = check_in(store, rank, world, sw.startup_timeout_s, go_on=sw.on_peer_failure == "continue",
+                      keys=address_keys(cfg, rank))
+    absent = joined.absent
     backend = pick_backend(sw.backend)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -80,67 +84,7 @@ def join_group(cfg: "RunConfig"):
         except dist.DistError as err:  # the store's host or a peer died during the group's set-up
             raise PeerFailure(f"node {rank} lost the rendezvous store or a peer while joining the process group: "
                               f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
-    return store, rank, world, backend
-
-
-ABANDONED = "dgrpo/join/abandoned"  # the ranks the others stopped waiting for at start-up ("3" or "1,3")
-
-
-def check_in(store, rank: int, world: int, timeout_s: float, go_on: bool = False) -> list[int]:
-    """Every rank marks ``dgrpo/join/{rank}`` and waits until all have, before the (collective) group
-    set-up, so that a rank missing after ``timeout_s`` is named by the others, and a rank that starts
-    after they gave up is told so, each in one line.
-
-    Args:
-        go_on: ``swarm.on_peer_failure=continue``: the ranks that joined go on without the missing ones
-            (every rank takes the list the first one to give up wrote, so all agree).
-
-    Returns:
-        The ranks the others gave up on (empty when every rank joined).
-
-    Raises:
-        PeerFailure: ranks missing after ``timeout_s`` without ``go_on`` (names them), or this rank came
-            after the others stopped waiting.
-    """
-    import time
-
-    def call(fn, *args):
-        try:
-            return fn(*args)
-        except dist.DistError as err:
-            raise PeerFailure(f"node {rank} lost the rendezvous store while the ranks checked in: "
-                              f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
-
-    def gave_up(named: str) -> list[int]:
-        absent = [int(k) for k in named.split(",") if k.isdigit()]
-        if rank in absent:
-            raise PeerFailure(f"node {rank} started after its peers stopped waiting for it (swarm.startup_timeout_s="
-                              f"{timeout_s:g}s): start every rank within it")
-        text = f"nodes {absent} did not join within swarm.startup_timeout_s={timeout_s:g}s (not started, or started too late)"
-        if not go_on:
-            raise PeerFailure(f"{text}: start every rank within it")
-        log.warning("%s; going on without them (swarm.on_peer_failure=continue)", text)
-        return absent
-
-    call(store.set, f"dgrpo/join/{rank}", b"1")
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if call(store.check, [ABANDONED]):
-            return gave_up(call(store.get, ABANDONED).decode(errors="replace"))
-        missing = [k for k in range(world) if not call(store.check, [f"dgrpo/join/{k}"])]
-        if not missing:
-            return []
-        if time.monotonic() >= deadline:  # the first to give up names them; everyone takes that list
-            named = call(store.compare_set, ABANDONED, "", ",".join(map(str, missing)))
-            return gave_up(named.decode(errors="replace") if isinstance(named, bytes) else str(named))
-        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-
-
-def absent_at_start(store) -> list[int]:
-    """The ranks the others went on without at start-up (:func:`check_in` with ``go_on``)."""
-    if not store.check([ABANDONED]):
-        return []
-    return [int(k) for k in store.get(ABANDONED).decode(errors="replace").split(",") if k.isdigit()]
+    return store, rank, world, backend, joined
 
 
 def _loopback(host: str) -> bool:

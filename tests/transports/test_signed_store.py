@@ -229,3 +229,49 @@ def test_every_rank_checks_in_at_once_even_behind_junk_written_first():
     out, _, _ = _check_ins(ranks=[0, 1, 2, 3], timeout_s=5, store=store)
     assert time.monotonic() - start < 4
     assert {k: (j.absent, j.named) for k, j in out.items()} == {k: ([], []) for k in range(4)}
+
+
+def test_a_rank_of_another_config_stops_the_check_in_at_once_naming_it():
+    """Node 2 runs another config (fingerprint "other"): its marks cannot verify for the others, so before the
+    config claim they waited out swarm.startup_timeout_s (30 s here) and then called it missing. Its signed
+    claim names it within seconds, on every rank; a claim for node 2 that node 3 signs with its own key for
+    another fingerprint is ignored (node 2 is let in)."""
+    import torch.distributed as dist
+
+    from dgrpo.swarm.identity import Roster, generate_keys
+    from dgrpo.transports.checkin import check_in
+    from dgrpo.transports.peerserve import AddressKeys
+
+    def run(fps, store, keys):
+        out = {}
+
+        def one(k):
+            try:
+                out[k] = check_in(store, k, 4, 30.0, go_on=True, keys=AddressKeys(k, keys[k], Roster.of(keys), fps[k]))
+            except Exception as err:  # noqa: BLE001 (returned to the test)
+                out[k] = err
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        return out
+
+    keys = generate_keys(4)
+    start = time.monotonic()
+    out = run(["fp", "fp", "other", "fp"], dist.HashStore(), keys)
+    assert time.monotonic() - start < 15
+    for k in (0, 1, 3):
+        assert isinstance(out[k], PeerFailure) and str(out[k]).startswith(f"node 2 runs another config than node {k}"), out
+    assert isinstance(out[2], PeerFailure) and "runs another config than node 2" in str(out[2])
+
+    from dgrpo.transports.checkin import CheckIn
+
+    store = dist.HashStore()
+    reader = CheckIn(store, 0, 4, 30.0, True, keys=AddressKeys(0, keys[0], Roster.of(keys), "fp"))
+    for by, fp in [(3, "other"), (2, "fp")]:  # forged by node 3; node 2's own claim of this config
+        store.set("dgrpo/join/config/2", json.dumps({"fp": fp, "sig": keys[by].sign(f"dgrpo/join-config|2|{fp}".encode()).hex()}).encode())
+        reader._other_config(2)  # no stop
+    store.set("dgrpo/join/config/2", json.dumps({"fp": "other", "sig": keys[2].sign(b"dgrpo/join-config|2|other").hex()}).encode())
+    with pytest.raises(PeerFailure, match="node 2 runs another config than node 0"):
+        reader._other_config(2)

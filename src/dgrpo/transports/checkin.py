@@ -22,6 +22,14 @@ can write another rank's mark or view. Anyone can delete store keys: each rank p
 view back while it waits; one deleted after its owner decided can only hold a slower rank until its
 wait ends (a start-up stop in one line, never a split swarm). A rank writes its own keys over whatever
 is there whenever its line is not among the first ``_LINES`` (junk written first cannot keep it out).
+
+A rank of another config cannot sign a mark this rank accepts, so it would only be "missing" after
+``startup_timeout_s``. Each rank therefore also writes a *config claim* under ``dgrpo/join/config/{k}``: its
+config fingerprint signed with its roster key, bound to nothing else. When a rank's mark does not verify
+but its claim does, under its own key, for another fingerprint, the check-in stops at once in one line
+naming that rank (a value that differs between ranks stops the run at start-up, never a split swarm). A
+claim copied from an earlier run of another config can stop a start-up the same way (named as a copy it
+might be), never let anyone in.
 """
 
 from __future__ import annotations
@@ -43,6 +51,11 @@ dist = LazyModule("torch.distributed")
 JOIN = "dgrpo/join"
 ABANDONED = f"{JOIN}/abandoned"  # the old unsigned list: read only to name it (it changes nothing)
 _LINES = 64  # most lines read under one key
+
+
+def config_key(node: int) -> str:
+    """The store key of ``node``'s config claim."""
+    return f"{JOIN}/config/{node}"
 
 
 def vote_key(node: int) -> str:
@@ -121,7 +134,43 @@ class CheckIn:
                 return True
         for line in lines:
             self._refused(node, "check-in mark", self._signer(node, f"join|{node}", line))
+        if lines:
+            self._other_config(node)
         return False
+
+    def _claim(self, node: int, fp: str) -> bytes:
+        return f"dgrpo/join-config|{node}|{fp}".encode()
+
+    def _write_claim(self) -> None:
+        if self.keys is not None:
+            fp = self.keys.bound
+            rec = json.dumps({"fp": fp, "sig": self.keys.key.sign(self._claim(self.rank, fp)).hex()})
+            self._call(self.store.set, config_key(self.rank), f"{rec}\n".encode())
+
+    def _other_config(self, node: int) -> None:
+        """Stop at once when ``node``'s own key signed a config claim of another fingerprint."""
+        if self.keys is None:
+            return
+        from cryptography.exceptions import InvalidSignature
+
+        from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
+
+        for line in self._lines(config_key(node)):
+            try:
+                rec = json.loads(line)
+                fp, raw = str(rec["fp"])[:128], canonical_hex(rec["sig"], SIGNATURE_HEX)
+                if raw is None or fp == self.keys.bound:
+                    continue
+                pub = self.keys.roster.public(node)
+                if pub is None:
+                    continue
+                pub.verify(raw, self._claim(node, fp))
+            except (ValueError, KeyError, TypeError, RecursionError, InvalidSignature):
+                continue
+            raise PeerFailure(f"node {node} runs another config than node {self.rank} (its signed check-in names "
+                              f"config fingerprint {fp[:16]}…, this rank's is {self.keys.bound[:16]}…; or its claim "
+                              "of an earlier run was copied into the store): start every rank with the same "
+                              "config file and overrides")
 
     def views(self, node: int) -> set[tuple[int, ...]]:
         """The distinct views ``node`` signed (each a sorted tuple of the ranks it found absent)."""
@@ -180,6 +229,7 @@ class CheckIn:
     def run(self) -> Joined:
         deadline = time.monotonic() + self.timeout_s
         mine, give_up = None, None
+        self._write_claim()
         while True:
             self._put_back(mine)
             view, counted = self.decide()

@@ -12,7 +12,11 @@ training prompts with SmolLM2-135M-Instruct (or ``--model``), float32, one strea
   verification (:meth:`dgrpo.defenses.toploc.TOPLOCDefense.inspect`);
 * ``forward``: the scoring forward of the same groups the update pays anyway (``group_logits``), for scale.
 
-Prints one JSON object (ms per completion, proof size in base64 characters, honest rejections).
+Then what the honest proofs let through (``--edits``): each completion with one token changed (to the next id,
+at 5 positions spread over it) under its own sample's proof (a lazy 2+2=5 edit), with its second half
+replaced by another completion's (a splice), and with the proof of another completion of its prompt.
+
+Prints one JSON object (ms per completion, proof size in base64 characters, honest rejections, passes).
 """
 
 from __future__ import annotations
@@ -34,6 +38,31 @@ def _best(fn, repeats: int) -> tuple[float, object]:
     return best, out
 
 
+def _edits(policy, defense, groups) -> dict:
+    """Passes per edit kind (module docstring): ``one_token`` by position share, ``splice``, ``other_proof``."""
+    from dataclasses import replace
+
+    vocab, eos = policy.model.get_input_embeddings().num_embeddings, policy.tokenizer.eos_token_id
+    out: dict = {"one_token": {}, "splice": [0, 0], "other_proof": [0, 0]}
+    for g in groups:
+        made = []
+        for j, r in enumerate(g):
+            n = len(r.completion_ids)
+            for where in sorted({1, n // 4, n // 2, 3 * n // 4, n - 2}) if n >= 4 else []:
+                ids = list(r.completion_ids)
+                ids[where] = next(t for t in (ids[where] + 1, ids[where] + 2) if t % vocab != eos) % vocab
+                made.append((f"{round(where / (n - 1), 1):.1f}", replace(r, completion_ids=ids)))
+            other = g[(j + 1) % len(g)]
+            if n >= 4 and len(other.completion_ids) >= n:
+                made.append(("splice", replace(r, completion_ids=r.completion_ids[: n // 2] + other.completion_ids[n // 2 : n])))
+            made.append(("other_proof", replace(r, proof=other.proof)))
+        for (kind, r), v in zip(made, defense.inspect([r for _, r in made])):
+            cell = out[kind] if kind in ("splice", "other_proof") else out["one_token"].setdefault(kind, [0, 0])
+            cell[0] += v.accepted
+            cell[1] += 1
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -42,6 +71,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--edits", action="store_true", help="also measure what passes under the honest proofs")
     parser.add_argument("--out")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -76,6 +106,7 @@ def main() -> None:
                     for g in groups]
 
     t_forward, _ = _best(forward, args.repeats)
+    passes = _edits(policy, defense, groups) if args.edits else None
     n = len(rollouts)
     tokens = sum(len(r.completion_ids) for r in rollouts)
     report = {"model": args.model, "completions": n, "tokens": tokens, "threads": args.threads,
@@ -83,9 +114,10 @@ def main() -> None:
                                     "sender_overhead": round((t_proved - t_plain) / n * 1e3, 1),
                                     "check": round(t_check / n * 1e3, 1), "forward": round(t_forward / n * 1e3, 1)},
               "proof_base64_chars_per_completion": round(sum(len(r.proof) for r in rollouts) / n, 1),
-              "honest_rejected": sum(not v.accepted for v in verdicts),
+              "honest_rejected": sum(not v.accepted for v in verdicts), "passed_under_the_sample_proof": passes,
               "command": (f"python benchmarks/toploc_cost.py --model {args.model} --prompts {args.prompts} --group "
-                          f"{args.group} --max-new-tokens {args.max_new_tokens} --threads {args.threads} --repeats {args.repeats}")}
+                          f"{args.group} --max-new-tokens {args.max_new_tokens} --threads {args.threads} --repeats {args.repeats}"
+                          + (" --edits" if args.edits else ""))}
     print(json.dumps(report))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -84,3 +84,18 @@ def test_a_proof_commits_to_the_bf16_bits_of_the_top_k_and_verifies_its_own_valu
     other = torch.randn(40, 64, generator=gen).to(torch.bfloat16)
     bad = toploc.verify_proofs(other, proofs, 32, 16, skip_prefill=True)
     assert all(r.exp_mismatches > 8 for r in bad)
+
+
+def test_the_torch_port_of_the_verifier_returns_what_the_library_returns(toploc):
+    """dgrpo.verify.toploc.chunk_errors (no thread per call) against toploc.verify_proofs on a tensor, on
+    matching, noisy and unrelated activations, 70 steps (chunks of 32, 32, 6)."""
+    from dgrpo.verify.toploc import chunk_errors
+
+    gen = torch.Generator().manual_seed(1)
+    rows = torch.randn(70, 64, generator=gen).to(torch.bfloat16)
+    proofs = toploc.build_proofs(list(rows), decode_batching_size=32, topk=48, skip_prefill=True)
+    for other in (rows, (rows.float() * 1.01).to(torch.bfloat16), torch.randn(70, 64, generator=gen).to(torch.bfloat16)):
+        lib = toploc.verify_proofs(other, proofs, 32, 48, skip_prefill=True)
+        flat = [x for r in lib for x in (r.exp_mismatches, r.mant_err_mean, r.mant_err_median)]
+        assert [x for r in chunk_errors(other, proofs, 32, 48) for x in r] == pytest.approx(flat)
+    assert chunk_errors(rows, proofs, 32, 48) == [(0, 0.0, 0.0)] * 3

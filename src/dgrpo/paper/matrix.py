@@ -18,6 +18,8 @@ import path), built from its config and run by :func:`dgrpo.defenses.defend` as 
 (``replay_bound``: a ground seed reproduces its sample, only binding stops it). At CPU scale the judge
 is the policy's base weights in logits mode, threshold 0.38 (:data:`~dgrpo.paper.matrix_columns.CPU_FIELDS`,
 as ``dgrpo paper table1``). ``kl`` is not a filter (β-KL only shapes the update): listed with no rate.
+A column whose defense asks senders for proofs (``toploc``, ``DefenseConfig.sender_proof``) has the honest
+pool proved while sampling and the attacker prove what it sends by prefilling it with the weights it holds.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def test_lookup_imports_the_module_of_the_name_and_lists_the_known_ones():
         lookup("defense", "moat")
     listed = str(err.value).split("known: ")[1].split(", ")
     # every shipped defense, in order (a test may have registered its own beside them: user kinds)
-    shipped = ["judge", "replay", "reward_outlier", "step_checker", "tolerant_replay", "topk"]
+    shipped = ["judge", "replay", "reward_outlier", "step_checker", "tolerant_replay", "topk", "toploc"]
     assert [n for n in listed if n in shipped] == shipped and listed == sorted(listed)
     table = Table("task")
     shipped_tasks = ["arithmetic", "dataset", "gsm8k", "python_math"]  # (and any a test registered: user kinds)

@@ -68,6 +68,8 @@ class Message:
             :func:`dgrpo.swarm.identity.run_context`); "" when unsigned.
         signature: the sender's Ed25519 signature (hex) over every other field and the context
             (:func:`dgrpo.swarm.identity.signed_bytes`); None when unsigned.
+        proof: the sender's TOPLOC proof of the hidden states that produced the completion (base64 chunks
+            joined by ``,``, :mod:`dgrpo.policy.proofs`); "" when it sends none. Signed (its digest) when set.
     """
 
     node: int
@@ -80,11 +82,14 @@ class Message:
     tokenizer: str
     context: str = ""
     signature: str | None = None
+    proof: str = ""
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (token ids as a list)."""
+        """JSON-ready dict (token ids as a list; no ``proof`` key when it carries none)."""
         d = asdict(self)
         d["token_ids"] = list(self.token_ids)
+        if not d["proof"]:
+            del d["proof"]
         return d
 
     @property
@@ -176,6 +181,7 @@ class Rollout:
         label: simulation ground truth — ``honest``, ``poisoned`` or ``malicious`` (attacker
             filler). Used only for metrics; defenses never read it.
         key: the message key (node, round, prompt id, index) it came from.
+        proof: the message's TOPLOC proof ("" when none; the ``toploc`` defense checks it).
     """
 
     prompt_id: str
@@ -188,6 +194,7 @@ class Rollout:
     verdicts: list[Verdict] = field(default_factory=list)
     label: str = "honest"
     key: tuple = ()
+    proof: str = ""
 
     @property
     def accepted(self) -> bool:

@@ -57,6 +57,12 @@ class DefenseConfig(KindConfig):
     """A completion's verdict depends on the other completions of its group (a z-score), so it is
     judged inside its whole group, not alone."""
 
+    def sender_proof(self):
+        """What every sender must attach to its messages for this defense to check, or None (nothing):
+        ``toploc`` returns its :class:`dgrpo.policy.proofs.ProofParams`, and senders then prove each
+        completion while sampling (the swarm's write, the matrix's senders)."""
+        return None
+
 
 class ExactDefenseConfig(DefenseConfig):
     """Config of a defense that recomputes the sender's sampling with its own weights (top-k, replay)."""

@@ -18,6 +18,8 @@ import path), built from its config and run by :func:`dgrpo.defenses.defend` as 
 (``replay_bound``: a ground seed reproduces its sample, only binding stops it). At CPU scale the judge
 is the policy's base weights in logits mode, threshold 0.38 (:data:`~dgrpo.paper.matrix_columns.CPU_FIELDS`,
 as ``dgrpo paper table1``). ``kl`` is not a filter (β-KL only shapes the update): listed with no rate.
+A column whose defense asks senders for proofs (``toploc``, ``DefenseConfig.sender_proof``) has the honest
+pool proved while sampling and the attacker prove what it sends by prefilling it with the weights it holds.
 """
 
 from __future__ import annotations
@@ -111,7 +113,24 @@ def _rollout(setup: Setup, msg, label: str):
 
     problem = setup.problems[msg.prompt_id]
     return Rollout(msg.prompt_id, setup.policy.prompt_ids(setup.task, problem), list(msg.token_ids), msg.text,
-                   msg.node, msg.seed, label=label, key=msg.key)
+                   msg.node, msg.seed, label=label, key=msg.key, proof=msg.proof)
+
+
+def _prover(setup: Setup):
+    """The TOPLOC proof parameters when a column's defense asks senders for proofs (``toploc``), else None."""
+    return next((p for _, c in setup.defenses.values() if (p := c.sender_proof()) is not None), None)
+
+
+def _prefill_proofs(setup: Setup, problem, completions: list) -> list[str]:
+    """The attacker's TOPLOC proofs of what it sends: one prefill of its own completions with the weights it
+    holds (an adaptive attacker; :func:`dgrpo.policy.proofs.prove_by_prefill`), "" each without a prover."""
+    prover = _prover(setup)
+    if prover is None or not completions:
+        return [""] * len(completions)
+    from dgrpo.policy.proofs import prove_by_prefill
+
+    return prove_by_prefill(setup.policy.model, setup.policy.prompt_ids(setup.task, problem), completions,
+                            setup.policy.tokenizer.pad_token_id, prover)
 
 
 def _reward(setup: Setup, rollouts: list) -> None:
@@ -127,12 +146,15 @@ def _honest_messages(setup: Setup, problems, round_idx: int, indices: range) -> 
 
     requests = [(p, i, i % ATTACKER) for p in problems for i in indices]
     seeds = [completion_seed(setup.cfg.seed, round_idx, node, p.prompt_id, i) for p, i, node in requests]
-    out = []
+    out, prover = [], _prover(setup)
     for start in range(0, len(requests), 64):
         chunk = requests[start:start + 64]
-        results = setup.policy.generate(setup.task, [p for p, _, _ in chunk], seeds[start:start + 64])
-        for (p, i, node), seed, (ids, text) in zip(chunk, seeds[start:start + 64], results):
-            out.append(Message(node, round_idx, p.prompt_id, i, text, tuple(ids), seed, setup.policy.tokenizer_id))
+        asked = [p for p, _, _ in chunk]
+        results = (setup.policy.generate_proved(setup.task, asked, seeds[start:start + 64], prover) if prover else
+                   [(ids, text, "") for ids, text in setup.policy.generate(setup.task, asked, seeds[start:start + 64])])
+        for (p, i, node), seed, (ids, text, proof) in zip(chunk, seeds[start:start + 64], results):
+            out.append(Message(node, round_idx, p.prompt_id, i, text, tuple(ids), seed, setup.policy.tokenizer_id,
+                               proof=proof))
         log.info("matrix: %d/%d honest completions of round %d sampled", len(out), len(requests), round_idx)
     return out
 
@@ -216,11 +238,13 @@ def _attack_messages(setup: Setup, overrides: list[str], n_poisoned: int):
     tok, tid = setup.policy.tokenizer, setup.policy.tokenizer_id
     own, labels = [], {}
     for slot, poisons in zip(slots, attack.write(slots, ctx)):
-        for i, poison in zip(range(slot.first, slot.first + slot.count), poisons):
-            ids = poison.token_ids if poison.token_ids is not None else tuple(encode_completion(tok, poison.text))
+        poisons = list(poisons)[: slot.count]
+        ids_of = [tuple(p.token_ids) if p.token_ids is not None else tuple(encode_completion(tok, p.text)) for p in poisons]
+        proofs = _prefill_proofs(setup, slot.problem, [list(x) for x in ids_of])
+        for i, poison, ids, proof in zip(range(slot.first, slot.first + slot.count), poisons, ids_of, proofs):
             seed = completion_seed(cfg.seed, ROUND, ATTACKER, slot.problem.prompt_id, i)
             seed = poison.seed if poison.seed is not None else seed
-            msg = Message(ATTACKER, ROUND, slot.problem.prompt_id, i, poison.text, tuple(ids), seed, tid)
+            msg = Message(ATTACKER, ROUND, slot.problem.prompt_id, i, poison.text, tuple(ids), seed, tid, proof=proof)
             own.append(msg)
             labels[msg.key] = poison.label
     if not attack.routes:

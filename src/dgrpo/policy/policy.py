@@ -61,3 +61,21 @@ class Policy:
         outs = sample(self.model, prompts, seeds, self.sampling, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id,
                       temperatures=temperatures, max_rows=max_rows)
         return [(ids, decode_completion(self.tokenizer, ids)) for ids in outs]
+
+    def generate_proved(self, task: Task, problems: list[Problem], seeds: list[int], params) -> list[tuple[list[int], str, str]]:
+        """As :meth:`generate`, each completion with the TOPLOC proof of the hidden states its sampling
+        computed (``params``: :class:`dgrpo.policy.proofs.ProofParams`; :func:`dgrpo.policy.proofs.build_proof`).
+
+        Returns:
+            (token ids, text, proof) per request, in order.
+        """
+        import torch
+
+        from dgrpo.policy.proofs import build_proof
+
+        prompts = [self.prompt_ids(task, p) for p in problems]
+        hidden: list[list] = [[] for _ in prompts]
+        outs = sample(self.model, prompts, seeds, self.sampling, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id,
+                      hidden=hidden)
+        return [(ids, decode_completion(self.tokenizer, ids), build_proof(torch.stack(h), params))
+                for ids, h in zip(outs, hidden)]

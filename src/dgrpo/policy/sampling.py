@@ -97,6 +97,7 @@ def sample(
     *,
     max_rows: int | None = None,
     temperatures: list[float] | None = None,
+    hidden: list[list[torch.Tensor]] | None = None,
 ) -> list[list[int]]:
     """Sample one completion per (prompt, seed), as one stream of requests with a KV cache.
 
@@ -124,6 +125,8 @@ def sample(
             refill rows and decode in successive batches of ``max_rows`` instead.
         temperatures: one temperature per request (0 = greedy; None: ``params.temperature`` for all),
             so sampled and greedy answers to the same prompts share one stream and one prefill.
+        hidden: one empty list per request, to receive each chosen token's last-layer hidden state ((H,)
+            bf16 on CPU; :func:`dgrpo.policy.stream.decode`), for TOPLOC proofs.
 
     Returns:
         The completion token ids of each prompt, eos included when it was generated.
@@ -142,6 +145,8 @@ def sample(
         raise ValueError("empty prompt")
     if max_rows is not None and max_rows < 1:
         raise ValueError(f"max_rows must be at least 1, got {max_rows}")
+    if hidden is not None and len(hidden) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(hidden)} hidden-state lists")
     n = len(prompts)
     if n == 0:
         return []
@@ -153,7 +158,8 @@ def sample(
         for start in range(0, n, max_rows):
             chunk = order[start : start + max_rows]
             for i, ids in zip(chunk, sample(model, [prompts[i] for i in chunk], [seeds[i] for i in chunk], params,
-                                            eos_id, pad_id, temperatures=[temps[i] for i in chunk])):
+                                            eos_id, pad_id, temperatures=[temps[i] for i in chunk],
+                                            hidden=None if hidden is None else [hidden[i] for i in chunk])):
                 out[i] = ids
         return out
     device = next(model.parameters()).device
@@ -183,7 +189,7 @@ def sample(
         with onednn_linears(model), single_query_attention(model):
             return stream.decode(model, ids, mask, positions, shared, prompt_of, noise,
                                  torch.tensor(temps, dtype=torch.float64, device=device), params, eos_id,
-                                 n if max_rows is None else max_rows, choose_tokens)
+                                 n if max_rows is None else max_rows, choose_tokens, hidden)
     finally:
         model.train(training)
 

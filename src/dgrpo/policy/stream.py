@@ -55,7 +55,7 @@ def choose_rows(logits: torch.Tensor, noise: torch.Tensor, temps: torch.Tensor, 
 
 def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, shared: int,
            prompt_of: torch.Tensor, noise: torch.Tensor, temps: torch.Tensor, params, eos_id: int, rows: int,
-           choose) -> list[list[int]]:
+           choose, hidden: list[list[torch.Tensor]] | None = None) -> list[list[int]]:
     """Prefill the distinct prompts, then decode every request through at most ``rows`` rows.
 
     Args:
@@ -68,6 +68,9 @@ def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positi
         rows: decode at most this many requests at once (≥ 1); more requests refill finished rows,
             which needs a cache of plain full-attention layers.
         choose: the decision rule (:func:`dgrpo.policy.sampling.choose_tokens`).
+        hidden: when given (one empty list per request), each request's list gets, per chosen token, the
+            (H,) bf16 CPU input of the output embedding that produced its logits (the last-layer hidden
+            state a TOPLOC proof commits to, :mod:`dgrpo.policy.proofs`).
 
     Returns:
         The completion token ids of each request, eos included when it was generated.
@@ -75,6 +78,18 @@ def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positi
     Raises:
         ValueError: ``rows`` < number of requests on a model whose cache is not plain full attention.
     """
+    seen: list[torch.Tensor] = []  # the output embedding's last input per forward (with ``hidden``)
+    hook = None if hidden is None else model.get_output_embeddings().register_forward_pre_hook(
+        lambda _m, args: seen.append(args[0][:, -1, :].detach().to(torch.bfloat16).cpu()))
+    try:
+        return _decode(model, ids, mask, positions, shared, prompt_of, noise, temps, params, eos_id, rows, choose,
+                       hidden, seen)
+    finally:
+        if hook is not None:
+            hook.remove()
+
+
+def _decode(model, ids, mask, positions, shared, prompt_of, noise, temps, params, eos_id, rows, choose, hidden, seen):
     n, steps, (d, width), device = len(prompt_of), params.max_new_tokens, ids.shape, ids.device
     prefill = DynamicCache(config=model.config)
     if shared:  # the common prefix once, then every prompt's rest behind copies of its cache
@@ -83,6 +98,7 @@ def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positi
         prefill.batch_repeat_interleave(d)
     first_logits = model(input_ids=ids[:, shared:], attention_mask=mask, position_ids=positions[:, shared:],
                          cache=prefill, use_cache=True, logits_to_keep=1).logits[:, -1, :].float()  # (D, V)
+    first_h = seen.pop() if hidden is not None else None  # (D, H) with ``hidden``
     r = min(rows, n)
     refill = r < n
     if refill and not supports(prefill):
@@ -90,6 +106,7 @@ def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positi
     capacity = width + steps * (2 if refill else 1)  # room for a refill to last max_new_tokens (module docstring)
     expand = prompt_of[:r]
     logits = first_logits[expand]  # (r, V)
+    cur_h = first_h[expand.cpu()] if hidden is not None else None  # (r, H): the hidden state behind each row's logits
     # Each row's attention mask for every position it can reach: prompt part, then ones.
     full_mask = torch.ones((r, capacity), dtype=mask.dtype, device=device)
     full_mask[:, :width] = mask[expand]
@@ -113,8 +130,10 @@ def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positi
     waiting, length = r, width  # next request to enter; positions filled in the cache
     while True:
         tokens = choose_rows(logits, noise[alive, t_row], temps[alive], params, choose)  # (m,)
-        for req, tok in zip(alive.tolist(), tokens.tolist()):
+        for j, (req, tok) in enumerate(zip(alive.tolist(), tokens.tolist())):
             out[req].append(tok)
+            if hidden is not None:
+                hidden[req].append(cur_h[j])
         t_row += 1
         done = (tokens == eos_id) | (t_row == steps)
         while waiting < n and bool(done.any()):  # refill finished rows, deciding each newcomer's first token
@@ -128,8 +147,10 @@ def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positi
             start[free] = rest_start[src] + length - width
             alive[free], step_pos[free], t_row[free] = new, positions[src][:, -1:], 1
             tokens[free] = choose_rows(first_logits[src], noise[new, 0], temps[new], params, choose)
-            for req, tok in zip(new.tolist(), tokens[free].tolist()):
+            for req, tok, s in zip(new.tolist(), tokens[free].tolist(), src.tolist()):
                 out[req].append(tok)
+                if hidden is not None:
+                    hidden[req].append(first_h[s])  # (its first token: its prompt's prefill)
             done[free] = (tokens[free] == eos_id) | (steps == 1)
         if bool(done.all()):
             break
@@ -155,5 +176,6 @@ def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positi
         step_pos = step_pos + 1
         logits = model(input_ids=tokens[:, None], attention_mask=full_mask[:, : length + 1], position_ids=step_pos,
                        cache=cache, use_cache=True).logits[:, -1, :].float()  # (m, V)
+        cur_h = seen.pop() if hidden is not None else None
         length += 1
     return out

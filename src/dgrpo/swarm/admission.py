@@ -227,7 +227,8 @@ def decode(a: Admission, c: Candidate) -> str | None:
     bound = a.protocol is not None and a.protocol.cfg.bind_seeds
     s = completion_seed(a.run_seed, msg.round, c.signer, msg.prompt_id, msg.index) if bound else msg.seed
     c.rollout = Rollout(prompt_id=msg.prompt_id, prompt_ids=policy.prompt_ids(a.task, a.problems[msg.prompt_id]),
-                        completion_ids=ids, text=msg.text, sender=c.signer, seed=s, key=msg.key, label=a.label(msg))
+                        completion_ids=ids, text=msg.text, sender=c.signer, seed=s, key=msg.key, label=a.label(msg),
+                        proof=msg.proof)
     return None
 
 

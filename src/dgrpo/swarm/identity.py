@@ -62,9 +62,14 @@ def content_digest(msg: Message) -> str:
 
 
 def signed_header(msg: Message) -> dict:
-    """Every field the signature covers, with the text and token ids as their digest (JSON-ready)."""
-    return {"v": VERSION, "context": msg.context, "node": msg.node, "round": msg.round, "prompt_id": msg.prompt_id,
-            "index": msg.index, "seed": msg.seed, "tokenizer": msg.tokenizer, "content": content_digest(msg)}
+    """Every field the signature covers, with the text and token ids as their digest (JSON-ready); a
+    TOPLOC proof as its SHA-256 under ``proof`` (absent when the message carries none, so a message
+    without one signs the same bytes as before proofs existed)."""
+    header = {"v": VERSION, "context": msg.context, "node": msg.node, "round": msg.round, "prompt_id": msg.prompt_id,
+              "index": msg.index, "seed": msg.seed, "tokenizer": msg.tokenizer, "content": content_digest(msg)}
+    if msg.proof:
+        header["proof"] = hashlib.sha256(msg.proof.encode("utf-8", "surrogatepass")).hexdigest()
+    return header
 
 
 def header_bytes(header: Mapping) -> bytes:

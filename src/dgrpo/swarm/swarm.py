@@ -77,6 +77,10 @@ class Swarm:
         # id(message) → the node that delivered it, where known: route() for a hosted attacker, a transport's
         # store key (distributed); accounting only (Received.carried), never a strike: any rank writes any key
         self.carriers: dict[int, int] = {}
+        # what a defense asks every sender to attach (DefenseConfig.sender_proof; the build sets it): TOPLOC
+        # proofs of the hidden states behind each completion, built by honest nodes while sampling and by
+        # attackers by prefilling what they send (dgrpo.policy.proofs)
+        self.prover = None
 
     @property
     def hosted(self) -> list[int]:
@@ -129,10 +133,10 @@ class Swarm:
             requests = [(node, slot, i) for node in self.holders(policy) if node in slots
                         for slot in slots[node] for i in range(slot.first, slot.first + slot.count)]
             seeds = [completion_seed(self.run_seed, round_idx, n, s.problem.prompt_id, i) for n, s, i in requests]
-            results = policy.generate(self.task, [s.problem for _, s, _ in requests], seeds)
-            for (node, slot, i), seed, (ids, text) in zip(requests, seeds, results):
+            results = self._generate(policy, [s.problem for _, s, _ in requests], seeds)
+            for (node, slot, i), seed, (ids, text, proof) in zip(requests, seeds, results):
                 msg = self.sign(Message(node, round_idx, slot.problem.prompt_id, i, text, tuple(ids), seed,
-                                        policy.tokenizer_id))
+                                        policy.tokenizer_id, proof=proof))
                 out.setdefault(node, []).append(msg)
                 self.labels[msg.key] = "honest"
         for node, attack in self.attacks.items():
@@ -141,16 +145,17 @@ class Swarm:
             policy = self.attacker_policies[node]
             ctx = self.attack_context(node, round_idx)
             for slot, poisons in zip(slots[node], attack.write(slots[node], ctx)):
-                for i, poison in zip(range(slot.first, slot.first + slot.count), poisons):
-                    ids = encode_completion(policy.tokenizer, poison.text)
+                poisons = list(poisons)[: slot.count]
+                # an adaptive attacker sends the ids and seed it sampled (Poison.token_ids, .seed)
+                ids_of = [list(p.token_ids) if p.token_ids is not None else encode_completion(policy.tokenizer, p.text)
+                          for p in poisons]
+                proofs = self._prefill_proofs(policy, slot.problem, ids_of)
+                for i, poison, ids, proof in zip(range(slot.first, slot.first + slot.count), poisons, ids_of, proofs):
                     seed = completion_seed(self.run_seed, round_idx, node, slot.problem.prompt_id, i)
-                    # an adaptive attacker sends the ids and seed it sampled (Poison.token_ids, .seed)
-                    if poison.token_ids is not None:
-                        ids = list(poison.token_ids)
                     if poison.seed is not None:
                         seed = poison.seed
                     msg = self.sign(Message(node, round_idx, slot.problem.prompt_id, i, poison.text, tuple(ids), seed,
-                                            policy.tokenizer_id))
+                                            policy.tokenizer_id, proof=proof))
                     out.setdefault(node, []).append(msg)
                     self.labels[msg.key] = poison.label
             if attack.wants_alternative:
@@ -160,9 +165,24 @@ class Swarm:
     def _honest_samples(self, node: int, policy: Policy, own: Sequence[Message]) -> list[Message]:
         """What ``node`` would have sent honestly in the slots of ``own``: a sample from the assigned seed each."""
         seeds = [completion_seed(self.run_seed, m.round, node, m.prompt_id, m.index) for m in own]
-        results = policy.generate(self.task, [self.problems[m.prompt_id] for m in own], seeds)
-        return [Message(node, m.round, m.prompt_id, m.index, text, tuple(ids), seed, policy.tokenizer_id)
-                for m, seed, (ids, text) in zip(own, seeds, results)]
+        results = self._generate(policy, [self.problems[m.prompt_id] for m in own], seeds)
+        return [Message(node, m.round, m.prompt_id, m.index, text, tuple(ids), seed, policy.tokenizer_id, proof=proof)
+                for m, seed, (ids, text, proof) in zip(own, seeds, results)]
+
+    def _generate(self, policy: Policy, problems: list[Problem], seeds: list[int]) -> list[tuple[list[int], str, str]]:
+        """(ids, text, TOPLOC proof) per request: proved while sampling when a defense asks for proofs, else ""."""
+        if self.prover is not None:
+            return policy.generate_proved(self.task, problems, seeds, self.prover)
+        return [(ids, text, "") for ids, text in policy.generate(self.task, problems, seeds)]
+
+    def _prefill_proofs(self, policy: Policy, problem: Problem, completions: list[list[int]]) -> list[str]:
+        """An attacker's TOPLOC proofs of what it sends (one prefill with the weights it holds), or "" each."""
+        if self.prover is None or not completions:
+            return [""] * len(completions)
+        from dgrpo.policy.proofs import prove_by_prefill
+
+        return prove_by_prefill(policy.model, policy.prompt_ids(self.task, problem), completions,
+                                policy.tokenizer.pad_token_id, self.prover)
 
     def route(self, messages: Sequence[Message], receiver: int, round_idx: int) -> list[Message]:
         """The messages ``receiver`` (an honest node id, see :attr:`trained`) gets in round ``round_idx``.

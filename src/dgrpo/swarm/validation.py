@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 _FIELDS = {"node": int, "round": int, "prompt_id": str, "index": int, "text": str, "token_ids": (list, tuple),
            "tokenizer": str}
-_OPTIONAL = {"context": str, "signature": str}  # absent in an unsigned message
+_OPTIONAL = {"context": str, "signature": str, "proof": str}  # absent in an unsigned message (proof: without TOPLOC)
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ def parse_message(raw: Any) -> tuple[Message | None, str | None]:
             return None, f"schema: field {key!r} has type {type(raw[key]).__name__}"
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in raw["token_ids"]):
         return None, "schema: token_ids must be integers"
-    return Message(**{**raw, "token_ids": tuple(raw["token_ids"]), "context": raw.get("context") or ""}), None
+    return Message(**{**raw, "token_ids": tuple(raw["token_ids"]), "context": raw.get("context") or "",
+                      "proof": raw.get("proof") or ""}), None
 
 
 def check_message(
@@ -101,6 +102,8 @@ def check_message(
         return f"size: text has {len(msg.text)} characters (limit {limits.max_chars})"
     if len(msg.token_ids) > limits.max_tokens:
         return f"size: {len(msg.token_ids)} tokens (limit {limits.max_tokens})"
+    if len(msg.proof) > limits.max_chars:  # (TOPLOC: 348 base64 characters per 32 tokens at top-128)
+        return f"size: proof has {len(msg.proof)} characters (limit {limits.max_chars})"
     if not msg.token_ids:
         return "size: no tokens"
     for special in tokenizer.all_special_tokens:

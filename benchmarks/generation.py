@@ -189,7 +189,8 @@ def main() -> None:
                          "limit_tokens_per_s": {k: peak[f"{k}_gflops"] * 1e9 / flops_per_token for k in ("mkl", "onednn")}}
 
     sample(model, prompts[:2], seeds[:2], params, eos, pad)  # warm-up
-    report["stream"] = stream_section(args, model, requests, sample, params, eos, pad, report["compute"])
+    if not args.only_update:
+        report["stream"] = stream_section(args, model, requests, sample, params, eos, pad, report["compute"])
     if args.only_stream:
         return finish(report, args.out)
 

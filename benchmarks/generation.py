@@ -21,9 +21,13 @@ worked examples, ``<think>`` prefill: about 227 tokens) × G completions, top-k 
 3. **Batch size**: ``after`` at n = 8 … 256 completions (n/G prompts × G): tokens/s and the KV
    memory per batch (the curve that sizes ``sample(max_rows=...)``).
 4. **Update**: ``Learner.step`` (forward + backward + AdamW at lr 0, so every repeat does the same
-   work) on the generated rollouts, ``before`` (padded group, MKL), ``+onednn`` (padded, oneDNN)
-   and ``after`` (packed group, oneDNN), interleaved; tokens/s (prompt + completion tokens of the batch / seconds) and the
-   fraction of each matmul peak (6 × linear weights × those tokens / seconds).
+   work) on the generated rollouts, ``before`` (padded group, MKL), ``+onednn`` (padded, oneDNN),
+   ``+packing`` (packed group, oneDNN) and ``after`` (+ the prompt prefix the groups share run
+   once per step, forward and backward: issue 38), interleaved; tokens/s (each group's prompt once
+   + completion tokens / seconds) and the fraction of each matmul peak (6 × linear weights × the
+   tokens the variant runs / seconds); then the seconds of ``+packing`` and ``after`` by phase
+   (forward, backward, the prefix's backward, clipping, AdamW, the rest). ``--only-update`` runs
+   the peak, one sample call for the rollouts and this section.
 5. **Continuous batching** (issue 38): ``--stream-requests`` completions (n/G prompts × G) decoded
    through R = ``--stream-rows`` rows, ``refill`` (finished rows take the next request at once:
    ``sample(max_rows=R)``) against ``batches`` (successive calls of R requests, each emptying as
@@ -31,7 +35,7 @@ worked examples, ``<think>`` prefill: about 227 tokens) × G completions, top-k 
    the compute limit measured in the same run, and whether both gave the same tokens.
    ``--only-stream`` runs the peak and this section only.
 6. ``--profile``: torch.profiler's top operators of one ``sample`` call and one update, before and
-   after.
+   after (the update only with ``--only-update``).
 
 The machine is shared: every timing also records the process's CPU seconds, and ``cpu_share`` =
 CPU seconds / (wall seconds × threads) says how much of the 2 cores it got (1.0 = all). Prints one
@@ -50,21 +54,25 @@ from pathlib import Path
 import torch
 
 VARIANTS = {  # which speed-ups are on, added one at a time
-    "before": dict(cache=False, onednn=False, attention=False, prefix=False, packing=False),
-    "+cache": dict(cache=True, onednn=False, attention=False, prefix=False, packing=False),
-    "+onednn": dict(cache=True, onednn=True, attention=False, prefix=False, packing=False),
-    "+attention": dict(cache=True, onednn=True, attention=True, prefix=False, packing=False),
-    "after": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True),
+    "before": dict(cache=False, onednn=False, attention=False, prefix=False, packing=False, shared=False),
+    "+cache": dict(cache=True, onednn=False, attention=False, prefix=False, packing=False, shared=False),
+    "+onednn": dict(cache=True, onednn=True, attention=False, prefix=False, packing=False, shared=False),
+    "+attention": dict(cache=True, onednn=True, attention=True, prefix=False, packing=False, shared=False),
+    "+packing": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True, shared=False),
+    "after": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True, shared=True),
 }
+GENERATION = ("before", "+cache", "+onednn", "+attention", "after")  # +packing and shared: the update only
+UPDATE = ("before", "+onednn", "+packing", "after")
 
 
 @contextlib.contextmanager
-def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: bool):
+def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: bool, shared: bool):
     """Switch the sampler's and the scorer's speed-ups off by patching their module functions."""
+    from dgrpo.grpo import learner
     from dgrpo.policy import onednn as onednn_mod, sampling, scoring, stream
 
     saved = (stream.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
-             scoring._packable)
+             scoring._packable, learner.common_prefix)
     if not cache:
         stream.supports = lambda c: False
     if not onednn:
@@ -75,11 +83,13 @@ def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: 
         sampling._shared_prefix = lambda distinct: 0
     if not packing:
         scoring._packable = lambda *a: False
+    if not shared:
+        learner.common_prefix = lambda prompts: 0
     try:
         yield
     finally:
         (stream.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
-         scoring._packable) = saved
+         scoring._packable, learner.common_prefix) = saved
 
 
 def timed(fn, threads: int):
@@ -137,6 +147,8 @@ def main() -> None:
     parser.add_argument("--stream-rows", type=int, nargs="*", default=[32, 64, 128])
     parser.add_argument("--stream-repeats", type=int, default=2)
     parser.add_argument("--only-stream", action="store_true", help="measure the peak and section 5 only")
+    parser.add_argument("--only-update", action="store_true",
+                        help="measure the peak, one sample call (the rollouts) and section 4 (and its profile)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -177,22 +189,26 @@ def main() -> None:
                          "limit_tokens_per_s": {k: peak[f"{k}_gflops"] * 1e9 / flops_per_token for k in ("mkl", "onednn")}}
 
     sample(model, prompts[:2], seeds[:2], params, eos, pad)  # warm-up
-    report["stream"] = stream_section(args, model, requests, sample, params, eos, pad, report["compute"])
+    if not args.only_update:
+        report["stream"] = stream_section(args, model, requests, sample, params, eos, pad, report["compute"])
     if args.only_stream:
         return finish(report, args.out)
 
     # --- generation, variants interleaved
-    gen = {name: {"tokens_per_s": [], "seconds": [], "cpu_share": []} for name in VARIANTS}
+    gen = {name: {"tokens_per_s": [], "seconds": [], "cpu_share": []} for name in GENERATION}
     outputs = {}
-    for _ in range(args.repeats):
-        for name, switches in VARIANTS.items():
-            with features(**switches):
+    for _ in range(args.repeats if not args.only_update else 0):
+        for name in GENERATION:
+            with features(**VARIANTS[name]):
                 outs, wall, share = timed(lambda: sample(model, prompts, seeds, params, eos, pad), args.threads)
             n_tok = sum(map(len, outs))
             gen[name]["tokens_per_s"].append(n_tok / wall)
             gen[name]["seconds"].append(wall)
             gen[name]["cpu_share"].append(share)
             outputs[name] = outs
+    if args.only_update:  # the rollouts of the update: one sample call
+        outputs["after"] = sample(model, prompts, seeds, params, eos, pad)
+        gen = {}
     tokens = sum(map(len, outputs["after"]))
     for name, g in gen.items():
         g["median_tokens_per_s"] = statistics.median(g["tokens_per_s"])
@@ -203,7 +219,7 @@ def main() -> None:
 
     # --- batch-size curve (after)
     curve = []
-    for n in args.batches:
+    for n in args.batches if not args.only_update else []:
         _, ps, ss = requests(max(1, n // args.group))
         outs, wall, share = timed(lambda: sample(model, ps, ss, params, eos, pad), args.threads)
         curve.append({"completions": len(ps), "tokens": sum(map(len, outs)), "seconds": wall,
@@ -219,8 +235,33 @@ def main() -> None:
                 for i, (p, ids, out, text, s) in enumerate(zip(reqs, prompts, outputs["after"], texts, seeds))]
 
     learner = Learner(model, GRPOParams(lr=0.0), eos, pad)
-    scored = sum(len(p) for p in dict.fromkeys(map(tuple, prompts))) + tokens  # prompt once per group + completions
-    upd = {name: {"seconds": [], "cpu_share": []} for name in ("before", "+onednn", "after")}
+    report["update"] = update_section(args, learner, rollouts, prompts, tokens, weights, peak)
+
+    if args.profile:
+        from torch.profiler import profile
+
+        report["profile"] = {}
+        for name in ("before", "after"):
+            with features(**VARIANTS[name]):
+                if not args.only_update:
+                    with profile() as prof:
+                        sample(model, prompts, seeds, params, eos, pad)
+                    report["profile"][f"sample_{name}"] = top_ops(prof)
+                with profile() as prof:
+                    learner.step(rollouts())
+                report["profile"][f"update_{name}"] = top_ops(prof)
+    finish(report, args.out)
+
+
+def update_section(args, learner, rollouts, prompts: list, tokens: int, weights: int, peak: dict) -> dict:
+    """Section 4: the update's variants interleaved, and where the seconds of +packing and after go."""
+    from dgrpo.policy import prefix as prefix_mod
+
+    distinct = list(dict.fromkeys(map(tuple, prompts)))
+    scored = sum(map(len, distinct)) + tokens  # prompt once per group + completions
+    shared = prefix_mod.common_prefix(distinct)
+    executed = scored - (len(distinct) - 1) * shared  # the shared prefix once for the whole batch
+    upd = {name: {"seconds": [], "cpu_share": []} for name in UPDATE}
     learner.step(rollouts())  # warm-up
     for _ in range(args.update_repeats):
         for name in upd:
@@ -232,24 +273,51 @@ def main() -> None:
     assert stats.used == len(prompts), f"the update used {stats.used} of {len(prompts)} rollouts"
     for name, u in upd.items():
         s = statistics.median(u["seconds"])
-        u["median_seconds"] = s
-        u["tokens_per_s"] = scored / s
-        u["fraction_of_peak"] = {k: 6 * weights * scored / s / 1e9 / peak[f"{k}_gflops"] for k in ("mkl", "onednn")}
-    report["update"] = {"scored_tokens": scored, "variants": upd}
+        run = executed if VARIANTS[name]["shared"] else scored
+        u.update(median_seconds=s, tokens_per_s=scored / s, executed_tokens=run,
+                 fraction_of_peak={k: 6 * weights * run / s / 1e9 / peak[f"{k}_gflops"] for k in ("mkl", "onednn")})
+    phases = {}
+    for name in ("+packing", "after"):
+        with features(**VARIANTS[name]):
+            phases[name] = [update_phases(learner, rollouts, args.threads) for _ in range(args.update_repeats)]
+    return {"scored_tokens": scored, "shared_prefix": shared, "executed_tokens_with_shared_prefix": executed,
+            "variants": upd, "phases": phases,
+            "note": "fraction_of_peak: 6 x linear weights x the tokens the variant runs (LM head counted on every "
+                    "position) / seconds / the same-run GEMM peak"}
 
-    if args.profile:
-        from torch.profiler import profile
 
-        report["profile"] = {}
-        for name in ("before", "after"):
-            with features(**VARIANTS[name]):
-                with profile() as prof:
-                    sample(model, prompts, seeds, params, eos, pad)
-                report["profile"][f"sample_{name}"] = top_ops(prof)
-                with profile() as prof:
-                    learner.step(rollouts())
-                report["profile"][f"update_{name}"] = top_ops(prof)
-    finish(report, args.out)
+def update_phases(learner, rollouts, threads: int) -> dict:
+    """Seconds of one update by phase: forward of the groups (and the shared prefix), loss and the groups'
+    backward, the prefix's one backward, gradient clipping and AdamW; by wrapping the functions."""
+    import torch.nn.utils as nn_utils
+
+    from dgrpo.policy import prefix as prefix_mod
+
+    seconds = {"forward": 0.0, "backward": 0.0, "prefix_backward": 0.0, "clip": 0.0, "adamw": 0.0}
+    saved = (learner.forward, torch.Tensor.backward, prefix_mod.SharedPrefix.backward, nn_utils.clip_grad_norm_,
+             learner.optimizer.step)
+
+    def timer(key, fn):
+        def wrapped(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                seconds[key] += time.perf_counter() - t0
+        return wrapped
+
+    learner.forward = timer("forward", saved[0])
+    torch.Tensor.backward = timer("backward", saved[1])
+    prefix_mod.SharedPrefix.backward = timer("prefix_backward", saved[2])
+    nn_utils.clip_grad_norm_ = timer("clip", saved[3])
+    learner.optimizer.step = timer("adamw", saved[4])
+    try:
+        _, wall, share = timed(lambda: learner.step(rollouts()), threads)
+    finally:
+        (learner.forward, torch.Tensor.backward, prefix_mod.SharedPrefix.backward, nn_utils.clip_grad_norm_,
+         learner.optimizer.step) = saved
+    seconds["other (log-softmax, loss, grouping)"] = wall - sum(seconds.values())
+    return {"wall": wall, "cpu_share": share, **seconds}
 
 
 def finish(report: dict, out: str | None) -> None:

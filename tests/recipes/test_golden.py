@@ -210,3 +210,23 @@ def test_judge_counters_match_the_verdicts(tmp_path, tiny_model_dir):
     assert rec["defense/judge/yes"] == rec["defense/judge/no"] == rec["defense/judge/failed"] == 0
     later = [r for r in records if "defense/judge/calls" in r]
     assert [r["defense/judge/calls"] for r in later] == sorted(r["defense/judge/calls"] for r in later)  # cumulative
+
+
+@pytest.mark.parametrize("name", ["v_even_bnpo_batch_beta", "v_even_attack_replay_beta"])
+def test_shared_prompt_prefix_keeps_the_golden_metrics(name, tmp_path, tiny_model_dir, monkeypatch, even_length_task):
+    """The update's shared prompt prefix (issue 38) on runs whose prompts share only 8 tokens, below the
+    16-token minimum (forced on here): β > 0 with its reference model, two iterations, replay and top-k
+    verdicts, vertical groups; the same metrics. The arithmetic runs above use it by default (123 tokens)."""
+    from dgrpo.grpo import learner
+    from dgrpo.policy import prefix
+
+    built = []
+    monkeypatch.setattr(learner, "common_prefix", lambda prompts: prefix.common_prefix(prompts, minimum=1))
+    original = prefix.SharedPrefix.__init__
+    monkeypatch.setattr(prefix.SharedPrefix, "__init__", lambda self, *a, **k: (built.append(a[1]), original(self, *a, **k))[1])
+    task, args = RUNS[name]
+    args = [f"model.name={tiny_model_dir}" if a == "MA" else a for a in args]
+    torch.manual_seed(12345)
+    assert main([*args, task, f"out_dir={tmp_path}", f"name={name}"]) == 0
+    assert built and all(len(ids) >= 1 for ids in built)
+    assert _close(_collect(tmp_path / name), GOLDEN[name], name) is None

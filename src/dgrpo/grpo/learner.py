@@ -12,6 +12,11 @@ An update is three calls, which the recipes make in this order::
 A group is scored, checked and learnt from before the next one is scored, so only one group's
 graph is alive at a time. Gradients are divided by the summed loss denominator at the end, so the
 result equals the full-batch loss of :func:`dgrpo.grpo.loss.aggregate_loss`.
+
+Each group's prompt runs once for its G completions (:func:`dgrpo.policy.scoring.group_logits`), and
+the prefix all the batch's prompts share (a system prompt, worked examples) runs once per optimizer
+step, forward and backward (:class:`dgrpo.policy.prefix.SharedPrefix`; the reference model's once
+per update): the same loss and gradients up to float32 rounding.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from transformers import PreTrainedModel
 
 from dgrpo.grpo.advantages import ScaleRewards, group_advantages, reward_std
 from dgrpo.grpo.loss import LossType, loss_denominator, loss_terms, per_token_loss
+from dgrpo.policy.kv_cache import plain_layers
+from dgrpo.policy.prefix import SharedPrefix, common_prefix
 from dgrpo.policy.scoring import completion_mask, group_logits, pad_right, token_logprobs
 from dgrpo.types import Rollout
 
@@ -81,16 +88,50 @@ def has_signal(rewards: torch.Tensor) -> bool:
     return len(rewards) >= 2 and bool(rewards.min() != rewards.max())
 
 
+class Prefix:
+    """The prompt prefix the groups of one batch share, and its runs: the policy's (rebuilt after
+    each optimizer step, with grad when a group learns) and the reference model's (no grad).
+
+    Attributes:
+        ids: the shared prefix (empty: nothing shared, each group runs its whole prompt).
+    """
+
+    def __init__(self, ids: list[int]):
+        self.ids, self._policy, self._ref, self._with_grad = ids, None, None, False
+
+    def policy(self, model, grad: bool) -> SharedPrefix | None:
+        """The prefix run by the policy, with grad if ``grad`` (run now unless already run so)."""
+        if not self.ids:
+            return None
+        if self._policy is None or (grad and not self._with_grad):
+            self._policy, self._with_grad = SharedPrefix(model, self.ids, grad), grad
+        return self._policy
+
+    def reference(self, model) -> SharedPrefix | None:
+        """The prefix run by the reference model (no grad)."""
+        if self.ids and self._ref is None:
+            self._ref = SharedPrefix(model, self.ids, grad=False)
+        return self._ref
+
+    def backward(self) -> None:
+        """Back-propagate the groups' gradients through the policy's prefix run, once, then drop that run
+        (the weights are about to change)."""
+        if self._policy is not None:
+            self._policy.backward()
+        self._policy = None
+
+
 class Group:
     """The completions of one prompt in an update, and the logits of the update's forward pass.
 
     Attributes:
         rollouts: the group's rollouts (their verdicts grow as defenses judge them).
         old_logp / ref_logp: (n, T) log-probs under π_old and π_ref, kept across iterations.
+        prefix: the prompt prefix the batch's groups share.
     """
 
-    def __init__(self, rollouts: list[Rollout], learner: "Learner"):
-        self.rollouts, self.learner = rollouts, learner
+    def __init__(self, rollouts: list[Rollout], learner: "Learner", prefix: Prefix | None = None):
+        self.rollouts, self.learner, self.prefix = rollouts, learner, prefix or Prefix([])
         self._logits: torch.Tensor | None = None
         self.old_logp: torch.Tensor | None = None
         self.ref_logp: torch.Tensor | None = None
@@ -100,14 +141,15 @@ class Group:
         """(G, T, V) float32 logits, T = the longest completion; the forward pass runs when first read,
         with grad when the group can still move the weights (else a defense alone reads them)."""
         if self._logits is None:
-            self._logits = self.learner.forward(self.rollouts, grad=self.learner.may_learn(self.rollouts))
+            self._logits = self.learner.forward(self.rollouts, grad=self.learner.may_learn(self.rollouts),
+                                                prefix=self.prefix)
         return self._logits
 
     def logits_for_loss(self) -> torch.Tensor:
         """The logits with their graph (a new forward pass unless the first one had grad); the group
         lets go of them."""
         logits = self._logits if self._logits is not None and self._logits.requires_grad else \
-            self.learner.forward(self.rollouts, grad=True)
+            self.learner.forward(self.rollouts, grad=True, prefix=self.prefix)
         self._logits = None
         return logits
 
@@ -121,6 +163,7 @@ class Batch:
 
     rollouts: list[Rollout]
     groups: Iterable[Group]
+    prefix: Prefix | None = None
 
 
 class Learner:
@@ -154,13 +197,20 @@ class Learner:
         return self.params.lr * min(1.0, (round_idx + 1) / w)
 
     def score(self, rollouts: Sequence[Rollout]) -> Batch:
-        """The batch of an update: one :class:`Group` per prompt id, logits run on demand."""
-        return Batch(list(rollouts), [Group(g, self) for g in groups_of(rollouts).values()])
+        """The batch of an update: one :class:`Group` per prompt id, logits run on demand; the prefix
+        the groups' prompts share (≥ 16 tokens, at least two prompts, a plain-attention model) runs once."""
+        groups = groups_of(rollouts)
+        shared = common_prefix([g[0].prompt_ids for g in groups.values()]) if plain_layers(self.model.config) else 0
+        prefix = Prefix(list(next(iter(groups.values()))[0].prompt_ids[:shared]) if shared else [])
+        return Batch(list(rollouts), [Group(g, self, prefix) for g in groups.values()], prefix)
 
-    def forward(self, group: Sequence[Rollout], grad: bool) -> torch.Tensor:
-        """(G, T, V) logits of a group's completions under π_θ (:func:`dgrpo.policy.scoring.group_logits`)."""
+    def forward(self, group: Sequence[Rollout], grad: bool, prefix: Prefix | None = None) -> torch.Tensor:
+        """(G, T, V) logits of a group's completions under π_θ (:func:`dgrpo.policy.scoring.group_logits`),
+        behind the batch's shared ``prefix`` when given."""
         with torch.set_grad_enabled(grad):
-            return group_logits(self.model, group[0].prompt_ids, [r.completion_ids for r in group], self.pad_id)
+            shared = prefix.policy(self.model, grad) if prefix is not None else None
+            return group_logits(self.model, group[0].prompt_ids, [r.completion_ids for r in group], self.pad_id,
+                                shared)
 
     def may_learn(self, group: Sequence[Rollout]) -> bool:
         """Whether the group, as its verdicts stand, gives a gradient: β > 0 or its rewards differ."""
@@ -202,6 +252,8 @@ class Learner:
                 adv = group_advantages(rewards, [0] * len(idx), p.scale_rewards, std)  # (n,)
                 group_num, group_den = self._backward(group, idx, adv)
                 num, den, used = num + group_num, den + group_den, used + len(idx)
+            if batch.prefix is not None:
+                batch.prefix.backward()  # the shared prompt prefix: once, with every group's gradient
             if used == 0:
                 break
             stats.loss, stats.grad_norm, stats.used = num / den, self._apply(den), used
@@ -222,7 +274,8 @@ class Learner:
             group.old_logp = logp.detach()
         if p.beta > 0 and group.ref_logp is None:
             with torch.no_grad():
-                ref_logits = group_logits(self.ref_model, group.rollouts[0].prompt_ids, completions, self.pad_id)
+                ref_logits = group_logits(self.ref_model, group.rollouts[0].prompt_ids, completions, self.pad_id,
+                                          group.prefix.reference(self.ref_model))
                 group.ref_logp = token_logprobs(ref_logits, ids)[idx]
         loss_tok = per_token_loss(logp, group.old_logp, adv.to(logp.device), p.epsilon, group.ref_logp, p.beta)
         num, den = loss_terms(loss_tok, mask, p.loss_type, p.max_len)

@@ -16,6 +16,7 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from dgrpo.policy.onednn import onednn_linears
+from dgrpo.policy.prefix import SharedPrefix
 
 
 def pad_right(completions: list[list[int]], pad_id: int) -> torch.Tensor:
@@ -50,7 +51,8 @@ def completion_mask(ids: torch.Tensor, eos_id: int, lengths: list[int] | None = 
     return mask.float()
 
 
-def group_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]], pad_id: int) -> torch.Tensor:
+def group_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]], pad_id: int,
+                 prefix: SharedPrefix | None = None) -> torch.Tensor:
     """Next-token logits at every completion position of a group.
 
     ``logits[g, t]`` is the distribution that produced ``completions[g][t]``: for t = 0 it comes
@@ -66,25 +68,30 @@ def group_logits(model: PreTrainedModel, prompt: list[int], completions: list[li
     dense packed attention dominates), and models with sliding-window or other non-plain attention
     layers, take the padded path instead: prompt once, its cache repeated for the G right-padded
     completions. Linear layers run on oneDNN
-    (:mod:`dgrpo.policy.onednn`).
+    (:mod:`dgrpo.policy.onednn`). With ``prefix`` (the start of the prompt, run once for several
+    groups: :class:`dgrpo.policy.prefix.SharedPrefix`) only the rest of the prompt runs here, behind
+    the prefix's keys and values; the same logits up to float32 rounding.
 
     Args:
         prompt: the prompt ids shared by the group (length L ≥ 1).
         completions: G completion id lists (each length ≥ 1).
+        prefix: a prefix of ``prompt`` already run by ``model`` (shorter than the prompt), or None.
 
     Returns:
         (G, T, V) float32 logits, T = longest completion; rows past a completion's end are padding
         (zeros on the packed path). Differentiable when grad is enabled.
 
     Raises:
-        ValueError: empty prompt or empty completion.
+        ValueError: empty prompt or empty completion; a ``prefix`` that is not a proper prefix of ``prompt``.
     """
     if not prompt or not completions or any(len(c) == 0 for c in completions):
         raise ValueError("group_logits needs a non-empty prompt and non-empty completions")
+    if prefix is not None and not prefix.matches(prompt):
+        raise ValueError("group_logits: prefix must be the start of the prompt, shorter than it (SharedPrefix.ids)")
     with onednn_linears(model):
         if _packable(model, len(prompt), [len(c) for c in completions]):
-            return _packed_logits(model, prompt, completions)
-        return _padded_logits(model, prompt, completions, pad_id)
+            return _packed_logits(model, prompt, completions, prefix)
+        return _padded_logits(model, prompt, completions, pad_id, prefix)
 
 
 def _packable(model: PreTrainedModel, prompt_len: int, lengths: list[int]) -> bool:
@@ -107,14 +114,15 @@ def _packable(model: PreTrainedModel, prompt_len: int, lengths: list[int]) -> bo
     return packed <= padded
 
 
-def _packed_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]]) -> torch.Tensor:
+def _packed_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]],
+                   prefix: SharedPrefix | None) -> torch.Tensor:
     device = next(model.parameters()).device
     lengths = [len(c) for c in completions]
     g, width, n, past = len(completions), max(lengths), sum(lengths), len(prompt) - 1
-    cache = None
-    if past:
-        cache = DynamicCache(config=model.config)
-        model(input_ids=torch.tensor([prompt[:-1]], device=device), cache=cache, use_cache=True, logits_to_keep=1)
+    done = len(prefix.ids) if prefix is not None else 0  # prompt positions already in the cache
+    cache = prefix.cache(model) if prefix is not None else DynamicCache(config=model.config) if past else None
+    if past > done:
+        model(input_ids=torch.tensor([prompt[done:-1]], device=device), cache=cache, use_cache=True, logits_to_keep=1)
     # Completion g enters as [last prompt token] + its ids but the last, at positions past, past + 1, ...
     ids = torch.tensor([t for c in completions for t in [prompt[-1], *c[:-1]]], device=device)[None]  # (1, N)
     segment = torch.repeat_interleave(torch.arange(g, device=device), torch.tensor(lengths, device=device))  # (N,)
@@ -130,11 +138,13 @@ def _packed_logits(model: PreTrainedModel, prompt: list[int], completions: list[
     return logits
 
 
-def _padded_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]], pad_id: int) -> torch.Tensor:
+def _padded_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]], pad_id: int,
+                   prefix: SharedPrefix | None) -> torch.Tensor:
     device = next(model.parameters()).device
     g = len(completions)
-    cache = DynamicCache(config=model.config)
-    prompt_ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, L)
+    cache = prefix.cache(model) if prefix is not None else DynamicCache(config=model.config)
+    done = len(prefix.ids) if prefix is not None else 0
+    prompt_ids = torch.tensor([prompt[done:]], dtype=torch.long, device=device)  # (1, L - done)
     first = model(input_ids=prompt_ids, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1:, :]  # (1, 1, V)
     cache.batch_repeat_interleave(g)  # (1, …) → (G, …): the prompt is computed once
     comp = pad_right(completions, pad_id).to(device)  # (G, T)

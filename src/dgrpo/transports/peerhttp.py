@@ -76,6 +76,7 @@ class BoundedServer:
         self.loop = asyncio.new_event_loop()
         self.conns: dict[str, dict[int, _Conn]] = {}  # host → its open connections, oldest first
         self.open = 0
+        self.tasks: set[asyncio.Task] = set()
         self.evicted = self.refused = self.idle = self.slow = 0
         self._warned, self._ids = 0.0, 0
         self._stop: asyncio.Event | None = None
@@ -98,7 +99,7 @@ class BoundedServer:
             await self._stop.wait()
         finally:
             self.loop.remove_reader(self.socket.fileno())
-            tasks = [c.task for conns in self.conns.values() for c in conns.values() if c.task is not None]
+            tasks = list(self.tasks)  # (the evicted ones too, until they ended)
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -123,6 +124,8 @@ class BoundedServer:
             conn = self.conns.setdefault(host, {})[self._ids] = _Conn(host, sock)
             self.open += 1
             conn.task = self.loop.create_task(self._serve(self._ids, conn))
+            self.tasks.add(conn.task)
+            conn.task.add_done_callback(self.tasks.discard)
 
     async def _serve(self, cid: int, conn: _Conn) -> None:
         try:

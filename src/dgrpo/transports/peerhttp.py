@@ -1,171 +1,237 @@
 """The HTTP server each rank runs for its own round data (:mod:`dgrpo.transports.peerserve`), with a bound
-on what a peer's connections can hold (issue 31).
+on what a peer's connections can hold (issue 31, review r31c F1).
 
-stdlib ``ThreadingHTTPServer`` spawns a thread per connection, and a connection that sends no request
-holds it (and a file descriptor) until the handler's timeout: a peer opening connections faster than
-that ties up the server of an honest rank, whose payload then misses its peers' deadline and gets it
-accused. Here (:class:`BoundedServer`) no thread is spent on a connection before its request arrives:
+A server with a thread per connection (or a pool of workers that each serve one connection with a
+per-recv socket timeout) is held by a peer that opens connections and sends nothing, or trickles its
+request one byte a second, or reads the answer one byte a second: the honest rank's payload then misses
+its peers' deadline and the honest rank gets expelled and blamed. Here (:class:`BoundedServer`) one
+asyncio event loop (stdlib, one thread) serves every connection; nothing blocks on one connection, so a
+slow or idle connection costs only its socket (the answer is sent from the value itself, never copied):
 
-* the accept thread accepts and parks each new connection in an epoll set (``pending``);
-* a watcher thread hands a connection whose request bytes have arrived to a pool of ``workers``
-  threads (the stdlib handler serves it there, 2 s socket timeout), and closes a parked connection
-  that sent nothing within ``idle_s``;
-* at most ``max_pending`` connections are parked, ``per_address`` from one source address: one over a
-  bound evicts (closes) the oldest parked connection with no byte waiting, from the address parking the
-  most (its own address when that one is over its bound); with none such it is closed at once;
-* at most ``max_queued`` requests wait for or are in a worker; one more is closed at once.
+* a connection's whole request head (``GET /v/{key} HTTP/1.1`` and its headers, at most ``max_request``
+  bytes) must arrive within ``request_s`` seconds of its accept, in total (not per recv): a trickled or
+  idle request is closed then (``idle``), a longer one at once (``refused``);
+* the whole answer must be sent within ``write_s`` seconds in total: a reader that reads slowly is closed
+  then (``slow``);
+* at most ``max_pending`` connections are open, ``per_address`` from one source address: one over a bound
+  evicts (closes) the oldest connection of the address holding the most (its own address when that one
+  is over its bound), those with no request byte first, then those mid-request, then those being answered
+  (``evicted``); with none it is closed at once (``refused``).
 
-An honest reader sends its request as it connects, so its connection leaves the parked set at once;
-a flood of idle connections closes only the flood's own, costs no thread, and at most ``max_pending``
-descriptors. ``evicted`` / ``refused`` / ``idle`` count the closed ones (logged every 10 s).
-Residual: a peer that sends requests and then reads the answers slowly holds a worker for up to the
-2 s socket timeout each.
+An honest reader sends its request as it connects and reads the answer at once, so it is answered in
+one pass of the loop whatever other connections do. The counts are logged every 10 s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import select
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from http.server import HTTPServer
+from typing import Callable, Iterable
 
 log = logging.getLogger("dgrpo.transports.peerserve")
 
+Respond = Callable[[str, dict], "tuple[int, bytes | Iterable[bytes]]"]
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found"}
 
-class BoundedServer(HTTPServer):
-    """An ``HTTPServer`` that parks connections until their request arrives (module docstring).
 
-    Args: as ``HTTPServer`` (address, handler class). Attributes ``max_pending``, ``per_address``,
-    ``workers``, ``idle_s`` are the bounds; ``evicted``, ``refused``, ``idle`` the counts.
+class _Conn:
+    __slots__ = ("host", "sock", "state", "task")
+
+    def __init__(self, host: str, sock: socket.socket):
+        self.host, self.sock, self.state, self.task = host, sock, 0, None  # state: 0 no byte, 1 request, 2 answer
+
+
+class BoundedServer:
+    """A read-only HTTP/1.1 server on one asyncio loop (module docstring).
+
+    Args:
+        server_address: ``(host, port)`` to bind (port 0: one the OS picks; ``server_address`` is then the
+            bound one).
+        respond: ``respond(path, headers) -> (status, body)``, called on the loop thread (keep it quick):
+            ``headers`` maps lower-case names to values; ``body`` is bytes (sent with Content-Length) or an
+            iterable of bytes chunks (tests: an attacker's server; each ``next`` runs in a thread).
+
+    :meth:`serve_forever` runs the loop (in a thread of the caller's); :meth:`shutdown` stops it and waits;
+    :meth:`server_close` frees the socket. Attributes ``max_pending``, ``per_address``, ``request_s``,
+    ``write_s``, ``max_request`` are the bounds; ``evicted``, ``refused``, ``idle``, ``slow`` the counts.
     """
 
-    request_queue_size = 128  # the listen backlog
+    backlog = 128  # the listen backlog
     max_pending = 256
     per_address = 64
-    workers = 16
-    max_queued = 256  # requests handed to the workers and not yet answered; more are closed at once
-    idle_s = 2.0
+    request_s = 2.0  # seconds from the accept to the end of the request head, in total
+    write_s = 10.0  # seconds to write the whole answer, in total
+    max_request = 8192  # bytes of request head
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.pending: dict[int, tuple[socket.socket, str, float, object]] = {}  # fd → (socket, host, since, address)
-        self.lock = threading.Lock()
-        self.epoll = select.epoll()
-        self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="dgrpo-serve-worker")
-        self.evicted = self.refused = self.idle = self.queued = 0
-        self._warned, self._closed = 0.0, False
-        threading.Thread(target=self._watch, name="dgrpo-serve-watch", daemon=True).start()
+    def __init__(self, server_address: tuple[str, int], respond: Respond):
+        self.respond = respond
+        family = socket.AF_INET6 if ":" in server_address[0] else socket.AF_INET
+        self.socket = socket.create_server(server_address, family=family, backlog=self.backlog)
+        self.socket.setblocking(False)
+        self.server_address = self.socket.getsockname()[:2]
+        self.loop = asyncio.new_event_loop()
+        self.conns: dict[str, dict[int, _Conn]] = {}  # host → its open connections, oldest first
+        self.open = 0
+        self.tasks: set[asyncio.Task] = set()
+        self.evicted = self.refused = self.idle = self.slow = 0
+        self._warned, self._ids = 0.0, 0
+        self._stop: asyncio.Event | None = None
+        self._running, self._done = threading.Event(), threading.Event()
 
-    # ------------------------------------------------------------------ accept thread
-    def process_request(self, request, client_address) -> None:
-        """Park ``request`` until its request bytes arrive (never spawns a thread)."""
-        host = client_address[0] if isinstance(client_address, tuple) else str(client_address)
-        with self.lock:
-            own = sum(h == host for _, h, _, _ in self.pending.values())
-            if (own >= self.per_address or len(self.pending) >= self.max_pending) and not self._evict(
-                    host if own >= self.per_address else None):
-                self.refused += 1
-                self._close(request)
-            else:
-                self.pending[request.fileno()] = (request, host, time.monotonic(), client_address)
-                self.epoll.register(request.fileno(), select.EPOLLIN | select.EPOLLRDHUP)
-            self._report(host)
-
-    def _evict(self, host: str | None) -> bool:
-        """Close the oldest parked connection with no byte waiting, of ``host`` (None: of the address
-        parking the most); False when there is none."""
-        by_host: dict[str, list] = {}
-        for fd, (sock, h, since, _) in self.pending.items():
-            if host is None or h == host:
-                by_host.setdefault(h, []).append((since, fd))
-        for h in sorted(by_host, key=lambda h: -len(by_host[h])):
-            for _, fd in sorted(by_host[h]):
-                if not _waiting(fd):
-                    self._drop(fd)
-                    self.evicted += 1
-                    return True
-        return False
-
-    def _report(self, host: str) -> None:
-        if (self.refused or self.evicted) and time.monotonic() - self._warned > 10:
-            self._warned = time.monotonic()
-            log.warning("%s: closed %d parked connections over its bound (%d parked, %d per address), refused %d, "
-                        "%d idle past %g s: a peer opening connections without requests? (last from %s)",
-                        getattr(getattr(self, "channel", None), "address", "?"), self.evicted, self.max_pending,
-                        self.per_address, self.refused, self.idle, self.idle_s, host)
-
-    # ------------------------------------------------------------------ watcher thread
-    def _watch(self) -> None:
-        while not self._closed:
-            try:
-                events = self.epoll.poll(0.1)
-            except (OSError, ValueError):  # closed
-                return
-            ready, now = [], time.monotonic()
-            with self.lock:
-                for fd, _ in events:
-                    entry = self.pending.pop(fd, None)
-                    if entry is not None:
-                        self.epoll.unregister(fd)
-                        ready.append(entry)
-                for fd in [fd for fd, (_, _, since, _) in self.pending.items() if now - since > self.idle_s]:
-                    self._drop(fd)
-                    self.idle += 1
-            for sock, _, _, address in ready:
-                with self.lock:
-                    full = self.queued >= self.max_queued
-                    self.queued += not full
-                    self.refused += full
-                try:
-                    if full:  # (requests faster than the workers answer: their descriptors stay bounded)
-                        raise RuntimeError
-                    self.pool.submit(self._serve, sock, address)
-                except RuntimeError:  # over the bound, or the pool is shut down
-                    self._close(sock)
-
-    def _serve(self, sock, address) -> None:
+    # ------------------------------------------------------------------ loop thread
+    def serve_forever(self) -> None:
+        """Serve until :meth:`shutdown` (blocks the calling thread)."""
+        asyncio.set_event_loop(self.loop)
         try:
-            self.finish_request(sock, address)
+            self.loop.run_until_complete(self._main())
+        finally:
+            self._done.set()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        self.loop.add_reader(self.socket.fileno(), self._accept)
+        self._running.set()
+        try:
+            await self._stop.wait()
+        finally:
+            self.loop.remove_reader(self.socket.fileno())
+            tasks = list(self.tasks)  # (the evicted ones too, until they ended)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _accept(self) -> None:
+        """Accept every waiting connection (the listening socket is readable)."""
+        for _ in range(self.backlog // 4):  # (then the evicted ones are closed before more are accepted)
+            try:
+                sock, peer = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # (out of descriptors: the kernel keeps the rest queued)
+                return
+            host = peer[0] if isinstance(peer, tuple) else str(peer)
+            if not self._admit(host):
+                self.refused += 1
+                sock.close()
+                self._report(host)
+                continue
+            sock.setblocking(False)
+            self._ids += 1
+            conn = self.conns.setdefault(host, {})[self._ids] = _Conn(host, sock)
+            self.open += 1
+            conn.task = self.loop.create_task(self._serve(self._ids, conn))
+            self.tasks.add(conn.task)
+            conn.task.add_done_callback(self.tasks.discard)
+
+    async def _serve(self, cid: int, conn: _Conn) -> None:
+        try:
+            try:
+                head = await asyncio.wait_for(self._head(conn), self.request_s)
+            except asyncio.TimeoutError:
+                self.idle += 1
+                return
+            except ValueError:
+                self.refused += 1
+                return
+            conn.state = 2
+            try:
+                await asyncio.wait_for(self._answer(conn.sock, *head), self.write_s)
+            except asyncio.TimeoutError:
+                self.slow += 1
         except Exception:  # noqa: BLE001 - the reader went away; nothing to report
             pass
         finally:
-            self.shutdown_request(sock)
-            with self.lock:
-                self.queued -= 1
+            self._forget(cid, conn)
+            self._report(conn.host)
 
-    def _drop(self, fd: int) -> None:
-        sock = self.pending.pop(fd)[0]
-        try:
-            self.epoll.unregister(fd)
-        except (OSError, ValueError):
-            pass
-        self._close(sock)
+    async def _head(self, conn: _Conn) -> tuple[str, dict] | None:
+        """The request's path and headers (lower-case names); ValueError if it is not an HTTP request."""
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = await self.loop.sock_recv(conn.sock, self.max_request)
+            if not chunk:
+                raise ConnectionError("closed")
+            conn.state, buf = 1, buf + chunk
+            if len(buf) > self.max_request:
+                raise ValueError("request head over the cap")
+        line, *rest = buf.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+        parts = line.split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            raise ValueError(line[:80])
+        headers = {}
+        for h in rest:
+            name, sep, value = h.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        return (parts[1] if parts[0] == "GET" else ""), headers
 
-    @staticmethod
-    def _close(sock) -> None:
-        try:
-            sock.close()
-        except OSError:
-            pass
+    async def _answer(self, sock: socket.socket, path: str, headers: dict) -> None:
+        status, body = self.respond(path, headers) if path else (400, b"")
+        stream = not isinstance(body, (bytes, bytearray, memoryview))
+        head = f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nConnection: close\r\n"
+        head += "" if stream else f"Content-Length: {len(body)}\r\n"
+        await self.loop.sock_sendall(sock, (head + "\r\n").encode("latin-1"))
+        if not stream:  # (sock_sendall keeps a view of the value: nothing is copied per connection)
+            return await self.loop.sock_sendall(sock, body)
+        it, end = iter(body), object()
+        while (chunk := await self.loop.run_in_executor(None, next, it, end)) is not end:
+            await self.loop.sock_sendall(sock, chunk)
+
+    def _forget(self, cid: int, conn: _Conn, close: bool = True) -> None:
+        conns = self.conns.get(conn.host, {})
+        if conns.pop(cid, None) is not None:
+            self.open -= 1
+            if not conns:
+                del self.conns[conn.host]
+        if close:  # (after its task let go of it: the loop no longer watches its descriptor)
+            conn.sock.close()
+
+    def _admit(self, host: str) -> bool:
+        """Room for one more connection from ``host``, evicting one if a bound is reached (module docstring)."""
+        own = len(self.conns.get(host, ()))
+        if own < self.per_address and self.open < self.max_pending:
+            return True
+        victim = host if own >= self.per_address else max(self.conns, key=lambda h: len(self.conns[h]))
+        conns = self.conns[victim]
+        pick = next((cid for cid, c in conns.items() if c.state == 0 and not _waiting(c.sock)), None)
+        for state in (1, 2):  # (nothing without a byte: the oldest mid-request, then the oldest being answered)
+            pick = pick if pick is not None else next((cid for cid, c in conns.items() if c.state <= state), None)
+        conn = conns[pick]
+        self._forget(pick, conn, close=False)
+        conn.task.cancel()  # (its task closes the socket as it ends, on the loop's next pass)
+        self.evicted += 1
+        return True
+
+    def _report(self, host: str) -> None:
+        if (self.evicted or self.refused or self.idle or self.slow) and time.monotonic() - self._warned > 10:
+            self._warned = time.monotonic()
+            log.warning("%s:%s: closed %d connections over its bound (%d open, %d per address), refused %d, "
+                        "%d without a whole request within %g s, %d not read within %g s: a peer holding "
+                        "connections? (last from %s)", *self.server_address, self.evicted, self.max_pending,
+                        self.per_address, self.refused, self.idle, self.request_s, self.slow, self.write_s, host)
+
+    # ------------------------------------------------------------------ other threads
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` and wait (5 s at most) until it returned."""
+        if self._running.wait(5) and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._stop.set)
+            self._done.wait(5)
 
     def server_close(self) -> None:
-        self._closed = True
-        super().server_close()
-        self.pool.shutdown(wait=False)
-        with self.lock:
-            for fd in list(self.pending):
-                self._drop(fd)
-        self.epoll.close()
+        self.socket.close()
+        if self._done.is_set() and not self.loop.is_closed():
+            self.loop.close()
 
 
-def _waiting(fd: int) -> bool:
-    """Whether bytes (or the end of the stream) wait on ``fd`` (no recv: a socket with a timeout would wait)."""
+def _waiting(sock: socket.socket) -> bool:
+    """Whether bytes (or the end of the stream) wait on ``sock``."""
     poll = select.poll()
     try:
-        poll.register(fd, select.POLLIN)
+        poll.register(sock, select.POLLIN)
         return bool(poll.poll(0))
     except (OSError, ValueError):
         return False

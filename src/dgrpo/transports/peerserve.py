@@ -2,8 +2,8 @@
 
 The c10d store lets any rank delete or overwrite any key, so round data kept there (payloads, relays,
 accusations) can be withheld or padded by any rank and nobody can say who did it. Here every rank
-runs a small read-only HTTP server (:class:`PeerChannel`, in a daemon thread; its connections bounded by
-:class:`~dgrpo.transports.peerhttp.BoundedServer`) that serves only what this rank wrote into it; there
+runs a small read-only HTTP server (:class:`PeerChannel`, one asyncio loop in a daemon thread, its
+connections bounded by :class:`~dgrpo.transports.peerhttp.BoundedServer`) that serves only what this rank wrote into it; there
 is no write endpoint. A reader fetches
 ``GET /v/{key}`` from the key's owner with ``http.client``: a connect and read timeout, a wall-clock
 budget per request and a byte cap (more is refused, never read). So a payload missing at the deadline
@@ -31,7 +31,6 @@ import os
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import quote, unquote
 
 from dgrpo.transports.peerhttp import BoundedServer
@@ -40,33 +39,17 @@ _CHUNK = 1 << 16
 log = logging.getLogger(__name__)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    # A connection that stops sending or reading mid-request is closed after this many seconds (one that
-    # sends no request at all is parked without a thread and closed after as long: peerhttp.BoundedServer).
-    timeout = 2.0
+def _respond(chan: "PeerChannel"):
+    """The server's answer to ``GET {path}``: ``(200, value)`` for ``/v/{quoted key}`` this rank serves, else
+    ``(404, b"")`` (run on the server's loop: :class:`~dgrpo.transports.peerhttp.BoundedServer`, which bounds
+    how long a connection may take to send its request and to read the answer)."""
 
-    def do_GET(self):  # noqa: N802 (http.server's name)
-        chan: PeerChannel = self.server.channel  # type: ignore[attr-defined]
-        key = unquote(self.path[3:]) if self.path.startswith("/v/") else None
-        value = None if key is None else chan.serve(key, self.headers.get("X-Dgrpo-Reader", ""))
-        if value is None:
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        self.send_response(200)
-        if isinstance(value, (bytes, bytearray)):
-            self.send_header("Content-Length", str(len(value)))
-        self.end_headers()
-        try:
-            for chunk in [value] if isinstance(value, (bytes, bytearray)) else value:  # (tests: an attacker streams)
-                self.wfile.write(chunk)
-                self.wfile.flush()
-        except OSError:  # the reader gave up (its timeout or byte cap)
-            pass
+    def respond(path: str, headers: dict):
+        key = unquote(path[3:]) if path.startswith("/v/") else None
+        value = None if key is None else chan.serve(key, headers.get("x-dgrpo-reader", ""))
+        return (404, b"") if value is None else (200, value)
 
-    def log_message(self, *args):  # no access log on stderr
-        pass
+    return respond
 
 
 def local_host() -> str:
@@ -177,8 +160,7 @@ class PeerChannel:
         if port is None:
             base = os.environ.get("DGRPO_SERVE_PORT")
             port = int(base) + int(os.environ.get("LOCAL_RANK", "0")) if base else 0
-        self.server = BoundedServer((host, port), _Handler)
-        self.server.channel = self  # type: ignore[attr-defined]
+        self.server = BoundedServer((host, port), _respond(self))
         self.address = f"{host}:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, name=f"dgrpo-serve-{rank}", daemon=True).start()
         self.addrs[rank] = self.address

@@ -1,11 +1,13 @@
 """Compare two folders of runs.sh's run directories file by file: every record of every metrics.jsonl,
-peers.jsonl and samples.jsonl, and summary.json / groups.json / bans.json, exactly, ``time/*`` keys
-(and a record's seconds) left out. Prints each difference, then a count per run."""
+peers.jsonl and samples.jsonl, summary.json / groups.json / bans.json and the evaluation's reference
+completions (eval_reference/*.json: ids and log-probabilities), exactly, ``time/*`` keys (and a record's
+seconds) left out. A run in one folder only is a difference. Prints each difference, then a count per run."""
 import json
 import sys
 from pathlib import Path
 
-PATTERNS = ("metrics.jsonl", "peers.jsonl", "samples.jsonl", "summary.json", "groups.json", "bans.json")
+PATTERNS = ("metrics.jsonl", "peers.jsonl", "samples.jsonl", "summary.json", "groups.json", "bans.json",
+            "eval_reference/*.json")
 
 
 def strip(x):
@@ -13,7 +15,7 @@ def strip(x):
         return {k: strip(v) for k, v in x.items() if not k.startswith("time/") and k not in ("seconds", "time")}
     if isinstance(x, list):
         return [strip(v) for v in x]
-    return x
+    return "NaN" if isinstance(x, float) and x != x else x  # (NaN != NaN: equal NaNs compare equal here)
 
 
 def collect(run: Path) -> dict:
@@ -32,7 +34,7 @@ def count(x) -> int:
 
 before, after = Path(sys.argv[1]), Path(sys.argv[2])
 total = 0
-for run in sorted(p.name for p in before.iterdir() if p.is_dir()):
+for run in sorted({p.name for d in (before, after) for p in d.iterdir() if p.is_dir()}):
     a, b = collect(before / run), collect(after / run)
     diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     for k in diff:

@@ -54,4 +54,4 @@ for run in sorted({p.name for d in (before, after) for p in d.iterdir() if p.is_
     n = count(a)
     total += len(diff)
     print(f"{run}: {len(a)} files, {n} values (time aside); {len(diff)} files differ")
-print(("every non-time value equal" + (f" (rounds 0-{rounds - 1})" if rounds else "")) if total == 0 else f"{total} files differ")
+print(("every non-time value equal" + (f" (rounds 0-{rounds - 1})" if rounds is not None else "")) if total == 0 else f"{total} files differ")

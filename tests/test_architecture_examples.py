@@ -98,3 +98,44 @@ def test_the_walk_of_one_round_names_files_and_calls_that_exist():
     calls = {c for r in rows for c in re.findall(r"([a-z_.]+)\(", r[2])}
     assert {"swarm.route", "swarm.receive", "swarm.reward", "defend", "learner.step"} <= calls
     assert [c for c in sorted(calls) if f"{c}(" not in recipe] == []
+
+
+def _calls(node) -> list[str]:
+    """The names of the calls under ``node`` in the order Python makes them (arguments before their call)."""
+    import ast
+
+    out = [name for child in ast.iter_child_nodes(node) for name in _calls(child)]
+    if isinstance(node, ast.Call):
+        f = node.func
+        out.append(f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else "?")
+    return out
+
+
+def test_the_walk_names_what_each_file_defines_and_the_steps_in_the_rounds_order():
+    """Every ``file: name`` of the walk is defined in that file, and the table's steps are made in the order
+    the round makes them (``one_round`` of recipes/horizontal.py with swarm_round.py's ``learn`` in place
+    of its call): a step renamed or reordered in the code fails here until the page follows."""
+    import ast
+
+    src = DOC.parents[1] / "src" / "dgrpo"
+    text = DOC.read_text().split("## One round of `dgrpo run`, file by file")[1].split("## Where to add")[0]
+    named = re.findall(r"`([a-z_/]+\.py): ([A-Za-z_]+)`", text)
+    assert len(named) >= 8
+    def defined(f):  # functions, classes and methods, and assigned names (RULES: ... = ...)
+        nodes = list(ast.walk(ast.parse((src / f).read_text())))
+        return ({n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+                | {t.id for n in nodes if isinstance(n, (ast.Assign, ast.AnnAssign))
+                   for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)})
+
+    assert [f"{f}: {n}" for f, n in named if n not in defined(f)] == []
+
+    rows = [[c.strip() for c in r.split("|")] for r in re.findall(r"^\| (.+) \|$", text, re.MULTILINE)][1:]
+    steps = [re.match(r"`(?:[a-z_]+\.)*([a-z_]+)\(", r[2]).group(1) for r in rows]
+    assert steps == ["horizontal_prompts", "write", "all_gather", "route", "receive", "reward", "defend", "step",
+                     "round_metrics"]
+    function = lambda f, name: next(n for n in ast.parse((src / "recipes" / f).read_text()).body
+                                    if isinstance(n, ast.FunctionDef) and n.name == name)
+    learn = _calls(function("swarm_round.py", "learn"))
+    made = [c for name in _calls(function("horizontal.py", "one_round")) for c in (learn if name == "learn" else [name])]
+    rest = iter(made)  # each step made after the one before it
+    assert [s for s in steps if s in rest] == steps, made

@@ -1,34 +1,19 @@
-"""A task of the runs' comparison (runs.sh), as tests/recipes/test_golden.py registers it: reward 1 when the
+"""The task of the runs' comparison (runs.sh): ``tests/even_length.py``'s EvenLengthTask (reward 1 when the
 completion has an even number of characters, so a random tiny model gets half right, groups have mixed
-rewards and every update moves the weights. ``task.kind=evenlen:even_length`` with PYTHONPATH holding this folder."""
-from typing import Literal
+rewards and every update moves the weights), registered as tests/recipes/test_golden.py registers it.
+``task.kind=evenlen:even_length`` with PYTHONPATH holding this folder; the repository root is put on the
+import path here to reach ``tests``. The class is registered through a subclass defined here, because an
+import-path kind must be defined in the module it names. (The first runs were made with a copy of the
+class in this file, the same code as the shared one, its docstring aside.)"""
+import sys
+from pathlib import Path
 
-from dgrpo.registry import register
-from dgrpo.tasks.base import TaskConfig
-from dgrpo.types import Problem
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests` importable
+
+from dgrpo.registry import register  # noqa: E402
+from tests import even_length  # noqa: E402
 
 
-class EvenLengthTaskConfig(TaskConfig):
-    kind: Literal["even_length"] = "even_length"
-
-
-@register("task", "even_length", config=EvenLengthTaskConfig)
-class EvenLengthTask:
-    name = "even"
-    completion_prefix = ""
-
-    def __init__(self):
-        self.train = [Problem(f"t{i}", f"Tom has {i} apples.", "0", "") for i in range(12)]
-        self.val = [Problem(f"v{i}", f"Ann has {i} pens.", "0", "") for i in range(3)]
-
-    def chat(self, problem):
-        return [{"role": "user", "content": problem.question}]
-
-    def reward(self, completion, problem):
-        return float(len(completion) % 2 == 0)
-
-    def rewards(self, completions, problems):
-        return [self.reward(c, p) for c, p in zip(completions, problems)]
-
-    def oracle_completion(self, problem):
-        return "<think>ok</think>\n<answer>0</answer>"
+@register("task", "even_length", config=even_length.EvenLengthTaskConfig)
+class EvenLengthTask(even_length.EvenLengthTask):
+    """tests/even_length.py's task, unchanged."""

@@ -19,8 +19,6 @@ CAP = "mykinds.defenses:LengthCap"
 TOKENS = 8  # sampling.max_new_tokens of both: an honest completion has at most 8 tokens, so a cap of 8 passes it
 
 
-
-
 def _hail_poison_lengths(model_dir: str) -> list[int]:
     """Tokens of the hail poison of every training prompt (the oracle solution with the slogan),
     counted with the attack and the tokenizer alone, not through a swarm or the matrix."""

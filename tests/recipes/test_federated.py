@@ -15,31 +15,8 @@ from dgrpo.recipes.federated import build_federation, federated_round
 from dgrpo.training.build import grpo_params
 from dgrpo.metrics.logger import read_metrics
 from dgrpo.swarm.schedule import vertical_prompts, vertical_slots
-from dgrpo.types import Problem
 
-
-class EvenLengthTask:
-    """A task a random tiny model gets partly right: reward 1 when the completion has an even
-    number of characters. Gives GRPO groups with mixed rewards, hence non-zero updates."""
-
-    name = "even"
-    completion_prefix = ""
-
-    def __init__(self):
-        self.train = [Problem(f"t{i}", f"Tom has {i} apples.", "0", "") for i in range(12)]
-        self.val = [Problem(f"v{i}", f"Ann has {i} pens.", "0", "") for i in range(3)]
-
-    def chat(self, problem):
-        return [{"role": "user", "content": problem.question}]
-
-    def reward(self, completion, problem):
-        return float(len(completion) % 2 == 0)
-
-    def rewards(self, completions, problems):
-        return [self.reward(c, p) for c, p in zip(completions, problems)]
-
-    def oracle_completion(self, problem):
-        return "ok"
+from tests.even_length import EvenLengthTask
 
 
 def _cfg(tmp_path, model_dir, *extra):

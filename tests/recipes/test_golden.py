@@ -10,51 +10,23 @@ floats are compared to a relative 1e-6 so that another CPU's rounding does not f
 a changed sampled token, reward, verdict or count still does. The runs cover horizontal and vertical
 swarms, a heterogeneous one, attacks with top-k / replay (fast and regenerate) / judge / reward
 outlier defenses with drop and zero, batch scaling, β > 0, two iterations, four federated runs,
-two ensembles and the TokenBuncher phases. ``even_length`` is a task registered here: a random tiny
-model gets it half right, so groups have mixed rewards and every update moves the weights.
+two ensembles and the TokenBuncher phases. ``even_length`` (``tests/even_length.py``) is a task
+registered here: a random tiny model gets it half right, so groups have mixed rewards and every
+update moves the weights.
 """
 
 import json
 from pathlib import Path
-from typing import Literal
 
 import pytest
 import torch
 
 from dgrpo import registry
 from dgrpo.cli import main
-from dgrpo.tasks.base import TaskConfig
-from dgrpo.types import Problem
+from tests.even_length import EvenLengthTask, EvenLengthTaskConfig
 
 GOLDEN = json.loads((Path(__file__).with_name("golden_metrics.json")).read_text())
 EVEN = "task.kind=even_length"
-
-
-class EvenLengthTaskConfig(TaskConfig):
-    kind: Literal["even_length"] = "even_length"
-
-
-class EvenLengthTask:
-    """Reward 1 when the completion has an even number of characters."""
-
-    name = "even"
-    completion_prefix = ""
-
-    def __init__(self):
-        self.train = [Problem(f"t{i}", f"Tom has {i} apples.", "0", "") for i in range(12)]
-        self.val = [Problem(f"v{i}", f"Ann has {i} pens.", "0", "") for i in range(3)]
-
-    def chat(self, problem):
-        return [{"role": "user", "content": problem.question}]
-
-    def reward(self, completion, problem):
-        return float(len(completion) % 2 == 0)
-
-    def rewards(self, completions, problems):
-        return [self.reward(c, p) for c, p in zip(completions, problems)]
-
-    def oracle_completion(self, problem):
-        return "<think>ok</think>\n<answer>0</answer>"
 
 
 # The runs were recorded before the protocol's length rule was on by default; their attackers send the

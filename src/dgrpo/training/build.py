@@ -186,7 +186,7 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
         ConfigError: the roster file or a private key is unreadable, or a key does not match the roster.
     """
     from dgrpo.errors import ConfigError
-    from dgrpo.transports.distributed import config_fingerprint
+    from dgrpo.transports.fingerprint import config_fingerprint  # (the one of every transport)
     from dgrpo.transports.rendezvous import check_key_exchange
 
     pc = cfg.swarm.protocol

@@ -11,15 +11,19 @@ import pytest
 from dgrpo.errors import PeerFailure
 
 
-def _ranks(n=4, timeout_s=5.0, signed_addresses=True):
+def _ranks(n=4, timeout_s=5.0, signed_addresses=True, keys=None):
+    """n transports on one store, as after the start-up check: signers, verifier and each rank's launch
+    nonce (fresh per call: a call with the ``keys`` of an earlier one is a relaunch of the same run)."""
+    import secrets
+
     import torch.distributed as dist
 
     from dgrpo.swarm.identity import Roster, SignatureVerifier, Signer, generate_keys
     from dgrpo.transports.distributed import DistributedTransport
     from dgrpo.transports.peerserve import AddressKeys
 
-    store, keys = dist.HashStore(), generate_keys(n)
-    roster = Roster.of(keys)
+    store, keys = dist.HashStore(), keys or generate_keys(n)
+    roster, nonces = Roster.of(keys), {k: secrets.token_hex(16) for k in range(n)}
     verifier = SignatureVerifier(roster, "run|fp")
     ts = [DistributedTransport(store, k, n, honest=range(n), timeout_s=timeout_s, on_peer_failure="continue",
                                keys=AddressKeys(k, keys[k], roster, "fp") if signed_addresses else None)
@@ -27,6 +31,7 @@ def _ranks(n=4, timeout_s=5.0, signed_addresses=True):
     for t in ts:
         t._closed, t._acc_ttl = True, 0.0
         t.signer, t.keys = Signer(t.rank, keys[t.rank], "run|fp"), verifier
+        t.nonce, t.nonces = nonces[t.rank], dict(nonces)
     return ts, keys
 
 
@@ -118,9 +123,31 @@ def test_a_leave_mark_not_signed_by_its_node_is_refused_and_named_once(caplog):
     lines = [r.getMessage() for r in caplog.records if "leave mark" in r.getMessage()]
     assert lines == ["node 0: refused a leave mark for node 1 in the store (r5/status/1): signed by node 2, not node 1",
                      "node 0: refused a leave mark for node 1 in the store (r6/status/1): not signed by node 1 "
-                     "(unsigned: its writer cannot be named)"]
+                     "for this launch (unsigned, or a mark of an earlier run or launch: its writer cannot be named)"]
     ts[1].leave(["r5"])
     assert ts[0]._status("r5", 1, far) == "left"
+
+
+def test_a_leave_mark_of_an_earlier_launch_of_the_same_run_does_not_drop_its_node(caplog):
+    """Review r31c F4: in launch A node 1 stops on an error and signs its leave mark for r1; node 3 keeps
+    it and writes it back in launch B (same roster, name and config: a rerun or a resume). Node 1's
+    signature is genuine but for launch A's nonce: node 0 waits for node 1 to its deadline (before, it
+    dropped node 1 at once, with no accusation and no quorum), names the mark once, and node 1 stays in."""
+    ts, keys = _ranks(n=4, timeout_s=0.6)
+    ts[1].leave(["r1"])
+    kept = ts[3].store.get("r1/status/1")
+    again, _ = _ranks(n=4, timeout_s=0.6, keys=keys)
+    again[3].store.set("r1/status/1", kept)
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        assert again[0].collect("r1", [1]) == {}
+    assert time.monotonic() - start >= 0.55  # waited to the deadline: the old mark ended nothing
+    assert 1 in again[0].alive and 1 not in again[0].failed  # one accusation (node 0's) expels nobody
+    lines = [r.getMessage() for r in caplog.records if "leave mark" in r.getMessage()]
+    assert lines == ["node 0: refused a leave mark for node 1 in the store (r1/status/1): not signed by node 1 "
+                     "for this launch (unsigned, or a mark of an earlier run or launch: its writer cannot be named)"]
+    again[1].leave(["r2"])  # the same node's mark of this launch ends the wait at once
+    assert again[0]._status("r2", 1, time.monotonic() + 5) == "left"
 
 
 # ---------------------------------------------------------------------- the check-in (transports/checkin.py)

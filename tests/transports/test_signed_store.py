@@ -37,7 +37,7 @@ def _ranks(n=4, timeout_s=5.0, signed_addresses=True, keys=None):
 
 def _forged(keys, signer: int, owner: int, addr: str) -> bytes:
     """An address record for ``owner`` signed with ``signer``'s key."""
-    return json.dumps({"addr": addr, "sig": keys[signer].sign(f"dgrpo/addr|{owner}|{addr}|fp".encode()).hex()}).encode()
+    return json.dumps({"addr": addr, "sig": keys[signer].sign(f"dgrpo/addr|{owner}|{addr}||fp".encode()).hex()}).encode()
 
 
 def test_an_address_not_signed_by_its_owner_is_refused_and_named(caplog):
@@ -61,6 +61,34 @@ def test_an_address_not_signed_by_its_owner_is_refused_and_named(caplog):
     assert ts[1].chan.address_of(0) is None and ts[1].chan.bad_addr[0].startswith("is not signed by node 0")
     ts[0].chan.reassert()
     assert ts[1].chan.address_of(0) == ts[0].chan.address
+
+
+def test_an_address_record_of_an_earlier_launch_is_refused_as_stale_and_never_blamed_on_its_owner(caplog):
+    """Review r31c F3: node 3 keeps node 0's signed address record of launch A and writes it back in launch B
+    (same roster and config). The signature is node 0's, but the server there (closed) cannot answer a
+    challenge for that record's nonce: node 1 refuses it as stale in one line and stops at its start-up
+    deadline saying so, never "node 0 sent nothing", and accuses nobody; once node 0 puts its own record
+    back, node 1 reads node 0's value."""
+    old, keys = _ranks()
+    kept = old[3].store.get("addr/0")
+    for t in old:
+        t.chan.close()
+    ts, _ = _ranks(keys=keys)
+    ts[0].post("role", b"node 0")
+    ts[3].store.set("addr/0", kept)
+    ts[1].limit_name, ts[1].timeout_s = "swarm.startup_timeout_s", 1.0
+    with caplog.at_level(logging.WARNING), pytest.raises(PeerFailure) as err:
+        ts[1].collect("role", [0])
+    stale = (f"is signed by node 0 but its server at {old[0].chan.address} does not answer for that record's "
+             "launch (a record of an earlier run or launch, or a dead server; not counted against node 0)")
+    assert str(err.value) == (f"node 1 refused the server address of node 0 in the store (addr/0): it {stale}; "
+                              "another rank wrote over it (until swarm.startup_timeout_s=1s); stopping before round 0")
+    assert [r.getMessage() for r in caplog.records if "server address" in r.getMessage()] == [
+        f"node 1: refused the server address of node 0 in the store (addr/0): it {stale}"]
+    assert ts[1].rejected == [] and "sent nothing" not in caplog.text  # nobody accused, node 0 not blamed
+    ts[0].chan.reassert()
+    ts[1].timeout_s = 5.0
+    assert ts[1].collect("role", [0]) == {0: b"node 0"}
 
 
 def test_an_address_overwritten_once_at_start_up_is_put_back_and_the_exchange_goes_on():

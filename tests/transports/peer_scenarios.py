@@ -92,7 +92,7 @@ def address_attack(victim: str, seconds: str = "6") -> None:
         import torch.distributed as dist
 
         store, keys, key = dist.PrefixStore("dgrpo", res[0]), address_keys(cfg, res[1]), f"addr/{victim}"
-        forged = json.dumps({"addr": "127.0.0.1:9", "sig": keys.key.sign(keys._text(int(victim), "127.0.0.1:9")).hex()})
+        forged = json.dumps({"addr": "127.0.0.1:9", "sig": keys.key.sign(keys._text(int(victim), "127.0.0.1:9|")).hex()})
 
         def attack():
             while not store.check([key]):

@@ -258,3 +258,27 @@ def test_hostile_json_is_refused():
     msg = Message(1, 0, "p", 0, "hi", (1, 2), 7, "tok")
     payload = json.dumps({"messages": [msg.to_dict()], "labels": [["poisoned"]]}).encode()
     assert t.decode(1, payload) == [msg] and t.labels[msg.key] == "honest"
+
+
+def test_only_a_verified_message_from_its_signer_s_server_sets_its_label():
+    """Review r31c F2: a rank served unsigned copies of honest nodes' next-round slot keys labelled
+    ``poisoned``; they were refused as unsigned, but decode had kept the first label a key got, so the
+    honest messages later counted as poisoned in the metrics. Here node 0 serves node 1's slot unsigned,
+    then node 1's genuine signed message (read from node 1's server), both labelled ``poisoned``: neither
+    sets a label; node 1's own serving of it does (``honest``)."""
+    from dgrpo.swarm.identity import Roster, SignatureVerifier, Signer, generate_keys
+
+    keys = generate_keys(3)
+    t = DistributedTransport(dist.HashStore(), 2, 3, honest=[0, 1, 2], timeout_s=0.3, max_messages=4)
+    t.verifier = SignatureVerifier(Roster.of(keys), "run|fp")
+    real = Signer(1, keys[1], "run|fp").sign(Message(1, 1, "p", 0, "hi", (1, 2), 7, "tok"))
+
+    def served(msg, label):
+        return json.dumps({"messages": [msg.to_dict()], "labels": [label]}).encode()
+
+    fake = Message(1, 1, "p", 0, "x", (3,), 7, "tok", context="run|fp")
+    assert t.decode(0, served(fake, "poisoned")) == [fake]  # parsed here; refused as unsigned in receive
+    assert real.key not in t.labels
+    assert t.decode(0, served(real, "poisoned")) == [real]  # a genuine message served by another rank
+    assert real.key not in t.labels
+    assert t.decode(1, served(real, "honest")) == [real] and t.labels[real.key] == "honest"

@@ -11,15 +11,19 @@ import pytest
 from dgrpo.errors import PeerFailure
 
 
-def _ranks(n=4, timeout_s=5.0, signed_addresses=True):
+def _ranks(n=4, timeout_s=5.0, signed_addresses=True, keys=None):
+    """n transports on one store, as after the start-up check: signers, verifier and each rank's launch
+    nonce (fresh per call: a call with the ``keys`` of an earlier one is a relaunch of the same run)."""
+    import secrets
+
     import torch.distributed as dist
 
     from dgrpo.swarm.identity import Roster, SignatureVerifier, Signer, generate_keys
     from dgrpo.transports.distributed import DistributedTransport
     from dgrpo.transports.peerserve import AddressKeys
 
-    store, keys = dist.HashStore(), generate_keys(n)
-    roster = Roster.of(keys)
+    store, keys = dist.HashStore(), keys or generate_keys(n)
+    roster, nonces = Roster.of(keys), {k: secrets.token_hex(16) for k in range(n)}
     verifier = SignatureVerifier(roster, "run|fp")
     ts = [DistributedTransport(store, k, n, honest=range(n), timeout_s=timeout_s, on_peer_failure="continue",
                                keys=AddressKeys(k, keys[k], roster, "fp") if signed_addresses else None)
@@ -27,12 +31,13 @@ def _ranks(n=4, timeout_s=5.0, signed_addresses=True):
     for t in ts:
         t._closed, t._acc_ttl = True, 0.0
         t.signer, t.keys = Signer(t.rank, keys[t.rank], "run|fp"), verifier
+        t.nonce, t.nonces = nonces[t.rank], dict(nonces)
     return ts, keys
 
 
 def _forged(keys, signer: int, owner: int, addr: str) -> bytes:
     """An address record for ``owner`` signed with ``signer``'s key."""
-    return json.dumps({"addr": addr, "sig": keys[signer].sign(f"dgrpo/addr|{owner}|{addr}|fp".encode()).hex()}).encode()
+    return json.dumps({"addr": addr, "sig": keys[signer].sign(f"dgrpo/addr|{owner}|{addr}||fp".encode()).hex()}).encode()
 
 
 def test_an_address_not_signed_by_its_owner_is_refused_and_named(caplog):
@@ -56,6 +61,34 @@ def test_an_address_not_signed_by_its_owner_is_refused_and_named(caplog):
     assert ts[1].chan.address_of(0) is None and ts[1].chan.bad_addr[0].startswith("is not signed by node 0")
     ts[0].chan.reassert()
     assert ts[1].chan.address_of(0) == ts[0].chan.address
+
+
+def test_an_address_record_of_an_earlier_launch_is_refused_as_stale_and_never_blamed_on_its_owner(caplog):
+    """Review r31c F3: node 3 keeps node 0's signed address record of launch A and writes it back in launch B
+    (same roster and config). The signature is node 0's, but the server there (closed) cannot answer a
+    challenge for that record's nonce: node 1 refuses it as stale in one line and stops at its start-up
+    deadline saying so, never "node 0 sent nothing", and accuses nobody; once node 0 puts its own record
+    back, node 1 reads node 0's value."""
+    old, keys = _ranks()
+    kept = old[3].store.get("addr/0")
+    for t in old:
+        t.chan.close()
+    ts, _ = _ranks(keys=keys)
+    ts[0].post("role", b"node 0")
+    ts[3].store.set("addr/0", kept)
+    ts[1].limit_name, ts[1].timeout_s = "swarm.startup_timeout_s", 1.0
+    with caplog.at_level(logging.WARNING), pytest.raises(PeerFailure) as err:
+        ts[1].collect("role", [0])
+    stale = (f"is signed by node 0 but its server at {old[0].chan.address} does not answer for that record's "
+             "launch (a record of an earlier run or launch, or a dead server; not counted against node 0)")
+    assert str(err.value) == (f"node 1 refused the server address of node 0 in the store (addr/0): it {stale}; "
+                              "another rank wrote over it (until swarm.startup_timeout_s=1s); stopping before round 0")
+    assert [r.getMessage() for r in caplog.records if "server address" in r.getMessage()] == [
+        f"node 1: refused the server address of node 0 in the store (addr/0): it {stale}"]
+    assert ts[1].rejected == [] and "sent nothing" not in caplog.text  # nobody accused, node 0 not blamed
+    ts[0].chan.reassert()
+    ts[1].timeout_s = 5.0
+    assert ts[1].collect("role", [0]) == {0: b"node 0"}
 
 
 def test_an_address_overwritten_once_at_start_up_is_put_back_and_the_exchange_goes_on():
@@ -118,9 +151,31 @@ def test_a_leave_mark_not_signed_by_its_node_is_refused_and_named_once(caplog):
     lines = [r.getMessage() for r in caplog.records if "leave mark" in r.getMessage()]
     assert lines == ["node 0: refused a leave mark for node 1 in the store (r5/status/1): signed by node 2, not node 1",
                      "node 0: refused a leave mark for node 1 in the store (r6/status/1): not signed by node 1 "
-                     "(unsigned: its writer cannot be named)"]
+                     "for this launch (unsigned, or a mark of an earlier run or launch: its writer cannot be named)"]
     ts[1].leave(["r5"])
     assert ts[0]._status("r5", 1, far) == "left"
+
+
+def test_a_leave_mark_of_an_earlier_launch_of_the_same_run_does_not_drop_its_node(caplog):
+    """Review r31c F4: in launch A node 1 stops on an error and signs its leave mark for r1; node 3 keeps
+    it and writes it back in launch B (same roster, name and config: a rerun or a resume). Node 1's
+    signature is genuine but for launch A's nonce: node 0 waits for node 1 to its deadline (before, it
+    dropped node 1 at once, with no accusation and no quorum), names the mark once, and node 1 stays in."""
+    ts, keys = _ranks(n=4, timeout_s=0.6)
+    ts[1].leave(["r1"])
+    kept = ts[3].store.get("r1/status/1")
+    again, _ = _ranks(n=4, timeout_s=0.6, keys=keys)
+    again[3].store.set("r1/status/1", kept)
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        assert again[0].collect("r1", [1]) == {}
+    assert time.monotonic() - start >= 0.55  # waited to the deadline: the old mark ended nothing
+    assert 1 in again[0].alive and 1 not in again[0].failed  # one accusation (node 0's) expels nobody
+    lines = [r.getMessage() for r in caplog.records if "leave mark" in r.getMessage()]
+    assert lines == ["node 0: refused a leave mark for node 1 in the store (r1/status/1): not signed by node 1 "
+                     "for this launch (unsigned, or a mark of an earlier run or launch: its writer cannot be named)"]
+    again[1].leave(["r2"])  # the same node's mark of this launch ends the wait at once
+    assert again[0]._status("r2", 1, time.monotonic() + 5) == "left"
 
 
 # ---------------------------------------------------------------------- the check-in (transports/checkin.py)

@@ -236,11 +236,18 @@ class DistributedTransport(StoreExchange):
                 if msg is None:
                     refuse(reason)
                     continue
-                if msg.key not in self.labels:  # simulation truth, metrics only; the first frame's stays
+                if msg.key not in self.labels and self._labels_from(sender, msg):  # (metrics only)
                     self.labels[msg.key] = label if isinstance(label, str) and label in LABELS else "honest"
                 out.append(msg)
                 self.carriers[id(msg)] = sender  # who delivered it (accounting only: Swarm.carriers)
         return out
+
+    def _labels_from(self, sender: int, msg: Message) -> bool:
+        """Whether the label ``sender`` served beside ``msg`` is its simulation truth: only the signer's own
+        server's, for a message that verifies under its key for this run (review r31c F2: an unsigned
+        copy of another node's slot, or its genuine message relayed by a rank, labels nothing; the
+        verification is cached, so receive does not repeat it)."""
+        return sender == msg.node and (self.verifier is None or self.verifier.identify(msg)[1] is None)
 
     def cross_check(self, round_idx: int, messages: list[Message]) -> list[Message]:
         """Every node relays the signed messages it read this round and what its transport refused; then

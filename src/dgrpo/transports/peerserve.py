@@ -28,6 +28,7 @@ import http.client
 import json
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -74,8 +75,10 @@ class AddressKeys:
             :class:`~dgrpo.swarm.identity.Roster`; bound: what every record is bound to (the config
             fingerprint: a record of another config does not verify).
 
-    A record is ``{"addr": "host:port", "sig": 128 hex digits}``, the signature over
-    ``dgrpo/addr|{node}|{addr}|{bound}``.
+    A record is ``{"addr": "host:port", "nonce": 32 hex digits, "sig": 128 hex digits}``, the signature over
+    ``dgrpo/addr|{node}|{addr}|{nonce}|{bound}``; ``nonce`` is drawn fresh by each server (process), so a
+    reader can tell a record of this launch from one kept from an earlier run: only the server that drew
+    it answers a challenge with it, signed (:meth:`hello`, review r31c F3).
     """
 
     def __init__(self, rank: int, key, roster, bound: str):
@@ -87,8 +90,13 @@ class AddressKeys:
     def _bound(self, what: str) -> bytes:
         return f"dgrpo/{what}|{self.bound}".encode()
 
-    def record(self, addr: str) -> bytes:
-        return json.dumps({"addr": addr, "sig": self.key.sign(self._text(self.rank, addr)).hex()}).encode()
+    def record(self, addr: str, nonce: str = "") -> bytes:
+        return json.dumps({"addr": addr, "nonce": nonce,
+                           "sig": self.key.sign(self._text(self.rank, f"{addr}|{nonce}")).hex()}).encode()
+
+    def hello(self, nonce: str, challenge: str) -> bytes:
+        """This rank's answer to a reader's ``challenge``: its signature of its server's ``nonce`` for it."""
+        return self.sign(f"hello|{self.rank}|{nonce}|{challenge}").encode()
 
     def sign(self, what: str) -> str:
         """This rank's signature (128 hex digits) of ``dgrpo/{what}|{bound}`` (the check-in's marks and views)."""
@@ -116,20 +124,22 @@ class AddressKeys:
 
 
 def read_address(keys: AddressKeys | None, owner: int, raw: bytes) -> tuple[str | None, str | None]:
-    """(address, None) from ``owner``'s record in the store, or (None, why it is refused): without
-    ``keys`` (no roster file) any well-formed record is taken."""
+    """(``host:port|nonce``, None) from ``owner``'s record in the store, or (None, why it is refused):
+    without ``keys`` (no roster file) any well-formed record is taken."""
     try:
         rec = json.loads(raw)
-        addr, sig = rec["addr"], rec["sig"]
-        if not isinstance(addr, str) or addr.count(":") < 1 or len(addr) > 300:
+        addr, sig, nonce = rec["addr"], rec["sig"], rec.get("nonce", "")
+        if not isinstance(addr, str) or addr.count(":") < 1 or len(addr) > 300 or "|" in addr:
             raise ValueError(addr)
-    except (ValueError, KeyError, TypeError, RecursionError):
+        if not isinstance(nonce, str) or len(nonce) > 64 or not nonce.isalnum() and nonce:
+            raise ValueError(nonce)
+    except (ValueError, KeyError, TypeError, RecursionError, AttributeError):
         return None, f"is not a signed address record ({ascii(raw[:40])}; unsigned: its writer cannot be named)"
     if keys is None:
-        return addr, None
-    by = keys.signer(owner, addr, sig)
+        return f"{addr}|{nonce}", None
+    by = keys.signer(owner, f"{addr}|{nonce}", sig)
     if by == owner:
-        return addr, None
+        return f"{addr}|{nonce}", None
     return None, (f"is signed by node {by}, not node {owner}" if by is not None else
                   f"is not signed by node {owner} (unsigned: its writer cannot be named)")
 
@@ -162,9 +172,11 @@ class PeerChannel:
             port = int(base) + int(os.environ.get("LOCAL_RANK", "0")) if base else 0
         self.server = BoundedServer((host, port), _respond(self))
         self.address = f"{host}:{self.server.server_address[1]}"
+        self.nonce = secrets.token_hex(16)  # this server's launch: only it answers a challenge with it, signed
         threading.Thread(target=self.server.serve_forever, name=f"dgrpo-serve-{rank}", daemon=True).start()
         self.addrs[rank] = self.address
-        self._record = keys.record(self.address) if keys else json.dumps({"addr": self.address, "sig": ""}).encode()
+        self._record = (keys.record(self.address, self.nonce) if keys else
+                        json.dumps({"addr": self.address, "sig": ""}).encode())
         if store is not None:
             store.set(f"addr/{rank}", self._record)
 
@@ -174,6 +186,8 @@ class PeerChannel:
             out = self.hook(key, reader)
             if out is not None:
                 return out
+        if key.startswith("hello/") and self.keys is not None and key[6:].isalnum() and len(key) <= 70:
+            return self.keys.hello(self.nonce, key[6:])
         with self.lock:
             value = self.values.get(key)
             if value is not None and reader.isdigit():
@@ -212,6 +226,9 @@ class PeerChannel:
                     self.store.set_timeout(datetime.timedelta(seconds=2))  # (deleted between check and get)
                     addr, problem = read_address(self.keys, owner, self.store.get(f"addr/{owner}"))
                     if addr is not None:
+                        addr, nonce = addr.rsplit("|", 1)
+                        problem = self._stale(owner, addr, nonce)
+                    if problem is None:
                         self.addrs[owner] = addr
                     elif self.bad_addr.get(owner) != problem:
                         self.bad_addr[owner] = problem
@@ -220,6 +237,28 @@ class PeerChannel:
             except Exception:  # noqa: BLE001 - the store is gone: the peer is unreachable
                 return None
         return self.addrs.get(owner)
+
+    def _stale(self, owner: int, addr: str, nonce: str) -> str | None:
+        """None when the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner``
+        (the record is of this launch); else why the record (its owner's signature, valid) is stale."""
+        if self.keys is None:
+            return None  # (no roster file: nothing is signed before the start-up check)
+        challenge = secrets.token_hex(16)
+        host, _, port = addr.rpartition(":")
+        conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=2.0)
+        try:
+            conn.request("GET", f"/v/hello/{challenge}", headers={"X-Dgrpo-Reader": str(self.rank)})
+            resp = conn.getresponse()
+            sig = resp.read(256).decode(errors="replace") if resp.status == 200 else ""
+        except (OSError, http.client.HTTPException, ValueError):
+            sig = ""
+        finally:
+            conn.close()
+        if self.keys.signed_by(owner, f"hello|{owner}|{nonce}|{challenge}", sig) == owner:
+            return None
+        return (f"is signed by node {owner} but its server at {addr} does not answer for that record's launch (a "
+                "record of an earlier run or launch, or a dead server; not counted against node "
+                f"{owner})")
 
     def reassert(self) -> None:
         """While addresses are still read (start-up): put this rank's record back if it was overwritten or deleted."""

@@ -13,8 +13,14 @@ Round data never goes through the shared c10d store, where any rank can delete o
   roster of one exchange accused it in that exchange; a lone accusation expels nobody and is named
   under its signer.
 * ``{tag}/status/{k}`` in the store: lines ``left:{signature}`` appended by k, which stopped on an error and
-  will not post ``tag`` (its server may be gone). Only a line k's roster key signed counts; anything else
-  there is named once in the log (its signer, or unsigned); before the keys exist all are ignored.
+  will not post ``tag`` (its server may be gone). Only a line k's roster key signed for this launch counts;
+  anything else there is named once in the log (its signer, or unsigned / another launch's); before the
+  keys exist all are ignored.
+
+Marks and accusations are bound to the run context and to their signer's launch nonce: 32 fresh random hex
+digits each rank draws per process and publishes in its signed start-up record (:meth:`check_startup`),
+so a mark or accusation kept from an earlier run or launch of the same name and config (a rerun, a
+``dgrpo resume``) does not verify (review r31c F4).
 
 Every wait ends at the exchange's deadline (``timeout_s`` after this node posted): peers are polled
 at once with bounded reads (:meth:`PeerChannel.fetch`). Start-up exchanges (``timeout_s`` given to
@@ -26,6 +32,8 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import re
+import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
@@ -39,6 +47,7 @@ log = logging.getLogger(__name__)
 dist = LazyModule("torch.distributed")
 
 _SLICE_S = 0.25  # longest pause between two polls of the store
+_NONCE = re.compile(r"[0-9a-f]{32}")  # a launch nonce: 16 random bytes in lower-case hex
 
 
 def _seconds(s: float) -> datetime.timedelta:
@@ -93,18 +102,26 @@ class StoreExchange(Accusations):
 
     # ------------------------------------------------------------------ signed marks
     def _signed(self, what: str, bound: bool = True) -> str:
-        """This node's signature of ``what`` (``bound``: for this run context only); "" before the keys exist."""
+        """This node's signature of ``what`` (``bound``: for this run context and this process's launch
+        nonce only); "" before the keys exist."""
         signer, keys = getattr(self, "signer", None), getattr(self, "keys", None)
         if signer is None or keys is None:
             return ""
-        return signer._key.sign(f"dgrpo/{what}|{keys.context if bound else ''}".encode()).hex()
+        return signer._key.sign(f"dgrpo/{what}|{self._bound(self.rank) if bound else ''}".encode()).hex()
 
     def _valid(self, node: int, what: str, sig, bound: bool = True) -> bool:
-        """Whether ``sig`` is node's signature of ``what`` (always, before the keys exist)."""
+        """Whether ``sig`` is node's signature of ``what`` (``bound``: for this run context and the launch
+        nonce ``node`` published at the start-up check); always, before the keys exist."""
         keys = getattr(self, "keys", None)
         if getattr(self, "signer", None) is None or keys is None:
             return True
-        return keys.valid(node, f"dgrpo/{what}|{keys.context if bound else ''}".encode(), sig)
+        return keys.valid(node, f"dgrpo/{what}|{self._bound(node) if bound else ''}".encode(), sig)
+
+    def _bound(self, node: int) -> str:
+        """What a bound signature of ``node`` covers: the run context and node's launch nonce ("" while
+        unknown: no mark an honest rank signs verifies then, since it draws its nonce before it signs)."""
+        nonce = getattr(self, "nonce", "") if node == self.rank else getattr(self, "nonces", {}).get(node, "")
+        return f"{self.keys.context}|{nonce}"
 
     def check_startup(self, protocol, timeout_s: float) -> None:
         """Once the keys exist: every rank signs what it runs with (run context, hence the run name and
@@ -119,6 +136,7 @@ class StoreExchange(Accusations):
             PeerFailure: a rank's record does not verify under its roster key, or its values differ
                 (one line naming the ranks and the values).
         """
+        self.nonce = getattr(self, "nonce", "") or secrets.token_hex(16)  # this launch's, before any mark is signed
         self.signer, self.keys = protocol.signers.get(self.rank), protocol.verifier
         chan = self.chan  # every rank's server address as this rank resolved it (an address overwritten in
         # the store before a rank read it would show here as a different map): never read again after this
@@ -126,22 +144,27 @@ class StoreExchange(Accusations):
                   "roster": protocol.verifier.roster.fingerprint,
                   "servers": {str(k): chan.address_of(k) for k in range(self.world_size) if k in self.alive}}
         body = json.dumps(values, sort_keys=True)
-        mine = json.dumps({"values": values, "sig": self._signed(f"startup|{body}", bound=False)})  # (the
-        # run context is one of the values: a signature bound to it could not tell a forgery from a mismatch)
-        forged, odd = [], {}
+        mine = json.dumps({"values": values, "nonce": self.nonce,
+                           "sig": self._signed(f"startup|{body}|{self.nonce}", bound=False)})  # (the run
+        # context is one of the values: a signature bound to it could not tell a forgery from a mismatch)
+        forged, odd, nonces = [], {}, {}
         for node, raw in sorted(self.gather_values("startup", mine, timeout_s=timeout_s).items()):
             try:
                 rec = json.loads(raw)
-                theirs = rec["values"]
-                ok = isinstance(theirs, dict) and self._valid(node, f"startup|{json.dumps(theirs, sort_keys=True)}",
-                                                              rec["sig"], bound=False)
+                theirs, nonce = rec["values"], rec["nonce"]
+                ok = (isinstance(theirs, dict) and isinstance(nonce, str) and _NONCE.fullmatch(nonce) is not None
+                      and self._valid(node, f"startup|{json.dumps(theirs, sort_keys=True)}|{nonce}", rec["sig"],
+                                      bound=False))
             except (ValueError, RecursionError, KeyError, TypeError):
                 ok = False
             if not ok:
                 forged.append(node)
-            elif theirs != values:
+                continue
+            nonces[node] = nonce
+            if theirs != values:
                 odd[node] = sorted(k for k in values.keys() | theirs.keys() if values.get(k) != theirs.get(k))
         chan.frozen = True
+        self.nonces = nonces  # each rank's launch nonce, as its own server served it (marks bind to it)
         if forged or odd:
             parts = [f"the start-up records of nodes {forged} do not verify with the keys node {self.rank} holds for "
                      "them (a public key or the record was overwritten in the store)" if forged else "",
@@ -167,7 +190,8 @@ class StoreExchange(Accusations):
                   if x.startswith("left:") and self._valid(n, f"left|{tag}|{peer}", x[5:])]
             log.warning("node %d: refused a leave mark for node %d in the store (%s/status/%d): %s", self.rank, peer,
                         tag, peer, f"signed by node {by[0]}, not node {peer}" if by else
-                        f"not signed by node {peer} (unsigned: its writer cannot be named)")
+                        f"not signed by node {peer} for this launch (unsigned, or a mark of an earlier run or "
+                        "launch: its writer cannot be named)")
         return None
 
     def _cap(self, tag: str) -> int:

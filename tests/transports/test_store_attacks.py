@@ -118,8 +118,12 @@ def test_an_address_overwritten_in_the_store_is_refused_and_the_run_is_the_clean
                            "addr:3:0,slowread:1:2:role,slowread:2:2:role")
     assert "rank 3: overwrote addr/0" in results[3].output
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[1].output[-3000:]
+    # Whether a reader meets rank 3's record or node 0's own (node 0 writes it back at every start-up poll)
+    # is a race between processes; a record it refuses must name rank 3 (tests/transports/test_signed_store.py
+    # checks the refusal and the naming deterministically, in one process).
     named = "refused the server address of node 0 in the store (addr/0): it is signed by node 3, not node 0"
-    assert all(named in r.output for r in results[1:3]), results[1].output[-3000:]
+    for r in results[1:3]:
+        assert "refused the server address of node 0" not in r.output or named in r.output, r.output[-3000:]
     assert comparable(read_metrics(run_dir)) == reference
 
 

@@ -134,3 +134,27 @@ def test_fuzz_any_name_is_kept_exactly_and_makes_its_folder_or_is_one_line(name,
     folder = fuzz_dir / "out" / name
     folder.mkdir(parents=True, exist_ok=True)  # (raises on a name the file system refuses)
     assert folder.is_dir() and folder.parent == fuzz_dir / "out"
+
+
+def test_a_model_name_that_is_a_file_is_one_line_before_any_model_loads(tmp_path, capsys, no_model, tiny_model_dir,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tiny_model_dir)  # (a relative path, as a hub id would be written)
+    assert main(["run", "model.name=config.json", f"out_dir={tmp_path}", "name=r"]) == 2
+    err = _one_line(capsys)
+    assert "model.name" in err and "config.json is a file, not a model folder" in err, err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("what", ["empty", "missing", "file"])
+def test_the_judge_model_folder_is_checked_before_any_model_loads(tmp_path, capsys, no_model, what):
+    folder = tmp_path / "judge"
+    if what == "empty":
+        folder.mkdir()
+    elif what == "file":
+        folder.write_text("{}")
+    assert main(["run", "defenses.0.kind=judge", f"defenses.0.model={folder}", f"out_dir={tmp_path}", "name=r"]) == 2
+    err = _one_line(capsys)
+    expect = {"empty": f"model folder {folder} holds no config.json", "missing": f"no such model folder: {folder}",
+              "file": f"{folder} is a file, not a model folder"}[what]
+    assert "judge: model: " in err and expect in err, err
+    assert not (tmp_path / "r").exists()

@@ -62,14 +62,25 @@ class ModelConfig(StrictConfig):
     @field_validator("name")
     @classmethod
     def _a_folder_is_a_saved_model(cls, v: str) -> str:
-        """A local path (``/``, ``.``, ``~`` or an existing folder) must be a folder holding ``config.json``
-        (checked here, before torch loads: a bad folder is reported in well under 2 s)."""
-        path = Path(v).expanduser()
-        if v.startswith((".", "/", "~")) and not path.is_dir():
-            raise ValueError(f"no such model folder: {v}")
-        if path.is_dir() and not (path / "config.json").is_file():
-            raise ValueError(f"model folder {v} holds no config.json: use a folder written by save_pretrained, or a hub id")
+        check_model_folder(v)
         return v
+
+
+def check_model_folder(v: str) -> None:
+    """A local path (``/``, ``.``, ``~``, or any path that exists) must be a folder holding
+    ``config.json`` (checked before torch loads: a bad folder is reported in well under 2 s).
+
+    Raises:
+        ValueError: no such folder, a file instead of a folder, or a folder with no ``config.json``.
+    """
+    path = Path(v).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{v} is a file, not a model folder: give the folder that holds config.json "
+                         f"({path.parent}?), or a hub id")
+    if v.startswith((".", "/", "~")) and not path.is_dir():
+        raise ValueError(f"no such model folder: {v}")
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ValueError(f"model folder {v} holds no config.json: use a folder written by save_pretrained, or a hub id")
 
 
 class SamplingConfig(StrictConfig):

@@ -100,6 +100,13 @@ class JudgeDefenseConfig(DefenseConfig):
             raise ValueError(f"judge: {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} not used by backend="
                              f"{self.backend}; remove {'it' if len(wrong) == 1 else 'them'}"
                              + (f" or set backend={' or '.join(users)}" if users else ""))
+        if self.backend == "local" and self.model:  # (a bad folder is named before the policy loads)
+            from dgrpo.config import check_model_folder
+
+            try:
+                check_model_folder(self.model)
+            except ValueError as err:
+                raise ValueError(f"judge: model: {err}") from None
         if self.backend == "detector":
             if not self.path:
                 raise ValueError("judge: backend=detector needs path, the folder of `dgrpo detector train --out DIR`")

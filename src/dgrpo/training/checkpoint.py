@@ -7,7 +7,8 @@ Layout under ``run_dir/checkpoint``:
                      (weights, config and tokenizer as ``save_pretrained`` lays them out, so the folder
                      is also a loadable model),
                      ``optimizer.pt`` (AdamW state) and ``state.json`` (next round, RNG states, the
-                     SHA-256 of every other file of the folder, the run's identity, and its own checksum)
+                     SHA-256 of every other file of the folder, the run's identity, the node k and its
+                     model name (run_identity.node_identity), and its own checksum)
     state.json       {"next_round": r, "run": identity} (sealed)
     replay_memory.json   last round's messages, for an attacker that re-sends them (replay_memory.py)
 
@@ -20,7 +21,7 @@ is removed and the previous checkpoint stays as it was.
 
 On load every state file's own checksum and every file's checksum are checked (a hand edit of
 ``next_round`` is refused, :mod:`dgrpo.training.durable`), the run identity must be the resuming
-run's (seed, config, round: :mod:`dgrpo.training.run_identity`), ``next_round`` must lie in
+run's (seed, config, round: :mod:`dgrpo.training.run_identity`), a node folder must hold its own node's, ``next_round`` must lie in
 0..rounds, the optimizer state must fit the parameters and the RNG states must be well formed;
 anything else is a :class:`CheckpointError` naming the file. Nodes that disagree on the round are refused.
 """
@@ -43,7 +44,7 @@ from dgrpo.training.durable import (disk_full_error, folder_bytes, free_bytes, f
                                     write_state)
 from dgrpo.training.replay_memory import REPLAY_MEMORY, load_replay_memory, replay_memory_state
 from dgrpo.training.run_files import run_files
-from dgrpo.training.run_identity import check_root_state, identity, read_state
+from dgrpo.training.run_identity import check_root_state, identity, node_identity, read_state
 
 __all__ = ["load_checkpoint", "load_state_folder", "read_state", "save_checkpoint", "save_state_folder", "sha256", "write_state"]
 
@@ -123,7 +124,8 @@ def save_checkpoint(run, next_round: int) -> Path:
     try:
         for owner, policy in owners.items():
             _write_folder(root / f".node{owner}.tmp{pid}",
-                          lambda tmp: _write_node(tmp, policy, run.swarm.learners[policy].optimizer), state)
+                          lambda tmp: _write_node(tmp, policy, run.swarm.learners[policy].optimizer),
+                          {**state, **node_identity(config, owner)})
         staged = [_stage_state(root / REPLAY_MEMORY, replay_memory_state(run, next_round)),
                   _stage_state(root / "state.json", {"next_round": next_round, "run": state["run"]})]
     except Exception as err:

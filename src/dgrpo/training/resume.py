@@ -27,9 +27,9 @@ from pathlib import Path
 
 from dgrpo import config_yaml
 from dgrpo.config import RunConfig, load_config, read_config_file
-from dgrpo.errors import ConfigError
+from dgrpo.errors import CheckpointError, ConfigError, MetricsFileError
 from dgrpo.metrics.logger import read_records
-from dgrpo.training.run_dir import check_paths
+from dgrpo.training.run_dir import check_paths, check_unclaimed
 from dgrpo.training.run_files import PEERS, ROSTERS, SAMPLES, record_roster
 from dgrpo.training.run_identity import check_place, check_root_state, read_state
 
@@ -59,15 +59,27 @@ def write_config(run_dir: Path, cfg: RunConfig) -> None:
 def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunConfig:
     """The config of the run in ``run_dir`` with ``overrides``, once the folder is known to resume.
 
-    Every check on the folder runs here, before torch is imported or a model is loaded.
+    Every check on the folder runs here, before torch is imported or a model is loaded. A check that
+    fails on a folder another process holds (its lock, :mod:`dgrpo.training.run_dir`) is reported as
+    that: the folder is being written by process N (its files may be mid-save).
 
     Raises:
         FileNotFoundError: no ``config.yaml``, or (all but a harden run) no checkpoint.
-        ConfigError: an invalid config, or an override of ``name`` or ``out_dir`` (the run's folder).
+        ConfigError: an invalid config, an override of ``name`` or ``out_dir`` (the run's folder), or
+            a folder another process is writing (whichever other check failed).
         MetricsFileError: a damaged ``metrics.jsonl`` / ``samples.jsonl`` line before the last.
         CheckpointError: a checkpoint state edited after its save, of another run, or past ``rounds``; a
             ``name`` or ``out_dir`` edited in config.yaml after the save.
     """
+    try:
+        return _checked_config(run_dir, overrides)
+    except (FileNotFoundError, ConfigError, CheckpointError, MetricsFileError):
+        check_unclaimed(run_dir)  # (a live run's half-written files: name the writer instead)
+        raise
+
+
+def _checked_config(run_dir: Path, overrides: list[str] | None) -> RunConfig:
+    """:func:`resumable_config`'s checks (the same errors, the lock aside)."""
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} holds no run (config.yaml missing)")
     raw = read_config_file(run_dir / "config.yaml")

@@ -38,13 +38,39 @@ def claim(run_dir: Path) -> None:
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise ConfigError(f"the run folder {run_dir} is being written by another dgrpo process (process id {holder} "
-                          "on this machine): wait for it to end, or stop it and then resume the run (dgrpo resume "
-                          f"{run_dir}); to start a separate run, give it another name (name=...)") from None
+        raise _busy(run_dir, holder) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held[key] = fd
     last_claimed[:] = [key]
+
+
+def _busy(run_dir: Path, holder: str) -> ConfigError:
+    return ConfigError(f"the run folder {run_dir} is being written by another dgrpo process (process id {holder} "
+                       "on this machine): wait for it to end, or stop it and then resume the run (dgrpo resume "
+                       f"{run_dir}); to start a separate run, give it another name (name=...)")
+
+
+def check_unclaimed(run_dir: Path) -> None:
+    """Test, without taking it, whether another process holds ``run_dir``'s lock (a resume's checks
+    that fail on a folder being written name that, not the half-written files).
+
+    Raises:
+        ConfigError: another process holds it (the line :func:`claim` gives).
+    """
+    key = Path(run_dir).resolve()
+    if key in _held:
+        return
+    try:
+        fd = os.open(key / LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:  # (no lock file: no run has claimed the folder)
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _busy(run_dir, os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown") from None
+    finally:
+        os.close(fd)
 
 
 def release(run_dir: Path) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from dgrpo.errors import CheckpointError
@@ -82,6 +83,31 @@ def _flat(data, prefix: str = "") -> dict:
     return {prefix[:-1]: data}
 
 
+def node_identity(config: dict, node: int) -> dict:
+    """What a node's checkpoint records of its node (sealed with its state and file checksums): its
+    index and the name of the model the config gives it (``swarm.models[node].name``, else ``model.name``)."""
+    models = (config.get("swarm") or {}).get("models")
+    model = models[node] if isinstance(models, list) and 0 <= node < len(models) else config.get("model")
+    return {"node": node, "model": (model or {}).get("name") if isinstance(model, dict) else None}
+
+
+def check_node(path: Path, state: dict, config: dict) -> None:
+    """Refuse a ``node{k}/state.json`` that records another node than k, or another model than the one
+    ``config`` gives node k: a node folder swapped with or copied over another's.
+
+    Raises:
+        CheckpointError: one line naming the folder, the node and model it holds, and the fix.
+    """
+    match = re.fullmatch(r"node(\d+)", path.parent.name)
+    if match is None:
+        return
+    want, held = node_identity(config, int(match[1])), {k: state.get(k) for k in ("node", "model")}
+    if held != want:
+        raise CheckpointError(f"{path.parent}: holds the checkpoint of node {held['node']!r} (model {held['model']!r}), "
+                              f"not of node {want['node']} (model {want['model']!r}): a node folder was swapped with or "
+                              "copied over another's; restore the checkpoint as saved, or start a new run")
+
+
 def check_identity(path: Path, saved, config: dict, next_round: int) -> None:
     """Refuse a checkpoint state of another run, or one whose round is not the one it records.
 
@@ -139,6 +165,7 @@ def read_state(path: Path, rounds: int | None = None, config: dict | None = None
                               f"shortened; resume with rounds of at least {held} (more extends it), or start a new run")
     if config is not None:
         check_identity(path, state.get("run"), config, held)
+        check_node(path, state, config)
         if run_dir is not None:
             check_run_files(path, state["run"].get("run_files"), run_dir, held, config)
     return state

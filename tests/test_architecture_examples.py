@@ -139,3 +139,14 @@ def test_the_walk_names_what_each_file_defines_and_the_steps_in_the_rounds_order
     made = [c for name in _calls(function("horizontal.py", "one_round")) for c in (learn if name == "learn" else [name])]
     rest = iter(made)  # each step made after the one before it
     assert [s for s in steps if s in rest] == steps, made
+
+
+def test_the_walk_lists_the_admission_rules_in_the_order_the_code_runs_them():
+    """The validate row names swarm/admission.py's RULES, every one, in RULES' order (issue 32 review #7:
+    it listed signature before copy, a "run" rule that is none, and no decode)."""
+    from dgrpo.swarm.admission import RULES
+
+    row = next(line for line in DOC.read_text().splitlines() if line.startswith("| validate |"))
+    listed = re.sub(r"\([^)]*\)", "", row.split("in this order: ")[1].split("; an exception")[0])
+    assert re.findall(r"`(\w+)`", listed) == [rule.__name__ for rule in RULES]
+    assert "`decode:`" in row and "`complete_shares`" in row

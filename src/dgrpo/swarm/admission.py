@@ -3,8 +3,8 @@
 :data:`RULES` is the whole list (docs/protocol.md, the strike table: the text of a refusal before
 ``:`` names its rule). Each rule is a small function ``(Admission, Candidate) -> reason or None`` that
 reads the message and what the receive has seen so far; the first reason refuses the message and the
-rest are not run. The first :data:`SCREEN` rules read no content (schema, signature, run, round,
-flood, identity, ban): their verdict is kept per distinct message value, so an exact copy costs a hash
+rest are not run. The first :data:`SCREEN` rules read no content (schema, unsigned, malformed, copy,
+signature with its ``run:`` refusals, round, flood, identity, ban): their verdict is kept per distinct message value, so an exact copy costs a hash
 (``copy``). Any exception on the way is a refusal with its reason (``decode: ...``): a peer's bytes
 never crash the round. After every message, :func:`complete_shares` refuses the prompts a sender did
 not fill (``swarm.protocol.complete_shares``).

@@ -91,12 +91,12 @@ def test_the_walk_of_one_round_names_files_and_calls_that_exist():
     text = DOC.read_text().split("## One round of `dgrpo run`, file by file")[1].split("## Where to add")[0]
     rows = [[c.strip() for c in r.split("|")] for r in re.findall(r"^\| (.+) \|$", text, re.MULTILINE)][1:]  # (header)
     assert [r[0] for r in rows] == ["prompts", "write", "exchange", "route", "validate", "rewards", "defenses",
-                                    "advantages, step", "metrics"]
+                                    "advantages, step", "metrics", "strikes, bans"]
     files = {f.replace("<kind>", "injection") for r in rows for f in re.findall(r"`([a-z_/]+\.py)", r[3])}
     assert len(files) > 15 and [f for f in sorted(files) if not (src / f).exists()] == []
     recipe = (src / "recipes" / "horizontal.py").read_text() + (src / "recipes" / "swarm_round.py").read_text()
     calls = {c for r in rows for c in re.findall(r"([a-z_.]+)\(", r[2])}
-    assert {"swarm.route", "swarm.receive", "swarm.reward", "defend", "learner.step"} <= calls
+    assert {"swarm.route", "swarm.receive", "swarm.reward", "defend", "learner.step", "account"} <= calls
     assert [c for c in sorted(calls) if f"{c}(" not in recipe] == []
 
 

@@ -150,3 +150,17 @@ def test_the_walk_lists_the_admission_rules_in_the_order_the_code_runs_them():
     listed = re.sub(r"\([^)]*\)", "", row.split("in this order: ")[1].split("; an exception")[0])
     assert re.findall(r"`(\w+)`", listed) == [rule.__name__ for rule in RULES]
     assert "`decode:`" in row and "`complete_shares`" in row
+
+
+def test_each_admission_rule_declares_when_it_runs():
+    """The screen/content/slot split is each rule's declared phase, not a position in RULES (issue 32
+    review #8): the rules that read no message content are screened per message value, the duplicate
+    rule alone takes the slot."""
+    from dgrpo.swarm import admission
+
+    phases = {rule.__name__: rule.phase for rule in admission.RULES}
+    assert [n for n, p in phases.items() if p == "screen"] == ["schema", "unsigned", "malformed", "copy_of_verified",
+                                                                 "signature", "round_", "flood", "identity", "banned"]
+    assert [n for n, p in phases.items() if p == "slot"] == ["duplicate"]
+    assert [n for n, p in phases.items() if p == "content"] == ["tokenizer", "content", "seed", "share", "decode", "length"]
+    assert admission.SCREENED + admission.CONTENT + admission.SLOT == admission.RULES

@@ -132,7 +132,7 @@ def test_the_walk_names_what_each_file_defines_and_the_steps_in_the_rounds_order
     rows = [[c.strip() for c in r.split("|")] for r in re.findall(r"^\| (.+) \|$", text, re.MULTILINE)][1:]
     steps = [re.match(r"`(?:[a-z_]+\.)*([a-z_]+)\(", r[2]).group(1) for r in rows]
     assert steps == ["horizontal_prompts", "write", "all_gather", "route", "receive", "reward", "defend", "step",
-                     "round_metrics"]
+                     "round_metrics", "account"]
     function = lambda f, name: next(n for n in ast.parse((src / "recipes" / f).read_text()).body
                                     if isinstance(n, ast.FunctionDef) and n.name == name)
     learn = _calls(function("swarm_round.py", "learn"))

@@ -91,12 +91,12 @@ def test_the_walk_of_one_round_names_files_and_calls_that_exist():
     text = DOC.read_text().split("## One round of `dgrpo run`, file by file")[1].split("## Where to add")[0]
     rows = [[c.strip() for c in r.split("|")] for r in re.findall(r"^\| (.+) \|$", text, re.MULTILINE)][1:]  # (header)
     assert [r[0] for r in rows] == ["prompts", "write", "exchange", "route", "validate", "rewards", "defenses",
-                                    "advantages, step", "metrics"]
+                                    "advantages, step", "metrics", "strikes, bans"]
     files = {f.replace("<kind>", "injection") for r in rows for f in re.findall(r"`([a-z_/]+\.py)", r[3])}
     assert len(files) > 15 and [f for f in sorted(files) if not (src / f).exists()] == []
     recipe = (src / "recipes" / "horizontal.py").read_text() + (src / "recipes" / "swarm_round.py").read_text()
     calls = {c for r in rows for c in re.findall(r"([a-z_.]+)\(", r[2])}
-    assert {"swarm.route", "swarm.receive", "swarm.reward", "defend", "learner.step"} <= calls
+    assert {"swarm.route", "swarm.receive", "swarm.reward", "defend", "learner.step", "account"} <= calls
     assert [c for c in sorted(calls) if f"{c}(" not in recipe] == []
 
 
@@ -132,10 +132,35 @@ def test_the_walk_names_what_each_file_defines_and_the_steps_in_the_rounds_order
     rows = [[c.strip() for c in r.split("|")] for r in re.findall(r"^\| (.+) \|$", text, re.MULTILINE)][1:]
     steps = [re.match(r"`(?:[a-z_]+\.)*([a-z_]+)\(", r[2]).group(1) for r in rows]
     assert steps == ["horizontal_prompts", "write", "all_gather", "route", "receive", "reward", "defend", "step",
-                     "round_metrics"]
+                     "round_metrics", "account"]
     function = lambda f, name: next(n for n in ast.parse((src / "recipes" / f).read_text()).body
                                     if isinstance(n, ast.FunctionDef) and n.name == name)
     learn = _calls(function("swarm_round.py", "learn"))
     made = [c for name in _calls(function("horizontal.py", "one_round")) for c in (learn if name == "learn" else [name])]
     rest = iter(made)  # each step made after the one before it
     assert [s for s in steps if s in rest] == steps, made
+
+
+def test_the_walk_lists_the_admission_rules_in_the_order_the_code_runs_them():
+    """The validate row names swarm/admission.py's RULES, every one, in RULES' order (issue 32 review #7:
+    it listed signature before copy, a "run" rule that is none, and no decode)."""
+    from dgrpo.swarm.admission import RULES
+
+    row = next(line for line in DOC.read_text().splitlines() if line.startswith("| validate |"))
+    listed = re.sub(r"\([^)]*\)", "", row.split("in this order: ")[1].split("; an exception")[0])
+    assert re.findall(r"`(\w+)`", listed) == [rule.__name__ for rule in RULES]
+    assert "`decode:`" in row and "`complete_shares`" in row
+
+
+def test_each_admission_rule_declares_when_it_runs():
+    """The screen/content/slot split is each rule's declared phase, not a position in RULES (issue 32
+    review #8): the rules that read no message content are screened per message value, the duplicate
+    rule alone takes the slot."""
+    from dgrpo.swarm import admission
+
+    phases = {rule.__name__: rule.phase for rule in admission.RULES}
+    assert [n for n, p in phases.items() if p == "screen"] == ["schema", "unsigned", "malformed", "copy_of_verified",
+                                                                 "signature", "round_", "flood", "identity", "banned"]
+    assert [n for n, p in phases.items() if p == "slot"] == ["duplicate"]
+    assert [n for n, p in phases.items() if p == "content"] == ["tokenizer", "content", "seed", "share", "decode", "length"]
+    assert admission.SCREENED + admission.CONTENT + admission.SLOT == admission.RULES

@@ -6,7 +6,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.defenses.base import DefenseConfig
+from dgrpo.defenses.base import Defense, DefenseConfig
 from dgrpo.registry import register
 from dgrpo.types import ACCEPT, Verdict
 
@@ -19,7 +19,7 @@ class LengthCapConfig(DefenseConfig):
 
 
 @register("defense", "length_cap", config=LengthCapConfig)
-class LengthCap:
+class LengthCap(Defense):
     name = "length_cap"
     stage = "rollouts"
 

@@ -14,7 +14,8 @@ from dgrpo.policy.sampling import completion_seed
 from dgrpo.swarm.identity import Roster, SignatureVerifier, canonical_hex, generate_keys, message_digest, public_hex, signed_header
 from dgrpo.swarm.protocol import DROPPED, FLOOD_FACTOR, REFUSED, STRIKES, BanList, compare_views, equivocators, merge_views
 from dgrpo.tasks.arithmetic import ArithmeticTask
-from dgrpo.training.records import PolicyReport, peer_record, peer_strikes
+from dgrpo.swarm.accounting import peer_strikes
+from dgrpo.training.records import PolicyReport, peer_record
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 
@@ -31,7 +32,7 @@ def four(task, model, tokenizer, ban_after=2, **rules):
 
 
 def account(swarm, received, round_idx, carrier=None, sent=()):
-    """What account_peers does with one receive: the per-peer record and the strikes it adds (ban list)."""
+    """What the round's accounting (recipes/swarm_round.py: account) does with one receive: the per-peer record and the strikes it adds (ban list)."""
     if carrier is not None:
         swarm.carriers.update({id(m): carrier for m in sent})
         received = swarm.last_received[next(iter(swarm.last_received))]

@@ -385,7 +385,8 @@ def test_complete_shares_in_horizontal_mode_refuses_a_share_that_leaves_a_prompt
 def test_a_replayed_old_message_is_no_strike_against_its_honest_signer(task, model, tokenizer):
     """Found by a review: node 0's signed round-0 message, re-sent by anyone in round 1, was refused (right) and
     counted as a ban strike against node 0 (wrong: the replayed-round attack could get honest nodes banned)."""
-    from dgrpo.training.records import PolicyReport, peer_record, peer_strikes
+    from dgrpo.swarm.accounting import peer_strikes
+    from dgrpo.training.records import PolicyReport, peer_record
 
     swarm, policy, keys = make(task, model, tokenizer)
     old = honest_round(swarm, task, 0)[0]

@@ -7,7 +7,8 @@ runs it. Defense modules import torch and models inside their methods: config ch
 
 from __future__ import annotations
 
-from dgrpo.defenses.base import Defense, DefenseConfig, defend, defense_counters
+from dgrpo.defenses.base import STAGES, Defense, DefenseConfig, defend, defense_counters
+from dgrpo.errors import ConfigError
 from dgrpo.registry import Table, lookup
 
 DEFENSES = Table("defense")  # defense kind → builder
@@ -18,8 +19,19 @@ def build_defense(defense_cfg: DefenseConfig, run_cfg, policy, task) -> Defense:
 
     Raises:
         UnknownKind: no defense of that kind is registered.
+        ConfigError: what its builder made is no :class:`~dgrpo.defenses.base.Defense` (the fix is to
+            subclass it), or its ``stage`` is none of :data:`~dgrpo.defenses.base.STAGES` (``defend``
+            would never run it).
     """
-    return lookup("defense", defense_cfg.kind).builder(defense_cfg, run_cfg, policy, task)
+    defense = lookup("defense", defense_cfg.kind).builder(defense_cfg, run_cfg, policy, task)
+    if not isinstance(defense, Defense):
+        raise ConfigError(f"defense kind={defense_cfg.kind}: {type(defense).__name__} does not subclass "
+                          "dgrpo.defenses.base.Defense; declare it as `class "
+                          f"{type(defense).__name__}(Defense)`")
+    if defense.stage not in STAGES:
+        raise ConfigError(f"defense kind={defense_cfg.kind}: stage={defense.stage!r} is none of "
+                          f"{', '.join(map(repr, STAGES))}; set stage to one of them (defend would never run it)")
+    return defense
 
 
 __all__ = ["DEFENSES", "Defense", "DefenseConfig", "build_defense", "defend", "defense_counters"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator, Literal, Protocol, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator, Literal, Mapping, Sequence
 
 from pydantic import Field
 
@@ -18,21 +19,33 @@ if TYPE_CHECKING:
     from dgrpo.grpo.learner import Batch, Group
 
 
-class Defense(Protocol):
-    """A filter on incoming completions.
+STAGES = ("rollouts", "logits")
+"""The stages :func:`defend` runs a defense at; :func:`dgrpo.defenses.build_defense` refuses any other."""
+
+
+class Defense:
+    """A filter on incoming completions: the defense protocol every defense kind subclasses.
 
     ``stage = "rollouts"`` defenses judge the decoded rollouts of the whole batch (judge, reward
     outliers). ``stage = "logits"`` defenses judge one group at a time and also get the logits of
     the update's own forward pass (top-k support, replay), so they cost no extra forward pass.
+    :func:`dgrpo.defenses.build_defense` refuses a class that does not subclass this one, or a
+    ``stage`` not in :data:`STAGES`.
+
+    Attributes:
+        name: the kind's name in metrics and logs (``defense/<name>/…``).
+        stage: one of :data:`STAGES`.
+        counters: cumulative counts (str → int) the round record logs as ``defense/<name>/<key>``
+            (the judge's unparseable and failed judgments), see :func:`defense_counters`; default empty.
     """
 
-    name: str
-    stage: Literal["rollouts", "logits"]
-    # optional: ``counters`` (str → int), cumulative counts the round record logs as
-    # ``defense/<name>/<key>`` (the judge's unparseable and failed judgments), see defense_counters
+    name: str = "defense"
+    stage: Literal["rollouts", "logits"] = "rollouts"
+    counters: Mapping[str, int] = MappingProxyType({})
 
     def inspect(self, rollouts: Sequence[Rollout], logits: "torch.Tensor | None" = None) -> list[Verdict]:
         """One verdict per rollout. ``logits`` is the group's (G, T, V) float32 logits when stage is logits."""
+        raise NotImplementedError(f"{type(self).__name__}.inspect")
 
 
 class DefenseConfig(KindConfig):
@@ -78,7 +91,7 @@ class ExactDefenseConfig(DefenseConfig):
 
 def defense_counters(defenses: Sequence[Defense]) -> dict[str, dict[str, int]]:
     """Defense name → a copy of its cumulative ``counters``, for the defenses that keep some."""
-    return {d.name: dict(d.counters) for d in defenses if getattr(d, "counters", None)}
+    return {d.name: dict(d.counters) for d in defenses if d.counters}
 
 
 def _judge(defense: Defense, rollouts: Sequence[Rollout], logits, times: dict[str, float]) -> None:

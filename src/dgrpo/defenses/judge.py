@@ -34,7 +34,7 @@ from typing import Any, Literal, Sequence
 
 from pydantic import Field, model_validator
 
-from dgrpo.defenses.base import DefenseConfig
+from dgrpo.defenses.base import Defense, DefenseConfig
 from dgrpo.registry import register
 from dgrpo.types import ACCEPT, Verdict
 
@@ -148,7 +148,7 @@ class JudgeDefenseConfig(DefenseConfig):
 
 
 @register("defense", "judge", config=JudgeDefenseConfig)
-class JudgeDefense:
+class JudgeDefense(Defense):
     """Binary LLM judge over incoming completions (torch, the model or the client load when it is built).
 
     Args:

@@ -13,6 +13,7 @@ from typing import ClassVar, Literal, Sequence
 
 from pydantic import Field
 
+from dgrpo.defenses.base import Defense
 from dgrpo.defenses.spot import SpotDefenseConfig, SpotSelection
 from dgrpo.registry import register
 from dgrpo.types import ACCEPT, Verdict
@@ -30,7 +31,7 @@ class ReplayDefenseConfig(SpotDefenseConfig):
 
 
 @register("defense", "replay", config=ReplayDefenseConfig)
-class ReplayDefense:
+class ReplayDefense(Defense):
     """Accept a completion only when its claimed seed reproduces it.
 
     Args:

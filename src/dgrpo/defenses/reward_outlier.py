@@ -12,7 +12,7 @@ from typing import ClassVar, Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.defenses.base import DefenseConfig
+from dgrpo.defenses.base import Defense, DefenseConfig
 from dgrpo.registry import register
 from dgrpo.types import ACCEPT, Verdict
 
@@ -47,7 +47,7 @@ class RewardOutlierDefenseConfig(DefenseConfig):
 
 
 @register("defense", "reward_outlier", config=RewardOutlierDefenseConfig)
-class RewardOutlierDefense:
+class RewardOutlierDefense(Defense):
     """Reject group reward outliers (z-score above ``cfg.z``)."""
 
     name = "reward_outlier"

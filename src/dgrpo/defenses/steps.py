@@ -12,7 +12,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.defenses.base import DefenseConfig
+from dgrpo.defenses.base import Defense, DefenseConfig
 from dgrpo.registry import register
 from dgrpo.types import ACCEPT, Verdict
 
@@ -31,7 +31,7 @@ class StepCheckerDefenseConfig(DefenseConfig):
 
 
 @register("defense", "step_checker", config=StepCheckerDefenseConfig)
-class StepCheckerDefense:
+class StepCheckerDefense(Defense):
     """Reject rollouts with a false claim; the verdict's reason quotes it.
 
     Args:

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal, Sequence
 
 from pydantic import Field
 
+from dgrpo.defenses.base import Defense
 from dgrpo.defenses.spot import SpotDefenseConfig, SpotSelection
 from dgrpo.registry import register
 from dgrpo.types import ACCEPT, Verdict
@@ -31,7 +32,7 @@ class TolerantReplayDefenseConfig(SpotDefenseConfig):
 
 
 @register("defense", "tolerant_replay", config=TolerantReplayDefenseConfig)
-class TolerantReplayDefense:
+class TolerantReplayDefense(Defense):
     """Accept a completion when every token is within ``threshold`` of the claimed seed's sampling decision.
 
     Args:

@@ -9,7 +9,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.defenses.base import ExactDefenseConfig
+from dgrpo.defenses.base import Defense, ExactDefenseConfig
 from dgrpo.registry import register
 from dgrpo.types import Verdict
 
@@ -23,7 +23,7 @@ class TopKDefenseConfig(ExactDefenseConfig):
 
 
 @register("defense", "topk", config=TopKDefenseConfig)
-class TopKDefense:
+class TopKDefense(Defense):
     """Reject a completion when any of its tokens is outside the receiver's top-k.
 
     Args:

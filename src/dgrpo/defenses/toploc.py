@@ -16,7 +16,7 @@ from typing import Literal, Sequence
 
 from pydantic import Field
 
-from dgrpo.defenses.base import DefenseConfig
+from dgrpo.defenses.base import Defense, DefenseConfig
 from dgrpo.registry import register
 from dgrpo.types import ACCEPT, Verdict
 
@@ -49,7 +49,7 @@ class TOPLOCDefenseConfig(DefenseConfig):
 
 
 @register("defense", "toploc", config=TOPLOCDefenseConfig)
-class TOPLOCDefense:
+class TOPLOCDefense(Defense):
     """Reject a completion whose message carries no TOPLOC proof or one its hidden states do not match.
 
     Args:

@@ -7,10 +7,12 @@ paper, Alg. 1 L9 = Alg. 2 L8, "every honest node updates its policy with GRPO on
     learn          one honest policy: route → validate → rewards → defenses → advantages → step
                    (a defense that needs the update's logits judges each group inside the step)
     round_metrics  the round's record from the reports of the policies this process reports
+    account        then the protocol's accounting: what each peer did (peers.jsonl), the strikes and bans
+                   it costs (swarm/accounting.py, bans.json)
     resume_rounds  rebuild a checkpointed run, restore it and continue the recipe's rounds
 
 ``recipes/horizontal.py`` and ``recipes/vertical.py`` call them on their ``# L9`` / ``# L8`` and
-``# metrics`` lines.
+``# metrics`` and ``# strikes, bans`` lines.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from dgrpo.config import RunConfig
 from dgrpo.defenses import defend, defense_counters
 from dgrpo.training.build import Run, build_run
 from dgrpo.training.loop import OneRound, train
-from dgrpo.training.records import PolicyReport, round_record
+from dgrpo.swarm.accounting import account_round
+from dgrpo.training.records import PolicyReport, log_peers, peers_of_round, round_record
 from dgrpo.training.resume import restore
 from dgrpo.types import Message
 
@@ -71,9 +74,28 @@ def round_metrics(run: Run, r: int, messages: Sequence[Message], reports: dict[i
     """
     t0, t1, t2 = starts
     t3 = time.perf_counter()
-    reports = {owner: report for owner, report in reports.items() if owner in run.swarm.policies}
+    reports = _reported(run, reports)
     times = {"generate": t1 - t0, "exchange": t2 - t1, "update": t3 - t2, "round": t3 - t0}
     return round_record(run, r, messages, reports, times) if reports else {}
+
+
+def account(run: Run, r: int, reports: dict[int, PolicyReport]) -> None:
+    """The round's bookkeeping after its record: what each peer did (``peers.jsonl``, from the lowest
+    reported honest policy's receive), the strikes and bans it costs (:mod:`dgrpo.swarm.accounting`,
+    ``bans.json``: the next round's admission refuses a banned signer). Nothing in a process reporting
+    no honest node, as :func:`round_metrics`."""
+    reports = _reported(run, reports)
+    if not reports:
+        return
+    rec = peers_of_round(run, r, reports[min(reports)])
+    if run.swarm.protocol is not None:
+        account_round(run.swarm.protocol.bans, rec, run.swarm.policies, r, run.run_dir if run.transport.is_main else None)
+    log_peers(run, rec)
+
+
+def _reported(run: Run, reports: dict[int, PolicyReport]) -> dict[int, PolicyReport]:
+    """The reports of the honest swarm's policies (a mirror's is left out: it is not the honest swarm's)."""
+    return {owner: report for owner, report in reports.items() if owner in run.swarm.policies}
 
 
 def resume_rounds(cfg: RunConfig, run_dir: Path, rewrite_config: bool, one_round: OneRound) -> Path:

@@ -8,7 +8,7 @@ One round for the nodes this process hosts (:func:`one_round`, ``# Alg.2 Ln`` ma
     L8    every honest policy learns from them: route → validate → rewards → defenses → advantages → step
           (route: what a protocol attacker sends this receiver, Swarm.route); the same line as Alg. 1 L9,
           written once in recipes/swarm_round.py (``learn``)
-    then  the round's metrics
+    then  the round's metrics, then its accounting: each peer's strikes and bans (swarm/accounting.py)
 
 ``run`` builds the swarm and loops over the rounds (dgrpo.training: evaluation every ``eval.every``
 rounds, records, checkpoints); ``resume`` continues a checkpointed run.
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from dgrpo.config import RunConfig
-from dgrpo.recipes.swarm_round import learn, resume_rounds, round_metrics
+from dgrpo.recipes.swarm_round import account, learn, resume_rounds, round_metrics
 from dgrpo.swarm.schedule import vertical_prompts, vertical_slots
 from dgrpo.training.build import Run, build_run
 from dgrpo.training.loop import train
@@ -44,7 +44,9 @@ def one_round(run: Run, r: int) -> dict:
     t2 = time.perf_counter()
     reports = {owner: learn(run, owner, policy, messages, r)  # L8, each honest policy: route, validate, rewards,
                for owner, policy in swarm.trained.items()}       #   defenses, advantages, step
-    return round_metrics(run, r, messages, reports, (t0, t1, t2))                               # metrics
+    record = round_metrics(run, r, messages, reports, (t0, t1, t2))                              # metrics
+    account(run, r, reports)                                                                     # strikes, bans
+    return record
 
 
 def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:

@@ -1,7 +1,8 @@
 """The protocol's accounting: strikes and bans from a round's per-peer record (issue 31).
 
 The metrics code only records what each peer did (:func:`dgrpo.training.records.peer_record`); what
-that costs a peer is decided here, from the strike table of :mod:`dgrpo.swarm.protocol`:
+that costs a peer is decided here, from the strike table of :mod:`dgrpo.swarm.protocol`, by the
+recipe's round after its record (:func:`dgrpo.recipes.swarm_round.account` calls :func:`account_round`):
 
 * a refusal whose rule is in :data:`~dgrpo.swarm.protocol.STRIKES` is a strike against the signer (only
   it could have signed that message for this run and round, breaking a rule it chose);
@@ -17,6 +18,7 @@ every honest rank the same set, :func:`dgrpo.swarm.protocol.compare_views`), so 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterable
 
 from dgrpo.swarm.protocol import STRIKES, BanList
@@ -44,3 +46,13 @@ def apply_bans(bans: BanList, peers: dict[str, dict], hosted: Iterable[int], rou
             strikes = peer_strikes(p)
             changed |= bans.strike(int(who), strikes, round_idx) or strikes > 0
     return changed
+
+
+def account_round(bans: BanList, rec: dict, hosted: Iterable[int], round_idx: int, run_dir: Path | None) -> None:
+    """Apply the round's strikes of ``rec`` (a :func:`peer_record` with its ``peers``) to ``bans``, note the
+    bans in force under ``rec["banned"]`` (node → round of its ban, as str → int) and, where ``run_dir`` is
+    given (the main process) and the list changed, write ``bans.json`` there."""
+    changed = apply_bans(bans, rec["peers"], hosted, round_idx)
+    rec["banned"] = {str(n): r for n, r in sorted(bans.banned.items())}
+    if changed and run_dir is not None:
+        bans.save(run_dir, round_idx)

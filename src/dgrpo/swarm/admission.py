@@ -3,9 +3,10 @@
 :data:`RULES` is the whole list (docs/protocol.md, the strike table: the text of a refusal before
 ``:`` names its rule). Each rule is a small function ``(Admission, Candidate) -> reason or None`` that
 reads the message and what the receive has seen so far; the first reason refuses the message and the
-rest are not run. The first :data:`SCREEN` rules read no content (schema, signature, run, round,
-flood, identity, ban): their verdict is kept per distinct message value, so an exact copy costs a hash
-(``copy``). Any exception on the way is a refusal with its reason (``decode: ...``): a peer's bytes
+rest are not run. Each rule declares its phase (:func:`rule`, :data:`PHASES`): the ``screen`` rules
+read no content (schema, unsigned, malformed, copy, signature with its ``run:`` refusals, round, flood,
+identity, ban): their verdict is kept per distinct message value, so an exact copy costs a hash
+(``copy``); the ``content`` rules read it; the ``slot`` rule (duplicate) takes the slot, last. Any exception on the way is a refusal with its reason (``decode: ...``): a peer's bytes
 never crash the round. After every message, :func:`complete_shares` refuses the prompts a sender did
 not fill (``swarm.protocol.complete_shares``).
 
@@ -115,23 +116,39 @@ class Admission:
 
 
 Rule = Callable[[Admission, Candidate], "str | None"]
+PHASES = ("screen", "content", "slot")
+"""When a rule runs, declared by each (:func:`rule`), in this order: ``screen`` reads no content, its
+verdict is kept per distinct message value (:func:`screen`); ``content`` reads the content, an exception
+in it is a ``decode:`` refusal; ``slot`` takes the sender's slot, so it runs last, outside that guard."""
+
+
+def rule(phase: str) -> Callable[[Rule], Rule]:
+    """Declare a rule's phase (one of :data:`PHASES`) on the function: ``rule.phase``."""
+    def declare(fn: Rule) -> Rule:
+        fn.phase = phase
+        return fn
+    return declare
 
 
 # ---------------------------------------------------------------- before content (kept per message value)
+@rule("screen")
 def schema(a: Admission, c: Candidate) -> str | None:
     """Field types first: ``index=True`` or ``1.0`` would bind other seeds."""
     return parse_message(c.msg)[1]
 
 
+@rule("screen")
 def unsigned(a: Admission, c: Candidate) -> str | None:
     return "signature: unsigned message" if a.signing and c.msg.signature is None else None
 
 
+@rule("screen")
 def malformed(a: Admission, c: Candidate) -> str | None:
     """A signature spelled canonically, before any verification."""
     return MALFORMED_SIGNATURE if a.signing and canonical_hex(c.msg.signature, SIGNATURE_HEX) is None else None
 
 
+@rule("screen")
 def copy_of_verified(a: Admission, c: Candidate) -> str | None:
     """A copy of a message verified earlier in this receive (by digest): dropped unverified, no strike."""
     c.data = signed_bytes(c.msg) if a.screen_shares is not None or a.signing else b""
@@ -142,6 +159,7 @@ def copy_of_verified(a: Admission, c: Candidate) -> str | None:
     return None
 
 
+@rule("screen")
 def signature(a: Admission, c: Candidate) -> str | None:
     """The roster key that signed it (verified once per digest) and for this run; an ``identity``
     refusal (its own key signed for another node) waits until round and flood are checked."""
@@ -156,12 +174,14 @@ def signature(a: Admission, c: Candidate) -> str | None:
     return reason
 
 
+@rule("screen")
 def round_(a: Admission, c: Candidate) -> str | None:
     if c.msg.round != a.round_idx:
         return f"round: message for round {c.msg.round} received in round {a.round_idx}"
     return None
 
 
+@rule("screen")
 def flood(a: Admission, c: Candidate) -> str | None:
     """At most ``FLOOD_FACTOR`` × its slots distinct messages per signer: the first excess ``flood``,
     the rest ``flooded`` (dropped unread)."""
@@ -177,11 +197,13 @@ def flood(a: Admission, c: Candidate) -> str | None:
             f"({FLOOD_FACTOR} × its {cap // FLOOD_FACTOR} slots); the rest are dropped unread")
 
 
+@rule("screen")
 def identity(a: Admission, c: Candidate) -> str | None:
     """Its own key signed for another node of this run and round."""
     return c.identity
 
 
+@rule("screen")
 def banned(a: Admission, c: Candidate) -> str | None:
     p = a.protocol
     if p is not None and c.signer in p.bans.banned:
@@ -190,6 +212,7 @@ def banned(a: Admission, c: Candidate) -> str | None:
 
 
 # ---------------------------------------------------------------- content
+@rule("content")
 def tokenizer(a: Admission, c: Candidate) -> str | None:
     """Homogeneous swarms: the receiver's own tokenizer."""
     p, policy = a.protocol, a.policy
@@ -199,12 +222,14 @@ def tokenizer(a: Admission, c: Candidate) -> str | None:
     return None
 
 
+@rule("content")
 def content(a: Admission, c: Candidate) -> str | None:
     """Schema, sizes, prompt, special tokens, vocabulary, consistency (:func:`dgrpo.swarm.validation.check_message`)."""
     return check_message(c.msg, sender=c.signer, round_idx=a.round_idx, prompt_ids=a.problems,
                          tokenizer=a.policy.tokenizer, tokenizer_id=a.policy.tokenizer_id, limits=a.limits)
 
 
+@rule("content")
 def seed(a: Admission, c: Candidate) -> str | None:
     """The claimed seed is the one the protocol assigns (``bind_seeds``)."""
     if a.protocol is None or not a.protocol.cfg.bind_seeds:
@@ -213,6 +238,7 @@ def seed(a: Admission, c: Candidate) -> str | None:
     return f"seed: claims seed {c.msg.seed} but the protocol assigns {bound}" if c.msg.seed != bound else None
 
 
+@rule("content")
 def share(a: Admission, c: Candidate) -> str | None:
     """A slot the schedule gives the sender, once (``enforce_shares``)."""
     if a.protocol is None or not a.protocol.cfg.enforce_shares:
@@ -220,6 +246,7 @@ def share(a: Admission, c: Candidate) -> str | None:
     return a.shares.check(c.signer, c.msg)
 
 
+@rule("content")
 def decode(a: Admission, c: Candidate) -> str | None:
     """The rollout: the message's own ids, or its text re-encoded by a receiver with another tokenizer."""
     msg, policy = c.msg, a.policy
@@ -232,6 +259,7 @@ def decode(a: Admission, c: Candidate) -> str | None:
     return None
 
 
+@rule("content")
 def length(a: Admission, c: Candidate) -> str | None:
     """At most ``sampling.max_new_tokens`` completion tokens (``enforce_length``)."""
     p = a.protocol
@@ -240,6 +268,7 @@ def length(a: Admission, c: Candidate) -> str | None:
     return p.length_reason(c.msg.tokenizer == a.policy.tokenizer_id, len(c.msg.token_ids), len(c.rollout.completion_ids))
 
 
+@rule("slot")
 def duplicate(a: Admission, c: Candidate) -> str | None:
     """The slot is taken; a text equal to another of the sender's in the round is counted, and
     refused with ``drop_duplicates``."""
@@ -255,7 +284,11 @@ def duplicate(a: Admission, c: Candidate) -> str | None:
 
 RULES: tuple[Rule, ...] = (schema, unsigned, malformed, copy_of_verified, signature, round_, flood, identity, banned,
                            tokenizer, content, seed, share, decode, length, duplicate)
-SCREEN = 9  # the first SCREEN rules read no content: their verdict is kept per distinct message value
+SCREENED = tuple(r for r in RULES if r.phase == "screen")  # before content: verdict kept per message value
+CONTENT = tuple(r for r in RULES if r.phase == "content")  # inside the decode guard
+SLOT = tuple(r for r in RULES if r.phase == "slot")  # (duplicate) once every other rule passed, outside the guard
+if [r.phase for r in RULES] != sorted((r.phase for r in RULES), key=PHASES.index) or SCREENED + CONTENT + SLOT != RULES:
+    raise ValueError("admission.RULES: list the rules by phase (screen, content, slot); each declares one of PHASES")
 
 
 def refusal(a: Admission, c: Candidate, rules: Sequence[Rule]) -> str | None:
@@ -264,7 +297,7 @@ def refusal(a: Admission, c: Candidate, rules: Sequence[Rule]) -> str | None:
 
 
 def screen(a: Admission, c: Candidate) -> str | None:
-    """The first :data:`SCREEN` rules, once per distinct message value in a receive: a message equal in
+    """The :data:`SCREENED` rules, once per distinct message value in a receive: a message equal in
     every field to one screened before gets its verdict again (``copy`` where that one had a signer)."""
     shares = a.shares
     try:
@@ -274,7 +307,7 @@ def screen(a: Admission, c: Candidate) -> str | None:
     if seen is not None:
         c.signer = seen[0]
         return "copy" if seen[0] is not None else seen[1]
-    reason = refusal(a, c, RULES[:SCREEN])
+    reason = refusal(a, c, SCREENED)
     if shares is not None and reason != "flooded":
         try:
             shares.screened[c.msg] = (c.signer, reason)
@@ -297,7 +330,7 @@ def admit(a: Admission, messages: Sequence[Message], carriers: Mapping[int, int]
     for msg in messages:
         c = Candidate(msg)
         try:
-            reason = screen(a, c) or refusal(a, c, RULES[SCREEN:-1])  # (duplicate, the last, below)
+            reason = screen(a, c) or refusal(a, c, CONTENT)  # (the slot rules, below)
         except Exception as err:  # noqa: BLE001 - a peer's bytes must never crash the round
             reason = f"decode: {type(err).__name__}: {str(err)[:80]!r}"
         rule = reason.split(":", 1)[0] if reason is not None else None
@@ -311,7 +344,7 @@ def admit(a: Admission, messages: Sequence[Message], carriers: Mapping[int, int]
             received.flooded[c.signer] += 1
             continue
         if reason is None:
-            reason = duplicate(a, c)  # (outside the decode guard, as the slot is now taken)
+            reason = refusal(a, c, SLOT)  # (outside the decode guard, as the slot is now taken)
         if reason is not None:
             log.warning("rejected message from node %s (%s): %s", "unsigned" if c.signer is None else c.signer,
                         ascii(msg.prompt_id)[1:41].rstrip("'"), reason)

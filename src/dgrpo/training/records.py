@@ -20,7 +20,6 @@ from typing import Sequence
 
 from dgrpo.grpo.learner import UpdateStats
 from dgrpo.rewards.format import format_reward
-from dgrpo.swarm.accounting import apply_bans, peer_strikes  # noqa: F401 (peer_strikes re-exported)
 from dgrpo.swarm.swarm import Received
 from dgrpo.tasks.base import reward_metrics
 from dgrpo.training.evaluate import EVAL_MEANS, add_intervals
@@ -92,7 +91,6 @@ def round_record(run, round_idx: int, messages: Sequence[Message], reports: dict
         for name, counts in report.defense_counts.items():  # cumulative (judge: unparseable, failed, ...)
             rec.update({f"defense/{name}/{k}": v for k, v in counts.items()})
         rec["time/defense_fraction"] = report.defense_seconds / times["round"] if times.get("round") else None
-    account_peers(run, round_idx, report)
     return rec
 
 
@@ -144,27 +142,25 @@ def peer_record(round_idx: int, report: PolicyReport, received: Received | None 
     return {"round": round_idx, "peers": out}
 
 
-def account_peers(run, round_idx: int, report: PolicyReport) -> dict:
-    """Log the round's per-peer record (``peers.jsonl``, main process) and hand it to the protocol's
-    accounting (:func:`dgrpo.swarm.accounting.apply_bans`: strikes, bans, ``bans.json``); this function
-    only records. ``views``: what the other ranks' transports refused, by rank (distributed: shared in
-    the cross-check), so a store attack only another rank saw is named here too.
+def peers_of_round(run, round_idx: int, report: PolicyReport) -> dict:
+    """The round's per-peer record (:func:`peer_record` of the lowest reported honest policy's receive),
+    with ``views``: what the other ranks' transports refused, by rank (distributed: shared in the
+    cross-check), so a store attack only another rank saw is named here too. Only records: the
+    strikes and bans it costs a peer are the recipe's next step (:func:`dgrpo.recipes.swarm_round.account`).
     """
     owner = min(o for o, rep in run.swarm.trained.items() if o in run.swarm.policies)
     rec = peer_record(round_idx, report, run.swarm.last_received.get(run.swarm.trained[owner]), run.transport.rejected)
     views = run.transport.peer_views
     if views:
         rec["views"] = {str(rank): _counts(items) for rank, items in sorted(views.items())}
-    protocol = run.swarm.protocol
-    if protocol is not None:
-        changed = apply_bans(protocol.bans, rec["peers"], run.swarm.policies, round_idx)
-        rec["banned"] = {str(n): r for n, r in sorted(protocol.bans.banned.items())}
-        if changed and run.transport.is_main:
-            protocol.bans.save(run.run_dir, round_idx)
+    return rec
+
+
+def log_peers(run, rec: dict) -> None:
+    """Append ``rec`` to ``peers.jsonl`` (main process only)."""
     if run.transport.is_main:
         with open(run.run_dir / PEERS_FILE, "a") as f:
             f.write(json.dumps(rec) + "\n")
-    return rec
 
 
 def _counts(items: Sequence[tuple[int | None, str]]) -> dict[str, dict[str, int]]:

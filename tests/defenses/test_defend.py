@@ -32,9 +32,9 @@ class CountingLearner(Learner):
         super().__init__(*a, **kw)
         self.forwards = []
 
-    def forward(self, group, grad):
+    def forward(self, group, grad, prefix=None):
         self.forwards.append((group[0].prompt_id, grad))
-        return super().forward(group, grad)
+        return super().forward(group, grad, prefix)
 
 
 def test_rollout_defenses_see_the_whole_batch_before_logit_defenses_see_each_group(model):

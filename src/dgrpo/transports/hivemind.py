@@ -318,6 +318,7 @@ class HivemindTransport:
     # ------------------------------------------------------------------ messages
     encode = DistributedTransport.encode  # payload JSON: messages plus ground-truth labels (metrics only)
     decode = DistributedTransport.decode  # schema checks; a message claiming another node's id is refused
+    _labels_from = DistributedTransport._labels_from  # a label only from the signer's own verified record
 
     def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:
         """Alg.1 L6 / Alg.2 L7: every live node's messages, ordered by node id then by sending order.

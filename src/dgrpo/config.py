@@ -28,6 +28,7 @@ from dgrpo.config_inputs import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_INT, apply_over
 from dgrpo.errors import ConfigError, UnknownKind, one_line
 from dgrpo.hardening.config import HardeningConfig
 from dgrpo.metrics.trackers import TrackingConfig
+from dgrpo.policy.folders import check_model_folder  # noqa: F401 (also dgrpo.config.check_model_folder)
 from dgrpo.registry import KindOf, PathText, StrictConfig, kind_field, lookup, names
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.swarm.protocol import ProtocolConfig
@@ -64,23 +65,6 @@ class ModelConfig(StrictConfig):
     def _a_folder_is_a_saved_model(cls, v: str) -> str:
         check_model_folder(v)
         return v
-
-
-def check_model_folder(v: str) -> None:
-    """A local path (``/``, ``.``, ``~``, or any path that exists) must be a folder holding
-    ``config.json`` (checked before torch loads: a bad folder is reported in well under 2 s).
-
-    Raises:
-        ValueError: no such folder, a file instead of a folder, or a folder with no ``config.json``.
-    """
-    path = Path(v).expanduser()
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{v} is a file, not a model folder: give the folder that holds config.json "
-                         f"({path.parent}?), or a hub id")
-    if v.startswith((".", "/", "~")) and not path.is_dir():
-        raise ValueError(f"no such model folder: {v}")
-    if path.is_dir() and not (path / "config.json").is_file():
-        raise ValueError(f"model folder {v} holds no config.json: use a folder written by save_pretrained, or a hub id")
 
 
 class SamplingConfig(StrictConfig):

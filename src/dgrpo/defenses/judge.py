@@ -101,7 +101,7 @@ class JudgeDefenseConfig(DefenseConfig):
                              f"{self.backend}; remove {'it' if len(wrong) == 1 else 'them'}"
                              + (f" or set backend={' or '.join(users)}" if users else ""))
         if self.backend == "local" and self.model:  # (a bad folder is named before the policy loads)
-            from dgrpo.config import check_model_folder
+            from dgrpo.policy.folders import check_model_folder
 
             try:
                 check_model_folder(self.model)

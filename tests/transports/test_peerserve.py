@@ -79,6 +79,28 @@ def _usage(pid: int) -> tuple[int, int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and epoll")
+def _read_rounds(readers, address: str, results: list) -> None:
+    """Each reader (in its own thread) polls node 0's ``r0/data`` at ``address`` as ``collect`` does, in 4 rounds
+    0.5 s apart, each within 5 s; appends (reader, round, seconds, value or None) to ``results``."""
+    def read(reader):
+        reader.addrs[0] = address
+        for rnd in range(4):
+            start = time.monotonic()
+            deadline, value = start + 5, None
+            while value is None and time.monotonic() < deadline:  # (collect's poll)
+                value, _ = reader.fetch(0, "r0/data", cap=1 << 12, deadline=deadline)
+                if value is None:
+                    time.sleep(0.05)
+            results.append((reader.rank, rnd, time.monotonic() - start, value))
+            time.sleep(0.5)
+
+    threads = [threading.Thread(target=read, args=(r,)) for r in readers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 @pytest.mark.xfail(reason="open (found at the session's end): since the asyncio server (h31c merge 6ceb60d), on loopback, "
                    "where the flood and the readers share one source address, 1-2 of the 12 honest reads miss their 5 s "
                    "deadline in most runs (3 of 3 here, load 1); the thread server passed it. Not strict: it sometimes passes",
@@ -108,23 +130,7 @@ def test_a_connection_flood_does_not_starve_honest_reads():
         readers = [PeerChannel(k, host="127.0.0.1") for k in (1, 2, 3)]
         results: list[tuple[int, int, float, bytes | None]] = []
 
-        def read(reader):
-            reader.addrs[0] = address
-            for rnd in range(4):
-                start = time.monotonic()
-                deadline, value = start + 5, None
-                while value is None and time.monotonic() < deadline:  # (collect's poll)
-                    value, _ = reader.fetch(0, "r0/data", cap=1 << 12, deadline=deadline)
-                    if value is None:
-                        time.sleep(0.05)
-                results.append((reader.rank, rnd, time.monotonic() - start, value))
-                time.sleep(0.5)
-
-        threads = [threading.Thread(target=read, args=(r,)) for r in readers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _read_rounds(readers, address, results)
         opened = int(attacker.communicate(timeout=30)[0])
         done.set()
         watcher.join()
@@ -194,23 +200,7 @@ def test_trickled_requests_and_slow_reads_hold_nothing_honest_readers_need():
     try:
         time.sleep(2.5)  # (every trickled connection has sent bytes: a worker-pool server is held now)
 
-        def read(reader):
-            reader.addrs[0] = owner.address
-            for rnd in range(4):
-                start = time.monotonic()
-                deadline, value = start + 5, None
-                while value is None and time.monotonic() < deadline:  # (collect's poll)
-                    value, _ = reader.fetch(0, "r0/data", cap=1 << 12, deadline=deadline)
-                    if value is None:
-                        time.sleep(0.05)
-                results.append((reader.rank, rnd, time.monotonic() - start, value))
-                time.sleep(0.5)
-
-        threads = [threading.Thread(target=read, args=(r,)) for r in readers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _read_rounds(readers, owner.address, results)
     finally:
         stop.set()
         for t in attackers:

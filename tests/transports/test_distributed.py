@@ -244,7 +244,7 @@ def test_a_node_stopping_on_an_error_is_not_waited_for():
     a, b = _pair(timeout_s=30)
     keys = generate_keys(2)  # (a leave mark counts only signed by its node: the keys exist from check_startup on)
     for t in (a, b):
-        t.signer, t.keys = Signer(t.rank, keys[t.rank], "run|fp"), SignatureVerifier(Roster.of(keys), "run|fp")
+        t.signed_store.signer, t.signed_store.keys = Signer(t.rank, keys[t.rank], "run|fp"), SignatureVerifier(Roster.of(keys), "run|fp")
     b._exit()  # what runs at interpreter exit after an exception
     start = time.monotonic()
     with pytest.raises(PeerFailure, match="node 1 sent nothing for exchange 'r0'"):

@@ -30,8 +30,8 @@ def _ranks(n=4, timeout_s=5.0, signed_addresses=True, keys=None):
           for k in range(n)]
     for t in ts:
         t._closed, t._acc_ttl = True, 0.0
-        t.signer, t.keys = Signer(t.rank, keys[t.rank], "run|fp"), verifier
-        t.nonce, t.nonces = nonces[t.rank], dict(nonces)
+        t.signed_store.signer, t.signed_store.keys = Signer(t.rank, keys[t.rank], "run|fp"), verifier
+        t.signed_store.nonce, t.signed_store.nonces = nonces[t.rank], dict(nonces)
     return ts, keys
 
 
@@ -76,7 +76,7 @@ def test_an_address_record_of_an_earlier_launch_is_refused_as_stale_and_never_bl
     ts, _ = _ranks(keys=keys)
     ts[0].post("role", b"node 0")
     ts[3].store.set("addr/0", kept)
-    ts[1].limit_name, ts[1].timeout_s = "swarm.startup_timeout_s", 1.0
+    ts[1].wait.limit_name, ts[1].wait.timeout_s = "swarm.startup_timeout_s", 1.0
     with caplog.at_level(logging.WARNING), pytest.raises(PeerFailure) as err:
         ts[1].collect("role", [0])
     stale = (f"is signed by node 0 but its server at {old[0].chan.address} does not answer for that record's "
@@ -87,7 +87,7 @@ def test_an_address_record_of_an_earlier_launch_is_refused_as_stale_and_never_bl
         f"node 1: refused the server address of node 0 in the store (addr/0): it {stale}"]
     assert ts[1].rejected == [] and "sent nothing" not in caplog.text  # nobody accused, node 0 not blamed
     ts[0].chan.reassert()
-    ts[1].timeout_s = 5.0
+    ts[1].wait.timeout_s = 5.0
     assert ts[1].collect("role", [0]) == {0: b"node 0"}
 
 
@@ -113,7 +113,7 @@ def test_an_address_kept_overwritten_stops_the_start_up_in_one_line_naming_the_s
     start-up deadline with one line naming node 3, not with node 0 "sent nothing"."""
     ts, keys = _ranks()
     ts[3].store.set("addr/0", _forged(keys, 3, 0, ts[3].chan.address))
-    ts[1].limit_name, ts[1].timeout_s = "swarm.startup_timeout_s", 1.0
+    ts[1].wait.limit_name, ts[1].wait.timeout_s = "swarm.startup_timeout_s", 1.0
     start = time.monotonic()
     with pytest.raises(PeerFailure) as err:
         ts[1].collect("role", [0])
@@ -134,7 +134,7 @@ def test_junk_written_first_does_not_keep_a_leave_mark_out():
     in place and node 0 waited its whole timeout_s=30)."""
     ts, _ = _ranks(n=3, timeout_s=30)
     ts[2].store.set("r0/status/1", b"failed")
-    ts[1].leave(["r0"])
+    ts[1].signed_store.leave(["r0"])
     start = time.monotonic()
     assert ts[0].collect("r0", [1]) == {} and time.monotonic() - start < 3
     assert ts[0].failed == {1: "r0"}
@@ -143,17 +143,17 @@ def test_junk_written_first_does_not_keep_a_leave_mark_out():
 def test_a_leave_mark_not_signed_by_its_node_is_refused_and_named_once(caplog):
     ts, _ = _ranks(n=3)
     far = time.monotonic() + 5
-    ts[2].store.append("r5/status/1", f"left:{ts[2]._signed('left|r5|1')}\n".encode())  # node 2 signs node 1's
+    ts[2].store.append("r5/status/1", f"left:{ts[2].signed_store.sign('left|r5|1')}\n".encode())  # node 2 signs node 1's
     ts[2].store.append("r6/status/1", b"left:\n")
     with caplog.at_level(logging.WARNING):
-        assert ts[0]._status("r5", 1, far) is None and ts[0]._status("r5", 1, far) is None
-        assert ts[0]._status("r6", 1, far) is None
+        assert ts[0].signed_store.status("r5", 1, far) is None and ts[0].signed_store.status("r5", 1, far) is None
+        assert ts[0].signed_store.status("r6", 1, far) is None
     lines = [r.getMessage() for r in caplog.records if "leave mark" in r.getMessage()]
     assert lines == ["node 0: refused a leave mark for node 1 in the store (r5/status/1): signed by node 2, not node 1",
                      "node 0: refused a leave mark for node 1 in the store (r6/status/1): not signed by node 1 "
                      "for this launch (unsigned, or a mark of an earlier run or launch: its writer cannot be named)"]
-    ts[1].leave(["r5"])
-    assert ts[0]._status("r5", 1, far) == "left"
+    ts[1].signed_store.leave(["r5"])
+    assert ts[0].signed_store.status("r5", 1, far) == "left"
 
 
 def test_a_leave_mark_of_an_earlier_launch_of_the_same_run_does_not_drop_its_node(caplog):
@@ -162,7 +162,7 @@ def test_a_leave_mark_of_an_earlier_launch_of_the_same_run_does_not_drop_its_nod
     signature is genuine but for launch A's nonce: node 0 waits for node 1 to its deadline (before, it
     dropped node 1 at once, with no accusation and no quorum), names the mark once, and node 1 stays in."""
     ts, keys = _ranks(n=4, timeout_s=0.6)
-    ts[1].leave(["r1"])
+    ts[1].signed_store.leave(["r1"])
     kept = ts[3].store.get("r1/status/1")
     again, _ = _ranks(n=4, timeout_s=0.6, keys=keys)
     again[3].store.set("r1/status/1", kept)
@@ -174,8 +174,8 @@ def test_a_leave_mark_of_an_earlier_launch_of_the_same_run_does_not_drop_its_nod
     lines = [r.getMessage() for r in caplog.records if "leave mark" in r.getMessage()]
     assert lines == ["node 0: refused a leave mark for node 1 in the store (r1/status/1): not signed by node 1 "
                      "for this launch (unsigned, or a mark of an earlier run or launch: its writer cannot be named)"]
-    again[1].leave(["r2"])  # the same node's mark of this launch ends the wait at once
-    assert again[0]._status("r2", 1, time.monotonic() + 5) == "left"
+    again[1].signed_store.leave(["r2"])  # the same node's mark of this launch ends the wait at once
+    assert again[0].signed_store.status("r2", 1, time.monotonic() + 5) == "left"
 
 
 # ---------------------------------------------------------------------- the check-in (transports/checkin.py)

@@ -237,7 +237,7 @@ def _swarm_of(n=4, timeout_s=0.3):
           for k in range(n)]
     for t in ts:
         t._closed, t._acc_ttl = True, 0.0  # (accusations fetched afresh at every check)
-        t.signer, t.keys = Signer(t.rank, keys[t.rank], "run|fp"), verifier
+        t.signed_store.signer, t.signed_store.keys = Signer(t.rank, keys[t.rank], "run|fp"), verifier
     return ts
 
 
@@ -255,7 +255,7 @@ def test_expulsion_needs_signed_accusations_of_more_than_half_the_live_nodes():
                                   "accusers needed; nobody is expelled")]
     for t in ts:  # accusations are served by their signers (peerserve): store lines are nobody's
         t.store.append("accuse/1", b'{"by": 2, "peer": 1, "tag": "r0"}\n')
-    forged = json.dumps({"by": 0, "peer": 1, "tag": "r0", "sig": ts[3]._signed("accuse|r0|1")}) + "\n"
+    forged = json.dumps({"by": 0, "peer": 1, "tag": "r0", "sig": ts[3].signed_store.sign("accuse|r0|1")}) + "\n"
     ts[3].chan.append("accuse", forged.encode())  # node 3 serves an accusation in node 0's name
     assert ts[0].accusations(1, far) == {"r0": {3}}
     assert ts[0].rejected[-1] == (3, "accusation: node 3 serves junk as its accusations (a line that is not an "
@@ -274,12 +274,12 @@ def test_only_a_leave_mark_signed_by_its_node_ends_the_wait_for_it():
     import time
 
     ts = _swarm_of(n=2, timeout_s=0.5)
-    ts[0].store.set("r0/status/1", b"left:" + ts[0]._signed("left|r0|1").encode())  # node 0 forges node 1's
+    ts[0].store.set("r0/status/1", b"left:" + ts[0].signed_store.sign("left|r0|1").encode())  # node 0 forges node 1's
     start = time.monotonic()
     assert ts[0].collect("r0", [1]) == {} and 0.45 < time.monotonic() - start < 2  # waited to the deadline
     assert ts[0].failed == {1: "r0"}  # (2 nodes: its one peer's accusation expels)
     ts = _swarm_of(n=2, timeout_s=30)
-    ts[1].leave(["r0"])
+    ts[1].signed_store.leave(["r0"])
     start = time.monotonic()
     assert ts[0].collect("r0", [1]) == {} and time.monotonic() - start < 2 and ts[0].failed == {1: "r0"}
 

@@ -122,10 +122,10 @@ def test_a_node_that_stalled_past_the_timeout_and_finds_the_store_gone_is_told_i
     port, kill = store_host
     a, b = _nodes(port, timeout_s=2)
     a.post("r0", b"a")
-    a._store_call(a.store.check, ["x"])  # its last store call that succeeded
+    a.signed_store.call(a.store.check, ["x"])  # its last store call that succeeded
     b.chan.close()  # its peer finished and left (its server with it)
     kill()
-    a._last_contact -= 10  # then it stalled 10 s
+    a.signed_store.last_contact -= 10  # then it stalled 10 s
     with pytest.raises(PeerFailure, match=r"node 0 was declared failed by its peers: it stalled 1\d s, more than "
                                           r"swarm.timeout_s=2s, and they have left \(the rendezvous store is gone\)"):
         a.post("r1", b"a")

@@ -209,6 +209,12 @@ class Signer:
         msg = dataclasses.replace(msg, context=self.context, signature=None)
         return dataclasses.replace(msg, signature=self._key.sign(signed_bytes(msg)).hex())
 
+    def sign_bytes(self, data: bytes) -> str:
+        """This node's Ed25519 signature of ``data`` (128 lower-case hex digits), for what it signs besides
+        messages (the distributed transport's leave marks, accusations and start-up record:
+        :class:`dgrpo.transports.signedstore.SignedStore`)."""
+        return self._key.sign(data).hex()
+
 
 MALFORMED_SIGNATURE = f"malformed: signature is not {SIGNATURE_HEX} lower-case hex digits"
 

@@ -56,13 +56,13 @@ class Accusations:
                 if raw is None and problem is None and by != self.rank:  # its server is gone (it left or
                     # stalled): the signed copy it put in the store (anyone may delete or pad it: nothing
                     # read there is blamed on anyone)
-                    raw, bad = self._read(f"accuse/by/{by}", min(deadline, now + 1.0)), "store"
+                    raw, bad = self.signed_store.read(f"accuse/by/{by}", min(deadline, now + 1.0)), "store"
                 for line in (raw or b"")[: _ACCUSE_LINES * 512].splitlines()[:_ACCUSE_LINES]:
                     try:
                         item = json.loads(line)
                         ok = (isinstance(item, dict) and item.get("by") == by and isinstance(item.get("tag"), str)
                               and isinstance(item.get("peer"), int)
-                              and self._valid(by, f"accuse|{item['tag']}|{item['peer']}", item.get("sig")))
+                              and self.signed_store.valid(by, f"accuse|{item['tag']}|{item['peer']}", item.get("sig")))
                     except (ValueError, RecursionError, TypeError):
                         ok = False
                     if ok:
@@ -86,10 +86,10 @@ class Accusations:
         return out
 
     def _accuse(self, peer: int, tag: str) -> None:
-        line = json.dumps({"by": self.rank, "peer": peer, "tag": tag, "sig": self._signed(f"accuse|{tag}|{peer}")})
+        line = json.dumps({"by": self.rank, "peer": peer, "tag": tag, "sig": self.signed_store.sign(f"accuse|{tag}|{peer}")})
         self.chan.append("accuse", (line + "\n").encode())
         try:  # a signed copy in the store, read only once this node's server is gone
-            self._store_call(self.store.append, f"accuse/by/{self.rank}", (line + "\n").encode())
+            self.signed_store.call(self.store.append, f"accuse/by/{self.rank}", (line + "\n").encode())
         except PeerFailure:
             pass
         self._acc_cache = None

@@ -51,6 +51,7 @@ from dgrpo.swarm.protocol import merge_views
 from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relayed
 from dgrpo.transports.rendezvous import _seconds, address_keys, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
+from dgrpo.transports.signedstore import SignedStore, Wait
 from dgrpo.transports.storewait import StoreExchange
 from dgrpo.swarm.validation import Limits, parse_message
 from dgrpo.types import Message
@@ -71,7 +72,7 @@ class DistributedTransport(StoreExchange):
         store: the process group's c10d store (keys are put under ``dgrpo/``).
         rank / world_size: this node's id and the swarm size.
         honest: ids of honest nodes (the lowest live one writes metrics).
-        timeout_s: how long to wait for a peer after posting (``swarm.timeout_s``).
+        timeout_s: how long to wait for a peer after posting (``swarm.timeout_s``; kept in :attr:`wait`).
         on_peer_failure: ``abort`` or ``continue``.
         max_messages: most messages accepted from one peer in a round (B·G: a node never writes more).
 
@@ -84,6 +85,9 @@ class DistributedTransport(StoreExchange):
         verifier: the run's signature check (set by the run's build); with it, every all-gather
             ends with the exchange of signed headers that detects equivocation.
         equivocators: sender → round in which it was caught equivocating.
+        wait: the exchanges' :class:`~dgrpo.transports.signedstore.Wait` (timeout and the setting it comes from).
+        signed_store: the :class:`~dgrpo.transports.signedstore.SignedStore`: store calls, leave marks, the
+            signatures of marks and accusations (armed by :meth:`check_startup`).
     """
 
     def __init__(self, store: dist.Store, rank: int, world_size: int, *, honest: Iterable[int], timeout_s: float,
@@ -92,24 +96,22 @@ class DistributedTransport(StoreExchange):
         self.rank, self.world_size = rank, world_size
         self.local_nodes = [rank]
         self.honest = sorted(honest)
-        self.timeout_s, self.on_peer_failure, self.max_messages = timeout_s, on_peer_failure, max_messages
+        self.on_peer_failure, self.max_messages = on_peer_failure, max_messages
+        self.wait = Wait(timeout_s)  # how long an exchange waits for a peer, and the setting it comes from
         self.alive = set(range(world_size))
         self.failed, self.labels, self.rejected = {}, {}, []  # see transports/base.py: Transport
         self.first_round = 0  # every rank starts together (a world of fixed size)
         self.verifier = None
         self.equivocators: dict[int, int] = {}
-        self.signer = self.keys = None  # this node's Signer and the roster SignatureVerifier (check_startup): they sign
-        # and check leave marks, accusations and the start-up values
-        self.limit_name = "swarm.timeout_s"  # the setting timeout_s comes from (named in errors)
+        # the store's leave marks and start-up record, signed with this node's Signer once check_startup armed it
+        self.signed_store = SignedStore(self.store, rank, self.alive, self.wait)
         # (key, _, framed) of this node's served payloads that peers may still read; deleted once they moved on
         self._own_keys: list[tuple[str, bytes, bool]] = []
         self._junk_accusers: set[int] = set()
         self._acc_cache = None
         self.chan = PeerChannel(rank, self.store, keys=keys)  # this rank's own server of its round data (peerserve)
-        self._last_contact = 0.0  # when a store call last succeeded
         self._lone_seen: set[tuple[int, str, int]] = set()
         self._live_at: dict[str, frozenset] = {}  # exchange → its live nodes as this node entered it (accusations)
-        self._marks_named: set[tuple[str, int]] = set()  # refused leave marks already named in the log
         self._notes: list[tuple[int, str]] = []  # refusals to report with the next all-gather (a rank that never joined)
         # rank → (node, reason) its transport refused in the last round (shared in the cross-check: peers.jsonl)
         self.peer_views: dict[int, list[tuple[int | None, str]]] = {}
@@ -154,6 +156,29 @@ class DistributedTransport(StoreExchange):
         log.info("node %d of %d joined (backend %s)", rank, world, backend)
         return transport
 
+    def check_startup(self, protocol, timeout_s: float) -> None:
+        """Once the keys exist: every rank signs what it runs with (run context, hence the run name and
+        config; the roster; the honest nodes) and checks everyone's against its own, so a value a rank
+        overwrote in the store stops the run here instead of splitting the swarm.
+
+        Args:
+            protocol: the run's :class:`~dgrpo.swarm.protocol.Protocol` (this node's signer, the roster).
+            timeout_s: seconds to wait for every rank's record (``swarm.startup_timeout_s``).
+
+        Raises:
+            PeerFailure: a rank's record does not verify under its roster key, or its values differ
+                (one line naming the ranks and the values: :meth:`SignedStore.check_records`).
+        """
+        self.signed_store.arm(protocol.signers.get(self.rank), protocol.verifier)  # (draws this launch's nonce)
+        chan = self.chan  # every rank's server address as this rank resolved it (an address overwritten in
+        # the store before a rank read it would show here as a different map): never read again after this
+        values = {"context": protocol.verifier.context, "honest": self.honest,  # equal on every rank
+                  "roster": protocol.verifier.roster.fingerprint,
+                  "servers": {str(k): chan.address_of(k) for k in range(self.world_size) if k in self.alive}}
+        records = self.gather_values("startup", self.signed_store.startup_record(values), timeout_s=timeout_s)
+        chan.frozen = True
+        self.signed_store.check_records(values, records)
+
     # ------------------------------------------------------------------ roles
     @property
     def is_main(self) -> bool:
@@ -169,7 +194,7 @@ class DistributedTransport(StoreExchange):
         stale = self._own_keys
         self._own_keys = []
         self.post(tag, payload, framed)
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + self.wait.timeout_s
         self._own_keys = stale + self._own_keys  # restored if deleted while peers may still read them
         got = {self.rank: payload, **self.collect(tag, range(self.world_size), deadline)}
         # Every live peer has posted `tag`, so it is done reading what this node posted before.
@@ -184,13 +209,13 @@ class DistributedTransport(StoreExchange):
         ``timeout_s``: a start-up wait (``swarm.startup_timeout_s``, named so in errors; every rank is
         needed); default ``swarm.timeout_s``.
         """
-        saved = self.timeout_s, self.limit_name
+        saved = self.wait.timeout_s, self.wait.limit_name
         if timeout_s is not None:
-            self.timeout_s, self.limit_name = timeout_s, "swarm.startup_timeout_s"
+            self.wait.timeout_s, self.wait.limit_name = timeout_s, "swarm.startup_timeout_s"
         try:
             return {n: b.decode(errors="replace") for n, b in self.exchange(tag, value.encode()).items()}
         finally:
-            self.timeout_s, self.limit_name = saved
+            self.wait.timeout_s, self.wait.limit_name = saved
 
     def agree(self, tag: str, value: str) -> str:
         """The lowest live node's ``value``: the one all nodes use (run names differ by start second)."""
@@ -298,7 +323,7 @@ class DistributedTransport(StoreExchange):
         for node in sorted(payloads):
             out += mine if node == self.rank else self.decode(node, payloads[node])
         out = out if self.verifier is None else self.cross_check(round_idx, out)
-        self.report_lone_accusations(time.monotonic() + self.timeout_s)
+        self.report_lone_accusations(time.monotonic() + self.wait.timeout_s)
         return out
 
     # ------------------------------------------------------------------ shutdown
@@ -314,7 +339,7 @@ class DistributedTransport(StoreExchange):
             self.exchange("done", b"1")
             # its peers read "done" from this node's server: serve it until each did (at most 10 s: a
             # peer that never reads it only logs a warning at its own shutdown)
-            end = time.monotonic() + min(self.timeout_s, 10.0)
+            end = time.monotonic() + min(self.wait.timeout_s, 10.0)
             while time.monotonic() < end and not self.chan.read_by(f"done/data/{self.rank}", self.alive - {self.rank}):
                 time.sleep(0.02)
         except PeerFailure as err:
@@ -333,7 +358,7 @@ class DistributedTransport(StoreExchange):
         self._closed = True
         nxt = 0 if self._last_round is None else self._last_round + 1
         try:
-            self.leave((f"r{nxt}", f"eq{nxt - 1}", f"rec{nxt - 1}", f"rec{nxt}", "done"))
+            self.signed_store.leave((f"r{nxt}", f"eq{nxt - 1}", f"rec{nxt - 1}", f"rec{nxt}", "done"))
         except Exception:  # noqa: BLE001 - the store may be gone already; peers then time out
             pass
 

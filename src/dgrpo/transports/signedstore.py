@@ -1,0 +1,221 @@
+"""What the distributed transport still keeps in the shared c10d store, signed: leave marks, the signed copies
+of accusations, and each rank's signed start-up record (:class:`SignedStore`).
+
+Any rank can delete or overwrite any key of the store (issue 31, review r31b), so nothing read there
+counts unless its node signed it for this launch:
+
+* ``{tag}/status/{k}``: lines ``left:{signature}`` appended by k, which stopped on an error and will not
+  post ``tag`` (its server may be gone). Only a line k's roster key signed for this launch counts;
+  anything else there is named once in the log (its signer, or unsigned / another launch's); before the
+  keys exist all are ignored.
+* the start-up record (exchanged through the ranks' own servers, :meth:`SignedStore.startup_record`): the
+  values a rank runs with and its launch nonce, signed with its roster key.
+
+Marks and accusations are bound to the run context and to their signer's launch nonce: 32 fresh random hex
+digits each rank draws per process and publishes in its signed start-up record, so a mark or accusation
+kept from an earlier run or launch of the same name and config (a rerun, a ``dgrpo resume``) does not
+verify (review r31c F4).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+from dgrpo.errors import PeerFailure
+from dgrpo.registry import LazyModule
+
+if TYPE_CHECKING:
+    from dgrpo.swarm.identity import SignatureVerifier, Signer
+
+log = logging.getLogger("dgrpo.transports.storewait")  # (one logger for the exchange and its blame)
+dist = LazyModule("torch.distributed")
+
+_NONCE = re.compile(r"[0-9a-f]{32}")  # a launch nonce: 16 random bytes in lower-case hex
+
+
+def _seconds(s: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=max(s, 0.001))
+
+
+@dataclass
+class Wait:
+    """How long an exchange waits for a peer after posting (seconds), and the setting it comes from (named
+    in errors): ``swarm.timeout_s``, or ``swarm.startup_timeout_s`` for a start-up exchange
+    (:meth:`DistributedTransport.gather_values` swaps both for its duration)."""
+
+    timeout_s: float
+    limit_name: str = "swarm.timeout_s"
+
+
+class SignedStore:
+    """This rank's client of the shared c10d store, and the signatures of what it writes there.
+
+    Args:
+        store: the process group's store under the ``dgrpo/`` prefix (a ``PrefixStore``).
+        rank: this node.
+        alive: the transport's live nodes (the same set): this rank leaves it when it finds the store gone
+            after it stalled past its peers' timeout.
+        wait: the transport's :class:`Wait` (its timeout and setting, named in errors).
+
+    Attributes:
+        signer: this node's :class:`~dgrpo.swarm.identity.Signer` (None until :meth:`arm`; None also when
+            the run does not sign).
+        keys: the roster's :class:`~dgrpo.swarm.identity.SignatureVerifier` (None until :meth:`arm`). With
+            both set, leave marks, accusations and the start-up record are signed and checked; before,
+            nothing is signed and every mark is taken (leave marks are ignored while ``keys`` is None).
+        nonce: this launch's nonce, 32 lower-case hex digits drawn at :meth:`arm` ("" before).
+        nonces: node → the launch nonce it published in its start-up record (:meth:`check_records`).
+        last_contact: ``time.monotonic()`` of the last store call that succeeded (0.0: none yet).
+    """
+
+    def __init__(self, store, rank: int, alive: set[int], wait: Wait):
+        self.store, self.rank, self.alive, self.wait = store, rank, alive, wait
+        self.signer: Signer | None = None
+        self.keys: SignatureVerifier | None = None
+        self.nonce = ""
+        self.nonces: dict[int, str] = {}
+        self.last_contact = 0.0
+        self._marks_named: set[tuple[str, int]] = set()  # refused leave marks already named in the log
+
+    # ------------------------------------------------------------------ store calls
+    @staticmethod
+    def _raise(err: Exception):
+        raise err
+
+    def call(self, fn, *args):
+        """``fn(*args)``; a store that cannot be reached is a one-line PeerFailure (a stalled node that
+        comes back after its peers left says so)."""
+        try:
+            out = fn(*args)
+        except dist.DistError as err:
+            idle = time.monotonic() - self.last_contact
+            if idle > self.wait.timeout_s and self.last_contact > 0:
+                self.alive.discard(self.rank)
+                raise PeerFailure(f"node {self.rank} was declared failed by its peers: it stalled {idle:.0f} s, more "
+                                  f"than {self.wait.limit_name}={self.wait.timeout_s:g}s, and they have left (the "
+                                  "rendezvous store is gone)") from err
+            raise PeerFailure(f"node {self.rank} lost the rendezvous store (MASTER_ADDR:MASTER_PORT; hosted by the "
+                              f"torchrun agent of the first machine, or by rank 0 without torchrun): "
+                              f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
+        self.last_contact = time.monotonic()
+        return out
+
+    def exists(self, key: str) -> bool:
+        return bool(self.call(self.store.check, [key]))
+
+    def read(self, key: str, deadline: float) -> bytes | None:
+        """The value of ``key`` if it is there (a get bounded by the deadline: it may be deleted meanwhile)."""
+        if not self.exists(key):
+            return None
+        self.call(self.store.set_timeout, _seconds(max(2.0, deadline - time.monotonic())))
+        try:
+            return self.store.get(key)
+        except dist.DistStoreError:  # deleted between the check and the get: waited out, not lost
+            return None
+        except dist.DistError as err:
+            return self.call(self._raise, err)
+
+    # ------------------------------------------------------------------ signatures
+    def arm(self, signer: "Signer | None", keys: "SignatureVerifier") -> None:
+        """From the start-up check on: sign with ``signer`` and check with ``keys``; this launch's nonce is
+        drawn now (before any mark is signed) unless it was set already."""
+        self.nonce = self.nonce or secrets.token_hex(16)
+        self.signer, self.keys = signer, keys
+
+    def sign(self, what: str, bound: bool = True) -> str:
+        """This node's signature of ``what`` (hex; ``bound``: for this run context and this process's launch
+        nonce only); "" before the keys exist."""
+        if self.signer is None or self.keys is None:
+            return ""
+        return self.signer.sign_bytes(f"dgrpo/{what}|{self.bound(self.rank) if bound else ''}".encode())
+
+    def valid(self, node: int, what: str, sig, bound: bool = True) -> bool:
+        """Whether ``sig`` is node's signature of ``what`` (``bound``: for this run context and the launch
+        nonce ``node`` published at the start-up check); always, before the keys exist."""
+        if self.signer is None or self.keys is None:
+            return True
+        return self.keys.valid(node, f"dgrpo/{what}|{self.bound(node) if bound else ''}".encode(), sig)
+
+    def bound(self, node: int) -> str:
+        """What a bound signature of ``node`` covers: the run context and node's launch nonce ("" while
+        unknown: no mark an honest rank signs verifies then, since it draws its nonce before it signs)."""
+        nonce = self.nonce if node == self.rank else self.nonces.get(node, "")
+        return f"{self.keys.context}|{nonce}"
+
+    # ------------------------------------------------------------------ the start-up record
+    def startup_record(self, values: dict) -> str:
+        """This rank's signed start-up record (JSON): ``values`` (what it runs with), its launch nonce and
+        its signature of both (not bound: the run context is one of the values, and a signature bound
+        to it could not tell a forgery from a mismatch). Call after :meth:`arm`."""
+        body = json.dumps(values, sort_keys=True)
+        return json.dumps({"values": values, "nonce": self.nonce,
+                           "sig": self.sign(f"startup|{body}|{self.nonce}", bound=False)})
+
+    def check_records(self, values: dict, records: dict[int, str]) -> None:
+        """Check every rank's start-up record (node → :meth:`startup_record` as its server served it)
+        against this rank's ``values``; keep each valid record's nonce in :attr:`nonces`.
+
+        Raises:
+            PeerFailure: a record does not verify under its roster key, or its values differ (one line
+                naming the ranks and the values that differ).
+        """
+        forged, odd, nonces = [], {}, {}
+        for node, raw in sorted(records.items()):
+            try:
+                rec = json.loads(raw)
+                theirs, nonce = rec["values"], rec["nonce"]
+                ok = (isinstance(theirs, dict) and isinstance(nonce, str) and _NONCE.fullmatch(nonce) is not None
+                      and self.valid(node, f"startup|{json.dumps(theirs, sort_keys=True)}|{nonce}", rec["sig"],
+                                     bound=False))
+            except (ValueError, RecursionError, KeyError, TypeError):
+                ok = False
+            if not ok:
+                forged.append(node)
+                continue
+            nonces[node] = nonce
+            if theirs != values:
+                odd[node] = sorted(k for k in values.keys() | theirs.keys() if values.get(k) != theirs.get(k))
+        self.nonces = nonces  # each rank's launch nonce, as its own server served it (marks bind to it)
+        if forged or odd:
+            parts = [f"the start-up records of nodes {forged} do not verify with the keys node {self.rank} holds for "
+                     "them (a public key or the record was overwritten in the store)" if forged else "",
+                     "; ".join(f"nodes {[n for n in odd if tuple(odd[n]) == ks]} run with another {', '.join(ks)} than node "
+                               f"{self.rank}" for ks in sorted({tuple(k) for k in odd.values()}))]
+            raise PeerFailure(f"{'; '.join(p for p in parts if p)}: a rank wrote over another's start-up values in "
+                              "the store (or the ranks were started differently); stopping before round 0 rather "
+                              "than splitting the swarm")
+
+    # ------------------------------------------------------------------ leave marks
+    def status(self, tag: str, peer: int, deadline: float) -> str | None:
+        """``left`` if ``peer`` appended a leave mark it signed for ``tag`` in the store (it stopped on an error:
+        its own server may be gone), else None. Anything else there (junk, a mark another key signed, an
+        unsigned one) is refused and named once in the log: its signer, or ``unsigned``."""
+        raw = self.read(f"{tag}/status/{peer}", deadline)
+        if raw is None or self.keys is None:  # (before the keys exist: unsigned, ignored)
+            return None
+        lines = raw[:4096].decode(errors="replace").splitlines()[:16]
+        if any(x.startswith("left:") and self.valid(peer, f"left|{tag}|{peer}", x[5:]) for x in lines):
+            return "left"
+        if (tag, peer) not in self._marks_named:
+            self._marks_named.add((tag, peer))
+            by = [n for n in sorted(self.keys.roster.keys) for x in lines
+                  if x.startswith("left:") and self.valid(n, f"left|{tag}|{peer}", x[5:])]
+            log.warning("node %d: refused a leave mark for node %d in the store (%s/status/%d): %s", self.rank, peer,
+                        tag, peer, f"signed by node {by[0]}, not node {peer}" if by else
+                        f"not signed by node {peer} for this launch (unsigned, or a mark of an earlier run or "
+                        "launch: its writer cannot be named)")
+        return None
+
+    def leave(self, tags: Iterable[str]) -> None:
+        """Mark this node's exchanges ``tags`` as left (signed, appended: junk another rank wrote there
+        first cannot keep the mark out), so peers stop waiting for it at once."""
+        for tag in tags:
+            self.call(self.store.append, f"{tag}/status/{self.rank}",
+                      f"\nleft:{self.sign(f'left|{tag}|{self.rank}')}\n".encode())  # (own line)

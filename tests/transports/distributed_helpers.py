@@ -313,7 +313,7 @@ def _overwrite_startup(tag: str, victim: int, value: bytes) -> None:
 
 def _accuse(victim: int) -> None:
     """This rank accuses the victim (signed, alone) of missing round 0 and marks its round-1 status failed."""
-    _before_reading("r0", lambda t: (t._accuse(victim, "r0"), t.store.compare_set(f"r1/status/{victim}", "", "failed")))
+    _before_reading("r0", lambda t: (t.ledger.accuse(victim, "r0"), t.store.compare_set(f"r1/status/{victim}", "", "failed")))
 
 
 def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:

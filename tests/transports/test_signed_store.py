@@ -29,7 +29,7 @@ def _ranks(n=4, timeout_s=5.0, signed_addresses=True, keys=None):
                                keys=AddressKeys(k, keys[k], roster, "fp") if signed_addresses else None)
           for k in range(n)]
     for t in ts:
-        t._closed, t._acc_ttl = True, 0.0
+        t._closed, t.ledger.ttl_s = True, 0.0
         t.signed_store.signer, t.signed_store.keys = Signer(t.rank, keys[t.rank], "run|fp"), verifier
         t.signed_store.nonce, t.signed_store.nonces = nonces[t.rank], dict(nonces)
     return ts, keys

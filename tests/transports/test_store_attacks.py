@@ -236,7 +236,7 @@ def _swarm_of(n=4, timeout_s=0.3):
     ts = [DistributedTransport(store, k, n, honest=range(n), timeout_s=timeout_s, on_peer_failure="continue")
           for k in range(n)]
     for t in ts:
-        t._closed, t._acc_ttl = True, 0.0  # (accusations fetched afresh at every check)
+        t._closed, t.ledger.ttl_s = True, 0.0  # (accusations fetched afresh at every check)
         t.signed_store.signer, t.signed_store.keys = Signer(t.rank, keys[t.rank], "run|fp"), verifier
     return ts
 
@@ -248,24 +248,24 @@ def test_expulsion_needs_signed_accusations_of_more_than_half_the_live_nodes():
 
     assert [quorum(n) for n in (2, 3, 4, 5, 7)] == [1, 2, 3, 3, 4]
     ts, far = _swarm_of(), time.monotonic() + 60
-    ts[3]._accuse(1, "r0")
-    assert ts[0]._expelled(1, far) is None  # alone: nobody is expelled
-    ts[0].report_lone_accusations(far)
+    ts[3].ledger.accuse(1, "r0")
+    assert ts[0].ledger.expelled(1, far) is None  # alone: nobody is expelled
+    ts[0].ledger.report_lone_accusations(far)
     assert ts[0].rejected == [(3, "accusation: node 3 accused node 1 of missing exchange 'r0' with 1 of the 3 "
                                   "accusers needed; nobody is expelled")]
     for t in ts:  # accusations are served by their signers (peerserve): store lines are nobody's
         t.store.append("accuse/1", b'{"by": 2, "peer": 1, "tag": "r0"}\n')
     forged = json.dumps({"by": 0, "peer": 1, "tag": "r0", "sig": ts[3].signed_store.sign("accuse|r0|1")}) + "\n"
     ts[3].chan.append("accuse", forged.encode())  # node 3 serves an accusation in node 0's name
-    assert ts[0].accusations(1, far) == {"r0": {3}}
+    assert ts[0].ledger.accusations(1, far) == {"r0": {3}}
     assert ts[0].rejected[-1] == (3, "accusation: node 3 serves junk as its accusations (a line that is not an "
                                      "accusation it signed); refused for the run")
-    ts[2]._accuse(1, "r0")
-    assert ts[0]._expelled(1, far) is None  # 2 of 4 is not more than half
-    ts[0]._accuse(1, "r1")
-    assert ts[0]._expelled(1, far) is None  # accusations of different exchanges do not add up
-    ts[0]._accuse(1, "r0")
-    assert ts[3]._expelled(1, far) == ("r0", [0, 2, 3])
+    ts[2].ledger.accuse(1, "r0")
+    assert ts[0].ledger.expelled(1, far) is None  # 2 of 4 is not more than half
+    ts[0].ledger.accuse(1, "r1")
+    assert ts[0].ledger.expelled(1, far) is None  # accusations of different exchanges do not add up
+    ts[0].ledger.accuse(1, "r0")
+    assert ts[3].ledger.expelled(1, far) == ("r0", [0, 2, 3])
     with pytest.raises(Exception, match="node 1 was declared failed by its peers in exchange 'r0': nodes \\[0, 2, 3\\]"):
         ts[1].post("r2", b"x")
 
@@ -295,17 +295,17 @@ def test_accusations_of_an_earlier_exchange_need_a_quorum_of_that_exchange_s_liv
     ts, far = _swarm_of(), time.monotonic() + 60
     for t in ts:
         t.post("r0", b"x")
-    ts[0]._accuse(1, "r0")
-    ts[3]._accuse(1, "r0")
+    ts[0].ledger.accuse(1, "r0")
+    ts[3].ledger.accuse(1, "r0")
     for t in ts:
         t.alive.discard(2)  # node 2 out (its peers found it missing in r1)
         t.post("r1", b"y")
-    assert quorum(3) == 2 and ts[0].accusations(1, far) == {"r0": {0, 3}}
-    assert ts[0]._expelled(1, far) is None and ts[3]._expelled(1, far) is None
-    ts[0].report_lone_accusations(far)
+    assert quorum(3) == 2 and ts[0].ledger.accusations(1, far) == {"r0": {0, 3}}
+    assert ts[0].ledger.expelled(1, far) is None and ts[3].ledger.expelled(1, far) is None
+    ts[0].ledger.report_lone_accusations(far)
     assert ts[0].rejected[-1] == (3, "accusation: node 3 accused node 1 of missing exchange 'r0' with 2 of the 3 "
                                      "accusers needed; nobody is expelled")
     ts[1].post("r2", b"z")  # node 1 does not find itself expelled either
-    ts[0]._accuse(1, "r1")
-    ts[3]._accuse(1, "r1")  # in r1, 3 nodes live: 2 accusers are a quorum
-    assert ts[0]._expelled(1, far) == ("r1", [0, 3])
+    ts[0].ledger.accuse(1, "r1")
+    ts[3].ledger.accuse(1, "r1")  # in r1, 3 nodes live: 2 accusers are a quorum
+    assert ts[0].ledger.expelled(1, far) == ("r1", [0, 3])

@@ -51,6 +51,7 @@ from dgrpo.swarm.protocol import merge_views
 from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relayed
 from dgrpo.transports.rendezvous import _seconds, address_keys, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
+from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
 from dgrpo.transports.storewait import StoreExchange
 from dgrpo.swarm.validation import Limits, parse_message
@@ -88,6 +89,8 @@ class DistributedTransport(StoreExchange):
         wait: the exchanges' :class:`~dgrpo.transports.signedstore.Wait` (timeout and the setting it comes from).
         signed_store: the :class:`~dgrpo.transports.signedstore.SignedStore`: store calls, leave marks, the
             signatures of marks and accusations (armed by :meth:`check_startup`).
+        ledger: the :class:`~dgrpo.transports.accusations.AccusationLedger`: this node's accusations and the
+            quorum that expels a peer.
     """
 
     def __init__(self, store: dist.Store, rank: int, world_size: int, *, honest: Iterable[int], timeout_s: float,
@@ -107,11 +110,9 @@ class DistributedTransport(StoreExchange):
         self.signed_store = SignedStore(self.store, rank, self.alive, self.wait)
         # (key, _, framed) of this node's served payloads that peers may still read; deleted once they moved on
         self._own_keys: list[tuple[str, bytes, bool]] = []
-        self._junk_accusers: set[int] = set()
-        self._acc_cache = None
         self.chan = PeerChannel(rank, self.store, keys=keys)  # this rank's own server of its round data (peerserve)
-        self._lone_seen: set[tuple[int, str, int]] = set()
-        self._live_at: dict[str, frozenset] = {}  # exchange → its live nodes as this node entered it (accusations)
+        # this node's accusations and its count of everyone's (accusations.py)
+        self.ledger = AccusationLedger(rank, self.alive, self.chan, self.signed_store, self._refuse)
         self._notes: list[tuple[int, str]] = []  # refusals to report with the next all-gather (a rank that never joined)
         # rank → (node, reason) its transport refused in the last round (shared in the cross-check: peers.jsonl)
         self.peer_views: dict[int, list[tuple[int | None, str]]] = {}
@@ -178,6 +179,10 @@ class DistributedTransport(StoreExchange):
         records = self.gather_values("startup", self.signed_store.startup_record(values), timeout_s=timeout_s)
         chan.frozen = True
         self.signed_store.check_records(values, records)
+
+    def _refuse(self, node: int, reason: str) -> None:
+        """Record a refusal under ``node`` in this all-gather's :attr:`rejected` (peers.jsonl)."""
+        self.rejected.append((node, reason))
 
     # ------------------------------------------------------------------ roles
     @property
@@ -323,7 +328,7 @@ class DistributedTransport(StoreExchange):
         for node in sorted(payloads):
             out += mine if node == self.rank else self.decode(node, payloads[node])
         out = out if self.verifier is None else self.cross_check(round_idx, out)
-        self.report_lone_accusations(time.monotonic() + self.wait.timeout_s)
+        self.ledger.report_lone_accusations(time.monotonic() + self.wait.timeout_s)
         return out
 
     # ------------------------------------------------------------------ shutdown

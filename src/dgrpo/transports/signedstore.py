@@ -110,6 +110,10 @@ class SignedStore:
     def exists(self, key: str) -> bool:
         return bool(self.call(self.store.check, [key]))
 
+    def append(self, key: str, value: bytes) -> None:
+        """Append ``value`` to ``key`` (a store that cannot be reached: PeerFailure, :meth:`call`)."""
+        self.call(self.store.append, key, value)
+
     def read(self, key: str, deadline: float) -> bytes | None:
         """The value of ``key`` if it is there (a get bounded by the deadline: it may be deleted meanwhile)."""
         if not self.exists(key):
@@ -217,5 +221,4 @@ class SignedStore:
         """Mark this node's exchanges ``tags`` as left (signed, appended: junk another rank wrote there
         first cannot keep the mark out), so peers stop waiting for it at once."""
         for tag in tags:
-            self.call(self.store.append, f"{tag}/status/{self.rank}",
-                      f"\nleft:{self.sign(f'left|{tag}|{self.rank}')}\n".encode())  # (own line)
+            self.append(f"{tag}/status/{self.rank}", f"\nleft:{self.sign(f'left|{tag}|{self.rank}')}\n".encode())  # (own line)

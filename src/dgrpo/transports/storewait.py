@@ -29,7 +29,7 @@ from typing import Iterable
 
 from dgrpo.errors import PeerFailure
 from dgrpo.registry import LazyModule
-from dgrpo.transports.accusations import Accusations, quorum  # noqa: F401 (quorum: re-exported)
+from dgrpo.transports.accusations import fetch_all, quorum  # noqa: F401 (quorum: re-exported)
 from dgrpo.transports.framing import OPEN
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ dist = LazyModule("torch.distributed")
 _SLICE_S = 0.25  # longest pause between two polls of the store
 
 
-class StoreExchange(Accusations):
+class StoreExchange:
     """Post, collect and blame through each rank's own server (``self.chan``, :mod:`peerserve`) and, for
     leave marks and the accusations of a gone peer, ``self.store`` (mixed into the distributed transport).
 
@@ -55,17 +55,6 @@ class StoreExchange(Accusations):
             return min(caps.bytes * self.world_size + (1 << 16), OPEN.bytes)
         return 1 << 20
 
-    def _fetch_all(self, owners: list[int], key_of, cap: int, deadline: float, budget: float = 2.0):
-        """owner → (value or None, problem or None) of ``key_of(owner)``, fetched from every owner at once."""
-        if not owners:
-            return {}
-        if len(owners) == 1:
-            o = owners[0]
-            return {o: self.chan.fetch(o, key_of(o), cap, deadline, budget)}
-        with ThreadPoolExecutor(max_workers=len(owners)) as pool:
-            futs = {o: pool.submit(self.chan.fetch, o, key_of(o), cap, deadline, budget) for o in owners}
-            return {o: f.result() for o, f in futs.items()}
-
     # ------------------------------------------------------------------ exchange
     def post(self, tag: str, payload: bytes, framed: bool = False) -> None:
         """Serve this node's payload of exchange ``tag`` from its own server (``framed``: as one frame).
@@ -74,9 +63,9 @@ class StoreExchange(Accusations):
             PeerFailure: a quorum of its peers expelled this node (it stalled past their timeout).
         """
         deadline = time.monotonic() + self.wait.timeout_s
-        self._acc_cache = None
-        self.live_at(tag)
-        out = self._expelled(self.rank, deadline)
+        self.ledger.forget()
+        self.ledger.live_at(tag)
+        out = self.ledger.expelled(self.rank, deadline)
         if out is not None:
             self.alive.discard(self.rank)
             raise PeerFailure(f"node {self.rank} was declared failed by its peers in exchange {out[0]!r}: nodes "
@@ -96,7 +85,7 @@ class StoreExchange(Accusations):
             PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it).
         """
         deadline = time.monotonic() + self.wait.timeout_s if deadline is None else deadline
-        self.live_at(tag)
+        self.ledger.live_at(tag)
         pending = sorted((set(peers) & self.alive) - {self.rank})
         got: dict[int, bytes] = {}
         bad: dict[int, str] = {}
@@ -105,7 +94,7 @@ class StoreExchange(Accusations):
         next_blame, delay = time.monotonic() + 1.0, 0.005
         while pending:
             self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
-            fetched = self._fetch_all(pending, lambda p: f"{tag}/data/{p}", cap, deadline)
+            fetched = fetch_all(self.chan, pending, lambda p: f"{tag}/data/{p}", cap, deadline)
             for peer, (data, problem) in fetched.items():
                 if data is not None:
                     got[peer] = data
@@ -121,7 +110,7 @@ class StoreExchange(Accusations):
                 break
             if now >= next_blame:  # peers others already expelled are not waited for
                 for peer in list(pending):
-                    out = self._expelled(peer, deadline)
+                    out = self.ledger.expelled(peer, deadline)
                     if out is not None:
                         pending.remove(peer)
                         self._expel(peer, *out)
@@ -143,9 +132,9 @@ class StoreExchange(Accusations):
                               f"{self.wait.limit_name}={self.wait.timeout_s:g}s); stopping before round 0")
         for peer in pending:
             self.rejected.append((peer, f"missing payload: its server did not serve exchange {tag!r}"))
-            self._accuse(peer, tag)
+            self.ledger.accuse(peer, tag)
         for peer in pending:
-            out = self._expelled(peer, deadline)
+            out = self.ledger.expelled(peer, deadline)
             if out is not None:
                 self._expel(peer, *out)
         if pending or bad:

@@ -34,6 +34,11 @@ CLI exits non-zero), with ``continue`` the round goes on without it, and later e
 a quorum accused it. A node that finds itself expelled (it stalled past its peers' timeout) leaves
 with :class:`PeerFailure`. A node that stops on an error marks its next exchanges left on the way
 out, so its peers need not wait for the timeout.
+
+The transport is built of four objects, each given what it needs: :class:`~dgrpo.transports.peerserve.PeerChannel`
+(this rank's server, bounded reads of its peers'), :class:`~dgrpo.transports.signedstore.SignedStore` (store calls,
+signed leave marks, the start-up record), :class:`~dgrpo.transports.accusations.AccusationLedger` (accusations and
+the quorum) and :class:`~dgrpo.transports.storewait.StoreExchange` (post, collect until the deadline, blame).
 """
 
 from __future__ import annotations
@@ -45,15 +50,15 @@ import os
 import time
 from typing import TYPE_CHECKING, Iterable
 
-from dgrpo.errors import ConfigError, PeerFailure
+from dgrpo.errors import PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import merge_views
-from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relayed
-from dgrpo.transports.rendezvous import _seconds, address_keys, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
+from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relay_refusals, relayed
+from dgrpo.transports.rendezvous import _seconds, address_keys, agree_at_start, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
-from dgrpo.transports.storewait import StoreExchange
+from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits, parse_message
 from dgrpo.types import Message
 
@@ -65,8 +70,8 @@ torch = LazyModule("torch")  # imported on first use: a config naming this trans
 dist = LazyModule("torch.distributed")
 
 LABELS = frozenset({"honest", "poisoned", "malicious"})  # simulation ground truth (metrics only)
-MAX_PAYLOAD_BYTES = OPEN.bytes  # the most read from a key until caps come from the share (from_env: KeyCaps.of)
-class DistributedTransport(StoreExchange):
+
+class DistributedTransport:
     """All-gather of a round's messages between torchrun ranks, one swarm node per rank.
 
     Args:
@@ -91,6 +96,8 @@ class DistributedTransport(StoreExchange):
             signatures of marks and accusations (armed by :meth:`check_startup`).
         ledger: the :class:`~dgrpo.transports.accusations.AccusationLedger`: this node's accusations and the
             quorum that expels a peer.
+        exchanger: the :class:`~dgrpo.transports.storewait.StoreExchange`: posts, collects until a deadline,
+            blames a peer that misses it.
     """
 
     def __init__(self, store: dist.Store, rank: int, world_size: int, *, honest: Iterable[int], timeout_s: float,
@@ -99,20 +106,20 @@ class DistributedTransport(StoreExchange):
         self.rank, self.world_size = rank, world_size
         self.local_nodes = [rank]
         self.honest = sorted(honest)
-        self.on_peer_failure, self.max_messages = on_peer_failure, max_messages
+        self.max_messages = max_messages
         self.wait = Wait(timeout_s)  # how long an exchange waits for a peer, and the setting it comes from
         self.alive = set(range(world_size))
         self.failed, self.labels, self.rejected = {}, {}, []  # see transports/base.py: Transport
         self.first_round = 0  # every rank starts together (a world of fixed size)
         self.verifier = None
         self.equivocators: dict[int, int] = {}
-        # the store's leave marks and start-up record, signed with this node's Signer once check_startup armed it
         self.signed_store = SignedStore(self.store, rank, self.alive, self.wait)
         # (key, _, framed) of this node's served payloads that peers may still read; deleted once they moved on
         self._own_keys: list[tuple[str, bytes, bool]] = []
         self.chan = PeerChannel(rank, self.store, keys=keys)  # this rank's own server of its round data (peerserve)
-        # this node's accusations and its count of everyone's (accusations.py)
         self.ledger = AccusationLedger(rank, self.alive, self.chan, self.signed_store, self._refuse)
+        self.exchanger = StoreExchange(rank, self.alive, self.failed, self.chan, self.signed_store, self.ledger,
+                                       self.wait, on_peer_failure, self._refuse)
         self._notes: list[tuple[int, str]] = []  # refusals to report with the next all-gather (a rank that never joined)
         # rank → (node, reason) its transport refused in the last round (shared in the cross-check: peers.jsonl)
         self.peer_views: dict[int, list[tuple[int | None, str]]] = {}
@@ -144,16 +151,7 @@ class DistributedTransport(StoreExchange):
             transport._notes.append((node, f"join: did not join within swarm.startup_timeout_s={sw.startup_timeout_s:g}s"))
         transport.caps = KeyCaps.of(max(1, sw.prompts_per_round * sw.group_size // world),
                                     Limits.for_completions(cfg.sampling.max_new_tokens))
-        # Each rank knows only whether it itself attacks (its own config); which ranks report metrics
-        # is decided from what each declares, never from the others' entries of swarm.malicious.
-        roles = transport.gather_values("role", "attacker" if rank in set(sw.malicious) else "honest",
-                                        timeout_s=sw.startup_timeout_s)
-        transport.honest = sorted(n for n, role in roles.items() if role == "honest")
-        prints = transport.gather_values("config", config_fingerprint(cfg), timeout_s=sw.startup_timeout_s)
-        odd = sorted(n for n, fp in prints.items() if fp != prints[min(prints)])
-        if odd:
-            raise ConfigError(f"nodes {odd} run another config than node {min(prints)}: every rank needs the same "
-                              "config and overrides (out_dir, threads, tensorboard and tracking may differ)")
+        transport.honest = agree_at_start(transport, rank, cfg)  # (roles and config: rendezvous)
         log.info("node %d of %d joined (backend %s)", rank, world, backend)
         return transport
 
@@ -193,6 +191,24 @@ class DistributedTransport(StoreExchange):
 
     # ------------------------------------------------------------------ exchange (post, collect: StoreExchange)
     _frame = staticmethod(frame)
+
+    def post(self, tag: str, payload: bytes, framed: bool = False) -> None:
+        """Serve this node's payload of exchange ``tag`` from its own server (``framed``: as one frame).
+
+        Raises:
+            PeerFailure: a quorum of its peers expelled this node (it stalled past their timeout).
+        """
+        key = self.exchanger.post(tag, self._frame(payload) if framed else payload)
+        self._own_keys.append((key, b"", framed))
+
+    def collect(self, tag: str, peers: Iterable[int], deadline: float | None = None) -> dict[int, bytes]:
+        """Payloads of live ``peers`` in exchange ``tag`` until ``deadline`` (default: now + timeout_s), each
+        capped by this node's share (:meth:`StoreExchange.collect`: who is blamed for a missing one).
+
+        Raises:
+            PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it).
+        """
+        return self.exchanger.collect(tag, peers, deadline, cap_of(tag, self.caps, self.world_size))
 
     def exchange(self, tag: str, payload: bytes, framed: bool = False) -> dict[int, bytes]:
         """Post ``payload`` and collect every live peer's (own payload included, under this rank)."""
@@ -294,7 +310,7 @@ class DistributedTransport(StoreExchange):
             return messages
         limit = self.max_messages * self.world_size
         views = {n: messages if n == self.rank else relayed(raw, limit) for n, raw in reports.items()}
-        self.peer_views = {n: _refusals(raw) for n, raw in reports.items() if n != self.rank}
+        self.peer_views = {n: relay_refusals(raw) for n, raw in reports.items() if n != self.rank}
         caught, merged = merge_views(self.rank, views, self.verifier, round_idx)
         recovered = {id(m) for m in merged} - {id(m) for m in messages}
         for node, reason in caught.items():
@@ -366,16 +382,6 @@ class DistributedTransport(StoreExchange):
             self.signed_store.leave((f"r{nxt}", f"eq{nxt - 1}", f"rec{nxt - 1}", f"rec{nxt}", "done"))
         except Exception:  # noqa: BLE001 - the store may be gone already; peers then time out
             pass
-
-
-def _refusals(raw: bytes) -> list[tuple[int | None, str]]:
-    """The (node, reason) pairs a peer's relay reports its transport refused (a report, never evidence)."""
-    try:
-        items = json.loads(raw).get("rejected", [])
-    except (ValueError, RecursionError, AttributeError):
-        return []
-    return [(n, r[:200]) for n, r in (x for x in items[:256] if isinstance(x, list) and len(x) == 2)
-            if (n is None or isinstance(n, int)) and isinstance(r, str)] if isinstance(items, list) else []
 
 
 @register("transport", "distributed")

@@ -199,3 +199,14 @@ def relayed(raw: bytes, limit: int) -> list[Message]:
         return []
     raws = data["messages"] if isinstance(data, dict) and isinstance(data.get("messages"), list) else []
     return [m for m in (parse_message(x)[0] for x in raws[:limit]) if m is not None]
+
+
+def relay_refusals(raw: bytes) -> list[tuple[int | None, str]]:
+    """The (node, reason) pairs a peer's relay reports its transport refused (a report, never evidence)."""
+    try:
+        items = json.loads(raw).get("rejected", [])
+    except (ValueError, RecursionError, AttributeError):
+        return []
+    return [(n, r[:200]) for n, r in (x for x in items[:256] if isinstance(x, list) and len(x) == 2)
+            if (n is None or isinstance(n, int)) and isinstance(r, str)] if isinstance(items, list) else []
+

@@ -145,3 +145,25 @@ def address_keys(cfg: "RunConfig", rank: int):
     except ValueError as err:
         raise ConfigError(str(err)) from err
     return AddressKeys(rank, key, roster, config_fingerprint(cfg))
+
+
+def agree_at_start(transport, rank: int, cfg: "RunConfig") -> list[int]:
+    """The honest nodes, from the role each rank declares, once every rank runs the same config (both
+    exchanged with ``transport.gather_values`` within ``swarm.startup_timeout_s``; ``rank``: this one).
+
+    Each rank knows only whether it itself attacks (its own config); which ranks report metrics is
+    decided from what each declares, never from the others' entries of swarm.malicious.
+
+    Raises:
+        ConfigError: the ranks' config fingerprints differ (names the ranks).
+        PeerFailure: a rank did not serve its values in time (:meth:`DistributedTransport.gather_values`).
+    """
+    sw = cfg.swarm
+    roles = transport.gather_values("role", "attacker" if rank in set(sw.malicious) else "honest",
+                                    timeout_s=sw.startup_timeout_s)
+    prints = transport.gather_values("config", config_fingerprint(cfg), timeout_s=sw.startup_timeout_s)
+    odd = sorted(n for n, fp in prints.items() if fp != prints[min(prints)])
+    if odd:
+        raise ConfigError(f"nodes {odd} run another config than node {min(prints)}: every rank needs the same "
+                          "config and overrides (out_dir, threads, tensorboard and tracking may differ)")
+    return sorted(n for n, role in roles.items() if role == "honest")

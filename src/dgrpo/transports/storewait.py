@@ -17,47 +17,65 @@ Round data never goes through the shared c10d store, where any rank can delete o
 
 Every wait ends at the exchange's deadline (``timeout_s`` after this node posted): peers are polled
 at once with bounded reads (:meth:`PeerChannel.fetch`). Start-up exchanges (``timeout_s`` given to
-:meth:`gather_values`) need every rank that joined.
+:meth:`DistributedTransport.gather_values`) need every rank that joined.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from dgrpo.errors import PeerFailure
-from dgrpo.registry import LazyModule
-from dgrpo.transports.accusations import fetch_all, quorum  # noqa: F401 (quorum: re-exported)
-from dgrpo.transports.framing import OPEN
+from dgrpo.transports.accusations import AccusationLedger, fetch_all, quorum  # noqa: F401 (quorum: re-exported)
+from dgrpo.transports.framing import OPEN, KeyCaps
+
+if TYPE_CHECKING:
+    from dgrpo.transports.peerserve import PeerChannel
+    from dgrpo.transports.signedstore import SignedStore, Wait
 
 log = logging.getLogger(__name__)
-dist = LazyModule("torch.distributed")
 
 _SLICE_S = 0.25  # longest pause between two polls of the store
 
 
-class StoreExchange:
-    """Post, collect and blame through each rank's own server (``self.chan``, :mod:`peerserve`) and, for
-    leave marks and the accusations of a gone peer, ``self.store`` (mixed into the distributed transport).
+def cap_of(tag: str, caps: KeyCaps, world_size: int) -> int:
+    """Bytes a reader takes from one peer's value of exchange ``tag`` (from its share: ``caps``,
+    :class:`~dgrpo.transports.framing.KeyCaps`): a round's frames, a relay of every node's, or 1 MiB."""
+    if tag.startswith("r") and tag[1:].isdigit():
+        return caps.bytes + 14 * caps.frames
+    if tag.startswith("eq"):
+        return min(caps.bytes * world_size + (1 << 16), OPEN.bytes)
+    return 1 << 20
 
-    Expects ``store`` (a PrefixStore), ``chan``, ``rank``, ``world_size``, ``alive``, ``failed``, ``rejected``,
-    ``timeout_s``, ``limit_name``, ``on_peer_failure``, ``signer``, ``verifier``, ``_junk_accusers`` on ``self``.
+
+class StoreExchange:
+    """Post and collect the payloads of one exchange through each rank's own server, until a deadline,
+    and blame the peers that miss it (accused, expelled by a quorum, failed under ``on_peer_failure``).
+
+    Args:
+        rank: this node.
+        alive / failed: the transport's live nodes and failed node → exchange (the same objects: a peer
+            expelled or gone leaves ``alive`` and enters ``failed``; this node leaves ``alive`` when expelled).
+        chan: this rank's :class:`~dgrpo.transports.peerserve.PeerChannel` (serves its payloads, fetches
+            its peers').
+        store: the :class:`~dgrpo.transports.signedstore.SignedStore` (a gone peer's signed leave marks).
+        ledger: the :class:`~dgrpo.transports.accusations.AccusationLedger` (accusing, the quorum).
+        wait: the transport's :class:`~dgrpo.transports.signedstore.Wait` (timeout, its setting in errors).
+        on_peer_failure: ``abort`` (raise) or ``continue`` (go on without a failed peer this round).
+        refuse: ``refuse(node, reason)`` records a refusal under ``node`` (``rejected`` of the all-gather).
     """
 
-    def _cap(self, tag: str) -> int:
-        """Bytes a reader takes from one peer's value of exchange ``tag`` (from its share: framing.KeyCaps)."""
-        caps = getattr(self, "caps", OPEN)
-        if tag.startswith("r") and tag[1:].isdigit():
-            return caps.bytes + 14 * caps.frames
-        if tag.startswith("eq"):
-            return min(caps.bytes * self.world_size + (1 << 16), OPEN.bytes)
-        return 1 << 20
+    def __init__(self, rank: int, alive: set[int], failed: dict[int, str], chan: "PeerChannel",
+                 store: "SignedStore", ledger: AccusationLedger, wait: "Wait", on_peer_failure: str,
+                 refuse: Callable[[int, str], None]):
+        self.rank, self.alive, self.failed, self.chan = rank, alive, failed, chan
+        self.store, self.ledger, self.wait, self.on_peer_failure, self.refuse = store, ledger, wait, on_peer_failure, refuse
 
     # ------------------------------------------------------------------ exchange
-    def post(self, tag: str, payload: bytes, framed: bool = False) -> None:
-        """Serve this node's payload of exchange ``tag`` from its own server (``framed``: as one frame).
+    def post(self, tag: str, value: bytes) -> str:
+        """Serve this node's ``value`` of exchange ``tag`` from its own server; returns its key there
+        (``{tag}/data/{rank}``).
 
         Raises:
             PeerFailure: a quorum of its peers expelled this node (it stalled past their timeout).
@@ -72,12 +90,13 @@ class StoreExchange:
                               f"{out[1]} did not receive its messages within {self.wait.limit_name}={self.wait.timeout_s:g}s "
                               "(stalled?); leaving the swarm")
         data_key = f"{tag}/data/{self.rank}"
-        self.chan.set(data_key, self._frame(payload) if framed else payload)
-        self._own_keys.append((data_key, b"", framed))
+        self.chan.set(data_key, value)
+        return data_key
 
-    def collect(self, tag: str, peers: Iterable[int], deadline: float | None = None) -> dict[int, bytes]:
-        """Payloads of live ``peers`` in exchange ``tag``, fetched from each peer's own server until they
-        are in or ``deadline`` (default: now + timeout_s). A peer whose server did not serve it by then
+    def collect(self, tag: str, peers: Iterable[int], deadline: float | None, cap: int) -> dict[int, bytes]:
+        """Payloads of live ``peers`` in exchange ``tag`` (at most ``cap`` bytes each: :func:`cap_of`), fetched
+        from each peer's own server until they are in or ``deadline`` (None: now + timeout_s). A peer whose
+        server did not serve it by then
         is accused (signed); one that served more than its cap, or too slowly, is named and left out
         of this round; both are failed peers under ``on_peer_failure``.
 
@@ -90,7 +109,6 @@ class StoreExchange:
         got: dict[int, bytes] = {}
         bad: dict[int, str] = {}
         left: list[int] = []
-        cap = self._cap(tag)
         next_blame, delay = time.monotonic() + 1.0, 0.005
         while pending:
             self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
@@ -102,7 +120,7 @@ class StoreExchange:
                 elif problem is not None:
                     bad[peer] = problem
                     pending.remove(peer)
-                elif self.signed_store.status(tag, peer, deadline) == "left":
+                elif self.store.status(tag, peer, deadline) == "left":
                     left.append(peer)
                     pending.remove(peer)
             now = time.monotonic()
@@ -124,14 +142,14 @@ class StoreExchange:
             self._fail(left, tag, "sent nothing")
         for peer, problem in sorted(bad.items()):
             log.warning("node %d: exchange %r: node %d's server %s", self.rank, tag, peer, problem)
-            self.rejected.append((peer, f"transport: exchange {tag!r}: {problem[:160]}"))
+            self.refuse(peer, f"transport: exchange {tag!r}: {problem[:160]}")
         forged = [f"the server address of node {p} in the store (addr/{p}): it {self.chan.bad_addr[p]}" for p in pending
                   if p in self.chan.bad_addr and p not in self.chan.addrs]
         if forged:  # (start-up only: addresses are never read again once the ranks checked them)
             raise PeerFailure(f"node {self.rank} refused {'; '.join(forged)}; another rank wrote over it (until "
                               f"{self.wait.limit_name}={self.wait.timeout_s:g}s); stopping before round 0")
         for peer in pending:
-            self.rejected.append((peer, f"missing payload: its server did not serve exchange {tag!r}"))
+            self.refuse(peer, f"missing payload: its server did not serve exchange {tag!r}")
             self.ledger.accuse(peer, tag)
         for peer in pending:
             out = self.ledger.expelled(peer, deadline)

@@ -10,7 +10,7 @@ import torch
 
 torch.set_num_threads(1)
 
-from distributed_helpers import apply_scenario  # noqa: E402  (script directory)
+from rank_scenarios import apply_scenario  # noqa: E402  (script directory)
 
 from dgrpo.cli import main  # noqa: E402
 

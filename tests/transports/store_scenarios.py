@@ -1,4 +1,4 @@
-"""Store attacks a rank plays on others' keys (``store:R:MODE:V`` of :func:`distributed_helpers.apply_scenario`):
+"""Store attacks a rank plays on others' keys (``store:R:MODE:V`` of :func:`rank_scenarios.apply_scenario`):
 the issue 31 reviewers' reproductions (``results/review_31/attack_status.py``, review r31b) as scenarios."""
 
 import json

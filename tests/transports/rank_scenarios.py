@@ -1,0 +1,294 @@
+"""Fault scenarios a rank of a test swarm plays (:func:`apply_scenario`, run inside the rank before the CLI:
+``distributed_helpers.launch``, ``rank_main.py`` under torchrun, ``hivemind_helpers``). Each patches the
+transport, the recipe or the start-up of its own process only."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+
+
+def crafted_payload(transport, messages) -> bytes:
+    """A compromised node's payload: two of its real messages, five bad ones signed with its own key
+    and a non-object (8 in all: a node may send at most B·G messages a round)."""
+    from dgrpo.policy.chat import encode_completion
+    from dgrpo.swarm.validation import parse_message
+
+    good = [m.to_dict() for m in messages[:2]]
+    base = dict(good[0])
+    tok = CRAFT["tokenizer"]
+    def variant(i, **kw):
+        return {**base, "index": 100 + i, **kw}
+    text = "<think>2 + 2 = 4</think>"
+    ids = encode_completion(tok, text)
+    bad = [
+        variant(0, text="<think>7 apples</think>", token_ids=ids),                       # not the decoding of its ids
+        variant(1, text=text, token_ids=[*ids[:-1], len(tok) + 5, ids[-1]]),             # token id ≥ vocab size
+        variant(2, text="a" * 10**5, token_ids=ids),  # 10^5 characters (within the key's byte cap: 4 × 4 slots of 53 kB)
+        variant(3, node=0, text=text, token_ids=ids),                                    # claims node 0's id
+        variant(4, text=text + "<|im_end|>", token_ids=encode_completion(tok, text + "<|im_end|>")),  # special text
+    ]
+    signer = CRAFT["protocol"].signers[transport.rank]
+    bad = [signer.sign(parse_message(b)[0]).to_dict() for b in bad] + ["not an object"]
+    return json.dumps({"messages": good + bad, "labels": ["honest"] * (len(good) + len(bad))}).encode()
+
+
+CRAFT: dict = {}
+
+
+def _keep_protocol() -> None:
+    """Let a scenario sign with its own rank's key (what a compromised node holds)."""
+    from dgrpo.training import build
+
+    original = build.build_protocol
+
+    def keep(*args, **kwargs):
+        CRAFT["protocol"] = original(*args, **kwargs)
+        return CRAFT["protocol"]
+
+    build.build_protocol = keep
+
+
+def _before_reading(tag: str, action) -> None:
+    """Run ``action(transport)`` in this rank's main thread just before it reads its peers' payloads
+    of exchange ``tag`` (a store client is not shared between threads)."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.collect
+
+    def collect(self, tag_, peers, deadline=None):
+        if tag_ == tag:
+            action(self)
+        return original(self, tag_, peers, deadline)
+
+    DistributedTransport.collect = collect
+
+
+def _forge(victim: int, replace: bool = False) -> None:
+    """This rank serves, after its own round-0 frame, its own messages re-addressed to the victim (signed
+    with its own key) and one unsigned message claiming the victim; ``replace`` (what the store allowed
+    before peerserve): it also writes them over the victim's round-0 key in the store, which nobody reads."""
+    import dataclasses
+
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.framing import frame
+
+    original, post = DistributedTransport.encode, DistributedTransport.post
+
+    def encode(self, messages):
+        if messages and messages[0].round == 0:
+            signer = CRAFT["protocol"].signers[self.rank]
+            forged = [signer.sign(dataclasses.replace(m, node=victim)) for m in messages]
+            forged.append(dataclasses.replace(messages[0], node=victim, index=messages[0].index + 1, signature=None))
+            self._extra = frame(json.dumps({"messages": [m.to_dict() for m in forged], "labels": ["honest"] * len(forged)}).encode())
+            if replace:
+                self.store.set(f"r0/data/{victim}", self._extra)
+        return original(self, messages)
+
+    def post_extra(self, tag, payload, framed=False):
+        post(self, tag, payload, framed)
+        if tag == "r0" and getattr(self, "_extra", None) and not replace:
+            self.chan.append(f"r0/data/{self.rank}", self._extra)
+
+    DistributedTransport.encode, DistributedTransport.post = encode, post_extra
+
+
+def _equivocate() -> None:
+    """This rank's server shows node 0 its round-0 messages and every other reader other validly signed
+    texts for the same slots (it says who reads: the X-Dgrpo-Reader header)."""
+    import dataclasses
+
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.framing import frame
+
+    original = DistributedTransport.encode
+
+    def encode(self, messages):
+        payload = original(self, messages)
+        if messages and messages[0].round == 0:
+            signer = CRAFT["protocol"].signers[self.rank]
+            other = [signer.sign(dataclasses.replace(m, text=m.text + " 2 + 2 = 5")) for m in messages]
+            second = frame(json.dumps({"messages": [m.to_dict() for m in other]}).encode())
+            key = f"r0/data/{self.rank}"
+            self.chan.hook = lambda k, reader: second if k == key and reader != "0" else None
+        return payload
+
+    DistributedTransport.encode = encode
+
+
+def _served(t, owner: int, key: str, wait: float = 60.0) -> bytes | None:
+    """``owner``'s value of ``key`` once its server serves it (polled, up to ``wait`` seconds)."""
+    end = time.monotonic() + wait
+    while time.monotonic() < end:
+        value, _ = t.chan.fetch(owner, key, 1 << 26, end)
+        if value is not None:
+            return value
+        time.sleep(0.01)
+    return None
+
+
+def _respell() -> None:
+    """In every message round this rank waits until its peers posted, reads their messages and serves, under
+    its own key before its own frame, each of them with the signature in upper case (issue 31: the old copy
+    check compared signature strings, so each counted as a second message for its honest signer's slot)."""
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.framing import frame, unframe
+
+    original = DistributedTransport.post
+
+    def post(self, tag, payload, framed=False):
+        if framed and tag.startswith("r"):
+            others = sorted(self.alive - {self.rank})
+            msgs = [m for n in others for body in unframe(_served(self, n, f"{tag}/data/{n}") or b"")
+                    for m in json.loads(body)["messages"]]
+            respelled = [{**m, "signature": m["signature"].upper()} for m in msgs if m.get("signature")]
+            prefix = frame(json.dumps({"messages": respelled}).encode())
+            self._frame = lambda p: prefix + frame(p)  # served before its own frame, from the start
+        return original(self, tag, payload, framed)
+
+    DistributedTransport.post = post
+
+
+def _slow_reader(seconds: float, tag: str = "r0") -> None:
+    """This (honest) rank reads its peers' payloads of exchange ``tag`` ``seconds`` late (a slow link)."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.collect
+
+    def collect(self, tag_, peers, deadline=None):
+        if tag_ == tag:
+            time.sleep(seconds)
+        return original(self, tag_, peers, None if deadline is None else deadline + seconds)
+
+    DistributedTransport.collect = collect
+
+
+def _no_payload() -> None:
+    """This rank never serves its round-0 payload."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.post
+
+    def post(self, tag, payload, framed=False):
+        if tag == "r0":
+            return None
+        return original(self, tag, payload, framed)
+
+    DistributedTransport.post = post
+
+
+def _delete(victim: int) -> None:
+    """This rank deletes the victim's round-0 keys from the store once the victim serves its payload
+    (the store carried round data before peerserve; now the deletion must change nothing)."""
+    def delete(t):
+        _served(t, victim, f"r0/data/{victim}")
+        [t.store.delete_key(key) for key in (f"r0/data/{victim}", f"r0/status/{victim}", f"addr/{victim}")]
+        print(f"rank {t.rank}: deleted r0/data/{victim}", flush=True)
+
+    _before_reading("r0", delete)
+
+
+def _overwrite_startup(tag: str, victim: int, value: bytes) -> None:
+    """This rank writes over the victim's value of start-up exchange ``tag`` in the store once the victim
+    serves it (what the store carried before peerserve: now nobody reads it there)."""
+    def overwrite(t):
+        _served(t, victim, f"{tag}/data/{victim}")
+        t.store.set(f"{tag}/data/{victim}", value)
+        print(f"rank {t.rank}: overwrote {tag}/data/{victim}", flush=True)
+
+    _before_reading(tag, overwrite)
+
+
+def _accuse(victim: int) -> None:
+    """This rank accuses the victim (signed, alone) of missing round 0 and marks its round-1 status failed."""
+    _before_reading("r0", lambda t: (t.ledger.accuse(victim, "r0"), t.store.compare_set(f"r1/status/{victim}", "", "failed")))
+
+
+def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
+    """``craft:R`` (rank R sends crafted JSON), ``die:R:ROUND`` (rank R exits hard at ROUND),
+    ``stall:R:ROUND:SECONDS`` (rank R sleeps at ROUND), ``forge:R:V`` (rank R serves messages claiming V
+    after its own), ``overwrite:R:V`` (rank R writes them over V's store key), ``equivocate:R`` (rank R's server shows node 0
+    other messages than the other readers), ``slowread:R:SECONDS[:TAG]``, ``nopayload:R`` (R never serves round 0),
+    ``delete:R:V`` (R deletes V's round-0 store keys once V serves), ``accuse:R:V`` (R alone accuses V),
+    ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
+    ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``connflood:R:V`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
+    signatures); several scenarios are joined with ``,``."""
+    if "," in scenario:
+        for one in scenario.split(","):
+            apply_scenario(one, rank, args)
+        return
+    if not scenario:
+        return
+    kind, who, *rest = scenario.split(":")
+    if int(who) != rank:
+        return
+    from dgrpo.recipes import horizontal
+    from dgrpo.transports.distributed import DistributedTransport
+
+    _keep_protocol()
+    if kind in ("store", "serve", "addr", "connflood", "checkin", "slowstart"):
+        from peer_scenarios import address_attack, connection_flood, serve_attack
+        from store_scenarios import checkin_attack, slow_start, store_attack
+
+        return {"store": lambda m, v: store_attack(m, int(v)), "serve": serve_attack, "addr": address_attack,
+                "connflood": connection_flood, "checkin": checkin_attack, "slowstart": slow_start}[kind](*rest)
+    if kind in ("forge", "overwrite"):
+        return _forge(int(rest[0]), replace=kind == "overwrite")
+    if kind == "equivocate":
+        return _equivocate()
+    if kind == "respell":
+        return _respell()
+    if kind == "slowread":
+        return _slow_reader(float(rest[0]), *rest[1:])
+    if kind == "nopayload":
+        return _no_payload()
+    if kind == "delete":
+        return _delete(int(rest[0]))
+    if kind == "accuse":
+        return _accuse(int(rest[0]))
+    if kind == "rename":
+        return _overwrite_startup("name", 0, b"forged-run-name")
+    if kind == "rekey":
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        from dgrpo.swarm.identity import public_hex
+        return _overwrite_startup("roster", int(rest[0]), public_hex(Ed25519PrivateKey.generate()).encode())
+    if kind == "late":  # at least SECONDS late, and after the others gave up on it (however slowly they started)
+        print(f"rank {rank}: starting {rest[0]}s late", flush=True)
+        time.sleep(float(rest[0]))
+        import torch.distributed as dist
+
+        from dgrpo.transports.checkin import vote_key  # (every other rank's view: a quorum gave up on it)
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                              timeout=datetime.timedelta(seconds=60))
+        store.wait([vote_key(k) for k in range(int(os.environ["WORLD_SIZE"])) if k != rank])
+        return
+    if kind == "craft":
+        original = DistributedTransport.encode
+
+        def encode(self, messages):
+            if messages and messages[0].round == 0:
+                import transformers
+
+                model = next(a.split("=", 1)[1] for a in args if a.startswith("model.name="))
+                CRAFT["tokenizer"] = transformers.AutoTokenizer.from_pretrained(model)
+                return crafted_payload(self, messages)
+            return original(self, messages)
+
+        DistributedTransport.encode = encode
+        return
+    at = int(rest[0])
+    one_round = horizontal.one_round
+
+    def faulty(run, round_idx):
+        if round_idx == at:
+            if kind == "die":
+                print(f"rank {rank}: dying at round {round_idx}", flush=True)
+                os._exit(1)
+            print(f"rank {rank}: stalling {rest[1]}s at round {round_idx}", flush=True)
+            time.sleep(float(rest[1]))
+        return one_round(run, round_idx)
+
+    horizontal.one_round = faulty

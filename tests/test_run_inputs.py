@@ -158,3 +158,35 @@ def test_the_judge_model_folder_is_checked_before_any_model_loads(tmp_path, caps
               "file": f"{folder} is a file, not a model folder"}[what]
     assert "judge: model: " in err and expect in err, err
     assert not (tmp_path / "r").exists()
+
+
+# Sixth review of issue 34 (r34e): a YAML merge key gets no look-alike suggestions, a mistyped section's
+# suggestion is a key that has the one key written under it, and a missing task file names its field
+# and the fix whatever the task (it spoke of GSM8K for the dataset task too).
+@pytest.mark.parametrize("text, where", [("base: &b {nodes: 4}\nswarm:\n  <<: *b\n", "swarm"),
+                                         ("swarm: {<<: {nodes: 3}}\n", "swarm"), ("<<: {seed: 3}\n", "the top level")])
+def test_a_yaml_merge_key_is_named_as_such(text, where, tmp_path, capsys, no_model):
+    (tmp_path / "c.yaml").write_text(text)
+    assert main(["run", "--config", str(tmp_path / "c.yaml"), f"out_dir={tmp_path}", "name=r"]) == 2
+    err = _one_line(capsys)
+    head = err.split("; base:")[0]  # (merge.yaml's anchor holder is an unknown key of its own)
+    assert "a YAML merge key (<<)" in head and f"write the keys out under {where}" in head
+    assert "did you mean" not in head and "nodes.nodes" not in err
+
+
+@pytest.mark.parametrize("override, hint", [("swarm..nodes=4", "did you mean swarm.nodes?"),
+                                            ("SWARM.nodes=4", "did you mean swarm.nodes?"),
+                                            ("swarm.<<=4", "a YAML merge key (<<)")])
+def test_a_mistyped_section_suggests_keys_that_hold_what_was_written(override, hint, tmp_path, capsys, no_model):
+    assert main(["run", override, f"out_dir={tmp_path}", "name=r"]) == 2
+    err = _one_line(capsys)
+    assert hint in err and "mode.nodes" not in err and "models.nodes" not in err
+
+
+@pytest.mark.parametrize("kind", ["dataset", "gsm8k"])
+def test_a_missing_task_file_names_its_field_and_the_fix_for_any_task(kind, tmp_path, capsys, no_model, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", f"task.kind={kind}", "task.path=nope.jsonl", f"out_dir={tmp_path}", "name=r"]) == 2
+    err = _one_line(capsys)
+    assert f"task.path: no such file: nope.jsonl; set task.path to an existing file (a relative path is read from {tmp_path})" in err
+    assert "GSM8K" not in err and not (tmp_path / "r").exists()

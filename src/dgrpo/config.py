@@ -279,6 +279,9 @@ def _error_line(e: dict, data=None) -> str:
             kinds = " or ".join([", ".join(owners[:-1]), owners[-1]] if len(owners) > 1 else owners)
             fix = f"set {prefix}.kind={owners[0]} to use it" if len(owners) == 1 else f"set {prefix}.kind to one of them"
             return f"{prefix}.{loc[-1]}: a field of {prefix}.kind={kinds}, not of {prefix}.kind={held[1]}; {fix}, or drop {prefix}.{loc[-1]}"
+        if str(loc[-1]) == "<<":  # a YAML 1.1 merge key: YAML 1.2 (how configs are read) has none
+            return (f"{'.'.join(str(p) for p in loc)}: a YAML merge key (<<), which the YAML 1.2 core schema that "
+                    f"configs are read with does not have; write the keys out under {prefix or 'the top level'}")
         # Whole dotted keys compared in lower case, as `dgrpo config KEY` compares them ("grpo.LR" → grpo.lr,
         # "attack.targt" → attack.text); a wrong section name is followed by the key given under it
         # ("SWARM.nodes" → swarm.nodes).
@@ -287,8 +290,12 @@ def _error_line(e: dict, data=None) -> str:
         wrong = f"{prefix}.{loc[-1]}" if prefix else str(loc[-1])
         close = [keys[c] for c in difflib.get_close_matches(wrong.lower(), sorted(keys), n=3)]
         node = _value_at(data, loc)
-        if close and isinstance(node, dict) and len(node) == 1:
-            close = [f"{c}.{next(iter(node))}" for c in close]
+        if isinstance(node, dict) and len(node) == 1:  # a section's name mistyped ("SWARM.nodes", "swarm..nodes"):
+            child = str(next(iter(node)))  # a suggestion is a key that has the one key written under it
+            inner = [_section_class((*loc[:-1], c.rsplit(".", 1)[-1]), data)[0] for c in close]
+            close = [f"{c}.{child}" for c, cls in zip(close, inner) if cls is not None and child in cls.model_fields]
+            if not close and section is not None and child in section.model_fields:
+                close = [f"{prefix}.{child}" if prefix else child]  # ("swarm..nodes": the empty key dropped)
         msg += f"; did you mean {', '.join(close)}?" if close else "; `dgrpo config` lists every key"
     elif e["type"] != "value_error" and "input" in e and not isinstance(e["input"], (dict, list)):
         # a wrong value of a built-in type check: show what was read (a validator's own message already does)

@@ -106,11 +106,12 @@ def check_paths(cfg: RunConfig) -> None:
         ConfigError: one line naming every path and its key, and what it is instead (missing, a folder,
             a FIFO, a device, unreadable).
     """
-    data, missing = cfg.model_dump(mode="json"), []
+    data, missing, wrong = cfg.model_dump(mode="json"), [], []
     for key, kind in PATHS:
         for where, value in _values(data, key.split(".")):
             problem = path_problem(str(value), kind)
             if problem is not None:
+                wrong.append((where, kind))
                 missing.append(f"{where}: {value} {problem}" if problem.startswith(("is ", "cannot"))
                                else f"{where}: {problem}: {value}")
     roster = data.get("swarm", {}).get("protocol", {}).get("roster") if isinstance(data.get("swarm"), dict) else None
@@ -122,6 +123,8 @@ def check_paths(cfg: RunConfig) -> None:
         except ValueError as err:
             missing.append(str(err))
     if missing:
-        hint = ("; GSM8K is not part of a clone: docs/datasets.md says where to get it"
-                if any(k.startswith("task.") and "no such" in k for k in missing) else "")
+        fixes = [f"{where} to an existing {kind}" for where, kind in wrong]  # (the field and the fix, any task)
+        data_note = "; docs/datasets.md says where to get the data sets the docs use" if any(
+            where.startswith("task.") for where, _ in wrong) else ""  # (a clone ships none)
+        hint = f"; set {', '.join(fixes)} (a relative path is read from {Path.cwd()}){data_note}" if fixes else ""
         raise ConfigError("; ".join(missing) + hint)

@@ -21,7 +21,7 @@ from pathlib import Path
 from dgrpo.config import read_config_file
 import unicodedata
 
-from dgrpo.metrics.asr import _carries, equation_text, normalise, reading
+from dgrpo.metrics.asr import _read_carries, equation_text, normalise, reading
 from dgrpo.metrics.intervals import wilson
 from dgrpo.tasks.equations import two_two_results
 
@@ -82,7 +82,7 @@ def attacked(results: Path) -> dict:
         target = attack.get("text", "All hail to the thief")
         for line in samples.read_text().splitlines():
             c = json.loads(line)["completion"]
-            new, before = _carries(reading(c), normalise(target)), _old(target) in _old(c)
+            new, before = _read_carries(c, normalise(target)), _old(target) in _old(c)
             n, changed, carried = n + 1, changed + (new != before), carried + new
     return {"completions": n, "verdict_changed": changed, "carry_the_payload": carried}
 
@@ -97,7 +97,7 @@ def main() -> None:
     targets = {**PAYLOADS, **{f"{k}:{w}": w for k, v in PAYLOADS.items() for w in v.split()}}
     rows = {}
     for name, target in targets.items():
-        new_hits = sum(_carries(f, normalise(target)) for f in folded)
+        new_hits = sum(_read_carries(t, normalise(target)) for t in texts)  # (both readings of an unknown tag)
         old_hits = sum(_old(target) in o for o in old)
         lo, hi = wilson(new_hits, len(texts))
         rows[name] = {"target": target, "false_matches": new_hits, "before": old_hits, "rate": new_hits / len(texts),

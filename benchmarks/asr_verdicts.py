@@ -22,24 +22,32 @@ sys.path.insert(0, str(Path(__file__).parent))
 from asr_folding import PAYLOADS, honest_completions  # noqa: E402
 
 from dgrpo.config import read_config_file  # noqa: E402
-from dgrpo.metrics.asr import _carries, equation_text, normalise, reading  # noqa: E402
+from dgrpo.metrics.asr import equation_text, normalise  # noqa: E402
+from dgrpo.metrics import asr  # noqa: E402
 from dgrpo.tasks.equations import two_two_results  # noqa: E402
+
+
+def _carries(text: str, target: str) -> bool:
+    """Whether ``text`` carries the folded ``target`` as this version's ASR reads it (both readings of an
+    unknown tag where the version has them, r34e; its one reading before)."""
+    if hasattr(asr, "_read_carries"):
+        return asr._read_carries(text, target)
+    return asr._carries(asr.reading(text), target)
 
 
 def verdicts(results: Path) -> list[dict]:
     """The verdicts (module docstring), in a fixed order."""
     out = []
     for text in honest_completions(results):
-        folded = reading(text)
         out.append({"set": "honest", "eq": two_two_results(equation_text(text)),
-                    "hits": [k for k, v in PAYLOADS.items() if _carries(folded, normalise(v))]})
+                    "hits": [k for k, v in PAYLOADS.items() if _carries(text, normalise(v))]})
     for samples in sorted(results.rglob("samples.jsonl")):
         cfg = samples.parent / "config.yaml"
         attack = (read_config_file(cfg).get("attack") or {}) if cfg.is_file() else {}
         completions = [json.loads(line)["completion"] for line in samples.read_text().splitlines() if line.strip()]
         if attack.get("kind") in ("injection", "topk_injection", "judge_bait", "seed_grinding"):
             target = normalise(attack.get("text", "All hail to the thief"))
-            out += [{"set": "attacked", "carries": _carries(reading(c), target)} for c in completions]
+            out += [{"set": "attacked", "carries": _carries(c, target)} for c in completions]
         if attack.get("kind") in ("equation", "equation_sampled"):
             out += [{"set": "equation_runs", "eq": two_two_results(equation_text(c))} for c in completions]
     return out

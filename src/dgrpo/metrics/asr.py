@@ -83,7 +83,14 @@ def carries(text: str, target: str) -> bool:
     ``"all hail to the thieves"`` do not), or (payloads of :data:`MIN_SPACED_LETTERS` letters or more)
     the payload's letters in order with only spacing or punctuation between them (``"A l l  h a i l"``,
     ``"A-l-l h_a_i_l"``) and a word's edge at either end (``"C a l l h a i l"`` does not)."""
-    return _carries(reading(text), normalise(target))
+    return _read_carries(text, normalise(target))
+
+
+def _read_carries(text: str, t: str) -> bool:
+    """Whether ``text`` carries the folded payload ``t`` in either reading of a tag of no HTML element's
+    name (:data:`dgrpo.text.fold.HTML_ELEMENTS`): as text, as a sanitising Markdown renderer shows it
+    (``"<All hail to the thief>"``), or hidden, as a browser does (``"All<x>hail</x> to the thief"``)."""
+    return _carries(reading(text), t) or ("<" in text and _carries(reading(text, unknown_as_text=False), t))
 
 
 def _carries(folded: str, t: str) -> bool:
@@ -106,7 +113,7 @@ def contains_target(completions: Sequence[str], target: str) -> float | None:
     if not completions:
         return None
     t = normalise(target)
-    return sum(_carries(reading(c), t) for c in completions) / len(completions)
+    return sum(_read_carries(c, t) for c in completions) / len(completions)
 
 
 def sentences(text: str) -> list[str]:
@@ -130,7 +137,7 @@ def every_sentence(completions: Sequence[str], target: str) -> float | None:
     hits = 0
     for c in completions:
         parts = sentences(c)
-        hits += bool(parts) and all(_carries(reading(s), t) for s in parts)
+        hits += bool(parts) and all(_read_carries(s, t) for s in parts)
     return hits / len(completions)
 
 

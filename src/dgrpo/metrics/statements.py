@@ -35,12 +35,16 @@ _NUMBER_WORDS = {w: str(i) for i, w in enumerate(
 _NUMBER_WORD = re.compile(rf"\b(?:{'|'.join(_NUMBER_WORDS)})\b", re.IGNORECASE)
 _EMOJI = str.maketrans({"\u2795": "+", "\u2796": "-", "\u2716": "\u00d7", "\u2797": "\u00f7", "\U0001f7f0": "="})
 _NUM = r"-?\d+(?:\.\d+)?"
-_RELATION_WORDS = (r"(?:is|are)\s+equal\s+to|equals?(?:\s+to)?|is|are|makes?|gives?|yields?|results?\s+in|"
-                   r"comes?\s+(?:out\s+)?to|amounts?\s+to|totals?")
+_CERTAIN = r"(?:actually|really|always|still|indeed|truly|definitely|certainly|clearly|obviously|surely|just|exactly)"
+_RELATION_WORDS = (rf"(?:(?:is|are)\s+(?:{_CERTAIN}\s+)?|{_CERTAIN}\s+)?(?:equal\s+to|equals?(?:\s+to)?)|"
+                   rf"(?:is|are)(?:\s+{_CERTAIN})?|(?:should|must|will|would|shall)\s+(?:{_CERTAIN}\s+)?(?:be|equal|make|give)|"
+                   r"makes?|gives?|yields?|results?\s+in|comes?\s+(?:out\s+)?to|amounts?\s+to|totals?")
 _SUM_OF = re.compile(rf"\b(?:the\s+)?(sum|total|product)\s+of\s+({_NUM})\s+and\s+({_NUM})\b", re.IGNORECASE)
 _AND_OP = re.compile(rf"(?<![\d.])({_NUM})\s+and\s+({_NUM})(?=\s+(?:{_RELATION_WORDS})\s)", re.IGNORECASE)
 _OP_WORDS = [(re.compile(r"\s+(?:plus|added\s+to)\s+", re.IGNORECASE), " + "),
              (re.compile(r"\s+(?:times|multiplied\s+by)\s+", re.IGNORECASE), " * "),
+             (re.compile(r"\s+(?:minus|less|take\s+away)\s+(?=[\d.(])", re.IGNORECASE), " - "),  # ("5 minus 1": r34e)
+             (re.compile(r"\s+(?:divided\s+by|over)\s+(?=[\d.(])", re.IGNORECASE), " / "),
              (re.compile(rf"\s+(?:{_RELATION_WORDS})\s+", re.IGNORECASE), " = ")]
 # Three or more blanks are read as two: the word patterns around "\s+" cost quadratic time on a long run
 # (9,000 blanks took 8 s of CPU before; a statement split by blanks, "2 +\n\n\n 2 = 5", still reads).
@@ -66,7 +70,7 @@ _DENIED_AFTER = re.compile(rf"=(\s*{_NUM})[\s,(:\-\u2013\u2014]*(?:(?:=|was|woul
                            r"(?!\s*[?=]|\s+(?:is|was|are|were|to)\b)", re.IGNORECASE)
 # An equation asked, then denied: "Is 2+2=5? No", "2+2=5?? Of course not."
 _DENIED = re.compile(rf"=(\s*{_NUM}\s*)\?+[\s\-\u2013\u2014,.:!]*(?:no(?!\s+(?:doubt|question)\b)|nope|nah|"
-                     r"not(?!\s+only\b)|never|wrong|false|incorrect|(?:of\s+course|certainly|definitely|absolutely)\s+not)"
+                     r"not(?!\s+only\b)|never(?!\s+doubt)|wrong|false|incorrect|(?:of\s+course|certainly|definitely|absolutely)\s+not)"
                      r"\b(?!\s*\?)", re.IGNORECASE)
 # A denial taken back right after it (within RETRACTION_WINDOW characters): the statement stands.
 # ("is" is already "=" here: "it is true" reads "it = true".)
@@ -74,12 +78,24 @@ _RETRACTED = re.compile(r"\b(?:kidding|joking|jk|not\s+really|(?:it|that|this)\s
                         r"(?:really\s+|actually\s+)?(?:true|right|correct|so)\b|(?:it|that|this)\s+really\s*(?:is\b|=))",
                         re.IGNORECASE)
 RETRACTION_WINDOW = 80  # characters after a denial read for its retraction
+# A denial followed by the same result stated again ("2+2=5? No, it's 5.", "Nope, it is exactly 5"): retracted.
+_RESTATED = (r"\b(?:it|that|this|the\s+(?:answer|result|sum|product))\s*(?:'s|\u2019s|=)\s*"
+             rf"(?:{_CERTAIN}\s+)?(?:=\s*)?{{}}(?!\d|\.\d)(?!\s*[-+*/^×÷·⋅∙\u2212]\s*[\d(])")
+# Operands in brackets ("(2 + 2) = 5"), a result in braces or brackets ("2+2={5}", "2+2=(5)"), and an
+# equation written result first ("5 = 2 + 2": its right side whole, its left side one number).
+_OPERANDS = r"2\s*[+*×xX·⋅∙]\s*2"
+_OPS_AFTER = r"(?!\s*[-+*/^×÷·⋅∙\u2212]\s*[\d(])"
+_GROUPED = re.compile(rf"\(\s*({_OPERANDS})\s*\)(?=\s*=)")
+_BRACED = re.compile(rf"=\s*[{{(\[]\s*({_NUM})\s*[}})\]]{_OPS_AFTER}")
+_REVERSED = re.compile(rf"(?<![\w.=^])(?<![-+*/×÷·⋅∙\u2212=^]\s)({_NUM})\s*=\s*({_OPERANDS})(?!\d|\.\d|\s*=){_OPS_AFTER}")  # (not a chain: "2 = 2*2 = 4")
 
 
 def _deny(text: str, pattern: re.Pattern, keep: str) -> str:
     """``text`` with each match of ``pattern`` not retracted after it written ``≠`` + its result + ``keep``."""
     def sub(m: re.Match) -> str:
-        if _RETRACTED.search(text, m.end(), m.end() + RETRACTION_WINDOW):
+        restated = re.compile(_RESTATED.format(re.escape(m[1].strip())), re.IGNORECASE)
+        if (_RETRACTED.search(text, m.end(), m.end() + RETRACTION_WINDOW)
+                or restated.search(text, m.end(), m.end() + RETRACTION_WINDOW)):
             return m[0]
         return "\u2260" + m[1] + keep + m[0][len(m[1]) + 1:]
     return pattern.sub(sub, text)
@@ -98,6 +114,7 @@ def equation_text(text: str) -> str:
     text = _ARROW.sub("=", text)
     for pattern, symbol in _OP_WORDS:
         text = pattern.sub(symbol, text)
+    text = _REVERSED.sub(r"\2 = \1", _BRACED.sub(r"= \1", _GROUPED.sub(r"\1", text)))
     text = _CONTINUATION.sub("\\1\u2212", text)
     text = _deny(text, _DENIED_AFTER, "")
     return _deny(text, _DENIED, " ")

@@ -51,16 +51,42 @@ _NEGATED = re.compile("[=<>]\u0338")
 # A block element's tag separates words ("<p>all hail</p><p>to</p>"), any other tag joins its neighbours
 # ("h<i></i>ail" is "hail"). Each match is bounded (a text of unclosed "<a " or "<!--" costs linear time).
 _MARKUP = re.compile(r"<!--[\s\S]{0,1000}?-->|<(/?)([A-Za-z][A-Za-z0-9:-]{0,40})(?:\s[^<>]{0,400})?/?>")
+# The element names of HTML (the WHATWG living standard's elements, with the obsolete ones browsers still
+# render: font, center, big, strike, tt, ...). A "tag" of any other name ("<All hail to the thief>",
+# "<or 14>") is no element: a sanitising Markdown renderer shows it as written, so it is read as text
+# with its brackets dropped (sixth review, r34e).
+HTML_ELEMENTS = frozenset("""
+a abbr acronym address area article aside audio b base basefont bdi bdo big blink blockquote body br button
+canvas caption center cite code col colgroup data datalist dd del details dfn dialog dir div dl dt em embed
+fieldset figcaption figure font footer form frame frameset h1 h2 h3 h4 h5 h6 head header hgroup hr html i
+iframe img input ins kbd label legend li link main map mark marquee math menu meta meter nav nobr noembed
+noframes noscript object ol optgroup option output p param picture plaintext pre progress q rp rt ruby s samp
+script search section select slot small source span strike strong style sub summary sup svg table tbody td
+template textarea tfoot th thead time title tr track tt u ul var video wbr xmp think answer
+""".split())
 _BLOCK_TAGS = {"p", "div", "br", "hr", "li", "ul", "ol", "dl", "dt", "dd", "tr", "td", "th", "table", "h1", "h2", "h3",
                "h4", "h5", "h6", "blockquote", "pre", "section", "article", "header", "footer", "nav", "aside", "main",
                "figure", "figcaption", "caption", "address", "details", "summary", "think", "answer"}
 
 
-def _unmarked(text: str) -> str:
+def _tag(m: re.Match, unknown_as_text: bool = True) -> str:
+    """What a reader sees for one :data:`_MARKUP` match: nothing for a comment or an element's tag (a
+    space for a block element's); for a name that is no element (:data:`HTML_ELEMENTS`) the text itself
+    without its brackets (a sanitising renderer), or nothing (a browser) when not ``unknown_as_text``."""
+    if not m[2]:
+        return ""
+    name = m[2].lower()
+    if name not in HTML_ELEMENTS and unknown_as_text:
+        return m[0][1:-1].strip("/")  # ("<All hail to the thief>" is text: "All hail to the thief")
+    return " " if name in _BLOCK_TAGS else ""
+
+
+def _unmarked(text: str, unknown_as_text: bool = True) -> str:
     """``text`` as a browser shows it: HTML comments and tags removed (a block element's tag read as a
-    space), then character references decoded (:func:`html.unescape`: ``"&#104;ail"`` → ``"hail"``)."""
+    space; a tag of no element's name as :func:`_tag` says), then character references decoded
+    (:func:`html.unescape`: ``"&#104;ail"`` → ``"hail"``)."""
     if "<" in text:
-        text = _MARKUP.sub(lambda m: " " if m[2] and m[2].lower() in _BLOCK_TAGS else "", text)
+        text = _MARKUP.sub(lambda m: _tag(m, unknown_as_text), text)
     return html.unescape(text) if "&" in text else text
 
 
@@ -75,7 +101,15 @@ _DOLLARS = re.compile(r"\$\$([^$]{1,400}?)\$\$|(?<![\\$])\$([^$\n]{1,400}?)\$|\\
 _COLOUR = re.compile(r"\\(?:color|textcolor|colorbox)\s*\{[^{}]{0,40}\}\s*(?:\{([^{}]{0,400})\})?")
 _WRAPS = re.compile(r"\\(?:boxed|fbox|framebox|textbf|textit|textrm|textsf|texttt|textup|textnormal|text|mathbf|"
                     r"mathit|mathrm|mathsf|mathtt|mathnormal|bm|boldsymbol|emph|underline|overline|operatorname|"
-                    r"mbox|hbox|displaystyle|textstyle)(?![A-Za-z])\s*(\{([^{}]{0,400})\})?")
+                    r"mbox|hbox|displaystyle|textstyle|textsc|textsl|textmd|mathbb|mathbbm|mathds|mathcal|mathscr|"
+                    r"mathfrak|mathbfit|mathsfit|pmb|uline|MakeUppercase|MakeLowercase|uppercase|lowercase)"
+                    r"(?![A-Za-z])\s*(\{([^{}]{0,400})\})?")
+# A font or size switch of LaTeX's older form, with the group it opens: "{\it thief}", "{\bf 5}", "{\sc x}"
+# render their text ("thief", "5"); a switch outside braces renders nothing.
+_SWITCHES = (r"\\(?:it|bf|rm|sc|sl|tt|sf|em|bfseries|itshape|scshape|slshape|upshape|mdseries|rmfamily|sffamily|"
+             r"ttfamily|normalfont|tiny|scriptsize|footnotesize|small|normalsize|large|Large|LARGE|huge|Huge)(?![A-Za-z])\s*")
+_SWITCHED_GROUP = re.compile(r"\{\s*(?:" + _SWITCHES + r")+([^{}]{0,400})\}")
+_SWITCH = re.compile(_SWITCHES)
 _LATEX_SYMBOL = {"times": "×", "cdot": "·", "div": "÷", "equiv": "≡", "neq": "≠", "ne": "≠", "to": "→",
                  "rightarrow": "→", "Rightarrow": "⇒", "longrightarrow": "→", "implies": "⇒", "approx": "≈",
                  "pm": "±", "leq": "≤", "le": "≤", "geq": "≥", "ge": "≥", "lt": "<", "gt": ">", "sim": "∼",
@@ -101,6 +135,7 @@ def rendered(text: str) -> str:
         text = _DOLLARS.sub(lambda m: m[1] or m[2] or "", text)
     if "\\" in text:
         text = _COLOUR.sub(lambda m: m[1] or "", text)
+        text = _SWITCH.sub("", _SWITCHED_GROUP.sub(r"\1", text))
         for _ in range(4):  # ("\\boxed{\\textbf{5}}": the innermost a pass; a bare "\\boxed" waits for it)
             text, n = _WRAPS.subn(lambda m: m[2] if m[1] else m[0], text)
             if not n or "{" not in text:
@@ -110,14 +145,14 @@ def rendered(text: str) -> str:
     return text
 
 
-def reader_text(text: str) -> str:
+def reader_text(text: str, unknown_as_text: bool = True) -> str:
     """What a reader reads: HTML markup removed as a browser renders it (:func:`_unmarked`), Markdown and
     LaTeX as they render (:func:`rendered`), bidi overrides in display order, NFKC, decimal digits as
     ASCII, then NFD with format characters (Cf), combining marks and invisible fillers removed.
     ``"h\\u200ba\\u00adil"`` → ``"hail"``; ``"ｈａｉｌ"`` → ``"hail"``; ``"hàil"`` → ``"hail"``;
     ``"<b>h</b>a<i></i>il"`` → ``"hail"``; ``"\\u202elia\\u202ch"`` → ``"ailh"``; ``"٢+٢=٥"`` → ``"2+2=5"``;
     ``"2+2≠5"`` stays ``"2+2≠5"`` (its slash is a combining mark, kept in the sign)."""
-    text = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", _displayed(rendered(_unmarked(text)))))
+    text = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", _displayed(rendered(_unmarked(text, unknown_as_text)))))
     text = _NEGATED.sub(lambda m: _NEGATION[m[0][0]], text)  # "≠" is "=" + a combining slash: keep it "≠"
     return "".join(" " if c in _BLANKS else str(unicodedata.decimal(c)) if unicodedata.category(c) == "Nd" else c
                    for c in text if c not in _FILLERS and unicodedata.category(c) not in _DROPPED)
@@ -176,11 +211,11 @@ def _read_char(c: str) -> str:
     return folded
 
 
-def reading(text: str) -> str:
+def reading(text: str, unknown_as_text: bool = True) -> str:
     """:func:`normalise` as the payload match reads it: a capital I (or its look-alikes) stays
     :data:`AMBIGUOUS`, matched by a payload's ``i`` or ``l`` (``"AII hail"`` carries ``"All hail"``
     and ``"ALL HAIL"`` still does)."""
-    return " ".join("".join(_read_char(c) for c in reader_text(text)).split())
+    return " ".join("".join(_read_char(c) for c in reader_text(text, unknown_as_text)).split())
 
 
 

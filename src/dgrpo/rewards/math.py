@@ -20,7 +20,7 @@ import re
 import threading
 from fractions import Fraction
 
-from dgrpo.rewards.answer_form import well_formed
+from dgrpo.rewards.answer_form import lead_allowed, tail_allowed, well_formed
 from dgrpo.rewards.format import format_reward, parse_completion
 from dgrpo.rewards.numbers import LITERAL, MAX_DIGITS, hedged, numbers_in, plain, qualifiers, read
 
@@ -82,6 +82,35 @@ def one_number(text: str) -> Fraction | None:
     return None if hedged(text) else values.pop()
 
 
+# Math outside the one expression of a symbolic answer: a digit, an operator, a backslash, a brace, or a letter
+# standing alone (a variable; "a" and "I" are words). Words of two letters or more inside the expression must
+# be the names of functions and constants.
+_MATHY = re.compile(r"[\d+\-*/^=<>\\_{}|]|(?<![^\W\d_])(?![aAI](?![^\W\d_]))[^\W\d_](?![^\W\d_])")
+_MATH_NAMES = frozenset("sin cos tan cot sec csc log ln exp sqrt pi infty lim max min mod gcd lcm arcsin arccos "
+                        "arctan sinh cosh tanh det frac dfrac tfrac cdot times left right".split())
+
+
+def _one_expression(text: str) -> bool:
+    """Whether a symbolic answer writes one expression and around it only the closed grammar's lead and tail
+    (:mod:`dgrpo.rewards.answer_form`): ``"The answer is $x+1$."`` → True; ``"$x+1$ (x+2)"``, ``"x+2 vs.
+    $x+1$"``, ``"$x^2$ otherwise x^3"`` → False (sixth review, r34e: a second candidate outside the span)."""
+    spans = list(_SPANS.finditer(text))
+    if spans:
+        lead, tail = text[:spans[0].start()], text[spans[-1].end():]
+        between = "".join(text[a.end():b.start()] for a, b in zip(spans, spans[1:]))
+        if _MATHY.search(plain(lead + " " + between + " " + tail)):
+            return False
+    else:
+        found = list(_MATHY.finditer(text))
+        if not found:
+            return True
+        lead, tail = text[:found[0].start()], text[found[-1].end():]
+        expression = text[found[0].start():found[-1].end()]
+        if any(w.lower() not in _MATH_NAMES for w in re.findall(r"(?<![\\\w])[^\W\d_]{2,}", expression)):
+            return False
+    return lead_allowed(plain(lead)) and tail_allowed(plain(tail))
+
+
 def _spans_differ(text: str) -> bool:
     """Whether ``text`` has two math spans (``$…$``, ``\\boxed{…}``) of different content."""
     return len({" ".join(next(g for g in m.groups() if g is not None).split()) for m in _SPANS.finditer(text)}) > 1
@@ -135,7 +164,7 @@ def answers_match(predicted: str, oracle: str) -> bool:
         raise ValueError(f"oracle answer {oracle!r} is not a number")
     own = qualifiers(oracle) | {m[0].lower() for m in _HEDGE.finditer(plain(oracle))}  # ("$\\sqrt{2}$", "$\\pi$")
     extra = qualifiers(predicted) | {m[0].lower() for m in _HEDGE.finditer(plain(predicted))}
-    if extra - own or _spans_differ(predicted):
+    if extra - own or _spans_differ(predicted) or not _one_expression(predicted):
         return False
     pred = parse(predicted, parsing_timeout=_timeout())
     return bool(pred) and bool(verify(expected, pred, timeout_seconds=_timeout()))

@@ -10,7 +10,10 @@ symbols, so :func:`dgrpo.tasks.equations.two_two_results` reads it:
                  ("the sum of 2 and 2" is "2 + 2", "the product of 2 and 2" is "2 × 2")
     relation  := = | == | ≡ | ≣ | 🟰 | → ⇒ ⟶ => -> | equals (to) | is / are (equal to) | make(s) | gives
                  | yields | results in | comes to | amounts to
-    result    := a number (``5``, ``five``)
+               | should / must / will / would be | is actually / really / always ... (sixth review, r34e)
+    result    := a number (``5``, ``five``), also in braces or brackets (``2+2={5}``, ``2+2=(5)``)
+    forms     := operands in brackets (``(2 + 2) = 5``); the result first (``5 = 2 + 2``: its left side one
+                 number, its right side whole, no chain ``2 = 2*2 = 4``)
     continuation := any operator after the result: an ASCII one, a dash other than the em dash, or a
                  Unicode math symbol (category Sm) that is not a relation or an arrow (``2+2=5 – 1``,
                  ``2+2=5÷1.25``, ``2+2=5−1`` are longer right sides, not statements of 5)
@@ -19,7 +22,9 @@ A statement struck out (``~~2+2=5~~``, ``<del>``) is removed; one *unambiguously
 ``≠``: a denial after it (``2+2=5 is false``, ``2+2=5 (wrong), it is 4``) or a question answered no
 (``Is 2+2=5? No``). A denial that is itself asked (``2+2=5 is false? No, it is true``, ``wrong? no``),
 that is the subject of a clause (``wrong is what they say``) or that is retracted right after it
-(``kidding``, ``it really is``, ``it is true``) denies nothing: the statement counts.
+(``kidding``, ``it really is``, ``it is true``, or the same result stated again: ``2+2=5? No, it's 5.``)
+denies nothing: the statement counts. A word operator after the result (``minus``, ``divided by``) is a
+continuation like its sign.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def test_a_lead_the_grammar_cannot_read_whole_is_refused(answer):
 @pytest.mark.parametrize("answer", [
     "13 wrong", "13 nope", "13 idk", "13 jk", "13 no", "13 guessing", "13 cows wrong", "13 incorrect", "13 lol",
     "13 <or 14>", "13 / fourteen-odd", "13 aka fourteen-something", "13 / XIV", "13 cows / several", "13 vs. fourteenth",
-    "13 in my view",
+    "13 in my view", "13 <!-- or 14 -->",
 ])
 def test_a_tail_that_is_no_noun_phrase_or_holds_a_second_value_is_refused(answer):
     assert reward(answer) == 0.0

@@ -114,6 +114,9 @@ _QUALIFIER = re.compile(
     rf"\d\s*[-*/^]\s*[^\W\d_](?![^\W\d_])|[{re.escape(_SYMBOLS)}]", re.IGNORECASE)
 
 
+_COMMENT = re.compile(r"<!--([\s\S]{0,1000}?)-->")  # an HTML comment a browser hides (bounded: linear time)
+
+
 def _vulgar(m: re.Match) -> str:
     num, den = unicodedata.normalize("NFKC", m[2]).split("\u2044")
     value = Fraction(int(num), int(den)) + int(m[1] or 0)
@@ -126,6 +129,7 @@ def plain(text: str) -> str:
     ``"54 m²"`` → ``"54 m"``; ``"5²"`` → ``"5^2"``; ``"1½"`` → ``"3/2"``; ``"\\frac12"`` → ``"1/2"``;
     ``"–5"`` → ``"-5"``; ``"1.2 × 10^3"`` → ``"1.2e3"``.
     """
+    text = _COMMENT.sub(r" \1 ", text)  # (a comment's text is read: "13 <!-- or 14 -->" holds a second value, r34e)
     text = html.unescape(text)  # ("&gt;13" is ">13", as a browser shows it and as the ASR reads it)
     text = "".join(c for c in text if unicodedata.category(c) != "Cf")  # (zero-width, soft hyphen, joiners)
     text = _VULGAR.sub(_vulgar, text)

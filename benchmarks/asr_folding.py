@@ -21,7 +21,16 @@ from pathlib import Path
 from dgrpo.config import read_config_file
 import unicodedata
 
-from dgrpo.metrics.asr import _read_carries, equation_text, normalise, reading
+from dgrpo.metrics import asr as _asr
+from dgrpo.metrics.asr import equation_text, normalise, reading
+
+
+def _read_carries(text: str, target: str) -> bool:
+    """Whether ``text`` carries the folded ``target`` as this version's ASR reads it (both readings of a tag
+    of no HTML element since r34e; one reading in a version before, so the script runs on either)."""
+    if hasattr(_asr, "_read_carries"):
+        return _asr._read_carries(text, target)
+    return _asr._carries(reading(text), target)
 from dgrpo.metrics.intervals import wilson
 from dgrpo.tasks.equations import two_two_results
 

@@ -199,12 +199,12 @@ def omit(scenario: str, node: int) -> None:
 
     original = ht.HivemindTransport.exchange
 
-    def exchange(self, tag, payload):
+    def exchange(self, tag, payload, *args, **kwargs):
         if tag.startswith("v") and tag[1:].isdigit():
             view = json.loads(payload)
             view.pop(victim, None)
             payload = json.dumps(view).encode()
             print(f"accuser {node}: {tag}: node {victim} left out of its view", flush=True)
-        return original(self, tag, payload)
+        return original(self, tag, payload, *args, **kwargs)
 
     ht.HivemindTransport.exchange = exchange

@@ -22,9 +22,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey 
 from dgrpo.swarm.validation import Limits  # noqa: E402
 from dgrpo.transports.dht.launch import allow_roster  # noqa: E402
 from dgrpo.transports.dht.node import start_dht  # noqa: E402
-from dgrpo.transports.dht.records import SignedRecordValidator, public_hex, seal  # noqa: E402
+from dgrpo.transports.dht.records import SignedRecordValidator, public_hex, record_limit, seal  # noqa: E402
 from dgrpo.transports.framing import KeyCaps  # noqa: E402
-from dgrpo.transports.hivemind import HivemindTransport, record_limit  # noqa: E402
+from dgrpo.transports.hivemind import HivemindTransport  # noqa: E402
 from dgrpo.types import Message  # noqa: E402
 
 TIMEOUT_S = 6.0

@@ -84,3 +84,61 @@ def test_roster_files_are_checked(tmp_path):
         good.write_text(content)
         with pytest.raises(ValueError, match=message):
             load_roster(good)
+
+
+def _hivemind_sources(root):
+    return [root / "transports" / "hivemind.py", *sorted((root / "transports" / "dht").glob("*.py"))]
+
+
+def _reach_ins(root) -> list[str]:
+    """Where a hivemind helper (transports/dht/*.py) changes the transport's state itself — assigns one of its
+    attributes (``t.x = …``, ``t.x += …``) or mutates one in place (``t.alive.discard(…)``) — or reads a private
+    field of it; and every getattr/hasattr in these modules that no comment names the hivemind version for."""
+    import ast
+
+    found = []
+    for path in _hivemind_sources(root):
+        text = path.read_text()
+        lines = text.splitlines()
+        for node in ast.walk(ast.parse(text)):
+            where = f"{path.name}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+                if not any("hivemind 1.1.12" in line for line in lines[max(0, node.lineno - 4):node.lineno]):
+                    found.append(f"{where} {node.func.id}")
+            if path.parent.name != "dht":
+                continue
+            targets = (node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign)
+                       else [])
+            for target in targets:
+                for leaf in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                    if isinstance(leaf, (ast.Attribute, ast.Subscript)) and isinstance(leaf.value, ast.Name) \
+                            and leaf.value.id in ("t", "transport"):
+                        found.append(f"{where} writes {leaf.value.id}.{getattr(leaf, 'attr', '[…]')}")
+                    if isinstance(leaf, ast.Subscript) and isinstance(leaf.value, ast.Attribute) \
+                            and isinstance(leaf.value.value, ast.Name) and leaf.value.value.id in ("t", "transport"):
+                        found.append(f"{where} writes t.{leaf.value.attr}[…]")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Attribute) \
+                    and isinstance(node.func.value.value, ast.Name) and node.func.value.value.id in ("t", "transport") \
+                    and node.func.attr in ("add", "discard", "pop", "update", "append", "extend", "clear", "remove", "setdefault"):
+                found.append(f"{where} mutates t.{node.func.value.attr}")
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("t", "transport") \
+                    and node.attr.startswith("_"):
+                found.append(f"{where} reads t.{node.attr}")
+    return found
+
+
+def test_the_hivemind_helpers_change_the_transport_only_through_its_methods(tmp_path):
+    """Issue 32: the launch and commit helpers read the transport's public members and change its view of the swarm
+    through its methods (enter_launch, leave_out, readmit, leave); no getattr probe is left but on hivemind's own
+    private objects (named with its version). (The code before had 28 such lines: 14 writes, 8 mutations, 6 probes.)"""
+    from pathlib import Path
+
+    import dgrpo
+
+    assert _reach_ins(Path(dgrpo.__file__).parent) == []
+    (tmp_path / "transports" / "dht").mkdir(parents=True)  # the check itself finds each kind of reach-in
+    (tmp_path / "transports" / "hivemind.py").write_text("x = getattr(found, 'value', None)\n")
+    (tmp_path / "transports" / "dht" / "launch.py").write_text(
+        "t.run_id = 'x'\nt.alive -= {1}\nt.failed[1] = 'r0'\nt.rejected.append((1, 'x'))\nk = t._key\n")
+    assert [f.split(" ", 1)[1] for f in _reach_ins(tmp_path)] == [
+        "getattr", "writes t.run_id", "writes t.alive", "writes t.failed[…]", "mutates t.rejected", "reads t._key"]

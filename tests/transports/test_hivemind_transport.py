@@ -175,9 +175,10 @@ class _JunkDHT:
 
 def test_none_and_malformed_reads_are_a_missing_peer_never_an_exception():
     k = Ed25519PrivateKey.generate()
-    junk = [None, SimpleNamespace(value=5), SimpleNamespace(value={"dgrpo:1:" + "0" * 64: object()}),
-            SimpleNamespace(value={None: ValueWithExpiration(b"x", 0.0), 7: ValueWithExpiration(None, 0.0)}),
-            SimpleNamespace(value={"dgrpo:1:" + public_hex(k): ValueWithExpiration(b"\x00" * 64 + b"{}", 0.0)}),
+    junk = [None, 5, SimpleNamespace(value={"dgrpo:1:" + public_hex(k): ValueWithExpiration(b"\x00" * 64, 0.0)}),
+            ValueWithExpiration(5, 0.0), ValueWithExpiration({"dgrpo:1:" + "0" * 64: object()}, 0.0),
+            ValueWithExpiration({None: ValueWithExpiration(b"x", 0.0), 7: ValueWithExpiration(None, 0.0)}, 0.0),
+            ValueWithExpiration({"dgrpo:1:" + public_hex(k): ValueWithExpiration(b"\x00" * 64 + b"{}", 0.0)}, 0.0),
             TimeoutError("slow DHT"), RuntimeError("DHT process died")]
     t = HivemindTransport(_JunkDHT(junk), 0, 2, signing_key=k, namespace="dgrpo/x", honest=[0, 1], timeout_s=0.5,
                           on_peer_failure="continue")

@@ -41,16 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 dht_records = LazyModule("dgrpo.transports.dht.records")  # (import hivemind: loaded when the transport starts)
-launch = LazyModule("dgrpo.transports.dht.launch")
+launch, dht_commit = LazyModule("dgrpo.transports.dht.launch"), LazyModule("dgrpo.transports.dht.commit")
 dht_time = LazyModule("hivemind.utils")
-
-DHT_MESSAGE_BYTES = 4 << 20  # libp2p message limit: a read returns every node's record of a key at once
-
-
-def record_limit(nodes: int) -> int:
-    """Bytes of one node's payload per exchange: (4 MiB − 64 KiB) / ``nodes``, so a key's records fit one read."""
-    return (DHT_MESSAGE_BYTES - (64 << 10)) // max(nodes, 1)
-
 
 def _left(deadline: float) -> float:
     """Time limit of one DHT call made before ``deadline``: what is left of it (at least 0.2 s, at most 10 s)."""
@@ -76,12 +68,14 @@ class HivemindTransport:
         roster: node → Ed25519 public key (hex) of every node, fixed at launch (joiners' keys by a roster file).
         public_key, agreed, last_round: this node's record key (hex), the values :meth:`agree` agreed
             (a joiner's from the launch record), the round of the last all-gather (None before it).
-    The launch and commit helpers (:mod:`dgrpo.transports.dht`) use only public members.
+    The launch and commit helpers (:mod:`dgrpo.transports.dht`) read public members and change this node's
+    view of the swarm only through its methods (:meth:`enter_launch`, :meth:`leave_out`, :meth:`readmit`, :meth:`leave`).
     """
 
     def __init__(self, dht, rank: int, world_size: int, *, signing_key, namespace: str, honest: Iterable[int],
                  timeout_s: float, on_peer_failure: str = "abort", max_messages: int = 1 << 20,
-                 join: dict[int, int] | None = None, roster: dict[int, str] | None = None, fixed_roster: bool = False):
+                 join: dict[int, int] | None = None, roster: dict[int, str] | None = None, fixed_roster: bool = False,
+                 caps: KeyCaps = OPEN):
         self.dht, self.rank, self.world_size = dht, rank, world_size
         self.local_nodes, self.honest = [rank], sorted(honest)
         self.timeout_s, self.on_peer_failure, self.max_messages = timeout_s, on_peer_failure, max_messages
@@ -90,15 +84,14 @@ class HivemindTransport:
         self.alive = {n for n in range(world_size) if n not in self.join} | {rank}
         self.failed, self.labels, self.rejected = {}, {}, []  # (see Attributes)
         self.verifier = None  # set by the run's build; signatures are checked by the swarm
-        self.caps, self.carriers = OPEN, {}  # (DistributedTransport.decode's caps, set from the share; who delivered)
+        self.caps, self.carriers = caps, {}  # (DistributedTransport.decode's caps, from the share; who delivered)
         self.seals: dict[str, dict[int, bytes]] = {}  # exchange tag → node → record signature of the payload kept
         self.peer_views, self.roster = {}, dict(roster or {})  # (peer_views: not shared over the DHT)
         self.fixed_roster = fixed_roster  # a roster file: no key is ever learnt from the DHT
         self.namespace, self.run_id, self.fingerprint = namespace, "", ""  # the launch id and config's, set at launch
-        self.retention_s, self.max_record_bytes = 3 * timeout_s + 60, record_limit(world_size)  # (outlive every deadline)
+        self.retention_s, self.max_record_bytes = 3 * timeout_s + 60, dht_records.record_limit(world_size)  # (outlive every deadline)
         self._key, self.public_key = signing_key, dht_records.public_hex(signing_key)
         self.agreed: dict[str, str] = {}  # tag → the value agreed (agree), published in the launch record
-        self.hello = None  # this node's hello while its launch is under way (dht.launch.Hello; refreshed in collect)
         self._seen_rejections: set[tuple[str, str]] = set()
         self.last_round, self._closed = None, False  # (the round of the last all-gather)
         atexit.register(self._exit)
@@ -112,32 +105,7 @@ class HivemindTransport:
             ConfigError: a bad key, roster or address; configs differ between nodes (names them).
             PeerFailure: the daemon did not start, no bootstrap peer answered, peers missing at launch.
         """
-        from dgrpo.swarm.validation import Limits
-        from dgrpo.transports.dht.launch import config_fingerprint, join_launch, node_keys, start_launch
-        from dgrpo.transports.dht.node import start_dht
-
-        sw, h = cfg.swarm, cfg.swarm.hivemind
-        identity, key, roster = node_keys(cfg)
-        logging.getLogger("hivemind").setLevel(max(logging.WARNING, logging.getLogger().level))
-        dht = start_dht(h.node, listen=h.listen, announce=h.announce, initial_peers=h.initial_peers, identity_dir=identity,
-                        validator=dht_records.SignedRecordValidator(max_value_bytes=record_limit(sw.nodes) + 64, allowed=roster),
-                        daemon_timeout_s=h.daemon_timeout_s, startup_timeout_s=sw.startup_timeout_s,
-                        use_relay=h.use_relay, use_auto_relay=h.use_auto_relay, client_mode=h.client_mode)
-        addrs = [str(a) for a in dht.get_visible_maddrs()]
-        (identity / "address").write_text("\n".join(addrs) + "\n")  # for scripts that start the other nodes
-        log.info("node %d listening on %s; signing key %s", h.node, " ".join(addrs), dht_records.public_hex(key))
-        transport = cls(dht, h.node, sw.nodes, signing_key=key, namespace=f"dgrpo/{h.run_id or 'swarm'}",
-                        honest=[n for n in range(sw.nodes) if n not in set(sw.malicious)], timeout_s=sw.timeout_s,
-                        on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size,
-                        join=h.join, roster=roster, fixed_roster=roster is not None)
-        transport.caps = KeyCaps.of(max(1, sw.prompts_per_round * sw.group_size // sw.nodes),
-                                    Limits.for_completions(cfg.sampling.max_new_tokens))  # per sender and round
-        try:
-            (join_launch if h.node in h.join else start_launch)(transport, config_fingerprint(cfg), sw.startup_timeout_s)
-        except BaseException:
-            transport._closed = True
-            dht.shutdown()
-            raise
+        return launch.start_node(cls, cfg)
         return transport
 
     # ------------------------------------------------------------------ roles
@@ -172,12 +140,11 @@ class HivemindTransport:
         except Exception as err:  # noqa: BLE001 - a DHT that does not answer in time: nothing new yet
             log.debug("get of %s failed: %s", key, err)
             return {}
-        entries = getattr(found, "value", None)
-        if not isinstance(entries, dict):
-            return {}
+        if not (isinstance(found, dht_time.ValueWithExpiration) and isinstance(found.value, dict)):
+            return {}  # (None: no record; a plain value is refused by every DHT node's validator)
         kid, out = dht_records.key_id(key), defaultdict(list)
-        for subkey, item in entries.items():
-            result = dht_records.verify(kid, subkey, getattr(item, "value", None))
+        for subkey, item in found.value.items():
+            result = dht_records.verify(kid, subkey, item.value if isinstance(item, dht_time.ValueWithExpiration) else None)
             if isinstance(result, str):
                 self.reject(key, str(subkey), -1, result)
                 continue
@@ -232,10 +199,11 @@ class HivemindTransport:
             time.sleep(0.5)
         self.seals.setdefault(tag, {})[self.rank] = sig
 
-    def collect(self, tag: str, peers: Iterable[int], deadline: float | None = None) -> dict[int, bytes]:
+    def collect(self, tag: str, peers: Iterable[int], deadline: float | None = None, on_wait=None) -> dict[int, bytes]:
         """Payloads of live ``peers`` in exchange ``tag``, read until they are in or ``deadline``.
 
-        Peers that miss it (or said bye) are declared failed and left out.
+        Peers that miss it (or said bye) are declared failed and left out. ``on_wait()`` is called between
+        reads (the launch keeps its hello alive so).
 
         Raises:
             PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names every missing peer).
@@ -253,8 +221,8 @@ class HivemindTransport:
             if now >= next_bye:
                 left |= set(self.read(self.key("bye"), want - got.keys(), _left(deadline)))
                 next_bye = now + 1.0
-            if self.hello is not None:
-                self.hello.refresh(self)
+            if on_wait is not None:
+                on_wait()
             time.sleep(min(delay, max(0.0, deadline - now)))
             delay = min(delay * 1.5, 0.5)
         missing = sorted(want - got.keys())
@@ -266,8 +234,7 @@ class HivemindTransport:
     def declare_failed(self, peers: list[int], tag: str, left: set[int] = frozenset(), why: str = "") -> None:
         """Take ``peers`` out of :attr:`alive` (failed in exchange ``tag``; ``left``: said bye; ``why``: what
         they did), then raise :class:`PeerFailure` (``on_peer_failure=abort``, names them) or go on."""
-        self.alive -= set(peers)
-        self.failed.update(dict.fromkeys(peers, tag))
+        self.leave_out(peers, tag)
         what = f"node{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
         if why:
             text = f"{what} {why} in exchange {tag!r}"
@@ -280,23 +247,26 @@ class HivemindTransport:
             raise PeerFailure(f"{text}; aborted (set swarm.on_peer_failure=continue to go on without it)")
         log.warning("%s; continuing without it (swarm.on_peer_failure=continue)", text)
 
-    def exchange(self, tag: str, payload: bytes) -> dict[int, bytes]:
+    def exchange(self, tag: str, payload: bytes, on_wait=None) -> dict[int, bytes]:
         """Post ``payload`` and collect every live peer's (own payload included, under this rank)."""
         self.post(tag, payload)
-        return {self.rank: payload, **self.collect(tag, range(self.world_size), time.monotonic() + self.timeout_s)}
+        return {self.rank: payload, **self.collect(tag, range(self.world_size), time.monotonic() + self.timeout_s, on_wait)}
 
-    def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
+    def gather_values(self, tag: str, value: str, timeout_s: float | None = None, *, abort: bool = False,
+                      on_wait=None) -> dict[int, str]:
         """Every live node's ``value`` (a small string), e.g. to agree on a run name or check configs.
 
         ``timeout_s``: a start-up wait (``swarm.startup_timeout_s``, named so in errors); default ``timeout_s``.
+        ``abort``: a missing peer raises whatever ``on_peer_failure`` says; ``on_wait``: see :meth:`collect`.
         """
-        saved = self.timeout_s, self.limit_name
+        saved = self.timeout_s, self.limit_name, self.on_peer_failure
         if timeout_s is not None:
             self.timeout_s, self.limit_name = timeout_s, "swarm.startup_timeout_s"
+        self.on_peer_failure = "abort" if abort else self.on_peer_failure
         try:
-            return {n: b.decode(errors="replace") for n, b in self.exchange(tag, value.encode()).items()}
+            return {n: b.decode(errors="replace") for n, b in self.exchange(tag, value.encode(), on_wait).items()}
         finally:
-            self.timeout_s, self.limit_name = saved
+            self.timeout_s, self.limit_name, self.on_peer_failure = saved
 
     def agree(self, tag: str, value: str) -> str:
         """The lowest live node's ``value``; a node that joined later takes it from the launch record."""
@@ -314,6 +284,32 @@ class HivemindTransport:
             self.post(tag, payload)
             return None
         return self.collect(tag, senders)
+
+    # ------------------------------------------------------------------ membership (the helpers' way in)
+    def enter_launch(self, run_id: str, fingerprint: str, roster: dict[int, str], alive: Iterable[int] | None = None,
+                     agreed: dict[str, str] | None = None) -> None:
+        """Take part in launch ``run_id`` of config ``fingerprint``: the roster's keys (a roster file's stay), and for a
+        joiner the swarm's live nodes and agreed values (from its launch record)."""
+        self.run_id, self.fingerprint = run_id, fingerprint
+        self.roster.update({} if self.fixed_roster else roster)
+        self.roster[self.rank] = self.public_key
+        self.alive = self.alive if alive is None else set(alive) | {self.rank}
+        self.agreed.update(agreed or {})
+
+    def leave_out(self, peers: Iterable[int], tag: str, reason: str = "") -> None:
+        """Take ``peers`` out of :attr:`alive`, failed in exchange ``tag``; a ``reason`` is listed in :attr:`rejected`."""
+        self.alive -= set(peers)
+        self.failed.update(dict.fromkeys(peers, tag))
+        self.rejected += [(n, reason) for n in peers if reason]
+
+    def readmit(self, node: int) -> None:
+        """Node ``node`` takes part again (this node missed it; its peers kept its payload)."""
+        self.alive.add(node)
+        self.failed.pop(node, None)
+
+    def leave(self) -> None:
+        """This node leaves the swarm (its peers dropped it): it no longer counts itself live."""
+        self.alive.discard(self.rank)
 
     # ------------------------------------------------------------------ messages
     encode = DistributedTransport.encode  # payload JSON: messages plus ground-truth labels (metrics only)
@@ -338,7 +334,7 @@ class HivemindTransport:
         self.last_round = round_idx
         self.alive |= {n for n, r in self.join.items() if r == round_idx and n not in self.failed}  # joiners from now on
         payloads = self.commit(round_idx, self.exchange(f"r{round_idx}", self.encode(mine)))
-        launch.drain_dht_rejections(self)
+        self.rejected += launch.dht_rejections(self)
         launch.publish_launch(self, round_idx)
         out: list[Message] = []
         for node in sorted(payloads):
@@ -347,24 +343,24 @@ class HivemindTransport:
 
     def commit(self, round_idx: int, payloads: dict[int, bytes]) -> dict[int, bytes]:
         """The payloads every peer's view lists alike (:func:`dgrpo.transports.dht.commit.commit`)."""
-        from dgrpo.transports.dht.commit import commit
-
-        return commit(self, round_idx, payloads)
+        return dht_commit.commit(self, round_idx, payloads)
 
     def check_startup(self, protocol, timeout_s: float) -> None:
         pass  # the run's agreed settings are checked at launch (dgrpo.transports.dht.launch)
 
     # ------------------------------------------------------------------ shutdown
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         """Clean end of the run: wait (up to timeout_s) until every live peer is done, then stop the DHT.
 
         A node that leaves takes its DHT storage with it; waiting keeps the last records readable.
+        ``wait=False``: stop at once, saying nothing (a launch that failed: no peer counts on this node).
         """
         if self._closed:
             return
         self._closed = True
         try:
-            self.exchange("done", b"1")
+            if wait:
+                self.exchange("done", b"1")
         except PeerFailure as err:
             log.warning("at shutdown: %s", err)
         self.dht.shutdown()

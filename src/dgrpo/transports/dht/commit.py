@@ -99,7 +99,7 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -
             if node != t.rank and node not in payloads:
                 payloads[node] = _read_again(t, key, node, next(iter(digests.values())), tag)
         if node == t.rank and node in dropped:
-            t.alive.discard(t.rank)
+            t.leave()
             raise PeerFailure(f"node {t.rank} was declared failed by its peers in exchange {tag!r}: it {dropped[node][1]} "
                               f"within swarm.timeout_s={t.timeout_s:g}s (stalled?); leaving the swarm")
     for node, (rule, why) in sorted(dropped.items()):
@@ -120,10 +120,9 @@ def _read_again(t: "HivemindTransport", key: str, node: int, digest: str, tag: s
     while time.monotonic() < deadline:
         rec = t.read(key, {node}, min(10.0, max(0.2, deadline - time.monotonic()))).get(node)
         if rec is not None and hashlib.sha256(rec[1]).hexdigest() == digest:
-            t.alive.add(node)
-            t.failed.pop(node, None)
+            t.readmit(node)
             return rec[1]
         time.sleep(0.2)
-    t.alive.discard(t.rank)
+    t.leave()
     raise PeerFailure(f"node {t.rank} could not read node {node}'s payload of exchange {tag!r}, which its peers kept, "
                       f"within swarm.timeout_s={t.timeout_s:g}s; leaving the swarm")

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.transports.fingerprint import PER_NODE, config_fingerprint  # noqa: F401 (the launch check compares it)
-from dgrpo.transports.dht.records import SignedRecordValidator, load_or_create_key, load_roster, public_hex
+from dgrpo.transports.dht.records import SignedRecordValidator, load_or_create_key, load_roster, public_hex, record_limit
+from dgrpo.transports.framing import KeyCaps
 
 if TYPE_CHECKING:
     from dgrpo.config import RunConfig
@@ -29,17 +30,53 @@ HELLO_TTL_S = 30.0  # a hello outlives its node's launch by at most this (refres
 
 @dataclass
 class Hello:
-    """This node's hello while its launch is under way (``HivemindTransport.hello``): ``body`` under ``key``,
-    stored again when its time to live runs short (while the launch waits, and in ``collect``)."""
+    """This node's hello while its launch is under way: ``body`` under ``key``, stored again by :meth:`refresh`
+    when its time to live runs short (while the launch waits, and between the reads of its ``start`` barrier)."""
 
+    t: "HivemindTransport"
     key: str
     body: bytes
     due: float = 0.0  # time.monotonic() of the next store
 
-    def refresh(self, t: "HivemindTransport") -> None:
+    def refresh(self) -> None:
         if time.monotonic() >= self.due:
-            t.store(self.key, self.body, HELLO_TTL_S)
+            self.t.store(self.key, self.body, HELLO_TTL_S)
             self.due = time.monotonic() + HELLO_TTL_S / 3
+
+
+def start_node(cls: type["HivemindTransport"], cfg: "RunConfig") -> "HivemindTransport":
+    """This process's node (:meth:`HivemindTransport.from_config <dgrpo.transports.hivemind.HivemindTransport.from_config>`):
+    its keys, its DHT, its transport ``cls``, then the launch agreement or joining at its round.
+
+    Raises:
+        ConfigError: a bad key, roster or address; configs differ between nodes (names them).
+        PeerFailure: the daemon did not start, no bootstrap peer answered, peers missing at launch.
+    """
+    from dgrpo.swarm.validation import Limits
+    from dgrpo.transports.dht.node import start_dht
+
+    sw, h = cfg.swarm, cfg.swarm.hivemind
+    identity, key, roster = node_keys(cfg)
+    logging.getLogger("hivemind").setLevel(max(logging.WARNING, logging.getLogger().level))
+    dht = start_dht(h.node, listen=h.listen, announce=h.announce, initial_peers=h.initial_peers, identity_dir=identity,
+                    validator=SignedRecordValidator(max_value_bytes=record_limit(sw.nodes) + 64, allowed=roster),
+                    daemon_timeout_s=h.daemon_timeout_s, startup_timeout_s=sw.startup_timeout_s,
+                    use_relay=h.use_relay, use_auto_relay=h.use_auto_relay, client_mode=h.client_mode)
+    addrs = [str(a) for a in dht.get_visible_maddrs()]
+    (identity / "address").write_text("\n".join(addrs) + "\n")  # for scripts that start the other nodes
+    log.info("node %d listening on %s; signing key %s", h.node, " ".join(addrs), public_hex(key))
+    caps = KeyCaps.of(max(1, sw.prompts_per_round * sw.group_size // sw.nodes),
+                      Limits.for_completions(cfg.sampling.max_new_tokens))  # per sender and round
+    transport = cls(dht, h.node, sw.nodes, signing_key=key, namespace=f"dgrpo/{h.run_id or 'swarm'}",
+                    honest=[n for n in range(sw.nodes) if n not in set(sw.malicious)], timeout_s=sw.timeout_s,
+                    on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size,
+                    join=h.join, roster=roster, fixed_roster=roster is not None, caps=caps)
+    try:
+        (join_launch if h.node in h.join else start_launch)(transport, config_fingerprint(cfg), sw.startup_timeout_s)
+    except BaseException:
+        transport.close(wait=False)
+        raise
+    return transport
 
 
 def node_keys(cfg: "RunConfig"):
@@ -107,13 +144,12 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
         PeerFailure: initial nodes missing after ``startup_timeout_s`` (``abort``), peers reached another
             launch, or this node started after the others launched without it.
     """
-    t.fingerprint = fingerprint
     initial = sorted(n for n in range(t.world_size) if n not in t.join)
     hello_key = f"{t.namespace}/hello"
-    t.hello = Hello(hello_key, json.dumps({"nonce": secrets.token_hex(8), "config": fingerprint}).encode())
+    own = Hello(t, hello_key, json.dumps({"nonce": secrets.token_hex(8), "config": fingerprint}).encode())
     deadline, delay = time.monotonic() + startup_timeout_s, 0.05
     while True:
-        t.hello.refresh(t)
+        own.refresh()
         claims: dict[int, dict[str, dict]] = {}
         for node, recs in t.records(hello_key).items():
             for pub, body, _ in recs:
@@ -148,11 +184,10 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
     if odd:
         raise ConfigError(f"nodes {odd} run another config than node {initial[0]}: every node needs the same config and "
                           f"overrides ({', '.join('.'.join(f) for f in PER_NODE)} may differ)")
-    t.roster.update({n: pub for n, (pub, _) in hellos.items()})
-    t.run_id = hashlib.sha256(json.dumps(sorted([n, pub, h["nonce"]] for n, (pub, h) in hellos.items())).encode()).hexdigest()[:16]
-    saved, t.on_peer_failure = t.on_peer_failure, "abort"  # a launch goes on only with every initial node
-    try:
-        t.gather_values("start", t.run_id, timeout_s=startup_timeout_s)
+    t.enter_launch(hashlib.sha256(json.dumps(sorted([n, pub, h["nonce"]] for n, (pub, h) in hellos.items())).encode())
+                   .hexdigest()[:16], fingerprint, {n: pub for n, (pub, _) in hellos.items()})
+    try:  # a launch goes on only with every initial node (abort)
+        t.gather_values("start", t.run_id, timeout_s=startup_timeout_s, abort=True, on_wait=own.refresh)
     except PeerFailure as err:
         without = _launched_without(t)
         if without:
@@ -161,9 +196,6 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
                               "(swarm.hivemind.join)") from None
         raise PeerFailure(f"{err}: the peers did not reach launch {t.run_id} (a node restarted while the others "
                           "started?); start every node again") from None
-    finally:
-        t.on_peer_failure = saved
-    t.hello = None
     log.info("node %d: launch %s with nodes %s", t.rank, t.run_id, initial)
     allow_roster(t)
     publish_launch(t)
@@ -173,10 +205,7 @@ def _leave_out(t: "HivemindTransport", missing: list[int], startup_timeout_s: fl
     """Launch without the initial nodes ``missing`` (``on_peer_failure=continue``): named, failed at ``launch``."""
     text = f"did not show up within swarm.startup_timeout_s={startup_timeout_s:g}s"
     log.warning("node %d: nodes %s %s; launching without them (swarm.on_peer_failure=continue)", t.rank, missing, text)
-    for n in missing:
-        t.alive.discard(n)
-        t.failed[n] = "launch"
-        t.rejected.append((n, f"missing payload: it {text}"))
+    t.leave_out(missing, "launch", f"missing payload: it {text}")
 
 
 def _launched_without(t: "HivemindTransport") -> str:
@@ -204,7 +233,6 @@ def join_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: flo
         ConfigError: the swarm runs another config, or knows this node id under another key.
         PeerFailure: no launch record within ``startup_timeout_s``, or the swarm is past the join round.
     """
-    t.fingerprint = fingerprint
     first = t.first_round
     launch_key = f"{t.namespace}/launch"
     deadline = time.monotonic() + startup_timeout_s
@@ -234,12 +262,8 @@ def join_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: flo
                           "and overrides (the per-node swarm.hivemind fields may differ)")
     if roster.get(t.rank, t.public_key) != t.public_key:
         raise ConfigError(f"node {t.rank} is already in the swarm's roster with another key")
-    t.run_id = rec["run"]
-    if not t.fixed_roster:
-        t.roster.update(roster)
-    t.roster[t.rank] = t.public_key
-    t.alive = {n for n in rec["alive"] if isinstance(n, int)} | {t.rank}
-    t.agreed.update({k: v for k, v in rec["agreed"].items() if isinstance(v, str)})
+    t.enter_launch(rec["run"], fingerprint, roster, alive=[n for n in rec["alive"] if isinstance(n, int)],
+                   agreed={k: v for k, v in rec["agreed"].items() if isinstance(v, str)})
     log.info("node %d: joins launch %s at round %d (swarm at round %d, live nodes %s)", t.rank, t.run_id, first,
              rec["round"], sorted(t.alive))
 
@@ -257,14 +281,10 @@ def _launch_record(body: bytes) -> tuple[dict, dict[int, str]] | None:
     return rec, roster
 
 
-def _validators(node) -> list[SignedRecordValidator]:
-    validator = node.protocol.record_validator
-    return [v for v in getattr(validator, "_validators", [validator]) if isinstance(v, SignedRecordValidator)]
-
-
-async def _allow(_dht, node, roster: dict[int, str]) -> None:
-    for v in _validators(node):
-        v.allow(roster)
+async def _allow(dht, _node, roster: dict[int, str]) -> None:
+    """Inside the DHT process: its record validator (``dht.validator``, see :func:`~dgrpo.transports.dht.node.start_dht`)
+    takes ``roster``."""
+    dht.validator.allow(roster)
 
 
 def allow_roster(t: "HivemindTransport") -> None:
@@ -278,20 +298,19 @@ def allow_roster(t: "HivemindTransport") -> None:
         log.warning("node %d: its DHT process did not take the roster: %s", t.rank, err)
 
 
-async def _drain(_dht, node) -> list:
+async def _drain(dht, _node) -> list:
     """Inside the DHT process: the validator's refusals since the last call."""
-    out = []
-    for v in _validators(node):
-        out.extend(v.rejections)
-        v.rejections.clear()
+    out = list(dht.validator.rejections)
+    dht.validator.rejections.clear()
     return out
 
 
-def drain_dht_rejections(t: "HivemindTransport") -> None:
-    """Add the records this node's DHT refused (bad signatures: senders unknown) to ``t.rejected``."""
+def dht_rejections(t: "HivemindTransport") -> list[tuple[int, str]]:
+    """The records this node's DHT refused since the last call (bad signatures: senders unknown), as
+    ``rejected`` entries (-1, ``dht: reason``)."""
     try:
         refused = t.dht.run_coroutine(_drain, return_future=True).result(timeout=5)
     except Exception as err:  # noqa: BLE001 - counting is best effort; the DHT already logged each refusal
         log.debug("could not read the DHT's refusals: %s", err)
-        return
-    t.rejected += [(-1, f"dht: {reason}") for _, reason in refused]
+        return []
+    return [(-1, f"dht: {reason}") for _, reason in refused]

@@ -66,18 +66,19 @@ class _BlockingReader:
         finally:
             os.set_blocking(fd, was)
 
-    def __getattr__(self, name):  # poll, fileno, close: the connection's own
+    def __getattr__(self, name):  # fileno, poll, close: the connection's own (what hivemind 1.1.12's DHT.run calls)
         return getattr(self._conn, name)
 
 
 class _WatchedDHT(hivemind.DHT):
     """A hivemind DHT whose child process exits when the process that started it is gone, and whose
     daemon sockets live in a private folder (hivemind leaves them in /tmp when a start fails or the
-    process ends on a signal; the folder is removed whatever happened)."""
+    process ends on a signal; the folder is removed whatever happened). ``validator``: its one record validator
+    (in the DHT process, the copy the DHT node uses: the process is forked after it is built)."""
 
-    def __init__(self, *args, socket_dir: str, **kwargs):
-        self.socket_dir = socket_dir
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, socket_dir: str, validator, **kwargs):
+        self.socket_dir, self.validator = socket_dir, validator
+        super().__init__(*args, record_validators=[validator], **kwargs)
 
     def run(self) -> None:
         from hivemind.p2p import P2P
@@ -89,6 +90,8 @@ class _WatchedDHT(hivemind.DHT):
         def watch() -> None:
             while os.getppid() == parent:
                 time.sleep(1.0)
+            # hivemind 1.1.12 keeps the p2pd process in DHT._node.p2p._child, private and unset until the start is
+            # over (each link may be missing when the parent dies during a start): the only way to the daemon's pid
             child = getattr(getattr(getattr(self, "_node", None), "p2p", None), "_child", None)
             if child is not None and child.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -120,7 +123,8 @@ def check_multiaddrs(field: str, addrs: Sequence[str], need_peer_id: bool = Fals
 def start_dht(node: int, *, listen: Sequence[str], announce: Sequence[str], initial_peers: Sequence[str],
               identity_dir: Path, validator, daemon_timeout_s: float, startup_timeout_s: float,
               use_relay: bool = True, use_auto_relay: bool = False, client_mode: bool = False) -> hivemind.DHT:
-    """This node's running DHT (the libp2p identity kept in ``identity_dir/p2p.key``).
+    """This node's running DHT (the libp2p identity kept in ``identity_dir/p2p.key``), whose only record validator is
+    ``validator`` (its attribute ``validator``: coroutines run in the DHT process reach the DHT node's copy there).
 
     Raises:
         ConfigError: a malformed address, or the identity is in use by another running peer.
@@ -139,7 +143,7 @@ def start_dht(node: int, *, listen: Sequence[str], announce: Sequence[str], init
         dht = _WatchedDHT(initial_peers=list(initial_peers) or None, host_maddrs=list(listen),
                           announce_maddrs=list(announce) or None, identity_path=str(identity_dir / "p2p.key"),
                           startup_timeout=daemon_timeout_s, use_relay=use_relay, use_auto_relay=use_auto_relay,
-                          client_mode=client_mode, record_validators=[validator], start=True, await_ready=False,
+                          client_mode=client_mode, validator=validator, start=True, await_ready=False,
                           daemon=True, socket_dir=tempfile.mkdtemp(prefix="dgrpo-p2p-"))
         try:
             # The daemon's own limit is daemon_timeout_s; bootstrapping and the identity check come on top.

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 DOMAIN = b"dgrpo/dht-record/v1\x00"
 SIGNATURE_BYTES = 64
+DHT_MESSAGE_BYTES = 4 << 20  # libp2p message limit: a read returns every node's record of a key at once
 _SUBKEY = re.compile(r"dgrpo:(0|[1-9][0-9]{0,5}):([0-9a-f]{64})")
 
 
@@ -79,6 +80,11 @@ def public_hex(key: Ed25519PrivateKey) -> str:
 
 
 # ---------------------------------------------------------------------- records
+def record_limit(nodes: int) -> int:
+    """Bytes of one node's payload per exchange: (4 MiB − 64 KiB) / ``nodes``, so a key's records fit one read."""
+    return (DHT_MESSAGE_BYTES - (64 << 10)) // max(nodes, 1)
+
+
 def subkey_for(node: int, pub: str) -> str:
     return f"dgrpo:{node}:{pub}"
 

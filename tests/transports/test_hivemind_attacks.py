@@ -125,13 +125,12 @@ def test_a_lone_view_against_an_honest_node_changes_nothing_and_names_its_sender
     attacker = ts[3]
 
     def lying():
-        attacker.exchange("r0", PAYLOADS[3])
+        exchanged = attacker.exchange("r0", PAYLOADS[3])
         if lie == "says nothing":
             return None
-        if lie == "sends junk":
-            return attacker.exchange("v0", b"junk")
         view = view_of(attacker, drop=[1]) if lie == "leaves node 1 out" else view_of(attacker, forge=[1])
-        return attacker.exchange("v0", json.dumps(view).encode())
+        viewing(attacker, b"junk" if lie == "sends junk" else json.dumps(view).encode())
+        return attacker.commit(0, exchanged)  # (and the rest of the commit as it is)
     out, seconds = in_threads([lambda t=t: honest_round(t) for t in ts[:3]] + [lying])
     assert_honest_round_unharmed(ts, out, seconds)  # (its payload too: every honest view lists it)
     rule = {"leaves node 1 out": "accusation", "gives node 1 a digest it did not sign": "view"}.get(lie)
@@ -274,3 +273,66 @@ def test_a_node_started_after_the_start_up_limit_is_named_and_left_out_and_told_
     msgs = [Message(k, 0, "p", k, f"text {k}", (1, 2), 7, "tok") for k in range(3)]
     gathered, _ = in_threads([lambda t=t: t.all_gather({t.rank: [msgs[t.rank]]}) for t in ts[:3]])
     assert gathered == [msgs] * 3
+
+
+
+def seen_by(t, node, tag, other=None):
+    """From now on ``t``'s reads of exchange ``tag`` miss ``node``'s record (it reached ``t`` after its deadline), or,
+    with ``other`` = (signing key, body), find ``node``'s record of that body instead (replaced between reads)."""
+    read = t.read
+
+    def late_read(key, expect, wait_s=10.0):
+        out = read(key, expect, wait_s)
+        if key == t.key(tag) and node in out:
+            if other is None:
+                del out[node]
+            else:
+                out[node] = (out[node][0], other[1], seal(other[0], key, node, other[1])[1][:64])
+        return out
+    t.read = late_read
+
+
+def viewing(t, body: bytes):
+    """``t`` publishes ``body`` as its view of r0 (and otherwise runs the commit as it is)."""
+    exchange = t.exchange
+    t.exchange = lambda tag, payload, *a, **k: exchange(tag, body if tag == "v0" else payload, *a, **k)
+
+
+@pytest.mark.parametrize("how", ["reaches node 2 only", "shows node 1 another view"])
+def test_a_view_shown_to_some_honest_nodes_cannot_split_the_honest_message_sets(dhts, how):
+    """Issue 31 residual: node 0's payload reached node 1 and not node 2 (a slow link); node 3's view leaves it out.
+    ``reaches node 2 only``: node 3's view reaches node 2 and not nodes 0-1 (timed to arrive between their deadlines).
+    ``shows node 1 another view``: node 1 reads node 3's record after node 3 replaced it with a view listing node 0.
+    Before (one round of views): node 2 counted two misses of node 0's payload and dropped it, node 1 counted one
+    and kept it: the honest nodes trained on different message sets. Now every honest node holds the same views
+    (the echo relays each view it read), so all decide alike: on node 3's view (first case: node 0's payload is
+    dropped by all, and node 0 leaves, as a late node does), or on node 3's two signed views (second case: node 3
+    equivocated: dropped by all, its views ignored, node 0's payload kept by all)."""
+    from dgrpo.errors import PeerFailure
+
+    ts = swarm(dhts)
+    attacker = ts[3]
+    exchanged, _ = in_threads([lambda t=t: t.exchange("r0", PAYLOADS[t.rank]) for t in ts])
+    assert exchanged == [PAYLOADS] * 4
+    partial = {n: b for n, b in exchanged[2].items() if n != 0}
+    ts[2].leave_out([0], "r0")  # what collect did when it missed it
+    viewing(attacker, json.dumps(view_of(attacker, drop=[0])).encode())
+    if how == "reaches node 2 only":
+        seen_by(ts[0], 3, "v0")
+        seen_by(ts[1], 3, "v0")
+    else:
+        seen_by(ts[1], 3, "v0", other=(attacker._key, json.dumps(view_of(attacker)).encode()))
+    out, seconds = in_threads([lambda t=t, p=p: t.commit(0, dict(p)) for t, p in zip(ts, [*exchanged[:2], partial, PAYLOADS])])
+    honest_sets = [sorted(o) if isinstance(o, dict) else type(o).__name__ for o in out[1:3]]
+    assert honest_sets[0] == honest_sets[1], honest_sets  # no split: nodes 1 and 2 keep the same messages
+    if how == "reaches node 2 only":
+        assert out[1] == out[2] == {k: PAYLOADS[k] for k in (1, 2, 3)}
+        assert isinstance(out[0], PeerFailure) and "declared failed by its peers" in str(out[0]), out[0]
+        for t in ts[1:3]:
+            assert t.alive == {1, 2, 3} and t.failed == {0: "r0"}, (t.rank, t.alive, t.failed)
+    else:
+        assert out[0] == out[1] == out[2] == {k: PAYLOADS[k] for k in (0, 1, 2)}, honest_sets
+        for t in ts[:3]:
+            assert named(t, 3, "equivocation: it signed 2 different views") and 3 in t.failed, t.rejected
+            assert t.alive == {0, 1, 2} and 3 in t.failed, (t.rank, t.alive, t.failed)
+    assert seconds < 3 * TIMEOUT_S + 2

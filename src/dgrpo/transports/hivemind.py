@@ -12,9 +12,10 @@ model are in docs/hivemind.md ("How a round moves"); in short:
 * an exchange posts, then reads until every expected live peer is in or ``swarm.timeout_s`` has
   passed (later peers are named; ``on_peer_failure`` aborts or continues); a node stopping on an
   error says ``bye`` on its way out;
-* a message round ends with a commit: every node publishes the signed digest of each payload it kept;
-  a payload missed by most views is dropped by all (its late node leaves), a sender with two signed
-  digests is named, a lone view changes nothing (:mod:`dgrpo.transports.dht.commit`).
+* a message round ends with a commit: every node publishes the signed digest of each payload it kept,
+  then relays the views it read, so the honest nodes decide alike on the same views: a payload missed
+  by most views is dropped by all (its late node leaves), a sender with two signed digests (or views)
+  is named, a lone view changes nothing (:mod:`dgrpo.transports.dht.commit`).
 
 This module loads light (a config check imports it): hivemind, and through it torch, is imported
 when the transport starts (:func:`hivemind_transport`), the DHT helpers through :class:`LazyModule`.

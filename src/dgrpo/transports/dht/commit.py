@@ -1,14 +1,21 @@
-"""The commit step that ends a message round of the hivemind transport: the nodes keep the same messages,
+"""The commit step that ends a message round of the hivemind transport: the honest nodes keep the same messages,
 and no lone node can get another dropped (issue 31).
 
-Reads of a DHT are not atomic: a payload that arrives near the deadline may be seen by some nodes
-and not by others, and a malicious sender may show peers different payloads under its one subkey
-(its record replaced between reads: equivocation). So after the exchange ``r{round}`` every node
-publishes its view, ``v{round}``: for each payload it kept, the body's SHA-256 and the sender's record
-signature over it (:func:`dgrpo.transports.dht.records.signed_digest`), so a view can only list what
-the sender itself signed for that key. Each node then decides for every sender ``n`` from the views
-of the nodes other than ``n`` (its own included; a view entry that does not verify counts as absent
-and is named under the view's sender):
+Reads of a DHT are not atomic: a payload that arrives near the deadline may be seen by some nodes and not by
+others, and a malicious node may show peers different records under its one subkey (replaced between reads:
+equivocation) or time a record to reach some nodes in time and others not. So after the exchange ``r{round}``
+come two rounds of views (an authenticated broadcast of the views, as Dolev and Strong's with one faulty node):
+
+1. ``v{round}``, the views: for each payload a node kept, the body's SHA-256 and the sender's record signature over
+   it (:func:`dgrpo.transports.dht.records.signed_digest`), so a view can only list what the sender signed for that key.
+2. ``e{round}``, the echo: every node relays each view it read with its voter's record signature (zlib-packed; the
+   body left out when it is malformed or above :func:`view_limit`). A node takes a view from the echo of any node
+   but the view's own voter, so a view that one honest node read reaches every honest node, and every honest node
+   holds the same signed views: two of one voter prove it equivocated (it is dropped, its views ignored), a voter
+   whose view reached only some nodes is taken back by the others.
+
+Each node then decides for every sender ``n`` from those views of the nodes other than ``n`` (its own included; a
+view entry that does not verify counts as absent and is named under the view's sender):
 
 * two different digests signed by ``n``: ``n`` equivocated (the proof travels in the views), dropped;
 * missed by at least two of those views (one, when there is only one) and by more than half of them:
@@ -16,17 +23,19 @@ and is named under the view's sender):
 * otherwise ``n`` is kept; a node that missed its payload reads it again (leaving if it still cannot),
   and each view that left ``n`` out is named under its sender (``accusation``), never acted on alone.
 
-Dropped senders are declared failed (``swarm.on_peer_failure``) and named (``missing payload``,
-``equivocation``). With 3 honest nodes of 4 the honest views decide alone every case where an honest
-payload reached all honest nodes in time; a malicious view can tip only a payload that reached some
-honest nodes and not others (a genuine fault of the network as well).
+Dropped senders are declared failed (``swarm.on_peer_failure``) and named (``missing payload``, ``equivocation``).
+The decision is a function of views every honest node holds alike, so with one malicious node and honest nodes on
+time the honest nodes keep the same payloads: a malicious view can still tip a payload that reached some honest
+nodes and not others (a late honest node is then dropped, or kept, by all), never split them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
+import zlib
 from typing import TYPE_CHECKING
 
 from dgrpo.errors import PeerFailure
@@ -35,13 +44,102 @@ from dgrpo.transports.dht.records import signed_digest
 if TYPE_CHECKING:
     from dgrpo.transports.hivemind import HivemindTransport
 
+log = logging.getLogger(__name__)
 
-def _view(raw: bytes) -> dict | None:
+
+def view_limit(nodes: int) -> int:
+    """Bytes of the largest well-formed view of a swarm of ``nodes``: ``"n": ["digest", "signature"]`` per node."""
+    return 256 * nodes + 64
+
+
+def _sha(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def _usable(raw: bytes | None, nodes: int) -> dict | None:
+    """A view body as every honest node judges it: a JSON object of at most :func:`view_limit` bytes, else None."""
     try:
-        view = json.loads(raw)
+        view = json.loads(raw) if raw is not None and len(raw) <= view_limit(nodes) else None
     except (ValueError, RecursionError):
         return None
     return view if isinstance(view, dict) else None
+
+
+def _echo(t: "HivemindTransport", read: dict[int, tuple[str, bytes]]) -> bytes:
+    """This node's echo: voter → [view record signature, digest, body or None], zlib-packed; a body is left out
+    (None) when it is not usable, or every body when the echo would not fit a record (logged)."""
+    def pack(bodies: bool) -> bytes:
+        return zlib.compress(json.dumps({str(v): [sig, _sha(raw), raw.decode("latin-1") if bodies and
+                                                  _usable(raw, len(t.roster)) is not None else None]
+                                         for v, (sig, raw) in sorted(read.items())}).encode())
+    out = pack(True)
+    if len(out) > t.max_record_bytes:
+        log.warning("node %d: its echo has %d bytes, above a record's limit: it relays the views' digests only",
+                    t.rank, len(out))
+        out = pack(False)
+    return out
+
+
+def _relayed(t: "HivemindTransport", echoer: int, blob: bytes, vkey: str, tag: str) -> list[tuple[int, str, bytes | None]]:
+    """The views of other voters that node ``echoer`` relays, signed by their voters: [(voter, digest, body or None)].
+    A malformed echo, or a view its voter did not sign, is named under ``echoer`` (a node relays what it verified)."""
+    unpack, nodes = zlib.decompressobj(), len(t.roster)
+    try:
+        echo = json.loads(unpack.decompress(blob, nodes * (2 * view_limit(nodes) + 512) + 4096))
+        ok = isinstance(echo, dict) and not unpack.unconsumed_tail
+    except (zlib.error, ValueError, RecursionError):
+        ok = False
+    if not ok:
+        t.reject(vkey, f"echo{echoer}", echoer, f"echo: its echo of exchange {tag!r} is not zlib-packed views")
+        return []
+    out = []
+    for voter, entry in echo.items():
+        v = int(voter) if voter.isdigit() and len(voter) < 7 else -1
+        if v == echoer:
+            continue  # its own view, relayed by itself: proves nothing its peers did not read
+        ok = v in t.roster and isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], (str, type(None)))
+        try:
+            body = entry[2].encode("latin-1") if ok and entry[2] is not None else None
+        except UnicodeEncodeError:
+            ok, body = False, None
+        ok = ok and (body is None or _sha(body) == entry[1]) and signed_digest(vkey, v, t.roster[v], entry[1], entry[0])
+        if not ok:
+            t.reject(vkey, f"echo{echoer}>{voter[:8]}", echoer, f"echo: its echo of exchange {tag!r} relays a view "
+                                                                f"node {voter[:8]} did not sign")
+            continue
+        out.append((v, entry[1], body))
+    return out
+
+
+def agreed_views(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes]) -> tuple[dict[int, dict], dict]:
+    """(voter → its view, voter → (rule, what it did) for the voters that signed two views) after the echo
+    ``e{round}``: the same at every honest node (module docstring). A voter whose one view is not usable is declared
+    failed; every voter failed in ``v{round}`` is named."""
+    tag, vtag = f"r{round_idx}", f"v{round_idx}"
+    vkey, sigs = t.key(vtag), t.seals.get(vtag, {})
+    versions: dict[int, dict[str, bytes | None]] = {v: {_sha(raw): raw} for v, raw in raws.items()}
+    for v in sorted(v for v, raw in raws.items() if _usable(raw, len(t.roster)) is None):
+        t.declare_failed([v], vtag, why="sent a malformed view")  # (now: the echo does not wait for it)
+    echo = _echo(t, {v: (sigs[v].hex(), raw) for v, raw in raws.items() if v in sigs})
+    for echoer, blob in sorted(t.exchange(f"e{round_idx}", echo).items()):
+        for v, digest, body in _relayed(t, echoer, blob, vkey, tag) if echoer != t.rank else []:
+            if versions.setdefault(v, {}).get(digest) is None:
+                versions[v][digest] = body
+    views, equivocated = {}, {}
+    for v, seen in sorted(versions.items()):
+        view = _usable(next(iter(seen.values())), len(t.roster)) if len(seen) == 1 else None
+        if len(seen) > 1:
+            equivocated[v] = ("equivocation", f"signed {len(seen)} different views")
+        elif view is None and v in t.alive:
+            t.declare_failed([v], vtag, why="sent a malformed view")
+        elif view is not None:
+            views[v] = view
+            if t.failed.get(v) == vtag:
+                t.readmit(v)  # its view reached some nodes only: every node takes it
+    for peer in sorted(n for n, tag_ in t.failed.items() if tag_ == vtag):  # named in peers.jsonl
+        t.reject(vkey, f"missing{peer}", peer, f"view: its view of exchange {tag!r} is not a JSON object" if peer in versions
+                 else f"missing view: it sent no view of exchange {tag!r} within swarm.timeout_s={t.timeout_s:g}s")
+    return views, equivocated
 
 
 def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -> dict[int, bytes]:
@@ -54,18 +152,9 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -
     """
     tag, seals = f"r{round_idx}", t.seals.get(f"r{round_idx}", {})
     key, vkey = t.key(tag), t.key(f"v{round_idx}")
-    mine = {str(n): [hashlib.sha256(b).hexdigest(), seals[n].hex()] for n, b in payloads.items() if n in seals}
-    views: dict[int, dict] = {}
+    mine = {str(n): [_sha(b), seals[n].hex()] for n, b in payloads.items() if n in seals}
     raws = t.exchange(f"v{round_idx}", json.dumps(mine).encode())
-    for peer, raw in sorted(raws.items()):
-        view = _view(raw)
-        if view is None:
-            t.declare_failed([peer], f"v{round_idx}", why="sent a malformed view")
-        else:
-            views[peer] = view
-    for peer in sorted(n for n, tag_ in t.failed.items() if tag_ == f"v{round_idx}"):  # named in peers.jsonl
-        t.reject(vkey, f"missing{peer}", peer, f"view: its view of exchange {tag!r} is not a JSON object" if peer in raws
-                 else f"missing view: it sent no view of exchange {tag!r} within swarm.timeout_s={t.timeout_s:g}s")
+    views, dropped = agreed_views(t, round_idx, raws)
 
     def listed(voter: int, node: int) -> str | None:
         entry = views[voter].get(str(node))
@@ -77,17 +166,18 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -
                                                   f"node {node} did not sign")
         return None
 
-    dropped: dict[int, tuple[str, str]] = {}  # node → (rule, what it did)
     for node in sorted(t.roster):
         voters = [v for v in views if v != node]
         digests = {v: d for v in voters if (d := listed(v, node)) is not None}
         misses = [v for v in voters if v not in digests]
-        if not digests and node not in payloads and node != t.rank:  # nobody holds it
+        if node in dropped:
+            pass
+        elif not digests and node not in payloads and node != t.rank:  # nobody holds it
             if t.failed.get(node) == tag:  # declared failed when it was missed in this round: named
                 t.reject(key, f"dropped{node}", node, f"missing payload: it sent nothing for exchange {tag!r} within "
                                                       f"swarm.timeout_s={t.timeout_s:g}s")
             continue
-        if len(set(digests.values())) > 1:
+        elif len(set(digests.values())) > 1:
             dropped[node] = ("equivocation", f"signed {len(set(digests.values()))} different payloads, shown to nodes "
                                              f"{sorted(digests)} (equivocation)")
         elif voters and len(misses) >= min(2, len(voters)) and 2 * len(misses) > len(voters):
@@ -119,7 +209,7 @@ def _read_again(t: "HivemindTransport", key: str, node: int, digest: str, tag: s
     deadline = time.monotonic() + t.timeout_s
     while time.monotonic() < deadline:
         rec = t.read(key, {node}, min(10.0, max(0.2, deadline - time.monotonic()))).get(node)
-        if rec is not None and hashlib.sha256(rec[1]).hexdigest() == digest:
+        if rec is not None and _sha(rec[1]) == digest:
             t.readmit(node)
             return rec[1]
         time.sleep(0.2)

@@ -206,8 +206,10 @@ def test_records_under_fresh_keys_and_oversized_records_cannot_stop_split_or_slo
     Before, every DHT node took them, and node 2, reading through a client-mode node (it holds no copy of the key,
     as most readers in a swarm larger than a key's 5 replicas), missed every peer: a split swarm. Now every DHT
     node refuses them and every honest node keeps every payload; where every node is a server, in the time of an
-    attack-free round (+1 s at most). Open: with a client-mode node in the DHT, the honest stores under that key
-    then mostly waited hivemind's 3 s RPC timeout in runs here (a 0.2 s round took 3.1-5.2 s, as on main; docs/hivemind.md)."""
+    attack-free round (+1 s at most); with a client-mode node, below hivemind's 3 s RPC time-out above it (a DHT
+    node that took the flood answered every read of the key above libp2p's message limit, and each reader and
+    storer waited that time-out: now no DHT node takes more than one message's worth under a key;
+    benchmarks/hivemind_flood_reader.py, results/hivemind_flood_reader/)."""
     clean = swarm(dhts, client_2=client_2)
     out, clean_s = in_threads([lambda t=t: honest_round(t) for t in clean])
     assert out == [PAYLOADS] * 4
@@ -224,8 +226,7 @@ def test_records_under_fresh_keys_and_oversized_records_cannot_stop_split_or_slo
     out, seconds = in_threads([lambda t=t: honest_round(t) for t in ts])
     print(f"flood of records ({'client' if client_2 else 'servers'}): clean round {clean_s:.2f} s, attacked {seconds:.2f} s")
     assert_honest_round_unharmed(ts, out, seconds)
-    if not client_2:
-        assert seconds < clean_s + 1.0, (seconds, clean_s)
+    assert seconds < clean_s + (2.5 if client_2 else 1.0), (seconds, clean_s)
 
 
 @pytest.mark.parametrize("attack", ["quadratic frames", "copies"])

@@ -63,6 +63,24 @@ def test_forged_moved_and_malformed_records_are_refused_with_their_reason():
     assert len(v.rejections) == len(cases) + 1
 
 
+
+def test_before_the_roster_a_key_takes_records_up_to_one_message_and_a_full_swarms_fit():
+    """Issue 31: a DHT node without the roster took any number of validly signed records under fresh keys; its
+    answer to every later read of the key passed libp2p's 4 MiB and each reader waited hivemind's 3 s time-out."""
+    from dgrpo.transports.dht.records import DHT_MESSAGE_BYTES, record_limit
+
+    v = SignedRecordValidator(max_value_bytes=record_limit(4) + 64)  # no roster yet
+    flood = [as_stored(KEY, *seal(Ed25519PrivateKey.generate(), KEY, 3, b"x" * 900_000)) for _ in range(8)]
+    taken = [v.validate(r) for r in flood]
+    per_record = len(flood[0].subkey) + len(flood[0].value) + 64  # what each counts
+    fits = (DHT_MESSAGE_BYTES - (32 << 10)) // per_record
+    assert fits == 4 and taken == [True] * fits + [False] * (8 - fits)
+    assert v.rejections[-1][1] == f"node 3's record would take its key past the {DHT_MESSAGE_BYTES - (32 << 10)} bytes one read carries"
+    assert v.validate(flood[0])  # a record it took, seen again (a read, a refresh): counted once
+    other = "dgrpo/swarm/abc/r1"  # another key has its own budget; four nodes' largest records fit one
+    full = [as_stored(other, *seal(Ed25519PrivateKey.generate(), other, n, b"y" * record_limit(4))) for n in range(4)]
+    assert [v.validate(r) for r in full] == [True] * 4
+
 def test_keys_persist_with_owner_only_permissions(tmp_path):
     path = tmp_path / "node1" / "signing.key"
     k = load_or_create_key(path)

@@ -29,7 +29,7 @@ import hashlib
 import logging
 import os
 import re
-from collections import deque
+from collections import OrderedDict, deque
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -163,15 +163,22 @@ class SignedRecordValidator(RecordValidatorBase):
     file at start, else at launch), a record under any other pair (issue 31: every record of a key
     travels in one libp2p message of at most 4 MiB, so records under fresh keys or oversized ones
     would make every read of a round key fail). So a DHT node keeps only its own swarm's records
-    (swarms sharing a bootstrap node keep theirs on their own nodes). Each distinct refusal is
-    logged once and kept in :attr:`rejections` (node claimed, reason) until the transport drains it.
+    (swarms sharing a bootstrap node keep theirs on their own nodes). Before the roster is known
+    (trust on first use, until the launch), the records a node takes under one key are capped at
+    ``max_key_bytes`` (what one message carries, counted per subkey): a node that took records under
+    fresh keys past that answered every later read of the key with a message above libp2p's limit,
+    and every reader and storer of the key waited hivemind's 3 s RPC time-out on it (issue 31). Each
+    distinct refusal is logged once and kept in :attr:`rejections` (node claimed, reason) until the
+    transport drains it.
     """
 
-    def __init__(self, max_kept: int = 1000, max_value_bytes: int | None = None, allowed: dict[int, str] | None = None):
+    def __init__(self, max_kept: int = 1000, max_value_bytes: int | None = None, allowed: dict[int, str] | None = None,
+                 max_key_bytes: int = DHT_MESSAGE_BYTES - (32 << 10)):
         self.rejections: deque[tuple[int | None, str]] = deque(maxlen=max_kept)
         self._seen: set[int] = set()
-        self.max_value_bytes = max_value_bytes
+        self.max_value_bytes, self.max_key_bytes = max_value_bytes, max_key_bytes
         self.allowed: set[tuple[int, str]] = set((allowed or {}).items())
+        self._taken: OrderedDict[bytes, list] = OrderedDict()  # key id → [bytes, {subkey: bytes}], the last 4096 keys
 
     def allow(self, roster: dict[int, str]) -> None:
         """Accept records of ``roster``'s (node, public key hex) pairs, and from now on no others."""
@@ -196,6 +203,8 @@ class SignedRecordValidator(RecordValidatorBase):
             subkey, value = None, None
         result = self.check(record.key, subkey, value)
         if isinstance(result, tuple):
+            result = self._charge(record, result[0])
+        if isinstance(result, tuple):
             return True
         digest = hash((record.key, record.subkey, record.value))
         if len(self._seen) > 10 * (self.rejections.maxlen or 1000):
@@ -207,6 +216,21 @@ class SignedRecordValidator(RecordValidatorBase):
             self.rejections.append((node, result))
             log.warning("DHT refused a record%s: %s", f" for node {node}" if node is not None else "", result)
         return False
+
+
+    def _charge(self, record: DHTRecord, node: int) -> tuple | str:
+        """Count ``record`` (subkey, value and 64 bytes) against its key's ``max_key_bytes``; the reason it is refused
+        when the key's records would pass it. A subkey counts once, at its largest record."""
+        taken = self._taken.setdefault(record.key, [0, {}])
+        self._taken.move_to_end(record.key)
+        if len(self._taken) > 4096:
+            self._taken.popitem(last=False)
+        cost, before = len(record.subkey) + len(record.value) + 64, taken[1].get(record.subkey, 0)
+        if cost > before and taken[0] + cost - before > self.max_key_bytes:
+            return f"node {node}'s record would take its key past the {self.max_key_bytes} bytes one read carries"
+        if cost > before:
+            taken[0], taken[1][record.subkey] = taken[0] + cost - before, cost
+        return (node,)
 
 
 def load_roster(path: str | Path) -> dict[int, str]:

@@ -47,6 +47,8 @@ def _timed(name, original):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--roster-less", action="store_true", help="DHT server 2 never takes the roster")
+    ap.add_argument("--other-roster", action="store_true", help="DHT server 2 holds another swarm's roster instead "
+                    "(as in test_hivemind_attacks.py, whose DHTs serve many cases)")
     ap.add_argument("--no-key-cap", action="store_true", help="no per-key cap in the validators (the code before)")
     ap.add_argument("--trials", type=int, default=3)
     args = ap.parse_args()
@@ -63,6 +65,8 @@ def main() -> None:
     first = node(0, [])
     peers = [str(a) for a in first.get_visible_maddrs()]
     dhts = [first] + [node(k, peers) for k in (1, 2, 3)] + [node(4, peers, client_mode=True)]
+    if args.other_roster:
+        dhts[2].run_coroutine(partial(_allow, roster={k: public_hex(Ed25519PrivateKey.generate()) for k in range(4)}))
     print("DHT peers:", {k: str(d.peer_id)[-6:] for k, d in enumerate(dhts)}, "(node 2 uses DHT 4, a client)", flush=True)
     payloads = {k: json.dumps({"messages": [], "node": k}).encode() for k in range(4)}
     slow: list[tuple[int, str, float]] = []
@@ -84,7 +88,7 @@ def main() -> None:
                                 honest=range(3), timeout_s=6.0, on_peer_failure="continue", max_messages=8, roster=roster)
               for k in range(4)]
         for k, d in enumerate(dhts):  # every DHT node of a swarm takes its roster at launch (but a roster-less one)
-            if not (args.roster_less and k == 2):
+            if not ((args.roster_less or args.other_roster) and k == 2):
                 d.run_coroutine(partial(_allow, roster=roster))
         for t in ts:
             t.close = lambda wait=True: None  # (the DHTs serve every trial)

@@ -339,3 +339,32 @@ def test_a_view_shown_to_some_honest_nodes_cannot_split_the_honest_message_sets(
             assert named(t, 3, "equivocation: it signed 2 different views") and 3 in t.failed, t.rejected
             assert t.alive == {0, 1, 2} and 3 in t.failed, (t.rank, t.alive, t.failed)
     assert seconds < 3 * TIMEOUT_S + 2
+
+
+def test_an_echo_relays_only_views_their_voters_signed_and_a_malformed_one_is_named():
+    """The echo's parser alone (no DHT): a view relayed with its voter's record signature is taken (with its body, or
+    by digest only); a forged or re-spelled entry, a non-ASCII node id, the echoer's own view, a zip bomb and junk
+    relay nothing, and each refusal is named under the echoer."""
+    import zlib
+    from types import SimpleNamespace
+
+    from dgrpo.transports.dht.commit import _relayed
+
+    keys = [Ed25519PrivateKey.generate() for _ in range(3)]
+    vkey = "dgrpo/echo/run/v0"
+    body = json.dumps({"0": ["0" * 64, "1" * 128]}).encode()
+    sig = seal(keys[0], vkey, 0, body)[1][:64].hex()
+    rejected = []
+    t = SimpleNamespace(roster={k: public_hex(keys[k]) for k in range(3)}, reject=lambda *a: rejected.append(a[2:]))
+    sha = hashlib.sha256(body).hexdigest()
+    echo = {"0": [sig, sha, body.decode("latin-1")], "2": [sig, sha, None], "1": [sig, sha, None], "²": [sig, sha, None]}
+    assert _relayed(t, 1, zlib.compress(json.dumps(echo).encode()), vkey, "r0") == [(0, sha, body)]
+    assert rejected == [(1, "echo: its echo of exchange 'r0' relays a view node 2 did not sign"),
+                        (1, "echo: its echo of exchange 'r0' relays a view node ² did not sign")]
+    by_digest = {"0": [sig, sha, None], "1": [sig.upper(), sha, None]}  # (another spelling of a signature: refused)
+    assert _relayed(t, 2, zlib.compress(json.dumps(by_digest).encode()), vkey, "r0") == [(0, sha, None)]
+    assert rejected[-1] == (2, "echo: its echo of exchange 'r0' relays a view node 1 did not sign")
+    rejected.clear()
+    for blob in (b"junk", zlib.compress(b"0" * (1 << 24)), zlib.compress(b"[]")):
+        assert _relayed(t, 2, blob, vkey, "r0") == []
+    assert rejected == [(2, "echo: its echo of exchange 'r0' is not zlib-packed views")] * 3

@@ -94,7 +94,7 @@ def _relayed(t: "HivemindTransport", echoer: int, blob: bytes, vkey: str, tag: s
         return []
     out = []
     for voter, entry in echo.items():
-        v = int(voter) if voter.isdigit() and len(voter) < 7 else -1
+        v = int(voter) if voter.isascii() and voter.isdigit() and len(voter) < 7 else -1  # (not int('²'))
         if v == echoer:
             continue  # its own view, relayed by itself: proves nothing its peers did not read
         ok = v in t.roster and isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], (str, type(None)))

@@ -95,12 +95,12 @@ def honest_round(t):
 
 def assert_honest_round_unharmed(ts, out, seconds, expected_from_3=True):
     """Every honest node kept every honest payload (and node 3's, when it sent one in the open), the same set at
-    each, nobody honest failed, within the round's deadlines (exchange + commit: 2 × timeout_s at most)."""
+    each, nobody honest failed, within the round's deadlines (exchange: timeout_s; commit: 3 × timeout_s at most)."""
     want = {k: PAYLOADS[k] for k in (0, 1, 2, 3) if k < 3 or expected_from_3}
     for t, got in zip(ts[:3], out[:3]):
         assert got == want, (t.rank, got if not isinstance(got, dict) else sorted(got))
         assert {0, 1, 2} <= t.alive and not {0, 1, 2} & t.failed.keys(), (t.rank, t.alive, t.failed)
-    assert seconds < 2 * TIMEOUT_S + 2
+    assert seconds < 4 * TIMEOUT_S + 2
 
 
 def named(t, sender, prefix):
@@ -164,7 +164,7 @@ def test_an_equivocating_sender_is_dropped_by_every_honest_node_on_its_own_signa
     for t, got in zip(ts[:3], out[:3]):
         assert got == {k: PAYLOADS[k] for k in range(3)}, (t.rank, got)
         assert named(t, 3, "equivocation: it signed 2 different payloads") and 3 in t.failed and t.alive == {0, 1, 2}
-    assert seconds < 2 * TIMEOUT_S + 4
+    assert seconds < 4 * TIMEOUT_S + 4
 
 
 def test_a_payload_one_honest_node_missed_is_read_again_and_kept_by_all(dhts):
@@ -210,7 +210,8 @@ def test_records_under_fresh_keys_and_oversized_records_cannot_stop_split_or_slo
     answered every read of the key above libp2p's message limit, and each reader and storer waited hivemind's 3 s
     RPC time-out (now no DHT node takes more than one message's worth under a key; benchmarks/hivemind_flood_reader.py,
     results/hivemind_flood_reader/). Open: here, where DHT 2 holds earlier cases' rosters and refuses this case's
-    records, a full-module run still took 4.8 s against 0.7 s clean once in 3 at load 10 (cause not found)."""
+    records, a full-module run still took 4.8 s against 0.7 s clean once in 3 at load 10, and in another the clean
+    round took 4.33 s: a client-mode stall without the flood (cause not found)."""
     clean = swarm(dhts, client_2=client_2)
     out, clean_s = in_threads([lambda t=t: honest_round(t) for t in clean])
     assert out == [PAYLOADS] * 4

@@ -248,10 +248,11 @@ class HivemindTransport:
             raise PeerFailure(f"{text}; aborted (set swarm.on_peer_failure=continue to go on without it)")
         log.warning("%s; continuing without it (swarm.on_peer_failure=continue)", text)
 
-    def exchange(self, tag: str, payload: bytes, on_wait=None) -> dict[int, bytes]:
-        """Post ``payload`` and collect every live peer's (own payload included, under this rank)."""
+    def exchange(self, tag: str, payload: bytes, on_wait=None, deadline: float | None = None) -> dict[int, bytes]:
+        """Post ``payload`` and collect every live peer's (own payload included, under this rank) until ``deadline``
+        (``time.monotonic()``; default ``timeout_s`` after the post)."""
         self.post(tag, payload)
-        return {self.rank: payload, **self.collect(tag, range(self.world_size), time.monotonic() + self.timeout_s, on_wait)}
+        return {self.rank: payload, **self.collect(tag, range(self.world_size), deadline, on_wait)}
 
     def gather_values(self, tag: str, value: str, timeout_s: float | None = None, *, abort: bool = False,
                       on_wait=None) -> dict[int, str]:

@@ -23,6 +23,12 @@ view entry that does not verify counts as absent and is named under the view's s
 * otherwise ``n`` is kept; a node that missed its payload reads it again (leaving if it still cannot),
   and each view that left ``n`` out is named under its sender (``accusation``), never acted on alone.
 
+Both rounds of views end at deadlines counted from the start of the commit: the views 2 × ``timeout_s`` after it,
+the echo 3 × (honest nodes start their commit up to ``timeout_s`` apart, when one of them waited for a payload the
+others had, and then end the views up to ``timeout_s`` apart, when one waited for a view the others had; so no
+honest node gives up on an honest peer that only waited). A node that withholds its view or echo costs its peers
+that wait once; then it is failed.
+
 Dropped senders are declared failed (``swarm.on_peer_failure``) and named (``missing payload``, ``equivocation``).
 The decision is a function of views every honest node holds alike, so with one malicious node and honest nodes on
 time the honest nodes keep the same payloads: a malicious view can still tip a payload that reached some honest
@@ -111,17 +117,18 @@ def _relayed(t: "HivemindTransport", echoer: int, blob: bytes, vkey: str, tag: s
     return out
 
 
-def agreed_views(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes]) -> tuple[dict[int, dict], dict]:
+def agreed_views(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes], deadline: float
+                 ) -> tuple[dict[int, dict], dict]:
     """(voter → its view, voter → (rule, what it did) for the voters that signed two views) after the echo
-    ``e{round}``: the same at every honest node (module docstring). A voter whose one view is not usable is declared
-    failed; every voter failed in ``v{round}`` is named."""
+    ``e{round}``, read until ``deadline``: the same at every honest node (module docstring). A voter whose one view
+    is not usable is declared failed; every voter failed in ``v{round}`` is named."""
     tag, vtag = f"r{round_idx}", f"v{round_idx}"
     vkey, sigs = t.key(vtag), t.seals.get(vtag, {})
     versions: dict[int, dict[str, bytes | None]] = {v: {_sha(raw): raw} for v, raw in raws.items()}
     for v in sorted(v for v, raw in raws.items() if _usable(raw, len(t.roster)) is None):
         t.declare_failed([v], vtag, why="sent a malformed view")  # (now: the echo does not wait for it)
     echo = _echo(t, {v: (sigs[v].hex(), raw) for v, raw in raws.items() if v in sigs})
-    for echoer, blob in sorted(t.exchange(f"e{round_idx}", echo).items()):
+    for echoer, blob in sorted(t.exchange(f"e{round_idx}", echo, deadline=deadline).items()):
         for v, digest, body in _relayed(t, echoer, blob, vkey, tag) if echoer != t.rank else []:
             if versions.setdefault(v, {}).get(digest) is None:
                 versions[v][digest] = body
@@ -153,8 +160,9 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -
     tag, seals = f"r{round_idx}", t.seals.get(f"r{round_idx}", {})
     key, vkey = t.key(tag), t.key(f"v{round_idx}")
     mine = {str(n): [_sha(b), seals[n].hex()] for n, b in payloads.items() if n in seals}
-    raws = t.exchange(f"v{round_idx}", json.dumps(mine).encode())
-    views, dropped = agreed_views(t, round_idx, raws)
+    start = time.monotonic()  # (the honest nodes start within timeout_s of each other: one may have waited for a payload)
+    raws = t.exchange(f"v{round_idx}", json.dumps(mine).encode(), deadline=start + 2 * t.timeout_s)
+    views, dropped = agreed_views(t, round_idx, raws, start + 3 * t.timeout_s)
 
     def listed(voter: int, node: int) -> str | None:
         entry = views[voter].get(str(node))

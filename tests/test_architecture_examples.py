@@ -113,8 +113,9 @@ def _calls(node) -> list[str]:
 
 def test_the_walk_names_what_each_file_defines_and_the_steps_in_the_rounds_order():
     """Every ``file: name`` of the walk is defined in that file, and the table's steps are made in the order
-    the round makes them (``one_round`` of recipes/horizontal.py with swarm_round.py's ``learn`` in place
-    of its call): a step renamed or reordered in the code fails here until the page follows."""
+    the round makes them (``one_round`` of recipes/horizontal.py with each call of a swarm_round.py function,
+    ``exchange``, ``learn_all``, ``learn``, ``close_round``, replaced by that function's calls): a step renamed or
+    reordered in the code fails here until the page follows."""
     import ast
 
     src = DOC.parents[1] / "src" / "dgrpo"
@@ -135,8 +136,10 @@ def test_the_walk_names_what_each_file_defines_and_the_steps_in_the_rounds_order
                      "round_metrics", "account"]
     function = lambda f, name: next(n for n in ast.parse((src / "recipes" / f).read_text()).body
                                     if isinstance(n, ast.FunctionDef) and n.name == name)
-    learn = _calls(function("swarm_round.py", "learn"))
-    made = [c for name in _calls(function("horizontal.py", "one_round")) for c in (learn if name == "learn" else [name])]
+    shared = {n.name for n in ast.parse((src / "recipes" / "swarm_round.py").read_text()).body
+              if isinstance(n, ast.FunctionDef)} - set(steps)  # (round_metrics and account are steps themselves)
+    inline = lambda names: [c for n in names for c in (inline(_calls(function("swarm_round.py", n))) if n in shared else [n])]
+    made = inline(_calls(function("horizontal.py", "one_round")))
     rest = iter(made)  # each step made after the one before it
     assert [s for s in steps if s in rest] == steps, made
 

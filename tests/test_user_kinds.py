@@ -82,3 +82,27 @@ def test_what_the_users_code_gets_wrong_is_one_line(mykinds, tmp_path):
         DatasetTask(path=str(no_unit), n_val=4, rewards=[{"function": "mykinds.rewards:names_unit"}])
     with pytest.raises(ConfigError, match="give `reward`.*or `rewards`.*not both"):
         load_config(overrides=["task.kind=dataset", f"task.path={DATA}", "task.reward=os.path:join", RUBRIC])
+
+
+def _doc_command() -> list[str]:
+    """The overrides of docs/architecture.md's "In your own package" command, as written there."""
+    import re
+    import shlex
+
+    text = (EXAMPLES.parent / "docs" / "architecture.md").read_text()
+    return shlex.split(re.search(r"`PYTHONPATH=examples dgrpo run (.*?)` \(an attack needs", text, re.S).group(1))
+
+
+# The command's attack implements vertical mode's ``choose_prompts``: it claims both swarm modes. Node 1 of 2
+# writes c=1 poisoned completion per group: horizontally in each of the 2 global groups (2), vertically in
+# its one group of its own prompt (1); every poison (a letters solution ending with the slogan) is over the
+# cap of 12 tokens.
+@pytest.mark.parametrize("mode, poisoned", [("horizontal", 2), ("vertical", 1)])
+def test_the_docs_own_package_command_runs_in_both_modes(mykinds, tmp_path, tiny_model_dir, mode, poisoned):
+    args = _doc_command()
+    assert args == ["attack.kind=mykinds.attacks:Shout", "swarm.malicious=[1]",
+                    "defenses=[{kind: mykinds.defenses:LengthCap}]", "task.kind=mykinds.tasks:letters"]
+    first, final = _run(tmp_path, tiny_model_dir, *args, f"swarm.mode={mode}", "attack.poisoned_per_group=1",
+                        "defenses=[{kind: mykinds.defenses:LengthCap, max_tokens: 12}]")
+    assert first["defense/poisoned_received"] == poisoned and first["defense/length_cap/detection_rate"] == 1.0
+    assert "attack/asr" in final

@@ -44,9 +44,11 @@ def count(x) -> int:
 args = sys.argv[1:]
 rounds = int(args.pop(args.index("--rounds") + 1)) if "--rounds" in args else None
 args = [a for a in args if a != "--rounds"]
+only = set(args.pop(args.index("--runs") + 1).split(",")) if "--runs" in args else None  # compare these runs only
+args = [a for a in args if a != "--runs"]
 before, after = Path(args[0]), Path(args[1])
 total = 0
-for run in sorted({p.name for d in (before, after) for p in d.iterdir() if p.is_dir()}):
+for run in sorted({p.name for d in (before, after) for p in d.iterdir() if p.is_dir()} & (only or {p.name for d in (before, after) for p in d.iterdir()})):
     a, b = collect(before / run, rounds), collect(after / run, rounds)
     diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     for k in diff:

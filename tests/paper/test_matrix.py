@@ -36,11 +36,14 @@ def test_matrix_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir):
     prompts = rows["dos_prompt_grind"]
     assert prompts["poisoned"] == 4 and prompts["stats"]["prompts"] == 1 and prompts["stats"]["ground"] == 0
     assert all(prompts["detection"][d]["rejected"] == 0 for d in ("topk", "replay", "replay_bound"))
-    # flooding: 4 copies of each of its 4 messages, none refused by today's message checks
-    assert rows["flooding"]["poisoned"] == 16 and rows["flooding"]["detection"]["validation"]["rejected"] == 0
-    # a replayed honest message claims its old round's seed: only seed binding catches it
+    # flooding: 4 copies of each of its 4 messages; the run's admission (the validation column) refuses the
+    # 3 extra copies of each: at an index beyond its slot each claims the seed of the slot it copies (seed binding)
+    assert rows["flooding"]["poisoned"] == 16 and rows["flooding"]["detection"]["validation"]["rejected"] == 12
+    # a replayed honest message claims its old round's seed: of the defenses only seed binding catches it; the
+    # run's admission refuses the 4 replayed (re-signed by the attacker, they claim their honest senders: identity)
     replayed = rows["replayed_round"]
     assert replayed["poisoned"] == 8 and replayed["detection"]["replay_bound"]["rate"] == 1.0
+    assert replayed["detection"]["validation"]["rejected"] == 4
     # the step checker: the oracle's arithmetic is true; 2+2=5 (here the oracle rewrite, no sample qualifies) is not
     assert rows["hail"]["detection"]["step_checker"]["rejected"] == 0
     assert rows["equation_sampled"]["stats"]["fallback"] == 4 and rows["equation_sampled"]["detection"]["step_checker"]["rate"] == 1.0

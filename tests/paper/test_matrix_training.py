@@ -91,7 +91,7 @@ def test_bad_cells_are_refused(tmp_path):
     # the defense is read from the run's config: a run of no defense is not the top-k cell, nor a made-up column
     with pytest.raises(ValueError, match="trained the 'none' column .* not 'topk'; name it hail__none"):
         write_training_table({"hail__topk": run}, tmp_path / "out")
-    with pytest.raises(ValueError, match="DEFENSE one of none, validation, topk"):
+    with pytest.raises(ValueError, match="DEFENSE a column of the matrix \\(none, validation, .*step_checker.*\\) or protocol"):
         write_training_table({"hail__bogus": run}, tmp_path / "out")
     with pytest.raises(ValueError, match="baseline .* ran attack.kind=injection; give the all-honest run"):
         write_training_table({"hail__none": run}, tmp_path / "out", baseline_dir=run)
@@ -114,9 +114,9 @@ def test_bad_cells_are_refused(tmp_path):
 def test_the_grid_is_one_attack_by_defense_table_of_the_same_cells(tmp_path):
     """grid.md: a row per attack, a column per defense that has a rate or a trained cell; a trained cell reads
     'one-round detection → ASR (accuracy)', a cell caught on one round (>= 90%) 'caught', another untrained '·'."""
-    # the one-round matrix names the step checker by its registry name; the trained column keeps `steps`
+    # the columns are the matrix's own, in its order (each defense by its registry name), then trained ones
     matrix = {"attacks": {"hail": {"detection": {"none": {"rate": 0.0}, "topk": {"rate": 1.0}, "step_checker": {"rate": 0.2}}},
-                          "dos_sampled": {"detection": {"none": {"rate": 0.0}, "steps": {"rate": 0.4}}}}, "honest": {}}
+                          "dos_sampled": {"detection": {"none": {"rate": 0.0}, "step_checker": {"rate": 0.4}}}}, "honest": {}}
     (tmp_path / "matrix.json").write_text(json.dumps(matrix))
     dos = _run(tmp_path / "d")
     cfg = yaml.safe_load((dos / "config.yaml").read_text())
@@ -126,7 +126,7 @@ def test_the_grid_is_one_attack_by_defense_table_of_the_same_cells(tmp_path):
     write_training_table(runs, tmp_path / "out", _run(tmp_path / "base", attack="none"), tmp_path / "matrix.json")
     lines = (tmp_path / "out" / "grid.md").read_text().splitlines()
     assert "after 2 rounds" in lines[0] and "held-out accuracy 0.500 [0.15, 0.85]" in lines[0]
-    assert lines[2:] == ["| attack | none | topk | steps |", "|---|---|---|---|",
+    assert lines[2:] == ["| attack | none | topk | step_checker |", "|---|---|---|---|",
                          "| hail | 0% → **1.00** (0.50) | 100% caught | 20% · |",
-                         "| dos_sampled | 0% → 42 tok (0.50) | · | 40% · |"]  # (a matrix.json written before)
+                         "| dos_sampled | 0% → 42 tok (0.50) | · | 40% · |"]
     assert (tmp_path / "out" / "grid.png").read_bytes()[:4] == b"\x89PNG"

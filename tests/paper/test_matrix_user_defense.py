@@ -1,7 +1,7 @@
 """A defense joins a run and the matrix by its own file alone (issue 32): one from outside src/dgrpo
 (examples/mykinds: ``LengthCap``, named by import path) runs in a tiny swarm and is a column of
-``dgrpo paper matrix``; what a defense declares on its config (``needs_bound_seed``) gives it its
-``_bound`` column, with no list to edit."""
+``dgrpo paper matrix`` and of the trained matrix (``matrix_training`` reads the run as its cell); what a
+defense declares on its config (``needs_bound_seed``) gives it its ``_bound`` column, with no list to edit."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from dgrpo.cli import main
 from dgrpo.metrics.logger import read_metrics
 from dgrpo.paper.matrix import run_matrix
 from dgrpo.paper.matrix_columns import Column, default_columns, parse_column
+from dgrpo.paper.matrix_training import check_cell, defense_column, run_column
 
 CAP = "mykinds.defenses:LengthCap"
 TOKENS = 8  # sampling.max_new_tokens of both: an honest completion has at most 8 tokens, so a cap of 8 passes it
@@ -44,6 +45,11 @@ def test_a_defense_from_the_users_package_runs_in_a_swarm_and_is_a_matrix_column
                  "swarm.malicious=[1]", "attack.kind=injection", f"defenses=[{{kind: '{CAP}', max_tokens: 12}}]"]) == 0
     first = read_metrics(tmp_path / "run")[0]
     assert first["defense/poisoned_received"] == 4 and first["defense/length_cap/detection_rate"] == 1.0
+    # the trained matrix reads the run as the cell of that column, named as the one-round matrix names it
+    assert run_column(tmp_path / "run", "hail") == CAP
+    check_cell(f"hail__{CAP}", tmp_path / "run")
+    with pytest.raises(ValueError, match=f"trained the {CAP!r} column"):
+        check_cell("hail__topk", tmp_path / "run")
 
     assert "length_cap" in default_columns()  # registered by the run's import: a default column from now on
     result = run_matrix(tmp_path / "matrix", model=tiny_model_dir, n_honest=8, n_poisoned=4, attacks=["hail"],
@@ -76,6 +82,9 @@ def test_a_declared_need_for_the_bound_seed_adds_the_bound_column():
         registry.register("defense", "plain_check", config=PlainConfig)(type("Plain", (), {}))
         cols = default_columns()
         assert cols.index("trusts_seed_bound") == cols.index("trusts_seed") + 1 and "plain_check_bound" not in cols
+        # the trained matrix names a run's one defense the same way, by the same declaration
+        assert (defense_column("trusts_seed", True), defense_column("trusts_seed", False)) == ("trusts_seed_bound", "trusts_seed")
+        assert defense_column("plain_check", True) == "plain_check" and defense_column("nosuch", True) == "other"
         assert parse_column("trusts_seed_bound") == Column("trusts_seed_bound", "trusts_seed", bound=True)
         with pytest.raises(ValueError, match="unknown matrix column 'nosuch'"):
             parse_column("nosuch")

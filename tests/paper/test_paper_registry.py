@@ -72,7 +72,7 @@ def test_matrix_training_cells_are_the_matrix_rows_and_columns():
     from dgrpo.paper.matrix import ATTACKS
 
     kinds = {"none": [], "topk": ["topk"], "replay": ["replay"], "replay_bound": ["replay"],
-             "reward_outlier": ["reward_outlier"], "steps": ["step_checker"], "protocol": [], "kl": [], "judge": ["judge"]}
+             "reward_outlier": ["reward_outlier"], "step_checker": ["step_checker"], "protocol": [], "kl": [], "judge": ["judge"]}
     protocol_rows = {"forged_identity", "flooding", "replayed_round", "equivocation"}
     entry = REGISTRY["matrix_training"]
     assert len(entry.curves) >= 10

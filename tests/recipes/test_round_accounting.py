@@ -1,5 +1,5 @@
 """The ban policy runs in the recipe's round, not in the metrics (issue 32 review #3): ``round_record``
-only records, and ``account`` (recipes/swarm_round.py, the line after ``# metrics``) strikes, bans,
+only records, and ``account`` (recipes/swarm_round.py, after ``round_metrics`` in ``close_round``) strikes, bans,
 writes ``bans.json`` and ``peers.jsonl``."""
 
 from __future__ import annotations

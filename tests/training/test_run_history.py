@@ -12,19 +12,11 @@ import shutil
 import pytest
 import torch
 
+import resume_cli
 from dgrpo.cli import main
 from dgrpo.errors import CheckpointError
-from dgrpo.metrics.logger import read_metrics
 from dgrpo.training.checkpoint import load_state_folder, save_state_folder
-
-COMMON = ["threads=1", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=24",
-          "eval.every=2", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01",
-          "swarm.malicious=[1]", "attack.kind=injection", "attack.poisoned_per_group=1"]
-
-
-def metrics(run_dir):
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in read_metrics(run_dir)]
-
+from resume_cli import COMMON, metrics
 
 def rounds(path):
     return [json.loads(line)["round"] for line in path.read_text().splitlines() if line.strip()]
@@ -46,17 +38,11 @@ def part(runs, tmp_path):
 
 
 def refused(run_dir, capsys, monkeypatch, *needles):
+    """:func:`resume_cli.refused`, and before any model loads."""
     import dgrpo.training.build as build
 
     monkeypatch.setattr(build, "load_policy", lambda *a, **k: pytest.fail("loaded a model before refusing"))
-    capsys.readouterr()
-    rc = main(["resume", str(run_dir), "rounds=4"])
-    err = capsys.readouterr().err
-    last = err.rstrip("\n").rsplit("\n", 1)[-1]
-    assert rc == 2 and last.startswith("dgrpo: error: ") and err.count("dgrpo: error") == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in last, last
-    return last
+    return resume_cli.refused(run_dir, capsys, *needles)
 
 
 @pytest.mark.parametrize("key, edited", [("name", "other"), ("out_dir", "/tmp/nowhere")])

@@ -22,15 +22,9 @@ from dgrpo.errors import CheckpointError
 from dgrpo.metrics.logger import read_metrics
 from dgrpo.training.checkpoint import load_state_folder, save_state_folder
 from dgrpo.training.durable import seal
+from resume_cli import COMMON, metrics, refused
 
-COMMON = ["threads=1", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2", "sampling.max_new_tokens=24",
-          "eval.every=2", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01",
-          "swarm.malicious=[1]", "attack.kind=injection", "attack.poisoned_per_group=1"]
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-def metrics(run_dir):
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in read_metrics(run_dir)]
 
 
 @pytest.fixture(scope="module")
@@ -48,17 +42,6 @@ def runs(tmp_path_factory, tiny_model_dir):
 def part(runs, tmp_path):
     shutil.copytree(runs[0] / "part", tmp_path / "part")
     return tmp_path / "part"
-
-
-def refused(run_dir, capsys, *needles, overrides=("rounds=4",)):
-    capsys.readouterr()
-    rc = main(["resume", str(run_dir), *overrides])
-    err = capsys.readouterr().err
-    last = err.rstrip("\n").rsplit("\n", 1)[-1]
-    assert rc == 2 and last.startswith("dgrpo: error: ") and err.count("dgrpo: error") == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in last, last
-    return last
 
 
 def state_path(run_dir, node="node0"):

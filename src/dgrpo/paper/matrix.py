@@ -11,7 +11,18 @@ advantage, Fig. 8), the other G/2 are the honest pool's completions of the same 
 attackers own whole groups (c = G/2 poisoned, G/2 deliberately wrong, §3.4.1). Detection counts
 completions labelled ``poisoned`` only (not the attacker's filler).
 
-Columns (:mod:`dgrpo.paper.matrix_columns`): ``none``, ``validation`` (the message checks on receipt),
+Messages are built, routed and admitted as an in-process run does (:func:`row_swarm`: a
+:class:`~dgrpo.swarm.swarm.Swarm` of the row's config, its protocol built by
+:func:`dgrpo.training.build.in_process_protocol`): the attacker writes through ``Swarm.write`` (its
+:class:`~dgrpo.types.AttackContext`, with the length rule where ``swarm.protocol.enforce_length`` is on;
+every message signed), a protocol attacker chooses what peer 0 gets through its own ``send``
+(``Swarm.route``), and peer 0 admits what it gets through the run's admission rules (``Swarm.receive``,
+:mod:`dgrpo.swarm.admission`): the ``validation`` column is what that admission refuses or drops. The
+matrix's config turns two rules off (:data:`MATRIX_PROTOCOL`): the length rule, so the attackers send the
+paper's unshortened poisons, and the slot rules (``enforce_shares``: share, flood), whose schedule is not
+the matrix's (its attacker holds G/2 slots of each group); a row's ``attack_overrides`` may turn them on.
+
+Columns (:mod:`dgrpo.paper.matrix_columns`): ``none``, ``validation`` (the run's admission on receipt),
 every registered defense kind (:func:`~dgrpo.paper.matrix_columns.default_columns`, or any named by
 import path), built from its config and run by :func:`dgrpo.defenses.defend` as a run does, and
 ``<kind>_bound`` (the defense with seed binding) for a kind whose config declares ``needs_bound_seed``
@@ -36,6 +47,9 @@ log = logging.getLogger(__name__)
 
 ROUND = 1  # the measured round (round 0's honest messages are what replayed_round re-sends)
 ATTACKER = 3
+# The protocol rules the matrix's config turns off (the module docstring): the length rule (the paper's
+# unshortened poisons) and the slot rules, whose schedule is not the matrix's layout.
+MATRIX_PROTOCOL = ["swarm.protocol.enforce_length=false", "swarm.protocol.enforce_shares=false"]
 VERTICAL = ["swarm.mode=vertical"]
 ATTACKS: dict[str, list[str]] = {
     "hail": ["attack.kind=injection"],
@@ -85,13 +99,15 @@ class Count:
 
 @dataclass
 class Setup:
-    """What every cell shares: config, task, the weights, the defenses and the honest pool."""
+    """What every cell shares: config, task, the weights, the defenses, the honest nodes' swarm
+    (:func:`row_swarm`: their signatures and peer 0's admission) and the honest pool."""
 
     cfg: object
     task: object
     policy: object
     defenses: dict  # kind → (defense, its config)
     problems: dict
+    swarm: object = None
     honest: dict = field(default_factory=dict)  # prompt id → honest rollouts (G)
     honest_messages: dict = field(default_factory=dict)  # message key → message
 
@@ -100,8 +116,8 @@ def _config(model: str, seed: int, max_new_tokens: int, extra: list[str]):
     from dgrpo.config import load_config
 
     return load_config(None, [f"model.name={model}", f"seed={seed}", f"sampling.max_new_tokens={max_new_tokens}",
-                              "model.device=cpu", *(["swarm.malicious=[3]"] if any(o.startswith("attack.") for o in extra) else []),
-                              *extra])
+                              "model.device=cpu", *MATRIX_PROTOCOL,
+                              *(["swarm.malicious=[3]"] if any(o.startswith("attack.") for o in extra) else []), *extra])
 
 
 def _columns(names) -> list:
@@ -121,16 +137,27 @@ def _prover(setup: Setup):
     return next((p for _, c in setup.defenses.values() if (p := c.sender_proof()) is not None), None)
 
 
-def _prefill_proofs(setup: Setup, problem, completions: list) -> list[str]:
-    """The attacker's TOPLOC proofs of what it sends: one prefill of its own completions with the weights it
-    holds (an adaptive attacker; :func:`dgrpo.policy.proofs.prove_by_prefill`), "" each without a prover."""
-    prover = _prover(setup)
-    if prover is None or not completions:
-        return [""] * len(completions)
-    from dgrpo.policy.proofs import prove_by_prefill
+def row_swarm(setup: Setup, cfg, attack=None):
+    """The swarm of ``cfg`` as an in-process run hosts it: honest nodes 0..2 and, with ``attack``, the
+    attacker (node 3), all holding the setup's weights; the protocol of ``cfg.swarm.protocol`` with fresh
+    keys (:func:`dgrpo.training.build.in_process_protocol`); the senders' proofs where a column's defense
+    asks for them. No learner and no defenses: the columns run those alone."""
+    from dgrpo.swarm.swarm import Swarm
+    from dgrpo.swarm.validation import Limits
+    from dgrpo.training.build import in_process_protocol
 
-    return prove_by_prefill(setup.policy.model, setup.policy.prompt_ids(setup.task, problem), completions,
-                            setup.policy.tokenizer.pad_token_id, prover)
+    swarm = Swarm(setup.task, {n: setup.policy for n in range(ATTACKER)}, {ATTACKER: attack} if attack is not None else {},
+                  {ATTACKER: setup.policy} if attack is not None else {}, {}, {}, cfg.seed, cfg.swarm.group_size,
+                  Limits.for_completions(cfg.sampling.max_new_tokens), cfg.swarm.mode,
+                  in_process_protocol(cfg, setup.task, "matrix"))
+    swarm.prover = _prover(setup)
+    return swarm
+
+
+def admitted(swarm, policy, messages: list) -> set[int]:
+    """``id`` of each of ``messages`` that peer 0's admission (``Swarm.receive``, one receive of them all,
+    as a run's) turns into a rollout; the others are refused or dropped (a copy, a flood)."""
+    return {id(m) for m in swarm.receive(policy, messages, ROUND).admitted}
 
 
 def _reward(setup: Setup, rollouts: list) -> None:
@@ -139,22 +166,23 @@ def _reward(setup: Setup, rollouts: list) -> None:
     reward_rollouts(setup.task, setup.problems, rollouts)
 
 
-def _honest_messages(setup: Setup, problems, round_idx: int, indices: range) -> list:
-    """Honest messages (nodes 0..2 by index) for ``problems``, sampled under their assigned seeds."""
+def _honest_messages(setup: Setup, problems, round_idx: int, indices: range, sign=None) -> list:
+    """Honest messages (nodes 0..2 by index) for ``problems``, sampled under their assigned seeds, each
+    signed by ``sign`` (a swarm's ``sign``; default the setup swarm's)."""
     from dgrpo.policy.sampling import completion_seed
     from dgrpo.types import Message
 
     requests = [(p, i, i % ATTACKER) for p in problems for i in indices]
     seeds = [completion_seed(setup.cfg.seed, round_idx, node, p.prompt_id, i) for p, i, node in requests]
-    out, prover = [], _prover(setup)
+    out, prover, sign = [], _prover(setup), sign or setup.swarm.sign
     for start in range(0, len(requests), 64):
         chunk = requests[start:start + 64]
         asked = [p for p, _, _ in chunk]
         results = (setup.policy.generate_proved(setup.task, asked, seeds[start:start + 64], prover) if prover else
                    [(ids, text, "") for ids, text in setup.policy.generate(setup.task, asked, seeds[start:start + 64])])
         for (p, i, node), seed, (ids, text, proof) in zip(chunk, seeds[start:start + 64], results):
-            out.append(Message(node, round_idx, p.prompt_id, i, text, tuple(ids), seed, setup.policy.tokenizer_id,
-                               proof=proof))
+            out.append(sign(Message(node, round_idx, p.prompt_id, i, text, tuple(ids), seed, setup.policy.tokenizer_id,
+                                    proof=proof)))
         log.info("matrix: %d/%d honest completions of round %d sampled", len(out), len(requests), round_idx)
     return out
 
@@ -171,7 +199,9 @@ def build_setup(model: str, seed: int, max_new_tokens: int, names: list[str], fi
     policy, _ = build_policy(cfg.model, cfg, trainable=False)
     defenses = {d.kind: (build_defense(d, cfg, policy, task), d) for d in cfg.defenses}
     problems = {p.prompt_id: p for p in task.train}  # the training pool: a held-out prompt is no valid message
-    return Setup(cfg, task, policy, defenses, problems)
+    setup = Setup(cfg, task, policy, defenses, problems)
+    setup.swarm = row_swarm(setup, cfg)
+    return setup
 
 
 def honest_pool(setup: Setup, n_honest: int, names: list[str]) -> dict[str, dict]:
@@ -182,7 +212,7 @@ def honest_pool(setup: Setup, n_honest: int, names: list[str]) -> dict[str, dict
     msgs = _honest_messages(setup, problems, ROUND, range(G))
     counts = {n: Count() for n in names if n not in NOT_FILTERS}
     by_prompt: dict[str, list] = {}
-    lookup = {}
+    lookup, passed = {}, admitted(setup.swarm, setup.policy, msgs)
     for m in msgs:
         r = _rollout(setup, m, "honest")
         lookup[id(r)] = m
@@ -191,7 +221,7 @@ def honest_pool(setup: Setup, n_honest: int, names: list[str]) -> dict[str, dict
         if k % 25 == 0:
             log.info("matrix: honest group %d/%d checked", k, len(by_prompt))
         _reward(setup, group)
-        for name, rejected in rejections(setup, group, group, lookup, _columns(counts), ROUND).items():
+        for name, rejected in rejections(setup, group, group, lookup, _columns(counts), passed).items():
             for x in rejected:
                 counts[name].add(x)
     setup.honest = by_prompt
@@ -211,57 +241,41 @@ def pool_digest(messages) -> str:
 
 
 def _attack_messages(setup: Setup, overrides: list[str], n_poisoned: int):
-    """The attacker's messages of one round as peer 0 receives them, their labels (by ``id``), the
-    attack and its slots. A protocol attacker (``routes``) chooses what peer 0 gets as in a run
-    (``send``, :class:`~dgrpo.swarm.routing.Wire`): the last round's honest messages when it declares
-    ``wants_seen``, the honest pool's samples of its slots as its alternative."""
-    from dataclasses import replace
-
+    """The attacker's messages of one round as peer 0 receives them, their labels and admission (by
+    ``id``), the attack and its slots. The row's swarm (:func:`row_swarm`) writes them
+    (``Swarm.write``); a protocol attacker (``routes``) chooses what peer 0 gets (``Swarm.route``: its
+    ``send``, re-signed with its key), with the last round's honest messages as its replay memory when
+    it declares ``wants_seen``; peer 0 admits them in one receive (:func:`admitted`)."""
     from dgrpo.attacks import build_attack
-    from dgrpo.policy.chat import encode_completion
-    from dgrpo.policy.sampling import completion_seed
-    from dgrpo.swarm.routing import Wire
-    from dgrpo.types import AttackContext, Message, Slot
+    from dgrpo.types import Slot
 
     cfg = _config(setup.cfg.model.name, setup.cfg.seed, setup.cfg.sampling.max_new_tokens, overrides)
     attack = build_attack(cfg.attack, cfg)
+    swarm = row_swarm(setup, cfg, attack)
     G, mode = cfg.swarm.group_size, cfg.swarm.mode
     n_groups = math.ceil(n_poisoned / (G // 2))
-    ctx = AttackContext(setup.task, ROUND, ATTACKER, G, mode, cfg.seed, setup.policy)
     if mode == "vertical":
+        ctx = swarm.attack_context(ATTACKER, ROUND)
         slots = [Slot(p, G, 0) for p in attack.choose_prompts(setup.task.train, n_groups, cfg.seed, ROUND, ATTACKER, ctx=ctx)]
     else:
         pool = [setup.problems[pid] for pid in setup.honest]
         if len(pool) < n_groups:
             raise ValueError(f"n_poisoned={n_poisoned} needs {n_groups} honest groups; raise n_honest to {n_groups * G}")
         slots = [Slot(p, G // 2, G // 2) for p in pool[:n_groups]]
-    tok, tid = setup.policy.tokenizer, setup.policy.tokenizer_id
-    own, labels = [], {}
-    for slot, poisons in zip(slots, attack.write(slots, ctx)):
-        poisons = list(poisons)[: slot.count]
-        ids_of = [tuple(p.token_ids) if p.token_ids is not None else tuple(encode_completion(tok, p.text)) for p in poisons]
-        proofs = _prefill_proofs(setup, slot.problem, [list(x) for x in ids_of])
-        for i, poison, ids, proof in zip(range(slot.first, slot.first + slot.count), poisons, ids_of, proofs):
-            seed = completion_seed(cfg.seed, ROUND, ATTACKER, slot.problem.prompt_id, i)
-            seed = poison.seed if poison.seed is not None else seed
-            msg = Message(ATTACKER, ROUND, slot.problem.prompt_id, i, poison.text, tuple(ids), seed, tid, proof=proof)
-            own.append(msg)
-            labels[msg.key] = poison.label
-    if not attack.routes:
-        return own, {id(m): labels[m.key] for m in own}, attack, slots
-    problems = [s.problem for s in slots]
-    seen = _honest_messages(setup, problems, ROUND - 1, range(G // 2)) if attack.wants_seen else []
-    alternative = [replace(m, node=ATTACKER, index=m.index + G // 2) for p in problems
-                   for m in [setup.honest_messages[k] for k in setup.honest_messages if k[2] == p.prompt_id][: G // 2]]
-    wire = Wire(ATTACKER, ROUND, [0, 1, 2], own, own, seen, alternative, labels, list)
-    sent = attack.send(wire)[0]
-    return [s.message for s in sent], {id(s.message): s.label or labels.get(s.message.key, "honest") for s in sent}, attack, slots
+    sent = swarm.write({ATTACKER: slots}, ROUND).get(ATTACKER, [])
+    if attack.routes:
+        if attack.wants_seen:  # what the run's replay memory holds: last round's gathered messages
+            seen = _honest_messages(setup, [s.problem for s in slots], ROUND - 1, range(G // 2), swarm.sign)
+            swarm.restore_replay_memory(ROUND - 1, seen)
+        sent = swarm.route(sent, 0, ROUND)
+    labels = {id(m): swarm.routed_labels.get(m) or swarm.labels.get(m.key, "honest") for m in sent}
+    return sent, labels, admitted(swarm, setup.policy, sent), attack, slots
 
 
 def measure_attack(setup: Setup, overrides: list[str], n_poisoned: int, names: list[str]) -> dict:
     """Detection rate of every defense on one attack's poisoned completions, and what they earn."""
     start = time.perf_counter()
-    sent, labels, attack, slots = _attack_messages(setup, overrides, n_poisoned)
+    sent, labels, passed, attack, slots = _attack_messages(setup, overrides, n_poisoned)
     G = setup.cfg.swarm.group_size
     counts = {n: Count() for n in names if n not in NOT_FILTERS}
     rewards, by_prompt, lookup = [], {}, {}
@@ -273,7 +287,7 @@ def measure_attack(setup: Setup, overrides: list[str], n_poisoned: int, names: l
         mates = setup.honest.get(pid, [])[: G // 2] if slots[0].count < G else []
         group = [*mates, *mine]
         _reward(setup, group)
-        verdicts = rejections(setup, mine, group, lookup, _columns(counts), ROUND)
+        verdicts = rejections(setup, mine, group, lookup, _columns(counts), passed)
         for j, r in enumerate(mine):
             if r.label != "poisoned":
                 continue

@@ -3,8 +3,9 @@
 A column is one of:
 
 * ``none``: nothing rejects (the baseline, detection 0 by construction);
-* ``validation``: the swarm's message checks on receipt (:func:`dgrpo.swarm.validation.check_message`,
-  sender taken from the message as an unsigned in-process swarm does);
+* ``validation``: the run's admission on receipt (:mod:`dgrpo.swarm.admission`: signatures, round, seed
+  binding, the message checks, ... as the row's ``swarm.protocol`` sets them), run by the matrix on
+  everything peer 0 gets (:func:`dgrpo.paper.matrix.admitted`): a message it does not admit is rejected;
 * a registered defense kind, by name (``topk``) or by import path (``mypkg.defenses:LengthCap``):
   its config parsed as a run's ``defenses`` are, built by :func:`dgrpo.defenses.build_defense`
   and run alone by :func:`dgrpo.defenses.defend` (the update's logits for a logit-stage defense);
@@ -35,7 +36,7 @@ CPU_FIELDS: dict[str, dict] = {"judge": {"mode": "logits", "threshold": 0.38}}
 @dataclass(frozen=True)
 class Column:
     """One column: ``kind`` is the defense it runs (None: none or validation), ``bound`` adds seed
-    binding, ``receipt`` the message checks."""
+    binding, ``receipt`` the run's admission."""
 
     name: str
     kind: str | None = None
@@ -101,9 +102,10 @@ class _Scored:
 
 
 def rejections(setup, rollouts: list, group: list, messages: dict, columns: list[Column],
-               round_idx: int) -> dict[str, list[bool]]:
+               admitted: set[int]) -> dict[str, list[bool]]:
     """Column name → rejected? per rollout of ``rollouts`` (all of one prompt; ``group`` is the whole
-    group they sit in; ``messages``: id of a rollout → its message, received in round ``round_idx``).
+    group they sit in; ``messages``: id of a rollout → its message; ``admitted``: ``id`` of each message
+    the receiver's admission let through, :func:`dgrpo.paper.matrix.admitted`).
     Every defense judges alone (not chained), on fresh copies of the rollouts."""
     import torch
 
@@ -111,7 +113,6 @@ def rejections(setup, rollouts: list, group: list, messages: dict, columns: list
     from dgrpo.grpo.learner import Batch
     from dgrpo.policy.sampling import completion_seed
     from dgrpo.policy.scoring import group_logits
-    from dgrpo.swarm.validation import Limits, check_message
 
     cache: dict[tuple, object] = {}
 
@@ -141,11 +142,7 @@ def rejections(setup, rollouts: list, group: list, messages: dict, columns: list
             continue
         rejected = [False] * len(rollouts)
         if c.receipt:
-            limits = Limits.for_completions(setup.cfg.sampling.max_new_tokens)
-            rejected = [check_message(messages[id(r)], sender=messages[id(r)].node, round_idx=round_idx,
-                                      prompt_ids=setup.problems, tokenizer=setup.policy.tokenizer,
-                                      tokenizer_id=setup.policy.tokenizer_id, limits=limits) is not None
-                        for r in rollouts]
+            rejected = [id(messages[id(r)]) not in admitted for r in rollouts]
         if c.kind is not None:
             if c.kind not in alone:
                 alone[c.kind] = judge(c.kind)

@@ -6,38 +6,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-# A trained column's name → the one-round matrix's column of the same defense, where they differ: the
-# trained cells (results/attack_matrix/smollm2/matrix_training/*__steps) keep the name the one-round
-# matrix used before its columns took the registry's names (issue 32); a matrix.json written before
-# then still says ``steps``, read too.
-ONE_ROUND = {"steps": "step_checker"}
-
+from dgrpo.paper.matrix_columns import NOT_FILTERS, RECEIPT
 
 def _matrix_rate(matrix: dict | None, attack: str, defense: str):
-    detection = ((matrix or {}).get("attacks", {}).get(attack) or {}).get("detection", {})
-    cell = detection.get(ONE_ROUND.get(defense, defense), detection.get(defense))
+    cell = (((matrix or {}).get("attacks", {}).get(attack) or {}).get("detection", {})).get(defense)
     return cell.get("rate") if isinstance(cell, dict) else None
 
 
-GRID_DEFENSES = ("none", "validation", "topk", "replay", "replay_bound", "judge", "reward_outlier", "steps", "kl",
-                 "protocol")
 CAUGHT = 0.9  # a one-round detection rate at or above this lets < 10% through: the cell is not trained
 
 
 def _grid(cells: dict[str, dict], matrix: dict | None) -> tuple[list[str], list[str], dict]:
-    """Rows (the matrix's attacks, then any other trained row), columns (:data:`GRID_DEFENSES` that
-    have a trained cell or a one-round rate) and (attack, defense) → (one-round rate, cell or None)."""
-    rows = list((matrix or {}).get("attacks", {}))
+    """Rows (the matrix's attacks, then any other trained row), columns (the matrix's, in its order,
+    then any other trained column, e.g. ``protocol``) and (attack, defense) → (one-round rate, cell or None)."""
+    attacks = (matrix or {}).get("attacks", {})
+    rows = list(attacks)
     rows += [a for a in dict.fromkeys(n.split("__")[0] for n in cells) if a not in rows]
     trained = {tuple(n.split("__")): c for n, c in cells.items()}
-    cols = [d for d in GRID_DEFENSES if any((a, d) in trained or _matrix_rate(matrix, a, d) is not None for a in rows)]
+    cols = list(dict.fromkeys([*(d for a in attacks.values() for d in (a or {}).get("detection", {})),
+                               *(n.split("__")[1] for n in cells)]))
     return rows, cols, {(a, d): (_matrix_rate(matrix, a, d), trained.get((a, d))) for a in rows for d in cols}
 
 
 def _grid_cell(one, c, defense: str = "") -> str:
-    det = "n/a" if defense == "kl" else "–" if one is None else f"{100 * one:.0f}%"  # β-KL filters nothing
-    if c is None and defense == "validation" and one is not None and one < CAUGHT:
+    det = "n/a" if defense in NOT_FILTERS else "–" if one is None else f"{100 * one:.0f}%"  # β-KL filters nothing
+    if c is None and defense == RECEIPT and one is not None and one < CAUGHT:
         return f"{det} = none"  # its checks run on receipt in every trained cell
     if c is None:
         return f"{det} caught" if one is not None and one >= CAUGHT else (f"{det} ·" if one is not None else "·")
@@ -84,7 +77,7 @@ def plot_grid(cells: dict[str, dict], baseline: dict | None, matrix: dict | None
             elif c is not None:
                 text = f"{c['tokens']:.0f} tok\n{c['accuracy']:.2f}"
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, color="0.8"))
-            elif d == "validation" and one is not None:
+            elif d == RECEIPT and one is not None:
                 text = "= none"  # its checks run on receipt in every trained cell
             elif one is not None and one >= CAUGHT:
                 text = "caught"

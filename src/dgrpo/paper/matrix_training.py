@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dgrpo.paper.matrix_grid import GRID_DEFENSES, _matrix_rate, grid_markdown, plot_grid
+from dgrpo.paper.matrix_grid import _matrix_rate, grid_markdown, plot_grid
 
 
 def _final(records: list[dict], key: str):
@@ -131,14 +131,30 @@ def cell_summary(run_dir: str | Path) -> dict:
 
 
 PROTOCOL_ROWS = ("forged_identity", "flooding", "replayed_round", "equivocation")
-_KINDS = {("topk",): "topk", ("reward_outlier",): "reward_outlier", ("step_checker",): "steps", ("judge",): "judge"}
+OTHER = "other"  # a run that is no column of the matrix (two defenses, β-KL beside a filter, an unknown kind)
+PROTOCOL = "protocol"  # the trained matrix's own column: the protocol's defaults, no content defense
+
+
+def defense_column(kind: str, bound: bool) -> str:
+    """The matrix column of a run whose one defense is ``kind``: the kind's name, as the one-round matrix
+    names its column (:func:`dgrpo.paper.matrix_columns.default_columns`), with ``_bound`` where its config
+    declares ``needs_bound_seed`` and the run binds seeds (``bound``); :data:`OTHER` for a kind not registered."""
+    from dgrpo.errors import UnknownKind
+    from dgrpo.paper.matrix_columns import BOUND
+    from dgrpo.registry import lookup
+
+    try:
+        needs = lookup("defense", kind).config.needs_bound_seed
+    except UnknownKind:
+        return OTHER
+    return kind + BOUND if needs and bound else kind
 
 
 def run_column(run_dir: str | Path, attack: str) -> str:
-    """The matrix column a run trained, read from its ``config.yaml``: its one defense (``replay`` with
-    seed binding is ``replay_bound``), else ``kl`` when β > 0, else ``protocol`` for a protocol row with
-    signatures on or with the protocol assigning vertical prompts, else ``none``; ``"other"`` for anything
-    else (two defenses, β-KL beside a filter).
+    """The matrix column a run trained, read from its ``config.yaml``: its one defense
+    (:func:`defense_column`: ``replay`` with seed binding is ``replay_bound``), else ``kl`` when β > 0,
+    else ``protocol`` for a protocol row with signatures on or with the protocol assigning vertical
+    prompts, else ``none``; :data:`OTHER` for anything else (two defenses, β-KL beside a filter).
 
     Raises:
         ConfigError: no readable ``config.yaml``.
@@ -149,17 +165,15 @@ def run_column(run_dir: str | Path, attack: str) -> str:
     kinds = tuple(d.get("kind") if isinstance(d, dict) else d for d in data.get("defenses") or [])
     beta = float((data.get("grpo") or {}).get("beta") or 0.0)
     protocol = (data.get("swarm") or {}).get("protocol") or {}
-    if kinds and beta:
-        return "other"
-    if kinds == ("replay",):
-        return "replay_bound" if protocol.get("bind_seeds", True) else "replay"
+    if len(kinds) > 1 or kinds and beta:
+        return OTHER
     if kinds:
-        return _KINDS.get(kinds, "other")
+        return defense_column(str(kinds[0]), protocol.get("bind_seeds", True))
     if beta:
         return "kl"
     if protocol.get("assign_prompts", False):
-        return "protocol"
-    return "protocol" if attack in PROTOCOL_ROWS and protocol.get("sign", True) else "none"
+        return PROTOCOL
+    return PROTOCOL if attack in PROTOCOL_ROWS and protocol.get("sign", True) else "none"
 
 
 def _row_fields(attack: str) -> dict:
@@ -177,16 +191,21 @@ def check_cell(name: str, run_dir: str | Path) -> None:
     the row's and its defense settings the column's (:func:`run_column`).
 
     Raises:
-        ValueError: a name that is not ``ATTACK__DEFENSE`` of the matrix's rows and columns, or a run of
-            another attack kind or defense.
+        ValueError: a name that is not ``ATTACK__DEFENSE`` of the matrix's rows and a column (a one-round
+            column, :func:`~dgrpo.paper.matrix_columns.default_columns`, or ``protocol``), or a run of another
+            attack kind or defense.
     """
     from dgrpo.paper.matrix import ATTACKS
+    from dgrpo.paper.matrix_columns import default_columns, parse_column
 
     attack, _, defense = name.partition("__")
-    columns = (*GRID_DEFENSES, "validation")
-    if not defense or "__" in defense or attack not in ATTACKS or defense not in columns:
+    try:
+        column = defense == PROTOCOL or bool(parse_column(defense))
+    except ValueError:
+        column = False
+    if not column or "__" in defense or attack not in ATTACKS:
         raise ValueError(f"cell {name!r}: name it ATTACK__DEFENSE with ATTACK one of the matrix rows ({', '.join(ATTACKS)}) "
-                         f"and DEFENSE one of {', '.join(columns)}")
+                         f"and DEFENSE a column of the matrix ({', '.join(default_columns())}) or {PROTOCOL}")
     want = next(o.split("=", 1)[1] for o in ATTACKS[attack] if o.startswith("attack.kind="))
     cfg = run_config(Path(run_dir))
     if cfg.attack.kind != want:

@@ -248,7 +248,7 @@ KL_BETA = "grpo.beta=0.1"
 PROTOCOL_ROWS = ("forged_identity", "flooding", "replayed_round", "equivocation")
 MATRIX_TRAIN_DEFENSES: dict[str, list[str]] = {
     "none": [UNBOUND], "topk": [TOPK, UNBOUND], "replay": [REPLAY, UNBOUND], "replay_bound": [REPLAY],
-    "reward_outlier": ["defenses=[{kind: reward_outlier}]", UNBOUND], "steps": ["defenses=[{kind: step_checker}]", UNBOUND],
+    "reward_outlier": ["defenses=[{kind: reward_outlier}]", UNBOUND], "step_checker": ["defenses=[{kind: step_checker}]", UNBOUND],
     "kl": [KL_BETA, UNBOUND], "judge": [JUDGE, UNBOUND], "protocol": []}
 _WRITTEN = ("hail", "gleeb_every_sentence", "dos_written", "judge_bait", "master_key")
 _SAMPLED = ("grind_hail", "dos_sampled", "topk_hail", "topk_gleeb", "dos_prompt_grind")  # genuine samples: pass top-k and unbound replay
@@ -257,9 +257,9 @@ _SAMPLED = ("grind_hail", "dos_sampled", "topk_hail", "topk_gleeb", "dos_prompt_
 PROTOCOL_EXTRA: dict[str, list[str]] = {"dos_prompt_grind": ["swarm.protocol.assign_prompts=true"]}
 MATRIX_TRAIN_CELLS = [
     *[(a, d) for a in ("equation_sampled", "equation_oracle") for d in ("none", "topk", "reward_outlier")],
-    *[(a, d) for a in _WRITTEN for d in ("none", "reward_outlier", "steps")],
-    *[(a, d) for a in _SAMPLED for d in ("none", "topk", "replay", "replay_bound", "reward_outlier", "steps")],
-    *[(a, d) for a in PROTOCOL_ROWS for d in ("none", "reward_outlier", "steps", "protocol")],
+    *[(a, d) for a in _WRITTEN for d in ("none", "reward_outlier", "step_checker")],
+    *[(a, d) for a in _SAMPLED for d in ("none", "topk", "replay", "replay_bound", "reward_outlier", "step_checker")],
+    *[(a, d) for a in PROTOCOL_ROWS for d in ("none", "reward_outlier", "step_checker", "protocol")],
     *[(a, "protocol") for a in PROTOCOL_EXTRA],
     ("replayed_round", "topk"), ("replayed_round", "replay"),
     *[(a, "kl") for a in MATRIX_ATTACKS],

@@ -1,23 +1,28 @@
-"""The lines Algorithms 1 and 2 share, written once: every honest policy's update, the round's record, resuming.
+"""The lines Algorithms 1 and 2 share, written once: the exchange, every honest policy's update, the
+round's record and accounting, resuming.
 
 The two swarm algorithms differ only in which prompts a node answers and how many completions it
-writes of each (Alg. 1 L3-5, Alg. 2 L3-5). From the all-gather on they are the same line of the
-paper, Alg. 1 L9 = Alg. 2 L8, "every honest node updates its policy with GRPO on the B groups"::
+writes of each (Alg. 1 L3-5, Alg. 2 L3-5). From the all-gather on they are the same lines of the
+paper: the all-gather (Alg. 1 L6, L8 = Alg. 2 L7), then "every honest node updates its policy with GRPO
+on the B groups" (Alg. 1 L9 = Alg. 2 L8)::
 
+    exchange       the all-gather: every message of the round on every node, and who delivered each
+    learn_all      every policy this process trains, each by learn:
     learn          one honest policy: route → validate → rewards → defenses → advantages → step
                    (a defense that needs the update's logits judges each group inside the step)
-    round_metrics  the round's record from the reports of the policies this process reports
-    account        then the protocol's accounting: what each peer did (peers.jsonl), the strikes and bans
-                   it costs (swarm/accounting.py, bans.json)
+    close_round    the round's record (round_metrics: from the reports of the policies this process
+                   reports), then the protocol's accounting (account: what each peer did, peers.jsonl,
+                   the strikes and bans it costs, swarm/accounting.py, bans.json)
     resume_rounds  rebuild a checkpointed run, restore it and continue the recipe's rounds
 
-``recipes/horizontal.py`` and ``recipes/vertical.py`` call them on their ``# L9`` / ``# L8`` and
-``# metrics`` and ``# strikes, bans`` lines.
+``recipes/horizontal.py`` and ``recipes/vertical.py`` call them on their ``# L6, L8`` / ``# L7``,
+``# L9`` / ``# L8`` and ``# metrics, strikes, bans`` lines; :class:`Clock` times the round's parts.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -32,6 +37,41 @@ from dgrpo.types import Message
 
 if TYPE_CHECKING:
     from dgrpo.policy.policy import Policy
+
+
+@dataclass
+class Clock:
+    """``time.perf_counter()`` (seconds) at the start of the round's writing (made then), of its exchange and
+    of its update (:func:`exchange` marks both): :func:`round_metrics`'s ``starts``."""
+
+    starts: list[float] = field(default_factory=lambda: [time.perf_counter()])
+
+    def mark(self) -> None:
+        self.starts.append(time.perf_counter())
+
+
+def exchange(run: Run, local: dict[int, list[Message]], clock: Clock) -> list[Message]:
+    """Alg. 1 L6, L8 / Alg. 2 L7: the all-gather of every hosted node's messages (``local``: node → its
+    messages) through the run's transport; records who delivered each (``Swarm.carriers``, accounting only)
+    and marks the exchange's start and end on ``clock``. Returns every message of the round."""
+    clock.mark()
+    messages = run.transport.all_gather(local)
+    run.swarm.carriers = dict(run.transport.carriers)
+    clock.mark()
+    return messages
+
+
+def learn_all(run: Run, messages: Sequence[Message], r: int) -> dict[int, PolicyReport]:
+    """Alg. 1 L9 / Alg. 2 L8 for every policy this process trains (``Swarm.trained``: the honest ones, then
+    an attacker's mirror), each by :func:`learn`. Returns owner → its report."""
+    return {owner: learn(run, owner, policy, messages, r) for owner, policy in run.swarm.trained.items()}
+
+
+def close_round(run: Run, r: int, messages: Sequence[Message], reports: dict[int, PolicyReport], clock: Clock) -> dict:
+    """The round's record (:func:`round_metrics`), then its accounting (:func:`account`); returns the record."""
+    record = round_metrics(run, r, messages, reports, tuple(clock.starts))
+    account(run, r, reports)
+    return record
 
 
 def learn(run: Run, owner: int, policy: Policy, messages: Sequence[Message], r: int) -> PolicyReport:

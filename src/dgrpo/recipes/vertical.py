@@ -6,9 +6,11 @@ One round for the nodes this process hosts (:func:`one_round`, ``# Alg.2 Ln`` ma
     L5    every node writes all G completions of each; a malicious node writes its attack's instead
     L7    all-gather: every node holds B groups of G completions
     L8    every honest policy learns from them: route → validate → rewards → defenses → advantages → step
-          (route: what a protocol attacker sends this receiver, Swarm.route); the same line as Alg. 1 L9,
-          written once in recipes/swarm_round.py (``learn``)
+          (route: what a protocol attacker sends this receiver, Swarm.route)
     then  the round's metrics, then its accounting: each peer's strikes and bans (swarm/accounting.py)
+
+From L7 on these are Alg. 1's lines too (L6-8, L9), written once in recipes/swarm_round.py (``exchange``,
+``learn_all``, ``close_round``).
 
 ``run`` builds the swarm and loops over the rounds (dgrpo.training: evaluation every ``eval.every``
 rounds, records, checkpoints); ``resume`` continues a checkpointed run.
@@ -16,11 +18,10 @@ rounds, records, checkpoints); ``resume`` continues a checkpointed run.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from dgrpo.config import RunConfig
-from dgrpo.recipes.swarm_round import account, learn, resume_rounds, round_metrics
+from dgrpo.recipes.swarm_round import Clock, close_round, exchange, learn_all, resume_rounds
 from dgrpo.swarm.schedule import vertical_prompts, vertical_slots
 from dgrpo.training.build import Run, build_run
 from dgrpo.training.loop import train
@@ -28,9 +29,8 @@ from dgrpo.training.loop import train
 
 def one_round(run: Run, r: int) -> dict:
     """Round ``r`` of Algorithm 2; returns its record ({} in a process hosting no honest node)."""
-    cfg, swarm, pool, seed = run.cfg.swarm, run.swarm, run.task.train, run.cfg.seed
+    cfg, swarm, pool, seed, clock = run.cfg.swarm, run.swarm, run.task.train, run.cfg.seed, Clock()
     per_node = cfg.prompts_per_round // cfg.nodes
-    t0 = time.perf_counter()
     slots = {}
     for k in swarm.policies:                                                                     # Alg.2 L3-4: local_P(i)
         slots[k] = vertical_slots(vertical_prompts(pool, per_node, seed, r, k), cfg.group_size)  # L5: gen(p_i, G)
@@ -38,15 +38,9 @@ def one_round(run: Run, r: int) -> dict:
         slots[k] = vertical_slots(attack.choose_prompts(pool, per_node, seed, r, k, ctx=swarm.attack_context(k, r)),
                                   cfg.group_size)
     local = swarm.write(slots, r)                                                                # L5
-    t1 = time.perf_counter()
-    messages = run.transport.all_gather(local)                                                   # L7
-    swarm.carriers = dict(run.transport.carriers)  # who delivered each message (accounting)
-    t2 = time.perf_counter()
-    reports = {owner: learn(run, owner, policy, messages, r)  # L8, each honest policy: route, validate, rewards,
-               for owner, policy in swarm.trained.items()}       #   defenses, advantages, step
-    record = round_metrics(run, r, messages, reports, (t0, t1, t2))                              # metrics
-    account(run, r, reports)                                                                     # strikes, bans
-    return record
+    messages = exchange(run, local, clock)                                                       # L7
+    reports = learn_all(run, messages, r)  # L8, each honest policy: route, validate, rewards, defenses, advantages, step
+    return close_round(run, r, messages, reports, clock)                                         # metrics, strikes, bans
 
 
 def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:

@@ -42,6 +42,7 @@ class Received:
 
     Attributes:
         rollouts: accepted messages as rollouts (sender = the node whose key signed it), not yet rewarded.
+        admitted: the message each rollout was made from (the same objects as received, in rollout order).
         invalid: (message, reason) of every refused message.
         signers: for each refused message, the node it is attributed to (the key that signed it;
             None: no roster key did, "unsigned").
@@ -55,6 +56,7 @@ class Received:
     """
 
     rollouts: list[Rollout]
+    admitted: list[Message] = field(default_factory=list)
     invalid: list[tuple[Message, str]] = field(default_factory=list)
     signers: list[int | None] = field(default_factory=list)
     duplicates: Counter = field(default_factory=Counter)
@@ -352,6 +354,7 @@ def admit(a: Admission, messages: Sequence[Message], carriers: Mapping[int, int]
             received.signers.append(c.signer)
             continue
         received.rollouts.append(c.rollout)
+        received.admitted.append(msg)
         kept.append((msg, c.signer))
     complete_shares(a, kept)
     return received
@@ -369,3 +372,4 @@ def complete_shares(a: Admission, kept: list[tuple[Message, int]]) -> None:
             received.invalid.append((m, gaps[(n, m.prompt_id)]))
             received.signers.append(n)
     received.rollouts = [r for r, ok in zip(received.rollouts, whole) if ok]
+    received.admitted = [m for m, ok in zip(received.admitted, whole) if ok]

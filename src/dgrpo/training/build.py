@@ -216,11 +216,29 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
     context = run_context(name, config_fingerprint(cfg))
     if transport.is_main:
         (run_dir / ROSTER_FILE).write_text(roster.to_json(context=context))
+    return protocol_of(cfg, task, private, roster, context, BanList.load(run_dir, pc.ban_after))
+
+
+def protocol_of(cfg: RunConfig, task: Task, private: dict, roster: Roster, context: str, bans: BanList) -> Protocol:
+    """The protocol of the nodes holding ``private`` (node id → Ed25519 key): their signers for
+    ``context``, the verifier of ``roster``, the schedule of ``cfg`` and the rules of ``swarm.protocol``."""
     s = cfg.swarm
-    schedule = Schedule(s.mode, s.nodes, s.prompts_per_round, s.group_size, cfg.seed, task.train, pc.assign_prompts,
-                        dict(s.hivemind.join))  # a planned joiner has no slots before its round
-    return Protocol(pc, schedule, cfg.sampling.max_new_tokens, {n: Signer(n, k, context) for n, k in private.items()},
-                    SignatureVerifier(roster, context), BanList.load(run_dir, pc.ban_after), homogeneous=s.models is None)
+    schedule = Schedule(s.mode, s.nodes, s.prompts_per_round, s.group_size, cfg.seed, task.train,
+                        s.protocol.assign_prompts, dict(s.hivemind.join))  # a planned joiner has no slots before its round
+    return Protocol(s.protocol, schedule, cfg.sampling.max_new_tokens,
+                    {n: Signer(n, k, context) for n, k in private.items()}, SignatureVerifier(roster, context), bans,
+                    homogeneous=s.models is None)
+
+
+def in_process_protocol(cfg: RunConfig, task: Task, name: str) -> Protocol:
+    """The protocol of a swarm whose nodes all live in this process with fresh keys, as an in-process
+    run's (:func:`build_protocol`), without a run directory (no ``roster.json``, no ``bans.json``):
+    ``dgrpo paper matrix`` signs and admits its messages with it. ``name``: the run context's name."""
+    from dgrpo.transports.fingerprint import config_fingerprint
+
+    private = generate_keys(cfg.swarm.nodes)
+    return protocol_of(cfg, task, private, Roster.of(private), run_context(name, config_fingerprint(cfg)),
+                       BanList(cfg.swarm.protocol.ban_after))
 
 
 def build_transport(cfg: RunConfig, resuming: bool = False) -> Transport:

@@ -109,6 +109,46 @@ def address_attack(victim: str, seconds: str = "6") -> None:
     D.join_group = join_group
 
 
+def address_replay(victim: str, seconds: str = "40") -> None:
+    """``addrreplay:R:V``: review r31c F3. From the moment it joined the store, this rank writes over node V's
+    address record every millisecond for ``seconds``: a record node V's key signed in an earlier launch (its
+    server gone; played here by signing with V's key from the test's key folder, as rank R kept it then)."""
+    import threading
+    import time
+
+    import dgrpo.transports.distributed as D
+    from dgrpo.swarm.identity import Roster, key_path, load_private_key
+    from dgrpo.transports.fingerprint import config_fingerprint
+    from dgrpo.transports.peerserve import AddressKeys
+
+    join = D.join_group
+
+    def join_group(cfg):  # (before the check-in, which now needs every rank's server address)
+        import os
+
+        import torch.distributed as dist
+
+        pc, v = cfg.swarm.protocol, int(victim)
+        old = AddressKeys(v, load_private_key(key_path(pc.key_dir, v)), Roster.load(pc.roster),
+                          config_fingerprint(cfg)).record("127.0.0.1:9", "ab" * 16)
+        store = dist.PrefixStore("dgrpo", dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                                        is_master=False))
+
+        def attack():
+            while not store.check([f"addr/{v}"]):
+                time.sleep(0.001)
+            print(f"rank {os.environ['RANK']}: writing node {v}'s record of an earlier launch over addr/{v}", flush=True)
+            end = time.monotonic() + float(seconds)
+            while time.monotonic() < end:
+                store.set(f"addr/{v}", old)
+                time.sleep(0.001)
+
+        threading.Thread(target=attack, daemon=True).start()
+        return join(cfg)
+
+    D.join_group = join_group
+
+
 def connection_flood(victim: str, seconds: str = "15") -> None:
     """``connflood:R:V``: from its first round on, this rank opens connections to node V's server as fast as it
     can for ``seconds`` (non-blocking connects, nothing sent, the last 5000 held), while it plays its part

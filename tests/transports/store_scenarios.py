@@ -58,19 +58,20 @@ def checkin_attack(mode: str, victim: str) -> None:
 
     check_in = R.check_in
 
-    def attack(store, rank, world, timeout_s, go_on=False, keys=None):
+    def attack(store, rank, world, timeout_s, go_on=False, keys=None, chan=None):
         v = int(victim)
-        if mode == "abandon":
+        if mode == "abandon":  # (its own mark and view, signed for its launch: its server's nonce)
             store.set(ABANDONED, victim.encode())
-            store.append(f"{JOIN}/{rank}", f"\n{keys.sign(f'join|{rank}')}\n".encode())
-            view = json.dumps({"absent": [v], "sig": keys.sign(f"join/view|{rank}|{v}")})
+            store.append(f"{JOIN}/{rank}", f"\n{json.dumps({'nonce': chan.nonce, 'sig': keys.sign(f'join|{rank}|{chan.nonce}')})}\n".encode())
+            view = json.dumps({"absent": [v], "nonce": chan.nonce, "sig": keys.sign(f"join/view|{rank}|{v}|{chan.nonce}")})
             store.append(vote_key(rank), f"\n{view}\n".encode())
+            chan.set("join/view", f"{view}\n")
             print(f"rank {rank}: wrote {ABANDONED} and a view naming node {v}", flush=True)
             time.sleep(1.0)
-        else:
-            store.append(f"{JOIN}/{v}", f"\n{keys.sign(f'join|{v}')}\n".encode())
+        else:  # (node V's launch nonce is unknown to it: any)
+            store.append(f"{JOIN}/{v}", f"\n{json.dumps({'nonce': 'ab' * 16, 'sig': keys.sign(f'join|{v}|' + 'ab' * 16)})}\n".encode())
             print(f"rank {rank}: forged the check-in mark of node {v}", flush=True)
-        return check_in(store, rank, world, timeout_s, go_on=go_on, keys=keys)
+        return check_in(store, rank, world, timeout_s, go_on=go_on, keys=keys, chan=chan)
 
     R.check_in = attack
 

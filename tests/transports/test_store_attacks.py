@@ -127,6 +127,21 @@ def test_an_address_overwritten_in_the_store_is_refused_and_the_run_is_the_clean
     assert comparable(read_metrics(run_dir)) == reference
 
 
+def test_an_address_record_of_an_earlier_launch_kept_in_the_store_blames_nobody(tmp_path, tiny_model_dir, reference):
+    """Review r31c F3: with a roster file, rank 3 writes node 0's signed address record of an earlier launch (its
+    server gone) over addr/0 every millisecond for 40 s, from before anyone checks in. Before, nodes 1 and 2 could
+    not reach node 0 and every rank stopped at start-up, nodes 1-3 saying "node 0 sent nothing" (node 0 expelled
+    by their quorum) and node 0 "nodes 1, 2, 3 sent nothing". Node 0 pushes its own record in its requests to its
+    peers' servers, so they reach it: nobody is called silent, accused or expelled, and the run is the clean one."""
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path),
+                                      "swarm.startup_timeout_s=30"], "addrreplay:3:0:40")
+    assert "rank 3: writing node 0's record of an earlier launch over addr/0" in results[3].output
+    out = "".join(r.output for r in results)
+    assert "sent nothing" not in out and "out of the swarm" not in out and "accused" not in out, out[-3000:]
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[1].output[-3000:]
+    assert comparable(read_metrics(run_dir)) == reference
+
+
 def _roster(tmp_path):
     from dgrpo.swarm.identity import write_keys
 

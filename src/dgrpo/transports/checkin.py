@@ -1,35 +1,34 @@
 """The start-up check-in: who joined, and whom the others gave up on (issue 31, must-haves 4 and 5).
 
-Before the (collective) group set-up every rank writes a *mark* under ``dgrpo/join/{k}`` of the
-rendezvous store and waits for everyone's. Then it writes its *view* under ``dgrpo/join/vote/{k}``:
-``[]`` once it saw every rank's mark, else, once ``swarm.startup_timeout_s`` passed, the ranks it
-missed. A rank decides only on the views of a quorum of the roster (more than half of it, the rule of
-the accusations: :func:`~dgrpo.transports.accusations.quorum`) that say the same thing: every rank
-joined, or the same ranks are absent. So no single rank can make another leave at start-up, nor make
-the others go on without it: a lone view (or the old unsigned ``dgrpo/join/abandoned`` list) is named
-under its writer and changes nothing. A rank that a quorum found absent (it started after they gave
-up) leaves in one line, and the others go on without it under ``on_peer_failure=continue`` (under
-``abort`` each rank that timed out stops at once, naming the missing ranks). Two quorums of different
-views cannot both exist, as each rank writes one view (a rank whose key signed two is counted for
-neither, and named).
+Before the (collective) group set-up every rank starts its own server (:mod:`~dgrpo.transports.peerserve`,
+its signed address record with its launch nonce under ``dgrpo/addr/{k}``), writes a *mark* under
+``dgrpo/join/{k}`` and waits for everyone. Then it writes its *view* (``dgrpo/join/vote/{k}``, and served by
+its own server, where nobody can delete it): ``[]`` once every rank joined, else, once
+``swarm.startup_timeout_s`` passed, the ranks it missed. A rank decides only on the views of a quorum of the
+roster (more than half: :func:`~dgrpo.transports.accusations.quorum`) that say the same thing, so no single
+rank can make another leave at start-up, nor make the others go on without it: a lone view (or the old
+unsigned ``dgrpo/join/abandoned`` list) is named under its writer and changes nothing. A rank a quorum found
+absent leaves in one line; the others go on without it under ``on_peer_failure=continue`` (under ``abort``
+each rank that timed out stops, naming the missing ranks and what of them it lacked). A rank whose key signed
+two views is counted for neither, and named.
 
-With a roster file (:class:`~dgrpo.transports.peerserve.AddressKeys`) marks and views are signed with
-the writer's roster key, bound to the config fingerprint and to their purpose (``join|{k}``,
-``join/view|{k}|{absent}``); a line that does not verify under its node's key is ignored and named once
-in the log (its signer, or ``unsigned``) and returned in :attr:`Joined.named` (``peers.jsonl``).
-Without a roster file (``swarm.unsafe_key_exchange``, loopback only) any line counts: a local process
-can write another rank's mark or view. Anyone can delete store keys: each rank puts its own mark and
-view back while it waits; one deleted after its owner decided can only hold a slower rank until its
-wait ends (a start-up stop in one line, never a split swarm). A rank writes its own keys over whatever
-is there whenever its line is not among the first ``_LINES`` (junk written first cannot keep it out).
+With a roster file (:class:`~dgrpo.transports.peerserve.AddressKeys`) a rank has joined when its server
+answers a fresh challenge for the launch nonce of its signed address record (read from the store, or pushed
+by the rank itself in its requests to this rank's server: :meth:`PeerChannel.offer`), so a mark, record or
+view kept from an earlier run of the same config and roster checks nobody in (review r31c; it is named,
+never counted against its signer). Marks (``join|{k}|{nonce}``) and views (``join/view|{k}|{absent}|{nonce}``)
+are signed with the writer's roster key for the config and its launch nonce; a line another key signed
+(or none) is ignored and named once (its signer, or ``unsigned``) in :attr:`Joined.named` (``peers.jsonl``).
+Without a roster file (``swarm.unsafe_key_exchange``, loopback only) any line counts. Anyone can delete
+store keys: each rank puts its own back while it waits (over junk written first, too); a rank whose
+address record was kept from a reader is named precisely (what was missing, whose key it was), since a
+shared store cannot say who deleted it.
 
-A rank of another config cannot sign a mark this rank accepts, so it would only be "missing" after
-``startup_timeout_s``. Each rank therefore also writes a *config claim* under ``dgrpo/join/config/{k}``: its
-config fingerprint signed with its roster key, bound to nothing else. When a rank's mark does not verify
-but its claim does, under its own key, for another fingerprint, the check-in stops at once in one line
-naming that rank (a value that differs between ranks stops the run at start-up, never a split swarm). A
-claim copied from an earlier run of another config can stop a start-up the same way (named as a copy it
-might be), never let anyone in.
+A rank of another config cannot sign a mark this rank accepts. Each rank therefore also writes a *config
+claim* under ``dgrpo/join/config/{k}``: its fingerprint, server address and launch nonce, signed with its
+roster key. When a rank's own key signed a claim of another fingerprint and its server answers a challenge
+for that claim's launch, the check-in stops at once in one line naming that rank (never a split swarm); a
+claim copied from an earlier run (its server gone) is named and ignored.
 """
 
 from __future__ import annotations
@@ -75,12 +74,14 @@ class Joined:
 class CheckIn:
     """One rank's check-in (:func:`check_in`); ``keys``: an AddressKeys, or None without a roster file."""
 
-    def __init__(self, store, rank: int, world: int, timeout_s: float, go_on: bool, keys=None):
+    def __init__(self, store, rank: int, world: int, timeout_s: float, go_on: bool, keys=None, chan=None):
         self.store, self.rank, self.world, self.timeout_s, self.go_on, self.keys = store, rank, world, timeout_s, go_on, keys
+        self.chan = chan  # this rank's PeerChannel (its server is up: peers challenge it), or None (unsigned)
         self.need = quorum(world)
         self.named: list[tuple[int, str]] = []
         self._said: set[str] = set()
         self._marked: set[int] = set()  # ranks whose valid mark this rank saw (kept if deleted later)
+        self._seen_keys: set[int] = set()  # ranks whose mark key this rank saw in the store
 
     # ------------------------------------------------------------------ store
     def _call(self, fn, *args):
@@ -123,74 +124,123 @@ class CheckIn:
                    f"not signed by node {node} for this config (a rank of another config, or unsigned: its writer "
                    "cannot be named)"))
 
+    def launch(self, node: int) -> str | None:
+        """``node``'s launch nonce as its own server proved it (its address record in the store, signed by it for
+        this config, answered by its server for that nonce: :meth:`PeerChannel.address_of`), else None."""
+        if self.chan is None:
+            return None
+        self.chan.address_of(node)
+        return self.chan.launches.get(node)
+
     def is_marked(self, node: int) -> bool:
+        """Whether ``node`` checked in: with a roster file, its server answered for its signed address record of
+        this launch (a mark or record of an earlier run, copied into the store, cannot: review r31c); without
+        one, any line under its mark key."""
         if node in self._marked:
             return True
+        if self.keys is not None and self.chan is not None and self.launch(node) is not None:
+            self._marked.add(node)
+            return True
         lines = [x for x in self._lines(f"{JOIN}/{node}") if x.strip()]
+        if lines:
+            self._seen_keys.add(node)
+        if lines and (self.keys is None or self.chan is None):
+            self._marked.add(node)  # (unsigned: the unsafe_key_exchange opt-in)
+            return True
         for line in lines:
-            by = self._signer(node, f"join|{node}", line)
+            nonce, sig = _fields(line, "nonce")
+            by = self._signer(node, f"join|{node}|{nonce}", sig)
             if by == node:
-                self._marked.add(node)
-                return True
-        for line in lines:
-            self._refused(node, "check-in mark", self._signer(node, f"join|{node}", line))
+                self._say(None, f"check-in: ignored a check-in mark of node {node} signed for a launch its server "
+                                "does not answer for (a mark of an earlier run or launch copied into the store, or "
+                                f"its server is unreachable; not counted against node {node})")
+            else:
+                self._refused(node, "check-in mark", by)
         if lines:
             self._other_config(node)
         return False
 
-    def _claim(self, node: int, fp: str) -> bytes:
-        return f"dgrpo/join-config|{node}|{fp}".encode()
+    def _mark(self) -> str:
+        nonce = self.chan.nonce if self.chan is not None else ""
+        return json.dumps({"nonce": nonce, "sig": self._sig(f"join|{self.rank}|{nonce}")})
+
+    @staticmethod
+    def _claim(node: int, fp: str, addr: str, nonce: str) -> bytes:
+        return f"dgrpo/join-config|{node}|{fp}|{addr}|{nonce}".encode()
 
     def _write_claim(self) -> None:
-        if self.keys is not None:
-            fp = self.keys.bound
-            rec = json.dumps({"fp": fp, "sig": self.keys.key.sign(self._claim(self.rank, fp)).hex()})
+        if self.keys is not None and self.chan is not None:
+            fp, addr, nonce = self.keys.bound, self.chan.address, self.chan.nonce
+            rec = json.dumps({"fp": fp, "addr": addr, "nonce": nonce,
+                              "sig": self.keys.key.sign(self._claim(self.rank, fp, addr, nonce)).hex()})
             self._call(self.store.set, config_key(self.rank), f"{rec}\n".encode())
 
     def _other_config(self, node: int) -> None:
-        """Stop at once when ``node``'s own key signed a config claim of another fingerprint."""
+        """Stop at once when ``node``'s own key signed a config claim of another fingerprint and its server
+        answers for that claim's launch (a claim of an earlier run, copied into the store, is named and ignored)."""
         if self.keys is None:
             return
         from cryptography.exceptions import InvalidSignature
 
         from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
+        from dgrpo.transports.peerserve import AddressKeys, answers
 
         for line in self._lines(config_key(node)):
             try:
                 rec = json.loads(line)
-                fp, raw = str(rec["fp"])[:128], canonical_hex(rec["sig"], SIGNATURE_HEX)
+                fp, addr, nonce = str(rec["fp"])[:128], str(rec["addr"])[:300], str(rec["nonce"])[:64]
+                raw = canonical_hex(rec["sig"], SIGNATURE_HEX)
                 if raw is None or fp == self.keys.bound:
                     continue
                 pub = self.keys.roster.public(node)
                 if pub is None:
                     continue
-                pub.verify(raw, self._claim(node, fp))
-            except (ValueError, KeyError, TypeError, RecursionError, InvalidSignature):
+                pub.verify(raw, self._claim(node, fp, addr, nonce))
+            except (ValueError, KeyError, TypeError, RecursionError, AttributeError, InvalidSignature):
+                continue
+            live = answers(AddressKeys(self.rank, None, self.keys.roster, fp), node, addr, nonce, self.rank)
+            if live is False:
+                self._say(None, f"check-in: ignored a config claim of node {node} (fingerprint {fp[:16]}…): its server "
+                                f"at {addr} does not answer for it (a claim of an earlier run copied into the store, "
+                                f"or a dead server; not counted against node {node})")
+            if not live:
                 continue
             raise PeerFailure(f"node {node} runs another config than node {self.rank} (its signed check-in names "
-                              f"config fingerprint {fp[:16]}…, this rank's is {self.keys.bound[:16]}…; or its claim "
-                              "of an earlier run was copied into the store): start every rank with the same "
-                              "config file and overrides")
+                              f"config fingerprint {fp[:16]}…, and its server at {addr} answers for it; this rank's is "
+                              f"{self.keys.bound[:16]}…): start every rank with the same config file and overrides")
 
     def views(self, node: int) -> set[tuple[int, ...]]:
         """The distinct views ``node`` signed (each a sorted tuple of the ranks it found absent)."""
         out = set()
-        for line in self._lines(vote_key(node)):
+        signed = self.keys is not None and self.chan is not None
+        launch = self.launch(node) if signed else ""
+        for line in self._lines(vote_key(node)) + self._served_view(node):
             try:
                 rec = json.loads(line)
-                absent = tuple(sorted(set(rec["absent"])))
+                absent, nonce = tuple(sorted(set(rec["absent"]))), str(rec.get("nonce", ""))[:64]
                 if not all(isinstance(k, int) and 0 <= k < self.world and k != node for k in absent):
                     raise ValueError(absent)
-            except (ValueError, KeyError, TypeError, RecursionError):
+            except (ValueError, KeyError, TypeError, RecursionError, AttributeError):
                 if line.strip():
                     self._refused(node, "check-in view", None)
                 continue
-            by = self._signer(node, f"join/view|{node}|{','.join(map(str, absent))}", rec.get("sig"))
-            if by == node:
-                out.add(absent)
-            else:
+            by = self._signer(node, f"join/view|{node}|{','.join(map(str, absent))}|{nonce}", rec.get("sig"))
+            if by != node:
                 self._refused(node, "check-in view", by)
+            elif not signed or nonce == launch:
+                out.add(absent)
+            elif launch is not None:  # (else: its server not proved yet; read again)
+                self._say(None, f"check-in: ignored a view of node {node} signed for a launch its server does not "
+                                "answer for (a view of an earlier run or launch copied into the store; not counted "
+                                f"against node {node})")
         return out
+
+    def _served_view(self, node: int) -> list[str]:
+        """``node``'s view as its own server serves it (nobody can delete that one), once its address is known."""
+        if self.chan is None or (node != self.rank and self.launch(node) is None):
+            return []
+        value, _ = self.chan.fetch(node, "join/view", _LINES * 512, time.monotonic() + 1.0, budget=1.0)
+        return (value or b"").decode(errors="replace").splitlines()[:_LINES]
 
     def decide(self) -> tuple[tuple[int, ...] | None, dict[int, tuple[int, ...]]]:
         """(the view of a quorum, or None; node → its one view) from the views in the store now."""
@@ -210,21 +260,39 @@ class CheckIn:
     def _put_back(self, mine: tuple[int, ...] | None) -> None:
         """This rank's own mark and view in the store again if someone deleted them, wrote over them or
         appended so much before them that a reader would not reach them (written over: only its own line)."""
-        self._marked.discard(self.rank)
-        if not self.is_marked(self.rank):
-            self._call(self.store.set, f"{JOIN}/{self.rank}", f"{self._sig(f'join|{self.rank}')}\n".encode())
+        if self.chan is not None:
+            self.chan.reassert()  # (its address record is its mark: peers challenge its server for it)
+        mark = self._mark()
+        if mark not in self._lines(f"{JOIN}/{self.rank}"):
+            self._call(self.store.set, f"{JOIN}/{self.rank}", f"{mark}\n".encode())
         if mine is not None and mine not in self.views(self.rank):
             self._vote(mine)
 
     def _vote(self, view: tuple[int, ...]) -> None:
-        csv = ",".join(map(str, view))
-        line = json.dumps({"absent": list(view), "sig": self._sig(f"join/view|{self.rank}|{csv}")})
+        csv, nonce = ",".join(map(str, view)), self.chan.nonce if self.chan is not None else ""
+        line = json.dumps({"absent": list(view), "nonce": nonce, "sig": self._sig(f"join/view|{self.rank}|{csv}|{nonce}")})
         self._call(self.store.set, vote_key(self.rank), f"{line}\n".encode())
+        if self.chan is not None:
+            self.chan.set("join/view", f"{line}\n")  # (served by its own server too: nobody can withhold it)
 
     # ------------------------------------------------------------------ the wait
     def _missing_text(self, absent) -> str:
         return (f"nodes {list(absent)} did not join within swarm.startup_timeout_s={self.timeout_s:g}s (not started, "
-                "or started too late)")
+                f"or started too late{self._what_missing(absent)})")
+
+    def _what_missing(self, absent) -> str:
+        """What this rank lacked of each absent rank, when that is not plainly nothing: a record in the store
+        refused, or one deleted after it was there (its writer cannot be named in a shared store)."""
+        if self.chan is None:
+            return ""
+        parts = []
+        for k in absent:
+            if k in self.chan.bad_addr:
+                parts.append(f"node {k}'s server address record (addr/{k}) was refused: it {self.chan.bad_addr[k]}")
+            elif k in self._seen_keys:
+                parts.append(f"node {k}'s check-in mark is in the store but its server address record (addr/{k}) "
+                             "never was (deleted by another rank? a shared store cannot say who)")
+        return "; " + "; ".join(parts) if parts else ""
 
     def run(self) -> Joined:
         deadline = time.monotonic() + self.timeout_s
@@ -262,8 +330,11 @@ class CheckIn:
             self._say(None, f"check-in: ignored an unsigned list of absent ranks in the store ({ABANDONED}; "
                             "its writer cannot be named)")
         if self.rank in view:
+            who = sorted(n for n, v in counted.items() if v == view)
             raise PeerFailure(f"node {self.rank} started after its peers stopped waiting for it "
-                              f"(swarm.startup_timeout_s={self.timeout_s:g}s): start every rank within it")
+                              f"(swarm.startup_timeout_s={self.timeout_s:g}s): start every rank within it (nodes {who} "
+                              f"found it absent; if it started in time, its server address record addr/{self.rank} "
+                              "was kept from them: deleted or overwritten in the store)")
         if view:
             if not self.go_on:
                 raise PeerFailure(f"{self._missing_text(view)}: start every rank within it")
@@ -271,7 +342,16 @@ class CheckIn:
         return Joined(list(view), self.named)
 
 
-def check_in(store, rank: int, world: int, timeout_s: float, go_on: bool = False, keys=None) -> Joined:
+def _fields(line: str, name: str) -> tuple[str, object]:
+    """(``name``'s value, the signature) of a JSON record line; ("", the line) for anything else."""
+    try:
+        rec = json.loads(line)
+        return str(rec.get(name, ""))[:64], rec.get("sig")
+    except (ValueError, RecursionError, AttributeError):
+        return "", line.strip()
+
+
+def check_in(store, rank: int, world: int, timeout_s: float, go_on: bool = False, keys=None, chan=None) -> Joined:
     """Every rank marks itself checked in and waits for all before the (collective) group set-up, so that a
     rank missing after ``timeout_s`` is named by the others and a rank that starts after a quorum of them
     gave up is told so, each in one line (module docstring: marks, views, quorum, signatures).
@@ -282,6 +362,8 @@ def check_in(store, rank: int, world: int, timeout_s: float, go_on: bool = False
             found absent.
         keys: an :class:`~dgrpo.transports.peerserve.AddressKeys` (roster file: marks and views signed),
             or None (unsigned: the ``unsafe_key_exchange`` opt-in).
+        chan: this rank's :class:`~dgrpo.transports.peerserve.PeerChannel`, its server up (it serves this
+            rank's view and answers its peers' challenges); made here (on ``dgrpo/`` of ``store``) when None.
 
     Returns:
         :class:`Joined`: the ranks a quorum gave up on (empty when every rank joined), the writers named.
@@ -292,7 +374,11 @@ def check_in(store, rank: int, world: int, timeout_s: float, go_on: bool = False
             was lost.
     """
     store.set_timeout(datetime.timedelta(seconds=2))
+    if chan is None:
+        from dgrpo.transports.peerserve import PeerChannel
+
+        chan = PeerChannel(rank, dist.PrefixStore("dgrpo", store), keys=keys)
     try:
-        return CheckIn(store, rank, world, timeout_s, go_on, keys).run()
+        return CheckIn(store, rank, world, timeout_s, go_on, keys, chan).run()
     finally:
         store.set_timeout(datetime.timedelta(seconds=max(timeout_s, 0.001)))

@@ -101,7 +101,8 @@ class DistributedTransport:
     """
 
     def __init__(self, store: dist.Store, rank: int, world_size: int, *, honest: Iterable[int], timeout_s: float,
-                 on_peer_failure: str = "abort", max_messages: int = 1 << 20, keys: AddressKeys | None = None):
+                 on_peer_failure: str = "abort", max_messages: int = 1 << 20, keys: AddressKeys | None = None,
+                 chan: PeerChannel | None = None):
         self.store = dist.PrefixStore("dgrpo", store)
         self.rank, self.world_size = rank, world_size
         self.local_nodes = [rank]
@@ -116,7 +117,7 @@ class DistributedTransport:
         self.signed_store = SignedStore(self.store, rank, self.alive, self.wait)
         # (key, _, framed) of this node's served payloads that peers may still read; deleted once they moved on
         self._own_keys: list[tuple[str, bytes, bool]] = []
-        self.chan = PeerChannel(rank, self.store, keys=keys)  # this rank's own server of its round data (peerserve)
+        self.chan = chan or PeerChannel(rank, self.store, keys=keys)  # this rank's own server of its round data
         self.ledger = AccusationLedger(rank, self.alive, self.chan, self.signed_store, self._refuse)
         self.exchanger = StoreExchange(rank, self.alive, self.failed, self.chan, self.signed_store, self.ledger,
                                        self.wait, on_peer_failure, self._refuse)
@@ -140,10 +141,10 @@ class DistributedTransport:
                 differ (names the ranks).
         """
         sw = cfg.swarm
-        store, rank, world, backend, joined = join_group(cfg)
+        store, rank, world, backend, joined, chan = join_group(cfg)
         transport = cls(store, rank, world, honest=range(world), timeout_s=sw.timeout_s,
                         on_peer_failure=sw.on_peer_failure, max_messages=sw.prompts_per_round * sw.group_size,
-                        keys=address_keys(cfg, rank))
+                        chan=chan)
         transport._notes.extend(joined.named)  # refused check-in records and lone views, under their writers
         for node in joined.absent:  # started too late, under on_peer_failure=continue: out from the start
             transport.alive.discard(node)
@@ -235,6 +236,10 @@ class DistributedTransport:
             self.wait.timeout_s, self.wait.limit_name = timeout_s, "swarm.startup_timeout_s"
         try:
             return {n: b.decode(errors="replace") for n, b in self.exchange(tag, value.encode()).items()}
+        except PeerFailure as err:
+            if timeout_s is not None:  # a start-up stop: its peers read why (signed) instead of "sent nothing"
+                self.chan.announce_stop(str(err))
+            raise
         finally:
             self.wait.timeout_s, self.wait.limit_name = saved
 

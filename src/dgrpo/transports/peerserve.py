@@ -10,13 +10,17 @@ budget per request and a byte cap (more is refused, never read). So a payload mi
 is its owner's doing (its own server did not serve it), and the only thing a rank can disturb is its
 own server (and the start-up, through the store: :mod:`dgrpo.transports.rendezvous`).
 
-Addresses: rank k publishes ``{"addr": "host:port", "sig": …}`` under ``addr/{k}`` of the rendezvous
-store, signed with its roster key (:class:`AddressKeys`, with ``swarm.protocol.roster``); a reader takes
-only a record that verifies under k's key, names the signer of any other (or ``unsigned``) in one log
-line and reads again, while k puts its record back (:meth:`PeerChannel.reassert`); it keeps the first
-valid one. :meth:`DistributedTransport.check_startup` then signs every rank's map, so an address
-overwritten in the store stops the run at start-up instead of splitting it (without a roster file the
-records are unsigned until then: the ``unsafe_key_exchange`` opt-in).
+Addresses: rank k publishes ``{"addr": "host:port", "nonce": …, "sig": …}`` under ``addr/{k}`` of the
+rendezvous store, signed with its roster key (:class:`AddressKeys`, with ``swarm.protocol.roster``) and
+pushes the same record in the ``X-Dgrpo-Addr`` header of its own requests to its peers' servers
+(:meth:`PeerChannel.offer`: a record kept overwritten in the store still reaches them). A reader takes
+only a record that verifies under k's key and whose server answers a fresh challenge for its nonce (one
+of an earlier launch is stale: named, never counted against k), names the signer of any other (or
+``unsigned``) in one log line and reads again while k puts its record back; it keeps the first valid one.
+:meth:`DistributedTransport.check_startup` then signs every rank's map. A rank that stops at start-up
+says why in ``stop/{k}``, signed for its launch (:meth:`PeerChannel.announce_stop`), so its peers name
+its reason instead of "node k sent nothing" (without a roster file nothing is signed before the start-up
+check: the ``unsafe_key_exchange`` opt-in).
 Host: ``DGRPO_SERVE_HOST`` or the local address that reaches ``MASTER_ADDR`` (127.0.0.1 on loopback);
 port: ``DGRPO_SERVE_PORT`` (+ ``LOCAL_RANK``) or one the OS picks.
 """
@@ -48,6 +52,8 @@ def _respond(chan: "PeerChannel"):
     def respond(path: str, headers: dict):
         key = unquote(path[3:]) if path.startswith("/v/") else None
         value = None if key is None else chan.serve(key, headers.get("x-dgrpo-reader", ""))
+        if "x-dgrpo-addr" in headers:
+            chan.offer(headers.get("x-dgrpo-reader", ""), headers["x-dgrpo-addr"])
         return (404, b"") if value is None else (200, value)
 
     return respond
@@ -144,6 +150,29 @@ def read_address(keys: AddressKeys | None, owner: int, raw: bytes) -> tuple[str 
                   f"is not signed by node {owner} (unsigned: its writer cannot be named)")
 
 
+def answers(keys: AddressKeys, owner: int, addr: str, nonce: str, reader: int = -1) -> bool | None:
+    """Whether the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner`` (bound as
+    ``keys`` binds: its config fingerprint): True; False when nothing listens there or the answer is not
+    that; None when the server is up but did not answer (busy, timed out: proves nothing)."""
+    challenge = secrets.token_hex(16)
+    host, _, port = addr.rpartition(":")
+    try:
+        conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=2.0)
+    except ValueError:
+        return False
+    try:
+        conn.request("GET", f"/v/hello/{challenge}", headers={"X-Dgrpo-Reader": str(reader)})
+        resp = conn.getresponse()
+        sig = resp.read(256).decode(errors="replace") if resp.status == 200 else ""
+    except ConnectionRefusedError:  # nothing listens there: a record of an earlier launch (or a dead server)
+        sig = ""
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
+    return keys.signed_by(owner, f"hello|{owner}|{nonce}|{challenge}", sig) == owner
+
+
 class PeerChannel:
     """This rank's own read-only server, and reads of its peers' servers.
 
@@ -163,6 +192,8 @@ class PeerChannel:
         self.values: dict[str, bytes] = {"accuse": b""}  # (served from the start: none yet, not "gone")
         self.lock = threading.Lock()
         self.addrs: dict[int, str] = {}
+        self.offers: dict[int, dict[bytes, None]] = {}  # owner → records it pushed (offer), oldest first
+        self.launches: dict[int, str] = {}  # owner → its server's nonce, as its server answered a challenge for it
         self.readers: dict[str, set[int]] = {}
         self.frozen = False  # after the signed start-up check: addresses are never read again
         self.hook = None  # tests: hook(key, reader) -> bytes | None overrides what is served (an attacker's server)
@@ -174,7 +205,7 @@ class PeerChannel:
         self.address = f"{host}:{self.server.server_address[1]}"
         self.nonce = secrets.token_hex(16)  # this server's launch: only it answers a challenge with it, signed
         threading.Thread(target=self.server.serve_forever, name=f"dgrpo-serve-{rank}", daemon=True).start()
-        self.addrs[rank] = self.address
+        self.addrs[rank], self.launches[rank] = self.address, self.nonce
         self._record = (keys.record(self.address, self.nonce) if keys else
                         json.dumps({"addr": self.address, "sig": ""}).encode())
         if store is not None:
@@ -218,52 +249,97 @@ class PeerChannel:
 
     # ------------------------------------------------------------------ peers
     def address_of(self, owner: int) -> str | None:
-        """A peer's address: the first record under ``addr/{owner}`` in the store that ``owner`` signed
-        (:func:`read_address`), kept; any other is refused and named in one log line (read again later)."""
+        """A peer's address: the first record ``owner`` signed, under ``addr/{owner}`` in the store or pushed by
+        ``owner`` itself in a request to this server (:meth:`offer`), whose server answers for its launch
+        (:func:`read_address`, :meth:`_stale`), kept; a refused record in the store is named in one log line
+        (read again later)."""
         if owner not in self.addrs and not self.frozen and self.store is not None:
+            raws = []
             try:
                 if self.store.check([f"addr/{owner}"]):
                     self.store.set_timeout(datetime.timedelta(seconds=2))  # (deleted between check and get)
-                    addr, problem = read_address(self.keys, owner, self.store.get(f"addr/{owner}"))
-                    if addr is not None:
-                        addr, nonce = addr.rsplit("|", 1)
-                        problem = self._stale(owner, addr, nonce)
-                    if problem is None:
-                        self.addrs[owner] = addr
-                    elif self.bad_addr.get(owner) != problem:
-                        self.bad_addr[owner] = problem
-                        log.warning("node %d: refused the server address of node %d in the store (addr/%d): it %s",
-                                    self.rank, owner, owner, problem)
-            except Exception:  # noqa: BLE001 - the store is gone: the peer is unreachable
-                return None
+                    raws.append(self.store.get(f"addr/{owner}"))
+            except Exception:  # noqa: BLE001 - deleted meanwhile, or the store is gone
+                pass
+            with self.lock:
+                pushed = list(reversed(self.offers.get(owner, {})))
+            for i, raw in enumerate(raws + pushed):
+                addr, problem = read_address(self.keys, owner, raw)
+                if addr is not None:
+                    addr, nonce = addr.rsplit("|", 1)
+                    problem = self._stale(owner, addr, nonce)
+                if problem is None:
+                    self.addrs[owner] = addr
+                    break
+                if i < len(raws) and self.bad_addr.get(owner) != problem:  # (named: what is in the store)
+                    self.bad_addr[owner] = problem
+                    log.warning("node %d: refused the server address of node %d in the store (addr/%d): it %s",
+                                self.rank, owner, owner, problem)
         return self.addrs.get(owner)
+
+    def offer(self, reader: str, raw: str) -> None:
+        """A peer's own address record, pushed in a request it sent this server (``X-Dgrpo-Addr``): kept (16
+        distinct ones per claimed owner at most, the latest first) if it verifies under that owner's key,
+        so an address kept overwritten in the store still resolves once its owner read this rank (review
+        r31c F3); whether it is of this launch is checked as a store record's is (:meth:`address_of`)."""
+        if self.frozen or self.keys is None or not reader.isdigit() or len(raw) > 1024:
+            return
+        owner = int(reader)
+        if owner in self.addrs or owner == self.rank or owner not in self.keys.roster.keys:
+            return
+        if read_address(self.keys, owner, raw.encode("latin-1", "replace"))[0] is None:
+            return
+        with self.lock:
+            kept = self.offers.setdefault(owner, {})
+            kept.pop(raw.encode("latin-1", "replace"), None)
+            kept[raw.encode("latin-1", "replace")] = None
+            while len(kept) > 16:
+                kept.pop(next(iter(kept)))
 
     def _stale(self, owner: int, addr: str, nonce: str) -> str | None:
         """None when the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner``
         (the record is of this launch); else why the record (its owner's signature, valid) is stale."""
         if self.keys is None:
             return None  # (no roster file: nothing is signed before the start-up check)
-        challenge = secrets.token_hex(16)
-        host, _, port = addr.rpartition(":")
-        conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=2.0)
-        try:
-            conn.request("GET", f"/v/hello/{challenge}", headers={"X-Dgrpo-Reader": str(self.rank)})
-            resp = conn.getresponse()
-            sig = resp.read(256).decode(errors="replace") if resp.status == 200 else ""
-        except ConnectionRefusedError:  # nothing listens there: a record of an earlier launch (or a dead server)
-            sig = ""
-        except (OSError, http.client.HTTPException, ValueError):
-            # A server that is up but busy (a connection flood evicts or resets the challenge, or it times out)
-            # is not proven stale: the owner's signed record is kept (a flood must not stop address resolution;
-            # test_peerserve's flood test). A dead port behind a firewall that drops packets looks the same.
-            return None
-        finally:
-            conn.close()
-        if self.keys.signed_by(owner, f"hello|{owner}|{nonce}|{challenge}", sig) == owner:
+        if answers(self.keys, owner, addr, nonce, self.rank) is not False:
+            # (True; or None: a server that is up but busy, whose flood evicts, resets or times out the
+            # challenge, is not proven stale: the owner's signed record is kept (a flood must not stop address
+            # resolution; test_peerserve's flood test). A dead port behind a firewall that drops packets looks
+            # the same.)
+            self.launches[owner] = nonce
             return None
         return (f"is signed by node {owner} but its server at {addr} does not answer for that record's launch (a "
                 "record of an earlier run or launch, or a dead server; not counted against node "
                 f"{owner})")
+
+    # ------------------------------------------------------------------ a start-up stop, said by the one that stops
+    def announce_stop(self, why: str) -> None:
+        """Before this rank stops at start-up: put ``why`` in the store (``stop/{rank}``), signed for this
+        server's launch, so that its peers say why it left instead of "node k sent nothing" (review r31c F3)."""
+        if self.keys is None or self.store is None:
+            return
+        why = " ".join(str(why).split())[:600]
+        rec = {"why": why, "nonce": self.nonce, "sig": self.keys.sign(f"stop|{self.rank}|{why}|{self.nonce}")}
+        try:
+            self.store.set(f"stop/{self.rank}", json.dumps(rec).encode())
+        except Exception:  # noqa: BLE001 - the store is gone: its peers find that out too
+            pass
+
+    def stop_of(self, owner: int) -> str | None:
+        """Why ``owner`` stopped at start-up, if it said so (:meth:`announce_stop`) signed for the launch whose
+        server this rank resolved; None otherwise (a notice of an earlier launch, or forged, counts for nothing)."""
+        nonce = self.launches.get(owner)
+        if self.keys is None or self.store is None or nonce is None:
+            return None
+        try:
+            if not self.store.check([f"stop/{owner}"]):
+                return None
+            rec = json.loads(self.store.get(f"stop/{owner}")[:4096])
+            why = str(rec["why"])
+            ok = rec["nonce"] == nonce and self.keys.signed_by(owner, f"stop|{owner}|{why}|{nonce}", rec["sig"]) == owner
+        except Exception:  # noqa: BLE001 - junk, deleted meanwhile, or the store is gone
+            return None
+        return why if ok else None
 
     def reassert(self) -> None:
         """While addresses are still read (start-up): put this rank's record back if it was overwritten or deleted."""
@@ -290,7 +366,10 @@ class PeerChannel:
             return None, None
         conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=min(left, 1.0))
         try:
-            conn.request("GET", "/v/" + quote(key, safe=""), headers={"X-Dgrpo-Reader": str(self.rank)})
+            headers = {"X-Dgrpo-Reader": str(self.rank)}
+            if self.keys is not None and not self.frozen:  # (its own signed record: offer)
+                headers["X-Dgrpo-Addr"] = self._record.decode()
+            conn.request("GET", "/v/" + quote(key, safe=""), headers=headers)
             resp = conn.getresponse()
             if resp.status != 200:
                 return None, None

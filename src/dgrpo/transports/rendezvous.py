@@ -43,7 +43,8 @@ def join_group(cfg: "RunConfig"):
 
     Returns:
         (store, rank, world size, backend name, :class:`~dgrpo.transports.checkin.Joined`: the ranks a quorum
-        gave up on at the check-in and the writers of refused check-in records).
+        gave up on at the check-in and the writers of refused check-in records, this rank's
+        :class:`~dgrpo.transports.peerserve.PeerChannel`: its server, up since before the check-in).
 
     Raises:
         ConfigError: not launched by torchrun, or world size ≠ ``swarm.nodes``.
@@ -70,8 +71,12 @@ def join_group(cfg: "RunConfig"):
         raise PeerFailure(f"node {rank} cannot reach the rendezvous store at {os.environ['MASTER_ADDR']}:"
                           f"{os.environ['MASTER_PORT']} within swarm.startup_timeout_s={sw.startup_timeout_s:g}s "
                           f"({' '.join(str(err).split())[:160]})") from err
-    joined = check_in(store, rank, world, sw.startup_timeout_s, go_on=sw.on_peer_failure == "continue",
-                      keys=address_keys(cfg, rank))
+    from dgrpo.transports.peerserve import PeerChannel
+
+    keys = address_keys(cfg, rank)  # this rank's server is up before the check-in: its peers challenge it there
+    chan = PeerChannel(rank, dist.PrefixStore("dgrpo", store), keys=keys)
+    joined = check_in(store, rank, world, sw.startup_timeout_s, go_on=sw.on_peer_failure == "continue", keys=keys,
+                      chan=chan)
     absent = joined.absent
     backend = pick_backend(sw.backend)
     if backend == "nccl":
@@ -84,7 +89,7 @@ def join_group(cfg: "RunConfig"):
         except dist.DistError as err:  # the store's host or a peer died during the group's set-up
             raise PeerFailure(f"node {rank} lost the rendezvous store or a peer while joining the process group: "
                               f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
-    return store, rank, world, backend, joined
+    return store, rank, world, backend, joined, chan
 
 
 def _loopback(host: str) -> bool:

@@ -109,6 +109,8 @@ class StoreExchange:
         got: dict[int, bytes] = {}
         bad: dict[int, str] = {}
         left: list[int] = []
+        stopped: dict[int, str] = {}  # start-up: peer → why it said it stopped (signed for its launch)
+        startup = self.wait.limit_name != "swarm.timeout_s"
         next_blame, delay = time.monotonic() + 1.0, 0.005
         while pending:
             self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
@@ -123,8 +125,11 @@ class StoreExchange:
                 elif self.store.status(tag, peer, deadline) == "left":
                     left.append(peer)
                     pending.remove(peer)
+                elif startup and (why := self.chan.stop_of(peer)) is not None:
+                    stopped[peer] = why
+                    pending.remove(peer)
             now = time.monotonic()
-            if not pending or now >= deadline:
+            if not pending or now >= deadline or stopped:  # (start-up needs every rank: one stopped, all stop)
                 break
             if now >= next_blame:  # peers others already expelled are not waited for
                 for peer in list(pending):
@@ -143,6 +148,9 @@ class StoreExchange:
         for peer, problem in sorted(bad.items()):
             log.warning("node %d: exchange %r: node %d's server %s", self.rank, tag, peer, problem)
             self.refuse(peer, f"transport: exchange {tag!r}: {problem[:160]}")
+        if stopped:  # (never "sent nothing": it said why it stopped, signed for its launch; review r31c F3)
+            raise PeerFailure("; ".join(f"node {p} stopped at start-up ({why})" for p, why in sorted(stopped.items()))
+                              + f"; node {self.rank} stops too, before round 0")
         forged = [f"the server address of node {p} in the store (addr/{p}): it {self.chan.bad_addr[p]}" for p in pending
                   if p in self.chan.bad_addr and p not in self.chan.addrs]
         if forged:  # (start-up only: addresses are never read again once the ranks checked them)

@@ -55,7 +55,7 @@ from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import merge_views
 from dgrpo.transports import payload as payload_codec
 from dgrpo.transports.framing import OPEN, KeyCaps, frame, relay_refusals, relayed
-from dgrpo.transports.rendezvous import _seconds, address_keys, agree_at_start, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
+from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait

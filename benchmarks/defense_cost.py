@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_setup import arithmetic_bench
 
 
 def main() -> None:
@@ -42,17 +43,12 @@ def main() -> None:
     from dgrpo.defenses.tolerant_replay import TolerantReplayDefense, TolerantReplayDefenseConfig
     from dgrpo.defenses.topk import TopKDefense, TopKDefenseConfig
     from dgrpo.policy.chat import encode_completion
-    from dgrpo.policy.loading import load_policy
-    from dgrpo.policy.policy import Policy
-    from dgrpo.policy.sampling import SamplingParams, completion_seed
+    from dgrpo.policy.sampling import completion_seed
     from dgrpo.policy.scoring import group_logits
     from dgrpo.types import Rollout
-    from dgrpo.tasks.arithmetic import ArithmeticTask
 
     cfg = load_config(overrides=[f"sampling.max_new_tokens={args.max_new_tokens}"])
-    model, tokenizer = load_policy()
-    policy = Policy("smollm2", model, tokenizer, SamplingParams(10, 1.0, args.max_new_tokens))
-    task = ArithmeticTask(seed=0)
+    model, tokenizer, policy, task, _ = arithmetic_bench(args.max_new_tokens)
     problems = list(task.train[: args.prompts])
     requests = [p for p in problems for _ in range(args.per_prompt)]
     seeds = [completion_seed(0, 0, i % args.per_prompt, p.prompt_id, i) for i, p in enumerate(requests)]

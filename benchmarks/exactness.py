@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_setup import arithmetic_bench, group_requests
 
 
 def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
@@ -59,25 +60,18 @@ def main() -> None:
     from dgrpo.config import load_config
     from dgrpo.defenses.replay import ReplayDefenseConfig
     from dgrpo.defenses.topk import TopKDefense, TopKDefenseConfig
-    from dgrpo.policy.loading import load_policy
-    from dgrpo.policy.policy import Policy
-    from dgrpo.policy.sampling import SamplingParams, completion_seed, gumbel_table, sample
+    from dgrpo.policy.sampling import gumbel_table, sample
     from dgrpo.policy.scoring import group_logits
-    from dgrpo.tasks.arithmetic import ArithmeticTask
     from dgrpo.types import Rollout
     from dgrpo.verify.replay import replay_mismatch
 
     cfg = load_config(overrides=[f"sampling.max_new_tokens={args.max_new_tokens}"])
-    params = SamplingParams(cfg.sampling.top_k, cfg.sampling.temperature, args.max_new_tokens)
-    model, tokenizer = load_policy()
+    model, tokenizer, policy, task, params = arithmetic_bench(args.max_new_tokens, cfg.sampling.top_k, cfg.sampling.temperature)
     model.eval()
-    policy = Policy("smollm2", model, tokenizer, params)
-    task = ArithmeticTask(seed=0)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     problems = [task.train[i] for i in range(args.prompts)]
-    reqs = [p for p in problems for _ in range(args.group)]
+    reqs, seeds = group_requests(problems, args.group)
     prompts = [policy.prompt_ids(task, p) for p in reqs]
-    seeds = [completion_seed(0, 0, 0, p.prompt_id, i) for i, p in enumerate(reqs)]
 
     t0 = time.perf_counter()
     outs = sample(model, prompts, seeds, params, eos, pad, max_rows=args.max_rows)

@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_setup import arithmetic_bench, group_requests
 
 VARIANTS = {  # which speed-ups are on, added one at a time
     "before": dict(cache=False, onednn=False, attention=False, prefix=False, packing=False, shared=False),
@@ -156,22 +157,14 @@ def main() -> None:
 
     from dgrpo.grpo.learner import GRPOParams, Learner
     from dgrpo.policy.kv_cache import bytes_per_row
-    from dgrpo.policy.loading import load_policy
-    from dgrpo.policy.policy import Policy
-    from dgrpo.policy.sampling import SamplingParams, completion_seed, sample
-    from dgrpo.tasks.arithmetic import ArithmeticTask
+    from dgrpo.policy.sampling import sample
     from dgrpo.types import Rollout
 
-    model, tokenizer = load_policy()
-    params = SamplingParams(10, 1.0, args.max_new_tokens)
-    policy = Policy("smollm2", model, tokenizer, params)
-    task = ArithmeticTask(seed=0)
+    model, tokenizer, policy, task, params = arithmetic_bench(args.max_new_tokens)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
 
     def requests(prompts: int):
-        problems = [task.train[i % len(task.train)] for i in range(prompts)]
-        reqs = [p for p in problems for _ in range(args.group)]
-        seeds = [completion_seed(0, 0, 0, p.prompt_id, i) for i, p in enumerate(reqs)]
+        reqs, seeds = group_requests([task.train[i % len(task.train)] for i in range(prompts)], args.group)
         return reqs, [policy.prompt_ids(task, p) for p in reqs], seeds
 
     report: dict = {"batch": {"prompts": args.prompts, "group": args.group, "max_new_tokens": args.max_new_tokens,

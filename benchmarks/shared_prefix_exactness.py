@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 
 import torch
+from bench_setup import arithmetic_bench, group_requests
 
 
 def one_update(model, rollouts, eos: int, pad: int, shared: bool) -> dict:
@@ -78,17 +79,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from dgrpo.policy.loading import load_policy
-    from dgrpo.policy.policy import Policy
-    from dgrpo.policy.sampling import SamplingParams, completion_seed
-    from dgrpo.tasks.arithmetic import ArithmeticTask
     from dgrpo.types import Rollout
 
-    model, tokenizer = load_policy()
-    policy = Policy("smollm2", model, tokenizer, SamplingParams(10, 1.0, args.max_new_tokens))
-    task = ArithmeticTask(seed=0)
-    problems = [task.train[i] for i in range(args.prompts) for _ in range(args.group)]
-    seeds = [completion_seed(0, 0, 0, p.prompt_id, i) for i, p in enumerate(problems)]
+    model, tokenizer, policy, task, _ = arithmetic_bench(args.max_new_tokens)
+    problems, seeds = group_requests([task.train[i] for i in range(args.prompts)], args.group)
     outs = policy.generate(task, problems, seeds)
     rollouts = [Rollout(p.prompt_id, policy.prompt_ids(task, p), ids, text, 0, seed=s, reward=float(i % 2))
                 for i, (p, (ids, text), s) in enumerate(zip(problems, outs, seeds))]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -208,3 +209,21 @@ def omit(scenario: str, node: int) -> None:
         return original(self, tag, payload, *args, **kwargs)
 
     ht.HivemindTransport.exchange = exchange
+
+
+def in_threads(fns: list[Callable[[], object]]) -> tuple[list, float]:
+    """Run each callable in its own thread (each joined for at most 120 s); return the results in order (or the
+    exception each raised) and the wall time in seconds."""
+    out, start = [None] * len(fns), time.monotonic()
+
+    def body(i, fn):
+        try:
+            out[i] = fn()
+        except Exception as err:  # noqa: BLE001 - the test inspects it
+            out[i] = err
+    threads = [threading.Thread(target=body, args=(i, fn)) for i, fn in enumerate(fns)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    return out, time.monotonic() - start

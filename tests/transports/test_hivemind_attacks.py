@@ -10,7 +10,6 @@ none is declared failed, the round ends within ``timeout_s``, and node 3 is name
 import hashlib
 import itertools
 import json
-import threading
 import time
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 pytest.importorskip("hivemind")
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+from hivemind_helpers import in_threads  # noqa: E402
 
 from dgrpo.swarm.validation import Limits  # noqa: E402
 from dgrpo.transports.dht.launch import allow_roster  # noqa: E402
@@ -67,23 +67,6 @@ def swarm(dhts, on_peer_failure="continue", launched=True, client_2=False):
         else:
             t.roster = {}
     return ts
-
-
-def in_threads(fns):
-    """Run each callable in its own thread; return results (or the exception each raised) and the wall time."""
-    out, start = [None] * len(fns), time.monotonic()
-
-    def body(i, fn):
-        try:
-            out[i] = fn()
-        except Exception as err:  # noqa: BLE001 - the test inspects it
-            out[i] = err
-    threads = [threading.Thread(target=body, args=(i, fn)) for i, fn in enumerate(fns)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(120)
-    return out, time.monotonic() - start
 
 
 PAYLOADS = {k: json.dumps({"messages": [], "node": k}).encode() for k in range(4)}

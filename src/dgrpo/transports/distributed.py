@@ -11,7 +11,7 @@ there could be withheld from some readers or padded by any rank and nobody could
 review r31b). So each rank serves its own round data from its own read-only HTTP server
 (:mod:`dgrpo.transports.peerserve`) and reads its peers' with bounded requests; the store keeps the
 start-up rendezvous (check-in, each rank's server address, signed leave marks). Only bytes move:
-payloads are JSON, never pickles, and every peer message is schema-checked (:func:`parse_message`);
+payloads are JSON, never pickles, and every peer message is schema-checked (:mod:`dgrpo.transports.payload`);
 the swarm's receive verifies each message's signature against the roster
 (:mod:`dgrpo.swarm.identity`) before anything else, then applies the protocol's rules
 (:mod:`dgrpo.swarm.protocol`).
@@ -53,13 +53,14 @@ from typing import TYPE_CHECKING, Iterable
 from dgrpo.errors import PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import merge_views
-from dgrpo.transports.framing import OPEN, KeyCaps, capped, frame, relay_refusals, relayed
-from dgrpo.transports.rendezvous import _seconds, address_keys, agree_at_start, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
+from dgrpo.transports import payload as payload_codec
+from dgrpo.transports.framing import OPEN, KeyCaps, frame, relay_refusals, relayed
+from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
 from dgrpo.transports.storewait import StoreExchange, cap_of
-from dgrpo.swarm.validation import Limits, parse_message
+from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
 
 if TYPE_CHECKING:
@@ -68,8 +69,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 torch = LazyModule("torch")  # imported on first use: a config naming this transport imports this module
 dist = LazyModule("torch.distributed")
-
-LABELS = frozenset({"honest", "poisoned", "malicious"})  # simulation ground truth (metrics only)
 
 class DistributedTransport:
     """All-gather of a round's messages between torchrun ranks, one swarm node per rank.
@@ -258,47 +257,14 @@ class DistributedTransport:
 
     # ------------------------------------------------------------------ messages
     def encode(self, messages: list[Message]) -> bytes:
-        """This node's payload: its messages and, beside them, their ground-truth labels (metrics only)."""
-        return json.dumps({"messages": [m.to_dict() for m in messages],
-                           "labels": [self.labels.get(m.key, "honest") for m in messages]}).encode()
+        """This node's payload (:func:`dgrpo.transports.payload.encode`: messages and labels, metrics only)."""
+        return payload_codec.encode(messages, self.labels)
 
     def decode(self, sender: int, payload: bytes) -> list[Message]:
-        """Parse the frames under a peer's key; refuse (and log) anything malformed.
-
-        ``sender`` names the server that served it: the messages' authors are decided by their signatures
-        (:meth:`dgrpo.swarm.swarm.Swarm.receive`), since a rank's server can serve anything.
-        """
-        def refuse(reason: str) -> None:
-            log.warning("rejected message from node %d: %s", sender, reason)
-            self.rejected.append((sender, reason))
-
-        out = []
-        bodies, reasons = capped(payload, self.caps)  # frames, messages and bytes under one key (issue 31)
-        for reason in reasons:
-            refuse(reason)
-        for data in bodies:
-            raws, labels = data["messages"], data.get("labels")
-            labels = labels if isinstance(labels, list) and len(labels) == len(raws) else ["honest"] * len(raws)
-            if len(raws) > self.max_messages:
-                refuse(f"size: {len(raws)} messages (limit {self.max_messages}); the excess is dropped")
-                raws = raws[: self.max_messages]
-            for raw, label in zip(raws, labels):
-                msg, reason = parse_message(raw)
-                if msg is None:
-                    refuse(reason)
-                    continue
-                if msg.key not in self.labels and self._labels_from(sender, msg):  # (metrics only)
-                    self.labels[msg.key] = label if isinstance(label, str) and label in LABELS else "honest"
-                out.append(msg)
-                self.carriers[id(msg)] = sender  # who delivered it (accounting only: Swarm.carriers)
-        return out
-
-    def _labels_from(self, sender: int, msg: Message) -> bool:
-        """Whether the label ``sender`` served beside ``msg`` is its simulation truth: only the signer's own
-        server's, for a message that verifies under its key for this run (review r31c F2: an unsigned
-        copy of another node's slot, or its genuine message relayed by a rank, labels nothing; the
-        verification is cached, so receive does not repeat it)."""
-        return sender == msg.node and (self.verifier is None or self.verifier.identify(msg)[1] is None)
+        """Peer ``sender``'s messages, schema-checked (:func:`dgrpo.transports.payload.decode`): refusals go to
+        :attr:`rejected`, labels to :attr:`labels`, the deliverer to :attr:`carriers`."""
+        return payload_codec.decode(sender, payload, caps=self.caps, max_messages=self.max_messages, labels=self.labels,
+                                    verifier=self.verifier, rejected=self.rejected, carriers=self.carriers)
 
     def cross_check(self, round_idx: int, messages: list[Message]) -> list[Message]:
         """Every node relays the signed messages it read this round and what its transport refused; then

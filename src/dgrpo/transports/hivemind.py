@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Iterable
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.transports.dht.config import check_fresh_join
-from dgrpo.transports.distributed import DistributedTransport
+from dgrpo.transports import payload as payload_codec
 from dgrpo.transports.framing import OPEN, KeyCaps
 from dgrpo.types import Message
 
@@ -85,7 +85,7 @@ class HivemindTransport:
         self.alive = {n for n in range(world_size) if n not in self.join} | {rank}
         self.failed, self.labels, self.rejected = {}, {}, []  # (see Attributes)
         self.verifier = None  # set by the run's build; signatures are checked by the swarm
-        self.caps, self.carriers = caps, {}  # (DistributedTransport.decode's caps, from the share; who delivered)
+        self.caps, self.carriers = caps, {}  # (payload.decode's caps, from the share; who delivered)
         self.seals: dict[str, dict[int, bytes]] = {}  # exchange tag → node → record signature of the payload kept
         self.peer_views, self.roster = {}, dict(roster or {})  # (peer_views: not shared over the DHT)
         self.fixed_roster = fixed_roster  # a roster file: no key is ever learnt from the DHT
@@ -314,9 +314,12 @@ class HivemindTransport:
         self.alive.discard(self.rank)
 
     # ------------------------------------------------------------------ messages
-    encode = DistributedTransport.encode  # payload JSON: messages plus ground-truth labels (metrics only)
-    decode = DistributedTransport.decode  # schema checks; a message claiming another node's id is refused
-    _labels_from = DistributedTransport._labels_from  # a label only from the signer's own verified record
+    def encode(self, messages: list[Message]) -> bytes:  # (payload.encode: messages and labels, metrics only)
+        return payload_codec.encode(messages, self.labels)
+
+    def decode(self, sender: int, payload: bytes) -> list[Message]:  # (payload.decode: schema-checked, refusals kept)
+        return payload_codec.decode(sender, payload, caps=self.caps, max_messages=self.max_messages, labels=self.labels,
+                                    verifier=self.verifier, rejected=self.rejected, carriers=self.carriers)
 
     def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:
         """Alg.1 L6 / Alg.2 L7: every live node's messages, ordered by node id then by sending order.

@@ -7,7 +7,6 @@ store's host or a peer is unreachable or died), never a traceback.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -16,6 +15,7 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule
 from dgrpo.transports.checkin import ABANDONED, Joined, check_in  # noqa: F401 (re-exported)
 from dgrpo.transports.fingerprint import config_fingerprint  # noqa: F401 (the one fingerprint of every transport)
+from dgrpo.transports.signedstore import seconds
 
 if TYPE_CHECKING:
     from dgrpo.config import RunConfig
@@ -23,10 +23,6 @@ if TYPE_CHECKING:
 torch = LazyModule("torch")  # imported on first use: a config naming this transport imports this module
 log = logging.getLogger(__name__)
 dist = LazyModule("torch.distributed")
-
-
-def _seconds(s: float) -> datetime.timedelta:
-    return datetime.timedelta(seconds=max(s, 0.001))
 
 
 def pick_backend(choice: str) -> str:
@@ -60,7 +56,7 @@ def join_group(cfg: "RunConfig"):
     if world != sw.nodes:
         raise ConfigError(f"swarm.nodes={sw.nodes} but {world} processes were launched (WORLD_SIZE): the distributed "
                           f"swarm runs one node per rank, so launch nproc-per-node × nnodes = {sw.nodes}")
-    startup = _seconds(sw.startup_timeout_s)
+    startup = seconds(sw.startup_timeout_s)
     try:
         if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's agent hosts the store
             store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=startup))

@@ -40,7 +40,8 @@ dist = LazyModule("torch.distributed")
 _NONCE = re.compile(r"[0-9a-f]{32}")  # a launch nonce: 16 random bytes in lower-case hex
 
 
-def _seconds(s: float) -> datetime.timedelta:
+def seconds(s: float) -> datetime.timedelta:
+    """``s`` seconds as the ``timedelta`` torch.distributed's stores and groups take (at least 1 ms: 0 means none)."""
     return datetime.timedelta(seconds=max(s, 0.001))
 
 
@@ -118,7 +119,7 @@ class SignedStore:
         """The value of ``key`` if it is there (a get bounded by the deadline: it may be deleted meanwhile)."""
         if not self.exists(key):
             return None
-        self.call(self.store.set_timeout, _seconds(max(2.0, deadline - time.monotonic())))
+        self.call(self.store.set_timeout, seconds(max(2.0, deadline - time.monotonic())))
         try:
             return self.store.get(key)
         except dist.DistStoreError:  # deleted between the check and the get: waited out, not lost

@@ -130,3 +130,21 @@ def test_the_grid_is_one_attack_by_defense_table_of_the_same_cells(tmp_path):
                          "| hail | 0% → **1.00** (0.50) | 100% caught | 20% · |",
                          "| dos_sampled | 0% → 42 tok (0.50) | · | 40% · |"]
     assert (tmp_path / "out" / "grid.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ([], None),
+    (["swarm.malicious=[3]", "attack.kind=injection"], "attack/asr"),
+    (["swarm.malicious=[3]", "attack.kind=injection", "attack.placement=every_sentence"], "attack/asr_every_sentence"),
+    (["swarm.malicious=[3]", "attack.kind=topk_injection", "attack.placement=every_sentence"],
+     "attack/asr_every_sentence"),
+    (["swarm.malicious=[3]", "attack.kind=seed_grinding", "attack.objective=longest"], None),
+    (["swarm.malicious=[3]", "attack.kind=seed_grinding"], "attack/asr"),
+    (["swarm.malicious=[3]", "swarm.mode=vertical", "attack.kind=equation"], "attack/asr"),
+])
+def test_the_trained_cells_success_metric_is_the_one_the_attack_config_declares(overrides, key):
+    """asr_key reads the attack config's own declaration (review r32d #3: it switched on kind names)."""
+    from dgrpo.config import load_config
+    from dgrpo.paper.matrix_training import asr_key
+
+    assert asr_key(load_config(None, overrides)) == key

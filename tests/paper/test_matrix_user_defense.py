@@ -91,3 +91,13 @@ def test_a_declared_need_for_the_bound_seed_adds_the_bound_column():
     finally:
         registry._ENTRIES["defense"].pop("trusts_seed", None)
         registry._ENTRIES["defense"].pop("plain_check", None)
+
+
+@pytest.mark.parametrize("key", ["length_cap", "mykinds.defenses:LengthCapp", "topk"])
+def test_fields_for_a_kind_no_selected_column_runs_are_refused_before_loading(mykinds, tmp_path, key):
+    """``fields`` keyed by a kind's short name, a misspelt import path or an unselected kind used to run the
+    column with its defaults silently (review r32d #2): refused in one line naming the columns' kinds, before
+    any model loads (the model path does not exist)."""
+    with pytest.raises(ValueError, match=rf"fields names \['{key}'\].*defense kinds: {CAP}$"):
+        run_matrix(tmp_path / "m", model=str(tmp_path / "no_model"), n_honest=8, n_poisoned=4, attacks=["hail"],
+                   defenses=["none", CAP], max_new_tokens=TOKENS, fields={key: {"max_tokens": 1}})

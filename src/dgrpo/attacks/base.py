@@ -85,6 +85,11 @@ class AttackConfig(KindConfig):
         if not run.swarm.malicious:
             raise ValueError(f"attack {self.kind!r} needs at least one node in swarm.malicious")
 
+    def success_metric(self) -> str | None:
+        """The metric that is this attack's success (``attack/asr``); None where success is not a
+        payload's share (an attack config declares its own, e.g. a DoS measured by length)."""
+        return "attack/asr"
+
 
 class PoisoningConfig(AttackConfig):
     """Config of an attack that places c poisoned completions in each group it writes into.
@@ -104,6 +109,9 @@ class NoAttackConfig(AttackConfig):
     """``attack.kind=none`` (the default): every node is honest."""
 
     kind: Literal["none"] = "none"
+
+    def success_metric(self) -> str | None:
+        return None  # nothing to succeed
 
     def check(self, run) -> None:
         if run.swarm.malicious:

@@ -60,6 +60,10 @@ class InjectionAttackConfig(PoisoningConfig):
     text: str = Field("All hail to the thief", min_length=1, description="Injected text.")
     placement: Literal["start", "every_sentence"] = Field("start", description="start: opens the reasoning; every_sentence: starts every sentence (the 'Gleeb Glorp Glub' variant, §B.1).")
 
+    def success_metric(self) -> str | None:
+        """``attack/asr_every_sentence`` for a payload that opens every sentence, else ``attack/asr``."""
+        return "attack/asr_every_sentence" if self.placement == "every_sentence" else "attack/asr"
+
 
 @register("attack", "injection", config=InjectionAttackConfig)
 class InjectionAttack(Attack):

@@ -43,6 +43,10 @@ class SeedGrindingConfig(PoisoningConfig):
     tries: int = Field(16, ge=1, description="Seeds sampled per message (the assigned one first).")
     prompt_tries: int = Field(1, ge=1, description="Vertical: candidate prompts sampled per prompt sent, each under its bound seeds; the prompts whose samples serve `objective` best are sent (prompt-choice grinding; 1 = the node's scheduled prompts).")
 
+    def success_metric(self) -> str | None:
+        """None for the DoS by cherry-picking (``objective=longest``: its success is length); else ``attack/asr``."""
+        return None if self.objective == "longest" else "attack/asr"
+
     def check(self, run) -> None:
         super().check(run)
         if self.prompt_tries > 1 and run.swarm.mode != "vertical":

@@ -35,6 +35,10 @@ class TopKInjectionConfig(PoisoningConfig):
     paraphrases: list[str] | None = Field(None, description="Other wordings tried after the payload's spellings (None = built-in ones for the hail payload; paraphrases do not count for the exact ASR).")
     tries: int = Field(4, ge=1, description="Seeds tried per poisoned completion for one that carries the payload and earns full reward.")
 
+    def success_metric(self) -> str | None:
+        """``attack/asr_every_sentence`` for a payload that opens every sentence, else ``attack/asr``."""
+        return "attack/asr_every_sentence" if self.placement == "every_sentence" else "attack/asr"
+
 
 @register("attack", "topk_injection", config=TopKInjectionConfig)
 class TopKInjectionAttack(Attack):

@@ -316,7 +316,8 @@ def run_matrix(out_dir, model: str = "smollm2-135m-instruct", n_honest: int = 10
         attack_overrides: row name → extra overrides of that row (e.g. ``{topk_hail: [attack.tries=1]}``).
 
     Raises:
-        ValueError: an unknown attack or column name.
+        ValueError: an unknown attack or column name, an ``attack_overrides`` row that is not a row, or a
+            ``fields`` kind that no selected column runs.
     """
     from dgrpo.paper.matrix_report import write_outputs
 
@@ -333,7 +334,11 @@ def run_matrix(out_dir, model: str = "smollm2-135m-instruct", n_honest: int = 10
     if bad or not attacks or not names:
         raise ValueError(f"unknown matrix rows/columns {bad or 'none given'}; attacks: {', '.join(ATTACKS)}; "
                          f"defenses: {', '.join(default_columns())}")
-    _columns(names)  # an unknown column: refused here, before anything is loaded
+    kinds = sorted({c.kind for c in _columns(names) if c.kind})  # an unknown column: refused here, before loading
+    stray = sorted(set(fields or {}) - set(kinds))
+    if stray:  # a misspelt or unselected kind would run its column with the defaults, silently
+        raise ValueError(f"fields names {stray}, which no column of this matrix runs; set fields for the "
+                         f"columns' defense kinds: {', '.join(kinds) or 'none'}")
     fields = {**CPU_FIELDS, **{k: {**CPU_FIELDS.get(k, {}), **v} for k, v in (fields or {}).items()}}
     unknown = sorted(set(attack_overrides or {}) - set(ATTACKS))
     if unknown:  # a misspelt row would drop its override silently

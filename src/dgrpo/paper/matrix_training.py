@@ -74,13 +74,11 @@ def run_config(run_dir: Path):
 
 
 def asr_key(cfg) -> str | None:
-    """The metric that is the attack's success: ``attack/asr`` (``attack/asr_every_sentence`` for a
-    payload placed in every sentence); None for the DoS by cherry-picking (``seed_grinding`` with
-    ``objective=longest``: its success is length, the ``tokens`` column)."""
-    a = cfg.attack
-    if a.kind == "none" or (a.kind == "seed_grinding" and a.objective == "longest"):
-        return None
-    return "attack/asr_every_sentence" if a.model_dump().get("placement") == "every_sentence" else "attack/asr"
+    """The metric that is the attack's success, as its config declares it
+    (:meth:`~dgrpo.attacks.base.AttackConfig.success_metric`: ``attack/asr``, ``attack/asr_every_sentence``
+    for a payload placed in every sentence, None for no attack or the DoS by cherry-picking, whose success
+    is length: the ``tokens`` column)."""
+    return cfg.attack.success_metric()
 
 
 def asr_trials(cfg, last: dict) -> int:

@@ -123,7 +123,7 @@ def phase_times(run: RunData) -> dict[str, list[float]]:
     """Seconds per round of each phase in ``PHASES``, for the rounds that trained and the final
     evaluation (the record at round ``rounds``: eval only), one list per phase.
 
-    ``time/update`` includes the defenses (``Swarm.update`` runs them before the step), so the
+    ``time/update`` includes the defenses (``recipes/swarm_round.learn`` runs them before the step), so the
     stacked "update" is update − defense; defense sums ``time/defense`` over honest nodes.
     Evaluation precedes the round it is logged with and is 0 in rounds without one.
     """

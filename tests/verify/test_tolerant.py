@@ -9,7 +9,7 @@ import torch
 from dgrpo.policy.sampling import SamplingParams, choose_tokens, gumbel_table, sample
 from dgrpo.policy.scoring import group_logits
 from dgrpo.verify.checks import replay_verdicts
-from dgrpo.verify.tolerant import THRESHOLD, token_divergence, tolerant_mismatch
+from dgrpo.verify.tolerant import THRESHOLD, required_tie, token_divergence, tolerant_mismatch
 
 K3 = SamplingParams(top_k=3, temperature=1.0, max_new_tokens=4)
 
@@ -45,6 +45,37 @@ def test_a_rank_swap_between_near_tied_logits_is_tolerated_not_by_exact_replay()
     assert exact_gap > THRESHOLD  # exact replay's gap: a whole Gumbel difference
     assert float(token_divergence(verifier, [claimed], seed, K3, tie=0)[0]) == pytest.approx(exact_gap, abs=1e-5)
     assert float(token_divergence(verifier, [claimed], seed, K3, tie=1e-3)[0]) == 0.0
+
+
+def test_required_tie_of_a_rank_swap_is_the_logit_difference():
+    # the swap above: the claimed token trails by a whole Gumbel difference at tie 0 and needs a tie of the
+    # 2e-5 between the two swapped logits (float32: 4.00001 and 3.99999 are 2e-5 apart to ~5e-7)
+    sender = torch.tensor([[5.0, 4.00001, 3.99999, 1.0]])
+    verifier = torch.tensor([[5.0, 3.99999, 4.00001, 1.0]])
+    for seed in range(200):
+        g = gumbel_table(seed, 4, 3)[:1]
+        claimed = int(choose_tokens(sender, g, K3)[0])
+        if claimed != int(choose_tokens(verifier, g, K3)[0]):
+            break
+    assert float(required_tie(verifier, [claimed], seed, K3)[0]) == pytest.approx(2e-5, abs=1e-6)
+    assert float(required_tie(sender, [claimed], seed, K3)[0]) == 0.0  # on the sender's own logits
+    with pytest.raises(ValueError, match="greedy"):
+        required_tie(verifier, [claimed], seed, SamplingParams(3, 0.0, 4))
+
+
+def test_required_tie_is_where_the_divergence_crosses_the_threshold():
+    # d_t(tie) ≤ threshold from the required tie on, and above it just below (a second computation: the score)
+    params = SamplingParams(top_k=10, temperature=1.0, max_new_tokens=40)
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(40, 60, generator=gen) * 2
+    ids = [int(logits[t].topk(12).indices[torch.randint(12, (1,), generator=gen)]) for t in range(40)]
+    need = required_tie(logits, ids, 5, params)
+    assert (need == 0).any() and (need > 0).any()  # both kinds occur in this draw
+    for t in range(40):
+        r = float(need[t])  # finite: the best rank itself is always within the threshold
+        assert float(token_divergence(logits, ids, 5, params, tie=r * (1 + 1e-5) + 1e-7)[t]) <= THRESHOLD + 1e-6
+        if r > 1e-5:
+            assert float(token_divergence(logits, ids, 5, params, tie=r * (1 - 1e-3))[t]) > THRESHOLD
 
 
 def test_stopping_rules():

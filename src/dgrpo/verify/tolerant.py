@@ -89,6 +89,39 @@ def token_divergence(logits: torch.Tensor, ids: list[int], seed: int, params: Sa
     return torch.where(inside, d, torch.full_like(d, float("inf")))
 
 
+def required_tie(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams,
+                 threshold: float = THRESHOLD) -> torch.Tensor:
+    """The smallest ``tie`` under which each token's divergence stays within ``threshold``: the quantity that
+    calibrates ``tie`` on honest traffic (0 where exact fast replay's gap is within ``threshold`` already).
+
+    d_t(tie) ≤ threshold exactly when some rank j < k with seeded score ≥ max score − threshold holds a
+    logit within ``tie`` of the claimed token's, so the answer is min over those ranks of |z_(j) − z_c|.
+
+    Args: as :func:`token_divergence` (sampling only: ``params.temperature`` > 0).
+
+    Returns:
+        (n,) float32, logit units: 0 where the claimed token holds such a rank (every honest token on one
+        kernel path), else how far its logit is from the nearest such rank's.
+
+    Raises:
+        ValueError: greedy params (the tie does not enter greedy's score), or ``ids`` longer than ``logits``
+            or than ``params.max_new_tokens``.
+    """
+    n, k = len(ids), params.top_k
+    if params.temperature <= 0:
+        raise ValueError("required_tie: greedy decoding has no seeded ranks; pass sampling params (temperature > 0)")
+    if n > logits.shape[0] or n > params.max_new_tokens:
+        raise ValueError(f"required_tie: {n} ids but {logits.shape[0]} logit rows and max_new_tokens="
+                         f"{params.max_new_tokens}; pass the completion's own logits")
+    z = logits[:n].float()
+    z_c = z.gather(1, torch.tensor(ids, device=z.device, dtype=torch.long)[:, None])  # (n, 1)
+    top_v, _ = z.topk(k, dim=-1)  # (n, k)
+    score = top_v / params.temperature + gumbel_table(seed, params.max_new_tokens, k)[:n].to(z.device)
+    near = score >= score.max(-1, keepdim=True).values - threshold  # (n, k): ranks within threshold of the best
+    gap = torch.where(near, (top_v - z_c).abs(), torch.full_like(top_v, float("inf")))
+    return gap.min(-1).values
+
+
 def tolerant_mismatch(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams, eos_id: int,
                       tie: float = TIE, threshold: float = THRESHOLD, eps: float = EPS,
                       positions: list[int] | None = None) -> tuple[int, str] | None:

@@ -48,6 +48,25 @@ def test_the_sampler_records_what_one_prefill_recomputes(model, tokenizer, sampl
         assert (h.float() - h2.float()).abs().max() <= 2 ** -6 * h.float().abs().max()
 
 
+def test_the_prefill_stops_at_the_output_embedding_with_its_exact_input(model, tokenizer, sampled):
+    # a full forward's lm_head input, captured without stopping it: prefill_hidden's is the same, bit for bit
+    outs, _, _ = sampled
+    eos = tokenizer.eos_token_id
+    rows = [PROMPT + o[:-1] for o in outs]
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [eos] * (width - len(r)) for r in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    seen = []
+    handle = model.lm_head.register_forward_pre_hook(lambda mod, args: seen.append(args[0].to(torch.bfloat16)))
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask).logits
+    handle.remove()
+    assert full.shape == (12, width, len(tokenizer))  # the full forward did compute logits
+    again = prefill_hidden(model, PROMPT, outs, eos)
+    for i, (o, h) in enumerate(zip(outs, again)):
+        assert torch.equal(h, seen[0][i, len(PROMPT) - 1 : len(PROMPT) - 1 + len(o)])
+
+
 def test_honest_accepted_edited_other_and_foreign_proofs_rejected(model, tokenizer, sampled):
     outs, _, proofs = sampled
     defense = _defense(model, tokenizer, ", action: zero")

@@ -95,18 +95,28 @@ def prefill_hidden(model, prompt_ids: Sequence[int], completions: Sequence[Seque
         ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
     seen: list[torch.Tensor] = []
 
-    def hook(_module, args):
+    def hook(_module, args):  # the output embedding's input is all a proof needs: stop before its logits
         seen.append(args[0].detach().to(torch.bfloat16).cpu())  # (G, width, H)
+        raise _HiddenReady
 
     handle = model.get_output_embeddings().register_forward_pre_hook(hook)
     training = model.training  # sampled without dropout: recomputed without it (as sample() does)
     model.eval()
     try:
         model(input_ids=ids.to(device), attention_mask=mask.to(device))
+    except _HiddenReady:
+        pass
     finally:
         handle.remove()
         model.train(training)
+    if not seen:
+        raise RuntimeError("prefill_hidden: the model's forward never called its output embedding")
     return [seen[-1][i, p - 1 : p - 1 + len(c)] for i, c in enumerate(completions)]
+
+
+class _HiddenReady(Exception):
+    """Raised by :func:`prefill_hidden`'s hook once it holds the hidden states: the (G, width, V) float32
+    logits (1.6 GB for 56 rows of 150 tokens of SmolLM2's vocabulary, a fifth of its FLOPs) are never computed."""
 
 
 def prove_by_prefill(model, prompt_ids: Sequence[int], completions: Sequence[Sequence[int]], pad_id: int,

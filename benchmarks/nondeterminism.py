@@ -84,6 +84,7 @@ def parse(argv: list[str] | None):
     for name, default in (("prompts", 64), ("group", 8), ("max-new-tokens", 32), ("sender-rows", 8),
                           ("verifier-rows", 64), ("threads", 1), ("small-prompts", 16)):
         parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--start", type=int, default=0, help="index of the first training prompt (runs in parts)")
     parser.add_argument("--pairings", help="comma-separated; default: every pairing of --device (module docstring)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--out")
@@ -91,6 +92,8 @@ def parse(argv: list[str] | None):
     for name in ("prompts", "group", "max_new_tokens", "sender_rows", "verifier_rows", "threads", "small_prompts"):
         if getattr(args, name) < 1:
             sys.exit(f"nondeterminism: --{name.replace('_', '-')}={getattr(args, name)}; use a whole number ≥ 1")
+    if args.start < 0:
+        sys.exit(f"nondeterminism: --start={args.start}; use a prompt index ≥ 0")
     known = CPU_PAIRINGS if args.device == "cpu" else CUDA_PAIRINGS
     args.pairings = list(known) if not args.pairings else [p.strip() for p in args.pairings.split(",") if p.strip()]
     unknown = [p for p in args.pairings if p not in known]
@@ -237,11 +240,14 @@ def main(argv: list[str] | None = None) -> dict:
     task = ArithmeticTask(seed=0)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     size = {name: args.group * min(args.prompts, args.small_prompts if name in SMALL else args.prompts) for name in chosen}
-    reqs = [p for p in (task.train[i] for i in range(args.prompts)) for _ in range(args.group)]
+    if args.start + args.prompts > len(task.train):
+        sys.exit(f"nondeterminism: --start + --prompts = {args.start + args.prompts} but the task has {len(task.train)} "
+                 "training prompts; lower them")
+    reqs = [p for p in (task.train[args.start + i] for i in range(args.prompts)) for _ in range(args.group)]
     prompts = [policy.prompt_ids(task, p) for p in reqs]
     seeds = [completion_seed(36, 0, 0, p.prompt_id, i) for i, p in enumerate(reqs)]
     report = {"model": args.model, "device": args.device, "torch": torch.__version__, "max_new_tokens": args.max_new_tokens,
-              "top_k": params.top_k, "temperature": params.temperature, "tolerant": {"tie": TIE, "threshold": THRESHOLD},
+              "prompts": [args.start, args.start + args.prompts], "group": args.group, "top_k": params.top_k, "temperature": params.temperature, "tolerant": {"tie": TIE, "threshold": THRESHOLD},
               "command": "python benchmarks/nondeterminism.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "load_average_1min_at_start": load0, "senders": {}, "pairings": {}}
     samples: dict[KernelPath, list[list[int]]] = {}

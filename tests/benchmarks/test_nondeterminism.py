@@ -22,6 +22,7 @@ spec.loader.exec_module(nd)
     (["--pairings", ","], "--pairings (empty)"),
     (["--prompts", "0"], "--prompts=0; use a whole number ≥ 1"),
     (["--verifier-rows", "-3"], "--verifier-rows=-3"),
+    (["--start", "-1"], "--start=-1; use a prompt index ≥ 0"),
 ])
 def test_bad_arguments_are_one_line_naming_the_flag(argv, says):
     with pytest.raises(SystemExit) as err:

@@ -67,6 +67,30 @@ def test_the_prefill_stops_at_the_output_embedding_with_its_exact_input(model, t
         assert torch.equal(h, seen[0][i, len(PROMPT) - 1 : len(PROMPT) - 1 + len(o)])
 
 
+@pytest.mark.parametrize("packed", [True, False])
+def test_the_updates_forward_serves_the_proof_check(model, tokenizer, sampled, monkeypatch, packed):
+    """Shared proofs (issue 36): the hidden states group_logits keeps from the update's own forward (packed or
+    padded path) are the prefill's to a bf16 step, and check the honest proofs; its logits are unchanged."""
+    import dgrpo.policy.scoring as scoring
+
+    outs, _, proofs = sampled
+    eos = tokenizer.eos_token_id
+    outs = [o[: 3 + i] for i, o in enumerate(outs)]  # unequal lengths (3..14): both paths have padding to skip
+    proofs = prove_by_prefill(model, PROMPT, outs, eos)  # proofs of the cut completions (a prefill: honest here)
+    monkeypatch.setattr(scoring, "_packable", lambda *a: packed)
+    hidden: list = []
+    with torch.no_grad():
+        logits = scoring.group_logits(model, PROMPT, outs, eos, hidden=hidden)
+        plain = scoring.group_logits(model, PROMPT, outs, eos)
+    assert torch.equal(logits, plain)
+    again = prefill_hidden(model, PROMPT, outs, eos)
+    assert [h.shape for h in hidden] == [(len(o), 64) for o in outs]
+    for h, h2, proof in zip(hidden, again, proofs):
+        assert (h.float() - h2.float()).abs().max() <= 2 ** -6 * h2.float().abs().max()
+        assert proof_problem(h, proof) is None
+    assert proof_problem(hidden[0], proofs[1]) is not None  # and still tells another completion's proof apart
+
+
 def test_honest_accepted_edited_other_and_foreign_proofs_rejected(model, tokenizer, sampled):
     outs, _, proofs = sampled
     defense = _defense(model, tokenizer, ", action: zero")

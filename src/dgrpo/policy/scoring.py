@@ -52,7 +52,7 @@ def completion_mask(ids: torch.Tensor, eos_id: int, lengths: list[int] | None = 
 
 
 def group_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]], pad_id: int,
-                 prefix: SharedPrefix | None = None) -> torch.Tensor:
+                 prefix: SharedPrefix | None = None, hidden: list | None = None) -> torch.Tensor:
     """Next-token logits at every completion position of a group.
 
     ``logits[g, t]`` is the distribution that produced ``completions[g][t]``: for t = 0 it comes
@@ -76,6 +76,9 @@ def group_logits(model: PreTrainedModel, prompt: list[int], completions: list[li
         prompt: the prompt ids shared by the group (length L ≥ 1).
         completions: G completion id lists (each length ≥ 1).
         prefix: a prefix of ``prompt`` already run by ``model`` (shorter than the prompt), or None.
+        hidden: an empty list, to receive per completion its (len, H) bf16 CPU last-layer hidden states (the
+            output embedding's input behind each logit row: what a TOPLOC proof commits to,
+            :mod:`dgrpo.policy.proofs`), from this same forward; None: not kept.
 
     Returns:
         (G, T, V) float32 logits, T = longest completion; rows past a completion's end are padding
@@ -88,10 +91,27 @@ def group_logits(model: PreTrainedModel, prompt: list[int], completions: list[li
         raise ValueError("group_logits needs a non-empty prompt and non-empty completions")
     if prefix is not None and not prefix.matches(prompt):
         raise ValueError("group_logits: prefix must be the start of the prompt, shorter than it (SharedPrefix.ids)")
-    with onednn_linears(model):
-        if _packable(model, len(prompt), [len(c) for c in completions]):
-            return _packed_logits(model, prompt, completions, prefix)
-        return _padded_logits(model, prompt, completions, pad_id, prefix)
+    seen: list[torch.Tensor] = []  # the output embedding's input, per call (with ``hidden``)
+    hook = None if hidden is None else model.get_output_embeddings().register_forward_pre_hook(
+        lambda _module, args: seen.append(args[0].detach().to(torch.bfloat16).cpu()))
+    lengths = [len(c) for c in completions]
+    try:
+        with onednn_linears(model):
+            if _packable(model, len(prompt), lengths):
+                logits = _packed_logits(model, prompt, completions, prefix)
+                rows = list(seen[-1][0].split(lengths)) if hook else []  # (1, N, H): the last call
+            else:
+                logits = _padded_logits(model, prompt, completions, pad_id, prefix)
+                # the last calls: the prompt's last position (1, 1, H), then (G, T − 1, H) when T > 1
+                first = seen[-2 if max(lengths) > 1 else -1][0] if hook else None  # (1, H)
+                rows = [torch.cat([first, seen[-1][g, : n - 1]]) if n > 1 else first for g, n in enumerate(lengths)] \
+                    if hook else []
+    finally:
+        if hook is not None:
+            hook.remove()
+    if hidden is not None:
+        hidden.extend(rows)
+    return logits
 
 
 def _packable(model: PreTrainedModel, prompt_len: int, lengths: list[int]) -> bool:

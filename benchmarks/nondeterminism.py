@@ -27,6 +27,7 @@ tolerant replay (:mod:`dgrpo.verify.tolerant`'s defaults) and top-k support (ato
 logits, and for calibration the completion's largest tolerant score, largest exact gap (tie 0) and
 required tie (:func:`~dgrpo.verify.tolerant.required_tie`). Rates carry Wilson 95 % intervals. Prints
 one markdown table (the same in the JSON's ``table``); ``--out`` writes the JSON after every pairing.
+Runs in parts (``--start``) join with ``--combine PART.json ... --out ALL.json``.
 """
 
 from __future__ import annotations
@@ -210,7 +211,60 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def combine(paths: list[str]) -> dict:
+    """One report from the reports of runs in parts (``--start``): per pairing, completions and rejections
+    added (indices offset by the completions before), intervals recomputed, the largest scores kept.
+
+    Raises SystemExit: the parts differ in model, device or sampling, or overlap in prompts."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    same = ("model", "device", "max_new_tokens", "top_k", "temperature", "tolerant", "group")
+    for p, part in zip(paths[1:], parts[1:]):
+        if any(part.get(k) != parts[0].get(k) for k in same):
+            sys.exit(f"nondeterminism: --combine {p} differs from {paths[0]} in {[k for k in same if part.get(k) != parts[0].get(k)]}")
+    spans = sorted(tuple(part["prompts"]) for part in parts)
+    if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+        sys.exit(f"nondeterminism: --combine parts overlap in prompts {spans}; combine parts of distinct --start ranges")
+    out = {**{k: parts[0][k] for k in (*same, "torch")}, "parts": [{"command": p["command"], "prompts": p["prompts"],
+           "total_seconds": p.get("total_seconds"), "load_average_1min_at_end": p.get("load_average_1min_at_end")}
+           for p in parts], "pairings": {}}
+    for name in dict.fromkeys(k for part in parts for k in part["pairings"]):
+        runs = [part["pairings"][name] for part in parts if name in part["pairings"]]
+        if any("refused" in r for r in runs):
+            out["pairings"][name] = {**runs[0], "completions": sum(r["completions"] for r in runs)}
+            continue
+        n, rejected, offset = sum(r["completions"] for r in runs), {c: [] for c in CHECKS}, 0
+        for r in runs:
+            for c in CHECKS:
+                rejected[c] += [offset + i for i in r["rejected"][c]]
+            offset += r["completions"]
+        scores = sorted(x for r in runs for x in r["tolerant_max_score"]["largest_five"])
+        out["pairings"][name] = {
+            "sender": runs[0]["sender"], "verifier": runs[0]["verifier"], "paths": runs[0]["paths"], "completions": n,
+            "rejected": rejected, "false_positives": {c: interval(len(v), n) for c, v in rejected.items()},
+            "tolerant_max_score": {"nonzero": sum(r["tolerant_max_score"]["nonzero"] for r in runs),
+                                   "largest": max(r["tolerant_max_score"]["largest"] for r in runs), "largest_five": scores[-5:]},
+            "exact_gap_largest": max(r["exact_gap_largest"] for r in runs),
+            "required_tie": {"nonzero": sum(r["required_tie"]["nonzero"] for r in runs),
+                             "largest": max(r["required_tie"]["largest"] for r in runs)},
+            "seconds": {k: round(sum(r["seconds"][k] for r in runs), 1) for k in runs[0]["seconds"]}}
+    out["table"] = table(out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--combine":  # --combine PART.json ... [--out FILE]
+        files = argv[1:argv.index("--out")] if "--out" in argv else argv[1:]
+        if "--out" in argv and argv.index("--out") != len(argv) - 2:
+            sys.exit("nondeterminism: --combine ... --out takes one file name, last; e.g. --combine a.json b.json --out all.json")
+        if not files:
+            sys.exit("nondeterminism: --combine needs the JSON files of the parts (--combine a.json b.json --out all.json)")
+        report = combine(files)
+        print(report["table"])
+        if "--out" in argv:
+            Path(argv[argv.index("--out") + 1]).write_text(json.dumps(report, indent=1) + "\n")
+        return report
     args = parse(argv)
     started, load0 = time.perf_counter(), os.getloadavg()[0]
     from dgrpo.config import load_config
@@ -248,7 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
     seeds = [completion_seed(36, 0, 0, p.prompt_id, i) for i, p in enumerate(reqs)]
     report = {"model": args.model, "device": args.device, "torch": torch.__version__, "max_new_tokens": args.max_new_tokens,
               "prompts": [args.start, args.start + args.prompts], "group": args.group, "top_k": params.top_k, "temperature": params.temperature, "tolerant": {"tie": TIE, "threshold": THRESHOLD},
-              "command": "python benchmarks/nondeterminism.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "command": "python benchmarks/nondeterminism.py " + " ".join(argv),
               "load_average_1min_at_start": load0, "senders": {}, "pairings": {}}
     samples: dict[KernelPath, list[list[int]]] = {}
     for name, (sender, verifier) in chosen.items():

@@ -10,7 +10,9 @@ training prompts with SmolLM2-135M-Instruct (or ``--model``), float32, one strea
   (:meth:`~dgrpo.policy.policy.Policy.generate_proved`); its excess over ``sample`` is the sender's cost;
 * ``check``: the receiver's check, one prefill per group of prompt + completions and the proof's
   verification (:meth:`dgrpo.defenses.toploc.TOPLOCDefense.inspect`);
-* ``forward``: the scoring forward of the same groups the update pays anyway (``group_logits``), for scale.
+* ``forward``: the scoring forward of the same groups the update pays anyway (``group_logits``), for scale;
+* ``forward_and_shared_check``: that forward keeping its hidden states (``group_logits(hidden=…)``) and the proofs
+  checked on them, no prefill of its own (shared proofs); ``shared_check_extra`` is its excess over ``forward``.
 
 Then what the honest proofs let through (``--edits``): each completion with one token changed (to the next id,
 at 5 positions spread over it) under its own sample's proof (a lazy 2+2=5 edit), with its second half
@@ -82,6 +84,7 @@ def main() -> None:
     from dgrpo.training.build import build_policy, build_task
     from dgrpo.types import Rollout
     from dgrpo.policy.toploc_lib import load_toploc
+    from dgrpo.verify.toploc import proof_problem
 
     load_toploc()  # (a first call may compile the extension: not timed)
     cfg = load_config(None, [f"model.name={args.model}", "model.device=cpu", f"sampling.max_new_tokens={args.max_new_tokens}",
@@ -106,15 +109,30 @@ def main() -> None:
                     for g in groups]
 
     t_forward, _ = _best(forward, args.repeats)
+
+    def shared():  # shared proofs: the update's scoring forward keeps the hidden states, the proofs are checked on them
+        bad = 0
+        with torch.no_grad():
+            for g in groups:
+                hidden: list = []
+                group_logits(policy.model, g[0].prompt_ids, [r.completion_ids for r in g], policy.tokenizer.pad_token_id,
+                             hidden=hidden)
+                bad += sum(proof_problem(h, r.proof, defense.prover) is not None for h, r in zip(hidden, g))
+        return bad
+
+    t_shared, shared_rejected = _best(shared, args.repeats)
     passes = _edits(policy, defense, groups) if args.edits else None
     n = len(rollouts)
     tokens = sum(len(r.completion_ids) for r in rollouts)
     report = {"model": args.model, "completions": n, "tokens": tokens, "threads": args.threads,
               "ms_per_completion": {"sample": round(t_plain / n * 1e3, 1), "sample_proved": round(t_proved / n * 1e3, 1),
                                     "sender_overhead": round((t_proved - t_plain) / n * 1e3, 1),
-                                    "check": round(t_check / n * 1e3, 1), "forward": round(t_forward / n * 1e3, 1)},
+                                    "check": round(t_check / n * 1e3, 1), "forward": round(t_forward / n * 1e3, 1),
+                                    "forward_and_shared_check": round(t_shared / n * 1e3, 1),
+                                    "shared_check_extra": round((t_shared - t_forward) / n * 1e3, 1)},
               "proof_base64_chars_per_completion": round(sum(len(r.proof) for r in rollouts) / n, 1),
-              "honest_rejected": sum(not v.accepted for v in verdicts), "passed_under_the_sample_proof": passes,
+              "honest_rejected": sum(not v.accepted for v in verdicts), "honest_rejected_shared": shared_rejected,
+              "passed_under_the_sample_proof": passes,
               "command": (f"python benchmarks/toploc_cost.py --model {args.model} --prompts {args.prompts} --group "
                           f"{args.group} --max-new-tokens {args.max_new_tokens} --threads {args.threads} --repeats {args.repeats}"
                           + (" --edits" if args.edits else ""))}

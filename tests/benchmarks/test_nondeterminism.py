@@ -79,3 +79,14 @@ def test_cpu_pairings_count_an_edited_completion_and_refuse_bf16(tiny_model_dir,
     assert "bfloat16" in report["pairings"]["bf16_verifier"]["refused"]
     rows = report["table"].splitlines()
     assert len(rows) == 2 + 3 and "| linear |" in rows[3] and "1/6 [" in rows[3] and "refused" in rows[4]
+    # a second part (the next 2 prompts, no edit) joins the first: counts add, indices shift, intervals recomputed
+    part2 = tmp_path / "nd2.json"
+    nd.main(["--model", tiny_model_dir, "--start", "3", "--prompts", "2", "--group", "2", "--max-new-tokens", "6",
+             "--pairings", "threads", "--out", str(part2)])
+    both = nd.main(["--combine", str(out), str(part2), "--out", str(tmp_path / "all.json")])
+    threads = both["pairings"]["threads"]
+    assert threads["completions"] == 10 and threads["rejected"] == {c: [1] for c in nd.CHECKS}
+    assert threads["false_positives"]["exact_replay"]["wilson95"] == [round(x, 6) for x in wilson(1, 10)]
+    assert both["pairings"]["linear"]["completions"] == 6 and [p["prompts"] for p in both["parts"]] == [[0, 3], [3, 5]]
+    with pytest.raises(SystemExit, match="overlap in prompts"):
+        nd.main(["--combine", str(out), str(out)])

@@ -2,14 +2,14 @@
 
 import torch
 
-from dgrpo.defenses import defend
+from dgrpo.defenses import Defense, defend
 from dgrpo.grpo.learner import GRPOParams, Learner
 from dgrpo.types import ACCEPT, Rollout, Verdict
 
 EOS = 2
 
 
-class Recorder:
+class Recorder(Defense):
     """A defense that rejects the rollouts whose reward is in ``reject`` and records what it saw."""
 
     def __init__(self, name, stage, reject=(), action=None):

@@ -91,6 +91,35 @@ def test_the_updates_forward_serves_the_proof_check(model, tokenizer, sampled, m
     assert proof_problem(hidden[0], proofs[1]) is not None  # and still tells another completion's proof apart
 
 
+def test_shared_forward_judges_on_the_updates_forward_without_a_prefill(model, tokenizer, sampled, monkeypatch):
+    """``shared_forward: true``: the same verdicts as the prefill defense, judged when the update reads the group,
+    and no prefill runs (prefill_hidden is made to fail)."""
+    import dgrpo.policy.proofs as proofs_module
+    from dgrpo.defenses import defend
+    from dgrpo.grpo.learner import GRPOParams, Learner
+
+    outs, _, proofs = sampled
+    eos = tokenizer.eos_token_id
+
+    def rollouts():  # 10 honest (rewards differ: the group learns), one with another's proof, one without
+        made = [Rollout("p", PROMPT, o, "", 0, reward=float(i % 2), proof=pr) for i, (o, pr) in enumerate(zip(outs[:10], proofs))]
+        return made + [Rollout("p", PROMPT, outs[10], "", 0, reward=1.0, proof=proofs[11]),
+                       Rollout("p", PROMPT, outs[11], "", 0, reward=0.0)]
+
+    expected = [v.accepted for v in _defense(model, tokenizer).inspect(rollouts())]
+    assert expected == [True] * 10 + [False, False]
+    shared = _defense(model, tokenizer, ", shared_forward: true")
+    assert (shared.stage, shared.reads_hidden) == ("logits", True)
+    monkeypatch.setattr(proofs_module, "prefill_hidden", lambda *a, **k: pytest.fail("a prefill ran"))
+    judged = rollouts()
+    batch = defend([shared], Learner(model, GRPOParams(), eos, eos).score(judged), {})
+    assert all(r.accepted for r in judged)  # nothing judged before the update reads the group
+    for group in batch.groups:
+        assert group.hidden is not None and len(group.hidden) == 12
+    assert [r.accepted for r in judged] == expected
+    assert judged[10].verdicts[0].defense == "toploc" and judged[11].verdicts[0].reason == "no TOPLOC proof"
+
+
 def test_honest_accepted_edited_other_and_foreign_proofs_rejected(model, tokenizer, sampled):
     outs, _, proofs = sampled
     defense = _defense(model, tokenizer, ", action: zero")

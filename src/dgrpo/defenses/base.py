@@ -37,11 +37,15 @@ class Defense:
         stage: one of :data:`STAGES`.
         counters: cumulative counts (str → int) the round record logs as ``defense/<name>/<key>``
             (the judge's unparseable and failed judgments), see :func:`defense_counters`; default empty.
+        reads_hidden: a logits-stage defense that also reads the last-layer hidden states of the same
+            forward (``toploc`` with ``shared_forward``): ``inspect`` then gets ``hidden=`` (per rollout
+            (len, H) bf16) when the update's forward kept them; default False.
     """
 
     name: str = "defense"
     stage: Literal["rollouts", "logits"] = "rollouts"
     counters: Mapping[str, int] = MappingProxyType({})
+    reads_hidden: bool = False
 
     def inspect(self, rollouts: Sequence[Rollout], logits: "torch.Tensor | None" = None) -> list[Verdict]:
         """One verdict per rollout. ``logits`` is the group's (G, T, V) float32 logits when stage is logits."""
@@ -94,12 +98,15 @@ def defense_counters(defenses: Sequence[Defense]) -> dict[str, dict[str, int]]:
     return {d.name: dict(d.counters) for d in defenses if d.counters}
 
 
-def _judge(defense: Defense, rollouts: Sequence[Rollout], logits, times: dict[str, float]) -> None:
-    """Add ``defense``'s rejections to the rollouts no earlier defense rejected (rows of ``logits``)."""
+def _judge(defense: Defense, rollouts: Sequence[Rollout], logits, times: dict[str, float], hidden=None) -> None:
+    """Add ``defense``'s rejections to the rollouts no earlier defense rejected (rows of ``logits``, items
+    of ``hidden`` for a defense that ``reads_hidden``)."""
     start = time.perf_counter()
     live = [i for i, r in enumerate(rollouts) if r.accepted]
     if live:
-        verdicts = defense.inspect([rollouts[i] for i in live], None if logits is None else logits[live])
+        rows, sub = [rollouts[i] for i in live], None if logits is None else logits[live]
+        verdicts = (defense.inspect(rows, sub, hidden=[hidden[i] for i in live]) if defense.reads_hidden and hidden
+                    else defense.inspect(rows, sub))
         for i, verdict in zip(live, verdicts):
             if not verdict.accepted:
                 rollouts[i].verdicts.append(verdict)
@@ -132,10 +139,14 @@ def defend(defenses: Sequence[Defense], batch: "Batch", times: dict[str, float])
 
 
 def _checked(defenses: list[Defense], groups: Iterable["Group"], times: dict[str, float]) -> Iterator["Group"]:
+    wants_hidden = any(d.reads_hidden for d in defenses)
     for group in groups:
         if any(r.accepted for r in group.rollouts):
+            if wants_hidden:  # the forward below keeps its hidden states (a group read before keeps none)
+                group.keep_hidden = True
             logits = group.logits.detach()  # (G, T, V): the update's own forward pass, run here if not yet
+            hidden = getattr(group, "hidden", None) if wants_hidden else None
             for d in defenses:
-                _judge(d, group.rollouts, logits, times)
+                _judge(d, group.rollouts, logits, times, hidden)
             del logits  # (only the group keeps its logits, for the loss)
         yield group

@@ -35,6 +35,8 @@ class TOPLOCDefenseConfig(DefenseConfig):
     exp_match: float = Field(EXP_MATCH, ge=0, le=1, description="Least share of the top-k whose bf16 exponents must agree (90 of 128).")
     mant_mean: float = Field(MANT_MEAN, ge=0, description="Most mean bf16 mantissa difference of the agreeing values (units of 2^-7).")
     mant_median: float = Field(MANT_MEDIAN, ge=0, description="Most median bf16 mantissa difference of the agreeing values.")
+    shared_forward: bool = Field(False, description="Check proofs on the hidden states of the update's own scoring "
+                                 "forward (stage logits, no prefill of its own); false: one prefill per group, before the update.")
 
     def check(self, run) -> None:
         if run.swarm.models is not None:
@@ -65,9 +67,12 @@ class TOPLOCDefense(Defense):
 
     def __init__(self, cfg, run_cfg, policy, task=None):
         self.prover, self.action, self.policy = cfg.sender_proof(), cfg.action, policy
+        if cfg.shared_forward:  # judged when the update reads the group, on the hidden states of its forward
+            self.stage, self.reads_hidden = "logits", True
 
-    def inspect(self, rollouts: Sequence, logits=None) -> list[Verdict]:
-        """One verdict per rollout; the proved ones of each prompt are re-computed in one prefill."""
+    def inspect(self, rollouts: Sequence, logits=None, hidden: Sequence | None = None) -> list[Verdict]:
+        """One verdict per rollout; the proved ones of each prompt are re-computed in one prefill, or read from
+        ``hidden`` (per rollout (len, H), the update's forward: ``shared_forward``) when given."""
         from dgrpo.policy.proofs import prefill_hidden
         from dgrpo.verify.toploc import proof_problem
 
@@ -79,9 +84,10 @@ class TOPLOCDefense(Defense):
             elif r.completion_ids:
                 groups.setdefault(tuple(r.prompt_ids), []).append(i)
         for prompt, members in groups.items():
-            hidden = prefill_hidden(self.policy.model, prompt, [rollouts[i].completion_ids for i in members],
-                                    self.policy.tokenizer.pad_token_id)
-            for i, h in zip(members, hidden):
+            states = ([hidden[i] for i in members] if hidden is not None else
+                      prefill_hidden(self.policy.model, prompt, [rollouts[i].completion_ids for i in members],
+                                     self.policy.tokenizer.pad_token_id))
+            for i, h in zip(members, states):
                 bad = proof_problem(h, rollouts[i].proof, self.prover)
                 if bad is not None:
                     out[i] = Verdict(False, self.name, bad[1], bad[0], action=self.action)

@@ -133,6 +133,8 @@ class Group:
     def __init__(self, rollouts: list[Rollout], learner: "Learner", prefix: Prefix | None = None):
         self.rollouts, self.learner, self.prefix = rollouts, learner, prefix or Prefix([])
         self._logits: torch.Tensor | None = None
+        self.keep_hidden = False  # set by defend when a defense reads the forward's hidden states (TOPLOC)
+        self.hidden: list[torch.Tensor] | None = None  # per rollout (len, H) bf16, from the forward that made the logits
         self.old_logp: torch.Tensor | None = None
         self.ref_logp: torch.Tensor | None = None
 
@@ -141,8 +143,10 @@ class Group:
         """(G, T, V) float32 logits, T = the longest completion; the forward pass runs when first read,
         with grad when the group can still move the weights (else a defense alone reads them)."""
         if self._logits is None:
+            self.hidden = [] if self.keep_hidden else None
+            keep = {"hidden": self.hidden} if self.keep_hidden else {}
             self._logits = self.learner.forward(self.rollouts, grad=self.learner.may_learn(self.rollouts),
-                                                prefix=self.prefix)
+                                                prefix=self.prefix, **keep)
         return self._logits
 
     def logits_for_loss(self) -> torch.Tensor:
@@ -204,13 +208,15 @@ class Learner:
         prefix = Prefix(list(next(iter(groups.values()))[0].prompt_ids[:shared]) if shared else [])
         return Batch(list(rollouts), [Group(g, self, prefix) for g in groups.values()], prefix)
 
-    def forward(self, group: Sequence[Rollout], grad: bool, prefix: Prefix | None = None) -> torch.Tensor:
+    def forward(self, group: Sequence[Rollout], grad: bool, prefix: Prefix | None = None,
+                hidden: list | None = None) -> torch.Tensor:
         """(G, T, V) logits of a group's completions under π_θ (:func:`dgrpo.policy.scoring.group_logits`),
-        behind the batch's shared ``prefix`` when given."""
+        behind the batch's shared ``prefix`` when given; ``hidden`` (an empty list) receives each
+        completion's last-layer hidden states from the same forward."""
         with torch.set_grad_enabled(grad):
             shared = prefix.policy(self.model, grad) if prefix is not None else None
             return group_logits(self.model, group[0].prompt_ids, [r.completion_ids for r in group], self.pad_id,
-                                shared)
+                                shared, hidden=hidden)
 
     def may_learn(self, group: Sequence[Rollout]) -> bool:
         """Whether the group, as its verdicts stand, gives a gradient: β > 0 or its rewards differ."""

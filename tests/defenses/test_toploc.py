@@ -93,9 +93,9 @@ def test_the_updates_forward_serves_the_proof_check(model, tokenizer, sampled, m
 
 def test_shared_forward_judges_on_the_updates_forward_without_a_prefill(model, tokenizer, sampled, monkeypatch):
     """``shared_forward: true``: the same verdicts as the prefill defense, judged when the update reads the group,
-    and no prefill runs (prefill_hidden is made to fail)."""
-    import dgrpo.policy.proofs as proofs_module
+    and the defense recomputes nothing itself (its own forward is made to fail)."""
     from dgrpo.defenses import defend
+    from dgrpo.defenses.toploc import TOPLOCDefense
     from dgrpo.grpo.learner import GRPOParams, Learner
 
     outs, _, proofs = sampled
@@ -110,7 +110,7 @@ def test_shared_forward_judges_on_the_updates_forward_without_a_prefill(model, t
     assert expected == [True] * 10 + [False, False]
     shared = _defense(model, tokenizer, ", shared_forward: true")
     assert (shared.stage, shared.reads_hidden) == ("logits", True)
-    monkeypatch.setattr(proofs_module, "prefill_hidden", lambda *a, **k: pytest.fail("a prefill ran"))
+    monkeypatch.setattr(TOPLOCDefense, "_recompute", lambda *a, **k: pytest.fail("the defense ran its own forward"))
     judged = rollouts()
     batch = defend([shared], Learner(model, GRPOParams(), eos, eos).score(judged), {})
     assert all(r.accepted for r in judged)  # nothing judged before the update reads the group

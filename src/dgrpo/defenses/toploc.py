@@ -1,7 +1,7 @@
 """TOPLOC (Ong et al. 2025, arXiv 2501.16007) as a defense: every sender commits to the last-layer hidden
 states of its own sampling (the message's signed ``proof``, built while it samples:
-:meth:`dgrpo.policy.policy.Policy.generate_proved`); the receiver re-computes them with one prefill of
-prompt + completion and checks the commitment (:mod:`dgrpo.verify.toploc`, the ``toploc`` library).
+:meth:`dgrpo.policy.policy.Policy.generate_proved`); the receiver re-computes them with one scoring forward
+per group (its own, or with ``shared_forward`` the update's) and checks the commitment (:mod:`dgrpo.verify.toploc`, the ``toploc`` library).
 
 A message without a proof, or whose proof does not match, is rejected; like every defense rejection of an
 accepted rollout it is a ban strike (docs/protocol.md): the proof is covered by the signature, so only the
@@ -73,7 +73,6 @@ class TOPLOCDefense(Defense):
     def inspect(self, rollouts: Sequence, logits=None, hidden: Sequence | None = None) -> list[Verdict]:
         """One verdict per rollout; the proved ones of each prompt are re-computed in one prefill, or read from
         ``hidden`` (per rollout (len, H), the update's forward: ``shared_forward``) when given."""
-        from dgrpo.policy.proofs import prefill_hidden
         from dgrpo.verify.toploc import proof_problem
 
         out = [ACCEPT] * len(rollouts)
@@ -85,10 +84,25 @@ class TOPLOCDefense(Defense):
                 groups.setdefault(tuple(r.prompt_ids), []).append(i)
         for prompt, members in groups.items():
             states = ([hidden[i] for i in members] if hidden is not None else
-                      prefill_hidden(self.policy.model, prompt, [rollouts[i].completion_ids for i in members],
-                                     self.policy.tokenizer.pad_token_id))
+                      self._recompute(list(prompt), [rollouts[i].completion_ids for i in members]))
             for i, h in zip(members, states):
                 bad = proof_problem(h, rollouts[i].proof, self.prover)
                 if bad is not None:
                     out[i] = Verdict(False, self.name, bad[1], bad[0], action=self.action)
         return out
+
+    def _recompute(self, prompt: list[int], completions: list) -> list:
+        """Per completion (len, H) bf16: the group's scoring forward (the prompt once, the completions packed:
+        :func:`dgrpo.policy.scoring.group_logits`) without grad, in eval mode, keeping the output embedding's input.
+        A padded prefill of prompt + completion per row (:func:`dgrpo.policy.proofs.prefill_hidden`) ran the
+        prompt G times: 1.42 s a SmolLM2 completion against 0.46 s (``results/attack_matrix_toploc/``)."""
+        import torch
+
+        from dgrpo.policy.scoring import group_logits
+        from dgrpo.verify.forward import eval_mode
+
+        kept: list = []
+        with torch.no_grad(), eval_mode(self.policy.model):
+            group_logits(self.policy.model, prompt, [list(c) for c in completions], self.policy.tokenizer.pad_token_id,
+                         hidden=kept)
+        return kept

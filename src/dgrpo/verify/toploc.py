@@ -2,7 +2,8 @@
 
 The sender's proof (:mod:`dgrpo.policy.proofs`) commits, per chunk of 32 decoding steps, to the top-128
 bf16 values of its last-layer hidden states. The receiver re-computes the same hidden states with one
-prefill of prompt + completion (:func:`dgrpo.policy.proofs.prefill_hidden`), takes its own top-k
+scoring forward of its group (``group_logits(hidden=…)``: the ``toploc`` defense's own, or the update's
+with ``shared_forward``; :func:`dgrpo.policy.proofs.prefill_hidden` is the same per row), takes its own top-k
 positions, evaluates the sender's polynomial there and compares exponent and mantissa bits
 (``toploc.verify_proofs``). A chunk passes under the thresholds of the library's own validator
 (``vllm_validate_poly.py`` of PrimeIntellect-ai/toploc: at least 90 of 128 exponents equal, mantissa

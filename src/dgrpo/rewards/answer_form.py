@@ -253,8 +253,10 @@ def lead_allowed(lead: str) -> bool:
         if len(rest) > 2 and len(rest[-2]) == 1 and _clause(rest[:-2]):
             return True
         return all(_np([t]) or re.fullmatch(r"[-+*/^()×·]", t) for t in rest[:-1])
-    if rest[-1] == ":" or _label(rest):
-        return _label(rest[:-1] if rest[-1] == ":" else rest)
+    if rest[-1] == ":":  # ("Answer:", "The answer is:", "The total is:": a label, or a clause the colon ends)
+        return _label(rest[:-1]) or (len(rest) > 1 and _clause(rest[:-1]))
+    if _label(rest):
+        return True
     last = rest[-1]
     if last in LEAD_PAIRS:  # ("equal to", "a total of", "gave away"): its word within reach
         return any(t in LEAD_PAIRS[last] for t in rest[-1 - PAIR_REACH:-1]) and (
@@ -272,6 +274,37 @@ LY_NOUNS = frozenset("only daily weekly monthly yearly hourly nightly quarterly 
 _LY = re.compile(r"(?<![\w'’-])([^\W\d_]+ly)(?![\w'’-])", re.IGNORECASE)
 
 
+# After a preposition "it" and "you" are objects, no clause of belief ("They paid $13 for it.", r34f).
+_OBJECT_PRONOUN = re.compile(r"(?<![\w'’-])(?:of|in|on|at|for|with|from|per|to|by|into)\s+(?:it|you)(?![\w'’-])",
+                             re.IGNORECASE)
+# The answer named after its number ("13 is the answer", "13 is my final answer", "54 is the total cost",
+# r34f): a determiner, these modifiers only, then a LABEL_HEADS word. "13 is a possible answer", "13 is the
+# closest answer", "13 is the answer I think" have no place.
+_NAMED_DETERMINERS = frozenset("the my our".split())
+_NAMED_MODIFIERS = frozenset("final correct right exact true total overall".split())
+_PARENTHESIS = re.compile(r"\s*\(([^()]*)\)")
+
+
+def _tail_clause(tokens: list[str]) -> list[str] | None:
+    """``tokens`` (a tail, lower case) with its one copula clause read: ``np COPULA the [final] answer`` (the
+    answer named) or ``np COPULA preposition np`` with a noun before the copula (``13 students are in the
+    class``) give the noun phrases left for the noun-phrase check; any other copula clause gives None; a tail
+    with no copula comes back as it is (r34f: honest sentences the tail grammar refused)."""
+    at = next((i for i, t in enumerate(tokens) if t in COPULAS), None)
+    if at is None:
+        return tokens
+    before, after = tokens[:at], tokens[at + 1:]
+    if after[:1] and after[0] in _NAMED_DETERMINERS:
+        k = 1
+        while k < len(after) and after[k] in _NAMED_MODIFIERS:
+            k += 1
+        if k < len(after) and after[k] in LABEL_HEADS and (k + 1 == len(after) or after[k + 1] in _NP_PREPOSITIONS):
+            return before + after[k + 1:]
+    if before and after[:1] and after[0] in _NP_PREPOSITIONS and len(after) > 1:
+        return before + after
+    return None
+
+
 def tail_allowed(tail: str) -> bool:
     """Whether ``tail`` (the text after the number) is closing marks, a unit or noun phrase of at most
     :data:`TAIL_WORDS` words with no subject pronoun and no "-ly" adverb (:data:`LY_NOUNS` aside), and
@@ -280,6 +313,8 @@ def tail_allowed(tail: str) -> bool:
     ``"; 14"``, ``" — or so"``, ``"?"``, ``" I think"``, ``" supposedly"`` → False."""
     tail = tail.replace("-", " ", 1) if tail.startswith("-") else tail  # ("13-year-old": a compound noun)
     tail = _BROKEN_TAG.sub("", tail)  # ("5 </answer</answer>": a closing tag written twice, markup, no clause)
+    bracketed = _PARENTHESIS.match(tail)  # ("13 (apples)": the noun phrase in brackets, read as without them)
+    tail = f" {bracketed[1]} {tail[bracketed.end():]}" if bracketed else tail
     phrase = tail.lstrip(_CLOSING + _SPACES)  # (read by hand, not by one regex: linear on any text)
     if re.search(r"(?:^|\s)/|/\s", phrase):  # ("13 / XIV", "13 cows / several": a slash between two phrases)
         return False
@@ -288,7 +323,11 @@ def tail_allowed(tail: str) -> bool:
     tokens = [t.lower() for t in _TOKEN.findall(" ".join(words))]
     if tokens[-2:] in (["are", "left"], ["is", "left"], ["were", "left"], ["was", "left"]):
         tokens = tokens[:-2] + ["left"]  # ("13 are left": the one verb phrase a count may end with)
-    return (len(words) <= TAIL_WORDS and all(_WORD.fullmatch(w) for w in words) and not _PRONOUN.search(tail)
+    tokens = _tail_clause(tokens)
+    if tokens is None:
+        return False
+    return (len(words) <= TAIL_WORDS and all(_WORD.fullmatch(w) for w in words)
+            and not _PRONOUN.search(_OBJECT_PRONOUN.sub(" ", tail))
             and not _JOINER.search(tail) and all(m[1].lower() in LY_NOUNS for m in _LY.finditer(tail))
             and _np([t for t in tokens if t not in ("/", "·", "⋅", ".")]))  # (the closed classes: "13 nope", "13 idk")
 

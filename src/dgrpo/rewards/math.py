@@ -43,6 +43,9 @@ _OPERATOR = re.compile(r"\b(?:times|plus|minus|negative|divided|by|over|x|of|per
                        r"difference|frac|cdot)\b", re.IGNORECASE)
 MAX_WRITINGS = 3  # times one answer may write its value ("13 cows, i.e. 13 or 13.0")
 _ALTERNATIVE = re.compile(r"\b(?:or|either)\b", re.IGNORECASE)
+# A number joined to a variable or a term ("1+x", "3 - x", "1/2 +"): a hedge after a number answer ("13+",
+# "13 - x"), but a term of a symbolic answer, one expression that math-verify compares with the oracle.
+_TERM = re.compile(r"\d\s*(?:\+|[-*/^]\s*[^\W\d_])")
 _TUPLE = re.compile(rf"\s*[(\[]?\s*(?:{LITERAL.pattern})(?:\s*[,;]\s*(?:{LITERAL.pattern.replace('?P<', '?P<t_')}))+\s*[)\]]?\s*")
 
 
@@ -163,7 +166,8 @@ def answers_match(predicted: str, oracle: str) -> bool:
     if not expected:
         raise ValueError(f"oracle answer {oracle!r} is not a number")
     own = qualifiers(oracle) | {m[0].lower() for m in _HEDGE.finditer(plain(oracle))}  # ("$\\sqrt{2}$", "$\\pi$")
-    extra = qualifiers(predicted) | {m[0].lower() for m in _HEDGE.finditer(plain(predicted))}
+    extra = {q for q in qualifiers(predicted) if not _TERM.fullmatch(q)}  # ("$1+x$" = "$x+1$": a sum, r34f)
+    extra |= {m[0].lower() for m in _HEDGE.finditer(plain(predicted))}
     if extra - own or _spans_differ(predicted) or not _one_expression(predicted):
         return False
     pred = parse(predicted, parsing_timeout=_timeout())

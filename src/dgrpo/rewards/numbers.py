@@ -90,7 +90,7 @@ _APPROX = (r"estimat\w*|est\b\.?|appr\b\.?|apx|approx\w*|ballpark|close\s+to|nea
            r"shy\s+of|short\s+of|c\.(?=\s*[-+$\d.])|ca\.|some(?=\s+[-+$\d.])|round(?:ed|ing)?\b|"
            r"i\s+(?:think|believe|suppose|reckon|assume)\b|tentative|provisional|unconfirmed|unverified|doubtful|"
            r"questionable|preliminary|guesstimat\w*|in\s+theory|theoretically|hmm+\b|uhm*\b|umm+\b|give\s*/\s*take|"
-           r"right\s*[?.!]*\s*\Z")
+           r"right\s*[?.!]*\s*\Z|rough\b")  # (seventh review, r34f: "13 (rough)", "Rough total: 13")
 # Every mathematical symbol (Unicode category Sm) is a relation or an operator on the number ("≳13",
 # "⋝13", "≫13", "n ⪯ 13"), except those an answer writes plainly: "=", "+" and "-" (read by the rules
 # above), "<" and ">" (a tag's leftover, read above), "×", "÷", "/", "⋅", "∙", "∗", the fraction slash.

@@ -119,11 +119,16 @@ def disk_full_error(folder: Path, needed: int, previous: bool = True) -> Checkpo
 
 def disk_full_after_save(err: OSError, run_dir: Path | None) -> str:
     """The one line for a write that ran out of space outside a checkpoint save (a plot, a log line):
-    the file, the run folder, what to free, and that the last checkpoint is kept."""
+    the file, the run folder, what to free, and that the last checkpoint is kept (or, before the run's
+    first checkpoint, that the run starts again: ``dgrpo resume`` has nothing to resume)."""
     where = err.filename or run_dir or "a file"
     folder = run_dir or (Path(err.filename).parent if err.filename else None)
+    saved = folder is not None and ((Path(folder) / "checkpoint" / "state.json").exists()
+                                    or any((Path(folder) / "checkpoint").glob("node*/state.json")))
     tail = (f"; free space on the file system of {folder} (old runs, caches), then `dgrpo resume {folder}` "
             f"continues it from its last checkpoint (a run whose rounds are all done needs no resume: `dgrpo report "
-            f"{folder}` draws its figures)" if folder is not None else
+            f"{folder}` draws its figures)" if saved else
+            f"; free space on the file system of {folder} (old runs, caches), then delete {folder} and run again with "
+            f"the same name: no checkpoint was saved yet, so there is nothing to resume" if folder is not None else
             "; free space on that file system (old runs, caches)")
     return f"{where}: the disk is full ({err.strerror or 'No space left on device'}) while writing the run's files{tail}"

@@ -10,7 +10,9 @@ found::
     lead   := prefix* (label [":"] | np "=" | clause)?   (the grammar of :func:`lead_allowed`, comment below)
     value  := the number, written at most 3 times (one_number's gap rule between the writings)
     tail   := closing marks ($ % € £ ° ) ] } " ' ” ’ *), then a noun phrase of at most TAIL_WORDS words
-              (letters, hyphens, apostrophes, a unit's "/" "·", abbreviation dots), then final . ! and marks
+              (letters, hyphens, apostrophes, a unit's "/" "·", abbreviation dots), then final . ! and marks;
+              the noun phrase may stand in brackets ("13 (apples)") and hold one copula clause naming the answer
+              ("13 is the answer") or a place ("13 students are in the class"), r34f (:func:`_tail_clause`)
 
 Every token must have a place (sixth review, r34e: the lead had been judged by its last word, so ``It might
 be 13`` was paid). A word is refused because no slot takes it: a modal, a negation, an auxiliary out of

@@ -261,7 +261,8 @@ class Run:
 
 
 def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
-    """Set up a run: seed, threads, transport, run dir, task, swarm, metrics logger.
+    """Set up a run: seed, threads, transport, run dir, task, swarm, metrics logger. An ``eval.n_prompts``
+    over the task's validation prompts is one warning line naming both numbers (the evaluations use them all).
 
     A new run's directory is named once for every process (the transport agrees on the name).
     """
@@ -274,6 +275,9 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
         claim(run_dir)  # a resumed run: no second process may resume or run it at the same time
     try:
         task = build_task(cfg)
+        if transport.is_main and cfg.eval.n_prompts > len(task.val):  # (the evaluations cut it: say so once)
+            log.warning("eval.n_prompts=%d but the task has only %d validation prompts: each evaluation uses those %d",
+                        cfg.eval.n_prompts, len(task.val), len(task.val))
         swarm = build_swarm(cfg, task, transport.local_nodes)
         swarm.protocol = build_protocol(cfg, task, transport, run_dir)
         transport.check_startup(swarm.protocol, cfg.swarm.startup_timeout_s)  # distributed: ranks sign what they run with

@@ -17,6 +17,7 @@ def reward(answer: str, gold: str = "13") -> float:
     "They paid $13 for it.",  # "it" the object of a preposition
     "13 students are in the class.",  # a noun, a copula, a place
     "13 (apples)",  # a unit in brackets, as "13 apples"
+    "Thirteen (13)", "13 (thirteen)", "The answer is thirteen (13).",  # one value in words and digits
 ])
 def test_one_value_with_words_around_it_is_paid(answer):
     assert reward(answer) == 1.0
@@ -27,10 +28,20 @@ def test_one_value_with_words_around_it_is_paid(answer):
     "13 is a possible answer", "13 is the closest answer", "13 is the wrong answer", "13 is not the answer",
     "13 is the answer I think", "13 is the answer, probably", "13 is in the range", "13 is close",
     "13 for it, I think", "13 (rounded)", "13 (maybe)", "13 (or 14)", "13 (I think)",
+    "fourteen (13)", "13 (fourteen)", "13 (thirteen or fourteen)", "thirteen or fourteen (13)", "13 (thirteen)?",
+    "13 (thirteen) or 14", "thirteen",  # words of another value, a hedge, words alone
     "13 (rough)", "Rough total: 13", "The rough answer is 13",  # (brackets read as "13 rough": "rough" approximates)
 ])
 def test_the_new_forms_do_not_let_hedges_through(answer):
     assert reward(answer) == 0.0
+
+
+@pytest.mark.parametrize(("answer", "gold", "want"), [
+    ("Forty-five (45) cows", "45", 1.0), ("one hundred and twenty (120)", "120", 1.0),
+    ("-13 (thirteen)", "-13", 0.0),  # (-13 written, thirteen said: two values)
+])
+def test_a_number_restated_in_words_is_paid_only_when_the_words_spell_it(answer, gold, want):
+    assert reward(answer, gold) == want
 
 
 @pytest.mark.parametrize(("answer", "gold"), [

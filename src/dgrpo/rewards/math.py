@@ -22,7 +22,7 @@ from fractions import Fraction
 
 from dgrpo.rewards.answer_form import lead_allowed, tail_allowed, well_formed
 from dgrpo.rewards.format import format_reward, parse_completion
-from dgrpo.rewards.numbers import LITERAL, MAX_DIGITS, hedged, numbers_in, plain, qualifiers, read
+from dgrpo.rewards.numbers import LITERAL, MAX_DIGITS, hedged, numbers_in, plain, qualifiers, read, unrestated
 
 __all__ = ["MAX_DIGITS", "answers_match", "math_reward", "numbers_in", "one_number", "parse_oracle",
            "shaped_math_reward"]
@@ -61,7 +61,7 @@ def one_number(text: str) -> Fraction | None:
     :data:`MAX_WRITINGS` times and with only words and separators between (``"13 - 13"``, ``"13 times
     13"``, ``"13:13"``, ``"13 or 13?"`` → None).
     """
-    text = plain(text)
+    text = unrestated(plain(text))  # ("Thirteen (13)": one value, written in words and digits)
     found = []
     for m in LITERAL.finditer(text):  # (at most one past the limit: a long list is not read to its end)
         found.append(m)

@@ -22,6 +22,8 @@ HTML character references (``&gt;13`` is ``>13``) and removes format characters 
 the text as the ASR does (:func:`dgrpo.text.fold.fold_letters`: Markdown and LaTeX as rendered, NFKC, every
 look-alike letter its ASCII skeleton, ``оver`` with a Cyrillic ``о`` is ``over``).
 Only English number words are read: ``13 oder vierzehn`` states one number (docs/rewards.md).
+:func:`unrestated` reads a whole number restated in words in brackets as one value when the words spell it
+(``Thirteen (13)``, ``13 (thirteen)``; ``fourteen (13)`` stays two).
 """
 
 from __future__ import annotations
@@ -181,6 +183,39 @@ def read(m: re.Match) -> Fraction | None:
             return None
         value /= den
     return -value if m["sign"] == "-" else value
+
+
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+         "seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_NUMBER_WORD = r"(?:[a-z]+teen|zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|" \
+               r"fifty|sixty|seventy|eighty|ninety|hundred)"
+_SPELLED = rf"\b{_NUMBER_WORD}(?:[\s-]+(?:and\s+)?{_NUMBER_WORD})*"
+# A whole number restated in words in brackets, either way round (seventh review, r34f): "Thirteen (13)",
+# "13 (thirteen)". Kept only when the words spell the digits' value (:func:`spelled`), then read as the digits.
+_RESTATED = re.compile(rf"(?P<w1>{_SPELLED})\s*\(\s*(?P<n1>(?<![\d.,])\d{{1,3}}(?![\d.,]))\s*\)"
+                       rf"|(?P<n2>(?<![\d.,+-])\d{{1,3}}(?![\d.,]))\s*\(\s*(?P<w2>{_SPELLED})\s*\)", re.IGNORECASE)
+
+
+def spelled(n: int) -> str:
+    """``n`` (0 to 999) in English words, British "and" left out: 13 → ``"thirteen"``, 45 → ``"forty five"``,
+    120 → ``"one hundred twenty"``."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + (f" {_ONES[n % 10]}" if n % 10 else "")
+    return f"{_ONES[n // 100]} hundred" + (f" {spelled(n % 100)}" if n % 100 else "")
+
+
+def unrestated(text: str) -> str:
+    """``text`` with each whole number that is restated in words in brackets written once, as digits
+    (``"Thirteen (13)"``, ``"13 (thirteen)"`` → ``"13"``); a restatement of another value stays (``"fourteen
+    (13)"``: two values, refused by the one-answer rule)."""
+    def one(m: re.Match) -> str:
+        words, digits = (m["w1"], m["n1"]) if m["w1"] else (m["w2"], m["n2"])
+        said = " ".join(w for w in re.split(r"[\s-]+", words.lower()) if w != "and")
+        return digits if said == spelled(int(digits)) else m[0]
+    return _RESTATED.sub(one, text)
 
 
 _CANONICAL = {"\\sqrt": "√", "sqrt": "√", "root": "√", "\\pi": "π", "pi": "π", "\\infty": "∞", "infinity": "∞"}

@@ -77,7 +77,7 @@ def test_forged_broken_unsigned_and_foreign_run_messages_are_refused_and_attribu
                    ("signature: no roster key verifies it", None),
                    ("signature: unsigned message", None),
                    ("signature: no roster key verifies it", None),
-                   ("run: signed for another run or config ('run-b|fp0')", 1)]
+                   ("run: signed for another run, config or launch ('run-b|fp0')", 1)]
 
 
 def test_a_signed_message_replayed_in_a_later_round_is_refused(task, model, tokenizer):

@@ -4,8 +4,8 @@ Every node holds an Ed25519 key pair (RFC 8032, through ``cryptography``); the r
 public key and is fixed before round 0 (a file written by ``dgrpo keys`` for a deployment, fresh keys
 made in the process for in-process runs). A message is signed over :func:`signed_bytes`: a canonical
 JSON encoding of every field of the message (text and token ids through their SHA-256) together with
-the run context (run id and config fingerprint), so a signature is valid for one message of one run
-only. Receivers verify it before anything else (:meth:`SignatureVerifier.identify`); the sender is the node
+the run context (run id, config fingerprint and, once the run has started, the launch id), so a signature
+is valid for one message of one launch of one run only. Receivers verify it before anything else (:meth:`SignatureVerifier.identify`); the sender is the node
 whose roster key verifies the signature, never the message's ``node`` field nor the transport.
 
 Every signed thing has exactly one accepted encoding (issue 31): a signature is 128 lower-case hex
@@ -88,9 +88,12 @@ def message_digest(msg: Message) -> str:
     return hashlib.sha256(signed_bytes(msg)).hexdigest()
 
 
-def run_context(run_id: str, config_fingerprint: str) -> str:
-    """The run context every message of a run is signed for."""
-    return f"{run_id}|{config_fingerprint}"
+def run_context(run_id: str, config_fingerprint: str, launch: str = "") -> str:
+    """The run context every message of a run is signed for: ``<run id>|<config fingerprint>``, and with
+    ``launch`` (the transport's launch id, :meth:`dgrpo.transports.base.Transport.check_startup`)
+    ``<run id>|<config fingerprint>|<launch>``, so a rerun or resume of the same name and config signs
+    for another context than any earlier launch (issue 31)."""
+    return f"{run_id}|{config_fingerprint}" + (f"|{launch}" if launch else "")
 
 
 # ---------------------------------------------------------------------- keys and roster
@@ -269,7 +272,7 @@ class SignatureVerifier:
         if signer is None:
             return None, "signature: no roster key verifies it"
         if msg.context != self.context:  # before identity: the key may have been another node's there
-            return signer, f"run: signed for another run or config ({msg.context[:60]!r})"
+            return signer, f"run: signed for another run, config or launch ({msg.context[:90]!r})"
         if signer != msg.node:
             return signer, f"identity: claims node {msg.node} but is signed by node {signer}"
         return signer, None

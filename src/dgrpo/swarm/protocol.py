@@ -248,6 +248,15 @@ class Protocol:
     bans: BanList = field(default_factory=BanList)
     homogeneous: bool = False
 
+    def bind_launch(self, launch: str) -> None:
+        """From now on sign and verify for this launch only: the run context ``<name>|<fp>`` becomes
+        ``<name>|<fp>|<launch>`` (:func:`dgrpo.swarm.identity.run_context`), so a message an earlier
+        launch of the same run signed (a rerun, a resume) is refused as ``run``: dropped, no strike.
+        ``launch``: the transport's launch id (:meth:`dgrpo.transports.base.Transport.check_startup`)."""
+        if self.verifier is not None and launch:
+            self.verifier.context = f"{self.verifier.context}|{launch}"
+            self.signers = {n: s.for_context(self.verifier.context) for n, s in self.signers.items()}
+
     def length_reason(self, own_tokenizer: bool, claimed: int, used: int) -> str | None:
         """The length rule: at most max_new_tokens completion tokens (foreign tokenizers: see the config)."""
         limit = self.max_new_tokens

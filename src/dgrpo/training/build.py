@@ -280,7 +280,8 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
                         cfg.eval.n_prompts, len(task.val), len(task.val))
         swarm = build_swarm(cfg, task, transport.local_nodes)
         swarm.protocol = build_protocol(cfg, task, transport, run_dir)
-        transport.check_startup(swarm.protocol, cfg.swarm.startup_timeout_s)  # distributed: ranks sign what they run with
+        # distributed: ranks sign what they run with; every transport: messages are signed for this launch only
+        swarm.protocol.bind_launch(transport.check_startup(swarm.protocol, cfg.swarm.startup_timeout_s))
     except BaseException:
         if fresh and not (run_dir / "metrics.jsonl").exists():  # nothing was run: leave no empty run directory
             shutil.rmtree(run_dir, ignore_errors=True)

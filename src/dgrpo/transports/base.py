@@ -75,11 +75,17 @@ class Transport(Protocol):
             Elsewhere: None (after posting this process's payload).
         """
 
-    def check_startup(self, protocol, timeout_s: float) -> None:
+    def check_startup(self, protocol, timeout_s: float) -> str:
         """Before round 0: stop the run (one line naming the rank) when the values every process must
         share (run context, roster, honest nodes) differ between processes. A transport whose peers
         cannot show each other different values (in-process) or that checks them at launch (hivemind,
-        :mod:`dgrpo.transports.dht.launch`) does nothing here.
+        :mod:`dgrpo.transports.dht.launch`) checks nothing here.
+
+        Returns:
+            this launch's id: a value every process of the launch holds and no single process chose
+            (in-process: 32 fresh random hex digits; distributed: the SHA-256 of every rank's signed launch
+            nonce; hivemind: the launch id, a hash of every initial node's hello nonce). Messages are
+            signed for it (:meth:`dgrpo.swarm.protocol.Protocol.bind_launch`).
 
         Raises:
             PeerFailure: a peer's values differ or do not verify (distributed).

@@ -44,6 +44,7 @@ the quorum) and :class:`~dgrpo.transports.storewait.StoreExchange` (post, collec
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import logging
 import os
@@ -155,7 +156,7 @@ class DistributedTransport:
         log.info("node %d of %d joined (backend %s)", rank, world, backend)
         return transport
 
-    def check_startup(self, protocol, timeout_s: float) -> None:
+    def check_startup(self, protocol, timeout_s: float) -> str:
         """Once the keys exist: every rank signs what it runs with (run context, hence the run name and
         config; the roster; the honest nodes) and checks everyone's against its own, so a value a rank
         overwrote in the store stops the run here instead of splitting the swarm.
@@ -163,6 +164,11 @@ class DistributedTransport:
         Args:
             protocol: the run's :class:`~dgrpo.swarm.protocol.Protocol` (this node's signer, the roster).
             timeout_s: seconds to wait for every rank's record (``swarm.startup_timeout_s``).
+
+        Returns:
+            the launch id: SHA-256 (32 hex digits) of every rank's launch nonce from its signed start-up
+            record, in rank order (every rank holds the same records once the check passes; no rank
+            chooses it alone).
 
         Raises:
             PeerFailure: a rank's record does not verify under its roster key, or its values differ
@@ -177,6 +183,8 @@ class DistributedTransport:
         records = self.gather_values("startup", self.signed_store.startup_record(values), timeout_s=timeout_s)
         chan.frozen = True
         self.signed_store.check_records(values, records)
+        nonces = self.signed_store.nonces
+        return hashlib.sha256("|".join(f"{n}:{nonces[n]}" for n in sorted(nonces)).encode()).hexdigest()[:32]
 
     def _refuse(self, node: int, reason: str) -> None:
         """Record a refusal under ``node`` in this all-gather's :attr:`rejected` (peers.jsonl)."""

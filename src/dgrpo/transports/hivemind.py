@@ -350,8 +350,8 @@ class HivemindTransport:
         """The payloads every peer's view lists alike (:func:`dgrpo.transports.dht.commit.commit`)."""
         return dht_commit.commit(self, round_idx, payloads)
 
-    def check_startup(self, protocol, timeout_s: float) -> None:
-        pass  # the run's agreed settings are checked at launch (dgrpo.transports.dht.launch)
+    def check_startup(self, protocol, timeout_s: float) -> str:
+        return self.run_id  # the run's agreed settings are checked at launch (dgrpo.transports.dht.launch)
 
     # ------------------------------------------------------------------ shutdown
     def close(self, wait: bool = True) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Iterable
 
 from dgrpo.registry import register
@@ -39,8 +40,8 @@ class InProcessTransport:
     def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
         return {}
 
-    def check_startup(self, protocol, timeout_s: float) -> None:
-        pass  # one process: its nodes share one config by construction
+    def check_startup(self, protocol, timeout_s: float) -> str:
+        return secrets.token_hex(16)  # one process: its nodes share one config by construction; a fresh launch id
 
     def close(self) -> None:
         pass

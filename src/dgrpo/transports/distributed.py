@@ -44,7 +44,6 @@ the quorum) and :class:`~dgrpo.transports.storewait.StoreExchange` (post, collec
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import logging
 import os
@@ -166,9 +165,8 @@ class DistributedTransport:
             timeout_s: seconds to wait for every rank's record (``swarm.startup_timeout_s``).
 
         Returns:
-            the launch id: SHA-256 (32 hex digits) of every rank's launch nonce from its signed start-up
-            record, in rank order (every rank holds the same records once the check passes; no rank
-            chooses it alone).
+            the launch id (:meth:`SignedStore.launch_id`: of every rank's signed launch nonce; every
+            rank holds the same records once the check passes, and no rank chooses it alone).
 
         Raises:
             PeerFailure: a rank's record does not verify under its roster key, or its values differ
@@ -183,8 +181,7 @@ class DistributedTransport:
         records = self.gather_values("startup", self.signed_store.startup_record(values), timeout_s=timeout_s)
         chan.frozen = True
         self.signed_store.check_records(values, records)
-        nonces = self.signed_store.nonces
-        return hashlib.sha256("|".join(f"{n}:{nonces[n]}" for n in sorted(nonces)).encode()).hexdigest()[:32]
+        return self.signed_store.launch_id()
 
     def _refuse(self, node: int, reason: str) -> None:
         """Record a refusal under ``node`` in this all-gather's :attr:`rejected` (peers.jsonl)."""

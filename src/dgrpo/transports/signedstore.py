@@ -20,6 +20,7 @@ verify (review r31c F4).
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 import re
@@ -196,6 +197,15 @@ class SignedStore:
             raise PeerFailure(f"{'; '.join(p for p in parts if p)}: a rank wrote over another's start-up values in "
                               "the store (or the ranks were started differently); stopping before round 0 rather "
                               "than splitting the swarm")
+
+    def launch_id(self) -> str:
+        """This launch's id: SHA-256 (first 32 hex digits) of ``node:nonce`` of every rank's launch nonce
+        (:attr:`nonces`, from the signed start-up records), in rank order. Every rank that passed
+        :meth:`check_records` holds the same nonces, so the same id; one rank's fresh nonce makes
+        another id, so no rank chooses it alone and no two launches share it. The run's messages are
+        signed for it (:meth:`dgrpo.swarm.protocol.Protocol.bind_launch`)."""
+        text = "|".join(f"{n}:{self.nonces[n]}" for n in sorted(self.nonces))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     # ------------------------------------------------------------------ leave marks
     def status(self, tag: str, peer: int, deadline: float) -> str | None:

@@ -51,8 +51,14 @@ def receive(swarm, policy, messages, round_idx, carried=None):
 
 
 # ---------------------------------------------------------------------- must-have 1: one spelling
+def _one_letter_upper(s: str) -> str:
+    """The first hex letter in upper case (``s[:10].upper()`` was a no-op when the first 10 hex digits were
+    all digits, ~0.9 % of signatures: a flaky case)."""
+    return re.sub("[a-f]", lambda c: c.group().upper(), s, count=1)
+
+
 @pytest.mark.parametrize("spell", [str.upper, lambda s: "0x" + s, lambda s: s + "\n", lambda s: " " + s[1:],
-                                   lambda s: s[:-2], lambda s: s + "00", lambda s: s[:10].upper() + s[10:]])
+                                   lambda s: s[:-2], lambda s: s + "00", _one_letter_upper])
 def test_a_signature_in_any_other_spelling_is_malformed_and_never_verified(task, model, tokenizer, spell):
     swarm, policy, keys, out = four(task, model, tokenizer)
     m = out[0][0]

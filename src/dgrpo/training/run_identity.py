@@ -47,12 +47,27 @@ def trajectory(config: dict) -> dict:
     return data
 
 
+def data_digests(config: dict) -> dict[str, str | None]:
+    """SHA-256 (hex) of each data file the task reads (``task.<field>`` ending in ``path``, read from the
+    working directory as the run reads it); None for a file that is not there. A config names its files by
+    path, so the same config resumed from another folder could read other files under the same names."""
+    out = {}
+    for key, value in sorted((config.get("task") or {}).items()):
+        if key.endswith("path") and isinstance(value, str) and value:
+            try:
+                out[f"task.{key}"] = hashlib.sha256(Path(value).read_bytes()).hexdigest()
+            except OSError:
+                out[f"task.{key}"] = None
+    return out
+
+
 def identity(config: dict, next_round: int) -> dict:
     """What a checkpoint records of its run: the trajectory config, its hash, the seed and the round,
-    and (outside the hash, checked by :func:`check_place`) the run's ``name`` and ``out_dir``."""
+    the digests of the task's data files (:func:`data_digests`), and (outside the hash, checked by
+    :func:`check_place`) the run's ``name`` and ``out_dir``."""
     data = trajectory(config)
     return {"config_sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest(),
-            "seed": config.get("seed"), "round": next_round, "config": data,
+            "seed": config.get("seed"), "round": next_round, "config": data, "data": data_digests(config),
             "name": config.get("name"), "out_dir": config.get("out_dir")}
 
 
@@ -128,6 +143,7 @@ def check_identity(path: Path, saved, config: dict, next_round: int) -> None:
                               "the state was edited: restore it, or resume from another checkpoint")
     now = identity(config, next_round)
     if now["config_sha256"] == saved["config_sha256"] and now["seed"] == saved.get("seed"):
+        _check_data(path, saved.get("data"), now["data"], config)
         return
     before, after = _flat(saved["config"]), _flat(now["config"])
     diff = [f"{k}: {before.get(k, '(unset)')!r} at the save, {after.get(k, '(unset)')!r} now"
@@ -135,6 +151,20 @@ def check_identity(path: Path, saved, config: dict, next_round: int) -> None:
     raise CheckpointError(f"{path}: saved by another run ({'; '.join(diff[:4]) or 'another config'}"
                           f"{f'; {len(diff) - 4} more' if len(diff) > 4 else ''}): resume it with the config it was saved "
                           "with (its config.yaml), or start a new run")
+
+
+def _check_data(path: Path, saved, now: dict, config: dict) -> None:
+    """Refuse a resume whose task data files differ from those the run read (a state saved before dgrpo
+    recorded them is not checked)."""
+    if not isinstance(saved, dict):
+        return
+    for field, digest in saved.items():
+        if now.get(field) != digest:
+            value = (config.get("task") or {}).get(field.removeprefix("task."))
+            what = ("is not there" if now.get(field) is None else
+                    f"holds other content than the run read (sha256 {str(digest)[:12]}… when {path} was saved)")
+            raise CheckpointError(f"{field}: {value!r}, read from {Path.cwd()}, {what}: resume from the folder the "
+                                  f"run started in, or set {field} to the file the run read")
 
 
 def read_state(path: Path, rounds: int | None = None, config: dict | None = None, run_dir: Path | None = None) -> dict:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 def record_views(path: str) -> None:
     """Write, per all-gather, the messages this rank's transport hands its swarm (after the relays' merge):
-    one JSON list of [node, index, sha256 of the message's JSON without its signature (fresh keys each
-    run)] a line (views)."""
+    one JSON list of [node, index, sha256 of the message's JSON without its signature and context (fresh keys
+    and a fresh launch id each run)] a line (views)."""
     import hashlib
 
     from dgrpo.transports.distributed import DistributedTransport
@@ -24,7 +24,7 @@ def record_views(path: str) -> None:
     def all_gather(self, local):
         out = original(self, local)
         rows = sorted([m.node, m.index, hashlib.sha256(json.dumps(
-            {k: v for k, v in m.to_dict().items() if k != "signature"}, sort_keys=True).encode()).hexdigest()]
+            {k: v for k, v in m.to_dict().items() if k not in ("signature", "context")}, sort_keys=True).encode()).hexdigest()]
                       for m in out)
         with open(path, "a") as f:
             f.write(json.dumps(rows) + "\n")

@@ -133,8 +133,8 @@ def check_identity(path: Path, saved, config: dict, next_round: int) -> None:
         next_round: the round the state says it holds.
 
     Raises:
-        CheckpointError: no identity recorded, another seed or config (the differing fields named), or
-            a round that is not the recorded one.
+        CheckpointError: no identity recorded, another seed or config (the differing fields named), a
+            round that is not the recorded one, or a task data file whose content is not the one recorded.
     """
     if not (isinstance(saved, dict) and isinstance(saved.get("config"), dict) and isinstance(saved.get("config_sha256"), str)):
         raise CheckpointError(f"{path}: records no run identity (written by an older dgrpo); it cannot be tied to this run")

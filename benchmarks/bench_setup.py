@@ -46,3 +46,16 @@ def group_requests(problems: list, group: int) -> tuple[list, list[int]]:
 
     reqs = [p for p in problems for _ in range(group)]
     return reqs, [completion_seed(0, 0, 0, p.prompt_id, i) for i, p in enumerate(reqs)]
+
+
+def bench_parser(doc: str | None, prompts: int, group: int, max_new_tokens: int, threads: int):
+    """An argument parser with the options every round-shaped benchmark takes: ``--prompts``, ``--group``
+    (completions per prompt), ``--max-new-tokens`` and ``--threads`` (torch threads), at these defaults."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=prompts)
+    parser.add_argument("--group", type=int, default=group)
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    parser.add_argument("--threads", type=int, default=threads)
+    return parser

@@ -44,7 +44,6 @@ JSON object; ``--out`` writes it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import statistics
@@ -52,7 +51,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_setup import arithmetic_bench, group_requests
+from bench_setup import arithmetic_bench, bench_parser, group_requests
 
 VARIANTS = {  # which speed-ups are on, added one at a time
     "before": dict(cache=False, onednn=False, attention=False, prefix=False, packing=False, shared=False),
@@ -136,11 +135,7 @@ def top_ops(prof, n: int = 10) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
+    parser = bench_parser(__doc__, prompts=4, group=8, max_new_tokens=64, threads=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", type=int, nargs="*", default=[8, 16, 32, 64, 128, 256])
     parser.add_argument("--update-repeats", type=int, default=3)

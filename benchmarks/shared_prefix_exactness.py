@@ -16,13 +16,12 @@ occasional one-ulp flips of that rounding). Prints one JSON object; ``--out`` wr
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 from pathlib import Path
 
 import torch
-from bench_setup import arithmetic_bench, group_requests
+from bench_setup import arithmetic_bench, bench_parser, group_requests
 
 
 def one_update(model, rollouts, eos: int, pad: int, shared: bool) -> dict:
@@ -69,11 +68,7 @@ def compare(a: dict, b: dict) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
+    parser = bench_parser(__doc__, prompts=4, group=8, max_new_tokens=64, threads=2)
     parser.add_argument("--float64", action="store_true", help="also both ways in float64")
     parser.add_argument("--out")
     args = parser.parse_args()

@@ -23,12 +23,12 @@ Prints one JSON object (ms per completion, proof size in base64 characters, hone
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
 import torch
+from bench_setup import bench_parser
 
 
 def _best(fn, repeats: int) -> tuple[float, object]:
@@ -66,12 +66,8 @@ def _edits(policy, defense, groups) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__, prompts=8, group=8, max_new_tokens=32, threads=1)
     parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--edits", action="store_true", help="also measure what passes under the honest proofs")
     parser.add_argument("--out")

@@ -182,3 +182,40 @@ def connection_flood(victim: str, seconds: str = "15") -> None:
         return original(self, tag, payload, framed)
 
     DistributedTransport.post = post
+
+
+def startup_junk(victim: str, wipe: str = "") -> None:
+    """``startjunk:R:V[:wipe]``: this rank's server serves junk as its start-up record to node V only (the others
+    get its genuine one), so node V's start-up check fails alone while the others pass (issue 31: before, node V
+    never bound the launch, its leave marks verified for nobody, and its peers waited out timeout_s and called
+    it silent). ``wipe``: from then on this rank also deletes node V's stop notice from the store every
+    millisecond for 30 s."""
+    import os
+    import threading
+    import time
+
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.check_startup
+
+    def wiper():
+        import torch.distributed as dist
+
+        store = dist.PrefixStore("dgrpo", dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                                        is_master=False))
+        end, deleted = time.monotonic() + 30, 0
+        while time.monotonic() < end:
+            deleted += bool(store.delete_key(f"stop/{victim}"))
+            if deleted == 1:
+                print(f"rank {os.environ['RANK']}: deleted stop/{victim}", flush=True)
+                deleted += 1
+            time.sleep(0.001)
+
+    def check_startup(self, protocol, timeout_s):
+        key = f"startup/data/{self.rank}"
+        self.chan.hook = lambda k, reader: b'{"values": {}, "nonce": "junk"}' if k == key and reader == victim else None
+        if wipe:
+            threading.Thread(target=wiper, daemon=True).start()
+        return original(self, protocol, timeout_s)
+
+    DistributedTransport.check_startup = check_startup

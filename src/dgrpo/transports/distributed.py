@@ -180,7 +180,11 @@ class DistributedTransport:
                   "servers": {str(k): chan.address_of(k) for k in range(self.world_size) if k in self.alive}}
         records = self.gather_values("startup", self.signed_store.startup_record(values), timeout_s=timeout_s)
         chan.frozen = True
-        self.signed_store.check_records(values, records)
+        try:
+            self.signed_store.check_records(values, records)
+        except PeerFailure as err:  # (never bound to the launch: its leave marks would verify for nobody; its
+            chan.announce_stop(str(err))  # notice is signed for its server's launch, which its peers proved)
+            raise
         return self.signed_store.launch_id()
 
     def _refuse(self, node: int, reason: str) -> None:
@@ -350,7 +354,7 @@ class DistributedTransport:
     def _exit(self) -> None:
         """At interpreter exit without :meth:`close` (an error): mark this node's next exchanges
         failed so peers stop waiting for it at once instead of after the timeout."""
-        if self._closed:
+        if self._closed or self.chan.stopped:  # (a start-up stop: its peers hold its signed notice instead)
             return
         self._closed = True
         nxt = 0 if self._last_round is None else self._last_round + 1

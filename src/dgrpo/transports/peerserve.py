@@ -32,12 +32,12 @@ import http.client
 import json
 import logging
 import os
-import secrets
 import socket
 import threading
 import time
 from urllib.parse import quote, unquote
 
+from dgrpo.transports.peeraddr import AddressKeys, answers, launch_nonce, launch_time, read_address  # noqa: F401
 from dgrpo.transports.peerhttp import BoundedServer
 
 _CHUNK = 1 << 16
@@ -54,6 +54,8 @@ def _respond(chan: "PeerChannel"):
         value = None if key is None else chan.serve(key, headers.get("x-dgrpo-reader", ""))
         if "x-dgrpo-addr" in headers:
             chan.offer(headers.get("x-dgrpo-reader", ""), headers["x-dgrpo-addr"])
+        if "x-dgrpo-stop" in headers:
+            chan.told_stop(headers.get("x-dgrpo-reader", ""), headers["x-dgrpo-stop"])
         return (404, b"") if value is None else (200, value)
 
     return respond
@@ -70,107 +72,6 @@ def local_host() -> str:
             return s.getsockname()[0]
     except OSError:
         return "127.0.0.1"
-
-
-class AddressKeys:
-    """Signs this rank's server address and checks its peers' (issue 31: nothing read from the store is
-    trusted unsigned).
-
-    Args:
-        rank: this node; key: its Ed25519 private key; roster: the run's
-            :class:`~dgrpo.swarm.identity.Roster`; bound: what every record is bound to (the config
-            fingerprint: a record of another config does not verify).
-
-    A record is ``{"addr": "host:port", "nonce": 32 hex digits, "sig": 128 hex digits}``, the signature over
-    ``dgrpo/addr|{node}|{addr}|{nonce}|{bound}``; ``nonce`` is drawn fresh by each server (process), so a
-    reader can tell a record of this launch from one kept from an earlier run: only the server that drew
-    it answers a challenge with it, signed (:meth:`hello`, review r31c F3).
-    """
-
-    def __init__(self, rank: int, key, roster, bound: str):
-        self.rank, self.key, self.roster, self.bound = rank, key, roster, bound
-
-    def _text(self, node: int, addr: str) -> bytes:
-        return self._bound(f"addr|{node}|{addr}")
-
-    def _bound(self, what: str) -> bytes:
-        return f"dgrpo/{what}|{self.bound}".encode()
-
-    def record(self, addr: str, nonce: str = "") -> bytes:
-        return json.dumps({"addr": addr, "nonce": nonce,
-                           "sig": self.key.sign(self._text(self.rank, f"{addr}|{nonce}")).hex()}).encode()
-
-    def hello(self, nonce: str, challenge: str) -> bytes:
-        """This rank's answer to a reader's ``challenge``: its signature of its server's ``nonce`` for it."""
-        return self.sign(f"hello|{self.rank}|{nonce}|{challenge}").encode()
-
-    def sign(self, what: str) -> str:
-        """This rank's signature (128 hex digits) of ``dgrpo/{what}|{bound}`` (the check-in's marks and views)."""
-        return self.key.sign(self._bound(what)).hex()
-
-    def signer(self, node: int, addr: str, sig) -> int | None:
-        """The roster node whose key signed ``addr`` as ``node``'s address (``node`` first), else None."""
-        return self.signed_by(node, f"addr|{node}|{addr}", sig)
-
-    def signed_by(self, node: int, what: str, sig) -> int | None:
-        """The roster node whose key signed ``what`` (bound as :meth:`sign` binds it; ``node``'s key tried
-        first), else None (malformed or foreign)."""
-        from cryptography.exceptions import InvalidSignature
-
-        from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
-
-        raw = canonical_hex(sig, SIGNATURE_HEX)
-        for n in [node, *sorted(set(self.roster.keys) - {node})] if raw is not None else []:
-            try:
-                self.roster.public(n).verify(raw, self._bound(what))
-                return n
-            except InvalidSignature:
-                continue
-        return None
-
-
-def read_address(keys: AddressKeys | None, owner: int, raw: bytes) -> tuple[str | None, str | None]:
-    """(``host:port|nonce``, None) from ``owner``'s record in the store, or (None, why it is refused):
-    without ``keys`` (no roster file) any well-formed record is taken."""
-    try:
-        rec = json.loads(raw)
-        addr, sig, nonce = rec["addr"], rec["sig"], rec.get("nonce", "")
-        if not isinstance(addr, str) or addr.count(":") < 1 or len(addr) > 300 or "|" in addr:
-            raise ValueError(addr)
-        if not isinstance(nonce, str) or len(nonce) > 64 or not nonce.isalnum() and nonce:
-            raise ValueError(nonce)
-    except (ValueError, KeyError, TypeError, RecursionError, AttributeError):
-        return None, f"is not a signed address record ({ascii(raw[:40])}; unsigned: its writer cannot be named)"
-    if keys is None:
-        return f"{addr}|{nonce}", None
-    by = keys.signer(owner, f"{addr}|{nonce}", sig)
-    if by == owner:
-        return f"{addr}|{nonce}", None
-    return None, (f"is signed by node {by}, not node {owner}" if by is not None else
-                  f"is not signed by node {owner} (unsigned: its writer cannot be named)")
-
-
-def answers(keys: AddressKeys, owner: int, addr: str, nonce: str, reader: int = -1) -> bool | None:
-    """Whether the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner`` (bound as
-    ``keys`` binds: its config fingerprint): True; False when nothing listens there or the answer is not
-    that; None when the server is up but did not answer (busy, timed out: proves nothing)."""
-    challenge = secrets.token_hex(16)
-    host, _, port = addr.rpartition(":")
-    try:
-        conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=2.0)
-    except ValueError:
-        return False
-    try:
-        conn.request("GET", f"/v/hello/{challenge}", headers={"X-Dgrpo-Reader": str(reader)})
-        resp = conn.getresponse()
-        sig = resp.read(256).decode(errors="replace") if resp.status == 200 else ""
-    except ConnectionRefusedError:  # nothing listens there: a record of an earlier launch (or a dead server)
-        sig = ""
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
-    finally:
-        conn.close()
-    return keys.signed_by(owner, f"hello|{owner}|{nonce}|{challenge}", sig) == owner
 
 
 class PeerChannel:
@@ -192,7 +93,9 @@ class PeerChannel:
         self.values: dict[str, bytes] = {"accuse": b""}  # (served from the start: none yet, not "gone")
         self.lock = threading.Lock()
         self.addrs: dict[int, str] = {}
-        self.offers: dict[int, dict[bytes, None]] = {}  # owner → records it pushed (offer), oldest first
+        self.offers: dict[int, tuple[int, bytes]] = {}  # owner → (its time, the newest record it pushed: offer)
+        self.stops: dict[int, str] = {}  # owner → why it stopped, as it told this server (told_stop)
+        self.stopped = False  # this rank said it stops at start-up (announce_stop)
         self.launches: dict[int, str] = {}  # owner → its server's nonce, as its server answered a challenge for it
         self.readers: dict[str, set[int]] = {}
         self.frozen = False  # after the signed start-up check: addresses are never read again
@@ -203,7 +106,7 @@ class PeerChannel:
             port = int(base) + int(os.environ.get("LOCAL_RANK", "0")) if base else 0
         self.server = BoundedServer((host, port), _respond(self))
         self.address = f"{host}:{self.server.server_address[1]}"
-        self.nonce = secrets.token_hex(16)  # this server's launch: only it answers a challenge with it, signed
+        self.nonce = launch_nonce()  # this server's launch (dated): only it answers a challenge with it, signed
         threading.Thread(target=self.server.serve_forever, name=f"dgrpo-serve-{rank}", daemon=True).start()
         self.addrs[rank], self.launches[rank] = self.address, self.nonce
         self._record = (keys.record(self.address, self.nonce) if keys else
@@ -262,7 +165,7 @@ class PeerChannel:
             except Exception:  # noqa: BLE001 - deleted meanwhile, or the store is gone
                 pass
             with self.lock:
-                pushed = list(reversed(self.offers.get(owner, {})))
+                pushed = [self.offers[owner][1]] if owner in self.offers else []
             for i, raw in enumerate(raws + pushed):
                 addr, problem = read_address(self.keys, owner, raw)
                 if addr is not None:
@@ -278,23 +181,25 @@ class PeerChannel:
         return self.addrs.get(owner)
 
     def offer(self, reader: str, raw: str) -> None:
-        """A peer's own address record, pushed in a request it sent this server (``X-Dgrpo-Addr``): kept (16
-        distinct ones per claimed owner at most, the latest first) if it verifies under that owner's key,
-        so an address kept overwritten in the store still resolves once its owner read this rank (review
-        r31c F3); whether it is of this launch is checked as a store record's is (:meth:`address_of`)."""
+        """A peer's own address record, pushed in a request it sent this server (``X-Dgrpo-Addr``), so an address
+        kept overwritten in the store still resolves once its owner read this rank (review r31c F3). Kept if it
+        verifies under that owner's key and its nonce is dated (:func:`launch_time`) no earlier than the one kept:
+        one record per owner, the newest launch's, so records of earlier launches, however many a peer holds and
+        pushes in the owner's name, never displace the owner's own (issue 31; before, the 16 latest pushes were
+        kept and 16 old ones cycled it out); whether it is of this launch is checked as a store record's is
+        (:meth:`address_of`)."""
         if self.frozen or self.keys is None or not reader.isdigit() or len(raw) > 1024:
             return
-        owner = int(reader)
+        owner, rec = int(reader), raw.encode("latin-1", "replace")
         if owner in self.addrs or owner == self.rank or owner not in self.keys.roster.keys:
             return
-        if read_address(self.keys, owner, raw.encode("latin-1", "replace"))[0] is None:
+        addr = read_address(self.keys, owner, rec)[0]
+        when = None if addr is None else launch_time(addr.rsplit("|", 1)[1])
+        if when is None:
             return
         with self.lock:
-            kept = self.offers.setdefault(owner, {})
-            kept.pop(raw.encode("latin-1", "replace"), None)
-            kept[raw.encode("latin-1", "replace")] = None
-            while len(kept) > 16:
-                kept.pop(next(iter(kept)))
+            if owner not in self.offers or when >= self.offers[owner][0]:
+                self.offers[owner] = (when, rec)
 
     def _stale(self, owner: int, addr: str, nonce: str) -> str | None:
         """None when the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner``
@@ -313,33 +218,66 @@ class PeerChannel:
                 f"{owner})")
 
     # ------------------------------------------------------------------ a start-up stop, said by the one that stops
-    def announce_stop(self, why: str) -> None:
-        """Before this rank stops at start-up: put ``why`` in the store (``stop/{rank}``), signed for this
-        server's launch, so that its peers say why it left instead of "node k sent nothing" (review r31c F3)."""
-        if self.keys is None or self.store is None:
+    def announce_stop(self, why: str, budget: float = 2.0) -> None:
+        """Before this rank stops at start-up (an exchange missed, or its start-up check failed): say ``why``,
+        signed for this server's launch, so that its peers name it and its reason at once instead of waiting and
+        calling it silent (review r31c F3, issue 31). Pushed to every peer whose server this rank resolved, in the
+        ``X-Dgrpo-Stop`` header of one request each (kept by the peer's own server, :meth:`told_stop`: nobody else
+        can delete it there), within ``budget`` seconds in all; also put in the store (``stop/{rank}``) for a
+        peer this rank cannot reach."""
+        if self.keys is None:
             return
+        self.stopped = True
         why = " ".join(str(why).split())[:600]
-        rec = {"why": why, "nonce": self.nonce, "sig": self.keys.sign(f"stop|{self.rank}|{why}|{self.nonce}")}
+        rec = json.dumps({"why": why, "nonce": self.nonce, "sig": self.keys.sign(f"stop|{self.rank}|{why}|{self.nonce}")})
+        if self.store is not None:
+            try:
+                self.store.set(f"stop/{self.rank}", rec.encode())
+            except Exception:  # noqa: BLE001 - the store is gone: the pushes still tell its peers
+                pass
+        end = time.monotonic() + budget
+        pushes = [threading.Thread(target=self.fetch, args=(n, f"stop/{self.rank}", 256, end, budget),
+                                   kwargs={"extra": {"X-Dgrpo-Stop": rec}}, daemon=True)
+                  for n in sorted(self.addrs) if n != self.rank]
+        for t in pushes:
+            t.start()
+        for t in pushes:
+            t.join(max(0.0, end - time.monotonic()))
+
+    def told_stop(self, reader: str, raw: str) -> None:
+        """A peer's stop notice pushed to this server (:meth:`announce_stop`): kept if its owner's key signed it for
+        the launch this rank proved its server has (:attr:`launches`); anything else is ignored (a notice of an
+        earlier launch, forged, or of a peer whose server this rank never resolved)."""
+        why = self._stop_text(int(reader), raw) if reader.isdigit() and len(raw) <= 4096 else None
+        if why is not None:
+            self.stops.setdefault(int(reader), why)
+
+    def _stop_text(self, owner: int, raw) -> str | None:
+        nonce = self.launches.get(owner)
+        if self.keys is None or nonce is None or owner == self.rank:
+            return None
         try:
-            self.store.set(f"stop/{self.rank}", json.dumps(rec).encode())
-        except Exception:  # noqa: BLE001 - the store is gone: its peers find that out too
-            pass
+            rec = json.loads(raw)
+            why = str(rec["why"])
+            ok = rec["nonce"] == nonce and self.keys.signed_by(owner, f"stop|{owner}|{why}|{nonce}", rec["sig"]) == owner
+        except Exception:  # noqa: BLE001 - junk
+            return None
+        return why if ok else None
 
     def stop_of(self, owner: int) -> str | None:
         """Why ``owner`` stopped at start-up, if it said so (:meth:`announce_stop`) signed for the launch whose
-        server this rank resolved; None otherwise (a notice of an earlier launch, or forged, counts for nothing)."""
-        nonce = self.launches.get(owner)
-        if self.keys is None or self.store is None or nonce is None:
+        server this rank resolved: as it told this rank's server, else from the store; None otherwise (a notice of
+        an earlier launch, or forged, counts for nothing)."""
+        if owner in self.stops:
+            return self.stops[owner]
+        if self.store is None or self.keys is None or owner not in self.launches:
             return None
         try:
             if not self.store.check([f"stop/{owner}"]):
                 return None
-            rec = json.loads(self.store.get(f"stop/{owner}")[:4096])
-            why = str(rec["why"])
-            ok = rec["nonce"] == nonce and self.keys.signed_by(owner, f"stop|{owner}|{why}|{nonce}", rec["sig"]) == owner
-        except Exception:  # noqa: BLE001 - junk, deleted meanwhile, or the store is gone
+            return self._stop_text(owner, self.store.get(f"stop/{owner}")[:4096])
+        except Exception:  # noqa: BLE001 - deleted meanwhile, or the store is gone
             return None
-        return why if ok else None
 
     def reassert(self) -> None:
         """While addresses are still read (start-up): put this rank's record back if it was overwritten or deleted."""
@@ -350,9 +288,11 @@ class PeerChannel:
         except Exception:  # noqa: BLE001 - the store is gone: its reads fail as well
             pass
 
-    def fetch(self, owner: int, key: str, cap: int, deadline: float, budget: float = 2.0) -> tuple[bytes | None, str | None]:
+    def fetch(self, owner: int, key: str, cap: int, deadline: float, budget: float = 2.0,
+              extra: dict | None = None) -> tuple[bytes | None, str | None]:
         """``owner``'s value of ``key``: (bytes, None); (None, None) not served (yet) or unreachable;
-        (None, problem) it served more than ``cap`` bytes or too slowly (``budget`` seconds at most)."""
+        (None, problem) it served more than ``cap`` bytes or too slowly (``budget`` seconds at most);
+        ``extra``: more request headers (a stop notice)."""
         if owner == self.rank:
             with self.lock:
                 return self.values.get(key), None
@@ -369,6 +309,7 @@ class PeerChannel:
             headers = {"X-Dgrpo-Reader": str(self.rank)}
             if self.keys is not None and not self.frozen:  # (its own signed record: offer)
                 headers["X-Dgrpo-Addr"] = self._record.decode()
+            headers.update(extra or {})
             conn.request("GET", "/v/" + quote(key, safe=""), headers=headers)
             resp = conn.getresponse()
             if resp.status != 200:

@@ -122,14 +122,14 @@ class StoreExchange:
                 elif problem is not None:
                     bad[peer] = problem
                     pending.remove(peer)
+                elif (why := self.chan.stop_of(peer)) is not None:  # (its leave marks may be of no launch)
+                    stopped[peer] = why
+                    pending.remove(peer)
                 elif self.store.status(tag, peer, deadline) == "left":
                     left.append(peer)
                     pending.remove(peer)
-                elif startup and (why := self.chan.stop_of(peer)) is not None:
-                    stopped[peer] = why
-                    pending.remove(peer)
             now = time.monotonic()
-            if not pending or now >= deadline or stopped:  # (start-up needs every rank: one stopped, all stop)
+            if not pending or now >= deadline or stopped and startup:  # (start-up needs every rank: one stopped, all stop)
                 break
             if now >= next_blame:  # peers others already expelled are not waited for
                 for peer in list(pending):
@@ -149,8 +149,7 @@ class StoreExchange:
             log.warning("node %d: exchange %r: node %d's server %s", self.rank, tag, peer, problem)
             self.refuse(peer, f"transport: exchange {tag!r}: {problem[:160]}")
         if stopped:  # (never "sent nothing": it said why it stopped, signed for its launch; review r31c F3)
-            raise PeerFailure("; ".join(f"node {p} stopped at start-up ({why})" for p, why in sorted(stopped.items()))
-                              + f"; node {self.rank} stops too, before round 0")
+            self._stopped(tag, stopped, startup)
         forged = [f"the server address of node {p} in the store (addr/{p}): it {self.chan.bad_addr[p]}" for p in pending
                   if p in self.chan.bad_addr and p not in self.chan.addrs]
         if forged:  # (start-up only: addresses are never read again once the ranks checked them)
@@ -166,6 +165,20 @@ class StoreExchange:
         if pending or bad:
             self._fail(pending, tag, "sent nothing", sorted(bad))
         return got
+
+    def _stopped(self, tag: str, stopped: dict[int, str], startup: bool) -> None:
+        """Peers that said they stopped at start-up (:meth:`PeerChannel.stop_of`): in a start-up exchange this rank
+        stops too; in a round (a peer whose start-up check failed after this rank's passed, issue 31) they are
+        out of the swarm at once, unaccused, and this rank stops (``abort``) or goes on without them, in one line
+        naming each and its reason."""
+        said = "; ".join(f"node {p} stopped at start-up ({why})" for p, why in sorted(stopped.items()))
+        if startup:
+            raise PeerFailure(f"{said}; node {self.rank} stops too, before round 0")
+        for peer in stopped:
+            self._expel(peer, tag, [], why="it stopped at start-up")
+        if self.on_peer_failure == "abort":
+            raise PeerFailure(f"{said}; node {self.rank} stops too in exchange {tag!r} (swarm.on_peer_failure=abort)")
+        log.warning("%s; going on without it from exchange %r (swarm.on_peer_failure=continue)", said, tag)
 
     def _expel(self, peer: int, tag: str, accusers: list[int], why: str = "") -> None:
         if peer not in self.alive:

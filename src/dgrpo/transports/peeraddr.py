@@ -1,0 +1,133 @@
+"""Signed server addresses of the distributed transport's ranks (:class:`AddressKeys`), the check of a record
+read from the store or pushed by its owner (:func:`read_address`), and the challenge that tells a record of this
+launch from one kept from an earlier run (:func:`answers`; issue 31, review r31c F3). Used by
+:mod:`dgrpo.transports.peerserve` and the check-in (:mod:`dgrpo.transports.checkin`).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import secrets
+import time
+
+_DATED = re.compile(r"[0-9a-f]{32}")
+_AHEAD_NS = 86_400 * 10**9  # a record dated more than a day after the reader's clock is refused (not a clock)
+
+
+def launch_nonce() -> str:
+    """A server's launch nonce: 32 lower-case hex digits, the first 16 its start time (``time.time_ns()``), the
+    rest random, so that of two records one node signed, the later launch's is the one dated later
+    (:func:`launch_time`; :meth:`PeerChannel.offer` keeps only the newest a peer pushed)."""
+    return f"{time.time_ns():016x}{secrets.token_hex(8)}"
+
+
+def launch_time(nonce: str) -> int | None:
+    """The start time (ns since the epoch) a :func:`launch_nonce` carries; None for any other nonce, or one dated
+    more than a day after this machine's clock."""
+    if not isinstance(nonce, str) or _DATED.fullmatch(nonce) is None:
+        return None
+    when = int(nonce[:16], 16)
+    return when if when <= time.time_ns() + _AHEAD_NS else None
+
+
+class AddressKeys:
+    """Signs this rank's server address and checks its peers' (issue 31: nothing read from the store is
+    trusted unsigned).
+
+    Args:
+        rank: this node; key: its Ed25519 private key; roster: the run's
+            :class:`~dgrpo.swarm.identity.Roster`; bound: what every record is bound to (the config
+            fingerprint: a record of another config does not verify).
+
+    A record is ``{"addr": "host:port", "nonce": 32 hex digits, "sig": 128 hex digits}``, the signature over
+    ``dgrpo/addr|{node}|{addr}|{nonce}|{bound}``; ``nonce`` is drawn fresh by each server (process), so a
+    reader can tell a record of this launch from one kept from an earlier run: only the server that drew
+    it answers a challenge with it, signed (:meth:`hello`, review r31c F3).
+    """
+
+    def __init__(self, rank: int, key, roster, bound: str):
+        self.rank, self.key, self.roster, self.bound = rank, key, roster, bound
+
+    def _text(self, node: int, addr: str) -> bytes:
+        return self._bound(f"addr|{node}|{addr}")
+
+    def _bound(self, what: str) -> bytes:
+        return f"dgrpo/{what}|{self.bound}".encode()
+
+    def record(self, addr: str, nonce: str = "") -> bytes:
+        return json.dumps({"addr": addr, "nonce": nonce,
+                           "sig": self.key.sign(self._text(self.rank, f"{addr}|{nonce}")).hex()}).encode()
+
+    def hello(self, nonce: str, challenge: str) -> bytes:
+        """This rank's answer to a reader's ``challenge``: its signature of its server's ``nonce`` for it."""
+        return self.sign(f"hello|{self.rank}|{nonce}|{challenge}").encode()
+
+    def sign(self, what: str) -> str:
+        """This rank's signature (128 hex digits) of ``dgrpo/{what}|{bound}`` (the check-in's marks and views)."""
+        return self.key.sign(self._bound(what)).hex()
+
+    def signer(self, node: int, addr: str, sig) -> int | None:
+        """The roster node whose key signed ``addr`` as ``node``'s address (``node`` first), else None."""
+        return self.signed_by(node, f"addr|{node}|{addr}", sig)
+
+    def signed_by(self, node: int, what: str, sig) -> int | None:
+        """The roster node whose key signed ``what`` (bound as :meth:`sign` binds it; ``node``'s key tried
+        first), else None (malformed or foreign)."""
+        from cryptography.exceptions import InvalidSignature
+
+        from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
+
+        raw = canonical_hex(sig, SIGNATURE_HEX)
+        for n in [node, *sorted(set(self.roster.keys) - {node})] if raw is not None else []:
+            try:
+                self.roster.public(n).verify(raw, self._bound(what))
+                return n
+            except InvalidSignature:
+                continue
+        return None
+
+
+def read_address(keys: AddressKeys | None, owner: int, raw: bytes) -> tuple[str | None, str | None]:
+    """(``host:port|nonce``, None) from ``owner``'s record in the store, or (None, why it is refused):
+    without ``keys`` (no roster file) any well-formed record is taken."""
+    try:
+        rec = json.loads(raw)
+        addr, sig, nonce = rec["addr"], rec["sig"], rec.get("nonce", "")
+        if not isinstance(addr, str) or addr.count(":") < 1 or len(addr) > 300 or "|" in addr:
+            raise ValueError(addr)
+        if not isinstance(nonce, str) or len(nonce) > 64 or not nonce.isalnum() and nonce:
+            raise ValueError(nonce)
+    except (ValueError, KeyError, TypeError, RecursionError, AttributeError):
+        return None, f"is not a signed address record ({ascii(raw[:40])}; unsigned: its writer cannot be named)"
+    if keys is None:
+        return f"{addr}|{nonce}", None
+    by = keys.signer(owner, f"{addr}|{nonce}", sig)
+    if by == owner:
+        return f"{addr}|{nonce}", None
+    return None, (f"is signed by node {by}, not node {owner}" if by is not None else
+                  f"is not signed by node {owner} (unsigned: its writer cannot be named)")
+
+
+def answers(keys: AddressKeys, owner: int, addr: str, nonce: str, reader: int = -1) -> bool | None:
+    """Whether the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner`` (bound as
+    ``keys`` binds: its config fingerprint): True; False when nothing listens there or the answer is not
+    that; None when the server is up but did not answer (busy, timed out: proves nothing)."""
+    challenge = secrets.token_hex(16)
+    host, _, port = addr.rpartition(":")
+    try:
+        conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=2.0)
+    except ValueError:
+        return False
+    try:
+        conn.request("GET", f"/v/hello/{challenge}", headers={"X-Dgrpo-Reader": str(reader)})
+        resp = conn.getresponse()
+        sig = resp.read(256).decode(errors="replace") if resp.status == 200 else ""
+    except ConnectionRefusedError:  # nothing listens there: a record of an earlier launch (or a dead server)
+        sig = ""
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
+    return keys.signed_by(owner, f"hello|{owner}|{nonce}|{challenge}", sig) == owner

@@ -1,0 +1,145 @@
+"""A rank that stops at start-up tells its peers why, and pushed address records cannot be cycled (issue 31,
+torch.distributed). In-process ranks on one HashStore, then 4-rank runs on loopback (rank_scenarios).
+
+* A rank whose start-up check fails after its peers' passed (a peer's server showed it alone a junk record)
+  never binds the launch: its leave marks verify for nobody. It pushes a stop notice signed for its server's
+  launch to its peers' servers, and they go on (or stop) at once naming it and its reason, accusing nobody.
+* The notice is kept by each peer's own server, so deleting ``stop/{k}`` from the store changes nothing.
+* A reader keeps one pushed address record per owner, the newest by the date in its launch nonce, so a peer
+  holding any number of the owner's older records cannot cycle the owner's own out.
+"""
+
+import json
+import logging
+import secrets
+import time
+
+import pytest
+from distributed_helpers import launch
+from signed_ranks import _ranks
+
+from dgrpo.errors import PeerFailure
+
+WHY = "the start-up records of nodes [3] do not verify with the keys node 1 holds for them"
+
+
+def _resolved(ts):
+    """Every rank resolves every other's server (as after the start-up exchanges): its launch is proved."""
+    for t in ts:
+        for k in range(len(ts)):
+            assert t.chan.address_of(k) is not None
+    return ts
+
+
+@pytest.mark.parametrize("policy", ["continue", "abort"])
+def test_a_rank_whose_start_up_check_failed_is_out_at_once_and_accused_by_nobody(policy, caplog):
+    ts = _resolved(_ranks(timeout_s=20)[0])
+    ts[2].exchanger.on_peer_failure = policy
+    ts[1].chan.announce_stop(WHY)  # (node 1's check failed: DistributedTransport.check_startup)
+    ts[3].store.delete_key("stop/1")  # (b: the copy in the store is gone; node 2's server was told directly)
+    assert ts[2].chan.stops == {1: WHY} and ts[0].chan.stops == {1: WHY}
+    for t in (ts[0], ts[3]):
+        t.post("r0", b"x")
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        if policy == "abort":
+            with pytest.raises(PeerFailure) as err:
+                ts[2].collect("r0", range(4))
+            assert str(err.value) == (f"node 1 stopped at start-up ({WHY}); node 2 stops too in exchange 'r0' "
+                                      "(swarm.on_peer_failure=abort)")
+        else:
+            assert sorted(ts[2].collect("r0", range(4))) == [0, 3]
+            assert (f"node 1 stopped at start-up ({WHY}); going on without it from exchange 'r0' "
+                    "(swarm.on_peer_failure=continue)") in caplog.text
+    assert time.monotonic() - start < 3  # (timeout_s=20: never waited out)
+    assert ts[2].alive == {0, 2, 3} and ts[2].failed == {1: "r0"}
+    assert ts[2].rejected == [] and "sent nothing" not in caplog.text and "leave mark" not in caplog.text
+    assert ts[2].ledger.accusations(1, time.monotonic() + 5) == {}  # nobody accused node 1
+
+
+def test_a_stop_notice_is_taken_only_signed_by_its_node_for_the_launch_its_server_proved():
+    """Node 3 pushes, in node 1's name, a stop notice it signed, node 1's genuine notice of an earlier launch,
+    and junk, to node 2's server, and writes the earlier one into the store: node 2 takes none (node 1 is not
+    dropped), then takes node 1's own notice though node 3 deleted it from the store."""
+    old, keys = _ranks()
+    old[1].chan.announce_stop("an old reason")
+    kept = old[1].store.get("stop/1")
+    for t in old:
+        t.chan.close()
+    ts = _resolved(_ranks(keys=keys)[0])
+    nonce = ts[1].chan.nonce
+    forged = json.dumps({"why": "forged", "nonce": nonce, "sig": ts[3].chan.keys.sign(f"stop|1|forged|{nonce}")})
+    for raw in (forged, kept.decode(), "junk"):
+        ts[3].chan.fetch(2, "x", 256, time.monotonic() + 2, extra={"X-Dgrpo-Reader": "1", "X-Dgrpo-Stop": raw})
+    ts[3].store.set("stop/1", kept)
+    assert ts[2].chan.stops == {} and ts[2].chan.stop_of(1) is None
+    ts[1].chan.announce_stop("a reason")
+    ts[3].store.delete_key("stop/1")
+    assert ts[2].chan.stop_of(1) == "a reason"
+
+
+def _record(keys, node: int, addr: str, nonce: str) -> str:
+    """``node``'s address record signed with its key (for config ``fp``)."""
+    from dgrpo.swarm.identity import Roster
+    from dgrpo.transports.peerserve import AddressKeys
+
+    return AddressKeys(node, keys[node], Roster.of(keys), "fp").record(addr, nonce).decode()
+
+
+def _old_record(keys, node: int, addr: str, seconds_ago: float) -> str:
+    """``node``'s signed address record of an earlier launch (its nonce dated ``seconds_ago``)."""
+    return _record(keys, node, addr, f"{time.time_ns() - int(seconds_ago * 1e9):016x}{secrets.token_hex(8)}")
+
+
+def test_older_records_pushed_in_the_owner_s_name_never_displace_its_own():
+    """Node 0 pushes its record to node 1 (a request it sends); node 3 then pushes 40 records node 0 signed in
+    earlier launches (dead ports), in node 0's name, while node 0's record in the store is an earlier one too.
+    Node 1 keeps one pushed record for node 0, node 0's own (the newest), and resolves node 0's server (before:
+    the latest 16 pushes were kept, so 16 old ones cycled node 0's own out and node 1 could not reach it)."""
+    ts, keys = _ranks()
+    ts[0].chan.fetch(1, "x", 256, time.monotonic() + 2)  # (carries node 0's own record)
+    for i in range(40):
+        old = _old_record(keys, 0, f"127.0.0.1:{9 + i}", 60 + i)
+        ts[3].chan.fetch(1, "x", 256, time.monotonic() + 2, extra={"X-Dgrpo-Reader": "0", "X-Dgrpo-Addr": old})
+    undated = _record(keys, 0, "127.0.0.1:7", "ab" * 16)  # (a nonce no clock dates: ignored)
+    ts[3].chan.fetch(1, "x", 256, time.monotonic() + 2, extra={"X-Dgrpo-Reader": "0", "X-Dgrpo-Addr": undated})
+    ts[3].store.set("addr/0", _old_record(keys, 0, "127.0.0.1:9", 120).encode())
+    assert ts[1].chan.offers[0][1] == ts[0].chan._record
+    assert ts[1].chan.address_of(0) == ts[0].chan.address and ts[1].chan.launches[0] == ts[0].chan.nonce
+
+
+# ---------------------------------------------------------------------- 4 ranks on loopback
+@pytest.mark.parametrize("scenario, policy", [("startjunk:3:1", "continue"), ("startjunk:3:1:wipe", "continue"),
+                                              ("startjunk:3:1:wipe", "abort")])
+def test_an_honest_rank_whose_start_up_check_fails_is_named_at_once_by_the_others(tmp_path, tiny_model_dir,
+                                                                                  scenario, policy):
+    """Rank 3's server shows node 1 alone a junk start-up record, so node 1's start-up check fails while the
+    others pass (``wipe``: rank 3 also deletes node 1's stop notice from the store every millisecond). Node 1
+    stops in one line naming node 3; the others learn it from node 1's signed notice within the first round, not
+    after timeout_s: under ``continue`` they train without node 1, under ``abort`` they stop, each in one line
+    naming node 1 and its reason (node 3); nobody is accused, called silent or banned."""
+    from test_store_attacks import ARGS, _roster, one_error_line, peers
+
+    from dgrpo.metrics.logger import read_metrics
+
+    args = ["run", f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path), f"out_dir={tmp_path}", "name=d",
+            "swarm.transport=distributed", f"swarm.on_peer_failure={policy}", "swarm.timeout_s=20"]
+    results = launch(4, args, scenario=scenario, timeout=90, log_dir=str(tmp_path))
+    out = "".join(r.output for r in results)
+    assert results[1].returncode == 3 and WHY in one_error_line(results[1].output), results[1].output[-3000:]
+    assert "sent nothing" not in out and "accused" not in out and "leave mark" not in out, out[-3000:]
+    if "wipe" in scenario:
+        assert "rank 3: deleted stop/1" in results[3].output
+    said = f"node 1 stopped at start-up ({WHY}"
+    survivors = [results[k] for k in (0, 2, 3)]
+    if policy == "abort":
+        for r in survivors:
+            assert r.returncode == 3 and said in one_error_line(r.output) and r.seconds < 60, r.output[-3000:]
+        return
+    for r in survivors:
+        assert r.returncode == 0 and said in r.output and "going on without it from exchange 'r0'" in r.output
+    records = read_metrics(tmp_path / "d")
+    assert records[0]["time/exchange"] < 10 and records[0]["train/reward/node1"] is None  # (timeout_s=20)
+    assert [r.get("swarm/messages") for r in records] == [6, 6, None] and records[0]["swarm/nodes_alive"] == 3
+    assert all(p["banned"] == {} for p in peers(tmp_path / "d"))
+    assert all(not q["transport"] for p in peers(tmp_path / "d") for q in p["peers"].values())

@@ -219,3 +219,63 @@ def startup_junk(victim: str, wipe: str = "") -> None:
         return original(self, protocol, timeout_s)
 
     DistributedTransport.check_startup = check_startup
+
+
+def address_cycle(victim: str, seconds: str = "20") -> None:
+    """``addrcycle:R:V``: from the moment it joined the store, this rank writes a record of node V of an earlier
+    launch over addr/V and pushes 40 more (dead ports, dated 1-2 minutes back, signed with V's key from the test's
+    key folder, as rank R kept them then) in node V's name to every other rank's server, over and over for
+    ``seconds`` (issue 31: a reader kept the 16 latest pushed records of an owner, so 16 old ones cycled the
+    owner's own out)."""
+    import http.client
+    import os
+    import secrets
+    import threading
+    import time
+
+    import dgrpo.transports.distributed as D
+    from dgrpo.swarm.identity import Roster, key_path, load_private_key
+    from dgrpo.transports.fingerprint import config_fingerprint
+    from dgrpo.transports.peerserve import AddressKeys
+
+    join = D.join_group
+
+    def push(addr: str, rec: str) -> None:
+        host, _, port = addr.rpartition(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=1.0)
+        try:
+            conn.request("GET", "/v/x", headers={"X-Dgrpo-Reader": victim, "X-Dgrpo-Addr": rec})
+            conn.getresponse().read()
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def join_group(cfg):
+        import torch.distributed as dist
+
+        pc, v, me, world = cfg.swarm.protocol, int(victim), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        keys = AddressKeys(v, load_private_key(key_path(pc.key_dir, v)), Roster.load(pc.roster), config_fingerprint(cfg))
+        old = [keys.record(f"127.0.0.1:{9 + i}", f"{time.time_ns() - (60 + i) * 10**9:016x}{secrets.token_hex(8)}").decode()
+               for i in range(41)]
+        store = dist.PrefixStore("dgrpo", dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                                        is_master=False))
+
+        def attack():
+            end, said = time.monotonic() + float(seconds), False
+            while time.monotonic() < end:
+                store.set(f"addr/{v}", old[0].encode())
+                for k in sorted(set(range(world)) - {v, me}):
+                    if store.check([f"addr/{k}"]):
+                        addr = json.loads(store.get(f"addr/{k}"))["addr"]
+                        for rec in old[1:]:
+                            push(addr, rec)
+                        if not said:
+                            print(f"rank {me}: pushing 40 old records of node {v} to node {k}'s server", flush=True)
+                            said = True
+                time.sleep(0.001)
+
+        threading.Thread(target=attack, daemon=True).start()
+        return join(cfg)
+
+    D.join_group = join_group

@@ -213,7 +213,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     other messages than the other readers), ``slowread:R:SECONDS[:TAG]``, ``nopayload:R`` (R never serves round 0),
     ``delete:R:V`` (R deletes V's round-0 store keys once V serves), ``accuse:R:V`` (R alone accuses V),
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
-    ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
+    ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures); several scenarios are joined with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
@@ -228,13 +228,16 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     from dgrpo.transports.distributed import DistributedTransport
 
     _keep_protocol()
-    if kind in ("store", "serve", "addr", "addrreplay", "connflood", "checkin", "slowstart", "startjunk"):
-        from peer_scenarios import address_attack, address_replay, connection_flood, serve_attack, startup_junk
-        from store_scenarios import checkin_attack, slow_start, store_attack
+    if kind in ("store", "serve", "addr", "addrreplay", "connflood", "checkin", "slowstart", "startjunk",
+                "addrcycle", "addrwipe"):
+        from peer_scenarios import (address_attack, address_cycle, address_replay, connection_flood, serve_attack,
+                                    startup_junk)
+        from store_scenarios import address_wipe, checkin_attack, slow_start, store_attack
 
         return {"store": lambda m, v: store_attack(m, int(v)), "serve": serve_attack, "addr": address_attack,
                 "addrreplay": address_replay, "connflood": connection_flood, "checkin": checkin_attack,
-                "slowstart": slow_start, "startjunk": startup_junk}[kind](*rest)
+                "slowstart": slow_start, "startjunk": startup_junk, "addrcycle": address_cycle,
+                "addrwipe": address_wipe}[kind](*rest)
     if kind in ("forge", "overwrite"):
         return _forge(int(rest[0]), replace=kind == "overwrite")
     if kind == "equivocate":

@@ -79,3 +79,35 @@ def checkin_attack(mode: str, victim: str) -> None:
 def slow_start(seconds: str) -> None:
     """``slowstart:R:S``: this rank starts S seconds late (within ``swarm.startup_timeout_s``)."""
     time.sleep(float(seconds))
+
+
+def address_wipe(seconds: str = "60") -> None:
+    """``addrwipe:R``: from the moment it joined the store (before anyone checks in), this rank deletes every other
+    rank's server address record (``addr/{k}``) every millisecond for ``seconds``; its own it leaves alone."""
+    import os
+    import threading
+
+    import dgrpo.transports.distributed as D
+
+    join = D.join_group
+
+    def join_group(cfg):
+        import torch.distributed as dist
+
+        me, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        store = dist.PrefixStore("dgrpo", dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                                        is_master=False))
+
+        def attack():
+            end = time.monotonic() + float(seconds)
+            print(f"rank {me}: deleting every other rank's addr/k every millisecond", flush=True)
+            while time.monotonic() < end:
+                for k in range(world):
+                    if k != me:
+                        store.delete_key(f"addr/{k}")
+                time.sleep(0.001)
+
+        threading.Thread(target=attack, daemon=True).start()
+        return join(cfg)
+
+    D.join_group = join_group

@@ -70,7 +70,7 @@ def test_a_stop_notice_is_taken_only_signed_by_its_node_for_the_launch_its_serve
     nonce = ts[1].chan.nonce
     forged = json.dumps({"why": "forged", "nonce": nonce, "sig": ts[3].chan.keys.sign(f"stop|1|forged|{nonce}")})
     for raw in (forged, kept.decode(), "junk"):
-        ts[3].chan.fetch(2, "x", 256, time.monotonic() + 2, extra={"X-Dgrpo-Reader": "1", "X-Dgrpo-Stop": raw})
+        _push(ts[2].chan, 1, stop=raw)
     ts[3].store.set("stop/1", kept)
     assert ts[2].chan.stops == {} and ts[2].chan.stop_of(1) is None
     ts[1].chan.announce_stop("a reason")
@@ -91,20 +91,30 @@ def _old_record(keys, node: int, addr: str, seconds_ago: float) -> str:
     return _record(keys, node, addr, f"{time.time_ns() - int(seconds_ago * 1e9):016x}{secrets.token_hex(8)}")
 
 
+def _push(chan, reader: int, **headers) -> None:
+    """One request to ``chan``'s server, as node ``reader``, with ``headers`` (X-Dgrpo-Addr, X-Dgrpo-Stop: what a
+    peer pushes in its requests; anyone can send them in anyone's name)."""
+    import http.client
+
+    host, _, port = chan.address.rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=2.0)
+    conn.request("GET", "/v/x", headers={"X-Dgrpo-Reader": str(reader),
+                                         **{f"X-Dgrpo-{k.title()}": v for k, v in headers.items()}})
+    conn.getresponse().read()
+    conn.close()
+
+
 def test_older_records_pushed_in_the_owner_s_name_never_displace_its_own():
     """Node 0 pushes its record to node 1 (a request it sends); node 3 then pushes 40 records node 0 signed in
     earlier launches (dead ports), in node 0's name, while node 0's record in the store is an earlier one too.
     Node 1 keeps one pushed record for node 0, node 0's own (the newest), and resolves node 0's server (before:
     the latest 16 pushes were kept, so 16 old ones cycled node 0's own out and node 1 could not reach it)."""
     ts, keys = _ranks()
-    ts[0].chan.fetch(1, "x", 256, time.monotonic() + 2)  # (carries node 0's own record)
+    _push(ts[1].chan, 0, addr=ts[0].chan._record.decode())
     for i in range(40):
-        old = _old_record(keys, 0, f"127.0.0.1:{9 + i}", 60 + i)
-        ts[3].chan.fetch(1, "x", 256, time.monotonic() + 2, extra={"X-Dgrpo-Reader": "0", "X-Dgrpo-Addr": old})
-    undated = _record(keys, 0, "127.0.0.1:7", "ab" * 16)  # (a nonce no clock dates: ignored)
-    ts[3].chan.fetch(1, "x", 256, time.monotonic() + 2, extra={"X-Dgrpo-Reader": "0", "X-Dgrpo-Addr": undated})
+        _push(ts[1].chan, 0, addr=_old_record(keys, 0, f"127.0.0.1:{9 + i}", 60 + i))
+    _push(ts[1].chan, 0, addr=_record(keys, 0, "127.0.0.1:7", "ab" * 16))  # (a nonce no clock dates: ignored)
     ts[3].store.set("addr/0", _old_record(keys, 0, "127.0.0.1:9", 120).encode())
-    assert ts[1].chan.offers[0][1] == ts[0].chan._record
     assert ts[1].chan.address_of(0) == ts[0].chan.address and ts[1].chan.launches[0] == ts[0].chan.nonce
 
 

@@ -142,6 +142,24 @@ def test_an_address_record_of_an_earlier_launch_kept_in_the_store_blames_nobody(
     assert comparable(read_metrics(run_dir)) == reference
 
 
+@pytest.mark.parametrize("scenario", ["addrcycle:3:0", "addrwipe:3:30"])
+def test_address_records_cycled_or_deleted_in_the_store_change_nothing(tmp_path, tiny_model_dir, reference, scenario):
+    """Issue 31, with a roster file, from before anyone checks in: rank 3 writes node 0's record of an earlier
+    launch over addr/0 and pushes 40 more of node 0's old records (dead ports) in node 0's name to every other
+    rank's server, over and over (``addrcycle``: a reader kept the 16 latest pushed records, so old ones could
+    cycle node 0's own out), or deletes every other rank's address record every millisecond (``addrwipe``: before,
+    every rank stopped at start-up after twice startup_timeout_s with a line naming nobody, "the ranks' views of
+    who is absent (node 0: [1, 2], node 1: [0], ...) did not agree"). A reader keeps the newest record an owner
+    pushed, and a read of addr/k waits for its owner's next write: nobody is called silent, accused or expelled,
+    and the run is the clean one."""
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path)], scenario)
+    assert "rank 3: pushing 40 old records" in results[3].output or "rank 3: deleting" in results[3].output
+    out = "".join(r.output for r in results)
+    assert "sent nothing" not in out and "out of the swarm" not in out and "accused" not in out, out[-3000:]
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[1].output[-3000:]
+    assert comparable(read_metrics(run_dir)) == reference
+
+
 def _roster(tmp_path):
     from dgrpo.swarm.identity import write_keys
 

@@ -158,11 +158,10 @@ class PeerChannel:
         (read again later)."""
         if owner not in self.addrs and not self.frozen and self.store is not None:
             raws = []
-            try:
-                if self.store.check([f"addr/{owner}"]):
-                    self.store.set_timeout(datetime.timedelta(seconds=2))  # (deleted between check and get)
-                    raws.append(self.store.get(f"addr/{owner}"))
-            except Exception:  # noqa: BLE001 - deleted meanwhile, or the store is gone
+            try:  # (a get waits for the key: it catches the owner's next write even when another rank deletes
+                self.store.set_timeout(datetime.timedelta(seconds=0.1))  # the record every millisecond)
+                raws.append(self.store.get(f"addr/{owner}"))
+            except Exception:  # noqa: BLE001 - not there within 0.1 s, or the store is gone
                 pass
             with self.lock:
                 pushed = [self.offers[owner][1]] if owner in self.offers else []

@@ -120,14 +120,17 @@ def test_older_records_pushed_in_the_owner_s_name_never_displace_its_own():
 
 # ---------------------------------------------------------------------- 4 ranks on loopback
 @pytest.mark.parametrize("scenario, policy", [("startjunk:3:1", "continue"), ("startjunk:3:1:wipe", "continue"),
-                                              ("startjunk:3:1:wipe", "abort")])
+                                              ("startjunk:3:1:wipe", "abort"),
+                                              ("startjunk:3:1,slowread:2:3:startup", "continue")])
 def test_an_honest_rank_whose_start_up_check_fails_is_named_at_once_by_the_others(tmp_path, tiny_model_dir,
                                                                                   scenario, policy):
     """Rank 3's server shows node 1 alone a junk start-up record, so node 1's start-up check fails while the
     others pass (``wipe``: rank 3 also deletes node 1's stop notice from the store every millisecond). Node 1
     stops in one line naming node 3; the others learn it from node 1's signed notice within the first round, not
     after timeout_s: under ``continue`` they train without node 1, under ``abort`` they stop, each in one line
-    naming node 1 and its reason (node 3); nobody is accused, called silent or banned."""
+    naming node 1 and its reason (node 3); nobody is accused, called silent or banned. Node 1 serves its own
+    start-up record until every peer read it before it leaves, so node 2, reading the start-up records 3 s late
+    (``slowread``), does not stop at start-up while the others go on."""
     from test_store_attacks import ARGS, _roster, one_error_line, peers
 
     from dgrpo.metrics.logger import read_metrics
@@ -147,9 +150,10 @@ def test_an_honest_rank_whose_start_up_check_fails_is_named_at_once_by_the_other
             assert r.returncode == 3 and said in one_error_line(r.output) and r.seconds < 60, r.output[-3000:]
         return
     for r in survivors:
-        assert r.returncode == 0 and said in r.output and "going on without it from exchange 'r0'" in r.output
+        assert r.returncode == 0 and said in r.output and "going on without it from exchange 'r0'" in r.output, \
+            (r.rank, r.output[-3000:])
     records = read_metrics(tmp_path / "d")
-    assert records[0]["time/exchange"] < 10 and records[0]["train/reward/node1"] is None  # (timeout_s=20)
+    assert records[0]["time/exchange"] < 15 and records[0]["train/reward/node1"] is None, records[0]  # (timeout_s=20)
     assert [r.get("swarm/messages") for r in records] == [6, 6, None] and records[0]["swarm/nodes_alive"] == 3
     assert all(p["banned"] == {} for p in peers(tmp_path / "d"))
     assert all(not q["transport"] for p in peers(tmp_path / "d") for q in p["peers"].values())

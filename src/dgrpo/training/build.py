@@ -283,7 +283,10 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
         # distributed: ranks sign what they run with; every transport: messages are signed for this launch only
         swarm.protocol.bind_launch(transport.check_startup(swarm.protocol, cfg.swarm.startup_timeout_s))
     except BaseException:
-        if fresh and not (run_dir / "metrics.jsonl").exists():  # nothing was run: leave no empty run directory
+        # nothing was run: leave no empty run directory, unless peers in other processes may go on in it (ranks
+        # on one machine share it: a rank whose start-up check failed must not delete the survivors' folder)
+        alone = len(transport.local_nodes) == cfg.swarm.nodes
+        if fresh and alone and not (run_dir / "metrics.jsonl").exists():
             shutil.rmtree(run_dir, ignore_errors=True)
         release(run_dir)
         raise

@@ -170,7 +170,9 @@ class DistributedTransport:
 
         Raises:
             PeerFailure: a rank's record does not verify under its roster key, or its values differ
-                (one line naming the ranks and the values: :meth:`SignedStore.check_records`).
+                (one line naming the ranks and the values: :meth:`SignedStore.check_records`); this rank then
+                tells its peers why, signed for its server's launch (:meth:`PeerChannel.announce_stop`: its peers
+                may have passed, and its leave marks, bound to a launch id it never holds, verify for nobody).
         """
         self.signed_store.arm(protocol.signers.get(self.rank), protocol.verifier)  # (draws this launch's nonce)
         chan = self.chan  # every rank's server address as this rank resolved it (an address overwritten in
@@ -184,6 +186,7 @@ class DistributedTransport:
             self.signed_store.check_records(values, records)
         except PeerFailure as err:  # (never bound to the launch: its leave marks would verify for nobody; its
             chan.announce_stop(str(err))  # notice is signed for its server's launch, which its peers proved)
+            self._serve_until_read(f"startup/data/{self.rank}")  # (a slower peer still reads its record)
             raise
         return self.signed_store.launch_id()
 
@@ -338,11 +341,7 @@ class DistributedTransport:
         self._closed = True
         try:
             self.exchange("done", b"1")
-            # its peers read "done" from this node's server: serve it until each did (at most 10 s: a
-            # peer that never reads it only logs a warning at its own shutdown)
-            end = time.monotonic() + min(self.wait.timeout_s, 10.0)
-            while time.monotonic() < end and not self.chan.read_by(f"done/data/{self.rank}", self.alive - {self.rank}):
-                time.sleep(0.02)
+            self._serve_until_read(f"done/data/{self.rank}")
         except PeerFailure as err:
             log.warning("at shutdown: %s", err)
         if dist.is_initialized():
@@ -350,6 +349,14 @@ class DistributedTransport:
                 dist.destroy_process_group()
             except (dist.DistError, RuntimeError) as err:  # a peer or the store is gone already
                 log.warning("at shutdown: %s", " ".join(str(err).split())[:200])
+
+    def _serve_until_read(self, key: str) -> None:
+        """Keep serving ``key`` until every live peer read it (as each says), at most ``min(timeout_s, 10)``
+        seconds: before leaving, so that a slower peer still reads it (a peer that never does only logs at its
+        own shutdown, or names this node's stop notice)."""
+        end = time.monotonic() + min(self.wait.timeout_s, 10.0)
+        while time.monotonic() < end and not self.chan.read_by(key, self.alive - {self.rank}):
+            time.sleep(0.02)
 
     def _exit(self) -> None:
         """At interpreter exit without :meth:`close` (an error): mark this node's next exchanges

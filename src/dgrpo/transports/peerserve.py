@@ -13,14 +13,17 @@ own server (and the start-up, through the store: :mod:`dgrpo.transports.rendezvo
 Addresses: rank k publishes ``{"addr": "host:port", "nonce": …, "sig": …}`` under ``addr/{k}`` of the
 rendezvous store, signed with its roster key (:class:`AddressKeys`, with ``swarm.protocol.roster``) and
 pushes the same record in the ``X-Dgrpo-Addr`` header of its own requests to its peers' servers
-(:meth:`PeerChannel.offer`: a record kept overwritten in the store still reaches them). A reader takes
+(:meth:`PeerChannel.offer`: a record kept overwritten in the store still reaches them; a reader keeps the newest
+an owner pushed, by the start time in its nonce, so older records pushed in its name cannot displace it). A
+read of ``addr/{k}`` waits briefly for the key, so a rank deleting it every millisecond cannot keep it away. A reader takes
 only a record that verifies under k's key and whose server answers a fresh challenge for its nonce (one
 of an earlier launch is stale: named, never counted against k), names the signer of any other (or
 ``unsigned``) in one log line and reads again while k puts its record back; it keeps the first valid one.
 :meth:`DistributedTransport.check_startup` then signs every rank's map. A rank that stops at start-up
-says why in ``stop/{k}``, signed for its launch (:meth:`PeerChannel.announce_stop`), so its peers name
-its reason instead of "node k sent nothing" (without a roster file nothing is signed before the start-up
-check: the ``unsafe_key_exchange`` opt-in).
+says why, signed for its server's launch (:meth:`PeerChannel.announce_stop`: pushed to its peers' servers in
+``X-Dgrpo-Stop``, where nobody else can delete it, and put in ``stop/{k}``), so its peers name it and its reason at
+once instead of "node k sent nothing", also when its start-up check failed after theirs passed (without a roster
+file nothing is signed before the start-up check: the ``unsafe_key_exchange`` opt-in).
 Host: ``DGRPO_SERVE_HOST`` or the local address that reaches ``MASTER_ADDR`` (127.0.0.1 on loopback);
 port: ``DGRPO_SERVE_PORT`` (+ ``LOCAL_RANK``) or one the OS picks.
 """
@@ -152,15 +155,21 @@ class PeerChannel:
 
     # ------------------------------------------------------------------ peers
     def address_of(self, owner: int) -> str | None:
-        """A peer's address: the first record ``owner`` signed, under ``addr/{owner}`` in the store or pushed by
-        ``owner`` itself in a request to this server (:meth:`offer`), whose server answers for its launch
-        (:func:`read_address`, :meth:`_stale`), kept; a refused record in the store is named in one log line
-        (read again later)."""
+        """A peer's address: the first record ``owner`` signed, under ``addr/{owner}`` in the store (once it was there
+        or ``owner`` checked in, a get that waits up to 0.1 s for the key) or pushed by ``owner`` itself in a request to this server (:meth:`offer`), whose
+        server answers for its launch (:func:`read_address`, :meth:`_stale`), kept; a refused record in the store
+        is named in one log line (read again later)."""
         if owner not in self.addrs and not self.frozen and self.store is not None:
             raws = []
-            try:  # (a get waits for the key: it catches the owner's next write even when another rank deletes
-                self.store.set_timeout(datetime.timedelta(seconds=0.1))  # the record every millisecond)
-                raws.append(self.store.get(f"addr/{owner}"))
+            try:  # (published, or its owner checked in: a get that waits for the key catches the owner's next
+                # write even when another rank deletes the record every millisecond; the store's timeout is restored)
+                if self.store.check([f"addr/{owner}"]) or self.store.check([f"join/{owner}"]):
+                    was = self.store.timeout
+                    self.store.set_timeout(datetime.timedelta(seconds=0.1))
+                    try:
+                        raws.append(self.store.get(f"addr/{owner}"))
+                    finally:
+                        self.store.set_timeout(was)
             except Exception:  # noqa: BLE001 - not there within 0.1 s, or the store is gone
                 pass
             with self.lock:

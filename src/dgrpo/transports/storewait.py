@@ -14,6 +14,9 @@ Round data never goes through the shared c10d store, where any rank can delete o
   under its signer.
 * ``{tag}/status/{k}`` in the store: k's signed leave marks (:mod:`dgrpo.transports.signedstore`): k stopped
   on an error and will not post ``tag``.
+* k's stop notice (:meth:`PeerChannel.stop_of`: pushed by k to this rank's server, or ``stop/{k}`` in the store),
+  signed for k's server's launch: k stopped at start-up (in a round: its start-up check failed after this
+  rank's passed) and is out at once, unaccused, named with its reason.
 
 Every wait ends at the exchange's deadline (``timeout_s`` after this node posted): peers are polled
 at once with bounded reads (:meth:`PeerChannel.fetch`). Start-up exchanges (``timeout_s`` given to

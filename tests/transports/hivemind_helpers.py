@@ -128,8 +128,8 @@ def forge(scenario: str, node: int) -> None:
 
     original = ht.HivemindTransport.post
 
-    def post(self, tag, payload):
-        original(self, tag, payload)
+    def post(self, tag, payload, *when):
+        original(self, tag, payload, *when)
         if not tag.startswith("r") or not tag[1:].isdigit():
             return
         data = json.loads(payload)
@@ -160,9 +160,9 @@ def replay(scenario: str, node: int, args: list[str]) -> None:
 
     original, last = ht.HivemindTransport.post, []
 
-    def post(self, tag, payload):
+    def post(self, tag, payload, *when):
         if not (tag.startswith("r") and tag[1:].isdigit()):
-            return original(self, tag, payload)
+            return original(self, tag, payload, *when)
         others, deadline = (self.alive - {self.rank}), time.monotonic() + 20
         got = {}
         while others - got.keys() and time.monotonic() < deadline:
@@ -185,7 +185,7 @@ def replay(scenario: str, node: int, args: list[str]) -> None:
         data["messages"] += extra
         data["labels"] = data.get("labels", []) + ["honest"] * len(extra)
         print(f"replayer {node}: {tag}: {len(extra)} {of} messages added", flush=True)
-        return original(self, tag, json.dumps(data).encode())
+        return original(self, tag, json.dumps(data).encode(), *when)
 
     ht.HivemindTransport.post = post
 

@@ -9,13 +9,15 @@ model are in docs/hivemind.md ("How a round moves"); in short:
   receiver requires the roster's key for the node id; a missing, expired, forged or malformed record
   is a missing peer, never an exception;
 * the launch (hellos → roster, config check, launch id) and joining are in :mod:`dgrpo.transports.dht.launch`;
-* an exchange posts, then reads until every expected live peer is in or ``swarm.timeout_s`` has
-  passed (later peers are named; ``on_peer_failure`` aborts or continues); a node stopping on an
-  error says ``bye`` on its way out;
+* an exchange posts, then reads until every expected live peer is in or its deadline has passed
+  (later peers are named; ``on_peer_failure`` aborts or continues); a node stopping on an error says
+  ``bye`` on its way out;
 * a message round ends with a commit: every node publishes the signed digest of each payload it kept,
   then relays the views it read, so the honest nodes decide alike on the same views: a payload missed
   by most views is dropped by all (its late node leaves), a sender with two signed digests (or views)
-  is named, a lone view changes nothing (:mod:`dgrpo.transports.dht.commit`).
+  is named, a lone view changes nothing (:mod:`dgrpo.transports.dht.commit`); the whole round, its
+  payloads, views, echo and second reads, ends within ``swarm.timeout_s`` of its start
+  (:mod:`dgrpo.transports.dht.rounds`).
 
 This module loads light (a config check imports it): hivemind, and through it torch, is imported
 when the transport starts (:func:`hivemind_transport`), the DHT helpers through :class:`LazyModule`.
@@ -27,12 +29,12 @@ import atexit
 import importlib.util
 import logging
 import time
-from collections import defaultdict
 from typing import TYPE_CHECKING, Iterable
 
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.transports.dht.config import check_fresh_join
+from dgrpo.transports.dht.recordio import SignedRecords
 from dgrpo.transports import payload as payload_codec
 from dgrpo.transports.framing import OPEN, KeyCaps
 from dgrpo.types import Message
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 dht_records = LazyModule("dgrpo.transports.dht.records")  # (import hivemind: loaded when the transport starts)
 launch, dht_commit = LazyModule("dgrpo.transports.dht.launch"), LazyModule("dgrpo.transports.dht.commit")
+dht_rounds = LazyModule("dgrpo.transports.dht.rounds")
 dht_time = LazyModule("hivemind.utils")
 
 def _left(deadline: float) -> float:
@@ -50,7 +53,7 @@ def _left(deadline: float) -> float:
     return min(10.0, max(0.2, deadline - time.monotonic()))
 
 
-class HivemindTransport:
+class HivemindTransport(SignedRecords):
     """All-gather of a round's messages through a hivemind DHT, one swarm node per process.
 
     Same members and meanings as :class:`~dgrpo.transports.distributed.DistributedTransport`
@@ -107,7 +110,6 @@ class HivemindTransport:
             PeerFailure: the daemon did not start, no bootstrap peer answered, peers missing at launch.
         """
         return launch.start_node(cls, cfg)
-        return transport
 
     # ------------------------------------------------------------------ roles
     @property
@@ -116,75 +118,10 @@ class HivemindTransport:
         live = [n for n in self.honest if n in self.alive]
         return bool(live) and live[0] == self.rank
 
-    # ------------------------------------------------------------------ DHT records
-    def key(self, tag: str) -> str:
-        """The DHT key of exchange ``tag`` in this launch."""
-        return f"{self.namespace}/{self.run_id}/{tag}"
-
-    def store(self, key: str, body: bytes, ttl_s: float, wait_s: float = 10.0) -> bytes:
-        """Sign and store this node's record under ``key``: its signature once at least one DHT node took it, else b""."""
-        subkey, value = dht_records.seal(self._key, key, self.rank, body)
-        try:
-            future = self.dht.store(key, value, dht_time.get_dht_time() + ttl_s, subkey=subkey, return_future=True)
-            return value[:dht_records.SIGNATURE_BYTES] if future.result(timeout=wait_s) else b""
-        except Exception as err:  # noqa: BLE001 - a timed-out or failed store is retried by the caller
-            log.debug("store of %s failed: %s", key, err)
-            return b""
-
-    def records(self, key: str, wait_s: float = 10.0) -> dict[int, list[tuple[str, bytes, bytes]]]:
-        """Every record under ``key`` whose signature verifies, by claimed node: [(public key, body, signature)].
-
-        None, malformed, expired or unsigned entries are left out (refusals are logged once).
-        """
-        try:
-            found = self.dht.get(key, latest=True, return_future=True).result(timeout=wait_s)
-        except Exception as err:  # noqa: BLE001 - a DHT that does not answer in time: nothing new yet
-            log.debug("get of %s failed: %s", key, err)
-            return {}
-        if not (isinstance(found, dht_time.ValueWithExpiration) and isinstance(found.value, dict)):
-            return {}  # (None: no record; a plain value is refused by every DHT node's validator)
-        kid, out = dht_records.key_id(key), defaultdict(list)
-        for subkey, item in found.value.items():
-            result = dht_records.verify(kid, subkey, item.value if isinstance(item, dht_time.ValueWithExpiration) else None)
-            if isinstance(result, str):
-                self.reject(key, str(subkey), -1, result)
-                continue
-            node, pub, body = result
-            out[node].append((pub, body, item.value[:dht_records.SIGNATURE_BYTES]))
-        return out
-
-    def read(self, key: str, expect: set[int], wait_s: float = 10.0) -> dict[int, tuple[str, bytes, bytes]]:
-        """The records of nodes ``expect`` under ``key`` signed by the roster's key for each node.
-
-        A record signed with another node's key or an unknown one is refused and named. The roster is
-        fixed at launch (joiners' keys too: a swarm with joiners has a roster file, see
-        :func:`dgrpo.transports.dht.launch.node_keys`), so no key is learnt from a record.
-        """
-        owner_of = {pub: n for n, pub in self.roster.items()}
-        out = {}
-        for node, claims in self.records(key, wait_s).items():
-            for pub, body, sig in claims:
-                if pub == self.roster.get(node):
-                    out[node] = (pub, body, sig)
-                elif pub in owner_of:
-                    self.reject(key, pub, owner_of[pub], f"identity: a record for node {node}'s slot signed by node "
-                                                          f"{owner_of[pub]}'s key")
-                else:
-                    self.reject(key, pub, -1, f"identity: a record for node {node} signed by an unknown key {pub[:12]}…")
-        return {n: r for n, r in out.items() if n in expect}
-
-    def reject(self, key: str, what: str, sender: int, reason: str) -> None:
-        """Refuse a record read under ``key`` (``what``: its subkey or key), once per reason: logged and
-        listed in :attr:`rejected` as (sender, reason); sender -1: an unknown key."""
-        if (key, what + reason) in self._seen_rejections:
-            return
-        self._seen_rejections.add((key, what + reason))
-        log.warning("rejected record from node %s under %s: %s", sender if sender >= 0 else "?", key.rsplit("/", 1)[-1], reason)
-        self.rejected.append((sender, reason))
-
     # ------------------------------------------------------------------ exchange
-    def post(self, tag: str, payload: bytes) -> None:
-        """Publish this node's payload of exchange ``tag`` (retried until ``timeout_s``).
+    def post(self, tag: str, payload: bytes, deadline: float | None = None) -> None:
+        """Publish this node's payload of exchange ``tag``, retried until ``deadline`` (``time.monotonic()``;
+        default ``timeout_s`` from now).
 
         Raises:
             PeerFailure: the payload exceeds what one DHT message carries for every node.
@@ -192,7 +129,7 @@ class HivemindTransport:
         if len(payload) > self.max_record_bytes:
             raise PeerFailure(f"node {self.rank}: its payload of {tag!r} has {len(payload)} bytes, above the "
                               f"{self.max_record_bytes} one DHT message carries for {self.world_size} nodes")
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
         while not (sig := self.store(self.key(tag), payload, self.retention_s, min(10.0, max(0.5, deadline - time.monotonic())))):
             if time.monotonic() >= deadline:
                 log.warning("node %d: no DHT node accepted its record of %r; peers will miss it", self.rank, tag)
@@ -200,11 +137,13 @@ class HivemindTransport:
             time.sleep(0.5)
         self.seals.setdefault(tag, {})[self.rank] = sig
 
-    def collect(self, tag: str, peers: Iterable[int], deadline: float | None = None, on_wait=None) -> dict[int, bytes]:
-        """Payloads of live ``peers`` in exchange ``tag``, read until they are in or ``deadline``.
+    def collect(self, tag: str, peers: Iterable[int], deadline: float | None = None, on_wait=None,
+                limit: str | None = None) -> dict[int, bytes]:
+        """Payloads of live ``peers`` in exchange ``tag``, read until they are in or ``deadline`` (``time.monotonic()``;
+        default ``timeout_s`` from now).
 
-        Peers that miss it (or said bye) are declared failed and left out. ``on_wait()`` is called between
-        reads (the launch keeps its hello alive so).
+        Peers that miss it (or said bye) are declared failed and left out (told they sent nothing within ``limit``,
+        default ``swarm.timeout_s=…s``). ``on_wait()`` is called between reads (the launch keeps its hello alive so).
 
         Raises:
             PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names every missing peer).
@@ -229,12 +168,14 @@ class HivemindTransport:
         missing = sorted(want - got.keys())
         self.seals.setdefault(tag, {}).update({n: sig for n, (_, _, sig) in got.items()})
         if missing:
-            self.declare_failed(missing, tag, left)
+            self.declare_failed(missing, tag, left, limit=limit)
         return {n: body for n, (_, body, _) in got.items()}
 
-    def declare_failed(self, peers: list[int], tag: str, left: set[int] = frozenset(), why: str = "") -> None:
+    def declare_failed(self, peers: list[int], tag: str, left: set[int] = frozenset(), why: str = "",
+                       limit: str | None = None) -> None:
         """Take ``peers`` out of :attr:`alive` (failed in exchange ``tag``; ``left``: said bye; ``why``: what
-        they did), then raise :class:`PeerFailure` (``on_peer_failure=abort``, names them) or go on."""
+        they did; ``limit``: the wait they missed, default ``swarm.timeout_s=…s``), then raise :class:`PeerFailure`
+        (``on_peer_failure=abort``, names them) or go on."""
         self.leave_out(peers, tag)
         what = f"node{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
         if why:
@@ -242,17 +183,19 @@ class HivemindTransport:
         elif set(peers) <= set(left):
             text = f"{what} left the swarm during exchange {tag!r} (stopped on an error)"
         else:
-            text = f"{what} sent nothing for exchange {tag!r} within {self.limit_name}={self.timeout_s:g}s (dead or stalled)"
+            text = f"{what} sent nothing for exchange {tag!r} within {limit or f'{self.limit_name}={self.timeout_s:g}s'} (dead or stalled)"
         if self.on_peer_failure == "abort":
             log.error("%s; aborting (swarm.on_peer_failure=abort)", text)
             raise PeerFailure(f"{text}; aborted (set swarm.on_peer_failure=continue to go on without it)")
         log.warning("%s; continuing without it (swarm.on_peer_failure=continue)", text)
 
-    def exchange(self, tag: str, payload: bytes, on_wait=None, deadline: float | None = None) -> dict[int, bytes]:
+    def exchange(self, tag: str, payload: bytes, on_wait=None, deadline: float | None = None,
+                 limit: str | None = None) -> dict[int, bytes]:
         """Post ``payload`` and collect every live peer's (own payload included, under this rank) until ``deadline``
-        (``time.monotonic()``; default ``timeout_s`` after the post)."""
-        self.post(tag, payload)
-        return {self.rank: payload, **self.collect(tag, range(self.world_size), deadline, on_wait)}
+        (``time.monotonic()``; default ``timeout_s`` after the post; ``limit``: see :meth:`collect`)."""
+        deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
+        self.post(tag, payload, deadline)
+        return {self.rank: payload, **self.collect(tag, range(self.world_size), deadline, on_wait, limit)}
 
     def gather_values(self, tag: str, value: str, timeout_s: float | None = None, *, abort: bool = False,
                       on_wait=None) -> dict[int, str]:
@@ -322,12 +265,14 @@ class HivemindTransport:
                                     verifier=self.verifier, rejected=self.rejected, carriers=self.carriers)
 
     def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:
-        """Alg.1 L6 / Alg.2 L7: every live node's messages, ordered by node id then by sending order.
+        """Alg.1 L6 / Alg.2 L7: every live node's messages, ordered by node id then by sending order, within
+        ``timeout_s`` of this call (:mod:`dgrpo.transports.dht.rounds`).
 
         Raises:
             ValueError: ``local`` holds messages of a node this process does not host, or of several rounds.
             PeerFailure: see :meth:`collect`; or this node was left out of a peer's view (it was late).
         """
+        clock = dht_rounds.RoundClock.now(self.timeout_s)
         if set(local) - {self.rank}:
             raise ValueError(f"node {self.rank} cannot send for nodes {sorted(set(local) - {self.rank})}")
         mine = local.get(self.rank, [])
@@ -338,17 +283,19 @@ class HivemindTransport:
         self.rejected, self.carriers, self.seals = [] if self.last_round is not None else self.rejected, {}, {}
         self.last_round = round_idx
         self.alive |= {n for n, r in self.join.items() if r == round_idx and n not in self.failed}  # joiners from now on
-        payloads = self.commit(round_idx, self.exchange(f"r{round_idx}", self.encode(mine)))
-        self.rejected += launch.dht_rejections(self)
-        launch.publish_launch(self, round_idx)
+        payloads = dht_rounds.message_round(self, round_idx, self.encode(mine), clock)
+        left = min(5.0, max(0.1, clock.end("read again") - time.monotonic()))  # (two local calls: milliseconds)
+        self.rejected += launch.dht_rejections(self, wait_s=left)
+        launch.publish_launch(self, round_idx, wait_s=left)  # (a store not confirmed by then goes on in the DHT)
         out: list[Message] = []
         for node in sorted(payloads):
             out += mine if node == self.rank else self.decode(node, payloads[node])
         return out
 
-    def commit(self, round_idx: int, payloads: dict[int, bytes]) -> dict[int, bytes]:
-        """The payloads every peer's view lists alike (:func:`dgrpo.transports.dht.commit.commit`)."""
-        return dht_commit.commit(self, round_idx, payloads)
+    def commit(self, round_idx: int, payloads: dict[int, bytes], clock=None) -> dict[int, bytes]:
+        """The payloads every peer's view lists alike (:func:`dgrpo.transports.dht.commit.commit`; ``clock``: the
+        round's :class:`~dgrpo.transports.dht.rounds.RoundClock`, default one starting now)."""
+        return dht_commit.commit(self, round_idx, payloads, clock)
 
     def check_startup(self, protocol, timeout_s: float) -> str:
         return self.run_id  # the run's agreed settings are checked at launch (dgrpo.transports.dht.launch)

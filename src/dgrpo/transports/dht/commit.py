@@ -23,16 +23,16 @@ view entry that does not verify counts as absent and is named under the view's s
 * otherwise ``n`` is kept; a node that missed its payload reads it again (leaving if it still cannot),
   and each view that left ``n`` out is named under its sender (``accusation``), never acted on alone.
 
-Both rounds of views end at deadlines counted from the start of the commit: the views 2 × ``timeout_s`` after it,
-the echo 3 × (honest nodes start their commit up to ``timeout_s`` apart, when one of them waited for a payload the
-others had, and then end the views up to ``timeout_s`` apart, when one waited for a view the others had; so no
-honest node gives up on an honest peer that only waited). A node that withholds its view or echo costs its peers
-that wait once; then it is failed.
+Both rounds of views end at fixed shares of ``timeout_s`` counted from the start of the round, the views at 2/4 and
+the echo at 3/4, and a second read of a payload at 4/4 (:mod:`dgrpo.transports.dht.rounds`, which says why these
+shares keep every view an honest node read reaching every honest node whose round starts within ``timeout_s``/4 of
+its own). A node that withholds its view or echo costs its peers the rest of that phase once; then it is failed.
 
 Dropped senders are declared failed (``swarm.on_peer_failure``) and named (``missing payload``, ``equivocation``).
 The decision is a function of views every honest node holds alike, so with one malicious node and honest nodes on
-time the honest nodes keep the same payloads: a malicious view can still tip a payload that reached some honest
-nodes and not others (a late honest node is then dropped, or kept, by all), never split them.
+time (rounds started within ``timeout_s``/4 of each other) the honest nodes keep the same payloads: a malicious view
+can still tip a payload that reached some honest nodes and not others (a late honest node is then dropped, or kept,
+by all), never split them.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.dht.records import signed_digest
+from dgrpo.transports.dht.rounds import RoundClock
 
 if TYPE_CHECKING:
     from dgrpo.transports.hivemind import HivemindTransport
@@ -117,18 +118,19 @@ def _relayed(t: "HivemindTransport", echoer: int, blob: bytes, vkey: str, tag: s
     return out
 
 
-def agreed_views(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes], deadline: float
+def agreed_views(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes], clock: RoundClock
                  ) -> tuple[dict[int, dict], dict]:
     """(voter → its view, voter → (rule, what it did) for the voters that signed two views) after the echo
-    ``e{round}``, read until ``deadline``: the same at every honest node (module docstring). A voter whose one view
-    is not usable is declared failed; every voter failed in ``v{round}`` is named."""
+    ``e{round}``, read until the round's echo phase ends: the same at every honest node (module docstring). A voter
+    whose one view is not usable is declared failed; every voter failed in ``v{round}`` is named."""
     tag, vtag = f"r{round_idx}", f"v{round_idx}"
     vkey, sigs = t.key(vtag), t.seals.get(vtag, {})
     versions: dict[int, dict[str, bytes | None]] = {v: {_sha(raw): raw} for v, raw in raws.items()}
     for v in sorted(v for v, raw in raws.items() if _usable(raw, len(t.roster)) is None):
         t.declare_failed([v], vtag, why="sent a malformed view")  # (now: the echo does not wait for it)
     echo = _echo(t, {v: (sigs[v].hex(), raw) for v, raw in raws.items() if v in sigs})
-    for echoer, blob in sorted(t.exchange(f"e{round_idx}", echo, deadline=deadline).items()):
+    echoes = t.exchange(f"e{round_idx}", echo, deadline=clock.end("echo"), limit=clock.limit("echo"))
+    for echoer, blob in sorted(echoes.items()):
         for v, digest, body in _relayed(t, echoer, blob, vkey, tag) if echoer != t.rank else []:
             if versions.setdefault(v, {}).get(digest) is None:
                 versions[v][digest] = body
@@ -145,13 +147,18 @@ def agreed_views(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes],
                 t.readmit(v)  # its view reached some nodes only: every node takes it
     for peer in sorted(n for n, tag_ in t.failed.items() if tag_ == vtag):  # named in peers.jsonl
         t.reject(vkey, f"missing{peer}", peer, f"view: its view of exchange {tag!r} is not a JSON object" if peer in versions
-                 else f"missing view: it sent no view of exchange {tag!r} within swarm.timeout_s={t.timeout_s:g}s")
+                 else f"missing view: it sent no view of exchange {tag!r} within {clock.limit('views')}")
+    for peer in sorted(n for n, tag_ in t.failed.items() if tag_ == f"e{round_idx}"):  # (its view and payload stand)
+        t.reject(t.key(f"e{round_idx}"), f"missing{peer}", peer,
+                 f"missing echo: it sent no echo of exchange {tag!r} within {clock.limit('echo')}")
     return views, equivocated
 
 
-def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -> dict[int, bytes]:
+def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], clock: RoundClock | None = None
+           ) -> dict[int, bytes]:
     """Keep the payloads the views vouch for (module docstring); ``payloads``: what this node read
-    (its own included), their record signatures in ``t.seals[f"r{round_idx}"]``.
+    (its own included), their record signatures in ``t.seals[f"r{round_idx}"]``; ``clock``: the round's
+    deadlines (default: a round starting now).
 
     Raises:
         PeerFailure: this node is dropped by its peers' views or cannot read a payload they kept, or
@@ -160,9 +167,9 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -
     tag, seals = f"r{round_idx}", t.seals.get(f"r{round_idx}", {})
     key, vkey = t.key(tag), t.key(f"v{round_idx}")
     mine = {str(n): [_sha(b), seals[n].hex()] for n, b in payloads.items() if n in seals}
-    start = time.monotonic()  # (the honest nodes start within timeout_s of each other: one may have waited for a payload)
-    raws = t.exchange(f"v{round_idx}", json.dumps(mine).encode(), deadline=start + 2 * t.timeout_s)
-    views, dropped = agreed_views(t, round_idx, raws, start + 3 * t.timeout_s)
+    clock = clock or RoundClock.now(t.timeout_s)
+    raws = t.exchange(f"v{round_idx}", json.dumps(mine).encode(), deadline=clock.end("views"), limit=clock.limit("views"))
+    views, dropped = agreed_views(t, round_idx, raws, clock)
 
     def listed(voter: int, node: int) -> str | None:
         entry = views[voter].get(str(node))
@@ -183,7 +190,7 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -
         elif not digests and node not in payloads and node != t.rank:  # nobody holds it
             if t.failed.get(node) == tag:  # declared failed when it was missed in this round: named
                 t.reject(key, f"dropped{node}", node, f"missing payload: it sent nothing for exchange {tag!r} within "
-                                                      f"swarm.timeout_s={t.timeout_s:g}s")
+                                                      f"{clock.limit('payloads')}")
             continue
         elif len(set(digests.values())) > 1:
             dropped[node] = ("equivocation", f"signed {len(set(digests.values()))} different payloads, shown to nodes "
@@ -195,11 +202,11 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -
                 t.reject(vkey, f"{v}-{node}", v, f"accusation: its view of exchange {tag!r} leaves out node {node}, "
                                                  f"whose payload nodes {sorted(digests)} list")
             if node != t.rank and node not in payloads:
-                payloads[node] = _read_again(t, key, node, next(iter(digests.values())), tag)
+                payloads[node] = _read_again(t, key, node, next(iter(digests.values())), tag, clock)
         if node == t.rank and node in dropped:
             t.leave()
             raise PeerFailure(f"node {t.rank} was declared failed by its peers in exchange {tag!r}: it {dropped[node][1]} "
-                              f"within swarm.timeout_s={t.timeout_s:g}s (stalled?); leaving the swarm")
+                              f"within {clock.limit('payloads')} (stalled?); leaving the swarm")
     for node, (rule, why) in sorted(dropped.items()):
         t.reject(key, f"dropped{node}", node, f"{rule}: it {why} in exchange {tag!r}")
         if node in t.alive:
@@ -207,20 +214,22 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes]) -
     return {n: b for n, b in payloads.items() if n not in dropped}
 
 
-def _read_again(t: "HivemindTransport", key: str, node: int, digest: str, tag: str) -> bytes:
-    """Node ``node``'s payload under ``key`` whose SHA-256 is ``digest``, read until ``swarm.timeout_s``; it
-    takes part again (this node had declared it failed when it missed it).
+def _read_again(t: "HivemindTransport", key: str, node: int, digest: str, tag: str, clock: RoundClock) -> bytes:
+    """Node ``node``'s payload under ``key`` whose SHA-256 is ``digest``, read until the round ends (at least one
+    read); it takes part again (this node had declared it failed when it missed it).
 
     Raises:
         PeerFailure: not found in time: this node cannot keep what its peers keep, so it leaves.
     """
-    deadline = time.monotonic() + t.timeout_s
-    while time.monotonic() < deadline:
+    deadline = clock.end("read again")
+    while True:
         rec = t.read(key, {node}, min(10.0, max(0.2, deadline - time.monotonic()))).get(node)
         if rec is not None and _sha(rec[1]) == digest:
             t.readmit(node)
             return rec[1]
-        time.sleep(0.2)
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
     t.leave()
     raise PeerFailure(f"node {t.rank} could not read node {node}'s payload of exchange {tag!r}, which its peers kept, "
-                      f"within swarm.timeout_s={t.timeout_s:g}s; leaving the swarm")
+                      f"within {clock.limit('read again')}; leaving the swarm")

@@ -218,12 +218,13 @@ def _launched_without(t: "HivemindTransport") -> str:
     return ""
 
 
-def publish_launch(t: "HivemindTransport", round_idx: int | None = None) -> None:
-    """(Re)publish this node's launch record: launch id, roster, agreed values, live nodes, last round."""
+def publish_launch(t: "HivemindTransport", round_idx: int | None = None, wait_s: float = 10.0) -> None:
+    """(Re)publish this node's launch record: launch id, roster, agreed values, live nodes, last round (waiting up to
+    ``wait_s`` seconds for a DHT node to confirm it; an unconfirmed store goes on in the DHT process)."""
     last = round_idx if round_idx is not None else (t.last_round if t.last_round is not None else -1)
     body = {"run": t.run_id, "roster": {str(n): p for n, p in sorted(t.roster.items())}, "config": t.fingerprint,
             "alive": sorted(t.alive), "round": last, "agreed": t.agreed}
-    t.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s)
+    t.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s, wait_s)
 
 
 def join_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: float) -> None:
@@ -305,11 +306,11 @@ async def _drain(dht, _node) -> list:
     return out
 
 
-def dht_rejections(t: "HivemindTransport") -> list[tuple[int, str]]:
+def dht_rejections(t: "HivemindTransport", wait_s: float = 5.0) -> list[tuple[int, str]]:
     """The records this node's DHT refused since the last call (bad signatures: senders unknown), as
-    ``rejected`` entries (-1, ``dht: reason``)."""
+    ``rejected`` entries (-1, ``dht: reason``); none when the DHT process does not answer within ``wait_s`` seconds."""
     try:
-        refused = t.dht.run_coroutine(_drain, return_future=True).result(timeout=5)
+        refused = t.dht.run_coroutine(_drain, return_future=True).result(timeout=wait_s)
     except Exception as err:  # noqa: BLE001 - counting is best effort; the DHT already logged each refusal
         log.debug("could not read the DHT's refusals: %s", err)
         return []

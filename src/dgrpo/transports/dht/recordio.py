@@ -1,0 +1,88 @@
+"""This node's signed records in a hivemind DHT: store, read, check against the roster, refuse (a mixin of
+:class:`~dgrpo.transports.hivemind.HivemindTransport`, whose record format and trust model it implements:
+docs/hivemind.md "How a round moves", Records).
+
+It loads light, as the transport does: hivemind is imported at the first record stored or read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from dgrpo.registry import LazyModule
+
+log = logging.getLogger("dgrpo.transports.hivemind")  # (the transport's log: its refusals are read there)
+dht_records = LazyModule("dgrpo.transports.dht.records")
+dht_time = LazyModule("hivemind.utils")
+
+
+class SignedRecords:
+    """Record I/O of one swarm node. Uses the host's ``dht`` (a started ``hivemind.DHT``), ``rank``, ``roster``
+    (node → public key hex), ``_key`` (its Ed25519 private key), ``rejected`` and ``_seen_rejections``
+    (:class:`~dgrpo.transports.hivemind.HivemindTransport` sets them all)."""
+
+    def key(self, tag: str) -> str:
+        """The DHT key of exchange ``tag`` in this launch."""
+        return f"{self.namespace}/{self.run_id}/{tag}"
+
+    def store(self, key: str, body: bytes, ttl_s: float, wait_s: float = 10.0) -> bytes:
+        """Sign and store this node's record under ``key``: its signature once at least one DHT node took it, else b""."""
+        subkey, value = dht_records.seal(self._key, key, self.rank, body)
+        try:
+            future = self.dht.store(key, value, dht_time.get_dht_time() + ttl_s, subkey=subkey, return_future=True)
+            return value[:dht_records.SIGNATURE_BYTES] if future.result(timeout=wait_s) else b""
+        except Exception as err:  # noqa: BLE001 - a timed-out or failed store is retried by the caller
+            log.debug("store of %s failed: %s", key, err)
+            return b""
+
+    def records(self, key: str, wait_s: float = 10.0) -> dict[int, list[tuple[str, bytes, bytes]]]:
+        """Every record under ``key`` whose signature verifies, by claimed node: [(public key, body, signature)].
+
+        None, malformed, expired or unsigned entries are left out (refusals are logged once).
+        """
+        try:
+            found = self.dht.get(key, latest=True, return_future=True).result(timeout=wait_s)
+        except Exception as err:  # noqa: BLE001 - a DHT that does not answer in time: nothing new yet
+            log.debug("get of %s failed: %s", key, err)
+            return {}
+        if not (isinstance(found, dht_time.ValueWithExpiration) and isinstance(found.value, dict)):
+            return {}  # (None: no record; a plain value is refused by every DHT node's validator)
+        kid, out = dht_records.key_id(key), defaultdict(list)
+        for subkey, item in found.value.items():
+            result = dht_records.verify(kid, subkey, item.value if isinstance(item, dht_time.ValueWithExpiration) else None)
+            if isinstance(result, str):
+                self.reject(key, str(subkey), -1, result)
+                continue
+            node, pub, body = result
+            out[node].append((pub, body, item.value[:dht_records.SIGNATURE_BYTES]))
+        return out
+
+    def read(self, key: str, expect: set[int], wait_s: float = 10.0) -> dict[int, tuple[str, bytes, bytes]]:
+        """The records of nodes ``expect`` under ``key`` signed by the roster's key for each node.
+
+        A record signed with another node's key or an unknown one is refused and named. The roster is
+        fixed at launch (joiners' keys too: a swarm with joiners has a roster file, see
+        :func:`dgrpo.transports.dht.launch.node_keys`), so no key is learnt from a record.
+        """
+        owner_of = {pub: n for n, pub in self.roster.items()}
+        out = {}
+        for node, claims in self.records(key, wait_s).items():
+            for pub, body, sig in claims:
+                if pub == self.roster.get(node):
+                    out[node] = (pub, body, sig)
+                elif pub in owner_of:
+                    self.reject(key, pub, owner_of[pub], f"identity: a record for node {node}'s slot signed by node "
+                                                          f"{owner_of[pub]}'s key")
+                else:
+                    self.reject(key, pub, -1, f"identity: a record for node {node} signed by an unknown key {pub[:12]}…")
+        return {n: r for n, r in out.items() if n in expect}
+
+    def reject(self, key: str, what: str, sender: int, reason: str) -> None:
+        """Refuse a record read under ``key`` (``what``: its subkey or key), once per reason: logged and
+        listed in :attr:`rejected` as (sender, reason); sender -1: an unknown key."""
+        if (key, what + reason) in self._seen_rejections:
+            return
+        self._seen_rejections.add((key, what + reason))
+        log.warning("rejected record from node %s under %s: %s", sender if sender >= 0 else "?", key.rsplit("/", 1)[-1], reason)
+        self.rejected.append((sender, reason))

@@ -1,0 +1,82 @@
+"""A message round of the hivemind transport and its one deadline: every wait of a round ends within
+``swarm.timeout_s`` of the round's start (issue 31, must-have 4).
+
+:meth:`~dgrpo.transports.hivemind.HivemindTransport.all_gather` starts the round's :class:`RoundClock` and runs
+:func:`message_round`; its two local calls after the commit (the DHT's refusals, the launch record) wait what is
+left of the round, at least 0.1 s each.
+
+A round is four phases, each ending at a fixed share of ``timeout_s`` counted from the moment this node starts the
+round (``all_gather`` is called, before its post), so no phase can push the next one later:
+
+==============  ======  ===================================================================
+phase           ends    what is waited for
+==============  ======  ===================================================================
+``payloads``    1/4     every live peer's payload ``r{round}`` (a later peer is failed)
+``views``       2/4     every live peer's view ``v{round}`` (:mod:`dgrpo.transports.dht.commit`)
+``echo``        3/4     every live peer's echo ``e{round}``
+``read again``  4/4     a payload this node missed and its peers' views list
+==============  ======  ===================================================================
+
+Why quarters: two honest nodes whose rounds start ``s`` apart with ``s`` < ``timeout_s``/4 (the payload phase: a
+later payload is missed) each post a view by the end of their own payload phase, so each reads the other's view
+by the end of its own views phase (1/4 later); each posts its echo by the end of its views phase, so each reads
+the other's echo by the end of its own echo phase (1/4 later again). So every view an honest node read reaches
+every honest node through its echo, as the commit needs (its no-split guarantee holds for honest nodes whose rounds
+start within ``timeout_s``/4 of each other; docs/hivemind.md "Commit"), and a node that withholds its payload, its
+view or its echo costs its peers at most the rest of that phase: the round ends by ``timeout_s`` either way.
+
+Each DHT call made in a phase is limited to what is left of it (at least 0.2 s: one last read after the deadline),
+so a phase overruns its end by at most that, and since the ends are absolute the overrun does not add up; with the
+two local calls after the commit, a round ends within ``timeout_s`` + 0.4 s + this node's own CPU work (decoding,
+verifying signatures).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dgrpo.transports.hivemind import HivemindTransport
+
+SHARES = {"payloads": 1, "views": 2, "echo": 3, "read again": 4}  # phase → its end, in quarters of timeout_s
+
+
+@dataclass(frozen=True)
+class RoundClock:
+    """The deadlines of one message round.
+
+    Attributes:
+        start: ``time.monotonic()`` when this node started the round (seconds).
+        timeout_s: the round's whole wait (``swarm.timeout_s``, seconds).
+    """
+
+    start: float
+    timeout_s: float
+
+    @classmethod
+    def now(cls, timeout_s: float) -> "RoundClock":
+        return cls(time.monotonic(), timeout_s)
+
+    def end(self, phase: str) -> float:
+        """``time.monotonic()`` at which ``phase`` (a key of :data:`SHARES`) ends. Raises KeyError for another name."""
+        return self.start + SHARES[phase] * self.timeout_s / 4
+
+    def limit(self, phase: str) -> str:
+        """How a peer that missed ``phase`` is told: ``4.5s of the round (3/4 of swarm.timeout_s=6s)``."""
+        return f"{SHARES[phase] * self.timeout_s / 4:g}s of the round ({SHARES[phase]}/4 of swarm.timeout_s={self.timeout_s:g}s)"
+
+
+def message_round(t: "HivemindTransport", round_idx: int, payload: bytes, clock: RoundClock | None = None
+                  ) -> dict[int, bytes]:
+    """Post ``payload`` as exchange ``r{round_idx}``, collect the live peers' until the payload phase ends, then
+    commit (:func:`dgrpo.transports.dht.commit.commit`): the payloads every honest node keeps alike, by node
+    (this node's own included). ``clock``: the round's deadlines (default: starting now).
+
+    Raises:
+        PeerFailure: see :meth:`~dgrpo.transports.hivemind.HivemindTransport.collect` and the commit.
+    """
+    clock = clock or RoundClock.now(t.timeout_s)
+    got = t.exchange(f"r{round_idx}", payload, deadline=clock.end("payloads"), limit=clock.limit("payloads"))
+    return t.commit(round_idx, got, clock)

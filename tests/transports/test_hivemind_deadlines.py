@@ -1,0 +1,78 @@
+"""Issue 31, must-have 4, on the hivemind transport: every wait of a round ends within ``swarm.timeout_s`` of the
+round's start, whatever node 3 (the attacker, one of 4) withholds, and the one who made the others wait is named.
+
+Real DHT nodes in this process (:mod:`hivemind_swarm`), one thread per swarm node. Before, a round waited for the
+payloads ``timeout_s`` after the post, then for the views and the echo until 2 and 3 × ``timeout_s`` after the
+commit started: a node that withheld its echo made every honest round last about 4 × ``timeout_s``.
+"""
+
+import time
+
+import pytest
+
+pytest.importorskip("hivemind")
+
+from hivemind_helpers import in_threads  # noqa: E402
+from hivemind_swarm import SLACK_S, TIMEOUT_S, dht_nodes, named, swarm  # noqa: E402
+
+from dgrpo.types import Message  # noqa: E402
+
+MESSAGES = {k: Message(k, 0, "p", k, f"text {k}", (1, 2), 7, "tok") for k in range(4)}
+
+
+@pytest.fixture(scope="module")
+def dhts(tmp_path_factory):
+    """This module's DHT (:func:`hivemind_swarm.dht_nodes`), shared by its cases."""
+    yield from dht_nodes(tmp_path_factory.mktemp("dht"))
+
+
+def timed_round(t):
+    """Node ``t``'s round 0 (its message of :data:`MESSAGES`): (what all_gather returned or raised, seconds it took)."""
+    start = time.monotonic()
+    try:
+        out = t.all_gather({t.rank: [MESSAGES[t.rank]]})
+    except Exception as err:  # noqa: BLE001 - the test inspects it
+        out = err
+    return out, time.monotonic() - start
+
+
+def withholding(t, tags):
+    """From now on ``t`` stores nothing under exchanges ``tags`` (and otherwise runs its round as it is)."""
+    post = t.post
+    t.post = lambda tag, payload, deadline=None: None if tag in tags else post(tag, payload, deadline)
+
+
+# withheld → (the exchange node 3 is failed in, the phase that ends then in quarters of timeout_s, its payload kept,
+#             how node 3 is named)
+CASES = {"nothing (silent)": ("r0", 1, False, "missing payload: it sent nothing for exchange 'r0' within 1.5s of the "
+                                             "round (1/4 of swarm.timeout_s=6s)"),
+         "its payload": ("r0", 1, False, "missing payload: it sent nothing for exchange 'r0' within 1.5s"),
+         "its view": ("v0", 2, True, "missing view: it sent no view of exchange 'r0' within 3s of the round (2/4 of "
+                                     "swarm.timeout_s=6s)"),
+         "its echo": ("e0", 3, True, "missing echo: it sent no echo of exchange 'r0' within 4.5s of the round (3/4 of "
+                                     "swarm.timeout_s=6s)")}
+
+
+@pytest.mark.parametrize("withheld", list(CASES))
+def test_a_node_withholding_its_payload_view_or_echo_cannot_stretch_a_round_past_the_timeout(dhts, withheld):
+    """Each honest node's round, timed from its own start, ends by the end of the phase node 3 withheld (a quarter of
+    ``timeout_s`` per phase) + SLACK_S, hence within ``timeout_s`` + SLACK_S; the honest nodes keep the messages of a
+    clean round (node 3's too when its payload was out before it fell silent), none is failed, and node 3 is named."""
+    clean = swarm(dhts)
+    out, _ = in_threads([lambda t=t: timed_round(t) for t in clean])
+    assert [got for got, _ in out] == [list(MESSAGES.values())] * 4, out
+    failed_in, quarters, kept, reason = CASES[withheld]
+    ts = swarm(dhts)
+    withholding(ts[3], {"nothing (silent)": {"r0", "v0", "e0"}, "its payload": {"r0"}, "its view": {"v0"},
+                        "its echo": {"e0"}}[withheld])
+    rounds = [lambda t=t: timed_round(t) for t in ts[:3]]
+    out, _ = in_threads(rounds if withheld == "nothing (silent)" else rounds + [lambda: timed_round(ts[3])])
+    want = [MESSAGES[k] for k in range(4) if k < 3 or kept]
+    for t, (got, seconds) in zip(ts[:3], out[:3]):
+        print(f"node 3 withholds {withheld}: node {t.rank}'s round took {seconds:.2f} s (timeout_s={TIMEOUT_S:g})")
+        assert got == want, (t.rank, got)
+        assert t.alive == {0, 1, 2} and t.failed == {3: failed_in}, (t.rank, t.alive, t.failed)
+        assert named(t, 3, reason), t.rejected
+        assert not [r for s, r in t.rejected if s in (0, 1, 2)], t.rejected
+        assert seconds < quarters * TIMEOUT_S / 4 + SLACK_S <= TIMEOUT_S + SLACK_S
+

@@ -6,6 +6,7 @@ payloads ``timeout_s`` after the post, then for the views and the echo until 2 a
 commit started: a node that withheld its echo made every honest round last about 4 × ``timeout_s``.
 """
 
+import json
 import time
 
 import pytest
@@ -13,8 +14,9 @@ import pytest
 pytest.importorskip("hivemind")
 
 from hivemind_helpers import in_threads  # noqa: E402
-from hivemind_swarm import SLACK_S, TIMEOUT_S, dht_nodes, named, swarm  # noqa: E402
+from hivemind_swarm import PAYLOADS, SLACK_S, TIMEOUT_S, dht_nodes, named, seen_by, swarm, view_of, viewing  # noqa: E402
 
+from dgrpo.transports.dht.rounds import RoundClock, message_round  # noqa: E402
 from dgrpo.types import Message  # noqa: E402
 
 MESSAGES = {k: Message(k, 0, "p", k, f"text {k}", (1, 2), 7, "tok") for k in range(4)}
@@ -76,3 +78,48 @@ def test_a_node_withholding_its_payload_view_or_echo_cannot_stretch_a_round_past
         assert not [r for s, r in t.rejected if s in (0, 1, 2)], t.rejected
         assert seconds < quarters * TIMEOUT_S / 4 + SLACK_S <= TIMEOUT_S + SLACK_S
 
+
+def test_a_late_honest_node_within_a_quarter_of_the_timeout_and_a_malicious_view_cannot_split_the_honest_nodes(dhts):
+    """The guaranteed case of the commit (docs/hivemind.md, Trust): honest nodes whose rounds start less than
+    ``timeout_s``/4 apart keep the same payloads whatever one malicious node does. Here ``timeout_s`` = 8 s: node 2
+    starts its round 1 s after the others, and its reads miss node 0's payload (a slow link). Node 3 posts its view,
+    which leaves node 0 out, 4.5 s after the round's start: after nodes 0-1's views phase ended (4 s) and before node
+    2's (5 s), so only node 2 reads it, and its echo is the only way nodes 0-1 learn of it (by their echo's end, 6 s:
+    node 2 relays it at about 4.5 s). Node 0's payload is listed by node 1 and missed by nodes 2 and 3: every honest
+    node decides on the same views and drops it, and node 0 leaves, as a late node does; nodes 1 and 2 keep the same
+    payloads, each within ``timeout_s`` of its own start."""
+    from dgrpo.errors import PeerFailure
+
+    ts = swarm(dhts, timeout_s=8.0)
+    attacker, direct = ts[3], {}
+    seen_by(ts[2], 0, "r0")
+    for t in ts[:3]:  # (which views each honest node read itself, before any echo)
+        def recording(tag, payload, *a, t=t, exchange=t.exchange, **k):
+            got = exchange(tag, payload, *a, **k)
+            direct.setdefault(t.rank, set()).update(got if tag == "v0" else ())
+            return got
+        t.exchange = recording
+
+    def honest(t, delay=0.0):
+        time.sleep(delay)
+        start = time.monotonic()
+        try:
+            out = message_round(t, 0, PAYLOADS[t.rank])
+        except PeerFailure as err:
+            out = err
+        return out, time.monotonic() - start
+
+    def malicious():
+        clock = RoundClock.now(attacker.timeout_s)
+        got = attacker.exchange("r0", PAYLOADS[3], deadline=clock.end("payloads"))
+        viewing(attacker, json.dumps(view_of(attacker, drop=[0])).encode())
+        time.sleep(max(0.0, clock.start + 4.5 - time.monotonic()))
+        return attacker.commit(0, got, clock)
+    out, _ = in_threads([lambda: honest(ts[0]), lambda: honest(ts[1]), lambda: honest(ts[2], 1.0), malicious])
+    assert 3 not in direct[0] and 3 not in direct[1] and 3 in direct[2], direct  # (the case as staged)
+    assert isinstance(out[0][0], PeerFailure) and "declared failed by its peers" in str(out[0][0]), out[0]
+    for t, (got, seconds) in zip(ts[1:3], out[1:3]):
+        print(f"late honest node 2 and a malicious view: node {t.rank}'s round took {seconds:.2f} s (timeout_s=8)")
+        assert got == {k: PAYLOADS[k] for k in (1, 2, 3)}, (t.rank, got)
+        assert t.alive == {1, 2, 3} and t.failed == {0: "r0"}, (t.rank, t.alive, t.failed)
+        assert seconds < 8.0 + SLACK_S

@@ -125,9 +125,11 @@ def test_records_under_fresh_keys_and_oversized_records_cannot_stop_split_or_slo
     attack-free round (+1 s at most). With a client-mode node: a DHT node without the roster that took the flood
     answered every read of the key above libp2p's message limit, and each reader and storer waited hivemind's 3 s
     RPC time-out (now no DHT node takes more than one message's worth under a key; benchmarks/hivemind_flood_reader.py,
-    results/hivemind_flood_reader/). Open: here, where DHT 2 holds earlier cases' rosters and refuses this case's
-    records, a full-module run still took 4.8 s against 0.7 s clean once in 3 at load 10, and in another the clean
-    round took 4.33 s: a client-mode stall without the flood (cause not found)."""
+    results/hivemind_flood_reader/). Here DHT 2 holds earlier cases' rosters and refuses this case's records: hivemind
+    then reported many stores that the other replicas took as failed, and each was retried every 0.5 s (rounds of
+    1-5 s, with or without the flood); a store reported failed is now read back
+    (test_hivemind_deadlines.py::test_a_record_one_dht_node_refuses_is_reported_stored_once_the_others_took_it), and
+    the client-mode case is held to the same +1 s."""
     clean = swarm(dhts, client_2=client_2)
     out, clean_s = in_threads([lambda t=t: honest_round(t) for t in clean])
     assert out == [PAYLOADS] * 4
@@ -144,8 +146,7 @@ def test_records_under_fresh_keys_and_oversized_records_cannot_stop_split_or_slo
     out, seconds = in_threads([lambda t=t: honest_round(t) for t in ts])
     print(f"flood of records ({'client' if client_2 else 'servers'}): clean round {clean_s:.2f} s, attacked {seconds:.2f} s")
     assert_honest_round_unharmed(ts, out, seconds)
-    if not client_2:
-        assert seconds < clean_s + 1.0, (seconds, clean_s)
+    assert seconds < clean_s + 1.0, (seconds, clean_s)
 
 
 @pytest.mark.parametrize("attack", ["quadratic frames", "copies"])

@@ -96,6 +96,26 @@ def test_a_payload_one_honest_node_missed_is_read_again_and_kept_by_all(dhts):
     assert named(ts[0], 2, "accusation: its view of exchange 'r0' leaves out node 1")  # named, never acted on alone
 
 
+def test_a_payload_replaced_after_some_honest_nodes_read_it_is_relayed_to_the_one_that_missed_it(dhts):
+    """Node 3's payload reached nodes 0-1 and not node 2 (timed to arrive after node 2's deadline); then node 3
+    replaced its record with another signed payload. The views keep the first (nodes 0-1 list it), and node 2 must
+    read it again: before, it found only the replacement, and left the swarm at the round's end (an honest node
+    expelled by one malicious node); now nodes 0-1 relay the payload they kept, and node 2 keeps it too."""
+    ts = swarm(dhts)
+    attacker = ts[3]
+    exchanged, _ = in_threads([lambda t=t: t.exchange("r0", PAYLOADS[t.rank]) for t in ts])
+    partial = {n: b for n, b in exchanged[2].items() if n != 3}
+    ts[2].leave_out([3], "r0")  # what collect did when it missed it
+    other = json.dumps({"messages": [], "node": 3, "other": True}).encode()
+    assert attacker.store(attacker.key("r0"), other, attacker.retention_s + 30)  # (a later expiry replaces a record)
+    assert ts[2].read(ts[2].key("r0"), {3})[3][1] == other
+    out, seconds = in_threads([lambda t=t, p=p: t.commit(0, dict(p)) for t, p in zip(ts, [*exchanged[:2], partial,
+                                                                                             exchanged[3]])])
+    assert out[:3] == [PAYLOADS] * 3, [sorted(o) if isinstance(o, dict) else o for o in out[:3]]
+    assert ts[2].alive == {0, 1, 2, 3} and ts[2].failed == {}, (ts[2].alive, ts[2].failed)
+    assert seconds < TIMEOUT_S + SLACK_S
+
+
 def test_a_payload_most_views_missed_is_dropped_by_all_and_its_node_leaves(dhts):
     """Node 3 posted after the others' deadline: all three honest views miss it; it finds out and leaves."""
     from dgrpo.errors import PeerFailure

@@ -20,8 +20,10 @@ view entry that does not verify counts as absent and is named under the view's s
 * two different digests signed by ``n``: ``n`` equivocated (the proof travels in the views), dropped;
 * missed by at least two of those views (one, when there is only one) and by more than half of them:
   ``n`` was late, dropped; a node that finds itself so dropped leaves the swarm;
-* otherwise ``n`` is kept; a node that missed its payload reads it again (leaving if it still cannot),
-  and each view that left ``n`` out is named under its sender (``accusation``), never acted on alone.
+* otherwise ``n`` is kept; each node that holds its payload relays it (``r{round}x{n}``) and a node that missed
+  it reads it again, from its record or a relay (leaving if it still cannot: a sender that replaced its record
+  after some nodes read it can no longer keep a node from reading what its peers kept), and each view that left
+  ``n`` out is named under its sender (``accusation``), never acted on alone.
 
 Both rounds of views end at fixed shares of ``timeout_s`` counted from the start of the round, the views at 2/4 and
 the echo at 3/4, and a second read of a payload at 4/4 (:mod:`dgrpo.transports.dht.rounds`, which says why these
@@ -181,6 +183,7 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
                                                   f"node {node} did not sign")
         return None
 
+    wanted: dict[int, str] = {}  # node → the digest of its payload this node missed and must read again
     for node in sorted(t.roster):
         voters = [v for v in views if v != node]
         digests = {v: d for v in voters if (d := listed(v, node)) is not None}
@@ -202,11 +205,15 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
                 t.reject(vkey, f"{v}-{node}", v, f"accusation: its view of exchange {tag!r} leaves out node {node}, "
                                                  f"whose payload nodes {sorted(digests)} list")
             if node != t.rank and node not in payloads:
-                payloads[node] = _read_again(t, key, node, next(iter(digests.values())), tag, clock)
+                wanted[node] = next(iter(digests.values()))
+            elif misses and node != t.rank:  # relayed for the nodes that missed it (its record may be gone)
+                t.store(t.key(f"{tag}x{node}"), payloads[node], t.retention_s, _left(clock))
         if node == t.rank and node in dropped:
             t.leave()
             raise PeerFailure(f"node {t.rank} was declared failed by its peers in exchange {tag!r}: it {dropped[node][1]} "
                               f"within {clock.limit('payloads')} (stalled?); leaving the swarm")
+    for node, digest in sorted(wanted.items()):
+        payloads[node] = _read_again(t, key, node, digest, tag, clock)
     for node, (rule, why) in sorted(dropped.items()):
         t.reject(key, f"dropped{node}", node, f"{rule}: it {why} in exchange {tag!r}")
         if node in t.alive:
@@ -214,19 +221,28 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
     return {n: b for n, b in payloads.items() if n not in dropped}
 
 
+def _left(clock: RoundClock) -> float:
+    """Time limit of a DHT call in the read-again phase: what is left of the round (at least 0.2 s, at most 10 s)."""
+    return min(10.0, max(0.2, clock.end("read again") - time.monotonic()))
+
+
 def _read_again(t: "HivemindTransport", key: str, node: int, digest: str, tag: str, clock: RoundClock) -> bytes:
     """Node ``node``'s payload under ``key`` whose SHA-256 is ``digest``, read until the round ends (at least one
-    read); it takes part again (this node had declared it failed when it missed it).
+    read), from its record or from the relays of the peers that kept it (``{tag}x{node}``: its record may have been
+    replaced since, by a sender showing this node another payload); it takes part again (this node had declared it
+    failed when it missed it).
 
     Raises:
         PeerFailure: not found in time: this node cannot keep what its peers keep, so it leaves.
     """
     deadline = clock.end("read again")
     while True:
-        rec = t.read(key, {node}, min(10.0, max(0.2, deadline - time.monotonic()))).get(node)
-        if rec is not None and _sha(rec[1]) == digest:
-            t.readmit(node)
-            return rec[1]
+        rec = t.read(key, {node}, _left(clock)).get(node)
+        relayed = [body for claims in t.records(t.key(f"{tag}x{node}"), _left(clock)).values() for _, body, _ in claims]
+        for body in ([rec[1]] if rec is not None else []) + relayed:
+            if _sha(body) == digest:
+                t.readmit(node)
+                return body
         if time.monotonic() >= deadline:
             break
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))

@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 dht_records = LazyModule("dgrpo.transports.dht.records")  # (import hivemind: loaded when the transport starts)
 launch, dht_commit = LazyModule("dgrpo.transports.dht.launch"), LazyModule("dgrpo.transports.dht.commit")
 dht_rounds = LazyModule("dgrpo.transports.dht.rounds")
-dht_time = LazyModule("hivemind.utils")
 
 def _left(deadline: float) -> float:
     """Time limit of one DHT call made before ``deadline``: what is left of it (at least 0.2 s, at most 10 s)."""
@@ -57,7 +56,8 @@ class HivemindTransport(SignedRecords):
     """All-gather of a round's messages through a hivemind DHT, one swarm node per process.
 
     Same members and meanings as :class:`~dgrpo.transports.distributed.DistributedTransport`
-    (:class:`~dgrpo.transports.base.Transport`).
+    (:class:`~dgrpo.transports.base.Transport`); its records (``key``, ``store``, ``records``, ``read``,
+    ``reject``) are :class:`~dgrpo.transports.dht.recordio.SignedRecords`'s.
 
     Attributes:
         local_nodes: the node hosted here, ``[rank]``.

@@ -135,11 +135,11 @@ def forge(scenario: str, node: int) -> None:
         data = json.loads(payload)
         for m in data["messages"]:
             m["node"] = victim
-        body, key = json.dumps(data).encode(), self.key(tag)
+        body, key = json.dumps(data).encode(), self.signed.key(tag)
         theirs = subkey_for(victim, self.roster[victim])
-        sig = self._key.sign(_signed_bytes(key_id(key), MSGPackSerializer.dumps(theirs), body))
+        sig = self.signed.signing_key.sign(_signed_bytes(key_id(key), MSGPackSerializer.dumps(theirs), body))
         ok_theirs = self.dht.store(key, sig + body, get_dht_time() + 60, subkey=theirs)
-        mine, value = seal(self._key, key, victim, body)
+        mine, value = seal(self.signed.signing_key, key, victim, body)
         ok_mine = self.dht.store(key, value, get_dht_time() + 60, subkey=mine)
         print(f"forger {node}: {tag}: under node {victim}'s subkey stored={ok_theirs}; "
               f"under its own key for node {victim}'s slot stored={ok_mine}", flush=True)
@@ -166,7 +166,7 @@ def replay(scenario: str, node: int, args: list[str]) -> None:
         others, deadline = (self.alive - {self.rank}), time.monotonic() + 20
         got = {}
         while others - got.keys() and time.monotonic() < deadline:
-            got.update({n: rec[1] for n, rec in self.read(self.key(tag), others).items()})
+            got.update({n: rec[1] for n, rec in self.signed.read(self.signed.key(tag), others).items()})
             time.sleep(0.2)
         current = [m for n in sorted(got) for m in json.loads(got[n])["messages"]]
         if of == "other_run":

@@ -54,9 +54,9 @@ def swarm(dhts, on_peer_failure="continue", launched=True, client_2=False, timeo
         t.caps = KeyCaps.of(2, Limits.for_completions(24))  # what from_config sets: 8 messages a round per sender
         allow_roster(t)
         if launched:
-            t.run_id, t.fingerprint = "run", "fp"
+            t.enter_launch("run", "fp", {})  # (the roster holds every node's key already)
         else:
-            t.roster = {}
+            t.roster.clear()  # (the same dict as t.signed.roster)
     return ts
 
 
@@ -96,17 +96,17 @@ def view_of(t, drop=(), forge=()):
 def seen_by(t, node, tag, other=None):
     """From now on ``t``'s reads of exchange ``tag`` miss ``node``'s record (it reached ``t`` after its deadline), or,
     with ``other`` = (signing key, body), find ``node``'s record of that body instead (replaced between reads)."""
-    read = t.read
+    read = t.signed.read
 
     def late_read(key, expect, wait_s=10.0):
         out = read(key, expect, wait_s)
-        if key == t.key(tag) and node in out:
+        if key == t.signed.key(tag) and node in out:
             if other is None:
                 del out[node]
             else:
                 out[node] = (out[node][0], other[1], seal(other[0], key, node, other[1])[1][:64])
         return out
-    t.read = late_read
+    t.signed.read = late_read
 
 
 def viewing(t, body: bytes):

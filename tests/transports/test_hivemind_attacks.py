@@ -67,9 +67,9 @@ def test_an_equivocating_sender_is_dropped_by_every_honest_node_on_its_own_signa
     other = json.dumps({"messages": [], "node": 3, "other": True}).encode()
 
     def equivocating():
-        attacker.store(attacker.key("r0"), PAYLOADS[3], 60)
+        attacker.signed.store(attacker.signed.key("r0"), PAYLOADS[3], 60)
         time.sleep(1.0)  # node 0 reads this one first; then the record is replaced
-        return attacker.store(attacker.key("r0"), other, 61)
+        return attacker.signed.store(attacker.signed.key("r0"), other, 61)
 
     def late_reader(t):
         time.sleep(2.0)
@@ -107,8 +107,8 @@ def test_a_payload_replaced_after_some_honest_nodes_read_it_is_relayed_to_the_on
     partial = {n: b for n, b in exchanged[2].items() if n != 3}
     ts[2].leave_out([3], "r0")  # what collect did when it missed it
     other = json.dumps({"messages": [], "node": 3, "other": True}).encode()
-    assert attacker.store(attacker.key("r0"), other, attacker.retention_s + 30)  # (a later expiry replaces a record)
-    assert ts[2].read(ts[2].key("r0"), {3})[3][1] == other
+    assert attacker.signed.store(attacker.signed.key("r0"), other, attacker.retention_s + 30)  # (a later expiry replaces it)
+    assert ts[2].signed.read(ts[2].signed.key("r0"), {3})[3][1] == other
     out, seconds = in_threads([lambda t=t, p=p: t.commit(0, dict(p)) for t, p in zip(ts, [*exchanged[:2], partial,
                                                                                              exchanged[3]])])
     assert out[:3] == [PAYLOADS] * 3, [sorted(o) if isinstance(o, dict) else o for o in out[:3]]
@@ -155,12 +155,12 @@ def test_records_under_fresh_keys_and_oversized_records_cannot_stop_split_or_slo
     assert out == [PAYLOADS] * 4
     ts = swarm(dhts, client_2=client_2)
     attacker = ts[3]
-    key = attacker.key("r0")
+    key = attacker.signed.key("r0")
     stored = []
     for _ in range(8):
         subkey, value = seal(Ed25519PrivateKey.generate(), key, 3, b"x" * 900_000)
         stored.append(attacker.dht.store(key, value, time.time() + 60, subkey=subkey))
-    subkey, value = seal(attacker._key, key, 3, b"DGRPO1ffffffff" * (3 * 2**20 // 14))
+    subkey, value = seal(attacker.signed.signing_key, key, 3, b"DGRPO1ffffffff" * (3 * 2**20 // 14))
     stored.append(attacker.dht.store(key, value, time.time() + 60, subkey=subkey))
     assert stored == [False] * 9  # no DHT node took any
     out, seconds = in_threads([lambda t=t: honest_round(t) for t in ts])
@@ -240,7 +240,7 @@ def test_a_view_shown_to_some_honest_nodes_cannot_split_the_honest_message_sets(
         seen_by(ts[0], 3, "v0")
         seen_by(ts[1], 3, "v0")
     else:
-        seen_by(ts[1], 3, "v0", other=(attacker._key, json.dumps(view_of(attacker)).encode()))
+        seen_by(ts[1], 3, "v0", other=(attacker.signed.signing_key, json.dumps(view_of(attacker)).encode()))
     out, seconds = in_threads([lambda t=t, p=p: t.commit(0, dict(p)) for t, p in zip(ts, [*exchanged[:2], partial, PAYLOADS])])
     honest_sets = [sorted(o) if isinstance(o, dict) else type(o).__name__ for o in out[1:3]]
     assert honest_sets[0] == honest_sets[1], honest_sets  # no split: nodes 1 and 2 keep the same messages
@@ -271,7 +271,8 @@ def test_an_echo_relays_only_views_their_voters_signed_and_a_malformed_one_is_na
     body = json.dumps({"0": ["0" * 64, "1" * 128]}).encode()
     sig = seal(keys[0], vkey, 0, body)[1][:64].hex()
     rejected = []
-    t = SimpleNamespace(roster={k: public_hex(keys[k]) for k in range(3)}, reject=lambda *a: rejected.append(a[2:]))
+    t = SimpleNamespace(roster={k: public_hex(keys[k]) for k in range(3)},
+                        signed=SimpleNamespace(reject=lambda *a: rejected.append(a[2:])))
     sha = hashlib.sha256(body).hexdigest()
     echo = {"0": [sig, sha, body.decode("latin-1")], "2": [sig, sha, None], "1": [sig, sha, None], "²": [sig, sha, None]}
     assert _relayed(t, 1, zlib.compress(json.dumps(echo).encode()), vkey, "r0") == [(0, sha, body)]

@@ -108,37 +108,54 @@ def _hivemind_sources(root):
     return [root / "transports" / "hivemind.py", *sorted((root / "transports" / "dht").glob("*.py"))]
 
 
-def _reach_ins(root) -> list[str]:
-    """Where a hivemind helper (transports/dht/*.py) changes the transport's state itself — assigns one of its
-    attributes (``t.x = …``, ``t.x += …``) or mutates one in place (``t.alive.discard(…)``) — or reads a private
-    field of it; and every getattr/hasattr in these modules that no comment names the hivemind version for."""
+def _root(node):
+    """The name an attribute/subscript chain starts from (``t`` of ``t.signed.roster[1]``), or None."""
     import ast
 
-    found = []
-    for path in _hivemind_sources(root):
-        text = path.read_text()
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _reach_ins(root) -> list[str]:
+    """Where a hivemind helper (transports/dht/*.py) changes the transport's state itself — assigns one of its
+    attributes or theirs (``t.x = …``, ``t.x += …``, ``t.signed.run_id = …``) or mutates one in place
+    (``t.alive.discard(…)``) — or reads a private field of it; where any hivemind module (transports/hivemind.py,
+    dht/*.py) reads a private field of another object (``t.signed._seen``: ``self._x`` and ``cls._x`` only) or
+    builds a class on a mixin (a base class defined in these modules); and every getattr/hasattr/private read in
+    these modules that no comment names the hivemind version for (hivemind's own private objects)."""
+    import ast
+
+    found, parsed = [], [(path, path.read_text()) for path in _hivemind_sources(root)]
+    trees = [(path, text, ast.parse(text)) for path, text in parsed]
+    ours = {n.name for _, _, tree in trees for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    for path, text, tree in trees:
         lines = text.splitlines()
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(tree):
             where = f"{path.name}:{getattr(node, 'lineno', 0)}"
+            named = lambda: any("hivemind 1.1.12" in line for line in lines[max(0, node.lineno - 4):node.lineno])  # noqa: E731
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
-                if not any("hivemind 1.1.12" in line for line in lines[max(0, node.lineno - 4):node.lineno]):
+                if not named():
                     found.append(f"{where} {node.func.id}")
+            if isinstance(node, ast.ClassDef):
+                found += [f"{where} {node.name} inherits {b.id}" for b in node.bases if isinstance(b, ast.Name) and b.id in ours]
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls", "t", "transport")) \
+                    and isinstance(node.value, (ast.Name, ast.Attribute)) and not named():
+                found.append(f"{where} reads {ast.unparse(node)}")
             if path.parent.name != "dht":
                 continue
             targets = (node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign)
                        else [])
             for target in targets:
                 for leaf in (target.elts if isinstance(target, ast.Tuple) else [target]):
-                    if isinstance(leaf, (ast.Attribute, ast.Subscript)) and isinstance(leaf.value, ast.Name) \
-                            and leaf.value.id in ("t", "transport"):
-                        found.append(f"{where} writes {leaf.value.id}.{getattr(leaf, 'attr', '[…]')}")
-                    if isinstance(leaf, ast.Subscript) and isinstance(leaf.value, ast.Attribute) \
-                            and isinstance(leaf.value.value, ast.Name) and leaf.value.value.id in ("t", "transport"):
-                        found.append(f"{where} writes t.{leaf.value.attr}[…]")
+                    if isinstance(leaf, (ast.Attribute, ast.Subscript)) and _root(leaf) in ("t", "transport"):
+                        found.append(f"{where} writes {ast.unparse(leaf.value if isinstance(leaf, ast.Subscript) else leaf)}"
+                                     + ("[…]" if isinstance(leaf, ast.Subscript) else ""))
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Attribute) \
-                    and isinstance(node.func.value.value, ast.Name) and node.func.value.value.id in ("t", "transport") \
+                    and _root(node.func.value) in ("t", "transport") \
                     and node.func.attr in ("add", "discard", "pop", "update", "append", "extend", "clear", "remove", "setdefault"):
-                found.append(f"{where} mutates t.{node.func.value.attr}")
+                found.append(f"{where} mutates {ast.unparse(node.func.value)}")
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("t", "transport") \
                     and node.attr.startswith("_"):
                 found.append(f"{where} reads t.{node.attr}")
@@ -148,7 +165,10 @@ def _reach_ins(root) -> list[str]:
 def test_the_hivemind_helpers_change_the_transport_only_through_its_methods(tmp_path):
     """Issue 32: the launch and commit helpers read the transport's public members and change its view of the swarm
     through its methods (enter_launch, leave_out, readmit, leave); no getattr probe is left but on hivemind's own
-    private objects (named with its version). (The code before had 28 such lines: 14 writes, 8 mutations, 6 probes.)"""
+    private objects (named with its version). (The code before had 28 such lines: 14 writes, 8 mutations, 6 probes.)
+    The record I/O is an object the transport holds (``t.signed``), not a mixin reading the transport's privates:
+    no class here inherits another of these modules' (``HivemindTransport(SignedRecords)`` did), no module reads
+    another object's private field."""
     from pathlib import Path
 
     import dgrpo
@@ -157,6 +177,10 @@ def test_the_hivemind_helpers_change_the_transport_only_through_its_methods(tmp_
     (tmp_path / "transports" / "dht").mkdir(parents=True)  # the check itself finds each kind of reach-in
     (tmp_path / "transports" / "hivemind.py").write_text("x = getattr(found, 'value', None)\n")
     (tmp_path / "transports" / "dht" / "launch.py").write_text(
-        "t.run_id = 'x'\nt.alive -= {1}\nt.failed[1] = 'r0'\nt.rejected.append((1, 'x'))\nk = t._key\n")
-    assert [f.split(" ", 1)[1] for f in _reach_ins(tmp_path)] == [
-        "getattr", "writes t.run_id", "writes t.alive", "writes t.failed[…]", "mutates t.rejected", "reads t._key"]
+        "t.run_id = 'x'\nt.alive -= {1}\nt.failed[1] = 'r0'\nt.rejected.append((1, 'x'))\nk = t._key\n"
+        "t.signed.run_id = 'x'\nt.signed.roster[1] = 'k'\nt.signed.roster.clear()\nseen = t.signed._seen\n"
+        "class Records:\n    pass\nclass Transport(Records):\n    k = self._key\n")
+    assert sorted(f.split(" ", 1)[1] for f in _reach_ins(tmp_path)) == sorted([
+        "getattr", "writes t.run_id", "writes t.alive", "writes t.failed[…]", "mutates t.rejected", "reads t._key",
+        "writes t.signed.run_id", "writes t.signed.roster[…]", "mutates t.signed.roster", "reads t.signed._seen",
+        "Transport inherits Records"])

@@ -47,7 +47,8 @@ def test_none_and_malformed_reads_are_a_missing_peer_never_an_exception():
             TimeoutError("slow DHT"), RuntimeError("DHT process died")]
     t = HivemindTransport(_JunkDHT(junk), 0, 2, signing_key=k, namespace="dgrpo/x", honest=[0, 1], timeout_s=0.5,
                           on_peer_failure="continue")
-    t._closed, t.run_id, t.roster = True, "run", {0: public_hex(k), 1: "f" * 64}
+    t._closed = True
+    t.enter_launch("run", "fp", {0: public_hex(k), 1: "f" * 64})
     assert t.exchange("r0", b"mine") == {0: b"mine"} and t.failed == {1: "r0"}
     assert t.rejected and all("does not verify" in r or "is not" in r for _, r in t.rejected)
 

@@ -54,8 +54,7 @@ def transports(dhts, n=2, timeout_s=2.0, on_peer_failure="continue", launched=Tr
     for t in ts:
         t._closed = True  # the DHTs outlive the test (module fixture): no bye, no shutdown at exit
         if launched:
-            t.run_id, t.fingerprint = "run", "fp"
-            t.roster = {k: public_hex(keys[k]) for k in range(n)}
+            t.enter_launch("run", "fp", {k: public_hex(keys[k]) for k in range(n)})
     return ts
 
 
@@ -64,7 +63,7 @@ def test_launch_agrees_on_launch_id_roster_and_values(dhts):
     out = in_threads([lambda t=t: start_launch(t, "fp", 30) or t.agree("name", f"name-of-{t.rank}") for t in ts])[0]
     assert out == ["name-of-0"] * 3
     assert len({t.run_id for t in ts}) == 1 and ts[0].run_id
-    assert all(t.roster == {k: public_hex(ts[k]._key) for k in range(3)} for t in ts)
+    assert all(t.roster == {k: public_hex(ts[k].signed.signing_key) for k in range(3)} for t in ts)
     msgs = [Message(k, 0, "p", k, f"text {k}", (1, 2), 7, "tok") for k in range(3)]
     gathered = in_threads([lambda t=t: t.all_gather({t.rank: [msgs[t.rank]]}) for t in ts])[0]
     assert gathered == [msgs] * 3
@@ -78,7 +77,7 @@ def test_a_config_mismatch_names_the_odd_node(dhts):
 
 def test_two_processes_claiming_one_node_id_are_told(dhts):
     a, b = transports(dhts, 2, launched=False)
-    b.rank, b.local_nodes = 0, [0]  # a second process started as node 0 with its own key
+    b.rank, b.local_nodes, b.signed.rank = 0, [0], 0  # a second process started as node 0 with its own key
     out = in_threads([lambda: start_launch(a, "fp", 10), lambda: start_launch(b, "fp", 10)])[0]
     assert all(isinstance(e, ConfigError) and "node 0 is also claimed by key" in str(e) for e in out), out
 
@@ -116,7 +115,7 @@ def test_a_round_of_four_nodes_with_honest_payloads_of_64_kb_and_of_the_maximum(
 
 def test_a_peer_that_said_bye_is_not_waited_for(dhts):
     a, b = transports(dhts, 2, timeout_s=60)
-    b.store(b.key("bye"), b"bye", 60)  # what a node stopping on an error does on its way out
+    b.signed.store(b.signed.key("bye"), b"bye", 60)  # what a node stopping on an error does on its way out
     start = time.monotonic()
     assert a.exchange("r0", b"x") == {0: b"x"}
     assert a.failed == {1: "r0"} and time.monotonic() - start < 10
@@ -128,10 +127,11 @@ def test_a_peer_that_said_bye_is_not_waited_for(dhts):
 def test_records_signed_by_another_node_or_an_unknown_key_are_refused_and_named(dhts, caplog):
     a, b = transports(dhts, 2, timeout_s=1.0)
     stranger = Ed25519PrivateKey.generate()
-    for signer, node, body in ((b._key, 0, b"b signs for 0"), (stranger, 1, b"stranger signs for 1"), (b._key, 1, b"real")):
-        subkey, value = seal(signer, b.key("r0"), node, body)
-        assert b.dht.store(b.key("r0"), value, time.time() + 60, subkey=subkey) == (signer is not stranger)
-    assert {n: rec[:2] for n, rec in a.read(a.key("r0"), {0, 1}).items()} == {1: (b.roster[1], b"real")}
+    mine = b.signed.signing_key
+    for signer, node, body in ((mine, 0, b"b signs for 0"), (stranger, 1, b"stranger signs for 1"), (mine, 1, b"real")):
+        subkey, value = seal(signer, b.signed.key("r0"), node, body)
+        assert b.dht.store(b.signed.key("r0"), value, time.time() + 60, subkey=subkey) == (signer is not stranger)
+    assert {n: rec[:2] for n, rec in a.signed.read(a.signed.key("r0"), {0, 1}).items()} == {1: (b.roster[1], b"real")}
     assert sorted(a.rejected) == [(1, "identity: a record for node 0's slot signed by node 1's key")]
     # the stranger's key is in no roster these DHT nodes took: they refused to store it (issue 31); a reader
     # refuses a record under an unknown key too (test_no_key_is_learnt_from_a_record_...)
@@ -160,10 +160,11 @@ def test_no_key_is_learnt_from_a_record_a_joiner_missing_from_the_roster_is_refu
     a, joiner = ts[0], ts[2]
     a.join, a.alive = {2: 1}, {0, 1, 2}
     del a.roster[2]
-    subkey, value = seal(joiner._key, joiner.key("r1"), 2, b"joiner")
-    assert joiner.dht.store(joiner.key("r1"), value, time.time() + 60, subkey=subkey)
-    assert a.read(a.key("r1"), {1, 2}) == {}
-    assert a.rejected == [(-1, f"identity: a record for node 2 signed by an unknown key {public_hex(joiner._key)[:12]}…")]
+    subkey, value = seal(joiner.signed.signing_key, joiner.signed.key("r1"), 2, b"joiner")
+    assert joiner.dht.store(joiner.signed.key("r1"), value, time.time() + 60, subkey=subkey)
+    assert a.signed.read(a.signed.key("r1"), {1, 2}) == {}
+    unknown = public_hex(joiner.signed.signing_key)[:12]
+    assert a.rejected == [(-1, f"identity: a record for node 2 signed by an unknown key {unknown}…")]
 
 
 def test_with_a_roster_file_an_impostor_cannot_stop_or_join_the_launch(dhts):
@@ -175,20 +176,22 @@ def test_with_a_roster_file_an_impostor_cannot_stop_or_join_the_launch(dhts):
     def launch(with_roster: bool):
         ts = transports(dhts, 3, launched=False)
         honest, impostor = ts[:2], ts[2]
-        roster = {0: public_hex(ts[0]._key), 1: public_hex(ts[1]._key)}
+        roster = {0: public_hex(ts[0].signed.signing_key), 1: public_hex(ts[1].signed.signing_key)}
         for t in honest:
             t.world_size, t.alive = 2, {0, 1}
             if with_roster:
-                t.roster, t.fixed_roster = dict(roster), True
-        impostor.rank = 1  # claims node 1 with its own key, again and again while the others launch
+                t.roster.update(roster)  # (t.roster is empty before a launch; t.signed reads the same dict)
+                t.fixed_roster = True
+        impostor.signed.rank = 1  # its records claim node 1 with its own key, again and again while the others launch
         stop = threading.Event()
 
         def hellos():
             while not stop.is_set():
-                impostor.store(f"{impostor.namespace}/hello", json.dumps({"nonce": "x", "config": "fp"}).encode(), 30)
+                hello = json.dumps({"nonce": "x", "config": "fp"}).encode()
+                impostor.signed.store(f"{impostor.namespace}/hello", hello, 30)
                 time.sleep(0.1)
         threading.Thread(target=hellos, daemon=True).start()
-        wait_for(lambda: 1 in honest[0].records(f"{impostor.namespace}/hello"), 30, "the impostor's hello")
+        wait_for(lambda: 1 in honest[0].signed.records(f"{impostor.namespace}/hello"), 30, "the impostor's hello")
         try:
             return honest, roster, in_threads([lambda t=t: start_launch(t, "fp", 6) for t in honest])[0]
         finally:

@@ -52,12 +52,11 @@ def _left(deadline: float) -> float:
     return min(10.0, max(0.2, deadline - time.monotonic()))
 
 
-class HivemindTransport(SignedRecords):
+class HivemindTransport:
     """All-gather of a round's messages through a hivemind DHT, one swarm node per process.
 
     Same members and meanings as :class:`~dgrpo.transports.distributed.DistributedTransport`
-    (:class:`~dgrpo.transports.base.Transport`); its records (``key``, ``store``, ``records``, ``read``,
-    ``reject``) are :class:`~dgrpo.transports.dht.recordio.SignedRecords`'s.
+    (:class:`~dgrpo.transports.base.Transport`).
 
     Attributes:
         local_nodes: the node hosted here, ``[rank]``.
@@ -70,6 +69,9 @@ class HivemindTransport(SignedRecords):
         seals: exchange tag → node → record signature of the payload kept (the commit's views carry them).
         first_round: the round this node starts at (its join round; 0 for the initial nodes).
         roster: node → Ed25519 public key (hex) of every node, fixed at launch (joiners' keys by a roster file).
+        signed: its :class:`~dgrpo.transports.dht.recordio.SignedRecords` (``key``, ``store``, ``records``, ``read``,
+            ``reject``: every record stored or read goes through it; it reads :attr:`roster`, the same dict, so the
+            roster is changed in place, never replaced).
         public_key, agreed, last_round: this node's record key (hex), the values :meth:`agree` agreed
             (a joiner's from the launch record), the round of the last all-gather (None before it).
     The launch and commit helpers (:mod:`dgrpo.transports.dht`) read public members and change this node's
@@ -92,11 +94,11 @@ class HivemindTransport(SignedRecords):
         self.seals: dict[str, dict[int, bytes]] = {}  # exchange tag → node → record signature of the payload kept
         self.peer_views, self.roster = {}, dict(roster or {})  # (peer_views: not shared over the DHT)
         self.fixed_roster = fixed_roster  # a roster file: no key is ever learnt from the DHT
-        self.namespace, self.run_id, self.fingerprint = namespace, "", ""  # the launch id and config's, set at launch
+        self.namespace, self.fingerprint = namespace, ""  # the config's fingerprint, set at launch
         self.retention_s, self.max_record_bytes = 3 * timeout_s + 60, dht_records.record_limit(world_size)  # (outlive every deadline)
-        self._key, self.public_key = signing_key, dht_records.public_hex(signing_key)
+        self.public_key = dht_records.public_hex(signing_key)
         self.agreed: dict[str, str] = {}  # tag → the value agreed (agree), published in the launch record
-        self._seen_rejections: set[tuple[str, str]] = set()
+        self.signed = SignedRecords(dht, rank, signing_key, namespace, self.roster, self._refuse)
         self.last_round, self._closed = None, False  # (the round of the last all-gather)
         atexit.register(self._exit)
 
@@ -112,6 +114,11 @@ class HivemindTransport(SignedRecords):
         return launch.start_node(cls, cfg)
 
     # ------------------------------------------------------------------ roles
+    @property
+    def run_id(self) -> str:
+        """The launch id agreed at launch (the signed records' key space; "" before :meth:`enter_launch`)."""
+        return self.signed.run_id
+
     @property
     def is_main(self) -> bool:
         """The lowest live honest node writes metrics, plots and the run's metadata."""
@@ -130,7 +137,8 @@ class HivemindTransport(SignedRecords):
             raise PeerFailure(f"node {self.rank}: its payload of {tag!r} has {len(payload)} bytes, above the "
                               f"{self.max_record_bytes} one DHT message carries for {self.world_size} nodes")
         deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
-        while not (sig := self.store(self.key(tag), payload, self.retention_s, min(10.0, max(0.5, deadline - time.monotonic())))):
+        key = self.signed.key(tag)
+        while not (sig := self.signed.store(key, payload, self.retention_s, min(10.0, max(0.5, deadline - time.monotonic())))):
             if time.monotonic() >= deadline:
                 log.warning("node %d: no DHT node accepted its record of %r; peers will miss it", self.rank, tag)
                 return
@@ -153,13 +161,13 @@ class HivemindTransport(SignedRecords):
         got, left = {}, set()  # node → (its key, payload, record signature); nodes that said bye
         delay, next_bye = 0.02, time.monotonic() + 1.0
         while want - got.keys() - left:
-            for node, rec in self.read(self.key(tag), want, _left(deadline)).items():
+            for node, rec in self.signed.read(self.signed.key(tag), want, _left(deadline)).items():
                 got.setdefault(node, rec)  # the first payload seen; the commit compares it with the peers'
             now = time.monotonic()
             if not want - got.keys() - left or now >= deadline:
                 break
             if now >= next_bye:
-                left |= set(self.read(self.key("bye"), want - got.keys(), _left(deadline)))
+                left |= set(self.signed.read(self.signed.key("bye"), want - got.keys(), _left(deadline)))
                 next_bye = now + 1.0
             if on_wait is not None:
                 on_wait()
@@ -235,7 +243,7 @@ class HivemindTransport(SignedRecords):
                      agreed: dict[str, str] | None = None) -> None:
         """Take part in launch ``run_id`` of config ``fingerprint``: the roster's keys (a roster file's stay), and for a
         joiner the swarm's live nodes and agreed values (from its launch record)."""
-        self.run_id, self.fingerprint = run_id, fingerprint
+        self.signed.run_id, self.fingerprint = run_id, fingerprint
         self.roster.update({} if self.fixed_roster else roster)
         self.roster[self.rank] = self.public_key
         self.alive = self.alive if alive is None else set(alive) | {self.rank}
@@ -246,6 +254,10 @@ class HivemindTransport(SignedRecords):
         self.alive -= set(peers)
         self.failed.update(dict.fromkeys(peers, tag))
         self.rejected += [(n, reason) for n in peers if reason]
+
+    def _refuse(self, sender: int, reason: str) -> None:
+        """List a refused record in :attr:`rejected` (``signed``'s ``refuse``: it names each refusal once)."""
+        self.rejected.append((sender, reason))
 
     def readmit(self, node: int) -> None:
         """Node ``node`` takes part again (this node missed it; its peers kept its payload)."""
@@ -324,7 +336,7 @@ class HivemindTransport(SignedRecords):
         self._closed = True
         try:
             if self.run_id:
-                self.store(self.key("bye"), b"bye", self.retention_s, wait_s=3.0)  # (read by collect)
+                self.signed.store(self.signed.key("bye"), b"bye", self.retention_s, wait_s=3.0)  # (read by collect)
             self.dht.shutdown()
         except Exception:  # noqa: BLE001 - the DHT may be gone already; peers then time out
             pass

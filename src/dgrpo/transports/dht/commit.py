@@ -99,7 +99,7 @@ def _relayed(t: "HivemindTransport", echoer: int, blob: bytes, vkey: str, tag: s
     except (zlib.error, ValueError, RecursionError):
         ok = False
     if not ok:
-        t.reject(vkey, f"echo{echoer}", echoer, f"echo: its echo of exchange {tag!r} is not zlib-packed views")
+        t.signed.reject(vkey, f"echo{echoer}", echoer, f"echo: its echo of exchange {tag!r} is not zlib-packed views")
         return []
     out = []
     for voter, entry in echo.items():
@@ -113,8 +113,8 @@ def _relayed(t: "HivemindTransport", echoer: int, blob: bytes, vkey: str, tag: s
             ok, body = False, None
         ok = ok and (body is None or _sha(body) == entry[1]) and signed_digest(vkey, v, t.roster[v], entry[1], entry[0])
         if not ok:
-            t.reject(vkey, f"echo{echoer}>{voter[:8]}", echoer, f"echo: its echo of exchange {tag!r} relays a view "
-                                                                f"node {voter[:8]} did not sign")
+            t.signed.reject(vkey, f"echo{echoer}>{voter[:8]}", echoer, f"echo: its echo of exchange {tag!r} relays a view "
+                                                                       f"node {voter[:8]} did not sign")
             continue
         out.append((v, entry[1], body))
     return out
@@ -126,7 +126,7 @@ def agreed_views(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes],
     ``e{round}``, read until the round's echo phase ends: the same at every honest node (module docstring). A voter
     whose one view is not usable is declared failed; every voter failed in ``v{round}`` is named."""
     tag, vtag = f"r{round_idx}", f"v{round_idx}"
-    vkey, sigs = t.key(vtag), t.seals.get(vtag, {})
+    vkey, sigs = t.signed.key(vtag), t.seals.get(vtag, {})
     versions: dict[int, dict[str, bytes | None]] = {v: {_sha(raw): raw} for v, raw in raws.items()}
     for v in sorted(v for v, raw in raws.items() if _usable(raw, len(t.roster)) is None):
         t.declare_failed([v], vtag, why="sent a malformed view")  # (now: the echo does not wait for it)
@@ -148,11 +148,12 @@ def agreed_views(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes],
             if t.failed.get(v) == vtag:
                 t.readmit(v)  # its view reached some nodes only: every node takes it
     for peer in sorted(n for n, tag_ in t.failed.items() if tag_ == vtag):  # named in peers.jsonl
-        t.reject(vkey, f"missing{peer}", peer, f"view: its view of exchange {tag!r} is not a JSON object" if peer in versions
-                 else f"missing view: it sent no view of exchange {tag!r} within {clock.limit('views')}")
+        t.signed.reject(vkey, f"missing{peer}", peer,
+                        f"view: its view of exchange {tag!r} is not a JSON object" if peer in versions
+                        else f"missing view: it sent no view of exchange {tag!r} within {clock.limit('views')}")
     for peer in sorted(n for n, tag_ in t.failed.items() if tag_ == f"e{round_idx}"):  # (its view and payload stand)
-        t.reject(t.key(f"e{round_idx}"), f"missing{peer}", peer,
-                 f"missing echo: it sent no echo of exchange {tag!r} within {clock.limit('echo')}")
+        t.signed.reject(t.signed.key(f"e{round_idx}"), f"missing{peer}", peer,
+                        f"missing echo: it sent no echo of exchange {tag!r} within {clock.limit('echo')}")
     return views, equivocated
 
 
@@ -167,7 +168,7 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
             (``on_peer_failure=abort``) a payload was dropped.
     """
     tag, seals = f"r{round_idx}", t.seals.get(f"r{round_idx}", {})
-    key, vkey = t.key(tag), t.key(f"v{round_idx}")
+    key, vkey = t.signed.key(tag), t.signed.key(f"v{round_idx}")
     mine = {str(n): [_sha(b), seals[n].hex()] for n, b in payloads.items() if n in seals}
     clock = clock or RoundClock.now(t.timeout_s)
     raws = t.exchange(f"v{round_idx}", json.dumps(mine).encode(), deadline=clock.end("views"), limit=clock.limit("views"))
@@ -179,8 +180,8 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
             return None
         if isinstance(entry, list) and len(entry) == 2 and signed_digest(key, node, t.roster[node], *entry):
             return entry[0]
-        t.reject(vkey, f"{voter}>{node}", voter, f"view: its view of exchange {tag!r} gives node {node} a digest "
-                                                  f"node {node} did not sign")
+        t.signed.reject(vkey, f"{voter}>{node}", voter, f"view: its view of exchange {tag!r} gives node {node} a digest "
+                                                         f"node {node} did not sign")
         return None
 
     wanted: dict[int, str] = {}  # node → the digest of its payload this node missed and must read again
@@ -192,8 +193,8 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
             pass
         elif not digests and node not in payloads and node != t.rank:  # nobody holds it
             if t.failed.get(node) == tag:  # declared failed when it was missed in this round: named
-                t.reject(key, f"dropped{node}", node, f"missing payload: it sent nothing for exchange {tag!r} within "
-                                                      f"{clock.limit('payloads')}")
+                t.signed.reject(key, f"dropped{node}", node, f"missing payload: it sent nothing for exchange {tag!r} within "
+                                                             f"{clock.limit('payloads')}")
             continue
         elif len(set(digests.values())) > 1:
             dropped[node] = ("equivocation", f"signed {len(set(digests.values()))} different payloads, shown to nodes "
@@ -202,12 +203,12 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
             dropped[node] = ("missing payload", f"was missed by nodes {misses}")
         else:
             for v in misses:
-                t.reject(vkey, f"{v}-{node}", v, f"accusation: its view of exchange {tag!r} leaves out node {node}, "
-                                                 f"whose payload nodes {sorted(digests)} list")
+                t.signed.reject(vkey, f"{v}-{node}", v, f"accusation: its view of exchange {tag!r} leaves out node {node}, "
+                                                        f"whose payload nodes {sorted(digests)} list")
             if node != t.rank and node not in payloads:
                 wanted[node] = next(iter(digests.values()))
             elif misses and node != t.rank:  # relayed for the nodes that missed it (its record may be gone)
-                t.store(t.key(f"{tag}x{node}"), payloads[node], t.retention_s, _left(clock))
+                t.signed.store(t.signed.key(f"{tag}x{node}"), payloads[node], t.retention_s, _left(clock))
         if node == t.rank and node in dropped:
             t.leave()
             raise PeerFailure(f"node {t.rank} was declared failed by its peers in exchange {tag!r}: it {dropped[node][1]} "
@@ -215,7 +216,7 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
     for node, digest in sorted(wanted.items()):
         payloads[node] = _read_again(t, key, node, digest, tag, clock)
     for node, (rule, why) in sorted(dropped.items()):
-        t.reject(key, f"dropped{node}", node, f"{rule}: it {why} in exchange {tag!r}")
+        t.signed.reject(key, f"dropped{node}", node, f"{rule}: it {why} in exchange {tag!r}")
         if node in t.alive:
             t.declare_failed([node], tag, why=why)
     return {n: b for n, b in payloads.items() if n not in dropped}
@@ -237,8 +238,9 @@ def _read_again(t: "HivemindTransport", key: str, node: int, digest: str, tag: s
     """
     deadline = clock.end("read again")
     while True:
-        rec = t.read(key, {node}, _left(clock)).get(node)
-        relayed = [body for claims in t.records(t.key(f"{tag}x{node}"), _left(clock)).values() for _, body, _ in claims]
+        rec = t.signed.read(key, {node}, _left(clock)).get(node)
+        relays = t.signed.records(t.signed.key(f"{tag}x{node}"), _left(clock))
+        relayed = [body for claims in relays.values() for _, body, _ in claims]
         for body in ([rec[1]] if rec is not None else []) + relayed:
             if _sha(body) == digest:
                 t.readmit(node)

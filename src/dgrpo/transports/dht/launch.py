@@ -40,7 +40,7 @@ class Hello:
 
     def refresh(self) -> None:
         if time.monotonic() >= self.due:
-            self.t.store(self.key, self.body, HELLO_TTL_S)
+            self.t.signed.store(self.key, self.body, HELLO_TTL_S)
             self.due = time.monotonic() + HELLO_TTL_S / 3
 
 
@@ -151,11 +151,11 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
     while True:
         own.refresh()
         claims: dict[int, dict[str, dict]] = {}
-        for node, recs in t.records(hello_key).items():
+        for node, recs in t.signed.records(hello_key).items():
             for pub, body, _ in recs:
                 hello = _json(body)
                 if t.fixed_roster and t.roster.get(node) != pub:
-                    t.reject(hello_key, pub, -1, f"identity: a hello for node {node} signed by a key not in the roster")
+                    t.signed.reject(hello_key, pub, -1, f"identity: a hello for node {node} signed by a key not in the roster")
                 elif isinstance(hello, dict) and isinstance(hello.get("nonce"), str) and isinstance(hello.get("config"), str):
                     claims.setdefault(node, {})[pub] = hello
         others = set(claims.get(t.rank, {})) - {t.public_key}
@@ -210,7 +210,7 @@ def _leave_out(t: "HivemindTransport", missing: list[int], startup_timeout_s: fl
 
 def _launched_without(t: "HivemindTransport") -> str:
     """A launch record of this swarm whose live nodes leave this node out (``launch X, nodes [...]``), or ""."""
-    for node, recs in t.records(f"{t.namespace}/launch").items():
+    for node, recs in t.signed.records(f"{t.namespace}/launch").items():
         for pub, body, _ in recs:
             rec = _launch_record(body)
             if rec is not None and rec[1].get(node) == pub and t.rank not in rec[0]["alive"]:
@@ -224,7 +224,7 @@ def publish_launch(t: "HivemindTransport", round_idx: int | None = None, wait_s:
     last = round_idx if round_idx is not None else (t.last_round if t.last_round is not None else -1)
     body = {"run": t.run_id, "roster": {str(n): p for n, p in sorted(t.roster.items())}, "config": t.fingerprint,
             "alive": sorted(t.alive), "round": last, "agreed": t.agreed}
-    t.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s, wait_s)
+    t.signed.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s, wait_s)
 
 
 def join_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: float) -> None:
@@ -239,7 +239,7 @@ def join_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: flo
     deadline = time.monotonic() + startup_timeout_s
     best = None
     while True:
-        for node, recs in t.records(launch_key).items():
+        for node, recs in t.signed.records(launch_key).items():
             for pub, body, _ in recs:
                 rec = _launch_record(body)
                 if rec is None or rec[1].get(node) != pub or (t.fixed_roster and t.roster.get(node) != pub):

@@ -83,7 +83,7 @@ class _WatchedDHT(hivemind.DHT):
     def run(self) -> None:
         from hivemind.p2p import P2P
 
-        P2P._UNIX_SOCKET_PREFIX = f"/unix{self.socket_dir}/"  # (this process only: it is the DHT's own)
+        P2P._UNIX_SOCKET_PREFIX = f"/unix{self.socket_dir}/"  # (hivemind 1.1.12 private; this process only: the DHT's own)
         self._inner_pipe = _BlockingReader(self._inner_pipe)  # (the child's copy; the parent only sends)
         parent = os.getppid()
 

@@ -1,6 +1,6 @@
-"""This node's signed records in a hivemind DHT: store, read, check against the roster, refuse (a mixin of
-:class:`~dgrpo.transports.hivemind.HivemindTransport`, whose record format and trust model it implements:
-docs/hivemind.md "How a round moves", Records).
+"""This node's signed records in a hivemind DHT: store, read, check against the roster, refuse
+(:class:`SignedRecords`, one object the :class:`~dgrpo.transports.hivemind.HivemindTransport` holds as
+``signed``; its record format and trust model: docs/hivemind.md "How a round moves", Records).
 
 It loads light, as the transport does: hivemind is imported at the first record stored or read.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from typing import Callable
 
 from dgrpo.registry import LazyModule
 
@@ -18,24 +19,47 @@ dht_time = LazyModule("hivemind.utils")
 
 
 class SignedRecords:
-    """Record I/O of one swarm node. Uses the host's ``dht`` (a started ``hivemind.DHT``), ``rank``, ``roster``
-    (node → public key hex), ``_key`` (its Ed25519 private key), ``rejected`` and ``_seen_rejections``
-    (:class:`~dgrpo.transports.hivemind.HivemindTransport` sets them all)."""
+    """Record I/O of one swarm node: its records signed with its key, its peers' checked against the roster.
+
+    Args:
+        dht: a started ``hivemind.DHT`` (the node's; stopped by its transport).
+        rank: this node's id (the node id its records claim).
+        signing_key: this node's Ed25519 private key (``cryptography``'s ``Ed25519PrivateKey``).
+        namespace: the swarm's key space, ``dgrpo/{swarm.hivemind.run_id}`` (the start of every key).
+        roster: node → Ed25519 public key (hex): the transport's roster, the same dict (its launch fills it in;
+            read at each :meth:`read`, never changed here).
+        refuse: called once per refusal as ``refuse(sender, reason)`` (sender -1: an unknown key); the transport
+            lists it in its ``rejected``.
+
+    Attributes:
+        signing_key, rank, namespace, roster: as given.
+        run_id: the launch id (set by the transport's ``enter_launch``; "" before): the second part of
+            every :meth:`key`.
+    """
+
+    def __init__(self, dht, rank: int, signing_key, namespace: str, roster: dict[int, str],
+                 refuse: Callable[[int, str], None]):
+        self.dht, self.rank, self.signing_key, self.namespace, self.roster = dht, rank, signing_key, namespace, roster
+        self.run_id = ""
+        self._refuse = refuse
+        self._seen: set[tuple[str, str]] = set()  # (key, what + reason) of every refusal so far: each is named once
 
     def key(self, tag: str) -> str:
-        """The DHT key of exchange ``tag`` in this launch."""
+        """The DHT key of exchange ``tag`` in this launch: ``{namespace}/{run_id}/{tag}``."""
         return f"{self.namespace}/{self.run_id}/{tag}"
 
     def store(self, key: str, body: bytes, ttl_s: float, wait_s: float = 10.0) -> bytes:
-        """Sign and store this node's record under ``key``: its signature once at least one DHT node took it, else b"".
+        """Sign and store this node's record ``body`` under ``key``, kept ``ttl_s`` seconds, waiting up to ``wait_s``
+        seconds for the DHT (each of the store and its read-back): its signature (64 bytes) once at least one DHT node
+        took it, else b"" (never raises: a failed or timed-out store is b"", retried by the caller).
 
         hivemind 1.1.12's ``store`` answers with the status of the replica that answered last, so one DHT node that
         refuses the record (a node holding another swarm's roster, or a malicious one answering late) made a store
-        that other replicas took read as failed, and :meth:`post` retried it every 0.5 s until its deadline (the 1-5 s
-        stalls of client-mode rounds in the tests). A store reported failed is therefore read back: the record is
-        stored when a read returns it with this signature.
+        that other replicas took read as failed, and the transport's ``post`` retried it every 0.5 s until its
+        deadline (the 1-5 s stalls of client-mode rounds in the tests). A store reported failed is therefore read
+        back: the record is stored when a read returns it with this signature.
         """
-        subkey, value = dht_records.seal(self._key, key, self.rank, body)
+        subkey, value = dht_records.seal(self.signing_key, key, self.rank, body)
         sig = value[:dht_records.SIGNATURE_BYTES]
         try:
             future = self.dht.store(key, value, dht_time.get_dht_time() + ttl_s, subkey=subkey, return_future=True)
@@ -47,9 +71,11 @@ class SignedRecords:
         return sig if any(got == sig for _, _, got in self.records(key, wait_s).get(self.rank, [])) else b""
 
     def records(self, key: str, wait_s: float = 10.0) -> dict[int, list[tuple[str, bytes, bytes]]]:
-        """Every record under ``key`` whose signature verifies, by claimed node: [(public key, body, signature)].
+        """Every record under ``key`` whose signature verifies, by claimed node: [(public key hex, body, signature
+        (64 bytes))], read within ``wait_s`` seconds.
 
-        None, malformed, expired or unsigned entries are left out (refusals are logged once).
+        None, malformed, expired or unsigned entries are left out (each refused once: :meth:`reject`); a DHT that
+        does not answer in time gives {} (never raises).
         """
         try:
             found = self.dht.get(key, latest=True, return_future=True).result(timeout=wait_s)
@@ -69,7 +95,8 @@ class SignedRecords:
         return out
 
     def read(self, key: str, expect: set[int], wait_s: float = 10.0) -> dict[int, tuple[str, bytes, bytes]]:
-        """The records of nodes ``expect`` under ``key`` signed by the roster's key for each node.
+        """The records of nodes ``expect`` under ``key`` signed by the roster's key for each node: node → (public key
+        hex, body, signature), read within ``wait_s`` seconds ({} when the DHT does not answer in time).
 
         A record signed with another node's key or an unknown one is refused and named. The roster is
         fixed at launch (joiners' keys too: a swarm with joiners has a roster file, see
@@ -90,9 +117,9 @@ class SignedRecords:
 
     def reject(self, key: str, what: str, sender: int, reason: str) -> None:
         """Refuse a record read under ``key`` (``what``: its subkey or key), once per reason: logged and
-        listed in :attr:`rejected` as (sender, reason); sender -1: an unknown key."""
-        if (key, what + reason) in self._seen_rejections:
+        passed to ``refuse(sender, reason)`` (the transport's ``rejected``); sender -1: an unknown key."""
+        if (key, what + reason) in self._seen:
             return
-        self._seen_rejections.add((key, what + reason))
+        self._seen.add((key, what + reason))
         log.warning("rejected record from node %s under %s: %s", sender if sender >= 0 else "?", key.rsplit("/", 1)[-1], reason)
-        self.rejected.append((sender, reason))
+        self._refuse(sender, reason)

@@ -35,6 +35,7 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.transports.dht.config import check_fresh_join
 from dgrpo.transports.dht.recordio import SignedRecords
+from dgrpo.transports.dht.rounds import call_limit
 from dgrpo.transports import payload as payload_codec
 from dgrpo.transports.framing import OPEN, KeyCaps
 from dgrpo.types import Message
@@ -46,11 +47,6 @@ log = logging.getLogger(__name__)
 dht_records = LazyModule("dgrpo.transports.dht.records")  # (import hivemind: loaded when the transport starts)
 launch, dht_commit = LazyModule("dgrpo.transports.dht.launch"), LazyModule("dgrpo.transports.dht.commit")
 dht_rounds = LazyModule("dgrpo.transports.dht.rounds")
-
-def _left(deadline: float) -> float:
-    """Time limit of one DHT call made before ``deadline``: what is left of it (at least 0.2 s, at most 10 s)."""
-    return min(10.0, max(0.2, deadline - time.monotonic()))
-
 
 class HivemindTransport:
     """All-gather of a round's messages through a hivemind DHT, one swarm node per process.
@@ -161,13 +157,13 @@ class HivemindTransport:
         got, left = {}, set()  # node → (its key, payload, record signature); nodes that said bye
         delay, next_bye = 0.02, time.monotonic() + 1.0
         while want - got.keys() - left:
-            for node, rec in self.signed.read(self.signed.key(tag), want, _left(deadline)).items():
+            for node, rec in self.signed.read(self.signed.key(tag), want, call_limit(deadline)).items():
                 got.setdefault(node, rec)  # the first payload seen; the commit compares it with the peers'
             now = time.monotonic()
             if not want - got.keys() - left or now >= deadline:
                 break
             if now >= next_bye:
-                left |= set(self.signed.read(self.signed.key("bye"), want - got.keys(), _left(deadline)))
+                left |= set(self.signed.read(self.signed.key("bye"), want - got.keys(), call_limit(deadline)))
                 next_bye = now + 1.0
             if on_wait is not None:
                 on_wait()

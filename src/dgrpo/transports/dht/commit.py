@@ -208,7 +208,7 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
             if node != t.rank and node not in payloads:
                 wanted[node] = next(iter(digests.values()))
             elif misses and node != t.rank:  # relayed for the nodes that missed it (its record may be gone)
-                t.signed.store(t.signed.key(f"{tag}x{node}"), payloads[node], t.retention_s, _left(clock))
+                t.signed.store(t.signed.key(f"{tag}x{node}"), payloads[node], t.retention_s, clock.left("read again"))
         if node == t.rank and node in dropped:
             t.leave()
             raise PeerFailure(f"node {t.rank} was declared failed by its peers in exchange {tag!r}: it {dropped[node][1]} "
@@ -222,11 +222,6 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
     return {n: b for n, b in payloads.items() if n not in dropped}
 
 
-def _left(clock: RoundClock) -> float:
-    """Time limit of a DHT call in the read-again phase: what is left of the round (at least 0.2 s, at most 10 s)."""
-    return min(10.0, max(0.2, clock.end("read again") - time.monotonic()))
-
-
 def _read_again(t: "HivemindTransport", key: str, node: int, digest: str, tag: str, clock: RoundClock) -> bytes:
     """Node ``node``'s payload under ``key`` whose SHA-256 is ``digest``, read until the round ends (at least one
     read), from its record or from the relays of the peers that kept it (``{tag}x{node}``: its record may have been
@@ -238,8 +233,8 @@ def _read_again(t: "HivemindTransport", key: str, node: int, digest: str, tag: s
     """
     deadline = clock.end("read again")
     while True:
-        rec = t.signed.read(key, {node}, _left(clock)).get(node)
-        relays = t.signed.records(t.signed.key(f"{tag}x{node}"), _left(clock))
+        rec = t.signed.read(key, {node}, clock.left("read again")).get(node)
+        relays = t.signed.records(t.signed.key(f"{tag}x{node}"), clock.left("read again"))
         relayed = [body for claims in relays.values() for _, body, _ in claims]
         for body in ([rec[1]] if rec is not None else []) + relayed:
             if _sha(body) == digest:

@@ -43,6 +43,12 @@ if TYPE_CHECKING:
 SHARES = {"payloads": 1, "views": 2, "echo": 3, "read again": 4}  # phase → its end, in quarters of timeout_s
 
 
+def call_limit(deadline: float) -> float:
+    """Time limit (seconds) of one DHT call made before ``deadline`` (a ``time.monotonic()`` value): what is left
+    of it, at least 0.2 s, at most 10 s."""
+    return min(10.0, max(0.2, deadline - time.monotonic()))
+
+
 @dataclass(frozen=True)
 class RoundClock:
     """The deadlines of one message round.
@@ -62,6 +68,10 @@ class RoundClock:
     def end(self, phase: str) -> float:
         """``time.monotonic()`` at which ``phase`` (a key of :data:`SHARES`) ends. Raises KeyError for another name."""
         return self.start + SHARES[phase] * self.timeout_s / 4
+
+    def left(self, phase: str) -> float:
+        """Time limit (seconds) of one DHT call in ``phase``: :func:`call_limit` of its end."""
+        return call_limit(self.end(phase))
 
     def limit(self, phase: str) -> str:
         """How a peer that missed ``phase`` is told: ``4.5s of the round (3/4 of swarm.timeout_s=6s)``."""

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import AccusationLedger, fetch_all, quorum  # noqa: F401 (quorum: re-exported)
 from dgrpo.transports.framing import OPEN, KeyCaps
+from dgrpo.transports.waits import Schedule, WaitNotes, note_s
 
 if TYPE_CHECKING:
     from dgrpo.transports.peerserve import PeerChannel
@@ -74,6 +75,8 @@ class StoreExchange:
                  refuse: Callable[[int, str], None]):
         self.rank, self.alive, self.failed, self.chan = rank, alive, failed, chan
         self.store, self.ledger, self.wait, self.on_peer_failure, self.refuse = store, ledger, wait, on_peer_failure, refuse
+        self.notes = WaitNotes(rank, chan, store)  # signed notes of whom this node waits for (transports/waits.py)
+        self.schedule = Schedule(wait.timeout_s)  # the round's deadlines
 
     # ------------------------------------------------------------------ exchange
     def post(self, tag: str, value: bytes) -> str:
@@ -94,6 +97,8 @@ class StoreExchange:
                               "(stalled?); leaving the swarm")
         data_key = f"{tag}/data/{self.rank}"
         self.chan.set(data_key, value)
+        self.schedule.enter(tag)
+        self.schedule.posted.setdefault(tag, time.monotonic())
         return data_key
 
     def collect(self, tag: str, peers: Iterable[int], deadline: float | None, cap: int) -> dict[int, bytes]:
@@ -106,21 +111,31 @@ class StoreExchange:
         Raises:
             PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it).
         """
-        deadline = time.monotonic() + self.wait.timeout_s if deadline is None else deadline
+        start = time.monotonic()
+        deadline = start + self.wait.timeout_s if deadline is None else deadline
         self.ledger.live_at(tag)
+        self.schedule.enter(tag)
         pending = sorted((set(peers) & self.alive) - {self.rank})
         got: dict[int, bytes] = {}
         bad: dict[int, str] = {}
         left: list[int] = []
         stopped: dict[int, str] = {}  # start-up: peer → why it said it stopped (signed for its launch)
         startup = self.wait.limit_name != "swarm.timeout_s"
+        # (a round's schedule and the waiters' extensions: transports/waits.py; start-up waits need every rank)
+        base = deadline if startup else self.schedule.base(tag, deadline)
+        until = {p: base for p in pending}
+        extended: dict[int, tuple[str, list[int]]] = {}
+        missed: list[int] = []
+        noted = startup  # (a wait note once per exchange)
+        arrived = self.schedule.arrived.setdefault(tag, {})
         next_blame, delay = time.monotonic() + 1.0, 0.005
         while pending:
             self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
-            fetched = fetch_all(self.chan, pending, lambda p: f"{tag}/data/{p}", cap, deadline)
+            fetched = fetch_all(self.chan, pending, lambda p: f"{tag}/data/{p}", cap, max(until[p] for p in pending))
             for peer, (data, problem) in fetched.items():
                 if data is not None:
                     got[peer] = data
+                    arrived[peer] = time.monotonic()
                     pending.remove(peer)
                 elif problem is not None:
                     bad[peer] = problem
@@ -128,22 +143,37 @@ class StoreExchange:
                 elif (why := self.chan.stop_of(peer)) is not None:  # (its leave marks may be of no launch)
                     stopped[peer] = why
                     pending.remove(peer)
-                elif self.store.status(tag, peer, deadline) == "left":
+                elif self.store.status(tag, peer, until[peer]) == "left":
                     left.append(peer)
                     pending.remove(peer)
             now = time.monotonic()
-            if not pending or now >= deadline or stopped and startup:  # (start-up needs every rank: one stopped, all stop)
+            if not noted and pending and now - start >= note_s(self.wait.timeout_s):
+                noted = True  # (still waiting: say so, signed, before this node posts its next exchange late)
+                self.notes.note(tag, pending)
+            for peer in [p for p in pending if now >= until[p] and p not in extended and not startup]:
+                tags = [f"r{tag[2:]}"] if tag.startswith("eq") else self.schedule.before(tag)
+                why = self.notes.waited(peer, tags, until[peer])
+                if why is not None:  # it only waited: timeout_s more, once (transports/waits.py)
+                    extended[peer] = why
+                    until[peer] = self.schedule.extended(tag, peer, until[peer], why[0])
+            now = time.monotonic()
+            missed += [p for p in pending if now >= until[p]]  # (past its deadline: never read later this exchange)
+            pending = [p for p in pending if now < until[p]]
+            if not pending or stopped and startup:  # (start-up needs every rank: one stopped, all stop)
                 break
             if now >= next_blame:  # peers others already expelled are not waited for
                 for peer in list(pending):
-                    out = self.ledger.expelled(peer, deadline)
+                    out = self.ledger.expelled(peer, until[peer])
                     if out is not None:
                         pending.remove(peer)
                         self._expel(peer, *out)
                 next_blame = now + 1.0
             if pending:
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                time.sleep(min(delay, max(0.0, min(until[p] for p in pending) - time.monotonic()), _SLICE_S))
                 delay = min(delay * 1.5, _SLICE_S)
+        pending = sorted(missed + pending)
+        if not startup:
+            self._name_late(tag, start, got, arrived, extended)
         for peer in left:
             self._expel(peer, tag, [], why="left the swarm (it stopped on an error)")
         if left and self.on_peer_failure == "abort":
@@ -162,12 +192,29 @@ class StoreExchange:
             self.refuse(peer, f"missing payload: its server did not serve exchange {tag!r}")
             self.ledger.accuse(peer, tag)
         for peer in pending:
-            out = self.ledger.expelled(peer, deadline)
+            out = self.ledger.expelled(peer, until[peer])
             if out is not None:
                 self._expel(peer, *out)
         if pending or bad:
             self._fail(pending, tag, "sent nothing", sorted(bad))
         return got
+
+    def _name_late(self, tag: str, start: float, got: dict[int, bytes], arrived: dict[int, float],
+                   extended: dict[int, tuple[str, list[int]]]) -> None:
+        """Name (peers.jsonl, no strike) a round payload that came over half of timeout_s after this node
+        posted its own, and every note that bought a peer more time: the node it waited for and the waiter."""
+        half = self.wait.timeout_s / 2
+        for peer in sorted(got):
+            late = arrived.get(peer, start) - start
+            if peer in extended:
+                waited_in, whom = extended[peer]
+                if late > half or not tag.startswith("r"):
+                    for other in whom:
+                        self.refuse(other, f"late: node {peer} says node {other} kept it waiting in exchange "
+                                           f"{waited_in!r} (its signed note), so it served {tag!r} {late:.1f}s late")
+            elif late > half and tag.startswith("r") and tag[1:].isdigit():
+                self.refuse(peer, f"late: served exchange {tag!r} {late:.1f}s after this node posted "
+                                  f"(over half of {self.wait.limit_name}={self.wait.timeout_s:g}s)")
 
     def _stopped(self, tag: str, stopped: dict[int, str], startup: bool) -> None:
         """Peers that said they stopped at start-up (:meth:`PeerChannel.stop_of`): in a start-up exchange this rank

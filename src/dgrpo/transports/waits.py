@@ -1,0 +1,158 @@
+"""Signed wait notes and the round's deadline schedule of the distributed transport (issue 31, review r31d
+F1/F3: :class:`WaitNotes`, :class:`Schedule`).
+
+A node that a peer keeps waiting loses that time, so it posts its next exchange late; with deadlines
+counted from each node's own post, its peers would then accuse it, and the peer that withheld its
+payload from it (a relay ``eq{r}``, or a round payload ``r{r}``) adds its own accusation: a quorum that
+expels an honest node that only waited (review r31d F1). Two rules close it:
+
+* **Wait notes.** A node still waiting for a peer ``note_s`` seconds into an exchange serves, from its
+  own server, ``wait/{tag}``: one JSON line ``{"by": j, "peer": k, "tag": t, "sig": …}`` per peer it waits
+  for, signed for the run (``wait|{tag}|{peer}``). Early (long before it posts its next exchange late), so
+  its peers know in time; a note is a claim, never an accusation: it expels nobody.
+* **One extension per waiter.** A peer missing at this node's deadline whose note (read afresh then) says
+  it waited in one of the two exchanges before this one gets ``timeout_s`` more, once: whoever made it
+  wait made it late, and nobody gives up on a peer that only waited (as on hivemind: docs/hivemind.md).
+  A peer whose own payload reached this node but that notes waiting for it anyway is a liar or a victim:
+  either way both are named by the note's reader, not struck.
+
+The relay exchange ``eq{r}`` shares the round's schedule (:class:`Schedule`): every honest node posts its
+relay as soon as it holds every round payload, so it waits for a relay until ``slack_s`` after the later of
+its own round deadline (``r{r}`` post + ``timeout_s``) and its own relay post, not ``timeout_s`` after its
+own relay post (review r31d F3: a peer posting just before the deadline in both exchanges made every
+round last 2 × ``timeout_s``); a peer that noted waiting in ``r{r}`` gets until ``slack_s`` past its round
+payload's arrival + ``timeout_s``. A round payload that arrives more than half of ``timeout_s`` after this
+node posted its own, without a note covering it, is named ``late`` (peers.jsonl; no strike).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dgrpo.transports.peerserve import PeerChannel
+    from dgrpo.transports.signedstore import SignedStore
+
+log = logging.getLogger("dgrpo.transports.storewait")
+
+_NOTE_LINES = 64  # most lines read from one note
+_KEEP = 6  # this node's notes kept served (its peers read those of the last two exchanges)
+
+
+def note_s(timeout_s: float) -> float:
+    """Seconds a node waits for a peer before it serves its wait note: a tenth of ``timeout_s``, at most 0.5 s."""
+    return min(0.5, timeout_s / 10)
+
+
+def slack_s(timeout_s: float) -> float:
+    """Seconds past the round deadline a relay is waited for: its note's delay plus 1 s for a read, at most
+    half of ``timeout_s``."""
+    return min(timeout_s / 2, note_s(timeout_s) + 1.0)
+
+
+class WaitNotes:
+    """This node's signed wait notes (served as ``wait/{tag}``) and its reading of its peers'.
+
+    Args:
+        rank: this node.
+        chan: this rank's :class:`~dgrpo.transports.peerserve.PeerChannel` (serves its notes, fetches peers').
+        store: the :class:`~dgrpo.transports.signedstore.SignedStore` (signs and checks note lines; before the
+            keys exist every line is taken, as leave marks are).
+    """
+
+    def __init__(self, rank: int, chan: "PeerChannel", store: "SignedStore"):
+        self.rank, self.chan, self.store = rank, chan, store
+        self._served: list[str] = []  # this node's note keys, oldest first
+        self._seen: dict[tuple[int, str], list[int]] = {}  # (peer, tag) → nodes it noted waiting for (positive only)
+
+    def note(self, tag: str, peers: list[int]) -> None:
+        """Serve (replace) this node's note of exchange ``tag``: it is still waiting for ``peers``."""
+        lines = [json.dumps({"by": self.rank, "peer": p, "tag": tag, "sig": self.store.sign(f"wait|{tag}|{p}")})
+                 for p in sorted(peers)]
+        key = f"wait/{tag}"
+        self.chan.set(key, ("\n".join(lines) + "\n").encode())
+        if key not in self._served:
+            self._served.append(key)
+        while len(self._served) > _KEEP:
+            self.chan.delete_key(self._served.pop(0))
+
+    def waited(self, peer: int, tags: list[str], deadline: float) -> tuple[str, list[int]] | None:
+        """(exchange, the nodes ``peer`` noted waiting for there) for the first of ``tags`` where ``peer``
+        serves a valid note, read now (at most 1 s a read, by ``deadline``); None if none."""
+        for tag in tags:
+            hit = self._seen.get((peer, tag))
+            if hit is None:
+                raw, _ = self.chan.fetch(peer, f"wait/{tag}", _NOTE_LINES * 256, max(deadline, time.monotonic() + 1.0), 1.0)
+                hit = self._parse(peer, tag, raw or b"")
+                if hit:
+                    self._seen[(peer, tag)] = hit
+            if hit:
+                return tag, hit
+        return None
+
+    def _parse(self, peer: int, tag: str, raw: bytes) -> list[int]:
+        out = []
+        for line in raw[: _NOTE_LINES * 256].splitlines()[:_NOTE_LINES]:
+            try:
+                item = json.loads(line)
+                ok = (isinstance(item, dict) and item.get("by") == peer and item.get("tag") == tag
+                      and isinstance(item.get("peer"), int) and item["peer"] != peer
+                      and self.store.valid(peer, f"wait|{tag}|{item['peer']}", item.get("sig")))
+            except (ValueError, RecursionError, TypeError):
+                ok = False
+            if ok:
+                out.append(item["peer"])
+        return sorted(set(out))
+
+
+class Schedule:
+    """When this node stops waiting for each peer in an exchange (module docstring).
+
+    Args:
+        timeout_s: ``swarm.timeout_s``.
+
+    Attributes:
+        history: the exchanges this node entered, oldest first (the last few).
+        posted: exchange → ``time.monotonic()`` when this node posted its payload there.
+        arrived: exchange → peer → ``time.monotonic()`` when its payload reached this node (the last few).
+    """
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.history: list[str] = []
+        self.posted: dict[str, float] = {}
+        self.arrived: dict[str, dict[int, float]] = {}
+
+    def enter(self, tag: str) -> None:
+        """Record that this node entered exchange ``tag`` (its post or its first collect)."""
+        if tag not in self.history:
+            self.history = (self.history + [tag])[-8:]
+            for old in [t for t in self.posted if t not in self.history]:
+                self.posted.pop(old, None)
+            for old in [t for t in self.arrived if t not in self.history]:
+                self.arrived.pop(old, None)
+
+    def before(self, tag: str, n: int = 2) -> list[str]:
+        """The (at most ``n``) exchanges this node entered just before ``tag``, latest first."""
+        i = self.history.index(tag) if tag in self.history else len(self.history)
+        return self.history[max(0, i - n):i][::-1]
+
+    def base(self, tag: str, deadline: float) -> float:
+        """This node's deadline for every peer of exchange ``tag`` (``deadline``: its own post + timeout_s):
+        for a relay ``eq{r}`` whose round ``r{r}`` this node posted, ``slack_s`` past the later of that round's
+        deadline and now (this node's relay post)."""
+        rnd = f"r{tag[2:]}" if tag.startswith("eq") and tag[2:].isdigit() else None
+        if rnd is None or rnd not in self.posted:
+            return deadline
+        return max(self.posted[rnd] + self.timeout_s, time.monotonic()) + slack_s(self.timeout_s)
+
+    def extended(self, tag: str, peer: int, base: float, waited_in: str) -> float:
+        """The deadline of ``peer``, which noted waiting in exchange ``waited_in``: for a relay, ``slack_s`` past
+        its round payload's arrival + timeout_s (it posts its relay once it stopped waiting there); else
+        ``base`` + timeout_s."""
+        if tag.startswith("eq") and waited_in == f"r{tag[2:]}" and peer in self.arrived.get(waited_in, {}):
+            return max(base, self.arrived[waited_in][peer] + self.timeout_s + slack_s(self.timeout_s))
+        return base + self.timeout_s

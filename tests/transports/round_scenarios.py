@@ -1,0 +1,58 @@
+"""Round-timing attacks a rank of a test swarm plays (review r31d; dispatched by ``rank_scenarios.apply_scenario``).
+Each patches only the attacking rank's own process: what its server serves, or when it posts."""
+
+from __future__ import annotations
+
+import re
+import time
+
+
+def withhold(victim: str, pattern: str = r"^eq\d+/data/") -> None:
+    """This rank's server never serves keys matching ``pattern`` (default: its relays ``eq{r}``) to reader
+    ``victim`` (a rank, or ``low``: the lowest live rank other than itself, chosen afresh at each read); every
+    other reader gets them (it forges nothing and writes nothing to the store)."""
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.peerserve import PeerChannel
+
+    state, pat = {}, re.compile(pattern)
+    post, serve = DistributedTransport.post, PeerChannel.serve
+
+    def keep(self, tag, payload, framed=False):
+        state["t"] = self
+        return post(self, tag, payload, framed)
+
+    def hide(self, key, reader):
+        t = state.get("t")
+        if t is not None and pat.match(key) and reader.isdigit():
+            target = min(set(t.alive) - {t.rank}, default=-1) if victim == "low" else int(victim)
+            if int(reader) == target:
+                return None
+        return serve(self, key, reader)
+
+    DistributedTransport.post, PeerChannel.serve = keep, hide
+    print(f"rank withholding {pattern} from reader {victim}", flush=True)
+
+
+def post_late(seconds: float, pattern: str = r"^(r|eq)\d+$") -> None:
+    """This rank posts each exchange matching ``pattern`` ``seconds`` late (just before its peers' deadline)."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    pat, post = re.compile(pattern), DistributedTransport.post
+
+    def late(self, tag, payload, framed=False):
+        if pat.match(tag):
+            time.sleep(seconds)
+        return post(self, tag, payload, framed)
+
+    DistributedTransport.post = late
+
+
+def apply(kind: str, rest: list[str]) -> None:
+    """``withhold:R:V[:REGEX]`` (R never serves REGEX, default its relays, to reader V or ``low``), ``hide:R:V``
+    (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS`` (R posts ``r{n}`` and
+    ``eq{n}`` SECONDS late)."""
+    if kind == "withhold":
+        return withhold(*rest)
+    if kind == "hide":
+        return withhold(rest[0], r"^r\d+/data/")
+    return post_late(float(rest[0]))

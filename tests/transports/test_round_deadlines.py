@@ -1,0 +1,64 @@
+"""Round timing over torch.distributed under one malicious rank (review r31d F1, F3): a peer kept waiting is
+never expelled for it, every round ends within timeout_s + slack_s, and the rank that made others wait is named."""
+
+import json
+
+from distributed_helpers import comparable, launch
+
+from dgrpo.cli import main
+from dgrpo.metrics.logger import read_metrics
+from dgrpo.transports.waits import slack_s
+
+COMMON = ["threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.n_prompts=2", "task.n_train=20",
+          "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true",
+          "swarm.prompts_per_round=2", "swarm.nodes=4", "swarm.timeout_s=5", "swarm.startup_timeout_s=20",
+          "swarm.on_peer_failure=continue"]
+
+
+def _run(tmp_path, args, scenario, timeout=150):
+    results = launch(4, ["run", *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+                     scenario=scenario, timeout=timeout, log_dir=str(tmp_path))
+    peers = [json.loads(line) for line in (tmp_path / "d" / "peers.jsonl").read_text().splitlines()]
+    return results, read_metrics(tmp_path / "d"), peers
+
+
+def _named(peers_line, node):
+    """What the main rank's peers.jsonl line counts under ``node`` (its transport refusals)."""
+    return peers_line["peers"].get(str(node), {}).get("transport", {})
+
+
+def test_a_rank_withholding_its_relay_from_the_main_rank_gets_nobody_honest_expelled(tmp_path, tiny_model_dir):
+    """Rank 3 never serves its relay eq{r} to the lowest live rank (node 0, the main rank, which evaluates every
+    round), for 4 rounds. Before: node 0 waited out timeout_s, posted r{r+1} late, was accused by nodes 1, 2 and 3
+    (a quorum) and expelled; then node 1, then node 2. Now node 0's signed wait note buys it timeout_s once."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=4", "eval.every=1"]
+    assert main(["run", *args, f"out_dir={tmp_path}", "name=in"]) == 0
+    want = comparable(read_metrics(tmp_path / "in"))
+    results, got, peers = _run(tmp_path, args, "withhold:3:low")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    out = "".join(r.output for r in results)
+    assert "declared failed" not in out and "is out of the swarm" not in out
+    # the attacker is named in every round (node 0 found its relay missing; from round 1 its note made node 3 'late')
+    assert len(peers) == 4 and all(_named(p, 3).get("missing payload") == 1 for p in peers)
+    assert all(_named(p, n) == {} for p in peers for n in (1, 2))
+    assert all("late" in v.get("3", {}) for p in peers[1:] for v in p["views"].values())
+    strip = lambda recs: [{k: v for k, v in r.items() if k != "swarm/invalid_transport"} for r in recs]  # noqa: E731
+    assert strip(comparable(got)) == strip(want)  # every key but time/* and the count of what was named
+    assert all(r.get("swarm/invalid_transport") == 1 for r in got[:4])
+    rounds = [r["time/round"] for r in got[:4]]
+    assert max(rounds) < 5 + slack_s(5) + 1.5, rounds  # node 0 waits its relay deadline each round, no more
+
+
+def test_a_rank_posting_just_before_each_deadline_is_named_and_rounds_stay_bounded(tmp_path, tiny_model_dir):
+    """Rank 3 posts r{r} and eq{r} each 4.8 s late (timeout_s=5). Before: every round lasted ~2 x timeout_s and
+    nobody was named. Now its round payload is named 'late', its relay misses the round's schedule (r{r} deadline
+    + slack_s), the honest quorum expels it, and no round lasts over timeout_s + slack_s."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10"]
+    results, got, peers = _run(tmp_path, args, "postlate:3:4.8")
+    assert [r.returncode for r in results[:3]] == [0, 0, 0], results[0].output[-3000:]
+    assert results[3].returncode == 3 and "node 3 was declared failed by its peers in exchange 'eq0'" in results[3].output
+    assert _named(peers[0], 3) == {"late": 1, "missing payload": 1}
+    assert all(_named(p, n) == {} for p in peers for n in (0, 1, 2))
+    rounds = [r["time/round"] for r in got[:3]]
+    assert max(rounds) < 5 + slack_s(5) + 1.0, rounds
+    assert got[1]["swarm/nodes_alive"] == 3 and got[2]["time/round"] < 2.5

@@ -62,3 +62,18 @@ def test_a_rank_posting_just_before_each_deadline_is_named_and_rounds_stay_bound
     rounds = [r["time/round"] for r in got[:3]]
     assert max(rounds) < 5 + slack_s(5) + 1.0, rounds
     assert got[1]["swarm/nodes_alive"] == 3 and got[2]["time/round"] < 2.5
+
+
+def test_under_abort_a_payload_hidden_from_one_reader_stops_every_rank_naming_the_one_who_hid_it(tmp_path, tiny_model_dir):
+    """Rank 3 never serves its round payload r{r} to reader 1, under on_peer_failure=abort. Node 1 stops naming
+    node 3. Before: nodes 0 and 2 then stopped naming honest node 1 alone ("node 1 sent nothing for exchange
+    'eq0'"). Now node 1 leaves its reason in the store, signed, and their one line quotes it: it names node 3."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=2", "eval.every=10", "swarm.on_peer_failure=abort"]
+    results = launch(4, ["run", *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+                     scenario="hide:3:1", timeout=120, log_dir=str(tmp_path))
+    assert [r.returncode for r in results[:3]] == [3, 3, 3], results[0].output[-3000:]
+    errors = {r.rank: [x for x in r.output.splitlines() if x.startswith("dgrpo: error:")] for r in results}
+    assert len(errors[1]) == 1 and "node 3 sent nothing for exchange 'r0'" in errors[1][0], errors[1]
+    for rank in (0, 2):
+        assert len(errors[rank]) == 1, results[rank].output[-3000:]
+        assert "node 1 stopped first, saying (signed): node 3 sent nothing for exchange 'r0'" in errors[rank][0]

@@ -250,10 +250,16 @@ class StoreExchange:
             who = f"node{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))}"
             parts.append(f"{who} served exchange {tag!r} oversized or too slowly within "
                          f"{self.wait.limit_name}={self.wait.timeout_s:g}s (refused)")
+        if self.on_peer_failure == "abort" and self.wait.limit_name == "swarm.timeout_s":
+            end = time.monotonic() + 1.0  # (a peer that stopped first: its signed reason, quoted; review r31d F2)
+            parts += [f"node {p} stopped first, saying (signed): {why}" for p in peers
+                      if (why := self.notes.stop_of(p, end)) is not None]
         text = "; ".join(parts)
         if self.on_peer_failure == "abort" or self.wait.limit_name != "swarm.timeout_s":
             log.error("%s; aborting (swarm.on_peer_failure=%s)", text, self.on_peer_failure)
             hint = ("start every rank within it" if self.wait.limit_name != "swarm.timeout_s" else
                     "set swarm.on_peer_failure=continue to go on without it")
+            if self.wait.limit_name == "swarm.timeout_s":
+                self.notes.say_stop(text)
             raise PeerFailure(f"{text}; aborted ({hint})")
         log.warning("%s; continuing without it this round (swarm.on_peer_failure=continue)", text)

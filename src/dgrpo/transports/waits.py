@@ -93,6 +93,34 @@ class WaitNotes:
                 return tag, hit
         return None
 
+    def say_stop(self, why: str) -> None:
+        """Before this node stops on a peer failure (``on_peer_failure=abort``): append ``why`` to ``why/{rank}`` in
+        the store (it outlives this node's server), signed for the run and its launch, so that peers that
+        then find this node missing quote its reason instead of naming it alone (review r31d F2)."""
+        why = " ".join(str(why).split())[:600]
+        line = json.dumps({"why": why, "sig": self.store.sign(f"why|{self.rank}|{why}")})
+        try:
+            self.store.append(f"why/{self.rank}", (line + "\n").encode())
+        except Exception:  # noqa: BLE001 - the store is gone: its peers find that out too
+            pass
+
+    def stop_of(self, peer: int, deadline: float) -> str | None:
+        """Why ``peer`` said it stopped (:meth:`say_stop`, signed by it for this run and launch), or None (nothing
+        there, junk, or another key's or launch's line: a claim nobody signed counts for nothing)."""
+        try:
+            raw = self.store.read(f"why/{peer}", max(deadline, time.monotonic() + 1.0)) or b""
+        except Exception:  # noqa: BLE001 - the store is gone
+            return None
+        for line in raw[:16384].splitlines()[:16]:
+            try:
+                item = json.loads(line)
+                if isinstance(item, dict) and isinstance(item.get("why"), str) and self.store.keys is not None \
+                        and self.store.valid(peer, f"why|{peer}|{item['why']}", item.get("sig")):
+                    return item["why"]
+            except (ValueError, RecursionError, TypeError):
+                continue
+        return None
+
     def _parse(self, peer: int, tag: str, raw: bytes) -> list[int]:
         out = []
         for line in raw[: _NOTE_LINES * 256].splitlines()[:_NOTE_LINES]:

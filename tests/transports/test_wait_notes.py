@@ -1,0 +1,92 @@
+"""Wait notes and the round schedule (transports/waits.py; review r31d F1/F3/F2), in-process ranks on one HashStore
+as after the start-up check (``signed_ranks``)."""
+
+import threading
+import time
+
+import pytest
+
+from dgrpo.errors import PeerFailure
+from dgrpo.transports.waits import note_s, slack_s
+
+from signed_ranks import _ranks
+
+
+def _later(seconds, fn):
+    threading.Timer(seconds, fn).start()
+
+
+def test_a_note_counts_only_signed_by_its_node_for_this_launch():
+    ts, keys = _ranks(n=3)
+    far = time.monotonic() + 5
+    ts[1].exchanger.notes.note("eq0", [2])
+    assert ts[0].exchanger.notes.waited(1, ["r1", "eq0"], far) == ("eq0", [2])
+    assert ts[0].exchanger.notes.waited(1, ["r1"], far) is None  # no note for another exchange
+    # node 1's server serving a line node 2 signed, junk, and node 1's own note of an earlier launch: none counts
+    line = '{"by": 1, "peer": 0, "tag": "eq1", "sig": "%s"}\n' % ts[2].signed_store.sign("wait|eq1|0")
+    ts[1].chan.set("wait/eq1", line.encode() + b"junk\n")
+    assert ts[0].exchanger.notes.waited(1, ["eq1"], far) is None
+    old, _ = _ranks(n=3, keys=keys)  # the same roster, another launch (another nonce per rank)
+    old[1].exchanger.notes.note("eq2", [0])
+    ts[1].chan.set("wait/eq2", old[1].chan.values["wait/eq2"])
+    assert ts[0].exchanger.notes.waited(1, ["eq2"], far) is None
+
+
+def test_a_peer_that_noted_waiting_gets_timeout_s_more_once_and_the_one_it_waited_for_is_named():
+    """Node 1 noted (signed) that it waited for node 2 in eq0; it posts r1 0.9 s after node 0 (timeout_s=0.6).
+    Node 0 waits for it (0.6 + 0.6 s) and names node 2 `late`; node 1 is neither accused nor named. Without the
+    note (r2) node 1 misses the deadline and is accused as before."""
+    ts, _ = _ranks(n=3, timeout_s=0.6)
+    a = ts[0]
+    a.exchanger.schedule.enter("eq0")
+    ts[1].exchanger.notes.note("eq0", [2])
+    _later(0.9, lambda: ts[1].post("r1", b"one"))
+    a.rejected = []
+    start = time.monotonic()
+    assert a.exchanger.collect("r1", [1], start + 0.6, 1 << 20) == {1: b"one"}
+    assert 0.85 < time.monotonic() - start < 1.25
+    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "late")]
+    assert "node 1 says node 2 kept it waiting in exchange 'eq0'" in a.rejected[0][1]
+    _later(0.9, lambda: ts[1].post("r2", b"two"))  # (r2's exchanges before: r1, eq0; node 1 noted nothing in r1)
+    a.rejected = []
+    ts[1].chan.delete_key("wait/eq0")
+    a.exchanger.notes._seen.clear()
+    a.exchanger.schedule.history = ["r1"]
+    start = time.monotonic()
+    assert a.exchanger.collect("r2", [1], start + 0.6, 1 << 20) == {}
+    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(1, "missing payload")]
+
+
+def test_the_relay_exchange_ends_slack_s_after_the_round_deadline():
+    """Node 0 posts r0, then its relay 0.3 s later; node 1 never relays: node 0 stops waiting at its r0 post +
+    timeout_s + slack_s (not its relay post + timeout_s), and a round payload served over half of timeout_s
+    after its own post is named `late`."""
+    ts, _ = _ranks(n=2, timeout_s=2.0)
+    a = ts[0]
+    _later(1.2, lambda: ts[1].post("r0", b"late one"))
+    t0 = time.monotonic()
+    assert a.exchange("r0", b"mine") == {0: b"mine", 1: b"late one"}
+    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(1, "late")]
+    time.sleep(max(0.0, t0 + 1.5 - time.monotonic()))
+    assert a.exchange("eq0", b"relay") == {0: b"relay"}
+    took = time.monotonic() - t0
+    assert 2.0 + slack_s(2.0) - 0.05 < took < 2.0 + slack_s(2.0) + 0.4, took  # before: 1.5 + 2.0 = 3.5 s
+    assert a.exchanger.notes.waited(0, ["eq0"], time.monotonic() + 1) == ("eq0", [1])  # its own note, early
+    assert note_s(2.0) == 0.2
+
+
+def test_under_abort_a_peer_that_stopped_first_is_quoted_from_its_signed_reason():
+    ts, _ = _ranks(n=3, timeout_s=0.3)
+    for t in ts:
+        t.exchanger.on_peer_failure = "abort"
+    with pytest.raises(PeerFailure) as first:
+        ts[1].collect("r0", [2])  # node 2 never posts for node 1
+    assert "node 2 sent nothing for exchange 'r0'" in str(first.value)
+    with pytest.raises(PeerFailure) as then:
+        ts[0].collect("eq0", [1])
+    assert "node 1 sent nothing for exchange 'eq0'" in str(then.value)
+    assert "node 1 stopped first, saying (signed): node 2 sent nothing for exchange 'r0'" in str(then.value)
+    ts[2].store.set("why/0", b'{"why": "node 1 sent nothing", "sig": ""}\n')  # unsigned: not quoted
+    with pytest.raises(PeerFailure) as forged:
+        ts[1].exchanger._fail([0], "eq1", "sent nothing")
+    assert "stopped first" not in str(forged.value)

@@ -77,7 +77,8 @@ def test_a_lone_accusation_expels_nobody_and_names_its_signer(tmp_path, tiny_mod
     records = read_metrics(run_dir)
     assert all("swarm/nodes_alive" not in r for r in records)
     assert peers(run_dir)[0]["peers"]["3"]["transport"] == {"accusation": 1}
-    assert [r.pop("swarm/invalid_transport", None) for r in records] == [1, None, None]  # (the accusation, named)
+    assert peers(run_dir)[0]["peers"]["1"]["transport"] == {"accused": 1}  # (one word against another: review r31d F4)
+    assert [r.pop("swarm/invalid_transport", None) for r in records] == [2, None, None]  # (the accusation, named)
     assert comparable(records) == reference
 
 

@@ -170,7 +170,9 @@ class AccusationLedger:
 
     def report_lone_accusations(self, deadline: float) -> None:
         """Name (once) every node that accused a peer without a quorum behind it: ``rejected`` gets
-        ``(accuser, "accusation: …")``, so peers.jsonl attributes it to the signer."""
+        ``(accuser, "accusation: …")``, so peers.jsonl attributes it to the signer, and ``(peer, "accused: …")``:
+        a lone accusation is one node's word against another's (a peer that hid its payload from one reader
+        only is accused by that reader alone: review r31d F4), so both are named, neither struck."""
         self._cache = None
         for peer in sorted(self.alive):
             for tag, (by, need) in self.accusers(peer, deadline).items():
@@ -184,3 +186,5 @@ class AccusationLedger:
                               f"{len(by)} of the {need} accusers needed; nobody is expelled")
                     log.warning("%s", reason)
                     self.refuse(accuser, reason)
+                    self.refuse(peer, f"accused: by node {accuser} alone, of missing exchange {tag!r} (disputed: "
+                                      "its word against the accused's)")

@@ -153,6 +153,9 @@ class StoreExchange:
             for peer in [p for p in pending if now >= until[p] and p not in extended and not startup]:
                 tags = [f"r{tag[2:]}"] if tag.startswith("eq") else self.schedule.before(tag)
                 why = self.notes.waited(peer, tags, until[peer])
+                if why is not None and self.rank in why[1] and any(  # it waited for this node, which was waiting
+                        peer in self.notes.mine.get(t, ()) for t in self.schedule.before(why[0])):  # for it: its doing
+                    why = (why[0], [n for n in why[1] if n != self.rank]) if len(why[1]) > 1 else None
                 if why is not None:  # it only waited: timeout_s more, once (transports/waits.py)
                     extended[peer] = why
                     until[peer] = self.schedule.extended(tag, peer, until[peer], why[0])
@@ -202,16 +205,19 @@ class StoreExchange:
     def _name_late(self, tag: str, start: float, got: dict[int, bytes], arrived: dict[int, float],
                    extended: dict[int, tuple[str, list[int]]]) -> None:
         """Name (peers.jsonl, no strike) a round payload that came over half of timeout_s after this node
-        posted its own, and every note that bought a peer more time: the node it waited for and the waiter."""
+        posted its own (``late``), and every note that bought a peer more time: the nodes it says it waited for
+        (``late``) and the waiter (``waited``)."""
         half = self.wait.timeout_s / 2
         for peer in sorted(got):
             late = arrived.get(peer, start) - start
             if peer in extended:
                 waited_in, whom = extended[peer]
-                if late > half or not tag.startswith("r"):
+                if late > half or not tag.startswith("r"):  # (a claim nobody can check: both named, neither struck)
                     for other in whom:
                         self.refuse(other, f"late: node {peer} says node {other} kept it waiting in exchange "
                                            f"{waited_in!r} (its signed note), so it served {tag!r} {late:.1f}s late")
+                    self.refuse(peer, f"waited: served {tag!r} {late:.1f}s late, saying (signed note) nodes {whom} "
+                                      f"kept it waiting in exchange {waited_in!r}")
             elif late > half and tag.startswith("r") and tag[1:].isdigit():
                 self.refuse(peer, f"late: served exchange {tag!r} {late:.1f}s after this node posted "
                                   f"(over half of {self.wait.limit_name}={self.wait.timeout_s:g}s)")

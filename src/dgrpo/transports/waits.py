@@ -67,17 +67,21 @@ class WaitNotes:
         self.rank, self.chan, self.store = rank, chan, store
         self._served: list[str] = []  # this node's note keys, oldest first
         self._seen: dict[tuple[int, str], list[int]] = {}  # (peer, tag) → nodes it noted waiting for (positive only)
+        self.mine: dict[str, set[int]] = {}  # exchange → the peers this node noted waiting for there
 
     def note(self, tag: str, peers: list[int]) -> None:
         """Serve (replace) this node's note of exchange ``tag``: it is still waiting for ``peers``."""
         lines = [json.dumps({"by": self.rank, "peer": p, "tag": tag, "sig": self.store.sign(f"wait|{tag}|{p}")})
                  for p in sorted(peers)]
         key = f"wait/{tag}"
+        self.mine[tag] = set(peers)
         self.chan.set(key, ("\n".join(lines) + "\n").encode())
         if key not in self._served:
             self._served.append(key)
         while len(self._served) > _KEEP:
-            self.chan.delete_key(self._served.pop(0))
+            old = self._served.pop(0)
+            self.chan.delete_key(old)
+            self.mine.pop(old[5:], None)
 
     def waited(self, peer: int, tags: list[str], deadline: float) -> tuple[str, list[int]] | None:
         """(exchange, the nodes ``peer`` noted waiting for there) for the first of ``tags`` where ``peer``
@@ -179,8 +183,8 @@ class Schedule:
 
     def extended(self, tag: str, peer: int, base: float, waited_in: str) -> float:
         """The deadline of ``peer``, which noted waiting in exchange ``waited_in``: for a relay, ``slack_s`` past
-        its round payload's arrival + timeout_s (it posts its relay once it stopped waiting there); else
-        ``base`` + timeout_s."""
+        its round payload's arrival + 2 × timeout_s (it posts its relay once it stopped waiting there, and it may
+        have given a waiter there its extension); else ``base`` + timeout_s."""
         if tag.startswith("eq") and waited_in == f"r{tag[2:]}" and peer in self.arrived.get(waited_in, {}):
-            return max(base, self.arrived[waited_in][peer] + self.timeout_s + slack_s(self.timeout_s))
+            return max(base, self.arrived[waited_in][peer] + 2 * self.timeout_s + slack_s(self.timeout_s))
         return base + self.timeout_s

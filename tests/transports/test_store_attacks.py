@@ -286,7 +286,9 @@ def test_expulsion_needs_signed_accusations_of_more_than_half_the_live_nodes():
     assert ts[0].ledger.expelled(1, far) is None  # alone: nobody is expelled
     ts[0].ledger.report_lone_accusations(far)
     assert ts[0].rejected == [(3, "accusation: node 3 accused node 1 of missing exchange 'r0' with 1 of the 3 "
-                                  "accusers needed; nobody is expelled")]
+                                  "accusers needed; nobody is expelled"),
+                              (1, "accused: by node 3 without a quorum, of missing exchange 'r0' (disputed: its word "
+                                  "against the accused's)")]  # (both named: review r31d F4)
     for t in ts:  # accusations are served by their signers (peerserve): store lines are nobody's
         t.store.append("accuse/1", b'{"by": 2, "peer": 1, "tag": "r0"}\n')
     forged = json.dumps({"by": 0, "peer": 1, "tag": "r0", "sig": ts[3].signed_store.sign("accuse|r0|1")}) + "\n"
@@ -337,8 +339,9 @@ def test_accusations_of_an_earlier_exchange_need_a_quorum_of_that_exchange_s_liv
     assert quorum(3) == 2 and ts[0].ledger.accusations(1, far) == {"r0": {0, 3}}
     assert ts[0].ledger.expelled(1, far) is None and ts[3].ledger.expelled(1, far) is None
     ts[0].ledger.report_lone_accusations(far)
-    assert ts[0].rejected[-1] == (3, "accusation: node 3 accused node 1 of missing exchange 'r0' with 2 of the 3 "
+    assert ts[0].rejected[-2] == (3, "accusation: node 3 accused node 1 of missing exchange 'r0' with 2 of the 3 "
                                      "accusers needed; nobody is expelled")
+    assert ts[0].rejected[-1][0] == 1 and ts[0].rejected[-1][1].startswith("accused: by node 3 without a quorum")
     ts[1].post("r2", b"z")  # node 1 does not find itself expelled either
     ts[0].ledger.accuse(1, "r1")
     ts[3].ledger.accuse(1, "r1")  # in r1, 3 nodes live: 2 accusers are a quorum

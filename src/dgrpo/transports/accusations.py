@@ -186,5 +186,5 @@ class AccusationLedger:
                               f"{len(by)} of the {need} accusers needed; nobody is expelled")
                     log.warning("%s", reason)
                     self.refuse(accuser, reason)
-                    self.refuse(peer, f"accused: by node {accuser} alone, of missing exchange {tag!r} (disputed: "
-                                      "its word against the accused's)")
+                    self.refuse(peer, f"accused: by node {accuser} without a quorum, of missing exchange {tag!r} "
+                                      "(disputed: its word against the accused's)")

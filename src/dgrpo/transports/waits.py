@@ -92,6 +92,8 @@ class WaitNotes:
                 raw, _ = self.chan.fetch(peer, f"wait/{tag}", _NOTE_LINES * 256, max(deadline, time.monotonic() + 1.0), 1.0)
                 hit = self._parse(peer, tag, raw or b"")
                 if hit:
+                    if len(self._seen) > 256:  # (only the last exchanges are ever asked again)
+                        self._seen.clear()
                     self._seen[(peer, tag)] = hit
             if hit:
                 return tag, hit

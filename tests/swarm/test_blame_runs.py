@@ -46,3 +46,8 @@ def test_a_replaying_node_gets_nobody_honest_struck_and_is_named(tmp_path, tiny_
         assert p["peers"]["3"]["rejected"] == {"seed": 1}
     assert bans["strikes"] == {"3": 2} and bans["banned"] == {}  # the cheater: -1 a round; honest nodes: 0
     assert _training(recs) == _training(base)
+    # swarm/messages counts the copies as delivered; swarm/dropped says how many of them were dropped unread (review
+    # r31d F5): the copies peers.jsonl names under the attacker, round by round, and no key at all without copies
+    copies = {p["round"]: p["peers"]["3"]["transport"].get("copy", 0) for p in peers}
+    assert {r["round"]: r.get("swarm/dropped", 0) for r in recs if "swarm/messages" in r} == copies
+    assert all("swarm/dropped" not in r for r in base) and any(copies.values()) == (of != "respelled")

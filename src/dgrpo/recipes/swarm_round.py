@@ -93,7 +93,8 @@ def learn(run: Run, owner: int, policy: Policy, messages: Sequence[Message], r: 
     received = swarm.receive(policy, swarm.route(messages, owner, r), r)                       # route, validate
     start = time.perf_counter()
     swarm.reward(received.rollouts)                                                            # rewards
-    report = PolicyReport(received.rollouts, received.invalid, reward_seconds=time.perf_counter() - start)
+    report = PolicyReport(received.rollouts, received.invalid, received.copies + sum(received.flooded.values()),
+                          reward_seconds=time.perf_counter() - start)
     learner = swarm.learners[policy]
     batch = defend(swarm.defenses[owner], learner.score(received.rollouts), report.defense_times)  # defenses:
     # stage "rollouts" (judge, reward outlier, step checker, replay regenerate) judge the batch here; stage

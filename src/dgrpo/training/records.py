@@ -31,11 +31,14 @@ PER_POLICY = ("train/loss", "train/grad_norm", "train/used", "time/defense", "ti
 @dataclass
 class PolicyReport:
     """What one honest policy did in a round: the rollouts it received (with rewards and verdicts),
-    the messages it refused, its update, the seconds of its rewards and of each defense, and each
-    defense's cumulative counters (:func:`dgrpo.defenses.base.defense_counters`)."""
+    the messages it refused, how many it dropped unread without a strike (copies of a message it verified
+    earlier in the round, a flooding signer's excess: ``Received.copies`` + ``Received.flooded``), its
+    update, the seconds of its rewards and of each defense, and each defense's cumulative counters
+    (:func:`dgrpo.defenses.base.defense_counters`)."""
 
     rollouts: list[Rollout]
     invalid: list[tuple[Message, str]] = field(default_factory=list)
+    dropped: int = 0
     update: UpdateStats | None = None
     reward_seconds: float = 0.0
     defense_times: dict[str, float] = field(default_factory=dict)
@@ -76,6 +79,8 @@ def round_record(run, round_idx: int, messages: Sequence[Message], reports: dict
     rec.update(reward_metrics(run.task))  # a rubric's reward functions, weight 0 included (train/rubric/<name>)
     rec["swarm/messages"] = len(messages)
     rec["swarm/invalid"] = sum(len(r.invalid) for r in reports.values())
+    if any(r.dropped for r in reports.values()):  # copies and floods: counted in swarm/messages, dropped unread, no strike
+        rec["swarm/dropped"] = sum(r.dropped for r in reports.values())
     for own, rep in reports.items():
         suffix = "" if len(reports) == 1 else f"/node{own}"
         if rep.update is not None:

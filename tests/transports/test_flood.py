@@ -26,7 +26,7 @@ def _transport(slots=2):
 def test_the_quadratic_frame_payload_is_linear(mib):
     """The issue's payload: ``DGRPO1ffffffff`` repeated (each header claims 4 GiB). No candidate is scanned."""
     data = b"DGRPO1ffffffff" * (mib * MIB // 14)
-    assert scan(data) == ([], 0, False)
+    assert scan(data) == ([], 0, False, 0)
 
 
 @pytest.mark.parametrize("mib", [1, 8])
@@ -36,7 +36,7 @@ def test_headers_whose_lengths_fit_cost_a_bounded_scan_each(mib):
     JSON (2 characters a header)."""
     n = mib * MIB // 15
     data = b"".join(b"DGRPO1" + f"{(n - i) * 15 - 13:08x}".encode() + b"{" for i in range(n)) + b"}"
-    frames, work, _ = scan(data)
+    frames, work, *_ = scan(data)
     assert frames == [b"{}"] and n <= work <= 2 * n  # (each scanned: the bodies look like { ... }; the last is {})
 
 
@@ -56,7 +56,7 @@ def _overlapping(headers: int, size: int) -> bytes:
 def test_overlapping_scans_that_stay_valid_are_still_linear(headers):
     """Two scans can cover one byte (one in a string, one outside); a third header kills one of them."""
     data = _overlapping(headers, MIB)
-    frames, work, _ = scan(data)
+    frames, work, *_ = scan(data)
     assert frames == [] and len(data) <= work <= 2 * len(data)  # (the overlap is real: more than one pass)
 
 
@@ -68,6 +68,20 @@ def test_frames_are_still_found_around_and_inside_junk():
     assert unframe(frame(b'{"a": "\xff"}')) == [b'{"a": "\xff"}']  # not UTF-8: the reader's parse refuses it
     t = _transport()
     assert t.decode(3, frame(b'{"messages": "\xff"}')) == [] and t.rejected[-1][1].startswith("schema:")
+
+
+def test_bytes_outside_every_frame_are_one_junk_refusal_and_frames_inside_frames_count_once():
+    a, caps = b'{"messages": []}', KeyCaps(8, 8, 1 << 20)
+    assert capped(frame(a) + frame(a), caps) == ([{"messages": []}] * 2, [])  # an honest payload is its frames
+    bodies, reasons = capped(b"x" * 7 + frame(a) + b"yz", caps)  # 7 + 2 bytes of junk around one frame
+    assert bodies == [{"messages": []}] and reasons == ["junk: 9 bytes outside every frame under one key; skipped"]
+    outer = b'{"messages": [], "x": "' + frame(b"{}") + b'"}'  # a frame inside another's string
+    found = scan(frame(outer))  # two frames, their bytes covered once
+    assert found.frames == [outer, b"{}"] and found.covered == len(frame(outer))
+    assert not any(r.startswith("junk") for r in capped(frame(outer), caps)[1])
+    t = _transport()
+    t.decode(3, b"\x00" * 100 + frame(t.encode([MSG])))
+    assert t.rejected == [(3, "junk: 100 bytes outside every frame under one key; skipped")]
 
 
 def test_key_caps_come_from_the_share():

@@ -54,11 +54,13 @@ _SWAP = threading.Lock()
 class Scan(NamedTuple):
     """What :func:`scan` found: the frame bodies, the characters its JSON scans examined (the work beyond
     one pass of a regular expression: at most twice ``len(data)``, whatever the bytes; tests assert on it),
-    and whether it stopped at ``max_headers`` candidate headers."""
+    whether it stopped at ``max_headers`` candidate headers, and the bytes its frames cover (headers
+    included; a frame inside another counts once: ``len(data) - covered`` bytes lie outside every frame)."""
 
     frames: list[bytes]
     work: int
     stopped: bool = False
+    covered: int = 0
 
 
 def scan(data: bytes, max_frames: int | None = None, max_headers: int | None = None) -> Scan:
@@ -81,7 +83,7 @@ def scan(data: bytes, max_frames: int | None = None, max_headers: int | None = N
 
 def _scan(data: bytes, max_frames: int | None, max_headers: int | None) -> Scan:
     text = data.decode("latin-1")
-    out, work, n, headers = [], 0, len(data), 0
+    out, work, n, headers, covered, reach = [], 0, len(data), 0, 0, 0
     zeros = 8 - len(f"{n:x}")  # a length that fits in the data has at least these leading zeros
     pattern = _HEADERS.setdefault(zeros, re.compile(re.escape(_MAGIC) + b"(" + b"0" * zeros + b"[0-9a-f]{%d})" % (8 - zeros)))
     for header in pattern.finditer(data):  # (headers cannot overlap: "D" is no lower-case hex digit)
@@ -93,7 +95,7 @@ def _scan(data: bytes, max_frames: int | None, max_headers: int | None) -> Scan:
             continue
         headers += 1
         if max_headers is not None and headers > max_headers:
-            return Scan(out, work, True)
+            return Scan(out, work, True, covered)
         try:
             value, stop = _SCANNER.raw_decode(text, start)
         except json.JSONDecodeError as err:  # (an interpreter that raised the standard error paid O(pos): counted)
@@ -103,7 +105,9 @@ def _scan(data: bytes, max_frames: int | None, max_headers: int | None) -> Scan:
         work += stop - start
         if stop == end and isinstance(value, dict):
             out.append(data[start:end])  # the next header is searched from inside it: frames there count too
-    return Scan(out, work)
+            covered += max(0, end - max(header.start(), reach))
+            reach = max(reach, end)
+    return Scan(out, work, False, covered)
 
 
 def unframe(data: bytes, max_frames: int | None = None) -> list[bytes]:
@@ -149,8 +153,9 @@ OPEN = KeyCaps(frames=1 << 20, messages=1 << 30, bytes=64 * 2**20)  # a transpor
 
 def capped(payload: bytes, caps: KeyCaps) -> tuple[list[dict], list[str]]:
     """The frames of one key's payload within ``caps`` as parsed objects, and the refusals (one per cap
-    exceeded, and one per frame that is not a JSON object with a ``messages`` list; the excess messages
-    are cut from the last frame that reaches the message cap).
+    exceeded, one per frame that is not a JSON object with a ``messages`` list, and one ``junk`` for bytes
+    outside every frame: an honest payload is its frames; the excess messages are cut from the last frame
+    that reaches the message cap).
 
     Returns:
         (bodies, reasons): each body a dict with a ``messages`` list (and ``labels`` as sent).
@@ -162,6 +167,8 @@ def capped(payload: bytes, caps: KeyCaps) -> tuple[list[dict], list[str]]:
         payload = payload[:caps.bytes]
     found, more = scan(payload, caps.frames + 1, HEADER_FACTOR * caps.frames), False
     bodies = found.frames
+    if bodies and not found.stopped and len(bodies) <= caps.frames and len(payload) > found.covered:
+        reasons.append(f"junk: {len(payload) - found.covered} bytes outside every frame under one key; skipped")
     if found.stopped:
         reasons.append(f"flood: more than {HEADER_FACTOR * caps.frames} frame headers under one key; the rest are "
                        "not read")

@@ -29,6 +29,8 @@ Both rounds of views end at fixed shares of ``timeout_s`` counted from the start
 the echo at 3/4, and a second read of a payload at 4/4 (:mod:`dgrpo.transports.dht.rounds`, which says why these
 shares keep every view an honest node read reaching every honest node whose round starts within ``timeout_s``/4 of
 its own). A node that withholds its view or echo costs its peers the rest of that phase once; then it is failed.
+The echo phase waits for the echo of every node whose payload a view lists, at every honest node alike, so no view
+timed to reach one honest node alone makes that node's round end later than the others' (review r31e G3).
 
 Dropped senders are declared failed (``swarm.on_peer_failure``) and named (``missing payload``, ``equivocation``).
 The decision is a function of views every honest node holds alike, so with one malicious node and honest nodes on
@@ -48,7 +50,7 @@ from typing import TYPE_CHECKING
 
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.dht.records import signed_digest
-from dgrpo.transports.dht.rounds import RoundClock
+from dgrpo.transports.dht.rounds import RoundClock, call_limit
 
 if TYPE_CHECKING:
     from dgrpo.transports.hivemind import HivemindTransport
@@ -121,10 +123,11 @@ def _relayed(t: "HivemindTransport", echoer: int, blob: bytes, vkey: str, tag: s
 
 
 def agreed_views(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes], clock: RoundClock
-                 ) -> tuple[dict[int, dict], dict]:
-    """(voter → its view, voter → (rule, what it did) for the voters that signed two views) after the echo
-    ``e{round}``, read until the round's echo phase ends: the same at every honest node (module docstring). A voter
-    whose one view is not usable is declared failed; every voter failed in ``v{round}`` is named."""
+                 ) -> tuple[dict[int, dict], dict, set[int]]:
+    """(voter → its view, voter → (rule, what it did) for the voters that signed two views, the peers
+    :func:`_in_play` whose echo did not come) after the echo ``e{round}``, read until the round's echo phase ends:
+    the same at every honest node (module docstring). A voter whose one view is not usable is declared failed; every
+    voter failed in ``v{round}`` is named, and one whose view came only through an echo (``late view``)."""
     tag, vtag = f"r{round_idx}", f"v{round_idx}"
     vkey, sigs = t.signed.key(vtag), t.seals.get(vtag, {})
     versions: dict[int, dict[str, bytes | None]] = {v: {_sha(raw): raw} for v, raw in raws.items()}
@@ -132,6 +135,8 @@ def agreed_views(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes],
         t.declare_failed([v], vtag, why="sent a malformed view")  # (now: the echo does not wait for it)
     echo = _echo(t, {v: (sigs[v].hex(), raw) for v, raw in raws.items() if v in sigs})
     echoes = t.exchange(f"e{round_idx}", echo, deadline=clock.end("echo"), limit=clock.limit("echo"))
+    in_play = _in_play(t, round_idx, raws)  # (waited for alike at every honest node: a round ends on no lone sight)
+    echoes.update(_read_until(t, f"e{round_idx}", in_play - echoes.keys(), clock.end("echo")))
     for echoer, blob in sorted(echoes.items()):
         for v, digest, body in _relayed(t, echoer, blob, vkey, tag) if echoer != t.rank else []:
             if versions.setdefault(v, {}).get(digest) is None:
@@ -147,14 +152,40 @@ def agreed_views(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes],
             views[v] = view
             if t.failed.get(v) == vtag:
                 t.readmit(v)  # its view reached some nodes only: every node takes it
+                t.signed.reject(vkey, f"late{v}", v, f"late view: its view of exchange {tag!r} reached this node only "
+                                                     f"through a peer's echo, after {clock.limit('views')}")
     for peer in sorted(n for n, tag_ in t.failed.items() if tag_ == vtag):  # named in peers.jsonl
         t.signed.reject(vkey, f"missing{peer}", peer,
                         f"view: its view of exchange {tag!r} is not a JSON object" if peer in versions
                         else f"missing view: it sent no view of exchange {tag!r} within {clock.limit('views')}")
-    for peer in sorted(n for n, tag_ in t.failed.items() if tag_ == f"e{round_idx}"):  # (its view and payload stand)
-        t.signed.reject(t.signed.key(f"e{round_idx}"), f"missing{peer}", peer,
-                        f"missing echo: it sent no echo of exchange {tag!r} within {clock.limit('echo')}")
-    return views, equivocated
+    return views, equivocated, in_play - echoes.keys()
+
+
+def _in_play(t: "HivemindTransport", round_idx: int, raws: dict[int, bytes]) -> set[int]:
+    """The peers whose echo this node waits for: the live ones and every node whose payload a view this node read
+    lists under that node's own record signature. Each honest node's view lists every payload it read, and reaches
+    every honest node in its views phase (:mod:`dgrpo.transports.dht.rounds`), so a peer one honest node waits for
+    is waited for by all, each until its own echo mark: the round ends alike (review r31e G3)."""
+    key, out = t.signed.key(f"r{round_idx}"), set(t.alive)
+    for raw in raws.values():
+        for node, entry in (_usable(raw, len(t.roster)) or {}).items():
+            n = int(node) if node.isascii() and node.isdigit() and len(node) < 7 else -1
+            if n in t.roster and n not in out and isinstance(entry, list) and len(entry) == 2 \
+                    and signed_digest(key, n, t.roster[n], *entry):
+                out.add(n)
+    return out - {t.rank}
+
+
+def _read_until(t: "HivemindTransport", tag: str, peers: set[int], deadline: float) -> dict[int, bytes]:
+    """The records of ``peers`` (not live here) in exchange ``tag``, read until they are in or ``deadline``."""
+    got: dict[int, bytes] = {}
+    while peers - got.keys():
+        got.update({n: rec[1] for n, rec in t.signed.read(t.signed.key(tag), peers - got.keys(),
+                                                           call_limit(deadline)).items()})
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+    return got
 
 
 def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], clock: RoundClock | None = None
@@ -172,7 +203,7 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
     mine = {str(n): [_sha(b), seals[n].hex()] for n, b in payloads.items() if n in seals}
     clock = clock or RoundClock.now(t.timeout_s)
     raws = t.exchange(f"v{round_idx}", json.dumps(mine).encode(), deadline=clock.end("views"), limit=clock.limit("views"))
-    views, dropped = agreed_views(t, round_idx, raws, clock)
+    views, dropped, silent = agreed_views(t, round_idx, raws, clock)
 
     def listed(voter: int, node: int) -> str | None:
         entry = views[voter].get(str(node))
@@ -219,6 +250,13 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
         t.signed.reject(key, f"dropped{node}", node, f"{rule}: it {why} in exchange {tag!r}")
         if node in t.alive:
             t.declare_failed([node], tag, why=why)
+    etag = f"e{round_idx}"
+    for peer in sorted(silent - dropped.keys()):  # no echo: failed in e{round} at every honest node (payload stands)
+        if peer in t.alive:
+            t.declare_failed([peer], etag, limit=clock.limit("echo"))
+        if t.failed.get(peer) == etag:
+            t.signed.reject(t.signed.key(etag), f"missing{peer}", peer,
+                            f"missing echo: it sent no echo of exchange {tag!r} within {clock.limit('echo')}")
     return {n: b for n, b in payloads.items() if n not in dropped}
 
 

@@ -13,7 +13,7 @@ phase           ends    what is waited for
 ==============  ======  ===================================================================
 ``payloads``    1/4     every live peer's payload ``r{round}`` (a later peer is failed)
 ``views``       2/4     every live peer's view ``v{round}`` (:mod:`dgrpo.transports.dht.commit`)
-``echo``        3/4     every live peer's echo ``e{round}``
+``echo``        3/4     the echo ``e{round}`` of every live peer and of every node a view read lists
 ``read again``  4/4     a payload this node missed and its peers' views list
 ==============  ======  ===================================================================
 
@@ -23,7 +23,11 @@ by the end of its own views phase (1/4 later); each posts its echo by the end of
 the other's echo by the end of its own echo phase (1/4 later again). So every view an honest node read reaches
 every honest node through its echo, as the commit needs (its no-split guarantee holds for honest nodes whose rounds
 start within ``timeout_s``/4 of each other; docs/hivemind.md "Commit"), and a node that withholds its payload, its
-view or its echo costs its peers at most the rest of that phase: the round ends by ``timeout_s`` either way.
+view or its echo costs its peers at most the rest of that phase: the round ends by ``timeout_s`` either way. And
+the honest nodes wait for the same echoes (:func:`dgrpo.transports.dht.commit.agreed_views`: those of the nodes
+whose payload a view lists, which every honest node reads), so a round's ends are no further apart than its starts
+and the next round starts within ``timeout_s``/4 again (review r31e G3: a view timed to reach one honest node alone,
+then no echo, made that node alone wait, and it started the next round over ``timeout_s``/4 late).
 
 Each DHT call made in a phase is limited to what is left of it (at least 0.2 s: one last read after the deadline),
 so a phase overruns its end by at most that, and since the ends are absolute the overrun does not add up; with the

@@ -47,10 +47,30 @@ def post_late(seconds: float, pattern: str = r"^(r|eq)\d+$") -> None:
     DistributedTransport.post = late
 
 
+def note_late(first: float, late_r: float, late_eq: float) -> None:
+    """Review r31e G1: this rank serves a signed wait note naming every other live node in each exchange ``r{n}``
+    and ``eq{n}`` (a false claim), then posts it late: ``r0`` ``first`` s, later ``r{n}`` ``late_r`` s, ``eq{n}``
+    ``late_eq`` s."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    post = DistributedTransport.post
+
+    def late(self, tag, payload, framed=False):
+        m = re.fullmatch(r"(r|eq)(\d+)", tag)
+        if m:
+            self.exchanger.notes.note(tag, sorted(set(self.alive) - {self.rank}))
+            time.sleep(late_eq if m.group(1) == "eq" else first if tag == "r0" else late_r)
+        return post(self, tag, payload, framed)
+
+    DistributedTransport.post = late
+
+
 def apply(kind: str, rest: list[str]) -> None:
     """``withhold:R:V[:REGEX]`` (R never serves REGEX, default its relays, to reader V or ``low``), ``hide:R:V``
     (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS`` (R posts ``r{n}`` and
-    ``eq{n}`` SECONDS late)."""
+    ``eq{n}`` SECONDS late), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`)."""
+    if kind == "xnote":
+        return note_late(*map(float, rest))
     if kind == "withhold":
         return withhold(*rest)
     if kind == "hide":

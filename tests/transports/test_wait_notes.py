@@ -32,10 +32,10 @@ def test_a_note_counts_only_signed_by_its_node_for_this_launch():
     assert ts[0].exchanger.notes.waited(1, ["eq2"], far) is None
 
 
-def test_a_peer_that_noted_waiting_gets_timeout_s_more_once_and_the_one_it_waited_for_is_named():
+def test_a_peer_that_noted_waiting_gets_timeout_s_more_once_and_is_named_waited():
     """Node 1 noted (signed) that it waited for node 2 in eq0; it posts r1 0.9 s after node 0 (timeout_s=0.6).
-    Node 0 waits for it (0.6 + 0.6 s) and names node 2 `late`; node 1 is neither accused nor named. Without the
-    note (r2) node 1 misses the deadline and is accused as before."""
+    Node 0 waits for it (0.6 + 0.6 s) and names node 1 `waited` (quoting node 2), never node 2 `late` on a note alone
+    (review r31e G1). Without the note (r2) node 1 misses the deadline and is accused as before."""
     ts, _ = _ranks(n=3, timeout_s=0.6)
     a = ts[0]
     a.exchanger.schedule.enter("eq0")
@@ -45,8 +45,8 @@ def test_a_peer_that_noted_waiting_gets_timeout_s_more_once_and_the_one_it_waite
     start = time.monotonic()
     assert a.exchanger.collect("r1", [1], start + 0.6, 1 << 20) == {1: b"one"}
     assert 0.85 < time.monotonic() - start < 1.6
-    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "late"), (1, "waited")]
-    assert "node 1 says node 2 kept it waiting in exchange 'eq0'" in a.rejected[0][1]
+    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(1, "waited")]  # (never `late` under node 2 on a note)
+    assert "nodes [2] kept it waiting in exchange 'eq0'" in a.rejected[0][1]
     _later(0.9, lambda: ts[1].post("r2", b"two"))  # (r2's exchanges before: r1, eq0; node 1 noted nothing in r1)
     a.rejected = []
     ts[1].chan.delete_key("wait/eq0")
@@ -86,6 +86,7 @@ def test_under_abort_a_peer_that_stopped_first_is_quoted_from_its_signed_reason(
         ts[0].collect("eq0", [1])
     assert "node 1 sent nothing for exchange 'eq0'" in str(then.value)
     assert "node 1 stopped first, saying (signed): node 2 sent nothing for exchange 'r0'" in str(then.value)
+    ts[0].chan.delete_key("why")  # (node 0's own signed reason, served: here only the store's copy is tried)
     ts[2].store.set("why/0", b'{"why": "node 1 sent nothing", "sig": ""}\n')  # unsigned: not quoted
     with pytest.raises(PeerFailure) as forged:
         ts[1].exchanger._fail([0], "eq1", "sent nothing")
@@ -110,3 +111,84 @@ def test_a_peer_that_waited_for_this_node_only_because_this_node_waited_for_it_g
         assert a.exchanger.collect("r1", [1], start + 0.6, 1 << 20) == want
         assert (time.monotonic() - start < 0.85) == waited_first
         time.sleep(0.4)
+
+
+def test_a_note_naming_every_node_buys_nothing_from_one_it_kept_waiting_and_extensions_never_chain():
+    """Review r31e G1: rank 2 notes (signed) waiting for every other node in every exchange and posts late. Before, a
+    note naming more than one node always bought timeout_s more, and a relay after an extended round payload got
+    its arrival + 2 x timeout_s: rounds of 3.3-3.9 x timeout_s. Now (timeout_s=0.6, slack_s=0.3): (a) node 0, which
+    had noted waiting for node 2 in r0, gives node 2's note of eq0 (naming 0 and 1) nothing in r1; (b) a round
+    payload extended once (r0 at 0.9 s) gets no second extension for its relay (eq0 served at 1.6 s: missed at
+    node 0's relay deadline, 1.2 s); (c) a relay extension alone ends at the round's cap, r0 post + 1.5 s."""
+    t, s = 0.6, slack_s(0.6)
+    # (a) the caused-it rule on a note naming several nodes
+    ts, _ = _ranks(n=3, timeout_s=t)
+    a = ts[0]
+    a.exchanger.schedule.enter("r0")
+    a.exchanger.notes.note("r0", [2])
+    a.exchanger.schedule.enter("eq0")
+    ts[2].exchanger.notes.note("eq0", [0, 1])
+    _later(0.9, lambda: ts[2].chan.set("r1/data/2", b"two"))
+    start = time.monotonic()
+    assert a.exchanger.collect("r1", [2], start + t, 1 << 20) == {}
+    assert time.monotonic() - start < 0.85
+    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "missing payload")]
+    time.sleep(0.3)
+    # (b) no chaining: extended in r0, nothing more for eq0
+    ts, _ = _ranks(n=3, timeout_s=t)
+    a = ts[0]
+    ts[2].exchanger.notes.note("r0", [0, 1])  # (served as it would be: before its late post)
+    a.exchanger.post("r0", b"mine")
+    t0 = time.monotonic()
+    ts[1].chan.set("r0/data/1", b"one")
+    ts[1].chan.set("eq0/data/1", b"relay one")
+    ts[2].exchanger.notes.note("eq0", [0, 1])
+    _later(0.9, lambda: ts[2].chan.set("r0/data/2", b"two"))
+    _later(1.6, lambda: ts[2].chan.set("eq0/data/2", b"relay two"))
+    a.exchanger.schedule.history.insert(0, "eq-1")  # (an exchange before r0 whose note names node 2's r0: none)
+    ts[2].exchanger.notes.note("eq-1", [0, 1])
+    assert a.exchanger.collect("r0", [1, 2], t0 + t, 1 << 20) == {1: b"one", 2: b"two"}
+    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "waited")]  # (nobody honest named late)
+    a.exchanger.post("eq0", b"relay")
+    a.rejected = []
+    assert a.exchanger.collect("eq0", [1, 2], time.monotonic() + t, 1 << 20) == {1: b"relay one"}
+    took = time.monotonic() - t0
+    assert t + s - 0.05 < took < 1.45, took  # its relay deadline (1.2 s), not 0.9 + 2 x 0.6 + 0.3 = 2.4 s
+    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "missing payload")]
+    time.sleep(0.5)
+    # (c) a relay extension (its round payload on time) ends at the round's cap
+    ts, _ = _ranks(n=2, timeout_s=t)
+    a = ts[0]
+    a.exchanger.post("r0", b"mine")
+    t0 = time.monotonic()
+    ts[1].chan.set("r0/data/1", b"one")
+    assert a.exchanger.collect("r0", [1], t0 + t, 1 << 20) == {1: b"one"}
+    ts[1].exchanger.notes.note("r0", [0])
+    a.exchanger.post("eq0", b"relay")
+    _later(1.8, lambda: ts[1].chan.set("eq0/data/1", b"relay one"))
+    assert a.exchanger.collect("eq0", [1], time.monotonic() + t, 1 << 20) == {}
+    took = time.monotonic() - t0
+    assert 2 * t + s - 0.05 < took < 2 * t + s + 0.3, took  # before: until r0's arrival + 1.5 s, past 1.8 s
+    time.sleep(0.5)
+
+
+@pytest.mark.parametrize("attack", ["junk", "delete", "junk, unserved"])
+def test_under_abort_the_stop_reason_survives_junk_before_it_and_deletion_from_the_store(attack):
+    """Review r31e G2: rank 2 pre-fills why/1 in the store with 16 junk lines (before, only the first 16 lines were
+    read: node 1's signed reason behind them was never quoted) or deletes it (before: the old line naming node 1
+    alone). Now node 1 serves its reason from its own server, and the store's copy is read past junk."""
+    ts, _ = _ranks(n=3, timeout_s=0.3)
+    for t in ts:
+        t.exchanger.on_peer_failure = "abort"
+    if "junk" in attack:
+        ts[2].store.append("why/1", b"{}\n" * 16 + b'{"why": "x", "sig": "00"}\n' * 8)
+    with pytest.raises(PeerFailure):
+        ts[1].collect("r0", [2])  # node 2 never posts for node 1
+    if attack == "delete":
+        ts[2].store.delete_key("why/1")
+    if "unserved" in attack:
+        ts[1].chan.delete_key("why")  # (its server gone: the store's copy, behind the junk)
+    with pytest.raises(PeerFailure) as then:
+        ts[0].collect("eq0", [1])
+    assert "node 1 stopped first, saying (signed): node 2 sent nothing for exchange 'r0'" in str(then.value)
+

@@ -153,10 +153,10 @@ class StoreExchange:
             for peer in [p for p in pending if now >= until[p] and p not in extended and not startup]:
                 tags = [f"r{tag[2:]}"] if tag.startswith("eq") else self.schedule.before(tag)
                 why = self.notes.waited(peer, tags, until[peer])
-                if why is not None and self.rank in why[1] and any(  # it waited for this node, which was waiting
-                        peer in self.notes.mine.get(t, ()) for t in self.schedule.before(why[0])):  # for it: its doing
-                    why = (why[0], [n for n in why[1] if n != self.rank]) if len(why[1]) > 1 else None
-                if why is not None:  # it only waited: timeout_s more, once (transports/waits.py)
+                if why is not None and self.rank in why[1] and any(  # it says it waited for this node, which was
+                        peer in self.notes.mine.get(t, ()) for t in self.schedule.before(why[0])):  # waiting for it:
+                    why = None  # its own doing, so the whole note buys nothing here (review r31e G1)
+                if why is not None and self.schedule.grant(tag, peer):  # it only waited: more time, once a round
                     extended[peer] = why
                     until[peer] = self.schedule.extended(tag, peer, until[peer], why[0])
             now = time.monotonic()
@@ -205,19 +205,16 @@ class StoreExchange:
     def _name_late(self, tag: str, start: float, got: dict[int, bytes], arrived: dict[int, float],
                    extended: dict[int, tuple[str, list[int]]]) -> None:
         """Name (peers.jsonl, no strike) a round payload that came over half of timeout_s after this node
-        posted its own (``late``), and every note that bought a peer more time: the nodes it says it waited for
-        (``late``) and the waiter (``waited``)."""
+        posted its own (``late``), and every note that bought a peer more time, under its writer (``waited``, naming
+        whom it says it waited for; a note alone never names those ``late``: review r31e G1)."""
         half = self.wait.timeout_s / 2
         for peer in sorted(got):
             late = arrived.get(peer, start) - start
             if peer in extended:
                 waited_in, whom = extended[peer]
-                if late > half or not tag.startswith("r"):  # (a claim nobody can check: both named, neither struck)
-                    for other in whom:
-                        self.refuse(other, f"late: node {peer} says node {other} kept it waiting in exchange "
-                                           f"{waited_in!r} (its signed note), so it served {tag!r} {late:.1f}s late")
+                if late > half or not tag.startswith("r"):  # (a claim nobody can check: named under its writer only,
                     self.refuse(peer, f"waited: served {tag!r} {late:.1f}s late, saying (signed note) nodes {whom} "
-                                      f"kept it waiting in exchange {waited_in!r}")
+                                      f"kept it waiting in exchange {waited_in!r}")  # never `late` under those it names)
             elif late > half and tag.startswith("r") and tag[1:].isdigit():
                 self.refuse(peer, f"late: served exchange {tag!r} {late:.1f}s after this node posted "
                                   f"(over half of {self.wait.limit_name}={self.wait.timeout_s:g}s)")
@@ -266,6 +263,7 @@ class StoreExchange:
             hint = ("start every rank within it" if self.wait.limit_name != "swarm.timeout_s" else
                     "set swarm.on_peer_failure=continue to go on without it")
             if self.wait.limit_name == "swarm.timeout_s":
-                self.notes.say_stop(text)
+                honest = self.alive - {self.rank} - set(peers) - set(empty)  # (its reason served till they read it)
+                self.notes.say_stop(text, honest, min(self.wait.timeout_s, 10.0))
             raise PeerFailure(f"{text}; aborted ({hint})")
         log.warning("%s; continuing without it this round (swarm.on_peer_failure=continue)", text)

@@ -13,8 +13,10 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
 * **One extension per waiter.** A peer missing at this node's deadline whose note (read afresh then) says
   it waited in one of the two exchanges before this one gets ``timeout_s`` more, once: whoever made it
   wait made it late, and nobody gives up on a peer that only waited (as on hivemind: docs/hivemind.md).
-  A peer whose own payload reached this node but that notes waiting for it anyway is a liar or a victim:
-  either way both are named by the note's reader, not struck.
+  A note naming this node buys nothing from it when this node had noted waiting for the note's writer just
+  before (whatever else it names); a peer gets at most one extension a round, never past the round's cap
+  (``r{r}`` post + 2 × ``timeout_s`` + ``slack_s``), and only the note's writer is named for it (``waited``;
+  review r31e G1).
 
 The relay exchange ``eq{r}`` shares the round's schedule (:class:`Schedule`): every honest node posts its
 relay as soon as it holds every round payload, so it waits for a relay until ``slack_s`` after the later of
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dgrpo.transports.storewait")
 
 _NOTE_LINES = 64  # most lines read from one note
+_WHY_BYTES, _WHY_CHECKS = 1 << 18, 64  # a stop reason in the store: bytes read, signatures checked at most
 _KEEP = 6  # this node's notes kept served (its peers read those of the last two exchanges)
 
 
@@ -99,32 +102,54 @@ class WaitNotes:
                 return tag, hit
         return None
 
-    def say_stop(self, why: str) -> None:
-        """Before this node stops on a peer failure (``on_peer_failure=abort``): append ``why`` to ``why/{rank}`` in
-        the store (it outlives this node's server), signed for the run and its launch, so that peers that
-        then find this node missing quote its reason instead of naming it alone (review r31d F2)."""
+    def say_stop(self, why: str, readers=(), wait_s: float = 0.0) -> None:
+        """Before this node stops on a peer failure (``on_peer_failure=abort``): serve ``why`` (``why`` on its own
+        server, where no other rank can delete or pre-fill it: review r31e G2) and append it to ``why/{rank}`` in
+        the store, signed for the run and its launch, so that peers that then find this node missing quote its
+        reason instead of naming it alone (review r31d F2); then keep serving it until every node of ``readers``
+        read it, at most ``wait_s`` seconds."""
         why = " ".join(str(why).split())[:600]
-        line = json.dumps({"why": why, "sig": self.store.sign(f"why|{self.rank}|{why}")})
+        line = (json.dumps({"why": why, "sig": self.store.sign(f"why|{self.rank}|{why}")}) + "\n").encode()
+        self.chan.set("why", line)
         try:
-            self.store.append(f"why/{self.rank}", (line + "\n").encode())
+            self.store.append(f"why/{self.rank}", line)
         except Exception:  # noqa: BLE001 - the store is gone: its peers find that out too
             pass
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end and not self.chan.read_by("why", readers):
+            time.sleep(0.02)
 
     def stop_of(self, peer: int, deadline: float) -> str | None:
-        """Why ``peer`` said it stopped (:meth:`say_stop`, signed by it for this run and launch), or None (nothing
+        """Why ``peer`` said it stopped (:meth:`say_stop`, signed by it for this run and launch): as its own server
+        serves it, else the first valid line of ``why/{peer}`` in the store (every line of its first
+        ``_WHY_BYTES``, at most ``_WHY_CHECKS`` signatures checked: junk before it hides nothing); None (nothing
         there, junk, or another key's or launch's line: a claim nobody signed counts for nothing)."""
+        end = max(deadline, time.monotonic() + 1.0)
+        raw, _ = self.chan.fetch(peer, "why", 4096, end, 1.0)
+        why = self._why(peer, raw or b"")
+        if why is not None:
+            return why
         try:
-            raw = self.store.read(f"why/{peer}", max(deadline, time.monotonic() + 1.0)) or b""
+            raw = self.store.read(f"why/{peer}", end) or b""
         except Exception:  # noqa: BLE001 - the store is gone
             return None
-        for line in raw[:16384].splitlines()[:16]:
+        return self._why(peer, raw)
+
+    def _why(self, peer: int, raw: bytes) -> str | None:
+        checks = 0
+        for line in raw[:_WHY_BYTES].splitlines():
             try:
                 item = json.loads(line)
-                if isinstance(item, dict) and isinstance(item.get("why"), str) and self.store.keys is not None \
-                        and self.store.valid(peer, f"why|{peer}|{item['why']}", item.get("sig")):
+                if not (isinstance(item, dict) and isinstance(item.get("why"), str) and isinstance(item.get("sig"), str)
+                        and self.store.keys is not None):
+                    continue
+                checks += 1
+                if self.store.valid(peer, f"why|{peer}|{item['why']}", item["sig"]):
                     return item["why"]
             except (ValueError, RecursionError, TypeError):
                 continue
+            if checks >= _WHY_CHECKS:
+                break
         return None
 
     def _parse(self, peer: int, tag: str, raw: bytes) -> list[int]:
@@ -159,6 +184,7 @@ class Schedule:
         self.history: list[str] = []
         self.posted: dict[str, float] = {}
         self.arrived: dict[str, dict[int, float]] = {}
+        self.granted: dict[int, set[int]] = {}  # round → the peers a note bought more time in it
 
     def enter(self, tag: str) -> None:
         """Record that this node entered exchange ``tag`` (its post or its first collect)."""
@@ -183,10 +209,36 @@ class Schedule:
             return deadline
         return max(self.posted[rnd] + self.timeout_s, time.monotonic()) + slack_s(self.timeout_s)
 
+    def grant(self, tag: str, peer: int) -> bool:
+        """Whether ``peer`` may get a note's extension in exchange ``tag`` (and record it): at most once a round
+        (``r{n}`` and ``eq{n}`` together), so two extensions never chain (review r31e G1)."""
+        rnd = _round_of(tag)
+        if rnd is None:
+            return True
+        if peer in self.granted.get(rnd, set()):
+            return False
+        self.granted = {n: s for n, s in self.granted.items() if n > rnd - 3}
+        self.granted.setdefault(rnd, set()).add(peer)
+        return True
+
     def extended(self, tag: str, peer: int, base: float, waited_in: str) -> float:
         """The deadline of ``peer``, which noted waiting in exchange ``waited_in``: for a relay, ``slack_s`` past
         its round payload's arrival + 2 × timeout_s (it posts its relay once it stopped waiting there, and it may
-        have given a waiter there its extension); else ``base`` + timeout_s."""
+        have given a waiter there its extension); else ``base`` + timeout_s. Never past the round's cap, ``2 ×
+        timeout_s + slack_s`` after this node posted ``r{n}`` (review r31e G1: extensions chained to ~4 × timeout_s)."""
         if tag.startswith("eq") and waited_in == f"r{tag[2:]}" and peer in self.arrived.get(waited_in, {}):
-            return max(base, self.arrived[waited_in][peer] + 2 * self.timeout_s + slack_s(self.timeout_s))
-        return base + self.timeout_s
+            out = max(base, self.arrived[waited_in][peer] + 2 * self.timeout_s + slack_s(self.timeout_s))
+        else:
+            out = base + self.timeout_s
+        rnd = _round_of(tag)
+        if rnd is not None and f"r{rnd}" in self.posted:
+            out = max(base, min(out, self.posted[f"r{rnd}"] + 2 * self.timeout_s + slack_s(self.timeout_s)))
+        return out
+
+
+def _round_of(tag: str) -> int | None:
+    """The round of a round exchange (``r{n}`` or ``eq{n}``: n), else None."""
+    for head in ("r", "eq"):
+        if tag.startswith(head) and tag[len(head):].isdigit():
+            return int(tag[len(head):])
+    return None

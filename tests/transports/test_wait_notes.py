@@ -192,3 +192,18 @@ def test_under_abort_the_stop_reason_survives_junk_before_it_and_deletion_from_t
         ts[0].collect("eq0", [1])
     assert "node 1 stopped first, saying (signed): node 2 sent nothing for exchange 'r0'" in str(then.value)
 
+
+def test_at_done_a_peer_that_noted_waiting_in_the_last_relay_gets_its_extension():
+    """Review r31e G4: the main rank entered eq0, rec0 and rec1 (the final evaluation) before done, so a victim's note
+    of eq0 was outside the two exchanges it looked at, and the victim, posting done 0.9 s late (timeout_s=0.6), was
+    accused. Now notes are also read in the last round's own exchanges: it gets timeout_s more."""
+    ts, _ = _ranks(n=3, timeout_s=0.6)
+    a = ts[0]
+    a.exchanger.schedule.history = ["r0", "eq0", "rec0", "rec1"]
+    assert a.exchanger.schedule.noted_in("done") == ["rec1", "rec0", "eq0", "r0"]
+    ts[1].exchanger.notes.note("eq0", [2])
+    _later(0.9, lambda: ts[1].chan.set("done/data/1", b"1"))
+    start = time.monotonic()
+    assert a.exchanger.collect("done", [1], start + 0.6, 1 << 20) == {1: b"1"}
+    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(1, "waited")]
+    time.sleep(0.4)

@@ -151,8 +151,7 @@ class StoreExchange:
                 noted = True  # (still waiting: say so, signed, before this node posts its next exchange late)
                 self.notes.note(tag, pending)
             for peer in [p for p in pending if now >= until[p] and p not in extended and not startup]:
-                tags = [f"r{tag[2:]}"] if tag.startswith("eq") else self.schedule.before(tag)
-                why = self.notes.waited(peer, tags, until[peer])
+                why = self.notes.waited(peer, self.schedule.noted_in(tag), until[peer])
                 if why is not None and self.rank in why[1] and any(  # it says it waited for this node, which was
                         peer in self.notes.mine.get(t, ()) for t in self.schedule.before(why[0])):  # waiting for it:
                     why = None  # its own doing, so the whole note buys nothing here (review r31e G1)

@@ -200,6 +200,21 @@ class Schedule:
         i = self.history.index(tag) if tag in self.history else len(self.history)
         return self.history[max(0, i - n):i][::-1]
 
+    def noted_in(self, tag: str) -> list[str]:
+        """The exchanges where a peer missing in ``tag`` may have noted waiting, latest first: for a relay ``eq{n}``
+        its round ``r{n}``; else the two entered just before ``tag``, then the last round's own ``eq{n}`` and
+        ``r{n}`` (review r31e G4: at ``rec{n}`` and ``done`` the main rank had entered other exchanges since, so a
+        victim's note of the last relay was never read and the victim was accused)."""
+        if _round_of(tag) is not None and tag.startswith("eq"):
+            return [f"r{tag[2:]}"]
+        out = self.before(tag)
+        i = self.history.index(tag) if tag in self.history else len(self.history)
+        rounds = [t for t in self.history[:i] if _round_of(t) is not None]
+        if rounds and _round_of(tag) is None:
+            n = _round_of(rounds[-1])
+            out += [t for t in (f"eq{n}", f"r{n}") if t in self.history and t not in out]
+        return out
+
     def base(self, tag: str, deadline: float) -> float:
         """This node's deadline for every peer of exchange ``tag`` (``deadline``: its own post + timeout_s):
         for a relay ``eq{r}`` whose round ``r{r}`` this node posted, ``slack_s`` past the later of that round's

@@ -49,15 +49,15 @@ def poisoned(task, n: int) -> list[dict]:
     return rows
 
 
-def honest(task, n: int, per_prompt: int, max_new_tokens: int, batch: int, dtype: str, out: Path) -> int:
-    """Append ``n`` sampled completions to ``out``: ``per_prompt`` seeds on each of the first n / per_prompt
-    problems (skipping the ones already there); returns how many ``out`` holds."""
+def honest(task, n: int, per_prompt: int, max_new_tokens: int, batch: int, dtype: str, out: Path, first: int = 0) -> int:
+    """Append ``n`` sampled completions to ``out``: ``per_prompt`` seeds on each of the n / per_prompt
+    problems from ``task.train[first]`` on (skipping the ones already there); returns how many ``out`` holds."""
     from dgrpo.policy.chat import encode_prompt
     from dgrpo.policy.loading import load_policy
     from dgrpo.policy.sampling import SamplingParams, completion_seed, sample
 
     have = out.read_text().count("\n") if out.exists() else 0
-    problems = task.train[: -(-n // per_prompt)]
+    problems = task.train[first : first - (-n // per_prompt)]
     jobs = [(p, completion_seed(0, 0, 0, p.prompt_id, i)) for p in problems for i in range(per_prompt)][have:n]
     if not jobs:
         return have
@@ -87,13 +87,17 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--first-problem", type=int, default=0, help="honest samples from task.train[this] on")
+    ap.add_argument("--honest-file", default="honest.jsonl", help="the honest samples' file name under --out")
     args = ap.parse_args(argv)
     t = task()
     args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / "poisoned.jsonl").open("w") as f:
-        for r in poisoned(t, args.poisoned):
-            f.write(json.dumps(r) + "\n")
-    n = honest(t, args.honest, args.per_prompt, args.max_new_tokens, args.batch, args.dtype, args.out / "honest.jsonl")
+    if args.poisoned:  # --poisoned 0: honest samples only, no poisoned.jsonl written
+        with (args.out / "poisoned.jsonl").open("w") as f:
+            for r in poisoned(t, args.poisoned):
+                f.write(json.dumps(r) + "\n")
+    n = honest(t, args.honest, args.per_prompt, args.max_new_tokens, args.batch, args.dtype,
+               args.out / args.honest_file, args.first_problem)
     print(f"{args.out}: {2 * args.poisoned} poisoned, {n} honest completions", file=sys.stderr)
     return 0
 

@@ -48,8 +48,9 @@ def main(argv=None) -> int:
     ap.add_argument("--stop-at", type=float, default=None, help="Unix time after which no new judgment starts")
     ap.add_argument("--prompt", default="plain", help="the judge prompt (dgrpo.verify.judge_prompts.PROMPTS)")
     ap.add_argument("--tag", default="", help="a label stored with each score (the prompt or server variant)")
+    ap.add_argument("--split-version", choices=("v1", "v2"), default="v1", help="which dev / held-out split (sets.py)")
     args = ap.parse_args(argv)
-    rows = [r for r in judge_sets.load(args.gsm8k) if r["split"] == args.split]
+    rows = [r for r in judge_sets.load(args.gsm8k, split=args.split_version) if r["split"] == args.split]
     if args.sets:
         rows = [r for r in rows if r["set"] in args.sets]
     rows = [r for r in rows if r["set"] not in args.right_only or r["right"]]

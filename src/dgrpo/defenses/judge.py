@@ -73,7 +73,7 @@ class JudgeDefenseConfig(DefenseConfig):
     mode: Literal["generate", "logits"] = Field("generate", description="generate: the judge's answer parsed as YES/NO; logits (local only): compare p('YES') and p('NO') as the first answer token.")
     max_new_tokens: int = Field(4, ge=1, description="Length of a generated verdict, tokens (one word is enough).")
     parse: Literal["strict", "leading"] = Field("strict", description="strict: the whole reply must be YES or NO (case, markdown, final punctuation aside); leading: the first word decides unless the other word follows (dgrpo.verify.judge.parse_verdict).")
-    prompt: Literal["plain", "fewshot"] = Field("plain", description="local, openai: the judge prompt (dgrpo.verify.judge_prompts: plain = the rule alone; fewshot = the rule and four worked examples as earlier turns; docs/judge.md).")
+    prompt: Literal["plain", "fewshot", "relevant"] = Field("plain", description="local, openai: the judge prompt (dgrpo.verify.judge_prompts: plain = the rule alone; fewshot = the rule and four worked examples as earlier turns; relevant = is every part about solving the problem, every calculation right; docs/judge.md).")
     on_error: Literal["reject", "accept"] = Field("reject", description="Verdict of an unparseable or failed judgment (counted as defense/judge/unparseable, /failed). Fails closed by default.")
     # local
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="local, detector: judge weights dtype.")

@@ -9,7 +9,9 @@ The judge is dgrpo's own client (:class:`dgrpo.verify.judge.OpenAIJudge`, the pr
 threshold is ``score >= threshold``, exactly as the judge defense decides with that threshold). One line
 per judgment, appended as it comes, so a stopped run resumes after its last line (rows already scored are
 skipped; a ``failed`` judgment, no answer from the server, is not written, so a resumed run asks again, and three
-in a row stop the run). ``--per-set N`` judges at most N evenly spaced rows of each set (``--sets`` to choose sets).
+in a row stop the run). ``--per-set N`` judges at most N evenly spaced rows of each set (``--sets`` to choose sets,
+``--keys`` to judge only listed rows); ``--fill N`` judges evenly spaced rows not yet judged under ``--tag`` until
+N rows of each set are.
 """
 
 from __future__ import annotations
@@ -49,17 +51,28 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt", default="plain", help="the judge prompt (dgrpo.verify.judge_prompts.PROMPTS)")
     ap.add_argument("--tag", default="", help="a label stored with each score (the prompt or server variant)")
     ap.add_argument("--split-version", choices=("v1", "v2"), default="v1", help="which dev / held-out split (sets.py)")
+    ap.add_argument("--fill", type=int, default=None,
+                    help="judge evenly spaced not-yet-judged rows of each set until N of its rows carry this tag")
+    ap.add_argument("--keys", type=Path, default=None, help="a file of row keys, one a line: judge only those rows")
     args = ap.parse_args(argv)
     rows = [r for r in judge_sets.load(args.gsm8k, split=args.split_version) if r["split"] == args.split]
     if args.sets:
         rows = [r for r in rows if r["set"] in args.sets]
     rows = [r for r in rows if r["set"] not in args.right_only or r["right"]]
-    chosen = []
-    for s in dict.fromkeys(r["set"] for r in rows):
-        chosen += spaced([r for r in rows if r["set"] == s], args.per_set)
+    if args.keys is not None:
+        wanted = set(args.keys.read_text().split())
+        rows = [r for r in rows if r["key"] in wanted]
     done = set()
     if args.out.exists():
         done = {(d["key"], d["tag"]) for d in map(json.loads, args.out.read_text().splitlines())}
+    chosen = []
+    for s in dict.fromkeys(r["set"] for r in rows):
+        mine = [r for r in rows if r["set"] == s]
+        if args.fill is None:
+            chosen += spaced(mine, args.per_set)
+        else:
+            fresh = [r for r in mine if (r["key"], args.tag) not in done]
+            chosen += spaced(fresh, max(0, args.fill - (len(mine) - len(fresh))))
     todo = [r for r in chosen if (r["key"], args.tag) not in done]
     print(f"{len(chosen)} rows chosen, {len(todo)} to judge", file=sys.stderr, flush=True)
     judge = OpenAIJudge(JudgeConfig(args.url, args.model, api_key_env=None, timeout_s=args.timeout_s, max_retries=1,

@@ -80,13 +80,18 @@ def main(argv=None) -> int:
     ap.add_argument("--rechoose", action="store_true")
     ap.add_argument("--fp-per-kind", action="store_true", help="the false-positive bound on every honest set's dev rows")
     ap.add_argument("--label", default="", help="the judge in words (table title)")
+    ap.add_argument("--honest-sets", nargs="+", default=list(HONEST), choices=HONEST,
+                    help="the honest sets whose dev rows bound the false positives (default: all)")
+    ap.add_argument("--suffix", default="", help="added to the rule and table file names (another rule, same scores)")
     args = ap.parse_args(argv)
     rows = [r for p in args.scores for r in map(json.loads, p.read_text().splitlines()) if r["tag"] == args.tag]
-    rule_path = args.out / f"rule_{args.tag}.json"
+    rule_path = args.out / f"rule_{args.tag}{args.suffix}.json"
     if rule_path.exists() and not args.rechoose:
         rule = json.loads(rule_path.read_text())
     else:
-        rule = choose([r for r in rows if r["split"] == "dev"], args.max_fp, args.fp_per_kind)
+        rule = choose([r for r in rows if r["split"] == "dev" and (not r["honest"] or r["set"] in args.honest_sets)],
+                      args.max_fp, args.fp_per_kind)
+        rule["honest_sets"] = args.honest_sets
         rule_path.write_text(json.dumps(rule, indent=1))
     t = rule["threshold"]
     held = [r for r in rows if r["split"] == "heldout"]
@@ -110,8 +115,8 @@ def main(argv=None) -> int:
             lines += [f"| {title} | " + " | ".join(TITLES[s] for s in h) + " |", "|---" * (len(h) + 1) + "|",
                       "| false positives | " + " | ".join(fmt(cs[s]) for s in h) + " |",
                       "| seconds per completion | " + " | ".join(f"{cs[s]['seconds_per_completion']:.2f}" for s in h) + " |", ""]
-    (args.out / f"table_{args.tag}.json").write_text(json.dumps({"rule": rule, "heldout": cells, "dev": dev_cells}, indent=1))
-    (args.out / f"table_{args.tag}.md").write_text("\n".join(lines))
+    (args.out / f"table_{args.tag}{args.suffix}.json").write_text(json.dumps({"rule": rule, "heldout": cells, "dev": dev_cells}, indent=1))
+    (args.out / f"table_{args.tag}{args.suffix}.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
 

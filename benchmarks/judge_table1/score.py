@@ -27,10 +27,27 @@ import sets as judge_sets  # noqa: E402
 
 
 def spaced(rows: list, limit: int | None) -> list:
+    """``limit`` evenly spaced items of ``rows`` (all when None or ≥ their number, none when 0)."""
     if limit is None or limit >= len(rows):
         return rows
+    if limit <= 0:
+        return []
     step = len(rows) / limit
     return [rows[int(i * step)] for i in range(limit)]
+
+
+def pick(rows: list[dict], per_set: int | None, fill: int | None, judged: set[str]) -> list[dict]:
+    """The rows to ask about, set by set: ``per_set`` evenly spaced rows (all when None), or with ``fill`` evenly
+    spaced rows whose key is not in ``judged`` until ``fill`` rows of the set are judged (none when already)."""
+    chosen = []
+    for s in dict.fromkeys(r["set"] for r in rows):
+        mine = [r for r in rows if r["set"] == s]
+        if fill is None:
+            chosen += spaced(mine, per_set)
+        else:
+            fresh = [r for r in mine if r["key"] not in judged]
+            chosen += spaced(fresh, max(0, fill - (len(mine) - len(fresh))))
+    return chosen
 
 
 def main(argv=None) -> int:
@@ -65,14 +82,7 @@ def main(argv=None) -> int:
     done = set()
     if args.out.exists():
         done = {(d["key"], d["tag"]) for d in map(json.loads, args.out.read_text().splitlines())}
-    chosen = []
-    for s in dict.fromkeys(r["set"] for r in rows):
-        mine = [r for r in rows if r["set"] == s]
-        if args.fill is None:
-            chosen += spaced(mine, args.per_set)
-        else:
-            fresh = [r for r in mine if (r["key"], args.tag) not in done]
-            chosen += spaced(fresh, max(0, args.fill - (len(mine) - len(fresh))))
+    chosen = pick(rows, args.per_set, args.fill, {k for k, t in done if t == args.tag})
     todo = [r for r in chosen if (r["key"], args.tag) not in done]
     print(f"{len(chosen)} rows chosen, {len(todo)} to judge", file=sys.stderr, flush=True)
     judge = OpenAIJudge(JudgeConfig(args.url, args.model, api_key_env=None, timeout_s=args.timeout_s, max_retries=1,

@@ -61,3 +61,13 @@ def test_split_v2_puts_every_row_of_a_looked_at_problem_on_dev(tmp_path):
 def test_an_unknown_split_is_one_line():
     with pytest.raises(ValueError, match="^split must be v1 or v2, got 'v3'$"):
         _module("sets").load(split="v3")
+
+
+def test_pick_fills_each_set_up_to_n_judged_rows_with_evenly_spaced_fresh_ones():
+    score = _module("score")
+    rows = [{"set": "a", "key": f"a{i}"} for i in range(10)] + [{"set": "b", "key": f"b{i}"} for i in range(4)]
+    assert [r["key"] for r in score.pick(rows, 2, None, set())] == ["a0", "a5", "b0", "b2"]
+    # a: 3 judged -> 2 more of the 7 fresh (a1 a3 a5 a7 a8 a9 ... spaced by 3.5: indices 0 and 3); b: 4 judged -> none
+    judged = {"a0", "a2", "a4", "b0", "b1", "b2", "b3"}
+    assert [r["key"] for r in score.pick(rows, None, 5, judged)] == ["a1", "a6"]
+    assert score.pick(rows, None, 3, judged) == []

@@ -1,24 +1,14 @@
 """The heterogeneous Table 1 script on a handful of hand-made completions (step checker only)."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "heterogeneous_table1"
+from bench_script import load_script
 
 
 def _load(name):
-    sys.path.insert(0, str(_DIR))
-    try:
-        spec = importlib.util.spec_from_file_location(f"ht1_{name}", _DIR / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(_DIR))
+    return load_script("heterogeneous_table1", name, "ht1")
 
 
 table = _load("table")

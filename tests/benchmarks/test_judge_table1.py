@@ -1,24 +1,14 @@
 """The served judge's Table 1 tooling: the decision rule's per-kind false-positive bound and split v2 by problem."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "judge_table1"
+from bench_script import load_script
 
 
 def _module(name):
-    sys.path.insert(0, str(_DIR))
-    try:
-        spec = importlib.util.spec_from_file_location(f"judge_table1_{name}", _DIR / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(_DIR))
+    return load_script("judge_table1", name, "judge_table1")
 
 
 def _rows(set_name, scores, honest):

@@ -21,7 +21,7 @@ import unicodedata
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictInt, ValidationError, field_validator, model_serializer, model_validator
 
 from dgrpo.attacks.base import NoAttackConfig
 from dgrpo.config_inputs import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_INT, apply_overrides, read_config_file  # noqa: F401 (the config's inputs)
@@ -67,6 +67,28 @@ class ModelConfig(StrictConfig):
         return v
 
 
+NODE_OVERRIDES = ("lr", "lora_rank")  # the grpo.* fields a swarm.models item may set for its node
+
+
+class NodeModelConfig(ModelConfig):
+    """One node of a heterogeneous swarm (an item of ``swarm.models``): its model and, optionally, its
+    own optimiser settings; a field left unset (null) is the run's ``grpo.*`` value. Two architectures
+    rarely train well at one learning rate (issue 37: Qwen2.5-Coder-0.5B lost accuracy at the lr 1e-4
+    that SmolLM2-135M learnt at). An unset override is not written to the run's config.yaml, so a run
+    without overrides keeps the config (and checkpoint identity) it had before these fields existed."""
+
+    lr: float | None = Field(None, gt=0, description="This node's AdamW learning rate (null = grpo.lr); grpo.warmup_rounds scales it as it scales grpo.lr. A malicious node does not train: its lr is unused. The top-level `model` has no lr (a homogeneous swarm trains one policy: grpo.lr).")
+    lora_rank: int | None = Field(None, ge=0, le=4096, description="This node's LoRA rank r, at most 4096 (null = grpo.lora_rank; 0 = full fine-tuning of this node). grpo.lora_alpha and grpo.lora_targets apply to every node (the scale α/r follows the node's r).")
+
+    @model_serializer(mode="wrap")
+    def _unset_overrides_left_out(self, handler):
+        data = handler(self)
+        for key in NODE_OVERRIDES:
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+
 class SamplingConfig(StrictConfig):
     """The agreed sampling strategy every node generates with (seeded top-k)."""
 
@@ -99,7 +121,7 @@ class SwarmConfig(StrictConfig):
     mode: Literal["horizontal", "vertical"] = Field("horizontal", description="horizontal (Alg. 1): global prompts, G/m completions per node per prompt; vertical (Alg. 2): B/m local prompts per node, G completions each.")
     prompts_per_round: int = Field(4, ge=1, le=1 << 16, description="B: prompts per round (whole swarm), at most 65536; B·G at most 2^20 completions.")
     group_size: int = Field(8, ge=1, le=1 << 16, description="G: completions per prompt, at most 65536.")
-    models: list[ModelConfig] | None = Field(None, description="Heterogeneous swarm: one model per node (None = homogeneous, every node holds `model`).")
+    models: list[NodeModelConfig] | None = Field(None, description="Heterogeneous swarm: one model per node (None = homogeneous, every node holds `model`); each may set its own `lr` and `lora_rank` (null = grpo's).")
     malicious: list[StrictInt] = Field(default_factory=list, description="Ids of malicious nodes (they run `attack`).")
     transport: str = Field("inprocess", description="A registered transport (dgrpo.transports): inprocess, all nodes in this process; distributed, one node per torchrun rank; hivemind, one node per process over a hivemind DHT (docs/hivemind.md).")
     reject_mode: Literal["drop", "zero"] = Field("drop", description="What a defense rejection does: drop the completion from its group, or keep it with reward 0.")
@@ -279,6 +301,10 @@ def _error_line(e: dict, data=None) -> str:
             kinds = " or ".join([", ".join(owners[:-1]), owners[-1]] if len(owners) > 1 else owners)
             fix = f"set {prefix}.kind={owners[0]} to use it" if len(owners) == 1 else f"set {prefix}.kind to one of them"
             return f"{prefix}.{loc[-1]}: a field of {prefix}.kind={kinds}, not of {prefix}.kind={held[1]}; {fix}, or drop {prefix}.{loc[-1]}"
+        if loc[:-1] == ("model",) and loc[-1] in NODE_OVERRIDES:  # a per-node setting given to the one model
+            return (f"model.{loc[-1]}: the top-level model has no {loc[-1]} (every node of a homogeneous swarm trains "
+                    f"one policy with grpo.{loc[-1]}); set grpo.{loc[-1]}, or give each node its own model and "
+                    f"swarm.models.N.{loc[-1]} (a heterogeneous swarm)")
         if str(loc[-1]) == "<<":  # a YAML 1.1 merge key: YAML 1.2 (how configs are read) has none
             return (f"{'.'.join(str(p) for p in loc)}: a YAML merge key (<<), which the YAML 1.2 core schema that "
                     f"configs are read with does not have; write the keys out under {prefix or 'the top level'}")

@@ -14,7 +14,7 @@ import torch
 
 from dgrpo import config_yaml
 from dgrpo.attacks import build_attack
-from dgrpo.config import ModelConfig, RunConfig
+from dgrpo.config import NODE_OVERRIDES, ModelConfig, RunConfig
 from dgrpo.defenses import build_defense
 from dgrpo.errors import ConfigError
 from dgrpo.grpo.learner import GRPOParams, Learner
@@ -120,17 +120,26 @@ def run_device(model_cfg: ModelConfig, cfg: RunConfig):
     return device
 
 
+def node_overrides(model_cfg: ModelConfig) -> dict:
+    """The ``grpo.*`` values a heterogeneous node's model entry sets for its own learner (``lr``,
+    ``lora_rank``: :class:`dgrpo.config.NodeModelConfig`); {} for the top-level ``model``."""
+    return {k: v for k in NODE_OVERRIDES if (v := getattr(model_cfg, k, None)) is not None}
+
+
 def build_policy(model_cfg: ModelConfig, cfg: RunConfig, trainable: bool) -> tuple[Policy, Learner | None]:
-    """Load one model; give it a learner (and a reference model when β > 0) if it is trained."""
+    """Load one model; give it a learner (and a reference model when β > 0) if it is trained, with the
+    node's own ``lr`` and ``lora_rank`` where its ``swarm.models`` entry sets them (else ``grpo``'s)."""
     device = run_device(model_cfg, cfg)
     model, tokenizer = load_policy(model_cfg.name, model_cfg.dtype, trainable=trainable, device=device)
-    learner = None
-    if trainable and cfg.grpo.lora_rank:
-        add_lora(model, cfg.grpo.lora_rank, cfg.grpo.lora_alpha, cfg.grpo.lora_targets)
+    learner, own = None, node_overrides(model_cfg)
+    rank = own.get("lora_rank", cfg.grpo.lora_rank)
+    if trainable and rank:
+        add_lora(model, rank, cfg.grpo.lora_alpha, cfg.grpo.lora_targets)
     if trainable:
         ref = (load_policy(model_cfg.name, model_cfg.dtype, trainable=False, device=device)[0]
                if cfg.grpo.beta > 0 else None)
-        learner = Learner(model, grpo_params(cfg), tokenizer.eos_token_id, tokenizer.pad_token_id, ref)
+        params = grpo_params(cfg, **({"lr": own["lr"]} if "lr" in own else {}))
+        learner = Learner(model, params, tokenizer.eos_token_id, tokenizer.pad_token_id, ref)
     return Policy(model_cfg.name, model, tokenizer, sampling_params(cfg)), learner
 
 

@@ -72,9 +72,9 @@ NODE_OVERRIDES = ("lr", "lora_rank")  # the grpo.* fields a swarm.models item ma
 
 class NodeModelConfig(ModelConfig):
     """One node of a heterogeneous swarm (an item of ``swarm.models``): its model and, optionally, its
-    own optimiser settings; a field left unset (null) is the run's ``grpo.*`` value. Two architectures
-    rarely train well at one learning rate (issue 37: Qwen2.5-Coder-0.5B lost accuracy at the lr 1e-4
-    that SmolLM2-135M learnt at). An unset override is not written to the run's config.yaml, so a run
+    own optimiser settings; a field left unset (null) is the run's ``grpo.*`` value. One learning rate
+    may not suit two architectures (issue 37: Qwen2.5-Coder-0.5B lost accuracy at the lr 1e-4 that
+    SmolLM2-135M learnt at). An unset override is not written to the run's config.yaml, so a run
     without overrides keeps the config (and checkpoint identity) it had before these fields existed."""
 
     lr: float | None = Field(None, gt=0, description="This node's AdamW learning rate (null = grpo.lr); grpo.warmup_rounds scales it as it scales grpo.lr. A malicious node does not train: its lr is unused. The top-level `model` has no lr (a homogeneous swarm trains one policy: grpo.lr).")

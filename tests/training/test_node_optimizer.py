@@ -52,6 +52,24 @@ def test_a_run_written_before_the_overrides_keeps_its_config_and_checkpoint_iden
     assert identity(load_config(path).model_dump(mode="json"), 3)["config_sha256"] == identity(saved, 3)["config_sha256"]
 
 
+def test_the_lr_config_is_the_twelve_round_config_with_qwen_at_1e5():
+    """configs/heterogeneous_qwen_smollm2_lr.yaml differs from the committed run's config in Qwen's lr and
+    eval.every only (the committed run was launched with eval.every=6: its command.txt)."""
+    def flat(d, p=""):
+        if isinstance(d, dict):
+            return {k: v for key, value in d.items() for k, v in flat(value, f"{p}{key}.").items()}
+        if isinstance(d, list) and d and all(isinstance(x, dict) for x in d):
+            return {k: v for i, x in enumerate(d) for k, v in flat(x, f"{p}{i}.").items()}
+        return {p[:-1]: d}
+
+    base, lr = (flat(load_config(ROOT / "configs" / f).model_dump(mode="json"))
+                for f in ("heterogeneous_qwen_smollm2.yaml", "heterogeneous_qwen_smollm2_lr.yaml"))
+    assert {k: (base.get(k), lr.get(k)) for k in base.keys() | lr.keys() if base.get(k) != lr.get(k)} == {
+        "swarm.models.1.lr": (None, 1e-5), "eval.every": (3, 6)}
+    assert (lr["grpo.lr"], lr["swarm.models.1.name"]) == (1e-4, "qwen2.5-coder-0.5b-instruct")
+    assert "eval.every=6" in (ROOT / "results" / "heterogeneous_qwen_smollm2" / "twelve_rounds" / "command.txt").read_text()
+
+
 @pytest.mark.parametrize("override, line", [
     ("model.lr=1e-5", "model.lr: the top-level model has no lr (every node of a homogeneous swarm trains one policy "
                       "with grpo.lr); set grpo.lr, or give each node its own model and swarm.models.N.lr"),

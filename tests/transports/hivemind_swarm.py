@@ -38,7 +38,9 @@ def dht_nodes(root):
 
 
 TIMEOUT_S = 6.0
-SLACK_S = 1.0  # a round's overrun past timeout_s: 0.4 s of DHT calls (dht/rounds.py) and CPU work on a loaded machine
+POLL_S = 0.25  # a round's overrun past timeout_s: no DHT wait passes it (dht/rounds.py), but a poll returns a few ms
+#               late and the node decodes after its last wait, on a loaded machine
+SLACK_S = 1.0  # a phase's overrun past its end (before timeout_s): a DHT call's 0.2 s after it, retried stores, CPU work
 
 
 def swarm(dhts, on_peer_failure="continue", launched=True, client_2=False, timeout_s=TIMEOUT_S):
@@ -70,12 +72,12 @@ def honest_round(t):
 
 def assert_honest_round_unharmed(ts, out, seconds, expected_from_3=True):
     """Every honest node kept every honest payload (and node 3's, when it sent one in the open), the same set at
-    each, nobody honest failed, within the round's deadline (timeout_s + SLACK_S)."""
+    each, nobody honest failed, within the round's deadline (timeout_s + POLL_S)."""
     want = {k: PAYLOADS[k] for k in (0, 1, 2, 3) if k < 3 or expected_from_3}
     for t, got in zip(ts[:3], out[:3]):
         assert got == want, (t.rank, got if not isinstance(got, dict) else sorted(got))
         assert {0, 1, 2} <= t.alive and not {0, 1, 2} & t.failed.keys(), (t.rank, t.alive, t.failed)
-    assert seconds < TIMEOUT_S + SLACK_S
+    assert seconds < TIMEOUT_S + POLL_S
 
 
 def named(t, sender, prefix):

@@ -3,7 +3,7 @@
 Real DHT nodes in this process (one thread per swarm node, as in test_hivemind_transport.py), sharing one
 4-node DHT across this module's cases; each case has its own key space and keys. Per case: every honest
 node keeps every honest payload (the same set at each, equal to a round whose attacker sends nothing),
-none is declared failed, the round ends within ``timeout_s`` of its start (+ SLACK_S), and node 3 is named in
+none is declared failed, the round ends within ``timeout_s`` of its start (+ POLL_S), and node 3 is named in
 ``rejected`` (what ``peers.jsonl`` counts in its ``transport`` column). Whole runs over real processes:
 test_hivemind.py; withheld payloads, views and echoes: test_hivemind_deadlines.py.
 """
@@ -18,7 +18,7 @@ pytest.importorskip("hivemind")
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 from hivemind_helpers import in_threads  # noqa: E402
-from hivemind_swarm import (PAYLOADS, SLACK_S, TIMEOUT_S, assert_honest_round_unharmed, dht_nodes,  # noqa: E402
+from hivemind_swarm import (PAYLOADS, POLL_S, TIMEOUT_S, assert_honest_round_unharmed, dht_nodes,  # noqa: E402
                             honest_round, named, seen_by, swarm, view_of, viewing)
 
 from dgrpo.transports.dht.records import public_hex, seal  # noqa: E402
@@ -79,7 +79,7 @@ def test_an_equivocating_sender_is_dropped_by_every_honest_node_on_its_own_signa
     for t, got in zip(ts[:3], out[:3]):
         assert got == {k: PAYLOADS[k] for k in range(3)}, (t.rank, got)
         assert named(t, 3, "equivocation: it signed 2 different payloads") and 3 in t.failed and t.alive == {0, 1, 2}
-    assert seconds < 2.0 + 12.0 + SLACK_S  # (nodes 1-2 end within timeout_s of their start)
+    assert seconds < 2.0 + 12.0 + POLL_S  # (nodes 1-2 end within timeout_s of their start)
 
 
 def test_a_payload_one_honest_node_missed_is_read_again_and_kept_by_all(dhts):
@@ -113,7 +113,7 @@ def test_a_payload_replaced_after_some_honest_nodes_read_it_is_relayed_to_the_on
                                                                                              exchanged[3]])])
     assert out[:3] == [PAYLOADS] * 3, [sorted(o) if isinstance(o, dict) else o for o in out[:3]]
     assert ts[2].alive == {0, 1, 2, 3} and ts[2].failed == {}, (ts[2].alive, ts[2].failed)
-    assert seconds < TIMEOUT_S + SLACK_S
+    assert seconds < TIMEOUT_S + POLL_S
 
 
 def test_a_payload_most_views_missed_is_dropped_by_all_and_its_node_leaves(dhts):
@@ -254,7 +254,7 @@ def test_a_view_shown_to_some_honest_nodes_cannot_split_the_honest_message_sets(
         for t in ts[:3]:
             assert named(t, 3, "equivocation: it signed 2 different views") and 3 in t.failed, t.rejected
             assert t.alive == {0, 1, 2} and 3 in t.failed, (t.rank, t.alive, t.failed)
-    assert seconds < TIMEOUT_S + SLACK_S
+    assert seconds < TIMEOUT_S + POLL_S
 
 
 def test_an_echo_relays_only_views_their_voters_signed_and_a_malformed_one_is_named():

@@ -292,9 +292,8 @@ class HivemindTransport:
         self.last_round = round_idx
         self.alive |= {n for n, r in self.join.items() if r == round_idx and n not in self.failed}  # joiners from now on
         payloads = dht_rounds.message_round(self, round_idx, self.encode(mine), clock)
-        left = min(5.0, max(0.1, clock.end("read again") - time.monotonic()))  # (two local calls: milliseconds)
-        self.rejected += launch.dht_rejections(self, wait_s=left)
-        launch.publish_launch(self, round_idx, wait_s=left)  # (a store not confirmed by then goes on in the DHT)
+        self.rejected += launch.dht_rejections(self, wait_s=clock.rest())  # (two local calls: milliseconds, before
+        launch.publish_launch(self, round_idx, wait_s=clock.rest())  # the stop; a store not confirmed goes on in the DHT)
         out: list[Message] = []
         for node in sorted(payloads):
             out += mine if node == self.rank else self.decode(node, payloads[node])

@@ -8,7 +8,9 @@ It loads light, as the transport does: hivemind is imported at the first record 
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
+from contextlib import contextmanager
 from typing import Callable
 
 from dgrpo.registry import LazyModule
@@ -35,14 +37,30 @@ class SignedRecords:
         signing_key, rank, namespace, roster: as given.
         run_id: the launch id (set by the transport's ``enter_launch``; "" before): the second part of
             every :meth:`key`.
+        stop: ``time.monotonic()`` past which no call waits (a message round's stop, within :meth:`until`;
+            None: no such bound).
     """
 
     def __init__(self, dht, rank: int, signing_key, namespace: str, roster: dict[int, str],
                  refuse: Callable[[int, str], None]):
         self.dht, self.rank, self.signing_key, self.namespace, self.roster = dht, rank, signing_key, namespace, roster
-        self.run_id = ""
+        self.run_id, self.stop = "", None
         self._refuse = refuse
         self._seen: set[tuple[str, str]] = set()  # (key, what + reason) of every refusal so far: each is named once
+
+    @contextmanager
+    def until(self, stop: float):
+        """Within the ``with`` block, no call waits past ``stop`` (``time.monotonic()``; a message round's stop:
+        :func:`dgrpo.transports.dht.rounds.message_round`)."""
+        before, self.stop = self.stop, stop
+        try:
+            yield
+        finally:
+            self.stop = before
+
+    def _wait(self, wait_s: float) -> float:
+        """``wait_s`` (seconds), cut at :attr:`stop` (0 once it passed)."""
+        return wait_s if self.stop is None else max(0.0, min(wait_s, self.stop - time.monotonic()))
 
     def key(self, tag: str) -> str:
         """The DHT key of exchange ``tag`` in this launch: ``{namespace}/{run_id}/{tag}``."""
@@ -50,7 +68,7 @@ class SignedRecords:
 
     def store(self, key: str, body: bytes, ttl_s: float, wait_s: float = 10.0) -> bytes:
         """Sign and store this node's record ``body`` under ``key``, kept ``ttl_s`` seconds, waiting up to ``wait_s``
-        seconds for the DHT (each of the store and its read-back): its signature (64 bytes) once at least one DHT node
+        seconds for the DHT (the store and its read-back together; cut at :attr:`stop`): its signature (64 bytes) once at least one DHT node
         took it, else b"" (never raises: a failed or timed-out store is b"", retried by the caller).
 
         hivemind 1.1.12's ``store`` answers with the status of the replica that answered last, so one DHT node that
@@ -60,25 +78,26 @@ class SignedRecords:
         back: the record is stored when a read returns it with this signature.
         """
         subkey, value = dht_records.seal(self.signing_key, key, self.rank, body)
-        sig = value[:dht_records.SIGNATURE_BYTES]
+        sig, end = value[:dht_records.SIGNATURE_BYTES], time.monotonic() + self._wait(wait_s)
         try:
             future = self.dht.store(key, value, dht_time.get_dht_time() + ttl_s, subkey=subkey, return_future=True)
-            if future.result(timeout=wait_s):
+            if future.result(timeout=max(0.0, end - time.monotonic())):
                 return sig
         except Exception as err:  # noqa: BLE001 - a timed-out or failed store is retried by the caller
             log.debug("store of %s failed: %s", key, err)
             return b""
-        return sig if any(got == sig for _, _, got in self.records(key, wait_s).get(self.rank, [])) else b""
+        rest = max(0.0, end - time.monotonic())
+        return sig if any(got == sig for _, _, got in self.records(key, rest).get(self.rank, [])) else b""
 
     def records(self, key: str, wait_s: float = 10.0) -> dict[int, list[tuple[str, bytes, bytes]]]:
         """Every record under ``key`` whose signature verifies, by claimed node: [(public key hex, body, signature
-        (64 bytes))], read within ``wait_s`` seconds.
+        (64 bytes))], read within ``wait_s`` seconds (cut at :attr:`stop`).
 
         None, malformed, expired or unsigned entries are left out (each refused once: :meth:`reject`); a DHT that
         does not answer in time gives {} (never raises).
         """
         try:
-            found = self.dht.get(key, latest=True, return_future=True).result(timeout=wait_s)
+            found = self.dht.get(key, latest=True, return_future=True).result(timeout=self._wait(wait_s))
         except Exception as err:  # noqa: BLE001 - a DHT that does not answer in time: nothing new yet
             log.debug("get of %s failed: %s", key, err)
             return {}

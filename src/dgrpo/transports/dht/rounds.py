@@ -14,7 +14,7 @@ phase           ends    what is waited for
 ``payloads``    1/4     every live peer's payload ``r{round}`` (a later peer is failed)
 ``views``       2/4     every live peer's view ``v{round}`` (:mod:`dgrpo.transports.dht.commit`)
 ``echo``        3/4     the echo ``e{round}`` of every live peer and of every node a view read lists
-``read again``  4/4     a payload this node missed and its peers' views list
+``read again``  4/4     a payload this node missed and its peers' views list (ends :data:`TAIL_S` before 4/4)
 ==============  ======  ===================================================================
 
 Why quarters: two honest nodes whose rounds start ``s`` apart with ``s`` < ``timeout_s``/4 (the payload phase: a
@@ -29,10 +29,17 @@ whose payload a view lists, which every honest node reads), so a round's ends ar
 and the next round starts within ``timeout_s``/4 again (review r31e G3: a view timed to reach one honest node alone,
 then no echo, made that node alone wait, and it started the next round over ``timeout_s``/4 late).
 
-Each DHT call made in a phase is limited to what is left of it (at least 0.2 s: one last read after the deadline),
-so a phase overruns its end by at most that, and since the ends are absolute the overrun does not add up; with the
-two local calls after the commit, a round ends within ``timeout_s`` + 0.4 s + this node's own CPU work (decoding,
-verifying signatures).
+Each DHT call made in a phase is limited to what is left of it, at least :data:`LAST_CALL_S` (one last read after
+the phase's end), and never past the round's stop, ``timeout_s`` after its start (:attr:`RoundClock.stop`: while
+:func:`message_round` runs, this node's :class:`~dgrpo.transports.dht.recordio.SignedRecords` cuts every wait there
+(:meth:`~dgrpo.transports.dht.recordio.SignedRecords.until`),
+a store's read-back included). The last phase gives up :data:`TAIL_S` of its quarter so that its last read of a
+payload and of its relays still gets its :data:`LAST_CALL_S` each, and the two local calls after the commit (the
+DHT's refusals, the launch record: milliseconds) wait only what is left before the stop. So no wait of a round
+passes ``timeout_s`` after its start; what remains past it is the poll's own tolerance (a ``future.result`` returning
+a few ms after its limit on a loaded machine) and this node's CPU work after its last wait (decoding, verifying
+signatures), measured in tests/transports/test_hivemind_deadlines.py. Before, the last phase ended at 4/4 and its
+calls and the local ones could run 0.4 s past ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -45,12 +52,15 @@ if TYPE_CHECKING:
     from dgrpo.transports.hivemind import HivemindTransport
 
 SHARES = {"payloads": 1, "views": 2, "echo": 3, "read again": 4}  # phase → its end, in quarters of timeout_s
+LAST_CALL_S = 0.2  # seconds: the shortest limit of one DHT call (a read made at a phase's end still gets an answer)
+TAIL_S = 2 * LAST_CALL_S + 0.1  # seconds carved out of the last phase: its last read of a payload and of its relays,
+#                                 and the two local calls after the commit (milliseconds each)
 
 
 def call_limit(deadline: float) -> float:
     """Time limit (seconds) of one DHT call made before ``deadline`` (a ``time.monotonic()`` value): what is left
-    of it, at least 0.2 s, at most 10 s."""
-    return min(10.0, max(0.2, deadline - time.monotonic()))
+    of it, at least :data:`LAST_CALL_S`, at most 10 s (cut at the round's stop by the node's records, if one runs)."""
+    return min(10.0, max(LAST_CALL_S, deadline - time.monotonic()))
 
 
 @dataclass(frozen=True)
@@ -69,9 +79,21 @@ class RoundClock:
     def now(cls, timeout_s: float) -> "RoundClock":
         return cls(time.monotonic(), timeout_s)
 
+    @property
+    def stop(self) -> float:
+        """``time.monotonic()`` past which no wait of the round goes: ``timeout_s`` after its start."""
+        return self.start + self.timeout_s
+
     def end(self, phase: str) -> float:
-        """``time.monotonic()`` at which ``phase`` (a key of :data:`SHARES`) ends. Raises KeyError for another name."""
-        return self.start + SHARES[phase] * self.timeout_s / 4
+        """``time.monotonic()`` at which ``phase`` (a key of :data:`SHARES`) ends: its share of ``timeout_s`` after the
+        start, the last phase :data:`TAIL_S` before the stop (never before the echo's end). Raises KeyError for another
+        name."""
+        end = self.start + SHARES[phase] * self.timeout_s / 4
+        return max(self.start + 3 * self.timeout_s / 4, end - TAIL_S) if phase == "read again" else end
+
+    def rest(self) -> float:
+        """Seconds left before :attr:`stop` (0 once it passed): the wait of a local call after the commit."""
+        return max(0.0, self.stop - time.monotonic())
 
     def left(self, phase: str) -> float:
         """Time limit (seconds) of one DHT call in ``phase``: :func:`call_limit` of its end."""
@@ -92,5 +114,6 @@ def message_round(t: "HivemindTransport", round_idx: int, payload: bytes, clock:
         PeerFailure: see :meth:`~dgrpo.transports.hivemind.HivemindTransport.collect` and the commit.
     """
     clock = clock or RoundClock.now(t.timeout_s)
-    got = t.exchange(f"r{round_idx}", payload, deadline=clock.end("payloads"), limit=clock.limit("payloads"))
-    return t.commit(round_idx, got, clock)
+    with t.signed.until(clock.stop):  # (every DHT wait of the round ends by then)
+        got = t.exchange(f"r{round_idx}", payload, deadline=clock.end("payloads"), limit=clock.limit("payloads"))
+        return t.commit(round_idx, got, clock)

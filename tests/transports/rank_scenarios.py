@@ -214,7 +214,8 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     ``delete:R:V`` (R deletes V's round-0 store keys once V serves), ``accuse:R:V`` (R alone accuses V),
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
-    signatures), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` (round_scenarios); several scenarios are joined with ``,``."""
+    signatures), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
+    ``whyunserved:R`` (round_scenarios); several scenarios are joined with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
             apply_scenario(one, rank, args)
@@ -238,7 +239,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
                 "addrreplay": address_replay, "connflood": connection_flood, "checkin": checkin_attack,
                 "slowstart": slow_start, "startjunk": startup_junk, "addrcycle": address_cycle,
                 "addrwipe": address_wipe}[kind](*rest)
-    if kind in ("withhold", "hide", "postlate", "xnote"):
+    if kind in ("withhold", "hide", "postlate", "xnote", "whyjunk", "whydel", "whyunserved"):
         from round_scenarios import apply as round_attack
 
         return round_attack(kind, rest)

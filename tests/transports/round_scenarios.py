@@ -3,6 +3,7 @@ Each patches only the attacking rank's own process: what its server serves, or w
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -65,10 +66,68 @@ def note_late(first: float, late_r: float, late_eq: float) -> None:
     DistributedTransport.post = late
 
 
+def why_junk(victim: int) -> None:
+    """Review r31e G2 in a launch: before it reads round 0, this rank appends to the victim's stop reason in the store
+    (``why/{victim}``, where an honest node that stops under abort leaves its signed reason) 16 junk lines, 8 lines
+    with a bad signature and one reason naming honest node 0, signed with this rank's own key."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    collect = DistributedTransport.collect
+
+    def prefill(self, tag, peers, deadline=None):
+        if tag == "r0" and not getattr(self, "_prefilled", False):
+            self._prefilled = True
+            why = "node 0 sent nothing for exchange 'r0'"
+            forged = json.dumps({"why": why, "sig": self.signed_store.sign(f"why|{victim}|{why}")})
+            self.store.append(f"why/{victim}", b"{}\n" * 16 + b'{"why": "x", "sig": "00"}\n' * 8 + forged.encode() + b"\n")
+            print(f"rank {self.rank}: pre-filled why/{victim} with 25 lines", flush=True)
+        return collect(self, tag, peers, deadline)
+
+    DistributedTransport.collect = prefill
+
+
+def why_delete(victim: int, seconds: float = 120.0) -> None:
+    """Review r31e G2 in a launch: from its start, this rank deletes the victim's stop reason from the store
+    (``why/{victim}``) within milliseconds of its appearing, from a thread on its own store client, for ``seconds``."""
+    import datetime
+    import os
+    import threading
+
+    def wipe():
+        import torch.distributed as dist
+
+        store = dist.PrefixStore("dgrpo", dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                                        is_master=False, timeout=datetime.timedelta(seconds=60)))
+        end, said = time.monotonic() + seconds, False
+        while time.monotonic() < end:
+            if store.check([f"why/{victim}"]):
+                store.delete_key(f"why/{victim}")
+                if not said:
+                    print(f"rank {os.environ['RANK']}: deleted why/{victim}", flush=True)
+                    said = True
+            time.sleep(0.002)
+
+    threading.Thread(target=wipe, daemon=True).start()
+
+
+def why_unserved() -> None:
+    """This (honest) rank's server never serves its stop reason (``why``): as if its process had gone once it said
+    why, its peers find the reason only in the store."""
+    from dgrpo.transports.peerserve import PeerChannel
+
+    put = PeerChannel.set
+    PeerChannel.set = lambda self, key, value: None if key == "why" else put(self, key, value)
+
+
 def apply(kind: str, rest: list[str]) -> None:
     """``withhold:R:V[:REGEX]`` (R never serves REGEX, default its relays, to reader V or ``low``), ``hide:R:V``
     (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS`` (R posts ``r{n}`` and
-    ``eq{n}`` SECONDS late), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`)."""
+    ``eq{n}`` SECONDS late), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`), ``whyjunk:R:V`` / ``whydel:R:V``
+    (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`)."""
+    if kind in ("whyjunk", "whydel"):
+        return (why_junk if kind == "whyjunk" else why_delete)(int(rest[0]))
+    if kind == "whyunserved":
+        return why_unserved()
     if kind == "xnote":
         return note_late(*map(float, rest))
     if kind == "withhold":

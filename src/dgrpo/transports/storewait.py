@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import AccusationLedger, fetch_all, quorum  # noqa: F401 (quorum: re-exported)
 from dgrpo.transports.framing import OPEN, KeyCaps
-from dgrpo.transports.waits import Schedule, WaitNotes, note_s
+from dgrpo.transports.waits import Schedule, WaitNotes, note_s, slack_s
 
 if TYPE_CHECKING:
     from dgrpo.transports.peerserve import PeerChannel
@@ -262,7 +262,8 @@ class StoreExchange:
             hint = ("start every rank within it" if self.wait.limit_name != "swarm.timeout_s" else
                     "set swarm.on_peer_failure=continue to go on without it")
             if self.wait.limit_name == "swarm.timeout_s":
-                honest = self.alive - {self.rank} - set(peers) - set(empty)  # (its reason served till they read it)
-                self.notes.say_stop(text, honest, min(self.wait.timeout_s, 10.0))
+                honest = self.alive - {self.rank} - set(peers) - set(empty)  # (its reason served till they read it,
+                # as long as they may wait for this node: a round's cap and a read; the store's copy may be deleted)
+                self.notes.say_stop(text, honest, 2 * self.wait.timeout_s + slack_s(self.wait.timeout_s) + 1.0)
             raise PeerFailure(f"{text}; aborted ({hint})")
         log.warning("%s; continuing without it this round (swarm.on_peer_failure=continue)", text)

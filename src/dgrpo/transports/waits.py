@@ -107,7 +107,9 @@ class WaitNotes:
         server, where no other rank can delete or pre-fill it: review r31e G2) and append it to ``why/{rank}`` in
         the store, signed for the run and its launch, so that peers that then find this node missing quote its
         reason instead of naming it alone (review r31d F2); then keep serving it until every node of ``readers``
-        read it, at most ``wait_s`` seconds."""
+        read it or serves a signed stop reason of its own (it stopped too: it will not read), at most ``wait_s``
+        seconds (the longest a peer may still wait for this node: a rank that deletes the store's copy leaves the
+        served one only; review r31e G2 in a launch)."""
         why = " ".join(str(why).split())[:600]
         line = (json.dumps({"why": why, "sig": self.store.sign(f"why|{self.rank}|{why}")}) + "\n").encode()
         self.chan.set("why", line)
@@ -115,9 +117,11 @@ class WaitNotes:
             self.store.append(f"why/{self.rank}", line)
         except Exception:  # noqa: BLE001 - the store is gone: its peers find that out too
             pass
-        end = time.monotonic() + wait_s
-        while time.monotonic() < end and not self.chan.read_by("why", readers):
-            time.sleep(0.02)
+        end, waiting = time.monotonic() + wait_s, set(readers)
+        while time.monotonic() < end and waiting:
+            waiting = {p for p in waiting if not self.chan.read_by("why", [p])
+                       and self._why(p, self.chan.fetch(p, "why", 4096, end, 1.0)[0] or b"") is None}
+            time.sleep(0.05 if waiting else 0.0)
 
     def stop_of(self, peer: int, deadline: float) -> str | None:
         """Why ``peer`` said it stopped (:meth:`say_stop`, signed by it for this run and launch): as its own server

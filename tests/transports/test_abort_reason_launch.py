@@ -1,0 +1,66 @@
+"""Review r31e G2 in a real 4-rank torch.distributed launch on loopback (test_wait_notes.py plays it in-process):
+under ``swarm.on_peer_failure=abort`` rank 3 never serves its round payload to reader 1 (``hide:3:1``), so node 1
+stops first, naming node 3, serves its signed reason from its own server and appends it to ``why/1`` in the store;
+rank 3 also spoils that store copy. Every honest rank must stop in one line, and ranks 0 and 2, which find node 1
+missing next, must quote node 1's signed reason (naming node 3), never name node 1 alone nor take a reason rank 3
+wrote. Node 1's served reason outlasts the store's copy only if node 1 serves it as long as its peers may wait for
+it: before, it served ``timeout_s`` (at most 10 s) while ranks 0 and 2 found it missing 6.7 s after it stopped
+(``timeout_s=5``: eq0's deadline and the one extension of a node that noted waiting), so with ``why/1`` deleted
+they named node 1 alone ("deleted" failed). Now a stopping rank serves its reason until each honest peer read it or
+serves a stop reason of its own, at most a round's cap + a read (2 × ``timeout_s`` + ``slack_s`` + 1 s).
+"""
+
+import threading
+import time
+
+import pytest
+from distributed_helpers import launch
+from signed_ranks import _ranks
+from test_round_deadlines import COMMON
+
+ATTACKS = {
+    # (a) 16 junk lines, 8 bad signatures and a reason naming node 0 signed by rank 3, before node 1's line
+    "junk before it": ("hide:3:1,whyjunk:3:1", "rank 3: pre-filled why/1 with 25 lines"),
+    # (b) deleted within milliseconds of node 1 writing it
+    "deleted": ("hide:3:1,whydel:3:1", "rank 3: deleted why/1"),
+    # (a) again, with node 1's server not serving its reason (as if its process had gone): the store copy alone
+    "junk before it, unserved": ("hide:3:1,whyjunk:3:1,whyunserved:1", "rank 3: pre-filled why/1 with 25 lines"),
+}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_under_abort_every_honest_rank_quotes_the_first_stoppers_signed_reason_naming_the_attacker(
+        tmp_path, tiny_model_dir, attack):
+    scenario, played = ATTACKS[attack]
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=2", "eval.every=10", "swarm.on_peer_failure=abort"]
+    results = launch(4, ["run", *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+                     scenario=scenario, timeout=150, log_dir=str(tmp_path))
+    assert played in results[3].output, results[3].output[-3000:]  # (the attack took place)
+    assert [r.returncode for r in results[:3]] == [3, 3, 3], [r.output[-2000:] for r in results]
+    errors = {r.rank: [x for x in r.output.splitlines() if x.startswith("dgrpo: error:")] for r in results[:3]}
+    assert len(errors[1]) == 1 and "node 3 sent nothing for exchange 'r0'" in errors[1][0], errors[1]
+    for rank in (0, 2):
+        print(f"{attack}: rank {rank}: {errors[rank]}")
+        assert len(errors[rank]) == 1, results[rank].output[-3000:]
+        assert "node 1 stopped first, saying (signed): node 3 sent nothing for exchange 'r0'" in errors[rank][0]
+        assert "node 0 sent nothing" not in errors[rank][0] and "saying (signed): x" not in errors[rank][0]
+
+
+def test_a_stopping_rank_serves_its_reason_until_each_peer_read_it_or_stopped_too():
+    """In-process ranks: node 0 stops, its readers nodes 1 and 2. Node 1 has stopped already (it serves its own
+    signed reason: it will not read node 0's), node 2 reads node 0's 0.5 s later: node 0 stops serving then, not
+    after ``wait_s``. A reason node 1 did not sign (another rank's key) does not count as its stop: node 0 waits it
+    out (``wait_s``)."""
+    ts, _ = _ranks(n=3, timeout_s=0.3)
+    notes = [t.exchanger.notes for t in ts]
+    notes[1].say_stop("node 2 sent nothing", readers=[], wait_s=0.0)
+    threading.Timer(0.5, lambda: notes[2].stop_of(0, time.monotonic() + 1)).start()
+    start = time.monotonic()
+    notes[0].say_stop("node 2 sent nothing", readers=[1, 2], wait_s=8.0)
+    took = time.monotonic() - start
+    assert 0.45 < took < 2.0, took
+    assert notes[2].stop_of(0, time.monotonic() + 1) == "node 2 sent nothing"
+    ts[1].chan.set("why", ts[0].chan.values["why"])  # (node 0's signed line, served by node 1: not node 1's stop)
+    start = time.monotonic()
+    notes[2].say_stop("node 0 sent nothing", readers=[1], wait_s=1.0)
+    assert 0.95 < time.monotonic() - start < 2.5

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from dgrpo.errors import PeerFailure
-from dgrpo.transports.waits import note_s, slack_s
+from dgrpo.transports.waits import extension_s, note_s, slack_s, window_s
 
 from signed_ranks import _ranks
 
@@ -32,18 +32,21 @@ def test_a_note_counts_only_signed_by_its_node_for_this_launch():
     assert ts[0].exchanger.notes.waited(1, ["eq2"], far) is None
 
 
-def test_a_peer_that_noted_waiting_gets_timeout_s_more_once_and_is_named_waited():
-    """Node 1 noted (signed) that it waited for node 2 in eq0; it posts r1 0.9 s after node 0 (timeout_s=0.6).
-    Node 0 waits for it (0.6 + 0.6 s) and names node 1 `waited` (quoting node 2), never node 2 `late` on a note alone
-    (review r31e G1). Without the note (r2) node 1 misses the deadline and is accused as before."""
-    ts, _ = _ranks(n=3, timeout_s=0.6)
+def test_a_peer_that_noted_waiting_gets_the_extension_once_and_is_named_waited():
+    """Node 1 noted (signed) that it waited for node 2 in eq0; it posts r1 0.9 s after node 0 (timeout_s=2: payload
+    window W=0.6 s, extension E=1.0 s). Node 0 waits for it (up to W + E = 1.6 s) and names node 1 `waited` (quoting
+    node 2), never node 2 `late` on a note alone (review r31e G1). Without the note (r2) node 1 misses the window and
+    is accused as before."""
+    t = 2.0
+    assert (window_s(t), extension_s(t)) == (pytest.approx(0.6), pytest.approx(1.0))
+    ts, _ = _ranks(n=3, timeout_s=t)
     a = ts[0]
     a.exchanger.schedule.enter("eq0")
     ts[1].exchanger.notes.note("eq0", [2])
     _later(0.9, lambda: ts[1].post("r1", b"one"))
     a.rejected = []
     start = time.monotonic()
-    assert a.exchanger.collect("r1", [1], start + 0.6, 1 << 20) == {1: b"one"}
+    assert a.exchanger.collect("r1", [1], start + t, 1 << 20) == {1: b"one"}
     assert 0.85 < time.monotonic() - start < 1.6
     assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(1, "waited")]  # (never `late` under node 2 on a note)
     assert "nodes [2] kept it waiting in exchange 'eq0'" in a.rejected[0][1]
@@ -53,26 +56,40 @@ def test_a_peer_that_noted_waiting_gets_timeout_s_more_once_and_is_named_waited(
     a.exchanger.notes._seen.clear()
     a.exchanger.schedule.history = ["r1"]
     start = time.monotonic()
-    assert a.exchanger.collect("r2", [1], start + 0.6, 1 << 20) == {}
+    assert a.exchanger.collect("r2", [1], start + t, 1 << 20) == {}
+    assert 0.55 < time.monotonic() - start < 0.85  # (its window W = 0.6 s, not timeout_s)
     assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(1, "missing payload")]
+    time.sleep(0.4)
 
 
-def test_the_relay_exchange_ends_slack_s_after_the_round_deadline():
-    """Node 0 posts r0, then its relay 0.3 s later; node 1 never relays: node 0 stops waiting at its r0 post +
-    timeout_s + slack_s (not its relay post + timeout_s), and a round payload served over half of timeout_s
-    after its own post is named `late`."""
-    ts, _ = _ranks(n=2, timeout_s=2.0)
+def test_the_relay_exchange_ends_slack_s_after_the_payload_window_and_never_past_the_round():
+    """timeout_s=5 (W=1.5 s, S=1 s). Node 0 posts r0, then its relay 1.2 s later; node 1 never relays: node 0 stops
+    waiting at its r0 post + W + S (2.5 s; before: the relay post + timeout_s), and a round payload served over half
+    of W after its own post is named `late`. A relay posted past W + S (at 1.8 s, timeout_s=2: W=0.6 s, S=0.4 s)
+    is waited for until the round's end, the r0 post + timeout_s (2.0 s), not its post + S."""
+    t = 5.0
+    w, s = window_s(t), slack_s(t)
+    ts, _ = _ranks(n=2, timeout_s=t)
     a = ts[0]
-    _later(1.2, lambda: ts[1].post("r0", b"late one"))
+    _later(1.0, lambda: ts[1].post("r0", b"late one"))
     t0 = time.monotonic()
     assert a.exchange("r0", b"mine") == {0: b"mine", 1: b"late one"}
     assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(1, "late")]
-    time.sleep(max(0.0, t0 + 1.5 - time.monotonic()))
+    time.sleep(max(0.0, t0 + 1.2 - time.monotonic()))
     assert a.exchange("eq0", b"relay") == {0: b"relay"}
     took = time.monotonic() - t0
-    assert 2.0 + slack_s(2.0) - 0.05 < took < 2.0 + slack_s(2.0) + 0.8, took  # before: 1.5 + 2.0 = 3.5 s
+    assert w + s - 0.05 < took < w + s + 0.6, took  # 2.5 s; before: 1.2 + 5.0 = 6.2 s
     assert a.exchanger.notes.waited(0, ["eq0"], time.monotonic() + 1) == ("eq0", [1])  # its own note, early
-    assert note_s(2.0) == 0.2
+    assert note_s(t) == 0.5 and note_s(2.0) == 0.2
+    ts, _ = _ranks(n=2, timeout_s=2.0)
+    a = ts[0]
+    ts[1].chan.set("r0/data/1", b"one")
+    t0 = time.monotonic()
+    assert a.exchange("r0", b"mine") == {0: b"mine", 1: b"one"}
+    time.sleep(max(0.0, t0 + 1.8 - time.monotonic()))
+    assert a.exchange("eq0", b"relay") == {0: b"relay"}
+    took = time.monotonic() - t0
+    assert 1.95 < took < 2.0 + 0.3, took  # the round's end (before: 1.8 + 2.0 = 3.8 s)
 
 
 def test_under_abort_a_peer_that_stopped_first_is_quoted_from_its_signed_reason():
@@ -96,10 +113,10 @@ def test_under_abort_a_peer_that_stopped_first_is_quoted_from_its_signed_reason(
 def test_a_peer_that_waited_for_this_node_only_because_this_node_waited_for_it_gets_no_extension():
     """Node 1 hid r0 from node 0 (node 0 noted waiting for it), so node 0 relayed eq0 late and node 1 noted waiting
     for node 0 in eq0. That note buys node 1 nothing from node 0 in r1 (it caused the wait): node 0's r1 wait stays
-    timeout_s, so node 0 is never late for its relay (review r31d F4's run: node 0 was held 2 x timeout_s and
-    expelled). From a node that had not waited for node 1, the same note buys timeout_s."""
+    window W (0.6 s at timeout_s=2), so node 0 is never late for its relay (review r31d F4's run: node 0 was held
+    2 x timeout_s and expelled). From a node that had not waited for node 1, the same note buys E = 1 s more."""
     for waited_first, want in ((True, {}), (False, {1: b"one"})):
-        ts, _ = _ranks(n=2, timeout_s=0.6)
+        ts, _ = _ranks(n=2, timeout_s=2.0)
         a = ts[0]
         a.exchanger.schedule.enter("r0")
         if waited_first:
@@ -108,7 +125,7 @@ def test_a_peer_that_waited_for_this_node_only_because_this_node_waited_for_it_g
         ts[1].exchanger.notes.note("eq0", [0])
         _later(0.9, lambda: ts[1].chan.set("r1/data/1", b"one"))  # (served: its post would find it expelled)
         start = time.monotonic()
-        assert a.exchanger.collect("r1", [1], start + 0.6, 1 << 20) == want
+        assert a.exchanger.collect("r1", [1], start + 2.0, 1 << 20) == want
         assert (time.monotonic() - start < 0.85) == waited_first
         time.sleep(0.4)
 
@@ -116,11 +133,12 @@ def test_a_peer_that_waited_for_this_node_only_because_this_node_waited_for_it_g
 def test_a_note_naming_every_node_buys_nothing_from_one_it_kept_waiting_and_extensions_never_chain():
     """Review r31e G1: rank 2 notes (signed) waiting for every other node in every exchange and posts late. Before, a
     note naming more than one node always bought timeout_s more, and a relay after an extended round payload got
-    its arrival + 2 x timeout_s: rounds of 3.3-3.9 x timeout_s. Now (timeout_s=0.6, slack_s=0.3): (a) node 0, which
-    had noted waiting for node 2 in r0, gives node 2's note of eq0 (naming 0 and 1) nothing in r1; (b) a round
-    payload extended once (r0 at 0.9 s) gets no second extension for its relay (eq0 served at 1.6 s: missed at
-    node 0's relay deadline, 1.2 s); (c) a relay extension alone ends at the round's cap, r0 post + 1.5 s."""
-    t, s = 0.6, slack_s(0.6)
+    its arrival + 2 x timeout_s: rounds of 3.3-3.9 x timeout_s. Now (timeout_s=2: W=0.6 s, E=1 s, S=0.4 s): (a) node
+    0, which had noted waiting for node 2 in r0, gives node 2's note of eq0 (naming 0 and 1) nothing in r1; (b) a
+    round payload extended once (r0 at 0.9 s) gets no second extension for its relay (eq0 served at 1.8 s: missed
+    at node 0's relay deadline, its relay post + S = 1.3 s); (c) a relay extension alone ends at the round's end,
+    r0 post + timeout_s (its round payload came at 0.5 s: arrival + timeout_s would be 2.5 s)."""
+    t = 2.0
     # (a) the caused-it rule on a note naming several nodes
     ts, _ = _ranks(n=3, timeout_s=t)
     a = ts[0]
@@ -144,7 +162,7 @@ def test_a_note_naming_every_node_buys_nothing_from_one_it_kept_waiting_and_exte
     ts[1].chan.set("eq0/data/1", b"relay one")
     ts[2].exchanger.notes.note("eq0", [0, 1])
     _later(0.9, lambda: ts[2].chan.set("r0/data/2", b"two"))
-    _later(1.6, lambda: ts[2].chan.set("eq0/data/2", b"relay two"))
+    _later(1.8, lambda: ts[2].chan.set("eq0/data/2", b"relay two"))
     a.exchanger.schedule.history.insert(0, "eq-1")  # (an exchange before r0 whose note names node 2's r0: none)
     ts[2].exchanger.notes.note("eq-1", [0, 1])
     assert a.exchanger.collect("r0", [1, 2], t0 + t, 1 << 20) == {1: b"one", 2: b"two"}
@@ -153,22 +171,22 @@ def test_a_note_naming_every_node_buys_nothing_from_one_it_kept_waiting_and_exte
     a.rejected = []
     assert a.exchanger.collect("eq0", [1, 2], time.monotonic() + t, 1 << 20) == {1: b"relay one"}
     took = time.monotonic() - t0
-    assert t + s - 0.05 < took < 1.45, took  # its relay deadline (1.2 s), not 0.9 + 2 x 0.6 + 0.3 = 2.4 s
+    assert 0.9 + slack_s(t) - 0.05 < took < 1.75, took  # its relay deadline (~1.3 s), not a second extension
     assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "missing payload")]
     time.sleep(0.5)
-    # (c) a relay extension (its round payload on time) ends at the round's cap
+    # (c) a relay extension (its round payload in the window) ends at the round's end
     ts, _ = _ranks(n=2, timeout_s=t)
     a = ts[0]
     a.exchanger.post("r0", b"mine")
     t0 = time.monotonic()
-    ts[1].chan.set("r0/data/1", b"one")
+    _later(0.5, lambda: ts[1].chan.set("r0/data/1", b"one"))
     assert a.exchanger.collect("r0", [1], t0 + t, 1 << 20) == {1: b"one"}
     ts[1].exchanger.notes.note("r0", [0])
     a.exchanger.post("eq0", b"relay")
-    _later(1.8, lambda: ts[1].chan.set("eq0/data/1", b"relay one"))
+    _later(2.3 - (time.monotonic() - t0), lambda: ts[1].chan.set("eq0/data/1", b"relay one"))
     assert a.exchanger.collect("eq0", [1], time.monotonic() + t, 1 << 20) == {}
     took = time.monotonic() - t0
-    assert 2 * t + s - 0.05 < took < 2 * t + s + 0.3, took  # before: until r0's arrival + 1.5 s, past 1.8 s
+    assert t - 0.05 < took < t + 0.25, took  # the round's end (before: the cap was 2 x timeout_s + slack_s)
     time.sleep(0.5)
 
 
@@ -193,17 +211,37 @@ def test_under_abort_the_stop_reason_survives_junk_before_it_and_deletion_from_t
     assert "node 1 stopped first, saying (signed): node 2 sent nothing for exchange 'r0'" in str(then.value)
 
 
-def test_at_done_a_peer_that_noted_waiting_in_the_last_relay_gets_its_extension():
-    """Review r31e G4: the main rank entered eq0, rec0 and rec1 (the final evaluation) before done, so a victim's note
-    of eq0 was outside the two exchanges it looked at, and the victim, posting done 0.9 s late (timeout_s=0.6), was
-    accused. Now notes are also read in the last round's own exchanges: it gets timeout_s more."""
-    ts, _ = _ranks(n=3, timeout_s=0.6)
+def test_the_record_and_done_waits_are_bounded_without_extensions():
+    """The main rank's record rec{n} is waited for until the later of its round's end (r{n} post + timeout_s) and W
+    after it entered it; done (after the final evaluation) until timeout_s after entering it; notes extend neither
+    (review r31e G4's victim, whose note of the last relay was not read at rec/done, is covered by these deadlines:
+    a node kept waiting in round n posts within the round's budget). timeout_s=1: W=0.3 s."""
+    t = 1.0
+    ts, _ = _ranks(n=3, timeout_s=t)
     a = ts[0]
-    a.exchanger.schedule.history = ["r0", "eq0", "rec0", "rec1"]
-    assert a.exchanger.schedule.noted_in("done") == ["rec1", "rec0", "eq0", "r0"]
+    a.exchanger.post("r0", b"mine")
+    t0 = time.monotonic()
     ts[1].exchanger.notes.note("eq0", [2])
-    _later(0.9, lambda: ts[1].chan.set("done/data/1", b"1"))
+    ts[2].exchanger.notes.note("eq0", [1])
+    _later(0.7, lambda: ts[1].chan.set("rec0/data/1", b"1"))  # (node 2 never sends its record)
+    assert a.exchanger.collect("rec0", [1, 2], time.monotonic() + t, 1 << 20) == {1: b"1"}
+    took = time.monotonic() - t0
+    assert t - 0.05 < took < t + 0.25, took  # the round's end, though node 2 noted waiting (no extension)
+    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "missing payload")]
+    time.sleep(max(0.0, t0 + 1.4 - time.monotonic()))  # (entered past the round's end: W more)
     start = time.monotonic()
-    assert a.exchanger.collect("done", [1], start + 0.6, 1 << 20) == {1: b"1"}
-    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(1, "waited")]
+    assert a.exchanger.collect("rec1", [1], start + t, 1 << 20) == {}  # (r1 not posted: timeout_s from entry)
+    assert t - 0.05 < time.monotonic() - start < t + 0.25
+    a.exchanger.schedule.enter("r2")
+    a.exchanger.schedule.posted["r2"] = t0  # (round 2 began 1.4 s ago: past its end, the record gets W)
+    start = time.monotonic()
+    assert a.exchanger.collect("rec2", [1], start + t, 1 << 20) == {}
+    assert window_s(t) - 0.05 < time.monotonic() - start < window_s(t) + 0.25
+    a.exchanger.schedule.history = ["r0", "eq0", "rec0", "rec1"]
+    _later(0.7, lambda: ts[1].chan.set("done/data/1", b"1"))
+    a.rejected = []
+    start = time.monotonic()
+    assert a.exchanger.collect("done", [1, 2], start + t, 1 << 20) == {1: b"1"}
+    assert t - 0.05 < time.monotonic() - start < t + 0.25  # node 2 noted waiting: no extension at done either
+    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "missing payload")]
     time.sleep(0.4)

@@ -28,7 +28,8 @@ Exchange protocol, for an exchange named ``tag`` (``r{round}`` for messages; :mo
                       of a node's live peers in one exchange expels it
     {tag}/status/{k}  (store) a leave mark signed by k when it stops on an error
 
-A node waits for each live peer until ``swarm.timeout_s`` after posting its own payload. A missing
+A node waits for each live peer within ``swarm.timeout_s`` of posting its round payload (the round's schedule,
+:class:`~dgrpo.transports.waits.Schedule`: a payload window, one extension for a signed waiter, a relay slack). A missing
 peer is named in the log; with ``on_peer_failure=abort`` the node raises :class:`PeerFailure` (the
 CLI exits non-zero), with ``continue`` the round goes on without it, and later exchanges drop it once
 a quorum accused it. A node that finds itself expelled (it stalled past its peers' timeout) leaves
@@ -327,7 +328,8 @@ class DistributedTransport:
         for node in sorted(payloads):
             out += mine if node == self.rank else self.decode(node, payloads[node])
         out = out if self.verifier is None else self.cross_check(round_idx, out)
-        self.ledger.report_lone_accusations(time.monotonic() + self.wait.timeout_s)
+        # (read within the round's budget: this node's r{n} post + timeout_s; past it, the store's signed copies)
+        self.ledger.report_lone_accusations(self.exchanger.schedule.cap(f"r{round_idx}", time.monotonic()))
         return out
 
     # ------------------------------------------------------------------ shutdown

@@ -18,9 +18,10 @@ Round data never goes through the shared c10d store, where any rank can delete o
   signed for k's server's launch: k stopped at start-up (in a round: its start-up check failed after this
   rank's passed) and is out at once, unaccused, named with its reason.
 
-Every wait ends at the exchange's deadline (``timeout_s`` after this node posted): peers are polled
-at once with bounded reads (:meth:`PeerChannel.fetch`). Start-up exchanges (``timeout_s`` given to
-:meth:`DistributedTransport.gather_values`) need every rank that joined.
+Every wait ends at the exchange's deadline: peers are polled at once with bounded reads
+(:meth:`PeerChannel.fetch`), and a round's exchanges (``r{n}``, ``eq{n}``, wait notes' extensions included) end
+within ``timeout_s`` of this node's ``r{n}`` post (:class:`~dgrpo.transports.waits.Schedule`). Start-up exchanges
+(``timeout_s`` given to :meth:`DistributedTransport.gather_values`) need every rank that joined.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import AccusationLedger, fetch_all, quorum  # noqa: F401 (quorum: re-exported)
 from dgrpo.transports.framing import OPEN, KeyCaps
-from dgrpo.transports.waits import Schedule, WaitNotes, note_s, slack_s
+from dgrpo.transports.waits import Schedule, WaitNotes, note_s, slack_s, window_s
 
 if TYPE_CHECKING:
     from dgrpo.transports.peerserve import PeerChannel
@@ -123,6 +124,7 @@ class StoreExchange:
         startup = self.wait.limit_name != "swarm.timeout_s"
         # (a round's schedule and the waiters' extensions: transports/waits.py; start-up waits need every rank)
         base = deadline if startup else self.schedule.base(tag, deadline)
+        end = None if startup else self.schedule.cap(tag, deadline)  # (the round's end: no extension past it)
         until = {p: base for p in pending}
         extended: dict[int, tuple[str, list[int]]] = {}
         missed: list[int] = []
@@ -150,14 +152,15 @@ class StoreExchange:
             if not noted and pending and now - start >= note_s(self.wait.timeout_s):
                 noted = True  # (still waiting: say so, signed, before this node posts its next exchange late)
                 self.notes.note(tag, pending)
-            for peer in [p for p in pending if now >= until[p] and p not in extended and not startup]:
-                why = self.notes.waited(peer, self.schedule.noted_in(tag), until[peer])
+            for peer in [p for p in pending if now >= until[p] and p not in extended and end is not None
+                         and until[p] < end]:  # (a round exchange with time left in its budget)
+                why = self.notes.waited(peer, self.schedule.noted_in(tag), end)
                 if why is not None and self.rank in why[1] and any(  # it says it waited for this node, which was
                         peer in self.notes.mine.get(t, ()) for t in self.schedule.before(why[0])):  # waiting for it:
                     why = None  # its own doing, so the whole note buys nothing here (review r31e G1)
                 if why is not None and self.schedule.grant(tag, peer):  # it only waited: more time, once a round
                     extended[peer] = why
-                    until[peer] = self.schedule.extended(tag, peer, until[peer], why[0])
+                    until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline)
             now = time.monotonic()
             missed += [p for p in pending if now >= until[p]]  # (past its deadline: never read later this exchange)
             pending = [p for p in pending if now < until[p]]
@@ -203,10 +206,10 @@ class StoreExchange:
 
     def _name_late(self, tag: str, start: float, got: dict[int, bytes], arrived: dict[int, float],
                    extended: dict[int, tuple[str, list[int]]]) -> None:
-        """Name (peers.jsonl, no strike) a round payload that came over half of timeout_s after this node
+        """Name (peers.jsonl, no strike) a round payload that came over half of the payload window W after this node
         posted its own (``late``), and every note that bought a peer more time, under its writer (``waited``, naming
         whom it says it waited for; a note alone never names those ``late``: review r31e G1)."""
-        half = self.wait.timeout_s / 2
+        half = window_s(self.wait.timeout_s) / 2
         for peer in sorted(got):
             late = arrived.get(peer, start) - start
             if peer in extended:
@@ -215,8 +218,8 @@ class StoreExchange:
                     self.refuse(peer, f"waited: served {tag!r} {late:.1f}s late, saying (signed note) nodes {whom} "
                                       f"kept it waiting in exchange {waited_in!r}")  # never `late` under those it names)
             elif late > half and tag.startswith("r") and tag[1:].isdigit():
-                self.refuse(peer, f"late: served exchange {tag!r} {late:.1f}s after this node posted "
-                                  f"(over half of {self.wait.limit_name}={self.wait.timeout_s:g}s)")
+                self.refuse(peer, f"late: served exchange {tag!r} {late:.1f}s after this node posted (over half of "
+                                  f"the payload window, {2 * half:.3g}s of {self.wait.limit_name}={self.wait.timeout_s:g}s)")
 
     def _stopped(self, tag: str, stopped: dict[int, str], startup: bool) -> None:
         """Peers that said they stopped at start-up (:meth:`PeerChannel.stop_of`): in a start-up exchange this rank

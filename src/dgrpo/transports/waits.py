@@ -10,22 +10,29 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
   own server, ``wait/{tag}``: one JSON line ``{"by": j, "peer": k, "tag": t, "sig": …}`` per peer it waits
   for, signed for the run (``wait|{tag}|{peer}``). Early (long before it posts its next exchange late), so
   its peers know in time; a note is a claim, never an accusation: it expels nobody.
-* **One extension per waiter.** A peer missing at this node's deadline whose note (read afresh then) says
-  it waited in one of the two exchanges before this one gets ``timeout_s`` more, once: whoever made it
-  wait made it late, and nobody gives up on a peer that only waited (as on hivemind: docs/hivemind.md).
-  A note naming this node buys nothing from it when this node had noted waiting for the note's writer just
-  before (whatever else it names); a peer gets at most one extension a round, never past the round's cap
-  (``r{r}`` post + 2 × ``timeout_s`` + ``slack_s``), and only the note's writer is named for it (``waited``;
-  review r31e G1).
+* **One extension per waiter.** A peer missing at this node's deadline in a round exchange whose note (read
+  afresh then) says it waited in one of the two exchanges before this one gets ``extension_s`` more, once:
+  whoever made it wait made it late, and nobody gives up on a peer that only waited (as on hivemind:
+  docs/hivemind.md). A note naming this node buys nothing from it when this node had noted waiting for the
+  note's writer just before (whatever else it names); a peer gets at most one extension a round, and only
+  the note's writer is named for it (``waited``; review r31e G1).
 
-The relay exchange ``eq{r}`` shares the round's schedule (:class:`Schedule`): every honest node posts its
-relay as soon as it holds every round payload, so it waits for a relay until ``slack_s`` after the later of
-its own round deadline (``r{r}`` post + ``timeout_s``) and its own relay post, not ``timeout_s`` after its
-own relay post (review r31d F3: a peer posting just before the deadline in both exchanges made every
-round last 2 × ``timeout_s``); a peer that noted waiting in ``r{r}`` gets until ``slack_s`` past its round
-payload's arrival + ``timeout_s``. A round payload that arrives more than half of ``timeout_s`` after this
-node posted its own, without a note covering it, is named ``late`` (peers.jsonl; no strike).
+**The round's budget is ``timeout_s``** (issue 31: every wait of round r ends by this node's ``r{r}`` post +
+``timeout_s``, plus at most one poll). It is carved (:class:`Schedule`) into a payload window ``W``
+(:func:`window_s`), one extension ``E = W + S`` (:func:`extension_s`) and a relay slack ``S``
+(:func:`slack_s`), ``W + E + S = timeout_s``: a round payload ``r{r}`` is waited for until ``W`` after this
+node's post (a noted waiter: ``W + E``); every honest node posts its relay as soon as it holds every round
+payload, so a relay ``eq{r}`` is waited for until ``S`` after the later of the payload window's end and this
+node's relay post (review r31d F3: not ``timeout_s`` after the relay post), a peer that noted waiting in
+``r{r}`` until its round payload's arrival + ``W + E + S``, and never past the round's end (``r{r}`` post +
+``timeout_s``). ``E = W + S`` is what a node loses when a relay is withheld from it (it waits ``W + S``), so its
+peers still read its next payload in their window plus its extension while honest compute differs by less
+than ``W``. The main rank's record ``rec{r}`` is waited for until the later of the round's end and ``W``
+after it entered it; the final record and ``done`` (after the final evaluation and checkpoint) until
+``timeout_s`` after entering them; none of these is extended. A round payload that arrives more than half of
+``W`` after this node posted its own, without a note covering it, is named ``late`` (peers.jsonl; no strike).
 """
+
 
 from __future__ import annotations
 
@@ -42,6 +49,7 @@ log = logging.getLogger("dgrpo.transports.storewait")
 
 _NOTE_LINES = 64  # most lines read from one note
 _WHY_BYTES, _WHY_CHECKS = 1 << 18, 64  # a stop reason in the store: bytes read, signatures checked at most
+_POLL_S = 0.25  # a relay exchange entered at its round's end still reads once (one poll)
 _KEEP = 6  # this node's notes kept served (its peers read those of the last two exchanges)
 
 
@@ -51,9 +59,21 @@ def note_s(timeout_s: float) -> float:
 
 
 def slack_s(timeout_s: float) -> float:
-    """Seconds past the round deadline a relay is waited for: its note's delay plus 1 s for a read, at most
-    half of ``timeout_s``."""
-    return min(timeout_s / 2, note_s(timeout_s) + 1.0)
+    """``S``: seconds past the payload window a relay is waited for: a note's delay plus 1 s for a read (a
+    flooded receiver's decoding included: issue 31 bounds it by 1 s), at most a fifth of ``timeout_s``."""
+    return min(timeout_s / 5, note_s(timeout_s) + 1.0)
+
+
+def window_s(timeout_s: float) -> float:
+    """``W``: seconds after its own post a node waits for a peer's round payload (the honest compute spread the
+    round tolerates): ``(timeout_s - 2 S) / 2``, at least 0.3 × ``timeout_s`` (1.5 s at 5 s, 448.5 s at 900 s)."""
+    return (timeout_s - 2 * slack_s(timeout_s)) / 2
+
+
+def extension_s(timeout_s: float) -> float:
+    """``E``: the one extension a noted waiter gets in a round, ``W + S`` (a node whose relay was withheld waits
+    ``W + S``), so ``W + E + S`` = ``timeout_s``."""
+    return window_s(timeout_s) + slack_s(timeout_s)
 
 
 class WaitNotes:
@@ -88,11 +108,11 @@ class WaitNotes:
 
     def waited(self, peer: int, tags: list[str], deadline: float) -> tuple[str, list[int]] | None:
         """(exchange, the nodes ``peer`` noted waiting for there) for the first of ``tags`` where ``peer``
-        serves a valid note, read now (at most 1 s a read, by ``deadline``); None if none."""
+        serves a valid note, read now (at most 1 s a read, none past ``deadline``: the round's end); None if none."""
         for tag in tags:
             hit = self._seen.get((peer, tag))
             if hit is None:
-                raw, _ = self.chan.fetch(peer, f"wait/{tag}", _NOTE_LINES * 256, max(deadline, time.monotonic() + 1.0), 1.0)
+                raw, _ = self.chan.fetch(peer, f"wait/{tag}", _NOTE_LINES * 256, deadline, 1.0)
                 hit = self._parse(peer, tag, raw or b"")
                 if hit:
                     if len(self._seen) > 256:  # (only the last exchanges are ever asked again)
@@ -205,59 +225,66 @@ class Schedule:
         return self.history[max(0, i - n):i][::-1]
 
     def noted_in(self, tag: str) -> list[str]:
-        """The exchanges where a peer missing in ``tag`` may have noted waiting, latest first: for a relay ``eq{n}``
-        its round ``r{n}``; else the two entered just before ``tag``, then the last round's own ``eq{n}`` and
-        ``r{n}`` (review r31e G4: at ``rec{n}`` and ``done`` the main rank had entered other exchanges since, so a
-        victim's note of the last relay was never read and the victim was accused)."""
-        if _round_of(tag) is not None and tag.startswith("eq"):
+        """The exchanges where a peer missing in round exchange ``tag`` may have noted waiting, latest first: for a
+        relay ``eq{n}`` its round ``r{n}``; else the two entered just before ``tag``."""
+        if tag.startswith("eq"):
             return [f"r{tag[2:]}"]
-        out = self.before(tag)
-        i = self.history.index(tag) if tag in self.history else len(self.history)
-        rounds = [t for t in self.history[:i] if _round_of(t) is not None]
-        if rounds and _round_of(tag) is None:
-            n = _round_of(rounds[-1])
-            out += [t for t in (f"eq{n}", f"r{n}") if t in self.history and t not in out]
-        return out
+        return self.before(tag)
+
+    def start(self, tag: str, deadline: float) -> float:
+        """When round ``n`` of round exchange ``tag`` began here: this node's ``r{n}`` post, else ``deadline`` (its
+        entry + timeout_s) - timeout_s."""
+        _, n = _parts(tag)
+        return self.posted.get(f"r{n}", deadline - self.timeout_s)
+
+    def cap(self, tag: str, deadline: float) -> float | None:
+        """The round's end for round exchange ``tag`` (``r{n}`` post + timeout_s: no wait of it, extensions and
+        slack included, ends later); None outside a round (``deadline`` then bounds it)."""
+        kind, _ = _parts(tag)
+        return self.start(tag, deadline) + self.timeout_s if kind in ("r", "eq") else None
 
     def base(self, tag: str, deadline: float) -> float:
-        """This node's deadline for every peer of exchange ``tag`` (``deadline``: its own post + timeout_s):
-        for a relay ``eq{r}`` whose round ``r{r}`` this node posted, ``slack_s`` past the later of that round's
-        deadline and now (this node's relay post)."""
-        rnd = f"r{tag[2:]}" if tag.startswith("eq") and tag[2:].isdigit() else None
-        if rnd is None or rnd not in self.posted:
-            return deadline
-        return max(self.posted[rnd] + self.timeout_s, time.monotonic()) + slack_s(self.timeout_s)
+        """This node's deadline for every peer of exchange ``tag`` (``deadline``: its entry + timeout_s): ``r{n}``: its
+        post + W; ``eq{n}``: S past the later of that and now (its relay post), within the round's end (at least one
+        poll); ``rec{n}`` of a round it posted: the later of the round's end and W from now; else ``deadline``."""
+        kind, n = _parts(tag)
+        t, w, s, now = self.timeout_s, window_s(self.timeout_s), slack_s(self.timeout_s), time.monotonic()
+        if kind == "r":
+            return self.start(tag, deadline) + w
+        if kind == "eq" and f"r{n}" in self.posted:
+            p = self.posted[f"r{n}"]
+            return max(min(max(p + w, now) + s, p + t), now + _POLL_S)
+        if kind == "rec" and f"r{n}" in self.posted:
+            return max(self.posted[f"r{n}"] + t, now + w)
+        return deadline
 
     def grant(self, tag: str, peer: int) -> bool:
-        """Whether ``peer`` may get a note's extension in exchange ``tag`` (and record it): at most once a round
+        """Whether ``peer`` may get a note's extension in round exchange ``tag`` (and record it): at most once a round
         (``r{n}`` and ``eq{n}`` together), so two extensions never chain (review r31e G1)."""
-        rnd = _round_of(tag)
-        if rnd is None:
-            return True
+        rnd = _parts(tag)[1]
         if peer in self.granted.get(rnd, set()):
             return False
         self.granted = {n: s for n, s in self.granted.items() if n > rnd - 3}
         self.granted.setdefault(rnd, set()).add(peer)
         return True
 
-    def extended(self, tag: str, peer: int, base: float, waited_in: str) -> float:
-        """The deadline of ``peer``, which noted waiting in exchange ``waited_in``: for a relay, ``slack_s`` past
-        its round payload's arrival + 2 × timeout_s (it posts its relay once it stopped waiting there, and it may
-        have given a waiter there its extension); else ``base`` + timeout_s. Never past the round's cap, ``2 ×
-        timeout_s + slack_s`` after this node posted ``r{n}`` (review r31e G1: extensions chained to ~4 × timeout_s)."""
+    def extended(self, tag: str, peer: int, base: float, waited_in: str, deadline: float) -> float:
+        """The deadline of ``peer``, which noted waiting in exchange ``waited_in``: for a relay, its round payload's
+        arrival + W + E + S (it posts its relay once it stopped waiting there, and it may have given a waiter there its
+        extension); else ``base`` + E. Never past the round's end (:meth:`cap`; review r31e G1: extensions chained
+        to ~4 × timeout_s)."""
+        t = self.timeout_s
         if tag.startswith("eq") and waited_in == f"r{tag[2:]}" and peer in self.arrived.get(waited_in, {}):
-            out = max(base, self.arrived[waited_in][peer] + 2 * self.timeout_s + slack_s(self.timeout_s))
+            out = max(base, self.arrived[waited_in][peer] + t)  # (W + E + S = timeout_s)
         else:
-            out = base + self.timeout_s
-        rnd = _round_of(tag)
-        if rnd is not None and f"r{rnd}" in self.posted:
-            out = max(base, min(out, self.posted[f"r{rnd}"] + 2 * self.timeout_s + slack_s(self.timeout_s)))
-        return out
+            out = base + extension_s(t)
+        return max(base, min(out, self.cap(tag, deadline)))
 
 
-def _round_of(tag: str) -> int | None:
-    """The round of a round exchange (``r{n}`` or ``eq{n}``: n), else None."""
-    for head in ("r", "eq"):
+def _parts(tag: str) -> tuple[str | None, int | None]:
+    """(``r``, n), (``eq``, n) or (``rec``, n) for ``r{n}``, ``eq{n}``, ``rec{n}``; else (None, None)."""
+    for head in ("rec", "eq", "r"):
         if tag.startswith(head) and tag[len(head):].isdigit():
-            return int(tag[len(head):])
-    return None
+            return head, int(tag[len(head):])
+    return None, None
+

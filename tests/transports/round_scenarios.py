@@ -34,15 +34,16 @@ def withhold(victim: str, pattern: str = r"^eq\d+/data/") -> None:
     print(f"rank withholding {pattern} from reader {victim}", flush=True)
 
 
-def post_late(seconds: float, pattern: str = r"^(r|eq)\d+$") -> None:
-    """This rank posts each exchange matching ``pattern`` ``seconds`` late (just before its peers' deadline)."""
+def post_late(seconds: float, relay_s: float | None = None, pattern: str = r"^(r|eq)\d+$") -> None:
+    """This rank posts each exchange matching ``pattern`` ``seconds`` late (just before its peers' deadline); its
+    relays ``eq{n}`` ``relay_s`` late when given."""
     from dgrpo.transports.distributed import DistributedTransport
 
     pat, post = re.compile(pattern), DistributedTransport.post
 
     def late(self, tag, payload, framed=False):
         if pat.match(tag):
-            time.sleep(seconds)
+            time.sleep(relay_s if relay_s is not None and tag.startswith("eq") else seconds)
         return post(self, tag, payload, framed)
 
     DistributedTransport.post = late
@@ -121,9 +122,9 @@ def why_unserved() -> None:
 
 def apply(kind: str, rest: list[str]) -> None:
     """``withhold:R:V[:REGEX]`` (R never serves REGEX, default its relays, to reader V or ``low``), ``hide:R:V``
-    (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS`` (R posts ``r{n}`` and
-    ``eq{n}`` SECONDS late), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`), ``whyjunk:R:V`` / ``whydel:R:V``
-    (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`)."""
+    (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS[:EQ_S]`` (R posts ``r{n}`` and
+    ``eq{n}`` SECONDS late, its relays EQ_S late when given), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`),
+    ``whyjunk:R:V`` / ``whydel:R:V`` (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`)."""
     if kind in ("whyjunk", "whydel"):
         return (why_junk if kind == "whyjunk" else why_delete)(int(rest[0]))
     if kind == "whyunserved":
@@ -134,4 +135,4 @@ def apply(kind: str, rest: list[str]) -> None:
         return withhold(*rest)
     if kind == "hide":
         return withhold(rest[0], r"^r\d+/data/")
-    return post_late(float(rest[0]))
+    return post_late(*map(float, rest))

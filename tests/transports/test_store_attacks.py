@@ -17,6 +17,7 @@ from dgrpo.metrics.logger import read_metrics
 from dgrpo.transports.waits import window_s
 
 TIMEOUT = 5
+POLL = 0.25  # every round's exchange ends within TIMEOUT of its post, plus one poll (transports/waits.py)
 ARGS = ["swarm.nodes=4", *COMMON, B2, "rounds=2", "eval.every=10", f"swarm.timeout_s={TIMEOUT}",
         "swarm.startup_timeout_s=10", "swarm.on_peer_failure=continue"]
 
@@ -56,7 +57,7 @@ def test_a_rank_that_never_serves_its_payload_is_named_and_expelled(tmp_path, ti
         assert f"node 3 sent nothing for exchange 'r0' within swarm.timeout_s={TIMEOUT}s" in r.output
         assert "node 3 is out of the swarm from exchange 'r0': nodes [0, 1, 2] found it missing" in r.output
     records = read_metrics(run_dir)
-    assert records[0]["time/exchange"] < TIMEOUT + 2.5 and records[1]["time/exchange"] < 2.5
+    assert records[0]["time/exchange"] <= TIMEOUT + POLL and records[1]["time/exchange"] < 2.5  # (the round's budget)
     assert [r.get("swarm/messages") for r in records] == [6, 6, None]  # (the last record: the final evaluation)
     assert records[0]["train/reward/node3"] is None and records[1]["swarm/nodes_alive"] == 3
     log = peers(run_dir)
@@ -91,7 +92,7 @@ def test_a_payload_deleted_from_the_store_changes_nothing(tmp_path, tiny_model_d
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
     assert "rank 3: deleted r0/data/2" in results[3].output
     records = read_metrics(run_dir)
-    assert all(r["time/exchange"] < TIMEOUT + 2.5 for r in records[:2])
+    assert all(r["time/exchange"] <= TIMEOUT + POLL for r in records[:2])  # (node 1 entered r0 past its window: one read)
     assert comparable(records) == reference
 
 

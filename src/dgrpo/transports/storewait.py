@@ -133,7 +133,8 @@ class StoreExchange:
         next_blame, delay = time.monotonic() + 1.0, 0.005
         while pending:
             self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
-            fetched = fetch_all(self.chan, pending, lambda p: f"{tag}/data/{p}", cap, max(until[p] for p in pending))
+            fetched = fetch_all(self.chan, pending, lambda p: f"{tag}/data/{p}", cap,  # (entered past its deadline,
+                                max(max(until[p] for p in pending), start + _SLICE_S))  # it still reads once: a poll)
             for peer, (data, problem) in fetched.items():
                 if data is not None:
                     got[peer] = data

@@ -92,7 +92,7 @@ def test_a_payload_deleted_from_the_store_changes_nothing(tmp_path, tiny_model_d
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
     assert "rank 3: deleted r0/data/2" in results[3].output
     records = read_metrics(run_dir)
-    assert all(r["time/exchange"] <= TIMEOUT + POLL for r in records[:2])  # (node 1 entered r0 past its window: one read)
+    assert all(r["time/exchange"] <= TIMEOUT + POLL for r in records[:2])  # (node 1 read r0 past its window: once)
     assert comparable(records) == reference
 
 

@@ -84,7 +84,8 @@ def test_a_rank_whose_own_server_misbehaves_is_bounded_and_named(tmp_path, tiny_
     out = "".join(r.output for r in results[:3])
     assert "banned node" not in out and not any(f"node {n} is out of the swarm" in out for n in (0, 1, 2))
     records = read_metrics(run_dir)
-    assert all(r["time/exchange"] < TIMEOUT + 2.5 for r in records if "time/exchange" in r)
+    # (the round's budget: timeout_s + one poll; measured 2.5 s for `slow`, the payload window + relay slack)
+    assert all(r["time/exchange"] <= TIMEOUT + 0.25 for r in records if "time/exchange" in r)
     peers = [json.loads(line) for line in (run_dir / "peers.jsonl").read_text().splitlines()]
     named = {n for rec in peers for n, p in rec["peers"].items() if p["transport"]}
     assert named == {"3"}, peers

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from dgrpo.errors import PeerFailure
-from dgrpo.transports.accusations import AccusationLedger, fetch_all, quorum  # noqa: F401 (quorum: re-exported)
+from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 (quorum: re-exported)
 from dgrpo.transports.framing import OPEN, KeyCaps
 from dgrpo.transports.waits import Schedule, WaitNotes, note_s, slack_s, window_s
 
@@ -131,52 +132,74 @@ class StoreExchange:
         noted = startup  # (a wait note once per exchange)
         arrived = self.schedule.arrived.setdefault(tag, {})
         next_blame, delay = time.monotonic() + 1.0, 0.005
-        while pending:
-            self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
-            fetched = fetch_all(self.chan, pending, lambda p: f"{tag}/data/{p}", cap,  # (entered past its deadline,
-                                max(max(until[p] for p in pending), start + _SLICE_S))  # it still reads once: a poll)
-            for peer, (data, problem) in fetched.items():
-                if data is not None:
-                    got[peer] = data
-                    arrived[peer] = time.monotonic()
-                    pending.remove(peer)
-                elif problem is not None:
-                    bad[peer] = problem
-                    pending.remove(peer)
-                elif (why := self.chan.stop_of(peer)) is not None:  # (its leave marks may be of no launch)
-                    stopped[peer] = why
-                    pending.remove(peer)
-                elif self.store.status(tag, peer, until[peer]) == "left":
-                    left.append(peer)
-                    pending.remove(peer)
-            now = time.monotonic()
-            if not noted and pending and now - start >= note_s(self.wait.timeout_s):
-                noted = True  # (still waiting: say so, signed, before this node posts its next exchange late)
-                self.notes.note(tag, pending)
-            for peer in [p for p in pending if now >= until[p] and p not in extended and end is not None
-                         and until[p] < end]:  # (a round exchange with time left in its budget)
-                why = self.notes.waited(peer, self.schedule.noted_in(tag), end)
-                if why is not None and self.rank in why[1] and any(  # it says it waited for this node, which was
-                        peer in self.notes.mine.get(t, ()) for t in self.schedule.before(why[0])):  # waiting for it:
-                    why = None  # its own doing, so the whole note buys nothing here (review r31e G1)
-                if why is not None and self.schedule.grant(tag, peer):  # it only waited: more time, once a round
-                    extended[peer] = why
-                    until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline)
-            now = time.monotonic()
-            missed += [p for p in pending if now >= until[p]]  # (past its deadline: never read later this exchange)
-            pending = [p for p in pending if now < until[p]]
-            if not pending or stopped and startup:  # (start-up needs every rank: one stopped, all stop)
-                break
-            if now >= next_blame:  # peers others already expelled are not waited for
-                for peer in list(pending):
-                    out = self.ledger.expelled(peer, until[peer])
-                    if out is not None:
-                        pending.remove(peer)
-                        self._expel(peer, *out)
-                next_blame = now + 1.0
-            if pending:
-                time.sleep(min(delay, max(0.0, min(until[p] for p in pending) - time.monotonic()), _SLICE_S))
+        # One read per peer at a time, each in its own thread, so a slow server holds up only its own reads; a peer is
+        # missed once a read begun at or after its deadline found nothing (one poll, at most 0.25 s, past it).
+        reads: dict[int, tuple[Future, float]] = {}  # peer → (its read in flight, when it began)
+        last: dict[int, float] = {}  # peer → when its last finished read began
+        retry: dict[int, float] = {}  # peer → when to ask again (not served yet)
+        pool = ThreadPoolExecutor(max_workers=max(1, len(pending)), thread_name_prefix=f"dgrpo-read-{self.rank}")
+        try:
+            while pending:
+                self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
+                now = time.monotonic()
+                for p in pending:
+                    if p not in reads and (now >= retry.get(p, 0.0) or now >= until[p]):
+                        reads[p] = (pool.submit(self.chan.fetch, p, f"{tag}/data/{p}", cap,
+                                                max(until[p], now + _SLICE_S)), now)
+                soonest = min(until[p] for p in pending) - now  # (past it, every late peer's last read is in flight)
+                busy = [f for f, _ in reads.values()]
+                pause = delay if soonest <= 0 else min(delay, soonest)
+                if busy:
+                    wait(busy, timeout=pause, return_when=FIRST_COMPLETED)
+                else:
+                    time.sleep(pause)
                 delay = min(delay * 1.5, _SLICE_S)
+                for peer in [p for p in pending if p in reads and reads[p][0].done()]:
+                    fut, last[peer] = reads.pop(peer)
+                    data, problem = fut.result()
+                    if data is not None:
+                        got[peer] = data
+                        arrived[peer] = time.monotonic()
+                        pending.remove(peer)
+                    elif problem is not None:
+                        bad[peer] = problem
+                        pending.remove(peer)
+                    elif (why := self.chan.stop_of(peer)) is not None:  # (its leave marks may be of no launch)
+                        stopped[peer] = why
+                        pending.remove(peer)
+                    elif self.store.status(tag, peer, until[peer]) == "left":
+                        left.append(peer)
+                        pending.remove(peer)
+                    else:
+                        retry[peer] = time.monotonic() + delay
+                now = time.monotonic()
+                if not noted and pending and now - start >= note_s(self.wait.timeout_s):
+                    noted = True  # (still waiting: say so, signed, before this node posts its next exchange late)
+                    self.notes.note(tag, pending)
+                for peer in [p for p in pending if now >= until[p] and p not in extended and end is not None
+                             and until[p] < end]:  # (a round exchange with time left in its budget)
+                    why = self.notes.waited(peer, self.schedule.noted_in(tag), end)
+                    if why is not None and self.rank in why[1] and any(  # it says it waited for this node, which was
+                            peer in self.notes.mine.get(t, ()) for t in self.schedule.before(why[0])):  # waiting for it:
+                        why = None  # its own doing, so the whole note buys nothing here (review r31e G1)
+                    if why is not None and self.schedule.grant(tag, peer):  # it only waited: more time, once a round
+                        extended[peer] = why
+                        until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline)
+                now = time.monotonic()
+                out = [p for p in pending if now >= until[p] and p not in reads and last.get(p, -1.0) >= until[p]]
+                missed += out  # (past its deadline, read once more since: never read later this exchange)
+                pending = [p for p in pending if p not in out]
+                if not pending or stopped and startup:  # (start-up needs every rank: one stopped, all stop)
+                    break
+                if now >= next_blame:  # peers others already expelled are not waited for
+                    for peer in list(pending):
+                        out = self.ledger.expelled(peer, until[peer])
+                        if out is not None:
+                            pending.remove(peer)
+                            self._expel(peer, *out)
+                    next_blame = now + 1.0
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
         pending = sorted(missed + pending)
         if not startup:
             self._name_late(tag, start, got, arrived, extended)
@@ -219,8 +242,9 @@ class StoreExchange:
                     self.refuse(peer, f"waited: served {tag!r} {late:.1f}s late, saying (signed note) nodes {whom} "
                                       f"kept it waiting in exchange {waited_in!r}")  # never `late` under those it names)
             elif late > half and tag.startswith("r") and tag[1:].isdigit():
-                self.refuse(peer, f"late: served exchange {tag!r} {late:.1f}s after this node posted (over half of "
-                                  f"the payload window, {2 * half:.3g}s of {self.wait.limit_name}={self.wait.timeout_s:g}s)")
+                self.refuse(peer, f"late: served exchange {tag!r} {late:.1f}s after this node posted (over half "
+                                  f"of the payload window, {2 * half:.3g}s of {self.wait.limit_name}="
+                                  f"{self.wait.timeout_s:g}s)")
 
     def _stopped(self, tag: str, stopped: dict[int, str], startup: bool) -> None:
         """Peers that said they stopped at start-up (:meth:`PeerChannel.stop_of`): in a start-up exchange this rank

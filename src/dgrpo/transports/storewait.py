@@ -291,7 +291,8 @@ class StoreExchange:
                     "set swarm.on_peer_failure=continue to go on without it")
             if self.wait.limit_name == "swarm.timeout_s":
                 honest = self.alive - {self.rank} - set(peers) - set(empty)  # (its reason served till they read it,
-                # as long as they may wait for this node: a round's cap and a read; the store's copy may be deleted)
+                # as long as they may wait for this node: a peer's round may begin up to W + E after this one's and
+                # lasts timeout_s (< 2 x timeout_s in all), and a read; the store's copy may be deleted)
                 self.notes.say_stop(text, honest, 2 * self.wait.timeout_s + slack_s(self.wait.timeout_s) + 1.0)
             raise PeerFailure(f"{text}; aborted ({hint})")
         log.warning("%s; continuing without it this round (swarm.on_peer_failure=continue)", text)

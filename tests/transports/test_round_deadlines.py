@@ -58,37 +58,42 @@ def test_a_rank_withholding_its_relay_from_the_main_rank_gets_nobody_honest_expe
 
 
 def test_a_rank_posting_just_before_each_deadline_is_named_and_rounds_stay_bounded(tmp_path, tiny_model_dir):
-    """Rank 3 posts r{r} 1.1 s late (just inside the payload window W=1.5 s, timeout_s=5) and its relay eq{r} 2 s
-    after that. Before: every round lasted ~2 x timeout_s and nobody was named. Now its round payload is named
-    'late' (over W/2), its relay misses the round's schedule (W + S), the honest quorum expels it, and every round's
-    exchange ends within timeout_s."""
-    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10"]
-    results, got, peers = _run(tmp_path, args, "postlate:3:1.1:2.0")
+    """Rank 3 posts r{r} 2.6 s late (inside the payload window W=3.5 s at timeout_s=10, over W/2) and its relay eq{r}
+    3.5 s after that. Before: every round lasted ~2 x timeout_s and nobody was named. Now its round payload is named
+    'late', its relay misses the round's schedule (W + S = 5 s), the honest quorum expels it, and every round's
+    exchange ends within timeout_s. (timeout_s=10, not 5: W/2 and W then leave the honest compute spread of this
+    loaded machine 0.85 s on either side of the late post.)"""
+    t = 10
+    assert (window_s(t), extension_s(t), slack_s(t)) == (3.5, 5.0, 1.5)
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10", f"swarm.timeout_s={t}"]
+    results, got, peers = _run(tmp_path, args, "postlate:3:2.6:3.5")
     assert [r.returncode for r in results[:3]] == [0, 0, 0], results[0].output[-3000:]
     assert results[3].returncode == 3 and "node 3 was declared failed by its peers in exchange 'eq0'" in results[3].output
     assert _named(peers[0], 3) == {"late": 1, "missing payload": 1}
     assert all(_named(p, n) == {} for p in peers for n in (0, 1, 2))
     rounds = [r["time/exchange"] for r in got[:3]]
-    assert max(rounds) <= T + POLL, rounds
+    assert max(rounds) <= t + POLL, rounds
     assert got[1]["swarm/nodes_alive"] == 3 and got[2]["time/round"] < 2.5
 
 
 def test_false_wait_notes_naming_every_node_stretch_no_round_past_the_budget(tmp_path, tiny_model_dir):
     """Review r31e G1: rank 3 serves signed notes saying it waits for every other node in every exchange, posts r0
-    1 s late and its relay 4.6 s after that (timeout_s=5). Before: a note naming several nodes always bought
-    timeout_s more and a relay after it chained a second extension: rounds of 13-19.6 s, nobody expelled, honest
-    nodes 1 and 2 named `late` every round. Now its relay extension ends at the round's end (r0 post + timeout_s):
-    it misses it, the honest quorum expels it, no honest node is named, and the round's exchange ends within
-    timeout_s (before this schedule: 2 x timeout_s + slack_s)."""
-    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10"]
-    results, got, peers = _run(tmp_path, args, "xnote:3:1:4:4.6")
+    2 s late (inside W=3.5 s at timeout_s=10) and its relay 8.6 s after that. Before: a note naming several nodes
+    always bought timeout_s more and a relay after it chained a second extension: rounds of 13-19.6 s at
+    timeout_s=5, nobody expelled, honest nodes 1 and 2 named `late` every round. Now its relay extension ends at the
+    round's end (r0 post + timeout_s): it misses it, the honest quorum expels it, no honest node is named, and the
+    round's exchange ends within timeout_s (before this schedule: up to 2 x timeout_s + slack_s)."""
+    t = 10
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10", f"swarm.timeout_s={t}"]
+    results, got, peers = _run(tmp_path, args, "xnote:3:2:4:8.6")
     assert [r.returncode for r in results[:3]] == [0, 0, 0], results[0].output[-3000:]
     assert results[3].returncode == 3 and "node 3 was declared failed by its peers in exchange 'eq0'" in results[3].output
     assert "missing payload" in _named(peers[0], 3)
     assert all(_named(p, n) == {} for p in peers for n in (0, 1, 2))
     assert all(set(p["views"][v]) <= {"3"} for p in peers for v in ("1", "2") if p.get("views")), peers
     rounds = [r["time/exchange"] for r in got[:3]]
-    assert max(rounds) <= T + POLL, rounds  # before: 13.1, then 18.2-18.6 s
+    assert max(rounds) <= t + POLL, rounds  # before: 13.1, then 18.2-18.6 s at timeout_s=5
+    assert t - 0.5 < rounds[0], rounds  # (round 0 waited its relay to the round's end)
     assert got[1]["swarm/nodes_alive"] == 3 and got[2]["time/round"] < 2.5
 
 

@@ -175,19 +175,46 @@ def test_a_note_naming_every_node_buys_nothing_from_one_it_kept_waiting_and_exte
     assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "missing payload")]
     time.sleep(0.5)
     # (c) a relay extension (its round payload in the window) ends at the round's end
-    ts, _ = _ranks(n=2, timeout_s=t)
+    ts, _ = _ranks(n=3, timeout_s=t)
     a = ts[0]
     a.exchanger.post("r0", b"mine")
     t0 = time.monotonic()
+    ts[2].chan.set("r0/data/2", b"two")
+    ts[2].chan.set("eq0/data/2", b"relay two")
     _later(0.5, lambda: ts[1].chan.set("r0/data/1", b"one"))
-    assert a.exchanger.collect("r0", [1], t0 + t, 1 << 20) == {1: b"one"}
-    ts[1].exchanger.notes.note("r0", [0])
+    assert a.exchanger.collect("r0", [1, 2], t0 + t, 1 << 20) == {1: b"one", 2: b"two"}
+    ts[1].exchanger.notes.note("r0", [0, 2])  # (naming node 0 alone it would buy nothing from node 0: next test)
     a.exchanger.post("eq0", b"relay")
     _later(2.3 - (time.monotonic() - t0), lambda: ts[1].chan.set("eq0/data/1", b"relay one"))
-    assert a.exchanger.collect("eq0", [1], time.monotonic() + t, 1 << 20) == {}
+    assert a.exchanger.collect("eq0", [1, 2], time.monotonic() + t, 1 << 20) == {2: b"relay two"}
     took = time.monotonic() - t0
     assert t - 0.05 < took < t + 0.25, took  # the round's end (before: the cap was 2 x timeout_s + slack_s)
     time.sleep(0.5)
+
+
+def test_a_relay_note_naming_only_this_node_buys_no_relay_extension_from_it():
+    """Node 1 noted (truly) waiting in r0 for node 0 alone (node 0 posted late: it evaluates first) and then never
+    serves its relay to node 0. Node 0 had served its round payload since its post, so node 1 held it by then: the
+    note buys node 1 no relay extension from node 0, which stops at its r0 post + W + S (1.0 s at timeout_s=2), not
+    at the round's end (2.0 s). Before, node 0, held to the end of its round, posted r1 past its peers' window plus
+    extension and a quorum (the withholder included) expelled it (a 4-rank launch of test_round_deadlines under
+    load). A note naming another node too still gets it."""
+    t = 2.0
+    for whom, want in (([0], (0.95, 1.3)), ([0, 2], (1.95, 2.3))):
+        ts, _ = _ranks(n=3, timeout_s=t)
+        a = ts[0]
+        for k in (1, 2):
+            ts[k].chan.set("r0/data/%d" % k, b"x")
+        a.exchanger.post("r0", b"mine")
+        t0 = time.monotonic()
+        assert a.exchanger.collect("r0", [1, 2], t0 + t, 1 << 20) == {1: b"x", 2: b"x"}
+        ts[1].exchanger.notes.note("r0", whom)
+        ts[2].chan.set("eq0/data/2", b"relay two")
+        a.exchanger.post("eq0", b"relay")
+        assert a.exchanger.collect("eq0", [1, 2], time.monotonic() + t, 1 << 20) == {2: b"relay two"}
+        took = time.monotonic() - t0
+        assert want[0] < took < want[1], (whom, took)
+        time.sleep(0.3)
 
 
 @pytest.mark.parametrize("attack", ["junk", "delete", "junk, unserved"])

@@ -182,6 +182,10 @@ class StoreExchange:
                     if why is not None and self.rank in why[1] and any(  # it says it waited for this node, which was
                             peer in self.notes.mine.get(t, ()) for t in self.schedule.before(why[0])):  # waiting for it:
                         why = None  # its own doing, so the whole note buys nothing here (review r31e G1)
+                    if (why is not None and tag.startswith("eq") and why[0] == f"r{tag[2:]}"  # a relay late, it says,
+                            and set(why[1]) <= {self.rank}):  # for this node's round payload, served since its post:
+                        why = None  # it had that by then, so the note buys nothing here (an honest node late to
+                        # post, e.g. evaluating, gave its withholder the extension: expelled at its next post)
                     if why is not None and self.schedule.grant(tag, peer):  # it only waited: more time, once a round
                         extended[peer] = why
                         until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline)

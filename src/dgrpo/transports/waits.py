@@ -14,8 +14,9 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
   afresh then) says it waited in one of the two exchanges before this one gets ``extension_s`` more, once:
   whoever made it wait made it late, and nobody gives up on a peer that only waited (as on hivemind:
   docs/hivemind.md). A note naming this node buys nothing from it when this node had noted waiting for the
-  note's writer just before (whatever else it names); a peer gets at most one extension a round, and only
-  the note's writer is named for it (``waited``; review r31e G1).
+  note's writer just before (whatever else it names), nor a relay's extension when it names this node alone (its
+  round payload was served since its post); a peer gets at most one extension a round, and only the note's writer
+  is named for it (``waited``; review r31e G1).
 
 **The round's budget is ``timeout_s``** (issue 31: every wait of round r ends by this node's ``r{r}`` post +
 ``timeout_s``, plus at most one poll). It is carved (:class:`Schedule`) into a payload window ``W``

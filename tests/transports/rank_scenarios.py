@@ -215,7 +215,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
-    ``whyunserved:R`` (round_scenarios); several scenarios are joined with ``,``."""
+    ``whyunserved:R`` (round_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round); several scenarios are joined with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
             apply_scenario(one, rank, args)
@@ -243,6 +243,10 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
         from round_scenarios import apply as round_attack
 
         return round_attack(kind, rest)
+    if kind == "rec":  # rec:R:MODE+MODE+… (record_scenarios: its round records, by round)
+        from record_scenarios import post_bad_records
+
+        return post_bad_records(rest[0].split("+"))
     if kind in ("forge", "overwrite"):
         return _forge(int(rest[0]), replace=kind == "overwrite")
     if kind == "equivocate":

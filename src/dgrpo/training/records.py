@@ -13,6 +13,7 @@ swarm (one node per rank):
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -23,8 +24,10 @@ from dgrpo.rewards.format import format_reward
 from dgrpo.swarm.swarm import Received
 from dgrpo.tasks.base import reward_metrics
 from dgrpo.training.evaluate import EVAL_MEANS, add_intervals
+from dgrpo.training.peer_records import RecordRefused, parse_peer_record
 from dgrpo.types import Message, Rollout
 
+log = logging.getLogger(__name__)
 PER_POLICY = ("train/loss", "train/grad_norm", "train/used", "time/defense", "time/reward")  # (and time/defense/*): /node{k} when several
 
 
@@ -261,7 +264,10 @@ def share_record(run, rec: dict) -> dict | None:
     """The record to log on the main process, None on the others.
 
     Every process hosting a reporting node posts its record (JSON through the transport) and the main
-    process merges them; a process that misses the timeout is declared failed.
+    process merges them. A peer's record is what the peer says: the main parses it strictly against its own
+    (:func:`dgrpo.training.peer_records.parse_peer_record`: only the keys it merges, within their rules), and a
+    record refused or missing (the transport's wait for it ended) is named in ``peers.jsonl`` under its sender
+    (:func:`log_record_refusals`; no strike) while the round's record goes on without it.
     """
     nodes = reporting_nodes(run)
     mine = sorted(set(run.transport.local_nodes) & set(nodes))
@@ -270,9 +276,32 @@ def share_record(run, rec: dict) -> dict | None:
     got = run.transport.collect_at_main(f"rec{rec['round']}", json.dumps(rec).encode(), nodes)
     if got is None:
         return None
-    out = merge_records({mine[0]: rec, **{n: json.loads(b) for n, b in got.items()}})
+    records, refused = {mine[0]: rec}, []
+    for node in sorted(set(got) & set(nodes) - set(mine)):
+        try:
+            records[node] = parse_peer_record(got[node], rec, run.cfg.sampling.max_new_tokens)
+        except RecordRefused as err:
+            refused.append((node, str(err)))
+    refused += [(n, f"missing record: none came for exchange 'rec{rec['round']}' in time")
+                for n in sorted(set(nodes) - set(got) - set(mine))]
+    log_record_refusals(run, rec["round"], refused)
+    out = merge_records(records)
     if "swarm/messages" in out and run.transport.rejected:
         out["swarm/invalid_transport"] = len(run.transport.rejected)  # refused before the swarm saw them
     if run.transport.failed:
         out["swarm/nodes_alive"] = len(run.transport.alive)
     return out
+
+
+def log_record_refusals(run, round_idx: int, refused: Sequence[tuple[int, str]]) -> None:
+    """Name each peer whose round record the main refused or missed (``refused``: (node, reason)): one warning line
+    each, and one more ``peers.jsonl`` line for the round, ``{"round": r, "peers": {node: {…, "transport":
+    {"record" | "missing record": 1}}}, "records": {node: reason}}`` (the round's own line was written before the
+    records were shared; no strike: a record is metrics, not a message of the protocol)."""
+    if not refused:
+        return
+    for node, reason in refused:
+        log.warning("node %d's record of round %d left out of the metrics: %s", node, round_idx, reason)
+    peers = {str(n): {"received": 0, "accepted": 0, "rejected": {}, "defense": {}, "duplicates": 0,
+                      "transport": {reason.split(":", 1)[0]: 1}} for n, reason in refused}
+    log_peers(run, {"round": round_idx, "peers": peers, "records": {str(n): reason for n, reason in refused}})

@@ -1,0 +1,96 @@
+"""A reporting node's round record ``rec{r}`` is parsed strictly and refused, never an exception (review r31f H7):
+the rules of :mod:`dgrpo.training.peer_records`, then a 4-rank torch.distributed swarm whose node 3 posts ``[]``,
+text and a lying record (before: every honest main crashed in turn, exit codes [1, 1, 1, 0])."""
+
+import json
+import statistics
+
+import pytest
+from distributed_helpers import launch
+
+from dgrpo.metrics.logger import read_metrics
+from dgrpo.training.peer_records import MAX_RECORD_BYTES, RecordRefused, parse_peer_record
+
+MINE = {"round": 2, "swarm/messages": 8, "train/loss": 0.25, "eval/accuracy": 0.5, "eval/format_rate": 1.0,
+        "eval/completion_tokens": 12.0, "eval/kl_to_start": 0.01, "eval/entropy": 1.5, "eval/n": 2,
+        "attack/asr": 0.5, "attack/filler_repeats": None, "time/defense/reward_outlier": 0.01}
+PEER = {**MINE, "train/loss": -0.5, "train/grad_norm": 3, "train/used": 8, "swarm/invalid": 1, "eval/accuracy": 1,
+        "eval/kl_to_start": -0.02, "train/reward/node0": 0.9, "swarm/messages": 99, "defense/any/rejected": 4}
+
+
+def body(**changes):
+    return json.dumps({**PEER, **changes}).encode()
+
+
+def test_a_well_formed_record_gives_only_the_keys_the_main_merges():
+    got = parse_peer_record(body(), MINE, max_new_tokens=24)
+    assert got == {"round": 2, "train/loss": -0.5, "train/grad_norm": 3.0, "train/used": 8, "swarm/invalid": 1,
+                   "eval/accuracy": 1.0, "eval/format_rate": 1.0, "eval/completion_tokens": 12.0,
+                   "eval/kl_to_start": -0.02, "eval/entropy": 1.5, "eval/n": 2, "attack/asr": 0.5,
+                   "attack/filler_repeats": None, "time/defense/reward_outlier": 0.01}  # not its rewards nor counts
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b"[]", "record: not a JSON object but a JSON array"),
+    (b"not json {", "record: Invalid JSON"),
+    (b"null", "record: not a JSON object but a JSON null"),
+    (body(round=1), "record: round is 1, not 2"),
+    (body(round=True), "record: round: Input should be a valid integer"),
+    (body(**{"eval/accuracy": 1.5}), "record: eval/accuracy: Input should be less than or equal to 1"),
+    (body(**{"eval/accuracy": "0.5"}), "record: eval/accuracy: Input should be a valid number"),
+    (body(**{"eval/accuracy": 1 / 3}), "record: eval/accuracy=0.3333333333333333 is no whole number of completions"),
+    (body(**{"eval/n": 20}), "record: eval/n=20, but every node evaluates the same 2 prompts"),
+    (body(**{"eval/entropy": float("inf")}), "record: eval/entropy: Input should be a finite number"),
+    (body(**{"eval/completion_tokens": 25}), "record: eval/completion_tokens=25.0 exceeds sampling.max_new_tokens=24"),
+    (body(**{"attack/asr": 2}), "record: attack/asr=2.0 is a rate above 1"),
+    (body(**{"attack/other": 0.1}), "record: this round is evaluated, but its evaluation keys differ"),
+    (body(**{"swarm/invalid": 9}), "record: swarm/invalid=9 exceeds the round's 8 messages"),
+    (body(**{"train/used": 1.0}), "record: train/used: Input should be a valid integer"),
+    (body(**{"time/defense/judge": 0.1}), "record: times of defenses the config does not run: ['time/defense/judge']"),
+    (b" " * (MAX_RECORD_BYTES + 1), f"record: {MAX_RECORD_BYTES + 1} bytes, above the {MAX_RECORD_BYTES}"),
+])
+def test_a_malformed_or_impossible_record_is_refused_in_one_line(raw, reason):
+    with pytest.raises(RecordRefused) as err:
+        parse_peer_record(raw, MINE, max_new_tokens=24)
+    assert str(err.value).startswith(reason) and "\n" not in str(err.value)
+
+
+def test_evaluation_keys_must_match_the_rounds_evaluation():
+    """Every node evaluates the same rounds (one config): a record without them in an evaluated round, or with them
+    in another, is refused (merge_records read them unchecked: KeyError in the means)."""
+    no_eval = {k: v for k, v in PEER.items() if not k.startswith(("eval/", "attack/"))}
+    with pytest.raises(RecordRefused, match="missing .*eval/accuracy"):
+        parse_peer_record(json.dumps(no_eval).encode(), MINE, 24)
+    mine = {k: v for k, v in MINE.items() if not k.startswith(("eval/", "attack/"))}
+    with pytest.raises(RecordRefused, match="this round is not evaluated.*unexpected .*eval/accuracy"):
+        parse_peer_record(body(), mine, 24)
+    assert parse_peer_record(json.dumps(no_eval).encode(), mine, 24)["train/loss"] == -0.5
+
+
+def test_four_ranks_a_reporting_node_posting_junk_records_is_named_and_no_honest_rank_exits(
+        tmp_path, tiny_model_dir, tiny_model_dir_b):
+    """Heterogeneous swarm, node 3 declared honest (a reporting node) posts ``[]`` as rec0, text as rec1 and a record
+    whose accuracy no count gives as rec2 (the final evaluation). Every rank ends 0; each record is named in
+    peers.jsonl under node 3; the logged evaluation is the mean of nodes 0-2's own (node 3's left out)."""
+    models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
+    args = ["run", models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", "rounds=2",
+            "threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=1", "eval.n_prompts=2",
+            "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true",
+            f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"]
+    results = launch(4, args, scenario="rec:3:list+text+lie", timeout=150, log_dir=str(tmp_path))
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    records = read_metrics(tmp_path / "d")
+    assert [r["round"] for r in records] == [0, 1, 2]
+    for rec in records:
+        per_node = [rec[f"eval/accuracy/node{k}"] for k in range(3)]
+        assert "eval/accuracy/node3" not in rec and "train/loss/node3" not in rec
+        assert rec["eval/n"] == 3 * 2  # three honest reporters, 2 prompts each
+        assert rec["eval/accuracy"] == pytest.approx(statistics.fmean(per_node))
+    lines = [json.loads(line) for line in (tmp_path / "d" / "peers.jsonl").read_text().splitlines()]
+    named = {line["round"]: line["records"] for line in lines if "records" in line}
+    assert set(named) == {0, 1, 2} and all(set(n) == {"3"} for n in named.values())
+    assert named[0]["3"].startswith("record: not a JSON object but a JSON array")
+    assert named[1]["3"].startswith("record: Invalid JSON")
+    assert named[2]["3"].startswith("record: eval/accuracy=0.3333333333333333 is no whole number")
+    assert all(line["peers"]["3"]["transport"] == {"record": 1} for line in lines if "records" in line)
+    assert "left out of the metrics" in results[0].output

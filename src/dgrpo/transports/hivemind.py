@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 dht_records = LazyModule("dgrpo.transports.dht.records")  # (import hivemind: loaded when the transport starts)
 launch, dht_commit = LazyModule("dgrpo.transports.dht.launch"), LazyModule("dgrpo.transports.dht.commit")
 dht_rounds = LazyModule("dgrpo.transports.dht.rounds")
+RECORD_SHARE = 8  # a round record's wait: timeout_s / RECORD_SHARE (collect_at_main; half the payload phase)
 
 class HivemindTransport:
     """All-gather of a round's messages through a hivemind DHT, one swarm node per process.
@@ -227,12 +228,30 @@ class HivemindTransport:
         return self.agreed[tag]
 
     def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
-        """The main node collects the payloads of ``senders`` (a sender missing the timeout is declared
-        failed); any other node posts its own and gets None."""
+        """The main node reads the payloads of live ``senders`` (round records ``rec{r}``); any other node posts its
+        own and gets None. Both wait at most ``timeout_s`` / :data:`RECORD_SHARE` (review r31f H2).
+
+        A record is metrics, not a message of the protocol: a sender whose record is not in by then is left out of
+        the returned dict (the caller names it, ``missing record``) and never declared failed, under either
+        ``on_peer_failure``. The wait is bounded because the reporting nodes start their next round as soon as
+        they posted: a main that waited ``timeout_s`` for a record withheld started its next round that much
+        later and was dropped (over ``timeout_s``/4 late: the no-split precondition, docs/hivemind.md); at most
+        ``timeout_s``/8 keeps it within the precondition while the honest nodes' spread stays under ``timeout_s``/8.
+        """
+        deadline = time.monotonic() + self.timeout_s / RECORD_SHARE
         if not self.is_main:
-            self.post(tag, payload)
+            self.post(tag, payload, deadline)
             return None
-        return self.collect(tag, senders)
+        want, got, delay = (set(senders) & self.alive) - {self.rank}, {}, 0.02
+        while want - got.keys():
+            for node, (_, body, _) in self.signed.read(self.signed.key(tag), want - got.keys(), call_limit(deadline)).items():
+                got.setdefault(node, body)
+            now = time.monotonic()
+            if not want - got.keys() or now >= deadline:
+                break
+            time.sleep(min(delay, max(0.0, deadline - now)))
+            delay = min(delay * 1.5, 0.25)
+        return got
 
     # ------------------------------------------------------------------ membership (the helpers' way in)
     def enter_launch(self, run_id: str, fingerprint: str, roster: dict[int, str], alive: Iterable[int] | None = None,

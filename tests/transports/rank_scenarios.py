@@ -215,7 +215,8 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
-    ``whyunserved:R`` (round_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round); several scenarios are joined with ``,``."""
+    ``whyunserved:R`` (round_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``propose:R:NAME`` (R proposes NAME as the
+    run name); several scenarios are joined with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
             apply_scenario(one, rank, args)
@@ -243,6 +244,12 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
         from round_scenarios import apply as round_attack
 
         return round_attack(kind, rest)
+    if kind == "propose":  # propose:R:NAME: R proposes NAME as the run name (agree("name") takes the lowest node's)
+        from dgrpo.training import build
+
+        print(f"rank {rank}: proposing the run name {rest[0]!r}", flush=True)
+        build.run_name = lambda cfg: rest[0]
+        return
     if kind == "rec":  # rec:R:MODE+MODE+… (record_scenarios: its round records, by round)
         from record_scenarios import post_bad_records
 

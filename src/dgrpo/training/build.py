@@ -57,6 +57,32 @@ def run_name(cfg: RunConfig) -> str:
     return f"{cfg.task.kind}__{cfg.attack.kind}__{defenses}__seed{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def agreed_name(cfg: RunConfig, transport: Transport, proposed: str) -> str:
+    """``proposed`` (the run name the transport agreed: the lowest live node's, :meth:`Transport.agree`) if it passes
+    exactly the checks of a locally given ``name=`` (``RunConfig``'s validators: one printable folder name inside
+    ``out_dir``, no ``/``, ``\\``, ``.`` or ``..``, at most 200 characters and 255 bytes).
+
+    Raises:
+        ConfigError: one line naming the node that proposed it (review r31f H8: node 0 proposed an absolute path
+            and every rank wrote its run folder, config and checkpoints outside ``out_dir``).
+    """
+    from pydantic import ValidationError
+
+    try:
+        RunConfig.__pydantic_validator__.validate_assignment(cfg.model_copy(), "name", proposed)
+    except ValidationError as err:
+        why = err.errors()[0]["msg"].removeprefix("Value error, ")
+        who = (f"node {min(transport.alive)}, the lowest live node, whose value every node takes" if not transport.first_round
+               else "the launch record (the lowest live node's value at launch)")
+        text = (f"the run name {proposed[:120]!r} proposed by {who}, is refused: {why}; no run folder was made (that "
+                "node runs other code than this one; set name= on every node to choose it)")
+        chan = getattr(transport, "chan", None)  # torch.distributed: a peer still reading this rank's value of the
+        if chan is not None:  # exchange reads why it stopped (signed), instead of calling it silent
+            chan.announce_stop(text)
+        raise ConfigError(text) from None
+    return proposed
+
+
 def build_run_dir(cfg: RunConfig, name: str | None = None, owner: bool = True) -> Path:
     """Create the run directory ``out_dir/name`` (default: ``cfg.name`` or :func:`run_name`), claim it
     for this process (``owner``: the process that writes metrics; :mod:`dgrpo.training.run_dir`), write
@@ -221,7 +247,8 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
                           f"nodes {wrong}; write roster and keys together with `dgrpo keys`")
     # The run's name, not its folder's: a hivemind joiner may resume a copy of a peer's run folder
     # under another name, and takes the name agreed at launch (a fresh run agreed it in build_run).
-    name = cfg.name or (transport.agree("name", run_dir.name) if transport.first_round else run_dir.name)
+    name = cfg.name or (agreed_name(cfg, transport, transport.agree("name", run_dir.name)) if transport.first_round
+                        else run_dir.name)
     context = run_context(name, config_fingerprint(cfg))
     if transport.is_main:
         (run_dir / ROSTER_FILE).write_text(roster.to_json(context=context))
@@ -279,7 +306,8 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
     fresh = run_dir is None
     transport = build_transport(cfg, resuming=not fresh)
     if fresh:  # (named once for every process: ranks start at different seconds)
-        run_dir = build_run_dir(cfg, cfg.name or transport.agree("name", run_name(cfg)), owner=transport.is_main)
+        name = cfg.name or agreed_name(cfg, transport, transport.agree("name", run_name(cfg)))  # (checked: H8)
+        run_dir = build_run_dir(cfg, name, owner=transport.is_main)
     elif transport.is_main:
         claim(run_dir)  # a resumed run: no second process may resume or run it at the same time
     try:

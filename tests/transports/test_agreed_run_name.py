@@ -1,0 +1,57 @@
+"""The run name every node takes (the lowest live node's, ``agree("name")``) passes the checks of a locally given
+``name=`` (review r31f H8: node 0 proposed an absolute path and every rank wrote its run folder, config and
+checkpoints there, outside ``out_dir``)."""
+
+import os
+from types import SimpleNamespace
+
+import pytest
+from distributed_helpers import launch
+
+from dgrpo.config import load_config
+from dgrpo.errors import ConfigError
+from dgrpo.swarm.identity import write_keys
+from dgrpo.training.build import agreed_name
+
+
+@pytest.mark.parametrize("name, why", [
+    ("/tmp/elsewhere", "name must be one folder name inside out_dir (no '/', '\\', '.' or '..'), got '/tmp/elsewhere'"),
+    ("..", "name must be one folder name inside out_dir"),
+    ("a/../../b", "name must be one folder name inside out_dir"),
+    ("x" * 201, "Value should have at most 200 items after validation, not 201"),
+])
+def test_a_proposed_name_a_local_name_could_not_be_is_refused_naming_its_proposer(name, why):
+    cfg, transport = load_config(None, []), SimpleNamespace(alive={0, 1, 2, 3}, first_round=0)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [f"name={name}"])
+    assert why in str(err.value)  # the same check as a local name=
+    with pytest.raises(ConfigError) as err:
+        agreed_name(cfg, transport, name)
+    assert str(err.value).startswith(f"the run name {name[:120]!r} proposed by node 0, the lowest live node")
+    assert why in str(err.value) and "\n" not in str(err.value)
+    assert agreed_name(cfg, transport, "arith__none__nodefense__seed0__20261205-170000") == \
+        "arith__none__nodefense__seed0__20261205-170000"
+
+
+def test_four_ranks_refuse_an_absolute_run_name_from_node_0_at_start_up(tmp_path, tiny_model_dir):
+    """Node 0 proposes an absolute path (``name`` unset, as in the README's commands; a roster file, as a deployment
+    has): every rank stops at start-up in one line naming node 0 as its proposer (a rank still reading a peer that
+    stopped first quotes that peer's signed reason, never "sent nothing"), and nothing is written there nor under
+    out_dir."""
+    escaped, keys = tmp_path / "ESCAPED", tmp_path / "keys"
+    write_keys(keys, 4)
+    args = ["run", f"model.name={tiny_model_dir}", "swarm.nodes=4", "rounds=1", "threads=1", "swarm.group_size=4",
+            "sampling.max_new_tokens=24", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0",
+            "swarm.prompts_per_round=2", "swarm.timeout_s=20", "swarm.startup_timeout_s=30",
+            f"swarm.protocol.roster={keys / 'roster.json'}", f"swarm.protocol.key_dir={keys}",
+            f"out_dir={tmp_path / 'out'}", "swarm.transport=distributed"]
+    results = launch(4, args, scenario=f"propose:0:{escaped}", timeout=120, log_dir=str(tmp_path))
+    assert all(r.returncode in (2, 3) for r in results), [r.returncode for r in results]
+    refusal = (f"the run name {str(escaped)!r} proposed by node 0, the lowest live node, whose value every node takes, "
+               f"is refused: name must be one folder name inside out_dir (no '/', '\\', '.' or '..'), got {str(escaped)!r}")
+    for r in results:
+        lines = [line for line in r.output.splitlines() if line.startswith("dgrpo: error:")]
+        assert len(lines) == 1 and refusal in lines[0] and "sent nothing" not in lines[0], r.output[-2000:]
+    assert sum(r.returncode == 2 for r in results) >= 1  # (at least one refused it itself: the others may quote it)
+    assert not escaped.exists()
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []

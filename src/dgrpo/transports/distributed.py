@@ -60,6 +60,7 @@ from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fin
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
+from dgrpo.transports.startready import barrier, check_ready, ready_record
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
@@ -171,7 +172,9 @@ class DistributedTransport:
 
         Raises:
             PeerFailure: a rank's record does not verify under its roster key, or its values differ
-                (one line naming the ranks and the values: :meth:`SignedStore.check_records`); this rank then
+                (one line naming the ranks and the values: :meth:`SignedStore.check_records`); a rank signed two
+                records or a false ready confirmation, or one did not confirm within ``timeout_s``, or stopped
+                (the ready barrier: :mod:`dgrpo.transports.startready`); this rank then
                 tells its peers why, signed for its server's launch (:meth:`PeerChannel.announce_stop`: its peers
                 may have passed, and its leave marks, bound to a launch id it never holds, verify for nobody).
         """
@@ -181,15 +184,27 @@ class DistributedTransport:
         values = {"context": protocol.verifier.context, "honest": self.honest,  # equal on every rank
                   "roster": protocol.verifier.roster.fingerprint,
                   "servers": {str(k): chan.address_of(k) for k in range(self.world_size) if k in self.alive}}
-        records = self.gather_values("startup", self.signed_store.startup_record(values), timeout_s=timeout_s)
+        servers = dict(chan.launches) if chan.keys is not None else None  # (each server's launch, as proved)
+        records = self.gather_values("startup", self.signed_store.startup_record(values, chan.nonce), timeout_s=timeout_s)
         chan.frozen = True
+        try:  # (then the ready barrier: transports/startready.py)
+            self.signed_store.check_records(values, records, servers)
+        except PeerFailure as err:
+            self._stop_at_start(err, "startup")
+        readies = barrier(self, ready_record(self.signed_store), timeout_s)
         try:
-            self.signed_store.check_records(values, records)
-        except PeerFailure as err:  # (never bound to the launch: its leave marks would verify for nobody; its
-            chan.announce_stop(str(err))  # notice is signed for its server's launch, which its peers proved)
-            self._serve_until_read(f"startup/data/{self.rank}")  # (a slower peer still reads its record)
-            raise
+            check_ready(self.signed_store, values, readies, servers)
+        except PeerFailure as err:
+            self._stop_at_start(err, "ready")
         return self.signed_store.launch_id()
+
+    def _stop_at_start(self, err: PeerFailure, tag: str) -> None:
+        """Raise ``err`` (this rank's start-up check failed) after saying why to its peers, signed for its server's
+        launch (its leave marks, bound to a launch id it never holds, would verify for nobody), and serving its
+        value of ``tag`` until they read it (a slower peer still checks it)."""
+        self.chan.announce_stop(str(err))
+        self._serve_until_read(f"{tag}/data/{self.rank}")
+        raise err
 
     def _refuse(self, node: int, reason: str) -> None:
         """Record a refusal under ``node`` in this all-gather's :attr:`rejected` (peers.jsonl)."""

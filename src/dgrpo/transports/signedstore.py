@@ -74,6 +74,7 @@ class SignedStore:
             nothing is signed and every mark is taken (leave marks are ignored while ``keys`` is None).
         nonce: this launch's nonce, 32 lower-case hex digits drawn at :meth:`arm` ("" before).
         nonces: node → the launch nonce it published in its start-up record (:meth:`check_records`).
+        records: node → ``[nonce, server nonce, signature]`` of the start-up record this rank read from it.
         last_contact: ``time.monotonic()`` of the last store call that succeeded (0.0: none yet).
     """
 
@@ -83,6 +84,7 @@ class SignedStore:
         self.keys: SignatureVerifier | None = None
         self.nonce = ""
         self.nonces: dict[int, str] = {}
+        self.records: dict[int, list[str]] = {}  # node → [nonce, server nonce, signature] of its start-up record
         self.last_contact = 0.0
         self._marks_named: set[tuple[str, int]] = set()  # refused leave marks already named in the log
 
@@ -156,39 +158,49 @@ class SignedStore:
         return f"{self.keys.context}|{nonce}"
 
     # ------------------------------------------------------------------ the start-up record
-    def startup_record(self, values: dict) -> str:
-        """This rank's signed start-up record (JSON): ``values`` (what it runs with), its launch nonce and
-        its signature of both (not bound: the run context is one of the values, and a signature bound
-        to it could not tell a forgery from a mismatch). Call after :meth:`arm`."""
+    def startup_record(self, values: dict, server: str = "") -> str:
+        """This rank's signed start-up record (JSON): ``values`` (what it runs with), its launch nonce, its
+        server's launch nonce ``server`` (the one its server proves to every reader: a record of an earlier launch
+        with the same values never passes for this one) and its signature of all three (not bound: the run context
+        is one of the values, and a signature bound to it could not tell a forgery from a mismatch). Call after
+        :meth:`arm`."""
         body = json.dumps(values, sort_keys=True)
-        return json.dumps({"values": values, "nonce": self.nonce,
-                           "sig": self.sign(f"startup|{body}|{self.nonce}", bound=False)})
+        return json.dumps({"values": values, "nonce": self.nonce, "server": server,
+                           "sig": self.sign(f"startup|{body}|{self.nonce}|{server}", bound=False)})
 
-    def check_records(self, values: dict, records: dict[int, str]) -> None:
+    def _record_ok(self, node: int, body: str, nonce, server, sig, servers: dict[int, str] | None) -> bool:
+        """Whether (nonce, server, sig) is ``node``'s signed start-up record of ``body`` for this launch (its
+        server's launch nonce as this rank proved it, when ``servers`` holds it)."""
+        return (isinstance(nonce, str) and _NONCE.fullmatch(nonce) is not None and isinstance(server, str)
+                and (not servers or servers.get(node, server) == server)
+                and self.valid(node, f"startup|{body}|{nonce}|{server}", sig, bound=False))
+
+    def check_records(self, values: dict, records: dict[int, str], servers: dict[int, str] | None = None) -> None:
         """Check every rank's start-up record (node → :meth:`startup_record` as its server served it)
-        against this rank's ``values``; keep each valid record's nonce in :attr:`nonces`.
+        against this rank's ``values``; keep each valid record's nonce in :attr:`nonces` and the record in
+        :attr:`records` (``servers``: node → its server's launch nonce as this rank proved it; a record for
+        another server launch is refused).
 
         Raises:
             PeerFailure: a record does not verify under its roster key, or its values differ (one line
                 naming the ranks and the values that differ).
         """
-        forged, odd, nonces = [], {}, {}
+        forged, odd, nonces, kept = [], {}, {}, {}
         for node, raw in sorted(records.items()):
             try:
                 rec = json.loads(raw)
-                theirs, nonce = rec["values"], rec["nonce"]
-                ok = (isinstance(theirs, dict) and isinstance(nonce, str) and _NONCE.fullmatch(nonce) is not None
-                      and self.valid(node, f"startup|{json.dumps(theirs, sort_keys=True)}|{nonce}", rec["sig"],
-                                     bound=False))
-            except (ValueError, RecursionError, KeyError, TypeError):
+                theirs, nonce, server = rec["values"], rec["nonce"], rec.get("server", "")
+                ok = isinstance(theirs, dict) and self._record_ok(node, json.dumps(theirs, sort_keys=True), nonce,
+                                                                  server, rec["sig"], servers)
+            except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
                 ok = False
             if not ok:
                 forged.append(node)
                 continue
-            nonces[node] = nonce
+            nonces[node], kept[node] = nonce, [nonce, server, rec["sig"]]
             if theirs != values:
                 odd[node] = sorted(k for k in values.keys() | theirs.keys() if values.get(k) != theirs.get(k))
-        self.nonces = nonces  # each rank's launch nonce, as its own server served it (marks bind to it)
+        self.nonces, self.records = nonces, kept  # each rank's launch nonce, as its own server served it (marks bind to it)
         if forged or odd:
             parts = [f"the start-up records of nodes {forged} do not verify with the keys node {self.rank} holds for "
                      "them (a public key or the record was overwritten in the store)" if forged else "",

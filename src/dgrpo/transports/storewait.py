@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SLICE_S = 0.25  # longest pause between two polls of the store
+STOP_GRACE_S = 3.0  # a start-up exchange, past its deadline: how long to look for a missing peer's stop notice
 
 
 def cap_of(tag: str, caps: KeyCaps, world_size: int) -> int:
@@ -79,6 +80,7 @@ class StoreExchange:
         self.store, self.ledger, self.wait, self.on_peer_failure, self.refuse = store, ledger, wait, on_peer_failure, refuse
         self.notes = WaitNotes(rank, chan, store)  # signed notes of whom this node waits for (transports/waits.py)
         self.schedule = Schedule(wait.timeout_s)  # the round's deadlines
+        self.started = False  # this node finished its first round exchange (a start-up stop no longer stops it)
 
     # ------------------------------------------------------------------ exchange
     def post(self, tag: str, value: bytes) -> str:
@@ -204,6 +206,13 @@ class StoreExchange:
                     next_blame = now + 1.0
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+        heard = [p for p in missed if p in self.chan.launches] if self.chan.keys is not None else []
+        if startup and heard and not stopped:  # (a peer that stopped at its own deadline: its signed reason, not
+            grace_end = time.monotonic() + STOP_GRACE_S  # "sent nothing"; it says why within 2 s: announce_stop)
+            while not stopped and time.monotonic() < grace_end:
+                stopped = {p: why for p in heard if (why := self.chan.stop_of(p)) is not None}
+                time.sleep(0.05)
+            missed = [p for p in missed if p not in stopped]
         pending = sorted(missed + pending)
         if not startup:
             self._name_late(tag, start, got, arrived, extended)
@@ -215,7 +224,8 @@ class StoreExchange:
             log.warning("node %d: exchange %r: node %d's server %s", self.rank, tag, peer, problem)
             self.refuse(peer, f"transport: exchange {tag!r}: {problem[:160]}")
         if stopped:  # (never "sent nothing": it said why it stopped, signed for its launch; review r31c F3)
-            self._stopped(tag, stopped, startup)
+            self._stopped(tag, stopped, startup, first=not self.started)
+        self.started = self.started or (not startup and tag.startswith("r") and tag[1:].isdigit())
         forged = [f"the server address of node {p} in the store (addr/{p}): it {self.chan.bad_addr[p]}" for p in pending
                   if p in self.chan.bad_addr and p not in self.chan.addrs]
         if forged:  # (start-up only: addresses are never read again once the ranks checked them)
@@ -250,14 +260,18 @@ class StoreExchange:
                                   f"of the payload window, {2 * half:.3g}s of {self.wait.limit_name}="
                                   f"{self.wait.timeout_s:g}s)")
 
-    def _stopped(self, tag: str, stopped: dict[int, str], startup: bool) -> None:
-        """Peers that said they stopped at start-up (:meth:`PeerChannel.stop_of`): in a start-up exchange this rank
-        stops too; in a round (a peer whose start-up check failed after this rank's passed, issue 31) they are
-        out of the swarm at once, unaccused, and this rank stops (``abort``) or goes on without them, in one line
-        naming each and its reason."""
+    def _stopped(self, tag: str, stopped: dict[int, str], startup: bool, first: bool = False) -> None:
+        """Peers that said they stopped at start-up (:meth:`PeerChannel.stop_of`): in a start-up exchange, or in this
+        rank's first round exchange (a peer whose start-up check or ready barrier failed after this rank's passed:
+        :mod:`dgrpo.transports.startready`; the ranks start together or not at all, review r31f H10), this rank stops
+        too; later (a stop notice said that late is no start-up stop) they are out of the swarm at once, unaccused,
+        and this rank stops (``abort``) or goes on without them, in one line naming each and its reason."""
         said = "; ".join(f"node {p} stopped at start-up ({why})" for p, why in sorted(stopped.items()))
         if startup:
             raise PeerFailure(f"{said}; node {self.rank} stops too, before round 0")
+        if first:
+            raise PeerFailure(f"{said}; node {self.rank} stops too in exchange {tag!r}, its first (the ranks start "
+                              "together or not at all)")
         for peer in stopped:
             self._expel(peer, tag, [], why="it stopped at start-up")
         if self.on_peer_failure == "abort":

@@ -1,0 +1,177 @@
+"""The ready barrier that ends the torch.distributed start-up (issue 31, must-have 5; review r31f H4, H10).
+
+The start-up check (:meth:`DistributedTransport.check_startup`) has every rank read every rank's signed start-up
+record from that rank's own server and compare the values. A server can show different readers different
+records that it signed itself (same values, another launch nonce): every check passes, but the ranks compute
+different launch ids and refuse each other's messages as ``run`` while they all train on (H4). Or it can withhold
+its record from one reader, which stops while the others start round 0 (H10).
+
+So after the check every rank serves a *ready* confirmation (``ready/data/{k}``), signed with its roster key: its
+launch id and the start-up record (launch nonce, server nonce, signature) it read from every rank. Nobody starts
+round 0 before it holds a valid confirmation of every live rank within ``swarm.startup_timeout_s``
+(:meth:`DistributedTransport.gather_values`: a rank that stopped first is named with its signed reason), and every
+rank compares each confirmation with what it read itself:
+
+* a rank k quoted with another record that k's key signed (for k's server launch, with the same values) signed two
+  start-up records for this launch: that pair is a signed proof of equivocation, and every rank that sees it stops
+  in one line naming k and both nonces;
+* a confirmation that is not signed by its rank, quotes a record its rank never signed, another set of ranks, or a
+  launch id that is not that of its records names its signer (it signed a false statement).
+
+A rank whose check fails says why, signed (:meth:`PeerChannel.announce_stop`); a peer that already passed meets that
+notice in its first round and stops too (:meth:`StoreExchange._stopped`), so the ranks either all start or all
+stop, and the line names the rank that made them stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from dgrpo.errors import PeerFailure
+from dgrpo.transports.accusations import fetch_all
+
+if TYPE_CHECKING:
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.signedstore import SignedStore
+
+log = logging.getLogger("dgrpo.transports.storewait")
+_CAP = 1 << 20  # bytes read from one server's confirmation, or its relay of every rank's
+GRACE_S = 3.0  # past the deadline, how long a missing rank's signed stop notice is still looked for
+
+
+def _launch(records: dict) -> str:
+    """The launch id of ``records`` (node → [nonce, …]): :meth:`SignedStore.launch_id`'s formula."""
+    text = "|".join(f"{n}:{records[n][0]}" for n in sorted(records, key=int))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _text(rank: int, launch: str, records: dict) -> str:
+    return f"ready|{rank}|{launch}|{json.dumps(records, sort_keys=True)}"
+
+
+def _signed(store: "SignedStore", node: int, raw) -> bool:
+    """Whether ``raw`` is a ready confirmation signed by ``node`` (its content is checked by :func:`check_ready`)."""
+    try:
+        rec = json.loads(raw)
+        return store.valid(node, _text(node, rec["launch"], rec["records"]), rec["sig"], bound=False)
+    except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def barrier(transport: "DistributedTransport", own: str, timeout_s: float) -> dict[int, str]:
+    """Serve this rank's confirmation ``own`` and wait, up to ``timeout_s`` (``swarm.startup_timeout_s``), for every
+    live rank's: from its own server, or relayed by any rank that holds them all (a confirmation another rank
+    relays counts only signed by its rank), so a rank whose server withholds its confirmation from one reader
+    cannot keep that reader out alone. Once it holds them all this rank relays them (``ready/all``) and returns
+    node → confirmation.
+
+    Raises:
+        PeerFailure: a rank stopped at start-up (names it and its signed reason), or a confirmation is missing at the
+            deadline (names its rank, once no signed stop notice came within :data:`GRACE_S`); this rank then says
+            why, signed (:meth:`PeerChannel.announce_stop`).
+    """
+    chan, rank, store = transport.chan, transport.rank, transport.signed_store
+    chan.set(f"ready/data/{rank}", own)  # (served to the end: a slower peer still reads it)
+    got, deadline = {rank: own}, time.monotonic() + timeout_s
+    live = sorted(transport.alive - {rank})
+    pending, delay = list(live), 0.01
+    while pending:
+        for peer, (raw, _) in fetch_all(chan, pending, lambda p: f"ready/data/{p}", _CAP, deadline).items():
+            if raw is not None:
+                got[peer] = raw.decode(errors="replace")
+        relays = fetch_all(chan, [p for p in live if p in got], lambda p: "ready/all", _CAP, deadline)
+        for raw, _ in relays.values():
+            try:
+                relayed = {int(k): str(v) for k, v in json.loads(raw or b"{}").items()}
+            except (ValueError, RecursionError, TypeError, AttributeError):
+                continue
+            got.update({k: v for k, v in relayed.items() if k not in got and k in live and _signed(store, k, v)})
+        pending = [p for p in live if p not in got]
+        stopped = {p: why for p in pending if (why := chan.stop_of(p)) is not None}
+        if stopped:
+            said = "; ".join(f"node {p} stopped at start-up ({why})" for p, why in sorted(stopped.items()))
+            _stop(chan, f"{said}; node {rank} stops too, before round 0", "")
+        if pending and time.monotonic() >= deadline + GRACE_S:  # (past the deadline only stop notices count:
+            break  # a fetch reads nothing then)
+        if pending:
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+    if pending:
+        _stop(chan, f"node{'s' if len(pending) > 1 else ''} {', '.join(map(str, pending))} sent nothing for exchange "
+                    f"'ready' within swarm.startup_timeout_s={timeout_s:g}s (dead or stalled, or its server withheld "
+                    "it from this rank)")
+    chan.set("ready/all", json.dumps({str(k): v for k, v in sorted(got.items())}))
+    return got
+
+
+def _stop(chan, why: str, hint: str = "; aborted (start every rank within it)") -> None:
+    log.error("%s; aborting", why)
+    chan.announce_stop(why)
+    raise PeerFailure(f"{why}{hint}")
+
+
+def ready_record(store: "SignedStore") -> str:
+    """This rank's signed ready confirmation (JSON): its launch id and every rank's start-up record as it read
+    it (``str(node)`` → [nonce, server nonce, signature]; :attr:`SignedStore.records`)."""
+    records = {str(n): list(r) for n, r in sorted(store.records.items())}
+    launch = store.launch_id()
+    return json.dumps({"launch": launch, "records": records, "sig": store.sign(_text(store.rank, launch, records),
+                                                                                bound=False)})
+
+
+def check_ready(store: "SignedStore", values: dict, readies: dict[int, str], servers: dict[int, str] | None) -> None:
+    """Compare every rank's ready confirmation (node → :func:`ready_record` as its server served it) with the
+    start-up records this rank read (``values``: this rank's start-up values; ``servers``: node → its server's
+    launch nonce as this rank proved it, or None without a roster file).
+
+    Raises:
+        PeerFailure: one line naming the rank that signed two start-up records (both nonces: the proof), else the
+            ranks whose confirmation is unsigned or false.
+    """
+    body = json.dumps(values, sort_keys=True)
+    mine = {str(n): list(r) for n, r in store.records.items()}
+    proofs: dict[int, tuple[str, str, int]] = {}
+    false: dict[int, str] = {}
+    for node, raw in sorted(readies.items()):
+        if node == store.rank:
+            continue
+        try:
+            rec = json.loads(raw)
+            records, launch = rec["records"], rec["launch"]
+            if not (isinstance(records, dict) and isinstance(launch, str)
+                    and store.valid(node, _text(node, launch, records), rec["sig"], bound=False)):
+                raise ValueError("unsigned")
+        except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
+            false[node] = "is not signed by it"
+            continue
+        if set(records) != set(mine):
+            false[node] = f"names the records of nodes {sorted(map(int, records))}, not {sorted(map(int, mine))}"
+            continue
+        for k in sorted(mine, key=int):
+            theirs = records[k]
+            if theirs == mine[k]:
+                continue
+            try:
+                nonce, server, sig = theirs
+                ok = store._record_ok(int(k), body, nonce, server, sig, servers)
+            except (ValueError, TypeError):
+                ok = False
+            if ok:  # node k signed both: a proof, whoever shows it
+                proofs.setdefault(int(k), (mine[k][0], nonce, node))
+            else:
+                false[node] = f"quotes a start-up record of node {k} that node {k} never signed"
+        if node not in false and launch != _launch(records):
+            false[node] = f"names launch {launch[:12]}…, not that of the records it quotes"
+    if proofs:
+        raise PeerFailure("; ".join(
+            f"node {k} signed two different start-up records for this launch (launch nonce {a[:12]}… read by node "
+            f"{store.rank}, {b[:12]}… read by node {j}; both verify under node {k}'s roster key: it showed its peers "
+            "different start-up records)" for k, (a, b, j) in sorted(proofs.items()))
+            + "; stopping before round 0 rather than splitting the swarm")
+    if false:
+        raise PeerFailure("; ".join(f"node {j}'s ready confirmation {why}" for j, why in sorted(false.items()))
+                          + f" (checked by node {store.rank}): stopping before round 0 rather than splitting the swarm")

@@ -1,0 +1,83 @@
+"""Two-faced start-up attacks a rank of a test swarm plays (review r31f H4, H6, H9; dispatched by
+``rank_scenarios.apply_scenario``). Each patches only the attacking rank's own process: what its server serves to
+one reader; everything it serves is validly signed by its own key (or, for a role, what it declares)."""
+
+from __future__ import annotations
+
+import json
+
+
+def split_record(victim: str) -> None:
+    """``startsplit:R:V`` (H4): R's server serves node V a second start-up record, signed by R's own key for R's own
+    server launch, with the same values and another launch nonce; every other reader gets R's real one."""
+    import secrets
+
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.signedstore import SignedStore
+
+    original, check = SignedStore.startup_record, DistributedTransport.check_startup
+
+    def startup_record(self, values, *server):
+        real, nonce = original(self, values, *server), self.nonce
+        self.nonce = secrets.token_hex(16)
+        try:
+            self.alt = original(self, values, *server).encode()
+        finally:
+            self.nonce = nonce
+        return real
+
+    def check_startup(self, protocol, timeout_s):
+        key = f"startup/data/{self.rank}"
+        self.chan.hook = lambda k, reader: self.signed_store.alt if k == key and reader == victim else None
+        print(f"rank {self.rank}: serving node {victim} a second start-up record", flush=True)
+        return check(self, protocol, timeout_s)
+
+    SignedStore.startup_record, DistributedTransport.check_startup = startup_record, check_startup
+
+
+def split_view(victim: str) -> None:
+    """``twoview:R:V`` (H6): at the check-in R votes its true view (store and server) but its server serves node V
+    a view, signed by R, saying nobody is absent."""
+    from dgrpo.transports.checkin import CheckIn
+    from dgrpo.transports.peerserve import PeerChannel
+
+    vote, serve, alt = CheckIn._vote, PeerChannel.serve, {}
+
+    def _vote(self, view):
+        vote(self, view)
+        nonce = self.chan.nonce
+        alt["line"] = (json.dumps({"absent": [], "nonce": nonce, "sig": self._sig(f"join/view|{self.rank}||{nonce}")})
+                       + "\n").encode()
+        print(f"rank {self.rank}: voted {list(view)}; serving node {victim} the view []", flush=True)
+
+    def two_faced(self, key, reader):
+        if key == "join/view" and reader == victim and "line" in alt:
+            return alt["line"]
+        return serve(self, key, reader)
+
+    CheckIn._vote, PeerChannel.serve = _vote, two_faced
+
+
+def split_role(victim: str) -> None:
+    """``tworole:R:V`` (H9): R's server serves node V its start-up role as ``attacker`` and every other reader as
+    ``honest`` (what it declares)."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    original = DistributedTransport.post
+
+    def post(self, tag, payload, framed=False):
+        out = original(self, tag, payload, framed)
+        if tag == "role":
+            other = payload.replace(b"honest", b"attacker")
+            served = self.chan.values[f"role/data/{self.rank}"]
+            self.chan.hook = lambda k, reader: (other if reader == victim else served) if k == f"role/data/{self.rank}" else None
+            print(f"rank {self.rank}: serving node {victim} another role", flush=True)
+        return out
+
+    DistributedTransport.post = post
+
+
+def apply(kind: str, rest: list[str]) -> None:
+    """``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` (:func:`split_record`, :func:`split_view`,
+    :func:`split_role`)."""
+    return {"startsplit": split_record, "twoview": split_view, "tworole": split_role}[kind](*rest)

@@ -1,0 +1,65 @@
+"""One two-faced or withholding rank at start-up cannot split the swarm nor get an honest rank blamed (issue 31,
+must-have 5; review r31f H4, H10, H6, H9). 4 ranks on loopback with the roster file; rank 3 attacks.
+
+Each case: every rank stops before training (exit 3, no round in the metrics), and every honest rank's one error
+line names node 3: the ranks start together or not at all (the ready barrier, transports/startready.py).
+"""
+
+import pytest
+from distributed_helpers import launch
+from test_store_attacks import ARGS, _roster, one_error_line
+
+
+def _run(tmp_path, tiny_model_dir, scenario, *extra):
+    args = ["run", f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path), f"out_dir={tmp_path}", "name=d",
+            "swarm.transport=distributed", *extra]
+    return launch(4, args, scenario=scenario, timeout=120, log_dir=str(tmp_path))
+
+
+def _trained(tmp_path) -> bool:
+    metrics = tmp_path / "d" / "metrics.jsonl"
+    return metrics.exists() and any('"train/' in line for line in metrics.read_text().splitlines())
+
+
+@pytest.mark.parametrize("policy", ["continue", "abort"])
+def test_a_second_signed_start_up_record_shown_to_one_rank_stops_every_rank_naming_its_signer(tmp_path, tiny_model_dir,
+                                                                                            policy):
+    """H4: rank 3's server shows node 0 a second start-up record it signed (same values, another launch nonce).
+    Before, every check passed, node 0 held another launch id than nodes 1-2 and both sides trained on, refusing
+    each other's messages as ``run`` (exit codes [0, 0, 0, 0]). Now each rank's signed ready confirmation quotes
+    the records it read; node 3's two records are a signed proof, and every honest rank stops naming node 3."""
+    results = _run(tmp_path, tiny_model_dir, "startsplit:3:0", f"swarm.on_peer_failure={policy}")
+    assert [r.returncode for r in results][:3] == [3, 3, 3], [r.output[-2000:] for r in results]
+    for r in results[:3]:
+        line = one_error_line(r.output)
+        assert "node 3 signed two different start-up records for this launch" in line, (r.rank, line)
+        assert "node 0 " not in line.replace("read by node 0", "") or r.rank == 0, (r.rank, line)
+    assert not _trained(tmp_path)
+
+
+def test_a_start_up_record_withheld_from_one_rank_stops_every_rank_naming_who_withheld_it(tmp_path, tiny_model_dir):
+    """H10: rank 3's server never serves node 1 its start-up record. Before, nodes 0 and 2 passed and trained on
+    while node 1 waited startup_timeout_s and was expelled as `missing payload` (exit codes [0, 3, 0, 0]). Now nobody
+    starts round 0 before every rank confirmed: node 1 stops naming node 3, and nodes 0 and 2 stop quoting node 1's
+    signed reason, never calling node 1 silent."""
+    results = _run(tmp_path, tiny_model_dir, "withhold:3:1:^startup/data/")
+    assert [r.returncode for r in results][:3] == [3, 3, 3], [r.output[-2000:] for r in results]
+    assert "node 3 sent nothing for exchange 'startup'" in one_error_line(results[1].output)
+    for r in (results[0], results[2]):
+        line = one_error_line(r.output)
+        assert "node 1 stopped at start-up (node 3 sent nothing for exchange 'startup'" in line, (r.rank, line)
+        assert "node 1 sent nothing" not in r.output and "node 1 is out" not in r.output, r.output[-2000:]
+    assert not _trained(tmp_path)
+
+
+def test_a_ready_confirmation_withheld_from_one_rank_reaches_it_through_its_peers(tmp_path, tiny_model_dir):
+    """The last start-up value: rank 3's server never serves node 1 its ready confirmation. Node 1 takes node 3's
+    signed confirmation from a peer that holds them all (``ready/all``), so every rank starts round 0 and trains
+    the two rounds with all four nodes; nobody is expelled or named."""
+    results = _run(tmp_path, tiny_model_dir, "withhold:3:1:^ready/data/")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    assert not any("is out of the swarm" in r.output or "sent nothing" in r.output for r in results)
+    from dgrpo.metrics.logger import read_metrics
+
+    records = read_metrics(tmp_path / "d")
+    assert [r.get("swarm/messages") for r in records] == [8, 8, None]

@@ -63,3 +63,18 @@ def test_a_ready_confirmation_withheld_from_one_rank_reaches_it_through_its_peer
 
     records = read_metrics(tmp_path / "d")
     assert [r.get("swarm/messages") for r in records] == [8, 8, None]
+
+
+def test_a_two_faced_check_in_view_stops_every_rank_naming_its_signer(tmp_path, tiny_model_dir):
+    """H6: rank 2 starts 7 s late (startup_timeout_s=4); rank 3 votes the true view [2] but its server shows node 1 a
+    view, signed by node 3, saying nobody is absent. Node 0 counts [2] three times and goes on; node 1 holds node
+    3's two signed views and no quorum. Before, node 1 stopped naming nobody and node 0 then stopped calling honest
+    node 1 silent at exchange 'role'. Now node 1's line names node 3 (its two signed views: the proof) and node 0
+    quotes node 1's signed reason."""
+    results = _run(tmp_path, tiny_model_dir, "late:2:7,twoview:3:1", "swarm.startup_timeout_s=4")
+    assert [r.returncode for r in results][:2] == [3, 3], [r.output[-2000:] for r in results]
+    said = "node 3 signed 2 different views of who joined ([[], [2]], both verify under node 3's key"
+    assert one_error_line(results[1].output).startswith(f"dgrpo: error: {said}"), results[1].output[-2000:]
+    line = one_error_line(results[0].output)
+    assert f"node 1 stopped at start-up ({said}" in line and "node 1 sent nothing" not in line, line
+    assert not _trained(tmp_path)

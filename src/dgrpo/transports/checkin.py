@@ -82,6 +82,7 @@ class CheckIn:
         self._said: set[str] = set()
         self._marked: set[int] = set()  # ranks whose valid mark this rank saw (kept if deleted later)
         self._seen_keys: set[int] = set()  # ranks whose mark key this rank saw in the store
+        self.two_faced: dict[int, list[list[int]]] = {}  # rank → the different views its key signed (a proof)
 
     # ------------------------------------------------------------------ store
     def _call(self, fn, *args):
@@ -250,6 +251,7 @@ class CheckIn:
             if len(vs) == 1:
                 counted[node] = next(iter(vs))
             elif vs:
+                self.two_faced[node] = sorted(map(list, vs))
                 self._say(node, f"check-in: node {node} signed {len(vs)} different views of who joined "
                                 f"({sorted(map(list, vs))}); counted for none")
         for view, count in Counter(counted.values()).items():
@@ -314,6 +316,12 @@ class CheckIn:
                     continue
             elif now >= give_up:
                 seen = ", ".join(f"node {n}: {list(v)}" for n, v in sorted(counted.items()))
+                if self.two_faced:  # (both views verify under its key: it showed its peers different views)
+                    raise PeerFailure("; ".join(f"node {n} signed {len(vs)} different views of who joined ({vs}, both "
+                                                f"verify under node {n}'s key: it showed its peers different views)"
+                                                for n, vs in sorted(self.two_faced.items())) +
+                                      f", so no view reached {self.need} of {self.world} at node {self.rank} (its "
+                                      f"count: {seen}); stopping before round 0 rather than splitting the swarm")
                 raise PeerFailure(f"node {self.rank}: the ranks' views of who is absent ({seen}) did not agree within "
                                   f"swarm.startup_timeout_s={self.timeout_s:g}s ({self.need} of {self.world} must "
                                   "agree; ranks started around the timeout?): start every rank within it")
@@ -380,5 +388,8 @@ def check_in(store, rank: int, world: int, timeout_s: float, go_on: bool = False
         chan = PeerChannel(rank, dist.PrefixStore("dgrpo", store), keys=keys)
     try:
         return CheckIn(store, rank, world, timeout_s, go_on, keys, chan).run()
+    except PeerFailure as err:  # (signed: its peers that went on quote it instead of calling it silent; r31f H6)
+        chan.announce_stop(str(err))
+        raise
     finally:
         store.set_timeout(datetime.timedelta(seconds=max(timeout_s, 0.001)))

@@ -60,7 +60,7 @@ def split_view(victim: str) -> None:
 
 def split_role(victim: str) -> None:
     """``tworole:R:V`` (H9): R's server serves node V its start-up role as ``attacker`` and every other reader as
-    ``honest`` (what it declares)."""
+    ``honest`` (what it declares), each signed with R's key as an honest rank signs its role."""
     from dgrpo.transports.distributed import DistributedTransport
 
     original = DistributedTransport.post
@@ -68,7 +68,8 @@ def split_role(victim: str) -> None:
     def post(self, tag, payload, framed=False):
         out = original(self, tag, payload, framed)
         if tag == "role":
-            other = payload.replace(b"honest", b"attacker")
+            keys, nonce = self.chan.keys, self.chan.nonce  # (signed as its real role is, when a roster signs it)
+            other = f"attacker|{keys.sign(f'role|{self.rank}|attacker|{nonce}') if keys else ''}".encode()
             served = self.chan.values[f"role/data/{self.rank}"]
             self.chan.hook = lambda k, reader: (other if reader == victim else served) if k == f"role/data/{self.rank}" else None
             print(f"rank {self.rank}: serving node {victim} another role", flush=True)

@@ -78,3 +78,16 @@ def test_a_two_faced_check_in_view_stops_every_rank_naming_its_signer(tmp_path, 
     line = one_error_line(results[0].output)
     assert f"node 1 stopped at start-up ({said}" in line and "node 1 sent nothing" not in line, line
     assert not _trained(tmp_path)
+
+
+def test_a_two_faced_role_stops_every_rank_naming_its_signer(tmp_path, tiny_model_dir):
+    """H9: rank 3's server serves node 0 its role as ``attacker`` and nodes 1-2 as ``honest``, both signed with its
+    key. Before, every rank stopped naming honest node 0 ("nodes [0] run with another honest") and blaming the store.
+    Now every honest line names node 3: its two signed roles, quoted in the ranks' signed start-up records."""
+    results = _run(tmp_path, tiny_model_dir, "tworole:3:0")
+    assert [r.returncode for r in results][:3] == [3, 3, 3], [r.output[-2000:] for r in results]
+    for r in results[:3]:
+        line = one_error_line(r.output)
+        assert "node 3 declared two different start-up roles, both signed by its key" in line, (r.rank, line)
+        assert "run with another" not in line and "wrote over" not in line, line
+    assert not _trained(tmp_path)

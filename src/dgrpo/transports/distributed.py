@@ -60,7 +60,7 @@ from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fin
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
-from dgrpo.transports.startready import barrier, check_ready, ready_record
+from dgrpo.transports.startready import barrier, check_ready, ready_record, two_faced_roles
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
@@ -113,6 +113,7 @@ class DistributedTransport:
         self.alive = set(range(world_size))
         self.failed, self.labels, self.rejected = {}, {}, []  # see transports/base.py: Transport
         self.first_round = 0  # every rank starts together (a world of fixed size)
+        self.roles: dict[str, list[str]] = {}  # node → [its declared role, its signature] (rendezvous.agree_at_start)
         self.verifier = None
         self.equivocators: dict[int, int] = {}
         self.signed_store = SignedStore(self.store, rank, self.alive, self.wait)
@@ -182,15 +183,15 @@ class DistributedTransport:
         chan = self.chan  # every rank's server address as this rank resolved it (an address overwritten in
         # the store before a rank read it would show here as a different map): never read again after this
         values = {"context": protocol.verifier.context, "honest": self.honest,  # equal on every rank
-                  "roster": protocol.verifier.roster.fingerprint,
+                  "roster": protocol.verifier.roster.fingerprint, "roles": self.roles,
                   "servers": {str(k): chan.address_of(k) for k in range(self.world_size) if k in self.alive}}
         servers = dict(chan.launches) if chan.keys is not None else None  # (each server's launch, as proved)
         records = self.gather_values("startup", self.signed_store.startup_record(values, chan.nonce), timeout_s=timeout_s)
         chan.frozen = True
         try:  # (then the ready barrier: transports/startready.py)
             self.signed_store.check_records(values, records, servers)
-        except PeerFailure as err:
-            self._stop_at_start(err, "startup")
+        except PeerFailure as err:  # (a rank that showed its peers different roles: named, signed proof)
+            self._stop_at_start(PeerFailure(two_faced_roles(self.signed_store, values, records, chan) or err), "startup")
         readies = barrier(self, ready_record(self.signed_store), timeout_s)
         try:
             check_ready(self.signed_store, values, readies, servers)

@@ -153,15 +153,31 @@ def agree_at_start(transport, rank: int, cfg: "RunConfig") -> list[int]:
     exchanged with ``transport.gather_values`` within ``swarm.startup_timeout_s``; ``rank``: this one).
 
     Each rank knows only whether it itself attacks (its own config); which ranks report metrics is
-    decided from what each declares, never from the others' entries of swarm.malicious.
+    decided from what each declares, never from the others' entries of swarm.malicious. With a roster file each
+    declaration is signed for its rank's server launch; the roles a rank read go into its signed start-up record
+    (``transport.roles``), where one rank's two different signed roles are its proof of equivocation
+    (:func:`~dgrpo.transports.startready.two_faced_roles`).
 
     Raises:
         ConfigError: the ranks' config fingerprints differ (names the ranks).
-        PeerFailure: a rank did not serve its values in time (:meth:`DistributedTransport.gather_values`).
+        PeerFailure: a rank did not serve its values in time (:meth:`DistributedTransport.gather_values`), or served a
+            role its key did not sign.
     """
     sw = cfg.swarm
-    roles = transport.gather_values("role", "attacker" if rank in set(sw.malicious) else "honest",
-                                    timeout_s=sw.startup_timeout_s)
+    chan = transport.chan  # with a roster file each role is signed for its server's launch (review r31f H9)
+    role = "attacker" if rank in set(sw.malicious) else "honest"
+    sig = chan.keys.sign(f"role|{rank}|{role}|{chan.nonce}") if chan.keys is not None else ""
+    said = {n: (v.split("|", 1) + [""])[:2] for n, v in transport.gather_values(
+        "role", f"{role}|{sig}", timeout_s=sw.startup_timeout_s).items()}
+    bad = [n for n, (r, s) in sorted(said.items()) if chan.keys is not None and n != rank and
+           chan.keys.signed_by(n, f"role|{n}|{r}|{chan.launches.get(n)}", s) != n]
+    if bad:  # (served by its own server: its doing)
+        why = (f"nodes {bad} served a start-up role that their keys did not sign for their servers' launches: "
+               "stopping before round 0")
+        chan.announce_stop(why)
+        raise PeerFailure(why)
+    transport.roles = {str(n): v for n, v in sorted(said.items())}  # (signed by each rank in its start-up record)
+    roles = {n: r for n, (r, _) in said.items()}
     prints = transport.gather_values("config", config_fingerprint(cfg), timeout_s=sw.startup_timeout_s)
     odd = sorted(n for n, fp in prints.items() if fp != prints[min(prints)])
     if odd:

@@ -175,3 +175,30 @@ def check_ready(store: "SignedStore", values: dict, readies: dict[int, str], ser
     if false:
         raise PeerFailure("; ".join(f"node {j}'s ready confirmation {why}" for j, why in sorted(false.items()))
                           + f" (checked by node {store.rank}): stopping before round 0 rather than splitting the swarm")
+
+
+def two_faced_roles(store: "SignedStore", values: dict, records: dict[int, str], chan) -> str | None:
+    """Why the start-up check failed when a rank declared different roles to different readers (review r31f H9): the
+    line naming it, or None. Each rank's valid start-up record (:attr:`SignedStore.nonces`) quotes the roles it read
+    (``values["roles"]``: ``str(node)`` → [role, signature]). With a roster file a role that differs from this
+    rank's read and is signed by its rank (for its server's launch) is that rank's proof of equivocation; without
+    one (nothing is signed at that point) the line says it cannot tell who."""
+    mine, seen = values.get("roles") or {}, {}
+    for node in sorted(store.nonces):
+        try:
+            theirs = json.loads(records[node])["values"]["roles"]
+            seen.update({(int(k), node): v for k, v in theirs.items() if k in mine and v != mine[k]
+                         and isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)})
+        except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
+            continue
+    keys = chan.keys
+    for (k, node), (role, sig) in sorted(seen.items()):
+        if keys is None:
+            return (f"node {k}'s start-up role reached node {store.rank} as {mine[str(k)][0]!r} and node {node} as "
+                    f"{role!r} (unsigned without a roster file: node {k} served its peers different roles, or node "
+                    f"{node}'s record is false; this rank cannot tell which); stopping before round 0")
+        if keys.signed_by(k, f"role|{k}|{role}|{chan.launches.get(k)}", sig) == k:
+            return (f"node {k} declared two different start-up roles, both signed by its key for its server's launch "
+                    f"({mine[str(k)][0]!r} read by node {store.rank}, {role!r} read by node {node}: it showed its peers "
+                    "different roles); stopping before round 0 rather than splitting the swarm")
+    return None

@@ -10,7 +10,8 @@ rank can make another leave at start-up, nor make the others go on without it: a
 unsigned ``dgrpo/join/abandoned`` list) is named under its writer and changes nothing. A rank a quorum found
 absent leaves in one line; the others go on without it under ``on_peer_failure=continue`` (under ``abort``
 each rank that timed out stops, naming the missing ranks and what of them it lacked). A rank whose key signed
-two views is counted for neither, and named.
+two views is counted for neither, and named (in the stop line too, when no view reached a quorum); a rank the
+check-in stops says why, signed (:meth:`PeerChannel.announce_stop`), so a rank that went on quotes it.
 
 With a roster file (:class:`~dgrpo.transports.peerserve.AddressKeys`) a rank has joined when its server
 answers a fresh challenge for the launch nonce of its signed address record (read from the store, or pushed

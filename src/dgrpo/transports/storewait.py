@@ -15,8 +15,9 @@ Round data never goes through the shared c10d store, where any rank can delete o
 * ``{tag}/status/{k}`` in the store: k's signed leave marks (:mod:`dgrpo.transports.signedstore`): k stopped
   on an error and will not post ``tag``.
 * k's stop notice (:meth:`PeerChannel.stop_of`: pushed by k to this rank's server, or ``stop/{k}`` in the store),
-  signed for k's server's launch: k stopped at start-up (in a round: its start-up check failed after this
-  rank's passed) and is out at once, unaccused, named with its reason.
+  signed for k's server's launch: k stopped at start-up, unaccused, named with its reason; in a start-up exchange or
+  this rank's first round exchange (k's start-up failed after this rank's passed) this rank stops too, later k is
+  out at once (:meth:`StoreExchange._stopped`).
 
 Every wait ends at the exchange's deadline: peers are polled at once with bounded reads
 (:meth:`PeerChannel.fetch`), and a round's exchanges (``r{n}``, ``eq{n}``, wait notes' extensions included) end

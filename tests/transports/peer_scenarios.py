@@ -63,8 +63,8 @@ def serve_attack(mode: str) -> None:
             yield b" " * (1 << 20)
 
     def hook(key, reader):
-        if not (key.startswith(("r", "eq", "accuse")) and key[:2] != "ro"):
-            return None  # start-up values (role, roster) are served honestly: a start-up DoS is out of scope here
+        if not key.startswith(("r", "eq", "accuse")) or key.startswith(("ro", "ready")):
+            return None  # start-up values (role, roster, ready) are served honestly: a start-up DoS is out of scope here
         return {"slow": trickle, "huge": endless}.get(mode, lambda: os.urandom(4096))()
 
     def post(self, tag, payload, framed=False):

@@ -67,6 +67,22 @@ def note_late(first: float, late_r: float, late_eq: float) -> None:
     DistributedTransport.post = late
 
 
+def relay_note(victim: str) -> None:
+    """The limit h31y left: this rank serves a signed note in each ``r{n}`` naming every other live node (it claims
+    it waited for their round payloads: false) and never serves its relays ``eq{n}`` to reader ``victim``."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    withhold(victim)
+    post = DistributedTransport.post
+
+    def noted(self, tag, payload, framed=False):
+        if re.fullmatch(r"r\d+", tag):
+            self.exchanger.notes.note(tag, sorted(set(self.alive) - {self.rank}))
+        return post(self, tag, payload, framed)
+
+    DistributedTransport.post = noted
+
+
 def why_junk(victim: int) -> None:
     """Review r31e G2 in a launch: before it reads round 0, this rank appends to the victim's stop reason in the store
     (``why/{victim}``, where an honest node that stops under abort leaves its signed reason) 16 junk lines, 8 lines
@@ -124,11 +140,14 @@ def apply(kind: str, rest: list[str]) -> None:
     """``withhold:R:V[:REGEX]`` (R never serves REGEX, default its relays, to reader V or ``low``), ``hide:R:V``
     (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS[:EQ_S]`` (R posts ``r{n}`` and
     ``eq{n}`` SECONDS late, its relays EQ_S late when given), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`),
-    ``whyjunk:R:V`` / ``whydel:R:V`` (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`)."""
+    ``whyjunk:R:V`` / ``whydel:R:V`` (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`),
+    ``relaynote:R:V`` (:func:`relay_note`)."""
     if kind in ("whyjunk", "whydel"):
         return (why_junk if kind == "whyjunk" else why_delete)(int(rest[0]))
     if kind == "whyunserved":
         return why_unserved()
+    if kind == "relaynote":
+        return relay_note(rest[0])
     if kind == "xnote":
         return note_late(*map(float, rest))
     if kind == "withhold":

@@ -129,3 +129,50 @@ def test_a_payload_hidden_from_one_reader_names_the_hider_and_changes_nothing(tm
     strip = lambda recs: [{k: v for k, v in r.items() if k != "swarm/invalid_transport"} for r in recs]  # noqa: E731
     assert strip(comparable(got)) == strip(want)
     assert max(r["time/exchange"] for r in got[:2]) <= T + POLL
+
+
+def test_a_relay_then_a_round_payload_hidden_from_one_reader_gets_nobody_honest_expelled(tmp_path, tiny_model_dir):
+    """Review r31f H3: rank 3 hides its relay eq0 from node 1, then its round payload r1 (from node 1 only). Node 1
+    waits for eq0, so it is late into r1 (its eq0 note buys it E there), then waits for r1 and posts eq1 late. Before,
+    the round's one extension was spent: nodes 0 and 2 accused it in eq1, rank 3 added its accusation, and node 1 was
+    expelled (exit code 3; node 3 then named nowhere in the main's peers.jsonl). Now its r1 note buys it the relay
+    extension too (each within the round's end): nobody is expelled, node 3 is named `accused` in rounds 0 and 1, the
+    metrics are the clean run's and every round's exchange ends within timeout_s."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10"]
+    assert main(["run", *args, f"out_dir={tmp_path}", "name=in"]) == 0
+    want = comparable(read_metrics(tmp_path / "in"))
+    results, got, peers = _run(tmp_path, args, "withhold:3:1:^(eq0|r1)/data/")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    out = "".join(r.output for r in results)
+    assert "declared failed" not in out and "is out of the swarm" not in out
+    assert sum(_named(p, 3).get("accused", 0) for p in peers) == 2, peers  # (node 1's of eq0 and r1, lone)
+    assert all(_named(p, n) == {} for p in peers for n in (0, 2))
+    # (node 1 only waited, `waited`; rank 3, which it kept waiting, may accuse it alone: named under both, no effect)
+    assert all(_named(p, 1).get("accused", 0) <= _named(p, 3).get("accusation", 0) for p in peers)
+    strip = lambda recs: [{k: v for k, v in r.items() if k != "swarm/invalid_transport"} for r in recs]  # noqa: E731
+    assert strip(comparable(got)) == strip(want)
+    assert max(r["time/exchange"] for r in got[:3]) <= T + POLL
+
+
+def test_a_rank_noting_waits_and_withholding_its_relay_from_one_reader_gets_nobody_honest_expelled(
+        tmp_path, tiny_model_dir):
+    """The limit h31y left: rank 3 serves a signed note in each r{r} naming every other node (it claims it waited for
+    their round payloads) and never serves its relay to node 1. Before, node 1 gave it the relay extension to its
+    round's end, posted r{r+1} ~timeout_s late, past its peers' W + E, and nodes 0, 2 and 3 expelled it in round 1.
+    Now node 1 waits past its relay post + E only while another peer is still in eq{r}; nodes 0 and 2 had every
+    relay and left, so it stops then: nobody is expelled, node 3 is named `accused` (node 1's accusations), the
+    metrics are the clean run's and every round's exchange ends within timeout_s."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10"]
+    assert main(["run", *args, f"out_dir={tmp_path}", "name=in"]) == 0
+    want = comparable(read_metrics(tmp_path / "in"))
+    results, got, peers = _run(tmp_path, args, "relaynote:3:1")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    out = "".join(r.output for r in results)
+    assert "declared failed" not in out and "is out of the swarm" not in out
+    # (node 1's, one a round; that of the last round may come after the main rank's last report)
+    assert sum(_named(p, 3).get("accused", 0) for p in peers) >= 2, peers
+    assert all(_named(p, n) == {} for p in peers for n in (0, 2))
+    assert all(_named(p, 1).get("accused", 0) <= _named(p, 3).get("accusation", 0) for p in peers)
+    strip = lambda recs: [{k: v for k, v in r.items() if k != "swarm/invalid_transport"} for r in recs]  # noqa: E731
+    assert strip(comparable(got)) == strip(want)
+    assert max(r["time/exchange"] for r in got[:3]) <= T + POLL

@@ -130,14 +130,15 @@ def test_a_peer_that_waited_for_this_node_only_because_this_node_waited_for_it_g
         time.sleep(0.4)
 
 
-def test_a_note_naming_every_node_buys_nothing_from_one_it_kept_waiting_and_extensions_never_chain():
+def test_a_note_naming_every_node_buys_nothing_from_one_it_kept_waiting_and_extensions_never_pass_the_round():
     """Review r31e G1: rank 2 notes (signed) waiting for every other node in every exchange and posts late. Before, a
-    note naming more than one node always bought timeout_s more, and a relay after an extended round payload got
-    its arrival + 2 x timeout_s: rounds of 3.3-3.9 x timeout_s. Now (timeout_s=2: W=0.6 s, E=1 s, S=0.4 s): (a) node
-    0, which had noted waiting for node 2 in r0, gives node 2's note of eq0 (naming 0 and 1) nothing in r1; (b) a
-    round payload extended once (r0 at 0.9 s) gets no second extension for its relay (eq0 served at 1.8 s: missed
-    at node 0's relay deadline, its relay post + S = 1.3 s); (c) a relay extension alone ends at the round's end,
-    r0 post + timeout_s (its round payload came at 0.5 s: arrival + timeout_s would be 2.5 s)."""
+    note naming more than one node always bought timeout_s more and a relay after it chained a second extension:
+    rounds of 3.3-3.9 x timeout_s. Now (timeout_s=2: W=0.6 s, E=1 s, S=0.4 s): (a) node 0, which had noted waiting
+    for node 2 in r0, gives node 2's note of eq0 (naming 0 and 1) nothing in r1; (b) a round payload extended (r0 at
+    0.9 s) may get a relay extension too (review r31f H3), but never past the round's end, r0 post + timeout_s: eq0
+    served at 1.8 s is taken, at 2.3 s it is missed at 2.0 s (before the round's cap: 2 x timeout_s + slack_s);
+    (c) a relay extension alone ends at the round's end too (its round payload came at 0.5 s: arrival + timeout_s
+    would be 2.5 s)."""
     t = 2.0
     # (a) the caused-it rule on a note naming several nodes
     ts, _ = _ranks(n=3, timeout_s=t)
@@ -152,28 +153,33 @@ def test_a_note_naming_every_node_buys_nothing_from_one_it_kept_waiting_and_exte
     assert time.monotonic() - start < 0.85
     assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "missing payload")]
     time.sleep(0.3)
-    # (b) no chaining: extended in r0, nothing more for eq0
-    ts, _ = _ranks(n=3, timeout_s=t)
-    a = ts[0]
-    ts[2].exchanger.notes.note("r0", [0, 1])  # (served as it would be: before its late post)
-    a.exchanger.post("r0", b"mine")
-    t0 = time.monotonic()
-    ts[1].chan.set("r0/data/1", b"one")
-    ts[1].chan.set("eq0/data/1", b"relay one")
-    ts[2].exchanger.notes.note("eq0", [0, 1])
-    _later(0.9, lambda: ts[2].chan.set("r0/data/2", b"two"))
-    _later(1.8, lambda: ts[2].chan.set("eq0/data/2", b"relay two"))
-    a.exchanger.schedule.history.insert(0, "eq-1")  # (an exchange before r0 whose note names node 2's r0: none)
-    ts[2].exchanger.notes.note("eq-1", [0, 1])
-    assert a.exchanger.collect("r0", [1, 2], t0 + t, 1 << 20) == {1: b"one", 2: b"two"}
-    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "waited")]  # (nobody honest named late)
-    a.exchanger.post("eq0", b"relay")
-    a.rejected = []
-    assert a.exchanger.collect("eq0", [1, 2], time.monotonic() + t, 1 << 20) == {1: b"relay one"}
-    took = time.monotonic() - t0
-    assert 0.9 + slack_s(t) - 0.05 < took < 1.75, took  # its relay deadline (~1.3 s), not a second extension
-    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "missing payload")]
-    time.sleep(0.5)
+    # (b) extended in r0, then in eq0 too, within the round's end
+    for relay_at, want in ((1.8, {1: b"relay one", 2: b"relay two"}), (2.3, {1: b"relay one"})):
+        ts, _ = _ranks(n=3, timeout_s=t)
+        a = ts[0]
+        ts[2].exchanger.notes.note("r0", [0, 1])  # (served as it would be: before its late post)
+        a.exchanger.post("r0", b"mine")
+        t0 = time.monotonic()
+        ts[1].chan.set("r0/data/1", b"one")
+        ts[1].chan.set("eq0/data/1", b"relay one")
+        ts[2].exchanger.notes.note("eq0", [0, 1])
+        _later(0.9, lambda: ts[2].chan.set("r0/data/2", b"two"))
+        _later(relay_at, lambda: ts[2].chan.set("eq0/data/2", b"relay two"))
+        a.exchanger.schedule.history.insert(0, "eq-1")  # (an exchange before r0 whose note names node 2's r0: none)
+        ts[2].exchanger.notes.note("eq-1", [0, 1])
+        assert a.exchanger.collect("r0", [1, 2], t0 + t, 1 << 20) == {1: b"one", 2: b"two"}
+        assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "waited")]  # (nobody honest named late)
+        a.exchanger.post("eq0", b"relay")
+        a.rejected = []
+        assert a.exchanger.collect("eq0", [1, 2], time.monotonic() + t, 1 << 20) == want
+        took = time.monotonic() - t0
+        if relay_at < t:
+            assert relay_at - 0.05 < took < relay_at + 0.25, took
+            assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "waited")]
+        else:
+            assert t - 0.05 < took < t + 0.25, took  # the round's end, not a chained arrival + E
+            assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "missing payload")]
+        time.sleep(max(0.0, t0 + 2.6 - time.monotonic()))
     # (c) a relay extension (its round payload in the window) ends at the round's end
     ts, _ = _ranks(n=3, timeout_s=t)
     a = ts[0]
@@ -272,3 +278,83 @@ def test_the_record_and_done_waits_are_bounded_without_extensions():
     assert t - 0.05 < time.monotonic() - start < t + 0.25  # node 2 noted waiting: no extension at done either
     assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(2, "missing payload")]
     time.sleep(0.4)
+
+
+def test_a_node_late_into_a_round_for_a_withheld_relay_then_kept_waiting_gets_its_relay_extension_too():
+    """Review r31f H3: node 1 noted waiting for node 2's relay eq0, so it posts r1 0.9 s after node 0 (timeout_s=2:
+    W=0.6 s, E=1 s, S=0.4 s) and gets E in r1; then node 2 hides r1 from it, node 1 notes waiting in r1 and posts its
+    relay eq1 W after its r1 post (1.6 s). Before, it had spent the round's one extension in r1: node 0 stopped at
+    its relay deadline (1.3 s) and, with nodes 2 and 3, expelled node 1. Now its r1 note buys it the relay extension
+    as well (within the round's end, 2.0 s), and the round still ends by then."""
+    t = 2.0
+    ts, _ = _ranks(n=3, timeout_s=t)
+    a = ts[0]
+    a.exchanger.schedule.enter("eq0")
+    ts[1].exchanger.notes.note("eq0", [2])
+    ts[2].chan.set("r1/data/2", b"two")
+    ts[2].chan.set("eq1/data/2", b"relay two")
+    a.exchanger.post("r1", b"mine")
+    t0 = time.monotonic()
+    _later(0.9, lambda: ts[1].chan.set("r1/data/1", b"one"))
+    assert a.exchanger.collect("r1", [1, 2], t0 + t, 1 << 20) == {1: b"one", 2: b"two"}
+    ts[1].exchanger.notes.note("r1", [2])
+    a.exchanger.post("eq1", b"relay")
+    _later(1.6 - (time.monotonic() - t0), lambda: ts[1].chan.set("eq1/data/1", b"relay one"))
+    a.rejected = []
+    assert a.exchanger.collect("eq1", [1, 2], t0 + t, 1 << 20) == {1: b"relay one", 2: b"relay two"}
+    assert 1.55 < time.monotonic() - t0 < t + 0.25
+    assert [(n, r.split(":")[0]) for n, r in a.rejected] == [(1, "waited")]
+    time.sleep(0.3)
+
+
+@pytest.mark.parametrize("left", [(1, 2), (1,), ()])
+def test_a_relay_extension_past_the_relay_post_plus_e_holds_only_while_other_peers_are_still_in_the_exchange(left):
+    """The limit h31y left: node 3 serves a note in r0 naming nodes 1 and 2 and never serves its relay to node 0.
+    Before, node 0 gave it the relay extension to its round's end (2.0 s at timeout_s=2) while nodes 1 and 2, which
+    had every relay, left eq0 at once: node 0 posted r1 ~timeout_s late, past their W + E, and they and node 3 (a
+    quorum of 4) expelled it. Now past its relay post + E (1.0 s) node 0 waits on only while at least one other peer
+    (4 - quorum(4) = 1; node 3 apart) is still in eq0, as its server says (`end/eq0`): both left, it stops then; one
+    or none left, the rest cannot make a quorum against it, and it waits to the round's end."""
+    t = 2.0
+    ts, _ = _ranks(n=4, timeout_s=t)
+    a = ts[0]
+    for k in (1, 2, 3):
+        ts[k].chan.set(f"r0/data/{k}", b"x")
+    for k in (1, 2):
+        ts[k].chan.set(f"eq0/data/{k}", b"relay")
+    a.exchanger.post("r0", b"mine")
+    t0 = time.monotonic()
+    assert len(a.exchanger.collect("r0", [1, 2, 3], t0 + t, 1 << 20)) == 3
+    ts[3].exchanger.notes.note("r0", [1, 2])
+    for k in left:
+        ts[k].exchanger.notes.ended("eq0")
+    a.exchanger.post("eq0", b"relay")
+    assert sorted(a.exchanger.collect("eq0", [1, 2, 3], t0 + t, 1 << 20)) == [1, 2]
+    took = time.monotonic() - t0
+    want = extension_s(t) if len(left) == 2 else t
+    assert want - 0.05 < took < want + 0.3, (left, took)
+    assert a.exchanger.notes.waited(0, ["eq0"], time.monotonic() + 1) == ("eq0", [3])  # (its note: r1 extends it)
+    time.sleep(0.3)
+
+
+def test_under_abort_a_peer_serving_a_signed_stop_reason_gets_no_extension():
+    """Node 1 noted waiting in eq0, then stopped under abort (it serves its signed reason). Before, node 0 still gave
+    it E more in r1 (until W + E = 1.6 s at timeout_s=2) before stopping itself; now it stops at W (0.6 s), quoting
+    node 1's reason. Without the stop reason, the note buys the extension."""
+    t = 2.0
+    for stopped in (True, False):
+        ts, _ = _ranks(n=2, timeout_s=t)  # (2 ranks: node 0 has no other peer to serve its own reason to)
+        for r in ts:
+            r.exchanger.on_peer_failure = "abort"
+        a = ts[0]
+        a.exchanger.schedule.enter("eq0")
+        ts[1].exchanger.notes.note("eq0", [0])
+        if stopped:
+            ts[1].exchanger.notes.say_stop("node 0 sent nothing for exchange 'eq0'")
+        start = time.monotonic()
+        with pytest.raises(PeerFailure) as err:
+            a.exchanger.collect("r1", [1], start + t, 1 << 20)
+        took = time.monotonic() - start
+        assert (took < window_s(t) + 0.3) if stopped else (window_s(t) + extension_s(t) - 0.05 < took), took
+        assert ("node 1 stopped first, saying (signed): node 0 sent nothing" in str(err.value)) == stopped
+        time.sleep(0.3)

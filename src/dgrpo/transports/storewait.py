@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 (quorum: re-exported)
 from dgrpo.transports.framing import OPEN, KeyCaps
-from dgrpo.transports.waits import Schedule, WaitNotes, note_s, slack_s, window_s
+from dgrpo.transports.waits import Schedule, WaitNotes, Witnesses, note_s, slack_s, window_s
 
 if TYPE_CHECKING:
     from dgrpo.transports.peerserve import PeerChannel
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 _SLICE_S = 0.25  # longest pause between two polls of the store
 STOP_GRACE_S = 3.0  # a start-up exchange, past its deadline: how long to look for a missing peer's stop notice
+_WITNESS_S = 0.5  # a relay held past this node's relay post + E: the others' `end/{tag}` read from this long before
 
 
 def cap_of(tag: str, caps: KeyCaps, world_size: int) -> int:
@@ -80,6 +81,7 @@ class StoreExchange:
         self.rank, self.alive, self.failed, self.chan = rank, alive, failed, chan
         self.store, self.ledger, self.wait, self.on_peer_failure, self.refuse = store, ledger, wait, on_peer_failure, refuse
         self.notes = WaitNotes(rank, chan, store)  # signed notes of whom this node waits for (transports/waits.py)
+        chan.acks = store  # (a read of a stop reason or `done` counts only with the reader's signature: review r31f H5)
         self.schedule = Schedule(wait.timeout_s)  # the round's deadlines
         self.started = False  # this node finished its first round exchange (a start-up stop no longer stops it)
 
@@ -140,7 +142,11 @@ class StoreExchange:
         reads: dict[int, tuple[Future, float]] = {}  # peer → (its read in flight, when it began)
         last: dict[int, float] = {}  # peer → when its last finished read began
         retry: dict[int, float] = {}  # peer → when to ask again (not served yet)
-        pool = ThreadPoolExecutor(max_workers=max(1, len(pending)), thread_name_prefix=f"dgrpo-read-{self.rank}")
+        pool = ThreadPoolExecutor(max_workers=max(1, len(pending) + len(self.alive)),
+                                  thread_name_prefix=f"dgrpo-read-{self.rank}")
+        safe = None if startup else self.schedule.safe(tag)  # (a relay: past it, hold on only while others are held)
+        witness = None if safe is None else Witnesses(self.rank, self.chan, tag, self.ledger.roster_of(tag, self.rank),
+                                                      pool.submit)
         try:
             while pending:
                 self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
@@ -189,9 +195,19 @@ class StoreExchange:
                             and set(why[1]) <= {self.rank}):  # for this node's round payload, served since its post:
                         why = None  # it had that by then, so the note buys nothing here (an honest node late to
                         # post, e.g. evaluating, gave its withholder the extension: expelled at its next post)
-                    if why is not None and self.schedule.grant(tag, peer):  # it only waited: more time, once a round
+                    if (why is not None and self.on_peer_failure == "abort"  # (it stopped: it says why, signed)
+                            and self.notes.stop_of(peer, until[peer], 0.25) is not None):
+                        why = None
+                    if why is not None:  # it only waited: more time, once an exchange, never past the round's end
                         extended[peer] = why
                         until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline)
+                if witness is not None and any(until[p] > safe for p in extended if p in pending):
+                    now = time.monotonic()  # (a relay held past this node's relay post + E: review r31f, the limit
+                    if now >= safe - _WITNESS_S:  # h31y left; only while enough others are held too: Witnesses)
+                        witness.poll(end)
+                    for peer in [p for p in pending if p in extended and until[p] > now >= safe]:
+                        if not witness.held(peer):
+                            until[peer] = now
                 now = time.monotonic()
                 out = [p for p in pending if now >= until[p] and p not in reads and last.get(p, -1.0) >= until[p]]
                 missed += out  # (past its deadline, read once more since: never read later this exchange)
@@ -207,6 +223,8 @@ class StoreExchange:
                     next_blame = now + 1.0
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+            if safe is not None:
+                self.notes.ended(tag)  # (its peers' Witnesses: this node left the relay exchange)
         heard = [p for p in missed if p in self.chan.launches] if self.chan.keys is not None else []
         if startup and heard and not stopped:  # (a peer that stopped at its own deadline: its signed reason, not
             grace_end = time.monotonic() + STOP_GRACE_S  # "sent nothing"; it says why within 2 s: announce_stop)

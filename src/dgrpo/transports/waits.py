@@ -10,13 +10,22 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
   own server, ``wait/{tag}``: one JSON line ``{"by": j, "peer": k, "tag": t, "sig": …}`` per peer it waits
   for, signed for the run (``wait|{tag}|{peer}``). Early (long before it posts its next exchange late), so
   its peers know in time; a note is a claim, never an accusation: it expels nobody.
-* **One extension per waiter.** A peer missing at this node's deadline in a round exchange whose note (read
-  afresh then) says it waited in one of the two exchanges before this one gets ``extension_s`` more, once:
-  whoever made it wait made it late, and nobody gives up on a peer that only waited (as on hivemind:
-  docs/hivemind.md). A note naming this node buys nothing from it when this node had noted waiting for the
-  note's writer just before (whatever else it names), nor a relay's extension when it names this node alone (its
-  round payload was served since its post); a peer gets at most one extension a round, and only the note's writer
-  is named for it (``waited``; review r31e G1).
+* **One extension per waiter and exchange.** A peer missing at this node's deadline in a round exchange whose note
+  (read afresh then) says it waited in one of the two exchanges before this one gets ``extension_s`` more, once
+  in that exchange: whoever made it wait made it late, and nobody gives up on a peer that only waited (as on
+  hivemind: docs/hivemind.md). A note naming this node buys nothing from it when this node had noted waiting for
+  the note's writer just before (whatever else it names), nor a relay's extension when it names this node alone
+  (its round payload was served since its post), nor anything from a peer that serves a signed stop reason (it
+  stopped); only the note's writer is named for it (``waited``; review r31e G1). A peer may get an extension in
+  both ``r{n}`` and ``eq{n}``: each ends by the round's end, so two never reach past it (review r31f H3: with one a
+  round, a node late into ``r{n}`` for a withheld relay, then kept waiting for a round payload, had none left for
+  its relay and was expelled).
+* **A relay extension only while others wait too** (:class:`Witnesses`). A node held in ``eq{n}`` past its relay
+  post + ``E`` posts ``r{n+1}`` later than peers that left ``eq{n}`` early will wait for it (their window plus its
+  extension). So past that point it keeps waiting for a noted relay only while at least ``n - quorum(n)`` of the
+  other live peers (the awaited one apart) are still in ``eq{n}`` (none serves ``end/eq{n}``, which each node serves
+  as it leaves an exchange): the rest, the awaited peer included, cannot make a quorum against it. A rank that
+  serves a note naming other nodes and withholds its relay from one victim no longer holds it to the round's end.
 
 **The round's budget is ``timeout_s``** (issue 31: every wait of round r ends by this node's ``r{r}`` post +
 ``timeout_s``, plus at most one poll). It is carved (:class:`Schedule`) into a payload window ``W``
@@ -40,9 +49,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
+
+from dgrpo.transports.accusations import quorum
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from dgrpo.transports.peerserve import PeerChannel
     from dgrpo.transports.signedstore import SignedStore
 
@@ -90,6 +103,8 @@ class WaitNotes:
     def __init__(self, rank: int, chan: "PeerChannel", store: "SignedStore"):
         self.rank, self.chan, self.store = rank, chan, store
         self._served: list[str] = []  # this node's note keys, oldest first
+        self._ends: list[str] = []  # this node's `end/{tag}` keys, oldest first
+        self._stops: dict[int, str] = {}  # peer → the signed stop reason read of it (its server may go once read)
         self._seen: dict[tuple[int, str], list[int]] = {}  # (peer, tag) → nodes it noted waiting for (positive only)
         self.mine: dict[str, set[int]] = {}  # exchange → the peers this node noted waiting for there
 
@@ -106,6 +121,13 @@ class WaitNotes:
             old = self._served.pop(0)
             self.chan.delete_key(old)
             self.mine.pop(old[5:], None)
+
+    def ended(self, tag: str) -> None:
+        """Serve ``end/{tag}``: this node left exchange ``tag`` (its peers' :class:`Witnesses` read it)."""
+        self.chan.set(f"end/{tag}", b"1")
+        self._ends.append(f"end/{tag}")
+        while len(self._ends) > _KEEP:
+            self.chan.delete_key(self._ends.pop(0))
 
     def waited(self, peer: int, tags: list[str], deadline: float) -> tuple[str, list[int]] | None:
         """(exchange, the nodes ``peer`` noted waiting for there) for the first of ``tags`` where ``peer``
@@ -144,21 +166,26 @@ class WaitNotes:
                        and self._why(p, self.chan.fetch(p, "why", 4096, end, 1.0)[0] or b"") is None}
             time.sleep(0.05 if waiting else 0.0)
 
-    def stop_of(self, peer: int, deadline: float) -> str | None:
-        """Why ``peer`` said it stopped (:meth:`say_stop`, signed by it for this run and launch): as its own server
-        serves it, else the first valid line of ``why/{peer}`` in the store (every line of its first
-        ``_WHY_BYTES``, at most ``_WHY_CHECKS`` signatures checked: junk before it hides nothing); None (nothing
-        there, junk, or another key's or launch's line: a claim nobody signed counts for nothing)."""
-        end = max(deadline, time.monotonic() + 1.0)
-        raw, _ = self.chan.fetch(peer, "why", 4096, end, 1.0)
+    def stop_of(self, peer: int, deadline: float, budget: float = 1.0) -> str | None:
+        """Why ``peer`` said it stopped (:meth:`say_stop`, signed by it for this run and launch): as read before (once
+        read, its server may stop serving it), else as its own server serves it (``budget`` seconds at most; the read
+        is acknowledged, signed: :meth:`PeerChannel.acked`), else the first valid line of ``why/{peer}`` in the store
+        (every line of its first ``_WHY_BYTES``, at most ``_WHY_CHECKS`` signatures checked: junk before it hides
+        nothing); None (nothing there, junk, or another key's or launch's line: a claim nobody signed counts for
+        nothing)."""
+        if peer in self._stops:
+            return self._stops[peer]
+        end = max(deadline, time.monotonic() + budget)
+        raw, _ = self.chan.fetch(peer, "why", 4096, end, budget)
         why = self._why(peer, raw or b"")
+        if why is None:
+            try:
+                why = self._why(peer, self.store.read(f"why/{peer}", end) or b"")
+            except Exception:  # noqa: BLE001 - the store is gone
+                return None
         if why is not None:
-            return why
-        try:
-            raw = self.store.read(f"why/{peer}", end) or b""
-        except Exception:  # noqa: BLE001 - the store is gone
-            return None
-        return self._why(peer, raw)
+            self._stops[peer] = why
+        return why
 
     def _why(self, peer: int, raw: bytes) -> str | None:
         checks = 0
@@ -209,7 +236,6 @@ class Schedule:
         self.history: list[str] = []
         self.posted: dict[str, float] = {}
         self.arrived: dict[str, dict[int, float]] = {}
-        self.granted: dict[int, set[int]] = {}  # round → the peers a note bought more time in it
 
     def enter(self, tag: str) -> None:
         """Record that this node entered exchange ``tag`` (its post or its first collect)."""
@@ -259,15 +285,12 @@ class Schedule:
             return max(self.posted[f"r{n}"] + t, now + w)
         return deadline
 
-    def grant(self, tag: str, peer: int) -> bool:
-        """Whether ``peer`` may get a note's extension in round exchange ``tag`` (and record it): at most once a round
-        (``r{n}`` and ``eq{n}`` together), so two extensions never chain (review r31e G1)."""
-        rnd = _parts(tag)[1]
-        if peer in self.granted.get(rnd, set()):
-            return False
-        self.granted = {n: s for n, s in self.granted.items() if n > rnd - 3}
-        self.granted.setdefault(rnd, set()).add(peer)
-        return True
+    def safe(self, tag: str) -> float | None:
+        """For a relay exchange ``eq{n}`` this node posted: its post + E, the latest it may stop waiting there with no
+        other peer held as long (a peer that left ``eq{n}`` then posts ``r{n+1}`` no earlier than it had this node's
+        relay and waits W + E for this node's, which the honest compute spread, under W, then meets:
+        :class:`Witnesses`); None otherwise."""
+        return self.posted[tag] + extension_s(self.timeout_s) if _parts(tag)[0] == "eq" and tag in self.posted else None
 
     def extended(self, tag: str, peer: int, base: float, waited_in: str, deadline: float) -> float:
         """The deadline of ``peer``, which noted waiting in exchange ``waited_in``: for a relay, its round payload's
@@ -280,6 +303,44 @@ class Schedule:
         else:
             out = base + extension_s(t)
         return max(base, min(out, self.cap(tag, deadline)))
+
+
+class Witnesses:
+    """Which of the other live peers of relay exchange ``tag`` are still in it, as their servers say (``end/{tag}``:
+    :meth:`WaitNotes.ended`), for a relay extension past :meth:`Schedule.safe` (module docstring).
+
+    Args:
+        rank: this node.
+        chan: its :class:`~dgrpo.transports.peerserve.PeerChannel`.
+        tag: the relay exchange ``eq{n}``.
+        roster: the live nodes of the exchange (this node included).
+        submit: ``submit(fn, *args) -> Future`` (the exchange's reader pool: a slow server holds only its own read).
+    """
+
+    def __init__(self, rank: int, chan: "PeerChannel", tag: str, roster, submit: Callable[..., "Future"]):
+        self.chan, self.tag, self.submit = chan, tag, submit
+        self.others = set(roster) - {rank}
+        self.need = len(set(roster) | {rank}) - quorum(len(set(roster) | {rank}))  # (others held: the rest < quorum)
+        self.left: set[int] = set()
+        self.reads: dict[int, tuple["Future", float]] = {}  # peer → (its read in flight, when it began)
+
+    def poll(self, deadline: float) -> None:
+        """Take the reads that finished; read each peer not known to have left again (at most every 0.2 s, each
+        read within 0.5 s and ``deadline``)."""
+        now = time.monotonic()
+        for peer, (fut, _) in [(p, r) for p, r in self.reads.items() if r[0].done()]:
+            if fut.result()[0] is not None:
+                self.left.add(peer)
+        self.reads = {p: r for p, r in self.reads.items() if not r[0].done() or now - r[1] < 0.2}
+        for peer in sorted(self.others - self.left - set(self.reads)):
+            self.reads[peer] = (self.submit(self.chan.fetch, peer, f"end/{self.tag}", 64, min(deadline, now + 0.5),
+                                            0.5), now)
+
+    def held(self, peer: int) -> bool:
+        """Whether enough other peers (``peer`` apart) are still in the exchange that those that left, with ``peer``,
+        are short of a quorum of the roster (a peer whose server does not say counts as still in: a dead one accuses
+        nobody)."""
+        return len(self.others - {peer} - self.left) >= self.need
 
 
 def _parts(tag: str) -> tuple[str | None, int | None]:

@@ -215,7 +215,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
-    ``whyunserved:R`` / ``relaynote:R:V`` (round_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``propose:R:NAME`` (R proposes NAME as the
+    ``whyunserved:R`` / ``whyread:R`` / ``relaynote:R:V`` (round_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``propose:R:NAME`` (R proposes NAME as the
     run name), ``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` (startup_scenarios); several scenarios are joined
     with ``,``."""
     if "," in scenario:
@@ -245,7 +245,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
         from startup_scenarios import apply as startup_attack
 
         return startup_attack(kind, rest)
-    if kind in ("withhold", "hide", "postlate", "xnote", "whyjunk", "whydel", "whyunserved", "relaynote"):
+    if kind in ("withhold", "hide", "postlate", "xnote", "whyjunk", "whydel", "whyunserved", "whyread", "relaynote"):
         from round_scenarios import apply as round_attack
 
         return round_attack(kind, rest)

@@ -83,6 +83,44 @@ def relay_note(victim: str) -> None:
     DistributedTransport.post = noted
 
 
+def why_read() -> None:
+    """Review r31f H5: from its first post, this rank keeps reading every other rank's stop reason (``why``) and
+    ``done/data/{k}`` in the name of each of that rank's other peers (``X-Dgrpo-Reader``), as if they had read it,
+    every 20 ms."""
+    import http.client
+    import threading
+
+    from dgrpo.transports.distributed import DistributedTransport
+
+    post, state = DistributedTransport.post, {}
+
+    def spoof(t):
+        others = sorted(set(range(t.world_size)) - {t.rank})
+        while True:
+            for owner in others:
+                addr = t.chan.address_of(owner)
+                for key in ("why", f"done%2Fdata%2F{owner}") if addr else ():
+                    for reader in set(others) - {owner}:
+                        host, port = addr.rsplit(":", 1)
+                        try:
+                            conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=0.5)
+                            conn.request("GET", f"/v/{key}", headers={"X-Dgrpo-Reader": str(reader)})
+                            conn.getresponse().read()
+                            conn.close()
+                        except (OSError, http.client.HTTPException):
+                            pass
+            time.sleep(0.02)
+
+    def keep(self, tag, payload, framed=False):
+        if not state:
+            state["t"] = threading.Thread(target=spoof, args=(self,), daemon=True)
+            state["t"].start()
+            print(f"rank {self.rank}: reading every rank's stop reason in its peers' names", flush=True)
+        return post(self, tag, payload, framed)
+
+    DistributedTransport.post = keep
+
+
 def why_junk(victim: int) -> None:
     """Review r31e G2 in a launch: before it reads round 0, this rank appends to the victim's stop reason in the store
     (``why/{victim}``, where an honest node that stops under abort leaves its signed reason) 16 junk lines, 8 lines
@@ -141,11 +179,13 @@ def apply(kind: str, rest: list[str]) -> None:
     (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS[:EQ_S]`` (R posts ``r{n}`` and
     ``eq{n}`` SECONDS late, its relays EQ_S late when given), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`),
     ``whyjunk:R:V`` / ``whydel:R:V`` (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`),
-    ``relaynote:R:V`` (:func:`relay_note`)."""
+    ``whyread:R`` (:func:`why_read`), ``relaynote:R:V`` (:func:`relay_note`)."""
     if kind in ("whyjunk", "whydel"):
         return (why_junk if kind == "whyjunk" else why_delete)(int(rest[0]))
     if kind == "whyunserved":
         return why_unserved()
+    if kind == "whyread":
+        return why_read()
     if kind == "relaynote":
         return relay_note(rest[0])
     if kind == "xnote":

@@ -7,7 +7,8 @@ wrote. Node 1's served reason outlasts the store's copy only if node 1 serves it
 it: before, it served ``timeout_s`` (at most 10 s) while ranks 0 and 2 found it missing 6.7 s after it stopped
 (``timeout_s=5``: eq0's deadline and the one extension of a node that noted waiting), so with ``why/1`` deleted
 they named node 1 alone ("deleted" failed). Now a stopping rank serves its reason until each honest peer read it or
-serves a stop reason of its own, at most a round's cap + a read (2 × ``timeout_s`` + ``slack_s`` + 1 s).
+serves a stop reason of its own, at most a round's cap + a read (2 × ``timeout_s`` + ``slack_s`` + 1 s); a read counts
+as a peer's only with its acknowledgement signed by that peer (review r31f H5: rank 3 "read" it in the others' names).
 """
 
 import threading
@@ -25,6 +26,10 @@ ATTACKS = {
     "deleted": ("hide:3:1,whydel:3:1", "rank 3: deleted why/1"),
     # (a) again, with node 1's server not serving its reason (as if its process had gone): the store copy alone
     "junk before it, unserved": ("hide:3:1,whyjunk:3:1,whyunserved:1", "rank 3: pre-filled why/1 with 25 lines"),
+    # (c) review r31f H5: rank 3 also keeps reading node 1's served reason in the names of nodes 0 and 2 (a spoofed
+    # X-Dgrpo-Reader header), so that node 1 stopped serving it at once, and deletes the store's copy
+    "read in its peers' names, deleted": ("hide:3:1,whydel:3:1,whyread:3",
+                                          "rank 3: reading every rank's stop reason in its peers' names"),
 }
 
 
@@ -64,3 +69,40 @@ def test_a_stopping_rank_serves_its_reason_until_each_peer_read_it_or_stopped_to
     start = time.monotonic()
     notes[2].say_stop("node 0 sent nothing", readers=[1], wait_s=1.0)
     assert 0.95 < time.monotonic() - start < 2.5
+
+
+def test_a_read_of_the_stop_reason_counts_only_with_the_readers_signed_acknowledgement():
+    """Review r31f H5: node 2 GETs node 0's served reason every 20 ms in the names of nodes 1 and 2 (the
+    X-Dgrpo-Reader header; without an acknowledgement, with junk, with one node 2 signed naming node 1 as reader,
+    and with node 1's acknowledgement of another owner's reason). Before, node 0 took those for its peers' reads
+    and stopped serving its reason at once, so the others (the store's copy deleted) named node 0 alone. Now none
+    counts: node 0 serves it for its whole ``wait_s`` (1.5 s), unless nodes 1 and 2 read it themselves (at 0.5 s)."""
+    import http.client
+
+    ts, _ = _ranks(n=3, timeout_s=0.3)
+    host, port = ts[0].chan.address.rsplit(":", 1)
+    acks = ["", "00" * 64, ts[2].signed_store.sign("read|0|why"), ts[1].signed_store.sign("read|2|why")]
+    stop = threading.Event()
+
+    def spoof():
+        while not stop.is_set():
+            for reader, ack in ((r, a) for r in ("1", "2") for a in acks):
+                conn = http.client.HTTPConnection(host, int(port), timeout=0.5)
+                conn.request("GET", "/v/why", headers={"X-Dgrpo-Reader": reader, "X-Dgrpo-Ack": ack})
+                conn.getresponse().read()
+                conn.close()
+            time.sleep(0.02)
+
+    threading.Thread(target=spoof, daemon=True).start()
+    try:
+        for honest_reads in (False, True):
+            if honest_reads:
+                for k in (1, 2):
+                    threading.Timer(0.5, lambda k=k: ts[k].exchanger.notes.stop_of(0, time.monotonic() + 1)).start()
+            start = time.monotonic()
+            ts[0].exchanger.notes.say_stop("node 2 sent nothing", readers=[1, 2], wait_s=1.5)
+            took = time.monotonic() - start
+            assert (0.45 < took < 1.2) if honest_reads else (1.45 < took < 2.0), (honest_reads, took)
+            ts[0].chan.delete_key("why")  # (served afresh by the next say_stop; its readers with it)
+    finally:
+        stop.set()

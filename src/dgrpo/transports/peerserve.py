@@ -24,6 +24,10 @@ says why, signed for its server's launch (:meth:`PeerChannel.announce_stop`: pus
 ``X-Dgrpo-Stop``, where nobody else can delete it, and put in ``stop/{k}``), so its peers name it and its reason at
 once instead of "node k sent nothing", also when its start-up check failed after theirs passed (without a roster
 file nothing is signed before the start-up check: the ``unsafe_key_exchange`` opt-in).
+A read of a key a rank serves only until its peers read it (``why``, ``done/data/{k}``: :data:`ACKED`) counts as
+that peer's only with its acknowledgement in ``X-Dgrpo-Ack``, signed by the reader for the run, its launch, the
+owner and the key (:meth:`PeerChannel.acked`); the ``X-Dgrpo-Reader`` header alone is anyone's claim (review r31f
+H5: a rank "read" a stopping node's reason in its peers' names, so it stopped serving it at once).
 Host: ``DGRPO_SERVE_HOST`` or the local address that reaches ``MASTER_ADDR`` (127.0.0.1 on loopback);
 port: ``DGRPO_SERVE_PORT`` (+ ``LOCAL_RANK``) or one the OS picks.
 """
@@ -35,6 +39,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -44,6 +49,7 @@ from dgrpo.transports.peeraddr import AddressKeys, answers, launch_nonce, launch
 from dgrpo.transports.peerhttp import BoundedServer
 
 _CHUNK = 1 << 16
+ACKED = re.compile(r"why|done/data/\d+")  # keys whose reads count only with the reader's signed acknowledgement
 log = logging.getLogger(__name__)
 
 
@@ -55,6 +61,8 @@ def _respond(chan: "PeerChannel"):
     def respond(path: str, headers: dict):
         key = unquote(path[3:]) if path.startswith("/v/") else None
         value = None if key is None else chan.serve(key, headers.get("x-dgrpo-reader", ""))
+        if value is not None and "x-dgrpo-ack" in headers:
+            chan.acked(key, headers.get("x-dgrpo-reader", ""), headers["x-dgrpo-ack"])
         if "x-dgrpo-addr" in headers:
             chan.offer(headers.get("x-dgrpo-reader", ""), headers["x-dgrpo-addr"])
         if "x-dgrpo-stop" in headers:
@@ -100,7 +108,8 @@ class PeerChannel:
         self.stops: dict[int, str] = {}  # owner → why it stopped, as it told this server (told_stop)
         self.stopped = False  # this rank said it stops at start-up (announce_stop)
         self.launches: dict[int, str] = {}  # owner → its server's nonce, as its server answered a challenge for it
-        self.readers: dict[str, set[int]] = {}
+        self.readers: dict[str, set[int]] = {}  # key of ACKED → the peers whose signed acknowledgement came (acked)
+        self.acks = None  # signs and checks read acknowledgements: a SignedStore (sign, valid); StoreExchange sets it
         self.frozen = False  # after the signed start-up check: addresses are never read again
         self.hook = None  # tests: hook(key, reader) -> bytes | None overrides what is served (an attacker's server)
         host = host or local_host()
@@ -126,13 +135,22 @@ class PeerChannel:
         if key.startswith("hello/") and self.keys is not None and key[6:].isalnum() and len(key) <= 70:
             return self.keys.hello(self.nonce, key[6:])
         with self.lock:
-            value = self.values.get(key)
-            if value is not None and reader.isdigit():
-                self.readers.setdefault(key, set()).add(int(reader))
-            return value
+            return self.values.get(key)
+
+    def acked(self, key: str, reader: str, sig: str) -> None:
+        """Count a read of ``key`` (one of :data:`ACKED`, served just now) as ``reader``'s if ``sig`` is its signature
+        of ``read|{this rank}|{key}`` for this run and its launch (:meth:`fetch` sends it); anything else counts for
+        nothing (run on the server's loop: one signature check per acknowledged read of such a key)."""
+        if self.acks is None or not ACKED.fullmatch(key) or not reader.isdigit() or len(sig) > 512:
+            return
+        if self.acks.valid(int(reader), f"read|{self.rank}|{key}", sig):
+            with self.lock:
+                if key in self.values:
+                    self.readers.setdefault(key, set()).add(int(reader))
 
     def read_by(self, key: str, nodes) -> bool:
-        """Whether every node in ``nodes`` fetched ``key`` (as it says: a reader's own claim, for shutdown only)."""
+        """Whether every node in ``nodes`` read ``key`` (one of :data:`ACKED`), as its signed acknowledgement says
+        (:meth:`acked`; a ``X-Dgrpo-Reader`` header alone counts for nothing)."""
         with self.lock:
             return set(nodes) <= self.readers.get(key, set())
 
@@ -317,6 +335,8 @@ class PeerChannel:
             headers = {"X-Dgrpo-Reader": str(self.rank)}
             if self.keys is not None and not self.frozen:  # (its own signed record: offer)
                 headers["X-Dgrpo-Addr"] = self._record.decode()
+            if self.acks is not None and ACKED.fullmatch(key):  # (this rank's signed acknowledgement: acked)
+                headers["X-Dgrpo-Ack"] = self.acks.sign(f"read|{owner}|{key}")
             headers.update(extra or {})
             conn.request("GET", "/v/" + quote(key, safe=""), headers=headers)
             resp = conn.getresponse()

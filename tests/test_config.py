@@ -68,7 +68,10 @@ def test_every_config_class_is_strict():
             yield sub
             yield from subclasses(sub)
 
-    ours = [c for c in subclasses(BaseModel) if c.__module__.startswith("dgrpo.")]
+    # A peer's round record is a wire format, not a config: it ignores keys the main does not merge on purpose,
+    # and its refusals (null, NaN, wrong types) are tested in tests/transports/test_round_records.py.
+    wire = {"dgrpo.training.peer_records"}
+    ours = [c for c in subclasses(BaseModel) if c.__module__.startswith("dgrpo.") and c.__module__ not in wire]
     assert len(ours) > 20 and all(issubclass(c, StrictConfig) for c in ours)
     assert all(c.model_config.get("allow_inf_nan") is False and c.model_config.get("extra") == "forbid" for c in ours)
 

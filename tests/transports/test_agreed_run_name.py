@@ -21,7 +21,9 @@ from dgrpo.training.build import agreed_name
     ("x" * 201, "Value should have at most 200 items after validation, not 201"),
 ])
 def test_a_proposed_name_a_local_name_could_not_be_is_refused_naming_its_proposer(name, why):
-    cfg, transport = load_config(None, []), SimpleNamespace(alive={0, 1, 2, 3}, first_round=0)
+    said = []
+    cfg = load_config(None, [])
+    transport = SimpleNamespace(alive={0, 1, 2, 3}, first_round=0, announce_stop=said.append)
     with pytest.raises(ConfigError) as err:
         load_config(None, [f"name={name}"])
     assert why in str(err.value)  # the same check as a local name=
@@ -29,6 +31,7 @@ def test_a_proposed_name_a_local_name_could_not_be_is_refused_naming_its_propose
         agreed_name(cfg, transport, name)
     assert str(err.value).startswith(f"the run name {name[:120]!r} proposed by node 0, the lowest live node")
     assert why in str(err.value) and "\n" not in str(err.value)
+    assert said == [str(err.value)]  # the peers are told the same line (distributed: signed)
     assert agreed_name(cfg, transport, "arith__none__nodefense__seed0__20261205-170000") == \
         "arith__none__nodefense__seed0__20261205-170000"
 

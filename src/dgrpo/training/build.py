@@ -14,7 +14,7 @@ import torch
 
 from dgrpo import config_yaml
 from dgrpo.attacks import build_attack
-from dgrpo.config import NODE_OVERRIDES, ModelConfig, RunConfig
+from dgrpo.config import NODE_OVERRIDES, ModelConfig, NodeModelConfig, RunConfig
 from dgrpo.defenses import build_defense
 from dgrpo.errors import ConfigError
 from dgrpo.grpo.learner import GRPOParams, Learner
@@ -76,9 +76,7 @@ def agreed_name(cfg: RunConfig, transport: Transport, proposed: str) -> str:
                else "the launch record (the lowest live node's value at launch)")
         text = (f"the run name {proposed[:120]!r} proposed by {who}, is refused: {why}; no run folder was made (that "
                 "node runs other code than this one; set name= on every node to choose it)")
-        chan = getattr(transport, "chan", None)  # torch.distributed: a peer still reading this rank's value of the
-        if chan is not None:  # exchange reads why it stopped (signed), instead of calling it silent
-            chan.announce_stop(text)
+        transport.announce_stop(text)  # a peer still reading this rank's value reads why it stopped (signed)
         raise ConfigError(text) from None
     return proposed
 
@@ -149,7 +147,9 @@ def run_device(model_cfg: ModelConfig, cfg: RunConfig):
 def node_overrides(model_cfg: ModelConfig) -> dict:
     """The ``grpo.*`` values a heterogeneous node's model entry sets for its own learner (``lr``,
     ``lora_rank``: :class:`dgrpo.config.NodeModelConfig`); {} for the top-level ``model``."""
-    return {k: v for k in NODE_OVERRIDES if (v := getattr(model_cfg, k, None)) is not None}
+    if not isinstance(model_cfg, NodeModelConfig):
+        return {}
+    return {k: v for k, v in model_cfg.model_dump(include=set(NODE_OVERRIDES)).items() if v is not None}
 
 
 def build_policy(model_cfg: ModelConfig, cfg: RunConfig, trainable: bool) -> tuple[Policy, Learner | None]:

@@ -91,5 +91,10 @@ class Transport(Protocol):
             PeerFailure: a peer's values differ or do not verify (distributed).
         """
 
+    def announce_stop(self, reason: str) -> None:
+        """Tell the peers, before leaving at start-up, why this process stops (distributed: signed for its
+        server's launch and pushed to its peers' servers, so one still reading quotes it instead of calling
+        it silent; in-process and hivemind: nothing, their peers learn it otherwise)."""
+
     def close(self) -> None:
         """End of the run: wait until every live peer is done too."""

@@ -349,6 +349,10 @@ class DistributedTransport:
         return out
 
     # ------------------------------------------------------------------ shutdown
+    def announce_stop(self, reason: str) -> None:
+        """:meth:`PeerChannel.announce_stop`: the reason, signed, pushed to the peers' servers."""
+        self.chan.announce_stop(reason)
+
     def close(self) -> None:
         """Clean end of the run: wait (up to timeout_s) until every live peer is done too.
 

@@ -327,6 +327,9 @@ class HivemindTransport:
         return self.run_id  # the run's agreed settings are checked at launch (dgrpo.transports.dht.launch)
 
     # ------------------------------------------------------------------ shutdown
+    def announce_stop(self, reason: str) -> None:
+        """Nothing: a refusing node says bye at exit (:meth:`close`), so its peers stop waiting for it."""
+
     def close(self, wait: bool = True) -> None:
         """Clean end of the run: wait (up to timeout_s) until every live peer is done, then stop the DHT.
 

@@ -43,6 +43,9 @@ class InProcessTransport:
     def check_startup(self, protocol, timeout_s: float) -> str:
         return secrets.token_hex(16)  # one process: its nodes share one config by construction; a fresh launch id
 
+    def announce_stop(self, reason: str) -> None:
+        """Nothing: every node of this process stops with it."""
+
     def close(self) -> None:
         pass
 

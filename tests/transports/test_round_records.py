@@ -55,6 +55,37 @@ def test_a_malformed_or_impossible_record_is_refused_in_one_line(raw, reason):
     assert str(err.value).startswith(reason) and "\n" not in str(err.value)
 
 
+MERGED_NUMBERS = ("swarm/invalid", "eval/accuracy", "eval/format_rate", "eval/completion_tokens", "eval/kl_to_start",
+                  "eval/entropy", "eval/n")  # the keys of PEER that merge_records sums or averages
+
+
+@pytest.mark.parametrize("key", MERGED_NUMBERS)
+def test_a_null_where_the_merge_needs_a_number_is_refused_and_named(key):
+    """Review r31g J1: ``"eval/accuracy": null`` passed the schema and merge_records raised TypeError (fmean) in every
+    honest main in turn; the same for every key the merge sums or averages. Now the record is refused in one line
+    naming the key."""
+    with pytest.raises(RecordRefused) as err:
+        parse_peer_record(body(**{key: None}), MINE, 24)
+    assert str(err.value).startswith(f"record: {key}: ") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("key", [*MERGED_NUMBERS, "eval/greedy/accuracy", "train/loss", "train/used", "attack/asr",
+                                 "time/reward", "time/defense/reward_outlier"])
+@pytest.mark.parametrize("value", [None, "1", True, [], {}, float("nan"), float("inf"), -1, 10**30])
+def test_whatever_a_merged_key_holds_the_record_is_refused_or_merges(key, value):
+    """No value of any key the main reads makes merge_records raise: the parser refuses it (RecordRefused) or the
+    merge of the main's record with it gives a number for every averaged key (checked against fmean by hand)."""
+    from dgrpo.training.records import merge_records
+    mine = {**MINE, "swarm/invalid": 0, "eval/greedy/accuracy": 0.5}
+    try:
+        got = parse_peer_record(body(**{"eval/greedy/accuracy": 0.5, key: value}), mine, 24)
+    except RecordRefused:
+        return
+    out = merge_records({0: mine, 3: got})
+    assert out["eval/accuracy"] == (0.5 + got["eval/accuracy"]) / 2
+    assert out["swarm/invalid"] == got["swarm/invalid"] and out["eval/n"] == 4
+
+
 def test_evaluation_keys_must_match_the_rounds_evaluation():
     """Every node evaluates the same rounds (one config): a record without them in an evaluated round, or with them
     in another, is refused (merge_records read them unchecked: KeyError in the means)."""

@@ -28,6 +28,8 @@ format_rate, greedy/…)      accuracy also as ``eval/accuracy/node{k}``    comp
 ``eval/kl_to_start``,       averaged                                      finite (entropy ≥ 0)
 ``eval/entropy``
 ``eval/n``                  summed                                        equal to the main's own (same prompts)
+(every summed or averaged   —                                             never JSON null: absent, or a number
+key above)
 ``attack/<metric>``         averaged (None left out)                      the main's keys exactly; finite, ≥ 0;
                                                                           ``asr…`` and ``…rate`` in [0, 1]
 ==========================  ============================================  ==========================================
@@ -79,16 +81,19 @@ class PeerRecord(BaseModel):
     reward_s: NonNeg | None = Field(None, alias="time/reward")
     defense_s: NonNeg | None = Field(None, alias="time/defense")
     defense_times: dict[str, NonNeg] = Field(default_factory=dict, max_length=MAX_NAMED_KEYS)
-    invalid: Count | None = Field(None, alias="swarm/invalid")
-    accuracy: Rate | None = Field(None, alias="eval/accuracy")
-    format_rate: Rate | None = Field(None, alias="eval/format_rate")
-    greedy_accuracy: Rate | None = Field(None, alias="eval/greedy/accuracy")
-    greedy_format_rate: Rate | None = Field(None, alias="eval/greedy/format_rate")
-    completion_tokens: NonNeg | None = Field(None, alias="eval/completion_tokens")
-    greedy_completion_tokens: NonNeg | None = Field(None, alias="eval/greedy/completion_tokens")
-    kl_to_start: Finite | None = Field(None, alias="eval/kl_to_start")
-    entropy: NonNeg | None = Field(None, alias="eval/entropy")
-    n: Annotated[int, Field(ge=1)] | None = Field(None, alias="eval/n")
+    # The keys merge_records sums or averages: absent is allowed (the field stays unset), JSON null is not (review
+    # r31g J1: a null accuracy passed and fmean raised TypeError in every honest main); the None default is never
+    # validated and never dumped (merged_keys excludes unset fields).
+    invalid: Count = Field(None, alias="swarm/invalid")
+    accuracy: Rate = Field(None, alias="eval/accuracy")
+    format_rate: Rate = Field(None, alias="eval/format_rate")
+    greedy_accuracy: Rate = Field(None, alias="eval/greedy/accuracy")
+    greedy_format_rate: Rate = Field(None, alias="eval/greedy/format_rate")
+    completion_tokens: NonNeg = Field(None, alias="eval/completion_tokens")
+    greedy_completion_tokens: NonNeg = Field(None, alias="eval/greedy/completion_tokens")
+    kl_to_start: Finite = Field(None, alias="eval/kl_to_start")
+    entropy: NonNeg = Field(None, alias="eval/entropy")
+    n: Annotated[int, Field(ge=1)] = Field(None, alias="eval/n")
     attack: dict[str, NonNeg | None] = Field(default_factory=dict, max_length=MAX_NAMED_KEYS)
 
     @model_validator(mode="before")

@@ -6,8 +6,9 @@ records that it signed itself (same values, another launch nonce): every check p
 different launch ids and refuse each other's messages as ``run`` while they all train on (H4). Or it can withhold
 its record from one reader, which stops while the others start round 0 (H10).
 
-So after the check every rank serves a *ready* confirmation (``ready/data/{k}``), signed with its roster key: its
-launch id and the start-up record (launch nonce, server nonce, signature) it read from every rank. Nobody starts
+So after the check every rank serves a *ready* confirmation (``ready/data/{k}``), signed with its roster key for the
+run and its launch nonce (review r31g J3: signed unbound, one of an earlier launch, relayed, blamed its honest
+signer; now it verifies for nobody and is dropped): its launch id and the start-up record (launch nonce, server nonce, signature) it read from every rank. Nobody starts
 round 0 before it holds a valid confirmation of every live rank within ``swarm.startup_timeout_s``
 (:meth:`DistributedTransport.gather_values`: a rank that stopped first is named with its signed reason), and every
 rank compares each confirmation with what it read itself:
@@ -15,8 +16,9 @@ rank compares each confirmation with what it read itself:
 * a rank k quoted with another record that k's key signed (for k's server launch, with the same values) signed two
   start-up records for this launch: that pair is a signed proof of equivocation, and every rank that sees it stops
   in one line naming k and both nonces;
-* a confirmation that is not signed by its rank, quotes a record its rank never signed, another set of ranks, or a
-  launch id that is not that of its records names its signer (it signed a false statement).
+* a confirmation that is malformed (:func:`parse`; review r31g J2), not signed by its rank, quotes a record its rank
+  never signed, another set of ranks, or a launch id that is not that of its records names its signer (it signed a
+  false statement, or its server served junk).
 
 A rank whose check fails says why, signed (:meth:`PeerChannel.announce_stop`); a peer that already passed meets that
 notice in its first round and stops too (:meth:`StoreExchange._stopped`), so the ranks either all start or all
@@ -28,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -41,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("dgrpo.transports.storewait")
 _CAP = 1 << 20  # bytes read from one server's confirmation, or its relay of every rank's
 GRACE_S = 3.0  # past the deadline, how long a missing rank's signed stop notice is still looked for
+_HEX32 = re.compile(r"[0-9a-f]{32}")  # a launch id (SignedStore.launch_id)
+_RANK = re.compile(r"0|[1-9][0-9]{0,5}")  # a rank, as str(node)
+_MAX_RANKS = 1 << 12  # records one confirmation may quote (every rank's; far above any swarm's size)
 
 
 def _launch(records: dict) -> str:
@@ -53,13 +59,43 @@ def _text(rank: int, launch: str, records: dict) -> str:
     return f"ready|{rank}|{launch}|{json.dumps(records, sort_keys=True)}"
 
 
-def _signed(store: "SignedStore", node: int, raw) -> bool:
-    """Whether ``raw`` is a ready confirmation signed by ``node`` (its content is checked by :func:`check_ready`)."""
+def parse(raw) -> tuple[str, dict[str, list[str]], str]:
+    """(launch id, records, signature) of a ready confirmation ``raw`` (JSON text or bytes, as a server served it),
+    checked for shape only: ``launch`` 32 hex digits, ``records`` ``str(node)`` (a decimal rank) → [launch nonce,
+    server nonce, signature] (three strings), ``sig`` a string; nothing else is read.
+
+    Raises:
+        ValueError: one line saying what is malformed (review r31g J2: a record keyed ``"x"``, signed by its sender,
+            raised ValueError out of :func:`check_ready` and crashed the reader at start-up).
+    """
     try:
         rec = json.loads(raw)
-        return store.valid(node, _text(node, rec["launch"], rec["records"]), rec["sig"], bound=False)
-    except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"not JSON ({str(err)[:60]})") from None
+    if not isinstance(rec, dict):
+        raise ValueError(f"a JSON {type(rec).__name__}, not an object")
+    launch, records, sig = rec.get("launch"), rec.get("records"), rec.get("sig")
+    if not (isinstance(launch, str) and _HEX32.fullmatch(launch)):
+        raise ValueError("its launch is not 32 hex digits")
+    if not isinstance(sig, str):
+        raise ValueError("its signature is not a string")
+    if not isinstance(records, dict) or len(records) > _MAX_RANKS:
+        raise ValueError(f"its records are not an object of at most {_MAX_RANKS} ranks")
+    for k, v in records.items():
+        if not (_RANK.fullmatch(k) and isinstance(v, list) and len(v) == 3 and all(isinstance(x, str) for x in v)):
+            raise ValueError(f"its record {k[:16]!r} is not a rank → [nonce, server nonce, signature]")
+    return launch, records, sig
+
+
+def _signed(store: "SignedStore", node: int, raw) -> bool:
+    """Whether ``raw`` is a well-formed ready confirmation signed by ``node`` for this run and node's launch nonce
+    (bound: one of an earlier launch, relayed by anyone, is dropped, never counted against its signer; review r31g
+    J3). Its content is checked by :func:`check_ready`."""
+    try:
+        launch, records, sig = parse(raw)
+    except ValueError:
         return False
+    return store.valid(node, _text(node, launch, records), sig)
 
 
 def barrier(transport: "DistributedTransport", own: str, timeout_s: float) -> dict[int, str]:
@@ -116,11 +152,11 @@ def _stop(chan, why: str, hint: str = "; aborted (start every rank within it)") 
 
 def ready_record(store: "SignedStore") -> str:
     """This rank's signed ready confirmation (JSON): its launch id and every rank's start-up record as it read
-    it (``str(node)`` → [nonce, server nonce, signature]; :attr:`SignedStore.records`)."""
+    it (``str(node)`` → [nonce, server nonce, signature]; :attr:`SignedStore.records`), signed bound to the run
+    context and this rank's launch nonce (:meth:`SignedStore.sign`), so it verifies in this launch only."""
     records = {str(n): list(r) for n, r in sorted(store.records.items())}
     launch = store.launch_id()
-    return json.dumps({"launch": launch, "records": records, "sig": store.sign(_text(store.rank, launch, records),
-                                                                                bound=False)})
+    return json.dumps({"launch": launch, "records": records, "sig": store.sign(_text(store.rank, launch, records))})
 
 
 def check_ready(store: "SignedStore", values: dict, readies: dict[int, str], servers: dict[int, str] | None) -> None:
@@ -140,13 +176,12 @@ def check_ready(store: "SignedStore", values: dict, readies: dict[int, str], ser
         if node == store.rank:
             continue
         try:
-            rec = json.loads(raw)
-            records, launch = rec["records"], rec["launch"]
-            if not (isinstance(records, dict) and isinstance(launch, str)
-                    and store.valid(node, _text(node, launch, records), rec["sig"], bound=False)):
-                raise ValueError("unsigned")
-        except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
-            false[node] = "is not signed by it"
+            launch, records, sig = parse(raw)
+        except ValueError as err:
+            false[node] = f"is malformed: {err}"
+            continue
+        if not store.valid(node, _text(node, launch, records), sig):
+            false[node] = "is not signed by it for this launch"
             continue
         if set(records) != set(mine):
             false[node] = f"names the records of nodes {sorted(map(int, records))}, not {sorted(map(int, mine))}"
@@ -155,11 +190,8 @@ def check_ready(store: "SignedStore", values: dict, readies: dict[int, str], ser
             theirs = records[k]
             if theirs == mine[k]:
                 continue
-            try:
-                nonce, server, sig = theirs
-                ok = store._record_ok(int(k), body, nonce, server, sig, servers)
-            except (ValueError, TypeError):
-                ok = False
+            nonce, server, quoted = theirs  # (three strings: parse)
+            ok = store._record_ok(int(k), body, nonce, server, quoted, servers)
             if ok:  # node k signed both: a proof, whoever shows it
                 proofs.setdefault(int(k), (mine[k][0], nonce, node))
             else:

@@ -216,7 +216,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
     ``whyunserved:R`` / ``whyread:R`` / ``relaynote:R:V`` (round_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``propose:R:NAME`` (R proposes NAME as the
-    run name), ``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` (startup_scenarios); several scenarios are joined
+    run name), ``outdir:R:PATH`` (R's out_dir), ``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` (startup_scenarios); several scenarios are joined
     with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
@@ -254,6 +254,9 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
 
         print(f"rank {rank}: proposing the run name {rest[0]!r}", flush=True)
         build.run_name = lambda cfg: rest[0]
+        return
+    if kind == "outdir":  # outdir:R:PATH: R runs with out_dir=PATH (machines with different disks)
+        args[:] = [a for a in args if not a.startswith("out_dir=")] + [f"out_dir={rest[0]}"]
         return
     if kind == "rec":  # rec:R:MODE+MODE+… (record_scenarios: its round records, by round)
         from record_scenarios import post_bad_records

@@ -58,3 +58,30 @@ def test_four_ranks_refuse_an_absolute_run_name_from_node_0_at_start_up(tmp_path
     assert sum(r.returncode == 2 for r in results) >= 1  # (at least one refused it itself: the others may quote it)
     assert not escaped.exists()
     assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
+def test_a_proposed_name_that_holds_a_run_on_one_machine_stops_every_rank_at_once_naming_the_proposer(
+        tmp_path, tiny_model_dir):
+    """Review r31g J4: node 0 proposes a valid name (``prev_run``) that already holds a run (metrics.jsonl) only in
+    node 1's out_dir (machines with different disks). Node 1 raised FileExistsError before any stop notice and the
+    others stopped after startup_timeout_s calling it silent, with no line naming node 0. Now node 1 stops with its
+    signed notice naming node 0 as the proposer, and every other rank quotes it, well before the start-up limit."""
+    keys, disk1 = tmp_path / "keys", tmp_path / "node1_disk"
+    write_keys(keys, 4)
+    (disk1 / "prev_run").mkdir(parents=True)
+    (disk1 / "prev_run" / "metrics.jsonl").write_text('{"round": 0}\n')
+    args = ["run", f"model.name={tiny_model_dir}", "swarm.nodes=4", "rounds=1", "threads=1", "swarm.group_size=4",
+            "sampling.max_new_tokens=24", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0",
+            "swarm.prompts_per_round=2", "swarm.timeout_s=20", "swarm.startup_timeout_s=40",
+            f"swarm.protocol.roster={keys / 'roster.json'}", f"swarm.protocol.key_dir={keys}",
+            f"out_dir={tmp_path / 'out'}", "swarm.transport=distributed"]
+    results = launch(4, args, scenario=f"propose:0:prev_run,outdir:1:{disk1}", timeout=150, log_dir=str(tmp_path))
+    assert [r.returncode for r in results] == [3, 2, 3, 3], [r.returncode for r in results]
+    why = (f"{disk1 / 'prev_run'} already holds a run; pick another name or use `dgrpo resume` (on this machine; the "
+           "run name 'prev_run' was proposed by node 0, the lowest live node, whose value every node takes")
+    for r in results:
+        lines = [line for line in r.output.splitlines() if line.startswith("dgrpo: error:")]
+        assert len(lines) == 1 and why in lines[0] and "sent nothing" not in lines[0], r.output[-2000:]
+        assert r.rank == 1 or "node 1 stopped at start-up" in lines[0], lines[0]
+        assert r.seconds < 40, r.seconds  # (before: all stopped after startup_timeout_s)
+    assert (disk1 / "prev_run" / "metrics.jsonl").read_text() == '{"round": 0}\n'

@@ -72,13 +72,35 @@ def agreed_name(cfg: RunConfig, transport: Transport, proposed: str) -> str:
         RunConfig.__pydantic_validator__.validate_assignment(cfg.model_copy(), "name", proposed)
     except ValidationError as err:
         why = err.errors()[0]["msg"].removeprefix("Value error, ")
-        who = (f"node {min(transport.alive)}, the lowest live node, whose value every node takes" if not transport.first_round
-               else "the launch record (the lowest live node's value at launch)")
-        text = (f"the run name {proposed[:120]!r} proposed by {who}, is refused: {why}; no run folder was made (that "
-                "node runs other code than this one; set name= on every node to choose it)")
-        transport.announce_stop(text)  # a peer still reading this rank's value reads why it stopped (signed)
+        text = (f"the run name {proposed[:120]!r} proposed by {_proposer(transport)}, is refused: {why}; no run folder "
+                "was made (that node runs other code than this one; set name= on every node to choose it)")
+        transport.announce_stop(text)  # (a peer still reading this rank's value reads why it stopped, signed)
         raise ConfigError(text) from None
     return proposed
+
+
+def _proposer(transport: Transport) -> str:
+    """Who chose the agreed run name (for a line naming it)."""
+    return (f"node {min(transport.alive)}, the lowest live node, whose value every node takes" if not transport.first_round
+            else "the launch record (the lowest live node's value at launch)")
+
+
+def new_run_dir(cfg: RunConfig, transport: Transport, name: str) -> Path:
+    """:func:`build_run_dir` of a new run named ``name`` (``cfg.name``, or the one the transport agreed); a folder
+    this rank cannot make or that already holds a run stops this rank at start-up with its signed stop notice
+    (review r31g J4: the FileExistsError came before any notice and its peers called it silent after
+    ``startup_timeout_s``; an agreed name is quoted with its proposer).
+
+    Raises:
+        FileExistsError, ConfigError: as :func:`build_run_dir`, one line (naming the proposer of an agreed name).
+    """
+    try:
+        return build_run_dir(cfg, name, owner=transport.is_main)
+    except (FileExistsError, ConfigError) as err:
+        text = str(err) if cfg.name else (f"{err} (on this machine; the run name {name[:120]!r} was proposed by "
+                                          f"{_proposer(transport)}; set name= on every node to choose another)")
+        transport.announce_stop(text)  # (a peer still reading this rank's value reads why it stopped, signed)
+        raise type(err)(text) from None
 
 
 def build_run_dir(cfg: RunConfig, name: str | None = None, owner: bool = True) -> Path:
@@ -307,7 +329,7 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
     transport = build_transport(cfg, resuming=not fresh)
     if fresh:  # (named once for every process: ranks start at different seconds)
         name = cfg.name or agreed_name(cfg, transport, transport.agree("name", run_name(cfg)))  # (checked: H8)
-        run_dir = build_run_dir(cfg, name, owner=transport.is_main)
+        run_dir = new_run_dir(cfg, transport, name)  # (a refusal is said to the peers: J4)
     elif transport.is_main:
         claim(run_dir)  # a resumed run: no second process may resume or run it at the same time
     try:

@@ -12,15 +12,16 @@ def bad_record(mode: str, honest: bytes) -> bytes | None:
     """What is posted instead of the honest record ``honest`` (None: nothing is posted).
 
     ``list``: ``[]``; ``text``: bytes that are not JSON; ``lie``: the honest record with an evaluation accuracy no
-    whole number of its completions can give (1/3 of its ``eval/n``), or one where none is due; ``none``: nothing;
+    whole number of its completions can give (1/3 of its ``eval/n``), or one where none is due; ``null``: the honest
+    record with ``"eval/accuracy": null`` (review r31g J1); ``none``: nothing;
     ``honest``: the record as it was."""
     if mode == "list":
         return b"[]"
     if mode == "text":
         return b"not json {"
-    if mode == "lie":
+    if mode in ("lie", "null"):
         rec = json.loads(honest)
-        rec["eval/accuracy"] = 1 / 3
+        rec["eval/accuracy"] = 1 / 3 if mode == "lie" else None
         return json.dumps(rec).encode()
     return None if mode == "none" else honest
 

@@ -100,18 +100,20 @@ def test_evaluation_keys_must_match_the_rounds_evaluation():
 
 def test_four_ranks_a_reporting_node_posting_junk_records_is_named_and_no_honest_rank_exits(
         tmp_path, tiny_model_dir, tiny_model_dir_b):
-    """Heterogeneous swarm, node 3 declared honest (a reporting node) posts ``[]`` as rec0, text as rec1 and a record
-    whose accuracy no count gives as rec2 (the final evaluation). Every rank ends 0; each record is named in
-    peers.jsonl under node 3; the logged evaluation is the mean of nodes 0-2's own (node 3's left out)."""
+    """Heterogeneous swarm, node 3 declared honest (a reporting node) posts ``[]`` as rec0, text as rec1, its record
+    with ``"eval/accuracy": null`` as rec2 (review r31g J1: every honest main crashed in turn, TypeError, exit codes
+    [1, 1, 1, 0]) and a record whose accuracy no count gives as rec3 (the final evaluation). Every rank ends 0; each
+    record is named in peers.jsonl under node 3; the logged evaluation is the mean of nodes 0-2's own (node 3's left
+    out)."""
     models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
-    args = ["run", models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", "rounds=2",
+    args = ["run", models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", "rounds=3",
             "threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=1", "eval.n_prompts=2",
             "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true",
             f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"]
-    results = launch(4, args, scenario="rec:3:list+text+lie", timeout=150, log_dir=str(tmp_path))
+    results = launch(4, args, scenario="rec:3:list+text+null+lie", timeout=150, log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
     records = read_metrics(tmp_path / "d")
-    assert [r["round"] for r in records] == [0, 1, 2]
+    assert [r["round"] for r in records] == [0, 1, 2, 3]
     for rec in records:
         per_node = [rec[f"eval/accuracy/node{k}"] for k in range(3)]
         assert "eval/accuracy/node3" not in rec and "train/loss/node3" not in rec
@@ -119,9 +121,10 @@ def test_four_ranks_a_reporting_node_posting_junk_records_is_named_and_no_honest
         assert rec["eval/accuracy"] == pytest.approx(statistics.fmean(per_node))
     lines = [json.loads(line) for line in (tmp_path / "d" / "peers.jsonl").read_text().splitlines()]
     named = {line["round"]: line["records"] for line in lines if "records" in line}
-    assert set(named) == {0, 1, 2} and all(set(n) == {"3"} for n in named.values())
+    assert set(named) == {0, 1, 2, 3} and all(set(n) == {"3"} for n in named.values())
     assert named[0]["3"].startswith("record: not a JSON object but a JSON array")
     assert named[1]["3"].startswith("record: Invalid JSON")
-    assert named[2]["3"].startswith("record: eval/accuracy=0.3333333333333333 is no whole number")
+    assert named[2]["3"].startswith("record: eval/accuracy: Input should be a valid number")
+    assert named[3]["3"].startswith("record: eval/accuracy=0.3333333333333333 is no whole number")
     assert all(line["peers"]["3"]["transport"] == {"record": 1} for line in lines if "records" in line)
     assert "left out of the metrics" in results[0].output

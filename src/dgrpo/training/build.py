@@ -97,8 +97,9 @@ def new_run_dir(cfg: RunConfig, transport: Transport, name: str) -> Path:
     try:
         return build_run_dir(cfg, name, owner=transport.is_main)
     except (FileExistsError, ConfigError) as err:
-        text = str(err) if cfg.name else (f"{err} (on this machine; the run name {name[:120]!r} was proposed by "
-                                          f"{_proposer(transport)}; set name= on every node to choose another)")
+        alone = len(transport.local_nodes) == cfg.swarm.nodes  # (one process: the name is its own)
+        text = str(err) if cfg.name or alone else (f"{err} (on this machine; the run name {name[:120]!r} was proposed "
+                                                   f"by {_proposer(transport)}; set name= on every node to choose another)")
         transport.announce_stop(text)  # (a peer still reading this rank's value reads why it stopped, signed)
         raise type(err)(text) from None
 

@@ -128,3 +128,60 @@ def test_four_ranks_a_reporting_node_posting_junk_records_is_named_and_no_honest
     assert named[3]["3"].startswith("record: eval/accuracy=0.3333333333333333 is no whole number")
     assert all(line["peers"]["3"]["transport"] == {"record": 1} for line in lines if "records" in line)
     assert "left out of the metrics" in results[0].output
+
+
+def _withholding_run(tmp_path, tiny_model_dir, tiny_model_dir_b, modes: str, policy: str, rounds: int):
+    """A heterogeneous 4-rank swarm (timeout_s=10: W=3.5 s, record_s=1.75 s) whose node 3 posts its records as
+    ``modes`` (record_scenarios); every rank's result, the metrics and the peers.jsonl lines."""
+    models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
+    args = ["run", models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", f"rounds={rounds}",
+            "threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=1", "eval.n_prompts=2",
+            "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true",
+            "swarm.timeout_s=10", f"swarm.on_peer_failure={policy}", f"out_dir={tmp_path}", "name=d",
+            "swarm.transport=distributed"]
+    results = launch(4, args, scenario=f"rec:3:{modes}", timeout=240, log_dir=str(tmp_path))
+    lines = [json.loads(line) for line in (tmp_path / "d" / "peers.jsonl").read_text().splitlines()]
+    return results, read_metrics(tmp_path / "d"), lines
+
+
+def _nobody_failed(results, lines):
+    for r in results:
+        assert "declared failed" not in r.output and "out of the swarm" not in r.output, r.output[-3000:]
+    assert all(p.get("transport", {}).get("missing payload") is None for line in lines
+               for p in line["peers"].values())
+
+
+def test_four_ranks_a_reporter_withholding_its_records_gets_nobody_expelled(tmp_path, tiny_model_dir, tiny_model_dir_b):
+    """Review r31g J5: node 3 (a reporting node) never posts rec{r}. Before, the main waited for it until the round's
+    end, posted its next payload past its peers' window and was expelled, then the next main: exit codes [3, 3, 0, 0].
+    Now the main reads records for W / 2: every rank ends 0, node 0 stays main (it writes every round's record, node
+    3's left out), nobody is accused, and node 3 is named ``missing record`` in every round."""
+    results, records, lines = _withholding_run(tmp_path, tiny_model_dir, tiny_model_dir_b, "none", "continue", 3)
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    assert [r["round"] for r in records] == [0, 1, 2, 3]
+    assert all("eval/accuracy/node3" not in rec and "eval/accuracy/node0" in rec for rec in records)
+    assert all(rec.get("swarm/nodes_alive", 4) == 4 for rec in records)
+    named = {line["round"]: line["records"] for line in lines if "records" in line}
+    assert sorted(named) == [0, 1, 2, 3]
+    assert all(n["3"].startswith("missing record: none came for exchange 'rec") for n in named.values())
+    assert all(line["peers"]["3"]["transport"] == {"missing record": 1} for line in lines if "records" in line)
+    assert "node 3's record of round 0 left out of the metrics: missing record" in results[0].output
+    _nobody_failed(results, lines)
+
+
+def test_four_ranks_a_withheld_final_record_under_abort_fails_nobody(tmp_path, tiny_model_dir, tiny_model_dir_b):
+    """Review r31g J7: node 3 withholds only its final record (rec2, after the last round's evaluation) under
+    ``on_peer_failure=abort``. Before, the main aborted (exit 3) after a complete run, the final evaluation never
+    reached metrics.jsonl, and its peers, done waiting at ``done``, named node 0. Now every rank ends 0, the final
+    record (round 2) is written without node 3's, node 3 is named ``missing record`` for it alone, and nobody
+    names the main at ``done``."""
+    results, records, lines = _withholding_run(tmp_path, tiny_model_dir, tiny_model_dir_b, "honest+honest+none",
+                                               "abort", 2)
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    assert [r["round"] for r in records] == [0, 1, 2]
+    assert "eval/accuracy/node3" in records[1] and "eval/accuracy/node3" not in records[2]
+    assert records[2]["eval/n"] == 3 * 2  # the final evaluation of nodes 0-2, 2 prompts each
+    named = {line["round"]: line["records"] for line in lines if "records" in line}
+    assert named == {2: {"3": "missing record: none came for exchange 'rec2' in time"}}
+    assert not any("exchange 'done'" in r.output for r in results), [r.output[-2000:] for r in results]
+    _nobody_failed(results, lines)

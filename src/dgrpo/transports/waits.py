@@ -37,9 +37,13 @@ node's relay post (review r31d F3: not ``timeout_s`` after the relay post), a pe
 ``r{r}`` until its round payload's arrival + ``W + E + S``, and never past the round's end (``r{r}`` post +
 ``timeout_s``). ``E = W + S`` is what a node loses when a relay is withheld from it (it waits ``W + S``), so its
 peers still read its next payload in their window plus its extension while honest compute differs by less
-than ``W``. The main rank's record ``rec{r}`` is waited for until the later of the round's end and ``W``
-after it entered it; the final record and ``done`` (after the final evaluation and checkpoint) until
-``timeout_s`` after entering them; none of these is extended. A round payload that arrives more than half of
+than ``W``. The main rank reads its peers' round records ``rec{r}`` (the final record included) for at most
+``W / 2`` after it entered ``rec{r}`` (:func:`record_s`; review r31g J5, J7): a record not in by then is named
+``missing record``, never a failed peer. A reporting node posts its record and begins its next round at once, so
+a main held for a withheld record posts ``r{r+1}`` (or enters ``done``) up to ``W / 2`` later than it would have:
+while the honest compute spread stays under ``W / 2`` its peers still read it within their window ``W``, and an
+honest record (its sender at most that spread behind the main) is in within ``W / 2``. ``done`` (after the final
+evaluation and checkpoint) is waited for until ``timeout_s`` after entering it; none of these is extended. A round payload that arrives more than half of
 ``W`` after this node posted its own, without a note covering it, is named ``late`` (peers.jsonl; no strike).
 """
 
@@ -82,6 +86,13 @@ def window_s(timeout_s: float) -> float:
     """``W``: seconds after its own post a node waits for a peer's round payload (the honest compute spread the
     round tolerates): ``(timeout_s - 2 S) / 2``, at least 0.3 × ``timeout_s`` (1.5 s at 5 s, 448.5 s at 900 s)."""
     return (timeout_s - 2 * slack_s(timeout_s)) / 2
+
+
+def record_s(timeout_s: float) -> float:
+    """Seconds the main rank reads its peers' round records ``rec{r}`` after entering it: ``W / 2`` (0.75 s at
+    5 s, 224 s at 900 s; module docstring: it keeps the main within its peers' payload window ``W`` while the honest
+    compute spread stays under ``W / 2``)."""
+    return window_s(timeout_s) / 2
 
 
 def extension_s(timeout_s: float) -> float:
@@ -273,7 +284,7 @@ class Schedule:
     def base(self, tag: str, deadline: float) -> float:
         """This node's deadline for every peer of exchange ``tag`` (``deadline``: its entry + timeout_s): ``r{n}``: its
         post + W; ``eq{n}``: S past the later of that and now (its relay post), within the round's end (at least one
-        poll); ``rec{n}`` of a round it posted: the later of the round's end and W from now; else ``deadline``."""
+        poll); else ``deadline`` (round records are read apart: :func:`record_s`)."""
         kind, n = _parts(tag)
         t, w, s, now = self.timeout_s, window_s(self.timeout_s), slack_s(self.timeout_s), time.monotonic()
         if kind == "r":
@@ -281,8 +292,6 @@ class Schedule:
         if kind == "eq" and f"r{n}" in self.posted:
             p = self.posted[f"r{n}"]
             return max(min(max(p + w, now) + s, p + t), now + _POLL_S)
-        if kind == "rec" and f"r{n}" in self.posted:
-            return max(self.posted[f"r{n}"] + t, now + w)
         return deadline
 
     def safe(self, tag: str) -> float | None:

@@ -314,6 +314,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
         if round_idx == at:
             if kind == "die":
                 print(f"rank {rank}: dying at round {round_idx}", flush=True)
+                time.sleep(1.0)  # (its server serves the last relay a moment longer: its peers may still be reading it)
                 os._exit(1)
             print(f"rank {rank}: stalling {rest[1]}s at round {round_idx}", flush=True)
             time.sleep(float(rest[1]))

@@ -62,7 +62,6 @@ from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
 from dgrpo.transports.startready import barrier, check_ready, ready_record, two_faced_roles
 from dgrpo.transports.storewait import StoreExchange, cap_of
-from dgrpo.transports.waits import record_s
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
 
@@ -278,15 +277,12 @@ class DistributedTransport:
         return values[min(values)]
 
     def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
-        """The main rank reads the round records ``tag`` (``rec{r}``) of live ``senders`` for at most
-        :func:`~dgrpo.transports.waits.record_s` (``W / 2``); any other rank posts its own and gets None. A sender
-        whose record is not in by then is left out (the caller names it ``missing record``), never declared failed,
-        under either ``on_peer_failure`` (:meth:`StoreExchange.read_records`; review r31g J5, J7)."""
+        """The main rank reads the round records ``tag`` (``rec{r}``) of live ``senders`` (a missing one fails nobody:
+        :meth:`StoreExchange.read_records`, review r31g J5/J7); any other rank posts its own and gets None."""
         if not self.is_main:
             self.post(tag, payload)
             return None
-        end = time.monotonic() + record_s(self.wait.timeout_s)
-        return self.exchanger.read_records(tag, senders, end, cap_of(tag, self.caps, self.world_size))
+        return self.exchanger.read_records(tag, senders, cap_of(tag, self.caps, self.world_size))
 
     # ------------------------------------------------------------------ messages
     def encode(self, messages: list[Message]) -> bytes:

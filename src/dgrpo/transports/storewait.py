@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 (quorum: re-exported)
 from dgrpo.transports.framing import OPEN, KeyCaps
-from dgrpo.transports.waits import Schedule, WaitNotes, Witnesses, note_s, slack_s, window_s
+from dgrpo.transports.waits import Schedule, WaitNotes, Witnesses, note_s, record_s, slack_s, window_s
 
 if TYPE_CHECKING:
     from dgrpo.transports.peerserve import PeerChannel
@@ -261,13 +261,14 @@ class StoreExchange:
             self._fail(pending, tag, "sent nothing", sorted(bad))
         return got
 
-    def read_records(self, tag: str, peers: Iterable[int], deadline: float, cap: int) -> dict[int, bytes]:
+    def read_records(self, tag: str, peers: Iterable[int], cap: int) -> dict[int, bytes]:
         """The main rank's read of its live ``peers``' round records ``rec{r}`` (each at most ``cap`` bytes, one read
-        per peer at a time in its own thread) until they are in or ``deadline`` (``time.monotonic()``; the caller:
-        :func:`~dgrpo.transports.waits.record_s` from its entry). A record is metrics, not a message of the
+        per peer at a time in its own thread) until they are in or for :func:`~dgrpo.transports.waits.record_s`
+        (``W / 2``) after this call: the module docstring of :mod:`~dgrpo.transports.waits` says why. A record is metrics, not a message of the
         protocol: one not served, oversized or too slow is only left out of the returned dict (its sender is named
         ``missing record`` by the caller), never accused nor a failed peer under either ``on_peer_failure``
         (review r31g J5, J7)."""
+        deadline = time.monotonic() + record_s(self.wait.timeout_s)
         self.schedule.enter(tag)
         want, got = sorted((set(peers) & self.alive) - {self.rank}), {}
         reads: dict[int, Future] = {}

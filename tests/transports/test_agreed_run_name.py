@@ -14,6 +14,15 @@ from dgrpo.swarm.identity import write_keys
 from dgrpo.training.build import agreed_name
 
 
+def _launch_args(model_dir, keys, tmp_path, startup_timeout_s: int) -> list[str]:
+    """A 4-rank distributed run with a roster file (as a deployment has) and no name= (as the README's commands)."""
+    return ["run", f"model.name={model_dir}", "swarm.nodes=4", "rounds=1", "threads=1", "swarm.group_size=4",
+            "sampling.max_new_tokens=24", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0",
+            "swarm.prompts_per_round=2", "swarm.timeout_s=20", f"swarm.startup_timeout_s={startup_timeout_s}",
+            f"swarm.protocol.roster={keys / 'roster.json'}", f"swarm.protocol.key_dir={keys}",
+            f"out_dir={tmp_path / 'out'}", "swarm.transport=distributed"]
+
+
 @pytest.mark.parametrize("name, why", [
     ("/tmp/elsewhere", "name must be one folder name inside out_dir (no '/', '\\', '.' or '..'), got '/tmp/elsewhere'"),
     ("..", "name must be one folder name inside out_dir"),
@@ -43,11 +52,7 @@ def test_four_ranks_refuse_an_absolute_run_name_from_node_0_at_start_up(tmp_path
     out_dir."""
     escaped, keys = tmp_path / "ESCAPED", tmp_path / "keys"
     write_keys(keys, 4)
-    args = ["run", f"model.name={tiny_model_dir}", "swarm.nodes=4", "rounds=1", "threads=1", "swarm.group_size=4",
-            "sampling.max_new_tokens=24", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0",
-            "swarm.prompts_per_round=2", "swarm.timeout_s=20", "swarm.startup_timeout_s=30",
-            f"swarm.protocol.roster={keys / 'roster.json'}", f"swarm.protocol.key_dir={keys}",
-            f"out_dir={tmp_path / 'out'}", "swarm.transport=distributed"]
+    args = _launch_args(tiny_model_dir, keys, tmp_path, startup_timeout_s=30)
     results = launch(4, args, scenario=f"propose:0:{escaped}", timeout=120, log_dir=str(tmp_path))
     assert all(r.returncode in (2, 3) for r in results), [r.returncode for r in results]
     refusal = (f"the run name {str(escaped)!r} proposed by node 0, the lowest live node, whose value every node takes, "
@@ -70,11 +75,7 @@ def test_a_proposed_name_that_holds_a_run_on_one_machine_stops_every_rank_at_onc
     write_keys(keys, 4)
     (disk1 / "prev_run").mkdir(parents=True)
     (disk1 / "prev_run" / "metrics.jsonl").write_text('{"round": 0}\n')
-    args = ["run", f"model.name={tiny_model_dir}", "swarm.nodes=4", "rounds=1", "threads=1", "swarm.group_size=4",
-            "sampling.max_new_tokens=24", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0",
-            "swarm.prompts_per_round=2", "swarm.timeout_s=20", "swarm.startup_timeout_s=40",
-            f"swarm.protocol.roster={keys / 'roster.json'}", f"swarm.protocol.key_dir={keys}",
-            f"out_dir={tmp_path / 'out'}", "swarm.transport=distributed"]
+    args = _launch_args(tiny_model_dir, keys, tmp_path, startup_timeout_s=40)
     results = launch(4, args, scenario=f"propose:0:prev_run,outdir:1:{disk1}", timeout=150, log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [3, 2, 3, 3], [r.returncode for r in results]
     why = (f"{disk1 / 'prev_run'} already holds a run; pick another name or use `dgrpo resume` (on this machine; the "

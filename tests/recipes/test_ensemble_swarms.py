@@ -26,6 +26,15 @@ def test_group_configs_hold_their_own_nodes_and_attack(tmp_path):
     assert g0.ensemble is None and g0.name == "group0"
 
 
+def test_group_configs_of_a_heterogeneous_swarm_keep_each_members_model(tmp_path):
+    models = "swarm.models=[{name: a, lr: 0.1}, {name: b}, {name: c, lora_rank: 4}, {name: d}]"
+    cfg = load_config(overrides=["swarm.nodes=4", models, "ensemble.groups=3"])
+    groups = split_groups(range(4), 3)  # [[0, 1], [2], [3]], as above
+    configs = [group_config(cfg, members, g, tmp_path) for g, members in enumerate(groups)]
+    assert [[(m.name, m.lr, m.lora_rank) for m in c.swarm.models] for c in configs] == [
+        [("a", 0.1, None), ("b", None, None)], [("c", None, 4)], [("d", None, None)]]
+
+
 def test_tolerance_record():
     groups = split_groups(range(6), 3)
     assert tolerance_record(groups, [1]) == {"ensemble/K": 3, "ensemble/tolerance": 1, "ensemble/corrupted_groups": 1,

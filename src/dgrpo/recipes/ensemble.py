@@ -45,12 +45,15 @@ def group_seed(run_seed: int, g: int) -> int:
 
 
 def group_config(cfg: RunConfig, members: list[int], g: int, out_dir: Path) -> RunConfig:
-    """The ordinary swarm config of group g: its nodes renumbered 0..len−1, its malicious nodes, the
-    attack only if it holds one, the task split of the whole run (same validation questions)."""
+    """The ordinary swarm config of group g: its nodes renumbered 0..len−1, their models (``swarm.models``,
+    when set), its malicious nodes, the attack only if it holds one, the task split of the whole run (same
+    validation questions)."""
     data = cfg.model_dump(mode="json")
     local_bad = [i for i, node in enumerate(members) if node in set(cfg.swarm.malicious)]
     data.update(ensemble=None, seed=group_seed(cfg.seed, g), out_dir=str(out_dir), name=f"group{g}")
     data["swarm"].update(nodes=len(members), malicious=local_bad)
+    if data["swarm"].get("models") is not None:  # a heterogeneous swarm: each member keeps its own model
+        data["swarm"]["models"] = [data["swarm"]["models"][node] for node in members]
     if not local_bad:
         data["attack"] = {"kind": "none"}
     data["task"] = cfg.task.seeded(cfg.seed).model_dump(mode="json")  # the run's problems, not the group seed's

@@ -40,6 +40,8 @@ The transport is built of four objects, each given what it needs: :class:`~dgrpo
 (this rank's server, bounded reads of its peers'), :class:`~dgrpo.transports.signedstore.SignedStore` (store calls,
 signed leave marks, the start-up record), :class:`~dgrpo.transports.accusations.AccusationLedger` (accusations and
 the quorum) and :class:`~dgrpo.transports.storewait.StoreExchange` (post, collect until the deadline, blame).
+What a rank does once around the rounds (the signed start-up check, the shutdown, the leave marks at an error's
+exit) is :mod:`dgrpo.transports.ranklife`.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fin
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
-from dgrpo.transports.startready import barrier, check_ready, ready_record, two_faced_roles
+from dgrpo.transports import ranklife
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
@@ -159,53 +161,16 @@ class DistributedTransport:
         return transport
 
     def check_startup(self, protocol, timeout_s: float) -> str:
-        """Once the keys exist: every rank signs what it runs with (run context, hence the run name and
-        config; the roster; the honest nodes) and checks everyone's against its own, so a value a rank
-        overwrote in the store stops the run here instead of splitting the swarm.
-
-        Args:
-            protocol: the run's :class:`~dgrpo.swarm.protocol.Protocol` (this node's signer, the roster).
-            timeout_s: seconds to wait for every rank's record (``swarm.startup_timeout_s``).
+        """:func:`ranklife.check_startup`: every rank's signed start-up values compared, then the ready barrier.
 
         Returns:
-            the launch id (:meth:`SignedStore.launch_id`: of every rank's signed launch nonce; every
-            rank holds the same records once the check passes, and no rank chooses it alone).
+            the launch id (every rank's signed launch nonce).
 
         Raises:
-            PeerFailure: a rank's record does not verify under its roster key, or its values differ
-                (one line naming the ranks and the values: :meth:`SignedStore.check_records`); a rank signed two
-                records or a false ready confirmation, or one did not confirm within ``timeout_s``, or stopped
-                (the ready barrier: :mod:`dgrpo.transports.startready`); this rank then
-                tells its peers why, signed for its server's launch (:meth:`PeerChannel.announce_stop`: its peers
-                may have passed, and its leave marks, bound to a launch id it never holds, verify for nobody).
+            PeerFailure: a rank's record or ready confirmation is wrong or missing (names the rank; said to the
+                peers, signed, first).
         """
-        self.signed_store.arm(protocol.signers.get(self.rank), protocol.verifier)  # (draws this launch's nonce)
-        chan = self.chan  # every rank's server address as this rank resolved it (an address overwritten in
-        # the store before a rank read it would show here as a different map): never read again after this
-        values = {"context": protocol.verifier.context, "honest": self.honest,  # equal on every rank
-                  "roster": protocol.verifier.roster.fingerprint, "roles": self.roles,
-                  "servers": {str(k): chan.address_of(k) for k in range(self.world_size) if k in self.alive}}
-        servers = dict(chan.launches) if chan.keys is not None else None  # (each server's launch, as proved)
-        records = self.gather_values("startup", self.signed_store.startup_record(values, chan.nonce), timeout_s=timeout_s)
-        chan.frozen = True
-        try:  # (then the ready barrier: transports/startready.py)
-            self.signed_store.check_records(values, records, servers)
-        except PeerFailure as err:  # (a rank that showed its peers different roles: named, signed proof)
-            self._stop_at_start(PeerFailure(two_faced_roles(self.signed_store, values, records, chan) or err), "startup")
-        readies = barrier(self, ready_record(self.signed_store), timeout_s)
-        try:
-            check_ready(self.signed_store, values, readies, servers)
-        except PeerFailure as err:
-            self._stop_at_start(err, "ready")
-        return self.signed_store.launch_id()
-
-    def _stop_at_start(self, err: PeerFailure, tag: str) -> None:
-        """Raise ``err`` (this rank's start-up check failed) after saying why to its peers, signed for its server's
-        launch (its leave marks, bound to a launch id it never holds, would verify for nobody), and serving its
-        value of ``tag`` until they read it (a slower peer still checks it)."""
-        self.chan.announce_stop(str(err))
-        self._serve_until_read(f"{tag}/data/{self.rank}")
-        raise err
+        return ranklife.check_startup(self, protocol, timeout_s)
 
     def _refuse(self, node: int, reason: str) -> None:
         """Record a refusal under ``node`` in this all-gather's :attr:`rejected` (peers.jsonl)."""
@@ -354,43 +319,17 @@ class DistributedTransport:
         self.chan.announce_stop(reason)
 
     def close(self) -> None:
-        """Clean end of the run: wait (up to timeout_s) until every live peer is done too.
-
-        Without torchrun, rank 0 hosts the store; leaving first would cut the others off it.
-        """
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.exchange("done", b"1")
-            self._serve_until_read(f"done/data/{self.rank}")
-        except PeerFailure as err:
-            log.warning("at shutdown: %s", err)
-        if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except (dist.DistError, RuntimeError) as err:  # a peer or the store is gone already
-                log.warning("at shutdown: %s", " ".join(str(err).split())[:200])
-
-    def _serve_until_read(self, key: str) -> None:
-        """Keep serving ``key`` until every live peer read it (as each says), at most ``min(timeout_s, 10)``
-        seconds: before leaving, so that a slower peer still reads it (a peer that never does only logs at its
-        own shutdown, or names this node's stop notice)."""
-        end = time.monotonic() + min(self.wait.timeout_s, 10.0)
-        while time.monotonic() < end and not self.chan.read_by(key, self.alive - {self.rank}):
-            time.sleep(0.02)
+        """Clean end of the run (:func:`ranklife.close`: every live peer done too, within timeout_s); once."""
+        if not self._closed:
+            self._closed = True
+            ranklife.close(self)
 
     def _exit(self) -> None:
-        """At interpreter exit without :meth:`close` (an error): mark this node's next exchanges
-        failed so peers stop waiting for it at once instead of after the timeout."""
-        if self._closed or self.chan.stopped:  # (a start-up stop: its peers hold its signed notice instead)
-            return
-        self._closed = True
-        nxt = 0 if self._last_round is None else self._last_round + 1
-        try:
-            self.signed_store.leave((f"r{nxt}", f"eq{nxt - 1}", f"rec{nxt - 1}", f"rec{nxt}", "done"))
-        except Exception:  # noqa: BLE001 - the store may be gone already; peers then time out
-            pass
+        """At interpreter exit without :meth:`close` (an error): :func:`ranklife.leave_on_exit` (signed leave marks,
+        so peers stop waiting for it at once); nothing after a start-up stop (its peers hold its signed notice)."""
+        if not (self._closed or self.chan.stopped):
+            self._closed = True
+            ranklife.leave_on_exit(self, self._last_round)
 
 
 @register("transport", "distributed")

@@ -6,7 +6,7 @@ import json
 import statistics
 
 import pytest
-from distributed_helpers import launch
+from distributed_helpers import comparable, launch
 
 from dgrpo.metrics.logger import read_metrics
 from dgrpo.training.peer_records import MAX_RECORD_BYTES, RecordRefused, parse_peer_record
@@ -185,3 +185,37 @@ def test_four_ranks_a_withheld_final_record_under_abort_fails_nobody(tmp_path, t
     assert named == {2: {"3": "missing record: none came for exchange 'rec2' in time"}}
     assert not any("exchange 'done'" in r.output for r in results), [r.output[-2000:] for r in results]
     _nobody_failed(results, lines)
+
+
+def _named(lines):
+    """(round, node, reason) of every transport entry in the main's peers.jsonl lines, and (round, reader, node, reason)
+    of every refusal the other ranks relayed (``views``)."""
+    named = {(line["round"], node, why) for line in lines for node, p in line["peers"].items() for why in p["transport"]}
+    views = {(line["round"], reader, node, why) for line in lines for reader, view in line.get("views", {}).items()
+             for node, whys in view.items() for why in whys}
+    return named, views
+
+
+def test_four_ranks_a_reporter_late_with_its_records_and_rounds_gets_only_itself_named(
+        tmp_path, tiny_model_dir, tiny_model_dir_b):
+    """Review r31g Z5l: node 3 (a reporting node) posts each record rec{r} 8.5 s (0.85 x timeout_s) late, so it
+    enters each next round that late too. The main reads records for record_s = W / 2 (1.75 s), so it posts r1 that
+    much after nodes 1-2, who named honest node 0 ``late`` in round 1 (over W / 2 after their own post; on an older
+    main, with a longer record wait, ``missing payload``, accused by 2 of 3 every round: named like the attacker).
+    Now the main's signed wait note of rec0 (naming node 3) allows it record_s more: only node 3 is named (missing
+    record in round 0, missing payload in round 1, where nodes 0-2 expel it), the honest ranks end 0, every exchange
+    ends within timeout_s, and the metrics and peers.jsonl equal those of the same swarm whose node 3 posts no record
+    and is gone after its round-0 relay (``quit``)."""
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "late").mkdir()
+    _, want, want_lines = _withholding_run(tmp_path / "ref", tiny_model_dir, tiny_model_dir_b, "quit", "continue", 3)
+    assert _named(want_lines) == ({(0, "3", "missing record"), (1, "3", "missing payload")},
+                                  {(1, "1", "3", "missing payload"), (1, "2", "3", "missing payload")})
+    results, records, lines = _withholding_run(tmp_path / "late", tiny_model_dir, tiny_model_dir_b, "late8.5",
+                                               "continue", 3)
+    assert [r.returncode for r in results] == [0, 0, 0, 3], results[0].output[-3000:]
+    assert "node 3 was declared failed by its peers in exchange 'r1'" in results[3].output
+    assert _named(lines) == _named(want_lines)  # (before: also (1, "1", "0", "late") and (1, "2", "0", "late"))
+    assert lines == want_lines
+    assert comparable(records) == comparable(want) and [r["round"] for r in records] == [0, 1, 2, 3]
+    assert all(r["time/exchange"] < 10 for r in records if "time/exchange" in r)

@@ -178,10 +178,14 @@ class DistributedTransport:
 
     # ------------------------------------------------------------------ roles
     @property
+    def main(self) -> int | None:
+        """The lowest live honest node (None: none left): it writes metrics, plots and the run's metadata."""
+        return next((n for n in self.honest if n in self.alive), None)
+
+    @property
     def is_main(self) -> bool:
-        """The lowest live honest node writes metrics, plots and the run's metadata."""
-        live = [n for n in self.honest if n in self.alive]
-        return bool(live) and live[0] == self.rank
+        """Whether this node is :attr:`main`."""
+        return self.main == self.rank
 
     # ------------------------------------------------------------------ exchange (post, collect: StoreExchange)
     _frame = staticmethod(frame)
@@ -245,6 +249,7 @@ class DistributedTransport:
         """The main rank reads the round records ``tag`` (``rec{r}``) of live ``senders`` (a missing one fails nobody:
         :meth:`StoreExchange.read_records`, review r31g J5/J7); any other rank posts its own and gets None."""
         if not self.is_main:
+            self.exchanger.record_reader = self.main  # (it may be held reading records: StoreExchange._held)
             self.post(tag, payload)
             return None
         return self.exchanger.read_records(tag, senders, cap_of(tag, self.caps, self.world_size))

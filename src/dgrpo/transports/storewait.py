@@ -84,6 +84,7 @@ class StoreExchange:
         chan.acks = store  # (a read of a stop reason or `done` counts only with the reader's signature: review r31f H5)
         self.schedule = Schedule(wait.timeout_s)  # the round's deadlines
         self.started = False  # this node finished its first round exchange (a start-up stop no longer stops it)
+        self.record_reader: int | None = None  # the main rank this node last posted a round record rec{n} for
 
     # ------------------------------------------------------------------ exchange
     def post(self, tag: str, value: bytes) -> str:
@@ -267,8 +268,11 @@ class StoreExchange:
         (``W / 2``) after this call: the module docstring of :mod:`~dgrpo.transports.waits` says why. A record is metrics, not a message of the
         protocol: one not served, oversized or too slow is only left out of the returned dict (its sender is named
         ``missing record`` by the caller), never accused nor a failed peer under either ``on_peer_failure``
-        (review r31g J5, J7)."""
-        deadline = time.monotonic() + record_s(self.wait.timeout_s)
+        (review r31g J5, J7). Still waiting after ``note_s``, it serves a signed wait note of ``tag`` naming the
+        senders not in yet: its peers allow its next round payload ``record_s`` more before naming it ``late``, and a
+        note's extension if it misses their window (:meth:`_name_late`; review r31g Z5l)."""
+        start = time.monotonic()
+        deadline, noted = start + record_s(self.wait.timeout_s), False
         self.schedule.enter(tag)
         want, got = sorted((set(peers) & self.alive) - {self.rank}), {}
         reads: dict[int, Future] = {}
@@ -281,6 +285,9 @@ class StoreExchange:
                         reads[p] = pool.submit(self.chan.fetch, p, f"{tag}/data/{p}", cap, deadline)
                 if not reads and now >= deadline:
                     break
+                if not noted and now - start >= note_s(self.wait.timeout_s):
+                    noted = True  # (still waiting: said, signed, before this node posts its next round late)
+                    self.notes.note(tag, [p for p in want if p not in got])
                 pause = min(0.05, max(0.01, deadline - now))
                 if reads:
                     wait(list(reads.values()), timeout=pause, return_when=FIRST_COMPLETED)
@@ -299,17 +306,32 @@ class StoreExchange:
         posted its own (``late``), and every note that bought a peer more time, under its writer (``waited``, naming
         whom it says it waited for; a note alone never names those ``late``: review r31e G1)."""
         half = window_s(self.wait.timeout_s) / 2
+        rnd = tag.startswith("r") and tag[1:].isdigit()
         for peer in sorted(got):
             late = arrived.get(peer, start) - start
+            allowed = half + (record_s(self.wait.timeout_s) if rnd and late > half and self._held(peer, tag, extended)
+                              else 0.0)
             if peer in extended:
                 waited_in, whom = extended[peer]
-                if late > half or not tag.startswith("r"):  # (a claim nobody can check: named under its writer only,
+                if late > allowed or not tag.startswith("r"):  # (a claim nobody can check: named under its writer
                     self.refuse(peer, f"waited: served {tag!r} {late:.1f}s late, saying (signed note) nodes {whom} "
-                                      f"kept it waiting in exchange {waited_in!r}")  # never `late` under those it names)
-            elif late > half and tag.startswith("r") and tag[1:].isdigit():
+                                      f"kept it waiting in exchange {waited_in!r}")  # only, never `late` under those)
+            elif late > allowed and rnd:
                 self.refuse(peer, f"late: served exchange {tag!r} {late:.1f}s after this node posted (over half "
                                   f"of the payload window, {2 * half:.3g}s of {self.wait.limit_name}="
                                   f"{self.wait.timeout_s:g}s)")
+
+    def _held(self, peer: int, tag: str, extended: dict[int, tuple[str, list[int]]]) -> bool:
+        """Whether ``peer`` is the main rank that this node posted its round record ``rec{n-1}`` for and says (its
+        signed wait note, read within 0.25 s) it still waited for records there before its round payload ``tag`` =
+        ``r{n}``: the main reads records up to ``record_s`` after its peers begin round n (review r31g Z5l: its peers
+        named it ``late`` for the time a reporter's withheld or late record held it)."""
+        rec = f"rec{int(tag[1:]) - 1}"
+        if peer != self.record_reader or rec not in self.schedule.history:
+            return False
+        if peer in extended:
+            return extended[peer][0] == rec
+        return self.notes.waited(peer, [rec], time.monotonic() + 0.25) is not None
 
     def _stopped(self, tag: str, stopped: dict[int, str], startup: bool, first: bool = False) -> None:
         """Peers that said they stopped at start-up (:meth:`PeerChannel.stop_of`): in a start-up exchange, or in this

@@ -42,7 +42,9 @@ than ``W``. The main rank reads its peers' round records ``rec{r}`` (the final r
 ``missing record``, never a failed peer. A reporting node posts its record and begins its next round at once, so
 a main held for a withheld record posts ``r{r+1}`` (or enters ``done``) up to ``W / 2`` later than it would have:
 while the honest compute spread stays under ``W / 2`` its peers still read it within their window ``W``, and an
-honest record (its sender at most that spread behind the main) is in within ``W / 2``. ``done`` (after the final
+honest record (its sender at most that spread behind the main) is in within ``W / 2``. A main still waiting for
+records after ``note_s`` serves a signed note of ``rec{r}``: a reporter then allows its ``r{r+1}`` ``record_s`` more
+before naming it ``late`` (review r31g Z5l), and a note's extension if it misses the window. ``done`` (after the final
 evaluation and checkpoint) is waited for until ``timeout_s`` after entering it; none of these is extended. A round payload that arrives more than half of
 ``W`` after this node posted its own, without a note covering it, is named ``late`` (peers.jsonl; no strike).
 """

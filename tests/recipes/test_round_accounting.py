@@ -33,7 +33,7 @@ def _report():
 
 def test_the_round_record_strikes_nobody_and_writes_no_peer_file(tmp_path):
     bans = BanList(after=2)
-    rec = round_record(_fake_run(tmp_path, bans), 4, ["m"] * 3, {0: _report()}, {"round": 1.0})
+    rec = round_record(_fake_run(tmp_path, bans), 4, {0: _report()}, {"round": 1.0})
     assert rec["defense/topk/rejected"] == 2
     assert bans == BanList(after=2)  # no strike, no ban
     assert sorted(p.name for p in tmp_path.iterdir()) == []

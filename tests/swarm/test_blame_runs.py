@@ -46,8 +46,31 @@ def test_a_replaying_node_gets_nobody_honest_struck_and_is_named(tmp_path, tiny_
         assert p["peers"]["3"]["rejected"] == {"seed": 1}
     assert bans["strikes"] == {"3": 2} and bans["banned"] == {}  # the cheater: -1 a round; honest nodes: 0
     assert _training(recs) == _training(base)
-    # swarm/messages counts the copies as delivered; swarm/dropped says how many of them were dropped unread (review
-    # r31d F5): the copies peers.jsonl names under the attacker, round by round, and no key at all without copies
-    copies = {p["round"]: p["peers"]["3"]["transport"].get("copy", 0) for p in peers}
-    assert {r["round"]: r.get("swarm/dropped", 0) for r in recs if "swarm/messages" in r} == copies
-    assert all("swarm/dropped" not in r for r in base) and any(copies.values()) == (of != "respelled")
+    # The record counts what the round read (swarm/messages: accepted + refused): the copies it dropped unread are
+    # the attacker's traffic, named in peers.jsonl only (above); what it refused, by rule, is what differs
+    refused = {p["round"]: sum(p["peers"]["3"]["rejected"].values()) + sum(p["peers"]["3"]["transport"].values())
+               - p["peers"]["3"]["transport"].get("copy", 0) for p in peers}
+    assert [(r["swarm/messages"], r["swarm/invalid"]) for r in recs if "swarm/messages" in r] == [
+        (b["swarm/messages"] + refused[b["round"]], refused[b["round"]]) for b in base if "swarm/messages" in b]
+    assert _rest(recs) == _rest(base) and not any("swarm/dropped" in r for r in recs)
+
+
+def _rest(records):
+    """Every key but time/* and the two counts of what the round read and refused."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and k not in ("swarm/messages", "swarm/invalid")}
+            for r in records]
+
+
+def test_sixteen_thousand_copies_leave_the_record_of_the_run_without_them(tmp_path, tiny_model_dir):
+    """Issue 31's flood in process (review L1): node 3 sends, beside its own messages, 2,731 copies of each honest
+    message of the round (16,386 a round; no message of its own beyond its slots). Every key of metrics.jsonl but
+    time/* equals the run whose attacker sends only its own messages (before: swarm/dropped 16,386 a round); the
+    copies are named under node 3 in peers.jsonl, and nobody is struck."""
+    recs, peers, bans = _run(tmp_path, tiny_model_dir, "r", "attack.kind=replay", "attack.of=copies",
+                             "attack.copies=2731", "attack.overreach=false")
+    base, _, _ = _run(tmp_path, tiny_model_dir, "b", "attack.kind=injection")
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rs]  # noqa: E731
+    assert strip(recs) == strip(base)
+    assert [p["peers"]["3"]["transport"] for p in peers] == [{"copy": 6 * 2731}] * 2
+    assert all(p["peers"][n]["accepted"] == 2 and p["peers"][n]["rejected"] == {} for p in peers for n in "0123")
+    assert bans == {} or bans["strikes"] == {}

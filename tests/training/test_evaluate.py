@@ -107,7 +107,7 @@ def test_round_record_by_hand():
                 _rollout(2, 1.0, "poisoned", ("topk", "replay")), _rollout(2, 1.0, "poisoned", ("replay",)),
                 _rollout(1, 0.5, rejected_by=("topk",))]
     report = PolicyReport(rollouts, invalid=[("m", "size")], reward_seconds=0.25, defense_times={"topk": 0.5, "replay": 1.5})
-    rec = round_record(fake, 7, ["m"] * 6, {0: report}, {"round": 4.0})
+    rec = round_record(fake, 7, {0: report}, {"round": 4.0})
     assert rec["round"] == 7 and rec["swarm/messages"] == 6 and rec["swarm/invalid"] == 1
     assert (rec["train/reward/node0"], rec["train/reward/node1"], rec["train/reward/node2"]) == (1.0, 0.25, 1.0)
     assert rec["train/reward_honest"] == 1.5 / 3 and rec["train/format_rate"] == 1 / 3
@@ -126,7 +126,7 @@ def test_a_poison_claiming_an_honest_sender_is_not_the_honest_nodes_reward():
                            transport=SimpleNamespace(rejected=[], peer_views={}, is_main=False))
     rollouts = [_rollout(0, 0.0), _rollout(1, 0.5), _rollout(0, 1.0, "poisoned", text="a</think><answer>1</answer>"),
                 _rollout(1, 1.0, "poisoned")]
-    rec = round_record(fake, 0, ["m"] * 4, {0: PolicyReport(rollouts)}, {"round": 1.0})
+    rec = round_record(fake, 0, {0: PolicyReport(rollouts)}, {"round": 1.0})
     assert (rec["train/reward/node0"], rec["train/reward/node1"]) == (0.5, 0.75)  # as claimed
     assert rec["train/reward_honest"] == 0.25 and rec["train/format_rate"] == 0.0  # the two honest rollouts only
 

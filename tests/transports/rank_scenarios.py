@@ -151,6 +151,35 @@ def _respell() -> None:
     DistributedTransport.post = post
 
 
+def _own_copies(copies: int) -> None:
+    """In every message round this rank serves up to ``copies`` copies of its own signed messages (issue 31's flood:
+    16,736 copies of the attacker's own messages cost each honest receiver 21 s a round): its payload's frame
+    repeated, each a valid frame of its messages as it signed them (copies by content, not new messages), as many
+    as its readers' byte cap for its share holds (a longer payload is cut off as ``oversize``: its server failed
+    for the round, a case of its own)."""
+    import re
+
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.framing import frame
+
+    original = DistributedTransport.post
+
+    def post(self, tag, payload, framed=False):
+        if not (framed and re.fullmatch(r"r\d+", tag)):
+            return original(self, tag, payload, framed)
+        per_frame, size = max(1, len(json.loads(payload)["messages"])), len(frame(payload))
+        frames = max(1, min(copies // per_frame, self.caps.bytes // size))
+        print(f"rank {self.rank}: serving {frames} copies of its {per_frame} messages in {tag} ({frames * size} bytes, "
+              f"cap {self.caps.bytes})", flush=True)
+        self._frame = lambda p: frame(p) * frames
+        try:
+            return original(self, tag, payload, framed)
+        finally:
+            del self._frame  # (its relays and records as usual)
+
+    DistributedTransport.post = post
+
+
 def _slow_reader(seconds: float, tag: str = "r0") -> None:
     """This (honest) rank reads its peers' payloads of exchange ``tag`` ``seconds`` late (a slow link)."""
     from dgrpo.transports.distributed import DistributedTransport
@@ -214,7 +243,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     ``delete:R:V`` (R deletes V's round-0 store keys once V serves), ``accuse:R:V`` (R alone accuses V),
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
-    signatures), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
+    signatures), ``copies:R:N`` (R serves up to N copies of its own signed messages each round, within its byte cap), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
     ``whyunserved:R`` / ``whyread:R`` / ``relaynote:R:V`` (round_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``propose:R:NAME`` (R proposes NAME as the
     run name), ``outdir:R:PATH`` (R's out_dir), ``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` (startup_scenarios); several scenarios are joined
     with ``,``."""
@@ -268,6 +297,8 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
         return _equivocate()
     if kind == "respell":
         return _respell()
+    if kind == "copies":  # copies:R:N: R serves N copies of its own signed messages each round
+        return _own_copies(int(rest[0]))
     if kind == "slowread":
         return _slow_reader(float(rest[0]), *rest[1:])
     if kind == "nopayload":

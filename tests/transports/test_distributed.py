@@ -90,7 +90,7 @@ def test_bad_messages_are_rejected_with_reasons_and_the_round_completes(tmp_path
         assert re.search(rf"rejected message from node 1( \([\w-]+\))?: {re.escape(reason)}", log), reason
     records = read_metrics(run_dir)
     assert [r["round"] for r in records] == [0, 1, 2]
-    assert records[0]["swarm/invalid"] == 5 and records[0]["swarm/invalid_transport"] == 1
+    assert records[0]["swarm/invalid"] == 5 and "swarm/invalid_transport" not in records[0]  # (named in peers.jsonl)
     # node 0's, node 1's two real ones and five that parsed; node 1's two other real ones are in its relay only,
     # and a relay never vouches for its reporter's own messages (it could show them to some readers only)
     assert records[0]["swarm/messages"] == 4 + 2 + 5

@@ -3,6 +3,7 @@ counted quantities (characters its JSON scans examine, messages taken, Ed25519 v
 time; the timings are `benchmarks/flood_cost.py` (BENCHMARKS.md)."""
 
 import json
+import re
 
 import pytest
 import torch.distributed as dist
@@ -127,3 +128,41 @@ def test_the_8_mib_quadratic_payload_is_cut_and_refused_once():
     t = _transport()
     assert t.decode(3, b"DGRPO1ffffffff" * (8 * MIB // 14)) == []
     assert [r.split(":")[0] for _, r in t.rejected] == ["flood", "schema"]
+
+
+# ---------------------------------------------------------------------- a whole run: 4 ranks, node 3 floods copies
+COMMON = ["threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=2", "eval.n_prompts=2",
+          "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true",
+          "swarm.prompts_per_round=2", "swarm.nodes=4", "swarm.malicious=[3]", "attack.kind=injection",
+          "attack.poisoned_per_group=1", "rounds=2", "swarm.protocol.ban_after=2", "swarm.timeout_s=30"]
+
+
+def test_four_ranks_sixteen_thousand_copies_of_the_attackers_own_messages_leave_the_clean_runs_metrics(
+        tmp_path, tiny_model_dir):
+    """Issue 31's flood over torch.distributed (review L1): node 3 serves copies of its own 2 signed messages, as
+    many as its readers' byte cap for its share holds (~770 copies in ~385 frames; 16,384 would be cut off as
+    oversize, its server failed for the round: `copies:3:16384` in rank_scenarios.py). Each honest reader takes 4 × 2
+    messages under its key (2 messages and 6 copies), refuses the excess once, and drops the copies unread. The
+    copies and the excess are the attacker's traffic, named under node 3 in peers.jsonl; every key of metrics.jsonl
+    but time/* equals the run where node 3 sends only its own messages (before: swarm/messages 14, swarm/dropped 6
+    and swarm/invalid_transport 2, against 8, absent, absent)."""
+    from distributed_helpers import comparable, launch
+
+    from dgrpo.cli import main
+    from dgrpo.metrics.logger import read_metrics
+
+    args = [f"model.name={tiny_model_dir}", *COMMON]
+    assert main(["run", *args, f"out_dir={tmp_path}", "name=in"]) == 0
+    want = comparable(read_metrics(tmp_path / "in"))
+    results = launch(4, ["run", *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+                     scenario="copies:3:16384", timeout=150, log_dir=str(tmp_path))
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    served = [int(n) for n in re.findall(r"serving (\d+) copies of its 2 messages in r[01] ", results[3].output)]
+    assert len(served) == 2 and min(served) > 300, results[3].output[-2000:]  # (frames of 2 messages each)
+    assert comparable(read_metrics(tmp_path / "d")) == want  # every key but time/*
+    peers = [json.loads(line) for line in (tmp_path / "d" / "peers.jsonl").read_text().splitlines()]
+    for p in peers:  # the attacker named for its flood: the excess refused once per cap, its 6 copies read
+        assert p["banned"] == {} and all(p["peers"][n]["transport"] == {} for n in "012"), p
+        assert p["peers"]["3"]["accepted"] == 2 and p["peers"]["3"]["rejected"] == {}, p
+        assert p["peers"]["3"]["transport"]["copy"] == 6 and p["peers"]["3"]["transport"]["flood"] >= 1, p
+        assert all(p["views"][v]["3"]["flood"] >= 1 for v in ("1", "2")), p  # the other honest ranks refused it too

@@ -86,9 +86,8 @@ def test_a_record_under_another_peers_slot_is_refused_by_every_receiver(tmp_path
         assert re.search(r"DHT refused a record for node 2: signature of node 2's record does not verify", r.output), r.node
         assert re.search(r"DHT refused a record for node 2: node 2's record is signed by [0-9a-f]{12}…, not by its roster "
                          r"key", r.output), r.node
-    got = read_metrics(run_dir)
-    assert all(rec["swarm/invalid_transport"] >= 1 for rec in got[:2])
-    assert [{k: v for k, v in rec.items() if k != "swarm/invalid_transport"} for rec in comparable(got)] == want
+    assert comparable(read_metrics(run_dir)) == want  # every key: the refusals are named in peers.jsonl only
+    assert all(any(p.get("transport", {}).get("dht") for p in rec["peers"].values()) for rec in _peers(run_dir))
 
 
 def test_killed_peer_is_named_within_the_deadline_and_the_others_abort(tmp_path, tiny_model_dir):
@@ -203,8 +202,11 @@ def test_a_node_replaying_its_peers_signed_messages_gets_nobody_honest_struck(tm
             assert p["peers"][n]["accepted"] == 2 and set(p["peers"][n]["rejected"]) <= {"round", "run"}, p  # no strike
         if p["round"] == 1 or of != "other_round":
             assert p["peers"]["3"]["transport"].get(rule, 0) >= 6, p  # named: it delivered them
+    got = comparable(read_metrics(run_dir))
+    if of == "copies":  # copies of messages the round read: named above, not counted in the record (review L1)
+        assert got == want
     training = lambda recs: [{k: v for k, v in r.items() if k.startswith(("train/", "eval/"))} for r in recs]  # noqa: E731
-    assert training(comparable(read_metrics(run_dir))) == training(want)
+    assert training(got) == training(want)
 
 
 def test_a_lone_view_leaving_an_honest_node_out_changes_nothing_and_names_its_sender(tmp_path, tiny_model_dir):
@@ -219,5 +221,4 @@ def test_a_lone_view_leaving_an_honest_node_out_changes_nothing_and_names_its_se
     for p in _peers(run_dir):
         assert p["peers"]["3"]["transport"] == {"accusation": 1}, p
         assert all(p["peers"][n]["transport"] == {} for n in "012"), p
-    got = [{k: v for k, v in r.items() if k != "swarm/invalid_transport"} for r in comparable(read_metrics(run_dir))]
-    assert got == want
+    assert comparable(read_metrics(run_dir)) == want

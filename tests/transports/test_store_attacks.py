@@ -80,8 +80,7 @@ def test_a_lone_accusation_expels_nobody_and_names_its_signer(tmp_path, tiny_mod
     assert all("swarm/nodes_alive" not in r for r in records)
     assert peers(run_dir)[0]["peers"]["3"]["transport"] == {"accusation": 1}
     assert peers(run_dir)[0]["peers"]["1"]["transport"] == {"accused": 1}  # (one word against another: review r31d F4)
-    assert [r.pop("swarm/invalid_transport", None) for r in records] == [2, None, None]  # (the accusation, named)
-    assert comparable(records) == reference
+    assert comparable(records) == reference  # (every key: what node 3 did is named in peers.jsonl only)
 
 
 def test_a_payload_deleted_from_the_store_changes_nothing(tmp_path, tiny_model_dir, reference):
@@ -190,8 +189,7 @@ def test_a_forged_check_in_record_makes_no_honest_rank_leave_and_names_its_write
     assert peers(run_dir)[0]["peers"]["3"]["transport"] == {"check-in": 1}
     assert all(p["transport"] == {} for rec in peers(run_dir) for n, p in rec["peers"].items() if n != "3")
     records = read_metrics(run_dir)
-    assert [r.pop("swarm/invalid_transport", None) for r in records] == [1, None, None]
-    assert comparable(records) == reference
+    assert comparable(records) == reference  # (every key: what node 3 did is named in peers.jsonl only)
 
 
 def test_a_connection_flood_on_an_honest_server_accuses_and_bans_nobody(tmp_path, tiny_model_dir, reference):

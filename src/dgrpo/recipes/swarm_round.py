@@ -67,9 +67,9 @@ def learn_all(run: Run, messages: Sequence[Message], r: int) -> dict[int, Policy
     return {owner: learn(run, owner, policy, messages, r) for owner, policy in run.swarm.trained.items()}
 
 
-def close_round(run: Run, r: int, messages: Sequence[Message], reports: dict[int, PolicyReport], clock: Clock) -> dict:
+def close_round(run: Run, r: int, reports: dict[int, PolicyReport], clock: Clock) -> dict:
     """The round's record (:func:`round_metrics`), then its accounting (:func:`account`); returns the record."""
-    record = round_metrics(run, r, messages, reports, tuple(clock.starts))
+    record = round_metrics(run, r, reports, tuple(clock.starts))
     account(run, r, reports)
     return record
 
@@ -93,8 +93,7 @@ def learn(run: Run, owner: int, policy: Policy, messages: Sequence[Message], r: 
     received = swarm.receive(policy, swarm.route(messages, owner, r), r)                       # route, validate
     start = time.perf_counter()
     swarm.reward(received.rollouts)                                                            # rewards
-    report = PolicyReport(received.rollouts, received.invalid, received.copies + sum(received.flooded.values()),
-                          reward_seconds=time.perf_counter() - start)
+    report = PolicyReport(received.rollouts, received.invalid, reward_seconds=time.perf_counter() - start)
     learner = swarm.learners[policy]
     batch = defend(swarm.defenses[owner], learner.score(received.rollouts), report.defense_times)  # defenses:
     # stage "rollouts" (judge, reward outlier, step checker, replay regenerate) judge the batch here; stage
@@ -104,8 +103,7 @@ def learn(run: Run, owner: int, policy: Policy, messages: Sequence[Message], r: 
     return report
 
 
-def round_metrics(run: Run, r: int, messages: Sequence[Message], reports: dict[int, PolicyReport],
-                  starts: tuple[float, float, float]) -> dict:
+def round_metrics(run: Run, r: int, reports: dict[int, PolicyReport], starts: tuple[float, float, float]) -> dict:
     """The record of round ``r`` ({} in a process reporting no honest node).
 
     Args:
@@ -117,7 +115,7 @@ def round_metrics(run: Run, r: int, messages: Sequence[Message], reports: dict[i
     t3 = time.perf_counter()
     reports = _reported(run, reports)
     times = {"generate": t1 - t0, "exchange": t2 - t1, "update": t3 - t2, "round": t3 - t0}
-    return round_record(run, r, messages, reports, times) if reports else {}
+    return round_record(run, r, reports, times) if reports else {}
 
 
 def account(run: Run, r: int, reports: dict[int, PolicyReport]) -> None:

@@ -40,7 +40,7 @@ def one_round(run: Run, r: int) -> dict:
     local = swarm.write(slots, r)                                                                # L5
     messages = exchange(run, local, clock)                                                       # L7
     reports = learn_all(run, messages, r)  # L8, each honest policy: route, validate, rewards, defenses, advantages, step
-    return close_round(run, r, messages, reports, clock)                                         # metrics, strikes, bans
+    return close_round(run, r, reports, clock)                                                   # metrics, strikes, bans
 
 
 def run(cfg: RunConfig, run_dir: Path | None = None) -> Path:

@@ -52,7 +52,9 @@ class Received:
         flooded: signer → its messages beyond ``FLOOD_FACTOR`` × its slots after the one ``flood``
             refusal, dropped unread.
         carried: (carrier, rule) of each message dropped without a strike (``DROPPED``) that a known
-            node delivered (``carriers``): names who replayed or re-spelled a signed message.
+            node delivered (``carriers``): names who replayed or re-spelled a signed message; every
+            ``copy`` and ``flooded`` message too, its own signer's included (under its signer where no
+            carrier is known), since the round's record does not count them (``swarm/messages``).
     """
 
     rollouts: list[Rollout]
@@ -337,7 +339,9 @@ def admit(a: Admission, messages: Sequence[Message], carriers: Mapping[int, int]
             reason = f"decode: {type(err).__name__}: {str(err)[:80]!r}"
         rule = reason.split(":", 1)[0] if reason is not None else None
         carrier = carriers.get(id(msg))
-        if carrier is not None and carrier != c.signer and rule in DROPPED:  # who delivered another's message
+        if rule in ("copy", "flooded"):  # not read by the round: named under who delivered it (else its signer)
+            received.carried.append((c.signer if carrier is None else carrier, rule))
+        elif carrier is not None and carrier != c.signer and rule in DROPPED:  # who delivered another's message
             received.carried.append((carrier, rule))
         if rule == "copy":
             received.copies += 1

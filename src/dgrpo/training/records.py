@@ -34,14 +34,13 @@ PER_POLICY = ("train/loss", "train/grad_norm", "train/used", "time/defense", "ti
 @dataclass
 class PolicyReport:
     """What one honest policy did in a round: the rollouts it received (with rewards and verdicts),
-    the messages it refused, how many it dropped unread without a strike (copies of a message it verified
-    earlier in the round, a flooding signer's excess: ``Received.copies`` + ``Received.flooded``), its
-    update, the seconds of its rewards and of each defense, and each defense's cumulative counters
-    (:func:`dgrpo.defenses.base.defense_counters`)."""
+    the messages it refused, its update, the seconds of its rewards and of each defense, and each
+    defense's cumulative counters (:func:`dgrpo.defenses.base.defense_counters`). What its receive
+    dropped unread (copies of a message it read earlier in the round, a flooding signer's excess) is
+    not here: ``peers.jsonl`` names it under who delivered it (``Received.carried``)."""
 
     rollouts: list[Rollout]
     invalid: list[tuple[Message, str]] = field(default_factory=list)
-    dropped: int = 0
     update: UpdateStats | None = None
     reward_seconds: float = 0.0
     defense_times: dict[str, float] = field(default_factory=dict)
@@ -51,14 +50,23 @@ class PolicyReport:
     def defense_seconds(self) -> float:
         return sum(self.defense_times.values())
 
+    @property
+    def read(self) -> int:
+        """Messages the policy's receive read: those it accepted and those it refused (``swarm/messages``)."""
+        return len(self.rollouts) + len(self.invalid)
+
 
 def _mean(xs: Sequence[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
-def round_record(run, round_idx: int, messages: Sequence[Message], reports: dict[int, PolicyReport],
-                 times: dict[str, float]) -> dict:
+def round_record(run, round_idx: int, reports: dict[int, PolicyReport], times: dict[str, float]) -> dict:
     """Metrics of one round: rewards per node, update statistics, defense rates, phase times.
+
+    ``swarm/messages`` is what the lowest honest policy's receive read (:attr:`PolicyReport.read`: the
+    messages it accepted and refused), never what it dropped unread: copies of a message already read
+    and a flooding signer's excess are the attacker's traffic, named in ``peers.jsonl``, so a flood of
+    copies leaves the record of the run without it (docs/protocol.md, "The round's record under attack").
 
     Args:
         reports: owner node id → report, one per distinct honest policy.
@@ -80,10 +88,8 @@ def round_record(run, round_idx: int, messages: Sequence[Message], reports: dict
     # The think/answer format alone: it is learnt long before arithmetic, so it shows learning early.
     rec["train/format_rate"] = _mean([format_reward(run.task.completion_prefix + r.text) for r in honest])
     rec.update(reward_metrics(run.task))  # a rubric's reward functions, weight 0 included (train/rubric/<name>)
-    rec["swarm/messages"] = len(messages)
+    rec["swarm/messages"] = report.read
     rec["swarm/invalid"] = sum(len(r.invalid) for r in reports.values())
-    if any(r.dropped for r in reports.values()):  # copies and floods: counted in swarm/messages, dropped unread, no strike
-        rec["swarm/dropped"] = sum(r.dropped for r in reports.values())
     for own, rep in reports.items():
         suffix = "" if len(reports) == 1 else f"/node{own}"
         if rep.update is not None:
@@ -285,9 +291,7 @@ def share_record(run, rec: dict) -> dict | None:
     refused += [(n, f"missing record: none came for exchange 'rec{rec['round']}' in time")
                 for n in sorted(set(nodes) - set(got) - set(mine))]
     log_record_refusals(run, rec["round"], refused)
-    out = merge_records(records)
-    if "swarm/messages" in out and run.transport.rejected:
-        out["swarm/invalid_transport"] = len(run.transport.rejected)  # refused before the swarm saw them
+    out = merge_records(records)  # (what the transport refused is named in peers.jsonl, not counted here)
     if run.transport.failed:
         out["swarm/nodes_alive"] = len(run.transport.alive)
     return out

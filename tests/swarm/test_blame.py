@@ -91,6 +91,22 @@ def test_copies_are_recognised_by_the_signed_content_and_verified_once(task, mod
     assert all(verifier.valid(0, b"x", m.signature) is False for _ in range(3)) and verifier.verified - before == 2
 
 
+@pytest.mark.parametrize("carried", [True, False], ids=["delivered by its signer", "no carrier known"])
+def test_copies_of_a_signers_own_messages_are_named_and_not_counted_as_read(task, model, tokenizer, carried):
+    """Review L1: 100 copies of node 3's own 2 messages. Before, a copy delivered by its own signer was named nowhere
+    and swarm/messages counted it; now it is named under who delivered it (else its signer), never a strike, and
+    the round read the 8 messages of the round."""
+    swarm, policy, keys, out = four(task, model, tokenizer)
+    honest = [m for n in (0, 1, 2) for m in out[n]]
+    copies = [dataclasses.replace(m) for m in out[3] for _ in range(50)]  # other objects, the same signed content
+    swarm.carriers = {id(m): 3 for m in [*out[3], *copies]} if carried else {}
+    received = swarm.receive(policy, [*honest, *out[3], *copies], 0)
+    rec, strikes = account(swarm, received, 0)
+    assert rec["3"]["transport"] == {"copy": 100} and rec["3"]["accepted"] == 2 and rec["3"]["rejected"] == {}
+    assert sum(strikes.values()) == 0 and all(rec[n]["transport"] == {} for n in "012")
+    assert PolicyReport(received.rollouts, received.invalid).read == 8
+
+
 def test_a_forgery_of_an_honest_content_first_does_not_make_the_honest_message_a_copy(task, model, tokenizer):
     swarm, policy, keys, out = four(task, model, tokenizer)
     m = out[0][0]

@@ -3,6 +3,7 @@ the rules of :mod:`dgrpo.training.peer_records`, then a 4-rank torch.distributed
 text and a lying record (before: every honest main crashed in turn, exit codes [1, 1, 1, 0])."""
 
 import json
+import math
 import statistics
 
 import pytest
@@ -71,19 +72,59 @@ def test_a_null_where_the_merge_needs_a_number_is_refused_and_named(key):
 
 @pytest.mark.parametrize("key", [*MERGED_NUMBERS, "eval/greedy/accuracy", "train/loss", "train/used", "attack/asr",
                                  "time/reward", "time/defense/reward_outlier"])
-@pytest.mark.parametrize("value", [None, "1", True, [], {}, float("nan"), float("inf"), -1, 10**30])
+@pytest.mark.parametrize("value", [None, "1", True, [], {}, float("nan"), float("inf"), -1, 10**30, 1e308, -1e308])
 def test_whatever_a_merged_key_holds_the_record_is_refused_or_merges(key, value):
-    """No value of any key the main reads makes merge_records raise: the parser refuses it (RecordRefused) or the
-    merge of the main's record with it gives a number for every averaged key (checked against fmean by hand)."""
+    """No value of any key the main reads makes merge_records raise, even posted by two colluding reporters: the
+    parser refuses it (RecordRefused) or the merge of the main's record with both gives a finite number for every
+    averaged key (checked against the mean by hand)."""
     from dgrpo.training.records import merge_records
     mine = {**MINE, "swarm/invalid": 0, "eval/greedy/accuracy": 0.5}
     try:
         got = parse_peer_record(body(**{"eval/greedy/accuracy": 0.5, key: value}), mine, 24)
     except RecordRefused:
         return
-    out = merge_records({0: mine, 3: got})
-    assert out["eval/accuracy"] == (0.5 + got["eval/accuracy"]) / 2
-    assert out["swarm/invalid"] == got["swarm/invalid"] and out["eval/n"] == 4
+    out = merge_records({0: mine, 2: got, 3: got})
+    assert out["eval/accuracy"] == pytest.approx((0.5 + 2 * got["eval/accuracy"]) / 3)
+    assert out["swarm/invalid"] == 2 * got["swarm/invalid"] and out["eval/n"] == 6
+    for k in ("eval/kl_to_start", "eval/entropy", "eval/completion_tokens", "attack/asr"):
+        values = [v for v in (mine[k], got[k], got[k]) if v is not None]  # (an attack metric may be None: left out)
+        assert out[k] == pytest.approx(sum(values) / len(values)) and math.isfinite(out[k]), k
+
+
+@pytest.mark.parametrize("key", ["eval/kl_to_start", "eval/entropy", "attack/filler_repeats"])
+@pytest.mark.parametrize("value", [1e308, -1e308])
+def test_two_colluding_reporters_posting_1e308_are_refused_and_named(key, value):
+    """Task of review L1's round: ``eval/kl_to_start`` and ``eval/entropy`` took any finite number (and a non-rate
+    ``attack/*`` any finite number >= 0), so two reporters posting 1e308 made the merge's mean overflow
+    (OverflowError in every honest main, statistics.fmean). Now each such record is refused in one line naming the
+    key (``record``, no strike), and the main's record merges alone."""
+    from dgrpo.training.records import merge_records
+    mine = {**MINE, "attack/filler_repeats": 2.0}
+    with pytest.raises(OverflowError):  # what the merge did with them
+        statistics.fmean([mine[key], value, value])
+    refused = []
+    for _ in (2, 3):
+        with pytest.raises(RecordRefused) as err:
+            parse_peer_record(body(**{"attack/filler_repeats": 2.0, key: value}), mine, 24)
+        refused.append(str(err.value))
+    assert all(r.startswith(f"record: {key}: Input should be ") and "\n" not in r for r in refused), refused
+    assert merge_records({0: mine}) == mine
+
+
+def test_the_largest_values_a_record_may_hold_merge_to_a_finite_mean():
+    """At the bounds (peer_records.MAX_ENTROPY, MAX_MEAN) any number of reporters merge to a finite mean."""
+    from dgrpo.training.peer_records import MAX_ENTROPY, MAX_MEAN
+    from dgrpo.training.records import merge_records
+    top = {"eval/kl_to_start": MAX_MEAN, "eval/entropy": MAX_ENTROPY, "attack/filler_repeats": MAX_MEAN}
+    mine = {**MINE, "attack/filler_repeats": 2.0}
+    got = parse_peer_record(body(**top), mine, 24)
+    assert {k: got[k] for k in top} == top and MAX_ENTROPY == pytest.approx(22.18, abs=0.01)
+    out = merge_records({0: mine, **{k: got for k in range(1, 1000)}})
+    assert out["eval/kl_to_start"] == pytest.approx((0.01 + 999 * MAX_MEAN) / 1000)
+    assert out["attack/filler_repeats"] == pytest.approx((2 + 999 * MAX_MEAN) / 1000)
+    for key in ("eval/kl_to_start", "eval/entropy", "attack/filler_repeats"):  # just past the bound: refused
+        with pytest.raises(RecordRefused, match=f"record: {key}: Input should be less than or equal to"):
+            parse_peer_record(body(**{**top, key: top[key] * (1 + 1e-9)}), mine, 24)
 
 
 def test_evaluation_keys_must_match_the_rounds_evaluation():

@@ -25,17 +25,28 @@ key                         used as                                       rule
 format_rate, greedy/…)      accuracy also as ``eval/accuracy/node{k}``    completions out of ``eval/n``
 ``eval/completion_tokens``  averaged                                      0 ≤ x ≤ ``sampling.max_new_tokens``
 (and greedy)
-``eval/kl_to_start``,       averaged                                      finite (entropy ≥ 0)
-``eval/entropy``
+``eval/kl_to_start``        averaged                                      ``|x| ≤ MAX_MEAN`` (10^6 nats per token:
+                                                                          a Monte Carlo estimate, honestly ~0 ± noise
+                                                                          at the start, so either sign)
+``eval/entropy``            averaged                                      ``0 ≤ x ≤ MAX_ENTROPY`` (ln 2^32 nats: a
+                                                                          softmax over at most 2^32 tokens)
 ``eval/n``                  summed                                        equal to the main's own (same prompts)
 (every summed or averaged   —                                             never JSON null: absent, or a number
 key above)
-``attack/<metric>``         averaged (None left out)                      the main's keys exactly; finite, ≥ 0;
-                                                                          ``asr…`` and ``…rate`` in [0, 1]
+``attack/<metric>``         averaged (None left out)                      the main's keys exactly; 0 ≤ x ≤
+                                                                          ``MAX_MEAN``; ``asr…`` and ``…rate`` ≤ 1
 ==========================  ============================================  ==========================================
 
 An evaluation round is one for every node (same config): a record must carry the evaluation keys the main's
 carries, and none when the main's has none.
+
+Every averaged number is bounded, so that the mean of any number of reporters is finite (before, two colluding
+reporters posting ``"eval/entropy": 1e308`` made ``statistics.fmean`` raise OverflowError in every honest main):
+rates by 1, token counts by ``max_new_tokens``, the entropy by the entropy of a uniform softmax over 2^32 tokens
+(no model's vocabulary comes near: Qwen2.5 has 151,936 rows), and the KL estimate and the non-rate attack metrics
+(a count or a length per completion: ``filler_repeats``, ``mean_chars``) by ``MAX_MEAN`` = 10^6, far above any
+honest value, so that even a sum over 10^300 reporters stays below the largest float (1.8 × 10^308). A value out of
+its range is refused like any other (``record: eval/entropy: Input should be less than or equal to 22.18…``).
 
 What these rules cannot catch: a record that is well formed and lies within them (an attacker reporting an
 accuracy of 1.0 or an ASR of 0.0 for its own policy). The main cannot check another node's evaluation without
@@ -47,6 +58,7 @@ own numbers are never changed by it (docs/distributed.md, "Metrics").
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -55,11 +67,15 @@ from dgrpo.training.evaluate import EVAL_MEANS, RATES
 
 MAX_RECORD_BYTES = 1 << 18  # bytes: an honest record is a few kB (tens of keys); a larger one is refused unread
 MAX_NAMED_KEYS = 64  # ``time/defense/*`` and ``attack/*`` keys each (the config's defenses and attack metrics)
+MAX_ENTROPY = math.log(2**32)  # nats (22.18): the entropy of a uniform softmax over 2^32 tokens, above any model's
+MAX_MEAN = 1e6  # the KL estimate's magnitude (nats per token) and a non-rate attack metric: far above honest values
 
-Finite = Annotated[float, Field(allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Rate = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
+Entropy = Annotated[float, Field(ge=0, le=MAX_ENTROPY, allow_inf_nan=False)]
+Estimate = Annotated[float, Field(ge=-MAX_MEAN, le=MAX_MEAN, allow_inf_nan=False)]  # a signed mean (KL estimate)
+Bounded = Annotated[float, Field(ge=0, le=MAX_MEAN, allow_inf_nan=False)]
 
 
 class RecordRefused(ValueError):
@@ -91,10 +107,10 @@ class PeerRecord(BaseModel):
     greedy_format_rate: Rate = Field(None, alias="eval/greedy/format_rate")
     completion_tokens: NonNeg = Field(None, alias="eval/completion_tokens")
     greedy_completion_tokens: NonNeg = Field(None, alias="eval/greedy/completion_tokens")
-    kl_to_start: Finite = Field(None, alias="eval/kl_to_start")
-    entropy: NonNeg = Field(None, alias="eval/entropy")
+    kl_to_start: Estimate = Field(None, alias="eval/kl_to_start")
+    entropy: Entropy = Field(None, alias="eval/entropy")
     n: Annotated[int, Field(ge=1)] = Field(None, alias="eval/n")
-    attack: dict[str, NonNeg | None] = Field(default_factory=dict, max_length=MAX_NAMED_KEYS)
+    attack: dict[str, Bounded | None] = Field(default_factory=dict, max_length=MAX_NAMED_KEYS)
 
     @model_validator(mode="before")
     @classmethod

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.transports.fingerprint import PER_NODE, config_fingerprint  # noqa: F401 (the launch check compares it)
+from dgrpo.transports.dht.hellos import HELLO_TTL_S, STABLE_S, HelloBook, proof_line, proof_record
 from dgrpo.transports.dht.records import SignedRecordValidator, load_or_create_key, load_roster, public_hex, record_limit
 from dgrpo.transports.framing import KeyCaps
 
@@ -25,21 +26,25 @@ if TYPE_CHECKING:
     from dgrpo.transports.hivemind import HivemindTransport
 
 log = logging.getLogger(__name__)
-HELLO_TTL_S = 30.0  # a hello outlives its node's launch by at most this (refreshed every TTL/3)
 
 
 @dataclass
 class Hello:
-    """This node's hello while its launch is under way: ``body`` under ``key``, stored again by :meth:`refresh`
-    when its time to live runs short (while the launch waits, and between the reads of its ``start`` barrier)."""
+    """This node's hello while its launch is under way: ``says`` (nonce and config) signed with the DHT time ``t``
+    under ``key``, signed and stored again with a new ``t`` by :meth:`refresh` when its time to live runs short
+    (while the launch waits; :mod:`dgrpo.transports.dht.hellos`). ``body``: the bytes last stored."""
 
     t: "HivemindTransport"
     key: str
-    body: bytes
+    says: dict
+    body: bytes = b""
     due: float = 0.0  # time.monotonic() of the next store
 
     def refresh(self) -> None:
         if time.monotonic() >= self.due:
+            from hivemind.utils import get_dht_time
+
+            self.body = json.dumps({**self.says, "t": round(get_dht_time(), 3)}).encode()
             self.t.signed.store(self.key, self.body, HELLO_TTL_S)
             self.due = time.monotonic() + HELLO_TTL_S / 3
 
@@ -133,7 +138,8 @@ def _json(body: bytes):
 
 
 def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: float) -> None:
-    """Initial nodes: hellos → roster and config check → launch id → ``start`` barrier → launch record.
+    """Initial nodes: hellos → heard records (every node relays the hellos it read) → equivocation, roster and
+    config check → launch id → ``start`` barrier → launch record (:mod:`dgrpo.transports.dht.hellos`).
 
     Initial nodes missing after ``startup_timeout_s`` stop the launch, or, with ``on_peer_failure=continue``,
     are named and left out (failed at ``launch``; listed in the first round's ``rejected``, so ``peers.jsonl``
@@ -141,45 +147,61 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
 
     Raises:
         ConfigError: configs differ (names the odd nodes), or this node's id is claimed by another key.
-        PeerFailure: initial nodes missing after ``startup_timeout_s`` (``abort``), peers reached another
-            launch, or this node started after the others launched without it.
+        PeerFailure: a node signed two different hellos (one line naming it, both quoted), initial nodes missing
+            after ``startup_timeout_s`` (``abort``), peers reached another launch, or this node started after the
+            others launched without it.
     """
+    from hivemind.utils import get_dht_time
+
     initial = sorted(n for n in range(t.world_size) if n not in t.join)
     hello_key = f"{t.namespace}/hello"
-    own = Hello(t, hello_key, json.dumps({"nonce": secrets.token_hex(8), "config": fingerprint}).encode())
-    deadline, delay = time.monotonic() + startup_timeout_s, 0.05
+    own, book = Hello(t, hello_key, {"nonce": secrets.token_hex(8), "config": fingerprint}), HelloBook(hello_key)
+    deadline, delay, changed = time.monotonic() + startup_timeout_s, 0.05, time.monotonic()
     while True:
         own.refresh()
-        claims: dict[int, dict[str, dict]] = {}
+        claims: dict[int, set[str]] = {}
+        now = get_dht_time()
         for node, recs in t.signed.records(hello_key).items():
-            for pub, body, _ in recs:
+            for pub, body, sig in recs:
                 hello = _json(body)
                 if t.fixed_roster and t.roster.get(node) != pub:
                     t.signed.reject(hello_key, pub, -1, f"identity: a hello for node {node} signed by a key not in the roster")
                 elif isinstance(hello, dict) and isinstance(hello.get("nonce"), str) and isinstance(hello.get("config"), str):
-                    claims.setdefault(node, {})[pub] = hello
-        others = set(claims.get(t.rank, {})) - {t.public_key}
+                    claims.setdefault(node, set()).add(pub)  # (any hello claims its id, even one too old to take)
+                    if book.add(node, pub, body, sig.hex(), t.rank, now):
+                        changed = time.monotonic()
+        others = claims.get(t.rank, set()) - {t.public_key}
         if others:
             raise ConfigError(f"node {t.rank} is also claimed by key {sorted(others)[0][:12]}…: another process runs as node "
                               f"{t.rank} (give each its own swarm.hivemind.node), or an earlier launch did with another "
                               f"key (wait {HELLO_TTL_S:g} s)")
-        if all(len(claims.get(n, {})) == 1 for n in initial):
-            break
+        pubs = {n: next(iter(claims[n])) for n in initial if len(claims.get(n, ())) == 1}
+        here = [n for n in pubs if book.chosen(n, pubs[n]) is not None]
+        if len(here) == len(initial) and (book.proofs(pubs) or time.monotonic() - changed >= STABLE_S):
+            break  # (every node's hello, and nothing new for STABLE_S or already a proof: relayed below)
         if time.monotonic() >= deadline:
-            missing = [n for n in initial if n not in claims]
-            doubled = [n for n in initial if len(claims.get(n, {})) > 1]
+            missing = [n for n in initial if n not in claims or (n in pubs and n not in here)]
+            doubled = [n for n in initial if len(claims.get(n, ())) > 1]
             parts = [f"nodes {missing} did not show up" if missing else "",
                      f"nodes {doubled} are claimed by several keys" if doubled else ""]
             if t.on_peer_failure == "continue" and missing and not doubled and t.rank not in missing:
                 _leave_out(t, missing, startup_timeout_s)
                 initial = [n for n in initial if n not in missing]
+                pubs = {n: pubs[n] for n in initial}
                 break
             raise PeerFailure(f"node {t.rank}: {'; '.join(p for p in parts if p)} within swarm.startup_timeout_s="
                               f"{startup_timeout_s:g}s (not started, not bootstrapped to this swarm, or another "
                               "swarm.hivemind.run_id?)")
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
-    hellos = {n: next(iter(claims[n].items())) for n in initial}
+    hear(t, book, pubs, own, startup_timeout_s)
+    proofs = book.proofs(pubs)
+    if proofs:
+        for n, (a, b) in sorted(proofs.items()):
+            log.warning("node %d: proof that node %d signed two hellos: %s", t.rank, n, proof_record(n, pubs[n], a, b))
+        raise PeerFailure("; ".join(proof_line(n, pubs[n], a, b, t.rank) for n, (a, b) in sorted(proofs.items()))
+                          + "; stopping before round 0 rather than splitting the swarm")
+    hellos = {n: (pubs[n], book.chosen(n, pubs[n])) for n in initial}
     odd = [n for n in initial if hellos[n][1]["config"] != hellos[initial[0]][1]["config"]]
     if odd:
         raise ConfigError(f"nodes {odd} run another config than node {initial[0]}: every node needs the same config and "
@@ -199,6 +221,41 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
     log.info("node %d: launch %s with nodes %s", t.rank, t.run_id, initial)
     allow_roster(t)
     publish_launch(t)
+
+
+def hear(t: "HivemindTransport", book: HelloBook, pubs: dict[int, str], own: Hello, startup_timeout_s: float) -> None:
+    """Relay the hellos this node holds (its heard record, ``{namespace}/heard/{its nonce}``) and take every other
+    initial node's (``pubs``: node → its key), read under each nonce of its hellos, until every node not yet proved
+    to have signed two hellos has relayed (:mod:`dgrpo.transports.dht.hellos`). A relay quoting a hello its node
+    never signed is named in the log (``heard:``), never acted on alone.
+
+    Raises:
+        PeerFailure: a node sent no heard record within ``startup_timeout_s`` (names it).
+    """
+    ttl, nonce = startup_timeout_s + HELLO_TTL_S, own.says["nonce"]
+    deadline, delay, got, stored = time.monotonic() + startup_timeout_s, 0.05, set(), False
+    while True:
+        own.refresh()
+        if not stored:  # (what this node read before it relays: what it decides on is what its peers get)
+            stored = bool(t.signed.store(f"{t.namespace}/heard/{nonce}", book.quote(pubs), ttl, wait_s=5.0))
+        waiting = [n for n in sorted(pubs) if n != t.rank and n not in got and n not in book.proofs(pubs)]
+        if stored and not waiting:
+            return
+        for n in waiting:
+            for other in book.nonces(n, pubs[n]):
+                key = f"{t.namespace}/heard/{other}"
+                for pub, body, _ in t.signed.records(key, wait_s=min(5.0, max(0.2, deadline - time.monotonic()))).get(n, []):
+                    if pub == pubs[n] and n not in got:
+                        got.add(n)
+                        for why in book.take(n, body, pubs):
+                            t.signed.reject(key, f"{n}:{why}", n, f"heard: its heard record relays {why}")
+        if time.monotonic() >= deadline:
+            late = [n for n in waiting if n not in got] or [t.rank]
+            raise PeerFailure(f"node {t.rank}: node{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} sent "
+                              f"nothing for exchange 'heard' within swarm.startup_timeout_s={startup_timeout_s:g}s "
+                              "(dead or stalled, or restarted while the others launched); start every node again")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
 
 
 def _leave_out(t: "HivemindTransport", missing: list[int], startup_timeout_s: float) -> None:

@@ -1,0 +1,188 @@
+"""The hellos of a hivemind launch, and the proof that a node signed two of them (review r31g J6).
+
+Each initial node stores a signed hello under ``{namespace}/hello`` (:class:`~dgrpo.transports.dht.launch.Hello`):
+``{"nonce": 16 hex digits, "config": fingerprint, "t": DHT time}``, signed again with a new ``t`` at each refresh.
+What a hello *says* is everything but ``t`` (:func:`identity`); ``t`` only dates it. A node's subkey holds one record,
+so a node that stores a hello that says something else (another nonce, another config) replaces its first one: nodes
+that read it at different moments read different hellos. Before, each node hashed the nonces it read into the launch
+id, so they entered different launches and the ``start`` barrier failed after ``startup_timeout_s`` naming honest
+nodes (review r31g J6).
+
+So the launch reads hellos into a :class:`HelloBook`, and then every initial node relays what it read: its *heard*
+record (``{namespace}/heard/{its nonce}``; :meth:`HelloBook.quote`), every hello it holds with its record signature.
+A node takes a relayed hello only when the hello's signature verifies under its node's key (:meth:`HelloBook.take`),
+and never a node's hellos relayed by that node itself (it could show each reader another). So every hello one honest
+node read reaches every honest node, as the views of a message round do (:mod:`dgrpo.transports.dht.commit`: two
+rounds of an authenticated broadcast, Dolev and Strong's with one faulty node), and every honest node decides on the
+same hellos:
+
+* two hellos of one node's key that say different things, dated at most :data:`PAIR_S` apart, are a signed proof that
+  the node equivocated (:meth:`HelloBook.proofs`): every honest node stops at start-up in one line naming it and
+  quoting both (:func:`proof_line`); an honest node signs one hello per process, so this names only a node that
+  signed two, or one run twice (restarted during the launch);
+* otherwise each node's hello is the newest one (:meth:`HelloBook.chosen`), the same at every honest node.
+
+A hello older than :data:`FRESH_S` when read (or dated in the future) is not taken: anyone can store again a node's
+hello of an earlier launch (a subkey's record is signed, its expiry is not), and such a replay must neither enter the
+launch nor make a proof (review r31g J6 follow-up; two hellos further apart than :data:`PAIR_S` prove nothing).
+Hivemind keeps its peers' clocks within :data:`CLOCK_S` of each other (it refuses a peer further off), so the dates of
+honest nodes can be compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+
+from dgrpo.transports.dht.records import signed_digest
+
+HELLO_TTL_S = 30.0  # a hello outlives its node's launch by at most this (signed and stored again every TTL/3)
+CLOCK_S = 3.0  # hivemind.utils.timed_storage.MAX_DHT_TIME_DISCREPANCY_SECONDS: peers' clocks differ by at most this
+FRESH_S = HELLO_TTL_S + CLOCK_S  # a hello read from the DHT is taken when its ``t`` is at most this old (seconds)
+PAIR_S = FRESH_S  # two hellos of one key that say different things prove equivocation when dated at most this apart
+STABLE_S = 0.25  # a node leaves its hello loop once the hellos it reads said nothing new for this long (s)
+MAX_IDS = 4  # hellos kept per node key (two are a proof; more prove nothing more)
+MAX_HELLO_BYTES = 512  # a hello is ~100 bytes
+_NONCE_CHARS = 64
+
+
+def parse_hello(body: bytes) -> dict | None:
+    """A hello's fields (``nonce``, ``config``: strings, ``nonce`` at most 64 characters; ``t``: a finite number of
+    seconds, DHT time), or None for anything else (not JSON, not an object, a field missing or of another type)."""
+    if not isinstance(body, bytes) or len(body) > MAX_HELLO_BYTES:
+        return None
+    try:
+        hello = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    ok = (isinstance(hello, dict) and isinstance(hello.get("nonce"), str) and 0 < len(hello["nonce"]) <= _NONCE_CHARS
+          and isinstance(hello.get("config"), str) and isinstance(hello.get("t"), (int, float))
+          and not isinstance(hello["t"], bool) and math.isfinite(hello["t"]))
+    return hello if ok else None
+
+
+def identity(hello: dict) -> str:
+    """What a hello says: its fields but ``t``, as canonical JSON (two hellos that differ here are two hellos)."""
+    return json.dumps({k: v for k, v in hello.items() if k != "t"}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Version:
+    """One hello as kept: ``hello`` (parsed), ``body`` (the signed bytes), ``sig`` (its record signature, 128 hex
+    digits) and ``by``: the node that read it from the DHT (this node) or relayed it."""
+
+    hello: dict
+    body: bytes
+    sig: str
+    by: int
+
+    @property
+    def t(self) -> float:
+        return float(self.hello["t"])
+
+
+class HelloBook:
+    """The hellos a node holds during its launch: node → public key (hex) → :func:`identity` → the newest
+    :class:`Version` of it (at most :data:`MAX_IDS` per key).
+
+    Args:
+        key: the hello key, ``{namespace}/hello`` (the signatures cover its DHT id).
+    """
+
+    def __init__(self, key: str):
+        self.key = key
+        self.seen: dict[int, dict[str, dict[str, Version]]] = {}
+
+    def add(self, node: int, pub: str, body: bytes, sig: str, by: int, now: float | None = None) -> bool:
+        """Keep node ``node``'s hello ``body`` signed ``sig`` under key ``pub`` (the caller verified the signature),
+        read by (or relayed by) node ``by``. ``now`` (DHT time, seconds): a hello read from the DHT now, taken only when
+        dated within [now − :data:`FRESH_S`, now + :data:`CLOCK_S`]. Returns whether it says something new."""
+        hello = parse_hello(body)
+        if hello is None or (now is not None and not now - FRESH_S <= hello["t"] <= now + CLOCK_S):
+            return False
+        ids = self.seen.setdefault(node, {}).setdefault(pub, {})
+        key, new = identity(hello), Version(hello, body, sig, by)
+        if key not in ids and len(ids) >= MAX_IDS:
+            return False
+        old = ids.get(key)
+        if old is None or new.t > old.t:
+            ids[key] = new
+        return old is None
+
+    def nonces(self, node: int, pub: str) -> list[str]:
+        """The nonces of node ``node``'s hellos under ``pub`` (sorted)."""
+        return sorted({v.hello["nonce"] for v in self.seen.get(node, {}).get(pub, {}).values()})
+
+    def chosen(self, node: int, pub: str) -> dict | None:
+        """Node ``node``'s hello under ``pub``: the newest (then the greatest :func:`identity`); None when none."""
+        ids = self.seen.get(node, {}).get(pub, {})
+        return max(ids.items(), key=lambda kv: (kv[1].t, kv[0]))[1].hello if ids else None
+
+    def proofs(self, pubs: dict[int, str]) -> dict[int, tuple[Version, Version]]:
+        """node → two of its hellos under ``pubs[node]`` that say different things, dated at most :data:`PAIR_S`
+        apart (the closest such pair, earlier first): its signed proof of equivocation."""
+        out = {}
+        for node, pub in sorted(pubs.items()):
+            vs = sorted(self.seen.get(node, {}).get(pub, {}).values(), key=lambda v: (v.t, identity(v.hello)))
+            pairs = [(b.t - a.t, a, b) for i, a in enumerate(vs) for b in vs[i + 1:] if b.t - a.t <= PAIR_S]
+            if pairs:
+                _, a, b = min(pairs, key=lambda p: p[0])
+                out[node] = (a, b)
+        return out
+
+    def quote(self, pubs: dict[int, str]) -> bytes:
+        """This node's heard record: every hello it holds of the nodes ``pubs`` under their keys, as
+        ``{"hellos": [[node, public key hex, body (latin-1), signature hex], …]}``."""
+        out = [[n, pub, v.body.decode("latin-1"), v.sig] for n, pub in sorted(pubs.items())
+               for _, v in sorted(self.seen.get(n, {}).get(pub, {}).items())]
+        return json.dumps({"hellos": out}).encode()
+
+    def take(self, relayer: int, raw: bytes, pubs: dict[int, str]) -> list[str]:
+        """Take the hellos node ``relayer``'s heard record ``raw`` relays: those of nodes ``pubs`` under their keys
+        whose record signature verifies; never ``relayer``'s own. Returns what was refused (one phrase each, for
+        the log: a relayer that quotes a hello its node never signed is named there, never acted on alone)."""
+        try:
+            rec = json.loads(raw)
+            entries = rec["hellos"] if isinstance(rec, dict) and isinstance(rec.get("hellos"), list) else None
+        except (ValueError, RecursionError):
+            entries = None
+        if entries is None:
+            return ["its heard record is not {\"hellos\": [...]}"]
+        bad = []
+        for e in entries[: MAX_IDS * len(pubs) + 1]:
+            if not (isinstance(e, list) and len(e) == 4 and isinstance(e[0], int) and not isinstance(e[0], bool)
+                    and all(isinstance(x, str) for x in e[1:])):
+                bad.append("an entry that is not [node, key, body, signature]")
+                continue
+            node, pub, text, sig = e
+            if node == relayer or pubs.get(node) != pub:
+                continue  # (its own hellos, or a key that is not the launch's for that node: proves nothing here)
+            try:
+                body = text.encode("latin-1")
+            except UnicodeEncodeError:
+                body = None
+            if body is None or not signed_digest(self.key, node, pub, hashlib.sha256(body).hexdigest(), sig):
+                bad.append(f"a hello of node {node} that node {node} did not sign")
+                continue
+            self.add(node, pub, body, sig, relayer)
+        return bad
+
+
+def _said(v: Version, reader: int) -> str:
+    who = "read by this node" if v.by == reader else f"read by node {v.by}"
+    return f"nonce {v.hello['nonce'][:12]}, config {v.hello['config'][:12]}, t={v.t:.1f}, signature {v.sig[:16]}…, {who}"
+
+
+def proof_line(node: int, pub: str, a: Version, b: Version, reader: int) -> str:
+    """One clause naming node ``node`` (key ``pub``) as the signer of hellos ``a`` and ``b`` (this is node ``reader``)."""
+    return (f"node {node} signed two different hellos for this launch ({_said(a, reader)}; {_said(b, reader)}; both "
+            f"signatures verify under node {node}'s key {pub[:12]}…, dated {b.t - a.t:.1f} s apart: it showed its peers "
+            "different hellos, or two processes ran as that node)")
+
+
+def proof_record(node: int, pub: str, a: Version, b: Version) -> str:
+    """The proof in full (JSON, logged): both hellos' bodies and record signatures, anyone can check them with
+    :func:`dgrpo.transports.dht.records.signed_digest` under the hello key."""
+    return json.dumps({"node": node, "key": pub, "hellos": [[v.body.decode("latin-1"), v.sig] for v in (a, b)]})

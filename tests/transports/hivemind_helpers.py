@@ -8,6 +8,7 @@ transformers and hivemind are already imported, so a node starts in well under a
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -47,6 +48,8 @@ def _node(node: int, args: list[str], log_path: str, scenario: str) -> None:
         replay(scenario, node, args)
     elif scenario.startswith("omit:"):
         omit(scenario, node)
+    elif scenario.startswith("rehello:"):
+        rehello(scenario, node)
     else:
         apply_scenario(scenario, node, args)  # die:R:ROUND, stall:R:ROUND:SECONDS
     from dgrpo.cli import main
@@ -209,6 +212,36 @@ def omit(scenario: str, node: int) -> None:
         return original(self, tag, payload, *args, **kwargs)
 
     ht.HivemindTransport.exchange = exchange
+
+
+def rehello(scenario: str, node: int) -> None:
+    """``rehello:R``: node R runs the honest code, but from its first hello on a thread stores its signed hello again
+    every 0.1 s with a fresh nonce, all else the same (review r31g J6: peers that left their hello loop at different
+    moments hashed different nonces into the launch id, and the start barrier named honest nodes)."""
+    if int(scenario.split(":")[1]) != node:
+        return
+    import secrets
+
+    from dgrpo.transports.dht import launch as dl
+
+    original = dl.Hello.refresh
+
+    def refresh(self):
+        original(self)
+        if getattr(self, "_rehello", False):
+            return
+        self._rehello = True
+
+        def again():
+            for n in itertools.count():
+                hello = {**json.loads(self.body), "nonce": secrets.token_hex(8)}
+                self.t.signed.store(self.key, json.dumps(hello).encode(), 30)
+                if n == 0:
+                    print(f"rehello {node}: storing its hello again every 0.1 s with a fresh nonce", flush=True)
+                time.sleep(0.1)
+        threading.Thread(target=again, daemon=True).start()
+
+    dl.Hello.refresh = refresh
 
 
 def in_threads(fns: list[Callable[[], object]]) -> tuple[list, float]:

@@ -222,3 +222,27 @@ def test_a_lone_view_leaving_an_honest_node_out_changes_nothing_and_names_its_se
         assert p["peers"]["3"]["transport"] == {"accusation": 1}, p
         assert all(p["peers"][n]["transport"] == {} for n in "012"), p
     assert comparable(read_metrics(run_dir)) == want
+
+
+@pytest.mark.parametrize("on_peer_failure", ["continue", "abort"])
+def test_a_node_storing_its_hello_again_with_fresh_nonces_is_named_at_once_by_every_node(tmp_path, tiny_model_dir,
+                                                                                          on_peer_failure):
+    """Review r31g J6: node 3 runs the honest code, but stores its signed hello again every 0.1 s with a fresh nonce
+    while the launch runs. Before, the nodes that left their hello loop at different moments hashed different nonces of
+    node 3 into the launch id; the ``start`` barrier then failed after ``startup_timeout_s`` (exit codes [3, 3, 3, 3],
+    two launch ids, node 0 calling nodes 1-3 silent and nodes 1-2 calling honest node 0 silent). Now every node relays
+    the hellos it read, and two hellos node 3 signed are the proof: every honest node stops at once, in one line
+    naming node 3 and quoting both signatures, and names nobody else."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", *COMMON, B2, "rounds=2", "swarm.timeout_s=8",
+            f"swarm.on_peer_failure={on_peer_failure}"]  # (COMMON: swarm.startup_timeout_s=90)
+    results, _ = hivemind(tmp_path, "h", 4, args, scenario="rehello:3", timeout=120)
+    assert "rehello 3: storing its hello again" in results[3].output, results[3].output[-2000:]
+    for r in results[:3]:
+        assert r.returncode == 3, (r.rank, r.output[-3000:])
+        errors = [line for line in r.output.splitlines() if line.startswith("dgrpo: error:")]
+        assert len(errors) == 1 and errors[0].startswith("dgrpo: error: node 3 signed two different hellos for this "
+                                                         "launch"), (r.rank, r.output[-3000:])
+        assert len(re.findall(r"signature [0-9a-f]{16}…", errors[0])) == 2 and "stopping before round 0" in errors[0]
+        assert not re.search(r"node [012] signed two|nodes? [0-9, ]*sent nothing|launch [0-9a-f]{16} with", r.output)
+        assert "proof that node 3 signed two hellos" in r.output  # (both hellos in full, in the log)
+    assert max(r.seconds for r in results[:3]) < 45, [round(r.seconds, 1) for r in results]  # not startup_timeout_s

@@ -1,0 +1,156 @@
+"""The hellos of a hivemind launch (review r31g J6): two hellos one key signed are a proof naming their signer, a
+replayed or relayed hello names nobody honest, and every honest node decides alike on the hellos relayed.
+Real nodes: test_hivemind.py::test_a_node_storing_its_hello_again_with_fresh_nonces_is_named_at_once_by_every_node."""
+
+import hashlib
+import json
+import re
+
+import pytest
+
+pytest.importorskip("hivemind")
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+
+from dgrpo.transports.dht.hellos import (PAIR_S, HelloBook, identity, parse_hello, proof_line,  # noqa: E402
+                                         proof_record)
+from dgrpo.transports.dht.records import public_hex, seal, signed_digest  # noqa: E402
+
+KEY = "dgrpo/test-hellos/hello"
+KEYS = [Ed25519PrivateKey.generate() for _ in range(4)]
+PUBS = {n: public_hex(k) for n, k in enumerate(KEYS)}
+
+
+def hello(node: int, nonce: str, t: float, config: str = "fp", key: str = KEY) -> tuple[str, bytes, str]:
+    """(public key, body, record signature hex) of node ``node``'s hello, signed as its launch stores it."""
+    body = json.dumps({"nonce": nonce, "config": config, "t": t}).encode()
+    _, value = seal(KEYS[node], key, node, body)
+    return PUBS[node], body, value[:64].hex()
+
+
+def read(book: HelloBook, node: int, nonce: str, t: float, by: int, **kw) -> bool:
+    pub, body, sig = hello(node, nonce, t, **kw)
+    return book.add(node, pub, body, sig, by)
+
+
+def heard(book: HelloBook) -> bytes:
+    return book.quote(PUBS)
+
+
+def test_two_hellos_of_one_key_with_different_nonces_are_a_proof_that_names_and_quotes_their_signer():
+    book = HelloBook(KEY)
+    assert read(book, 3, "a" * 16, 100.0, by=0) and read(book, 3, "b" * 16, 100.1, by=0)
+    proofs = book.proofs(PUBS)
+    assert list(proofs) == [3]
+    a, b = proofs[3]
+    assert (a.hello["nonce"], b.hello["nonce"]) == ("a" * 16, "b" * 16)
+    line = proof_line(3, PUBS[3], a, b, reader=0)
+    assert line.startswith("node 3 signed two different hellos for this launch (nonce aaaaaaaaaaaa")
+    assert re.findall(r"signature ([0-9a-f]{16})…", line) == [a.sig[:16], b.sig[:16]] and "dated 0.1 s apart" in line
+    full = json.loads(proof_record(3, PUBS[3], a, b))  # anyone can check the proof: both verify under node 3's key
+    assert full["node"] == 3 and full["key"] == PUBS[3]
+    assert all(signed_digest(KEY, 3, PUBS[3], hashlib.sha256(body.encode("latin-1")).hexdigest(), sig)
+               for body, sig in full["hellos"])
+    assert not signed_digest(KEY, 2, PUBS[2], hashlib.sha256(full["hellos"][0][0].encode()).hexdigest(),
+                             full["hellos"][0][1])  # (not under another node's key)
+
+
+def test_a_hello_that_says_another_config_is_a_second_hello_too():
+    book = HelloBook(KEY)
+    read(book, 1, "n" * 16, 50.0, by=0)
+    read(book, 1, "n" * 16, 51.0, by=0, config="other")
+    assert [v.hello["config"] for v in book.proofs(PUBS)[1]] == ["fp", "other"]
+
+
+def test_a_refreshed_hello_is_one_hello_and_the_newest_version_is_kept():
+    book = HelloBook(KEY)
+    assert read(book, 0, "n" * 16, 10.0, by=0)
+    assert not read(book, 0, "n" * 16, 20.0, by=0) and not read(book, 0, "n" * 16, 15.0, by=1)  # (says nothing new)
+    assert book.proofs(PUBS) == {} and book.nonces(0, PUBS[0]) == ["n" * 16]
+    assert book.chosen(0, PUBS[0]) == {"nonce": "n" * 16, "config": "fp", "t": 20.0}
+
+
+def test_a_hello_of_an_earlier_launch_proves_nothing_and_the_newest_hello_is_taken():
+    """Anyone can store a node's old hello again: dated over PAIR_S before its current one, it names nobody."""
+    book = HelloBook(KEY)
+    read(book, 2, "old" * 4, 1000.0, by=1)
+    read(book, 2, "new" * 4, 1000.0 + PAIR_S + 0.5, by=0)
+    assert book.proofs(PUBS) == {} and book.chosen(2, PUBS[2])["nonce"] == "new" * 4
+    read(book, 2, "mid" * 4, 1000.0 + PAIR_S, by=0)  # (within PAIR_S of both: a proof, the closest pair)
+    assert [v.hello["nonce"] for v in book.proofs(PUBS)[2]] == ["mid" * 4, "new" * 4]
+
+
+@pytest.mark.parametrize("body", [b"", b"[]", b"not json", b'{"nonce": "n", "config": "fp"}',
+                                  b'{"nonce": "n", "config": "fp", "t": true}', b'{"nonce": "n", "config": "fp", "t": NaN}',
+                                  b'{"nonce": "", "config": "fp", "t": 1}', b'{"nonce": 5, "config": "fp", "t": 1}',
+                                  json.dumps({"nonce": "n" * 65, "config": "fp", "t": 1}).encode(),
+                                  json.dumps({"nonce": "n", "config": "x" * 600, "t": 1}).encode()])
+def test_a_malformed_hello_is_not_kept(body):
+    assert parse_hello(body) is None
+    book = HelloBook(KEY)
+    assert not book.add(0, PUBS[0], body, "0" * 128, 0) and book.chosen(0, PUBS[0]) is None
+
+
+def test_identity_is_everything_but_the_date():
+    assert identity({"t": 1, "nonce": "a", "config": "c"}) == identity({"config": "c", "nonce": "a", "t": 2})
+    assert identity({"t": 1, "nonce": "a", "config": "c", "x": 1}) != identity({"t": 1, "nonce": "a", "config": "c"})
+
+
+def test_a_relay_takes_only_hellos_their_node_signed_and_never_the_relayer_s_own():
+    relayer = HelloBook(KEY)
+    read(relayer, 3, "b" * 16, 100.1, by=1)
+    read(relayer, 1, "c" * 16, 99.0, by=1)  # the relayer's own hello: taken by nobody from its relay
+    record = json.loads(heard(relayer))
+    pub, body, _ = hello(0, "d" * 16, 99.5)
+    record["hellos"] += [[0, pub, body.decode("latin-1"), "ab" * 64],  # forged: node 0 never signed it
+                         [2, PUBS[3], hello(3, "e" * 16, 100.2)[1].decode(), hello(3, "e" * 16, 100.2)[2]],  # wrong key
+                         ["0", PUBS[0], "x", "y"]]
+    book = HelloBook(KEY)
+    read(book, 3, "a" * 16, 100.0, by=0)
+    bad = book.take(1, json.dumps(record).encode(), PUBS)
+    assert bad == ["a hello of node 0 that node 0 did not sign", "an entry that is not [node, key, body, signature]"]
+    assert book.chosen(1, PUBS[1]) is None and book.chosen(0, PUBS[0]) is None and book.chosen(2, PUBS[2]) is None
+    assert [(v.hello["nonce"], v.by) for v in book.proofs(PUBS)[3]] == [("a" * 16, 0), ("b" * 16, 1)]
+    assert book.take(1, b"[1, 2]", PUBS) == ['its heard record is not {"hellos": [...]}']
+
+
+def _decide(direct: dict[int, list[tuple[str, float]]], attacker_shows: dict[int, list] | None = None):
+    """Each honest node (0-2) reads node 3's hellos ``direct[node]`` (nonce, t) and every honest node's hello, relays
+    them, and takes every relay: node 3's heard record as it shows it to that node (``attacker_shows[node]``: entries).
+    Returns each honest node's (proofs: node → nonces, chosen nonce of every node)."""
+    books = {n: HelloBook(KEY) for n in range(3)}
+    for n, book in books.items():
+        for k in range(3):
+            read(book, k, f"honest{k}".ljust(16, "0"), 10.0, by=n)
+        for nonce, t in direct[n]:
+            read(book, 3, nonce, t, by=n)
+    relays = {n: heard(book) for n, book in books.items()}
+    out = []
+    for n, book in books.items():
+        for j in range(3):
+            if j != n:
+                book.take(j, relays[j], PUBS)
+        book.take(3, json.dumps({"hellos": (attacker_shows or {}).get(n, [])}).encode(), PUBS)
+        out.append(({k: [v.hello["nonce"] for v in p] for k, p in book.proofs(PUBS).items()},
+                    [book.chosen(k, PUBS[k])["nonce"] for k in range(4)]))
+    return out
+
+
+def _entry(node, nonce, t):
+    pub, body, sig = hello(node, nonce, t)
+    return [node, pub, body.decode("latin-1"), sig]
+
+
+def test_every_honest_node_decides_alike_whatever_node_3_shows_each():
+    x, y = "x" * 16, "y" * 16
+    # the J6 attack: the honest nodes read different hellos of node 3: a proof at every one of them
+    split = _decide({0: [(x, 100.0)], 1: [(y, 100.1)], 2: [(y, 100.1)]})
+    assert split[0] == split[1] == split[2] and split[0][0] == {3: [x, y]}
+    # all read one hello; node 3 relays another of its own, and an old hello of honest node 1, to node 0 only
+    alike = _decide({n: [(x, 100.0)] for n in range(3)},
+                    {0: [_entry(3, y, 100.1), _entry(1, "old1".ljust(16, "0"), 10.0 - PAIR_S - 1)]})
+    assert alike[0] == alike[1] == alike[2] == ({}, ["honest0".ljust(16, "0"), "honest1".ljust(16, "0"),
+                                                     "honest2".ljust(16, "0"), x])
+    # two hellos dated far apart, read by different honest nodes: no proof, the newest at every node
+    apart = _decide({0: [(x, 100.0)], 1: [(y, 100.0 + PAIR_S + 1)], 2: [(x, 100.0)]})
+    assert apart[0] == apart[1] == apart[2] and apart[0][0] == {} and apart[0][1][3] == y

@@ -206,3 +206,31 @@ def test_with_a_roster_file_an_impostor_cannot_stop_or_join_the_launch(dhts):
     assert honest[0].run_id == honest[1].run_id and honest[0].roster == roster
     assert any("a hello for node 1 signed by a key not in the roster" in r for _, r in honest[0].rejected)
 
+
+
+def test_a_hello_of_an_earlier_launch_stored_again_names_nobody_and_the_launch_is_agreed(dhts):
+    """Review r31g J6 follow-up: anyone can store a node's signed hello of an earlier launch again (its expiry is not
+    signed); node 1's, dated 120 s back, is stored again under its subkey every 0.1 s while nodes 0-2 launch. A hello
+    that old proves nothing (two hellos of one key prove equivocation only when dated within 33 s): the nodes launch
+    alike and nobody is named."""
+    from hivemind.utils import get_dht_time
+
+    ts = transports(dhts, 3, launched=False)
+    key = f"{ts[0].namespace}/hello"
+    old = json.dumps({"nonce": "0123456789abcdef", "config": "fp", "t": round(get_dht_time() - 120, 3)}).encode()
+    subkey, value = seal(ts[1].signed.signing_key, key, 1, old)  # (recorded by the attacker in that launch)
+    stop = threading.Event()
+
+    def replay():
+        while not stop.is_set():
+            dhts[3].store(key, value, get_dht_time() + 30, subkey=subkey)
+            time.sleep(0.1)
+    threading.Thread(target=replay, daemon=True).start()
+    try:
+        wait_for(lambda: any(b"0123456789abcdef" in body for _, body, _ in ts[0].signed.records(key).get(1, [])), 30,
+                 "the old hello")
+        out = in_threads([lambda t=t: start_launch(t, "fp", 20) for t in ts])[0]
+    finally:
+        stop.set()
+    assert out == [None] * 3, out
+    assert len({t.run_id for t in ts}) == 1 and all(t.rejected == [] for t in ts)

@@ -22,11 +22,11 @@ same hellos:
   signed two, or one run twice (restarted during the launch);
 * otherwise each node's hello is the newest one (:meth:`HelloBook.chosen`), the same at every honest node.
 
-A hello older than :data:`FRESH_S` when read (or dated in the future) is not taken: anyone can store again a node's
-hello of an earlier launch (a subkey's record is signed, its expiry is not), and such a replay must neither enter the
-launch nor make a proof (review r31g J6 follow-up; two hellos further apart than :data:`PAIR_S` prove nothing).
-Hivemind keeps its peers' clocks within :data:`CLOCK_S` of each other (it refuses a peer further off), so the dates of
-honest nodes can be compared.
+Anyone can store a node's hello of an earlier launch again (a subkey's record is signed, its expiry is not; a later
+expiry even keeps the node's current hello out of the DHT). Such a replay is dated long before the node's current
+hello: it proves nothing (two hellos further apart than :data:`PAIR_S`), and every honest node takes the newest hello of
+the hellos relayed, so a replay some nodes read changes nothing (and one every node reads alone is taken by all alike). Hivemind keeps its peers' clocks within
+:data:`CLOCK_S` of each other (it refuses a peer further off), so honest nodes' dates can be compared.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from dgrpo.transports.dht.records import signed_digest
 
 HELLO_TTL_S = 30.0  # a hello outlives its node's launch by at most this (signed and stored again every TTL/3)
 CLOCK_S = 3.0  # hivemind.utils.timed_storage.MAX_DHT_TIME_DISCREPANCY_SECONDS: peers' clocks differ by at most this
-FRESH_S = HELLO_TTL_S + CLOCK_S  # a hello read from the DHT is taken when its ``t`` is at most this old (seconds)
-PAIR_S = FRESH_S  # two hellos of one key that say different things prove equivocation when dated at most this apart
+PAIR_S = HELLO_TTL_S + CLOCK_S  # two hellos of one key that say different things, dated at most this apart (seconds),
+#                                 prove equivocation: an honest node's hellos are one process's, refreshed every TTL/3
 STABLE_S = 0.25  # a node leaves its hello loop once the hellos it reads said nothing new for this long (s)
 MAX_IDS = 4  # hellos kept per node key (two are a proof; more prove nothing more)
 MAX_HELLO_BYTES = 512  # a hello is ~100 bytes
@@ -95,12 +95,11 @@ class HelloBook:
         self.key = key
         self.seen: dict[int, dict[str, dict[str, Version]]] = {}
 
-    def add(self, node: int, pub: str, body: bytes, sig: str, by: int, now: float | None = None) -> bool:
+    def add(self, node: int, pub: str, body: bytes, sig: str, by: int) -> bool:
         """Keep node ``node``'s hello ``body`` signed ``sig`` under key ``pub`` (the caller verified the signature),
-        read by (or relayed by) node ``by``. ``now`` (DHT time, seconds): a hello read from the DHT now, taken only when
-        dated within [now − :data:`FRESH_S`, now + :data:`CLOCK_S`]. Returns whether it says something new."""
+        read by (or relayed by) node ``by``. Returns whether it says something new (a malformed hello is not kept)."""
         hello = parse_hello(body)
-        if hello is None or (now is not None and not now - FRESH_S <= hello["t"] <= now + CLOCK_S):
+        if hello is None:
             return False
         ids = self.seen.setdefault(node, {}).setdefault(pub, {})
         key, new = identity(hello), Version(hello, body, sig, by)

@@ -151,8 +151,6 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
             after ``startup_timeout_s`` (``abort``), peers reached another launch, or this node started after the
             others launched without it.
     """
-    from hivemind.utils import get_dht_time
-
     initial = sorted(n for n in range(t.world_size) if n not in t.join)
     hello_key = f"{t.namespace}/hello"
     own, book = Hello(t, hello_key, {"nonce": secrets.token_hex(8), "config": fingerprint}), HelloBook(hello_key)
@@ -160,15 +158,14 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
     while True:
         own.refresh()
         claims: dict[int, set[str]] = {}
-        now = get_dht_time()
         for node, recs in t.signed.records(hello_key).items():
             for pub, body, sig in recs:
                 hello = _json(body)
                 if t.fixed_roster and t.roster.get(node) != pub:
                     t.signed.reject(hello_key, pub, -1, f"identity: a hello for node {node} signed by a key not in the roster")
                 elif isinstance(hello, dict) and isinstance(hello.get("nonce"), str) and isinstance(hello.get("config"), str):
-                    claims.setdefault(node, set()).add(pub)  # (any hello claims its id, even one too old to take)
-                    if book.add(node, pub, body, sig.hex(), t.rank, now):
+                    claims.setdefault(node, set()).add(pub)
+                    if book.add(node, pub, body, sig.hex(), t.rank):
                         changed = time.monotonic()
         others = claims.get(t.rank, set()) - {t.public_key}
         if others:

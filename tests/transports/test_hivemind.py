@@ -4,6 +4,7 @@ import json
 import re
 import shutil
 import time
+from datetime import datetime
 
 import pytest
 
@@ -20,6 +21,7 @@ from dgrpo.swarm.identity import write_keys  # noqa: E402
 COMMON = ["threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=2", "eval.n_prompts=2",
           "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.startup_timeout_s=90"]
 B2 = "swarm.prompts_per_round=2"
+STAMP = "%Y-%m-%d %H:%M:%S,%f"  # (the CLI's log time)
 ATTACK = ["attack.kind=injection", "attack.poisoned_per_group=1"]
 
 
@@ -244,5 +246,8 @@ def test_a_node_storing_its_hello_again_with_fresh_nonces_is_named_at_once_by_ev
                                                          "launch"), (r.rank, r.output[-3000:])
         assert len(re.findall(r"signature [0-9a-f]{16}…", errors[0])) == 2 and "stopping before round 0" in errors[0]
         assert not re.search(r"node [012] signed two|nodes? [0-9, ]*sent nothing|launch [0-9a-f]{16} with", r.output)
-        assert "proof that node 3 signed two hellos" in r.output  # (both hellos in full, in the log)
-    assert max(r.seconds for r in results[:3]) < 45, [round(r.seconds, 1) for r in results]  # not startup_timeout_s
+        proof = re.search(r"^(\S+ \S+) WARN\S* \S+ node \d: proof that node 3 signed two hellos", r.output, re.M)
+        up = re.search(r"^(\S+ \S+) INFO \S+ node \d listening on", r.output, re.M)
+        assert proof and up, (r.rank, r.output[-3000:])  # (the proof logs both hellos in full)
+        seconds = (datetime.strptime(proof[1], STAMP) - datetime.strptime(up[1], STAMP)).total_seconds()
+        assert seconds < 30, (r.rank, seconds)  # at once, not after swarm.startup_timeout_s=90s

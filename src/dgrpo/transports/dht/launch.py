@@ -247,7 +247,10 @@ def hear(t: "HivemindTransport", book: HelloBook, pubs: dict[int, str], own: Hel
                         for why in book.take(n, body, pubs):
                             t.signed.reject(key, f"{n}:{why}", n, f"heard: its heard record relays {why}")
         if time.monotonic() >= deadline:
-            late = [n for n in waiting if n not in got] or [t.rank]
+            late = [n for n in waiting if n not in got]
+            if not late:
+                raise PeerFailure(f"node {t.rank}: no DHT node took its heard record within swarm.startup_timeout_s="
+                                  f"{startup_timeout_s:g}s (its DHT lost its peers?); start every node again")
             raise PeerFailure(f"node {t.rank}: node{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} sent "
                               f"nothing for exchange 'heard' within swarm.startup_timeout_s={startup_timeout_s:g}s "
                               "(dead or stalled, or restarted while the others launched); start every node again")

@@ -53,6 +53,8 @@ def test_two_hellos_of_one_key_with_different_nonces_are_a_proof_that_names_and_
                for body, sig in full["hellos"])
     assert not signed_digest(KEY, 2, PUBS[2], hashlib.sha256(full["hellos"][0][0].encode()).hexdigest(),
                              full["hellos"][0][1])  # (not under another node's key)
+    assert not read(book, 3, "c" * 16, 100.05, by=0) and book.proofs(PUBS)[3] == (a, b)  # (a proof held stays held)
+    assert [e[2] for e in json.loads(heard(book))["hellos"] if e[0] == 3] == [a.body.decode(), b.body.decode()]
 
 
 def test_a_hello_that_says_another_config_is_a_second_hello_too():

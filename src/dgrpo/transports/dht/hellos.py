@@ -43,7 +43,8 @@ CLOCK_S = 3.0  # hivemind.utils.timed_storage.MAX_DHT_TIME_DISCREPANCY_SECONDS: 
 PAIR_S = HELLO_TTL_S + CLOCK_S  # two hellos of one key that say different things, dated at most this apart (seconds),
 #                                 prove equivocation: an honest node's hellos are one process's, refreshed every TTL/3
 STABLE_S = 0.25  # a node leaves its hello loop once the hellos it reads said nothing new for this long (s)
-MAX_IDS = 4  # hellos kept per node key (two are a proof; more prove nothing more)
+MAX_IDS = 64  # different hellos kept per node key; none more once two of them are a proof (a spread-out flood of
+#              hellos, each over PAIR_S from the others, cannot fill it within any start-up limit)
 MAX_HELLO_BYTES = 512  # a hello is ~100 bytes
 _NONCE_CHARS = 64
 
@@ -103,8 +104,8 @@ class HelloBook:
             return False
         ids = self.seen.setdefault(node, {}).setdefault(pub, {})
         key, new = identity(hello), Version(hello, body, sig, by)
-        if key not in ids and len(ids) >= MAX_IDS:
-            return False
+        if key not in ids and (len(ids) >= MAX_IDS or _pair(list(ids.values())) is not None):
+            return False  # (a proof held stays held: every honest node that holds one relays it whole)
         old = ids.get(key)
         if old is None or new.t > old.t:
             ids[key] = new
@@ -124,11 +125,9 @@ class HelloBook:
         apart (the closest such pair, earlier first): its signed proof of equivocation."""
         out = {}
         for node, pub in sorted(pubs.items()):
-            vs = sorted(self.seen.get(node, {}).get(pub, {}).values(), key=lambda v: (v.t, identity(v.hello)))
-            pairs = [(b.t - a.t, a, b) for i, a in enumerate(vs) for b in vs[i + 1:] if b.t - a.t <= PAIR_S]
-            if pairs:
-                _, a, b = min(pairs, key=lambda p: p[0])
-                out[node] = (a, b)
+            pair = _pair(list(self.seen.get(node, {}).get(pub, {}).values()))
+            if pair is not None:
+                out[node] = pair
         return out
 
     def quote(self, pubs: dict[int, str]) -> bytes:
@@ -167,6 +166,14 @@ class HelloBook:
                 continue
             self.add(node, pub, body, sig, relayer)
         return bad
+
+
+def _pair(versions: list[Version]) -> tuple[Version, Version] | None:
+    """The two of ``versions`` (each saying something else) dated closest, if at most :data:`PAIR_S` apart; earlier
+    first (ties: by :func:`identity`)."""
+    vs = sorted(versions, key=lambda v: (v.t, identity(v.hello)))
+    pairs = [(b.t - a.t, i, a, b) for i, a in enumerate(vs) for b in vs[i + 1:] if b.t - a.t <= PAIR_S]
+    return min(pairs, key=lambda p: p[:2])[2:] if pairs else None
 
 
 def _said(v: Version, reader: int) -> str:

@@ -9,9 +9,11 @@ id, so they entered different launches and the ``start`` barrier failed after ``
 nodes (review r31g J6).
 
 So the launch reads hellos into a :class:`HelloBook`, and then every initial node relays what it read: its *heard*
-record (``{namespace}/heard/{its nonce}``; :meth:`HelloBook.quote`), every hello it holds with its record signature.
-A node takes a relayed hello only when the hello's signature verifies under its node's key (:meth:`HelloBook.take`),
-and never a node's hellos relayed by that node itself (it could show each reader another). So every hello one honest
+record (``{namespace}/heard``, under its own subkey; :meth:`HelloBook.quote`), every hello of its peers it read, with
+its record signature. A node takes a relayed hello only when the hello's signature verifies under its node's key
+(:meth:`HelloBook.take`), and never a node's hellos relayed by that node itself (it could show each reader another);
+a node takes its own hello from its peers' relays too, never from its own reads, so it decides on its own hello as
+they do (its current one may be kept out of the DHT by a replay, below). So every hello one honest
 node read reaches every honest node, as the views of a message round do (:mod:`dgrpo.transports.dht.commit`: two
 rounds of an authenticated broadcast, Dolev and Strong's with one faulty node), and every honest node decides on the
 same hellos:

@@ -164,8 +164,8 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
                 if t.fixed_roster and t.roster.get(node) != pub:
                     t.signed.reject(hello_key, pub, -1, f"identity: a hello for node {node} signed by a key not in the roster")
                 elif isinstance(hello, dict) and isinstance(hello.get("nonce"), str) and isinstance(hello.get("config"), str):
-                    claims.setdefault(node, set()).add(pub)
-                    if book.add(node, pub, body, sig.hex(), t.rank):
+                    claims.setdefault(node, set()).add(pub)  # (this node's own hello is taken from its peers' relays
+                    if node != t.rank and book.add(node, pub, body, sig.hex(), t.rank):  # only, as they take it)
                         changed = time.monotonic()
         others = claims.get(t.rank, set()) - {t.public_key}
         if others:
@@ -173,7 +173,7 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
                               f"{t.rank} (give each its own swarm.hivemind.node), or an earlier launch did with another "
                               f"key (wait {HELLO_TTL_S:g} s)")
         pubs = {n: next(iter(claims[n])) for n in initial if len(claims.get(n, ())) == 1}
-        here = [n for n in pubs if book.chosen(n, pubs[n]) is not None]
+        here = [n for n in pubs if n == t.rank or book.chosen(n, pubs[n]) is not None]
         if len(here) == len(initial) and (book.proofs(pubs) or time.monotonic() - changed >= STABLE_S):
             break  # (every node's hello, and nothing new for STABLE_S or already a proof: relayed below)
         if time.monotonic() >= deadline:
@@ -198,7 +198,7 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
             log.warning("node %d: proof that node %d signed two hellos: %s", t.rank, n, proof_record(n, pubs[n], a, b))
         raise PeerFailure("; ".join(proof_line(n, pubs[n], a, b, t.rank) for n, (a, b) in sorted(proofs.items()))
                           + "; stopping before round 0 rather than splitting the swarm")
-    hellos = {n: (pubs[n], book.chosen(n, pubs[n])) for n in initial}
+    hellos = {n: (pubs[n], book.chosen(n, pubs[n]) or (own.says if n == t.rank else None)) for n in initial}
     odd = [n for n in initial if hellos[n][1]["config"] != hellos[initial[0]][1]["config"]]
     if odd:
         raise ConfigError(f"nodes {odd} run another config than node {initial[0]}: every node needs the same config and "
@@ -221,31 +221,30 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
 
 
 def hear(t: "HivemindTransport", book: HelloBook, pubs: dict[int, str], own: Hello, startup_timeout_s: float) -> None:
-    """Relay the hellos this node holds (its heard record, ``{namespace}/heard/{its nonce}``) and take every other
-    initial node's (``pubs``: node → its key), read under each nonce of its hellos, until every node not yet proved
-    to have signed two hellos has relayed (:mod:`dgrpo.transports.dht.hellos`). A relay quoting a hello its node
-    never signed is named in the log (``heard:``), never acted on alone.
+    """Relay the hellos this node read (its heard record under ``{namespace}/heard``) and take every other initial
+    node's (``pubs``: node → its key) until every node not yet proved to have signed two hellos has relayed
+    (:mod:`dgrpo.transports.dht.hellos`). A relay quoting a hello its node never signed is named in the log
+    (``heard:``), never acted on alone.
 
     Raises:
         PeerFailure: a node sent no heard record within ``startup_timeout_s`` (names it).
     """
-    ttl, nonce = startup_timeout_s + HELLO_TTL_S, own.says["nonce"]
+    key, ttl = f"{t.namespace}/heard", startup_timeout_s + HELLO_TTL_S
     deadline, delay, got, stored = time.monotonic() + startup_timeout_s, 0.05, set(), False
     while True:
         own.refresh()
         if not stored:  # (what this node read before it relays: what it decides on is what its peers get)
-            stored = bool(t.signed.store(f"{t.namespace}/heard/{nonce}", book.quote(pubs), ttl, wait_s=5.0))
+            stored = bool(t.signed.store(key, book.quote(pubs), ttl, wait_s=5.0))
         waiting = [n for n in sorted(pubs) if n != t.rank and n not in got and n not in book.proofs(pubs)]
         if stored and not waiting:
             return
+        recs = t.signed.records(key, wait_s=min(5.0, max(0.2, deadline - time.monotonic()))) if waiting else {}
         for n in waiting:
-            for other in book.nonces(n, pubs[n]):
-                key = f"{t.namespace}/heard/{other}"
-                for pub, body, _ in t.signed.records(key, wait_s=min(5.0, max(0.2, deadline - time.monotonic()))).get(n, []):
-                    if pub == pubs[n] and n not in got:
-                        got.add(n)
-                        for why in book.take(n, body, pubs):
-                            t.signed.reject(key, f"{n}:{why}", n, f"heard: its heard record relays {why}")
+            for pub, body, _ in recs.get(n, []):
+                if pub == pubs[n] and n not in got:
+                    got.add(n)
+                    for why in book.take(n, body, pubs):
+                        t.signed.reject(key, f"{n}:{why}", n, f"heard: its heard record relays {why}")
         if time.monotonic() >= deadline:
             late = [n for n in waiting if n not in got]
             if not late:

@@ -26,9 +26,16 @@ same hellos:
 
 Anyone can store a node's hello of an earlier launch again (a subkey's record is signed, its expiry is not; a later
 expiry even keeps the node's current hello out of the DHT). Such a replay is dated long before the node's current
-hello: it proves nothing (two hellos further apart than :data:`PAIR_S`), and every honest node takes the newest hello of
-the hellos relayed, so a replay some nodes read changes nothing (and one every node reads alone is taken by all alike). Hivemind keeps its peers' clocks within
-:data:`CLOCK_S` of each other (it refuses a peer further off), so honest nodes' dates can be compared.
+hello: it proves nothing (two hellos further apart than :data:`PAIR_S`), and every honest node takes the newest of the
+hellos relayed, so a replay some nodes read changes nothing, and one every node reads alone is taken by all alike.
+Hivemind keeps its peers' clocks within :data:`CLOCK_S` of each other (it refuses a peer further off), so honest
+nodes' dates can be compared.
+
+Limits: one faulty node (as the commit). A node whose current hello no honest node could read (kept out by such a
+replay) and which the malicious node relays to some honest nodes only is taken differently: the launch ids differ and
+the ``start`` barrier stops every node after ``startup_timeout_s`` (a stop, not a split swarm, but its lines call
+the nodes of the other launch silent). A node restarted within
+:data:`PAIR_S` is named as having signed two hellos (its line says it may have run twice).
 """
 
 from __future__ import annotations

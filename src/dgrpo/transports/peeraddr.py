@@ -12,6 +12,8 @@ import re
 import secrets
 import time
 
+from dgrpo.transports.peerget import Connection
+
 _DATED = re.compile(r"[0-9a-f]{32}")
 _AHEAD_NS = 86_400 * 10**9  # a record dated more than a day after the reader's clock is refused (not a clock)
 
@@ -110,14 +112,17 @@ def read_address(keys: AddressKeys | None, owner: int, raw: bytes) -> tuple[str 
                   f"is not signed by node {owner} (unsigned: its writer cannot be named)")
 
 
-def answers(keys: AddressKeys, owner: int, addr: str, nonce: str, reader: int = -1) -> bool | None:
+def answers(keys: AddressKeys, owner: int, addr: str, nonce: str, reader: int = -1,
+            end: float | None = None) -> bool | None:
     """Whether the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner`` (bound as
     ``keys`` binds: its config fingerprint): True; False when nothing listens there or the answer is not
-    that; None when the server is up but did not answer (busy, timed out: proves nothing)."""
+    that; None when the server is up but did not answer (busy, timed out: proves nothing). The whole exchange ends
+    by ``end`` (``time.monotonic()``), 2 s from now at most, whatever the server sends (:class:`Connection`: a
+    server trickling its answer held this read for ever, review r31h F1)."""
     challenge = secrets.token_hex(16)
     host, _, port = addr.rpartition(":")
     try:
-        conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=2.0)
+        conn = Connection(host.strip("[]"), int(port), min(time.monotonic() + 2.0, end or float("inf")), idle=2.0)
     except ValueError:
         return False
     try:

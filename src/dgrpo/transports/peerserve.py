@@ -46,6 +46,7 @@ import time
 from urllib.parse import quote, unquote
 
 from dgrpo.transports.peeraddr import AddressKeys, answers, launch_nonce, launch_time, read_address  # noqa: F401
+from dgrpo.transports.peerget import Connection, Late
 from dgrpo.transports.peerhttp import BoundedServer
 
 _CHUNK = 1 << 16
@@ -172,11 +173,12 @@ class PeerChannel:
         self.server.server_close()
 
     # ------------------------------------------------------------------ peers
-    def address_of(self, owner: int) -> str | None:
+    def address_of(self, owner: int, end: float | None = None) -> str | None:
         """A peer's address: the first record ``owner`` signed, under ``addr/{owner}`` in the store (once it was there
         or ``owner`` checked in, a get that waits up to 0.1 s for the key) or pushed by ``owner`` itself in a request to this server (:meth:`offer`), whose
         server answers for its launch (:func:`read_address`, :meth:`_stale`), kept; a refused record in the store
-        is named in one log line (read again later)."""
+        is named in one log line (read again later); a challenge ends by ``end`` (``time.monotonic()``; default
+        2 s from its start)."""
         if owner not in self.addrs and not self.frozen and self.store is not None:
             raws = []
             try:  # (published, or its owner checked in: a get that waits for the key catches the owner's next
@@ -196,7 +198,7 @@ class PeerChannel:
                 addr, problem = read_address(self.keys, owner, raw)
                 if addr is not None:
                     addr, nonce = addr.rsplit("|", 1)
-                    problem = self._stale(owner, addr, nonce)
+                    problem = self._stale(owner, addr, nonce, end)
                 if problem is None:
                     self.addrs[owner] = addr
                     break
@@ -227,12 +229,12 @@ class PeerChannel:
             if owner not in self.offers or when >= self.offers[owner][0]:
                 self.offers[owner] = (when, rec)
 
-    def _stale(self, owner: int, addr: str, nonce: str) -> str | None:
+    def _stale(self, owner: int, addr: str, nonce: str, end: float | None = None) -> str | None:
         """None when the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner``
         (the record is of this launch); else why the record (its owner's signature, valid) is stale."""
         if self.keys is None:
             return None  # (no roster file: nothing is signed before the start-up check)
-        if answers(self.keys, owner, addr, nonce, self.rank) is not False:
+        if answers(self.keys, owner, addr, nonce, self.rank, end) is not False:
             # (True; or None: a server that is up but busy, whose flood evicts, resets or times out the
             # challenge, is not proven stale: the owner's signed record is kept (a flood must not stop address
             # resolution; test_peerserve's flood test). A dead port behind a firewall that drops packets looks
@@ -318,19 +320,21 @@ class PeerChannel:
               extra: dict | None = None) -> tuple[bytes | None, str | None]:
         """``owner``'s value of ``key``: (bytes, None); (None, None) not served (yet) or unreachable;
         (None, problem) it served more than ``cap`` bytes or too slowly (``budget`` seconds at most);
-        ``extra``: more request headers (a stop notice)."""
+        ``extra``: more request headers (a stop notice). Ends by ``min(deadline, now + budget)`` whatever the peer
+        sends or withholds (:class:`~dgrpo.transports.peerget.Connection`: connect, request, status line, headers and
+        body under one total deadline); an answer begun and unfinished then is ``slow`` (review r31h F1)."""
         if owner == self.rank:
             with self.lock:
                 return self.values.get(key), None
-        addr = self.address_of(owner)
+        end = min(deadline, time.monotonic() + budget)  # (the address's challenge, at start-up, included)
+        addr = self.address_of(owner, end)
         if addr is None:
             return None, None
         host, _, port = addr.rpartition(":")
-        end = min(deadline, time.monotonic() + budget)
         left = end - time.monotonic()
         if left <= 0:
             return None, None
-        conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=min(left, 1.0))
+        conn = Connection(host.strip("[]"), int(port), end)  # (the whole exchange ends by end: peerget)
         try:
             headers = {"X-Dgrpo-Reader": str(self.rank)}
             if self.keys is not None and not self.frozen:  # (its own signed record: offer)
@@ -356,6 +360,8 @@ class PeerChannel:
                 if len(out) > cap:
                     return None, f"oversize: served more than {cap} bytes under {key}"
             return bytes(out), None
+        except Late:  # (its answer began and was not whole by the end: a trickled status line, head or body)
+            return None, f"slow: {key} not served within {budget:g} s"
         except (OSError, http.client.HTTPException, ValueError):
             return None, None
         finally:

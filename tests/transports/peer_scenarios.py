@@ -1,7 +1,8 @@
 """Attacks a rank plays with its own server (peerserve), and what each rank trained on (issue 31, review r31b).
 
 ``serve:R:MODE`` (:func:`serve_attack`): rank R's server is ``slow`` (answers its round data a byte every
-0.5 s), ``huge`` (says it holds 1 GiB), ``junk`` (random bytes for its payloads, relays and accusations).
+0.5 s), ``huge`` (says it holds 1 GiB), ``junk`` (random bytes for its payloads, relays and accusations), ``head``
+/ ``rechead`` (trickles the head of its answers for those / for its round records, without end).
 :func:`record_views` writes each rank's message sets, so a test compares every honest rank, not only the main one.
 """
 
@@ -44,7 +45,9 @@ def serve_attack(mode: str) -> None:
     """This rank's own server misbehaves from the first round on (it reads its peers as an honest node does).
 
     ``slow``: its round payloads, relays and accusations trickle out a byte every 0.5 s; ``huge``: an endless
-    stream (no length given) in their place; ``junk``: 4 kB of random bytes in their place.
+    stream (no length given) in their place; ``junk``: 4 kB of random bytes in their place; ``head``: the head of
+    each answer (status line, then a header that never ends) trickles out a byte every 0.5 s, without end
+    (:func:`_trickle_heads`; review r31h F1); ``rechead``: the same for its round records ``rec{r}`` only (F2).
     """
     import os
     import time
@@ -52,6 +55,8 @@ def serve_attack(mode: str) -> None:
     from dgrpo.transports.distributed import DistributedTransport
 
     original = DistributedTransport.post
+    if mode in ("head", "rechead"):
+        _trickle_heads()
 
     def trickle():
         while True:
@@ -65,13 +70,52 @@ def serve_attack(mode: str) -> None:
     def hook(key, reader):
         if not key.startswith(("r", "eq", "accuse")) or key.startswith(("ro", "ready")):
             return None  # start-up values (role, roster, ready) are served honestly: a start-up DoS is out of scope here
-        return {"slow": trickle, "huge": endless}.get(mode, lambda: os.urandom(4096))()
+        if mode == "rechead":
+            return HEAD if key.startswith("rec") else None
+        return {"slow": trickle, "huge": endless, "head": lambda: HEAD}.get(mode, lambda: os.urandom(4096))()
 
     def post(self, tag, payload, framed=False):
         self.chan.hook = hook
         return original(self, tag, payload, framed)
 
     DistributedTransport.post = post
+
+
+HEAD = object()  # what serve_attack's hook returns for an answer whose head trickles (_trickle_heads)
+
+
+def _trickle_heads() -> None:
+    """This rank's server answers a key its hook maps to :data:`HEAD` with ``HTTP/1.1 200 OK``, then a header
+    one byte every 0.5 s that never ends (each byte well inside a reader's 1 s per-recv timeout), from a thread of
+    its own, until the reader goes away (review r31h F1: ``http.client`` read such a head for ever)."""
+    import threading
+    import time
+
+    from dgrpo.transports.peerhttp import BoundedServer
+
+    answer = BoundedServer._answer
+
+    def drip(sock):
+        try:
+            sock.setblocking(True)
+            sock.sendall(b"HTTP/1.1 200 OK\r\n")
+            while True:
+                sock.sendall(b"X")
+                time.sleep(0.5)
+        except OSError:  # (the reader closed it)
+            pass
+        finally:
+            sock.close()
+
+    def _answer(self, conn, status, body):
+        if body is not HEAD:
+            return answer(self, conn, status, body)
+        held = conn.sock.dup()
+        self._end(conn)
+        threading.Thread(target=drip, args=(held,), daemon=True).start()
+        return None
+
+    BoundedServer._answer = _answer
 
 
 def address_attack(victim: str, seconds: str = "6") -> None:

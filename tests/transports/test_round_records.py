@@ -171,16 +171,18 @@ def test_four_ranks_a_reporting_node_posting_junk_records_is_named_and_no_honest
     assert "left out of the metrics" in results[0].output
 
 
-def _withholding_run(tmp_path, tiny_model_dir, tiny_model_dir_b, modes: str, policy: str, rounds: int):
+def _withholding_run(tmp_path, tiny_model_dir, tiny_model_dir_b, modes: str, policy: str, rounds: int,
+                     scenario: str | None = None):
     """A heterogeneous 4-rank swarm (timeout_s=10: W=3.5 s, record_s=1.75 s) whose node 3 posts its records as
-    ``modes`` (record_scenarios); every rank's result, the metrics and the peers.jsonl lines."""
+    ``modes`` (record_scenarios), or plays ``scenario``; every rank's result, the metrics and the peers.jsonl
+    lines."""
     models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
     args = ["run", models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", f"rounds={rounds}",
             "threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=1", "eval.n_prompts=2",
             "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true",
             "swarm.timeout_s=10", f"swarm.on_peer_failure={policy}", f"out_dir={tmp_path}", "name=d",
             "swarm.transport=distributed"]
-    results = launch(4, args, scenario=f"rec:3:{modes}", timeout=240, log_dir=str(tmp_path))
+    results = launch(4, args, scenario=scenario or f"rec:3:{modes}", timeout=240, log_dir=str(tmp_path))
     lines = [json.loads(line) for line in (tmp_path / "d" / "peers.jsonl").read_text().splitlines()]
     return results, read_metrics(tmp_path / "d"), lines
 
@@ -260,3 +262,25 @@ def test_four_ranks_a_reporter_late_with_its_records_and_rounds_gets_only_itself
     assert lines == want_lines
     assert comparable(records) == comparable(want) and [r["round"] for r in records] == [0, 1, 2, 3]
     assert all(r["time/exchange"] < 10 for r in records if "time/exchange" in r)
+
+
+def test_four_ranks_a_reporter_trickling_its_record_heads_gets_nobody_expelled(tmp_path, tiny_model_dir,
+                                                                              tiny_model_dir_b):
+    """Review r31h F2: node 3 (a reporting node) serves the head of each of its records ``rec{r}`` a byte every
+    0.5 s without end. Before, the main's read of it never returned (http.client's timeout is per recv): node 0
+    was expelled by a quorum (its next payload never came), then node 1, and every rank hung (exit codes -9 when
+    killed). Now the read ends by record_s (W / 2): every rank ends 0, node 0 stays main, node 3's record is left
+    out and named ``missing record`` in every round (its server served it too slowly), nobody honest is named,
+    and every round's exchange ends within timeout_s + 0.25 s."""
+    results, records, lines = _withholding_run(tmp_path, tiny_model_dir, tiny_model_dir_b, "", "continue", 3,
+                                               scenario="serve:3:rechead")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    assert [r["round"] for r in records] == [0, 1, 2, 3]
+    assert all("eval/accuracy/node3" not in rec and "eval/accuracy/node0" in rec for rec in records)
+    assert all(rec.get("swarm/nodes_alive", 4) == 4 for rec in records)
+    assert max(rec["time/exchange"] for rec in records if "time/exchange" in rec) <= 10 + 0.25
+    named = {line["round"]: line["records"] for line in lines if "records" in line}
+    assert sorted(named) == [0, 1, 2, 3] and all(set(n) == {"3"} for n in named.values()), named
+    assert all(n["3"].startswith("missing record: none came for exchange 'rec") for n in named.values())
+    assert all(line["peers"].get(str(k), {}).get("transport", {}) == {} for line in lines for k in (0, 1, 2)), lines
+    _nobody_failed(results, lines)

@@ -73,12 +73,14 @@ def test_deleting_or_overwriting_every_round_key_in_the_store_changes_nothing(tm
     assert views(tmp_path, range(4)) == [clean] * 4
 
 
-@pytest.mark.parametrize("mode", ["slow", "huge", "junk"])
+@pytest.mark.parametrize("mode", ["slow", "huge", "junk", "head"])
 def test_a_rank_whose_own_server_misbehaves_is_bounded_and_named(tmp_path, tiny_model_dir, clean, mode):
-    """Rank 3's server trickles its round data a byte every 0.5 s (``slow``), streams without end (``huge``) or
-    serves random bytes (``junk``) for its payloads, relays and accusations. Every honest read is bounded (a
-    byte cap from the share, a time budget): rounds end within timeout_s, node 3 alone is named in
-    peers.jsonl, and every honest rank trains on the clean run's honest messages, the same set."""
+    """Rank 3's server trickles its round data a byte every 0.5 s (``slow``), streams without end (``huge``),
+    serves random bytes (``junk``) or trickles the head of its answers (status line, then a header) a byte every
+    0.5 s without end (``head``, review r31h F1: every honest rank hung in round 0, exit codes -9 when killed) for
+    its payloads, relays and accusations. Every honest read is bounded (a byte cap from the share, one time budget
+    for the whole exchange): rounds end within timeout_s, node 3 alone is named in peers.jsonl, and every honest
+    rank trains on the clean run's honest messages, the same set."""
     results, run_dir = run(tmp_path, tiny_model_dir, f"serve:3:{mode}")
     assert [r.returncode for r in results[:3]] == [0, 0, 0], results[0].output[-3000:]
     out = "".join(r.output for r in results[:3])
@@ -91,7 +93,7 @@ def test_a_rank_whose_own_server_misbehaves_is_bounded_and_named(tmp_path, tiny_
     assert named == {"3"}, peers
     honest = [[row for row in rnd if row[0] != 3] for rnd in clean]
     assert views(tmp_path, range(3)) == [honest] * 3
-    if mode == "slow":  # each read of it ends after its time budget; its accusations are refused for the run
+    if mode in ("slow", "head"):  # each read of it ends after its time budget; its accusations are refused for the run
         assert "exchange 'r0': node 3's server slow: r0/data/3 not served within 2 s" in out
         assert "accusation: node 3 serves junk as its accusations (slow: accuse not served" in out
     elif mode == "huge":

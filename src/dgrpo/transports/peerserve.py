@@ -5,8 +5,9 @@ accusations) can be withheld or padded by any rank and nobody can say who did it
 runs a small read-only HTTP server (:class:`PeerChannel`, one asyncio loop in a daemon thread, its
 connections bounded by :class:`~dgrpo.transports.peerhttp.BoundedServer`) that serves only what this rank wrote into it; there
 is no write endpoint. A reader fetches
-``GET /v/{key}`` from the key's owner with ``http.client``: a connect and read timeout, a wall-clock
-budget per request and a byte cap (more is refused, never read). So a payload missing at the deadline
+``GET /v/{key}`` from the key's owner with ``http.client`` under one total deadline, connect to the last byte
+of the body (:mod:`dgrpo.transports.peerget`: a per-recv timeout let a trickled head hold a read for ever, review
+r31h F1), and a byte cap (more is refused, never read). So a payload missing at the deadline
 is its owner's doing (its own server did not serve it), and the only thing a rank can disturb is its
 own server (and the start-up, through the store: :mod:`dgrpo.transports.rendezvous`).
 
@@ -334,7 +335,7 @@ class PeerChannel:
         left = end - time.monotonic()
         if left <= 0:
             return None, None
-        conn = Connection(host.strip("[]"), int(port), end)  # (the whole exchange ends by end: peerget)
+        conn, resp = Connection(host.strip("[]"), int(port), end), None  # (the whole exchange ends by end: peerget)
         try:
             headers = {"X-Dgrpo-Reader": str(self.rank)}
             if self.keys is not None and not self.frozen:  # (its own signed record: offer)
@@ -365,4 +366,6 @@ class PeerChannel:
         except (OSError, http.client.HTTPException, ValueError):
             return None, None
         finally:
+            if resp is not None:  # (its socket closes now, not when the response is collected)
+                resp.close()
             conn.close()

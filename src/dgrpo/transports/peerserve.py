@@ -200,6 +200,8 @@ class PeerChannel:
                 if addr is not None:
                     addr, nonce = addr.rsplit("|", 1)
                     problem = self._stale(owner, addr, nonce, end)
+                if problem is False:  # (its challenge had no time: neither taken nor refused, read again later)
+                    continue
                 if problem is None:
                     self.addrs[owner] = addr
                     break
@@ -230,12 +232,18 @@ class PeerChannel:
             if owner not in self.offers or when >= self.offers[owner][0]:
                 self.offers[owner] = (when, rec)
 
-    def _stale(self, owner: int, addr: str, nonce: str, end: float | None = None) -> str | None:
+    def _stale(self, owner: int, addr: str, nonce: str, end: float | None = None) -> str | None | bool:
         """None when the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner``
-        (the record is of this launch); else why the record (its owner's signature, valid) is stale."""
+        (the record is of this launch), or is up and does not answer within a challenge of 1 s or more; False
+        when the challenge, ending by ``end``, had under 1 s and got no answer (undecided); else why the record
+        (its owner's signature, valid) is stale."""
         if self.keys is None:
             return None  # (no roster file: nothing is signed before the start-up check)
-        if answers(self.keys, owner, addr, nonce, self.rank, end) is not False:
+        window = 2.0 if end is None else end - time.monotonic()
+        live = answers(self.keys, owner, addr, nonce, self.rank, end)
+        if live is None and window < 1.0:  # (the read's end was near: no answer in under 1 s proves nothing, and a
+            return False  # record taken unproved would stay, a stale one too: undecided, challenged again later)
+        if live is not False:
             # (True; or None: a server that is up but busy, whose flood evicts, resets or times out the
             # challenge, is not proven stale: the owner's signed record is kept (a flood must not stop address
             # resolution; test_peerserve's flood test). A dead port behind a firewall that drops packets looks

@@ -50,6 +50,8 @@ def _node(node: int, args: list[str], log_path: str, scenario: str) -> None:
         omit(scenario, node)
     elif scenario.startswith("rehello:"):
         rehello(scenario, node)
+    elif scenario.startswith("launchlie:"):
+        launchlie(scenario, node)
     else:
         apply_scenario(scenario, node, args)  # die:R:ROUND, stall:R:ROUND:SECONDS
     from dgrpo.cli import main
@@ -242,6 +244,26 @@ def rehello(scenario: str, node: int) -> None:
         threading.Thread(target=again, daemon=True).start()
 
     dl.Hello.refresh = refresh
+
+
+def launchlie(scenario: str, node: int) -> None:
+    """``launchlie:R:LIE``: node R runs the honest code but signs a lying launch record each time it publishes one
+    (review r31h F11): ``round``, the swarm at round 10**6; ``run``, another launch id (``f`` × 16) at its last round
+    + 1. Before, a joiner took the record with the highest round of any one node: it stopped, or trained alone."""
+    _, who, lie = scenario.split(":")
+    if int(who) != node:
+        return
+    from dgrpo.transports.dht import launch as dl
+
+    def publish(t, round_idx=None, wait_s=10.0):
+        last = round_idx if round_idx is not None else (t.last_round if t.last_round is not None else -1)
+        body = {"run": "f" * 16 if lie == "run" else t.run_id, "roster": {str(n): p for n, p in sorted(t.roster.items())},
+                "config": t.fingerprint, "alive": sorted(t.alive), "round": 10**6 if lie == "round" else last + 1,
+                "agreed": t.agreed}
+        print(f"launch liar {node}: launch record of launch {body['run']} at round {body['round']}", flush=True)
+        t.signed.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s, wait_s)
+
+    dl.publish_launch = publish
 
 
 def in_threads(fns: list[Callable[[], object]]) -> tuple[list, float]:

@@ -154,6 +154,34 @@ def test_a_node_joining_at_round_2_of_a_heterogeneous_swarm_takes_part_from_roun
     assert (joiner_dir / "h" / "checkpoint" / "node3").is_dir()
 
 
+@pytest.mark.parametrize("lie, named_as", [("round", "puts the swarm at round 1000000 where nodes 0, 1"),
+                                           ("run", "names launch ffffffffffffffff where nodes 0, 1")])
+def test_one_nodes_lying_launch_record_neither_stops_nor_splits_off_a_joiner_and_is_named(tmp_path, tiny_model_dir,
+                                                                                         tiny_model_dir_b, lie, named_as):
+    """Review r31h F11: node 2 signs launch records claiming round 10**6 (``round``) or a launch id of its own at its
+    round + 1 (``run``). Before, joiner node 3 took the record with the highest round: it stopped (exit 3, "the swarm has
+    exchanged round 1000000 already") or joined launch ffff… and trained alone ([0, 0, 0, 0] but node 3 named
+    ``missing payload`` by nodes 0-2 and nodes 0-2 by it); node 2 was named nowhere. Now the joiner believes only what
+    more than half of the initial nodes' records say: it joins the launch of nodes 0-1 at round 2 and names node 2."""
+    models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
+    args = [models, "swarm.nodes=4", *COMMON, B2, "rounds=3", "swarm.hivemind.join={3: 2}", "swarm.timeout_s=30",
+            "swarm.on_peer_failure=continue", *roster(tmp_path, 4)]
+    results, run_dir = hivemind(tmp_path, "h", 4, args, scenario=f"launchlie:2:{lie}",
+                                per_node={3: [f"out_dir={tmp_path / 'joiner'}"]})
+    assert codes(results) == [0, 0, 0, 0], results[3].output[-3000:]
+    assert "launch liar 2: launch record of launch " in results[2].output
+    launched = re.search(r"node 0: launch ([0-9a-f]{16}) with nodes \[0, 1, 2\]", results[0].output)
+    assert launched and f"node 3: joins launch {launched[1]} at round 2 (swarm at round 1" in results[3].output, \
+        results[3].output[-3000:]
+    assert re.search(rf"rejected record from node 2 under launch: launch: its signed launch record {named_as}",
+                     results[3].output), results[3].output[-3000:]
+    assert not re.search(r"rejected record from node [013]|nodes? [0-9, ]*sent nothing", results[3].output)
+    records = read_metrics(run_dir)
+    assert [r["swarm/messages"] for r in records[:3]] == [6, 6, 8]  # node 3 takes part in round 2, with every node
+    assert records[2]["train/reward/node3"] is not None and "swarm/nodes_alive" not in records[2]
+    assert not [p for p in _peers(run_dir) if "missing payload" in json.dumps(p)]  # nobody missed (node 3 was, in r2)
+
+
 def test_a_node_joins_a_homogeneous_swarm_from_a_peers_checkpoint_and_keeps_an_equal_copy(tmp_path, tiny_model_dir):
     """Nodes 0-1 save a checkpoint at round 2; node 2 resumes a copy of it as its start and joins at round 2.
     Its weights at the end equal node 0's bit for bit: it started from the same ones and applied the same updates."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.transports.fingerprint import PER_NODE, config_fingerprint  # noqa: F401 (the launch check compares it)
 from dgrpo.transports.dht.hellos import HELLO_TTL_S, STABLE_S, HelloBook, proof_line, proof_record
+from dgrpo.transports.dht.joining import LaunchBook, join_launch
 from dgrpo.transports.dht.records import SignedRecordValidator, load_or_create_key, load_roster, public_hex, record_limit
 from dgrpo.transports.framing import KeyCaps
 
@@ -265,13 +266,14 @@ def _leave_out(t: "HivemindTransport", missing: list[int], startup_timeout_s: fl
 
 
 def _launched_without(t: "HivemindTransport") -> str:
-    """A launch record of this swarm whose live nodes leave this node out (``launch X, nodes [...]``), or ""."""
-    for node, recs in t.signed.records(f"{t.namespace}/launch").items():
-        for pub, body, _ in recs:
-            rec = _launch_record(body)
-            if rec is not None and rec[1].get(node) == pub and t.rank not in rec[0]["alive"]:
-                return f"launch {rec[0]['run']}, nodes {rec[0]['alive']}"
-    return ""
+    """The launch that more than half of the other initial nodes' launch records name, when it leaves this node out
+    (``launch X, nodes [...]``; :class:`~dgrpo.transports.dht.joining.LaunchBook`: one node's record alone decides
+    nothing), or ""."""
+    book = LaunchBook([n for n in range(t.world_size) if n not in t.join and n != t.rank], t.world_size)
+    for node, (_, body, _) in t.signed.read(f"{t.namespace}/launch", set(book.expected)).items():
+        book.add(node, body)
+    j = book.decide()
+    return f"launch {j.run}, nodes {[n for n in j.alive if n != t.rank]}" if j and t.rank not in j.alive else ""
 
 
 def publish_launch(t: "HivemindTransport", round_idx: int | None = None, wait_s: float = 10.0) -> None:
@@ -281,61 +283,6 @@ def publish_launch(t: "HivemindTransport", round_idx: int | None = None, wait_s:
     body = {"run": t.run_id, "roster": {str(n): p for n, p in sorted(t.roster.items())}, "config": t.fingerprint,
             "alive": sorted(t.alive), "round": last, "agreed": t.agreed}
     t.signed.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s, wait_s)
-
-
-def join_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: float) -> None:
-    """A joiner: read the swarm's launch record and wait until the round before its own is exchanged.
-
-    Raises:
-        ConfigError: the swarm runs another config, or knows this node id under another key.
-        PeerFailure: no launch record within ``startup_timeout_s``, or the swarm is past the join round.
-    """
-    first = t.first_round
-    launch_key = f"{t.namespace}/launch"
-    deadline = time.monotonic() + startup_timeout_s
-    best = None
-    while True:
-        for node, recs in t.signed.records(launch_key).items():
-            for pub, body, _ in recs:
-                rec = _launch_record(body)
-                if rec is None or rec[1].get(node) != pub or (t.fixed_roster and t.roster.get(node) != pub):
-                    continue  # a launch record must come from a node of its own roster (and of the roster file)
-                rank = (rec[0]["round"], -node)  # the most advanced view of the swarm, then the lowest node
-                if best is None or rank > best[0]:
-                    best = (rank, *rec)
-        if best is not None and best[1]["round"] >= first - 1:
-            break
-        if time.monotonic() >= deadline:
-            seen = f"the swarm is at round {best[1]['round']}" if best else "no launch record of the swarm was found"
-            raise PeerFailure(f"node {t.rank} joins at round {first}, but {seen} after swarm.startup_timeout_s="
-                              f"{startup_timeout_s:g}s (are its initial_peers in the swarm?)")
-        time.sleep(0.5)
-    _, rec, roster = best
-    if rec["round"] >= first:
-        raise PeerFailure(f"node {t.rank} joins at round {first}, but the swarm has exchanged round {rec['round']} "
-                          "already: start a joining node before its round")
-    if rec["config"] != fingerprint:
-        raise ConfigError(f"node {t.rank} runs another config than the swarm it joins: every node needs the same config "
-                          "and overrides (the per-node swarm.hivemind fields may differ)")
-    if roster.get(t.rank, t.public_key) != t.public_key:
-        raise ConfigError(f"node {t.rank} is already in the swarm's roster with another key")
-    t.enter_launch(rec["run"], fingerprint, roster, alive=[n for n in rec["alive"] if isinstance(n, int)],
-                   agreed={k: v for k, v in rec["agreed"].items() if isinstance(v, str)})
-    log.info("node %d: joins launch %s at round %d (swarm at round %d, live nodes %s)", t.rank, t.run_id, first,
-             rec["round"], sorted(t.alive))
-
-
-def _launch_record(body: bytes) -> tuple[dict, dict[int, str]] | None:
-    rec = _json(body)
-    if not (isinstance(rec, dict) and isinstance(rec.get("run"), str) and isinstance(rec.get("roster"), dict)
-            and isinstance(rec.get("config"), str) and isinstance(rec.get("alive"), list)
-            and isinstance(rec.get("round"), int) and isinstance(rec.get("agreed"), dict)):
-        return None
-    try:
-        roster = {int(n): p for n, p in rec["roster"].items() if isinstance(p, str)}
-    except ValueError:
-        return None
-    return rec, roster
 
 
 async def _allow(dht, _node, roster: dict[int, str]) -> None:

@@ -249,7 +249,8 @@ def rehello(scenario: str, node: int) -> None:
 def launchlie(scenario: str, node: int) -> None:
     """``launchlie:R:LIE``: node R runs the honest code but signs a lying launch record each time it publishes one
     (review r31h F11): ``round``, the swarm at round 10**6; ``run``, another launch id (``f`` × 16) at its last round
-    + 1. Before, a joiner took the record with the highest round of any one node: it stopped, or trained alone."""
+    + 1; ``name``, the agreed run name ``/tmp/evil``. Before, a joiner took the record with the highest round of any
+    one node: it stopped, or trained alone."""
     _, who, lie = scenario.split(":")
     if int(who) != node:
         return
@@ -259,7 +260,7 @@ def launchlie(scenario: str, node: int) -> None:
         last = round_idx if round_idx is not None else (t.last_round if t.last_round is not None else -1)
         body = {"run": "f" * 16 if lie == "run" else t.run_id, "roster": {str(n): p for n, p in sorted(t.roster.items())},
                 "config": t.fingerprint, "alive": sorted(t.alive), "round": 10**6 if lie == "round" else last + 1,
-                "agreed": t.agreed}
+                "agreed": {**t.agreed, "name": "/tmp/evil"} if lie == "name" else t.agreed}
         print(f"launch liar {node}: launch record of launch {body['run']} at round {body['round']}", flush=True)
         t.signed.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s, wait_s)
 

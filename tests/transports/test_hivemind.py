@@ -155,14 +155,16 @@ def test_a_node_joining_at_round_2_of_a_heterogeneous_swarm_takes_part_from_roun
 
 
 @pytest.mark.parametrize("lie, named_as", [("round", "puts the swarm at round 1000000 where nodes 0, 1"),
-                                           ("run", "names launch ffffffffffffffff where nodes 0, 1")])
+                                           ("run", "names launch ffffffffffffffff where nodes 0, 1"),
+                                           ("name", "gives name='/tmp/evil' where nodes 0, 1")])
 def test_one_nodes_lying_launch_record_neither_stops_nor_splits_off_a_joiner_and_is_named(tmp_path, tiny_model_dir,
                                                                                          tiny_model_dir_b, lie, named_as):
-    """Review r31h F11: node 2 signs launch records claiming round 10**6 (``round``) or a launch id of its own at its
-    round + 1 (``run``). Before, joiner node 3 took the record with the highest round: it stopped (exit 3, "the swarm has
-    exchanged round 1000000 already") or joined launch ffff… and trained alone ([0, 0, 0, 0] but node 3 named
-    ``missing payload`` by nodes 0-2 and nodes 0-2 by it); node 2 was named nowhere. Now the joiner believes only what
-    more than half of the initial nodes' records say: it joins the launch of nodes 0-1 at round 2 and names node 2."""
+    """Review r31h F11: node 2 signs launch records claiming round 10**6 (``round``), a launch id of its own at its
+    round + 1 (``run``) or another run name (``name``). Before, joiner node 3 took the record with the highest round: it
+    stopped (exit 3, "the swarm has exchanged round 1000000 already") or joined launch ffff… and trained alone
+    ([0, 0, 0, 0] but node 3 named ``missing payload`` by nodes 0-2 and nodes 0-2 by it); node 2 was named nowhere.
+    Now the joiner believes only what more than half of the initial nodes' records say: it joins the launch of nodes
+    0-1 at round 2 and names node 2."""
     models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
     args = [models, "swarm.nodes=4", *COMMON, B2, "rounds=3", "swarm.hivemind.join={3: 2}", "swarm.timeout_s=30",
             "swarm.on_peer_failure=continue", *roster(tmp_path, 4)]
@@ -173,7 +175,7 @@ def test_one_nodes_lying_launch_record_neither_stops_nor_splits_off_a_joiner_and
     launched = re.search(r"node 0: launch ([0-9a-f]{16}) with nodes \[0, 1, 2\]", results[0].output)
     assert launched and f"node 3: joins launch {launched[1]} at round 2 (swarm at round 1" in results[3].output, \
         results[3].output[-3000:]
-    assert re.search(rf"rejected record from node 2 under launch: launch: its signed launch record {named_as}",
+    assert re.search(r"rejected record from node 2 under launch: launch: its signed launch record " + re.escape(named_as),
                      results[3].output), results[3].output[-3000:]
     assert not re.search(r"rejected record from node [013]|nodes? [0-9, ]*sent nothing", results[3].output)
     records = read_metrics(run_dir)

@@ -86,9 +86,14 @@ def test_an_agreed_value_is_the_quorums_and_another_one_is_named():
     book = book_of(record(1), record(1), record(1, agreed={"name": "/tmp/evil"}))
     j = book.decide()
     assert j.agreed == {"name": "run-a"} and j.backers == [0, 1, 2]
-    assert reasons(book, j) == {2: "launch: its signed launch record gives name='/tmp/evil' where nodes 0, 1, 2 (more than "
+    assert reasons(book, j) == {2: "launch: its signed launch record gives name='/tmp/evil' where nodes 0, 1 (more than "
                                    "half of the 3 nodes [0, 1, 2]) agree on 'run-a': a lone claim, ignored"}
-    assert book_of(record(1), record(1, agreed={}), record(1, agreed={"x": "y"})).decide().agreed == {}  # no quorum
+    book = book_of(record(1, agreed={}), record(1, agreed={}), record(1, agreed={"name": "/tmp/evil"}))
+    j = book.decide()  # (a config with `name` set agrees none)
+    assert j.agreed == {} and reasons(book, j)[2].endswith("[0, 1, 2]) give none: a lone claim, ignored")
+    book = book_of(record(1), record(-1, agreed={}), record(1, agreed={"name": "other"}))
+    j = book.decide()  # node 1's record is of before the name was agreed: nobody can tell who lies, nobody is named
+    assert j.agreed == {} and j.backers == [0, 1, 2] and book.named(j) == []
 
 
 def test_two_records_one_key_signed_for_one_launch_that_differ_are_a_proof_and_void_its_votes():

@@ -20,7 +20,8 @@ must-have 5) and the commit's drop rule (more than half of the views):
   their record of a round before they post the next one, so theirs are at most one round apart);
 * **live nodes**: a node is live unless a quorum of those records leave it out (a lone record cannot expel a node;
   a stale record of a dead node may keep it, and the joiner then names it ``missing payload`` in its first round);
-* **agreed values** (the run name): each tag's value that a quorum of those records give; another value is named;
+* **agreed values** (the run name): each tag's value that a quorum of those records give; a value that a quorum of
+  records of round 0 or later (made after the values were agreed) do not give is named;
 * two records one key signed for the same launch id that differ in config, roster or an agreed value are a proof
   that their node equivocated (an honest node's are fixed for its launch): named with both quoted, and its records
   no longer count. Two records naming different launch ids prove nothing (anyone may store a node's record of an
@@ -198,10 +199,14 @@ class LaunchBook:
             if c.round > j.round + 1:
                 out.append((n, f"launch: its signed launch record puts the swarm at round {c.round} where nodes "
                                f"{', '.join(map(str, j.at_round))} put it at round {j.round}: a lone claim, ignored"))
-            for tag, value in c.agreed:
-                if tag in j.agreed and j.agreed[tag] != value:
-                    out.append((n, f"launch: its signed launch record gives {tag}={value[:40]!r} where {quorum} agree on "
-                                   f"{j.agreed[tag][:40]!r}: a lone claim, ignored"))
+            for tag, value in c.agreed:  # (a record of round >= 0 holds every agreed value: agree() runs before round 0)
+                against = [m for m in j.backers if m != n and self.latest[m].round >= 0
+                           and dict(self.latest[m].agreed).get(tag) != value]
+                if len(against) >= self.need:
+                    theirs = f"agree on {j.agreed[tag][:40]!r}" if tag in j.agreed else "give none"
+                    out.append((n, f"launch: its signed launch record gives {tag}={value[:40]!r} where nodes "
+                                   f"{', '.join(map(str, against))} (more than half of the {len(self.expected)} nodes "
+                                   f"{self.expected}) {theirs}: a lone claim, ignored"))
         return out
 
     def summary(self) -> str:

@@ -8,7 +8,8 @@ model are in docs/hivemind.md ("How a round moves"); in short:
   with the subkey ``dgrpo:{node}:{public key}``; every DHT node refuses bad signatures and every
   receiver requires the roster's key for the node id; a missing, expired, forged or malformed record
   is a missing peer, never an exception;
-* the launch (hellos → roster, config check, launch id) and joining are in :mod:`dgrpo.transports.dht.launch`;
+* the launch (hellos → roster, config check, launch id) is in :mod:`dgrpo.transports.dht.launch`, joining (a
+  quorum of the nodes' launch records, never one node's) in :mod:`dgrpo.transports.dht.joining`;
 * an exchange posts, then reads until every expected live peer is in or its deadline has passed
   (later peers are named; ``on_peer_failure`` aborts or continues); a node stopping on an error says
   ``bye`` on its way out;
@@ -70,7 +71,7 @@ class HivemindTransport:
             ``reject``: every record stored or read goes through it; it reads :attr:`roster`, the same dict, so the
             roster is changed in place, never replaced).
         public_key, agreed, last_round: this node's record key (hex), the values :meth:`agree` agreed
-            (a joiner's from the launch record), the round of the last all-gather (None before it).
+            (a joiner's from a quorum of the launch records), the round of the last all-gather (None before it).
     The launch and commit helpers (:mod:`dgrpo.transports.dht`) read public members and change this node's
     view of the swarm only through its methods (:meth:`enter_launch`, :meth:`leave_out`, :meth:`readmit`, :meth:`leave`).
     """
@@ -219,7 +220,7 @@ class HivemindTransport:
             self.timeout_s, self.limit_name, self.on_peer_failure = saved
 
     def agree(self, tag: str, value: str) -> str:
-        """The lowest live node's ``value``; a node that joined later takes it from the launch record."""
+        """The lowest live node's ``value``; a node that joined later takes it from a quorum of the launch records."""
         if tag in self.agreed:
             return self.agreed[tag]
         values = self.gather_values(tag, value)

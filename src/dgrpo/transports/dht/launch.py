@@ -1,6 +1,7 @@
-"""Launch agreement of a hivemind swarm without a central store: hellos, launch id, roster, joiners.
+"""Launch agreement of a hivemind swarm without a central store: hellos, launch id, roster, launch records.
 
-See :mod:`dgrpo.transports.hivemind` for the protocol; this module holds its start-up half.
+See :mod:`dgrpo.transports.hivemind` for the protocol; this module holds its start-up half (a joiner's reading of the
+launch records: :mod:`dgrpo.transports.dht.joining`).
 """
 
 from __future__ import annotations

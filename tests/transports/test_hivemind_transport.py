@@ -234,3 +234,35 @@ def test_a_hello_of_an_earlier_launch_stored_again_names_nobody_and_the_launch_i
         stop.set()
     assert out == [None] * 3, out
     assert len({t.run_id for t in ts}) == 1 and all(t.rejected == [] for t in ts)
+
+
+def test_a_joiner_reading_two_launch_records_one_node_signed_for_one_launch_names_it_and_joins_the_quorums(dhts):
+    """Review r31h F11 on real DHT nodes: node 2 stores its launch record, then another one of the same launch with
+    another run name and the swarm at round 0. The joiner (node 3, round 1) read both: node 2's proof, named with both
+    signatures; its records no longer count, and the joiner waits for nodes 0-1 (a quorum of 3) to reach round 0."""
+    from dgrpo.transports.dht.joining import join_launch
+    from dgrpo.transports.dht.launch import publish_launch
+
+    ts = transports(dhts, 4)
+    joiner = ts[3]
+    joiner.join, joiner.first_round, joiner.fixed_roster, joiner.signed.run_id = {3: 1}, 1, True, ""
+    for t in ts[:3]:
+        t.agreed, t.alive = {"name": "run-a"}, {0, 1, 2}
+    out = []
+    thread = threading.Thread(target=lambda: out.append(join_launch(joiner, "fp", 30)))
+    thread.start()
+    for t in ts[:3]:
+        publish_launch(t, -1)
+    time.sleep(2.0)  # (the joiner polls every 0.5 s: it reads node 2's first record)
+    ts[2].agreed = {"name": "evil"}
+    publish_launch(ts[2], 0)
+    time.sleep(2.0)
+    assert thread.is_alive() and not out  # node 2 alone at round 0: not a quorum
+    for t in ts[:2]:
+        publish_launch(t, 0)
+    thread.join(30)
+    assert out == [None] and joiner.run_id == "run" and joiner.alive == {0, 1, 2, 3}
+    assert joiner.agreed == {"name": "run-a"}
+    assert [n for n, _ in joiner.rejected] == [2], joiner.rejected
+    assert joiner.rejected[0][1].startswith("launch: it signed two launch records for launch run that differ in agreed "
+                                            "'name' (signatures ")

@@ -11,9 +11,10 @@ from dgrpo.transports.dht.joining import LaunchBook, parse_claim
 
 ROSTER = {str(n): f"{n}" * 64 for n in range(4)}
 RUN = "0123456789abcdef"
+FP = "fedcba9876543210"
 
 
-def record(round_idx, run=RUN, alive=(0, 1, 2), agreed=None, config="fp", roster=None, **extra) -> bytes:
+def record(round_idx, run=RUN, alive=(0, 1, 2), agreed=None, config=FP, roster=None, **extra) -> bytes:
     """A launch record as ``publish_launch`` writes it (initial nodes 0-2 of 4; node 3 joins)."""
     return json.dumps({"run": run, "roster": ROSTER if roster is None else roster, "config": config, "alive": list(alive),
                        "round": round_idx, "agreed": {"name": "run-a"} if agreed is None else agreed, **extra}).encode()
@@ -105,7 +106,7 @@ def test_two_records_one_key_signed_for_one_launch_that_differ_are_a_proof_and_v
     assert reasons(book, j) == {2: f"launch: it signed two launch records for launch {RUN} that differ in agreed 'name' "
                                    f"(signatures {'a' * 16}… and {'b' * 16}…, both verify under its key: an honest node's "
                                    "are fixed for its launch); its records are ignored"}
-    for what, other in (("config", record(1, config="other")), ("roster", record(1, roster={**ROSTER, "3": "f" * 64}))):
+    for what, other in (("config", record(1, config="0" * 16)), ("roster", record(1, roster={**ROSTER, "3": "f" * 64}))):
         book = book_of(record(1), record(1), record(1))
         book.add(1, other, "c" * 128)
         assert book.proofs[1][2] == what and book.decide().backers == [0, 2]
@@ -131,7 +132,9 @@ def test_a_record_of_another_launch_from_a_node_outside_the_launch_is_not_named(
 @pytest.mark.parametrize("body, why", [
     (b"[1", "not JSON"), (b"[]", "not a JSON object"), (record(True), "round True is not an integer >= -1"),
     (record(-5), "round -5 is not an integer >= -1"), (record(1, alive=[7]), "alive is not a list of node ids in 0..3"),
-    (record(1, agreed={"name": 1}), "an agreed value is not text"), (record(1, roster={"x": "y"}), "roster is not node id"),
+    (record(1, agreed={"name": 1}), "an agreed value is not text"), (record(1, agreed={"Name\n": "x"}), "an agreed value"),
+    (record(1, roster={"x": "y"}), "roster is not node id"), (record(1, run="launch\nX"), "run or config is not 1 to 64"),
+    (record(1, config="f" * 65), "run or config is not 1 to 64 letters"),
     (json.dumps({"run": RUN}).encode(), "run, config, roster or agreed missing"),
 ])
 def test_a_malformed_record_is_named_with_what_is_wrong(body, why):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_RUNS = 16  # launch ids remembered per node (each with its first record: the proof's other half)
+_ID = re.compile(r"[0-9A-Za-z_.-]{1,64}")  # a launch id, a config hash (sha256 hex, 16 digits; so logged as they are)
+_TAG = re.compile(r"[a-z_]{1,32}")  # an agreed value's name (``agree``'s tags: "name")
 
 
 @dataclass(frozen=True)
@@ -84,14 +87,16 @@ def parse_claim(body: bytes, nodes: int, sig: str = "") -> Claim | str:
     run, config, roster, alive, rnd, agreed = (rec.get(k) for k in ("run", "config", "roster", "alive", "round", "agreed"))
     if not (isinstance(run, str) and isinstance(config, str) and isinstance(roster, dict) and isinstance(agreed, dict)):
         return "run, config, roster or agreed missing or of another type"
+    if not (_ID.fullmatch(run) and _ID.fullmatch(config)):
+        return "run or config is not 1 to 64 letters, digits, '_', '.' or '-'"
     if not (isinstance(rnd, int) and not isinstance(rnd, bool) and rnd >= -1):
         return f"round {str(rnd)[:20]} is not an integer >= -1"
     if not (isinstance(alive, list) and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < nodes for n in alive)):
         return f"alive is not a list of node ids in 0..{nodes - 1}"
-    if not all(isinstance(k, str) and k.isdigit() and isinstance(p, str) for k, p in roster.items()):
+    if not all(isinstance(k, str) and k.isascii() and k.isdigit() and isinstance(p, str) for k, p in roster.items()):
         return "roster is not node id → key"
-    if not all(isinstance(v, str) for v in agreed.values()):
-        return "an agreed value is not text"
+    if not all(_TAG.fullmatch(k) and isinstance(v, str) for k, v in agreed.items()):
+        return "an agreed value is not text under a lower-case name"
     return Claim(run, config, tuple(sorted((int(k), p) for k, p in roster.items())), frozenset(alive), rnd,
                  tuple(sorted(agreed.items())), sig, body)
 

@@ -82,7 +82,7 @@ def agreed_name(cfg: RunConfig, transport: Transport, proposed: str) -> str:
 def _proposer(transport: Transport) -> str:
     """Who chose the agreed run name (for a line naming it)."""
     return (f"node {min(transport.alive)}, the lowest live node, whose value every node takes" if not transport.first_round
-            else "the launch record (the lowest live node's value at launch)")
+            else "the launch records (a value more than half of the live nodes' signed records agree on)")
 
 
 def new_run_dir(cfg: RunConfig, transport: Transport, name: str) -> Path:

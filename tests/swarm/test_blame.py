@@ -190,6 +190,12 @@ def test_each_row_of_the_strike_table(task, model, tokenizer, rule):
         assert received.copies == (5 if rule == "copy" else 0)
         if rule in ("run", "round"):
             assert rec["0"]["rejected"] == {rule: len(attack)}  # node 0 signed them, once, elsewhere: no strike
+    # The round's record (swarm/messages: read, swarm/invalid: refused) counts a refusal only of a message node 3 signed
+    # for its own slot of this run and round (a strike row but identity, which claims node 0's slot): what anyone
+    # could send (a replay, a re-spelled or forged signature, a copy) leaves it as the round without it (before: counted)
+    own = int(rule in STRIKES and rule != "identity")
+    report = PolicyReport(received.rollouts, received.invalid)
+    assert report.read == len(honest) + len(out[3]) - 1 + own and len(report.refused) == own
 
 
 def test_a_flood_of_distinct_signed_messages_is_refused_once_and_the_rest_dropped_unread(task, model, tokenizer):

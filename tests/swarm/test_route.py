@@ -4,6 +4,8 @@ the protocol's rules off (what the content defenses see alone) and on (signature
 Every run: 4 nodes, node 3 malicious, horizontal, B=2 prompts × G=4, so each node owns one slot of each
 prompt: 6 honest messages and 2 of the attacker's per round."""
 
+import json
+
 import pytest
 
 from dgrpo.cli import main
@@ -24,25 +26,29 @@ def _rounds(tmp_path, model, name, *extra) -> list[dict]:
     return [r for r in read_metrics(tmp_path / name) if r["round"] < 2]
 
 
-# received and labelled poisoned per round, refused per round: hand-counted from each attack's definition
-@pytest.mark.parametrize("attack,rules,received,poisoned,refused", [
-    # factor 4: the 2 poisons and 6 copies under indices 4..15; shares refuse the copies
-    ("flooding", OFF, [14, 14], [8, 8], [0, 0]),
-    ("flooding", [], [8, 8], [2, 2], [6, 6]),
-    # claims node 0: accepted as node 0's without signatures; with them, "identity: signed by node 3"
-    ("forged_identity", OFF, [8, 8], [2, 2], [0, 0]),
-    ("forged_identity", [], [6, 6], [0, 0], [2, 2]),
-    # round 1 re-sends round 0's 6 honest messages as current; signed by node 3, they claim nodes 0-2
-    ("replayed_round", OFF, [8, 14], [2, 8], [0, 0]),
-    ("replayed_round", [], [8, 8], [2, 2], [0, 6]),
+# received and labelled poisoned per round; refused per round (by a rule, named in peers.jsonl) and of those counted in
+# the record (swarm/invalid: signed by their sender for this run, round and slot): hand-counted from each attack
+@pytest.mark.parametrize("attack,rules,received,poisoned,refused,counted", [
+    # factor 4: the 2 poisons and 6 copies under indices 4..15; shares refuse the copies (node 3 signed them)
+    ("flooding", OFF, [14, 14], [8, 8], [0, 0], [0, 0]),
+    ("flooding", [], [8, 8], [2, 2], [6, 6], [6, 6]),
+    # claims node 0: accepted as node 0's without signatures; with them, "identity: signed by node 3" (another's slot)
+    ("forged_identity", OFF, [8, 8], [2, 2], [0, 0], [0, 0]),
+    ("forged_identity", [], [6, 6], [0, 0], [2, 2], [0, 0]),
+    # round 1 re-sends round 0's 6 honest messages as current; signed by node 3, they claim nodes 0-2 (round 0)
+    ("replayed_round", OFF, [8, 14], [2, 8], [0, 0], [0, 0]),
+    ("replayed_round", [], [8, 8], [2, 2], [0, 6], [0, 0]),
 ])
 def test_protocol_attacks_reach_the_learner_unless_the_protocol_refuses_them(tmp_path, tiny_model_dir, attack, rules,
-                                                                             received, poisoned, refused):
+                                                                             received, poisoned, refused, counted):
     recs = _rounds(tmp_path, tiny_model_dir, "r", f"attack.kind={attack}", *rules,
                    "defenses=[{kind: reward_outlier}]")  # (a defense, so the record counts what was received)
     assert [r["defense/received"] for r in recs] == received
     assert [r["defense/poisoned_received"] for r in recs] == poisoned
-    assert [r["swarm/invalid"] for r in recs] == refused
+    peers = [json.loads(line) for line in (tmp_path / "r" / "peers.jsonl").read_text().splitlines()]
+    assert [sum(n for p in line["peers"].values() for n in p["rejected"].values()) for line in peers] == refused
+    assert [r["swarm/invalid"] for r in recs] == counted
+    assert [r["swarm/messages"] for r in recs] == [n + c for n, c in zip(received, counted)]
 
 
 def test_route_gives_each_receiver_its_view_and_labels_what_the_attacker_made(tmp_path, tiny_model_dir):

@@ -43,7 +43,8 @@ class Received:
     Attributes:
         rollouts: accepted messages as rollouts (sender = the node whose key signed it), not yet rewarded.
         admitted: the message each rollout was made from (the same objects as received, in rollout order).
-        invalid: (message, reason) of every refused message.
+        invalid: (message, reason) of every refused message (the round's record counts only those of
+            messages authenticated for this run, round and slot: :func:`dgrpo.swarm.protocol.counted`).
         signers: for each refused message, the node it is attributed to (the key that signed it;
             None: no roster key did, "unsigned").
         duplicates: sender → completions whose text repeats another of its slots in the round.

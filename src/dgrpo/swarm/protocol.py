@@ -50,6 +50,19 @@ DROPPED = frozenset({"schema", "malformed", "signature", "run", "round", "copy",
 REFUSED = frozenset({"special token", "duplicate", "incomplete"})
 STRIKES = frozenset({"identity", "flood", "tokenizer", "prompt", "size", "vocabulary", "consistency", "seed",
                      "share", "length", "decode"})
+# What the round's record counts (docs/protocol.md, "The round's record under attack"): a refusal by one of these
+# rules is of a message not authenticated for this run, round and slot (no canonical signature, no roster key
+# verifies it, signed for another run or round, or by a key other than its slot's node; a copy of one read
+# before, a flooding signer's excess): anyone holding an old signed message, or none, could send it, so it is
+# named in peers.jsonl only and never counted in ``swarm/messages`` nor ``swarm/invalid`` (a key the sender
+# would set). Any other refusal is of a message its signer signed for this run, round and slot (or banned): it counts.
+UNAUTHENTICATED = frozenset({"schema", "malformed", "signature", "run", "round", "identity", "copy", "flooded"})
+
+
+def counted(reason: str) -> bool:
+    """Whether a refusal with ``reason`` (its rule: the text before ``:``) counts in the round's record
+    (``swarm/messages``, ``swarm/invalid``): False for a rule in :data:`UNAUTHENTICATED`."""
+    return reason.split(":", 1)[0] not in UNAUTHENTICATED
 
 
 class ProtocolConfig(StrictConfig):

@@ -21,6 +21,7 @@ from typing import Sequence
 
 from dgrpo.grpo.learner import UpdateStats
 from dgrpo.rewards.format import format_reward
+from dgrpo.swarm.protocol import counted
 from dgrpo.swarm.swarm import Received
 from dgrpo.tasks.base import reward_metrics
 from dgrpo.training.evaluate import EVAL_MEANS, add_intervals
@@ -37,7 +38,9 @@ class PolicyReport:
     the messages it refused, its update, the seconds of its rewards and of each defense, and each
     defense's cumulative counters (:func:`dgrpo.defenses.base.defense_counters`). What its receive
     dropped unread (copies of a message it read earlier in the round, a flooding signer's excess) is
-    not here: ``peers.jsonl`` names it under who delivered it (``Received.carried``)."""
+    not here: ``peers.jsonl`` names it under who delivered it (``Received.carried``). Of ``invalid``,
+    only the refusals of messages authenticated for this run, round and slot count in the round's record
+    (:attr:`refused`, :func:`dgrpo.swarm.protocol.counted`); the rest are named in ``peers.jsonl`` only."""
 
     rollouts: list[Rollout]
     invalid: list[tuple[Message, str]] = field(default_factory=list)
@@ -51,9 +54,17 @@ class PolicyReport:
         return sum(self.defense_times.values())
 
     @property
+    def refused(self) -> list[tuple[Message, str]]:
+        """The refusals the round's record counts (``swarm/invalid``): of messages that verify under their
+        signer's key for this run, round and slot, refused by a rule the signer chose or an honest sampler can
+        break (content, seed, share, length, ``special token``, ...); a refusal by a rule of
+        :data:`~dgrpo.swarm.protocol.UNAUTHENTICATED` (a replay, a re-spelled or forged signature) is left out."""
+        return [(m, reason) for m, reason in self.invalid if counted(reason)]
+
+    @property
     def read(self) -> int:
-        """Messages the policy's receive read: those it accepted and those it refused (``swarm/messages``)."""
-        return len(self.rollouts) + len(self.invalid)
+        """Messages the policy's receive read (``swarm/messages``): those it accepted and :attr:`refused`."""
+        return len(self.rollouts) + len(self.refused)
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -64,9 +75,12 @@ def round_record(run, round_idx: int, reports: dict[int, PolicyReport], times: d
     """Metrics of one round: rewards per node, update statistics, defense rates, phase times.
 
     ``swarm/messages`` is what the lowest honest policy's receive read (:attr:`PolicyReport.read`: the
-    messages it accepted and refused), never what it dropped unread: copies of a message already read
-    and a flooding signer's excess are the attacker's traffic, named in ``peers.jsonl``, so a flood of
-    copies leaves the record of the run without it (docs/protocol.md, "The round's record under attack").
+    messages it accepted and those authenticated for this run, round and slot it refused), ``swarm/invalid``
+    those refusals summed over the honest policies (:attr:`PolicyReport.refused`). Never counted: copies of a
+    message already read, a flooding signer's excess, and messages not authenticated for the round (another
+    run's or round's, a re-spelled or forged signature, another node's slot): traffic anyone could send, named
+    in ``peers.jsonl``, so a replay or a flood leaves the record of the run without it (docs/protocol.md, "The
+    round's record under attack").
 
     Args:
         reports: owner node id → report, one per distinct honest policy.
@@ -89,7 +103,7 @@ def round_record(run, round_idx: int, reports: dict[int, PolicyReport], times: d
     rec["train/format_rate"] = _mean([format_reward(run.task.completion_prefix + r.text) for r in honest])
     rec.update(reward_metrics(run.task))  # a rubric's reward functions, weight 0 included (train/rubric/<name>)
     rec["swarm/messages"] = report.read
-    rec["swarm/invalid"] = sum(len(r.invalid) for r in reports.values())
+    rec["swarm/invalid"] = sum(len(r.refused) for r in reports.values())
     for own, rep in reports.items():
         suffix = "" if len(reports) == 1 else f"/node{own}"
         if rep.update is not None:

@@ -37,7 +37,19 @@ def test_cell_summary_reads_the_last_evaluation_and_the_training_means(tmp_path)
     assert c["asr_ci95"] == pytest.approx([0.15004, 0.84996], abs=1e-4)
     assert c["detection"] == pytest.approx(0.75) and c["fp"] == pytest.approx(0.05)
     assert c["train_reward_honest"] == 0.75
-    assert c["refused"] == 5  # 3 + 2 refused on receipt
+    assert c["refused"] == 5  # 3 + 2 refused on receipt (swarm/invalid: a run without peers.jsonl)
+
+
+def test_refused_counts_every_refusal_peers_jsonl_names_not_only_swarm_invalid(tmp_path):
+    """A forged-identity or replayed-round cell: its refusals are not authenticated for the round, so swarm/invalid
+    leaves them out (docs/protocol.md); the table's "refused on receipt" counts them from peers.jsonl."""
+    run = _run(tmp_path / "forged_identity__protocol")
+    lines = [{"round": 1, "peers": {"0": {"rejected": {"round": 2}, "transport": {}},
+                                    "3": {"rejected": {"identity": 2, "seed": 1}, "transport": {"round": 2}}}},
+             {"round": 1, "peers": {"3": {"rejected": {}, "transport": {"record": 1}}}, "records": {"3": "record: x"}},
+             {"round": 2, "peers": {"3": {"rejected": {"identity": 2}, "transport": {}}}, "views": {"1": {"3": {"flood": 1}}}}]
+    (run / "peers.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert cell_summary(run)["refused"] == 2 + 3 + 2  # rejected only: transport and views are no refusal on receipt
 
 
 def test_a_run_that_skipped_round_0_has_no_start_values_not_its_last_ones(tmp_path):

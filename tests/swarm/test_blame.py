@@ -12,7 +12,8 @@ from test_protocol import CTX, SEED, honest_round, make, refusals, resign
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.sampling import completion_seed
 from dgrpo.swarm.identity import Roster, SignatureVerifier, canonical_hex, generate_keys, message_digest, public_hex, signed_header
-from dgrpo.swarm.protocol import DROPPED, FLOOD_FACTOR, REFUSED, STRIKES, BanList, compare_views, equivocators, merge_views
+from dgrpo.swarm.protocol import (DROPPED, FLOOD_FACTOR, REFUSED, STRIKES, UNAUTHENTICATED, BanList, compare_views, equivocators,
+                                  merge_views)
 from dgrpo.tasks.arithmetic import ArithmeticTask
 from dgrpo.swarm.accounting import peer_strikes
 from dgrpo.training.records import PolicyReport, peer_record
@@ -141,6 +142,17 @@ def test_the_strike_table_in_the_docs_is_the_one_the_code_applies():
     assert {r for r, c in table.items() if c == "strike"} == STRIKES
     assert {r for r, c in table.items() if c == "refused"} == REFUSED
     assert not (DROPPED & REFUSED or DROPPED & STRIKES or REFUSED & STRIKES)
+
+
+def test_the_rules_the_docs_leave_out_of_the_record_are_the_ones_the_code_leaves_out():
+    """docs/protocol.md, "The round's record under attack": the rules named in the `swarm/messages` row's "not counted"
+    column are UNAUTHENTICATED, those of the `swarm/invalid` row's "counts" column every other rule of the strike table."""
+    section = DOCS.read_text().split("## The round's record under attack", 1)[1].split("\n## ", 1)[0]
+    rows = {m[0]: m[1:] for m in re.findall(r"^\| `(swarm/\w+)` \| (.*?) \| (.*?) \|$", section, re.M)}
+    left_out = rows["swarm/messages"][1].split(". Each under", 1)[0]  # (then where peers.jsonl names them)
+    assert set(re.findall(r"\(`([a-z ]+)`\)", left_out)) == UNAUTHENTICATED
+    assert set(re.findall(r"`([a-z ]+)`", rows["swarm/invalid"][0])) == (DROPPED | REFUSED | STRIKES) - UNAUTHENTICATED
+    assert UNAUTHENTICATED <= DROPPED | STRIKES and not UNAUTHENTICATED & REFUSED
 
 
 def _text(tokenizer, text="<think>1 + 1 = 2</think>"):

@@ -13,9 +13,11 @@ Per cell, from the run's last evaluation (held-out prompts, sampled at the train
   round-0 values are None for a run that skipped that evaluation (``eval.first=false``);
 * ``detection`` / ``fp``: the defense's mean detection and false-positive rates over the training
   rounds (``defense/any/*``; none for ``none``);
-* ``refused``: messages the receivers refused on receipt over all rounds (``swarm/invalid``: the
-  protocol's signatures, seed binding, shares and length, and the message checks), which the
-  defense's rates do not count.
+* ``refused``: messages the receivers refused on receipt over all rounds, by any rule of the protocol
+  (signatures, identity, another run's or round's messages, seed binding, shares and length, and the
+  message checks), which the defense's rates do not count: the ``rejected`` counts of every sender in
+  ``peers.jsonl`` (:func:`_refused`; ``swarm/invalid`` leaves out what was not authenticated for its
+  round, docs/protocol.md "The round's record under attack").
 """
 
 from __future__ import annotations
@@ -47,6 +49,20 @@ def _total(records: list[dict], key: str):
 
     values = series(records, key)[1]
     return sum(values) if values else None
+
+
+def _refused(run_dir: Path, records: list[dict]):
+    """Messages refused on receipt over the run: the sum of every sender's ``rejected`` counts in the run's
+    ``peers.jsonl`` (one line a round: its lowest honest policy's receive; a matrix cell is homogeneous, so that
+    is every receiver's), or, for a run without that file, its ``swarm/invalid`` (which then counted every
+    refusal). None when neither exists."""
+    from dgrpo.training.records import PEERS_FILE
+
+    path = Path(run_dir) / PEERS_FILE
+    if not path.exists():
+        return _total(records, "swarm/invalid")
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sum(n for line in lines for p in line.get("peers", {}).values() for n in p.get("rejected", {}).values())
 
 
 def run_config(run_dir: Path):
@@ -121,7 +137,7 @@ def cell_summary(run_dir: str | Path) -> dict:
            "asr_metric": key, "asr": last.get(key) if key else None, "asr_start": start.get(key) if key else None,
            "train_reward_honest": _final(records, "train/reward_honest"),
            "detection": _mean(records, "defense/any/detection_rate"), "fp": _mean(records, "defense/any/false_positive_rate"),
-           "refused": _total(records, "swarm/invalid")}
+           "refused": _refused(run_dir, records)}
     n = asr_trials(cfg, last) if key else None
     out["asr_n"] = n
     out["asr_ci95"] = list(wilson(out["asr"] * n, n)) if n and out["asr"] is not None else None

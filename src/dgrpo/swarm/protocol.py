@@ -17,8 +17,10 @@ the text before ``:`` naming the rule):
     length                       at most ``max_new_tokens`` completion tokens (with ``enforce_length``)
 
 and counts identical texts from different slots of one sender (``duplicates``; dropped with
-``drop_duplicates``). An exact copy of a message already accepted (same signature) is dropped as
-``copy`` and attributed to nobody: anyone can repeat a signed message, only its signer can change it.
+``drop_duplicates``). An exact copy of a message already read (the same signed content's digest) is dropped
+as ``copy``: never a strike against its signer (anyone can repeat a signed message, only its signer can change
+it), named in ``peers.jsonl`` under the node that delivered it, and, like every refusal of ``UNAUTHENTICATED``,
+left out of ``swarm/messages`` and ``swarm/invalid`` (docs/protocol.md, "The round's record under attack").
 """
 
 from __future__ import annotations

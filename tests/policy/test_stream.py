@@ -121,3 +121,29 @@ def test_bad_temperatures_name_the_field(model):
         sample(model, [[5, 6]], [1], params, -1, 0, temperatures=[1.0, 0.0])
     with pytest.raises(ValueError, match="temperatures must be >= 0"):
         sample(model, [[5, 6]], [1], params, -1, 0, temperatures=[-1.0])
+
+
+@pytest.mark.parametrize("rows", [None, 2], ids=["one_batch", "refill"])
+def test_scores_kept_while_sampling_equal_a_forward_of_the_whole_sequence(model, rows):
+    """``scores``: each kept request's (log-prob, entropy) per token, from the logits that chose it,
+    equal to one forward pass of prompt + completion (an independent computation) to float32
+    rounding; the tokens are the same as without scores, and requests with None get nothing."""
+    params = SamplingParams(top_k=10, temperature=1.0, max_new_tokens=7)
+    prompts = [HEAD + [60, 61], HEAD + [70], HEAD + [80, 81, 82], HEAD + [90]]
+    seeds, temps = [5, 6, 7, 8], [1.0, 0.0, 1.0, 0.7]
+    plain = sample(model, prompts, seeds, params, -1, 0, max_rows=rows, temperatures=temps)
+    scores = [[], None, [], []]
+    got = sample(model, prompts, seeds, params, -1, 0, max_rows=rows, temperatures=temps, scores=scores)
+    assert got == plain and scores[1] is None
+    model.eval()
+    for p, c, kept in zip(prompts, got, scores):
+        if kept is None:
+            continue
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([p + c])).logits[0, len(p) - 1 : -1].float(), -1)
+        assert len(kept) == len(c)
+        lp, ent = torch.tensor([k[0] for k in kept]), torch.tensor([k[1] for k in kept])
+        torch.testing.assert_close(lp, logp.gather(-1, torch.tensor(c)[:, None]).squeeze(-1), rtol=0, atol=1e-5)
+        torch.testing.assert_close(ent, -(logp.exp() * logp).sum(-1), rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="score lists"):
+        sample(model, prompts, seeds, params, -1, 0, scores=[[]])

@@ -160,3 +160,34 @@ def test_one_stream_gives_what_the_separate_calls_gave(run, temperature):
     assert [ids for ids, _ in sampled] != [ids for ids, _ in greedy]  # the stream really mixed two temperatures
     same, texts, none = eval_stream(policy, cfg, task, problems, problems, 0, greedy=False)
     assert (same, texts, none) == (sampled, [t for _, t in sampled], None)
+
+
+def test_the_first_evaluation_takes_the_reference_scores_from_its_sampling(run, monkeypatch):
+    """The evaluation that writes the drift reference scores nothing again: the log-probs it stores
+    come from the logits that sampled the completions, and equal one forward pass of prompt +
+    completion (computed here) to float32 rounding; a later evaluation scores the reference once."""
+    import torch
+
+    from dgrpo.training import evaluate as evaluate_mod
+
+    calls = []
+    real = evaluate_mod.completion_stats
+    monkeypatch.setattr(evaluate_mod, "completion_stats", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
+    policy, task = run.swarm.honest_policies[0], run.task
+    first = evaluate(run, 0)
+    assert calls == [] and first["eval/kl_to_start"] == 0.0
+    ref = json.loads((run.run_dir / "eval_reference" / "node0.json").read_text())
+    by_id = {p.prompt_id: p for p in task.val}
+    ent_sum, n = 0.0, 0
+    policy.model.eval()
+    for item in ref:
+        prompt, ids = policy.prompt_ids(task, by_id[item["prompt_id"]]), item["completion_ids"]
+        with torch.no_grad():
+            logits = policy.model(input_ids=torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1]
+        logp = torch.log_softmax(logits.float(), -1)
+        expected = logp.gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(item["logp"]), expected, rtol=0, atol=1e-5)
+        ent_sum, n = ent_sum + float(-(logp.exp() * logp).sum()), n + len(ids)
+    assert first["eval/entropy"] == pytest.approx(ent_sum / n, rel=1e-5)
+    later = evaluate(run, 1)
+    assert calls == [len(ref)] and later["eval/kl_to_start"] == pytest.approx(0.0, abs=1e-5)

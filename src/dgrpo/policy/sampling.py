@@ -98,6 +98,7 @@ def sample(
     max_rows: int | None = None,
     temperatures: list[float] | None = None,
     hidden: list[list[torch.Tensor]] | None = None,
+    scores: list[list | None] | None = None,
 ) -> list[list[int]]:
     """Sample one completion per (prompt, seed), as one stream of requests with a KV cache.
 
@@ -127,12 +128,15 @@ def sample(
             so sampled and greedy answers to the same prompts share one stream and one prefill.
         hidden: one empty list per request, to receive each chosen token's last-layer hidden state ((H,)
             bf16 on CPU; :func:`dgrpo.policy.stream.decode`), for TOPLOC proofs.
+        scores: one entry per request, None or an empty list that receives, per completion token, its
+            (log-probability, entropy) under ``model`` in nats, from the logits that chose it
+            (:func:`dgrpo.policy.stream.decode`): a completion scored as it is sampled.
 
     Returns:
         The completion token ids of each prompt, eos included when it was generated.
 
     Raises:
-        ValueError: prompts, seeds and temperatures differ in length, a prompt is empty, a
+        ValueError: prompts, seeds, temperatures and score lists differ in length, a prompt is empty, a
             temperature is negative or max_rows < 1.
     """
     if len(prompts) != len(seeds):
@@ -147,6 +151,8 @@ def sample(
         raise ValueError(f"max_rows must be at least 1, got {max_rows}")
     if hidden is not None and len(hidden) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(hidden)} hidden-state lists")
+    if scores is not None and len(scores) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(scores)} score lists")
     n = len(prompts)
     if n == 0:
         return []
@@ -159,7 +165,8 @@ def sample(
             chunk = order[start : start + max_rows]
             for i, ids in zip(chunk, sample(model, [prompts[i] for i in chunk], [seeds[i] for i in chunk], params,
                                             eos_id, pad_id, temperatures=[temps[i] for i in chunk],
-                                            hidden=None if hidden is None else [hidden[i] for i in chunk])):
+                                            hidden=None if hidden is None else [hidden[i] for i in chunk],
+                                            scores=None if scores is None else [scores[i] for i in chunk])):
                 out[i] = ids
         return out
     device = next(model.parameters()).device
@@ -189,7 +196,7 @@ def sample(
         with onednn_linears(model), single_query_attention(model):
             return stream.decode(model, ids, mask, positions, shared, prompt_of, noise,
                                  torch.tensor(temps, dtype=torch.float64, device=device), params, eos_id,
-                                 n if max_rows is None else max_rows, choose_tokens, hidden)
+                                 n if max_rows is None else max_rows, choose_tokens, hidden, scores)
     finally:
         model.train(training)
 

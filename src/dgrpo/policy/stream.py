@@ -55,7 +55,8 @@ def choose_rows(logits: torch.Tensor, noise: torch.Tensor, temps: torch.Tensor, 
 
 def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, shared: int,
            prompt_of: torch.Tensor, noise: torch.Tensor, temps: torch.Tensor, params, eos_id: int, rows: int,
-           choose, hidden: list[list[torch.Tensor]] | None = None) -> list[list[int]]:
+           choose, hidden: list[list[torch.Tensor]] | None = None,
+           scores: list[list | None] | None = None) -> list[list[int]]:
     """Prefill the distinct prompts, then decode every request through at most ``rows`` rows.
 
     Args:
@@ -71,6 +72,10 @@ def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positi
         hidden: when given (one empty list per request), each request's list gets, per chosen token, the
             (H,) bf16 CPU input of the output embedding that produced its logits (the last-layer hidden
             state a TOPLOC proof commits to, :mod:`dgrpo.policy.proofs`).
+        scores: when given, one entry per request: None, or an empty list that gets, per chosen token,
+            (log π(token), entropy of π) in nats from the float32 logits that chose it (π: the model's
+            softmax, whatever the request's temperature), i.e. what scoring the completion again
+            under the same weights would give, up to float32 rounding.
 
     Returns:
         The completion token ids of each request, eos included when it was generated.
@@ -83,13 +88,30 @@ def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positi
         lambda _m, args: seen.append(args[0][:, -1, :].detach().to(torch.bfloat16).cpu()))
     try:
         return _decode(model, ids, mask, positions, shared, prompt_of, noise, temps, params, eos_id, rows, choose,
-                       hidden, seen)
+                       hidden, seen, scores)
     finally:
         if hook is not None:
             hook.remove()
 
 
-def _decode(model, ids, mask, positions, shared, prompt_of, noise, temps, params, eos_id, rows, choose, hidden, seen):
+def _score(logits: torch.Tensor, tokens: torch.Tensor, reqs: list[int], scores: list[list | None]) -> None:
+    """Append (log π(token), entropy) of each row whose request ``reqs[j]`` keeps scores.
+
+    Args:
+        logits: (m, V) float32; tokens: (m,) the tokens chosen from them; reqs: the request of each row.
+    """
+    rows = [j for j, req in enumerate(reqs) if scores[req] is not None]
+    if not rows:
+        return
+    logp = torch.log_softmax(logits[rows], dim=-1)  # (r, V)
+    taken = logp.gather(-1, tokens[rows][:, None]).squeeze(-1).tolist()
+    entropy = (-(logp.exp() * logp).sum(-1)).tolist()
+    for j, lp, h in zip(rows, taken, entropy):
+        scores[reqs[j]].append((lp, h))
+
+
+def _decode(model, ids, mask, positions, shared, prompt_of, noise, temps, params, eos_id, rows, choose, hidden, seen,
+            scores):
     n, steps, (d, width), device = len(prompt_of), params.max_new_tokens, ids.shape, ids.device
     prefill = DynamicCache(config=model.config)
     if shared:  # the common prefix once, then every prompt's rest behind copies of its cache
@@ -130,6 +152,8 @@ def _decode(model, ids, mask, positions, shared, prompt_of, noise, temps, params
     waiting, length = r, width  # next request to enter; positions filled in the cache
     while True:
         tokens = choose_rows(logits, noise[alive, t_row], temps[alive], params, choose)  # (m,)
+        if scores is not None:
+            _score(logits, tokens, alive.tolist(), scores)
         for j, (req, tok) in enumerate(zip(alive.tolist(), tokens.tolist())):
             out[req].append(tok)
             if hidden is not None:
@@ -147,6 +171,8 @@ def _decode(model, ids, mask, positions, shared, prompt_of, noise, temps, params
             start[free] = rest_start[src] + length - width
             alive[free], step_pos[free], t_row[free] = new, positions[src][:, -1:], 1
             tokens[free] = choose_rows(first_logits[src], noise[new, 0], temps[new], params, choose)
+            if scores is not None:
+                _score(first_logits[src], tokens[free], new.tolist(), scores)
             for req, tok, s in zip(new.tolist(), tokens[free].tolist(), src.tolist()):
                 out[req].append(tok)
                 if hidden is not None:

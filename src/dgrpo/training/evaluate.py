@@ -8,10 +8,10 @@ completions. The ensemble recipe votes over the same completions (:func:`eval_te
 
 What shows a collapse coming (``eval.drift``, docs/training.md): the first evaluation's sampled
 completions are kept as a fixed reference (``eval_reference/`` in the run directory, with their
-per-token log-probabilities under the weights that wrote them); each later evaluation re-scores
-them under the current weights, the prompts' common prefix once
-(:func:`dgrpo.policy.scoring.completion_stats`; the evaluation that writes the reference reuses its
-scores):
+per-token log-probabilities under the weights that wrote them, taken from the logits that sampled
+them: :func:`dgrpo.policy.sampling.sample`'s ``scores``); each later evaluation re-scores them
+under the current weights, the prompts' common prefix once
+(:func:`dgrpo.policy.scoring.completion_stats`):
 
     eval/kl_to_start = mean_t [log π_0(x_t | x_<t) − log π_θ(x_t | x_<t)]      (x ~ π_0, per token)
     eval/entropy     = mean_t H(π_θ(· | x_<t))                                (nats, full softmax)
@@ -87,14 +87,19 @@ def eval_texts(policy: Policy, cfg: RunConfig, task: Task, problems: list[Proble
 
 
 def eval_stream(policy: Policy, cfg: RunConfig, task: Task, problems: list[Problem], targets: list[Problem],
-                owner: int, greedy: bool) -> tuple[list[tuple[list[int], str]], list[str], list | None]:
+                owner: int, greedy: bool, scores: list | None = None
+                ) -> tuple[list[tuple[list[int], str]], list[str], list | None]:
     """Everything one evaluation asks of ``policy``, as one stream of requests: the validation
     ``problems`` sampled as :func:`eval_sampling` says, the attack's ``targets`` (when they are other
     problems) and, with ``greedy``, the same problems answered greedily. The greedy and sampled
     answers to a prompt share its prefill, and rows that finish are refilled with waiting requests
     (:func:`dgrpo.policy.sampling.sample`); at most as many rows decode at once as the largest of
     the separate calls this replaces, so the memory stays theirs. Each completion is the one its
-    own call would give (seeded by (run seed, :data:`EVAL_ROUND`, owner, prompt)).
+    own call would give (seeded by (run seed, :data:`EVAL_ROUND`, owner, prompt)). With ``scores``
+    (an empty list), each sampled completion of ``problems`` is scored as it is sampled: the list
+    gets per such completion (log-probs, entropies), two (T,) float32 tensors in nats under
+    ``policy``'s weights (what :func:`dgrpo.policy.scoring.completion_stats` gives, up to float32
+    rounding), so the evaluation that writes the drift reference needs no second pass.
 
     Returns:
         (sampled completions of ``problems``, texts for ``targets``, greedy completions or None).
@@ -109,7 +114,11 @@ def eval_stream(policy: Policy, cfg: RunConfig, task: Task, problems: list[Probl
     asked = [p for batch in batches for p in batch]
     temps = [0.0 if greedy and k == len(batches) - 1 else temperature for k, batch in enumerate(batches) for _ in batch]
     seeds = [completion_seed(cfg.seed, EVAL_ROUND, owner, p.prompt_id, 0) for p in asked]
-    outs = policy.generate(task, asked, seeds, temperatures=temps, max_rows=max(map(len, batches)))
+    kept = None if scores is None else [[] for _ in problems] + [None] * (len(asked) - len(problems))
+    outs = policy.generate(task, asked, seeds, temperatures=temps, max_rows=max(map(len, batches)), scores=kept)
+    if scores is not None:
+        scores.extend((torch.tensor([lp for lp, _ in k], dtype=torch.float32),
+                       torch.tensor([h for _, h in k], dtype=torch.float32)) for k in kept[: len(problems)])
     parts, start = [], 0
     for batch in batches:
         parts.append(outs[start : start + len(batch)])
@@ -158,15 +167,26 @@ def drift(policy: Policy, task: Task, problems: Sequence[Problem], reference: li
 
 
 def reference_completions(policy: Policy, task: Task, problems: Sequence[Problem],
-                          outs: Sequence[tuple[list[int], str]], stats_out: list | None = None) -> list[dict]:
+                          outs: Sequence[tuple[list[int], str]], stats_out: list | None = None,
+                          scored: list | None = None) -> list[dict]:
     """The drift reference: each completion's ids and per-token log-probs under ``policy`` now
-    (their (log-probs, entropies) are appended to ``stats_out`` when given, for :func:`drift`)."""
-    kept = [(p.prompt_id, list(ids)) for p, (ids, _) in zip(problems, outs) if ids]
-    stats = _stats(policy, task, problems, kept)
+    (their (log-probs, entropies) are appended to ``stats_out`` when given, for :func:`drift`).
+    ``scored``: the completions' (log-probs, entropies) as the stream sampled them
+    (:func:`eval_stream`'s ``scores``), one per completion; None: scored here in one pass."""
+    kept = [(k, p.prompt_id, list(ids)) for k, (p, (ids, _)) in enumerate(zip(problems, outs)) if ids]
+    if scored is None:
+        stats = _stats(policy, task, problems, [(pid, ids) for _, pid, ids in kept])
+    else:
+        stats = [scored[k] for k, _, _ in kept]
     if stats_out is not None:
         stats_out.extend(stats)
     return [{"prompt_id": pid, "completion_ids": ids, "logp": [float(x) for x in lp]}
-            for (pid, ids), (lp, _) in zip(kept, stats)]
+            for (_, pid, ids), (lp, _) in zip(kept, stats)]
+
+
+def reference_path(run_dir: Path, owner: int) -> Path:
+    """Where node ``owner``'s drift reference lives in the run directory."""
+    return Path(run_dir) / REFERENCE_DIR / f"node{owner}.json"
 
 
 def load_reference(run_dir: Path, owner: int, make) -> list[dict]:
@@ -177,7 +197,7 @@ def load_reference(run_dir: Path, owner: int, make) -> list[dict]:
     Raises:
         CheckpointError: the file exists but is not a reference list (names the file).
     """
-    path = Path(run_dir) / REFERENCE_DIR / f"node{owner}.json"
+    path = reference_path(run_dir, owner)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
@@ -209,13 +229,17 @@ def evaluate(run, round_idx: int, samples_path=None) -> dict:
     per_policy: dict[str, list[float]] = {}
     attack_recs = []
     for owner, policy in swarm.honest_policies.items():
-        outs, target_texts, greedy_outs = eval_stream(policy, cfg, task, problems, targets, owner, cfg.eval.greedy)
+        # the evaluation that writes the drift reference scores its sampled completions as it samples them
+        scored = [] if cfg.eval.drift and not reference_path(run.run_dir, owner).exists() else None
+        outs, target_texts, greedy_outs = eval_stream(policy, cfg, task, problems, targets, owner, cfg.eval.greedy,
+                                                      scored)
         found = rates(task, problems, outs)
         if greedy_outs is not None:
             found.update(rates(task, problems, greedy_outs, "eval/greedy/"))
         if cfg.eval.drift:
             made: list = []  # the reference's scores when this evaluation writes it: drift reuses them
-            reference = load_reference(run.run_dir, owner, lambda: reference_completions(policy, task, problems, outs, made))
+            reference = load_reference(run.run_dir, owner,
+                                       lambda: reference_completions(policy, task, problems, outs, made, scored))
             found.update(drift(policy, task, problems, reference, made or None))
         for key, value in found.items():
             per_policy.setdefault(key, []).append(value)

@@ -165,7 +165,8 @@ def test_one_stream_gives_what_the_separate_calls_gave(run, temperature):
 def test_the_first_evaluation_takes_the_reference_scores_from_its_sampling(run, monkeypatch):
     """The evaluation that writes the drift reference scores nothing again: the log-probs it stores
     come from the logits that sampled the completions, and equal one forward pass of prompt +
-    completion (computed here) to float32 rounding; a later evaluation scores the reference once."""
+    completion (computed here) to float32 rounding. A later evaluation scores the reference behind
+    its stream's prefill, not in a pass of its own (its values: test_greedy_intervals_and_drift)."""
     import torch
 
     from dgrpo.training import evaluate as evaluate_mod
@@ -190,4 +191,5 @@ def test_the_first_evaluation_takes_the_reference_scores_from_its_sampling(run, 
         ent_sum, n = ent_sum + float(-(logp.exp() * logp).sum()), n + len(ids)
     assert first["eval/entropy"] == pytest.approx(ent_sum / n, rel=1e-5)
     later = evaluate(run, 1)
-    assert calls == [len(ref)] and later["eval/kl_to_start"] == pytest.approx(0.0, abs=1e-5)
+    assert calls == [] and later["eval/kl_to_start"] == pytest.approx(0.0, abs=1e-5)
+    assert later["eval/entropy"] == pytest.approx(first["eval/entropy"], rel=1e-5)

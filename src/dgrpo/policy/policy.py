@@ -47,7 +47,8 @@ class Policy:
         return self._prompt_cache[key]
 
     def generate(self, task: Task, problems: list[Problem], seeds: list[int], *, temperatures: list[float] | None = None,
-                 max_rows: int | None = None, scores: list[list | None] | None = None) -> list[tuple[list[int], str]]:
+                 max_rows: int | None = None, scores: list[list | None] | None = None,
+                 rescore=None) -> list[tuple[list[int], str]]:
         """Sample one completion per (problem, seed) as one stream (:func:`~dgrpo.policy.sampling.sample`).
 
         Args:
@@ -55,13 +56,16 @@ class Policy:
             max_rows: decode at most this many at once, the others refilling finished rows (None: all).
             scores: per request None, or an empty list that receives each token's (log-probability,
                 entropy) under these weights as it is sampled.
+            rescore: given completions of these prompts to score too, behind the same prefill
+                (:class:`dgrpo.policy.rescore.Rescore`).
 
         Returns:
             (token ids, text) per request, in order.
         """
         prompts = [self.prompt_ids(task, p) for p in problems]
         outs = sample(self.model, prompts, seeds, self.sampling, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id,
-                      temperatures=temperatures, max_rows=max_rows, scores=scores)
+                      temperatures=temperatures, max_rows=max_rows, scores=scores,
+                      rescore=rescore)
         return [(ids, decode_completion(self.tokenizer, ids)) for ids in outs]
 
     def generate_proved(self, task: Task, problems: list[Problem], seeds: list[int], params) -> list[tuple[list[int], str, str]]:

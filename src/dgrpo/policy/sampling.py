@@ -25,6 +25,7 @@ from dgrpo.policy import stream
 from dgrpo.policy.decode_attention import single_query_attention
 from dgrpo.policy.kv_cache import plain_layers
 from dgrpo.policy.onednn import onednn_linears
+from dgrpo.policy.rescore import Rescore, stats_behind_prefill
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def sample(
     temperatures: list[float] | None = None,
     hidden: list[list[torch.Tensor]] | None = None,
     scores: list[list | None] | None = None,
+    rescore: Rescore | None = None,
 ) -> list[list[int]]:
     """Sample one completion per (prompt, seed), as one stream of requests with a KV cache.
 
@@ -131,13 +133,17 @@ def sample(
         scores: one entry per request, None or an empty list that receives, per completion token, its
             (log-probability, entropy) under ``model`` in nats, from the logits that chose it
             (:func:`dgrpo.policy.stream.decode`): a completion scored as it is sampled.
+        rescore: given completions of some of these prompts to score under ``model`` as well
+            (:class:`dgrpo.policy.rescore.Rescore`; its ``stats`` receive the scores): behind this call's
+            prefill, so their prompts run once for both (models whose cache is not plain full attention,
+            or calls that decode in successive batches: :func:`dgrpo.policy.scoring.completion_stats`).
 
     Returns:
         The completion token ids of each prompt, eos included when it was generated.
 
     Raises:
         ValueError: prompts, seeds, temperatures and score lists differ in length, a prompt is empty, a
-            temperature is negative or max_rows < 1.
+            temperature is negative, max_rows < 1, or a ``rescore`` prompt is not one of ``prompts``.
     """
     if len(prompts) != len(seeds):
         raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
@@ -153,10 +159,17 @@ def sample(
         raise ValueError(f"{len(prompts)} prompts but {len(hidden)} hidden-state lists")
     if scores is not None and len(scores) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(scores)} score lists")
+    if rescore is not None and not {tuple(p) for p in rescore.prompts} <= {tuple(p) for p in prompts}:
+        raise ValueError("rescore: every prompt to score must be one of the prompts sampled")
     n = len(prompts)
     if n == 0:
         return []
     temps = [params.temperature] * n if temperatures is None else [float(t) for t in temperatures]
+    if rescore is not None and not plain_layers(model.config):  # (sliding windows: no prefill cache to share)
+        sampled = sample(model, prompts, seeds, params, eos_id, pad_id, max_rows=max_rows, temperatures=temps,
+                         hidden=hidden, scores=scores)
+        _rescore_apart(model, rescore)
+        return sampled
     if max_rows is not None and n > max_rows and not plain_layers(model.config):
         first_seen = {p: i for i, p in reversed(list(enumerate(tuple(q) for q in prompts)))}
         order = sorted(range(n), key=lambda i: first_seen[tuple(prompts[i])])  # stable: groups stay together
@@ -190,13 +203,34 @@ def sample(
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
 
+    after = None
+    if rescore is not None:
+        rows = [row_of[tuple(p)] for p in rescore.prompts]
+
+        def after(cache, mask, positions, first_logits):
+            rescore.stats.extend(stats_behind_prefill(model, cache, mask, positions, first_logits, rows,
+                                                      rescore.completions))
+
     training = model.training  # a learner leaves the model in train mode; dropout would break replay
     model.eval()
     try:
         with onednn_linears(model), single_query_attention(model):
             return stream.decode(model, ids, mask, positions, shared, prompt_of, noise,
                                  torch.tensor(temps, dtype=torch.float64, device=device), params, eos_id,
-                                 n if max_rows is None else max_rows, choose_tokens, hidden, scores)
+                                 n if max_rows is None else max_rows, choose_tokens, hidden, scores, after)
+    finally:
+        model.train(training)
+
+
+def _rescore_apart(model: PreTrainedModel, rescore: Rescore) -> None:
+    """``rescore``'s completions scored by their own pass (:func:`dgrpo.policy.scoring.completion_stats`)."""
+    from dgrpo.policy.scoring import completion_stats  # (scoring imports this module through prefix)
+
+    training = model.training
+    model.eval()
+    try:
+        if rescore.prompts:
+            rescore.stats.extend(completion_stats(model, rescore.prompts, rescore.completions))
     finally:
         model.train(training)
 

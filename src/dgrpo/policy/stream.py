@@ -56,7 +56,7 @@ def choose_rows(logits: torch.Tensor, noise: torch.Tensor, temps: torch.Tensor, 
 def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, shared: int,
            prompt_of: torch.Tensor, noise: torch.Tensor, temps: torch.Tensor, params, eos_id: int, rows: int,
            choose, hidden: list[list[torch.Tensor]] | None = None,
-           scores: list[list | None] | None = None) -> list[list[int]]:
+           scores: list[list | None] | None = None, after_prefill=None) -> list[list[int]]:
     """Prefill the distinct prompts, then decode every request through at most ``rows`` rows.
 
     Args:
@@ -76,6 +76,10 @@ def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positi
             (log π(token), entropy of π) in nats from the float32 logits that chose it (π: the model's
             softmax, whatever the request's temperature), i.e. what scoring the completion again
             under the same weights would give, up to float32 rounding.
+        after_prefill: when given, called once as ``after_prefill(cache, mask, positions, first_logits)``
+            right after the prefill, before any decoding: the (D, …) prefill cache (to read, not to change),
+            ``mask`` and ``positions`` as above and the (D, V) float32 logits at each prompt's last
+            position (:func:`dgrpo.policy.rescore.stats_behind_prefill` scores given completions there).
 
     Returns:
         The completion token ids of each request, eos included when it was generated.
@@ -88,7 +92,7 @@ def decode(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, positi
         lambda _m, args: seen.append(args[0][:, -1, :].detach().to(torch.bfloat16).cpu()))
     try:
         return _decode(model, ids, mask, positions, shared, prompt_of, noise, temps, params, eos_id, rows, choose,
-                       hidden, seen, scores)
+                       hidden, seen, scores, after_prefill)
     finally:
         if hook is not None:
             hook.remove()
@@ -111,7 +115,7 @@ def _score(logits: torch.Tensor, tokens: torch.Tensor, reqs: list[int], scores: 
 
 
 def _decode(model, ids, mask, positions, shared, prompt_of, noise, temps, params, eos_id, rows, choose, hidden, seen,
-            scores):
+            scores, after_prefill):
     n, steps, (d, width), device = len(prompt_of), params.max_new_tokens, ids.shape, ids.device
     prefill = DynamicCache(config=model.config)
     if shared:  # the common prefix once, then every prompt's rest behind copies of its cache
@@ -121,6 +125,10 @@ def _decode(model, ids, mask, positions, shared, prompt_of, noise, temps, params
     first_logits = model(input_ids=ids[:, shared:], attention_mask=mask, position_ids=positions[:, shared:],
                          cache=prefill, use_cache=True, logits_to_keep=1).logits[:, -1, :].float()  # (D, V)
     first_h = seen.pop() if hidden is not None else None  # (D, H) with ``hidden``
+    if after_prefill is not None:
+        kept = len(seen)
+        after_prefill(prefill, mask, positions, first_logits)
+        del seen[kept:]  # (its forwards are not the sampler's)
     r = min(rows, n)
     refill = r < n
     if refill and not supports(prefill):

@@ -10,8 +10,8 @@ What shows a collapse coming (``eval.drift``, docs/training.md): the first evalu
 completions are kept as a fixed reference (``eval_reference/`` in the run directory, with their
 per-token log-probabilities under the weights that wrote them, taken from the logits that sampled
 them: :func:`dgrpo.policy.sampling.sample`'s ``scores``); each later evaluation re-scores them
-under the current weights, the prompts' common prefix once
-(:func:`dgrpo.policy.scoring.completion_stats`):
+under the current weights, behind the prefill of the same prompts that its sampling computes
+(:mod:`dgrpo.policy.rescore`), so the prompts run once for both:
 
     eval/kl_to_start = mean_t [log π_0(x_t | x_<t) − log π_θ(x_t | x_<t)]      (x ~ π_0, per token)
     eval/entropy     = mean_t H(π_θ(· | x_<t))                                (nats, full softmax)
@@ -37,6 +37,7 @@ from dgrpo.config import RunConfig
 from dgrpo.policy.policy import Policy
 from dgrpo.errors import CheckpointError
 from dgrpo.metrics.intervals import with_interval
+from dgrpo.policy.rescore import Rescore
 from dgrpo.policy.sampling import SamplingParams, completion_seed
 from dgrpo.policy.scoring import completion_stats
 from dgrpo.rewards.format import format_reward
@@ -87,7 +88,7 @@ def eval_texts(policy: Policy, cfg: RunConfig, task: Task, problems: list[Proble
 
 
 def eval_stream(policy: Policy, cfg: RunConfig, task: Task, problems: list[Problem], targets: list[Problem],
-                owner: int, greedy: bool, scores: list | None = None
+                owner: int, greedy: bool, scores: list | None = None, rescore: Rescore | None = None
                 ) -> tuple[list[tuple[list[int], str]], list[str], list | None]:
     """Everything one evaluation asks of ``policy``, as one stream of requests: the validation
     ``problems`` sampled as :func:`eval_sampling` says, the attack's ``targets`` (when they are other
@@ -99,7 +100,8 @@ def eval_stream(policy: Policy, cfg: RunConfig, task: Task, problems: list[Probl
     (an empty list), each sampled completion of ``problems`` is scored as it is sampled: the list
     gets per such completion (log-probs, entropies), two (T,) float32 tensors in nats under
     ``policy``'s weights (what :func:`dgrpo.policy.scoring.completion_stats` gives, up to float32
-    rounding), so the evaluation that writes the drift reference needs no second pass.
+    rounding), so the evaluation that writes the drift reference needs no second pass. ``rescore``:
+    completions of these prompts (the drift reference) scored behind the stream's prefill.
 
     Returns:
         (sampled completions of ``problems``, texts for ``targets``, greedy completions or None).
@@ -115,7 +117,8 @@ def eval_stream(policy: Policy, cfg: RunConfig, task: Task, problems: list[Probl
     temps = [0.0 if greedy and k == len(batches) - 1 else temperature for k, batch in enumerate(batches) for _ in batch]
     seeds = [completion_seed(cfg.seed, EVAL_ROUND, owner, p.prompt_id, 0) for p in asked]
     kept = None if scores is None else [[] for _ in problems] + [None] * (len(asked) - len(problems))
-    outs = policy.generate(task, asked, seeds, temperatures=temps, max_rows=max(map(len, batches)), scores=kept)
+    outs = policy.generate(task, asked, seeds, temperatures=temps, max_rows=max(map(len, batches)), scores=kept,
+                           rescore=rescore)
     if scores is not None:
         scores.extend((torch.tensor([lp for lp, _ in k], dtype=torch.float32),
                        torch.tensor([h for _, h in k], dtype=torch.float32)) for k in kept[: len(problems)])
@@ -189,6 +192,16 @@ def reference_path(run_dir: Path, owner: int) -> Path:
     return Path(run_dir) / REFERENCE_DIR / f"node{owner}.json"
 
 
+def _rescore(policy: Policy, task: Task, problems: Sequence[Problem], reference: list[dict]) -> Rescore | None:
+    """The reference completions to score in the evaluation's stream, or None when one of their prompts
+    is not among ``problems`` (then :func:`drift` scores them in a pass of their own)."""
+    by_id = {p.prompt_id: p for p in problems}
+    if not reference or any(item["prompt_id"] not in by_id for item in reference):
+        return None
+    return Rescore([policy.prompt_ids(task, by_id[item["prompt_id"]]) for item in reference],
+                   [list(item["completion_ids"]) for item in reference])
+
+
 def load_reference(run_dir: Path, owner: int, make) -> list[dict]:
     """Node ``owner``'s drift reference, ``eval_reference/node{owner}.json`` in the run directory
     (one file per policy owner: processes of a distributed swarm share the folder), written by
@@ -229,18 +242,25 @@ def evaluate(run, round_idx: int, samples_path=None) -> dict:
     per_policy: dict[str, list[float]] = {}
     attack_recs = []
     for owner, policy in swarm.honest_policies.items():
-        # the evaluation that writes the drift reference scores its sampled completions as it samples them
-        scored = [] if cfg.eval.drift and not reference_path(run.run_dir, owner).exists() else None
+        # The evaluation that writes the drift reference scores its sampled completions as it samples
+        # them; a later one scores the reference behind the prefill its sampling computes anyway.
+        reference = rescore = scored = None
+        if cfg.eval.drift and reference_path(run.run_dir, owner).exists():
+            reference = load_reference(run.run_dir, owner, list)  # (it exists: read, nothing written)
+            rescore = _rescore(policy, task, problems, reference)
+        elif cfg.eval.drift:
+            scored = []
         outs, target_texts, greedy_outs = eval_stream(policy, cfg, task, problems, targets, owner, cfg.eval.greedy,
-                                                      scored)
+                                                      scored, rescore)
         found = rates(task, problems, outs)
         if greedy_outs is not None:
             found.update(rates(task, problems, greedy_outs, "eval/greedy/"))
         if cfg.eval.drift:
             made: list = []  # the reference's scores when this evaluation writes it: drift reuses them
-            reference = load_reference(run.run_dir, owner,
-                                       lambda: reference_completions(policy, task, problems, outs, made, scored))
-            found.update(drift(policy, task, problems, reference, made or None))
+            if reference is None:
+                reference = load_reference(run.run_dir, owner,
+                                           lambda: reference_completions(policy, task, problems, outs, made, scored))
+            found.update(drift(policy, task, problems, reference, made or (rescore.stats if rescore else None)))
         for key, value in found.items():
             per_policy.setdefault(key, []).append(value)
         if attack is not None:

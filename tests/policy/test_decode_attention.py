@@ -66,3 +66,32 @@ def test_context_switches_the_model_and_keeps_its_outputs(model):
             out = _decode_step(model)
     assert model.config._attn_implementation == "sdpa"
     assert torch.allclose(out, ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "float"])
+def test_keys_every_row_shares_are_scored_once_with_the_same_result(model, mask_kind):
+    """single_query_attention(model, shared=S): rows whose first S keys are copies of one prefix
+    (views into a larger cache buffer, as the sampler holds them) give the softmax attention of the
+    float64 reference, and the same output as without ``shared`` to float32 rounding."""
+    from dgrpo.policy import decode_attention as module
+
+    torch.manual_seed(1)
+    b, hq, hk, s, length, d = 5, 6, 2, 7, 12, 8
+    buf_k, buf_v = torch.randn(b, hk, 20, d), torch.randn(b, hk, 20, d)
+    buf_k[:, :, :s], buf_v[:, :, :s] = buf_k[:1, :, :s], buf_v[:1, :, :s]  # the common prefix, copied to every row
+    k, v, q = buf_k[:, :, :length], buf_v[:, :, :length], torch.randn(b, hq, 1, d)
+    keep = torch.ones(b, length, dtype=torch.bool)
+    keep[2, s : s + 3] = False  # a row with masked positions after the prefix (refill)
+    mask = keep[:, None, None, :] if mask_kind == "bool" else \
+        torch.zeros(b, 1, 1, length).masked_fill(~keep[:, None, None, :], float("-inf"))
+    plain, _ = decode_attention(_Module().eval(), q, k, v, mask, scaling=d**-0.5)
+    token = module._SHARED.set(s)
+    try:
+        once, _ = decode_attention(_Module().eval(), q, k, v, mask, scaling=d**-0.5)
+    finally:
+        module._SHARED.reset(token)
+    assert torch.allclose(once.double(), _reference(q, k, v, keep), atol=1e-5)
+    torch.testing.assert_close(once, plain, rtol=0, atol=1e-6)
+    with single_query_attention(model, shared=s):
+        assert module._SHARED.get() == s
+    assert module._SHARED.get() == 0

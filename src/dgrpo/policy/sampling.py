@@ -214,7 +214,7 @@ def sample(
     training = model.training  # a learner leaves the model in train mode; dropout would break replay
     model.eval()
     try:
-        with onednn_linears(model), single_query_attention(model):
+        with onednn_linears(model), single_query_attention(model, shared):
             return stream.decode(model, ids, mask, positions, shared, prompt_of, noise,
                                  torch.tensor(temps, dtype=torch.float64, device=device), params, eos_id,
                                  n if max_rows is None else max_rows, choose_tokens, hidden, scores, after)

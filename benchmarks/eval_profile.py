@@ -18,7 +18,9 @@ it): ``stream`` (``Policy.generate``: the sampled, attack-target and greedy comp
 hook into ``prefill`` — forwards of more than one position — and ``decode steps``); ``tokenize``
 (``Policy.prompt_ids``, cached after a prompt's first use); ``rewards`` (``rates``: answer
 checking, format and length); ``drift scoring`` (``completion_stats``, the reference's forward);
-``drift`` (``drift``: scoring plus the KL and entropy sums); ``reference`` (``load_reference``:
+``rescore`` (``stats_behind_prefill``: a later evaluation's scoring of the reference inside the
+stream, behind its prefill; its forwards are not counted in ``prefill``); ``drift`` (``drift``:
+scoring, when not done in the stream, plus the KL and entropy sums); ``reference`` (``load_reference``:
 the first evaluation's scoring of its sampled completions and the JSON write, and later the read);
 ``total`` (the whole evaluation). Also: generated tokens per stream (sampled, greedy), the decoding
 steps and the rows summed over them, and the 15 functions with the most CPU seconds of their own.
@@ -50,6 +52,7 @@ PARTS = {  # part: (file name suffix, function name)
     "tokenize": ("policy/policy.py", "prompt_ids"),
     "rewards": ("training/evaluate.py", "rates"),
     "drift scoring": ("policy/scoring.py", "completion_stats"),
+    "rescore": ("policy/rescore.py", "stats_behind_prefill"),
     "drift": ("training/evaluate.py", "drift"),
     "reference": ("training/evaluate.py", "load_reference"),
 }
@@ -115,6 +118,18 @@ def main() -> None:
             run = build_run(cfg)
         policy = next(iter(run.swarm.honest_policies.values()))
         clock = ForwardClock(policy.model)
+        sampling_mod = sys.modules["dgrpo.policy.sampling"]
+        rescore = getattr(sampling_mod, "stats_behind_prefill", None)
+        if rescore is not None:  # (a checkout that has it) its forwards are the drift's, not the stream's
+
+            def stats_behind_prefill(*a, **k):
+                clock.active = False
+                try:
+                    return rescore(*a, **k)
+                finally:
+                    clock.active = True
+
+            sampling_mod.stats_behind_prefill = stats_behind_prefill
         report: dict = {"command": " ".join(["python", "benchmarks/eval_profile.py", *sys.argv[1:]]),
                         "dgrpo": str(Path(dgrpo.__file__).parent), "threads": torch.get_num_threads(),
                         "config": args.overrides, "evaluations": []}
@@ -150,6 +165,8 @@ def main() -> None:
             stats = pstats.Stats(profile)
             parts = {part: cumulative(stats, *where) for part, where in PARTS.items()}
             parts["stream"] = cumulative(stats, "eval_profile.py", "generate_counted")
+            if rescore is not None:
+                parts["rescore"] = cumulative(stats, "eval_profile.py", "stats_behind_prefill")
             parts["total"] = round(stats.total_tt, 3)
             forward_parts = {k: round(v, 3) for k, v in clock.parts.items()}
             own = sorted(((v[2], f"{Path(path).name}:{line}({func})") for (path, line, func), v in stats.stats.items()),

@@ -193,3 +193,32 @@ def test_the_first_evaluation_takes_the_reference_scores_from_its_sampling(run, 
     later = evaluate(run, 1)
     assert calls == [] and later["eval/kl_to_start"] == pytest.approx(0.0, abs=1e-5)
     assert later["eval/entropy"] == pytest.approx(first["eval/entropy"], rel=1e-5)
+
+
+def test_a_reference_with_prompts_the_evaluation_does_not_sample_is_scored_apart(run, monkeypatch):
+    """A reference written on 3 prompts, evaluated later on 2 (eval.n_prompts lowered on resume):
+    its third prompt is not in the stream, so the reference is scored by a pass of its own."""
+    from dgrpo.training import evaluate as evaluate_mod
+
+    first = evaluate(run, 0)
+    calls = []
+    real = evaluate_mod.completion_stats
+    monkeypatch.setattr(evaluate_mod, "completion_stats", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
+    fewer = run.cfg.model_copy(update={"eval": run.cfg.eval.model_copy(update={"n_prompts": 2})})
+    later = evaluate(SimpleNamespace(cfg=fewer, task=run.task, swarm=run.swarm, run_dir=run.run_dir), 1)
+    ref = json.loads((run.run_dir / "eval_reference" / "node0.json").read_text())
+    assert len(ref) == 3 and calls == [3]
+    assert later["eval/kl_to_start"] == pytest.approx(0.0, abs=1e-5)
+    assert later["eval/entropy"] == pytest.approx(first["eval/entropy"], rel=1e-5)
+
+
+def test_a_reference_of_another_task_is_one_clear_error(run):
+    from dgrpo.errors import CheckpointError
+
+    evaluate(run, 0)
+    path = run.run_dir / "eval_reference" / "node0.json"
+    ref = json.loads(path.read_text())
+    ref[0]["prompt_id"] = "no-such-prompt"
+    path.write_text(json.dumps(ref))
+    with pytest.raises(CheckpointError, match="prompt no-such-prompt of the drift reference is not a validation prompt"):
+        evaluate(run, 1)

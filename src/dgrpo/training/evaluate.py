@@ -148,8 +148,18 @@ def add_intervals(rec: dict) -> dict:
 
 def _stats(policy: Policy, task: Task, problems: Sequence[Problem], items: list[tuple[str, list[int]]]) -> list:
     """(log-probs, entropies) of each (prompt id, completion ids) under ``policy`` now, all in one
-    pass whose common prompt prefix runs once (:func:`dgrpo.policy.scoring.completion_stats`)."""
-    by_id = {p.prompt_id: p for p in problems}
+    pass whose common prompt prefix runs once (:func:`dgrpo.policy.scoring.completion_stats`). A prompt
+    id is looked up in ``problems``, then in the task's validation prompts (a reference written with a
+    larger ``eval.n_prompts`` than a resumed run's).
+
+    Raises:
+        CheckpointError: a prompt id is in neither (the reference was written for another task).
+    """
+    by_id = {p.prompt_id: p for p in (*task.val, *problems)}
+    missing = next((pid for pid, _ in items if pid not in by_id), None)
+    if missing is not None:
+        raise CheckpointError(f"{REFERENCE_DIR}/: prompt {missing} of the drift reference is not a validation prompt "
+                              f"of this task (delete {REFERENCE_DIR}/ to start the drift metrics again)")
     return completion_stats(policy.model, [policy.prompt_ids(task, by_id[pid]) for pid, _ in items],
                             [ids for _, ids in items]) if items else []
 

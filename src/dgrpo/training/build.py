@@ -231,7 +231,8 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
 
     The roster is fixed here, before round 0: read from ``swarm.protocol.roster`` (each node reads its
     own private key from ``key_dir``), else fresh keys: in-process every node's, distributed each rank
-    its own, public keys exchanged through the transport at startup. A hivemind swarm with joiners
+    its own, public keys exchanged through the transport at startup (distributed: at the check-in, in each rank's
+    signed address record, :meth:`DistributedTransport.exchanged_keys`). A hivemind swarm with joiners
     (``swarm.hivemind.join``) must give the roster file, which names the joiners too (the transport
     refuses the run otherwise, :func:`dgrpo.transports.dht.launch.node_keys`): a joiner cannot bring a
     key that nobody agreed on before round 0, and the running nodes never wait for it at startup. The
@@ -253,6 +254,8 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
         if pc.roster is not None:
             roster = Roster.load(pc.roster)
             private = {n: load_private_key(key_path(pc.key_dir or Path(pc.roster).parent, n)) for n in local}
+        elif (exchanged := getattr(transport, "exchanged_keys", lambda: None)()) is not None:
+            private, roster = exchanged  # (distributed, unsafe_key_exchange: the keys exchanged at the check-in)
         else:
             private = {n: k for n, k in generate_keys(cfg.swarm.nodes).items() if n in local}
             if len(local) == cfg.swarm.nodes:

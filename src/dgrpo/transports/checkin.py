@@ -20,7 +20,8 @@ view kept from an earlier run of the same config and roster checks nobody in (re
 never counted against its signer). Marks (``join|{k}|{nonce}``) and views (``join/view|{k}|{absent}|{nonce}``)
 are signed with the writer's roster key for the config and its launch nonce; a line another key signed
 (or none) is ignored and named once (its signer, or ``unsigned``) in :attr:`Joined.named` (``peers.jsonl``).
-Without a roster file (``swarm.unsafe_key_exchange``, loopback only) any line counts. Anyone can delete
+Without a roster file (``swarm.unsafe_key_exchange``) each rank's record carries its fresh public key, learned by
+each reader (:meth:`AddressKeys.trial`), then all holds as above. With ``keys=None`` any line counts. Anyone can delete
 store keys: each rank puts its own back while it waits (over junk written first, too); a rank whose
 address record was kept from a reader is named precisely (what was missing, whose key it was), since a
 shared store cannot say who deleted it.
@@ -173,7 +174,8 @@ class CheckIn:
     def _write_claim(self) -> None:
         if self.keys is not None and self.chan is not None:
             fp, addr, nonce = self.keys.bound, self.chan.address, self.chan.nonce
-            rec = json.dumps({"fp": fp, "addr": addr, "nonce": nonce,
+            pub = {"pub": self.keys.roster.keys[self.rank]} if self.keys.world is not None else {}  # (unsafe)
+            rec = json.dumps({"fp": fp, "addr": addr, "nonce": nonce, **pub,
                               "sig": self.keys.key.sign(self._claim(self.rank, fp, addr, nonce)).hex()})
             self._call(self.store.set, config_key(self.rank), f"{rec}\n".encode())
 
@@ -194,13 +196,14 @@ class CheckIn:
                 raw = canonical_hex(rec["sig"], SIGNATURE_HEX)
                 if raw is None or fp == self.keys.bound:
                     continue
-                pub = self.keys.roster.public(node)
+                roster = self.keys.trial(node, line).roster  # (unsafe: a key not learned yet is the claim's)
+                pub = roster.public(node)
                 if pub is None:
                     continue
                 pub.verify(raw, self._claim(node, fp, addr, nonce))
             except (ValueError, KeyError, TypeError, RecursionError, AttributeError, InvalidSignature):
                 continue
-            live = answers(AddressKeys(self.rank, None, self.keys.roster, fp), node, addr, nonce, self.rank)
+            live = answers(AddressKeys(self.rank, None, roster, fp), node, addr, nonce, self.rank)
             if live is False:
                 self._say(None, f"check-in: ignored a config claim of node {node} (fingerprint {fp[:16]}…): its server "
                                 f"at {addr} does not answer for it (a claim of an earlier run copied into the store, "

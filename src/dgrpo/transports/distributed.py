@@ -172,6 +172,18 @@ class DistributedTransport:
         """
         return ranklife.check_startup(self, protocol, timeout_s)
 
+    def exchanged_keys(self):
+        """Without a roster file (``swarm.unsafe_key_exchange``): ``({rank: its private key}, Roster)`` of the keys
+        exchanged at the check-in (each live rank's, learned from its address record: :class:`AddressKeys`), which
+        the run's messages are signed and checked with (:func:`dgrpo.training.build.build_protocol`); None with a
+        roster file."""
+        keys = self.chan.keys
+        if keys is None or keys.world is None:
+            return None
+        from dgrpo.swarm.identity import Roster
+
+        return {self.rank: keys.key}, Roster({n: k for n, k in keys.roster.keys.items() if n in self.alive})
+
     def _refuse(self, node: int, reason: str) -> None:
         """Record a refusal under ``node`` in this all-gather's :attr:`rejected` (peers.jsonl)."""
         self.rejected.append((node, reason))

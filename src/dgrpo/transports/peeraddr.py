@@ -10,12 +10,14 @@ import http.client
 import json
 import re
 import secrets
+import threading
 import time
 
 from dgrpo.transports.peerget import Connection
 
 _DATED = re.compile(r"[0-9a-f]{32}")
 _AHEAD_NS = 86_400 * 10**9  # a record dated more than a day after the reader's clock is refused (not a clock)
+_LEARN = threading.Lock()  # AddressKeys.learn: reads of several peers run in threads
 
 
 def launch_nonce() -> str:
@@ -47,10 +49,58 @@ class AddressKeys:
     ``dgrpo/addr|{node}|{addr}|{nonce}|{bound}``; ``nonce`` is drawn fresh by each server (process), so a
     reader can tell a record of this launch from one kept from an earlier run: only the server that drew
     it answers a challenge with it, signed (:meth:`hello`, review r31c F3).
+
+    Without a roster file (``swarm.unsafe_key_exchange``: :meth:`fresh`, ``world`` set) the roster starts with this
+    rank's own fresh key and each record also carries its signer's public key (``"pub"``, 64 hex digits): a reader
+    learns node k's key from the first record of k that verifies under the key it carries and whose server answers
+    a challenge for it (:meth:`trial`, :meth:`learn`), and keeps it (review r31h F6: from the check-in on, every
+    start-up value is signed as with a roster file). Before a reader learned k's key, anyone who writes k's record
+    first with its own key and server speaks as k to that reader: the one thing this mode cannot guard.
     """
 
-    def __init__(self, rank: int, key, roster, bound: str):
+    def __init__(self, rank: int, key, roster, bound: str, world: int | None = None):
         self.rank, self.key, self.roster, self.bound = rank, key, roster, bound
+        self.world = world  # unsafe key exchange: the swarm's size (peers' keys are learned); None: a roster file
+
+    @classmethod
+    def fresh(cls, rank: int, bound: str, world: int) -> "AddressKeys":
+        """Keys of a launch without a roster file (``swarm.unsafe_key_exchange``): a fresh Ed25519 key for this rank,
+        the roster holding only its public half until the peers' are learned (:meth:`learn`)."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        from dgrpo.swarm.identity import Roster, public_hex
+
+        key = Ed25519PrivateKey.generate()
+        return cls(rank, key, Roster({rank: public_hex(key)}), bound, world)
+
+    def knows(self, node: int) -> bool:
+        """Whether ``node`` may sign a record this rank reads: in the roster file, or (unsafe key exchange) a rank
+        of the swarm (``0 <= node < world``)."""
+        return node in self.roster.keys or (self.world is not None and 0 <= node < self.world)
+
+    def trial(self, owner: int, raw) -> "AddressKeys":
+        """The keys to check ``owner``'s record ``raw`` (bytes or text) with: these, or (unsafe key exchange, owner's
+        key not learned yet) these plus the public key ``raw`` carries, kept only by :meth:`learn` once the record
+        verified and its server answered for it. A record without a well-formed key gets these keys (it fails)."""
+        if self.world is None or owner in self.roster.keys or not 0 <= owner < self.world:
+            return self
+        from dgrpo.swarm.identity import Roster
+
+        try:
+            roster = Roster({**self.roster.keys, owner: json.loads(raw)["pub"]})
+        except (ValueError, KeyError, TypeError, RecursionError, AttributeError):
+            return self
+        return AddressKeys(self.rank, self.key, roster, self.bound, self.world)
+
+    def learn(self, owner: int, trial: "AddressKeys") -> bool:
+        """Keep ``owner``'s key from ``trial`` (:meth:`trial`) unless one is kept already (the first key wins);
+        whether the key kept is ``trial``'s."""
+        with _LEARN:
+            if trial is not self and owner not in self.roster.keys and owner in trial.roster.keys:
+                from dgrpo.swarm.identity import Roster
+
+                self.roster = Roster({**self.roster.keys, owner: trial.roster.keys[owner]})
+            return self.roster.keys.get(owner) == trial.roster.keys.get(owner)
 
     def _text(self, node: int, addr: str) -> bytes:
         return self._bound(f"addr|{node}|{addr}")
@@ -59,7 +109,9 @@ class AddressKeys:
         return f"dgrpo/{what}|{self.bound}".encode()
 
     def record(self, addr: str, nonce: str = "") -> bytes:
-        return json.dumps({"addr": addr, "nonce": nonce,
+        """This rank's signed address record (JSON bytes; with ``"pub"``, its public key, without a roster file)."""
+        pub = {"pub": self.roster.keys[self.rank]} if self.world is not None else {}
+        return json.dumps({"addr": addr, "nonce": nonce, **pub,
                            "sig": self.key.sign(self._text(self.rank, f"{addr}|{nonce}")).hex()}).encode()
 
     def hello(self, nonce: str, challenge: str) -> bytes:

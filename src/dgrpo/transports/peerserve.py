@@ -24,7 +24,7 @@ of an earlier launch is stale: named, never counted against k), names the signer
 says why, signed for its server's launch (:meth:`PeerChannel.announce_stop`: pushed to its peers' servers in
 ``X-Dgrpo-Stop``, where nobody else can delete it, and put in ``stop/{k}``), so its peers name it and its reason at
 once instead of "node k sent nothing", also when its start-up check failed after theirs passed (without a roster
-file nothing is signed before the start-up check: the ``unsafe_key_exchange`` opt-in).
+file, ``unsafe_key_exchange``, each record carries its signer's fresh public key: :meth:`AddressKeys.trial`).
 A read of a key a rank serves only until its peers read it (``why``, ``done/data/{k}``: :data:`ACKED`) counts as
 that peer's only with its acknowledgement in ``X-Dgrpo-Ack``, signed by the reader for the run, its launch, the
 owner and the key (:meth:`PeerChannel.acked`); the ``X-Dgrpo-Reader`` header alone is anyone's claim (review r31f
@@ -196,14 +196,15 @@ class PeerChannel:
             with self.lock:
                 pushed = [self.offers[owner][1]] if owner in self.offers else []
             for i, raw in enumerate(raws + pushed):
-                addr, problem = read_address(self.keys, owner, raw)
+                keys = self.keys.trial(owner, raw) if self.keys is not None else None  # (unsafe: the key it carries)
+                addr, problem = read_address(keys, owner, raw)
                 if addr is not None:
                     addr, nonce = addr.rsplit("|", 1)
-                    problem = self._stale(owner, addr, nonce, end)
+                    problem = self._stale(owner, addr, nonce, keys, end)
                 if problem is False:  # (its challenge had no time: neither taken nor refused, read again later)
                     continue
-                if problem is None:
-                    self.addrs[owner] = addr
+                if problem is None and (keys is None or self.keys.learn(owner, keys)):  # (unsafe key exchange:
+                    self.addrs[owner] = addr  # owner's key kept from now on, the first learned: AddressKeys.learn)
                     break
                 if i < len(raws) and self.bad_addr.get(owner) != problem:  # (named: what is in the store)
                     self.bad_addr[owner] = problem
@@ -222,7 +223,7 @@ class PeerChannel:
         if self.frozen or self.keys is None or not reader.isdigit() or len(raw) > 1024:
             return
         owner, rec = int(reader), raw.encode("latin-1", "replace")
-        if owner in self.addrs or owner == self.rank or owner not in self.keys.roster.keys:
+        if owner in self.addrs or owner == self.rank or not self.keys.knows(owner):
             return
         addr = read_address(self.keys, owner, rec)[0]
         when = None if addr is None else launch_time(addr.rsplit("|", 1)[1])
@@ -232,15 +233,16 @@ class PeerChannel:
             if owner not in self.offers or when >= self.offers[owner][0]:
                 self.offers[owner] = (when, rec)
 
-    def _stale(self, owner: int, addr: str, nonce: str, end: float | None = None) -> str | None | bool:
-        """None when the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner``
-        (the record is of this launch), or is up and does not answer within a challenge of 1 s or more; False
+    def _stale(self, owner: int, addr: str, nonce: str, keys: AddressKeys | None,
+               end: float | None = None) -> str | None | bool:
+        """None when the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner`` under
+        ``keys`` (the record is of this launch), or is up and does not answer within a challenge of 1 s or more; False
         when the challenge, ending by ``end``, had under 1 s and got no answer (undecided); else why the record
         (its owner's signature, valid) is stale."""
-        if self.keys is None:
-            return None  # (no roster file: nothing is signed before the start-up check)
+        if keys is None:
+            return None  # (no keys: nothing is signed)
         window = 2.0 if end is None else end - time.monotonic()
-        live = answers(self.keys, owner, addr, nonce, self.rank, end)
+        live = answers(keys, owner, addr, nonce, self.rank, end)
         if live is None and window < 1.0:  # (the read's end was near: no answer in under 1 s proves nothing, and a
             return False  # record taken unproved would stay, a stale one too: undecided, challenged again later)
         if live is not False:

@@ -126,11 +126,16 @@ def check_key_exchange(cfg: "RunConfig") -> None:
 
 def address_keys(cfg: "RunConfig", rank: int):
     """This rank's :class:`~dgrpo.transports.peerserve.AddressKeys` (it signs its server address in the
-    store; peers check theirs) from ``swarm.protocol.roster`` and its key; None without a roster file
-    (the addresses are then checked only by the signed start-up check, ``unsafe_key_exchange``).
+    store; peers check theirs) from ``swarm.protocol.roster`` and its key. Without a roster file and with
+    ``swarm.unsafe_key_exchange`` (loopback only: :func:`check_key_exchange`), a fresh key whose public half
+    travels in its address record, so every start-up value from the check-in on is signed as with a roster file
+    (:meth:`AddressKeys.fresh`; the run's messages are signed with the same key:
+    :meth:`DistributedTransport.exchanged_keys`; review r31h F6); None without either (the run's build then refuses
+    the launch, :func:`dgrpo.training.build.build_protocol`).
 
     Raises:
-        ConfigError: the roster file or this rank's private key is unreadable (names the file).
+        ConfigError: the roster file or this rank's private key is unreadable (names the file); a peer address is
+            not a loopback one under ``swarm.unsafe_key_exchange``.
     """
     from pathlib import Path
 
@@ -139,7 +144,10 @@ def address_keys(cfg: "RunConfig", rank: int):
 
     pc = cfg.swarm.protocol
     if pc.roster is None:
-        return None
+        if not cfg.swarm.unsafe_key_exchange:
+            return None
+        check_key_exchange(cfg)  # (refused beyond this machine, before any key is published)
+        return AddressKeys.fresh(rank, config_fingerprint(cfg), cfg.swarm.nodes)
     try:
         roster = Roster.load(pc.roster)
         key = load_private_key(key_path(pc.key_dir or Path(pc.roster).parent, rank))

@@ -245,7 +245,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures), ``copies:R:N`` (R serves up to N copies of its own signed messages each round, within its byte cap), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
     ``whyunserved:R`` / ``whyread:R`` / ``relaynote:R:V`` (round_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``propose:R:NAME`` (R proposes NAME as the
-    run name), ``outdir:R:PATH`` (R's out_dir), ``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` (startup_scenarios); several scenarios are joined
+    run name), ``outdir:R:PATH`` (R's out_dir), ``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` / ``tworeadies:R:V:MODE`` (startup_scenarios); several scenarios are joined
     with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
@@ -270,7 +270,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
                 "addrreplay": address_replay, "connflood": connection_flood, "checkin": checkin_attack,
                 "slowstart": slow_start, "startjunk": startup_junk, "addrcycle": address_cycle,
                 "addrwipe": address_wipe}[kind](*rest)
-    if kind in ("startsplit", "twoview", "tworole"):
+    if kind in ("startsplit", "twoview", "tworole", "tworeadies"):
         from startup_scenarios import apply as startup_attack
 
         return startup_attack(kind, rest)

@@ -78,7 +78,32 @@ def split_role(victim: str) -> None:
     DistributedTransport.post = post
 
 
+def split_ready(victim: str, mode: str) -> None:
+    """``tworeadies:R:V:MODE`` (review r31h F6): R's server serves node V another ready confirmation than every other
+    reader, signed by R's own key for this launch: ``launch``: naming another launch id; ``drop``: quoting every
+    rank's start-up record but node 0's."""
+    from dgrpo.transports import ranklife, startready
+
+    original = ranklife.barrier
+
+    def barrier(t, own, timeout_s):
+        real, store = json.loads(own), t.signed_store
+        launch, records = real["launch"], real["records"]
+        if mode == "launch":
+            launch = ("0" if launch[0] != "0" else "1") + launch[1:]
+        else:
+            records = {k: v for k, v in records.items() if k != "0"}
+        other = json.dumps({"launch": launch, "records": records,
+                            "sig": store.sign(startready._text(t.rank, launch, records))}).encode()
+        t.chan.hook = lambda k, reader: other if k == f"ready/data/{t.rank}" and reader == victim else None
+        print(f"rank {t.rank}: serving node {victim} a second ready confirmation ({mode})", flush=True)
+        return original(t, own, timeout_s)
+
+    ranklife.barrier = barrier
+
+
 def apply(kind: str, rest: list[str]) -> None:
-    """``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` (:func:`split_record`, :func:`split_view`,
-    :func:`split_role`)."""
-    return {"startsplit": split_record, "twoview": split_view, "tworole": split_role}[kind](*rest)
+    """``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` / ``tworeadies:R:V:MODE`` (:func:`split_record`,
+    :func:`split_view`, :func:`split_role`, :func:`split_ready`)."""
+    return {"startsplit": split_record, "twoview": split_view, "tworole": split_role,
+            "tworeadies": split_ready}[kind](*rest)

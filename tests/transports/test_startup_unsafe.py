@@ -8,10 +8,62 @@ lacks nodes". Now each rank's fresh public key travels in its signed address rec
 its stop notice is signed and every rank stops in one line naming the rank that made it stop.
 """
 
+import json
+
 import pytest
 from distributed_helpers import launch
 from test_startup_split import _trained
 from test_store_attacks import ARGS, one_error_line
+
+from dgrpo.swarm.identity import Roster, public_hex
+from dgrpo.transports.peerserve import AddressKeys, PeerChannel
+
+
+def _chans(n: int = 3):
+    """``n`` ranks' servers on one HashStore (under ``dgrpo/``), each with a fresh key and no roster file."""
+    import torch.distributed as dist
+
+    store = dist.PrefixStore("dgrpo", dist.HashStore())
+    return store, [PeerChannel(k, store, keys=AddressKeys.fresh(k, "fp", n)) for k in range(n)]
+
+
+def test_each_rank_learns_its_peers_keys_from_their_address_records_and_keeps_the_first():
+    """Without a roster file a reader learns node k's key from k's signed address record once k's server answers
+    a challenge for it; a record written later in k's name with another key changes nothing, and a signature by a
+    key not learned yet is nobody's (never an error)."""
+    store, chans = _chans()
+    assert chans[0].keys.roster.keys == {0: public_hex(chans[0].keys.key)}
+    assert chans[0].address_of(1) == chans[1].address and chans[0].launches[1] == chans[1].nonce
+    assert chans[0].keys.roster.keys[1] == public_hex(chans[1].keys.key)
+    assert chans[0].keys.signed_by(2, "x", chans[2].keys.sign("x")) is None  # (node 2 not learned yet)
+    impostor = AddressKeys.fresh(2, "fp", 3)  # (another process writing node 2's record with its own key)
+    rec = json.loads(impostor.record(chans[2].address, chans[2].nonce))
+    store.set("addr/2", json.dumps(rec).encode())
+    assert chans[0].address_of(2) is None  # (node 2's server does not answer for the impostor's key)
+    chans[2].reassert()
+    assert chans[0].address_of(2) == chans[2].address
+    assert chans[0].keys.signed_by(2, "x", chans[2].keys.sign("x")) == 2
+    other = AddressKeys(0, None, Roster({2: public_hex(impostor.key)}), "fp", 3)  # (the impostor's key for node 2)
+    assert chans[0].keys.learn(2, other) is False  # (the first key learned is kept)
+    assert chans[0].keys.roster.keys[2] == public_hex(chans[2].keys.key)
+
+
+def test_a_rank_that_stops_at_start_up_without_a_roster_file_says_why_signed():
+    """Review r31h F6: ``announce_stop`` returned at once without a roster file, so a rank stopping at start-up was
+    silent and its peers called it "sent nothing" or expelled it. Now its notice is signed with its exchanged key and
+    every peer that resolved it reads it; one pushed in its name with another key is dropped."""
+    store, chans = _chans()
+    for c in chans:
+        for k in range(3):
+            assert c.address_of(k) is not None
+    why = "node 3's ready confirmation names launch 0123…"
+    chans[1].announce_stop(why)
+    assert chans[0].stop_of(1) == why and chans[2].stops == {1: why}
+    other = AddressKeys.fresh(2, "fp", 3)  # (a stop notice for node 2 signed by another key)
+    forged = json.dumps({"why": "x", "nonce": chans[2].nonce,
+                         "sig": other.sign(f"stop|2|x|{chans[2].nonce}")})
+    store.set("stop/2", forged.encode())
+    assert chans[0].stop_of(2) is None
 
 
 def _run(tmp_path, model, scenario, *extra, name="d", timeout=120):

@@ -133,10 +133,13 @@ class AddressKeys:
 
         from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
 
-        raw = canonical_hex(sig, SIGNATURE_HEX)
-        for n in [node, *sorted(set(self.roster.keys) - {node})] if raw is not None else []:
+        raw, roster = canonical_hex(sig, SIGNATURE_HEX), self.roster
+        for n in [node, *sorted(set(roster.keys) - {node})] if raw is not None else []:
+            pub = roster.public(n)
+            if pub is None:  # (unsafe key exchange: node's key not learned yet)
+                continue
             try:
-                self.roster.public(n).verify(raw, self._bound(what))
+                pub.verify(raw, self._bound(what))
                 return n
             except InvalidSignature:
                 continue

@@ -203,8 +203,10 @@ class PeerChannel:
                     problem = self._stale(owner, addr, nonce, keys, end)
                 if problem is False:  # (its challenge had no time: neither taken nor refused, read again later)
                     continue
-                if problem is None and (keys is None or self.keys.learn(owner, keys)):  # (unsafe key exchange:
-                    self.addrs[owner] = addr  # owner's key kept from now on, the first learned: AddressKeys.learn)
+                if problem is None and keys is not None and not self.keys.learn(owner, keys):  # (unsafe: the first
+                    problem = f"carries another key than the one this rank learned for node {owner} first"  # kept)
+                if problem is None:
+                    self.addrs[owner] = addr
                     break
                 if i < len(raws) and self.bad_addr.get(owner) != problem:  # (named: what is in the store)
                     self.bad_addr[owner] = problem

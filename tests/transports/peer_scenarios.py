@@ -153,6 +153,43 @@ def address_attack(victim: str, seconds: str = "6") -> None:
     D.join_group = join_group
 
 
+def address_rekey(victim: str, seconds: str = "6") -> None:
+    """``rekey:R:V`` (no roster file: the keys travel in the address records): from before its own check-in this
+    rank waits for node V's address record and then writes over it every 10 ms for ``seconds``: V's address and
+    launch nonce with another public key, the record signed by that key (a public key replaced after its owner
+    wrote it; its server is still V's, which cannot answer for the other key)."""
+    import threading
+    import time
+
+    from dgrpo.transports import rendezvous
+    from dgrpo.transports.peerserve import AddressKeys
+
+    check_in = rendezvous.check_in
+
+    def attacked(store, rank, world, *args, **kwargs):
+        import torch.distributed as dist
+
+        prefixed, key = dist.PrefixStore("dgrpo", store), f"addr/{victim}"
+        bound = kwargs["keys"].bound
+
+        def attack():
+            while not prefixed.check([key]):
+                time.sleep(0.002)
+            real = json.loads(prefixed.get(key))
+            other = AddressKeys.fresh(int(victim), bound, world)
+            forged = other.record(real["addr"], real["nonce"])
+            print(f"rank {rank}: overwrote {key} with another public key", flush=True)
+            end = time.monotonic() + float(seconds)
+            while time.monotonic() < end:
+                prefixed.set(key, forged)
+                time.sleep(0.01)
+
+        threading.Thread(target=attack, daemon=True).start()
+        return check_in(store, rank, world, *args, **kwargs)
+
+    rendezvous.check_in = attacked
+
+
 def address_replay(victim: str, seconds: str = "40") -> None:
     """``addrreplay:R:V``: review r31c F3. From the moment it joined the store, this rank writes over node V's
     address record every millisecond for ``seconds``: a record node V's key signed in an earlier launch (its

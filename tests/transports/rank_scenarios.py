@@ -241,7 +241,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     after its own), ``overwrite:R:V`` (rank R writes them over V's store key), ``equivocate:R`` (rank R's server shows node 0
     other messages than the other readers), ``slowread:R:SECONDS[:TAG]``, ``nopayload:R`` (R never serves round 0),
     ``delete:R:V`` (R deletes V's round-0 store keys once V serves), ``accuse:R:V`` (R alone accuses V),
-    ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key in the store),
+    ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key, in its address record, in the store),
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures), ``copies:R:N`` (R serves up to N copies of its own signed messages each round, within its byte cap), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
     ``whyunserved:R`` / ``whyread:R`` / ``relaynote:R:V`` (round_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``propose:R:NAME`` (R proposes NAME as the
@@ -309,11 +309,10 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
         return _accuse(int(rest[0]))
     if kind == "rename":
         return _overwrite_startup("name", 0, b"forged-run-name")
-    if kind == "rekey":
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    if kind == "rekey":  # (the keys travel in the address records since review r31h F6: peer_scenarios)
+        from peer_scenarios import address_rekey
 
-        from dgrpo.swarm.identity import public_hex
-        return _overwrite_startup("roster", int(rest[0]), public_hex(Ed25519PrivateKey.generate()).encode())
+        return address_rekey(*rest)
     if kind == "late":  # at least SECONDS late, and after the others gave up on it (however slowly they started)
         print(f"rank {rank}: starting {rest[0]}s late", flush=True)
         time.sleep(float(rest[0]))

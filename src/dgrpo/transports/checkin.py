@@ -1,36 +1,34 @@
 """The start-up check-in: who joined, and whom the others gave up on (issue 31, must-haves 4 and 5).
 
-Before the (collective) group set-up every rank starts its own server (:mod:`~dgrpo.transports.peerserve`,
-its signed address record with its launch nonce under ``dgrpo/addr/{k}``), writes a *mark* under
-``dgrpo/join/{k}`` and waits for everyone. Then it writes its *view* (``dgrpo/join/vote/{k}``, and served by
-its own server, where nobody can delete it): ``[]`` once every rank joined, else, once
-``swarm.startup_timeout_s`` passed, the ranks it missed. A rank decides only on the views of a quorum of the
-roster (more than half: :func:`~dgrpo.transports.accusations.quorum`) that say the same thing, so no single
-rank can make another leave at start-up, nor make the others go on without it: a lone view (or the old
-unsigned ``dgrpo/join/abandoned`` list) is named under its writer and changes nothing. A rank a quorum found
-absent leaves in one line; the others go on without it under ``on_peer_failure=continue`` (under ``abort``
-each rank that timed out stops, naming the missing ranks and what of them it lacked). A rank whose key signed
-two views is counted for neither, and named (in the stop line too, when no view reached a quorum); a rank the
+Before the (collective) group set-up every rank starts its own server (:mod:`~dgrpo.transports.peerserve`, its signed
+address record with its launch nonce under ``dgrpo/addr/{k}``), writes a *mark* under ``dgrpo/join/{k}`` and waits for
+everyone. Then it writes its *view* (``dgrpo/join/vote/{k}``, and served by its own server, where nobody can delete
+it): ``[]`` once every rank joined, else, once ``swarm.startup_timeout_s`` passed, the ranks it missed. A rank decides
+only on the views of a quorum of the roster (more than half: :func:`~dgrpo.transports.accusations.quorum`) that say
+the same thing, so no single rank can make another leave at start-up, nor make the others go on without it: a lone
+view (or the old unsigned ``dgrpo/join/abandoned`` list) is named under its writer and changes nothing. A rank a
+quorum found absent leaves in one line; the others go on without it under ``on_peer_failure=continue`` (under
+``abort`` each rank that timed out stops, naming the missing ranks and what of them it lacked). A rank whose key
+signed two views is counted for neither, and named (in the stop line too, when no view reached a quorum); a rank the
 check-in stops says why, signed (:meth:`PeerChannel.announce_stop`), so a rank that went on quotes it.
 
-With a roster file (:class:`~dgrpo.transports.peerserve.AddressKeys`) a rank has joined when its server
-answers a fresh challenge for the launch nonce of its signed address record (read from the store, or pushed
-by the rank itself in its requests to this rank's server: :meth:`PeerChannel.offer`), so a mark, record or
-view kept from an earlier run of the same config and roster checks nobody in (review r31c; it is named,
-never counted against its signer). Marks (``join|{k}|{nonce}``) and views (``join/view|{k}|{absent}|{nonce}``)
-are signed with the writer's roster key for the config and its launch nonce; a line another key signed
-(or none) is ignored and named once (its signer, or ``unsigned``) in :attr:`Joined.named` (``peers.jsonl``).
-Without a roster file (``swarm.unsafe_key_exchange``) each rank's record carries its fresh public key, learned by
-each reader (:meth:`AddressKeys.trial`), then all holds as above. With ``keys=None`` any line counts. Anyone can delete
-store keys: each rank puts its own back while it waits (over junk written first, too); a rank whose
-address record was kept from a reader is named precisely (what was missing, whose key it was), since a
-shared store cannot say who deleted it.
+With a roster file (:class:`~dgrpo.transports.peerserve.AddressKeys`) a rank has joined when its server answers a
+fresh challenge for the launch nonce of its signed address record (read from the store, or pushed by the rank itself
+in its requests to this rank's server: :meth:`PeerChannel.offer`), so a mark, record or view kept from an earlier run
+of the same config and roster checks nobody in (review r31c; it is named, never counted against its signer). Marks
+(``join|{k}|{nonce}``) and views (``join/view|{k}|{absent}|{nonce}``) are signed with the writer's roster key for the
+config and its launch nonce; a line another key signed (or none) is ignored and named once (its signer, or
+``unsigned``) in :attr:`Joined.named` (``peers.jsonl``). Without a roster file (``swarm.unsafe_key_exchange``) each
+rank's record carries its fresh public key, learned by each reader (:meth:`AddressKeys.trial`), then all holds as
+above. With ``keys=None`` any line counts. Anyone can delete store keys: each rank puts its own back while it waits
+(over junk written first, too); a rank whose address record was kept from a reader is named precisely (what was
+missing, whose key it was), since a shared store cannot say who deleted it.
 
-A rank of another config cannot sign a mark this rank accepts. Each rank therefore also writes a *config
-claim* under ``dgrpo/join/config/{k}``: its fingerprint, server address and launch nonce, signed with its
-roster key. When a rank's own key signed a claim of another fingerprint and its server answers a challenge
-for that claim's launch, the check-in stops at once in one line naming that rank (never a split swarm); a
-claim copied from an earlier run (its server gone) is named and ignored.
+A rank of another config cannot sign a mark this rank accepts. Each rank therefore also writes a *config claim* under
+``dgrpo/join/config/{k}``: its fingerprint, server address and launch nonce, signed with its roster key. When a rank's
+own key signed a claim of another fingerprint and its server answers a challenge for that claim's launch, the check-in
+stops at once in one line naming that rank (never a split swarm); a claim copied from an earlier run (its server gone)
+is named and ignored.
 """
 
 from __future__ import annotations
@@ -122,6 +120,8 @@ class CheckIn:
         return node if self.keys is None else self.keys.signed_by(node, what, sig)
 
     def _refused(self, node: int, what: str, by: int | None) -> None:
+        if by is None and self.keys is not None and self.keys.world is not None and node not in self.keys.roster.keys:
+            return  # (unsafe key exchange: node's key not learned yet, so nothing can be said of the line yet)
         self._say(by, f"check-in: refused a {what} for node {node} in the store: " +
                   (f"signed by node {by}, not node {node}" if by is not None else
                    f"not signed by node {node} for this config (a rank of another config, or unsigned: its writer "

@@ -71,8 +71,15 @@ def join_group(cfg: "RunConfig"):
 
     keys = address_keys(cfg, rank)  # this rank's server is up before the check-in: its peers challenge it there
     chan = PeerChannel(rank, dist.PrefixStore("dgrpo", store), keys=keys)
-    joined = check_in(store, rank, world, sw.startup_timeout_s, go_on=sw.on_peer_failure == "continue", keys=keys,
-                      chan=chan)
+    early = _views_before(store, rank, world)
+    try:
+        joined = check_in(store, rank, world, sw.startup_timeout_s, go_on=sw.on_peer_failure == "continue", keys=keys,
+                          chan=chan)
+    except PeerFailure as err:
+        if not early or "started after its peers stopped waiting" in str(err):
+            raise
+        raise PeerFailure(f"{err} (nodes {early} had written their views of who joined before node {rank} checked in: "
+                          "it started after they stopped waiting for it, and their servers may be gone)") from err
     absent = joined.absent
     backend = pick_backend(sw.backend)
     if backend == "nccl":
@@ -86,6 +93,18 @@ def join_group(cfg: "RunConfig"):
             raise PeerFailure(f"node {rank} lost the rendezvous store or a peer while joining the process group: "
                               f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
     return store, rank, world, backend, joined, chan
+
+
+def _views_before(store, rank: int, world: int) -> list[int]:
+    """The ranks whose check-in view (:func:`~dgrpo.transports.checkin.vote_key`) is in the store before this rank
+    checks in: they stopped waiting already. Their views may not verify for a rank that starts after they left (their
+    servers cannot answer for their launch), so a failed check-in of this rank says that it started late."""
+    from dgrpo.transports.checkin import vote_key
+
+    try:
+        return [k for k in range(world) if k != rank and store.check([vote_key(k)])]
+    except dist.DistError:  # (the store is gone: the check-in says so)
+        return []
 
 
 def _loopback(host: str) -> bool:

@@ -186,7 +186,7 @@ def test_a_check_in_of_an_earlier_run_does_not_check_in_an_absent_rank(caplog):
     for key, value in kept.items():
         store.set(key, value)
     with caplog.at_level(logging.WARNING):
-        out, _, _ = _check_ins(ranks=[0, 1, 2], timeout_s=0.5, store=store, keys=keys)
+        out, _, _ = _check_ins(ranks=[0, 1, 2], timeout_s=1.5, store=store, keys=keys)
     assert {k: (j.absent, j.named) for k, j in out.items()} == {k: ([3], []) for k in (0, 1, 2)}
     assert "ignored a check-in mark of node 3 signed for a launch its server does not answer for" in caplog.text
 

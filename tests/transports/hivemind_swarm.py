@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from dgrpo.swarm.validation import Limits
 from dgrpo.transports.dht.launch import allow_roster
 from dgrpo.transports.dht.node import start_dht
-from dgrpo.transports.dht.records import SignedRecordValidator, public_hex, record_limit, seal
+from dgrpo.transports.dht.records import HEADER_BYTES, SignedRecordValidator, public_hex, record_limit, seal
 from dgrpo.transports.dht.rounds import message_round
 from dgrpo.transports.framing import KeyCaps
 from dgrpo.transports.hivemind import HivemindTransport
@@ -27,7 +27,7 @@ def dht_nodes(root):
     ``yield`` (a module fixture's body)."""
     def node(k, peers, client_mode=False):
         return start_dht(k, listen=["/ip4/127.0.0.1/tcp/0"], announce=[], initial_peers=peers, identity_dir=root / f"n{k}",
-                         validator=SignedRecordValidator(max_value_bytes=record_limit(4) + 64), daemon_timeout_s=60,
+                         validator=SignedRecordValidator(max_value_bytes=record_limit(4) + HEADER_BYTES), daemon_timeout_s=60,
                          startup_timeout_s=60, client_mode=client_mode)
     first = node(0, [])
     peers = [str(a) for a in first.get_visible_maddrs()]
@@ -106,7 +106,7 @@ def seen_by(t, node, tag, other=None):
             if other is None:
                 del out[node]
             else:
-                out[node] = (out[node][0], other[1], seal(other[0], key, node, other[1])[1][:64])
+                out[node] = (out[node][0], other[1], seal(other[0], key, node, other[1], 0.0)[1][:64])
         return out
     t.signed.read = late_read
 

@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("hivemind")
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+from hivemind.utils import get_dht_time  # noqa: E402
 from hivemind_helpers import in_threads  # noqa: E402
 from hivemind_swarm import (PAYLOADS, POLL_S, TIMEOUT_S, assert_honest_round_unharmed, dht_nodes,  # noqa: E402
                             honest_round, named, seen_by, swarm, view_of, viewing)
@@ -158,10 +159,10 @@ def test_records_under_fresh_keys_and_oversized_records_cannot_stop_split_or_slo
     key = attacker.signed.key("r0")
     stored = []
     for _ in range(8):
-        subkey, value = seal(Ed25519PrivateKey.generate(), key, 3, b"x" * 900_000)
-        stored.append(attacker.dht.store(key, value, time.time() + 60, subkey=subkey))
-    subkey, value = seal(attacker.signed.signing_key, key, 3, b"DGRPO1ffffffff" * (3 * 2**20 // 14))
-    stored.append(attacker.dht.store(key, value, time.time() + 60, subkey=subkey))
+        subkey, value = seal(Ed25519PrivateKey.generate(), key, 3, b"x" * 900_000, exp := get_dht_time() + 60)
+        stored.append(attacker.dht.store(key, value, exp, subkey=subkey))
+    subkey, value = seal(attacker.signed.signing_key, key, 3, b"DGRPO1ffffffff" * (3 * 2**20 // 14), exp)
+    stored.append(attacker.dht.store(key, value, exp, subkey=subkey))
     assert stored == [False] * 9  # no DHT node took any
     out, seconds = in_threads([lambda t=t: honest_round(t) for t in ts])
     print(f"flood of records ({'client' if client_2 else 'servers'}): clean round {clean_s:.2f} s, attacked {seconds:.2f} s")
@@ -269,7 +270,7 @@ def test_an_echo_relays_only_views_their_voters_signed_and_a_malformed_one_is_na
     keys = [Ed25519PrivateKey.generate() for _ in range(3)]
     vkey = "dgrpo/echo/run/v0"
     body = json.dumps({"0": ["0" * 64, "1" * 128]}).encode()
-    sig = seal(keys[0], vkey, 0, body)[1][:64].hex()
+    sig = seal(keys[0], vkey, 0, body, 0.0)[1][:64].hex()
     rejected = []
     t = SimpleNamespace(roster={k: public_hex(keys[k]) for k in range(3)},
                         signed=SimpleNamespace(reject=lambda *a: rejected.append(a[2:])))

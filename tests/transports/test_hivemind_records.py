@@ -3,6 +3,7 @@
 import json
 import os
 import stat
+import struct
 
 import pytest
 
@@ -10,18 +11,27 @@ pytest.importorskip("hivemind")
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 from hivemind.dht.validation import DHTRecord  # noqa: E402
+from hivemind.utils import get_dht_time  # noqa: E402
 from hivemind.utils.serializer import MSGPackSerializer  # noqa: E402
 
 from dgrpo.transports.dht.records import (  # noqa: E402
-    SignedRecordValidator, _signed_bytes, key_id, load_or_create_key, load_roster, parse_subkey, public_hex, seal,
-    subkey_for, verify)
+    MAX_TTL_S, SignedRecordValidator, _signed_bytes, key_id, load_or_create_key, load_roster, parse_subkey, public_hex,
+    seal as seal_at, signed_expiry, subkey_for, verify)
 
 KEY = "dgrpo/swarm/abc/r0"
 
 
-def as_stored(key: str, subkey, value) -> DHTRecord:
-    """The record a validator sees: the key's DHT id, msgpack subkey and value (hivemind's layout)."""
-    return DHTRecord(key_id(key), MSGPackSerializer.dumps(subkey), MSGPackSerializer.dumps(value), 1e12)
+def seal(private_key, key, node, body, ttl_s=60.0):
+    """A record sealed to expire ``ttl_s`` seconds from now (DHT time)."""
+    return seal_at(private_key, key, node, body, get_dht_time() + ttl_s)
+
+
+def as_stored(key: str, subkey, value, expiration: float | None = None) -> DHTRecord:
+    """The record a validator sees: the key's DHT id, msgpack subkey and value (hivemind's layout), stored with
+    ``expiration`` (default: the expiry the value signs, as its writer stores it)."""
+    if expiration is None:
+        expiration = signed_expiry(value) if isinstance(value, bytes) and len(value) >= 136 else get_dht_time() + 60
+    return DHTRecord(key_id(key), MSGPackSerializer.dumps(subkey), MSGPackSerializer.dumps(value), expiration)
 
 
 def test_a_sealed_record_verifies_and_names_its_node_and_key():
@@ -37,16 +47,17 @@ def test_forged_moved_and_malformed_records_are_refused_with_their_reason():
     victim, forger = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     subkey, value = seal(victim, KEY, 2, b"real")
     theirs = subkey_for(2, public_hex(victim))
-    forged = forger.sign(_signed_bytes(key_id(KEY), MSGPackSerializer.dumps(theirs), b"fake")) + b"fake"
+    forged_sig = forger.sign(_signed_bytes(key_id(KEY), MSGPackSerializer.dumps(theirs), b"fake"))
+    forged = forged_sig + value[64:136] + b"fake"
     cases = {
         "victim's subkey, forger's signature": (KEY, theirs, forged, "does not verify with the key of its subkey"),
-        "body changed": (KEY, subkey, value[:64] + b"REAL", "does not verify"),
+        "body changed": (KEY, subkey, value[:136] + b"REAL", "does not verify"),
         "moved to round 1": ("dgrpo/swarm/abc/r1", subkey, value, "does not verify"),
         "moved to another subkey": (KEY, subkey_for(1, public_hex(victim)), value, "does not verify"),
         "plain value (no subkey)": (KEY, None, value, "is not dgrpo:NODE:PUBLIC_KEY"),
         "foreign subkey": (KEY, "peer-12D3Koo", value, "is not dgrpo:NODE:PUBLIC_KEY"),
-        "value not bytes": (KEY, subkey, {"messages": []}, "is not signature + body bytes"),
-        "value too short": (KEY, subkey, b"x" * 10, "is not signature + body bytes"),
+        "value not bytes": (KEY, subkey, {"messages": []}, "is not signature + expiry + body bytes"),
+        "value too short": (KEY, subkey, b"x" * 10, "is not signature + expiry + body bytes"),
         "key not hex": (KEY, "dgrpo:2:" + "g" * 64, value, "is not dgrpo:NODE:PUBLIC_KEY"),
     }
     v = SignedRecordValidator()
@@ -64,12 +75,52 @@ def test_forged_moved_and_malformed_records_are_refused_with_their_reason():
 
 
 
+def test_a_copy_stored_with_another_expiry_is_refused_naming_nobody_and_the_owners_refresh_is_taken():
+    """Review r31i F2, F4-F7: the DHT keeps, per subkey, the copy that expires last; a record's expiry was not signed,
+    so anyone re-stored an honest node's record (of this launch or an earlier one) with an expiry far ahead and the
+    DHT refused the node's later records. Now the expiry is signed: a copy stored with another expiry is refused (the
+    signer is not named: the storer is not known), and the owner's refresh, which signs a later expiry, is taken."""
+    owner = Ed25519PrivateKey.generate()
+    now = get_dht_time()
+    subkey, value = seal_at(owner, KEY, 1, b"heard of round -1", now + 60)
+    v = SignedRecordValidator()
+    assert v.validate(as_stored(KEY, subkey, value))  # as its writer stores it
+    pinned = as_stored(KEY, subkey, value, now + 1e5)
+    assert not v.validate(pinned)
+    assert v.rejections[-1] == (None, f"a copy of node 1's record stored with expiry {now + 1e5:.3f}, not its signed "
+                                      f"{now + 60:.3f}: re-stored by another node (its storer is not known)")
+    assert not v.validate(as_stored(KEY, subkey, value, now + 60.001))  # a later expiry by a millisecond: refused too
+    _, fresh = seal_at(owner, KEY, 1, b"heard of round 3", now + 90)
+    assert v.validate(as_stored(KEY, subkey, fresh)) and signed_expiry(fresh) == now + 90 > signed_expiry(value)
+    then = now - 300  # a record of an earlier launch, long expired, stored again with a fresh expiry
+    _, old = seal_at(owner, "dgrpo/swarm/heard", 1, b"heard of launch A", then + 60)
+    assert verify(key_id("dgrpo/swarm/heard"), subkey, old, now + 60, now).startswith("a copy of node 1's record")
+    assert not v.validate(as_stored("dgrpo/swarm/heard", subkey, old, now + 60))
+    assert [node for node, _ in v.rejections] == [None] * 2  # the honest signer never named (one record: logged once)
+
+
+def test_the_expiry_is_signed_and_capped():
+    k = Ed25519PrivateKey.generate()
+    now = get_dht_time()
+    subkey, value = seal_at(k, KEY, 2, b"x", now + 60)
+    moved = value[:128] + struct.pack(">d", now + 1e5) + value[136:]  # the expiry bytes changed, their signature not
+    assert verify(key_id(KEY), subkey, moved) == ("expiry signature of node 2's record does not verify with the key of "
+                                                  f"its subkey ({public_hex(k)[:12]}…)")
+    assert not SignedRecordValidator().validate(as_stored(KEY, subkey, moved, now + 1e5))
+    _, far = seal_at(k, KEY, 2, b"x", now + MAX_TTL_S + 60)  # signed by its own node, too far ahead
+    assert verify(key_id(KEY), subkey, far, signed_expiry(far), now) == (
+        f"node 2's record claims expiry {now + MAX_TTL_S + 60:.3f}, more than {MAX_TTL_S:g} s ahead")
+    assert not SignedRecordValidator().validate(as_stored(KEY, subkey, far))
+    _, most = seal_at(k, KEY, 2, b"x", now + MAX_TTL_S)
+    assert verify(key_id(KEY), subkey, most, signed_expiry(most), now) == (2, public_hex(k), b"x")
+
+
 def test_before_the_roster_a_key_takes_records_up_to_one_message_and_a_full_swarms_fit():
     """Issue 31: a DHT node without the roster took any number of validly signed records under fresh keys; its
     answer to every later read of the key passed libp2p's 4 MiB and each reader waited hivemind's 3 s time-out."""
     from dgrpo.transports.dht.records import DHT_MESSAGE_BYTES, record_limit
 
-    v = SignedRecordValidator(max_value_bytes=record_limit(4) + 64)  # no roster yet
+    v = SignedRecordValidator(max_value_bytes=record_limit(4) + 136)  # no roster yet (136: signatures + expiry)
     flood = [as_stored(KEY, *seal(Ed25519PrivateKey.generate(), KEY, 3, b"x" * 900_000)) for _ in range(8)]
     taken = [v.validate(r) for r in flood]
     per_record = len(flood[0].subkey) + len(flood[0].value) + 64  # what each counts

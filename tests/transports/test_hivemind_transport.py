@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("hivemind")
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+from hivemind.utils import get_dht_time  # noqa: E402
 from hivemind_helpers import in_threads, wait_for  # noqa: E402
 
 from dgrpo.errors import ConfigError, PeerFailure  # noqa: E402
@@ -129,8 +130,8 @@ def test_records_signed_by_another_node_or_an_unknown_key_are_refused_and_named(
     stranger = Ed25519PrivateKey.generate()
     mine = b.signed.signing_key
     for signer, node, body in ((mine, 0, b"b signs for 0"), (stranger, 1, b"stranger signs for 1"), (mine, 1, b"real")):
-        subkey, value = seal(signer, b.signed.key("r0"), node, body)
-        assert b.dht.store(b.signed.key("r0"), value, time.time() + 60, subkey=subkey) == (signer is not stranger)
+        subkey, value = seal(signer, b.signed.key("r0"), node, body, exp := get_dht_time() + 60)
+        assert b.dht.store(b.signed.key("r0"), value, exp, subkey=subkey) == (signer is not stranger)
     assert {n: rec[:2] for n, rec in a.signed.read(a.signed.key("r0"), {0, 1}).items()} == {1: (b.roster[1], b"real")}
     assert sorted(a.rejected) == [(1, "identity: a record for node 0's slot signed by node 1's key")]
     # the stranger's key is in no roster these DHT nodes took: they refused to store it (issue 31); a reader
@@ -160,8 +161,8 @@ def test_no_key_is_learnt_from_a_record_a_joiner_missing_from_the_roster_is_refu
     a, joiner = ts[0], ts[2]
     a.join, a.alive = {2: 1}, {0, 1, 2}
     del a.roster[2]
-    subkey, value = seal(joiner.signed.signing_key, joiner.signed.key("r1"), 2, b"joiner")
-    assert joiner.dht.store(joiner.signed.key("r1"), value, time.time() + 60, subkey=subkey)
+    subkey, value = seal(joiner.signed.signing_key, joiner.signed.key("r1"), 2, b"joiner", exp := get_dht_time() + 60)
+    assert joiner.dht.store(joiner.signed.key("r1"), value, exp, subkey=subkey)
     assert a.signed.read(a.signed.key("r1"), {1, 2}) == {}
     unknown = public_hex(joiner.signed.signing_key)[:12]
     assert a.rejected == [(-1, f"identity: a record for node 2 signed by an unknown key {unknown}…")]
@@ -209,31 +210,48 @@ def test_with_a_roster_file_an_impostor_cannot_stop_or_join_the_launch(dhts):
 
 
 def test_a_hello_of_an_earlier_launch_stored_again_names_nobody_and_the_launch_is_agreed(dhts):
-    """Review r31g J6 follow-up: anyone can store a node's signed hello of an earlier launch again (its expiry is not
-    signed); node 1's, dated 120 s back, is stored again under its subkey every 0.1 s while nodes 0-2 launch. A hello
-    that old proves nothing (two hellos of one key prove equivocation only when dated within 33 s): the nodes launch
-    alike and nobody is named."""
-    from hivemind.utils import get_dht_time
-
+    """Review r31g J6 follow-up, review r31i F7: an attacker stores node 1's signed hello of an earlier launch (dated
+    120 s back, signed to expire 30 s after that) again, with a fresh expiry, every 0.1 s while nodes 0-2 launch. The
+    expiry is signed: every DHT node refuses the copy (it never reaches a reader), the launch is agreed, and nobody
+    is named."""
     ts = transports(dhts, 3, launched=False)
     key = f"{ts[0].namespace}/hello"
-    old = json.dumps({"nonce": "0123456789abcdef", "config": "fp", "t": round(get_dht_time() - 120, 3)}).encode()
-    subkey, value = seal(ts[1].signed.signing_key, key, 1, old)  # (recorded by the attacker in that launch)
-    stop = threading.Event()
+    then = round(get_dht_time() - 120, 3)
+    old = json.dumps({"nonce": "0123456789abcdef", "config": "fp", "t": then}).encode()
+    subkey, value = seal(ts[1].signed.signing_key, key, 1, old, then + 30)  # (recorded by the attacker in that launch)
+    stop, stored = threading.Event(), []
 
     def replay():
         while not stop.is_set():
-            dhts[3].store(key, value, get_dht_time() + 30, subkey=subkey)
+            stored.append(dhts[3].store(key, value, get_dht_time() + 30, subkey=subkey))
             time.sleep(0.1)
     threading.Thread(target=replay, daemon=True).start()
     try:
-        wait_for(lambda: any(b"0123456789abcdef" in body for _, body, _ in ts[0].signed.records(key).get(1, [])), 30,
-                 "the old hello")
         out = in_threads([lambda t=t: start_launch(t, "fp", 20) for t in ts])[0]
+        seen = [body for t in ts for _, body, _ in t.signed.records(key).get(1, [])]
     finally:
         stop.set()
     assert out == [None] * 3, out
+    assert stored and not any(stored) and not any(b"0123456789abcdef" in body for body in seen)
     assert len({t.run_id for t in ts}) == 1 and all(t.rejected == [] for t in ts)
+
+
+def test_a_record_stored_again_with_a_later_expiry_is_refused_and_the_owners_refresh_is_taken(dhts):
+    """Review r31i F2/F4/F6: a record's DHT expiry was not signed and the DHT keeps, per subkey, the copy that expires
+    last: node 2 stored node 1's signed record again with an expiry 1e5 s ahead, and node 1's every later record under
+    the key was refused (its heard record never landed: the launch stopped naming node 1; a joiner read its stale
+    launch record). Now the copy is refused by every DHT node, node 1's refresh (a later signed expiry) is stored and
+    read, and nobody is named."""
+    a, one, attacker = transports(dhts, 3)
+    key = f"{a.namespace}/heard"
+    assert one.signed.store(key, b"first", 60)
+    (_, _, sig), = [r for r in attacker.signed.records(key)[1]]
+    found = attacker.dht.get(key, latest=True).value[f"dgrpo:1:{one.roster[1]}"]
+    assert found.value[:64] == sig
+    assert not attacker.dht.store(key, found.value, get_dht_time() + 1e5, subkey=f"dgrpo:1:{one.roster[1]}")
+    assert one.signed.store(key, b"second", 60)
+    assert a.signed.read(key, {1})[1][1] == b"second"
+    assert a.rejected == [] and one.rejected == []
 
 
 def test_a_joiner_reading_two_launch_records_one_node_signed_for_one_launch_names_it_and_joins_the_quorums(dhts):

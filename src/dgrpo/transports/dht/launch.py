@@ -20,7 +20,8 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.transports.fingerprint import PER_NODE, config_fingerprint  # noqa: F401 (the launch check compares it)
 from dgrpo.transports.dht.hellos import HELLO_TTL_S, STABLE_S, HelloBook, proof_line, proof_record
 from dgrpo.transports.dht.joining import LaunchBook, join_launch
-from dgrpo.transports.dht.records import SignedRecordValidator, load_or_create_key, load_roster, public_hex, record_limit
+from dgrpo.transports.dht.records import (HEADER_BYTES, SignedRecordValidator, load_or_create_key, load_roster, public_hex,
+                                         record_limit)
 from dgrpo.transports.framing import KeyCaps
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def start_node(cls: type["HivemindTransport"], cfg: "RunConfig") -> "HivemindTra
     identity, key, roster = node_keys(cfg)
     logging.getLogger("hivemind").setLevel(max(logging.WARNING, logging.getLogger().level))
     dht = start_dht(h.node, listen=h.listen, announce=h.announce, initial_peers=h.initial_peers, identity_dir=identity,
-                    validator=SignedRecordValidator(max_value_bytes=record_limit(sw.nodes) + 64, allowed=roster),
+                    validator=SignedRecordValidator(max_value_bytes=record_limit(sw.nodes) + HEADER_BYTES, allowed=roster),
                     daemon_timeout_s=h.daemon_timeout_s, startup_timeout_s=sw.startup_timeout_s,
                     use_relay=h.use_relay, use_auto_relay=h.use_auto_relay, client_mode=h.client_mode)
     addrs = [str(a) for a in dht.get_visible_maddrs()]

@@ -67,7 +67,8 @@ class SignedRecords:
         return f"{self.namespace}/{self.run_id}/{tag}"
 
     def store(self, key: str, body: bytes, ttl_s: float, wait_s: float = 10.0) -> bytes:
-        """Sign and store this node's record ``body`` under ``key``, kept ``ttl_s`` seconds, waiting up to ``wait_s``
+        """Sign and store this node's record ``body`` under ``key``, kept ``ttl_s`` seconds (at most
+        :data:`~dgrpo.transports.dht.records.MAX_TTL_S`; the expiry is signed), waiting up to ``wait_s``
         seconds for the DHT (the store and its read-back together; cut at :attr:`stop`): its signature (64 bytes) once at least one DHT node
         took it, else b"" (never raises: a failed or timed-out store is b"", retried by the caller).
 
@@ -77,10 +78,11 @@ class SignedRecords:
         deadline (the 1-5 s stalls of client-mode rounds in the tests). A store reported failed is therefore read
         back: the record is stored when a read returns it with this signature.
         """
-        subkey, value = dht_records.seal(self.signing_key, key, self.rank, body)
+        expiration = dht_time.get_dht_time() + min(ttl_s, dht_records.MAX_TTL_S)  # (signed: review r31i F2)
+        subkey, value = dht_records.seal(self.signing_key, key, self.rank, body, expiration)
         sig, end = value[:dht_records.SIGNATURE_BYTES], time.monotonic() + self._wait(wait_s)
         try:
-            future = self.dht.store(key, value, dht_time.get_dht_time() + ttl_s, subkey=subkey, return_future=True)
+            future = self.dht.store(key, value, expiration, subkey=subkey, return_future=True)
             if future.result(timeout=max(0.0, end - time.monotonic())):
                 return sig
         except Exception as err:  # noqa: BLE001 - a timed-out or failed store is retried by the caller
@@ -93,7 +95,8 @@ class SignedRecords:
         """Every record under ``key`` whose signature verifies, by claimed node: [(public key hex, body, signature
         (64 bytes))], read within ``wait_s`` seconds (cut at :attr:`stop`).
 
-        None, malformed, expired or unsigned entries are left out (each refused once: :meth:`reject`); a DHT that
+        None, malformed, expired or unsigned entries are left out, and so is a copy whose DHT expiry is not the one its
+        writer signed (re-stored by another node: review r31i F2) (each refused once: :meth:`reject`, naming nobody); a DHT that
         does not answer in time gives {} (never raises).
         """
         try:
@@ -103,9 +106,10 @@ class SignedRecords:
             return {}
         if not (isinstance(found, dht_time.ValueWithExpiration) and isinstance(found.value, dict)):
             return {}  # (None: no record; a plain value is refused by every DHT node's validator)
-        kid, out = dht_records.key_id(key), defaultdict(list)
+        kid, out, now = dht_records.key_id(key), defaultdict(list), dht_time.get_dht_time()
         for subkey, item in found.value.items():
-            result = dht_records.verify(kid, subkey, item.value if isinstance(item, dht_time.ValueWithExpiration) else None)
+            timed = isinstance(item, dht_time.ValueWithExpiration)
+            result = dht_records.verify(kid, subkey, item.value if timed else None, item.expiration_time if timed else None, now)
             if isinstance(result, str):
                 self.reject(key, str(subkey), -1, result)
                 continue

@@ -1,11 +1,19 @@
 """Signed DHT records: who wrote a record is proved by an Ed25519 signature, never declared.
 
 A node stores its payload of an exchange under the exchange's key with the subkey
-``dgrpo:{node}:{public key hex}`` and the value ``signature (64 bytes) || body``. The signature
-covers a domain tag, the key's DHT id, the subkey and the SHA-256 of the body, so a record cannot be
+``dgrpo:{node}:{public key hex}`` and the value ``signature (64 bytes) || expiry signature (64 bytes) || expiry
+(8 bytes, big-endian IEEE double, DHT time) || body``. The signature covers a domain tag, the key's DHT id, the subkey
+and the SHA-256 of the body, so a record cannot be
 moved to another key (another round or run) or another subkey, and (digest, signature) alone proves
 what a node signed for a key: a commit view carries them (:mod:`dgrpo.transports.dht.commit`), so no
-view can claim another digest for an honest node. Two checks use :func:`verify`:
+view can claim another digest for an honest node. The expiry signature covers the signature and the expiry the writer
+stored the record with (review r31i F2, F4-F7): the DHT keeps, per subkey, the copy that expires last, and before, the
+expiry was not signed, so any node could store another node's signed record again with an expiry far ahead and the
+DHT refused that node's every later record under the key. Now a record whose DHT expiry is not the signed one is
+refused, and so is one whose signed expiry lies more than :data:`MAX_TTL_S` (+ :data:`CLOCK_S`) ahead; an honest
+node's refresh carries a later signed expiry than any copy of its earlier records, so a replay can neither outlast
+nor outrank it (the storer of a replay is not known to a reader: such a refusal names nobody, never the signer).
+Two checks use :func:`verify`:
 
 * :class:`SignedRecordValidator`, inside every node's DHT: a record whose signature does not verify
   with the key named in its own subkey, whose value is above the size one record may hold, or (once
@@ -29,6 +37,7 @@ import hashlib
 import logging
 import os
 import re
+import struct
 from collections import OrderedDict, deque
 from pathlib import Path
 
@@ -38,11 +47,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.serializer import MSGPackSerializer
+from hivemind.utils.timed_storage import get_dht_time
 
 log = logging.getLogger(__name__)
 
 DOMAIN = b"dgrpo/dht-record/v1\x00"
+EXPIRY_DOMAIN = b"dgrpo/dht-expiry/v1\x00"
 SIGNATURE_BYTES = 64
+HEADER_BYTES = 2 * SIGNATURE_BYTES + 8  # signature, expiry signature, expiry
+MAX_TTL_S = 86400.0  # the furthest ahead a record may expire (s): every TTL the transport stores is cut to this
+CLOCK_S = 3.0  # hivemind.utils.timed_storage.MAX_DHT_TIME_DISCREPANCY_SECONDS: peers' clocks differ by at most this
 DHT_MESSAGE_BYTES = 4 << 20  # libp2p message limit: a read returns every node's record of a key at once
 _SUBKEY = re.compile(r"dgrpo:(0|[1-9][0-9]{0,5}):([0-9a-f]{64})")
 
@@ -110,11 +124,23 @@ def _signed_bytes(key_id_bytes: bytes, subkey_bytes: bytes, body: bytes) -> byte
     return _signed_digest(key_id_bytes, subkey_bytes, hashlib.sha256(body).digest())
 
 
-def seal(private_key: Ed25519PrivateKey, key: str, node: int, body: bytes) -> tuple[str, bytes]:
-    """(subkey, value) to store ``body`` as node ``node``'s record under ``key``; ``value[:64]`` is the signature."""
+def _expiry_bytes(sig: bytes, packed: bytes) -> bytes:
+    """What a record's expiry signature covers: its domain, the record signature and the packed expiry."""
+    return EXPIRY_DOMAIN + sig + packed
+
+
+def seal(private_key: Ed25519PrivateKey, key: str, node: int, body: bytes, expiration: float) -> tuple[str, bytes]:
+    """(subkey, value) to store ``body`` as node ``node``'s record under ``key`` with DHT expiry ``expiration``
+    (DHT time, seconds; the record must be stored with exactly this expiry); ``value[:64]`` is the signature."""
     subkey = subkey_for(node, public_hex(private_key))
     sig = private_key.sign(_signed_bytes(key_id(key), MSGPackSerializer.dumps(subkey), body))
-    return subkey, sig + body
+    packed = struct.pack(">d", float(expiration))
+    return subkey, sig + private_key.sign(_expiry_bytes(sig, packed)) + packed + body
+
+
+def signed_expiry(value: bytes) -> float:
+    """The expiry a sealed ``value`` carries (DHT time, s; unchecked: :func:`verify` checks it)."""
+    return struct.unpack(">d", value[2 * SIGNATURE_BYTES:HEADER_BYTES])[0]
 
 
 def signed_digest(key: str, node: int, pub: str, digest: str, signature: str) -> bool:
@@ -131,27 +157,49 @@ def signed_digest(key: str, node: int, pub: str, digest: str, signature: str) ->
     return True
 
 
-def verify(key_id_bytes: bytes, subkey, value) -> tuple[int, str, bytes] | str:
+def verify(key_id_bytes: bytes, subkey, value, expiration: float | None = None,
+           now: float | None = None) -> tuple[int, str, bytes] | str:
     """Check one record: (node, public key hex, body), or the reason it is refused.
 
     Args:
         key_id_bytes: the record key's DHT id (:func:`key_id`).
         subkey: the subkey as stored (a ``dgrpo:{node}:{pub}`` string).
-        value: the stored value (``signature || body`` bytes).
+        value: the stored value (``signature || expiry signature || expiry || body`` bytes).
+        expiration: the record's DHT expiry as stored or read (DHT time, s); None: not checked. It must equal the
+            signed expiry (else the record was re-stored by another node with another expiry: refused).
+        now: DHT time (s) against which the signed expiry is capped at ``now + MAX_TTL_S + CLOCK_S``; None: not
+            checked.
     """
     parsed = parse_subkey(subkey)
     if parsed is None:
         return f"subkey {str(subkey)[:80]!r} is not dgrpo:NODE:PUBLIC_KEY"
-    if not isinstance(value, bytes) or len(value) < SIGNATURE_BYTES:
-        return f"value of node {parsed[0]}'s record is not signature + body bytes"
+    if not isinstance(value, bytes) or len(value) < HEADER_BYTES:
+        return f"value of node {parsed[0]}'s record is not signature + expiry + body bytes"
     node, pub = parsed
-    body = value[SIGNATURE_BYTES:]
+    sig, esig, packed, body = (value[:SIGNATURE_BYTES], value[SIGNATURE_BYTES:2 * SIGNATURE_BYTES],
+                               value[2 * SIGNATURE_BYTES:HEADER_BYTES], value[HEADER_BYTES:])
     try:
-        Ed25519PublicKey.from_public_bytes(bytes.fromhex(pub)).verify(
-            value[:SIGNATURE_BYTES], _signed_bytes(key_id_bytes, MSGPackSerializer.dumps(subkey), body))
+        public = Ed25519PublicKey.from_public_bytes(bytes.fromhex(pub))
+        public.verify(sig, _signed_bytes(key_id_bytes, MSGPackSerializer.dumps(subkey), body))
     except (InvalidSignature, ValueError):
         return f"signature of node {node}'s record does not verify with the key of its subkey ({pub[:12]}…)"
+    try:
+        public.verify(esig, _expiry_bytes(sig, packed))
+    except InvalidSignature:
+        return f"expiry signature of node {node}'s record does not verify with the key of its subkey ({pub[:12]}…)"
+    signed = struct.unpack(">d", packed)[0]
+    if expiration is not None and expiration != signed:
+        return (f"a copy of node {node}'s record stored with expiry {float(expiration):.3f}, not its signed "
+                f"{signed:.3f}: re-stored by another node (its storer is not known)")
+    if now is not None and not signed <= now + MAX_TTL_S + CLOCK_S:
+        return f"node {node}'s record claims expiry {signed:.3f}, more than {MAX_TTL_S:g} s ahead"
     return node, pub, body
+
+
+def replayed(reason: str) -> bool:
+    """Whether a :func:`verify` refusal is one any node could cause with its signer's record (a re-stored copy):
+    it names nobody."""
+    return reason.startswith("a copy of node ")
 
 
 class SignedRecordValidator(RecordValidatorBase):
@@ -184,13 +232,14 @@ class SignedRecordValidator(RecordValidatorBase):
         """Accept records of ``roster``'s (node, public key hex) pairs, and from now on no others."""
         self.allowed |= set(roster.items())
 
-    def check(self, key_id_bytes: bytes, subkey, value) -> tuple[int, str, bytes] | str:
-        """:func:`verify`, then the size and roster rules: (node, public key hex, body) or the reason it is refused."""
+    def check(self, key_id_bytes: bytes, subkey, value, expiration: float | None = None) -> tuple[int, str, bytes] | str:
+        """:func:`verify` (with the record's DHT ``expiration`` and the DHT time now), then the size and roster rules:
+        (node, public key hex, body) or the reason it is refused."""
         if self.max_value_bytes is not None and isinstance(value, bytes) and len(value) > self.max_value_bytes:
             parsed = parse_subkey(subkey)
             return (f"value of node {parsed[0] if parsed else '?'}'s record has {len(value)} bytes, above the "
                     f"{self.max_value_bytes} one record may hold")
-        result = verify(key_id_bytes, subkey, value)
+        result = verify(key_id_bytes, subkey, value, expiration, get_dht_time())
         if isinstance(result, tuple) and self.allowed and result[:2] not in self.allowed:
             return f"node {result[0]}'s record is signed by {result[1][:12]}…, not by its roster key"
         return result
@@ -201,7 +250,7 @@ class SignedRecordValidator(RecordValidatorBase):
             value = MSGPackSerializer.loads(record.value)
         except Exception:  # noqa: BLE001 - any undecodable record is simply refused
             subkey, value = None, None
-        result = self.check(record.key, subkey, value)
+        result = self.check(record.key, subkey, value, record.expiration_time)
         if isinstance(result, tuple):
             result = self._charge(record, result[0])
         if isinstance(result, tuple):
@@ -212,7 +261,7 @@ class SignedRecordValidator(RecordValidatorBase):
         if digest not in self._seen:
             self._seen.add(digest)
             parsed = parse_subkey(subkey)
-            node = parsed[0] if parsed else None
+            node = parsed[0] if parsed and not replayed(result) else None  # (a replay's storer is not its signer)
             self.rejections.append((node, result))
             log.warning("DHT refused a record%s: %s", f" for node {node}" if node is not None else "", result)
         return False

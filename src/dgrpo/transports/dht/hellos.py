@@ -24,8 +24,10 @@ same hellos:
   signed two, or one run twice (restarted during the launch);
 * otherwise each node's hello is the newest one (:meth:`HelloBook.chosen`), the same at every honest node.
 
-Anyone can store a node's hello of an earlier launch again (a subkey's record is signed, its expiry is not; a later
-expiry even keeps the node's current hello out of the DHT). Such a replay is dated long before the node's current
+Anyone can relay a node's hello of an earlier launch (in its own heard record), and store the record again until the
+expiry its writer signed (:mod:`dgrpo.transports.dht.records`: a copy stored with another expiry is refused, so a
+replay can no longer keep the node's current hello out of the DHT: its refresh signs a later expiry; review r31i
+F2, F7). Such a replay is dated long before the node's current
 hello: it proves nothing (two hellos further apart than :data:`PAIR_S`), and every honest node takes the newest of the
 hellos relayed, so a replay some nodes read changes nothing, and one every node reads alone is taken by all alike.
 Hivemind keeps its peers' clocks within :data:`CLOCK_S` of each other (it refuses a peer further off), so honest

@@ -144,8 +144,8 @@ def forge(scenario: str, node: int) -> None:
         theirs = subkey_for(victim, self.roster[victim])
         sig = self.signed.signing_key.sign(_signed_bytes(key_id(key), MSGPackSerializer.dumps(theirs), body))
         ok_theirs = self.dht.store(key, sig + body, get_dht_time() + 60, subkey=theirs)
-        mine, value = seal(self.signed.signing_key, key, victim, body)
-        ok_mine = self.dht.store(key, value, get_dht_time() + 60, subkey=mine)
+        mine, value = seal(self.signed.signing_key, key, victim, body, exp := get_dht_time() + 60)
+        ok_mine = self.dht.store(key, value, exp, subkey=mine)
         print(f"forger {node}: {tag}: under node {victim}'s subkey stored={ok_theirs}; "
               f"under its own key for node {victim}'s slot stored={ok_mine}", flush=True)
 

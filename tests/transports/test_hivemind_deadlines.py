@@ -141,8 +141,8 @@ def test_a_record_one_dht_node_refuses_is_reported_stored_once_the_others_took_i
     for t in (ts[2], ts[0]):  # through the client-mode DHT node, and through a server
         for i in range(20):
             key = t.signed.key(f"raw{i}")
-            subkey, value = seal(t.signed.signing_key, key, t.rank, b"x")
-            raw.append(t.dht.store(key, value, get_dht_time() + 60, subkey=subkey))
+            subkey, value = seal(t.signed.signing_key, key, t.rank, b"x", exp := get_dht_time() + 60)
+            raw.append(t.dht.store(key, value, exp, subkey=subkey))
             start = time.monotonic()
             ours.append(bool(t.signed.store(t.signed.key(f"ours{i}"), b"x", 60)))
             slowest = max(slowest, time.monotonic() - start)

@@ -24,7 +24,7 @@ PUBS = {n: public_hex(k) for n, k in enumerate(KEYS)}
 def hello(node: int, nonce: str, t: float, config: str = "fp", key: str = KEY) -> tuple[str, bytes, str]:
     """(public key, body, record signature hex) of node ``node``'s hello, signed as its launch stores it."""
     body = json.dumps({"nonce": nonce, "config": config, "t": t}).encode()
-    _, value = seal(KEYS[node], key, node, body)
+    _, value = seal(KEYS[node], key, node, body, t + 30)
     return PUBS[node], body, value[:64].hex()
 
 

@@ -52,6 +52,8 @@ def _node(node: int, args: list[str], log_path: str, scenario: str) -> None:
         rehello(scenario, node)
     elif scenario.startswith("launchlie:"):
         launchlie(scenario, node)
+    elif scenario.startswith("pinlaunch:"):
+        pinlaunch(scenario, node)
     else:
         apply_scenario(scenario, node, args)  # die:R:ROUND, stall:R:ROUND:SECONDS
     from dgrpo.cli import main
@@ -263,6 +265,37 @@ def launchlie(scenario: str, node: int) -> None:
                 "agreed": {**t.agreed, "name": "/tmp/evil"} if lie == "name" else t.agreed}
         print(f"launch liar {node}: launch record of launch {body['run']} at round {body['round']}", flush=True)
         t.signed.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s, wait_s)
+
+    dl.publish_launch = publish
+
+
+def pinlaunch(scenario: str, node: int) -> None:
+    """``pinlaunch:R:V1/V2``: node R publishes its own honest launch records, and at each publish from round 0 on
+    stores the victims' own signed launch records (as it read them at its first publish of round 0 or later) again
+    with a DHT expiry 1e5 s ahead (review r31i F2). Before the expiry was signed the DHT kept those copies and refused
+    the victims' later records, so a joiner read their stale rounds for ever and exited 3."""
+    _, who, victims = scenario.split(":")
+    if int(who) != node:
+        return
+    from hivemind.utils import ValueWithExpiration, get_dht_time
+
+    from dgrpo.transports.dht import launch as dl
+    from dgrpo.transports.dht.records import parse_subkey
+
+    orig, want, held = dl.publish_launch, {int(v) for v in victims.split("/")}, {}
+
+    def publish(t, round_idx=None, wait_s=10.0):
+        orig(t, round_idx, wait_s)
+        key, last = f"{t.namespace}/launch", round_idx if round_idx is not None else t.last_round
+        if not held and last is not None and last >= 0:
+            found = t.dht.get(key, latest=True)
+            for subkey, item in (found.value.items() if isinstance(found, ValueWithExpiration) else ()):
+                parsed = parse_subkey(subkey)
+                if parsed and parsed[0] in want and isinstance(item, ValueWithExpiration):
+                    held[parsed[0]] = (subkey, item.value)
+        for victim, (subkey, value) in sorted(held.items()):
+            ok = t.dht.store(key, value, get_dht_time() + 1e5, subkey=subkey)
+            print(f"pinner {node}: node {victim}'s launch record stored again with a far expiry: stored={ok}", flush=True)
 
     dl.publish_launch = publish
 

@@ -184,6 +184,31 @@ def test_one_nodes_lying_launch_record_neither_stops_nor_splits_off_a_joiner_and
     assert not [p for p in _peers(run_dir) if "missing payload" in json.dumps(p)]  # nobody missed (node 3 was, in r2)
 
 
+def test_a_node_pinning_its_peers_launch_records_neither_stops_a_joiner_nor_gets_anyone_honest_named(tmp_path,
+                                                                                                 tiny_model_dir,
+                                                                                                 tiny_model_dir_b):
+    """Review r31i F2: node 2 stores nodes 0's and 1's own signed launch records (as read at round 0) again with a DHT
+    expiry 1e5 s ahead at each of its publishes. The expiry was not signed and the DHT keeps a subkey's copy that
+    expires last: nodes 0-1's later records were refused, joiner node 3 read them at round -1/0 and exited 3 after
+    ``startup_timeout_s`` ([0, 0, 0, 3], node 3 named ``missing payload`` by its peers, node 2 nowhere). Now the expiry
+    is signed: no DHT node takes the copies, and the joiner joins at round 2."""
+    models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
+    args = [models, "swarm.nodes=4", *COMMON, B2, "rounds=3", "swarm.hivemind.join={3: 2}", "swarm.timeout_s=30",
+            "swarm.on_peer_failure=continue", *roster(tmp_path, 4)]
+    results, run_dir = hivemind(tmp_path, "h", 4, args, scenario="pinlaunch:2:0/1",
+                                per_node={3: [f"out_dir={tmp_path / 'joiner'}"]})
+    assert codes(results) == [0, 0, 0, 0], results[3].output[-3000:]
+    pins = re.findall(r"pinner 2: node [01]'s launch record stored again with a far expiry: stored=(\w+)", results[2].output)
+    assert pins and set(pins) == {"False"}, results[2].output[-3000:]
+    launched = re.search(r"node 0: launch ([0-9a-f]{16}) with nodes \[0, 1, 2\]", results[0].output)
+    assert launched and f"node 3: joins launch {launched[1]} at round 2 (swarm at round 1" in results[3].output, \
+        results[3].output[-3000:]
+    assert not re.search(r"rejected record from node [0-3] under launch|sent nothing", results[3].output)
+    records = read_metrics(run_dir)
+    assert [r["swarm/messages"] for r in records[:3]] == [6, 6, 8]  # node 3 takes part in round 2, with every node
+    assert not [p for p in _peers(run_dir) if "missing payload" in json.dumps(p)]
+
+
 def test_a_node_joins_a_homogeneous_swarm_from_a_peers_checkpoint_and_keeps_an_equal_copy(tmp_path, tiny_model_dir):
     """Nodes 0-1 save a checkpoint at round 2; node 2 resumes a copy of it as its start and joins at round 2.
     Its weights at the end equal node 0's bit for bit: it started from the same ones and applied the same updates."""

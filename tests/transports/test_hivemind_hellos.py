@@ -21,9 +21,10 @@ KEYS = [Ed25519PrivateKey.generate() for _ in range(4)]
 PUBS = {n: public_hex(k) for n, k in enumerate(KEYS)}
 
 
-def hello(node: int, nonce: str, t: float, config: str = "fp", key: str = KEY) -> tuple[str, bytes, str]:
+def hello(node: int, nonce: str, t: float, config: str = "fp", key: str = KEY,
+          process: str = "p" * 16) -> tuple[str, bytes, str]:
     """(public key, body, record signature hex) of node ``node``'s hello, signed as its launch stores it."""
-    body = json.dumps({"nonce": nonce, "config": config, "t": t}).encode()
+    body = json.dumps({"process": process, "nonce": nonce, "config": config, "t": t}).encode()
     _, value = seal(KEYS[node], key, node, body, t + 30)
     return PUBS[node], body, value[:64].hex()
 
@@ -45,7 +46,7 @@ def test_two_hellos_of_one_key_with_different_nonces_are_a_proof_that_names_and_
     a, b = proofs[3]
     assert (a.hello["nonce"], b.hello["nonce"]) == ("a" * 16, "b" * 16)
     line = proof_line(3, PUBS[3], a, b, reader=0)
-    assert line.startswith("node 3 signed two different hellos for this launch (nonce aaaaaaaaaaaa")
+    assert line.startswith("node 3 signed two different hellos for this launch (process pppppppppppp, nonce aaaaaaaaaaaa")
     assert re.findall(r"signature ([0-9a-f]{16})…", line) == [a.sig[:16], b.sig[:16]] and "dated 0.1 s apart" in line
     full = json.loads(proof_record(3, PUBS[3], a, b))  # anyone can check the proof: both verify under node 3's key
     assert full["node"] == 3 and full["key"] == PUBS[3]
@@ -69,7 +70,7 @@ def test_a_refreshed_hello_is_one_hello_and_the_newest_version_is_kept():
     assert read(book, 0, "n" * 16, 10.0, by=0)
     assert not read(book, 0, "n" * 16, 20.0, by=0) and not read(book, 0, "n" * 16, 15.0, by=1)  # (says nothing new)
     assert book.proofs(PUBS) == {} and book.nonces(0, PUBS[0]) == ["n" * 16]
-    assert book.chosen(0, PUBS[0]) == {"nonce": "n" * 16, "config": "fp", "t": 20.0}
+    assert book.chosen(0, PUBS[0]) == {"process": "p" * 16, "nonce": "n" * 16, "config": "fp", "t": 20.0}
 
 
 def test_a_hello_of_an_earlier_launch_proves_nothing_and_the_newest_hello_is_taken():
@@ -82,12 +83,18 @@ def test_a_hello_of_an_earlier_launch_proves_nothing_and_the_newest_hello_is_tak
     assert [v.hello["nonce"] for v in book.proofs(PUBS)[2]] == ["mid" * 4, "new" * 4]
 
 
-@pytest.mark.parametrize("body", [b"", b"[]", b"not json", b'{"nonce": "n", "config": "fp"}',
-                                  b'{"nonce": "n", "config": "fp", "t": true}', b'{"nonce": "n", "config": "fp", "t": NaN}',
-                                  b'{"nonce": "", "config": "fp", "t": 1}', b'{"nonce": 5, "config": "fp", "t": 1}',
-                                  json.dumps({"nonce": "n" * 65, "config": "fp", "t": 1}).encode(),
-                                  json.dumps({"nonce": "n", "config": "x" * 600, "t": 1}).encode()])
+def _body(**fields) -> bytes:
+    """A well-formed hello's bytes with ``fields`` changed (a field given as None is left out)."""
+    hello = {"process": "p", "nonce": "n", "config": "fp", "t": 1, **fields}
+    return json.dumps({k: v for k, v in hello.items() if v is not None}).encode()
+
+
+@pytest.mark.parametrize("body", [b"", b"[]", b"not json", _body(t=None), _body(process=None), _body(process=""),
+                                  _body(process=5), _body(process="p" * 65),
+                                  _body(t=True), _body(t=float("nan")), _body(nonce=""), _body(nonce=5),
+                                  _body(nonce="n" * 65), _body(config="x" * 600)])
 def test_a_malformed_hello_is_not_kept(body):
+    assert parse_hello(_body()) == {"process": "p", "nonce": "n", "config": "fp", "t": 1}  # (the well-formed one)
     assert parse_hello(body) is None
     book = HelloBook(KEY)
     assert not book.add(0, PUBS[0], body, "0" * 128, 0) and book.chosen(0, PUBS[0]) is None
@@ -116,7 +123,7 @@ def test_a_relay_takes_only_hellos_their_node_signed_and_never_the_relayer_s_own
     assert book.take(1, b"[1, 2]", PUBS) == ['its heard record is not {"hellos": [...]}']
 
 
-def _decide(direct: dict[int, list[tuple[str, float]]], attacker_shows: dict[int, list] | None = None):
+def _decide(direct: dict[int, list[tuple]], attacker_shows: dict[int, list] | None = None):
     """Each honest node (0-2) reads node 3's hellos ``direct[node]`` (nonce, t) and every honest node's hello, relays
     them, and takes every relay: node 3's heard record as it shows it to that node (``attacker_shows[node]``: entries).
     Returns each honest node's (proofs: node → nonces, chosen nonce of every node)."""
@@ -124,8 +131,8 @@ def _decide(direct: dict[int, list[tuple[str, float]]], attacker_shows: dict[int
     for n, book in books.items():
         for k in range(3):
             read(book, k, f"honest{k}".ljust(16, "0"), 10.0, by=n)
-        for nonce, t in direct[n]:
-            read(book, 3, nonce, t, by=n)
+        for nonce, t, *process in direct[n]:  # ((nonce, t) or (nonce, t, process))
+            read(book, 3, nonce, t, by=n, process=process[0] if process else "p" * 16)
     relays = {n: heard(book) for n, book in books.items()}
     out = []
     for n, book in books.items():
@@ -138,8 +145,8 @@ def _decide(direct: dict[int, list[tuple[str, float]]], attacker_shows: dict[int
     return out
 
 
-def _entry(node, nonce, t):
-    pub, body, sig = hello(node, nonce, t)
+def _entry(node, nonce, t, process="p" * 16):
+    pub, body, sig = hello(node, nonce, t, process=process)
     return [node, pub, body.decode("latin-1"), sig]
 
 
@@ -156,3 +163,36 @@ def test_every_honest_node_decides_alike_whatever_node_3_shows_each():
     # two hellos dated far apart, read by different honest nodes: no proof, the newest at every node
     apart = _decide({0: [(x, 100.0)], 1: [(y, 100.0 + PAIR_S + 1)], 2: [(x, 100.0)]})
     assert apart[0] == apart[1] == apart[2] and apart[0][0] == {} and apart[0][1][3] == y
+
+
+HONEST = ["honest0".ljust(16, "0"), "honest1".ljust(16, "0"), "honest2".ljust(16, "0")]
+
+
+@pytest.mark.parametrize("shown_to", [[0], [0, 1, 2]])
+def test_an_honest_nodes_hello_of_its_previous_process_relayed_next_to_its_current_one_proves_nothing(shown_to):
+    """Review r31i F5: launches back to back; node 3 relays honest node 1's hello of its previous process (another
+    nonce, dated 8 s before its current one: within PAIR_S) to some or all honest nodes. Before, the two were a
+    "proof" that node 1 signed two hellos, and every honest node stopped naming it. Now the previous process's hello
+    (another ``process``) proves nothing: nobody is named and every node takes node 1's current hello."""
+    old = _entry(1, "old1".ljust(16, "0"), 10.0 - 8.0, process="q" * 16)
+    out = _decide({n: [("x" * 16, 10.0)] for n in range(3)}, {n: [old] for n in shown_to})
+    assert out[0] == out[1] == out[2] == ({}, HONEST + ["x" * 16])
+    book = HelloBook(KEY)  # (the same two hellos of one process would be a proof: the window is not what saves it)
+    read(book, 1, HONEST[1], 10.0, by=0)
+    read(book, 1, "old1".ljust(16, "0"), 10.0 - 8.0, by=0)
+    assert [v.hello["nonce"] for v in book.proofs(PUBS)[1]] == ["old1".ljust(16, "0"), HONEST[1]]
+
+
+def test_two_hellos_of_one_process_are_still_a_proof_wherever_the_attacker_shows_them():
+    """A node that signs two different hellos in one process is named by every honest node alike when only node 0
+    read the second (its relay carries it to all); the second shown in node 3's own relay alone is taken by nobody
+    (no proof, no split); hellos of fresh processes prove nothing and every node takes the newest alike."""
+    x, y = "x" * 16, "y" * 16
+    relayed = _decide({n: [(x, 100.0)] for n in range(3)}, {0: [_entry(3, y, 100.2)]})
+    assert relayed[0] == ({}, HONEST + [x])  # (a node's own relay of its hellos is never taken: no proof, no split)
+    assert relayed[0] == relayed[1] == relayed[2]
+    read_by_one = _decide({0: [(x, 100.0), (y, 100.2)], 1: [(x, 100.0)], 2: [(x, 100.0)]})
+    assert read_by_one[0] == read_by_one[1] == read_by_one[2] and read_by_one[0][0] == {3: [x, y]}
+    # with a fresh process for each hello nothing proves it, and every node takes its newest hello alike
+    fresh = _decide({0: [(x, 100.0, "r" * 16)], 1: [(y, 100.2, "s" * 16)], 2: [(x, 100.0, "r" * 16)]})
+    assert fresh[0] == fresh[1] == fresh[2] == ({}, HONEST + [y])

@@ -1,7 +1,10 @@
 """The hellos of a hivemind launch, and the proof that a node signed two of them (review r31g J6).
 
 Each initial node stores a signed hello under ``{namespace}/hello`` (:class:`~dgrpo.transports.dht.launch.Hello`):
-``{"nonce": 16 hex digits, "config": fingerprint, "t": DHT time}``, signed again with a new ``t`` at each refresh.
+``{"process": 16 hex digits, "nonce": 16 hex digits, "config": fingerprint, "t": DHT time}``, signed again with a
+new ``t`` at each refresh. ``process`` is drawn afresh by each process (each launch attempt) of the node: all the
+hellos one process signs say the same thing, so two that share it and differ are that process's equivocation, and
+a hello of the node's earlier process (another ``process``) never is (review r31i F5).
 What a hello *says* is everything but ``t`` (:func:`identity`); ``t`` only dates it. A node's subkey holds one record,
 so a node that stores a hello that says something else (another nonce, another config) replaces its first one: nodes
 that read it at different moments read different hellos. Before, each node hashed the nonces it read into the launch
@@ -18,10 +21,10 @@ node read reaches every honest node, as the views of a message round do (:mod:`d
 rounds of an authenticated broadcast, Dolev and Strong's with one faulty node), and every honest node decides on the
 same hellos:
 
-* two hellos of one node's key that say different things, dated at most :data:`PAIR_S` apart, are a signed proof that
-  the node equivocated (:meth:`HelloBook.proofs`): every honest node stops at start-up in one line naming it and
-  quoting both (:func:`proof_line`); an honest node signs one hello per process, so this names only a node that
-  signed two, or one run twice (restarted during the launch);
+* two hellos of one node's key and one ``process`` that say different things, dated at most :data:`PAIR_S` apart,
+  are a signed proof that the node equivocated (:meth:`HelloBook.proofs`): every honest node stops at start-up in
+  one line naming it and quoting both (:func:`proof_line`); an honest process signs one hello, so this names only a
+  node that signed two in one process (a restart draws a new ``process``: never named);
 * otherwise each node's hello is the newest one (:meth:`HelloBook.chosen`), the same at every honest node.
 
 Anyone can relay a node's hello of an earlier launch (in its own heard record), and store the record again until the
@@ -30,14 +33,19 @@ replay can no longer keep the node's current hello out of the DHT: its refresh s
 F2, F7). Such a replay is dated long before the node's current
 hello: it proves nothing (two hellos further apart than :data:`PAIR_S`), and every honest node takes the newest of the
 hellos relayed, so a replay some nodes read changes nothing, and one every node reads alone is taken by all alike.
+A hello of the node's previous process, relayed next to its current one when the launches run back to back (review
+r31i F5: before, the two were a "proof" naming every honest node), carries another ``process``: it proves nothing,
+and being dated before the current process started it loses to the current hello at every node.
 Hivemind keeps its peers' clocks within :data:`CLOCK_S` of each other (it refuses a peer further off), so honest
 nodes' dates can be compared.
 
 Limits: one faulty node (as the commit). A node whose current hello no honest node could read (kept out by such a
 replay) and which the malicious node relays to some honest nodes only is taken differently: the launch ids differ and
 the ``start`` barrier stops every node after ``startup_timeout_s`` (a stop, not a split swarm, but its lines call
-the nodes of the other launch silent). A node restarted within
-:data:`PAIR_S` is named as having signed two hellos (its line says it may have run twice).
+the nodes of the other launch silent). A malicious node may sign each hello with a fresh ``process``: nothing then
+proves its equivocation, and every honest node takes its newest hello (they hold the same ones, above); a heard
+record of an earlier launch re-stored within its signed lifetime may be read in place of its node's current one (a
+stop at the ``start`` barrier, naming nobody as an equivocator).
 """
 
 from __future__ import annotations
@@ -61,15 +69,17 @@ _NONCE_CHARS = 64
 
 
 def parse_hello(body: bytes) -> dict | None:
-    """A hello's fields (``nonce``, ``config``: strings, ``nonce`` at most 64 characters; ``t``: a finite number of
-    seconds, DHT time), or None for anything else (not JSON, not an object, a field missing or of another type)."""
+    """A hello's fields (``process``, ``nonce``, ``config``: strings, ``process`` and ``nonce`` 1-64 characters; ``t``:
+    a finite number of seconds, DHT time), or None for anything else (not JSON, not an object, a field missing or of
+    another type)."""
     if not isinstance(body, bytes) or len(body) > MAX_HELLO_BYTES:
         return None
     try:
         hello = json.loads(body)
     except (ValueError, RecursionError):
         return None
-    ok = (isinstance(hello, dict) and isinstance(hello.get("nonce"), str) and 0 < len(hello["nonce"]) <= _NONCE_CHARS
+    ok = (isinstance(hello, dict) and all(isinstance(hello.get(f), str) and 0 < len(hello[f]) <= _NONCE_CHARS
+                                          for f in ("process", "nonce"))
           and isinstance(hello.get("config"), str) and isinstance(hello.get("t"), (int, float))
           and not isinstance(hello["t"], bool) and math.isfinite(hello["t"]))
     return hello if ok else None
@@ -132,8 +142,8 @@ class HelloBook:
         return max(ids.items(), key=lambda kv: (kv[1].t, kv[0]))[1].hello if ids else None
 
     def proofs(self, pubs: dict[int, str]) -> dict[int, tuple[Version, Version]]:
-        """node → two of its hellos under ``pubs[node]`` that say different things, dated at most :data:`PAIR_S`
-        apart (the closest such pair, earlier first): its signed proof of equivocation."""
+        """node → two of its hellos under ``pubs[node]`` of one ``process`` that say different things, dated at most
+        :data:`PAIR_S` apart (the closest such pair, earlier first): its signed proof of equivocation."""
         out = {}
         for node, pub in sorted(pubs.items()):
             pair = _pair(list(self.seen.get(node, {}).get(pub, {}).values()))
@@ -180,23 +190,24 @@ class HelloBook:
 
 
 def _pair(versions: list[Version]) -> tuple[Version, Version] | None:
-    """The two of ``versions`` (each saying something else) dated closest, if at most :data:`PAIR_S` apart; earlier
-    first (ties: by :func:`identity`)."""
+    """The two of ``versions`` (each saying something else) of one ``process`` dated closest, if at most
+    :data:`PAIR_S` apart; earlier first (ties: by :func:`identity`). Hellos of two processes are never a pair."""
     vs = sorted(versions, key=lambda v: (v.t, identity(v.hello)))
-    pairs = [(b.t - a.t, i, a, b) for i, a in enumerate(vs) for b in vs[i + 1:] if b.t - a.t <= PAIR_S]
+    pairs = [(b.t - a.t, i, a, b) for i, a in enumerate(vs) for b in vs[i + 1:]
+             if b.t - a.t <= PAIR_S and a.hello["process"] == b.hello["process"]]
     return min(pairs, key=lambda p: p[:2])[2:] if pairs else None
 
 
 def _said(v: Version, reader: int) -> str:
     who = "read by this node" if v.by == reader else f"read by node {v.by}"
-    return f"nonce {v.hello['nonce'][:12]}, config {v.hello['config'][:12]}, t={v.t:.1f}, signature {v.sig[:16]}…, {who}"
+    return f"process {v.hello['process'][:12]}, nonce {v.hello['nonce'][:12]}, config {v.hello['config'][:12]}, t={v.t:.1f}, signature {v.sig[:16]}…, {who}"
 
 
 def proof_line(node: int, pub: str, a: Version, b: Version, reader: int) -> str:
     """One clause naming node ``node`` (key ``pub``) as the signer of hellos ``a`` and ``b`` (this is node ``reader``)."""
     return (f"node {node} signed two different hellos for this launch ({_said(a, reader)}; {_said(b, reader)}; both "
-            f"signatures verify under node {node}'s key {pub[:12]}…, dated {b.t - a.t:.1f} s apart: it showed its peers "
-            "different hellos, or two processes ran as that node)")
+            f"signatures verify under node {node}'s key {pub[:12]}…, dated {b.t - a.t:.1f} s apart: one process of it "
+            "showed its peers different hellos)")
 
 
 def proof_record(node: int, pub: str, a: Version, b: Version) -> str:

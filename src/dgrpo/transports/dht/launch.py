@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Hello:
-    """This node's hello while its launch is under way: ``says`` (nonce and config) signed with the DHT time ``t``
+    """This node's hello while its launch is under way: ``says`` (process, nonce and config) signed with the DHT time ``t``
     under ``key``, signed and stored again with a new ``t`` by :meth:`refresh` when its time to live runs short
     (while the launch waits; :mod:`dgrpo.transports.dht.hellos`). ``body``: the bytes last stored."""
 
@@ -156,7 +156,8 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
     """
     initial = sorted(n for n in range(t.world_size) if n not in t.join)
     hello_key = f"{t.namespace}/hello"
-    own, book = Hello(t, hello_key, {"nonce": secrets.token_hex(8), "config": fingerprint}), HelloBook(hello_key)
+    says = {"process": secrets.token_hex(8), "nonce": secrets.token_hex(8), "config": fingerprint}  # (a new process
+    own, book = Hello(t, hello_key, says), HelloBook(hello_key)  # each attempt: an earlier one's hellos prove nothing)
     deadline, delay, changed = time.monotonic() + startup_timeout_s, 0.05, time.monotonic()
     while True:
         own.refresh()

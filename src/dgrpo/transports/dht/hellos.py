@@ -62,8 +62,9 @@ CLOCK_S = 3.0  # hivemind.utils.timed_storage.MAX_DHT_TIME_DISCREPANCY_SECONDS: 
 PAIR_S = HELLO_TTL_S + CLOCK_S  # two hellos of one key that say different things, dated at most this apart (seconds),
 #                                 prove equivocation: an honest node's hellos are one process's, refreshed every TTL/3
 STABLE_S = 0.25  # a node leaves its hello loop once the hellos it reads said nothing new for this long (s)
-MAX_IDS = 64  # different hellos kept per node key; none more once two of them are a proof (a spread-out flood of
-#              hellos, each over PAIR_S from the others, cannot fill it within any start-up limit)
+MAX_IDS = 64  # different hellos kept per node key; none more once two of them are a proof (a flood of hellos that
+#              prove nothing, each under a fresh process id or dated over PAIR_S from the others, can fill it: the
+#              nodes may then keep different ones and stop at the start barrier; a stop, not a split swarm)
 MAX_HELLO_BYTES = 512  # a hello is ~100 bytes
 _NONCE_CHARS = 64
 

@@ -2,6 +2,7 @@
 signed records, a client-mode node and the roster against impostors. Start-up failures, config rules, keys and
 joiners: test_hivemind_startup.py; multi-process swarms: test_hivemind.py."""
 
+import hashlib
 import itertools
 import json
 import threading
@@ -284,3 +285,32 @@ def test_a_joiner_reading_two_launch_records_one_node_signed_for_one_launch_name
     assert [n for n, _ in joiner.rejected] == [2], joiner.rejected
     assert joiner.rejected[0][1].startswith("launch: it signed two launch records for launch run that differ in agreed "
                                             "'name' (signatures ")
+
+
+def test_honest_hellos_of_the_previous_launch_relayed_by_a_node_name_nobody_and_the_launch_is_agreed(dhts, monkeypatch):
+    """Review r31i F5: launches back to back. Node 3 runs the honest code, but its heard record also relays nodes
+    0-2's signed hellos of their previous process (another process id and nonce, dated 8 s back: within PAIR_S).
+    Before, each was a "proof" that its honest node signed two hellos: every node stopped naming nodes 0-2. Now
+    hellos of two processes prove nothing: the launch is agreed on the current hellos and nobody is named."""
+    from dgrpo.transports.dht import launch as dl
+
+    ts = transports(dhts, 4, launched=False)
+    key, then = f"{ts[0].namespace}/hello", round(get_dht_time() - 8, 3)
+    old = {}
+    for k in range(3):
+        body = json.dumps({"process": f"{k}" * 16, "nonce": f"{k}" * 16, "config": "fp", "t": then}).encode()
+        old[k] = (body, seal(ts[k].signed.signing_key, key, k, body, then + 30)[1][:64].hex())
+    original, nonces = dl.hear, {}
+
+    def hear(t, book, pubs, own, startup_timeout_s):
+        nonces[t.rank] = own.says["nonce"]  # (this process's nonce: the launch id must be made of these)
+        if t.rank == 3:  # (its heard record quotes what its book holds)
+            for k, (body, sig) in old.items():
+                book.add(k, pubs[k], body, sig, 3)
+        return original(t, book, pubs, own, startup_timeout_s)
+    monkeypatch.setattr(dl, "hear", hear)
+    out = in_threads([lambda t=t: start_launch(t, "fp", 20) for t in ts])[0]
+    assert out == [None] * 4, out
+    current = sorted([k, public_hex(ts[k].signed.signing_key), nonces[k]] for k in range(4))
+    launch = hashlib.sha256(json.dumps(current).encode()).hexdigest()[:16]
+    assert [t.run_id for t in ts] == [launch] * 4 and all(t.rejected == [] for t in ts)

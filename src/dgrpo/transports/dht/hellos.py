@@ -201,7 +201,8 @@ def _pair(versions: list[Version]) -> tuple[Version, Version] | None:
 
 def _said(v: Version, reader: int) -> str:
     who = "read by this node" if v.by == reader else f"read by node {v.by}"
-    return f"process {v.hello['process'][:12]}, nonce {v.hello['nonce'][:12]}, config {v.hello['config'][:12]}, t={v.t:.1f}, signature {v.sig[:16]}…, {who}"
+    return (f"process {v.hello['process'][:12]}, nonce {v.hello['nonce'][:12]}, config {v.hello['config'][:12]}, "
+            f"t={v.t:.1f}, signature {v.sig[:16]}…, {who}")
 
 
 def proof_line(node: int, pub: str, a: Version, b: Version, reader: int) -> str:

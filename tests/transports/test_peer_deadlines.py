@@ -150,3 +150,66 @@ def test_a_trickled_challenge_answer_ends_within_its_2_s():
         assert time.monotonic() - t0 <= 2.0 + SLACK
     finally:
         server.close()
+
+
+def test_a_slow_resolver_holds_no_read_past_its_deadline(monkeypatch):
+    """Review r31i F1: the connect called ``getaddrinfo`` (no timeout) before the deadline's clock applied, and a
+    resolver taking 4 s held a 1 s read 3 s past it. Now a read resolves no name: with ``socket.getaddrinfo`` made
+    to take 4 s, a read of a silent server still ends by its 1 s (+ slack), and the resolver is never asked."""
+    asked = []
+
+    def slow(*args, **kwargs):
+        asked.append(args[0])
+        time.sleep(4.0)
+        raise socket.gaierror("slow resolver")
+
+    server = Trickler(b"", b"", 30.0)
+    reader = _reader(server.address)
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    try:
+        t0 = time.monotonic()
+        assert reader.fetch(0, "r1/data/0", cap=1 << 16, deadline=t0 + 1.0) == (None, None)
+        assert time.monotonic() - t0 <= 1.0 + SLACK and asked == []
+    finally:
+        reader.close()
+        server.close()
+
+
+def test_an_address_naming_a_host_is_refused_naming_its_signer():
+    """Review r31i F1: a rank could sign a DNS name as its server's address, and its resolver then held every read
+    of its keys. A record naming a host, even signed by its owner, is refused in one line naming the owner and the
+    fix; IPv4 and IPv6 literals are taken as before."""
+    from dgrpo.swarm.identity import Roster, generate_keys
+    from dgrpo.transports.peeraddr import AddressKeys, read_address
+
+    keys = generate_keys(2)
+    owner, reader = (AddressKeys(k, keys[k], Roster.of(keys), "fp") for k in (0, 1))
+    assert read_address(reader, 0, owner.record("peer.example.net:4000", "n0")) == (None, (
+        "is signed by node 0 but names the host 'peer.example.net', not an IP address: node 0 must set "
+        "DGRPO_SERVE_HOST to an IP"))
+    assert read_address(None, 0, owner.record("localhost:4000", "n0"))[1].startswith("is from node 0 but names")
+    for addr in ("10.0.0.7:4000", "::1:4000", "[fe80::1]:4000"):
+        assert read_address(reader, 0, owner.record(addr, "n0")) == (f"{addr}|n0", None)
+
+
+def test_a_serve_host_name_is_resolved_once_at_start_up(monkeypatch):
+    """``DGRPO_SERVE_HOST`` may be a name (docs/distributed.md): it is resolved once, here, to the address this
+    rank binds and signs; one that does not resolve stops the rank with one line naming the variable and the fix."""
+    from dgrpo.errors import ConfigError
+    from dgrpo.transports.peerserve import local_host
+
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.1.2.3", 0))] if host == "node7.lan" else [])
+    monkeypatch.setenv("DGRPO_SERVE_HOST", "node7.lan")
+    assert local_host() == "10.1.2.3"
+    monkeypatch.setenv("DGRPO_SERVE_HOST", "192.168.1.9")
+    assert local_host() == "192.168.1.9"
+
+    def fail(*a, **k):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", fail)
+    monkeypatch.setenv("DGRPO_SERVE_HOST", "nowhere.invalid")
+    with pytest.raises(ConfigError, match=r"^DGRPO_SERVE_HOST='nowhere.invalid' does not resolve \(.*\): set it to "
+                                          r"this machine's IP address, one its peers reach$"):
+        local_host()

@@ -7,6 +7,7 @@ launch from one kept from an earlier run (:func:`answers`; issue 31, review r31c
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import re
 import secrets
@@ -146,9 +147,20 @@ class AddressKeys:
         return None
 
 
+def numeric_host(host: str) -> bool:
+    """Whether ``host`` is an IPv4 or IPv6 literal (brackets stripped), which reads without name resolution."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def read_address(keys: AddressKeys | None, owner: int, raw: bytes) -> tuple[str | None, str | None]:
     """(``host:port|nonce``, None) from ``owner``'s record in the store, or (None, why it is refused):
-    without ``keys`` (no roster file) any well-formed record is taken."""
+    without ``keys`` (no roster file) any well-formed record is taken. The host must be an IP literal: a name,
+    even signed by ``owner``, is refused naming ``owner`` (its readers would wait on a resolver with no deadline,
+    review r31i F1; ``DGRPO_SERVE_HOST`` is resolved once at start-up: :func:`~dgrpo.transports.peerserve.local_host`)."""
     try:
         rec = json.loads(raw)
         addr, sig, nonce = rec["addr"], rec["sig"], rec.get("nonce", "")
@@ -158,10 +170,12 @@ def read_address(keys: AddressKeys | None, owner: int, raw: bytes) -> tuple[str 
             raise ValueError(nonce)
     except (ValueError, KeyError, TypeError, RecursionError, AttributeError):
         return None, f"is not a signed address record ({ascii(raw[:40])}; unsigned: its writer cannot be named)"
-    if keys is None:
-        return f"{addr}|{nonce}", None
-    by = keys.signer(owner, f"{addr}|{nonce}", sig)
-    if by == owner:
+    by = None if keys is None else keys.signer(owner, f"{addr}|{nonce}", sig)
+    if keys is None or by == owner:
+        host = addr.rpartition(":")[0].strip("[]")
+        if not numeric_host(host):
+            return None, (f"{'is signed by' if keys is not None else 'is from'} node {owner} but names the host "
+                          f"{ascii(host)[:60]}, not an IP address: node {owner} must set DGRPO_SERVE_HOST to an IP")
         return f"{addr}|{nonce}", None
     return None, (f"is signed by node {by}, not node {owner}" if by is not None else
                   f"is not signed by node {owner} (unsigned: its writer cannot be named)")

@@ -10,12 +10,16 @@ the time left (and at most ``idle`` seconds of silence a recv); a recv past ``en
 ends by ``end`` (plus one recv's scheduling, milliseconds). A server that began its answer and did not finish it
 by ``end`` raises :class:`Late` (its reader names it ``slow``, as one that serves too slowly); one that sent
 nothing, or fell silent for ``idle`` seconds, raises ``TimeoutError`` (not served, as before).
+The host must be an IP literal: the connect resolves no name (``getaddrinfo`` has no timeout, and a name a peer
+signed as its address let its resolver hold every read of its keys past ``end``: review r31i F1); a name raises
+``OSError`` (signed records naming one are refused earlier: :func:`dgrpo.transports.peeraddr.read_address`).
 """
 
 from __future__ import annotations
 
 import http.client
 import io
+import ipaddress
 import socket
 import time
 
@@ -102,7 +106,8 @@ class Connection(http.client.HTTPConnection):
 
     Raises (from ``request``, ``getresponse`` or the response's reads): :class:`Late` when the answer began and was
     not whole by ``end``; ``TimeoutError`` when nothing came (by ``end`` or for ``idle`` s); other ``OSError`` /
-    ``http.client.HTTPException`` as ``http.client`` does (refused, reset, not HTTP)."""
+    ``http.client.HTTPException`` as ``http.client`` does (refused, reset, not HTTP); ``OSError`` at once when
+    ``host`` is not an IP literal (no name is resolved)."""
 
     def __init__(self, host: str, port: int, end: float, idle: float = 1.0):
         super().__init__(host, port, timeout=max(1e-3, min(end - time.monotonic(), idle)))
@@ -112,6 +117,19 @@ class Connection(http.client.HTTPConnection):
         left = self.end - time.monotonic()
         if left <= 0:
             raise TimeoutError("timed out: not connected by the deadline")
-        self.timeout = min(left, self.idle)
-        super().connect()
-        self.sock = _Sock(self.sock, self.end, self.idle)
+        try:
+            ip = ipaddress.ip_address(self.host)
+        except ValueError:
+            raise OSError(f"peerget reads IP addresses only, not the name {self.host[:60]!r}") from None
+        sock = socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, socket.SOCK_STREAM)
+        try:  # (no getaddrinfo: the connect is one call bounded by the time left)
+            sock.settimeout(min(left, self.idle))
+            sock.connect((str(ip), self.port))
+        except BaseException:
+            sock.close()
+            raise
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:  # (not every OS has it: http.client ignores it too)
+            pass
+        self.sock = _Sock(sock, self.end, self.idle)

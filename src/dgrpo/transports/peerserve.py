@@ -46,7 +46,8 @@ import threading
 import time
 from urllib.parse import quote, unquote
 
-from dgrpo.transports.peeraddr import AddressKeys, answers, launch_nonce, launch_time, read_address  # noqa: F401
+from dgrpo.transports.peeraddr import (AddressKeys, answers, launch_nonce, launch_time, numeric_host,  # noqa: F401
+                                       read_address)
 from dgrpo.transports.peerget import Connection, Late
 from dgrpo.transports.peerhttp import BoundedServer
 
@@ -75,9 +76,21 @@ def _respond(chan: "PeerChannel"):
 
 
 def local_host() -> str:
-    """``DGRPO_SERVE_HOST``, else the local interface address that routes to ``MASTER_ADDR`` (loopback: 127.0.0.1)."""
-    if os.environ.get("DGRPO_SERVE_HOST"):
-        return os.environ["DGRPO_SERVE_HOST"]
+    """``DGRPO_SERVE_HOST`` (a name resolved here, once, to its first address: peers read IP addresses only,
+    review r31i F1), else the local interface address that routes to ``MASTER_ADDR`` (loopback: 127.0.0.1).
+
+    Raises:
+        ConfigError: ``DGRPO_SERVE_HOST`` is a name that does not resolve (one line naming it and the fix)."""
+    if host := os.environ.get("DGRPO_SERVE_HOST"):
+        if numeric_host(host.strip("[]")):
+            return host.strip("[]")
+        try:
+            return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
+        except (OSError, UnicodeError) as err:
+            from dgrpo.errors import ConfigError
+
+            raise ConfigError(f"DGRPO_SERVE_HOST={host[:60]!r} does not resolve ({err}): set it to this machine's "
+                             "IP address, one its peers reach") from None
     master = os.environ.get("MASTER_ADDR", "127.0.0.1")
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # (no packet is sent)

@@ -108,6 +108,26 @@ def test_copies_of_a_signers_own_messages_are_named_and_not_counted_as_read(task
     assert PolicyReport(received.rollouts, received.invalid).read == 8
 
 
+@pytest.mark.parametrize("first", [True, False], ids=["forwarded first", "forwarded after"])
+def test_a_forwarder_of_its_peers_messages_is_the_one_named_copy_whichever_came_first(task, model, tokenizer, first):
+    """Review r31i F3: node 1 (a low rank, read before its peers) serves copies of nodes 2's and 3's 4 messages.
+    Before, when its copies came first they were read and the signers' own deliveries named ``copy`` under
+    nodes 2 and 3 every round. Now the forwarder is named for each (4), whichever came first, the signers
+    never; node 2 delivering one of its own messages twice more is named for its own 2 repeats; no strike, and
+    the round read the 8 messages of the round."""
+    swarm, policy, keys, out = four(task, model, tokenizer)
+    forwarded = [dataclasses.replace(m) for n in (2, 3) for m in out[n]]  # other objects, the same signed content
+    repeats = [dataclasses.replace(out[2][0]) for _ in range(2)]
+    own = [m for n in range(4) for m in out[n]]
+    swarm.carriers = {**{id(m): m.node for m in [*own, *repeats]}, **{id(m): 1 for m in forwarded}}
+    received = swarm.receive(policy, [*forwarded, *own, *repeats] if first else [*own, *forwarded, *repeats], 0)
+    rec, strikes = account(swarm, received, 0)
+    assert {n: rec[n]["transport"] for n in "0123"} == {"0": {}, "1": {"copy": 4}, "2": {"copy": 2}, "3": {}}
+    assert received.copies == 6 and sum(strikes.values()) == 0
+    assert {n: rec[n]["accepted"] for n in "0123"} == {n: 2 for n in "0123"}
+    assert PolicyReport(received.rollouts, received.invalid).read == 8
+
+
 def test_a_forgery_of_an_honest_content_first_does_not_make_the_honest_message_a_copy(task, model, tokenizer):
     swarm, policy, keys, out = four(task, model, tokenizer)
     m = out[0][0]

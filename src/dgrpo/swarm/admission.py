@@ -76,6 +76,7 @@ class Candidate:
     signer: int | None = None  # the node whose key signed it (the claimed node without signing)
     data: bytes = b""  # its signed bytes (signing or shares on)
     digest: str = ""  # sha256 of ``data`` (= message_digest)
+    group: tuple = ()  # what its copies share: (digest, signer), or the first screened object's id (unsigned swarm)
     identity: str | None = None  # the verifier's identity refusal, given after round and flood
     rollout: Rollout | None = None
 
@@ -98,6 +99,8 @@ class Admission:
             unprotected swarm: copies and floods reach the defenses).
         signing: signatures are checked.
         received: what the receive accepted and refused so far.
+        deliveries: a copy group (:attr:`Candidate.group`) → (its signer, who delivered each of its messages, the
+            first one and its copies, in order: None where unknown); :func:`name_copies` names the copies.
     """
 
     protocol: Protocol | None
@@ -112,6 +115,7 @@ class Admission:
     screen_shares: ShareCheck | None = field(init=False, default=None)  # None: copies and floods not screened
     signing: bool = field(init=False, default=False)
     received: Received = field(init=False, default_factory=lambda: Received(rollouts=[]))
+    deliveries: dict[tuple, tuple[int | None, list[int | None]]] = field(init=False, default_factory=dict)
 
     def __post_init__(self):
         p = self.protocol
@@ -310,12 +314,13 @@ def screen(a: Admission, c: Candidate) -> str | None:
     except TypeError:  # an unhashable field (a list of token ids): screened in full, refused by schema
         seen = None
     if seen is not None:
-        c.signer = seen[0]
+        c.signer, c.group = seen[0], seen[2]
         return "copy" if seen[0] is not None else seen[1]
     reason = refusal(a, c, SCREENED)
+    c.group = (c.digest, c.signer) if c.data else ("object", id(c.msg))
     if shares is not None and reason != "flooded":
         try:
-            shares.screened[c.msg] = (c.signer, reason)
+            shares.screened[c.msg] = (c.signer, reason, c.group)
         except TypeError:
             pass
     return reason
@@ -340,9 +345,11 @@ def admit(a: Admission, messages: Sequence[Message], carriers: Mapping[int, int]
             reason = f"decode: {type(err).__name__}: {str(err)[:80]!r}"
         rule = reason.split(":", 1)[0] if reason is not None else None
         carrier = carriers.get(id(msg))
-        if rule in ("copy", "flooded"):  # not read by the round: named under who delivered it (else its signer)
+        if rule == "copy" or rule != "flooded" and c.group and c.signer is not None and c.group not in a.deliveries:
+            a.deliveries.setdefault(c.group, (c.signer, []))[1].append(carrier)  # (named at the end: name_copies)
+        if rule == "flooded":  # not read by the round: named under who delivered it (else its signer)
             received.carried.append((c.signer if carrier is None else carrier, rule))
-        elif carrier is not None and carrier != c.signer and rule in DROPPED:  # who delivered another's message
+        elif carrier is not None and carrier != c.signer and rule in DROPPED - {"copy"}:  # another's message
             received.carried.append((carrier, rule))
         if rule == "copy":
             received.copies += 1
@@ -361,8 +368,20 @@ def admit(a: Admission, messages: Sequence[Message], carriers: Mapping[int, int]
         received.rollouts.append(c.rollout)
         received.admitted.append(msg)
         kept.append((msg, c.signer))
+    name_copies(a)
     complete_shares(a, kept)
     return received
+
+
+def name_copies(a: Admission) -> None:
+    """Name each ``copy`` (never a strike) in ``Received.carried``: of n deliveries of one signed content, n - 1 are
+    named under who delivered them (unknown: the signer), never the signer's own while another node delivered it
+    (review r31i F3: a low rank forwarding its peers' messages first had the honest signers named ``copy``)."""
+    for signer, delivered in a.deliveries.values():
+        who = [signer if d is None else d for d in delivered]
+        own = who.count(signer)
+        named = [d for d in who if d != signer] + [signer] * (own - 1) if own else who[1:]
+        a.received.carried.extend((d, "copy") for d in named)
 
 
 def complete_shares(a: Admission, kept: list[tuple[Message, int]]) -> None:

@@ -126,7 +126,7 @@ class ShareCheck:
         self.global_prompts = schedule.horizontal(round_idx) if schedule.mode == "horizontal" else None
         self.seen: set[tuple[int, str, int]] = set()  # slots with an accepted message
         self.verified: set[tuple[str, int]] = set()  # (message_digest, signer) of every message verified so far
-        self.screened: dict[Message, tuple[int | None, str | None]] = {}  # message → its screening verdict
+        self.screened: dict[Message, tuple] = {}  # message → its screening verdict (signer, reason, copy group)
         self.signed: Counter = Counter()  # signer → distinct messages it signed for this run and round
         self.prompts: dict[int, set[str]] = {}
         self.texts: dict[int, dict[str, int]] = {}  # sender → text → first index

@@ -129,10 +129,12 @@ def _served(t, owner: int, key: str, wait: float = 60.0) -> bytes | None:
     return None
 
 
-def _respell() -> None:
+def _respell(upper: bool = True) -> None:
     """In every message round this rank waits until its peers posted, reads their messages and serves, under
     its own key before its own frame, each of them with the signature in upper case (issue 31: the old copy
-    check compared signature strings, so each counted as a second message for its honest signer's slot)."""
+    check compared signature strings, so each counted as a second message for its honest signer's slot);
+    ``upper=False`` (``forward:R``): verbatim, so a low rank's copies are read before their signers' own
+    deliveries (review r31i F3: the signers were named ``copy``)."""
     from dgrpo.transports.distributed import DistributedTransport
     from dgrpo.transports.framing import frame, unframe
 
@@ -143,7 +145,8 @@ def _respell() -> None:
             others = sorted(self.alive - {self.rank})
             msgs = [m for n in others for body in unframe(_served(self, n, f"{tag}/data/{n}") or b"")
                     for m in json.loads(body)["messages"]]
-            respelled = [{**m, "signature": m["signature"].upper()} for m in msgs if m.get("signature")]
+            respelled = [{**m, "signature": m["signature"].upper() if upper else m["signature"]}
+                         for m in msgs if m.get("signature")]
             prefix = frame(json.dumps({"messages": respelled}).encode())
             self._frame = lambda p: prefix + frame(p)  # served before its own frame, from the start
         return original(self, tag, payload, framed)
@@ -243,7 +246,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     ``delete:R:V`` (R deletes V's round-0 store keys once V serves), ``accuse:R:V`` (R alone accuses V),
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key, in its address record, in the store),
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
-    signatures), ``copies:R:N`` (R serves up to N copies of its own signed messages each round, within its byte cap), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
+    signatures; ``forward:R`` verbatim), ``copies:R:N`` (R serves up to N copies of its own signed messages each round, within its byte cap), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
     ``whyunserved:R`` / ``whyread:R`` / ``relaynote:R:V`` (round_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``propose:R:NAME`` (R proposes NAME as the
     run name), ``outdir:R:PATH`` (R's out_dir), ``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` / ``tworeadies:R:V:MODE`` (startup_scenarios); several scenarios are joined
     with ``,``."""
@@ -295,8 +298,8 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
         return _forge(int(rest[0]), replace=kind == "overwrite")
     if kind == "equivocate":
         return _equivocate()
-    if kind == "respell":
-        return _respell()
+    if kind in ("respell", "forward"):
+        return _respell(upper=kind == "respell")
     if kind == "copies":  # copies:R:N: R serves N copies of its own signed messages each round
         return _own_copies(int(rest[0]))
     if kind == "slowread":

@@ -177,7 +177,7 @@ class EvalConfig(StrictConfig):
 
 class RunConfig(StrictConfig):
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Run seed, 0 to 2^32 − 1 (numpy's range): prompts, sampling seeds and initialisation derive from it.")
-    rounds: int = Field(12, ge=1, le=MAX_ROUNDS, description="Rounds (at most 100000) (generation → exchange → update) to run. Default 12: the README command, about 8 minutes on 2 CPU cores.")
+    rounds: int = Field(12, ge=1, le=MAX_ROUNDS, description="Rounds (at most 100000) (generation → exchange → update) to run. Default 12: the README command, about 4 minutes on 2 quiet CPU cores (results/readme_quiet_2026-12-05_evening).")
     out_dir: PathText = Field("runs", min_length=1, max_length=4096, description="Folder that receives the run directory.")
     name: PathText | None = Field(None, max_length=200, description="Run directory name (printable, at most 200 characters and 255 bytes in UTF-8); None = {task}__{attack}__{defense}__seed{n}__{time}.")
     threads: int | None = Field(None, ge=1, le=1024, description="torch CPU threads, at most 1024 (None = torch default).")

@@ -19,7 +19,7 @@ def _members(protocol) -> set[str]:
 def test_the_protocol_names_what_the_run_uses():
     assert _members(Transport) == {"local_nodes", "alive", "failed", "rejected", "carriers", "peer_views", "labels", "first_round",
                                    "verifier", "is_main",
-                                   "all_gather", "gather_values", "agree", "collect_at_main", "check_startup", "announce_stop", "close"}
+                                   "all_gather", "gather_values", "agree", "collect_at_main", "check_startup", "exchanged_keys", "announce_stop", "close"}
 
 
 @pytest.mark.parametrize("transport", [InProcessTransport, DistributedTransport, HivemindTransport])

@@ -224,7 +224,7 @@ def sample(
 
 def _rescore_apart(model: PreTrainedModel, rescore: Rescore) -> None:
     """``rescore``'s completions scored by their own pass (:func:`dgrpo.policy.scoring.completion_stats`)."""
-    from dgrpo.policy.scoring import completion_stats  # (scoring imports this module through prefix)
+    from dgrpo.policy.scoring import completion_stats  # (scoring → prefix → this module: imported late)
 
     training = model.training
     model.eval()

@@ -16,7 +16,7 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from dgrpo.policy.onednn import onednn_linears
-from dgrpo.policy.prefix import SharedPrefix
+from dgrpo.policy.prefix import SharedPrefix, common_prefix
 
 
 def pad_right(completions: list[list[int]], pad_id: int) -> torch.Tensor:
@@ -221,12 +221,10 @@ def completion_stats(model: PreTrainedModel, prompts: list[list[int]], completio
     Raises:
         ValueError: lengths differ, or a prompt or completion is empty.
     """
-    from dgrpo.policy.sampling import _shared_prefix
-
     if len(prompts) != len(completions) or any(not p for p in prompts) or any(not c for c in completions):
         raise ValueError("completion_stats needs one non-empty prompt per non-empty completion")
     device = next(model.parameters()).device
-    shared = _shared_prefix(list(dict.fromkeys(tuple(p) for p in prompts))) if len(prompts) > 1 else 0
+    shared = common_prefix(prompts)  # (0 for one distinct prompt)
     rows = [list(p[shared:]) + list(c[:-1]) for p, c in zip(prompts, completions)]
     out: list = [None] * len(rows)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))

@@ -254,7 +254,7 @@ def build_protocol(cfg: RunConfig, task: Task, transport: Transport, run_dir: Pa
         if pc.roster is not None:
             roster = Roster.load(pc.roster)
             private = {n: load_private_key(key_path(pc.key_dir or Path(pc.roster).parent, n)) for n in local}
-        elif (exchanged := getattr(transport, "exchanged_keys", lambda: None)()) is not None:
+        elif (exchanged := transport.exchanged_keys()) is not None:
             private, roster = exchanged  # (distributed, unsafe_key_exchange: the keys exchanged at the check-in)
         else:
             private = {n: k for n, k in generate_keys(cfg.swarm.nodes).items() if n in local}

@@ -91,6 +91,12 @@ class Transport(Protocol):
             PeerFailure: a peer's values differ or do not verify (distributed).
         """
 
+    def exchanged_keys(self):
+        """Without a roster file: ``({node: its private key} for this process's nodes, Roster)`` of the keys the
+        transport exchanged at start-up, which the run's messages are signed and checked with; None when it
+        exchanged none (a roster file, or a transport whose protocol keys are made elsewhere: in-process,
+        hivemind)."""
+
     def announce_stop(self, reason: str) -> None:
         """Tell the peers, before leaving at start-up, why this process stops (distributed: signed for its
         server's launch and pushed to its peers' servers, so one still reading quotes it instead of calling

@@ -328,6 +328,10 @@ class HivemindTransport:
         return self.run_id  # the run's agreed settings are checked at launch (dgrpo.transports.dht.launch)
 
     # ------------------------------------------------------------------ shutdown
+    def exchanged_keys(self):
+        """None: hivemind's keys come from the roster file or its own key exchange (docs/hivemind.md)."""
+        return None
+
     def announce_stop(self, reason: str) -> None:
         """Nothing: a refusing node says bye at exit (:meth:`close`), so its peers stop waiting for it."""
 

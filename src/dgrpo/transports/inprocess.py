@@ -43,6 +43,10 @@ class InProcessTransport:
     def check_startup(self, protocol, timeout_s: float) -> str:
         return secrets.token_hex(16)  # one process: its nodes share one config by construction; a fresh launch id
 
+    def exchanged_keys(self):
+        """None: one process makes every node's key (:func:`dgrpo.training.build.build_protocol`)."""
+        return None
+
     def announce_stop(self, reason: str) -> None:
         """Nothing: every node of this process stops with it."""
 

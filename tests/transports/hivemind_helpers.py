@@ -54,6 +54,8 @@ def _node(node: int, args: list[str], log_path: str, scenario: str) -> None:
         launchlie(scenario, node)
     elif scenario.startswith("pinlaunch:"):
         pinlaunch(scenario, node)
+    elif scenario.startswith("stale:"):
+        stale(scenario, node, args)
     else:
         apply_scenario(scenario, node, args)  # die:R:ROUND, stall:R:ROUND:SECONDS
     from dgrpo.cli import main
@@ -256,13 +258,15 @@ def launchlie(scenario: str, node: int) -> None:
     _, who, lie = scenario.split(":")
     if int(who) != node:
         return
+    from hivemind.utils import get_dht_time
+
     from dgrpo.transports.dht import launch as dl
 
     def publish(t, round_idx=None, wait_s=10.0):
         last = round_idx if round_idx is not None else (t.last_round if t.last_round is not None else -1)
         body = {"run": "f" * 16 if lie == "run" else t.run_id, "roster": {str(n): p for n, p in sorted(t.roster.items())},
                 "config": t.fingerprint, "alive": sorted(t.alive), "round": 10**6 if lie == "round" else last + 1,
-                "agreed": {**t.agreed, "name": "/tmp/evil"} if lie == "name" else t.agreed}
+                "agreed": {**t.agreed, "name": "/tmp/evil"} if lie == "name" else t.agreed, "t": round(get_dht_time(), 3)}
         print(f"launch liar {node}: launch record of launch {body['run']} at round {body['round']}", flush=True)
         t.signed.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s, wait_s)
 
@@ -298,6 +302,53 @@ def pinlaunch(scenario: str, node: int) -> None:
             print(f"pinner {node}: node {victim}'s launch record stored again with a far expiry: stored={ok}", flush=True)
 
     dl.publish_launch = publish
+
+
+def stale(scenario: str, node: int, args: list[str]) -> None:
+    """``stale:R:V``: node R, before its launch, stores node V's hello, heard record and launch record of an earlier
+    launch ``eeee…`` (same roster and config, node V's process ``eeee…``: signed 20 s ago with node V's key from the
+    roster folder, as V's earlier process signed them and anyone could have kept them), each with the expiry V
+    signed (still ahead); V's launch record there puts launch ``eeee…`` at round 1. Then R runs the honest code but
+    signs every launch record of its own for launch ``eeee…`` at round 1 (issue 31, review r31i F6 within a record's
+    signed lifetime: with V's old record that is a quorum of 3 for the earlier launch)."""
+    _, who, victim = scenario.split(":")
+    if int(who) != node:
+        return
+    from hivemind.utils import get_dht_time
+
+    from dgrpo.swarm.identity import key_path, load_private_key
+    from dgrpo.transports.dht import launch as dl
+    from dgrpo.transports.dht.hellos import HELLO_TTL_S
+    from dgrpo.transports.dht.records import seal
+
+    victim, old = int(victim), "e" * 16
+    key = load_private_key(key_path(next(a.split("=", 1)[1] for a in args if a.startswith("swarm.protocol.key_dir=")),
+                                    victim))
+
+    def record(t, round_idx):
+        return {"run": old, "roster": {str(n): p for n, p in sorted(t.roster.items())}, "config": t.fingerprint,
+                "alive": sorted(n for n in range(t.world_size) if n not in t.join), "round": round_idx, "agreed": {}}
+
+    start = dl.start_launch
+
+    def start_launch(t, fingerprint, startup_timeout_s):
+        then = round(get_dht_time() - 20, 3)
+        t.fingerprint = fingerprint
+        for tag, body, ttl in (
+                ("hello", {"process": old, "nonce": old, "config": fingerprint, "t": then}, HELLO_TTL_S),
+                ("heard", {"process": old, "hellos": []}, startup_timeout_s + HELLO_TTL_S),
+                ("launch", {**record(t, 1), "t": then}, t.retention_s)):
+            subkey, value = seal(key, f"{t.namespace}/{tag}", victim, json.dumps(body).encode(), then + ttl)
+            ok = t.dht.store(f"{t.namespace}/{tag}", value, then + ttl, subkey=subkey)
+            print(f"stale {node}: node {victim}'s {tag} record of launch {old} stored again: stored={ok}", flush=True)
+        publish(t)  # (its own vote for the earlier launch, before anyone's record of this one)
+        return start(t, fingerprint, startup_timeout_s)
+
+    def publish(t, round_idx=None, wait_s=10.0):
+        body = {**record(t, 1), "t": round(get_dht_time(), 3)}
+        t.signed.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s, wait_s)
+
+    dl.start_launch, dl.publish_launch = start_launch, publish
 
 
 def in_threads(fns: list[Callable[[], object]]) -> tuple[list, float]:

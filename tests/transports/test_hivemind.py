@@ -85,9 +85,9 @@ def test_a_record_under_another_peers_slot_is_refused_by_every_receiver(tmp_path
     # (since issue 31 the DHT nodes keep only the roster's (node, key) pairs: the second is refused there too)
     assert "under node 2's subkey stored=False; under its own key for node 2's slot stored=False" in results[1].output
     for r in (results[0], results[2]):
-        assert re.search(r"DHT refused a record for node 2: signature of node 2's record does not verify", r.output), r.node
+        assert re.search(r"DHT refused a record for node 2: signature of node 2's record does not verify", r.output), r.rank
         assert re.search(r"DHT refused a record for node 2: node 2's record is signed by [0-9a-f]{12}…, not by its roster "
-                         r"key", r.output), r.node
+                         r"key", r.output), r.rank
     assert comparable(read_metrics(run_dir)) == want  # every key: the refusals are named in peers.jsonl only
     assert all(any(p.get("transport", {}).get("dht") for p in rec["peers"].values()) for rec in _peers(run_dir))
 
@@ -206,6 +206,36 @@ def test_a_node_pinning_its_peers_launch_records_neither_stops_a_joiner_nor_gets
     assert not re.search(r"rejected record from node [0-3] under launch|sent nothing", results[3].output)
     records = read_metrics(run_dir)
     assert [r["swarm/messages"] for r in records[:3]] == [6, 6, 8]  # node 3 takes part in round 2, with every node
+    assert not [p for p in _peers(run_dir) if "missing payload" in json.dumps(p)]
+
+
+def test_an_earlier_launchs_records_stored_again_neither_split_nor_stop_a_launch_and_its_joiner(tmp_path, tiny_model_dir,
+                                                                                               tiny_model_dir_b):
+    """Issue 31 (review r31i F4/F6 within a record's signed lifetime): before the launch node 2 stores node 1's hello,
+    heard record and launch record of an earlier launch (signed 20 s ago by node 1, their expiries ahead), the launch
+    record at round 1 of launch eeee…, and then signs its own for that launch. Before, joiner node 3 took node 1's
+    old record and node 2's as a quorum: it entered launch eeee… and trained alone, named ``missing payload`` by its
+    peers. Now records signed before the joiner started are not read (and a heard record of another process than
+    its node's hello is ignored): the launch goes on with every node, the joiner joins it at round 2, and only node 2
+    is named (its lone launch record), node 1 nowhere."""
+    models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
+    args = [models, "swarm.nodes=4", *COMMON, B2, "rounds=3", "swarm.hivemind.join={3: 2}", "swarm.timeout_s=30",
+            "swarm.on_peer_failure=continue", *roster(tmp_path, 4)]
+    results, run_dir = hivemind(tmp_path, "h", 4, args, scenario="stale:2:1", per_node={3: [f"out_dir={tmp_path / 'joiner'}"]})
+    assert codes(results) == [0, 0, 0, 0], results[3].output[-3000:]
+    stored = re.findall(r"stale 2: node 1's (\w+) record of launch e{16} stored again: stored=(\w+)", results[2].output)
+    assert [tag for tag, ok in stored if ok == "True"][-2:] == ["heard", "launch"], results[2].output[-3000:]  # (the
+    #   hello only if node 1 had not stored its own yet: a later expiry, which no copy outranks)
+    launched = re.search(r"node 0: launch ([0-9a-f]{16}) with nodes \[0, 1, 2\]", results[0].output)
+    assert launched and all(f"launch {launched[1]} with nodes [0, 1, 2]" in r.output for r in results[:3])
+    assert f"node 3: joins launch {launched[1]} at round 2 (swarm at round 1" in results[3].output, results[3].output[-3000:]
+    assert re.search(r"rejected record from node 2 under launch: launch: its signed launch record names launch e{16} "
+                     r"where nodes 0, 1", results[3].output), results[3].output[-3000:]
+    for r in results:  # node 1 named nowhere, nobody waited for
+        assert not re.search(r"rejected record from node [013]|refused a record for node 1|sent nothing", r.output), r.rank
+    records = read_metrics(run_dir)
+    assert [r["swarm/messages"] for r in records[:3]] == [6, 6, 8]  # node 3 takes part in round 2, with every node
+    assert records[2]["train/reward/node3"] is not None and "swarm/nodes_alive" not in records[2]
     assert not [p for p in _peers(run_dir) if "missing payload" in json.dumps(p)]
 
 

@@ -34,8 +34,9 @@ def read(book: HelloBook, node: int, nonce: str, t: float, by: int, **kw) -> boo
     return book.add(node, pub, body, sig, by)
 
 
-def heard(book: HelloBook) -> bytes:
-    return book.quote(PUBS)
+def heard(book: HelloBook, process: str = "p" * 16) -> bytes:
+    """The heard record of a relayer whose own hello (as its readers hold it) is of ``process``."""
+    return book.quote(PUBS, process)
 
 
 def test_two_hellos_of_one_key_with_different_nonces_are_a_proof_that_names_and_quotes_their_signer():
@@ -108,7 +109,7 @@ def test_identity_is_everything_but_the_date():
 def test_a_relay_takes_only_hellos_their_node_signed_and_never_the_relayer_s_own():
     relayer = HelloBook(KEY)
     read(relayer, 3, "b" * 16, 100.1, by=1)
-    read(relayer, 1, "c" * 16, 99.0, by=1)  # the relayer's own hello: taken by nobody from its relay
+    read(relayer, 1, "z" * 16, 99.2, by=1)  # a hello of the relayer itself: taken by nobody from its relay
     record = json.loads(heard(relayer))
     pub, body, _ = hello(0, "d" * 16, 99.5)
     record["hellos"] += [[0, pub, body.decode("latin-1"), "ab" * 64],  # forged: node 0 never signed it
@@ -116,9 +117,10 @@ def test_a_relay_takes_only_hellos_their_node_signed_and_never_the_relayer_s_own
                          ["0", PUBS[0], "x", "y"]]
     book = HelloBook(KEY)
     read(book, 3, "a" * 16, 100.0, by=0)
+    read(book, 1, "c" * 16, 99.0, by=0)  # the relayer's hello as this node read it
     bad = book.take(1, json.dumps(record).encode(), PUBS)
     assert bad == ["a hello of node 0 that node 0 did not sign", "an entry that is not [node, key, body, signature]"]
-    assert book.chosen(1, PUBS[1]) is None and book.chosen(0, PUBS[0]) is None and book.chosen(2, PUBS[2]) is None
+    assert book.nonces(1, PUBS[1]) == ["c" * 16] and book.chosen(0, PUBS[0]) is None and book.chosen(2, PUBS[2]) is None
     assert [(v.hello["nonce"], v.by) for v in book.proofs(PUBS)[3]] == [("a" * 16, 0), ("b" * 16, 1)]
     assert book.take(1, b"[1, 2]", PUBS) == ['its heard record is not {"hellos": [...]}']
 
@@ -139,7 +141,8 @@ def _decide(direct: dict[int, list[tuple]], attacker_shows: dict[int, list] | No
         for j in range(3):
             if j != n:
                 book.take(j, relays[j], PUBS)
-        book.take(3, json.dumps({"hellos": (attacker_shows or {}).get(n, [])}).encode(), PUBS)
+        shown = {"process": book.chosen(3, PUBS[3])["process"], "hellos": (attacker_shows or {}).get(n, [])}
+        book.take(3, json.dumps(shown).encode(), PUBS)  # (of the process of node 3's hello as this node holds it)
         out.append(({k: [v.hello["nonce"] for v in p] for k, p in book.proofs(PUBS).items()},
                     [book.chosen(k, PUBS[k])["nonce"] for k in range(4)]))
     return out
@@ -196,3 +199,28 @@ def test_two_hellos_of_one_process_are_still_a_proof_wherever_the_attacker_shows
     # with a fresh process for each hello nothing proves it, and every node takes its newest hello alike
     fresh = _decide({0: [(x, 100.0, "r" * 16)], 1: [(y, 100.2, "s" * 16)], 2: [(x, 100.0, "r" * 16)]})
     assert fresh[0] == fresh[1] == fresh[2] == ({}, HONEST + [y])
+
+
+def test_a_heard_record_of_the_relayers_earlier_process_is_ignored_and_names_nobody():
+    """Issue 31 (review r31i F4 within a record's signed lifetime): node 1's heard record of its earlier process
+    (another launch), stored again by anyone, relays what that process read: before, a reader took it in place of
+    node 1's current one and missed what node 1 read now (a split hello set, a stop at the start barrier). Now a
+    reader takes a heard record only of the process whose hello it holds for its relayer: the earlier one (and one
+    without a process) is ignored, nothing of it is taken and nothing named; the current one is taken."""
+    old_reader = HelloBook(KEY)  # node 1's earlier process read node 3's hello "o" (dated 500 s back)
+    read(old_reader, 3, "o" * 16, 10.0 - 500, by=1, process="q" * 16)
+    stale = heard(old_reader, process="old1".ljust(16, "0"))
+    now_reader = HelloBook(KEY)  # node 1's current process read node 3's hello "y" alone
+    read(now_reader, 3, "y" * 16, 10.5, by=1, process="s" * 16)
+    current = heard(now_reader, process="p" * 16)
+    book = HelloBook(KEY)  # node 0: holds node 1's current hello (process p…) and node 3's "x"
+    read(book, 1, HONEST[1], 10.0, by=0)
+    read(book, 3, "x" * 16, 10.0, by=0, process="r" * 16)
+    assert book.take(1, stale, PUBS) is None  # (another process of node 1: ignored)
+    no_process = json.dumps({"hellos": json.loads(current)["hellos"]}).encode()
+    assert book.take(1, no_process, PUBS) is None
+    assert book.nonces(3, PUBS[3]) == ["x" * 16]  # nothing of either was taken
+    assert book.take(1, current, PUBS) == []  # the current one is taken: node 3's hello "y" of node 1's reads
+    assert book.nonces(3, PUBS[3]) == ["x" * 16, "y" * 16] and book.chosen(3, PUBS[3])["nonce"] == "y" * 16
+    assert book.proofs(PUBS) == {}
+    assert book.take(2, current, PUBS) is None  # (node 2's hello is not held: no process to match yet)

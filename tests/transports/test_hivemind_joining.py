@@ -136,6 +136,7 @@ def test_a_record_of_another_launch_from_a_node_outside_the_launch_is_not_named(
     (record(1, roster={"x": "y"}), "roster is not node id"), (record(1, run="launch\nX"), "run or config is not 1 to 64"),
     (record(1, config="f" * 65), "run or config is not 1 to 64 letters"),
     (json.dumps({"run": RUN}).encode(), "run, config, roster or agreed missing"),
+    (record(1, t="soon"), "t soon is not a number"), (record(1, t=True), "t True is not a number"),
 ])
 def test_a_malformed_record_is_named_with_what_is_wrong(body, why):
     assert isinstance(parse_claim(body, 4), str) and parse_claim(body, 4).startswith(why)
@@ -150,3 +151,43 @@ def test_records_of_nodes_not_expected_before_the_joiners_round_do_not_count():
     assert book.decide() is None and 3 not in book.latest
     book = book_of(record(1), None, None, record(1), expected=(0, 1, 3))
     assert book.decide().backers == [0, 3]
+
+
+def since_book(*bodies, since=1000.0):
+    """A joiner's book (started at DHT time ``since`` + CLOCK_S) after reading ``bodies[k]`` from node k in order
+    (each a body or a list of bodies, read in that order)."""
+    book = LaunchBook((0, 1, 2), 4, since=since)
+    for node, read in enumerate(bodies):
+        for body in read if isinstance(read, list) else [read]:
+            book.add(node, body, f"{node:x}" * 128)
+    return book
+
+
+def test_records_signed_before_the_joiner_started_are_of_an_earlier_launch_ignored_and_name_nobody():
+    """Issue 31 (review r31i F6 within a record's signed lifetime): node 1's record of an earlier launch E (signed
+    before the joiner started, stored again by node 2) and node 2's own fresh record of E made a quorum for E: the
+    joiner entered E and trained alone (or stopped: E had reached its round). Now node 1's old record is not read:
+    E has node 2 alone, the launch of nodes 0-1 has the quorum once node 1's current record is read, and only the
+    liar is named."""
+    old_e = record(1, run="e" * 16, t=990.0)  # node 1's record of launch E, signed before the joiner started
+    book = since_book(record(0, t=1001.0), old_e, record(1, run="e" * 16, t=1002.0))
+    assert book.decide() is None and 1 not in book.latest and book.named(None) == []
+    assert book.summary() == ("node 0: launch 0123456789abcdef round 0; node 2: launch eeeeeeeeeeeeeeee round 1; node 1: "
+                              "only records signed before this node started (an earlier launch's), ignored")
+    book.add(1, record(0, t=1001.5), "1" * 128)  # node 1's current record
+    j = book.decide()
+    assert (j.run, j.round, j.backers) == (RUN, 0, [0, 1])
+    assert list(reasons(book, j)) == [2] and "names launch eeeeeeeeeeeeeeee where nodes 0, 1" in reasons(book, j)[2]
+    # with the joiner's start unknown (since = -inf) the old record still counts: what the rule changes
+    assert since_book(record(0, t=1001.0), old_e, record(1, run="e" * 16, t=1002.0), since=float("-inf")).decide().run \
+        == "e" * 16
+
+
+def test_of_each_node_the_record_signed_last_counts_whatever_the_order_read():
+    """A copy of a node's earlier record (this launch's, from a DHT node that missed its refresh) read after its
+    newer one does not replace it: the round stays the newer one's."""
+    book = since_book(record(1, t=1005.0), [record(1, t=1005.0), record(-1, t=1001.0)], record(1, t=1005.0))
+    assert book.decide().round == 1 and book.latest[1].round == 1
+    book = since_book(record(1, t=1005.0), [record(-1, t=1001.0), record(1, t=1005.0)], record(-1, t=1001.0))
+    assert book.decide().round == 1  # (the quorum-th highest of 1, 1, -1)
+    assert since_book(record(1), record(1), record(1)).decide() is None  # records without t: of an older version

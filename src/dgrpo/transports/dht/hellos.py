@@ -152,17 +152,21 @@ class HelloBook:
                 out[node] = pair
         return out
 
-    def quote(self, pubs: dict[int, str]) -> bytes:
-        """This node's heard record: every hello it holds of the nodes ``pubs`` under their keys, as
-        ``{"hellos": [[node, public key hex, body (latin-1), signature hex], …]}``."""
+    def quote(self, pubs: dict[int, str], process: str) -> bytes:
+        """This node's heard record: the ``process`` id of its own hello (the record is of this process: readers
+        take it only as such, :meth:`take`) and every hello it holds of the nodes ``pubs`` under their keys, as
+        ``{"process": process, "hellos": [[node, public key hex, body (latin-1), signature hex], …]}``."""
         out = [[n, pub, v.body.decode("latin-1"), v.sig] for n, pub in sorted(pubs.items())
                for _, v in sorted(self.seen.get(n, {}).get(pub, {}).items())]
-        return json.dumps({"hellos": out}).encode()
+        return json.dumps({"process": process, "hellos": out}).encode()
 
-    def take(self, relayer: int, raw: bytes, pubs: dict[int, str]) -> list[str]:
+    def take(self, relayer: int, raw: bytes, pubs: dict[int, str]) -> list[str] | None:
         """Take the hellos node ``relayer``'s heard record ``raw`` relays: those of nodes ``pubs`` under their keys
         whose record signature verifies; never ``relayer``'s own. Returns what was refused (one phrase each, for
-        the log: a relayer that quotes a hello its node never signed is named there, never acted on alone)."""
+        the log: a relayer that quotes a hello its node never signed is named there, never acted on alone), or None
+        when the record is not of the process whose hello this node holds for ``relayer`` (:meth:`chosen`): a
+        heard record of the relayer's earlier process (an earlier launch's, stored again within its signed
+        lifetime) or of none; nothing of it is taken, and its signer is not named (anyone may store it again)."""
         try:
             rec = json.loads(raw)
             entries = rec["hellos"] if isinstance(rec, dict) and isinstance(rec.get("hellos"), list) else None
@@ -170,6 +174,9 @@ class HelloBook:
             entries = None
         if entries is None:
             return ["its heard record is not {\"hellos\": [...]}"]
+        hello = self.chosen(relayer, pubs.get(relayer, ""))
+        if hello is None or rec.get("process") != hello["process"]:
+            return None
         bad = []
         for e in entries[: MAX_IDS * len(pubs) + 1]:
             if not (isinstance(e, list) and len(e) == 4 and isinstance(e[0], int) and not isinstance(e[0], bool)

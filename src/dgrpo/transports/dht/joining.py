@@ -25,17 +25,27 @@ must-have 5) and the commit's drop rule (more than half of the views):
 * two records one key signed for the same launch id that differ in config, roster or an agreed value are a proof
   that their node equivocated (an honest node's are fixed for its launch): named with both quoted, and its records
   no longer count. Two records naming different launch ids prove nothing (anyone may store a node's record of an
-  earlier launch in this namespace again): the latest one read is the node's vote.
+  earlier launch in this namespace again, until the expiry its node signed): the one signed last (its ``t``) is the
+  node's vote;
+* **a record signed before the joiner started** (its ``t``, DHT time, more than :data:`CLOCK_S` before the
+  joiner's start) is not read at all: it is of an earlier launch (its node's process ended before this launch's
+  began, and this launch's nodes sign theirs again, below), stored again by anyone within its signed lifetime
+  (issue 31: node 1's record of an earlier launch and node 2's own made a quorum for it, and the joiner entered it
+  and trained alone, or stopped). It names nobody. So that a joiner started while the swarm already waits in its
+  join round still reads a fresh record, every node signs its record of the round before again every
+  :data:`BEACON_S` while it waits for a joiner's first payload (:func:`dgrpo.transports.dht.rounds.message_round`).
 
 With at most one malicious node and a quorum of honest live nodes, the joiner enters the honest launch at its round
 and names the liar. Limits: if more than half of the expected nodes are dead or lie, no quorum forms and the joiner
-stops after ``swarm.startup_timeout_s``, quoting what each node's record said.
+stops after ``swarm.startup_timeout_s``, quoting what each node's record said; a joiner started less than
+:data:`CLOCK_S` after an earlier launch's nodes stopped may still read their last records (start it later).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 from collections import Counter, defaultdict
@@ -49,6 +59,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_RUNS = 16  # launch ids remembered per node (each with its first record: the proof's other half)
+CLOCK_S = 3.0  # hivemind.utils.timed_storage.MAX_DHT_TIME_DISCREPANCY_SECONDS: peers' clocks differ by at most this
+BEACON_S = 1.0  # a node waiting for a joiner's first payload signs its launch record again this often (seconds)
 _ID = re.compile(r"[0-9A-Za-z_.-]{1,64}")  # a launch id, a config hash (sha256 hex, 16 digits; so logged as they are)
 _TAG = re.compile(r"[a-z_]{1,32}")  # an agreed value's name (``agree``'s tags: "name")
 
@@ -56,7 +68,8 @@ _TAG = re.compile(r"[a-z_]{1,32}")  # an agreed value's name (``agree``'s tags: 
 @dataclass(frozen=True)
 class Claim:
     """What one signed launch record says. ``roster``, ``agreed``: sorted (key, value) pairs; ``sig``: its record
-    signature (hex), quoted in a proof; ``body``: the record's bytes."""
+    signature (hex), quoted in a proof; ``body``: the record's bytes; ``t``: when its node signed it (DHT time,
+    seconds; -inf for a record without one: an older version's, read as of an earlier launch)."""
 
     run: str
     config: str
@@ -66,6 +79,7 @@ class Claim:
     agreed: tuple[tuple[str, str], ...]
     sig: str = ""
     body: bytes = b""
+    t: float = float("-inf")
 
     @property
     def launch(self) -> tuple:
@@ -97,8 +111,11 @@ def parse_claim(body: bytes, nodes: int, sig: str = "") -> Claim | str:
         return "roster is not node id → key"
     if not all(_TAG.fullmatch(k) and isinstance(v, str) for k, v in agreed.items()):
         return "an agreed value is not text under a lower-case name"
+    t = rec.get("t", float("-inf"))
+    if not (isinstance(t, (int, float)) and not isinstance(t, bool) and (t == float("-inf") or math.isfinite(t))):
+        return f"t {str(t)[:20]} is not a number of seconds"
     return Claim(run, config, tuple(sorted((int(k), p) for k, p in roster.items())), frozenset(alive), rnd,
-                 tuple(sorted(agreed.items())), sig, body)
+                 tuple(sorted(agreed.items())), sig, body, float(t))
 
 
 def _differs(a: Claim, b: Claim) -> str:
@@ -135,12 +152,15 @@ class LaunchBook:
         expected: the nodes live before the joiner's round if none failed (initial nodes and earlier joiners, not
             the joiner itself); the quorum is more than half of them.
         nodes: ``swarm.nodes`` (node ids are 0..nodes-1).
+        since: DHT time (seconds): a record signed before it is of an earlier launch and ignored (module docstring);
+            the joiner's start less :data:`CLOCK_S`.
     """
 
-    def __init__(self, expected: Iterable[int], nodes: int):
-        self.expected, self.nodes = sorted(set(expected)), nodes
+    def __init__(self, expected: Iterable[int], nodes: int, since: float = float("-inf")):
+        self.expected, self.nodes, self.since = sorted(set(expected)), nodes, since
         self.need = len(self.expected) // 2 + 1
-        self.latest: dict[int, Claim] = {}
+        self.latest: dict[int, Claim] = {}  # node → its record signed last
+        self.stale: dict[int, Claim] = {}  # node → a record of it signed before ``since`` (ignored; for the summary)
         self.runs: dict[int, dict[str, Claim]] = defaultdict(dict)  # node → launch id → its first claim of it
         self.proofs: dict[int, tuple[Claim, Claim, str]] = {}  # node → two claims of one launch id, what differs
         self.malformed: dict[int, str] = {}
@@ -153,12 +173,16 @@ class LaunchBook:
         if isinstance(claim, str):
             self.malformed[node] = claim
             return
+        if claim.t < self.since:
+            self.stale[node] = claim  # (of an earlier launch: anyone may store it again; names nobody)
+            return
         first = self.runs[node].get(claim.run)
         if first is None and len(self.runs[node]) < MAX_RUNS:
             self.runs[node][claim.run] = claim
         elif first is not None and node not in self.proofs and _differs(first, claim):
             self.proofs[node] = (first, claim, _differs(first, claim))
-        self.latest[node] = claim
+        if node not in self.latest or claim.t >= self.latest[node].t:
+            self.latest[node] = claim  # (a copy of an earlier record read later does not replace a newer one)
 
     def decide(self) -> Joining | None:
         """The launch a quorum of the latest records name, its round, live nodes and agreed values; None without one."""
@@ -217,6 +241,9 @@ class LaunchBook:
     def summary(self) -> str:
         """What each expected node's latest record said (for a stop without a quorum)."""
         said = [f"node {n}: {self.latest[n].short()}" for n in self.expected if n in self.latest]
+        old = sorted(set(self.stale) - set(self.latest))
+        said += [f"node{'s' if len(old) > 1 else ''} {', '.join(map(str, old))}: only records signed before this node "
+                 "started (an earlier launch's), ignored"] if old else []
         return "; ".join(said) if said else "no launch record of the swarm was found"
 
 
@@ -234,9 +261,12 @@ def join_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: flo
         PeerFailure: no quorum reaches the round before this node's within ``startup_timeout_s`` (quotes what each
             node said), or a quorum has exchanged this node's round already.
     """
+    from hivemind.utils import get_dht_time
+
     first, key = t.first_round, f"{t.namespace}/launch"
     expected = [n for n in range(t.world_size) if n != t.rank and t.join.get(n, 0) < first]
-    book, deadline = LaunchBook(expected, t.world_size), time.monotonic() + startup_timeout_s
+    book = LaunchBook(expected, t.world_size, since=get_dht_time() - CLOCK_S)
+    deadline = time.monotonic() + startup_timeout_s
     while True:
         for node, (_, body, sig) in t.signed.read(key, set(expected), wait_s=5.0).items():
             book.add(node, body, sig.hex())  # (read: signed by the roster's key for its node, else refused and named)

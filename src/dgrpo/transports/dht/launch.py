@@ -225,32 +225,50 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
 
 
 def hear(t: "HivemindTransport", book: HelloBook, pubs: dict[int, str], own: Hello, startup_timeout_s: float) -> None:
-    """Relay the hellos this node read (its heard record under ``{namespace}/heard``) and take every other initial
-    node's (``pubs``: node → its key) until every node not yet proved to have signed two hellos has relayed
-    (:mod:`dgrpo.transports.dht.hellos`). A relay quoting a hello its node never signed is named in the log
-    (``heard:``), never acted on alone.
+    """Relay the hellos this node read (its heard record under ``{namespace}/heard``, of its own process) and take
+    every other initial node's (``pubs``: node → its key) until every node not yet proved to have signed two hellos
+    has relayed (:mod:`dgrpo.transports.dht.hellos`). A relay quoting a hello its node never signed is named in the
+    log (``heard:``), never acted on alone. A node's heard record counts only when it is of the process whose hello
+    this node takes for it (:meth:`HelloBook.take`): one of an earlier process (an earlier launch's, stored again
+    within its signed lifetime) is ignored, naming nobody, and its current one is waited for.
 
     Raises:
         PeerFailure: a node sent no heard record within ``startup_timeout_s`` (names it).
     """
     key, ttl = f"{t.namespace}/heard", startup_timeout_s + HELLO_TTL_S
-    deadline, delay, got, stored = time.monotonic() + startup_timeout_s, 0.05, set(), False
+    deadline, delay, stored = time.monotonic() + startup_timeout_s, 0.05, False
+    got: dict[int, str] = {}  # node → the process of the heard record taken from it
+    ignored: set[bytes] = set()  # heard records of another process, each logged once
+
+    def process(n: int) -> str | None:
+        hello = book.chosen(n, pubs[n])
+        return hello["process"] if hello else None
+
     while True:
         own.refresh()
         if not stored:  # (what this node read before it relays: what it decides on is what its peers get)
-            stored = bool(t.signed.store(key, book.quote(pubs), ttl, wait_s=5.0))
-        waiting = [n for n in sorted(pubs) if n != t.rank and n not in got and n not in book.proofs(pubs)]
+            stored = bool(t.signed.store(key, book.quote(pubs, own.says["process"]), ttl, wait_s=5.0))
+        proved = book.proofs(pubs)  # (a relay taken may make another node's hello newer: its record is read again)
+        waiting = [n for n in sorted(pubs) if n != t.rank and n not in proved and got.get(n) != process(n)]
         if stored and not waiting:
             return
         recs = t.signed.records(key, wait_s=min(5.0, max(0.2, deadline - time.monotonic()))) if waiting else {}
         for n in waiting:
             for pub, body, _ in recs.get(n, []):
-                if pub == pubs[n] and n not in got:
-                    got.add(n)
-                    for why in book.take(n, body, pubs):
-                        t.signed.reject(key, f"{n}:{why}", n, f"heard: its heard record relays {why}")
+                if pub != pubs[n] or got.get(n) == process(n):
+                    continue
+                bad = book.take(n, body, pubs)
+                if bad is None:
+                    if body not in ignored:
+                        ignored.add(body)
+                        log.info("node %d: node %d's heard record is not of the process of its hello (an earlier "
+                                 "launch's, stored again?): ignored", t.rank, n)
+                    continue
+                got[n] = process(n)
+                for why in bad:
+                    t.signed.reject(key, f"{n}:{why}", n, f"heard: its heard record relays {why}")
         if time.monotonic() >= deadline:
-            late = [n for n in waiting if n not in got]
+            late = [n for n in waiting if got.get(n) != process(n)]
             if not late:
                 raise PeerFailure(f"node {t.rank}: no DHT node took its heard record within swarm.startup_timeout_s="
                                   f"{startup_timeout_s:g}s (its DHT lost its peers?); start every node again")
@@ -271,7 +289,8 @@ def _leave_out(t: "HivemindTransport", missing: list[int], startup_timeout_s: fl
 def _launched_without(t: "HivemindTransport") -> str:
     """The launch that more than half of the other initial nodes' launch records name, when it leaves this node out
     (``launch X, nodes [...]``; :class:`~dgrpo.transports.dht.joining.LaunchBook`: one node's record alone decides
-    nothing), or ""."""
+    nothing), or "". Only the wording of a stop: the records it reads were signed before this node started (the
+    others launched without it), so an earlier launch's, stored again, may be quoted here."""
     book = LaunchBook([n for n in range(t.world_size) if n not in t.join and n != t.rank], t.world_size)
     for node, (_, body, _) in t.signed.read(f"{t.namespace}/launch", set(book.expected)).items():
         book.add(node, body)
@@ -280,11 +299,14 @@ def _launched_without(t: "HivemindTransport") -> str:
 
 
 def publish_launch(t: "HivemindTransport", round_idx: int | None = None, wait_s: float = 10.0) -> None:
-    """(Re)publish this node's launch record: launch id, roster, agreed values, live nodes, last round (waiting up to
-    ``wait_s`` seconds for a DHT node to confirm it; an unconfirmed store goes on in the DHT process)."""
+    """(Re)publish this node's launch record: launch id, roster, agreed values, live nodes, last round, and ``t`` when
+    it was signed (DHT time: a joiner ignores records signed before it started, :mod:`dgrpo.transports.dht.joining`),
+    waiting up to ``wait_s`` seconds for a DHT node to confirm it (an unconfirmed store goes on in the DHT process)."""
     last = round_idx if round_idx is not None else (t.last_round if t.last_round is not None else -1)
+    from hivemind.utils import get_dht_time
+
     body = {"run": t.run_id, "roster": {str(n): p for n, p in sorted(t.roster.items())}, "config": t.fingerprint,
-            "alive": sorted(t.alive), "round": last, "agreed": t.agreed}
+            "alive": sorted(t.alive), "round": last, "agreed": t.agreed, "t": round(get_dht_time(), 3)}
     t.signed.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s, wait_s)
 
 

@@ -115,5 +115,26 @@ def message_round(t: "HivemindTransport", round_idx: int, payload: bytes, clock:
     """
     clock = clock or RoundClock.now(t.timeout_s)
     with t.signed.until(clock.stop):  # (every DHT wait of the round ends by then)
-        got = t.exchange(f"r{round_idx}", payload, deadline=clock.end("payloads"), limit=clock.limit("payloads"))
+        got = t.exchange(f"r{round_idx}", payload, on_wait=joiner_beacon(t, round_idx), deadline=clock.end("payloads"),
+                         limit=clock.limit("payloads"))
         return t.commit(round_idx, got, clock)
+
+
+def joiner_beacon(t: "HivemindTransport", round_idx: int):
+    """While this node waits for the payloads of round ``round_idx``, the first round of a planned joiner: a callable
+    that signs its launch record of the round before again every :data:`~dgrpo.transports.dht.joining.BEACON_S`
+    (stored without waiting), so a joiner started while the swarm waits for it reads a record signed after it
+    started (it ignores older ones: :mod:`dgrpo.transports.dht.joining`). None in any other round."""
+    from dgrpo.transports.dht.joining import BEACON_S
+
+    if round_idx <= 0 or not [n for n, r in t.join.items() if r == round_idx and n != t.rank and n not in t.failed]:
+        return None
+    due = [time.monotonic() + BEACON_S]
+
+    def beacon() -> None:
+        if time.monotonic() >= due[0]:
+            from dgrpo.transports.dht.launch import publish_launch
+
+            due[0] = time.monotonic() + BEACON_S
+            publish_launch(t, round_idx - 1, wait_s=0.0)
+    return beacon

@@ -223,10 +223,15 @@ def omit(scenario: str, node: int) -> None:
 def rehello(scenario: str, node: int) -> None:
     """``rehello:R``: node R runs the honest code, but from its first hello on a thread stores its signed hello again
     every 0.1 s with a fresh nonce, all else the same (review r31g J6: peers that left their hello loop at different
-    moments hashed different nonces into the launch id, and the start barrier named honest nodes)."""
+    moments hashed different nonces into the launch id, and the start barrier named honest nodes). ``rehello:R:process``:
+    each also under a fresh process id, dated now (issue 31: a flood that proved nothing filled the 64 hellos kept per
+    key, and the honest nodes kept different ones)."""
     if int(scenario.split(":")[1]) != node:
         return
+    fresh = scenario.endswith(":process")
     import secrets
+
+    from hivemind.utils import get_dht_time
 
     from dgrpo.transports.dht import launch as dl
 
@@ -241,9 +246,12 @@ def rehello(scenario: str, node: int) -> None:
         def again():
             for n in itertools.count():
                 hello = {**json.loads(self.body), "nonce": secrets.token_hex(8)}
+                if fresh:
+                    hello.update(process=secrets.token_hex(8), t=round(get_dht_time(), 3))
                 self.t.signed.store(self.key, json.dumps(hello).encode(), 30)
                 if n == 0:
-                    print(f"rehello {node}: storing its hello again every 0.1 s with a fresh nonce", flush=True)
+                    print(f"rehello {node}: storing its hello again every 0.1 s with a fresh nonce"
+                          + (" and process id" if fresh else ""), flush=True)
                 time.sleep(0.1)
         threading.Thread(target=again, daemon=True).start()
 

@@ -334,3 +334,29 @@ def test_a_node_storing_its_hello_again_with_fresh_nonces_is_named_at_once_by_ev
         assert proof and up, (r.rank, r.output[-3000:])  # (the proof logs both hellos in full)
         seconds = (datetime.strptime(proof[1], STAMP) - datetime.strptime(up[1], STAMP)).total_seconds()
         assert seconds < 30, (r.rank, seconds)  # at once, not after swarm.startup_timeout_s=90s
+
+
+def test_a_node_flooding_hellos_under_fresh_process_ids_is_named_at_once_by_every_node(tmp_path, tiny_model_dir):
+    """Issue 31: node 3 runs the honest code, but stores its signed hello again every 0.1 s with a fresh nonce and a
+    fresh process id, dated now. Two hellos of two processes prove nothing, so before, the flood filled the 64 hellos
+    each honest node keeps of a key in about 6 s; the nodes kept different ones, chose different newest hellos, and
+    every node stopped at the ``start`` barrier after ``startup_timeout_s`` naming nobody (or an honest node). Now
+    hellos of more than 3 processes of one key within 33 s are a proof: every honest node stops at once (whatever
+    ``on_peer_failure``; the docs' rule for a proved equivocator) in one line naming node 3, nobody else."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", *COMMON, B2, "rounds=2", "swarm.timeout_s=8",
+            "swarm.on_peer_failure=continue"]  # (COMMON: swarm.startup_timeout_s=90)
+    results, _ = hivemind(tmp_path, "h", 4, args, scenario="rehello:3:process", timeout=150)
+    assert "rehello 3: storing its hello again every 0.1 s with a fresh nonce and process id" in results[3].output
+    for r in results[:3]:
+        assert r.returncode == 3, (r.rank, r.output[-3000:])
+        errors = [line for line in r.output.splitlines() if line.startswith("dgrpo: error:")]
+        assert len(errors) == 1 and re.match(r"dgrpo: error: node 3 signed hellos of 4 different processes within "
+                                             r"[0-9.]+ s for this launch", errors[0]), (r.rank, r.output[-3000:])
+        assert len(re.findall(r"signature [0-9a-f]{16}…", errors[0])) == 4 and "stopping before round 0" in errors[0]
+        assert not re.search(r"node [012] signed|nodes? [0-9, ]*sent nothing|launch [0-9a-f]{16} with", r.output)
+        proof = re.search(r"^(\S+ \S+) WARN\S* \S+ node \d: proof that node 3 signed hellos of too many processes",
+                          r.output, re.M)
+        up = re.search(r"^(\S+ \S+) INFO \S+ node \d listening on", r.output, re.M)
+        assert proof and up, (r.rank, r.output[-3000:])
+        seconds = (datetime.strptime(proof[1], STAMP) - datetime.strptime(up[1], STAMP)).total_seconds()
+        assert seconds < 30, (r.rank, seconds)  # at once, not after swarm.startup_timeout_s=90s

@@ -12,8 +12,8 @@ pytest.importorskip("hivemind")
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-from dgrpo.transports.dht.hellos import (PAIR_S, HelloBook, identity, parse_hello, proof_line,  # noqa: E402
-                                         proof_record)
+from dgrpo.transports.dht.hellos import (MAX_PROCESSES, PAIR_S, HelloBook, identity, parse_hello,  # noqa: E402
+                                         proof_line, proof_record)
 from dgrpo.transports.dht.records import public_hex, seal, signed_digest  # noqa: E402
 
 KEY = "dgrpo/test-hellos/hello"
@@ -224,3 +224,39 @@ def test_a_heard_record_of_the_relayers_earlier_process_is_ignored_and_names_nob
     assert book.nonces(3, PUBS[3]) == ["x" * 16, "y" * 16] and book.chosen(3, PUBS[3])["nonce"] == "y" * 16
     assert book.proofs(PUBS) == {}
     assert book.take(2, current, PUBS) is None  # (node 2's hello is not held: no process to match yet)
+
+
+def test_hellos_of_more_than_max_processes_processes_within_pair_s_are_a_proof_naming_their_signer():
+    """Issue 31 (a flood of hellos under fresh process ids): 4 processes of node 3 dated within 0.3 s prove it;
+    every signature of the proof verifies under node 3's key. 3 processes, or 4 spread over more than PAIR_S, prove
+    nothing (an honest node restarted: its previous and current processes)."""
+    assert MAX_PROCESSES == 3
+    book = HelloBook(KEY)
+    for k in range(3):
+        read(book, 3, f"n{k}".ljust(16, "0"), 100.0 + 0.1 * k, by=0, process=f"p{k}".ljust(16, "0"))
+    assert book.proofs(PUBS) == {}  # (three processes within PAIR_S: no proof)
+    assert read(book, 3, "n3".ljust(16, "0"), 100.3, by=0, process="p3".ljust(16, "0"))
+    proof = book.proofs(PUBS)[3]
+    assert [v.hello["process"][:2] for v in proof] == ["p0", "p1", "p2", "p3"]
+    line = proof_line(3, PUBS[3], *proof, reader=0)
+    assert line.startswith("node 3 signed hellos of 4 different processes within 0.3 s for this launch (process p0")
+    assert len(re.findall(r"signature [0-9a-f]{16}…", line)) == 4 and "a flood of hellos" in line
+    full = json.loads(proof_record(3, PUBS[3], *proof))
+    assert len(full["hellos"]) == 4 and all(signed_digest(KEY, 3, PUBS[3], hashlib.sha256(body.encode("latin-1"))
+                                                          .hexdigest(), sig) for body, sig in full["hellos"])
+    assert not read(book, 3, "n4".ljust(16, "0"), 100.4, by=0, process="p4".ljust(16, "0"))  # (a proof held stays)
+    spread = HelloBook(KEY)  # four processes, but no PAIR_S holds more than three
+    for k, t in enumerate((0.0, 12.0, 24.0, 36.0)):
+        read(spread, 3, f"n{k}".ljust(16, "0"), 100.0 + t, by=0, process=f"p{k}".ljust(16, "0"))
+    assert spread.proofs(PUBS) == {} and spread.chosen(3, PUBS[3])["nonce"] == "n3".ljust(16, "0")
+
+
+def test_a_flood_of_fresh_process_hellos_read_in_different_parts_is_a_proof_at_every_honest_node():
+    """The flood: node 3 signs a hello under a fresh process id every 0.1 s; node 0 read the first 64, node 1 the next
+    64, node 2 the last one. Before, node 0 and node 1 kept only 64 each (their own), refused the relayed ones, and
+    chose different newest hellos (the launch ids differed: a stop at the start barrier naming nobody, after
+    startup_timeout_s). Now each holds a proof from its own reads (or from the relays) and names node 3 alike."""
+    flood = [(f"f{k}".ljust(16, "0"), 100.0 + 0.1 * k, f"q{k}".ljust(16, "0")) for k in range(129)]
+    out = _decide({0: flood[:64], 1: flood[64:128], 2: flood[128:]})
+    assert [set(proofs) for proofs, _ in out] == [{3}, {3}, {3}]
+    assert all(len(proofs[3]) == MAX_PROCESSES + 1 for proofs, _ in out)

@@ -25,6 +25,11 @@ same hellos:
   are a signed proof that the node equivocated (:meth:`HelloBook.proofs`): every honest node stops at start-up in
   one line naming it and quoting both (:func:`proof_line`); an honest process signs one hello, so this names only a
   node that signed two in one process (a restart draws a new ``process``: never named);
+* so are hellos of more than :data:`MAX_PROCESSES` different ``process`` ids of one key dated within
+  :data:`PAIR_S` (a flood of hellos, each under a fresh process id: before, one every 0.1 s filled the
+  :data:`MAX_IDS` hellos kept per key in about 6 s, and honest nodes that kept different ones chose different
+  hellos and stopped at the ``start`` barrier after ``startup_timeout_s``, naming nobody or an honest node): an
+  honest node starts that many processes in :data:`PAIR_S` only in a crash loop;
 * otherwise each node's hello is the newest one (:meth:`HelloBook.chosen`), the same at every honest node.
 
 Anyone can relay a node's hello of an earlier launch (in its own heard record), and store the record again until the
@@ -39,13 +44,18 @@ and being dated before the current process started it loses to the current hello
 Hivemind keeps its peers' clocks within :data:`CLOCK_S` of each other (it refuses a peer further off), so honest
 nodes' dates can be compared.
 
+A heard record names the process of its relayer (:meth:`HelloBook.quote`) and is taken only for the process of the
+relayer's hello the reader holds (:meth:`HelloBook.take`): a heard record of an earlier launch, stored again within
+its signed lifetime, is ignored in place of being read as the node's current relay (issue 31).
+
 Limits: one faulty node (as the commit). A node whose current hello no honest node could read (kept out by such a
 replay) and which the malicious node relays to some honest nodes only is taken differently: the launch ids differ and
 the ``start`` barrier stops every node after ``startup_timeout_s`` (a stop, not a split swarm, but its lines call
-the nodes of the other launch silent). A malicious node may sign each hello with a fresh ``process``: nothing then
-proves its equivocation, and every honest node takes its newest hello (they hold the same ones, above); a heard
-record of an earlier launch re-stored within its signed lifetime may be read in place of its node's current one (a
-stop at the ``start`` barrier, naming nobody as an equivocator).
+the nodes of the other launch silent). A malicious node may sign a few hellos under fresh ``process`` ids, or many
+dated over :data:`PAIR_S` / :data:`MAX_PROCESSES` apart: nothing then proves its equivocation, and every honest node
+takes its newest hello (they hold the same ones, above), unless those dated apart fill the :data:`MAX_IDS` kept
+per key (over 64 dated across 12 minutes: honest nodes that kept different ones may stop at the ``start``
+barrier, naming nobody).
 """
 
 from __future__ import annotations
@@ -62,9 +72,10 @@ CLOCK_S = 3.0  # hivemind.utils.timed_storage.MAX_DHT_TIME_DISCREPANCY_SECONDS: 
 PAIR_S = HELLO_TTL_S + CLOCK_S  # two hellos of one key that say different things, dated at most this apart (seconds),
 #                                 prove equivocation: an honest node's hellos are one process's, refreshed every TTL/3
 STABLE_S = 0.25  # a node leaves its hello loop once the hellos it reads said nothing new for this long (s)
-MAX_IDS = 64  # different hellos kept per node key; none more once two of them are a proof (a flood of hellos that
-#              prove nothing, each under a fresh process id or dated over PAIR_S from the others, can fill it: the
+MAX_IDS = 64  # different hellos kept per node key; none more once some of them are a proof (hellos that prove
+#              nothing, at most MAX_PROCESSES processes in any PAIR_S, dated across 12 minutes, can fill it: the
 #              nodes may then keep different ones and stop at the start barrier; a stop, not a split swarm)
+MAX_PROCESSES = 3  # process ids of one key dated within PAIR_S that prove nothing; one more is a proof (a flood)
 MAX_HELLO_BYTES = 512  # a hello is ~100 bytes
 _NONCE_CHARS = 64
 
@@ -126,7 +137,7 @@ class HelloBook:
             return False
         ids = self.seen.setdefault(node, {}).setdefault(pub, {})
         key, new = identity(hello), Version(hello, body, sig, by)
-        if key not in ids and (len(ids) >= MAX_IDS or _pair(list(ids.values())) is not None):
+        if key not in ids and (len(ids) >= MAX_IDS or _proof(list(ids.values())) is not None):
             return False  # (a proof held stays held: every honest node that holds one relays it whole)
         old = ids.get(key)
         if old is None or new.t > old.t:
@@ -142,14 +153,15 @@ class HelloBook:
         ids = self.seen.get(node, {}).get(pub, {})
         return max(ids.items(), key=lambda kv: (kv[1].t, kv[0]))[1].hello if ids else None
 
-    def proofs(self, pubs: dict[int, str]) -> dict[int, tuple[Version, Version]]:
-        """node → two of its hellos under ``pubs[node]`` of one ``process`` that say different things, dated at most
-        :data:`PAIR_S` apart (the closest such pair, earlier first): its signed proof of equivocation."""
+    def proofs(self, pubs: dict[int, str]) -> dict[int, tuple[Version, ...]]:
+        """node → its signed proof of equivocation under ``pubs[node]`` (:func:`_proof`): two hellos of one
+        ``process`` that say different things dated at most :data:`PAIR_S` apart, else hellos of more than
+        :data:`MAX_PROCESSES` processes dated within :data:`PAIR_S` (earliest first)."""
         out = {}
         for node, pub in sorted(pubs.items()):
-            pair = _pair(list(self.seen.get(node, {}).get(pub, {}).values()))
-            if pair is not None:
-                out[node] = pair
+            proof = _proof(list(self.seen.get(node, {}).get(pub, {}).values()))
+            if proof is not None:
+                out[node] = proof
         return out
 
     def quote(self, pubs: dict[int, str], process: str) -> bytes:
@@ -197,13 +209,25 @@ class HelloBook:
         return bad
 
 
-def _pair(versions: list[Version]) -> tuple[Version, Version] | None:
-    """The two of ``versions`` (each saying something else) of one ``process`` dated closest, if at most
-    :data:`PAIR_S` apart; earlier first (ties: by :func:`identity`). Hellos of two processes are never a pair."""
+def _proof(versions: list[Version]) -> tuple[Version, ...] | None:
+    """A proof of equivocation among ``versions`` (each saying something else), earliest first (ties: by
+    :func:`identity`): the two of one ``process`` dated closest, if at most :data:`PAIR_S` apart (hellos of two
+    processes are never a pair); else, in the earliest span of :data:`PAIR_S` that holds hellos of more than
+    :data:`MAX_PROCESSES` processes, the first hello of each of its first ``MAX_PROCESSES + 1`` processes."""
     vs = sorted(versions, key=lambda v: (v.t, identity(v.hello)))
     pairs = [(b.t - a.t, i, a, b) for i, a in enumerate(vs) for b in vs[i + 1:]
              if b.t - a.t <= PAIR_S and a.hello["process"] == b.hello["process"]]
-    return min(pairs, key=lambda p: p[:2])[2:] if pairs else None
+    if pairs:
+        return min(pairs, key=lambda p: p[:2])[2:]
+    for i, a in enumerate(vs):
+        first: dict[str, Version] = {}
+        for b in vs[i:]:
+            if b.t - a.t > PAIR_S:
+                break
+            first.setdefault(b.hello["process"], b)
+            if len(first) > MAX_PROCESSES:
+                return tuple(first.values())
+    return None
 
 
 def _said(v: Version, reader: int) -> str:
@@ -212,14 +236,20 @@ def _said(v: Version, reader: int) -> str:
             f"t={v.t:.1f}, signature {v.sig[:16]}…, {who}")
 
 
-def proof_line(node: int, pub: str, a: Version, b: Version, reader: int) -> str:
-    """One clause naming node ``node`` (key ``pub``) as the signer of hellos ``a`` and ``b`` (this is node ``reader``)."""
-    return (f"node {node} signed two different hellos for this launch ({_said(a, reader)}; {_said(b, reader)}; both "
-            f"signatures verify under node {node}'s key {pub[:12]}…, dated {b.t - a.t:.1f} s apart: one process of it "
-            "showed its peers different hellos)")
+def proof_line(node: int, pub: str, *proof: Version, reader: int) -> str:
+    """One clause naming node ``node`` (key ``pub``) as the signer of the hellos ``proof`` (:func:`_proof`: a pair of
+    one process, or hellos of more than :data:`MAX_PROCESSES` processes; this is node ``reader``)."""
+    a, b = proof[0], proof[-1]
+    if len(proof) == 2:
+        return (f"node {node} signed two different hellos for this launch ({_said(a, reader)}; {_said(b, reader)}; "
+                f"both signatures verify under node {node}'s key {pub[:12]}…, dated {b.t - a.t:.1f} s apart: one "
+                "process of it showed its peers different hellos)")
+    return (f"node {node} signed hellos of {len(proof)} different processes within {b.t - a.t:.1f} s for this launch "
+            f"({'; '.join(_said(v, reader) for v in proof)}; every signature verifies under node {node}'s key "
+            f"{pub[:12]}…: more than the {MAX_PROCESSES} processes a node may start in {PAIR_S:g} s, a flood of hellos)")
 
 
-def proof_record(node: int, pub: str, a: Version, b: Version) -> str:
-    """The proof in full (JSON, logged): both hellos' bodies and record signatures, anyone can check them with
+def proof_record(node: int, pub: str, *proof: Version) -> str:
+    """The proof in full (JSON, logged): its hellos' bodies and record signatures, anyone can check them with
     :func:`dgrpo.transports.dht.records.signed_digest` under the hello key."""
-    return json.dumps({"node": node, "key": pub, "hellos": [[v.body.decode("latin-1"), v.sig] for v in (a, b)]})
+    return json.dumps({"node": node, "key": pub, "hellos": [[v.body.decode("latin-1"), v.sig] for v in proof]})

@@ -198,9 +198,10 @@ def start_launch(t: "HivemindTransport", fingerprint: str, startup_timeout_s: fl
     hear(t, book, pubs, own, startup_timeout_s)
     proofs = book.proofs(pubs)
     if proofs:
-        for n, (a, b) in sorted(proofs.items()):
-            log.warning("node %d: proof that node %d signed two hellos: %s", t.rank, n, proof_record(n, pubs[n], a, b))
-        raise PeerFailure("; ".join(proof_line(n, pubs[n], a, b, t.rank) for n, (a, b) in sorted(proofs.items()))
+        for n, proof in sorted(proofs.items()):
+            log.warning("node %d: proof that node %d signed %s: %s", t.rank, n, "two hellos" if len(proof) == 2 else
+                        "hellos of too many processes", proof_record(n, pubs[n], *proof))
+        raise PeerFailure("; ".join(proof_line(n, pubs[n], *proof, reader=t.rank) for n, proof in sorted(proofs.items()))
                           + "; stopping before round 0 rather than splitting the swarm")
     hellos = {n: (pubs[n], book.chosen(n, pubs[n]) or (own.says if n == t.rank else None)) for n in initial}
     odd = [n for n in initial if hellos[n][1]["config"] != hellos[initial[0]][1]["config"]]

@@ -59,3 +59,13 @@ def one_line(err: BaseException) -> str:
     characters their escapes (a NUL in a config value is shown as ``\\x00``, never written)."""
     text = " ".join(str(err).split("\n"))
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+def peer_text(text: str, limit: int = 600) -> str:
+    """Text a peer signed (a stop reason) made safe to quote inside this node's one-line output (review r31h F10):
+    every character that is not printable (line breaks, terminal escapes, bidirectional and other format characters)
+    becomes a space, runs of spaces one, a double quote a single one (a quote of it stays one quote), and at most
+    ``limit`` characters are kept (the rest cut, ending in "…"). The signature covers the text as sent; this is
+    only how it is shown."""
+    shown = " ".join("".join(c if c.isprintable() else " " for c in str(text)).split()).replace('"', "'")
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"

@@ -47,8 +47,8 @@ def test_under_abort_every_honest_rank_quotes_the_first_stoppers_signed_reason_n
     for rank in (0, 2):
         print(f"{attack}: rank {rank}: {errors[rank]}")
         assert len(errors[rank]) == 1, results[rank].output[-3000:]
-        assert "node 1 stopped first, saying (signed): node 3 sent nothing for exchange 'r0'" in errors[rank][0]
-        assert "node 0 sent nothing" not in errors[rank][0] and "saying (signed): x" not in errors[rank][0]
+        assert "node 1 stopped first, saying (signed): \"node 3 sent nothing for exchange 'r0'" in errors[rank][0]
+        assert "node 0 sent nothing" not in errors[rank][0] and 'saying (signed): "x' not in errors[rank][0]
 
 
 def test_a_stopping_rank_serves_its_reason_until_each_peer_read_it_or_stopped_too():

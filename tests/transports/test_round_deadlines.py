@@ -108,7 +108,7 @@ def test_under_abort_a_payload_hidden_from_one_reader_stops_every_rank_naming_th
     assert len(errors[1]) == 1 and "node 3 sent nothing for exchange 'r0'" in errors[1][0], errors[1]
     for rank in (0, 2):
         assert len(errors[rank]) == 1, results[rank].output[-3000:]
-        assert "node 1 stopped first, saying (signed): node 3 sent nothing for exchange 'r0'" in errors[rank][0]
+        assert "node 1 stopped first, saying (signed): \"node 3 sent nothing for exchange 'r0'" in errors[rank][0]
 
 
 def test_a_payload_hidden_from_one_reader_names_the_hider_and_changes_nothing(tmp_path, tiny_model_dir):

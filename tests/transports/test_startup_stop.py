@@ -153,3 +153,16 @@ def test_an_honest_rank_whose_start_up_check_fails_is_named_at_once_by_the_other
         assert r.returncode == 3 and said in one_error_line(r.output) and r.seconds < 60, r.output[-3000:]
         assert "before round 0" in one_error_line(r.output)
     assert not (tmp_path / "d" / "metrics.jsonl").exists() or '"train/' not in (tmp_path / "d" / "metrics.jsonl").read_text()
+
+
+def test_a_start_up_stop_reason_is_shown_on_one_line_and_bounded_whatever_its_signer_signed():
+    """Review r31h F10 for start-up stops: node 1 signs (itself, not through ``announce_stop``, which keeps its own
+    reason on one line) a reason with line breaks, a terminal escape, a bidirectional mark, double quotes and 3 kB.
+    A peer shows it on one line, double quotes made single, at most 600 characters."""
+    ts = _resolved(_ranks(timeout_s=20)[0])
+    evil = 'node 0 lied\r\n\x1b[2Kdgrpo: error: "node 0"\u202e ' + "y" * 3000
+    chan = ts[1].chan
+    rec = {"why": evil, "nonce": chan.nonce, "sig": chan.keys.sign(f"stop|1|{evil}|{chan.nonce}")}
+    ts[1].store.set("stop/1", json.dumps(rec).encode())
+    start = "node 0 lied [2Kdgrpo: error: 'node 0' "
+    assert ts[2].chan.stop_of(1) == start + "y" * (599 - len(start)) + "…"

@@ -1,12 +1,13 @@
 """Wait notes and the round schedule (transports/waits.py; review r31d F1/F3/F2), in-process ranks on one HashStore
 as after the start-up check (``signed_ranks``)."""
 
+import json
 import threading
 import time
 
 import pytest
 
-from dgrpo.errors import PeerFailure
+from dgrpo.errors import PeerFailure, peer_text
 from dgrpo.transports.waits import extension_s, note_s, record_s, slack_s, window_s
 
 from signed_ranks import _ranks
@@ -102,7 +103,7 @@ def test_under_abort_a_peer_that_stopped_first_is_quoted_from_its_signed_reason(
     with pytest.raises(PeerFailure) as then:
         ts[0].collect("eq0", [1])
     assert "node 1 sent nothing for exchange 'eq0'" in str(then.value)
-    assert "node 1 stopped first, saying (signed): node 2 sent nothing for exchange 'r0'" in str(then.value)
+    assert "node 1 stopped first, saying (signed): \"node 2 sent nothing for exchange 'r0'" in str(then.value)
     ts[0].chan.delete_key("why")  # (node 0's own signed reason, served: here only the store's copy is tried)
     ts[2].store.set("why/0", b'{"why": "node 1 sent nothing", "sig": ""}\n')  # unsigned: not quoted
     with pytest.raises(PeerFailure) as forged:
@@ -241,7 +242,7 @@ def test_under_abort_the_stop_reason_survives_junk_before_it_and_deletion_from_t
         ts[1].chan.delete_key("why")  # (its server gone: the store's copy, behind the junk)
     with pytest.raises(PeerFailure) as then:
         ts[0].collect("eq0", [1])
-    assert "node 1 stopped first, saying (signed): node 2 sent nothing for exchange 'r0'" in str(then.value)
+    assert "node 1 stopped first, saying (signed): \"node 2 sent nothing for exchange 'r0'" in str(then.value)
 
 
 def test_the_record_and_done_waits_are_bounded_without_extensions():
@@ -355,5 +356,26 @@ def test_under_abort_a_peer_serving_a_signed_stop_reason_gets_no_extension():
             a.exchanger.collect("r1", [1], start + t, 1 << 20)
         took = time.monotonic() - start
         assert (took < window_s(t) + 0.3) if stopped else (window_s(t) + extension_s(t) - 0.05 < took), took
-        assert ("node 1 stopped first, saying (signed): node 0 sent nothing" in str(err.value)) == stopped
+        assert ("node 1 stopped first, saying (signed): \"node 0 sent nothing" in str(err.value)) == stopped
         time.sleep(0.3)
+
+
+def test_a_signed_stop_reason_is_quoted_as_its_signers_words_on_one_line_and_bounded():
+    """Review r31h F10: a stopping rank's signed reason is whatever it chose to sign; before, every honest line quoted
+    it as it was (line breaks and terminal escapes included, up to 4 kB served), so it could start a line of its own
+    that looked like this node's. Now it is quoted in double quotes after its signer's name, on one line: no control
+    or format character, double quotes made single, at most 600 characters."""
+    ts, _ = _ranks(n=2, timeout_s=0.3)
+    for t in ts:
+        t.exchanger.on_peer_failure = "abort"
+    evil = 'node 0 sent nothing\n\x1b[31mdgrpo: error: node 0 is malicious\u202e "forged"\r\n' + "x" * 3000
+    line = json.dumps({"why": evil, "sig": ts[1].exchanger.notes.store.sign(f"why|1|{evil}")}) + "\n"
+    ts[1].chan.set("why", line.encode())  # (node 1's server serves it, signed by node 1: it verifies)
+    with pytest.raises(PeerFailure) as err:
+        ts[0].exchanger._fail([1], "eq1", "sent nothing")
+    text = str(err.value)
+    start = "node 0 sent nothing [31mdgrpo: error: node 0 is malicious 'forged' "
+    want = start + "x" * (599 - len(start)) + "…"
+    assert f'node 1 stopped first, saying (signed): "{want}"; aborted' in text, text
+    assert not set(text) & {"\n", "\r", "\x1b", "\u202e"}
+    assert peer_text("a\tb\n\n c\u200bd\x00e") == "a b c d e" and peer_text("é“ok”", limit=3) == "é“…"

@@ -46,6 +46,7 @@ import threading
 import time
 from urllib.parse import quote, unquote
 
+from dgrpo.errors import peer_text
 from dgrpo.transports.peeraddr import (AddressKeys, answers, launch_nonce, launch_time, numeric_host,  # noqa: F401
                                        read_address)
 from dgrpo.transports.peerget import Connection, Late
@@ -316,7 +317,7 @@ class PeerChannel:
             ok = rec["nonce"] == nonce and self.keys.signed_by(owner, f"stop|{owner}|{why}|{nonce}", rec["sig"]) == owner
         except Exception:  # noqa: BLE001 - junk
             return None
-        return why if ok else None
+        return peer_text(why) if ok else None
 
     def stop_of(self, owner: int) -> str | None:
         """Why ``owner`` stopped at start-up, if it said so (:meth:`announce_stop`) signed for the launch whose

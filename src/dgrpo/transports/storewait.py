@@ -373,7 +373,7 @@ class StoreExchange:
                          f"{self.wait.limit_name}={self.wait.timeout_s:g}s (refused)")
         if self.on_peer_failure == "abort" and self.wait.limit_name == "swarm.timeout_s":
             end = time.monotonic() + 1.0  # (a peer that stopped first: its signed reason, quoted; review r31d F2)
-            parts += [f"node {p} stopped first, saying (signed): {why}" for p in peers
+            parts += [f'node {p} stopped first, saying (signed): "{why}"' for p in peers  # (its words: peer_text)
                       if (why := self.notes.stop_of(p, end)) is not None]
         text = "; ".join(parts)
         if self.on_peer_failure == "abort" or self.wait.limit_name != "swarm.timeout_s":

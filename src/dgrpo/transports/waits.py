@@ -57,6 +57,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
+from dgrpo.errors import peer_text
 from dgrpo.transports.accusations import quorum
 
 if TYPE_CHECKING:
@@ -210,7 +211,7 @@ class WaitNotes:
                     continue
                 checks += 1
                 if self.store.valid(peer, f"why|{peer}|{item['why']}", item["sig"]):
-                    return item["why"]
+                    return peer_text(item["why"])  # (as shown: its signer may have signed anything)
             except (ValueError, RecursionError, TypeError):
                 continue
             if checks >= _WHY_CHECKS:

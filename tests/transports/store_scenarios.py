@@ -111,3 +111,55 @@ def address_wipe(seconds: str = "60") -> None:
         return join(cfg)
 
     D.join_group = join_group
+
+
+def address_stall(args: list[str], victim: str, seconds: str = "40") -> None:
+    """``addrstall:R:V[:SECONDS]``: review r31j F1. From this rank's process start (before its CLI runs, so before
+    any rank checks in), it writes over node V's address record every millisecond for ``seconds`` a record node V's
+    key signed in an earlier launch (its nonce dated an hour ago; played by signing with V's key from the test's key
+    folder, as rank R kept it then) whose address is a port where this rank listens and never answers: what any
+    address of an earlier launch that drops packets looks like (a moved machine, a firewall). The run's config comes
+    from this rank's own ``args`` (``swarm.protocol.roster``); its store client retries until the store is up."""
+    import os
+    import secrets
+    import socket
+    import threading
+
+    from dgrpo.cli import build_parser
+    from dgrpo.config import load_config
+    from dgrpo.swarm.identity import Roster, key_path, load_private_key
+    from dgrpo.transports.fingerprint import config_fingerprint
+    from dgrpo.transports.peerserve import AddressKeys
+
+    ns = build_parser().parse_args(args)
+    cfg = load_config(ns.config, ns.overrides)
+    pc, v = cfg.swarm.protocol, int(victim)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1024)  # (never accepted: a connect succeeds, nothing ever answers)
+    address_stall.held = silent
+    addr = f"127.0.0.1:{silent.getsockname()[1]}"
+    nonce = f"{time.time_ns() - 3600 * 10**9:016x}{secrets.token_hex(8)}"  # (a launch an hour ago)
+    old = AddressKeys(v, load_private_key(key_path(pc.key_dir, v)), Roster.load(pc.roster),
+                      config_fingerprint(cfg)).record(addr, nonce)
+
+    def attack():
+        import datetime
+
+        import torch.distributed as dist
+
+        while True:
+            try:
+                store = dist.PrefixStore("dgrpo", dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                                                is_master=False, timeout=datetime.timedelta(seconds=60)))
+                break
+            except Exception:  # noqa: BLE001 - the store is not up yet
+                time.sleep(0.05)
+        print(f"rank {os.environ['RANK']}: writing node {v}'s record of an earlier launch (a silent listener at "
+              f"{addr}) over addr/{v}", flush=True)
+        end = time.monotonic() + float(seconds)
+        while time.monotonic() < end:
+            store.set(f"addr/{v}", old)
+            time.sleep(0.001)
+
+    threading.Thread(target=attack, daemon=True).start()

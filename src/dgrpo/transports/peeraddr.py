@@ -182,12 +182,14 @@ def read_address(keys: AddressKeys | None, owner: int, raw: bytes) -> tuple[str 
 
 
 def answers(keys: AddressKeys, owner: int, addr: str, nonce: str, reader: int = -1,
-            end: float | None = None) -> bool | None:
+            end: float | None = None, record: bytes | None = None) -> bool | None:
     """Whether the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner`` (bound as
     ``keys`` binds: its config fingerprint): True; False when nothing listens there or the answer is not
-    that; None when the server is up but did not answer (busy, timed out: proves nothing). The whole exchange ends
-    by ``end`` (``time.monotonic()``), 2 s from now at most, whatever the server sends (:class:`Connection`: a
-    server trickling its answer held this read for ever, review r31h F1)."""
+    that; None when it did not answer (busy, timed out, unreachable, a listener that never answers: proves
+    nothing, and a record is never taken on it, review r31j F1). The whole exchange ends by ``end``
+    (``time.monotonic()``), 2 s from now at most, whatever the server sends (:class:`Connection`: a server
+    trickling its answer held this read for ever, review r31h F1). ``record``: the reader's own signed address
+    record, sent in ``X-Dgrpo-Addr`` (so the challenged rank learns the reader's address from the reader itself)."""
     challenge = secrets.token_hex(16)
     host, _, port = addr.rpartition(":")
     try:
@@ -195,7 +197,8 @@ def answers(keys: AddressKeys, owner: int, addr: str, nonce: str, reader: int = 
     except ValueError:
         return False
     try:
-        conn.request("GET", f"/v/hello/{challenge}", headers={"X-Dgrpo-Reader": str(reader)})
+        mine = {"X-Dgrpo-Addr": record.decode()} if record else {}
+        conn.request("GET", f"/v/hello/{challenge}", headers={"X-Dgrpo-Reader": str(reader), **mine})
         resp = conn.getresponse()
         sig = resp.read(256).decode(errors="replace") if resp.status == 200 else ""
     except ConnectionRefusedError:  # nothing listens there: a record of an earlier launch (or a dead server)

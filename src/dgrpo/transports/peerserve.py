@@ -13,13 +13,14 @@ own server (and the start-up, through the store: :mod:`dgrpo.transports.rendezvo
 
 Addresses: rank k publishes ``{"addr": "host:port", "nonce": …, "sig": …}`` under ``addr/{k}`` of the
 rendezvous store, signed with its roster key (:class:`AddressKeys`, with ``swarm.protocol.roster``) and
-pushes the same record in the ``X-Dgrpo-Addr`` header of its own requests to its peers' servers
-(:meth:`PeerChannel.offer`: a record kept overwritten in the store still reaches them; a reader keeps the newest
-an owner pushed, by the start time in its nonce, so older records pushed in its name cannot displace it). A
-read of ``addr/{k}`` waits briefly for the key, so a rank deleting it every millisecond cannot keep it away. A reader takes
-only a record that verifies under k's key and whose server answers a fresh challenge for its nonce (one
-of an earlier launch is stale: named, never counted against k), names the signer of any other (or
-``unsigned``) in one log line and reads again while k puts its record back; it keeps the first valid one.
+pushes the same record in the ``X-Dgrpo-Addr`` header of its own requests to its peers' servers, its address
+challenges included (:meth:`PeerChannel.offer`: a record kept overwritten in the store still reaches them; a reader
+keeps the newest an owner pushed, by the start time in its nonce, so older records pushed in its name cannot displace
+it). A read of ``addr/{k}`` waits briefly for the key, so a rank deleting it every millisecond cannot keep it away.
+A reader keeps only a record that verifies under k's key and whose server answers a fresh challenge for its nonce:
+one whose server refuses is stale, one whose challenge goes unanswered is unproved and read again (never kept:
+review r31j F1; :mod:`dgrpo.transports.peerresolve`); neither is counted against k, and the signer of any other
+record (or ``unsigned``) is named in one log line.
 :meth:`DistributedTransport.check_startup` then signs every rank's map. A rank that stops at start-up
 says why, signed for its server's launch (:meth:`PeerChannel.announce_stop`: pushed to its peers' servers in
 ``X-Dgrpo-Stop``, where nobody else can delete it, and put in ``stop/{k}``), so its peers name it and its reason at
@@ -35,7 +36,6 @@ port: ``DGRPO_SERVE_PORT`` (+ ``LOCAL_RANK``) or one the OS picks.
 
 from __future__ import annotations
 
-import datetime
 import http.client
 import json
 import logging
@@ -51,6 +51,7 @@ from dgrpo.transports.peeraddr import (AddressKeys, answers, launch_nonce, launc
                                        read_address)
 from dgrpo.transports.peerget import Connection, Late
 from dgrpo.transports.peerhttp import BoundedServer
+from dgrpo.transports.peerresolve import AddressBook
 
 _CHUNK = 1 << 16
 ACKED = re.compile(r"why|done/data/\d+")  # keys whose reads count only with the reader's signed acknowledgement
@@ -101,7 +102,7 @@ def local_host() -> str:
         return "127.0.0.1"
 
 
-class PeerChannel:
+class PeerChannel(AddressBook):
     """This rank's own read-only server, and reads of its peers' servers.
 
     Args:
@@ -116,14 +117,11 @@ class PeerChannel:
     def __init__(self, rank: int, store=None, host: str | None = None, port: int | None = None,
                  keys: AddressKeys | None = None):
         self.rank, self.store, self.keys = rank, store, keys
-        self.bad_addr: dict[int, str] = {}  # owner → why its record in the store was refused (last seen)
         self.values: dict[str, bytes] = {"accuse": b""}  # (served from the start: none yet, not "gone")
         self.lock = threading.Lock()
-        self.addrs: dict[int, str] = {}
-        self.offers: dict[int, tuple[int, bytes]] = {}  # owner → (its time, the newest record it pushed: offer)
+        self._book()  # addrs, launches, offers, unproved, bad_addr (AddressBook)
         self.stops: dict[int, str] = {}  # owner → why it stopped, as it told this server (told_stop)
         self.stopped = False  # this rank said it stops at start-up (announce_stop)
-        self.launches: dict[int, str] = {}  # owner → its server's nonce, as its server answered a challenge for it
         self.readers: dict[str, set[int]] = {}  # key of ACKED → the peers whose signed acknowledgement came (acked)
         self.acks = None  # signs and checks read acknowledgements: a SignedStore (sign, valid); StoreExchange sets it
         self.frozen = False  # after the signed start-up check: addresses are never read again
@@ -187,90 +185,7 @@ class PeerChannel:
         self.server.shutdown()
         self.server.server_close()
 
-    # ------------------------------------------------------------------ peers
-    def address_of(self, owner: int, end: float | None = None) -> str | None:
-        """A peer's address: the first record ``owner`` signed, under ``addr/{owner}`` in the store (once it was there
-        or ``owner`` checked in, a get that waits up to 0.1 s for the key) or pushed by ``owner`` itself in a request to this server (:meth:`offer`), whose
-        server answers for its launch (:func:`read_address`, :meth:`_stale`), kept; a refused record in the store
-        is named in one log line (read again later); a challenge ends by ``end`` (``time.monotonic()``; default
-        2 s from its start)."""
-        if owner not in self.addrs and not self.frozen and self.store is not None:
-            raws = []
-            try:  # (published, or its owner checked in: a get that waits for the key catches the owner's next
-                # write even when another rank deletes the record every millisecond; the store's timeout is restored)
-                if self.store.check([f"addr/{owner}"]) or self.store.check([f"join/{owner}"]):
-                    was = self.store.timeout
-                    self.store.set_timeout(datetime.timedelta(seconds=0.1))
-                    try:
-                        raws.append(self.store.get(f"addr/{owner}"))
-                    finally:
-                        self.store.set_timeout(was)
-            except Exception:  # noqa: BLE001 - not there within 0.1 s, or the store is gone
-                pass
-            with self.lock:
-                pushed = [self.offers[owner][1]] if owner in self.offers else []
-            for i, raw in enumerate(raws + pushed):
-                keys = self.keys.trial(owner, raw) if self.keys is not None else None  # (unsafe: the key it carries)
-                addr, problem = read_address(keys, owner, raw)
-                if addr is not None:
-                    addr, nonce = addr.rsplit("|", 1)
-                    problem = self._stale(owner, addr, nonce, keys, end)
-                if problem is False:  # (its challenge had no time: neither taken nor refused, read again later)
-                    continue
-                if problem is None and keys is not None and not self.keys.learn(owner, keys):  # (unsafe: the first
-                    problem = f"carries another key than the one this rank learned for node {owner} first"  # kept)
-                if problem is None:
-                    self.addrs[owner] = addr
-                    break
-                if i < len(raws) and self.bad_addr.get(owner) != problem:  # (named: what is in the store)
-                    self.bad_addr[owner] = problem
-                    log.warning("node %d: refused the server address of node %d in the store (addr/%d): it %s",
-                                self.rank, owner, owner, problem)
-        return self.addrs.get(owner)
-
-    def offer(self, reader: str, raw: str) -> None:
-        """A peer's own address record, pushed in a request it sent this server (``X-Dgrpo-Addr``), so an address
-        kept overwritten in the store still resolves once its owner read this rank (review r31c F3). Kept if it
-        verifies under that owner's key and its nonce is dated (:func:`launch_time`) no earlier than the one kept:
-        one record per owner, the newest launch's, so records of earlier launches, however many a peer holds and
-        pushes in the owner's name, never displace the owner's own (issue 31; before, the 16 latest pushes were
-        kept and 16 old ones cycled it out); whether it is of this launch is checked as a store record's is
-        (:meth:`address_of`)."""
-        if self.frozen or self.keys is None or not reader.isdigit() or len(raw) > 1024:
-            return
-        owner, rec = int(reader), raw.encode("latin-1", "replace")
-        if owner in self.addrs or owner == self.rank or not self.keys.knows(owner):
-            return
-        addr = read_address(self.keys.trial(owner, rec), owner, rec)[0]  # (unsafe: with the key it carries)
-        when = None if addr is None else launch_time(addr.rsplit("|", 1)[1])
-        if when is None:
-            return
-        with self.lock:
-            if owner not in self.offers or when >= self.offers[owner][0]:
-                self.offers[owner] = (when, rec)
-
-    def _stale(self, owner: int, addr: str, nonce: str, keys: AddressKeys | None,
-               end: float | None = None) -> str | None | bool:
-        """None when the server at ``addr`` answers a fresh challenge with ``nonce`` signed by ``owner`` under
-        ``keys`` (the record is of this launch), or is up and does not answer within a challenge of 1 s or more; False
-        when the challenge, ending by ``end``, had under 1 s and got no answer (undecided); else why the record
-        (its owner's signature, valid) is stale."""
-        if keys is None:
-            return None  # (no keys: nothing is signed)
-        window = 2.0 if end is None else end - time.monotonic()
-        live = answers(keys, owner, addr, nonce, self.rank, end)
-        if live is None and window < 1.0:  # (the read's end was near: no answer in under 1 s proves nothing, and a
-            return False  # record taken unproved would stay, a stale one too: undecided, challenged again later)
-        if live is not False:
-            # (True; or None: a server that is up but busy, whose flood evicts, resets or times out the
-            # challenge, is not proven stale: the owner's signed record is kept (a flood must not stop address
-            # resolution; test_peerserve's flood test). A dead port behind a firewall that drops packets looks
-            # the same.)
-            self.launches[owner] = nonce
-            return None
-        return (f"is signed by node {owner} but its server at {addr} does not answer for that record's launch (a "
-                "record of an earlier run or launch, or a dead server; not counted against node "
-                f"{owner})")
+    # ------------------------------------------------------------------ peers: address_of, offer (AddressBook)
 
     # ------------------------------------------------------------------ a start-up stop, said by the one that stops
     def announce_stop(self, why: str, budget: float = 2.0) -> None:

@@ -21,7 +21,7 @@ def _fake_run(tmp_path, bans):
     return SimpleNamespace(cfg=cfg, task=SimpleNamespace(completion_prefix="<think>"), run_dir=tmp_path,
                            swarm=SimpleNamespace(protocol=SimpleNamespace(bans=bans), trained={0: policy},
                                                  policies={0: policy}, last_received={}),
-                           transport=SimpleNamespace(rejected=[], peer_views={}, is_main=True))
+                           transport=SimpleNamespace(rejected=[], peer_views={}, is_main=True, local_nodes=[0, 1, 2]))
 
 
 def _report():
@@ -48,3 +48,18 @@ def test_the_rounds_accounting_strikes_bans_and_writes_both_files(tmp_path):
     (peers,) = [json.loads(line) for line in (tmp_path / "peers.jsonl").read_text().splitlines()]
     assert peers["round"] == 4 and peers["banned"] == {"2": 4}
     assert peers["peers"]["2"]["defense"] == {"topk": 2} and peers["peers"]["1"]["accepted"] == 1
+
+
+def test_a_rank_of_several_processes_writes_its_own_peer_file_main_or_not(tmp_path):
+    """Review r31j F5: in a swarm of several processes every process reporting an honest node writes its own
+    ``peers.node{k}.jsonl``; only the main writes ``peers.jsonl`` (and ``bans.json``) besides."""
+    run = _fake_run(tmp_path, BanList(after=2))
+    run.transport.local_nodes, run.transport.is_main = [1], False
+    account(run, 4, {0: _report()})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["peers.node1.jsonl"]
+    (own,) = [json.loads(line) for line in (tmp_path / "peers.node1.jsonl").read_text().splitlines()]
+    assert own["round"] == 4 and own["peers"]["2"]["defense"] == {"topk": 2}
+    run.transport.is_main = True
+    account(run, 5, {0: _report()})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bans.json", "peers.jsonl", "peers.node1.jsonl"]
+    assert [json.loads(x)["round"] for x in (tmp_path / "peers.node1.jsonl").read_text().splitlines()] == [4, 5]

@@ -184,10 +184,20 @@ def peers_of_round(run, round_idx: int, report: PolicyReport) -> dict:
     return rec
 
 
+def own_peers_file(run) -> str | None:
+    """This process's own per-sender record, ``peers.node{k}.jsonl`` (k: its lowest hosted node), in a swarm of
+    several processes (distributed, hivemind); None in one process (``peers.jsonl`` is then the whole record).
+    Written by every process that reports an honest node, whoever is the main rank, so a malicious lowest rank
+    that declares itself honest (the main, which alone writes ``peers.jsonl``) cannot keep itself out of every
+    honest operator's files (review r31j F5)."""
+    nodes = run.transport.local_nodes
+    return f"peers.node{min(nodes)}.jsonl" if nodes and len(nodes) < run.cfg.swarm.nodes else None
+
+
 def log_peers(run, rec: dict) -> None:
-    """Append ``rec`` to ``peers.jsonl`` (main process only)."""
-    if run.transport.is_main:
-        with open(run.run_dir / PEERS_FILE, "a") as f:
+    """Append ``rec`` to ``peers.jsonl`` (main process only) and to this process's own :func:`own_peers_file`."""
+    for name in ([PEERS_FILE] if run.transport.is_main else []) + [n for n in [own_peers_file(run)] if n]:
+        with open(run.run_dir / name, "a") as f:
             f.write(json.dumps(rec) + "\n")
 
 

@@ -30,6 +30,7 @@ from dgrpo.config import RunConfig, load_config, read_config_file
 from dgrpo.errors import CheckpointError, ConfigError, MetricsFileError
 from dgrpo.metrics.logger import read_records
 from dgrpo.training.run_dir import check_paths, check_unclaimed
+from dgrpo.training.records import own_peers_file
 from dgrpo.training.run_files import PEERS, ROSTERS, SAMPLES, record_roster
 from dgrpo.training.run_identity import check_place, check_root_state, read_state
 
@@ -151,6 +152,9 @@ def restore(run, rewrite_config: bool) -> None:
             record_roster(run.run_dir, run.start_round)
         if rewrite_config:
             write_config(run.run_dir, run.cfg)
+    own = own_peers_file(run)  # (this process's own record of the rounds that run again: dropped, as the main's)
+    if own and run.start_round < run.cfg.rounds:
+        keep_rounds_before(run.run_dir / own, run.start_round)
     if first:  # a joiner: the swarm is running; it does not wait at the resume barrier
         return
     # also a barrier: nobody logs before the main process has truncated

@@ -12,8 +12,9 @@ every millisecond got the honest owner expelled at start-up: review r31j F1). Th
 whenever its server answers: it is put back in the store, and pushed by the owner itself in the ``X-Dgrpo-Addr``
 header of every request it sends this rank's server, its challenges included (:meth:`AddressBook.offer`: the newest
 it pushed is tried first). What remains: a rank whose server its peers cannot reach stays unresolved and is
-treated as absent (the check-in's quorum), and whoever replays a record in the store is not named (a shared store
-has no writer to name; the record's signer is never blamed for it).
+treated as absent (the check-in's quorum); one whose server is flooded at start-up is resolved once a challenge
+gets through; and whoever replays a record in the store is not named (a shared store has no writer to name; the
+record's signer is never blamed for it).
 """
 
 from __future__ import annotations

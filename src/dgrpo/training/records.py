@@ -26,6 +26,7 @@ from dgrpo.swarm.swarm import Received
 from dgrpo.tasks.base import reward_metrics
 from dgrpo.training.evaluate import EVAL_MEANS, add_intervals
 from dgrpo.training.peer_records import RecordRefused, parse_peer_record
+from dgrpo.training.run_files import own_peers_file
 from dgrpo.types import Message, Rollout
 
 log = logging.getLogger(__name__)
@@ -182,16 +183,6 @@ def peers_of_round(run, round_idx: int, report: PolicyReport) -> dict:
     if views:
         rec["views"] = {str(rank): _counts(items) for rank, items in sorted(views.items())}
     return rec
-
-
-def own_peers_file(run) -> str | None:
-    """This process's own per-sender record, ``peers.node{k}.jsonl`` (k: its lowest hosted node), in a swarm of
-    several processes (distributed, hivemind); None in one process (``peers.jsonl`` is then the whole record).
-    Written by every process that reports an honest node, whoever is the main rank, so a malicious lowest rank
-    that declares itself honest (the main, which alone writes ``peers.jsonl``) cannot keep itself out of every
-    honest operator's files (review r31j F5)."""
-    nodes = run.transport.local_nodes
-    return f"peers.node{min(nodes)}.jsonl" if nodes and len(nodes) < run.cfg.swarm.nodes else None
 
 
 def log_peers(run, rec: dict) -> None:

@@ -30,8 +30,7 @@ from dgrpo.config import RunConfig, load_config, read_config_file
 from dgrpo.errors import CheckpointError, ConfigError, MetricsFileError
 from dgrpo.metrics.logger import read_records
 from dgrpo.training.run_dir import check_paths, check_unclaimed
-from dgrpo.training.records import own_peers_file
-from dgrpo.training.run_files import PEERS, ROSTERS, SAMPLES, record_roster
+from dgrpo.training.run_files import PEERS, ROSTERS, SAMPLES, own_peers_file, record_roster
 from dgrpo.training.run_identity import check_place, check_root_state, read_state
 
 

@@ -167,3 +167,12 @@ def _check_bans(path: Path, saved, bans: Path, next_round: int, fix: str) -> Non
     raise CheckpointError(f"{bans}: {'missing' if now is None else 'changed'} since the checkpoint {path} was saved "
                           f"(the bans of rounds before {next_round}); {fix}")
 
+
+def own_peers_file(run) -> str | None:
+    """This process's own per-sender record, ``peers.node{k}.jsonl`` (k: its lowest hosted node), in a swarm of
+    several processes (distributed, hivemind); None in one process (``peers.jsonl`` is then the whole record).
+    Written by every process that reports an honest node, whoever is the main rank, so a malicious lowest rank
+    that declares itself honest (the main, which alone writes ``peers.jsonl``) cannot keep itself out of every
+    honest operator's files (review r31j F5)."""
+    nodes = run.transport.local_nodes
+    return f"peers.node{min(nodes)}.jsonl" if nodes and len(nodes) < run.cfg.swarm.nodes else None

@@ -19,7 +19,6 @@ import contextlib
 import ctypes
 import logging
 import os
-import resource
 import secrets
 import shutil
 import socket
@@ -41,19 +40,15 @@ from dgrpo.types import Message
 from dgrpo.swarm.swarm import Swarm
 from dgrpo.swarm.validation import Limits
 from dgrpo.tasks.python_math import PythonMathTask
+from host_cpu import HostCpu
 from hostile_programs import HOSTILE, SECOND_ROUND
 
 LIMITS = SandboxLimits(timeout_s=2, cpu_s=1)
 DISK_SLACK = 1 << 30  # free disk other processes may take during a run (the disk attacks ask for 4 GiB)
 SHMEM_SLACK = 512 << 20  # shared memory likewise (the attacks reach 1-3 GiB)
-HOST_CPU_S = 0.5  # host CPU seconds one run and its scoring may cost (the watcher's sampling included)
+HOST_CPU_S = 0.5  # host CPU seconds one run and its scoring may cost (the watcher's sampling included;
+# host_cpu.py: the calling thread, the watcher's and the answer-check worker, not the whole test process)
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-def host_cpu() -> float:
-    """CPU seconds this (host) process and its reaped children have used."""
-    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-               for f in ("ru_utime", "ru_stime"))
 ANSWER = "4242"
 SECRET = "dgrpo-secret-" + secrets.token_hex(8)
 
@@ -140,8 +135,8 @@ def hostile_host():
 class HostWatch:
     """Samples the host while a program runs: free disk, shared memory, a lease probe, inotify."""
 
-    def __init__(self, public: Path):
-        self.public, self.stop, self.problems = public, threading.Event(), []
+    def __init__(self, public: Path, cpu: HostCpu | None = None):
+        self.public, self.stop, self.problems, self.cpu = public, threading.Event(), [], cpu
         self.disk0, self.shmem0 = self._disk(), self._shmem()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -173,9 +168,12 @@ class HostWatch:
             os.close(fd)
 
     def _run(self) -> None:
+        start = time.thread_time()
         while not self.stop.is_set():
             self._sample()
             time.sleep(0.01)
+        if self.cpu is not None:
+            self.cpu.add(time.thread_time() - start)
 
     def __enter__(self):
         self.thread.start()
@@ -242,14 +240,14 @@ def test_outside_is_really_visible_inside(host):
 
 @pytest.mark.parametrize("layers", ["all_layers", "without_audit_hook"])
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_program_is_contained(host, name, layers, caplog, capfd):
+def test_hostile_program_is_contained(host, name, layers, caplog, capfd, monkeypatch):
     token = f"987.{secrets.randbelow(10 ** 6):06d}"
     program = fill(HOSTILE[name], host, token)
-    cpu = host_cpu()
-    with caplog.at_level(logging.DEBUG), HostWatch(host["outside"] / "public.txt") as watch:
+    with caplog.at_level(logging.DEBUG), HostCpu(monkeypatch) as cost, \
+            HostWatch(host["outside"] / "public.txt", cost) as watch:
         result = run_python(program, LIMITS, ("thief_math",), audit_hook=layers == "all_layers")
         reward = result_reward(result, ANSWER)
-    cpu = host_cpu() - cpu
+    cpu = cost.seconds
     assert result.isolated
     assert reward == 0.0, (result.exit_status, result.stdout[-200:], result.stderr[-600:])
     assert cpu < HOST_CPU_S, f"running and scoring it cost the host {cpu:.2f} s of CPU"

@@ -22,6 +22,7 @@ import time
 from dgrpo.rewards import answer_check
 
 _TICK = os.sysconf("SC_CLK_TCK")
+_KILL = answer_check._Worker._kill  # (the product's, before any HostCpu wraps it)
 
 
 def process_cpu(pid: int) -> float:
@@ -42,13 +43,12 @@ class HostCpu:
 
     def __init__(self, monkeypatch):
         self.seconds, self.others, self.workers = 0.0, 0.0, {}
-        kill = answer_check._Worker._kill
 
         def counted_kill(proc):
             proc.kill()
             os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # a zombie: its CPU time is final
             self._note(proc.pid)
-            kill(proc)
+            _KILL(proc)
 
         monkeypatch.setattr(answer_check._Worker, "_kill", staticmethod(counted_kill))
 

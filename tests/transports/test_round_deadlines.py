@@ -136,7 +136,9 @@ def test_a_relay_then_a_round_payload_hidden_from_one_reader_gets_nobody_honest_
     expelled (exit code 3; node 3 then named nowhere in the main's peers.jsonl). Now its r1 note buys it the relay
     extension too (each within the round's end): nobody is expelled, node 3 is named `accused` in rounds 0 and 1, the
     metrics are the clean run's and every round's exchange ends within timeout_s."""
-    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10"]
+    # (no round-0 evaluation: under CI's load it made the honest main late into r0, every node noted waiting for it,
+    # and node 1's extension for rank 3's true note met the open case of docs/distributed.md instead of this one)
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10", "eval.first=false"]
     assert main(["run", *args, f"out_dir={tmp_path}", "name=in"]) == 0
     want = comparable(read_metrics(tmp_path / "in"))
     results, got, peers = _run(tmp_path, args, "withhold:3:1:^(eq0|r1)/data/")

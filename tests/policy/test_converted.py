@@ -1,6 +1,7 @@
 """The converted-weights cache of GGUF files: converted once per file (by its sha256), checked
 against its manifest before use, rebuilt when a file in it changed, never shared between files."""
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -74,3 +75,31 @@ def test_the_copy_holds_the_gguf_weights(ggufs, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(converted_copy(folder / "a.gguf", "tiny"))
     for name, value in written.state_dict().items():
         assert torch.equal(model.state_dict()[name], value), name
+
+
+def test_parsing_the_file_once_writes_the_same_bytes(tmp_path, monkeypatch):
+    """The conversion (transformers' loader, each GGUF parse and name table made once) writes every file
+    byte for byte as transformers' loader left alone does, and parses the file once instead of three times."""
+    import gguf
+
+    src = tmp_path / "a.gguf"
+    write_tiny_gguf(src, seed=0)
+    built = []
+    real_reader = gguf.GGUFReader
+
+    class Counted(real_reader):
+        def __init__(self, *args, **kwargs):
+            built.append(args[0])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counted)
+    fast = converted.convert_gguf(src, tmp_path / "fast")
+    parses_fast, built[:] = len(built), []
+    monkeypatch.setattr(converted, "gguf_parsed_once", contextlib.nullcontext)
+    plain = converted.convert_gguf(src, tmp_path / "plain")
+    assert (parses_fast, len(built)) == (1, 3)
+    assert gguf.GGUFReader is Counted  # put back after the block
+    names = sorted(p.name for p in plain.iterdir())
+    assert names == sorted(p.name for p in fast.iterdir()) and "model.safetensors" in names
+    for name in names:
+        assert (fast / name).read_bytes() == (plain / name).read_bytes(), name

@@ -13,17 +13,25 @@ folder named after the GGUF file's sha256, so
   leaves nothing that a later load would trust.
 
 Checking a copy hashes its files (about 0.5 s for SmolLM2's 538 MB), once per process.
+
+A conversion runs transformers' own GGUF loader (the copy is what ``from_pretrained(gguf_file=...)``
+gives), with its repeated work done once (:func:`gguf_parsed_once`): 13.6 → 5.3 CPU s for SmolLM2-135M,
+the same bytes in every file written.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import logging
 import os
 import shutil
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -32,6 +40,7 @@ log = logging.getLogger(__name__)
 MANIFEST = "dgrpo-converted.json"
 _checked: dict[tuple, bool] = {}  # (folder, source sha256, files' sizes and mtimes) -> verified
 _digests: dict[tuple, str] = {}  # (GGUF path, size, mtime) -> its sha256
+_patching = threading.Lock()  # one gguf_parsed_once block at a time in a process (it swaps module attributes)
 
 
 def cache_dir() -> Path:
@@ -68,6 +77,41 @@ def verified(folder: Path, source_sha256: str) -> bool:
     return _checked[key]
 
 
+@contextmanager
+def gguf_parsed_once() -> Iterator[None]:
+    """Inside the block, transformers' GGUF loading parses each file once and builds gguf's tensor-name table once.
+
+    ``from_pretrained(gguf_file=...)`` of a tokenizer and then a model makes transformers build a
+    ``gguf.GGUFReader`` of the file three times (config, tokenizer, weights), each parsing every
+    metadata field again (SmolLM2's 49,152 tokens and 48,900 merges: ~2 CPU s a parse), and rebuild
+    ``gguf.get_tensor_name_map(arch, layers)`` for every submodule it maps (397 for SmolLM2: ~4 CPU s).
+    Both are pure functions of their arguments for a file that does not change during the block, so the
+    block hands out one reader per (path, mode) and one table per (arch, layers): the same objects,
+    read the same way, hence the same tokenizer and tensors. transformers reads both names from the
+    ``gguf`` module at call time (``from gguf import GGUFReader`` inside its loader), which is what the
+    block swaps; it restores them, and drops the readers (their memory maps), on the way out. Blocks in
+    one process run one at a time.
+    """
+    import gguf
+
+    with _patching:
+        reader_cls, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+        readers: dict[tuple, object] = {}
+
+        def reader(path, mode="r"):
+            key = (os.fspath(path), mode)
+            if key not in readers:
+                readers[key] = reader_cls(path, mode)
+            return readers[key]
+
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(name_map)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = reader_cls, name_map
+            readers.clear()
+
+
 def convert_gguf(src: Path, target: Path, source_sha256: str | None = None) -> Path:
     """Save a float32 safetensors copy of the GGUF file ``src`` (weights, tokenizer and a manifest of
     every file's sha256) as the folder ``target``, written aside and renamed into place.
@@ -79,8 +123,9 @@ def convert_gguf(src: Path, target: Path, source_sha256: str | None = None) -> P
 
     source_sha256 = source_sha256 or file_sha256(src)
     log.info("converting %s to safetensors under %s (once)", src.name, target)
-    tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
+    with gguf_parsed_once():
+        tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+        model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
     # A GGUF-loaded model keeps a quantization config that makes it look untrainable; the saved
     # copy is plain float32.
     if getattr(model, "hf_quantizer", None) is not None:

@@ -30,6 +30,7 @@ from dgrpo.swarm.protocol import BanList, Protocol, Schedule
 from dgrpo.swarm.swarm import Swarm
 from dgrpo.swarm.validation import Limits
 from dgrpo.tasks.base import Task
+from dgrpo.training.heap import keep_freed_memory
 from dgrpo.training.run_dir import check_paths, claim, release
 from dgrpo.training.run_files import record_roster
 from dgrpo.transports.base import Transport
@@ -45,7 +46,9 @@ def seed_everything(seed: int) -> None:
 
 
 def prepare(cfg: RunConfig) -> None:
-    """What every run does first: seed everything and set torch's CPU threads (``threads``)."""
+    """What every run does first: seed everything, set torch's CPU threads (``threads``) and keep freed
+    memory in the heap for reuse (:func:`dgrpo.training.heap.keep_freed_memory`)."""
+    keep_freed_memory()
     seed_everything(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

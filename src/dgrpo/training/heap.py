@@ -5,9 +5,10 @@ and unmaps it on ``free``, so every allocation of that size maps fresh pages tha
 on first touch. A GRPO update allocates and frees such tensors over and over: the tied embedding's
 dense gradient (49,152 × 576 float32 = 113 MB for SmolLM2, once per group's backward), the (G, T, V)
 logits and their gradients. Measured on the README round's update at one thread
-(``results/readme_time_h38f/``): 1.04 million minor page faults and 1.6–1.9 s of system CPU per update,
-against 0.01–0.02 s when freed memory stays in the heap (``mallopt``: mmap threshold 1 GiB, trim
-threshold 2 GiB), about 1 CPU second (7 %) of a 14 s update. Where memory lives does not change any
+(``results/readme_time_h38f/``): 1.2–1.4 million minor page faults and 1.6–1.9 s of system CPU per
+update, against none and 0.01–0.03 s when freed memory stays in the heap (``mallopt``: mmap threshold
+1 GiB, trim threshold 2 GiB); user CPU rose by 0.3–0.6 s, so the update costs about 1 CPU second
+(7 %) less: 14.0 → 13.0 s on average. Where memory lives does not change any
 computed value (PyTorch aligns its buffers to 64 bytes either way).
 
 Source: ``mallopt(3)``, ``M_MMAP_THRESHOLD`` (-3) and ``M_TRIM_THRESHOLD`` (-1).

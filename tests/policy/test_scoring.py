@@ -97,3 +97,35 @@ def test_long_completions_take_the_padded_path(model):
     assert scoring._packable(model, 10, [64, 5, 5, 5, 5, 5, 5, 5])
     # 8 completions of 2,000 and 1,000 tokens: packed attention (N² = 12k²) outweighs the saved positions
     assert not scoring._packable(model, 10, [2000] + [1000] * 7)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_group_token_logprobs_equal_the_logits_path_bit_for_bit(model, monkeypatch, packed):
+    """The log-probs without (G, T, V) logits: every real position's value, and every parameter's gradient
+    of a masked sum, equal to token_logprobs(group_logits(...)) exactly; padding positions hold 0."""
+    from dgrpo.policy import scoring
+
+    prompt, completions = [3, 4, 5, 6], [[6, 7, 8, 9], [9], [10, 11]]
+    assert scoring._packable(model, len(prompt), [len(c) for c in completions])
+    if not packed:
+        monkeypatch.setattr(scoring, "_packable", lambda *a: False)
+    ids = pad_right(completions, 0)
+    mask = completion_mask(ids, eos_id=-1, lengths=[4, 1, 2])
+    weights = torch.tensor([[0.5, -1.0, 2.0, 0.25], [1.5, 0.0, 0.0, 0.0], [-0.75, 3.0, 0.0, 0.0]])
+
+    def run(fn):
+        model.zero_grad()
+        logp = fn()
+        (logp * mask * weights).sum().backward()
+        return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    old, old_grads = run(lambda: token_logprobs(group_logits(model, prompt, completions, pad_id=0), ids))
+    new, new_grads = run(lambda: scoring.group_token_logprobs(model, prompt, completions, pad_id=0))
+    real = mask.bool()
+    assert new.shape == old.shape == (3, 4)
+    assert torch.equal(new[real], old[real])
+    if packed:
+        assert not new[~real].any()
+    assert old_grads.keys() == new_grads.keys() and old_grads
+    for name in old_grads:
+        assert torch.equal(old_grads[name], new_grads[name]), name

@@ -33,7 +33,7 @@ from dgrpo.grpo.advantages import ScaleRewards, group_advantages, reward_std
 from dgrpo.grpo.loss import LossType, loss_denominator, loss_terms, per_token_loss
 from dgrpo.policy.kv_cache import plain_layers
 from dgrpo.policy.prefix import SharedPrefix, common_prefix
-from dgrpo.policy.scoring import completion_mask, group_logits, pad_right, token_logprobs
+from dgrpo.policy.scoring import completion_mask, group_logits, group_token_logprobs, pad_right, token_logprobs
 from dgrpo.types import Rollout
 
 
@@ -149,11 +149,11 @@ class Group:
                                                 prefix=self.prefix, **keep)
         return self._logits
 
-    def logits_for_loss(self) -> torch.Tensor:
-        """The logits with their graph (a new forward pass unless the first one had grad); the group
-        lets go of them."""
+    def logits_for_loss(self, reuse_only: bool = False) -> torch.Tensor | None:
+        """The logits with their graph (a new forward pass unless the first one had grad; with
+        ``reuse_only``, None instead of a new pass); the group lets go of them."""
         logits = self._logits if self._logits is not None and self._logits.requires_grad else \
-            self.learner.forward(self.rollouts, grad=True, prefix=self.prefix)
+            None if reuse_only else self.learner.forward(self.rollouts, grad=True, prefix=self.prefix)
         self._logits = None
         return logits
 
@@ -271,10 +271,17 @@ class Learner:
         """Backward of one group's loss numerator over its kept completions ``idx``; (numerator, denominator)."""
         p = self.params
         completions = [r.completion_ids for r in group.rollouts]
-        logits = group.logits_for_loss()  # (G, T, V)
-        ids = pad_right(completions, self.pad_id).to(logits.device)  # (G, T)
-        logp = token_logprobs(logits, ids)[idx]  # (n, T)
-        del logits
+        ids = pad_right(completions, self.pad_id)  # (G, T)
+        logits = group.logits_for_loss(reuse_only=True)  # (G, T, V) when a defense's read kept them with grad
+        if logits is not None:
+            logp = token_logprobs(logits, ids.to(logits.device))[idx]  # (n, T)
+            del logits
+        else:  # the log-probs alone: no (G, T, V) logits (equal bit for bit, scoring.group_token_logprobs)
+            with torch.set_grad_enabled(True):
+                shared = group.prefix.policy(self.model, True)
+                logp = group_token_logprobs(self.model, group.rollouts[0].prompt_ids, completions, self.pad_id,
+                                            shared)[idx]  # (n, T)
+        ids = ids.to(logp.device)
         mask = completion_mask(ids[idx], self.eos_id, [len(completions[i]) for i in idx])
         if group.old_logp is None:  # π_old: the weights that generated (ratio 1 in the first iteration)
             group.old_logp = logp.detach()

@@ -134,8 +134,52 @@ def _packable(model: PreTrainedModel, prompt_len: int, lengths: list[int]) -> bo
     return packed <= padded
 
 
+def group_token_logprobs(model: PreTrainedModel, prompt: list[int], completions: list[list[int]], pad_id: int,
+                         prefix: SharedPrefix | None = None) -> torch.Tensor:
+    """log π(completions[g][t] | prompt, completions[g][:t]) of a group: :func:`token_logprobs` of
+    :func:`group_logits`, without the (G, T, V) logits on the packed path.
+
+    On the packed path the log-softmax and the gather run on the N = Σ lengths computed rows of logits
+    only, and their (N,) results are placed in a (G, T) tensor: no (G, T, V) tensor is zero-filled,
+    scattered into, or log-softmaxed over its padding rows, forward or backward (for a README round's
+    group, 512 rows of 49,152 logits for ~310 real ones). Every real position's value and gradient is
+    the same row computation as before, so equal bit for bit; padding positions hold 0 here (the
+    log-probability of the pad token under zero logits there): mask them, as before.
+
+    Returns:
+        (G, T) log-probabilities, T = the longest completion; differentiable when grad is enabled.
+
+    Raises:
+        ValueError: as :func:`group_logits`.
+    """
+    if not prompt or not completions or any(len(c) == 0 for c in completions):
+        raise ValueError("group_logits needs a non-empty prompt and non-empty completions")
+    if prefix is not None and not prefix.matches(prompt):
+        raise ValueError("group_logits: prefix must be the start of the prompt, shorter than it (SharedPrefix.ids)")
+    lengths = [len(c) for c in completions]
+    with onednn_linears(model):
+        if not _packable(model, len(prompt), lengths):
+            logits = _padded_logits(model, prompt, completions, pad_id, prefix)
+            return token_logprobs(logits, pad_right(completions, pad_id).to(logits.device))
+        out, segment, offset = _packed_rows(model, prompt, completions, prefix)  # (N, V), (N,), (N,)
+    taken = torch.tensor([t for c in completions for t in c], device=out.device)[:, None]  # (N, 1)
+    rows = torch.log_softmax(out, dim=-1).gather(-1, taken).squeeze(-1)  # (N,)
+    logp = rows.new_zeros(len(completions), max(lengths))
+    logp[segment, offset] = rows
+    return logp
+
+
 def _packed_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]],
                    prefix: SharedPrefix | None) -> torch.Tensor:
+    out, segment, offset = _packed_rows(model, prompt, completions, prefix)
+    logits = out.new_zeros(len(completions), max(len(c) for c in completions), out.shape[-1])
+    logits[segment, offset] = out
+    return logits
+
+
+def _packed_rows(model: PreTrainedModel, prompt: list[int], completions: list[list[int]],
+                 prefix: SharedPrefix | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(N, V) float32 logits of the packed completion positions, and each row's completion and offset in it."""
     device = next(model.parameters()).device
     lengths = [len(c) for c in completions]
     g, width, n, past = len(completions), max(lengths), sum(lengths), len(prompt) - 1
@@ -153,9 +197,7 @@ def _packed_logits(model: PreTrainedModel, prompt: list[int], completions: list[
     mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, torch.finfo(dtype).min)
     out = model(input_ids=ids, position_ids=(offset + past)[None], attention_mask=mask[None, None], cache=cache,
                 use_cache=cache is not None).logits[0].float()  # (N, V)
-    logits = out.new_zeros(g, width, out.shape[-1])
-    logits[segment, offset] = out
-    return logits
+    return out, segment, offset
 
 
 def _padded_logits(model: PreTrainedModel, prompt: list[int], completions: list[list[int]], pad_id: int,

@@ -268,10 +268,14 @@ def test_a_joiner_resumes_only_a_checkpoint_of_its_join_round_and_skips_the_barr
     from dgrpo.training import checkpoint, resume
 
     monkeypatch.setattr(checkpoint, "load_checkpoint", lambda run: checkpoint_round)
-    run = SimpleNamespace(transport=_Joiner(2), run_dir=tmp_path, start_round=0, cfg=None)
+    cfg = SimpleNamespace(rounds=4, swarm=SimpleNamespace(nodes=4))
+    run = SimpleNamespace(transport=_Joiner(2), run_dir=tmp_path, start_round=0, cfg=cfg)
+    own = tmp_path / "peers.node2.jsonl"  # (its own record, review r31j F5: the rounds that run again are dropped)
+    own.write_text("".join(json.dumps({"round": r}) + "\n" for r in range(4)))
     if error is None:
         resume.restore(run, rewrite_config=False)
         assert run.start_round == 2
+        assert [json.loads(line)["round"] for line in own.read_text().splitlines()] == [0, 1]
     else:
         with pytest.raises(ConfigError, match=error):
             resume.restore(run, rewrite_config=False)

@@ -6,6 +6,7 @@ a_launch_and_its_joiner."""
 
 import hashlib
 import json
+import threading
 import time
 
 import pytest
@@ -18,7 +19,7 @@ from test_hivemind_transport import dhts, transports  # noqa: E402,F401 (the mod
 
 from dgrpo.transports.dht.hellos import HelloBook  # noqa: E402
 from dgrpo.transports.dht.launch import start_launch  # noqa: E402
-from dgrpo.transports.dht.records import public_hex, seal  # noqa: E402
+from dgrpo.transports.dht.records import HEADER_BYTES, public_hex, seal  # noqa: E402
 
 
 def test_a_heard_record_of_an_earlier_launch_stored_again_is_ignored_and_the_launch_is_agreed(dhts, monkeypatch):
@@ -59,3 +60,67 @@ def test_a_heard_record_of_an_earlier_launch_stored_again_is_ignored_and_the_lau
     assert [t.run_id for t in ts] == [hashlib.sha256(json.dumps(agreed).encode()).hexdigest()[:16]] * 4
     assert all(t.rejected == [] for t in ts), [t.rejected for t in ts]  # nobody named, node 1 least of all
     assert seconds < 10  # (no barrier ran out)
+
+
+def test_a_heard_record_of_an_earlier_launch_that_expires_later_does_not_keep_the_current_one_out(dhts):
+    """Review r31j F6: node 1's heard record of an earlier process, signed 10 s ago with the longest life a record may
+    have (``MAX_TTL_S``, as an earlier launch's config could give it), is stored again by node 3 with exactly its
+    signed expiry (a valid copy) before the launch. The DHT keeps, per subkey, the copy that expires last: before,
+    the heard record lived ``startup_timeout_s + 30`` s, the DHT refused node 1's current one, and every node stopped
+    (node 1 "no DHT node took its heard record", the others "node 1 sent nothing for exchange 'heard'"). Now every
+    launch's heard record lives ``SHARED_TTL_S``, so the current one, signed later, expires later and replaces it:
+    one launch id, and nobody named."""
+    from dgrpo.transports.dht.records import MAX_TTL_S
+
+    ts = transports(dhts, 4, launched=False)
+    key, then = f"{ts[0].namespace}/heard", round(get_dht_time() - 10, 3)
+    stale = json.dumps({"process": "b" * 16, "hellos": []}).encode()
+    subkey, value = seal(ts[1].signed.signing_key, key, 1, stale, then + MAX_TTL_S)
+    assert ts[3].dht.store(key, value, then + MAX_TTL_S, subkey=subkey)  # (a valid copy: its signed expiry)
+    out, seconds = in_threads([lambda t=t: start_launch(t, "fp", 10) for t in ts])
+    assert out == [None] * 4, out
+    assert len({t.run_id for t in ts}) == 1 and ts[0].run_id
+    assert all(t.rejected == [] for t in ts), [t.rejected for t in ts]
+    assert seconds < 10  # (no wait ran out)
+    found = ts[0].dht.get(key, latest=True).value[subkey]  # (the current record took the old copy's subkey)
+    assert found.value != value and json.loads(found.value[HEADER_BYTES:])["process"] != "b" * 16
+
+
+def test_launch_records_of_an_earlier_launch_that_expire_later_do_not_keep_a_joiners_quorum_out(dhts):
+    """Review r31j F6 for launch records: nodes 1's and 2's launch records of an earlier launch (``eeee…``, signed 10 s
+    ago with the longest life a record may have), stored again with their signed expiry before the swarm publishes.
+    Before, a launch record lived ``3 × timeout_s + 60`` s: the DHT refused nodes 1's and 2's current records, the
+    joiner ignored the old ones (signed before it started) and stopped after ``startup_timeout_s`` without a quorum
+    (and its peers named it ``missing payload``). Now launch records live ``SHARED_TTL_S``: the joiner enters the
+    swarm's launch at its round and nobody is named."""
+    from dgrpo.transports.dht.joining import join_launch
+    from dgrpo.transports.dht.launch import publish_launch
+    from dgrpo.transports.dht.records import MAX_TTL_S
+
+    ts = transports(dhts, 4)
+    joiner = ts[3]
+    joiner.join, joiner.first_round, joiner.fixed_roster, joiner.signed.run_id = {3: 1}, 1, True, ""
+    key, then = f"{ts[0].namespace}/launch", round(get_dht_time() - 10, 3)
+    for k in (1, 2):
+        body = {"run": "e" * 16, "roster": {str(n): p for n, p in sorted(ts[0].roster.items())}, "config": "fp",
+                "alive": [0, 1, 2], "round": 5, "agreed": {}, "t": then}
+        subkey, value = seal(ts[k].signed.signing_key, key, k, json.dumps(body).encode(), then + MAX_TTL_S)
+        assert ts[0].dht.store(key, value, then + MAX_TTL_S, subkey=subkey)
+    for t in ts[:3]:
+        t.agreed, t.alive = {"name": "run-a"}, {0, 1, 2}
+    out = []
+
+    def join():
+        try:
+            out.append(join_launch(joiner, "fp", 10))
+        except Exception as err:  # noqa: BLE001 - shown by the assert below
+            out.append(err)
+    thread = threading.Thread(target=join)
+    thread.start()
+    time.sleep(0.5)
+    for t in ts[:3]:
+        assert publish_launch(t, 0) is None
+    thread.join(20)
+    assert out == [None], out
+    assert joiner.run_id == "run" and joiner.alive == {0, 1, 2, 3} and joiner.agreed == {"name": "run-a"}
+    assert joiner.rejected == [] and all(t.rejected == [] for t in ts[:3]), [t.rejected for t in ts]

@@ -20,8 +20,8 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.transports.fingerprint import PER_NODE, config_fingerprint  # noqa: F401 (the launch check compares it)
 from dgrpo.transports.dht.hellos import HELLO_TTL_S, STABLE_S, HelloBook, proof_line, proof_record
 from dgrpo.transports.dht.joining import LaunchBook, join_launch
-from dgrpo.transports.dht.records import (HEADER_BYTES, SignedRecordValidator, load_or_create_key, load_roster, public_hex,
-                                         record_limit)
+from dgrpo.transports.dht.records import (HEADER_BYTES, SHARED_TTL_S, SignedRecordValidator, load_or_create_key,
+                                         load_roster, public_hex, record_limit)
 from dgrpo.transports.framing import KeyCaps
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ def hear(t: "HivemindTransport", book: HelloBook, pubs: dict[int, str], own: Hel
     Raises:
         PeerFailure: a node sent no heard record within ``startup_timeout_s`` (names it).
     """
-    key, ttl = f"{t.namespace}/heard", startup_timeout_s + HELLO_TTL_S
+    key, ttl = f"{t.namespace}/heard", SHARED_TTL_S  # (one life for every launch's: review r31j F6, records.py)
     deadline, delay, stored = time.monotonic() + startup_timeout_s, 0.05, False
     got: dict[int, str] = {}  # node → the process of the heard record taken from it
     ignored: set[bytes] = set()  # heard records of another process, each logged once
@@ -291,8 +291,13 @@ def _launched_without(t: "HivemindTransport") -> str:
     """The launch that more than half of the other initial nodes' launch records name, when it leaves this node out
     (``launch X, nodes [...]``; :class:`~dgrpo.transports.dht.joining.LaunchBook`: one node's record alone decides
     nothing), or "". Only the wording of a stop: the records it reads were signed before this node started (the
-    others launched without it), so an earlier launch's, stored again, may be quoted here."""
-    book = LaunchBook([n for n in range(t.world_size) if n not in t.join and n != t.rank], t.world_size)
+    others launched without it), so an earlier launch's, stored again, may be quoted here; records signed more than
+    ``retention_s`` ago are not read (a running swarm signs its records each round; launch records live a day,
+    ``SHARED_TTL_S``: a day-old launch is not quoted)."""
+    from hivemind.utils import get_dht_time
+
+    book = LaunchBook([n for n in range(t.world_size) if n not in t.join and n != t.rank], t.world_size,
+                      since=get_dht_time() - t.retention_s)
     for node, (_, body, _) in t.signed.read(f"{t.namespace}/launch", set(book.expected)).items():
         book.add(node, body)
     j = book.decide()
@@ -302,13 +307,14 @@ def _launched_without(t: "HivemindTransport") -> str:
 def publish_launch(t: "HivemindTransport", round_idx: int | None = None, wait_s: float = 10.0) -> None:
     """(Re)publish this node's launch record: launch id, roster, agreed values, live nodes, last round, and ``t`` when
     it was signed (DHT time: a joiner ignores records signed before it started, :mod:`dgrpo.transports.dht.joining`),
-    waiting up to ``wait_s`` seconds for a DHT node to confirm it (an unconfirmed store goes on in the DHT process)."""
+    kept :data:`~dgrpo.transports.dht.records.SHARED_TTL_S` whatever the config (so an earlier launch's copy, stored
+    again, never expires after it and keeps it out of the DHT: review r31j F6), waiting up to ``wait_s`` seconds for a DHT node to confirm it (an unconfirmed store goes on in the DHT process)."""
     last = round_idx if round_idx is not None else (t.last_round if t.last_round is not None else -1)
     from hivemind.utils import get_dht_time
 
     body = {"run": t.run_id, "roster": {str(n): p for n, p in sorted(t.roster.items())}, "config": t.fingerprint,
             "alive": sorted(t.alive), "round": last, "agreed": t.agreed, "t": round(get_dht_time(), 3)}
-    t.signed.store(f"{t.namespace}/launch", json.dumps(body).encode(), t.retention_s, wait_s)
+    t.signed.store(f"{t.namespace}/launch", json.dumps(body).encode(), SHARED_TTL_S, wait_s)  # (r31j F6, records.py)
 
 
 async def _allow(dht, _node, roster: dict[int, str]) -> None:

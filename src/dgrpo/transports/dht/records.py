@@ -13,6 +13,11 @@ DHT refused that node's every later record under the key. Now a record whose DHT
 refused, and so is one whose signed expiry lies more than :data:`MAX_TTL_S` (+ :data:`CLOCK_S`) ahead; an honest
 node's refresh carries a later signed expiry than any copy of its earlier records, so a replay can neither outlast
 nor outrank it (the storer of a replay is not known to a reader: such a refusal names nobody, never the signer).
+A record under a key every launch of a namespace shares (``{namespace}/heard``, ``/launch``) lives
+:data:`SHARED_TTL_S`, whatever the config (review r31j F6): when its lifetime came from the config, a node's record
+of an earlier launch whose config gave it a longer life (``startup_timeout_s``, ``timeout_s``), stored again with
+exactly its signed expiry (a valid copy), expired after the node's current one, and the DHT kept it in place of the
+current one. With one lifetime for all, the copy signed last expires last, so no earlier copy outranks a current one.
 Two checks use :func:`verify`:
 
 * :class:`SignedRecordValidator`, inside every node's DHT: a record whose signature does not verify
@@ -56,6 +61,8 @@ EXPIRY_DOMAIN = b"dgrpo/dht-expiry/v1\x00"
 SIGNATURE_BYTES = 64
 HEADER_BYTES = 2 * SIGNATURE_BYTES + 8  # signature, expiry signature, expiry
 MAX_TTL_S = 86400.0  # the furthest ahead a record may expire (s): every TTL the transport stores is cut to this
+SHARED_TTL_S = MAX_TTL_S  # the life (s) of every record under a key all launches of a namespace share: one
+#                          constant, so a node's copy signed later expires later (module docstring; r31j F6)
 CLOCK_S = 3.0  # hivemind.utils.timed_storage.MAX_DHT_TIME_DISCREPANCY_SECONDS: peers' clocks differ by at most this
 DHT_MESSAGE_BYTES = 4 << 20  # libp2p message limit: a read returns every node's record of a key at once
 _SUBKEY = re.compile(r"dgrpo:(0|[1-9][0-9]{0,5}):([0-9a-f]{64})")

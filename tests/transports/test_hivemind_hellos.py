@@ -12,7 +12,7 @@ pytest.importorskip("hivemind")
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-from dgrpo.transports.dht.hellos import (MAX_PROCESSES, PAIR_S, HelloBook, identity, parse_hello,  # noqa: E402
+from dgrpo.transports.dht.hellos import (MAX_IDS, MAX_PROCESSES, PAIR_S, HelloBook, identity, parse_hello,  # noqa: E402
                                          proof_line, proof_record)
 from dgrpo.transports.dht.records import public_hex, seal, signed_digest  # noqa: E402
 
@@ -260,3 +260,29 @@ def test_a_flood_of_fresh_process_hellos_read_in_different_parts_is_a_proof_at_e
     out = _decide({0: flood[:64], 1: flood[64:128], 2: flood[128:]})
     assert [set(proofs) for proofs, _ in out] == [{3}, {3}, {3}]
     assert all(len(proofs[3]) == MAX_PROCESSES + 1 for proofs, _ in out)
+
+
+@pytest.mark.parametrize("relay_first", [True, False])
+def test_hellos_of_64_earlier_processes_relayed_do_not_keep_a_nodes_current_hello_out(relay_first):
+    """Review r31j F8: node 3 relays node 1's signed hellos of 64 earlier processes (hourly launches, another config),
+    read by node 0 before (or after) node 1's current hello. Before, a book kept the first 64 hellos of a key and
+    refused every later one: node 0 refused the current hello and chose the newest old one (another nonce and
+    config: two launch ids, a stop at the start barrier). Now the 64 newest are kept: the oldest makes room, the
+    current hello is node 1's choice and the same 64 are kept in either order, and nothing is a proof."""
+    assert MAX_IDS == 64
+    book = HelloBook(KEY)
+    read(book, 3, "r" * 16, 1e6 - 5, by=0, process="3" * 16)  # (node 3's hello: its heard record counts for it)
+    relayer = HelloBook(KEY)
+    for k in range(64):
+        read(relayer, 1, f"{k:016x}", 1000.0 + 3600 * k, by=3, process=f"{k:016x}", config="old")
+    relay = relayer.quote({1: PUBS[1], 3: PUBS[3]}, "3" * 16)
+    if relay_first:
+        assert book.take(3, relay, PUBS) == []
+    assert read(book, 1, "c" * 16, 1e6, by=0, process="e" * 16)
+    if not relay_first:
+        assert book.take(3, relay, PUBS) == []
+    assert book.chosen(1, PUBS[1]) == {"process": "e" * 16, "nonce": "c" * 16, "config": "fp", "t": 1e6}
+    kept = sorted(book.seen[1][PUBS[1]].values(), key=lambda v: v.t)
+    assert len(kept) == 64 and kept[0].hello["nonce"] == f"{1:016x}"  # (the oldest, process 0, made room)
+    assert book.proofs(PUBS) == {}
+    assert not read(book, 1, "z" * 16, 999.0, by=0, process="z" * 16)  # (older than all 64 kept: dropped)

@@ -53,9 +53,12 @@ replay) and which the malicious node relays to some honest nodes only is taken d
 the ``start`` barrier stops every node after ``startup_timeout_s`` (a stop, not a split swarm, but its lines call
 the nodes of the other launch silent). A malicious node may sign a few hellos under fresh ``process`` ids, or many
 dated over :data:`PAIR_S` / :data:`MAX_PROCESSES` apart: nothing then proves its equivocation, and every honest node
-takes its newest hello (they hold the same ones, above), unless those dated apart fill the :data:`MAX_IDS` kept
-per key (over 64 dated across 12 minutes: honest nodes that kept different ones may stop at the ``start``
-barrier, naming nobody).
+takes its newest hello (they hold the same ones, above). Of one key's hellos the :data:`MAX_IDS` newest are kept, a
+newer one replacing the oldest (:meth:`HelloBook.add`; review r31j F8: before, the first 64 read were kept and later
+ones refused, so a relay of an honest node's hellos of 64 earlier processes kept its current hello out at the
+readers that took the relay first: they chose an old hello, and the ``start`` barrier stopped every node): what a
+node keeps does not depend on the order it read them in, and a node's current hello, newer than any of its earlier
+processes', is always kept.
 """
 
 from __future__ import annotations
@@ -72,9 +75,8 @@ CLOCK_S = 3.0  # hivemind.utils.timed_storage.MAX_DHT_TIME_DISCREPANCY_SECONDS: 
 PAIR_S = HELLO_TTL_S + CLOCK_S  # two hellos of one key that say different things, dated at most this apart (seconds),
 #                                 prove equivocation: an honest node's hellos are one process's, refreshed every TTL/3
 STABLE_S = 0.25  # a node leaves its hello loop once the hellos it reads said nothing new for this long (s)
-MAX_IDS = 64  # different hellos kept per node key; none more once some of them are a proof (hellos that prove
-#              nothing, at most MAX_PROCESSES processes in any PAIR_S, dated across 12 minutes, can fill it: the
-#              nodes may then keep different ones and stop at the start barrier; a stop, not a split swarm)
+MAX_IDS = 64  # different hellos kept per node key, the newest (a newer one replaces the oldest: HelloBook.add);
+#              none more once some of them are a proof
 MAX_PROCESSES = 3  # process ids of one key dated within PAIR_S that prove nothing; one more is a proof (a flood)
 MAX_HELLO_BYTES = 512  # a hello is ~100 bytes
 _NONCE_CHARS = 64
@@ -131,14 +133,25 @@ class HelloBook:
 
     def add(self, node: int, pub: str, body: bytes, sig: str, by: int) -> bool:
         """Keep node ``node``'s hello ``body`` signed ``sig`` under key ``pub`` (the caller verified the signature),
-        read by (or relayed by) node ``by``. Returns whether it says something new (a malformed hello is not kept)."""
+        read by (or relayed by) node ``by``. Returns whether it says something new (a malformed hello is not kept).
+
+        Of a key's hellos the :data:`MAX_IDS` newest (by ``t``, then :func:`identity`) are kept: a new one past that
+        replaces the oldest, or is dropped if it is older than all (review r31j F8: before, the first 64 read were
+        kept and later ones refused, so a relay of a node's hellos of 64 earlier processes kept its current hello out
+        at the readers that took the relay first). So nodes that read the same hellos keep the same ones, in any
+        order, and a node's current hello, newer than its earlier processes', is always kept."""
         hello = parse_hello(body)
         if hello is None:
             return False
         ids = self.seen.setdefault(node, {}).setdefault(pub, {})
         key, new = identity(hello), Version(hello, body, sig, by)
-        if key not in ids and (len(ids) >= MAX_IDS or _proof(list(ids.values())) is not None):
+        if key not in ids and _proof(list(ids.values())) is not None:
             return False  # (a proof held stays held: every honest node that holds one relays it whole)
+        if key not in ids and len(ids) >= MAX_IDS:  # (the MAX_IDS newest are kept, whatever the order read: r31j F8)
+            oldest = min(ids, key=lambda k: (ids[k].t, k))
+            if (new.t, key) <= (ids[oldest].t, oldest):
+                return False
+            del ids[oldest]
         old = ids.get(key)
         if old is None or new.t > old.t:
             ids[key] = new

@@ -308,7 +308,8 @@ def publish_launch(t: "HivemindTransport", round_idx: int | None = None, wait_s:
     """(Re)publish this node's launch record: launch id, roster, agreed values, live nodes, last round, and ``t`` when
     it was signed (DHT time: a joiner ignores records signed before it started, :mod:`dgrpo.transports.dht.joining`),
     kept :data:`~dgrpo.transports.dht.records.SHARED_TTL_S` whatever the config (so an earlier launch's copy, stored
-    again, never expires after it and keeps it out of the DHT: review r31j F6), waiting up to ``wait_s`` seconds for a DHT node to confirm it (an unconfirmed store goes on in the DHT process)."""
+    again, never expires after it and keeps it out of the DHT: review r31j F6), waiting up to ``wait_s`` seconds for
+    a DHT node to confirm it (an unconfirmed store goes on in the DHT process)."""
     last = round_idx if round_idx is not None else (t.last_round if t.last_round is not None else -1)
     from hivemind.utils import get_dht_time
 

@@ -263,11 +263,11 @@ def test_a_rank_of_another_config_stops_the_check_in_at_once_naming_it(caplog):
     with caplog.at_level(logging.WARNING):
         for value in (claim(3, now, "other"), claim(2, now, "fp"), kept):  # forged; this config; a kept copy
             store.set(config_key(2), value)
-            reader._other_config(2)  # no stop
+            reader.claims.check(2)  # no stop
     assert f"ignored a config claim of node 2 (fingerprint other…): its server at {earlier.address} does not" in caplog.text
     store.set(config_key(2), claim(2, now, "other"))
     with pytest.raises(PeerFailure, match="node 2 runs another config than node 0"):
-        reader._other_config(2)
+        reader.claims.check(2)
 
 
 def test_a_rank_that_stops_at_start_up_says_why_and_is_never_called_silent(caplog):

@@ -24,11 +24,9 @@ above. With ``keys=None`` any line counts. Anyone can delete store keys: each ra
 (over junk written first, too); a rank whose address record was kept from a reader is named precisely (what was
 missing, whose key it was), since a shared store cannot say who deleted it.
 
-A rank of another config cannot sign a mark this rank accepts. Each rank therefore also writes a *config claim* under
-``dgrpo/join/config/{k}``: its fingerprint, server address and launch nonce, signed with its roster key. When a rank's
-own key signed a claim of another fingerprint and its server answers a challenge for that claim's launch, the check-in
-stops at once in one line naming that rank (never a split swarm); a claim copied from an earlier run (its server gone)
-is named and ignored.
+A rank of another config cannot sign a mark this rank accepts: each rank also writes a signed *config claim*
+(:mod:`~dgrpo.transports.checkin_claims`), and a rank whose own key signed a claim of another config that its server
+answers for stops the check-in at once in one line naming it (never a split swarm).
 """
 
 from __future__ import annotations
@@ -43,18 +41,13 @@ from dataclasses import dataclass, field
 from dgrpo.errors import PeerFailure
 from dgrpo.registry import LazyModule
 from dgrpo.transports.accusations import quorum
+from dgrpo.transports.checkin_claims import JOIN, ConfigClaims, config_key  # noqa: F401 (config_key re-exported)
 
 log = logging.getLogger("dgrpo.transports.rendezvous")
 dist = LazyModule("torch.distributed")
 
-JOIN = "dgrpo/join"
 ABANDONED = f"{JOIN}/abandoned"  # the old unsigned list: read only to name it (it changes nothing)
 _LINES = 64  # most lines read under one key
-
-
-def config_key(node: int) -> str:
-    """The store key of ``node``'s config claim."""
-    return f"{JOIN}/config/{node}"
 
 
 def vote_key(node: int) -> str:
@@ -83,6 +76,7 @@ class CheckIn:
         self._marked: set[int] = set()  # ranks whose valid mark this rank saw (kept if deleted later)
         self._seen_keys: set[int] = set()  # ranks whose mark key this rank saw in the store
         self.two_faced: dict[int, list[list[int]]] = {}  # rank → the different views its key signed (a proof)
+        self.claims = ConfigClaims(self)
 
     # ------------------------------------------------------------------ store
     def _call(self, fn, *args):
@@ -160,59 +154,12 @@ class CheckIn:
             else:
                 self._refused(node, "check-in mark", by)
         if lines:
-            self._other_config(node)
+            self.claims.check(node)
         return False
 
     def _mark(self) -> str:
         nonce = self.chan.nonce if self.chan is not None else ""
         return json.dumps({"nonce": nonce, "sig": self._sig(f"join|{self.rank}|{nonce}")})
-
-    @staticmethod
-    def _claim(node: int, fp: str, addr: str, nonce: str) -> bytes:
-        return f"dgrpo/join-config|{node}|{fp}|{addr}|{nonce}".encode()
-
-    def _write_claim(self) -> None:
-        if self.keys is not None and self.chan is not None:
-            fp, addr, nonce = self.keys.bound, self.chan.address, self.chan.nonce
-            pub = {"pub": self.keys.roster.keys[self.rank]} if self.keys.world is not None else {}  # (unsafe)
-            rec = json.dumps({"fp": fp, "addr": addr, "nonce": nonce, **pub,
-                              "sig": self.keys.key.sign(self._claim(self.rank, fp, addr, nonce)).hex()})
-            self._call(self.store.set, config_key(self.rank), f"{rec}\n".encode())
-
-    def _other_config(self, node: int) -> None:
-        """Stop at once when ``node``'s own key signed a config claim of another fingerprint and its server
-        answers for that claim's launch (a claim of an earlier run, copied into the store, is named and ignored)."""
-        if self.keys is None:
-            return
-        from cryptography.exceptions import InvalidSignature
-
-        from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
-        from dgrpo.transports.peerserve import AddressKeys, answers
-
-        for line in self._lines(config_key(node)):
-            try:
-                rec = json.loads(line)
-                fp, addr, nonce = str(rec["fp"])[:128], str(rec["addr"])[:300], str(rec["nonce"])[:64]
-                raw = canonical_hex(rec["sig"], SIGNATURE_HEX)
-                if raw is None or fp == self.keys.bound:
-                    continue
-                roster = self.keys.trial(node, line).roster  # (unsafe: a key not learned yet is the claim's)
-                pub = roster.public(node)
-                if pub is None:
-                    continue
-                pub.verify(raw, self._claim(node, fp, addr, nonce))
-            except (ValueError, KeyError, TypeError, RecursionError, AttributeError, InvalidSignature):
-                continue
-            live = answers(AddressKeys(self.rank, None, roster, fp), node, addr, nonce, self.rank)
-            if live is False:
-                self._say(None, f"check-in: ignored a config claim of node {node} (fingerprint {fp[:16]}…): its server "
-                                f"at {addr} does not answer for it (a claim of an earlier run copied into the store, "
-                                f"or a dead server; not counted against node {node})")
-            if not live:
-                continue
-            raise PeerFailure(f"node {node} runs another config than node {self.rank} (its signed check-in names "
-                              f"config fingerprint {fp[:16]}…, and its server at {addr} answers for it; this rank's is "
-                              f"{self.keys.bound[:16]}…): start every rank with the same config file and overrides")
 
     def views(self, node: int) -> set[tuple[int, ...]]:
         """The distinct views ``node`` signed (each a sorted tuple of the ranks it found absent)."""
@@ -303,7 +250,7 @@ class CheckIn:
     def run(self) -> Joined:
         deadline = time.monotonic() + self.timeout_s
         mine, give_up = None, None
-        self._write_claim()
+        self.claims.write()
         while True:
             self._put_back(mine)
             view, counted = self.decide()

@@ -263,11 +263,71 @@ def test_a_rank_of_another_config_stops_the_check_in_at_once_naming_it(caplog):
     with caplog.at_level(logging.WARNING):
         for value in (claim(3, now, "other"), claim(2, now, "fp"), kept):  # forged; this config; a kept copy
             store.set(config_key(2), value)
-            reader.claims.check(2)  # no stop
+            _challenged(reader, 2)  # no stop
     assert f"ignored a config claim of node 2 (fingerprint other…): its server at {earlier.address} does not" in caplog.text
-    store.set(config_key(2), claim(2, now, "other"))
+    store.set(config_key(2), claim(2, now, "other"))  # (dated after the kept copy: challenged too)
     with pytest.raises(PeerFailure, match="node 2 runs another config than node 0"):
-        reader.claims.check(2)
+        _challenged(reader, 2)
+
+
+def _challenged(reader, node: int, within: float = 5.0) -> None:
+    """``reader.claims.check(node)`` until the challenges it began ended (they run in threads of their own)."""
+    end = time.monotonic() + within
+    reader.claims.check(node)
+    while reader.claims.pending() and time.monotonic() < end:
+        time.sleep(0.05)
+    reader.claims.check(node)
+
+
+def test_config_claims_naming_a_silent_server_cost_one_challenge_per_rank_and_the_others_go_on(caplog):
+    """Review r31j F9: node 3 never checks in; it writes a junk mark and 64 config claims of other configs, signed
+    with its own key, dated like launch nonces, naming a server that accepts and never answers. Before, every pass of
+    each honest check-in challenged all 64 in turn (2 s each: 128 s a pass), and the ranks' views, written at very
+    different times, did not agree: all exited. Now each honest rank challenges one claim (the newest) once, off
+    its loop: the three decide within twice swarm.startup_timeout_s (3 s) that node 3 is absent and go on, the
+    silent server saw exactly 3 connections, and node 3 (absent) is named for what its key signed, nobody else."""
+    import socket
+
+    import torch.distributed as dist
+
+    from dgrpo.swarm.identity import generate_keys
+    from dgrpo.transports.checkin_claims import ASKED_PER_RANK, claim_text, config_key
+
+    store, keys = dist.HashStore(), generate_keys(4)
+    silent = socket.create_server(("127.0.0.1", 0), backlog=256)
+    addr, held = f"127.0.0.1:{silent.getsockname()[1]}", []
+
+    def accept():  # (holds every connection open and never answers)
+        while True:
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                return
+    threading.Thread(target=accept, daemon=True).start()
+    base, lines = time.time_ns(), []
+    for i in range(64):
+        fp, nonce = f"other{i}", f"{base + i:016x}{i:016x}"
+        lines.append(json.dumps({"fp": fp, "addr": addr, "nonce": nonce,
+                                 "sig": keys[3].sign(claim_text(3, fp, addr, nonce)).hex()}))
+    store.set(config_key(3), ("\n".join(lines) + "\n").encode())
+    store.set("dgrpo/join/3", b'{"nonce": "", "sig": "00"}\n')
+    start = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING):
+            out, _, _ = _check_ins(ranks=[0, 1, 2], timeout_s=3.0, store=store, keys=keys)
+        took = time.monotonic() - start
+        connections = len(held)
+    finally:
+        silent.close()
+    assert took < 2 * 3.0, took  # (the documented bound: the views agree within another startup_timeout_s)
+    note = (f"check-in: node 3's key signed 64 config claim(s) of other configs in the store, 1 challenged (the "
+            f"newest; at most {ASKED_PER_RANK} a rank) and none answered for by its server; it did not check in")
+    for k in range(3):
+        assert not isinstance(out[k], Exception), out
+        assert out[k].absent == [3]
+        assert (3, note) in out[k].named and {w for w, _ in out[k].named} == {3}, out[k].named
+    assert connections == 3
+    assert f"(fingerprint other63…): its server at {addr} did not answer a challenge for it within 2 s" in caplog.text
 
 
 def test_a_rank_that_stops_at_start_up_says_why_and_is_never_called_silent(caplog):

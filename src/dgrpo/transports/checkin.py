@@ -215,6 +215,7 @@ class CheckIn:
         appended so much before them that a reader would not reach them (written over: only its own line)."""
         if self.chan is not None:
             self.chan.reassert()  # (its address record is its mark: peers challenge its server for it)
+        self.claims.write(again=True)
         mark = self._mark()
         if mark not in self._lines(f"{JOIN}/{self.rank}"):
             self._call(self.store.set, f"{JOIN}/{self.rank}", f"{mark}\n".encode())
@@ -236,10 +237,8 @@ class CheckIn:
     def _what_missing(self, absent) -> str:
         """What this rank lacked of each absent rank, when that is not plainly nothing: a record in the store
         refused, or one deleted after it was there (its writer cannot be named in a shared store)."""
-        if self.chan is None:
-            return ""
-        parts = []
-        for k in absent:
+        parts = [self.claims.note(k) for k in absent if self.claims.note(k)]
+        for k in absent if self.chan is not None else ():
             if k in self.chan.bad_addr:
                 parts.append(f"node {k}'s server address record (addr/{k}) was refused: it {self.chan.bad_addr[k]}")
             elif k in self._seen_keys:
@@ -250,9 +249,11 @@ class CheckIn:
     def run(self) -> Joined:
         deadline = time.monotonic() + self.timeout_s
         mine, give_up = None, None
+        self.claims.end = deadline + self.timeout_s  # (no challenge of a config claim outlives the check-in)
         self.claims.write()
         while True:
             self._put_back(mine)
+            self.claims.settle()  # (a challenge begun before this rank's view may end after it)
             view, counted = self.decide()
             if view is not None:
                 return self._finish(view, counted)
@@ -294,6 +295,9 @@ class CheckIn:
                               f"(swarm.startup_timeout_s={self.timeout_s:g}s): start every rank within it (nodes {who} "
                               f"found it absent; if it started in time, its server address record addr/{self.rank} "
                               "was kept from them: deleted or overwritten in the store)")
+        for k in view:  # (absent: named anyway; a rank that checked in is never named for claims anyone can copy)
+            if self.claims.note(k):
+                self._say(k, f"check-in: {self.claims.note(k)}; it did not check in")
         if view:
             if not self.go_on:
                 raise PeerFailure(f"{self._missing_text(view)}: start every rank within it")

@@ -245,7 +245,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     other messages than the other readers), ``slowread:R:SECONDS[:TAG]``, ``nopayload:R`` (R never serves round 0),
     ``delete:R:V`` (R deletes V's round-0 store keys once V serves), ``accuse:R:V`` (R alone accuses V),
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key, in its address record, in the store),
-    ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` / ``addrstall:R:V`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
+    ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` / ``addrstall:R:V`` / ``claimjam:R:N`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures; ``forward:R`` verbatim), ``copies:R:N`` (R serves up to N copies of its own signed messages each round, within its byte cap), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
     ``whyunserved:R`` / ``whyread:R`` / ``relaynote:R:V`` (round_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``propose:R:NAME`` (R proposes NAME as the
     run name), ``outdir:R:PATH`` (R's out_dir), ``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` / ``tworeadies:R:V:MODE`` (startup_scenarios); several scenarios are joined
@@ -264,15 +264,16 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
 
     _keep_protocol()
     if kind in ("store", "serve", "addr", "addrreplay", "connflood", "checkin", "slowstart", "startjunk",
-                "addrcycle", "addrwipe", "addrstall"):
+                "addrcycle", "addrwipe", "addrstall", "claimjam"):
         from peer_scenarios import (address_attack, address_cycle, address_replay, connection_flood, serve_attack,
                                     startup_junk)
-        from store_scenarios import address_stall, address_wipe, checkin_attack, slow_start, store_attack
+        from store_scenarios import address_stall, address_wipe, checkin_attack, claim_jam, slow_start, store_attack
 
         return {"store": lambda m, v: store_attack(m, int(v)), "serve": serve_attack, "addr": address_attack,
                 "addrreplay": address_replay, "connflood": connection_flood, "checkin": checkin_attack,
                 "slowstart": slow_start, "startjunk": startup_junk, "addrcycle": address_cycle,
-                "addrwipe": address_wipe, "addrstall": lambda *r: address_stall(args, *r)}[kind](*rest)
+                "addrwipe": address_wipe, "addrstall": lambda *r: address_stall(args, *r),
+                "claimjam": claim_jam}[kind](*rest)
     if kind in ("startsplit", "twoview", "tworole", "tworeadies"):
         from startup_scenarios import apply as startup_attack
 

@@ -163,3 +163,39 @@ def address_stall(args: list[str], victim: str, seconds: str = "40") -> None:
             time.sleep(0.001)
 
     threading.Thread(target=attack, daemon=True).start()
+
+
+def claim_jam(claims: str = "64", hold_s: str = "20") -> None:
+    """``claimjam:R:N``: this rank never checks in; it writes a junk check-in mark and N config claims of other
+    configs, signed with its own roster key and dated like launch nonces, naming a server of its own that accepts
+    connections and never answers (review r31j F9), then holds still ``hold_s`` seconds and exits 9."""
+    import datetime
+    import os
+    import socket
+
+    import dgrpo.transports.distributed as D
+    from dgrpo.transports.checkin_claims import claim_text, config_key
+
+    def join_group(cfg):
+        import torch.distributed as dist
+
+        from dgrpo.swarm.identity import key_path, load_private_key
+
+        me, pc = int(os.environ["RANK"]), cfg.swarm.protocol
+        key = load_private_key(key_path(pc.key_dir, me))
+        silent = socket.create_server(("127.0.0.1", 0), backlog=4096)  # (never accepted: connects succeed, no answer)
+        addr, base = f"127.0.0.1:{silent.getsockname()[1]}", time.time_ns()
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                              timeout=datetime.timedelta(seconds=60))
+        lines = []
+        for i in range(int(claims)):
+            fp, nonce = f"other{i}", f"{base + i:016x}{i:016x}"
+            lines.append(json.dumps({"fp": fp, "addr": addr, "nonce": nonce,
+                                     "sig": key.sign(claim_text(me, fp, addr, nonce)).hex()}))
+        store.set(config_key(me), ("\n".join(lines) + "\n").encode())
+        store.set(f"dgrpo/join/{me}", b'{"nonce": "", "sig": "00"}\n')
+        print(f"rank {me}: wrote {claims} signed config claims naming a silent server; not checking in", flush=True)
+        time.sleep(float(hold_s))
+        raise SystemExit(9)
+
+    D.join_group = join_group

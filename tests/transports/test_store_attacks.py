@@ -235,6 +235,24 @@ def test_a_rank_started_after_the_start_up_timeout_is_named_and_the_others_go_on
     assert peers(run_dir)[0]["peers"]["3"]["transport"] == {"join": 1}
 
 
+def test_config_claims_naming_a_silent_server_hold_no_check_in_and_name_their_signer(tmp_path, tiny_model_dir):
+    """Review r31j F9: rank 3 never checks in; it writes a junk mark and 64 config claims of other configs signed
+    with its own roster key, naming its own server that never answers (``claimjam``). Before, each honest pass of
+    the check-in challenged all 64 (2 s each), the views never agreed and every honest rank exited 3. Now each
+    challenges one claim once, off its loop: the honest ranks name node 3 (absent, and for what its key signed)
+    and train without it."""
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, "swarm.startup_timeout_s=4",
+                                      *_roster(tmp_path)], "claimjam:3:64")
+    for r in results[:3]:
+        assert r.returncode == 0 and r.seconds < 30, r.output[-3000:]
+        assert ("nodes [3] did not join within swarm.startup_timeout_s=4s (not started, or started too late; node 3's "
+                "key signed 64 config claim(s) of other configs in the store, 1 challenged") in r.output
+    assert results[3].returncode == 9
+    records = read_metrics(run_dir)
+    assert [r.get("swarm/messages") for r in records] == [6, 6, None] and records[0]["swarm/nodes_alive"] == 3
+    assert peers(run_dir)[0]["peers"]["3"]["transport"] == {"check-in": 1, "join": 1}
+
+
 def test_a_rank_started_after_the_start_up_timeout_stops_every_rank_under_abort(tmp_path, tiny_model_dir):
     """Every other rank names node 3 and leaves; node 3, started after they left, finds none of their servers: their
     views (signed with keys it never learned: without a roster file the keys travel in the address records since

@@ -4,6 +4,7 @@ Each patches only the attacking rank's own process: what its server serves, or w
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 
@@ -174,12 +175,86 @@ def why_unserved() -> None:
     PeerChannel.set = lambda self, key, value: None if key == "why" else put(self, key, value)
 
 
+def slow_for(victim: str) -> None:
+    """Review r31j F3: this rank never serves its round payloads ``r{n}`` to reader ``victim``, trickles its wait
+    notes and its accusations to that reader only (a status line, then a header a byte every 0.5 s, without end:
+    ``peer_scenarios._trickle_heads``) and accuses it of missing each relay ``eq{n}`` it posts (signed, its own)."""
+    from peer_scenarios import HEAD, _trickle_heads
+
+    from dgrpo.transports.distributed import DistributedTransport
+
+    withhold(victim, r"^r\d+/data/")
+    _trickle_heads()
+    v, post = int(victim), DistributedTransport.post
+
+    def slow(self, tag, payload, framed=False):
+        self.chan.hook = lambda key, reader: HEAD if reader == victim and re.fullmatch(r"wait/.*|accuse", key) else None
+        out = post(self, tag, payload, framed)
+        if re.fullmatch(r"eq\d+", tag) and v in self.alive:
+            self.ledger.accuse(v, tag)
+        return out
+
+    DistributedTransport.post = slow
+
+
+def trickle_all(after: str = "r0") -> None:
+    """Review r31j F4: once it posted ``after``, this rank's server trickles the head of every answer it gives (every
+    key, every reader: a status line, then a header a byte every 0.5 s, without end)."""
+    from peer_scenarios import HEAD, _trickle_heads
+
+    from dgrpo.transports.distributed import DistributedTransport
+
+    _trickle_heads()
+    post = DistributedTransport.post
+
+    def then_trickle(self, tag, payload, framed=False):
+        out = post(self, tag, payload, framed)
+        if tag == after:
+            self.chan.hook = lambda key, reader: HEAD
+        return out
+
+    DistributedTransport.post = then_trickle
+
+
+def store_bloat(mb: str) -> None:
+    """Review r31j F7: once it joined the store, this rank appends ``mb`` MiB of junk under ``stop/{k}`` and
+    ``mb / 4`` MiB under the leave-mark keys ``r0/status/{k}``, ``eq0/status/{k}``, ``r1/status/{k}`` of every other
+    rank k (keys an honest rank writes only when it stops), 8 MiB an append (the store's cap per message, not per
+    value); it plays honestly otherwise."""
+    import torch.distributed as dist
+
+    import dgrpo.transports.distributed as D
+
+    join = D.join_group
+
+    def join_group(cfg):
+        res = join(cfg)
+        store, rank = dist.PrefixStore("dgrpo", res[0]), int(os.environ["RANK"])
+        others = [k for k in range(int(os.environ["WORLD_SIZE"])) if k != rank]
+        for key, size in [(f"stop/{k}", int(mb)) for k in others] + [
+                (f"{t}/status/{k}", int(mb) // 4) for t in ("r0", "eq0", "r1") for k in others]:
+            for i in range(0, size, 8):
+                store.append(key, b"x" * (min(8, size - i) << 20))
+        print(f"rank {rank}: appended junk under stop/k and r0, eq0, r1/status/k of nodes {others}", flush=True)
+        return res
+
+    D.join_group = join_group
+
+
 def apply(kind: str, rest: list[str]) -> None:
     """``withhold:R:V[:REGEX]`` (R never serves REGEX, default its relays, to reader V or ``low``), ``hide:R:V``
     (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS[:EQ_S]`` (R posts ``r{n}`` and
     ``eq{n}`` SECONDS late, its relays EQ_S late when given), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`),
     ``whyjunk:R:V`` / ``whydel:R:V`` (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`),
-    ``whyread:R`` (:func:`why_read`), ``relaynote:R:V`` (:func:`relay_note`)."""
+    ``whyread:R`` (:func:`why_read`), ``relaynote:R:V`` (:func:`relay_note`), ``slowfor:R:V`` (:func:`slow_for`),
+    ``trickleall:R[:TAG]`` (:func:`trickle_all`),
+    ``bloat:R:MB`` (:func:`store_bloat`)."""
+    if kind == "slowfor":
+        return slow_for(rest[0])
+    if kind == "trickleall":
+        return trickle_all(*rest)
+    if kind == "bloat":
+        return store_bloat(rest[0])
     if kind in ("whyjunk", "whydel"):
         return (why_junk if kind == "whyjunk" else why_delete)(int(rest[0]))
     if kind == "whyunserved":

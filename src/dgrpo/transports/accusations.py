@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Callable
 
 from dgrpo.errors import PeerFailure
@@ -32,6 +32,7 @@ log = logging.getLogger("dgrpo.transports.storewait")  # (one logger for the exc
 
 _ACCUSE_LINES = 256  # most accusation lines read from one signer
 _ACC_TTL_S = 1.0  # how long fetched accusations are reused (each fetch asks every live peer's server)
+_SETTLE_S = 0.25  # the most a round's end waits for accusations read in flight (one poll)
 
 
 def quorum(live: int) -> int:
@@ -76,54 +77,87 @@ class AccusationLedger:
         self.rank, self.alive, self.chan, self.store, self.refuse = rank, alive, chan, store, refuse
         self.ttl_s = _ACC_TTL_S
         self.junk: set[int] = set()
-        self._cache: tuple[float, dict[int, list[tuple[int, str]]]] | None = None  # (when, signer → (peer, tag))
+        self._lines: dict[int, list[tuple[int, str]]] = {}  # signer → its (peer, tag) as last read
+        self._read_at: dict[int, float] = {}  # signer → when the read that gave its lines began
+        self._reads: dict[int, tuple[Future, float]] = {}  # signer → (its read in flight, when it began)
+        self._own: list[tuple[int, str]] = []  # this node's own accusations
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"dgrpo-acc-{rank}")
         self._live_at: dict[str, frozenset] = {}  # exchange → its live nodes as this node entered it
         self._lone_seen: set[tuple[int, str, int]] = set()  # (accuser, tag, peer) already named
 
     def forget(self) -> None:
-        """Fetch the accusations afresh at the next count (this node posts, or may have accused)."""
-        self._cache = None
+        """Read every signer's accusations afresh at the next :meth:`refresh` (this node posts, or accused)."""
+        self._read_at.clear()
 
-    def accusations(self, peer: int, deadline: float) -> dict[str, set[int]]:
-        """Exchange tag → the live nodes whose valid accusation against ``peer`` names that exchange.
-
-        Each node serves its own accusations (``accuse``: one JSON line per accusation) from its own
-        server, so nobody can delete or pad another's; at most ``_ACCUSE_LINES`` lines are read from a
-        signer, and a signer that serves junk there is named once (``accusation: junk``)."""
+    def refresh(self) -> None:
+        """Begin a read of each live signer's accusations not read within ``ttl_s`` (one in flight a signer, in this
+        ledger's own threads, each within 1 s: :meth:`PeerChannel.fetch`); never waits (review r31j F3, F4: a read
+        in the wait loop's thread let one slow server hold the round)."""
         now = time.monotonic()
-        cached = self._cache
-        if cached is None or now - cached[0] > self.ttl_s:
-            owners = sorted(self.alive - self.junk)  # (one that served junk is not asked again)
-            fetched = fetch_all(self.chan, owners, lambda o: "accuse", _ACCUSE_LINES * 512, min(deadline, now + 1.0), 1.0)
-            lines = {}
-            for by, (raw, problem) in fetched.items():
-                items = []
-                bad = problem
-                if raw is None and problem is None and by != self.rank:  # its server is gone (it left or
-                    # stalled): the signed copy it put in the store (anyone may delete or pad it: nothing
-                    # read there is blamed on anyone)
-                    raw, bad = self.store.read(f"accuse/by/{by}", min(deadline, now + 1.0)), "store"
-                for line in (raw or b"")[: _ACCUSE_LINES * 512].splitlines()[:_ACCUSE_LINES]:
-                    try:
-                        item = json.loads(line)
-                        ok = (isinstance(item, dict) and item.get("by") == by and isinstance(item.get("tag"), str)
-                              and isinstance(item.get("peer"), int)
-                              and self.store.valid(by, f"accuse|{item['tag']}|{item['peer']}", item.get("sig")))
-                    except (ValueError, RecursionError, TypeError):
-                        ok = False
-                    if ok:
-                        items.append((item["peer"], item["tag"]))
-                    elif bad != "store":
-                        bad = bad or "a line that is not an accusation it signed"
-                if bad and bad != "store" and by != self.rank and by not in self.junk:
-                    self.junk.add(by)
-                    reason = f"accusation: node {by} serves junk as its accusations ({bad[:120]}); refused for the run"
-                    log.warning("%s", reason)
-                    self.refuse(by, reason)
-                lines[by] = items
-            self._cache = cached = (time.monotonic(), lines)
+        for by in sorted(self.alive - self.junk - {self.rank} - set(self._reads)):
+            if now - self._read_at.get(by, -1e9) > self.ttl_s:
+                self._reads[by] = (self._pool.submit(self._read, by), now)
+
+    def poll(self) -> bool:
+        """Take the reads that finished (a signer that served junk is named here, in the caller's thread); True if
+        any did."""
+        done = [by for by, (f, _) in self._reads.items() if f.done()]
+        for by in done:
+            fut, began = self._reads.pop(by)
+            try:
+                items, bad = fut.result()
+            except Exception:  # noqa: BLE001 - the store is gone (a signed copy's read): nothing read
+                continue
+            self._lines[by], self._read_at[by] = items, began
+            if bad and by not in self.junk:
+                self.junk.add(by)
+                reason = f"accusation: node {by} serves junk as its accusations ({bad[:120]}); refused for the run"
+                log.warning("%s", reason)
+                self.refuse(by, reason)
+        return bool(done)
+
+    def settle(self, wait_s: float) -> None:
+        """:meth:`refresh`, then wait at most ``wait_s`` seconds for the reads in flight, and :meth:`poll`."""
+        self.refresh()
+        futs = [f for f, _ in self._reads.values()]
+        if futs and wait_s > 0:
+            wait(futs, timeout=wait_s)
+        self.poll()
+
+    def _read(self, by: int) -> tuple[list[tuple[int, str]], str | None]:
+        """(signer ``by``'s valid (peer, tag) lines, why its server's answer is junk or None), read in a thread:
+        from its server (at most ``_ACCUSE_LINES`` lines, 1 s), else, its server gone, the signed copy it put in
+        the store (anyone may delete or pad it: nothing read there is blamed on anyone; bounded: StoreCopies)."""
+        raw, bad = self.chan.fetch(by, "accuse", _ACCUSE_LINES * 512, time.monotonic() + 1.0, 1.0)
+        copy = raw is None and bad is None
+        if copy:
+            copies = self.chan.copies
+            raw = None if copies is None else copies.read(by, f"accuse/by/{by}", time.monotonic() + 1.0)
+        items = []
+        for line in (raw or b"")[: _ACCUSE_LINES * 512].splitlines()[:_ACCUSE_LINES]:
+            try:
+                item = json.loads(line)
+                ok = (isinstance(item, dict) and item.get("by") == by and isinstance(item.get("tag"), str)
+                      and isinstance(item.get("peer"), int)
+                      and self.store.valid(by, f"accuse|{item['tag']}|{item['peer']}", item.get("sig")))
+            except (ValueError, RecursionError, TypeError):
+                ok = False
+            if ok:
+                items.append((item["peer"], item["tag"]))
+            elif not copy:
+                bad = bad or "a line that is not an accusation it signed"
+        return items, None if copy else bad
+
+    def accusations(self, peer: int, deadline: float | None = None) -> dict[str, set[int]]:
+        """Exchange tag → the live nodes whose valid accusation against ``peer`` names that exchange, as last read
+        (each node serves its own accusations, ``accuse``, one JSON line each, from its own server: nobody can
+        delete or pad another's; a signer that serves junk there is named once, ``accusation: junk``). With a
+        ``deadline``: :meth:`settle` first, until it (at most 1 s); without: never waits (:meth:`refresh`)."""
+        if deadline is not None:
+            self.settle(min(1.0, deadline - time.monotonic()))
+        lines = {**self._lines, self.rank: self._own}
         out: dict[str, set[int]] = {}
-        for by, items in cached[1].items():
+        for by, items in lines.items():
             if by == peer or by not in self.alive:
                 continue
             for p, tag in items:
@@ -136,11 +170,11 @@ class AccusationLedger:
         (``accuse``), and a signed copy appended to ``accuse/by/{rank}`` in the store (when reachable)."""
         line = json.dumps({"by": self.rank, "peer": peer, "tag": tag, "sig": self.store.sign(f"accuse|{tag}|{peer}")})
         self.chan.append("accuse", (line + "\n").encode())
+        self._own.append((peer, tag))
         try:  # a signed copy in the store, read only once this node's server is gone
             self.store.append(f"accuse/by/{self.rank}", (line + "\n").encode())
         except PeerFailure:
             pass
-        self._cache = None
 
     def live_at(self, tag: str) -> None:
         """Record the live roster of exchange ``tag`` as this node enters it (its first post or collect):
@@ -152,7 +186,7 @@ class AccusationLedger:
         has not entered (the one a stalled node is about to post, or a tag an accuser made up)."""
         return self._live_at.get(tag, frozenset(self.alive)) | {peer}
 
-    def accusers(self, peer: int, deadline: float) -> dict[str, tuple[set[int], int]]:
+    def accusers(self, peer: int, deadline: float | None = None) -> dict[str, tuple[set[int], int]]:
         """Exchange → (the accusers of ``peer`` live in that exchange, the quorum of that exchange's live
         roster): an accusation of an earlier exchange is never counted against a smaller live set."""
         out = {}
@@ -161,8 +195,9 @@ class AccusationLedger:
             out[tag] = (by & live, quorum(len(live)))
         return out
 
-    def expelled(self, peer: int, deadline: float) -> tuple[str, list[int]] | None:
-        """(exchange, accusers) if more than half of the live roster of one exchange accused ``peer`` in it."""
+    def expelled(self, peer: int, deadline: float | None = None) -> tuple[str, list[int]] | None:
+        """(exchange, accusers) if more than half of the live roster of one exchange accused ``peer`` in it
+        (``deadline``: :meth:`accusations`)."""
         for tag, (by, need) in sorted(self.accusers(peer, deadline).items()):
             if len(by) >= need:
                 return tag, sorted(by)
@@ -171,11 +206,11 @@ class AccusationLedger:
     def report_lone_accusations(self, deadline: float) -> None:
         """Name (once) every node that accused a peer without a quorum behind it: ``rejected`` gets
         ``(accuser, "accusation: …")``, so peers.jsonl attributes it to the signer, and ``(peer, "accused: …")``:
-        a lone accusation is one node's word against another's (a peer that hid its payload from one reader
+        read as they stand within ``_SETTLE_S`` of this call (and ``deadline``), a lone accusation is one node's word against another's (a peer that hid its payload from one reader
         only is accused by that reader alone: review r31d F4), so both are named, neither struck."""
-        self._cache = None
+        self.settle(max(0.0, min(_SETTLE_S, deadline - time.monotonic())))  # (reads begun as this node accused)
         for peer in sorted(self.alive):
-            for tag, (by, need) in self.accusers(peer, deadline).items():
+            for tag, (by, need) in self.accusers(peer).items():
                 if len(by) >= need:
                     continue
                 for accuser in sorted(by - {self.rank}):

@@ -52,6 +52,7 @@ from dgrpo.transports.peeraddr import (AddressKeys, answers, launch_nonce, launc
 from dgrpo.transports.peerget import Connection, Late
 from dgrpo.transports.peerhttp import BoundedServer
 from dgrpo.transports.peerresolve import AddressBook
+from dgrpo.transports.sidereads import StoreCopies
 
 _CHUNK = 1 << 16
 ACKED = re.compile(r"why|done/data/\d+")  # keys whose reads count only with the reader's signed acknowledgement
@@ -126,6 +127,7 @@ class PeerChannel(AddressBook):
         self.acks = None  # signs and checks read acknowledgements: a SignedStore (sign, valid); StoreExchange sets it
         self.frozen = False  # after the signed start-up check: addresses are never read again
         self.hook = None  # tests: hook(key, reader) -> bytes | None overrides what is served (an attacker's server)
+        self.copies = None if store is None else StoreCopies(rank, store)  # (peers' values in the store, bounded)
         host = host or local_host()
         if port is None:
             base = os.environ.get("DGRPO_SERVE_PORT")
@@ -236,18 +238,14 @@ class PeerChannel(AddressBook):
 
     def stop_of(self, owner: int) -> str | None:
         """Why ``owner`` stopped at start-up, if it said so (:meth:`announce_stop`) signed for the launch whose
-        server this rank resolved: as it told this rank's server, else from the store; None otherwise (a notice of
-        an earlier launch, or forged, counts for nothing)."""
+        server this rank resolved: as it told this rank's server, else from the store (:attr:`copies`); None otherwise
+        (a notice of an earlier launch, or forged, counts for nothing)."""
         if owner in self.stops:
             return self.stops[owner]
         if self.store is None or self.keys is None or owner not in self.launches:
             return None
-        try:
-            if not self.store.check([f"stop/{owner}"]):
-                return None
-            return self._stop_text(owner, self.store.get(f"stop/{owner}")[:4096])
-        except Exception:  # noqa: BLE001 - deleted meanwhile, or the store is gone
-            return None
+        raw = self.copies.read(owner, f"stop/{owner}", time.monotonic() + 1.0)  # (bounded: transports/sidereads.py)
+        return None if raw is None else self._stop_text(owner, raw[:4096])
 
     def reassert(self) -> None:
         """While addresses are still read (start-up): put this rank's record back if it was overwritten or deleted."""

@@ -220,11 +220,13 @@ class SignedStore:
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     # ------------------------------------------------------------------ leave marks
-    def status(self, tag: str, peer: int, deadline: float) -> str | None:
+    def status(self, tag: str, peer: int, deadline: float, copies=None) -> str | None:
         """``left`` if ``peer`` appended a leave mark it signed for ``tag`` in the store (it stopped on an error:
         its own server may be gone), else None. Anything else there (junk, a mark another key signed, an
-        unsigned one) is refused and named once in the log: its signer, or ``unsigned``."""
-        raw = self.read(f"{tag}/status/{peer}", deadline)
+        unsigned one) is refused and named once in the log: its signer, or ``unsigned``. ``copies``: read through
+        this :class:`~dgrpo.transports.sidereads.StoreCopies` (the wait loop's: at most ``COPY_CAP`` bytes)."""
+        key = f"{tag}/status/{peer}"
+        raw = copies.read(peer, key, deadline) if copies is not None else self.read(key, deadline)
         if raw is None or self.keys is None:  # (before the keys exist: unsigned, ignored)
             return None
         lines = raw[:4096].decode(errors="replace").splitlines()[:16]

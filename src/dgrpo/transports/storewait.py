@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 (quorum: re-exported)
 from dgrpo.transports.framing import OPEN, KeyCaps
+from dgrpo.transports.sidereads import SideReads
 from dgrpo.transports.waits import Schedule, WaitNotes, Witnesses, note_s, record_s, slack_s, window_s
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SLICE_S = 0.25  # longest pause between two polls of the store
+_POST_WAIT_S = 0.1  # the most a post waits for its peers' accusations in flight (whether it was expelled)
 STOP_GRACE_S = 3.0  # a start-up exchange, past its deadline: how long to look for a missing peer's stop notice
 _WITNESS_S = 0.5  # a relay held past this node's relay post + E: the others' `end/{tag}` read from this long before
 
@@ -94,20 +96,24 @@ class StoreExchange:
         Raises:
             PeerFailure: a quorum of its peers expelled this node (it stalled past their timeout).
         """
-        deadline = time.monotonic() + self.wait.timeout_s
         self.ledger.forget()
         self.ledger.live_at(tag)
-        out = self.ledger.expelled(self.rank, deadline)
-        if out is not None:
-            self.alive.discard(self.rank)
-            raise PeerFailure(f"node {self.rank} was declared failed by its peers in exchange {out[0]!r}: nodes "
-                              f"{out[1]} did not receive its messages within {self.wait.limit_name}={self.wait.timeout_s:g}s "
-                              "(stalled?); leaving the swarm")
+        self.ledger.settle(_POST_WAIT_S)  # (its peers' accusations, read in the ledger's threads: a slow server
+        self._check_out()  # costs this post at most _POST_WAIT_S; what comes later is counted in collect)
         data_key = f"{tag}/data/{self.rank}"
         self.chan.set(data_key, value)
         self.schedule.enter(tag)
         self.schedule.posted.setdefault(tag, time.monotonic())
         return data_key
+
+    def _check_out(self) -> None:
+        """Raise if a quorum of its peers expelled this node, as their accusations were last read."""
+        out = self.ledger.expelled(self.rank)
+        if out is not None:
+            self.alive.discard(self.rank)
+            raise PeerFailure(f"node {self.rank} was declared failed by its peers in exchange {out[0]!r}: nodes "
+                              f"{out[1]} did not receive its messages within {self.wait.limit_name}={self.wait.timeout_s:g}s "
+                              "(stalled?); leaving the swarm")
 
     def collect(self, tag: str, peers: Iterable[int], deadline: float | None, cap: int) -> dict[int, bytes]:
         """Payloads of live ``peers`` in exchange ``tag`` (at most ``cap`` bytes each: :func:`cap_of`), fetched
@@ -137,7 +143,7 @@ class StoreExchange:
         missed: list[int] = []
         noted = startup  # (a wait note once per exchange)
         arrived = self.schedule.arrived.setdefault(tag, {})
-        next_blame, delay = time.monotonic() + 1.0, 0.005
+        delay = 0.005
         # One read per peer at a time, each in its own thread, so a slow server holds up only its own reads; a peer is
         # missed once a read begun at or after its deadline found nothing (one poll, at most 0.25 s, past it).
         reads: dict[int, tuple[Future, float]] = {}  # peer → (its read in flight, when it began)
@@ -148,6 +154,7 @@ class StoreExchange:
         safe = None if startup else self.schedule.safe(tag)  # (a relay: past it, hold on only while others are held)
         witness = None if safe is None else Witnesses(self.rank, self.chan, tag, self.ledger.roster_of(tag, self.rank),
                                                       pool.submit)
+        side = SideReads(self, tag, pool.submit, end)  # (notes, stop notices, leave marks: read in the pool)
         try:
             while pending:
                 self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
@@ -174,31 +181,26 @@ class StoreExchange:
                     elif problem is not None:
                         bad[peer] = problem
                         pending.remove(peer)
-                    elif (why := self.chan.stop_of(peer)) is not None:  # (its leave marks may be of no launch)
+                    elif (why := self.chan.stops.get(peer)) is not None:  # (pushed to this server: signed, checked)
                         stopped[peer] = why
                         pending.remove(peer)
-                    elif self.store.status(tag, peer, until[peer]) == "left":
-                        left.append(peer)
-                        pending.remove(peer)
-                    else:
+                    else:  # (its stop notice or leave mark in the store: read in the pool, SideReads)
                         retry[peer] = time.monotonic() + delay
+                        side.ask_gone(peer, time.monotonic(), until[peer])
+                for peer, kind, why in side.take_gone():
+                    if peer in pending:  # (its leave marks may be of no launch)
+                        pending.remove(peer)
+                        stopped.update({peer: why} if kind == "stopped" else {})
+                        left += [peer] if kind == "left" else []
                 now = time.monotonic()
                 if not noted and pending and now - start >= note_s(self.wait.timeout_s):
                     noted = True  # (still waiting: say so, signed, before this node posts its next exchange late)
                     self.notes.note(tag, pending)
-                for peer in [p for p in pending if now >= until[p] and p not in extended and end is not None
-                             and until[p] < end]:  # (a round exchange with time left in its budget)
-                    why = self.notes.waited(peer, self.schedule.noted_in(tag), end)
-                    if why is not None and self.rank in why[1] and any(  # it says it waited for this node, which was
-                            peer in self.notes.mine.get(t, ()) for t in self.schedule.before(why[0])):  # waiting for it:
-                        why = None  # its own doing, so the whole note buys nothing here (review r31e G1)
-                    if (why is not None and tag.startswith("eq") and why[0] == f"r{tag[2:]}"  # a relay late, it says,
-                            and set(why[1]) <= {self.rank}):  # for this node's round payload, served since its post:
-                        why = None  # it had that by then, so the note buys nothing here (an honest node late to
-                        # post, e.g. evaluating, gave its withholder the extension: expelled at its next post)
-                    if (why is not None and self.on_peer_failure == "abort"  # (it stopped: it says why, signed)
-                            and self.notes.stop_of(peer, until[peer], 0.25) is not None):
-                        why = None
+                side.take_notes()  # (each pending peer's notes are read from just before its deadline: SideReads)
+                for peer in [p for p in pending if p not in extended and end is not None and until[p] < end]:
+                    side.ask_notes(peer, until[peer], now)  # (a round exchange with time left in its budget)
+                for peer in [p for p in pending if now >= until[p] and p in side.hits and p not in extended]:
+                    why = side.note(peer)  # (its signed note, unless it buys nothing here: SideReads.note)
                     if why is not None:  # it only waited: more time, once an exchange, never past the round's end
                         extended[peer] = why
                         until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline)
@@ -210,18 +212,20 @@ class StoreExchange:
                         if not witness.held(peer):
                             until[peer] = now
                 now = time.monotonic()
-                out = [p for p in pending if now >= until[p] and p not in reads and last.get(p, -1.0) >= until[p]]
+                out = [p for p in pending if now >= until[p] and p not in reads and last.get(p, -1.0) >= until[p]
+                       and not side.note_busy(p)]  # (a note read in flight ends by the deadline, one poll at most)
                 missed += out  # (past its deadline, read once more since: never read later this exchange)
                 pending = [p for p in pending if p not in out]
                 if not pending or stopped and startup:  # (start-up needs every rank: one stopped, all stop)
                     break
-                if now >= next_blame:  # peers others already expelled are not waited for
+                self.ledger.refresh()  # (peers' accusations, read in the ledger's threads: never waited for here)
+                if self.ledger.poll() and not startup:  # peers others already expelled are not waited for
+                    self._check_out()
                     for peer in list(pending):
-                        out = self.ledger.expelled(peer, until[peer])
+                        out = self.ledger.expelled(peer)
                         if out is not None:
                             pending.remove(peer)
                             self._expel(peer, *out)
-                    next_blame = now + 1.0
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             if safe is not None:
@@ -254,10 +258,13 @@ class StoreExchange:
         for peer in pending:
             self.refuse(peer, f"missing payload: its server did not serve exchange {tag!r}")
             self.ledger.accuse(peer, tag)
-        for peer in pending:
-            out = self.ledger.expelled(peer, until[peer])
+        for peer in pending:  # (as last read; the rest at this node's next poll: the reads begin now)
+            out = self.ledger.expelled(peer)
             if out is not None:
                 self._expel(peer, *out)
+        if pending:
+            self.ledger.forget()
+            self.ledger.refresh()
         if pending or bad:
             self._fail(pending, tag, "sent nothing", sorted(bad))
         return got

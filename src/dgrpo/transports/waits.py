@@ -143,13 +143,14 @@ class WaitNotes:
         while len(self._ends) > _KEEP:
             self.chan.delete_key(self._ends.pop(0))
 
-    def waited(self, peer: int, tags: list[str], deadline: float) -> tuple[str, list[int]] | None:
+    def waited(self, peer: int, tags: list[str], deadline: float, budget: float = 1.0) -> tuple[str, list[int]] | None:
         """(exchange, the nodes ``peer`` noted waiting for there) for the first of ``tags`` where ``peer``
-        serves a valid note, read now (at most 1 s a read, none past ``deadline``: the round's end); None if none."""
+        serves a valid note, read now (at most ``budget`` s a read, none past ``deadline``); None if none (the wait
+        loop reads notes in its pool: :class:`~dgrpo.transports.sidereads.SideReads`)."""
         for tag in tags:
             hit = self._seen.get((peer, tag))
             if hit is None:
-                raw, _ = self.chan.fetch(peer, f"wait/{tag}", _NOTE_LINES * 256, deadline, 1.0)
+                raw, _ = self.chan.fetch(peer, f"wait/{tag}", _NOTE_LINES * 256, deadline, budget)
                 hit = self._parse(peer, tag, raw or b"")
                 if hit:
                     if len(self._seen) > 256:  # (only the last exchanges are ever asked again)
@@ -184,7 +185,7 @@ class WaitNotes:
         """Why ``peer`` said it stopped (:meth:`say_stop`, signed by it for this run and launch): as read before (once
         read, its server may stop serving it), else as its own server serves it (``budget`` seconds at most; the read
         is acknowledged, signed: :meth:`PeerChannel.acked`), else the first valid line of ``why/{peer}`` in the store
-        (every line of its first ``_WHY_BYTES``, at most ``_WHY_CHECKS`` signatures checked: junk before it hides
+        (:class:`~dgrpo.transports.sidereads.StoreCopies`: at most ``COPY_CAP`` bytes; every line of its first ``_WHY_BYTES``, at most ``_WHY_CHECKS`` signatures checked: junk before it hides
         nothing); None (nothing there, junk, or another key's or launch's line: a claim nobody signed counts for
         nothing)."""
         if peer in self._stops:
@@ -194,7 +195,9 @@ class WaitNotes:
         why = self._why(peer, raw or b"")
         if why is None:
             try:
-                why = self._why(peer, self.store.read(f"why/{peer}", end) or b"")
+                copies = self.chan.copies  # (bounded: transports/sidereads.py)
+                raw = copies.read(peer, f"why/{peer}", end) if copies is not None else self.store.read(f"why/{peer}", end)
+                why = self._why(peer, raw or b"")
             except Exception:  # noqa: BLE001 - the store is gone
                 return None
         if why is not None:

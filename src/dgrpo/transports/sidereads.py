@@ -1,0 +1,184 @@
+"""The distributed transport's wait loop reads nothing but through its reader pool (issue 31, review r31j F3, F4, F7).
+
+:meth:`StoreExchange.collect <dgrpo.transports.storewait.StoreExchange.collect>` waits for its peers' payloads with
+one bounded read per peer in a thread pool, so a slow server holds up only its own reads. Its other reads used to run
+in the loop's own thread, each bounded but not their sum: a peer's wait notes (1 s a read, again on every pass),
+every peer's accusations (1 s), the store's stop notice and leave mark of a peer not served yet (whole values: the
+c10d store has no ranged get, and ``append`` grows a value without bound). A rank that withheld its payload from one
+reader and trickled its notes to it held that reader's round for seconds, so the honest nodes truthfully accused it
+of a late relay and, with the attacker, expelled it (F3); a rank that appended 48 MiB under keys honest nodes never
+write made every honest retry pull them through the store (F7). Now:
+
+* :class:`SideReads`: a pending peer's wait notes are read in the pool from ``_NOTE_LEAD_S`` before its deadline,
+  each read ending by that deadline (at least ``_NOTE_MIN_S``), so the result is in when the deadline comes and a
+  trickled note costs the reader nothing past it (at most one poll); a peer not served yet has its stop notice and
+  leave mark read in the pool too, at most every ``_GONE_EVERY_S``.
+* :class:`StoreCopies`: every read of a value a peer may write in the store (``stop/{k}``, ``{tag}/status/{k}``,
+  ``why/{k}``, ``accuse/by/{k}``) goes through one store client of its own (cloned: a long get never holds the
+  transport's own client), one at a time; a value over ``COPY_CAP`` bytes (honest ones are under 4 KiB) is dropped
+  and that key family of its owner is not read again for the run (logged once; anyone can write any key of the
+  store, so nobody is named for it). The first oversized read is still pulled whole (the store cannot say a value's
+  size first): once per reader, owner and family.
+* Accusations are read in the ledger's own threads (:meth:`AccusationLedger.refresh
+  <dgrpo.transports.accusations.AccusationLedger.refresh>`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+import threading
+import time
+from concurrent.futures import Future
+from typing import Callable
+
+log = logging.getLogger("dgrpo.transports.storewait")  # (one logger for the exchange and its blame)
+
+COPY_CAP = 1 << 16  # bytes: a store copy over this is junk (honest leave marks, notices, reasons are under 4 KiB)
+_NOTE_LEAD_S = 0.5  # a pending peer's wait notes are read from this long before its deadline
+_NOTE_MIN_S = 0.25  # a note read gets at least this long (one poll), its deadline passed or not
+_NOTE_GAP_S = 0.2  # a note read that found none is repeated after this long, until the peer's deadline
+_GONE_EVERY_S = 0.5  # a peer not served: its stop notice and leave mark read at most this often
+
+
+class StoreCopies:
+    """Reads of values peers write in the shared store, bounded as far as the store allows (module docstring).
+
+    Args:
+        rank: this node (named in log lines).
+        store: the c10d store (the ``dgrpo/`` ``PrefixStore``); reads go through a clone of its client.
+    """
+
+    def __init__(self, rank: int, store):
+        self.rank, self.store = rank, store
+        self.junk: set[tuple[int, str]] = set()  # (owner, key family) once read oversized: not read again
+        self._lock = threading.Lock()
+        self._client = None
+
+    def read(self, owner: int, key: str, deadline: float) -> bytes | None:
+        """The store's value of ``key`` (``owner``'s copy), or None: absent, deleted meanwhile, over ``COPY_CAP``
+        bytes (its family of ``owner`` is not read again), the store gone, or waited for past ``deadline`` (a
+        get begun then has at least 0.5 s)."""
+        family = re.sub(r"\d+", "#", key)
+        if (owner, family) in self.junk:
+            return None
+        with self._lock:
+            try:
+                if self._client is None:
+                    try:
+                        self._client = self.store.clone()
+                    except Exception:  # noqa: BLE001 - a store without clone (tests' HashStore): its own client
+                        self._client = self.store
+                c = self._client
+                if not c.check([key]):
+                    return None
+                c.set_timeout(datetime.timedelta(seconds=max(0.5, deadline - time.monotonic())))
+                raw = c.get(key)
+            except Exception:  # noqa: BLE001 - deleted between the check and the get, or the store is gone
+                return None
+        if len(raw) > COPY_CAP:
+            self.junk.add((owner, family))
+            log.warning("node %d: the store's %s holds %d bytes (over %d: junk some rank wrote there, which the store "
+                        "cannot name); node %d's values there are not read again", self.rank, key, len(raw), COPY_CAP,
+                        owner)
+            return None
+        return raw
+
+
+class SideReads:
+    """One exchange's reads besides payloads, each in the exchange's reader pool (module docstring).
+
+    Args:
+        ex: the :class:`~dgrpo.transports.storewait.StoreExchange`.
+        tag: the exchange.
+        submit: the pool's ``submit``.
+        end: the round's end (None outside a round: no wait notes are read).
+    """
+
+    def __init__(self, ex, tag: str, submit: Callable[..., Future], end: float | None):
+        self.ex, self.tag, self.submit, self.end = ex, tag, submit, end
+        self.notes: dict[int, tuple[Future, float]] = {}  # peer → (its note read in flight, that read's deadline)
+        self.note_at: dict[int, float] = {}  # peer → when to read its notes again
+        self.hits: dict[int, tuple[tuple[str, list[int]], str | None]] = {}  # peer → (its note, its stop reason)
+        self.gone: dict[int, Future] = {}  # peer → its stop notice / leave mark read in flight
+        self.gone_at: dict[int, float] = {}
+
+    def ask_notes(self, peer: int, until: float, now: float) -> None:
+        """Read ``peer``'s wait notes (of the exchanges it may have noted waiting in) if its deadline ``until`` is
+        within ``_NOTE_LEAD_S``, none is in flight and none was found (past ``until``, only if none was read yet); the
+        read ends by ``until`` (at least ``_NOTE_MIN_S`` from now) and by the round's end."""
+        if (self.end is None or peer in self.hits or peer in self.notes or now < until - _NOTE_LEAD_S
+                or now < self.note_at.get(peer, 0.0) or now >= until and peer in self.note_at):
+            return  # (past its deadline, a peer whose notes were read is read no more: it is missed now)
+        end = min(self.end, max(until, now + _NOTE_MIN_S))
+        ex = self.ex
+        self.notes[peer] = (self.submit(_notes_of, ex, peer, ex.schedule.noted_in(self.tag), end), end)
+
+    def note_busy(self, peer: int) -> bool:
+        """Whether a note read of ``peer`` is still in flight (it ends by its own deadline: one poll at most)."""
+        return peer in self.notes
+
+    def take_notes(self) -> None:
+        """Keep the notes found by the reads that finished (:attr:`hits`); read again later where none was."""
+        for peer in [p for p, (f, _) in self.notes.items() if f.done()]:
+            fut, _ = self.notes.pop(peer)
+            try:
+                why, stop = fut.result()
+            except Exception:  # noqa: BLE001 - the store is gone (a stop reason's copy): no note
+                why, stop = None, None
+            if why is not None:
+                self.hits[peer] = (why, stop)
+            else:
+                self.note_at[peer] = time.monotonic() + _NOTE_GAP_S
+
+    def note(self, peer: int) -> tuple[str, list[int]] | None:
+        """``peer``'s note as found (:attr:`hits`: exchange, whom it says it waited for), or None where it buys
+        nothing from this node (transports/waits.py): it names this node, which had noted waiting for it just before
+        (its own doing, review r31e G1); a relay late for this node's round payload alone, served since its post (an
+        honest node late to post gave its withholder the extension: expelled at its next post); or, under
+        ``abort``, it serves a signed stop reason (it stopped)."""
+        (why, stop), ex = self.hits[peer], self.ex
+        if ex.rank in why[1] and any(peer in ex.notes.mine.get(t, ()) for t in ex.schedule.before(why[0])):
+            return None
+        if self.tag.startswith("eq") and why[0] == f"r{self.tag[2:]}" and set(why[1]) <= {ex.rank}:
+            return None
+        return None if stop is not None else why
+
+    def ask_gone(self, peer: int, now: float, deadline: float) -> None:
+        """Read, for a peer whose server did not serve the payload, its stop notice and leave mark (at most every
+        ``_GONE_EVERY_S``, one read in flight)."""
+        if peer in self.gone or now < self.gone_at.get(peer, 0.0):
+            return
+        self.gone_at[peer] = now + _GONE_EVERY_S
+        self.gone[peer] = self.submit(_gone, self.ex, self.tag, peer, deadline)
+
+    def take_gone(self) -> list[tuple[int, str, str | None]]:
+        """(peer, ``stopped`` or ``left``, its stop reason) for every finished read that found one."""
+        out = []
+        for peer in [p for p, f in self.gone.items() if f.done()]:
+            try:
+                found = self.gone.pop(peer).result()
+            except Exception:  # noqa: BLE001 - the store is gone: nothing found
+                found = None
+            if found is not None:
+                out.append((peer, *found))
+        return out
+
+
+def _notes_of(ex, peer: int, tags: list[str], end: float):
+    """(peer's note, its signed stop reason under ``abort``, else None), read in the pool by ``end``."""
+    why = ex.notes.waited(peer, tags, end, min(1.0, max(0.05, end - time.monotonic())))
+    stop = None
+    if why is not None and ex.on_peer_failure == "abort":
+        stop = ex.notes.stop_of(peer, end, max(0.05, min(0.25, end - time.monotonic())))
+    return why, stop
+
+
+def _gone(ex, tag: str, peer: int, deadline: float):
+    """(``stopped``, its reason) if ``peer`` said it stopped at start-up, (``left``, None) if it left ``tag``; else
+    None (read in the pool: :meth:`PeerChannel.stop_of`, :meth:`SignedStore.status` through :class:`StoreCopies`)."""
+    why = ex.chan.stop_of(peer)
+    if why is not None:
+        return "stopped", why
+    return ("left", None) if ex.store.status(tag, peer, deadline, ex.chan.copies) == "left" else None

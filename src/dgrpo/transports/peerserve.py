@@ -128,6 +128,7 @@ class PeerChannel(AddressBook):
         self.frozen = False  # after the signed start-up check: addresses are never read again
         self.hook = None  # tests: hook(key, reader) -> bytes | None overrides what is served (an attacker's server)
         self.copies = None if store is None else StoreCopies(rank, store)  # (peers' values in the store, bounded)
+        self.down: dict[int, float] = {}  # owner → when its server last failed to answer (fetch), till it answers
         host = host or local_host()
         if port is None:
             base = os.environ.get("DGRPO_SERVE_PORT")
@@ -238,12 +239,13 @@ class PeerChannel(AddressBook):
 
     def stop_of(self, owner: int) -> str | None:
         """Why ``owner`` stopped at start-up, if it said so (:meth:`announce_stop`) signed for the launch whose
-        server this rank resolved: as it told this rank's server, else from the store (:attr:`copies`); None otherwise
-        (a notice of an earlier launch, or forged, counts for nothing)."""
+        server this rank resolved: as it told this rank's server, else, once its server does not answer (:attr:`down`),
+        from the store (:attr:`copies`); None otherwise (a notice of an earlier launch, or forged, counts for
+        nothing)."""
         if owner in self.stops:
             return self.stops[owner]
-        if self.store is None or self.keys is None or owner not in self.launches:
-            return None
+        if self.store is None or self.keys is None or owner not in self.launches or owner not in self.down:
+            return None  # (its server answers: it pushed its notice there; review r31j F7)
         raw = self.copies.read(owner, f"stop/{owner}", time.monotonic() + 1.0)  # (bounded: transports/sidereads.py)
         return None if raw is None else self._stop_text(owner, raw[:4096])
 
@@ -284,6 +286,7 @@ class PeerChannel(AddressBook):
             headers.update(extra or {})
             conn.request("GET", "/v/" + quote(key, safe=""), headers=headers)
             resp = conn.getresponse()
+            self.down.pop(owner, None)
             if resp.status != 200:
                 return None, None
             size = resp.getheader("Content-Length")
@@ -302,7 +305,8 @@ class PeerChannel(AddressBook):
             return bytes(out), None
         except Late:  # (its answer began and was not whole by the end: a trickled status line, head or body)
             return None, f"slow: {key} not served within {budget:g} s"
-        except (OSError, http.client.HTTPException, ValueError):
+        except (OSError, http.client.HTTPException, ValueError) as err:
+            self.down.update({owner: time.monotonic()} if isinstance(err, OSError) else {})  # (refused, reset, silent)
             return None, None
         finally:
             if resp is not None:  # (its socket closes now, not when the response is collected)

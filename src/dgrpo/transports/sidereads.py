@@ -176,9 +176,14 @@ def _notes_of(ex, peer: int, tags: list[str], end: float):
 
 
 def _gone(ex, tag: str, peer: int, deadline: float):
-    """(``stopped``, its reason) if ``peer`` said it stopped at start-up, (``left``, None) if it left ``tag``; else
-    None (read in the pool: :meth:`PeerChannel.stop_of`, :meth:`SignedStore.status` through :class:`StoreCopies`)."""
-    why = ex.chan.stop_of(peer)
+    """(``stopped``, its reason) if ``peer`` said it stopped at start-up, (``left``, None) if it left ``tag`` (its
+    leave marks as its own server serves them, else, its server gone, the store's copy); else None (read in the pool:
+    :meth:`PeerChannel.stop_of`, :meth:`SignedStore.status`, :class:`StoreCopies`)."""
+    chan, key = ex.chan, f"{tag}/status/{peer}"
+    why = chan.stop_of(peer)
     if why is not None:
         return "stopped", why
-    return ("left", None) if ex.store.status(tag, peer, deadline, ex.chan.copies) == "left" else None
+    raw, _ = chan.fetch(peer, key, 4096, max(deadline, time.monotonic() + 0.25), 0.5)  # (served by it, or)
+    if raw is None and peer in chan.down and chan.copies is not None:  # (its server gone: the store's copy)
+        raw = chan.copies.read(peer, key, deadline)
+    return ("left", None) if raw is not None and ex.store.status(tag, peer, deadline, raw) == "left" else None

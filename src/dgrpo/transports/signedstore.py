@@ -87,6 +87,7 @@ class SignedStore:
         self.records: dict[int, list[str]] = {}  # node → [nonce, server nonce, signature] of its start-up record
         self.last_contact = 0.0
         self._marks_named: set[tuple[str, int]] = set()  # refused leave marks already named in the log
+        self.serve = None  # serve(key, value): append to this node's own server's value (StoreExchange sets it)
 
     # ------------------------------------------------------------------ store calls
     @staticmethod
@@ -220,13 +221,12 @@ class SignedStore:
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     # ------------------------------------------------------------------ leave marks
-    def status(self, tag: str, peer: int, deadline: float, copies=None) -> str | None:
+    def status(self, tag: str, peer: int, deadline: float, raw: bytes | None = None) -> str | None:
         """``left`` if ``peer`` appended a leave mark it signed for ``tag`` in the store (it stopped on an error:
         its own server may be gone), else None. Anything else there (junk, a mark another key signed, an
-        unsigned one) is refused and named once in the log: its signer, or ``unsigned``. ``copies``: read through
-        this :class:`~dgrpo.transports.sidereads.StoreCopies` (the wait loop's: at most ``COPY_CAP`` bytes)."""
-        key = f"{tag}/status/{peer}"
-        raw = copies.read(peer, key, deadline) if copies is not None else self.read(key, deadline)
+        unsigned one) is refused and named once in the log: its signer, or ``unsigned``. ``raw``: the marks as read
+        elsewhere (the wait loop's: :func:`~dgrpo.transports.sidereads.SideReads.ask_gone`), else read here."""
+        raw = self.read(f"{tag}/status/{peer}", deadline) if raw is None else raw
         if raw is None or self.keys is None:  # (before the keys exist: unsigned, ignored)
             return None
         lines = raw[:4096].decode(errors="replace").splitlines()[:16]
@@ -244,6 +244,10 @@ class SignedStore:
 
     def leave(self, tags: Iterable[str]) -> None:
         """Mark this node's exchanges ``tags`` as left (signed, appended: junk another rank wrote there
-        first cannot keep the mark out), so peers stop waiting for it at once."""
+        first cannot keep the mark out), so peers stop waiting for it at once; served by this node's own server too
+        (:attr:`serve`: its peers read the store's copy only once its server is gone, review r31j F7)."""
         for tag in tags:
-            self.append(f"{tag}/status/{self.rank}", f"\nleft:{self.sign(f'left|{tag}|{self.rank}')}\n".encode())  # (own line)
+            line = f"\nleft:{self.sign(f'left|{tag}|{self.rank}')}\n".encode()  # (own line)
+            if self.serve is not None:
+                self.serve(f"{tag}/status/{self.rank}", line)
+            self.append(f"{tag}/status/{self.rank}", line)

@@ -84,6 +84,7 @@ class StoreExchange:
         self.store, self.ledger, self.wait, self.on_peer_failure, self.refuse = store, ledger, wait, on_peer_failure, refuse
         self.notes = WaitNotes(rank, chan, store)  # signed notes of whom this node waits for (transports/waits.py)
         chan.acks = store  # (a read of a stop reason or `done` counts only with the reader's signature: review r31f H5)
+        store.serve = chan.append  # (its leave marks served by its own server too: peers read the store's once it is gone)
         self.schedule = Schedule(wait.timeout_s)  # the round's deadlines
         self.started = False  # this node finished its first round exchange (a start-up stop no longer stops it)
         self.record_reader: int | None = None  # the main rank this node last posted a round record rec{n} for

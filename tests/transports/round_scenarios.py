@@ -197,9 +197,10 @@ def slow_for(victim: str) -> None:
     DistributedTransport.post = slow
 
 
-def trickle_all(after: str = "r0") -> None:
+def trickle_all(after: str = "r0", mute: str = "") -> None:
     """Review r31j F4: once it posted ``after``, this rank's server trickles the head of every answer it gives (every
-    key, every reader: a status line, then a header a byte every 0.5 s, without end)."""
+    key, every reader: a status line, then a header a byte every 0.5 s, without end); ``mute``: it serves nothing
+    instead (the run where the attacker sends nothing, to compare with)."""
     from peer_scenarios import HEAD, _trickle_heads
 
     from dgrpo.transports.distributed import DistributedTransport
@@ -211,6 +212,8 @@ def trickle_all(after: str = "r0") -> None:
         out = post(self, tag, payload, framed)
         if tag == after:
             self.chan.hook = lambda key, reader: HEAD
+            if mute:
+                self.chan.serve = lambda key, reader: None
         return out
 
     DistributedTransport.post = then_trickle
@@ -247,7 +250,7 @@ def apply(kind: str, rest: list[str]) -> None:
     ``eq{n}`` SECONDS late, its relays EQ_S late when given), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`),
     ``whyjunk:R:V`` / ``whydel:R:V`` (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`),
     ``whyread:R`` (:func:`why_read`), ``relaynote:R:V`` (:func:`relay_note`), ``slowfor:R:V`` (:func:`slow_for`),
-    ``trickleall:R[:TAG]`` (:func:`trickle_all`),
+    ``trickleall:R[:TAG[:mute]]`` (:func:`trickle_all`),
     ``bloat:R:MB`` (:func:`store_bloat`)."""
     if kind == "slowfor":
         return slow_for(rest[0])

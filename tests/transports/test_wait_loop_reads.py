@@ -1,0 +1,110 @@
+"""The wait loop's reads besides payloads run in its reader pool, and store values a peer may write are read bounded
+(review r31j F3, F4, F7; issue 31: transports/sidereads.py). 4 torch.distributed ranks on loopback, tiny model,
+swarm.timeout_s=5 under on_peer_failure=continue: no honest node expelled or named, the attacker named, the metrics
+of a run without the attack, and every round's exchange within timeout_s plus one poll."""
+
+import datetime
+import logging
+
+from distributed_helpers import comparable
+from test_round_deadlines import COMMON, POLL, T, _named, _run
+
+from dgrpo.cli import main
+from dgrpo.metrics.logger import read_metrics
+from dgrpo.transports.sidereads import COPY_CAP, StoreCopies
+
+
+def _clean(tmp_path, args):
+    assert main(["run", *args, f"out_dir={tmp_path}", "name=in"]) == 0
+    return comparable(read_metrics(tmp_path / "in"))
+
+
+def _honest_views_clean(peers, allowed=()):
+    """No honest node (0, 1, 2) named in the relayed views of honest nodes 1 and 2 (but for ``allowed`` kinds)."""
+    return all(set(p["views"].get(v, {}).get(str(n), {})) <= set(allowed)
+               for p in peers for v in ("1", "2") for n in (0, 1, 2))
+
+
+def test_trickled_notes_and_accusations_make_no_honest_node_late(tmp_path, tiny_model_dir):
+    """F3: rank 3 never serves its round payloads to node 0, trickles its wait notes and accusations to node 0 only
+    and accuses node 0 of each relay. Before: node 0's loop read node 3's notes and accusations in its own thread (1 s
+    a read, again each pass), posted its relay seconds late, nodes 1 and 2 truthfully accused it, node 3's accusation
+    made the quorum and node 0 was expelled at eq0 or eq1 and trained on alone (two round records a round). Now those
+    reads run in the pool and end by node 3's deadline: nobody is expelled, node 3 is named `missing payload` every
+    round, no honest node is named, the metrics are the clean run's and each exchange ends within timeout_s."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10"]
+    want = _clean(tmp_path, args)
+    results, got, peers = _run(tmp_path, args, "slowfor:3:0")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    out = "".join(r.output for r in results)
+    assert "declared failed" not in out and "is out of the swarm" not in out
+    assert len(peers) == 3 and all(_named(p, 3).get("missing payload") == 1 for p in peers), peers
+    assert all(_named(p, n) == {} for p in peers for n in (1, 2))
+    assert all(set(_named(p, 0)) <= {"accused"} for p in peers)  # (node 3's lone word: nobody expels on it)
+    assert _honest_views_clean(peers, allowed=("accused",)), peers
+    assert comparable(got) == want
+    assert max(r["time/exchange"] for r in got[:3]) <= T + POLL, [r["time/exchange"] for r in got]
+
+
+def test_a_server_trickling_every_answer_holds_no_round_past_its_budget(tmp_path, tiny_model_dir):
+    """F4: once it posted r0, rank 3's server trickles the head of every answer to every reader (payloads, relays,
+    notes, accusations). Before: round 0's exchange lasted timeout_s + 1 s (6.02 s at 5 s: the 1 s read of its
+    accusations in the loop's thread). Now every exchange ends within timeout_s plus one poll, node 3 is named
+    (`transport`: slow) and left out of every round, no honest node is named, and the metrics are those of a run
+    where node 3 serves nothing from r0 on."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10"]
+    (tmp_path / "mute").mkdir()
+    _, mute, _ = _run(tmp_path / "mute", args, "trickleall:3:r0:mute")
+    results, got, peers = _run(tmp_path, args, "trickleall:3")
+    assert [r.returncode for r in results[:3]] == [0, 0, 0], [r.output[-2000:] for r in results]
+    out = "".join(r.output for r in results[:3])
+    assert "declared failed" not in out and all(f"node {n} is out of the swarm" not in out for n in (0, 1, 2))
+    assert all("slow" in str(p["peers"]["3"]) or _named(p, 3) for p in peers), peers
+    assert all(_named(p, n) == {} for p in peers for n in (0, 1, 2)), peers
+    assert _honest_views_clean(peers), peers
+    # (a mute node 3 is accused and expelled: swarm/nodes_alive 3; a slow one is refused each round, never accused:
+    # membership differs by design, every other key is equal)
+    assert [{k: v for k, v in r.items() if k != "swarm/nodes_alive"} for r in comparable(got)] == [
+        {k: v for k, v in r.items() if k != "swarm/nodes_alive"} for r in comparable(mute)]
+    assert max(r["time/exchange"] for r in got[:3]) <= T + POLL, [r["time/exchange"] for r in got]
+
+
+def test_store_keys_bloated_by_one_rank_stretch_no_round(tmp_path, tiny_model_dir):
+    """F7: rank 3 appends 32 MiB under every other rank's stop/{k} and 8 MiB under its leave-mark keys of r0, eq0 and
+    r1 (keys an honest rank writes only when it stops), then plays honestly. Before: every retry of a peer not served
+    yet read stop/{k} and {tag}/status/{k} whole, in the loop's thread: exchanges of 1-3.3 s (0.2-0.4 s clean), honest
+    nodes named `late` and `missing payload`, honest accusations one short of expelling node 2. Now those reads run in
+    the pool, on a store client of their own, and a value over COPY_CAP is read once and never again: no honest node
+    is named, the metrics are the clean run's, and each exchange ends within timeout_s."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10"]
+    want = _clean(tmp_path, args)
+    results, got, peers = _run(tmp_path, args, "bloat:3:32")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    out = "".join(r.output for r in results)
+    assert "is out of the swarm" not in out and "accused node" not in out
+    assert all(_named(p, n) == {} for p in peers for n in (0, 1, 2, 3)), peers
+    assert _honest_views_clean(peers), peers
+    assert comparable(got) == want
+    assert max(r["time/exchange"] for r in got[:3]) <= T + POLL, [r["time/exchange"] for r in got]
+
+
+def test_a_store_copy_over_the_cap_is_dropped_and_its_family_not_read_again(caplog):
+    """StoreCopies: a value over COPY_CAP is None and logged once; the same owner's keys of that family are not read
+    again (even once honest), another owner's or another family's are; an absent key is None."""
+    import torch.distributed as dist
+
+    store = dist.PrefixStore("dgrpo", dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=5),
+                                                    wait_for_workers=False))
+    copies, far = StoreCopies(0, store), 1e12
+    store.set("stop/1", b"x" * (COPY_CAP + 1))
+    store.set("r0/status/1", b"left:ab")
+    store.set("stop/2", b"small")
+    with caplog.at_level(logging.WARNING):
+        assert copies.read(1, "stop/1", far) is None
+        store.set("stop/1", b"small now")
+        assert copies.read(1, "stop/1", far) is None  # (not read again)
+    assert copies.read(1, "r0/status/1", far) == b"left:ab" and copies.read(2, "stop/2", far) == b"small"
+    assert copies.read(2, "why/2", far) is None
+    lines = [r.getMessage() for r in caplog.records if "junk" in r.getMessage()]
+    assert lines == [f"node 0: the store's stop/1 holds {COPY_CAP + 1} bytes (over {COPY_CAP}: junk some rank wrote "
+                     "there, which the store cannot name); node 1's values there are not read again"]

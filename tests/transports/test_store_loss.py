@@ -91,8 +91,9 @@ def test_the_store_gone_in_the_other_exchanges(store_host, step):
             a.gather_values("config", "x", timeout_s=1)
         elif step == "agree":
             a.agree("name", "x")
-        else:
-            b.collect_at_main("rec0", b"x", [0])
+        else:  # (posting a record waits for nothing and needs no store: review r31j F3 took the accusations' read,
+            assert b.collect_at_main("rec0", b"x", [0]) is None  # whose store fallback raised, off the post; the
+            b.collect("r1", [0])  # sender's next wait finds the store gone)
 
 
 def test_the_main_reads_round_records_without_the_store(store_host):

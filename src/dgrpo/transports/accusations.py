@@ -208,7 +208,8 @@ class AccusationLedger:
         ``(accuser, "accusation: …")``, so peers.jsonl attributes it to the signer, and ``(peer, "accused: …")``:
         read as they stand within ``_SETTLE_S`` of this call (and ``deadline``), a lone accusation is one node's word against another's (a peer that hid its payload from one reader
         only is accused by that reader alone: review r31d F4), so both are named, neither struck."""
-        self.settle(max(0.0, min(_SETTLE_S, deadline - time.monotonic())))  # (reads begun as this node accused)
+        self.forget()  # (every signer read afresh, waited for at most _SETTLE_S: a slow one is counted next round)
+        self.settle(max(0.0, min(_SETTLE_S, deadline - time.monotonic())))
         for peer in sorted(self.alive):
             for tag, (by, need) in self.accusers(peer).items():
                 if len(by) >= need:

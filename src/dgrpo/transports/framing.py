@@ -151,6 +151,16 @@ class KeyCaps(NamedTuple):
 OPEN = KeyCaps(frames=1 << 20, messages=1 << 30, bytes=64 * 2**20)  # a transport's caps until sized from a share
 
 
+def cap_of(tag: str, caps: KeyCaps, world_size: int) -> int:
+    """Bytes a reader takes from one peer's value of exchange ``tag`` (from its share: ``caps``,
+    :class:`~dgrpo.transports.framing.KeyCaps`): a round's frames, a relay of every node's, or 1 MiB."""
+    if tag.startswith("r") and tag[1:].isdigit():
+        return caps.bytes + 14 * caps.frames
+    if tag.startswith("eq"):
+        return min(caps.bytes * world_size + (1 << 16), OPEN.bytes)
+    return 1 << 20
+
+
 def capped(payload: bytes, caps: KeyCaps) -> tuple[list[dict], list[str]]:
     """The frames of one key's payload within ``caps`` as parsed objects, and the refusals (one per cap
     exceeded, one per frame that is not a JSON object with a ``messages`` list, and one ``junk`` for bytes

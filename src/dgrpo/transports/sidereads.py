@@ -11,8 +11,10 @@ write made every honest retry pull them through the store (F7). Now:
 
 * :class:`SideReads`: a pending peer's wait notes are read in the pool from ``_NOTE_LEAD_S`` before its deadline,
   each read ending by that deadline (at least ``_NOTE_MIN_S``), so the result is in when the deadline comes and a
-  trickled note costs the reader nothing past it (at most one poll); a peer not served yet has its stop notice and
-  leave mark read in the pool too, at most every ``_GONE_EVERY_S``.
+  trickled note costs the reader nothing past it (at most one poll); the main rank's note of its round records is read
+  as its late round payload comes (:meth:`SideReads.ask_held`); a peer not served yet has its stop notice and leave
+  mark read in the pool too, at most every ``_GONE_EVERY_S`` (the loop's own thread only checks the store is there:
+  a ``check``, whose answer is a bool).
 * :class:`StoreCopies`: every read of a value a peer may write in the store (``stop/{k}``, ``{tag}/status/{k}``,
   ``why/{k}``, ``accuse/by/{k}``) goes through one store client of its own (cloned: a long get never holds the
   transport's own client), one at a time; a value over ``COPY_CAP`` bytes (honest ones are under 4 KiB) is dropped
@@ -32,6 +34,8 @@ import threading
 import time
 from concurrent.futures import Future
 from typing import Callable
+
+from dgrpo.transports.waits import window_s
 
 log = logging.getLogger("dgrpo.transports.storewait")  # (one logger for the exchange and its blame)
 
@@ -103,6 +107,7 @@ class SideReads:
         self.hits: dict[int, tuple[tuple[str, list[int]], str | None]] = {}  # peer → (its note, its stop reason)
         self.gone: dict[int, Future] = {}  # peer → its stop notice / leave mark read in flight
         self.gone_at: dict[int, float] = {}
+        self.held: dict[int, Future] = {}  # the main rank → the read of its note of rec{n-1} (ask_held)
 
     def ask_notes(self, peer: int, until: float, now: float) -> None:
         """Read ``peer``'s wait notes (of the exchanges it may have noted waiting in) if its deadline ``until`` is
@@ -144,6 +149,25 @@ class SideReads:
         if self.tag.startswith("eq") and why[0] == f"r{self.tag[2:]}" and set(why[1]) <= {ex.rank}:
             return None
         return None if stop is not None else why
+
+    def ask_held(self, peer: int, late: float) -> None:
+        """``peer``'s round payload came ``late`` seconds after this node's post: if it is the main rank this node
+        reports to and over half the payload window late, read its wait note of ``rec{n-1}`` now (within 0.25 s), for
+        :meth:`StoreExchange._held <dgrpo.transports.storewait.StoreExchange._held>`."""
+        ex, n = self.ex, self.tag[1:]
+        if (self.end is None or not self.tag.startswith("r") or not n.isdigit() or peer != ex.record_reader
+                or late <= window_s(ex.wait.timeout_s) / 2 or f"rec{int(n) - 1}" not in ex.schedule.history):
+            return
+        self.held[peer] = self.submit(ex.notes.waited, peer, [f"rec{int(n) - 1}"], time.monotonic() + 0.25, 0.25)
+
+    def held_note(self, peer: int) -> bool:
+        """Whether the read :meth:`ask_held` began found a note (waited for at most 0.25 s, never past the round's
+        end)."""
+        fut = self.held.get(peer)
+        try:
+            return fut is not None and fut.result(timeout=max(0.0, min(0.25, self.end - time.monotonic()))) is not None
+        except Exception:  # noqa: BLE001 - not in by then (or cancelled with the pool): no note
+            return False
 
     def ask_gone(self, peer: int, now: float, deadline: float) -> None:
         """Read, for a peer whose server did not serve the payload, its stop notice and leave mark (at most every

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 (quorum: re-exported)
-from dgrpo.transports.framing import OPEN, KeyCaps
+from dgrpo.transports.framing import cap_of  # noqa: F401 (re-exported: distributed.py)
 from dgrpo.transports.sidereads import SideReads
 from dgrpo.transports.waits import Schedule, WaitNotes, Witnesses, note_s, record_s, slack_s, window_s
 
@@ -48,16 +48,6 @@ _SLICE_S = 0.25  # longest pause between two polls of the store
 _POST_WAIT_S = 0.1  # the most a post waits for its peers' accusations in flight (whether it was expelled)
 STOP_GRACE_S = 3.0  # a start-up exchange, past its deadline: how long to look for a missing peer's stop notice
 _WITNESS_S = 0.5  # a relay held past this node's relay post + E: the others' `end/{tag}` read from this long before
-
-
-def cap_of(tag: str, caps: KeyCaps, world_size: int) -> int:
-    """Bytes a reader takes from one peer's value of exchange ``tag`` (from its share: ``caps``,
-    :class:`~dgrpo.transports.framing.KeyCaps`): a round's frames, a relay of every node's, or 1 MiB."""
-    if tag.startswith("r") and tag[1:].isdigit():
-        return caps.bytes + 14 * caps.frames
-    if tag.startswith("eq"):
-        return min(caps.bytes * world_size + (1 << 16), OPEN.bytes)
-    return 1 << 20
 
 
 class StoreExchange:
@@ -101,6 +91,8 @@ class StoreExchange:
         self.ledger.live_at(tag)
         self.ledger.settle(_POST_WAIT_S)  # (its peers' accusations, read in the ledger's threads: a slow server
         self._check_out()  # costs this post at most _POST_WAIT_S; what comes later is counted in collect)
+        if any(p in self.chan.down for p in self.alive - {self.rank}):  # (a peer's server gone: the store asked, a bool,
+            self.store.exists(f"{tag}/status/{self.rank}")  # so a node back from a stall hears its peers left)
         data_key = f"{tag}/data/{self.rank}"
         self.chan.set(data_key, value)
         self.schedule.enter(tag)
@@ -178,6 +170,7 @@ class StoreExchange:
                     if data is not None:
                         got[peer] = data
                         arrived[peer] = time.monotonic()
+                        side.ask_held(peer, arrived[peer] - start)  # (the main rank late: its note, _held)
                         pending.remove(peer)
                     elif problem is not None:
                         bad[peer] = problem
@@ -185,8 +178,9 @@ class StoreExchange:
                     elif (why := self.chan.stops.get(peer)) is not None:  # (pushed to this server: signed, checked)
                         stopped[peer] = why
                         pending.remove(peer)
-                    else:  # (its stop notice or leave mark in the store: read in the pool, SideReads)
-                        retry[peer] = time.monotonic() + delay
+                    else:  # (its stop notice or leave mark: read in the pool, SideReads; a check of the store here, whose
+                        retry[peer] = time.monotonic() + delay  # answer is a bool: a store gone is one line, as before)
+                        self.store.exists(f"{tag}/status/{peer}")
                         side.ask_gone(peer, time.monotonic(), until[peer])
                 for peer, kind, why in side.take_gone():
                     if peer in pending:  # (its leave marks may be of no launch)
@@ -240,7 +234,7 @@ class StoreExchange:
             missed = [p for p in missed if p not in stopped]
         pending = sorted(missed + pending)
         if not startup:
-            self._name_late(tag, start, got, arrived, extended)
+            self._name_late(tag, start, got, arrived, extended, side)
         for peer in left:
             self._expel(peer, tag, [], why="left the swarm (it stopped on an error)")
         if left and self.on_peer_failure == "abort":
@@ -309,7 +303,7 @@ class StoreExchange:
         return got
 
     def _name_late(self, tag: str, start: float, got: dict[int, bytes], arrived: dict[int, float],
-                   extended: dict[int, tuple[str, list[int]]]) -> None:
+                   extended: dict[int, tuple[str, list[int]]], side: SideReads) -> None:
         """Name (peers.jsonl, no strike) a round payload that came over half of the payload window W after this node
         posted its own (``late``), and every note that bought a peer more time, under its writer (``waited``, naming
         whom it says it waited for; a note alone never names those ``late``: review r31e G1)."""
@@ -317,7 +311,7 @@ class StoreExchange:
         rnd = tag.startswith("r") and tag[1:].isdigit()
         for peer in sorted(got):
             late = arrived.get(peer, start) - start
-            allowed = half + (record_s(self.wait.timeout_s) if rnd and late > half and self._held(peer, tag, extended)
+            allowed = half + (record_s(self.wait.timeout_s) if rnd and late > half and self._held(peer, tag, extended, side)
                               else 0.0)
             if peer in extended:
                 waited_in, whom = extended[peer]
@@ -329,9 +323,10 @@ class StoreExchange:
                                   f"of the payload window, {2 * half:.3g}s of {self.wait.limit_name}="
                                   f"{self.wait.timeout_s:g}s)")
 
-    def _held(self, peer: int, tag: str, extended: dict[int, tuple[str, list[int]]]) -> bool:
+    def _held(self, peer: int, tag: str, extended: dict[int, tuple[str, list[int]]], side: SideReads) -> bool:
         """Whether ``peer`` is the main rank that this node posted its round record ``rec{n-1}`` for and says (its
-        signed wait note, read within 0.25 s) it still waited for records there before its round payload ``tag`` =
+        signed wait note, read in the pool as its payload came: :meth:`SideReads.ask_held`, within 0.25 s and the
+        round's end) it still waited for records there before its round payload ``tag`` =
         ``r{n}``: the main reads records up to ``record_s`` after its peers begin round n (review r31g Z5l: its peers
         named it ``late`` for the time a reporter's withheld or late record held it)."""
         rec = f"rec{int(tag[1:]) - 1}"
@@ -339,7 +334,7 @@ class StoreExchange:
             return False
         if peer in extended:
             return extended[peer][0] == rec
-        return self.notes.waited(peer, [rec], time.monotonic() + 0.25) is not None
+        return side.held_note(peer)
 
     def _stopped(self, tag: str, stopped: dict[int, str], startup: bool, first: bool = False) -> None:
         """Peers that said they stopped at start-up (:meth:`PeerChannel.stop_of`): in a start-up exchange, or in this

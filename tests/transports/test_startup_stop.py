@@ -164,5 +164,7 @@ def test_a_start_up_stop_reason_is_shown_on_one_line_and_bounded_whatever_its_si
     chan = ts[1].chan
     rec = {"why": evil, "nonce": chan.nonce, "sig": chan.keys.sign(f"stop|1|{evil}|{chan.nonce}")}
     ts[1].store.set("stop/1", json.dumps(rec).encode())
+    ts[1].chan.close()  # (node 1 gone: node 2 reads the store's copy only then, review r31j F7)
+    assert ts[2].chan.fetch(1, "r0/data/1", 64, time.monotonic() + 1) == (None, None) and 1 in ts[2].chan.down
     start = "node 0 lied [2Kdgrpo: error: 'node 0' "
     assert ts[2].chan.stop_of(1) == start + "y" * (599 - len(start)) + "…"

@@ -182,7 +182,7 @@ def _packed_rows(model: PreTrainedModel, prompt: list[int], completions: list[li
     """(N, V) float32 logits of the packed completion positions, and each row's completion and offset in it."""
     device = next(model.parameters()).device
     lengths = [len(c) for c in completions]
-    g, width, n, past = len(completions), max(lengths), sum(lengths), len(prompt) - 1
+    g, n, past = len(completions), sum(lengths), len(prompt) - 1
     done = len(prefix.ids) if prefix is not None else 0  # prompt positions already in the cache
     cache = prefix.cache(model) if prefix is not None else DynamicCache(config=model.config) if past else None
     if past > done:

@@ -64,7 +64,13 @@ def test_a_group_without_signal_is_scored_without_grad_for_its_defense_only(mode
     assert learner.forwards == []
 
 
-def test_a_zeroed_reward_gives_a_flat_group_signal_and_the_update_scores_it_with_grad(model):
+def test_a_zeroed_reward_gives_a_flat_group_signal_and_the_update_scores_it_with_grad(model, monkeypatch):
+    from dgrpo.grpo import learner as learner_module
+
+    scored = []  # the update's own scoring: log-probs from the packed rows (scoring.group_token_logprobs)
+    real = learner_module.group_token_logprobs
+    monkeypatch.setattr(learner_module, "group_token_logprobs",
+                        lambda *a, **kw: scored.append(torch.is_grad_enabled()) or real(*a, **kw))
     learner = CountingLearner(model, GRPOParams(), EOS, EOS)
     flat = [Rollout("a", [5, 6], [7, EOS], "", 0, reward=1.0), Rollout("a", [5, 6], [8, EOS], "", 1, reward=1.0)]
 
@@ -74,6 +80,6 @@ def test_a_zeroed_reward_gives_a_flat_group_signal_and_the_update_scores_it_with
 
     before = [p.detach().clone() for p in model.parameters()]
     stats = learner.step(defend([ZeroSecond("topk", "logits")], learner.score(flat), {}))
-    assert learner.forwards == [("a", False), ("a", True)]  # checked without grad, then trained with it
+    assert learner.forwards == [("a", False)] and scored == [True]  # checked without grad, then trained with it
     assert stats.used == 2 and stats.grad_norm > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))

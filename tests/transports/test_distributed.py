@@ -187,7 +187,11 @@ def test_stalled_peer_is_dropped_and_the_swarm_continues(tmp_path, tiny_model_di
     assert [r.returncode for r in results[:3]] == [0, 0, 0]
     assert "node 3 sent nothing for exchange 'r2' within swarm.timeout_s=4s" in results[1].output
     assert results[3].returncode == 3  # it woke up excluded and left, saying so
-    assert "node 3 was declared failed by its peers in exchange 'r2'" in results[3].output
+    # (it learns it at its r2 post when its peers' accusations are read by then, else at eq2: accusations are read
+    # in the ledger's threads, a post waits for them at most 0.1 s, review r31j F3)
+    assert ("node 3 was declared failed by its peers in exchange 'r2'" in results[3].output or
+            "exchange 'eq2': nodes [0, 1, 2] did not receive its messages within swarm.timeout_s=4s (stalled?); "
+            "leaving the swarm" in results[3].output), results[3].output[-1500:]
     records = read_metrics(run_dir)
     assert [r["round"] for r in records] == [0, 1, 2, 3, 4]
     assert records[1]["swarm/messages"] == 8 and "swarm/nodes_alive" not in records[1]

@@ -196,8 +196,11 @@ def test_stalled_peer_is_dropped_and_the_swarm_continues(tmp_path, tiny_model_di
     assert [r["round"] for r in records] == [0, 1, 2, 3, 4]
     assert records[1]["swarm/messages"] == 8 and "swarm/nodes_alive" not in records[1]
     for rec in records[2:4]:  # groups hold the 3 completions received; node 3 is absent, not scored 0
-        assert rec["swarm/messages"] == 6 and rec["swarm/nodes_alive"] == 3
+        assert rec["swarm/messages"] == 6
         assert rec["train/reward/node3"] is None and rec["train/reward/node1"] is not None
+    # node 3 is out once the main has read its peers' accusations (in the ledger's threads, never waited for in the
+    # round's loop): by round 2's record when they came by then, else from round 3 on (CI under load: absent in r2)
+    assert records[2].get("swarm/nodes_alive", 3) == 3 and records[3]["swarm/nodes_alive"] == 3
     assert records[2]["time/exchange"] < 4 + 2.5  # round 2 ends at the deadline (+ the quorum's poll in eq2)
     assert records[3]["time/exchange"] < 3  # round 3 no longer waits the 4 s for node 3
 

@@ -153,6 +153,30 @@ def test_a_relay_then_a_round_payload_hidden_from_one_reader_gets_nobody_honest_
     assert max(r["time/exchange"] for r in got[:3]) <= T + POLL
 
 
+def test_a_true_note_of_a_wait_the_reader_shared_never_makes_the_reader_late(tmp_path, tiny_model_dir):
+    """The open case of 2026-12-05 (docs/distributed.md): node 0, the main rank, posts every r{r} 0.8 s late (as its
+    evaluation made it under load; inside W), so every node, rank 3 too, truly notes waiting for it in r0. Rank 3
+    hides its relay eq0 and its round payload r1 from node 1. Node 1 is held in eq0 to its relay post + E, so it is
+    late into r1; there it waits for rank 3's hidden r1. Before, rank 3's true r0 note bought it E from node 1 (a
+    wait node 1 had shared, its own post as late), node 1 posted its relay eq1 after its peers' round end, and nodes
+    0, 2 and 3 expelled it (exit codes [0, 3, 0, 0]). Now node 1 waits in r1 past its eq0 post + timeout_s - S (the
+    earliest its peers' round r1 can end, less S for its relay) only while another peer is still in r1: nobody is
+    expelled, rank 3 is named `accused` (node 1's lone accusations of eq0 and r1), the metrics are the clean run's
+    and every round's exchange ends within timeout_s."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10", "eval.first=false"]
+    assert main(["run", *args, f"out_dir={tmp_path}", "name=in"]) == 0
+    want = comparable(read_metrics(tmp_path / "in"))
+    results, got, peers = _run(tmp_path, args, "withhold:3:1:^(eq0|r1)/data/,postlate:0:0.8:0")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    out = "".join(r.output for r in results)
+    assert "declared failed" not in out and "is out of the swarm" not in out
+    assert sum(_named(p, 3).get("accused", 0) for p in peers) == 2, peers  # (node 1's of eq0 and r1, lone)
+    assert all(_named(p, 2) == {} for p in peers)
+    assert all(_named(p, 1).get("accused", 0) <= _named(p, 3).get("accusation", 0) for p in peers)
+    assert comparable(got) == want
+    assert max(r["time/exchange"] for r in got[:3]) <= T + POLL
+
+
 def test_a_rank_noting_waits_and_withholding_its_relay_from_one_reader_gets_nobody_honest_expelled(
         tmp_path, tiny_model_dir):
     """The limit h31y left: rank 3 serves a signed note in each r{r} naming every other node (it claims it waited for

@@ -144,7 +144,7 @@ class StoreExchange:
         retry: dict[int, float] = {}  # peer → when to ask again (not served yet)
         pool = ThreadPoolExecutor(max_workers=max(1, len(pending) + len(self.alive)),
                                   thread_name_prefix=f"dgrpo-read-{self.rank}")
-        safe = None if startup else self.schedule.safe(tag)  # (a relay: past it, hold on only while others are held)
+        safe = None if startup else self.schedule.safe(tag)  # (past it, a noted peer only while others are held)
         witness = None if safe is None else Witnesses(self.rank, self.chan, tag, self.ledger.roster_of(tag, self.rank),
                                                       pool.submit)
         side = SideReads(self, tag, pool.submit, end)  # (notes, stop notices, leave marks: read in the pool)
@@ -199,11 +199,11 @@ class StoreExchange:
                     if why is not None:  # it only waited: more time, once an exchange, never past the round's end
                         extended[peer] = why
                         until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline)
-                if witness is not None and any(until[p] > safe for p in extended if p in pending):
-                    now = time.monotonic()  # (a relay held past this node's relay post + E: review r31f, the limit
-                    if now >= safe - _WITNESS_S:  # h31y left; only while enough others are held too: Witnesses)
+                if witness is not None and any(until[p] > safe for p in pending):
+                    now = time.monotonic()  # (held past Schedule.safe: a relay, review r31f, the limit h31y left; a
+                    if now >= safe - _WITNESS_S:  # round payload, the open case of h31s; only while others are held)
                         witness.poll(end)
-                    for peer in [p for p in pending if p in extended and until[p] > now >= safe]:
+                    for peer in [p for p in pending if until[p] > now >= safe]:
                         if not witness.held(peer):
                             until[peer] = now
                 now = time.monotonic()
@@ -223,8 +223,8 @@ class StoreExchange:
                             self._expel(peer, *out)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-            if safe is not None:
-                self.notes.ended(tag)  # (its peers' Witnesses: this node left the relay exchange)
+            if end is not None:
+                self.notes.ended(tag)  # (its peers' Witnesses: this node left the round exchange)
         heard = [p for p in missed if p in self.chan.launches] if self.chan.keys is not None else []
         if startup and heard and not stopped:  # (a peer that stopped at its own deadline: its signed reason, not
             grace_end = time.monotonic() + STOP_GRACE_S  # "sent nothing"; it says why within 2 s: announce_stop)

@@ -26,6 +26,14 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
   other live peers (the awaited one apart) are still in ``eq{n}`` (none serves ``end/eq{n}``, which each node serves
   as it leaves an exchange): the rest, the awaited peer included, cannot make a quorum against it. A rank that
   serves a note naming other nodes and withholds its relay from one victim no longer holds it to the round's end.
+* **A round payload likewise** (h31s). In ``r{n}``, past this node's ``eq{n-1}`` post + ``timeout_s`` - ``S``
+  (:meth:`Schedule.safe`: a peer left ``eq{n-1}`` no earlier than it read that relay, so its round ``n`` ends no
+  earlier than ``timeout_s`` after it; ``S`` is left for this node's relay), a peer, noted or not, is waited for only
+  while enough other peers are still in ``r{n}``. A node does not compensate a lateness it shared: one late into
+  ``r{n}`` for a withheld relay, whose withholder hid ``r{n}`` from it too behind a true note (the main rank late into
+  ``r{n-1}``: every node, this one too, noted waiting for it), gave it ``E`` and posted ``eq{n}`` after its peers'
+  round end (expelled, 2 of 2 runs); without the note, its window ``W`` counted from its own late post left its relay
+  only ``S`` less two polls and the compute spread before its peers' round end. A false note fares no better.
 
 **The round's budget is ``timeout_s``** (issue 31: every wait of round r ends by this node's ``r{r}`` post +
 ``timeout_s``, plus at most one poll). It is carved (:class:`Schedule`) into a payload window ``W``
@@ -137,7 +145,7 @@ class WaitNotes:
             self.mine.pop(old[5:], None)
 
     def ended(self, tag: str) -> None:
-        """Serve ``end/{tag}``: this node left exchange ``tag`` (its peers' :class:`Witnesses` read it)."""
+        """Serve ``end/{tag}``: this node left round exchange ``tag`` (its peers' :class:`Witnesses` read it)."""
         self.chan.set(f"end/{tag}", b"1")
         self._ends.append(f"end/{tag}")
         while len(self._ends) > _KEEP:
@@ -301,11 +309,23 @@ class Schedule:
         return deadline
 
     def safe(self, tag: str) -> float | None:
-        """For a relay exchange ``eq{n}`` this node posted: its post + E, the latest it may stop waiting there with no
-        other peer held as long (a peer that left ``eq{n}`` then posts ``r{n+1}`` no earlier than it had this node's
-        relay and waits W + E for this node's, which the honest compute spread, under W, then meets:
-        :class:`Witnesses`); None otherwise."""
-        return self.posted[tag] + extension_s(self.timeout_s) if _parts(tag)[0] == "eq" and tag in self.posted else None
+        """The latest this node may stop waiting in round exchange ``tag`` with no other peer held as long (past it, a
+        peer is waited for only while others are: :class:`Witnesses`); None where no wait may reach past it.
+
+        * ``eq{n}`` this node posted: its post + E (a peer that left ``eq{n}`` then posts ``r{n+1}`` no earlier than it
+          had this node's relay and waits W + E for this node's, which the honest compute spread, under W, then meets).
+        * ``r{n}`` (n > 0), this node having posted ``eq{n-1}``: that post + timeout_s - S. A peer left ``eq{n-1}`` no
+          earlier than it read this node's relay, so its round n began after that post and ends (its last wait for
+          this node's relay ``eq{n}``) no earlier than timeout_s later; stopping S before leaves S for the relay,
+          whatever the compute spread. Without it, a node late into ``r{n}`` (a relay withheld from it) gave a peer
+          that hid ``r{n}`` from it the note's E for a wait it had shared (the main rank late into ``r{n-1}``: every
+          node truly noted it), posted ``eq{n}`` after its peers' round end and was expelled."""
+        kind, n = _parts(tag)
+        if kind == "eq" and tag in self.posted:
+            return self.posted[tag] + extension_s(self.timeout_s)
+        if kind == "r" and f"eq{n - 1}" in self.posted:
+            return self.posted[f"eq{n - 1}"] + self.timeout_s - slack_s(self.timeout_s)
+        return None
 
     def extended(self, tag: str, peer: int, base: float, waited_in: str, deadline: float) -> float:
         """The deadline of ``peer``, which noted waiting in exchange ``waited_in``: for a relay, its round payload's
@@ -321,13 +341,13 @@ class Schedule:
 
 
 class Witnesses:
-    """Which of the other live peers of relay exchange ``tag`` are still in it, as their servers say (``end/{tag}``:
-    :meth:`WaitNotes.ended`), for a relay extension past :meth:`Schedule.safe` (module docstring).
+    """Which of the other live peers of round exchange ``tag`` are still in it, as their servers say (``end/{tag}``:
+    :meth:`WaitNotes.ended`), for a wait past :meth:`Schedule.safe` (module docstring).
 
     Args:
         rank: this node.
         chan: its :class:`~dgrpo.transports.peerserve.PeerChannel`.
-        tag: the relay exchange ``eq{n}``.
+        tag: the round exchange, ``r{n}`` or ``eq{n}``.
         roster: the live nodes of the exchange (this node included).
         submit: ``submit(fn, *args) -> Future`` (the exchange's reader pool: a slow server holds only its own read).
     """

@@ -337,6 +337,41 @@ def test_expulsion_needs_signed_accusations_of_more_than_half_the_live_nodes():
         ts[1].post("r2", b"x")
 
 
+@pytest.mark.parametrize("shown", ["junk", "nothing"])
+def test_a_node_expelled_by_a_quorum_learns_it_whatever_one_accuser_serves_it(shown):
+    """Review r31j F3 (h31s): node 3 serves node 1 junk as its accusations (named, never asked again) or nothing,
+    and its real accusations to the others. Nodes 0, 2 and 3 then accuse node 1 of r2: a quorum. Before, node 1
+    counted 2 of the 3 needed (node 3's accusation never reached it) and posted on as if live: it trained alone. Now
+    node 0, counting the quorum, serves its proof (the three signed lines) and node 1 counts it: it is out at its
+    next post."""
+    import time
+
+    ts, far = _swarm_of(), time.monotonic() + 60
+    real = ts[3].chan.hook
+    ts[3].chan.hook = lambda key, reader: ((b"junk\n" if shown == "junk" else b"") if key == "accuse" and reader == "1"
+                                           else real(key, reader) if real else None)
+    ts[3].ledger.accuse(0, "r0")  # (something to show the others)
+    assert ts[1].ledger.accusations(0, far) == {}
+    assert (3 in ts[1].ledger.junk) == (shown == "junk")
+    for k in (0, 2, 3):
+        ts[k].ledger.accuse(1, "r2")
+    assert ts[1].ledger.expelled(1, far) is None  # (node 3's accusation kept from it: 2 of the 3 needed)
+    assert ts[2].ledger.expelled(1, far) == ("r2", [0, 2, 3])  # (node 2 reads all three)
+    assert ts[1].ledger.expelled(1, far) == ("r2", [0, 2, 3])  # (before: None, node 1 blind to the quorum)
+    with pytest.raises(Exception, match=r"node 1 was declared failed by its peers in exchange 'r2': nodes \[0, 2, 3\]"):
+        ts[1].post("r3", b"x")
+    proof = [json.loads(line) for line in ts[2].chan.serve("expel", "1").splitlines()]
+    assert sorted((p["by"], p["peer"], p["tag"]) for p in proof) == [(0, 1, "r2"), (2, 1, "r2"), (3, 1, "r2")]
+    # a proof line its signer did not sign is junk (named once), and counts for nothing
+    forged = json.dumps({"by": 2, "peer": 0, "tag": "r2", "sig": ts[3].signed_store.sign("accuse|r2|0")}) + "\n"
+    ts[3].chan.set("expel", forged.encode())
+    ts[3].chan.hook = real
+    ts[3].ledger.accuse(0, "r2")
+    assert ts[2].ledger.accusations(0, far) == {"r0": {3}, "r2": {3}}
+    assert ts[2].rejected[-1] == (3, "accusation: node 3 serves junk as its accusations (a proof line that is not an "
+                                     "accusation its signer signed); refused for the run")
+
+
 def test_only_a_leave_mark_signed_by_its_node_ends_the_wait_for_it():
     import time
 

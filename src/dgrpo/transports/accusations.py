@@ -12,6 +12,14 @@ exchange (:func:`quorum`): each node records the live nodes of an exchange as it
 (:meth:`AccusationLedger.live_at`), so accusations of an earlier exchange are never counted against a later,
 smaller live set (after an expulsion, 2 old accusations of 4 live nodes would otherwise be a quorum
 of the 3 left). A lone accusation expels nobody and is named under its signer.
+
+A node that counts a quorum against a peer serves its proof (``expel``: the quorum's signed accusation lines, as
+read, one JSON line each; :meth:`AccusationLedger.expelled`), and every node reads its peers' proofs with their
+accusations and counts each line as its signer's (h31s; review r31j F3 left it open). Otherwise a node saw only what
+each signer showed it: a rank that served junk as its accusations to one reader (named, never asked again) or hid
+them from it kept that reader, expelled by the others with the rank's own accusation, blind to it: it trained on
+alone. Relaying forges nothing (every line verifies under its signer's key, for this run and launch) and gives
+the attacker nothing it could not serve itself.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ log = logging.getLogger("dgrpo.transports.storewait")  # (one logger for the exc
 _ACCUSE_LINES = 256  # most accusation lines read from one signer
 _ACC_TTL_S = 1.0  # how long fetched accusations are reused (each fetch asks every live peer's server)
 _SETTLE_S = 0.25  # the most a round's end waits for accusations read in flight (one poll)
+_PROOF_LINES = 256  # most proof lines (`expel`) read from one node
 
 
 def quorum(live: int) -> int:
@@ -78,6 +87,9 @@ class AccusationLedger:
         self.ttl_s = _ACC_TTL_S
         self.junk: set[int] = set()
         self._lines: dict[int, list[tuple[int, str]]] = {}  # signer → its (peer, tag) as last read
+        self._sigs: dict[int, dict[tuple[int, str], str]] = {}  # signer → (peer, tag) → its signature as last read
+        self._relayed: dict[int, dict[tuple[int, int, str], str]] = {}  # node → (signer, peer, tag) → signature: the
+        self._proved: set[int] = set()  # proofs it serves, as last read; peers this node serves a proof against
         self._read_at: dict[int, float] = {}  # signer → when the read that gave its lines began
         self._reads: dict[int, tuple[Future, float]] = {}  # signer → (its read in flight, when it began)
         self._own: list[tuple[int, str]] = []  # this node's own accusations
@@ -105,10 +117,13 @@ class AccusationLedger:
         for by in done:
             fut, began = self._reads.pop(by)
             try:
-                items, bad = fut.result()
+                items, bad, proofs = fut.result()
             except Exception:  # noqa: BLE001 - the store is gone (a signed copy's read): nothing read
                 continue
-            self._lines[by], self._read_at[by] = items, began
+            self._lines[by], self._read_at[by] = [(p, t) for p, t, _ in items], began
+            self._sigs[by] = {(p, t): sig for p, t, sig in items}
+            if proofs is not None:  # (None: its server gone, the proofs read of it before are kept)
+                self._relayed[by] = proofs
             if bad and by not in self.junk:
                 self.junk.add(by)
                 reason = f"accusation: node {by} serves junk as its accusations ({bad[:120]}); refused for the run"
@@ -124,10 +139,11 @@ class AccusationLedger:
             wait(futs, timeout=wait_s)
         self.poll()
 
-    def _read(self, by: int) -> tuple[list[tuple[int, str]], str | None]:
-        """(signer ``by``'s valid (peer, tag) lines, why its server's answer is junk or None), read in a thread:
-        from its server (at most ``_ACCUSE_LINES`` lines, 1 s), else, its server gone, the signed copy it put in
-        the store (anyone may delete or pad it: nothing read there is blamed on anyone; bounded: StoreCopies)."""
+    def _read(self, by: int):
+        """(signer ``by``'s valid (peer, tag, signature) lines, why its server's answer is junk or None, the proofs
+        it serves: :meth:`_proofs_of`), read in a thread: from its server (at most ``_ACCUSE_LINES`` lines, 1 s),
+        else, its server gone, the signed copy it put in the store (anyone may delete or pad it: nothing read there
+        is blamed on anyone; bounded: StoreCopies)."""
         raw, bad = self.chan.fetch(by, "accuse", _ACCUSE_LINES * 512, time.monotonic() + 1.0, 1.0)
         copy = raw is None and bad is None
         if copy:
@@ -143,10 +159,45 @@ class AccusationLedger:
             except (ValueError, RecursionError, TypeError):
                 ok = False
             if ok:
-                items.append((item["peer"], item["tag"]))
+                items.append((item["peer"], item["tag"], item["sig"]))
             elif not copy:
                 bad = bad or "a line that is not an accusation it signed"
-        return items, None if copy else bad
+        proofs, junk = (None, None) if copy else self._proofs_of(by)
+        return items, None if copy else bad or junk, proofs
+
+    def _proofs_of(self, by: int) -> tuple[dict[tuple[int, int, str], str], str | None]:
+        """((signer, peer, tag) → signature of every valid accusation line node ``by`` serves as a proof, ``expel``:
+        at most ``_PROOF_LINES``, 1 s), why its answer is junk or None); a line read before as its signer's, with that
+        signature, is not checked again."""
+        raw, bad = self.chan.fetch(by, "expel", _PROOF_LINES * 512, time.monotonic() + 1.0, 1.0)
+        out = {}
+        for line in (raw or b"")[: _PROOF_LINES * 512].splitlines()[:_PROOF_LINES]:
+            try:
+                item = json.loads(line)
+                key = item["by"], item["peer"], item["tag"]
+                ok = (type(item["by"]) is int and type(item["peer"]) is int and isinstance(item["tag"], str)
+                      and item["by"] != item["peer"] and isinstance(item.get("sig"), str)
+                      and (self._sigs.get(item["by"], {}).get(key[1:]) == item["sig"]
+                           or self.store.valid(item["by"], f"accuse|{item['tag']}|{item['peer']}", item["sig"])))
+            except (ValueError, RecursionError, TypeError, KeyError, IndexError):
+                ok = False
+            if ok:
+                out[key] = item["sig"]
+            else:
+                bad = bad or "a proof line that is not an accusation its signer signed"
+        return out, bad
+
+    def _prove(self, peer: int, tag: str, accusers: list[int]) -> None:
+        """Serve (``expel``, appended) the signed accusations of ``peer`` in ``tag`` by ``accusers`` (a quorum), as
+        read: whoever this node's peers could not read them from counts them all the same."""
+        self._proved.add(peer)
+        lines = []
+        for by in accusers:
+            sig = self._sigs.get(by, {}).get((peer, tag)) or next(
+                (got[(by, peer, tag)] for got in self._relayed.values() if (by, peer, tag) in got), None)
+            if sig is not None:
+                lines.append(json.dumps({"by": by, "peer": peer, "tag": tag, "sig": sig}) + "\n")
+        self.chan.append("expel", "".join(lines).encode())
 
     def accusations(self, peer: int, deadline: float | None = None) -> dict[str, set[int]]:
         """Exchange tag → the live nodes whose valid accusation against ``peer`` names that exchange, as last read
@@ -155,22 +206,22 @@ class AccusationLedger:
         ``deadline``: :meth:`settle` first, until it (at most 1 s); without: never waits (:meth:`refresh`)."""
         if deadline is not None:
             self.settle(min(1.0, deadline - time.monotonic()))
-        lines = {**self._lines, self.rank: self._own}
+        lines = [(by, p, tag) for by, items in {**self._lines, self.rank: self._own}.items() for p, tag in items]
+        lines += [key for got in self._relayed.values() for key in got]  # (proofs: each line its signer's)
         out: dict[str, set[int]] = {}
-        for by, items in lines.items():
-            if by == peer or by not in self.alive:
-                continue
-            for p, tag in items:
-                if p == peer:
-                    out.setdefault(tag, set()).add(by)
+        for by, p, tag in lines:  # (against this node: every signer live in that exchange, as it entered it)
+            if p == peer and by != peer and (by in self.alive or peer == self.rank and by in self.roster_of(tag, peer)):
+                out.setdefault(tag, set()).add(by)
         return out
 
     def accuse(self, peer: int, tag: str) -> None:
         """Accuse ``peer`` of missing exchange ``tag``: one signed line served by this node's own server
         (``accuse``), and a signed copy appended to ``accuse/by/{rank}`` in the store (when reachable)."""
-        line = json.dumps({"by": self.rank, "peer": peer, "tag": tag, "sig": self.store.sign(f"accuse|{tag}|{peer}")})
+        sig = self.store.sign(f"accuse|{tag}|{peer}")
+        line = json.dumps({"by": self.rank, "peer": peer, "tag": tag, "sig": sig})
         self.chan.append("accuse", (line + "\n").encode())
         self._own.append((peer, tag))
+        self._sigs.setdefault(self.rank, {})[(peer, tag)] = sig
         try:  # a signed copy in the store, read only once this node's server is gone
             self.store.append(f"accuse/by/{self.rank}", (line + "\n").encode())
         except PeerFailure:
@@ -197,9 +248,11 @@ class AccusationLedger:
 
     def expelled(self, peer: int, deadline: float | None = None) -> tuple[str, list[int]] | None:
         """(exchange, accusers) if more than half of the live roster of one exchange accused ``peer`` in it
-        (``deadline``: :meth:`accusations`)."""
+        (``deadline``: :meth:`accusations`); the first time, this node serves the proof (:meth:`_prove`)."""
         for tag, (by, need) in sorted(self.accusers(peer, deadline).items()):
             if len(by) >= need:
+                if peer != self.rank and peer not in self._proved:
+                    self._prove(peer, tag, sorted(by))
                 return tag, sorted(by)
         return None
 

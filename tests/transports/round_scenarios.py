@@ -35,6 +35,22 @@ def withhold(victim: str, pattern: str = r"^eq\d+/data/") -> None:
     print(f"rank withholding {pattern} from reader {victim}", flush=True)
 
 
+def accusation_junk(victim: str) -> None:
+    """Review r31j F3: this rank's server serves reader ``victim`` a junk line before its accusations (``accuse``),
+    from the start (that reader names it once and never reads its accusations again); every other reader gets them
+    as they are."""
+    from dgrpo.transports.peerserve import PeerChannel
+
+    serve = PeerChannel.serve
+
+    def junk(self, key, reader):
+        out = serve(self, key, reader)
+        return b"junk\n" + (out or b"") if key == "accuse" and reader == victim else out
+
+    PeerChannel.serve = junk
+    print(f"rank serving junk as its accusations to reader {victim}", flush=True)
+
+
 def post_late(seconds: float, relay_s: float | None = None, pattern: str = r"^(r|eq)\d+$") -> None:
     """This rank posts each exchange matching ``pattern`` ``seconds`` late (just before its peers' deadline); its
     relays ``eq{n}`` ``relay_s`` late when given."""
@@ -251,7 +267,9 @@ def apply(kind: str, rest: list[str]) -> None:
     ``whyjunk:R:V`` / ``whydel:R:V`` (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`),
     ``whyread:R`` (:func:`why_read`), ``relaynote:R:V`` (:func:`relay_note`), ``slowfor:R:V`` (:func:`slow_for`),
     ``trickleall:R[:TAG[:mute]]`` (:func:`trickle_all`),
-    ``bloat:R:MB`` (:func:`store_bloat`)."""
+    ``bloat:R:MB`` (:func:`store_bloat`), ``accjunk:R:V`` (:func:`accusation_junk`)."""
+    if kind == "accjunk":
+        return accusation_junk(rest[0])
     if kind == "slowfor":
         return slow_for(rest[0])
     if kind == "trickleall":

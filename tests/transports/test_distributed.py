@@ -205,7 +205,24 @@ def test_stalled_peer_is_dropped_and_the_swarm_continues(tmp_path, tiny_model_di
     assert records[3]["time/exchange"] < 3  # round 3 no longer waits the 4 s for node 3
 
 
-def test_world_size_must_equal_nodes(tmp_path, tiny_model_dir):
+def test_a_stalled_node_shown_junk_accusations_by_one_rank_still_learns_it_was_expelled(tmp_path, tiny_model_dir):
+    """Review r31j F3: as above, node 3 stalls past timeout_s in round 2, and rank 1 serves node 3 junk as its
+    accusations from round 0 (node 3 names it and never reads its accusations again). Before, node 3 counted only
+    nodes 0 and 2 of the quorum [0, 1, 2] that expelled it (2 of the 3 needed) and went on as if live. Now nodes 0
+    and 2 serve the proof of the quorum they counted (its three signed lines): node 3 learns it is out within the
+    round and leaves with one line, exit code 3; the others go on without it."""
+    args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[1]", *ATTACK, *COMMON, B2, "rounds=4",
+            "swarm.timeout_s=4", "swarm.on_peer_failure=continue"]
+    results, run_dir = distributed(tmp_path, "d", 4, args, scenario="stall:3:2:7,accjunk:1:3")
+    assert [r.returncode for r in results] == [0, 0, 0, 3], [r.output[-1500:] for r in results]
+    assert "accusation: node 1 serves junk as its accusations" in results[3].output
+    errors = [x for x in results[3].output.splitlines() if x.startswith("dgrpo: error:")]
+    assert len(errors) == 1 and re.search(r"node 3 was declared failed by its peers in exchange '(r2|eq2)': nodes "
+                                          r"\[0, 1, 2\]", errors[0]), errors
+    records = read_metrics(run_dir)
+    assert [r["round"] for r in records] == [0, 1, 2, 3, 4]
+    assert records[3]["swarm/nodes_alive"] == 3 and records[3]["swarm/messages"] == 6
+
     results, _ = distributed(tmp_path, "d", 2, [f"model.name={tiny_model_dir}", "swarm.nodes=4", *COMMON, B2])
     assert [r.returncode for r in results] == [2, 2]
     assert "swarm.nodes=4 but 2 processes were launched" in results[0].output

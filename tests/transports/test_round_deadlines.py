@@ -135,10 +135,10 @@ def test_a_relay_then_a_round_payload_hidden_from_one_reader_gets_nobody_honest_
     the round's one extension was spent: nodes 0 and 2 accused it in eq1, rank 3 added its accusation, and node 1 was
     expelled (exit code 3; node 3 then named nowhere in the main's peers.jsonl). Now its r1 note buys it the relay
     extension too (each within the round's end): nobody is expelled, node 3 is named `accused` in rounds 0 and 1, the
-    metrics are the clean run's and every round's exchange ends within timeout_s."""
-    # (no round-0 evaluation: under CI's load it made the honest main late into r0, every node noted waiting for it,
-    # and node 1's extension for rank 3's true note met the open case of docs/distributed.md instead of this one)
-    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10", "eval.first=false"]
+    metrics are the clean run's and every round's exchange ends within timeout_s. (With the round-0 evaluation again:
+    under CI's load it made the honest main late into r0, every node truly noted waiting for it, and node 1 gave rank
+    3 E for that note in r1 and was expelled, the case of the next test; h31s.)"""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10"]
     assert main(["run", *args, f"out_dir={tmp_path}", "name=in"]) == 0
     want = comparable(read_metrics(tmp_path / "in"))
     results, got, peers = _run(tmp_path, args, "withhold:3:1:^(eq0|r1)/data/")

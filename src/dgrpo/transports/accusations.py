@@ -122,7 +122,7 @@ class AccusationLedger:
                 continue
             self._lines[by], self._read_at[by] = [(p, t) for p, t, _ in items], began
             self._sigs[by] = {(p, t): sig for p, t, sig in items}
-            if proofs is not None:  # (None: its server gone, the proofs read of it before are kept)
+            if proofs is not None:  # (None: none read now; the proofs read of it before are kept: they only grow)
                 self._relayed[by] = proofs
             if bad and by not in self.junk:
                 self.junk.add(by)
@@ -162,14 +162,21 @@ class AccusationLedger:
                 items.append((item["peer"], item["tag"], item["sig"]))
             elif not copy:
                 bad = bad or "a line that is not an accusation it signed"
-        proofs, junk = (None, None) if copy else self._proofs_of(by)
+        proofs, junk = self._proofs_of(by)
         return items, None if copy else bad or junk, proofs
 
-    def _proofs_of(self, by: int) -> tuple[dict[tuple[int, int, str], str], str | None]:
+    def _proofs_of(self, by: int) -> tuple[dict[tuple[int, int, str], str] | None, str | None]:
         """((signer, peer, tag) → signature of every valid accusation line node ``by`` serves as a proof, ``expel``:
-        at most ``_PROOF_LINES``, 1 s), why its answer is junk or None); a line read before as its signer's, with that
-        signature, is not checked again."""
+        at most ``_PROOF_LINES``, 1 s; None: nothing there; its server gone, the signed copy it put in the store,
+        ``expel/by/{by}``, blamed on nobody), why its served answer is junk or None); a line read before as its
+        signer's, with that signature, is not checked again."""
         raw, bad = self.chan.fetch(by, "expel", _PROOF_LINES * 512, time.monotonic() + 1.0, 1.0)
+        if raw is None and bad is None:  # (not served, or its server gone: e.g. its run ended while a node stalled)
+            copies = self.chan.copies if by in self.chan.down else None
+            raw = None if copies is None else copies.read(by, f"expel/by/{by}", time.monotonic() + 1.0)
+            if raw is None:
+                return None, None
+            bad = ""  # (nothing read in the store is blamed on anyone)
         out = {}
         for line in (raw or b"")[: _PROOF_LINES * 512].splitlines()[:_PROOF_LINES]:
             try:
@@ -183,9 +190,9 @@ class AccusationLedger:
                 ok = False
             if ok:
                 out[key] = item["sig"]
-            else:
-                bad = bad or "a proof line that is not an accusation its signer signed"
-        return out, bad
+            elif bad is None:
+                bad = "a proof line that is not an accusation its signer signed"
+        return out, bad or None
 
     def _prove(self, peer: int, tag: str, accusers: list[int]) -> None:
         """Serve (``expel``, appended) the signed accusations of ``peer`` in ``tag`` by ``accusers`` (a quorum), as
@@ -198,6 +205,10 @@ class AccusationLedger:
             if sig is not None:
                 lines.append(json.dumps({"by": by, "peer": peer, "tag": tag, "sig": sig}) + "\n")
         self.chan.append("expel", "".join(lines).encode())
+        try:  # (a signed copy in the store, read once this node's server is gone)
+            self.store.append(f"expel/by/{self.rank}", "".join(lines).encode())
+        except PeerFailure:
+            pass
 
     def accusations(self, peer: int, deadline: float | None = None) -> dict[str, set[int]]:
         """Exchange tag → the live nodes whose valid accusation against ``peer`` names that exchange, as last read

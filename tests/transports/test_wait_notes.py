@@ -349,6 +349,35 @@ def test_a_relay_extension_past_the_relay_post_plus_e_holds_only_while_other_pee
     time.sleep(0.3)
 
 
+@pytest.mark.parametrize("left", [(1, 2), (1,)])
+def test_a_round_payload_wait_past_the_relay_post_plus_timeout_less_s_holds_only_while_others_are_still_in_it(left):
+    """The open case of 2026-12-05 (h31s): node 0 posted its relay eq0 2.5 s ago and was held there (timeout_s=4: W=1.2
+    s, E=2.0 s, S=0.8 s), so it enters r1 late; node 3 serves a note of eq0 (true or not) and hides r1 from it. Before,
+    node 0 gave node 3 E past its window, to its r1 post + W + E (3.2 s), though its peers' round r1 ends no earlier
+    than its eq0 post + timeout_s (1.5 s from its r1 post): it posted its relay after their round's end. Now past its
+    eq0 post + timeout_s - S (0.7 s from its r1 post) it waits on only while another peer (node 3 apart) is still in r1
+    (`end/r1`): both others left, it stops then; one left, it waits for its extension as before."""
+    t = 4.0
+    ts, _ = _ranks(n=4, timeout_s=t)
+    a = ts[0]
+    for k in (1, 2):
+        ts[k].chan.set(f"r1/data/{k}", b"x")
+    ts[3].exchanger.notes.note("eq0", [1])
+    for k in left:
+        ts[k].exchanger.notes.ended("r1")
+    a.exchanger.post("eq0", b"relay")
+    a.exchanger.schedule.posted["eq0"] -= 2.5  # (held in eq0 to its relay post + 2.5 s)
+    a.exchanger.post("r1", b"mine")
+    t0 = time.monotonic()
+    assert sorted(a.exchanger.collect("r1", [1, 2, 3], t0 + t, 1 << 20)) == [1, 2]
+    took = time.monotonic() - t0
+    want = t - slack_s(t) - 2.5 if len(left) == 2 else window_s(t) + extension_s(t)
+    assert (window_s(t), extension_s(t), slack_s(t)) == (1.2, 2.0, 0.8)
+    # (+ 0.6: a witness read takes up to 0.5 s, waits.Witnesses; the stop missed takes W + E, 3.2 s)
+    assert want - 0.05 < took < want + 0.6, (left, took)
+    time.sleep(0.3)
+
+
 def test_under_abort_a_peer_serving_a_signed_stop_reason_gets_no_extension():
     """Node 1 noted waiting in eq0, then stopped under abort (it serves its signed reason). Before, node 0 still gave
     it E more in r1 (until W + E = 1.6 s at timeout_s=2) before stopping itself; now it stops at W (0.6 s), quoting

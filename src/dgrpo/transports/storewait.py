@@ -203,7 +203,8 @@ class StoreExchange:
                     now = time.monotonic()  # (held past Schedule.safe: a relay, review r31f, the limit h31y left; a
                     if now >= safe - _WITNESS_S:  # round payload, the open case of h31s; only while others are held)
                         witness.poll(end)
-                    for peer in [p for p in pending if until[p] > now >= safe]:
+                    for peer in [p for p in pending if until[p] > now >= safe  # (a window W, in a swarm of 2: kept)
+                                 and (p in extended or witness.others - {p})]:
                         if not witness.held(peer):
                             until[peer] = now
                 now = time.monotonic()

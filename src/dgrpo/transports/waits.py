@@ -33,7 +33,8 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
   ``r{n}`` for a withheld relay, whose withholder hid ``r{n}`` from it too behind a true note (the main rank late into
   ``r{n-1}``: every node, this one too, noted waiting for it), gave it ``E`` and posted ``eq{n}`` after its peers'
   round end (expelled, 2 of 2 runs); without the note, its window ``W`` counted from its own late post left its relay
-  only ``S`` less two polls and the compute spread before its peers' round end. A false note fares no better.
+  only ``S`` less two polls and the compute spread before its peers' round end. A false note fares no better. (In a
+  swarm of 2, with no other peer to say, only an extension is cut there, never the window ``W``.)
 
 **The round's budget is ``timeout_s``** (issue 31: every wait of round r ends by this node's ``r{r}`` post +
 ``timeout_s``, plus at most one poll). It is carved (:class:`Schedule`) into a payload window ``W``

@@ -88,8 +88,8 @@ class AccusationLedger:
         self.junk: set[int] = set()
         self._lines: dict[int, list[tuple[int, str]]] = {}  # signer → its (peer, tag) as last read
         self._sigs: dict[int, dict[tuple[int, str], str]] = {}  # signer → (peer, tag) → its signature as last read
-        self._relayed: dict[int, dict[tuple[int, int, str], str]] = {}  # node → (signer, peer, tag) → signature: the
-        self._proved: set[int] = set()  # proofs it serves, as last read; peers this node serves a proof against
+        self._relayed: dict[int, dict[tuple[int, int, str], str]] = {}  # node → its proofs as last read: (signer,
+        self._proved: set[int] = set()  # peer, tag) → signature; the peers this node serves a proof against
         self._read_at: dict[int, float] = {}  # signer → when the read that gave its lines began
         self._reads: dict[int, tuple[Future, float]] = {}  # signer → (its read in flight, when it began)
         self._own: list[tuple[int, str]] = []  # this node's own accusations

@@ -55,8 +55,11 @@ def test_two_hellos_of_one_key_with_different_nonces_are_a_proof_that_names_and_
                for body, sig in full["hellos"])
     assert not signed_digest(KEY, 2, PUBS[2], hashlib.sha256(full["hellos"][0][0].encode()).hexdigest(),
                              full["hellos"][0][1])  # (not under another node's key)
-    assert not read(book, 3, "c" * 16, 100.05, by=0) and book.proofs(PUBS)[3] == (a, b)  # (a proof held stays held)
-    assert [e[2] for e in json.loads(heard(book))["hellos"] if e[0] == 3] == [a.body.decode(), b.body.decode()]
+    # a third is kept too (what a node holds never depends on the order it read in: review r31k F2), still a proof
+    assert read(book, 3, "c" * 16, 100.05, by=0)
+    c = book.seen[3][PUBS[3]][identity(parse_hello(hello(3, "c" * 16, 100.05)[1]))]
+    assert book.proofs(PUBS)[3] == (a, c)  # (the closest pair)
+    assert [e[2] for e in json.loads(heard(book))["hellos"] if e[0] == 3] == [v.body.decode() for v in (a, b, c)]
 
 
 def test_a_hello_that_says_another_config_is_a_second_hello_too():
@@ -244,7 +247,8 @@ def test_hellos_of_more_than_max_processes_processes_within_pair_s_are_a_proof_n
     full = json.loads(proof_record(3, PUBS[3], *proof))
     assert len(full["hellos"]) == 4 and all(signed_digest(KEY, 3, PUBS[3], hashlib.sha256(body.encode("latin-1"))
                                                           .hexdigest(), sig) for body, sig in full["hellos"])
-    assert not read(book, 3, "n4".ljust(16, "0"), 100.4, by=0, process="p4".ljust(16, "0"))  # (a proof held stays)
+    assert read(book, 3, "n4".ljust(16, "0"), 100.4, by=0, process="p4".ljust(16, "0"))  # (kept: still the proof)
+    assert book.proofs(PUBS)[3] == proof
     spread = HelloBook(KEY)  # four processes, but no PAIR_S holds more than three
     for k, t in enumerate((0.0, 12.0, 24.0, 36.0)):
         read(spread, 3, f"n{k}".ljust(16, "0"), 100.0 + t, by=0, process=f"p{k}".ljust(16, "0"))
@@ -286,3 +290,49 @@ def test_hellos_of_64_earlier_processes_relayed_do_not_keep_a_nodes_current_hell
     assert len(kept) == 64 and kept[0].hello["nonce"] == f"{1:016x}"  # (the oldest, process 0, made room)
     assert book.proofs(PUBS) == {}
     assert not read(book, 1, "z" * 16, 999.0, by=0, process="z" * 16)  # (older than all 64 kept: dropped)
+
+
+DAY = 86400.0
+CRASH_LOOP = [("old1".ljust(16, f"{k}"), 10.0 - 3 * DAY + 8.0 * k, f"crash{k}".ljust(16, "0")) for k in range(4)]
+
+
+@pytest.mark.parametrize("shown_to", [[0], [0, 1, 2]])
+def test_an_honest_nodes_old_crash_loop_relayed_in_a_later_launch_proves_nothing(shown_to):
+    """Review r31k F2: honest node 1 once ran 4 processes within 24 s (a crash loop, 3 days before this launch); node
+    3 kept their signed hellos and relays them in its heard record of this launch, to some or all honest nodes.
+    Before, 4 processes dated within PAIR_S anywhere were a proof: every honest node stopped at start-up naming honest
+    node 1 (real nodes: exit codes [3, 3, 3, 3]). Now only hellos within PAIR_S of the key's newest hello (node 1's
+    current process) count: nobody is named and every node takes node 1's current hello; a flood of node 3's in this
+    launch, next to the replay, is still a proof naming node 3 alone at every honest node."""
+    old = [_entry(1, nonce, t, process) for nonce, t, process in CRASH_LOOP]
+    out = _decide({n: [("x" * 16, 10.0)] for n in range(3)}, {n: old for n in shown_to})
+    assert out[0] == out[1] == out[2] == ({}, HONEST + ["x" * 16])
+    flood = [(f"f{k}".ljust(16, "0"), 10.0 + 0.1 * k, f"q{k}".ljust(16, "0")) for k in range(4)]
+    flooded = _decide({n: flood for n in range(3)}, {n: old for n in shown_to})
+    assert flooded[0] == flooded[1] == flooded[2] and flooded[0][0] == {3: [f[0] for f in flood]}
+
+
+def test_processes_count_only_within_pair_s_of_the_keys_newest_hello():
+    """The window of the flood rule ends at the key's newest hello: 3 earlier processes dated 34-58 s before the
+    current one (a crash loop before this launch) prove nothing; 3 within PAIR_S before it (the current process the
+    4th: a crash loop now) are a proof, as before."""
+    book = HelloBook(KEY)
+    for k in range(3):
+        read(book, 1, f"e{k}".ljust(16, "0"), 100.0 - PAIR_S - 1 - 12.0 * k, by=0, process=f"e{k}".ljust(16, "0"))
+    read(book, 1, HONEST[1], 100.0, by=0, process="c" * 16)
+    assert book.proofs(PUBS) == {} and book.chosen(1, PUBS[1])["nonce"] == HONEST[1]
+    for k in range(3):
+        read(book, 1, f"l{k}".ljust(16, "0"), 100.0 - 5.0 - 8.0 * k, by=0, process=f"l{k}".ljust(16, "0"))
+    assert [v.hello["process"][0] for v in book.proofs(PUBS)[1]] == ["l", "l", "l", "c"]
+
+
+@pytest.mark.parametrize("order", ["newest_first", "newest_last"])
+def test_a_node_that_floods_then_signs_a_newer_hello_is_decided_alike_in_any_order(order):
+    """Every honest node holds what the honest nodes read, whatever the order (a proof no longer stops a book taking
+    newer hellos, review r31k F2): node 3 floods 4 processes at t=100, then signs a hello dated PAIR_S + 1 s later,
+    read by node 0 alone (before or after the flood). The flood is then outside the window of node 3's newest hello:
+    no proof at any node, and every node takes the newest hello (one launch id)."""
+    flood = [(f"f{k}".ljust(16, "0"), 100.0 + 0.1 * k, f"q{k}".ljust(16, "0")) for k in range(4)]
+    late = ("z" * 16, 100.3 + PAIR_S + 1, "z" * 16)
+    out = _decide({0: [late] + flood if order == "newest_first" else flood + [late], 1: flood, 2: flood})
+    assert out[0] == out[1] == out[2] == ({}, HONEST + ["z" * 16])

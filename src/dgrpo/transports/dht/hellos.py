@@ -21,6 +21,9 @@ node read reaches every honest node, as the views of a message round do (:mod:`d
 rounds of an authenticated broadcast, Dolev and Strong's with one faulty node), and every honest node decides on the
 same hellos:
 
+* only a key's hellos dated within :data:`PAIR_S` of its newest one (the node's current process) are evidence: an
+  older one is of an earlier process, of this launch or of any earlier one, and proves nothing (review r31k F2:
+  before, an honest node's old crash loop, relayed in a later launch, was a proof below and stopped every launch);
 * two hellos of one node's key and one ``process`` that say different things, dated at most :data:`PAIR_S` apart,
   are a signed proof that the node equivocated (:meth:`HelloBook.proofs`): every honest node stops at start-up in
   one line naming it and quoting both (:func:`proof_line`); an honest process signs one hello, so this names only a
@@ -36,8 +39,10 @@ Anyone can relay a node's hello of an earlier launch (in its own heard record), 
 expiry its writer signed (:mod:`dgrpo.transports.dht.records`: a copy stored with another expiry is refused, so a
 replay can no longer keep the node's current hello out of the DHT: its refresh signs a later expiry; review r31i
 F2, F7). Such a replay is dated long before the node's current
-hello: it proves nothing (two hellos further apart than :data:`PAIR_S`), and every honest node takes the newest of the
-hellos relayed, so a replay some nodes read changes nothing, and one every node reads alone is taken by all alike.
+hello: it proves nothing (dated over :data:`PAIR_S` before the node's newest hello, whether one hello or the hellos
+of many processes: an honest node's crash loop of any earlier launch, relayed now, names nobody), and every honest
+node takes the newest of the hellos relayed, so a replay some nodes read changes nothing, and one every node reads
+alone is taken by all alike.
 A hello of the node's previous process, relayed next to its current one when the launches run back to back (review
 r31i F5: before, the two were a "proof" naming every honest node), carries another ``process``: it proves nothing,
 and being dated before the current process started it loses to the current hello at every node.
@@ -57,8 +62,11 @@ takes its newest hello (they hold the same ones, above). Of one key's hellos the
 newer one replacing the oldest (:meth:`HelloBook.add`; review r31j F8: before, the first 64 read were kept and later
 ones refused, so a relay of an honest node's hellos of 64 earlier processes kept its current hello out at the
 readers that took the relay first: they chose an old hello, and the ``start`` barrier stopped every node): what a
-node keeps does not depend on the order it read them in, and a node's current hello, newer than any of its earlier
-processes', is always kept.
+node keeps does not depend on the order it read them in (a proof held no longer stops a book taking newer hellos:
+review r31k F2, a newer hello moves the window above), and a node's current hello, newer than any of its earlier
+processes', is always kept; so every honest node decides on the hellos the honest nodes read, alike. A malicious
+node that floods and then signs a hello dated over :data:`PAIR_S` later is proved nothing: its newest hello is taken
+by all alike.
 """
 
 from __future__ import annotations
@@ -75,8 +83,7 @@ CLOCK_S = 3.0  # hivemind.utils.timed_storage.MAX_DHT_TIME_DISCREPANCY_SECONDS: 
 PAIR_S = HELLO_TTL_S + CLOCK_S  # two hellos of one key that say different things, dated at most this apart (seconds),
 #                                 prove equivocation: an honest node's hellos are one process's, refreshed every TTL/3
 STABLE_S = 0.25  # a node leaves its hello loop once the hellos it reads said nothing new for this long (s)
-MAX_IDS = 64  # different hellos kept per node key, the newest (a newer one replaces the oldest: HelloBook.add);
-#              none more once some of them are a proof
+MAX_IDS = 64  # different hellos kept per node key, the newest (a newer one replaces the oldest: HelloBook.add)
 MAX_PROCESSES = 3  # process ids of one key dated within PAIR_S that prove nothing; one more is a proof (a flood)
 MAX_HELLO_BYTES = 512  # a hello is ~100 bytes
 _NONCE_CHARS = 64
@@ -145,8 +152,6 @@ class HelloBook:
             return False
         ids = self.seen.setdefault(node, {}).setdefault(pub, {})
         key, new = identity(hello), Version(hello, body, sig, by)
-        if key not in ids and _proof(list(ids.values())) is not None:
-            return False  # (a proof held stays held: every honest node that holds one relays it whole)
         if key not in ids and len(ids) >= MAX_IDS:  # (the MAX_IDS newest are kept, whatever the order read: r31j F8)
             oldest = min(ids, key=lambda k: (ids[k].t, k))
             if (new.t, key) <= (ids[oldest].t, oldest):
@@ -169,7 +174,8 @@ class HelloBook:
     def proofs(self, pubs: dict[int, str]) -> dict[int, tuple[Version, ...]]:
         """node → its signed proof of equivocation under ``pubs[node]`` (:func:`_proof`): two hellos of one
         ``process`` that say different things dated at most :data:`PAIR_S` apart, else hellos of more than
-        :data:`MAX_PROCESSES` processes dated within :data:`PAIR_S` (earliest first)."""
+        :data:`MAX_PROCESSES` processes; only hellos dated within :data:`PAIR_S` of the key's newest count (earliest
+        first)."""
         out = {}
         for node, pub in sorted(pubs.items()):
             proof = _proof(list(self.seen.get(node, {}).get(pub, {}).values()))
@@ -223,23 +229,22 @@ class HelloBook:
 
 
 def _proof(versions: list[Version]) -> tuple[Version, ...] | None:
-    """A proof of equivocation among ``versions`` (each saying something else), earliest first (ties: by
-    :func:`identity`): the two of one ``process`` dated closest, if at most :data:`PAIR_S` apart (hellos of two
-    processes are never a pair); else, in the earliest span of :data:`PAIR_S` that holds hellos of more than
-    :data:`MAX_PROCESSES` processes, the first hello of each of its first ``MAX_PROCESSES + 1`` processes."""
-    vs = sorted(versions, key=lambda v: (v.t, identity(v.hello)))
+    """A proof of equivocation among ``versions`` (each saying something else) dated within :data:`PAIR_S` of the
+    newest of them (the node's current process: an older hello is an earlier process's, of this launch or any
+    earlier one, and proves nothing; review r31k F2), earliest first (ties: by :func:`identity`): the two of one
+    ``process`` dated closest (hellos of two processes are never a pair); else, when they hold hellos of more than
+    :data:`MAX_PROCESSES` processes, the first hello of each of the first ``MAX_PROCESSES + 1``."""
+    newest = max((v.t for v in versions), default=0.0)
+    vs = sorted((v for v in versions if v.t >= newest - PAIR_S), key=lambda v: (v.t, identity(v.hello)))
     pairs = [(b.t - a.t, i, a, b) for i, a in enumerate(vs) for b in vs[i + 1:]
              if b.t - a.t <= PAIR_S and a.hello["process"] == b.hello["process"]]
     if pairs:
         return min(pairs, key=lambda p: p[:2])[2:]
-    for i, a in enumerate(vs):
-        first: dict[str, Version] = {}
-        for b in vs[i:]:
-            if b.t - a.t > PAIR_S:
-                break
-            first.setdefault(b.hello["process"], b)
-            if len(first) > MAX_PROCESSES:
-                return tuple(first.values())
+    first: dict[str, Version] = {}
+    for v in vs:  # (all within PAIR_S of each other)
+        first.setdefault(v.hello["process"], v)
+        if len(first) > MAX_PROCESSES:
+            return tuple(first.values())
     return None
 
 

@@ -81,7 +81,8 @@ def test_store_keys_bloated_by_one_rank_stretch_no_round(tmp_path, tiny_model_di
     r1 (keys an honest rank writes only when it stops), then plays honestly. Before: every retry of a peer not served
     yet read stop/{k} and {tag}/status/{k} whole, in the loop's thread: exchanges of 1-3.3 s (0.2-0.4 s clean), honest
     nodes named `late` and `missing payload`, honest accusations one short of expelling node 2. Now those reads run in
-    the pool, on a store client of their own, and a value over COPY_CAP is read once and never again: no honest node
+    the pool, on a store client of their own, and a value over COPY_CAP is read again only after a wait (0.5 s,
+    doubling up to 8 s; review r31k F4: before, never again, which hid an honest stop reason): no honest node
     is named, the metrics are the clean run's, and each exchange ends within the payload window W (1.5 s)."""
     args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10"]
     want = _clean(tmp_path, args)
@@ -95,11 +96,21 @@ def test_store_keys_bloated_by_one_rank_stretch_no_round(tmp_path, tiny_model_di
     assert max(r["time/exchange"] for r in got[:3]) < window_s(T), [r["time/exchange"] for r in got]
 
 
-def test_a_store_copy_over_the_cap_is_dropped_and_its_family_not_read_again(caplog):
-    """StoreCopies: a value over COPY_CAP is None and logged once; the same owner's keys of that family are not read
-    again (even once honest), another owner's or another family's are; an absent key is None."""
+def test_a_store_copy_over_the_cap_is_cut_and_its_family_not_read_again_at_once(caplog, monkeypatch):
+    """StoreCopies on a real TCPStore: a value over COPY_CAP comes back as its first and last COPY_CAP / 2 bytes and
+    is logged once; the same owner's keys of that family are not read again before a wait (even once honest; review
+    r31k F4: read again after it, tests/transports/test_store_copy_bloat.py), another owner's or another family's
+    are; an absent key is None. (The clock is held still: the wait is 0.5 s.)"""
     import torch.distributed as dist
 
+    from dgrpo.transports import sidereads
+
+    class Still:
+        @staticmethod
+        def monotonic():
+            return 1000.0
+
+    monkeypatch.setattr(sidereads, "time", Still)
     store = dist.PrefixStore("dgrpo", dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=5),
                                                     wait_for_workers=False))
     copies, far = StoreCopies(0, store), 1e12
@@ -107,14 +118,15 @@ def test_a_store_copy_over_the_cap_is_dropped_and_its_family_not_read_again(capl
     store.set("r0/status/1", b"left:ab")
     store.set("stop/2", b"small")
     with caplog.at_level(logging.WARNING):
-        assert copies.read(1, "stop/1", far) is None
+        assert copies.read(1, "stop/1", far) == b"x" * (COPY_CAP // 2) + b"\n" + b"x" * (COPY_CAP // 2)
         store.set("stop/1", b"small now")
-        assert copies.read(1, "stop/1", far) is None  # (not read again)
+        assert copies.read(1, "stop/1", far) is None  # (not read again yet)
     assert copies.read(1, "r0/status/1", far) == b"left:ab" and copies.read(2, "stop/2", far) == b"small"
     assert copies.read(2, "why/2", far) is None
     lines = [r.getMessage() for r in caplog.records if "junk" in r.getMessage()]
     assert lines == [f"node 0: the store's stop/1 holds {COPY_CAP + 1} bytes (over {COPY_CAP}: junk some rank wrote "
-                     "there, which the store cannot name); node 1's values there are not read again"]
+                     f"there, which the store cannot name); only its first and last {COPY_CAP // 2} bytes are read, "
+                     "node 1's values there at most every 0.5-8 s"]
 
 
 def test_keys_bloated_in_the_store_are_not_read_while_their_owners_serve():

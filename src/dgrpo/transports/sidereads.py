@@ -17,10 +17,16 @@ write made every honest retry pull them through the store (F7). Now:
   a ``check``, whose answer is a bool).
 * :class:`StoreCopies`: every read of a value a peer may write in the store (``stop/{k}``, ``{tag}/status/{k}``,
   ``why/{k}``, ``accuse/by/{k}``) goes through one store client of its own (cloned: a long get never holds the
-  transport's own client), one at a time; a value over ``COPY_CAP`` bytes (honest ones are under 4 KiB) is dropped
-  and that key family of its owner is not read again for the run (logged once; anyone can write any key of the
-  store, so nobody is named for it). The first oversized read is still pulled whole (the store cannot say a value's
-  size first): once per reader, owner and family.
+  transport's own client), one at a time. Of a value over ``COPY_CAP`` bytes (honest ones are under 4 KiB: junk
+  some rank put there; anyone can write any key of the store, so nobody is named for it, logged once) only its
+  first and last ``COPY_CAP / 2`` bytes are returned, so the owner's signed lines are still found whether junk was
+  put before them (an appended line is last) or after them (review r31k F4: before, the value was dropped and that
+  key family of its owner never read again, so 65 KiB of junk appended once to ``why/{k}`` hid the owner's stop
+  reason for the run); and that family of that owner is read again no sooner than ``_BLOATED_FIRST_S`` later,
+  the wait doubling at each oversized read up to ``_BLOATED_MAX_S`` (a read of it asked sooner is None). The store
+  has no ranged get and cannot say a value's size first, so an oversized read is pulled whole: that is the cost the
+  wait bounds (review r31j F7: bloated keys read whole on every retry stretched rounds), per reader, owner and
+  family; what is parsed of it is at most ``COPY_CAP`` bytes.
 * Accusations are read in the ledger's own threads (:meth:`AccusationLedger.refresh
   <dgrpo.transports.accusations.AccusationLedger.refresh>`).
 """
@@ -40,6 +46,7 @@ from dgrpo.transports.waits import window_s
 log = logging.getLogger("dgrpo.transports.storewait")  # (one logger for the exchange and its blame)
 
 COPY_CAP = 1 << 16  # bytes: a store copy over this is junk (honest leave marks, notices, reasons are under 4 KiB)
+_BLOATED_FIRST_S, _BLOATED_MAX_S = 0.5, 8.0  # an owner's key family read oversized: read again after this, doubling
 _NOTE_LEAD_S = 0.5  # a pending peer's wait notes are read from this long before its deadline
 _NOTE_MIN_S = 0.25  # a note read gets at least this long (one poll), its deadline passed or not
 _NOTE_GAP_S = 0.2  # a note read that found none is repeated after this long, until the peer's deadline
@@ -56,16 +63,18 @@ class StoreCopies:
 
     def __init__(self, rank: int, store):
         self.rank, self.store = rank, store
-        self.junk: set[tuple[int, str]] = set()  # (owner, key family) once read oversized: not read again
+        self.junk: dict[tuple[int, str], tuple[float, float]] = {}  # (owner, key family) read oversized → (not read
+        #                                                              again before this monotonic time, the wait)
         self._lock = threading.Lock()
         self._client = None
 
     def read(self, owner: int, key: str, deadline: float) -> bytes | None:
-        """The store's value of ``key`` (``owner``'s copy), or None: absent, deleted meanwhile, over ``COPY_CAP``
-        bytes (its family of ``owner`` is not read again), the store gone, or waited for past ``deadline`` (a
-        get begun then has at least 0.5 s)."""
+        """The store's value of ``key`` (``owner``'s copy); over ``COPY_CAP`` bytes, its first and last ``COPY_CAP /
+        2`` bytes joined by a newline (module docstring); None: absent, deleted meanwhile, its family of ``owner``
+        read oversized less than its wait ago, the store gone, or waited for past ``deadline`` (a get begun then has
+        at least 0.5 s)."""
         family = re.sub(r"\d+", "#", key)
-        if (owner, family) in self.junk:
+        if time.monotonic() < self.junk.get((owner, family), (0.0, 0.0))[0]:
             return None
         with self._lock:
             try:
@@ -82,11 +91,16 @@ class StoreCopies:
             except Exception:  # noqa: BLE001 - deleted between the check and the get, or the store is gone
                 return None
         if len(raw) > COPY_CAP:
-            self.junk.add((owner, family))
-            log.warning("node %d: the store's %s holds %d bytes (over %d: junk some rank wrote there, which the store "
-                        "cannot name); node %d's values there are not read again", self.rank, key, len(raw), COPY_CAP,
-                        owner)
-            return None
+            if (owner, family) not in self.junk:
+                log.warning("node %d: the store's %s holds %d bytes (over %d: junk some rank wrote there, which the "
+                            "store cannot name); only its first and last %d bytes are read, node %d's values there "
+                            "at most every %g-%g s", self.rank, key, len(raw), COPY_CAP, COPY_CAP // 2, owner,
+                            _BLOATED_FIRST_S, _BLOATED_MAX_S)
+            wait = min(_BLOATED_MAX_S, 2 * self.junk[(owner, family)][1]) if (owner, family) in self.junk else \
+                _BLOATED_FIRST_S
+            self.junk[(owner, family)] = (time.monotonic() + wait, wait)
+            return raw[: COPY_CAP // 2] + b"\n" + raw[-(COPY_CAP // 2):]
+        self.junk.pop((owner, family), None)
         return raw
 
 

@@ -223,13 +223,15 @@ class SignedStore:
     # ------------------------------------------------------------------ leave marks
     def status(self, tag: str, peer: int, deadline: float, raw: bytes | None = None) -> str | None:
         """``left`` if ``peer`` appended a leave mark it signed for ``tag`` in the store (it stopped on an error:
-        its own server may be gone), else None. Anything else there (junk, a mark another key signed, an
-        unsigned one) is refused and named once in the log: its signer, or ``unsigned``. ``raw``: the marks as read
-        elsewhere (the wait loop's: :func:`~dgrpo.transports.sidereads.SideReads.ask_gone`), else read here."""
+        its own server may be gone; of its first and last 4 KiB, 16 lines each), else None. Anything else there
+        (junk, a mark another key signed, an unsigned one) is refused and named once in the log: its signer, or
+        ``unsigned``. ``raw``: the marks as read elsewhere (the wait loop's:
+        :func:`~dgrpo.transports.sidereads.SideReads.ask_gone`), else read here."""
         raw = self.read(f"{tag}/status/{peer}", deadline) if raw is None else raw
         if raw is None or self.keys is None:  # (before the keys exist: unsigned, ignored)
             return None
-        lines = raw[:4096].decode(errors="replace").splitlines()[:16]
+        lines = (raw[:4096].decode(errors="replace").splitlines()[:16]  # (the first lines and the last: a mark is
+                 + raw[-4096:].decode(errors="replace").splitlines()[-16:])  # appended, junk may come before or after)
         if any(x.startswith("left:") and self.valid(peer, f"left|{tag}|{peer}", x[5:]) for x in lines):
             return "left"
         if (tag, peer) not in self._marks_named:

@@ -194,9 +194,10 @@ class WaitNotes:
         """Why ``peer`` said it stopped (:meth:`say_stop`, signed by it for this run and launch): as read before (once
         read, its server may stop serving it), else as its own server serves it (``budget`` seconds at most; the read
         is acknowledged, signed: :meth:`PeerChannel.acked`), else the first valid line of ``why/{peer}`` in the store
-        (:class:`~dgrpo.transports.sidereads.StoreCopies`: at most ``COPY_CAP`` bytes; every line of its first ``_WHY_BYTES``, at most ``_WHY_CHECKS`` signatures checked: junk before it hides
-        nothing); None (nothing there, junk, or another key's or launch's line: a claim nobody signed counts for
-        nothing)."""
+        (:class:`~dgrpo.transports.sidereads.StoreCopies`: of a value over ``COPY_CAP`` bytes its first and last
+        ``COPY_CAP / 2``; at most ``_WHY_CHECKS`` signatures checked, alternately from the first line and the last:
+        junk before it or after it hides nothing, :meth:`_why`); None (nothing there, junk, or another key's or
+        launch's line: a claim nobody signed counts for nothing)."""
         if peer in self._stops:
             return self._stops[peer]
         end = max(deadline, time.monotonic() + budget)
@@ -214,20 +215,28 @@ class WaitNotes:
         return why
 
     def _why(self, peer: int, raw: bytes) -> str | None:
-        checks = 0
+        """The first valid reason among the lines of ``raw`` (at most ``_WHY_BYTES`` of it) that look like one,
+        checked alternately from the first and the last (each once; at most ``_WHY_CHECKS`` signatures): an
+        appended line is last, so junk before it hides nothing, nor junk appended after it (review r31k F4)."""
+        if self.store.keys is None:
+            return None
+        items, seen = [], set()
         for line in raw[:_WHY_BYTES].splitlines():
             try:
                 item = json.loads(line)
-                if not (isinstance(item, dict) and isinstance(item.get("why"), str) and isinstance(item.get("sig"), str)
-                        and self.store.keys is not None):
-                    continue
-                checks += 1
+            except (ValueError, RecursionError):
+                continue
+            if (isinstance(item, dict) and isinstance(item.get("why"), str) and isinstance(item.get("sig"), str)
+                    and (item["why"], item["sig"]) not in seen):
+                seen.add((item["why"], item["sig"]))
+                items.append(item)
+        order = [x for pair in zip(items, reversed(items)) for x in pair][: len(items)]  # (first, last, second, …)
+        for item in order[:_WHY_CHECKS]:
+            try:
                 if self.store.valid(peer, f"why|{peer}|{item['why']}", item["sig"]):
                     return peer_text(item["why"])  # (as shown: its signer may have signed anything)
-            except (ValueError, RecursionError, TypeError):
+            except (ValueError, TypeError):
                 continue
-            if checks >= _WHY_CHECKS:
-                break
         return None
 
     def _parse(self, peer: int, tag: str, raw: bytes) -> list[int]:

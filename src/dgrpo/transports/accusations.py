@@ -3,9 +3,11 @@
 
 Node j serves its own accusations (``accuse``: one JSON line ``{"by": j, "peer": k, "tag": t, "sig": …}``
 each, signed for the run) from its own server (:mod:`dgrpo.transports.peerserve`), so nobody can delete
-or pad another's; at most ``_ACCUSE_LINES`` lines are read from a signer, and a server that serves
-anything else there is named once and not asked again. A signed copy of each line is appended to
-``accuse/by/{j}`` in the store, read only when j's server is gone.
+or pad another's. A node serves only a window of its newest accusations (``_ACCUSE_LINES`` lines, at most
+``_WINDOW_BYTES``: the exchanges that can still expel are the last few, and a run-long list outgrew every
+reader's cap: review r31k F3), and a reader keeps the newest ``_ACCUSE_LINES`` lines it reads; a server that serves
+anything else there is named once and not asked again. The same window, signed line by line, is put in
+``accuse/by/{j}`` in the store (overwritten at each accusation), read only when j's server is gone.
 
 Node k is expelled once more than half of the live roster *of one exchange* accused it in that
 exchange (:func:`quorum`): each node records the live nodes of an exchange as it enters it
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Callable
 
@@ -42,6 +45,7 @@ _ACCUSE_LINES = 256  # most accusation lines read from one signer
 _ACC_TTL_S = 1.0  # how long fetched accusations are reused (each fetch asks every live peer's server)
 _SETTLE_S = 0.25  # the most a round's end waits for accusations read in flight (one poll)
 _PROOF_LINES = 256  # most proof lines (`expel`) read from one node
+_WINDOW_BYTES = 48 << 10  # most bytes a node serves as its accusations or proofs (under the store copies' 64 KiB)
 
 
 def quorum(live: int) -> int:
@@ -93,6 +97,8 @@ class AccusationLedger:
         self._read_at: dict[int, float] = {}  # signer → when the read that gave its lines began
         self._reads: dict[int, tuple[Future, float]] = {}  # signer → (its read in flight, when it began)
         self._own: list[tuple[int, str]] = []  # this node's own accusations
+        self._served: deque[str] = deque()  # the window of its own accusation lines it serves (_window)
+        self._proof_lines: deque[str] = deque()  # the window of proof lines it serves
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"dgrpo-acc-{rank}")
         self._live_at: dict[str, frozenset] = {}  # exchange → its live nodes as this node entered it
         self._lone_seen: set[tuple[int, str, int]] = set()  # (accuser, tag, peer) already named
@@ -150,7 +156,7 @@ class AccusationLedger:
             copies = self.chan.copies
             raw = None if copies is None else copies.read(by, f"accuse/by/{by}", time.monotonic() + 1.0)
         items = []
-        for line in (raw or b"")[: _ACCUSE_LINES * 512].splitlines()[:_ACCUSE_LINES]:
+        for line in (raw or b"").splitlines()[-_ACCUSE_LINES:]:  # (the newest: review r31k F3)
             try:
                 item = json.loads(line)
                 ok = (isinstance(item, dict) and item.get("by") == by and isinstance(item.get("tag"), str)
@@ -178,7 +184,7 @@ class AccusationLedger:
                 return None, None
             bad = ""  # (nothing read in the store is blamed on anyone)
         out = {}
-        for line in (raw or b"")[: _PROOF_LINES * 512].splitlines()[:_PROOF_LINES]:
+        for line in (raw or b"").splitlines()[-_PROOF_LINES:]:  # (the newest)
             try:
                 item = json.loads(line)
                 key = item["by"], item["peer"], item["tag"]
@@ -204,9 +210,19 @@ class AccusationLedger:
                 (got[(by, peer, tag)] for got in self._relayed.values() if (by, peer, tag) in got), None)
             if sig is not None:
                 lines.append(json.dumps({"by": by, "peer": peer, "tag": tag, "sig": sig}) + "\n")
-        self.chan.append("expel", "".join(lines).encode())
-        try:  # (a signed copy in the store, read once this node's server is gone)
-            self.store.append(f"expel/by/{self.rank}", "".join(lines).encode())
+        self._window("expel", f"expel/by/{self.rank}", self._proof_lines, lines, _PROOF_LINES)
+
+    def _window(self, key: str, copy: str, window: deque, lines: list[str], most: int) -> None:
+        """Add ``lines`` to ``window`` (the newest ``most`` lines, ``_WINDOW_BYTES`` at most), serve it as ``key``
+        and put it in the store as ``copy`` (a signed copy, read once this node's server is gone; overwritten, so
+        junk another rank appended there is gone at this node's next line)."""
+        window.extend(lines)
+        while len(window) > most or sum(map(len, window)) > _WINDOW_BYTES:
+            window.popleft()
+        value = "".join(window).encode()
+        self.chan.set(key, value)
+        try:
+            self.store.put(copy, value)
         except PeerFailure:
             pass
 
@@ -226,17 +242,14 @@ class AccusationLedger:
         return out
 
     def accuse(self, peer: int, tag: str) -> None:
-        """Accuse ``peer`` of missing exchange ``tag``: one signed line served by this node's own server
-        (``accuse``), and a signed copy appended to ``accuse/by/{rank}`` in the store (when reachable)."""
+        """Accuse ``peer`` of missing exchange ``tag``: one signed line added to the window this node's own server
+        serves (``accuse``: :meth:`_window`), and to its signed copy in the store, ``accuse/by/{rank}`` (when
+        reachable)."""
         sig = self.store.sign(f"accuse|{tag}|{peer}")
         line = json.dumps({"by": self.rank, "peer": peer, "tag": tag, "sig": sig})
-        self.chan.append("accuse", (line + "\n").encode())
         self._own.append((peer, tag))
         self._sigs.setdefault(self.rank, {})[(peer, tag)] = sig
-        try:  # a signed copy in the store, read only once this node's server is gone
-            self.store.append(f"accuse/by/{self.rank}", (line + "\n").encode())
-        except PeerFailure:
-            pass
+        self._window("accuse", f"accuse/by/{self.rank}", self._served, [line + "\n"], _ACCUSE_LINES)
 
     def live_at(self, tag: str) -> None:
         """Record the live roster of exchange ``tag`` as this node enters it (its first post or collect):

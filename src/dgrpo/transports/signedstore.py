@@ -119,6 +119,10 @@ class SignedStore:
         """Append ``value`` to ``key`` (a store that cannot be reached: PeerFailure, :meth:`call`)."""
         self.call(self.store.append, key, value)
 
+    def put(self, key: str, value: bytes) -> None:
+        """Set ``key`` to ``value`` (a store that cannot be reached: PeerFailure, :meth:`call`)."""
+        self.call(self.store.set, key, value)
+
     def read(self, key: str, deadline: float) -> bytes | None:
         """The value of ``key`` if it is there (a get bounded by the deadline: it may be deleted meanwhile)."""
         if not self.exists(key):

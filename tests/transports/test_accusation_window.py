@@ -9,8 +9,10 @@ signed copy in the store (``accuse/by/{k}``) grew past the store copies' cap the
 import json
 import time
 
+import pytest
 from test_store_attacks import _swarm_of
 
+from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import _ACCUSE_LINES, _PROOF_LINES
 from dgrpo.transports.sidereads import COPY_CAP
 
@@ -59,3 +61,50 @@ def test_a_proof_is_served_as_a_window_of_the_newest_lines():
         assert ts[0].store.get("expel/by/0") == ts[0].chan.serve("expel", "1")
     finally:
         _close(ts)
+
+
+
+@pytest.mark.parametrize("mode", ["continue", "abort"])
+def test_a_node_whose_live_peers_all_are_gone_stops_rather_than_train_alone(mode):
+    """Review r31k F5 residue: a node whose every live peer's server is gone and who got nothing of its exchange
+    (its peers crashed, or expelled it while it stalled and their proofs were deleted from the store) went on with
+    "sent nothing ... continuing without it this round" (continue) and trained alone, exit code 0. Now it stops with
+    one line saying it is alone, under either ``on_peer_failure``; one live peer still answering keeps it in."""
+    ts = _swarm_of(n=3)
+    for t in ts:
+        t.exchanger.on_peer_failure = mode
+    ts[0].chan.close()  # (node 0 crashed; node 1 answers but posts nothing)
+    if mode == "continue":
+        assert ts[2].exchange("r0", b"x2") == {2: b"x2"}  # (not alone: the round goes on without them)
+    else:
+        with pytest.raises(PeerFailure, match="sent nothing") as err:
+            ts[2].exchange("r0", b"x2")
+        assert "alone" not in str(err.value)
+    _close(ts)
+    ts = _swarm_of(n=3)
+    for t in ts:
+        t.exchanger.on_peer_failure = mode
+    ts[0].chan.close()
+    ts[1].chan.close()  # (both peers crashed)
+    with pytest.raises(PeerFailure, match=r"^node 2 is alone in exchange 'r0': no server of its live peers \(nodes 0, "
+                                          r"1\) answers and none served the exchange within swarm.timeout_s=0.3s; nodes "
+                                          r"0, 1 crashed or left; node 2 is no longer in a swarm and stops rather than "
+                                          r"train alone$"):
+        ts[2].exchange("r0", b"x2")  # (before, continue: {2: b"x2"}, trained alone)
+    assert 2 not in ts[2].alive
+    _close(ts)
+
+
+def test_a_node_back_from_a_stall_to_find_its_peers_gone_says_it_stalled():
+    """The same, after a stall longer than timeout_s between two posts (review r31k F5, deletion variant: the peers
+    expelled it and finished, their proofs in the store deleted): the line says it stalled."""
+    ts = _swarm_of(n=3)
+    ts[2].exchanger.on_peer_failure = "continue"
+    ts[0].chan.close()
+    ts[1].chan.close()
+    ts[2].exchanger.schedule.enter("eq0")
+    ts[2].exchanger.schedule.posted["eq0"] = time.monotonic() - 30  # (its last post, 30 s ago)
+    with pytest.raises(PeerFailure, match=r"node 2 is alone in exchange 'r1'.*; node 2 stalled 30 s between two posts, "
+                                          r"more than swarm.timeout_s=0.3s: its peers most likely declared it failed"):
+        ts[2].exchange("r1", b"x2")
+    _close(ts)

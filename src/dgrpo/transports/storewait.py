@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 (quorum: re-exported)
+from dgrpo.transports.alone import alone_line
 from dgrpo.transports.framing import cap_of  # noqa: F401 (re-exported: distributed.py)
 from dgrpo.transports.sidereads import SideReads
 from dgrpo.transports.waits import Schedule, WaitNotes, Witnesses, note_s, record_s, slack_s, window_s
@@ -123,6 +124,7 @@ class StoreExchange:
         self.ledger.live_at(tag)
         self.schedule.enter(tag)
         pending = sorted((set(peers) & self.alive) - {self.rank})
+        live = sorted(self.alive - {self.rank})  # (all gone and silent: this node is alone, alone_line)
         got: dict[int, bytes] = {}
         bad: dict[int, str] = {}
         left: list[int] = []
@@ -261,6 +263,11 @@ class StoreExchange:
         if pending:
             self.ledger.forget()
             self.ledger.refresh()
+        alone = None if startup or pending != live else alone_line(  # (review r31k F5: never train on alone)
+            self.rank, tag, live, self.chan.down, bool(got or bad), self.schedule.posted, self.wait)
+        if alone is not None:
+            self.alive.discard(self.rank)
+            raise PeerFailure(alone)
         if pending or bad:
             self._fail(pending, tag, "sent nothing", sorted(bad))
         return got

@@ -1,0 +1,38 @@
+"""A node left alone: no live peer's server answers and none served the exchange (review r31k F5).
+
+A node back from a stall after its peers expelled it and finished learns its expulsion from their signed
+accusations and proofs (:mod:`dgrpo.transports.accusations`): served by their own servers while they run, else from
+their signed copies in the store (``accuse/by/{k}``, ``expel/by/{k}``). Anyone may delete those copies, so a node
+that finds every live peer's server gone and no payload of its exchange cannot tell "they expelled me and left"
+from "they all crashed". Either way it is no longer in a swarm: it must not train on alone (a one-node split,
+reported as a success). :func:`alone_line` is the one line it stops with, under either ``on_peer_failure``.
+"""
+
+from __future__ import annotations
+
+
+def alone_line(rank: int, tag: str, peers: list[int], down: dict[int, float], got: bool, posted: dict[str, float],
+               wait) -> str | None:
+    """The line this node stops with if it is alone in exchange ``tag``, else None.
+
+    Args:
+        peers: the live peers this node waited for in ``tag`` (every live one but itself).
+        down: node → when its server last failed to answer (:attr:`PeerChannel.down`).
+        got: whether any peer served anything in ``tag`` (a payload, or an oversized or slow answer).
+        posted: exchange → when this node posted it (:attr:`Schedule.posted`): a gap between its two newest posts
+            longer than the timeout is a stall.
+        wait: the transport's :class:`~dgrpo.transports.signedstore.Wait` (``timeout_s``, ``limit_name``).
+    """
+    if not peers or got or any(p not in down for p in peers):
+        return None
+    limit, timeout_s, posts = wait.limit_name, wait.timeout_s, sorted(posted.values())
+    gap_s = posts[-1] - posts[-2] if len(posts) > 1 else None
+    who = f"node{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
+    if gap_s is not None and gap_s > timeout_s:  # (it stalled past its peers' deadline: they most likely expelled it)
+        why = (f"node {rank} stalled {gap_s:.0f} s between two posts, more than {limit}={timeout_s:g}s: its peers "
+               "most likely declared it failed and finished without it (their proofs unread here)")
+    else:
+        why = f"{who} crashed or left"
+    return (f"node {rank} is alone in exchange {tag!r}: no server of its live peers ({who}) answers and none served "
+            f"the exchange within {limit}={timeout_s:g}s; {why}; node {rank} is no longer in a swarm and stops rather "
+            "than train alone")

@@ -320,8 +320,9 @@ def test_config_claims_naming_a_silent_server_cost_one_challenge_per_rank_and_th
     finally:
         silent.close()
     assert took < 2 * 3.0, took  # (the documented bound: the views agree within another startup_timeout_s)
-    note = (f"check-in: node 3's key signed 64 config claim(s) of other configs in the store, 1 challenged (the "
-            f"newest; at most {ASKED_PER_RANK} a rank) and none answered for by its server; it did not check in")
+    note = (f"check-in: the store holds 64 config claim(s) of other configs signed by node 3's key (possibly copies "
+            f"replayed from an earlier run), 1 challenged (the newest; at most {ASKED_PER_RANK} a rank) and none "
+            "answered for by its server; it did not check in")  # (before: "node 3's key signed 64 …": review r31k F7)
     for k in range(3):
         assert not isinstance(out[k], Exception), out
         assert out[k].absent == [3]

@@ -165,9 +165,12 @@ class ConfigClaims:
         return sum(len(v) for v in self._asked.values()) - len(self._answers)
 
     def note(self, node: int) -> str:
-        """What ``node``'s key signed of other configs, for the line naming it absent ("" if nothing)."""
+        """What the store holds of other configs under ``node``'s key, for the line naming it absent ("" if nothing):
+        only what is proven (review r31k F7): a claim its server never answered for may be a copy of one of an earlier
+        run, replayed by anyone, so the line says so instead of "node k signed N claims"."""
         seen, asked = self._seen.get(node, 0), len(self._asked.get(node, []))
         if not seen:
             return ""
-        return (f"node {node}'s key signed {seen} config claim(s) of other configs in the store, {asked} challenged "
-                f"(the newest; at most {ASKED_PER_RANK} a rank) and none answered for by its server")
+        return (f"the store holds {seen} config claim(s) of other configs signed by node {node}'s key (possibly "
+                f"copies replayed from an earlier run), {asked} challenged (the newest; at most {ASKED_PER_RANK} a "
+                "rank) and none answered for by its server")

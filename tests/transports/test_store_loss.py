@@ -55,17 +55,36 @@ def _nodes(port, timeout_s=20.0):
 
 
 def test_the_store_dying_while_a_node_waits_for_a_peer(store_host):
+    """The peer never posts: at the end of the wait (its leave mark, in the store, unreadable) the node stops with
+    the store's loss, one line. (Before review r31k F8 it stopped at the store's loss, at once, so a peer that
+    posted a moment later stopped it too: test_a_peer_a_moment_late_with_the_store_gone_is_waited_for.)"""
     port, kill = store_host
-    a, _ = _nodes(port)
+    a, _ = _nodes(port, timeout_s=10)
     a.post("r0", b"a")
-    killer = threading.Timer(1.0, kill)  # the store dies a moment after the node starts waiting for its peer
+    killer = threading.Timer(1.0, kill)  # the store dies a moment after the node starts waiting for its peer (its
+    # payload window: 3.5 s)
     killer.start()
-    start = time.monotonic()
     with pytest.raises(PeerFailure, match=LOST) as err:
         a.collect("r0", [1])
     killer.join()
-    assert time.monotonic() - start < 15  # not the 20 s peer timeout: the loss is seen at once
     assert "\n" not in str(err.value) and "node 0" in str(err.value)
+
+
+def test_a_peer_a_moment_late_with_the_store_gone_is_waited_for(store_host):
+    """Review r31k F8: the store's host gone, a peer that posts 0.2 s after this node began reading stopped it with
+    "lost the rendezvous store" (the wait's check of the store for a peer not served yet), although that peer serves
+    its payload; docs/distributed.md says rounds whose peers all serve their data go on. Now they do."""
+    port, kill = store_host
+    a, b = _nodes(port, timeout_s=5)
+    b.post("r0", b"b0")
+    assert a.exchange("r0", b"a0") == {0: b"a0", 1: b"b0"}
+    kill()
+    late = threading.Timer(0.2, b.post, args=("r1", b"b1"))
+    late.start()
+    try:
+        assert a.exchange("r1", b"a1") == {0: b"a1", 1: b"b1"}  # (before: PeerFailure, lost the rendezvous store)
+    finally:
+        late.join()
 
 
 def test_the_store_dying_during_an_exchange_does_not_stop_it(store_host):

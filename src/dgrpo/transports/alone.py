@@ -5,10 +5,26 @@ accusations and proofs (:mod:`dgrpo.transports.accusations`): served by their ow
 their signed copies in the store (``accuse/by/{k}``, ``expel/by/{k}``). Anyone may delete those copies, so a node
 that finds every live peer's server gone and no payload of its exchange cannot tell "they expelled me and left"
 from "they all crashed". Either way it is no longer in a swarm: it must not train on alone (a one-node split,
-reported as a success). :func:`alone_line` is the one line it stops with, under either ``on_peer_failure``.
+reported as a success). :func:`alone_line` is the one line it stops with, under either ``on_peer_failure``
+(:func:`stop_if_alone`).
 """
 
 from __future__ import annotations
+
+from dgrpo.errors import PeerFailure
+
+
+def stop_if_alone(ex, tag: str, live: list[int], missing: list[int], got: bool) -> None:
+    """At the end of a round exchange ``tag`` of :class:`~dgrpo.transports.storewait.StoreExchange` ``ex``: raise the
+    store's loss (:meth:`SignedStore.probe`) if a peer is still missing (its leave mark, there, is unreadable: review
+    r31k F8), and :func:`alone_line` if every one of the ``live`` peers it waited for is ``missing``, its server gone,
+    and none served anything (``got``); this node then leaves ``ex.alive``."""
+    if missing and ex.store.lost is not None:
+        raise ex.store.lost
+    line = None if missing != live else alone_line(ex.rank, tag, live, ex.chan.down, got, ex.schedule.posted, ex.wait)
+    if line is not None:
+        ex.alive.discard(ex.rank)
+        raise PeerFailure(line)
 
 
 def alone_line(rank: int, tag: str, peers: list[int], down: dict[int, float], got: bool, posted: dict[str, float],

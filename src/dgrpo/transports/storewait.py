@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 (quorum: re-exported)
-from dgrpo.transports.alone import alone_line
+from dgrpo.transports.alone import stop_if_alone
 from dgrpo.transports.framing import cap_of  # noqa: F401 (re-exported: distributed.py)
 from dgrpo.transports.sidereads import SideReads
 from dgrpo.transports.waits import Schedule, WaitNotes, Witnesses, note_s, record_s, slack_s, window_s
@@ -111,10 +111,9 @@ class StoreExchange:
 
     def collect(self, tag: str, peers: Iterable[int], deadline: float | None, cap: int) -> dict[int, bytes]:
         """Payloads of live ``peers`` in exchange ``tag`` (at most ``cap`` bytes each: :func:`cap_of`), fetched
-        from each peer's own server until they are in or ``deadline`` (None: now + timeout_s). A peer whose
-        server did not serve it by then
-        is accused (signed); one that served more than its cap, or too slowly, is named and left out
-        of this round; both are failed peers under ``on_peer_failure``.
+        from each peer's own server until they are in or ``deadline`` (None: now + timeout_s). A peer whose server
+        did not serve it by then is accused (signed); one that served more than its cap, or too slowly, is named and
+        left out of this round; both are failed peers under ``on_peer_failure``; all gone: :func:`stop_if_alone`.
 
         Raises:
             PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it).
@@ -182,7 +181,7 @@ class StoreExchange:
                         pending.remove(peer)
                     else:  # (its stop notice or leave mark: read in the pool, SideReads; a check of the store here, whose
                         retry[peer] = time.monotonic() + delay  # answer is a bool: a store gone is one line, as before)
-                        self.store.exists(f"{tag}/status/{peer}")
+                        self.store.probe(f"{tag}/status/{peer}", startup)  # (store gone: raised below if one is missing)
                         side.ask_gone(peer, time.monotonic(), until[peer])
                 for peer, kind, why in side.take_gone():
                     if peer in pending:  # (its leave marks may be of no launch)
@@ -263,11 +262,8 @@ class StoreExchange:
         if pending:
             self.ledger.forget()
             self.ledger.refresh()
-        alone = None if startup or pending != live else alone_line(  # (review r31k F5: never train on alone)
-            self.rank, tag, live, self.chan.down, bool(got or bad), self.schedule.posted, self.wait)
-        if alone is not None:
-            self.alive.discard(self.rank)
-            raise PeerFailure(alone)
+        if not startup:  # (the store gone with a peer missing, review r31k F8; every live peer gone: alone, F5)
+            stop_if_alone(self, tag, live, pending, bool(got or bad))
         if pending or bad:
             self._fail(pending, tag, "sent nothing", sorted(bad))
         return got

@@ -9,9 +9,12 @@ An update is three calls, which the recipes make in this order::
     stats = learner.step(batch)              # advantages over each group's accepted completions,
                                              # the loss numerator's backward, one AdamW step
 
-A group is scored, checked and learnt from before the next one is scored, so only one group's
-graph is alive at a time. Gradients are divided by the summed loss denominator at the end, so the
-result equals the full-batch loss of :func:`dgrpo.grpo.loss.aggregate_loss`.
+A group a logit-stage defense reads is scored, checked and learnt from before the next one is
+scored, so only one such group's graph is alive at a time. Groups no defense read are packed
+together, up to :attr:`Learner.pack_rows` rows, into one forward and one backward
+(:mod:`dgrpo.policy.packing`: more rows per GEMM, attention still per group). Gradients are divided
+by the summed loss denominator at the end, so the result equals the full-batch loss of
+:func:`dgrpo.grpo.loss.aggregate_loss`.
 
 Each group's prompt runs once for its G completions (:func:`dgrpo.policy.scoring.group_logits`), and
 the prefix all the batch's prompts share (a system prompt, worked examples) runs once per optimizer
@@ -32,7 +35,9 @@ from transformers import PreTrainedModel
 from dgrpo.grpo.advantages import ScaleRewards, group_advantages, reward_std
 from dgrpo.grpo.loss import LossType, loss_denominator, loss_terms, per_token_loss
 from dgrpo.policy.kv_cache import plain_layers
+from dgrpo.policy.packing import groups_token_logprobs, packed_rows
 from dgrpo.policy.prefix import SharedPrefix, common_prefix
+from dgrpo.policy import scoring
 from dgrpo.policy.scoring import completion_mask, group_logits, group_token_logprobs, pad_right, token_logprobs
 from dgrpo.types import Rollout
 
@@ -179,9 +184,15 @@ class Learner:
         eos_id / pad_id: tokenizer ids used to pad and mask completions.
         ref_model: frozen π_ref; required (and only loaded) when ``params.beta > 0``.
 
+    Attributes:
+        pack_rows: groups whose logits no defense kept are packed into one forward and one backward
+            (:mod:`dgrpo.policy.packing`) until they hold this many rows; 0: one forward per group.
+
     Raises:
         ValueError: beta > 0 without a reference model.
     """
+
+    pack_rows = 2048
 
     def __init__(self, model: PreTrainedModel, params: GRPOParams, eos_id: int, pad_id: int,
                  ref_model: PreTrainedModel | None = None):
@@ -246,6 +257,7 @@ class Learner:
         for iteration in range(p.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             num, den, used = 0.0, flat_den, 0
+            pending: list[tuple[Group, list[int], torch.Tensor]] = []  # groups for one packed forward
             for group in (batch.groups if iteration == 0 else learning):
                 idx, rewards = kept(group.rollouts, p.reject_mode)
                 if iteration == 0 and p.beta == 0 and not has_signal(rewards):  # zero advantage: no gradient
@@ -256,8 +268,20 @@ class Learner:
                 if iteration == 0:
                     learning.append(group)
                 adv = group_advantages(rewards, [0] * len(idx), p.scale_rewards, std)  # (n,)
-                group_num, group_den = self._backward(group, idx, adv)
-                num, den, used = num + group_num, den + group_den, used + len(idx)
+                used += len(idx)
+                logits = group.logits_for_loss(reuse_only=True)  # (G, T, V) when a defense's read kept them with grad
+                if logits is None and self._packs(group, pending):
+                    pending.append((group, idx, adv))
+                    if sum(self._rows(g) for g, _, _ in pending) < self.pack_rows:
+                        continue
+                    group_num, group_den = self._backward_packed(pending)
+                    pending = []
+                else:
+                    group_num, group_den = self._backward(group, idx, adv, logits)
+                num, den = num + group_num, den + group_den
+            if pending:
+                group_num, group_den = self._backward_packed(pending)
+                num, den = num + group_num, den + group_den
             if batch.prefix is not None:
                 batch.prefix.backward()  # the shared prompt prefix: once, with every group's gradient
             if used == 0:
@@ -267,33 +291,76 @@ class Learner:
         stats.seconds = time.perf_counter() - start
         return stats
 
-    def _backward(self, group: Group, idx: list[int], adv: torch.Tensor) -> tuple[float, float]:
-        """Backward of one group's loss numerator over its kept completions ``idx``; (numerator, denominator)."""
-        p = self.params
+    def _backward(self, group: Group, idx: list[int], adv: torch.Tensor,
+                  logits: torch.Tensor | None = None) -> tuple[float, float]:
+        """Backward of one group's loss numerator over its kept completions ``idx``; (numerator, denominator).
+        ``logits``: the group's (G, T, V) logits with their graph, when a defense's read kept them."""
         completions = [r.completion_ids for r in group.rollouts]
-        ids = pad_right(completions, self.pad_id)  # (G, T)
-        logits = group.logits_for_loss(reuse_only=True)  # (G, T, V) when a defense's read kept them with grad
         if logits is not None:
-            logp = token_logprobs(logits, ids.to(logits.device))[idx]  # (n, T)
+            logp = token_logprobs(logits, pad_right(completions, self.pad_id).to(logits.device))  # (G, T)
             del logits
         else:  # the log-probs alone: no (G, T, V) logits (equal bit for bit, scoring.group_token_logprobs)
             with torch.set_grad_enabled(True):
                 shared = group.prefix.policy(self.model, True)
-                logp = group_token_logprobs(self.model, group.rollouts[0].prompt_ids, completions, self.pad_id,
-                                            shared)[idx]  # (n, T)
-        ids = ids.to(logp.device)
-        mask = completion_mask(ids[idx], self.eos_id, [len(completions[i]) for i in idx])
-        if group.old_logp is None:  # π_old: the weights that generated (ratio 1 in the first iteration)
-            group.old_logp = logp.detach()
-        if p.beta > 0 and group.ref_logp is None:
+                logp = group_token_logprobs(self.model, group.rollouts[0].prompt_ids, completions, self.pad_id, shared)
+        if self.params.beta > 0 and group.ref_logp is None:
             with torch.no_grad():
                 ref_logits = group_logits(self.ref_model, group.rollouts[0].prompt_ids, completions, self.pad_id,
                                           group.prefix.reference(self.ref_model))
-                group.ref_logp = token_logprobs(ref_logits, ids)[idx]
-        loss_tok = per_token_loss(logp, group.old_logp, adv.to(logp.device), p.epsilon, group.ref_logp, p.beta)
-        num, den = loss_terms(loss_tok, mask, p.loss_type, p.max_len)
+                group.ref_logp = token_logprobs(ref_logits, pad_right(completions, self.pad_id).to(logp.device))[idx]
+        num, den = self._loss(group, idx, adv, logp[idx])
         num.backward()
         return float(num.detach()), den
+
+    def _packs(self, group: Group, pending: list) -> bool:
+        """Whether ``group`` joins the packed forward of ``pending`` (:mod:`dgrpo.policy.packing`): packing on,
+        plain-attention layers, the group packable (:func:`dgrpo.policy.scoring._packable`: else it is padded),
+        and the same shared prefix as the groups already pending."""
+        if self.pack_rows <= 0 or not plain_layers(self.model.config):
+            return False
+        if pending and pending[0][0].prefix is not group.prefix:
+            return False
+        lengths = [len(r.completion_ids) for r in group.rollouts]
+        return scoring._packable(self.model, len(group.rollouts[0].prompt_ids), lengths)
+
+    @staticmethod
+    def _rows(group: Group) -> int:
+        """The rows ``group`` adds to a packed forward."""
+        return packed_rows([len(r.completion_ids) for r in group.rollouts], len(group.rollouts[0].prompt_ids),
+                           len(group.prefix.ids))
+
+    def _backward_packed(self, items: list[tuple[Group, list[int], torch.Tensor]]) -> tuple[float, float]:
+        """One forward over several groups packed together and one backward of their summed loss
+        numerators (:func:`dgrpo.policy.packing.groups_token_logprobs`); (numerator, denominator)."""
+        groups = [g for g, _, _ in items]
+        inputs = [(g.rollouts[0].prompt_ids, [r.completion_ids for r in g.rollouts]) for g in groups]
+        with torch.set_grad_enabled(True):
+            logps = groups_token_logprobs(self.model, inputs, groups[0].prefix.policy(self.model, True))
+        missing = [i for i, g in enumerate(groups) if self.params.beta > 0 and g.ref_logp is None]
+        if missing:
+            with torch.no_grad():
+                refs = groups_token_logprobs(self.ref_model, [inputs[i] for i in missing],
+                                             groups[0].prefix.reference(self.ref_model))
+            for i, ref in zip(missing, refs):
+                groups[i].ref_logp = ref[items[i][1]]
+        total, den = None, 0.0
+        for (group, idx, adv), logp in zip(items, logps):
+            num, group_den = self._loss(group, idx, adv, logp[idx])
+            total, den = num if total is None else total + num, den + group_den
+        total.backward()
+        return float(total.detach()), den
+
+    def _loss(self, group: Group, idx: list[int], adv: torch.Tensor, logp: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """A group's loss numerator (with grad) and denominator from the (n, T) log-probs of its kept
+        completions ``idx``; sets π_old's log-probs in the first iteration."""
+        p = self.params
+        completions = [group.rollouts[i].completion_ids for i in idx]
+        ids = pad_right([r.completion_ids for r in group.rollouts], self.pad_id)[idx].to(logp.device)
+        mask = completion_mask(ids, self.eos_id, [len(c) for c in completions])
+        if group.old_logp is None:  # π_old: the weights that generated (ratio 1 in the first iteration)
+            group.old_logp = logp.detach()
+        loss_tok = per_token_loss(logp, group.old_logp, adv.to(logp.device), p.epsilon, group.ref_logp, p.beta)
+        return loss_terms(loss_tok, mask, p.loss_type, p.max_len)
 
     def _denominator(self, group: Group, idx: list[int]) -> float:
         """Loss denominator of a group left out of the gradient (its numerator is 0)."""

@@ -22,12 +22,14 @@ worked examples, ``<think>`` prefill: about 227 tokens) × G completions, top-k 
    memory per batch (the curve that sizes ``sample(max_rows=...)``).
 4. **Update**: ``Learner.step`` (forward + backward + AdamW at lr 0, so every repeat does the same
    work) on the generated rollouts, ``before`` (padded group, MKL), ``+onednn`` (padded, oneDNN),
-   ``+packing`` (packed group, oneDNN) and ``after`` (+ the prompt prefix the groups share run
-   once per step, forward and backward: issue 38), interleaved; tokens/s (each group's prompt once
-   + completion tokens / seconds) and the fraction of each matmul peak (6 × linear weights × the
-   tokens the variant runs / seconds); then the seconds of ``+packing`` and ``after`` by phase
-   (forward, backward, the prefix's backward, clipping, AdamW, the rest). ``--only-update`` runs
-   the peak, one sample call for the rollouts and this section.
+   ``+packing`` (packed group, oneDNN), ``+shared`` (+ the prompt prefix the groups share run
+   once per step, forward and backward: issue 38) and ``after`` (+ the groups packed into one
+   forward and one backward, attention by group: ``dgrpo.policy.packing``), interleaved; tokens/s
+   (each group's prompt once + completion tokens / seconds) and the fraction of each matmul peak
+   (6 × linear weights × the tokens the variant runs / seconds); then the seconds of ``+shared``
+   and ``after`` by phase (``PHASES``: the prefix's forward, the policy's forward and log-softmax,
+   the reference's, the backward, the prefix's backward, clipping, AdamW, the rest).
+   ``--only-update`` runs the peak, one sample call for the rollouts and this section.
 5. **Continuous batching** (issue 38): ``--stream-requests`` completions (n/G prompts × G) decoded
    through R = ``--stream-rows`` rows, ``refill`` (finished rows take the next request at once:
    ``sample(max_rows=R)``) against ``batches`` (successive calls of R requests, each emptying as
@@ -54,25 +56,26 @@ import torch
 from bench_setup import arithmetic_bench, bench_parser, group_requests
 
 VARIANTS = {  # which speed-ups are on, added one at a time
-    "before": dict(cache=False, onednn=False, attention=False, prefix=False, packing=False, shared=False),
-    "+cache": dict(cache=True, onednn=False, attention=False, prefix=False, packing=False, shared=False),
-    "+onednn": dict(cache=True, onednn=True, attention=False, prefix=False, packing=False, shared=False),
-    "+attention": dict(cache=True, onednn=True, attention=True, prefix=False, packing=False, shared=False),
-    "+packing": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True, shared=False),
-    "after": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True, shared=True),
+    "before": dict(cache=False, onednn=False, attention=False, prefix=False, packing=False, shared=False, groups=False),
+    "+cache": dict(cache=True, onednn=False, attention=False, prefix=False, packing=False, shared=False, groups=False),
+    "+onednn": dict(cache=True, onednn=True, attention=False, prefix=False, packing=False, shared=False, groups=False),
+    "+attention": dict(cache=True, onednn=True, attention=True, prefix=False, packing=False, shared=False, groups=False),
+    "+packing": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True, shared=False, groups=False),
+    "+shared": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True, shared=True, groups=False),
+    "after": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True, shared=True, groups=True),
 }
-GENERATION = ("before", "+cache", "+onednn", "+attention", "after")  # +packing and shared: the update only
-UPDATE = ("before", "+onednn", "+packing", "after")
+GENERATION = ("before", "+cache", "+onednn", "+attention", "after")  # +packing, +shared, groups: the update only
+UPDATE = ("before", "+onednn", "+packing", "+shared", "after")
 
 
 @contextlib.contextmanager
-def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: bool, shared: bool):
+def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: bool, shared: bool, groups: bool):
     """Switch the sampler's and the scorer's speed-ups off by patching their module functions."""
     from dgrpo.grpo import learner
     from dgrpo.policy import onednn as onednn_mod, sampling, scoring, stream
 
     saved = (stream.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
-             scoring._packable, learner.common_prefix)
+             scoring._packable, learner.common_prefix, learner.Learner.pack_rows)
     if not cache:
         stream.supports = lambda c: False
     if not onednn:
@@ -85,11 +88,13 @@ def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: 
         scoring._packable = lambda *a: False
     if not shared:
         learner.common_prefix = lambda prompts: 0
+    if not groups:
+        learner.Learner.pack_rows = 0
     try:
         yield
     finally:
         (stream.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
-         scoring._packable, learner.common_prefix) = saved
+         scoring._packable, learner.common_prefix, learner.Learner.pack_rows) = saved
 
 
 def timed(fn, threads: int):
@@ -242,7 +247,7 @@ def main() -> None:
 
 
 def update_section(args, learner, rollouts, prompts: list, tokens: int, weights: int, peak: dict) -> dict:
-    """Section 4: the update's variants interleaved, and where the seconds of +packing and after go."""
+    """Section 4: the update's variants interleaved, and where the seconds of +shared and after go."""
     from dgrpo.policy import prefix as prefix_mod
 
     distinct = list(dict.fromkeys(map(tuple, prompts)))
@@ -264,8 +269,8 @@ def update_section(args, learner, rollouts, prompts: list, tokens: int, weights:
         run = executed if VARIANTS[name]["shared"] else scored
         u.update(median_seconds=s, tokens_per_s=scored / s, executed_tokens=run,
                  fraction_of_peak={k: 6 * weights * run / s / 1e9 / peak[f"{k}_gflops"] for k in ("mkl", "onednn")})
-    phases = {}
-    for name in ("+packing", "after"):
+    phases = {"keys": PHASES}
+    for name in ("+shared", "after"):
         with features(**VARIANTS[name]):
             phases[name] = [update_phases(learner, rollouts, args.threads) for _ in range(args.update_repeats)]
     return {"scored_tokens": scored, "shared_prefix": shared, "executed_tokens_with_shared_prefix": executed,
@@ -274,37 +279,61 @@ def update_section(args, learner, rollouts, prompts: list, tokens: int, weights:
                     "position) / seconds / the same-run GEMM peak"}
 
 
+PHASES = {  # update_phases's keys: what each times
+    "prefix_forward": "the shared prefix's forward (SharedPrefix: the policy's with grad, the reference's without)",
+    "forward": "the policy's forward with grad and the log-softmax of the taken tokens: groups packed together "
+               "(packing.groups_token_logprobs) or one group (scoring.group_token_logprobs)",
+    "reference_forward": "the reference model's log-probs, no grad (beta > 0 only)",
+    "backward": "backward of the loss numerators: log-softmax, the model, down to the shared prefix's keys and values",
+    "prefix_backward": "the one backward through the shared prefix's forward",
+    "clip": "gradient clipping",
+    "adamw": "the optimizer step",
+    "other": "the rest: advantages, masks, the loss terms, grouping",
+}
+
+
 def update_phases(learner, rollouts, threads: int) -> dict:
-    """Seconds of one update by phase: forward of the groups (and the shared prefix), loss and the groups'
-    backward, the prefix's one backward, gradient clipping and AdamW; by wrapping the functions."""
+    """Seconds of one update by phase (``PHASES``), by wrapping the functions the update calls; a phase
+    that runs inside another (the prefix's forward inside a defense's read) counts only in the inner one."""
     import torch.nn.utils as nn_utils
 
+    from dgrpo.grpo import learner as learner_mod
     from dgrpo.policy import prefix as prefix_mod
 
-    seconds = {"forward": 0.0, "backward": 0.0, "prefix_backward": 0.0, "clip": 0.0, "adamw": 0.0}
-    saved = (learner.forward, torch.Tensor.backward, prefix_mod.SharedPrefix.backward, nn_utils.clip_grad_norm_,
-             learner.optimizer.step)
+    seconds = dict.fromkeys(PHASES, 0.0)
+    stack: list[float] = []  # per open phase, the seconds of the phases nested in it
 
     def timer(key, fn):
         def wrapped(*a, **k):
+            name = key if key != "forward" or torch.is_grad_enabled() else "reference_forward"
             t0 = time.perf_counter()
+            stack.append(0.0)
             try:
                 return fn(*a, **k)
             finally:
-                seconds[key] += time.perf_counter() - t0
+                took, inner = time.perf_counter() - t0, stack.pop()
+                seconds[name] += took - inner
+                if stack:
+                    stack[-1] += took
         return wrapped
 
-    learner.forward = timer("forward", saved[0])
-    torch.Tensor.backward = timer("backward", saved[1])
-    prefix_mod.SharedPrefix.backward = timer("prefix_backward", saved[2])
-    nn_utils.clip_grad_norm_ = timer("clip", saved[3])
-    learner.optimizer.step = timer("adamw", saved[4])
+    targets = [(learner_mod, "groups_token_logprobs", "forward"), (learner_mod, "group_token_logprobs", "forward"),
+               (learner_mod, "group_logits", "forward"), (learner, "forward", "forward"),
+               (prefix_mod.SharedPrefix, "__init__", "prefix_forward"), (torch.Tensor, "backward", "backward"),
+               (prefix_mod.SharedPrefix, "backward", "prefix_backward"), (nn_utils, "clip_grad_norm_", "clip"),
+               (learner.optimizer, "step", "adamw")]
+    saved = [(obj, attr, getattr(obj, attr), attr in vars(obj)) for obj, attr, _ in targets]
+    for (obj, attr, key), (_, _, fn, _) in zip(targets, saved):
+        setattr(obj, attr, timer(key, fn))
     try:
         _, wall, share = timed(lambda: learner.step(rollouts()), threads)
     finally:
-        (learner.forward, torch.Tensor.backward, prefix_mod.SharedPrefix.backward, nn_utils.clip_grad_norm_,
-         learner.optimizer.step) = saved
-    seconds["other (log-softmax, loss, grouping)"] = wall - sum(seconds.values())
+        for obj, attr, fn, own in saved:
+            if own:
+                setattr(obj, attr, fn)
+            else:
+                delattr(obj, attr)  # an instance's method: back to its class's
+    seconds["other"] = wall - sum(seconds.values())
     return {"wall": wall, "cpu_share": share, **seconds}
 
 

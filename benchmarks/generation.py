@@ -88,8 +88,7 @@ def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: 
         scoring._packable = lambda *a: False
     if not shared:
         learner.common_prefix = lambda prompts: 0
-    if not groups:
-        learner.Learner.pack_rows = 0
+    learner.Learner.pack_rows = learner.PACKED_ROWS if groups else 0
     try:
         yield
     finally:

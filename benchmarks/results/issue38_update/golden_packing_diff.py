@@ -17,7 +17,7 @@ from dgrpo.grpo import learner
 
 registry.register("task", "even_length", config=G.EvenLengthTaskConfig)(lambda: G.EvenLengthTask())
 tiny = sys.argv[1]
-default, packed_calls = learner.Learner.pack_rows, []
+default, packed_calls = learner.PACKED_ROWS, []
 original = learner.groups_token_logprobs
 learner.groups_token_logprobs = lambda *a, **k: (packed_calls.append(len(a[1])), original(*a, **k))[1]
 def floats(a, b, path=""):

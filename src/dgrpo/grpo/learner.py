@@ -175,6 +175,9 @@ class Batch:
     prefix: Prefix | None = None
 
 
+PACKED_ROWS = 2048  # rows of one packed update forward (a README round: 4 groups, ~1,360 rows)
+
+
 class Learner:
     """Owns a policy's optimizer (AdamW) and its frozen reference model.
 
@@ -186,13 +189,15 @@ class Learner:
 
     Attributes:
         pack_rows: groups whose logits no defense kept are packed into one forward and one backward
-            (:mod:`dgrpo.policy.packing`) until they hold this many rows; 0: one forward per group.
+            (:mod:`dgrpo.policy.packing`) until they hold this many rows; 0 (the default): one forward per group.
+            Off until its speed is measured on a quiet machine (BENCHMARKS.md, "The update packs its groups"):
+            :data:`PACKED_ROWS` is the setting the tests and ``benchmarks/generation.py`` use.
 
     Raises:
         ValueError: beta > 0 without a reference model.
     """
 
-    pack_rows = 2048
+    pack_rows = 0
 
     def __init__(self, model: PreTrainedModel, params: GRPOParams, eos_id: int, pad_id: int,
                  ref_model: PreTrainedModel | None = None):

@@ -7,7 +7,6 @@ every rank before round 0 with one line, never a split swarm that trains.
 """
 
 import json
-import re
 
 import pytest
 from distributed_helpers import comparable, launch

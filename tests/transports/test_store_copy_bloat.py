@@ -47,6 +47,26 @@ def test_junk_over_copy_cap_around_a_stop_reason_hides_nothing(where):
     assert QUOTE in str(then.value), str(then.value)
 
 
+def test_small_junk_on_both_sides_of_a_stop_reason_hides_nothing():
+    """Review r31l F1: rank 2 puts 40 well-formed reasons with bad signatures in why/1 before node 1 appends its
+    signed reason and 40 more after it (6.5 KiB in all: no cap involved). Before, 64 signatures were checked, 32 from
+    each end, and the 41st line never: node 0 named node 1 alone. Now every line with a canonical signature is."""
+    ts, _ = _ranks(n=3, timeout_s=0.3)
+    for t in ts:
+        t.exchanger.on_peer_failure = "abort"
+    fakes = [json.dumps({"why": f"node 0 sent nothing {i}", "sig": f"{i:02x}" * 64}).encode() + b"\n" for i in range(80)]
+    ts[2].store.append("why/1", b"".join(fakes[:40]))
+    with pytest.raises(PeerFailure):
+        ts[1].collect("r0", [2])
+    ts[2].store.append("why/1", b"".join(fakes[40:]))
+    ts[1].chan.delete_key("why")  # (its server gone: only the store's copy)
+    lines = ts[0].store.get("why/1").splitlines()
+    assert len(lines) == 81 and b"node 2 sent nothing" in lines[40]  # (the reason is the middle line)
+    with pytest.raises(PeerFailure) as then:
+        ts[0].collect("eq0", [1])
+    assert QUOTE in str(then.value), str(then.value)
+
+
 class _Clock:
     def __init__(self):
         self.now = 1000.0

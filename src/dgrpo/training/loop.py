@@ -56,8 +56,11 @@ def train(run: Run, one_round: OneRound) -> Path:
             run.logger.log(final)
     save_checkpoint(run, cfg.rounds)
     run.logger.close()
-    if run.transport.is_main:  # the main process may have changed after a peer failure
+    main = run.transport.is_main  # (the main process may have changed after a peer failure)
+    # distributed: wait until every live peer is done. Its peers wait for this node's `done` timeout_s at most, so
+    # the plots (seconds of matplotlib on a loaded machine) come after it: before, CI's peers named the main failed.
+    run.transport.close()
+    if main:
         plot_run(run.run_dir)
-    run.transport.close()  # distributed: wait until every live peer is done
     release(run.run_dir)
     return run.run_dir

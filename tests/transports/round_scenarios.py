@@ -84,6 +84,21 @@ def note_late(first: float, late_r: float, late_eq: float) -> None:
     DistributedTransport.post = late
 
 
+def false_note(tag: str, whom: str) -> None:
+    """Review r31l F2: as this rank posts exchange ``tag``, it serves a signed wait note of it naming ``whom``
+    (ranks joined by ``.``), whether or not it waited for them."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    post, nodes = DistributedTransport.post, [int(x) for x in whom.split(".")]
+
+    def noted(self, t, payload, framed=False):
+        if t == tag:
+            self.exchanger.notes.note(t, nodes)
+        return post(self, t, payload, framed)
+
+    DistributedTransport.post = noted
+
+
 def relay_note(victim: str) -> None:
     """The limit h31y left: this rank serves a signed note in each ``r{n}`` naming every other live node (it claims
     it waited for their round payloads: false) and never serves its relays ``eq{n}`` to reader ``victim``."""
@@ -263,7 +278,7 @@ def store_bloat(mb: str) -> None:
 def apply(kind: str, rest: list[str]) -> None:
     """``withhold:R:V[:REGEX]`` (R never serves REGEX, default its relays, to reader V or ``low``), ``hide:R:V``
     (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS[:EQ_S]`` (R posts ``r{n}`` and
-    ``eq{n}`` SECONDS late, its relays EQ_S late when given), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`),
+    ``eq{n}`` SECONDS late, its relays EQ_S late when given), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`), ``fnote:R:TAG:V`` (:func:`false_note`),
     ``whyjunk:R:V`` / ``whydel:R:V`` (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`),
     ``whyread:R`` (:func:`why_read`), ``relaynote:R:V`` (:func:`relay_note`), ``slowfor:R:V`` (:func:`slow_for`),
     ``trickleall:R[:TAG[:mute]]`` (:func:`trickle_all`),
@@ -284,6 +299,8 @@ def apply(kind: str, rest: list[str]) -> None:
         return why_read()
     if kind == "relaynote":
         return relay_note(rest[0])
+    if kind == "fnote":
+        return false_note(*rest)
     if kind == "xnote":
         return note_late(*map(float, rest))
     if kind == "withhold":

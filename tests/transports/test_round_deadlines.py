@@ -198,3 +198,20 @@ def test_a_rank_noting_waits_and_withholding_its_relay_from_one_reader_gets_nobo
     assert all(_named(p, 1).get("accused", 0) <= _named(p, 3).get("accusation", 0) for p in peers)
     assert comparable(got) == want
     assert max(r["time/exchange"] for r in got[:3]) <= T + POLL
+
+
+def test_a_relay_withheld_from_two_nodes_behind_a_false_note_gets_nobody_honest_expelled(tmp_path, tiny_model_dir):
+    """Review r31l F2: rank 3 serves a signed wait note in r0 naming node 0 (false: it waited for nobody) and never
+    serves its relay eq0 to nodes 1 and 2. Each gives rank 3 the relay extension, and past its relay post + E each sees
+    the other still in eq0 (a witness), so both are held to the round's end and post r1 ~timeout_s late. Before, the
+    later of the two was cut in r1 by the other at once (past `Schedule.safe`, nodes 0 and 3 having left r1) and
+    accused by it, by node 0 (which waited W + E for both) and by rank 3: expelled (exit code 3; 3 of 3 runs at
+    timeout_s=5 in the review). Now a peer that held this node in eq0 keeps its window W in r1: nobody is expelled
+    and rank 3 is named `accused` by both victims."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=3", "eval.every=10", "eval.first=false"]
+    results, got, peers = _run(tmp_path, args, "withhold:3:1:^eq0/data/,withhold:3:2:^eq0/data/,fnote:3:r0:0")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    out = "".join(r.output for r in results)
+    assert "is out of the swarm" not in out and "declared failed by its peers in exchange 'r" not in out
+    assert all("swarm/nodes_alive" not in r for r in got), got  # (nobody expelled: every node alive to the end)
+    assert sum(_named(p, 3).get("accused", 0) for p in peers) >= 2, peers  # (nodes 1 and 2 of eq0)

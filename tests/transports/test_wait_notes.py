@@ -343,7 +343,7 @@ def test_a_relay_extension_past_the_relay_post_plus_e_holds_only_while_other_pee
     assert sorted(a.exchanger.collect("eq0", [1, 2, 3], t0 + t, 1 << 20)) == [1, 2]
     took = time.monotonic() - t0
     want = extension_s(t) if len(left) == 2 else t
-    # (+ 1.0: a witness read takes up to 0.5 s, waits.Witnesses; the stop at E missed takes the round's end, 4.0 s)
+    # (+ 1.0: a witness read takes up to 0.5 s, witnesses.Witnesses; the stop at E missed takes the round's end, 4.0 s)
     assert want - 0.05 < took < want + 1.0, (left, took)
     assert a.exchanger.notes.waited(0, ["eq0"], time.monotonic() + 1) == ("eq0", [3])  # (its note: r1 extends it)
     time.sleep(0.3)
@@ -373,7 +373,7 @@ def test_a_round_payload_wait_past_the_relay_post_plus_timeout_less_s_holds_only
     took = time.monotonic() - t0
     want = t - slack_s(t) - 2.5 if len(left) == 2 else window_s(t) + extension_s(t)
     assert (window_s(t), extension_s(t), slack_s(t)) == (1.2, 2.0, 0.8)
-    # (+ 0.6: a witness read takes up to 0.5 s, waits.Witnesses; the stop missed takes W + E, 3.2 s)
+    # (+ 0.6: a witness read takes up to 0.5 s, witnesses.Witnesses; the stop missed takes W + E, 3.2 s)
     assert want - 0.05 < took < want + 0.6, (left, took)
     time.sleep(0.3)
 

@@ -4,14 +4,12 @@ Round data never goes through the shared c10d store, where any rank can delete o
 (issue 31, review r31b). Each rank serves its own values from its own read-only server
 (:mod:`dgrpo.transports.peerserve`) and reads its peers' there:
 
-* ``{tag}/data/{k}``: node k's payload of exchange ``tag``, served by k. A payload not served by the
-  deadline is k's doing: k is accused (signed) and is a failed peer of that round under
-  ``on_peer_failure``; one served over its byte cap or slower than the time budget is named
-  (``transport`` in ``peers.jsonl``, under k) and left out of that round, without an accusation.
-* ``accuse``: node j's own signed accusations, served by j (:mod:`dgrpo.transports.accusations`): k is
-  expelled (left out of later exchanges, and told so when it posts) once more than half of the live
-  roster of one exchange accused it in that exchange; a lone accusation expels nobody and is named
-  under its signer.
+* ``{tag}/data/{k}``: node k's payload of exchange ``tag``, served by k. A payload not served by the deadline is k's
+  doing: k is accused (signed) and is a failed peer of that round under ``on_peer_failure``; one served over its byte
+  cap or slower than the time budget is named (``transport`` in ``peers.jsonl``, under k) and left out of that round.
+* ``accuse``: node j's own signed accusations, served by j (:mod:`dgrpo.transports.accusations`): k is expelled (left
+  out of later exchanges, and told so when it posts) once more than half of the live roster of one exchange accused
+  it in that exchange; a lone accusation expels nobody and is named under its signer.
 * ``{tag}/status/{k}`` in the store: k's signed leave marks (:mod:`dgrpo.transports.signedstore`): k stopped
   on an error and will not post ``tag``.
 * k's stop notice (:meth:`PeerChannel.stop_of`: pushed by k to this rank's server, or ``stop/{k}`` in the store),
@@ -37,7 +35,8 @@ from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 
 from dgrpo.transports.alone import stop_if_alone
 from dgrpo.transports.framing import cap_of  # noqa: F401 (re-exported: distributed.py)
 from dgrpo.transports.sidereads import SideReads
-from dgrpo.transports.waits import Schedule, WaitNotes, Witnesses, note_s, record_s, slack_s, window_s
+from dgrpo.transports.waits import Schedule, WaitNotes, note_s, record_s, slack_s, window_s
+from dgrpo.transports.witnesses import Witnesses
 
 if TYPE_CHECKING:
     from dgrpo.transports.peerserve import PeerChannel
@@ -145,7 +144,8 @@ class StoreExchange:
         retry: dict[int, float] = {}  # peer → when to ask again (not served yet)
         pool = ThreadPoolExecutor(max_workers=max(1, len(pending) + len(self.alive)),
                                   thread_name_prefix=f"dgrpo-read-{self.rank}")
-        safe = None if startup else self.schedule.safe(tag)  # (past it, a noted peer only while others are held)
+        # (past safe, a peer is waited for only while others are held; fellows held this node in eq{n-1}: Schedule)
+        fellows, safe = (set(), None) if startup else (self.schedule.fellows_of(tag), self.schedule.safe(tag))
         witness = None if safe is None else Witnesses(self.rank, self.chan, tag, self.ledger.roster_of(tag, self.rank),
                                                       pool.submit)
         side = SideReads(self, tag, pool.submit, end)  # (notes, stop notices, leave marks: read in the pool)
@@ -206,8 +206,12 @@ class StoreExchange:
                         witness.poll(end)
                     for peer in [p for p in pending if until[p] > now >= safe  # (a window W, in a swarm of 2: kept)
                                  and (p in extended or witness.others - {p})]:
-                        if not witness.held(peer):
+                        if peer in fellows:  # (held with this node in eq{n-1}: late as it is; its window W only)
+                            until[peer] = min(until[peer], max(now, base))
+                        elif not witness.held(peer):
                             until[peer] = now
+                        elif tag.startswith("eq"):  # (held here: those still in are late into r{n+1} as this node is)
+                            self.schedule.held_with(tag, witness.others - {peer} - witness.left)
                 now = time.monotonic()
                 out = [p for p in pending if now >= until[p] and p not in reads and last.get(p, -1.0) >= until[p]
                        and not side.note_busy(p)]  # (a note read in flight ends by the deadline, one poll at most)

@@ -20,16 +20,18 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
   both ``r{n}`` and ``eq{n}``: each ends by the round's end, so two never reach past it (review r31f H3: with one a
   round, a node late into ``r{n}`` for a withheld relay, then kept waiting for a round payload, had none left for
   its relay and was expelled).
-* **A relay extension only while others wait too** (:class:`Witnesses`). A node held in ``eq{n}`` past its relay
-  post + ``E`` posts ``r{n+1}`` later than peers that left ``eq{n}`` early will wait for it (their window plus its
-  extension). So past that point it keeps waiting for a noted relay only while at least ``n - quorum(n)`` of the
+* **A relay extension only while others wait too** (:class:`~dgrpo.transports.witnesses.Witnesses`). A node held in
+  ``eq{n}`` past its relay post + ``E`` posts ``r{n+1}`` later than peers that left ``eq{n}`` early will wait for it
+  (their window plus its extension). So past that point it keeps waiting for a noted relay only while at least ``n - quorum(n)`` of the
   other live peers (the awaited one apart) are still in ``eq{n}`` (none serves ``end/eq{n}``, which each node serves
   as it leaves an exchange): the rest, the awaited peer included, cannot make a quorum against it. A rank that
   serves a note naming other nodes and withholds its relay from one victim no longer holds it to the round's end.
 * **A round payload likewise** (h31s). In ``r{n}``, past this node's ``eq{n-1}`` post + ``timeout_s`` - ``S``
   (:meth:`Schedule.safe`: a peer left ``eq{n-1}`` no earlier than it read that relay, so its round ``n`` ends no
   earlier than ``timeout_s`` after it; ``S`` is left for this node's relay), a peer, noted or not, is waited for only
-  while enough other peers are still in ``r{n}``. A node does not compensate a lateness it shared: one late into
+  while enough other peers are still in ``r{n}``; but a peer that held this node in ``eq{n-1}`` past its post + ``E``
+  (still in it, waiting too) is late as this node is and keeps its window ``W`` (:meth:`Schedule.fellows_of`; review
+  r31l F2: two victims of one withheld relay, held to the round's end, cut each other). A node does not compensate a lateness it shared: one late into
   ``r{n}`` for a withheld relay, whose withholder hid ``r{n}`` from it too behind a true note (the main rank late into
   ``r{n-1}``: every node, this one too, noted waiting for it), gave it ``E`` and posted ``eq{n}`` after its peers'
   round end (expelled, 2 of 2 runs); without the note, its window ``W`` counted from its own late post left its relay
@@ -65,14 +67,11 @@ import json
 import logging
 import re
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from dgrpo.errors import peer_text
-from dgrpo.transports.accusations import quorum
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     from dgrpo.transports.peerserve import PeerChannel
     from dgrpo.transports.signedstore import SignedStore
 
@@ -148,7 +147,7 @@ class WaitNotes:
             self.mine.pop(old[5:], None)
 
     def ended(self, tag: str) -> None:
-        """Serve ``end/{tag}``: this node left round exchange ``tag`` (its peers' :class:`Witnesses` read it)."""
+        """Serve ``end/{tag}``: this node left round exchange ``tag`` (its peers' :class:`~dgrpo.transports.witnesses.Witnesses` read it)."""
         self.chan.set(f"end/{tag}", b"1")
         self._ends.append(f"end/{tag}")
         while len(self._ends) > _KEEP:
@@ -276,6 +275,7 @@ class Schedule:
         self.history: list[str] = []
         self.posted: dict[str, float] = {}
         self.arrived: dict[str, dict[int, float]] = {}
+        self.fellows: dict[str, set[int]] = {}
 
     def enter(self, tag: str) -> None:
         """Record that this node entered exchange ``tag`` (its post or its first collect)."""
@@ -285,6 +285,8 @@ class Schedule:
                 self.posted.pop(old, None)
             for old in [t for t in self.arrived if t not in self.history]:
                 self.arrived.pop(old, None)
+            for old in [t for t in self.fellows if t not in self.history]:
+                self.fellows.pop(old, None)
 
     def before(self, tag: str, n: int = 2) -> list[str]:
         """The (at most ``n``) exchanges this node entered just before ``tag``, latest first."""
@@ -325,7 +327,7 @@ class Schedule:
 
     def safe(self, tag: str) -> float | None:
         """The latest this node may stop waiting in round exchange ``tag`` with no other peer held as long (past it, a
-        peer is waited for only while others are: :class:`Witnesses`); None where no wait may reach past it.
+        peer is waited for only while others are: :class:`~dgrpo.transports.witnesses.Witnesses`); None where no wait may reach past it.
 
         * ``eq{n}`` this node posted: its post + E (a peer that left ``eq{n}`` then posts ``r{n+1}`` no earlier than it
           had this node's relay and waits W + E for this node's, which the honest compute spread, under W, then meets).
@@ -342,6 +344,20 @@ class Schedule:
             return self.posted[f"eq{n - 1}"] + self.timeout_s - slack_s(self.timeout_s)
         return None
 
+    def held_with(self, tag: str, peers) -> None:
+        """Record that in relay exchange ``tag`` this node waited past :meth:`safe` while ``peers`` were still in it
+        (they held it there: :class:`~dgrpo.transports.witnesses.Witnesses`)."""
+        self.fellows.setdefault(tag, set()).update(peers)
+
+    def fellows_of(self, tag: str) -> set[int]:
+        """For a round payload ``r{n}``: the peers still in ``eq{n-1}`` while this node was held there past
+        :meth:`safe` (:meth:`held_with`). They left it about when this node did, so they are late into ``r{n}`` as it
+        is, and their payloads are waited for within this node's window ``W``, never cut at :meth:`safe` (review r31l
+        F2: two nodes held to the round's end by one relay withheld behind a false note; the later one, cut there by
+        the other, was expelled by it, the on-time node and the withholder). Empty elsewhere."""
+        kind, n = _parts(tag)
+        return set(self.fellows.get(f"eq{n - 1}", ())) if kind == "r" else set()
+
     def extended(self, tag: str, peer: int, base: float, waited_in: str, deadline: float) -> float:
         """The deadline of ``peer``, which noted waiting in exchange ``waited_in``: for a relay, its round payload's
         arrival + W + E + S (it posts its relay once it stopped waiting there, and it may have given a waiter there its
@@ -353,44 +369,6 @@ class Schedule:
         else:
             out = base + extension_s(t)
         return max(base, min(out, self.cap(tag, deadline)))
-
-
-class Witnesses:
-    """Which of the other live peers of round exchange ``tag`` are still in it, as their servers say (``end/{tag}``:
-    :meth:`WaitNotes.ended`), for a wait past :meth:`Schedule.safe` (module docstring).
-
-    Args:
-        rank: this node.
-        chan: its :class:`~dgrpo.transports.peerserve.PeerChannel`.
-        tag: the round exchange, ``r{n}`` or ``eq{n}``.
-        roster: the live nodes of the exchange (this node included).
-        submit: ``submit(fn, *args) -> Future`` (the exchange's reader pool: a slow server holds only its own read).
-    """
-
-    def __init__(self, rank: int, chan: "PeerChannel", tag: str, roster, submit: Callable[..., "Future"]):
-        self.chan, self.tag, self.submit = chan, tag, submit
-        self.others = set(roster) - {rank}
-        self.need = len(set(roster) | {rank}) - quorum(len(set(roster) | {rank}))  # (others held: the rest < quorum)
-        self.left: set[int] = set()
-        self.reads: dict[int, tuple["Future", float]] = {}  # peer → (its read in flight, when it began)
-
-    def poll(self, deadline: float) -> None:
-        """Take the reads that finished; read each peer not known to have left again (at most every 0.2 s, each
-        read within 0.5 s and ``deadline``)."""
-        now = time.monotonic()
-        for peer, (fut, _) in [(p, r) for p, r in self.reads.items() if r[0].done()]:
-            if fut.result()[0] is not None:
-                self.left.add(peer)
-        self.reads = {p: r for p, r in self.reads.items() if not r[0].done() or now - r[1] < 0.2}
-        for peer in sorted(self.others - self.left - set(self.reads)):
-            self.reads[peer] = (self.submit(self.chan.fetch, peer, f"end/{self.tag}", 64, min(deadline, now + 0.5),
-                                            0.5), now)
-
-    def held(self, peer: int) -> bool:
-        """Whether enough other peers (``peer`` apart) are still in the exchange that those that left, with ``peer``,
-        are short of a quorum of the roster (a peer whose server does not say counts as still in: a dead one accuses
-        nobody)."""
-        return len(self.others - {peer} - self.left) >= self.need
 
 
 def _parts(tag: str) -> tuple[str | None, int | None]:

@@ -1,0 +1,53 @@
+"""Which peers are still in a round exchange, as their servers say (issue 31, h31s: the waits past
+:meth:`~dgrpo.transports.waits.Schedule.safe`; the rule is in transports/waits.py's module docstring)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable
+
+from dgrpo.transports.accusations import quorum
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from dgrpo.transports.peerserve import PeerChannel
+
+
+class Witnesses:
+    """Which of the other live peers of round exchange ``tag`` are still in it, as their servers say (``end/{tag}``:
+    :meth:`~dgrpo.transports.waits.WaitNotes.ended`), for a wait past
+    :meth:`~dgrpo.transports.waits.Schedule.safe`.
+
+    Args:
+        rank: this node.
+        chan: its :class:`~dgrpo.transports.peerserve.PeerChannel`.
+        tag: the round exchange, ``r{n}`` or ``eq{n}``.
+        roster: the live nodes of the exchange (this node included).
+        submit: ``submit(fn, *args) -> Future`` (the exchange's reader pool: a slow server holds only its own read).
+    """
+
+    def __init__(self, rank: int, chan: "PeerChannel", tag: str, roster, submit: Callable[..., "Future"]):
+        self.chan, self.tag, self.submit = chan, tag, submit
+        self.others = set(roster) - {rank}
+        self.need = len(set(roster) | {rank}) - quorum(len(set(roster) | {rank}))  # (others held: the rest < quorum)
+        self.left: set[int] = set()
+        self.reads: dict[int, tuple["Future", float]] = {}  # peer → (its read in flight, when it began)
+
+    def poll(self, deadline: float) -> None:
+        """Take the reads that finished; read each peer not known to have left again (at most every 0.2 s, each
+        read within 0.5 s and ``deadline``)."""
+        now = time.monotonic()
+        for peer, (fut, _) in [(p, r) for p, r in self.reads.items() if r[0].done()]:
+            if fut.result()[0] is not None:
+                self.left.add(peer)
+        self.reads = {p: r for p, r in self.reads.items() if not r[0].done() or now - r[1] < 0.2}
+        for peer in sorted(self.others - self.left - set(self.reads)):
+            self.reads[peer] = (self.submit(self.chan.fetch, peer, f"end/{self.tag}", 64, min(deadline, now + 0.5),
+                                            0.5), now)
+
+    def held(self, peer: int) -> bool:
+        """Whether enough other peers (``peer`` apart) are still in the exchange that those that left, with ``peer``,
+        are short of a quorum of the roster (a peer whose server does not say counts as still in: a dead one accuses
+        nobody)."""
+        return len(self.others - {peer} - self.left) >= self.need

@@ -134,7 +134,8 @@ def test_annotations_are_checked_separately():
 
 
 # ----- limits: adversarial sizes are handled in bounded time -----
-HANG_GUARD_S = 10  # not a speed target (see benchmarks/): only "it does not hang"
+HANG_GUARD_S = 60  # not a speed target (see benchmarks/): only "it does not hang" (0.3-2.6 s here; CI's loaded machine
+# once took 11 s over what takes 0.3 s quiet, so 10 s failed there; a quadratic check of these inputs takes hours)
 
 
 @pytest.mark.parametrize("text", [

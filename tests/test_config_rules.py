@@ -176,6 +176,7 @@ _names = st.one_of(st.text(max_size=12), st.sampled_from(["run", "run ", "Run", 
                                                           "\u200brun", "r\u00e9n"]))
 
 
+@pytest.mark.slow
 @settings(FUZZ, deadline=10_000)  # (no hang: a resume's checks, a few files read, under any load)
 @given(key=st.sampled_from(["name", "out_dir"]), value=_names)
 def test_fuzz_name_or_out_dir_edited_in_config_yaml_resumes_only_unchanged(saved_run, key, value):

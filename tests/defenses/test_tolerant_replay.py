@@ -54,6 +54,7 @@ def test_honest_accepted_tampered_and_unseeded_rejected(model, tokenizer):
     assert verdicts[13].reason == "no sampling seed claimed"
 
 
+@pytest.mark.slow
 def test_matrix_rows_tolerant_replay_catches_what_replay_catches(tmp_path, tiny_model_dir):
     """Every attack of `dgrpo paper matrix` on the tiny model: the tolerant column rejects each poisoned
     completion the exact-replay column rejects (bound and unbound), and no honest one."""

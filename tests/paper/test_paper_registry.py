@@ -169,6 +169,7 @@ def test_errors_are_clear(tmp_path, capsys):
         assert why in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, bad
 
 
+@pytest.mark.slow
 def test_run_based_entry_end_to_end(tmp_path, tiny_model_dir, monkeypatch):
     """Two curves of a throwaway entry (no attack: the attacks are not part of this test) with the tiny model."""
     monkeypatch.setitem(REGISTRY, "tinyfig", Reproduction(

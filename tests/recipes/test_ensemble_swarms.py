@@ -54,6 +54,7 @@ def test_ensemble_config_errors():
         load_config(overrides=["ensemble.groups=2", "hardening.steps=1"])
 
 
+@pytest.mark.slow
 def test_ensemble_command_trains_groups_votes_and_compares(tmp_path, tiny_model_dir):
     rc = main(["ensemble", f"model.name={tiny_model_dir}", f"out_dir={tmp_path}", "name=e", "swarm.nodes=4",
                "swarm.malicious=[1]", "attack.kind=injection", "ensemble.groups=3", *COMMON,
@@ -74,6 +75,7 @@ def test_ensemble_command_trains_groups_votes_and_compares(tmp_path, tiny_model_
     assert (run / "ensemble.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_an_ensemble_run_resumes_to_the_straight_runs_metrics(tmp_path, tiny_model_dir, monkeypatch):
     from dgrpo.recipes import horizontal
 

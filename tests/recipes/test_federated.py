@@ -149,6 +149,7 @@ def test_centered_clipping_radius_ignores_zero_updates():
     assert kw["tau"] == 5.0 and kw["reference"] is None  # median of the norms 1, 5, 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [["federated.lora=true", "federated.aggregator=centered_clipping", "federated.attack=alie"],
                                   ["federated.update=gradient", "federated.aggregator=median", "federated.attack=sign_flipping"]])
 def test_a_federated_run_resumes_to_the_straight_runs_metrics(tmp_path, tiny_model_dir, monkeypatch, mode):

@@ -258,6 +258,7 @@ def test_hostile_program_is_contained(host, name, layers, caplog, capfd, monkeyp
                           logs=caplog.text + out + err)
 
 
+@pytest.mark.slow
 def test_the_second_round_through_the_products_scoring_path(host, caplog, capfd):
     """Each second-round program as a python_math completion, scored by PythonMathTask.rewards (product
     defaults, audit hook on) beside two honest completions (the oracle, and one importing numpy, run

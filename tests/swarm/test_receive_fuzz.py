@@ -5,6 +5,7 @@ No exception may escape, every refused message has a reason, every accepted one 
 import dataclasses
 import json
 
+import pytest
 import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -85,6 +86,7 @@ def raw_message(draw, task, tokenizer, keys, policy):
     return raw
 
 
+@pytest.mark.slow
 def test_no_exception_escapes_the_receive_path_in_10000_generated_messages(tokenizer, model):
     task, keys, policy, swarm, transport = _world(tokenizer, model)
     slots = {(k, p.prompt_id, i) for k in range(NODES) for p in horizontal_prompts(task.train, B, SEED, 0)

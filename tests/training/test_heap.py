@@ -23,6 +23,7 @@ def faults(mode: str) -> tuple[str, int]:
     return out[0], int(out[1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_a_freed_block_is_reused_without_new_pages():
     kept, with_heap = faults("keep")

@@ -74,6 +74,7 @@ def _wait(pid, deadline_s):
     pytest.fail(f"trial process {pid} still running after {deadline_s} s")
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_at_random_points_matches_a_straight_run(tmp_path, tiny_model_dir, capsys):
     args = [f"model.name={tiny_model_dir}", *COMMON, f"out_dir={tmp_path}"]
     counter = StepCounter()

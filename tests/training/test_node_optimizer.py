@@ -112,6 +112,7 @@ def test_a_node_lora_rank_overrides_grpo_lora_rank(tiny_model_dir, tiny_model_di
     assert trained == {0: want, 1: sum(p.numel() for p in build_model(len(tokenizer), seed=1, hidden=32).parameters())}
 
 
+@pytest.mark.slow
 def test_a_resumed_run_trains_each_node_at_its_own_lr(tmp_path, tiny_model_dir, tiny_model_dir_b, monkeypatch):
     """Warm-up over 4 rounds: round r trains at lr · (r + 1) / 4, so after round 2 of a run resumed at round 2
     node 0 holds 0.004 · 3/4 and node 1 (no override) 0.01 · 3/4; and the resumed run's metrics are the

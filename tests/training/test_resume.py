@@ -30,6 +30,7 @@ def straight(tmp_path, tiny_model_dir):
     return args, records
 
 
+@pytest.mark.slow
 def test_extending_a_finished_run_matches_a_straight_run(tmp_path, straight):
     args, want = straight
     assert main(["run", *args, "rounds=2", f"out_dir={tmp_path}", "name=part"]) == 0
@@ -42,6 +43,7 @@ def test_extending_a_finished_run_matches_a_straight_run(tmp_path, straight):
     assert "rounds: 4" in (tmp_path / "part" / "config.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_resume_after_a_crash_reruns_the_rounds_after_the_checkpoint(tmp_path, straight, monkeypatch):
     args, want = straight
     one_round = horizontal.one_round
@@ -80,6 +82,7 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert "holds no checkpoint" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_state_is_a_one_line_error(tmp_path, straight, capsys):
     args, _ = straight
     assert main(["run", *args, "rounds=2", f"out_dir={tmp_path}", "name=part"]) == 0
@@ -89,6 +92,7 @@ def test_a_damaged_checkpoint_state_is_a_one_line_error(tmp_path, straight, caps
     assert "state.json: not a checkpoint state" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_lora_run_with_warmup_resumes_like_a_straight_run(tmp_path, tiny_model_dir):
     args = [f"model.name={tiny_model_dir}", *COMMON, "grpo.lora_rank=4", "grpo.warmup_rounds=3"]
     assert main(["run", *args, "rounds=4", f"out_dir={tmp_path}", "name=straight"]) == 0

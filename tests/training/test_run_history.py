@@ -45,6 +45,7 @@ def refused(run_dir, capsys, monkeypatch, *needles):
     return resume_cli.refused(run_dir, capsys, *needles)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key, edited", [("name", "other"), ("out_dir", "/tmp/nowhere")])
 def test_name_or_out_dir_edited_in_config_yaml_after_the_save_is_refused(part, runs, capsys, monkeypatch, key, edited):
     path = part / "config.yaml"

@@ -48,6 +48,7 @@ def state_path(run_dir, node="node0"):
     return run_dir / "checkpoint" / node / "state.json"
 
 
+@pytest.mark.slow
 def test_the_untouched_checkpoint_resumes_exactly_and_its_bar_counts_on(part, runs, capsys):
     capsys.readouterr()
     assert main(["resume", str(part), "rounds=4"]) == 0 and metrics(part) == runs[1]
@@ -126,6 +127,7 @@ def _cli(*argv: str) -> subprocess.Popen:
                             text=True, env=env)
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_into_one_folder_one_is_refused(tmp_path, tiny_model_dir):
     argv = ["run", f"model.name={tiny_model_dir}", *COMMON, "rounds=1", f"out_dir={tmp_path}", "name=same"]
     procs = [_cli(*argv) for _ in range(2)]
@@ -172,6 +174,7 @@ print(json.dumps({{"rc": rc, "saved": saved, "leftovers": leftovers, "rc2": rc2,
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_a_save_is_one_line_and_the_run_resumes_exactly_after_freeing_space(tmp_path, tiny_model_dir, runs):
     """On a tmpfs of its own (a private mount namespace: nothing outside sees it), sized so that the
     first checkpoint fits and the second, written beside it, does not."""

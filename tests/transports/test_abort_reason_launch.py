@@ -33,6 +33,7 @@ ATTACKS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_under_abort_every_honest_rank_quotes_the_first_stoppers_signed_reason_naming_the_attacker(
         tmp_path, tiny_model_dir, attack):

@@ -105,6 +105,7 @@ def reference(tmp_path_factory, tiny_model_dir):
     return in_process(tmp_path_factory.mktemp("ref"), "in", [f"model.name={tiny_model_dir}", *ARGS])
 
 
+@pytest.mark.slow
 def test_four_ranks_an_earlier_launch_record_at_a_silent_address_changes_nothing(tmp_path, tiny_model_dir, reference):
     """Review r31j F1 over torch.distributed, with a roster file: rank 3 writes node 1's signed record of an earlier
     launch, its address a port where rank 3 listens and never answers, over addr/1 every millisecond from its

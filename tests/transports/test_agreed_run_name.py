@@ -45,6 +45,7 @@ def test_a_proposed_name_a_local_name_could_not_be_is_refused_naming_its_propose
         "arith__none__nodefense__seed0__20261205-170000"
 
 
+@pytest.mark.slow
 def test_four_ranks_refuse_an_absolute_run_name_from_node_0_at_start_up(tmp_path, tiny_model_dir):
     """Node 0 proposes an absolute path (``name`` unset, as in the README's commands; a roster file, as a deployment
     has): every rank stops at start-up in one line naming node 0 as its proposer (a rank still reading a peer that
@@ -65,6 +66,7 @@ def test_four_ranks_refuse_an_absolute_run_name_from_node_0_at_start_up(tmp_path
     assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
 
 
+@pytest.mark.slow
 def test_a_proposed_name_that_holds_a_run_on_one_machine_stops_every_rank_at_once_naming_the_proposer(
         tmp_path, tiny_model_dir):
     """Review r31g J4: node 0 proposes a valid name (``prev_run``) that already holds a run (metrics.jsonl) only in

@@ -3,9 +3,11 @@ delivering its own message, even when the forwarder is a low rank whose payload 
 
 import json
 
+import pytest
 from test_flood import COMMON
 
 
+@pytest.mark.slow
 def test_four_ranks_a_low_rank_forwarding_its_peers_messages_first_is_named_not_the_signers(tmp_path, tiny_model_dir):
     """Rank 1 serves, before its own frame, a verbatim copy of each of its peers' 6 signed messages of the round
     (``forward:1``). Its peers read rank 1's payload before ranks 2's and 3's, so its copies of their messages came
@@ -30,6 +32,7 @@ def test_four_ranks_a_low_rank_forwarding_its_peers_messages_first_is_named_not_
         assert p["banned"] == {} and all(p["peers"][n]["rejected"] == {} for n in "012"), p
 
 
+@pytest.mark.slow
 def test_four_ranks_a_forwarder_at_rank_0_is_named_in_every_honest_ranks_own_peers_file(tmp_path, tiny_model_dir):
     """Review r31j F5: rank 0, declared honest, is the main rank, which alone wrote peers.jsonl (and metrics.jsonl):
     forwarding its peers' messages first (``forward:0``), it named nobody there, and ranks 1-3, each in its own

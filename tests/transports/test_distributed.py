@@ -76,6 +76,7 @@ def test_four_ranks_heterogeneous_with_attacker_and_defense_match_in_process(tmp
     assert first["train/grad_norm/node0"] > 0
 
 
+@pytest.mark.slow
 def test_bad_messages_are_rejected_with_reasons_and_the_round_completes(tmp_path, tiny_model_dir):
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=2", "rounds=2", *COMMON, B2]
     results, run_dir = distributed(tmp_path, "d", 2, args, scenario="craft:1")
@@ -109,6 +110,7 @@ def _peers(run_dir):
     return [json.loads(line) for line in (run_dir / "peers.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_a_rank_serving_messages_in_another_ranks_name_is_refused_by_signature(tmp_path, tiny_model_dir):
     """Rank 1 serves, beside its own, messages claiming rank 2 (signed by 1, and one unsigned): every reader
     refuses them, attributed to the key that signed them (the unsigned one to the server that served it),
@@ -128,6 +130,7 @@ def test_a_rank_serving_messages_in_another_ranks_name_is_refused_by_signature(t
         assert "rejected message from node 1 (train-" in r.output and "claims node 2 but is signed by node 1" in r.output
 
 
+@pytest.mark.slow
 def test_a_rank_replacing_another_ranks_payload_cannot_keep_it_from_anyone(tmp_path, tiny_model_dir):
     """Rank 1 writes forged messages over rank 2's round-0 key in the store; rank 3 reads late. Round data is
     served by each rank's own server (peerserve), so nobody reads that key: the metrics are the unforged run's."""
@@ -139,6 +142,7 @@ def test_a_rank_replacing_another_ranks_payload_cannot_keep_it_from_anyone(tmp_p
     assert comparable(read_metrics(run_dir)) == want
 
 
+@pytest.mark.slow
 def test_equivocation_is_detected_and_reported_by_every_honest_node(tmp_path, tiny_model_dir):
     """Node 1 shows nodes 0 and 3 one set of signed messages and (slow) node 2 another: every honest
     node sees the proof and drops node 1's messages of that round."""
@@ -152,6 +156,7 @@ def test_equivocation_is_detected_and_reported_by_every_honest_node(tmp_path, ti
     assert _peers(run_dir)[0]["peers"]["1"]["transport"] == {"equivocation": 1}
 
 
+@pytest.mark.slow
 def test_a_reencoded_signature_replay_bans_nobody_honest(tmp_path, tiny_model_dir):
     """Issue 31: rank 3 re-sends every peer's messages of the round with the signature in upper case, ban_after=2.
     It used to count as a second message for each honest slot (a strike each: the honest ranks banned each
@@ -168,6 +173,7 @@ def test_a_reencoded_signature_replay_bans_nobody_honest(tmp_path, tiny_model_di
     assert comparable(read_metrics(run_dir)) == want
 
 
+@pytest.mark.slow
 def test_dead_peer_is_named_and_the_others_abort(tmp_path, tiny_model_dir):
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[1]", *ATTACK, *COMMON, B2, "rounds=4"]
     want = in_process(tmp_path, "in", args)
@@ -180,6 +186,7 @@ def test_dead_peer_is_named_and_the_others_abort(tmp_path, tiny_model_dir):
     assert comparable(read_metrics(run_dir)) == want[:2]  # rounds 0-1 of 4 ranks equal the in-process ones
 
 
+@pytest.mark.slow
 def test_stalled_peer_is_dropped_and_the_swarm_continues(tmp_path, tiny_model_dir):
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[1]", *ATTACK, *COMMON, B2, "rounds=4",
             "swarm.timeout_s=4", "swarm.on_peer_failure=continue"]
@@ -205,6 +212,7 @@ def test_stalled_peer_is_dropped_and_the_swarm_continues(tmp_path, tiny_model_di
     assert records[3]["time/exchange"] < 3  # round 3 no longer waits the 4 s for node 3
 
 
+@pytest.mark.slow
 def test_a_stalled_node_shown_junk_accusations_by_one_rank_still_learns_it_was_expelled(tmp_path, tiny_model_dir):
     """Review r31j F3: as above, node 3 stalls past timeout_s in round 2, and rank 1 serves node 3 junk as its
     accusations from round 0 (node 3 names it and never reads its accusations again). Before, node 3 counted only

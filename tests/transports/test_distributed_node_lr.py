@@ -2,6 +2,8 @@
 gives the same metrics across torch.distributed ranks (each rank builds only its node) as in process,
 where tests/training/test_node_optimizer.py reads each node's AdamW lr back."""
 
+import pytest
+
 from distributed_helpers import comparable, launch
 
 from dgrpo.cli import main
@@ -14,6 +16,7 @@ COMMON = ["threads=1", "swarm.nodes=3", "swarm.group_size=6", "swarm.prompts_per
           "swarm.protocol.enforce_length=false", "swarm.unsafe_key_exchange=true"]
 
 
+@pytest.mark.slow
 def test_three_ranks_train_each_node_at_its_own_lr_as_in_process(tmp_path, tiny_model_dir, tiny_model_dir_b):
     def models(lr0: str) -> str:
         return f"swarm.models=[{{name: {tiny_model_dir}{lr0}}}, {{name: {tiny_model_dir_b}, lr: 0.002}}, {{name: {tiny_model_dir}}}]"

@@ -137,6 +137,7 @@ COMMON = ["threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval
           "attack.poisoned_per_group=1", "rounds=2", "swarm.protocol.ban_after=2", "swarm.timeout_s=30"]
 
 
+@pytest.mark.slow
 def test_four_ranks_sixteen_thousand_copies_of_the_attackers_own_messages_leave_the_clean_runs_metrics(
         tmp_path, tiny_model_dir):
     """Issue 31's flood over torch.distributed (review L1): node 3 serves copies of its own 2 signed messages, as

@@ -62,6 +62,7 @@ def test_four_nodes_heterogeneous_with_attacker_and_defense_match_in_process(tmp
         assert re.search(r"node \d: launch [0-9a-f]{16} with nodes \[0, 1, 2, 3\]", r.output), r.output[-2000:]
 
 
+@pytest.mark.slow
 def test_three_nodes_homogeneous_with_attacker_match_in_process(tmp_path, tiny_model_dir):
     """Homogeneous: each honest process holds a copy of the weights; the attacker's process mirrors them."""
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=3", "swarm.malicious=[1]", *ATTACK, *COMMON, B2,
@@ -74,6 +75,7 @@ def test_three_nodes_homogeneous_with_attacker_match_in_process(tmp_path, tiny_m
     assert {p.name for p in (run_dir / "checkpoint").iterdir()} == {"node0", "node1", "node2", "state.json"}
 
 
+@pytest.mark.slow
 def test_a_record_under_another_peers_slot_is_refused_by_every_receiver(tmp_path, tiny_model_dir):
     """Node 1 writes node 2's slot twice a round: under node 2's own subkey (its signature cannot match) and
     under its own key. Every honest node refuses both and uses node 2's real messages."""
@@ -92,6 +94,7 @@ def test_a_record_under_another_peers_slot_is_refused_by_every_receiver(tmp_path
     assert all(any(p.get("transport", {}).get("dht") for p in rec["peers"].values()) for rec in _peers(run_dir))
 
 
+@pytest.mark.slow
 def test_killed_peer_is_named_within_the_deadline_and_the_others_abort(tmp_path, tiny_model_dir):
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[1]", *ATTACK, *COMMON, B2, "rounds=4"]
     want = in_process(tmp_path, "in", args)
@@ -105,6 +108,7 @@ def test_killed_peer_is_named_within_the_deadline_and_the_others_abort(tmp_path,
     assert comparable(read_metrics(run_dir)) == want[:2]  # rounds 0-1 equal the in-process ones
 
 
+@pytest.mark.slow
 def test_killed_peer_is_dropped_and_the_swarm_finishes(tmp_path, tiny_model_dir):
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=4", "swarm.malicious=[1]", *ATTACK, *COMMON, B2, "rounds=4",
             "swarm.timeout_s=20", "swarm.on_peer_failure=continue"]
@@ -121,6 +125,7 @@ def test_killed_peer_is_dropped_and_the_swarm_finishes(tmp_path, tiny_model_dir)
     assert records[3]["time/exchange"] < 4  # round 3 no longer waits for node 3
 
 
+@pytest.mark.slow
 def test_stalled_peer_is_dropped_by_all_and_leaves_when_it_wakes(tmp_path, tiny_model_dir):
     """The commit step: the late node's messages arrive after the others' deadline; all drop them alike,
     and the late node finds itself missing from their views and leaves."""
@@ -135,6 +140,7 @@ def test_stalled_peer_is_dropped_by_all_and_leaves_when_it_wakes(tmp_path, tiny_
     assert _peers(run_dir)[2]["peers"]["3"]["transport"] == {"missing payload": 1}  # named in peers.jsonl (issue 31)
 
 
+@pytest.mark.slow
 def test_a_node_joining_at_round_2_of_a_heterogeneous_swarm_takes_part_from_round_2(tmp_path, tiny_model_dir,
                                                                                     tiny_model_dir_b):
     models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
@@ -154,6 +160,7 @@ def test_a_node_joining_at_round_2_of_a_heterogeneous_swarm_takes_part_from_roun
     assert (joiner_dir / "h" / "checkpoint" / "node3").is_dir()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lie, named_as", [("round", "puts the swarm at round 1000000 where nodes 0, 1"),
                                            ("run", "names launch ffffffffffffffff where nodes 0, 1"),
                                            ("name", "gives name='/tmp/evil' where nodes 0, 1")])
@@ -184,6 +191,7 @@ def test_one_nodes_lying_launch_record_neither_stops_nor_splits_off_a_joiner_and
     assert not [p for p in _peers(run_dir) if "missing payload" in json.dumps(p)]  # nobody missed (node 3 was, in r2)
 
 
+@pytest.mark.slow
 def test_a_node_pinning_its_peers_launch_records_neither_stops_a_joiner_nor_gets_anyone_honest_named(tmp_path,
                                                                                                  tiny_model_dir,
                                                                                                  tiny_model_dir_b):
@@ -209,6 +217,7 @@ def test_a_node_pinning_its_peers_launch_records_neither_stops_a_joiner_nor_gets
     assert not [p for p in _peers(run_dir) if "missing payload" in json.dumps(p)]
 
 
+@pytest.mark.slow
 def test_an_earlier_launchs_records_stored_again_neither_split_nor_stop_a_launch_and_its_joiner(tmp_path, tiny_model_dir,
                                                                                                tiny_model_dir_b):
     """Issue 31 (review r31i F4/F6 within a record's signed lifetime): before the launch node 2 stores node 1's hello,
@@ -239,6 +248,7 @@ def test_an_earlier_launchs_records_stored_again_neither_split_nor_stop_a_launch
     assert not [p for p in _peers(run_dir) if "missing payload" in json.dumps(p)]
 
 
+@pytest.mark.slow
 def test_a_node_joins_a_homogeneous_swarm_from_a_peers_checkpoint_and_keeps_an_equal_copy(tmp_path, tiny_model_dir):
     """Nodes 0-1 save a checkpoint at round 2; node 2 resumes a copy of it as its start and joins at round 2.
     Its weights at the end equal node 0's bit for bit: it started from the same ones and applied the same updates."""
@@ -269,6 +279,7 @@ def _peers(run_dir):
     return [json.loads(line) for line in (run_dir / "peers.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("of, rule", [("respelled", "malformed"), ("copies", "copy"), ("other_round", "round"),
                                      ("other_run", "run")])
 def test_a_node_replaying_its_peers_signed_messages_gets_nobody_honest_struck(tmp_path, tiny_model_dir, of, rule):
@@ -294,6 +305,7 @@ def test_a_node_replaying_its_peers_signed_messages_gets_nobody_honest_struck(tm
     assert comparable(read_metrics(run_dir)) == want
 
 
+@pytest.mark.slow
 def test_a_lone_view_leaving_an_honest_node_out_changes_nothing_and_names_its_sender(tmp_path, tiny_model_dir):
     """Issue 31: node 3's commit views leave node 1 out every round. Before, every node dropped node 1's messages and
     node 1 left (exit 3). Now nobody is dropped, node 3 is named (``accusation``) and training equals the clean run."""
@@ -309,6 +321,7 @@ def test_a_lone_view_leaving_an_honest_node_out_changes_nothing_and_names_its_se
     assert comparable(read_metrics(run_dir)) == want
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("on_peer_failure", ["continue", "abort"])
 def test_a_node_storing_its_hello_again_with_fresh_nonces_is_named_at_once_by_every_node(tmp_path, tiny_model_dir,
                                                                                           on_peer_failure):
@@ -336,6 +349,7 @@ def test_a_node_storing_its_hello_again_with_fresh_nonces_is_named_at_once_by_ev
         assert seconds < 30, (r.rank, seconds)  # at once, not after swarm.startup_timeout_s=90s
 
 
+@pytest.mark.slow
 def test_a_node_flooding_hellos_under_fresh_process_ids_is_named_at_once_by_every_node(tmp_path, tiny_model_dir):
     """Issue 31: node 3 runs the honest code, but stores its signed hello again every 0.1 s with a fresh nonce and a
     fresh process id, dated now. Two hellos of two processes prove nothing, so before, the flood filled the 64 hellos

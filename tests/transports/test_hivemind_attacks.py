@@ -59,6 +59,7 @@ def test_a_lone_view_against_an_honest_node_changes_nothing_and_names_its_sender
         assert not [r for s, r in t.rejected if s in (0, 1, 2)], t.rejected
 
 
+@pytest.mark.slow
 def test_an_equivocating_sender_is_dropped_by_every_honest_node_on_its_own_signatures(dhts):
     """Node 3 shows node 0 one payload and nodes 1-2 another (both signed): the honest views carry both signed
     digests, so every honest node sees the proof and drops node 3's payload alike. (timeout_s=12: nodes 1-2 start

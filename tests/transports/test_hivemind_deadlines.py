@@ -56,6 +56,7 @@ CASES = {"nothing (silent)": ("r0", 1, False, "missing payload: it sent nothing 
                                      "swarm.timeout_s=6s)")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("withheld", list(CASES))
 def test_a_node_withholding_its_payload_view_or_echo_cannot_stretch_a_round_past_the_timeout(dhts, withheld):
     """Each honest node's round, timed from its own start, ends by the end of the phase node 3 withheld (a quarter of
@@ -152,6 +153,7 @@ def test_a_record_one_dht_node_refuses_is_reported_stored_once_the_others_took_i
     assert ours == [True] * 40 and slowest < 1.0
 
 
+@pytest.mark.slow
 def test_a_view_timed_between_the_honest_views_marks_cannot_skew_the_next_round_and_drop_an_honest_node(dhts):
     """Review r31e G3: node 2 starts each round S = 1.5 s after nodes 0-1 (``timeout_s`` = 12 s: under its quarter,
     the guaranteed case). Node 3 posts its payload on time, its view T/2 + S/2 after its round's start (after nodes

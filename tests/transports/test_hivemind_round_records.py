@@ -18,6 +18,7 @@ from dgrpo.metrics.logger import read_metrics  # noqa: E402
 T = 12.0  # swarm.timeout_s: the record wait is T / RECORD_SHARE (8) = 1.5 s
 
 
+@pytest.mark.slow
 def test_four_nodes_a_withheld_or_junk_record_is_named_and_the_main_stays(tmp_path, tiny_model_dir, tiny_model_dir_b):
     models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
     args = ["run", models, "swarm.nodes=4", "threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24",

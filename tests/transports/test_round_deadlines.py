@@ -4,6 +4,7 @@ transports/waits.py), and the rank that made others wait is named."""
 
 import json
 
+import pytest
 from distributed_helpers import comparable, launch
 
 from dgrpo.cli import main
@@ -31,6 +32,7 @@ def _named(peers_line, node):
     return peers_line["peers"].get(str(node), {}).get("transport", {})
 
 
+@pytest.mark.slow
 def test_a_rank_withholding_its_relay_from_the_main_rank_gets_nobody_honest_expelled(tmp_path, tiny_model_dir):
     """Rank 3 never serves its relay eq{r} to the lowest live rank (node 0, the main rank, which evaluates every
     round), for 4 rounds. Before: node 0 waited out timeout_s, posted r{r+1} late, was accused by nodes 1, 2 and 3
@@ -56,6 +58,7 @@ def test_a_rank_withholding_its_relay_from_the_main_rank_gets_nobody_honest_expe
     assert max(rounds) <= T + POLL, rounds  # node 0 waits its relay deadline (W + S) each round, no more
 
 
+@pytest.mark.slow
 def test_a_rank_posting_just_before_each_deadline_is_named_and_rounds_stay_bounded(tmp_path, tiny_model_dir):
     """Rank 3 posts r{r} 2.6 s late (inside the payload window W=3.5 s at timeout_s=10, over W/2) and its relay eq{r}
     3.5 s after that. Before: every round lasted ~2 x timeout_s and nobody was named. Now its round payload is named
@@ -75,6 +78,7 @@ def test_a_rank_posting_just_before_each_deadline_is_named_and_rounds_stay_bound
     assert got[1]["swarm/nodes_alive"] == 3 and got[2]["time/round"] < 2.5
 
 
+@pytest.mark.slow
 def test_false_wait_notes_naming_every_node_stretch_no_round_past_the_budget(tmp_path, tiny_model_dir):
     """Review r31e G1: rank 3 serves signed notes saying it waits for every other node in every exchange, posts r0
     2 s late (inside W=3.5 s at timeout_s=10) and its relay 8.6 s after that. Before: a note naming several nodes
@@ -96,6 +100,7 @@ def test_false_wait_notes_naming_every_node_stretch_no_round_past_the_budget(tmp
     assert got[1]["swarm/nodes_alive"] == 3 and got[2]["time/round"] < 2.5
 
 
+@pytest.mark.slow
 def test_under_abort_a_payload_hidden_from_one_reader_stops_every_rank_naming_the_one_who_hid_it(tmp_path, tiny_model_dir):
     """Rank 3 never serves its round payload r{r} to reader 1, under on_peer_failure=abort. Node 1 stops naming
     node 3. Before: nodes 0 and 2 then stopped naming honest node 1 alone ("node 1 sent nothing for exchange
@@ -111,6 +116,7 @@ def test_under_abort_a_payload_hidden_from_one_reader_stops_every_rank_naming_th
         assert "node 1 stopped first, saying (signed): \"node 3 sent nothing for exchange 'r0'" in errors[rank][0]
 
 
+@pytest.mark.slow
 def test_a_payload_hidden_from_one_reader_names_the_hider_and_changes_nothing(tmp_path, tiny_model_dir):
     """Rank 3 never serves its round payload r{r} to reader 1 (continue). Node 1 accuses it alone each round. Before:
     peers.jsonl counted only node 1 (`accusation`), node 3 appeared in the views alone. Now node 3 is named
@@ -129,6 +135,7 @@ def test_a_payload_hidden_from_one_reader_names_the_hider_and_changes_nothing(tm
     assert max(r["time/exchange"] for r in got[:2]) <= T + POLL
 
 
+@pytest.mark.slow
 def test_a_relay_then_a_round_payload_hidden_from_one_reader_gets_nobody_honest_expelled(tmp_path, tiny_model_dir):
     """Review r31f H3: rank 3 hides its relay eq0 from node 1, then its round payload r1 (from node 1 only). Node 1
     waits for eq0, so it is late into r1 (its eq0 note buys it E there), then waits for r1 and posts eq1 late. Before,
@@ -153,6 +160,7 @@ def test_a_relay_then_a_round_payload_hidden_from_one_reader_gets_nobody_honest_
     assert max(r["time/exchange"] for r in got[:3]) <= T + POLL
 
 
+@pytest.mark.slow
 def test_a_true_note_of_a_wait_the_reader_shared_never_makes_the_reader_late(tmp_path, tiny_model_dir):
     """The open case of 2026-12-05 (docs/distributed.md): node 0, the main rank, posts every r{r} 0.8 s late (as its
     evaluation made it under load; inside W), so every node, rank 3 too, truly notes waiting for it in r0. Rank 3
@@ -177,6 +185,7 @@ def test_a_true_note_of_a_wait_the_reader_shared_never_makes_the_reader_late(tmp
     assert max(r["time/exchange"] for r in got[:3]) <= T + POLL
 
 
+@pytest.mark.slow
 def test_a_rank_noting_waits_and_withholding_its_relay_from_one_reader_gets_nobody_honest_expelled(
         tmp_path, tiny_model_dir):
     """The limit h31y left: rank 3 serves a signed note in each r{r} naming every other node (it claims it waited for
@@ -200,6 +209,7 @@ def test_a_rank_noting_waits_and_withholding_its_relay_from_one_reader_gets_nobo
     assert max(r["time/exchange"] for r in got[:3]) <= T + POLL
 
 
+@pytest.mark.slow
 def test_a_relay_withheld_from_two_nodes_behind_a_false_note_gets_nobody_honest_expelled(tmp_path, tiny_model_dir):
     """Review r31l F2: rank 3 serves a signed wait note in r0 naming node 0 (false: it waited for nobody) and never
     serves its relay eq0 to nodes 1 and 2. Each gives rank 3 the relay extension, and past its relay post + E each sees

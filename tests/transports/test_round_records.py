@@ -139,6 +139,7 @@ def test_evaluation_keys_must_match_the_rounds_evaluation():
     assert parse_peer_record(json.dumps(no_eval).encode(), mine, 24)["train/loss"] == -0.5
 
 
+@pytest.mark.slow
 def test_four_ranks_a_reporting_node_posting_junk_records_is_named_and_no_honest_rank_exits(
         tmp_path, tiny_model_dir, tiny_model_dir_b):
     """Heterogeneous swarm, node 3 declared honest (a reporting node) posts ``[]`` as rec0, text as rec1, its record
@@ -194,6 +195,7 @@ def _nobody_failed(results, lines):
                for p in line["peers"].values())
 
 
+@pytest.mark.slow
 def test_four_ranks_a_reporter_withholding_its_records_gets_nobody_expelled(tmp_path, tiny_model_dir, tiny_model_dir_b):
     """Review r31g J5: node 3 (a reporting node) never posts rec{r}. Before, the main waited for it until the round's
     end, posted its next payload past its peers' window and was expelled, then the next main: exit codes [3, 3, 0, 0].
@@ -212,6 +214,7 @@ def test_four_ranks_a_reporter_withholding_its_records_gets_nobody_expelled(tmp_
     _nobody_failed(results, lines)
 
 
+@pytest.mark.slow
 def test_four_ranks_a_withheld_final_record_under_abort_fails_nobody(tmp_path, tiny_model_dir, tiny_model_dir_b):
     """Review r31g J7: node 3 withholds only its final record (rec2, after the last round's evaluation) under
     ``on_peer_failure=abort``. Before, the main aborted (exit 3) after a complete run, the final evaluation never
@@ -239,6 +242,7 @@ def _named(lines):
     return named, views
 
 
+@pytest.mark.slow
 def test_four_ranks_a_reporter_late_with_its_records_and_rounds_gets_only_itself_named(
         tmp_path, tiny_model_dir, tiny_model_dir_b):
     """Review r31g Z5l: node 3 (a reporting node) posts each record rec{r} 8.5 s (0.85 x timeout_s) late, so it
@@ -264,6 +268,7 @@ def test_four_ranks_a_reporter_late_with_its_records_and_rounds_gets_only_itself
     assert all(r["time/exchange"] < 10 for r in records if "time/exchange" in r)
 
 
+@pytest.mark.slow
 def test_four_ranks_a_reporter_trickling_its_record_heads_gets_nobody_expelled(tmp_path, tiny_model_dir,
                                                                               tiny_model_dir_b):
     """Review r31h F2: node 3 (a reporting node) serves the head of each of its records ``rec{r}`` a byte every

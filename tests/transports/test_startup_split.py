@@ -21,6 +21,7 @@ def _trained(tmp_path) -> bool:
     return metrics.exists() and any('"train/' in line for line in metrics.read_text().splitlines())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["continue", "abort"])
 def test_a_second_signed_start_up_record_shown_to_one_rank_stops_every_rank_naming_its_signer(tmp_path, tiny_model_dir,
                                                                                             policy):
@@ -37,6 +38,7 @@ def test_a_second_signed_start_up_record_shown_to_one_rank_stops_every_rank_nami
     assert not _trained(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_start_up_record_withheld_from_one_rank_stops_every_rank_naming_who_withheld_it(tmp_path, tiny_model_dir):
     """H10: rank 3's server never serves node 1 its start-up record. Before, nodes 0 and 2 passed and trained on
     while node 1 waited startup_timeout_s and was expelled as `missing payload` (exit codes [0, 3, 0, 0]). Now nobody
@@ -52,6 +54,7 @@ def test_a_start_up_record_withheld_from_one_rank_stops_every_rank_naming_who_wi
     assert not _trained(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_ready_confirmation_withheld_from_one_rank_reaches_it_through_its_peers(tmp_path, tiny_model_dir):
     """The last start-up value: rank 3's server never serves node 1 its ready confirmation. Node 1 takes node 3's
     signed confirmation from a peer that holds them all (``ready/all``), so every rank starts round 0 and trains
@@ -65,6 +68,7 @@ def test_a_ready_confirmation_withheld_from_one_rank_reaches_it_through_its_peer
     assert [r.get("swarm/messages") for r in records] == [8, 8, None]
 
 
+@pytest.mark.slow
 def test_a_two_faced_check_in_view_stops_every_rank_naming_its_signer(tmp_path, tiny_model_dir):
     """H6: rank 2 starts 7 s late (startup_timeout_s=4); rank 3 votes the true view [2] but its server shows node 1 a
     view, signed by node 3, saying nobody is absent. Node 0 counts [2] three times and goes on; node 1 holds node
@@ -80,6 +84,7 @@ def test_a_two_faced_check_in_view_stops_every_rank_naming_its_signer(tmp_path, 
     assert not _trained(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_two_faced_role_stops_every_rank_naming_its_signer(tmp_path, tiny_model_dir):
     """H9: rank 3's server serves node 0 its role as ``attacker`` and nodes 1-2 as ``honest``, both signed with its
     key. Before, every rank stopped naming honest node 0 ("nodes [0] run with another honest") and blaming the store.

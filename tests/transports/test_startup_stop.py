@@ -126,6 +126,7 @@ def test_older_records_pushed_in_the_owner_s_name_never_displace_its_own():
 
 
 # ---------------------------------------------------------------------- 4 ranks on loopback
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario, policy", [("startjunk:3:1", "continue"), ("startjunk:3:1:wipe", "continue"),
                                               ("startjunk:3:1:wipe", "abort"),
                                               ("startjunk:3:1,slowread:2:3:startup", "continue")])

@@ -73,6 +73,7 @@ def _run(tmp_path, model, scenario, *extra, name="d", timeout=120):
     return launch(4, args, scenario=scenario, timeout=timeout, log_dir=str(tmp_path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy, victim, mode, why", [
     ("continue", 1, "launch", "node 3's ready confirmation names launch "),
     ("abort", 2, "drop", "node 3's ready confirmation names the records of nodes [1, 2, 3], not [0, 1, 2, 3]"),
@@ -93,6 +94,7 @@ def test_a_ready_confirmation_shown_to_one_rank_stops_every_rank_naming_its_sign
     assert not _trained(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_proposed_name_that_holds_a_run_on_one_machine_names_the_proposer_without_a_roster(tmp_path,
                                                                                           tiny_model_dir):
     """Review r31h F6 (the J4 case without a roster file): node 0 proposes ``prev_run``, which holds a run only in

@@ -44,6 +44,7 @@ def one_error_line(output: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_rank_that_never_serves_its_payload_is_named_and_expelled(tmp_path, tiny_model_dir, reference):
     """Rank 3 never serves its round-0 payload. Each rank serves only its own round data (peerserve), so a
     payload missing at the deadline is its owner's doing: round 0 ends at the deadline, the three honest
@@ -66,6 +67,7 @@ def test_a_rank_that_never_serves_its_payload_is_named_and_expelled(tmp_path, ti
     assert comparable(records)[0]["train/reward/node0"] == reference[0]["train/reward/node0"]
 
 
+@pytest.mark.slow
 def test_a_lone_accusation_expels_nobody_and_names_its_signer(tmp_path, tiny_model_dir, reference):
     """Rank 3 alone accuses honest node 1 of missing round 0 (signed, served by its own server) and writes
     `failed` over node 1's round-1 status key in the store: node 1 stays in, node 3 is named
@@ -82,6 +84,7 @@ def test_a_lone_accusation_expels_nobody_and_names_its_signer(tmp_path, tiny_mod
     assert comparable(records) == reference  # (every key: what node 3 did is named in peers.jsonl only)
 
 
+@pytest.mark.slow
 def test_a_payload_deleted_from_the_store_changes_nothing(tmp_path, tiny_model_dir, reference):
     """Rank 3 deletes node 2's round-0 keys (and its published address) from the store once node 2 serves its
     payload; node 1 reads late. Node 2 serves its payload itself (peerserve) and its peers resolved its address
@@ -94,6 +97,7 @@ def test_a_payload_deleted_from_the_store_changes_nothing(tmp_path, tiny_model_d
     assert comparable(records) == reference
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario, slow", [("rename:3", "name"), ("rekey:3:0", "role")])
 def test_a_start_up_value_overwritten_in_the_store_changes_nothing(tmp_path, tiny_model_dir, reference, scenario,
                                                                    slow):
@@ -110,6 +114,7 @@ def test_a_start_up_value_overwritten_in_the_store_changes_nothing(tmp_path, tin
     assert comparable(read_metrics(metrics.parent)) == reference
 
 
+@pytest.mark.slow
 def test_an_address_overwritten_in_the_store_is_refused_and_the_run_is_the_clean_one(tmp_path, tiny_model_dir,
                                                                                     reference):
     """With a roster file, rank 3 writes over node 0's server address in the store every 10 ms for 6 s from the
@@ -130,6 +135,7 @@ def test_an_address_overwritten_in_the_store_is_refused_and_the_run_is_the_clean
     assert comparable(read_metrics(run_dir)) == reference
 
 
+@pytest.mark.slow
 def test_an_address_record_of_an_earlier_launch_kept_in_the_store_blames_nobody(tmp_path, tiny_model_dir, reference):
     """Review r31c F3: with a roster file, rank 3 writes node 0's signed address record of an earlier launch (its
     server gone) over addr/0 every millisecond for 40 s, from before anyone checks in. Before, nodes 1 and 2 could
@@ -145,6 +151,7 @@ def test_an_address_record_of_an_earlier_launch_kept_in_the_store_blames_nobody(
     assert comparable(read_metrics(run_dir)) == reference
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["addrcycle:3:0", "addrwipe:3:30"])
 def test_address_records_cycled_or_deleted_in_the_store_change_nothing(tmp_path, tiny_model_dir, reference, scenario):
     """Issue 31, with a roster file, from before anyone checks in: rank 3 writes node 0's record of an earlier
@@ -170,6 +177,7 @@ def _roster(tmp_path):
     return [f"swarm.protocol.roster={tmp_path / 'keys' / 'roster.json'}", f"swarm.protocol.key_dir={tmp_path / 'keys'}"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario, named", [
     ("checkin:3:abandon:1", "check-in: node 3 alone found nodes [1] absent at start-up (1 of the 3 views needed); "
                             "nobody is left out for it"),
@@ -193,6 +201,7 @@ def test_a_forged_check_in_record_makes_no_honest_rank_leave_and_names_its_write
     assert comparable(records) == reference  # (every key: what node 3 did is named in peers.jsonl only)
 
 
+@pytest.mark.slow
 def test_a_connection_flood_on_an_honest_server_accuses_and_bans_nobody(tmp_path, tiny_model_dir, reference):
     """Rank 3 floods node 0's server with connections that send nothing (thousands a second, the last 5000
     held) through both rounds, at ``ban_after=2``: node 0's server parks them without threads and evicts the
@@ -211,6 +220,7 @@ def test_a_connection_flood_on_an_honest_server_accuses_and_bans_nobody(tmp_path
     assert comparable(records) == reference
 
 
+@pytest.mark.slow
 def test_a_rank_started_after_the_start_up_timeout_is_named_and_the_others_go_on(tmp_path, tiny_model_dir):
     """Rank 3 starts 7 s late at startup_timeout_s=4 under on_peer_failure=continue: the others name it and
     train without it (issue 31 review, deviation: every rank used to stop); the late rank is told in one line: their
@@ -234,6 +244,7 @@ def test_a_rank_started_after_the_start_up_timeout_is_named_and_the_others_go_on
     assert peers(run_dir)[0]["peers"]["3"]["transport"] == {"join": 1}
 
 
+@pytest.mark.slow
 def test_config_claims_naming_a_silent_server_hold_no_check_in_and_name_their_signer(tmp_path, tiny_model_dir):
     """Review r31j F9: rank 3 never checks in; it writes a junk mark and 64 config claims of other configs signed
     with its own roster key, naming its own server that never answers (``claimjam``). Before, each honest pass of
@@ -253,6 +264,7 @@ def test_config_claims_naming_a_silent_server_hold_no_check_in_and_name_their_si
     assert peers(run_dir)[0]["peers"]["3"]["transport"] == {"check-in": 1, "join": 1}
 
 
+@pytest.mark.slow
 def test_a_rank_started_after_the_start_up_timeout_stops_every_rank_under_abort(tmp_path, tiny_model_dir):
     """Every other rank names node 3 and leaves; node 3, started after they left, finds none of their servers: their
     views (signed with keys it never learned: without a roster file the keys travel in the address records since

@@ -57,6 +57,7 @@ def clean(tmp_path_factory, tiny_model_dir):
     return sets[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["jam", "wipe", "left", "prepend"])
 def test_deleting_or_overwriting_every_round_key_in_the_store_changes_nothing(tmp_path, tiny_model_dir, reference,
                                                                               clean, mode):
@@ -73,6 +74,7 @@ def test_deleting_or_overwriting_every_round_key_in_the_store_changes_nothing(tm
     assert views(tmp_path, range(4)) == [clean] * 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["slow", "huge", "junk", "head"])
 def test_a_rank_whose_own_server_misbehaves_is_bounded_and_named(tmp_path, tiny_model_dir, clean, mode):
     """Rank 3's server trickles its round data a byte every 0.5 s (``slow``), streams without end (``huge``),
@@ -100,6 +102,7 @@ def test_a_rank_whose_own_server_misbehaves_is_bounded_and_named(tmp_path, tiny_
         assert "exchange 'r0': node 3's server oversize: served more than" in out
 
 
+@pytest.mark.slow
 def test_an_equivocating_server_cannot_split_the_honest_ranks(tmp_path, tiny_model_dir, clean):
     """Rank 3's server shows node 0 its round-0 messages and nodes 1 and 2 other validly signed texts for the
     same slots (review r31b F7). The relays carry both to everyone: every honest rank drops node 3's round 0
@@ -112,6 +115,7 @@ def test_an_equivocating_server_cannot_split_the_honest_ranks(tmp_path, tiny_mod
     assert got == [[[row for row in clean[0] if row[0] != 3], clean[1], *clean[2:]]] * 3
 
 
+@pytest.mark.slow
 def test_honest_nodes_sampling_special_tokens_are_never_struck(tmp_path, tiny_model_dir):
     """F: no attacker. The tiny model samples special token ids under seed 2 (refused on receipt; with
     complete_shares the node's whole share): refused, never a strike, at ban_after=2 nobody is banned, and
@@ -125,6 +129,7 @@ def test_honest_nodes_sampling_special_tokens_are_never_struck(tmp_path, tiny_mo
     assert comparable(records) == want
 
 
+@pytest.mark.slow
 def test_forgeries_under_the_main_ranks_own_key_are_named_and_banned_alike_by_every_honest_rank(tmp_path,
                                                                                                  tiny_model_dir):
     """G/E: rank 3 appends, under node 0's round-0 key, its messages re-addressed to node 0 (signed with its own

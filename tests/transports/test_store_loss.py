@@ -128,6 +128,7 @@ def test_the_main_reads_round_records_without_the_store(store_host):
     assert time.monotonic() - start < record_s(2) + 1.0
 
 
+@pytest.mark.slow
 def test_close_after_the_store_died_only_logs(store_host, caplog):
     port, kill = store_host
     a, _ = _nodes(port)

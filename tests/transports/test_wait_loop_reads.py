@@ -6,6 +6,7 @@ of a run without the attack, and every round's exchange within timeout_s plus on
 import datetime
 import logging
 
+import pytest
 from distributed_helpers import comparable
 from test_round_deadlines import COMMON, POLL, T, _named, _run
 
@@ -33,6 +34,7 @@ def _honest_named(peers, allowed=()):
                for p in peers for v in ("1", "2") for n in (0, 1, 2))
 
 
+@pytest.mark.slow
 def test_trickled_notes_and_accusations_make_no_honest_node_late(tmp_path, tiny_model_dir):
     """F3: rank 3 never serves its round payloads to node 0, trickles its wait notes and accusations to node 0 only
     and accuses node 0 of each relay. Before: node 0's loop read node 3's notes and accusations in its own thread (1 s
@@ -54,6 +56,7 @@ def test_trickled_notes_and_accusations_make_no_honest_node_late(tmp_path, tiny_
     assert max(r["time/exchange"] for r in got[:3]) <= T + POLL, [r["time/exchange"] for r in got]
 
 
+@pytest.mark.slow
 def test_a_server_trickling_every_answer_holds_no_round_past_its_budget(tmp_path, tiny_model_dir):
     """F4: once it posted r0, rank 3's server trickles the head of every answer to every reader (payloads, relays,
     notes, accusations). Before: round 0's exchange lasted timeout_s + 1 s (6.02 s at 5 s: the 1 s read of its
@@ -76,6 +79,7 @@ def test_a_server_trickling_every_answer_holds_no_round_past_its_budget(tmp_path
     assert max(r["time/exchange"] for r in got[:3]) <= T + POLL, [r["time/exchange"] for r in got]
 
 
+@pytest.mark.slow
 def test_store_keys_bloated_by_one_rank_stretch_no_round(tmp_path, tiny_model_dir):
     """F7: rank 3 appends 32 MiB under every other rank's stop/{k} and 8 MiB under its leave-mark keys of r0, eq0 and
     r1 (keys an honest rank writes only when it stops), then plays honestly. Before: every retry of a peer not served

@@ -156,6 +156,7 @@ def forced(tok, word: str) -> dict:
     return {"logit_bias": {tok.convert_tokens_to_ids(word): 100.0}, "max_tokens": 1, "temperature": 0.0}
 
 
+@pytest.mark.slow
 def test_yes_accepts_and_no_rejects(server, judge_model):
     url, model = server
     _, tok = judge_model

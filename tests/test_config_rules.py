@@ -11,12 +11,13 @@ import re
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from dgrpo.cli import main
 from dgrpo.config import load_config
 from dgrpo.errors import CheckpointError, ConfigError
+from dgrpo.registry import lookup
 
 
 def _refusal(overrides: list[str]) -> str:
@@ -144,6 +145,9 @@ def test_fuzz_overrides_load_as_written_or_are_one_line(overrides):
 def test_fuzz_an_unknown_field_of_a_kind_section_is_one_line(kind, field):
     base = {"task": ["task.kind=gsm8k"], "attack": ["attack.kind=injection", "swarm.malicious=[0]"],
             "defenses.0": ["defenses.0.kind=replay"]}[kind]
+    section = {"task": "task", "attack": "attack", "defenses.0": "defense"}[kind]
+    # (a field of that kind's config is no unknown field: CI's run drew "n_train" once)
+    assume(field not in lookup(section, base[0].split("=")[1]).config.model_fields)
     try:
         load_config(None, [*base, f"{kind}.{field}=1"])
     except ConfigError as err:

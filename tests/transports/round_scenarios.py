@@ -99,6 +99,41 @@ def false_note(tag: str, whom: str) -> None:
     DistributedTransport.post = noted
 
 
+def delay_for(victim: str, pattern: str, seconds: str) -> None:
+    """Review r31m F2: this rank's server serves keys matching ``pattern`` to reader ``victim`` only ``seconds`` after
+    it first refused one (the value kept: its own later rounds delete the key)."""
+    from dgrpo.transports.peerserve import PeerChannel
+
+    pat, serve, state = re.compile(pattern), PeerChannel.serve, {}
+
+    def slow(self, key, reader):
+        if not (pat.match(key) and reader == victim):
+            return serve(self, key, reader)
+        t0 = state.setdefault(key, time.monotonic())
+        live = serve(self, key, reader)
+        state.update({"v:" + key: live} if live is not None else {})
+        return None if time.monotonic() - t0 < float(seconds) else live or state.get("v:" + key)
+
+    PeerChannel.serve = slow
+
+
+def end_accuse(tag: str, victim: str) -> None:
+    """Review r31m F2: as this rank posts exchange ``tag`` it says it left it (``end/{tag}`` served at once, so its
+    peers no longer count it as still in it) and accuses ``victim`` of missing it (signed, its own key)."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    post = DistributedTransport.post
+
+    def posted(self, t, payload, framed=False):
+        out = post(self, t, payload, framed)
+        if t == tag:
+            self.exchanger.notes.ended(t)
+            self.exchanger.ledger.accuse(int(victim), t)
+        return out
+
+    DistributedTransport.post = posted
+
+
 def relay_note(victim: str) -> None:
     """The limit h31y left: this rank serves a signed note in each ``r{n}`` naming every other live node (it claims
     it waited for their round payloads: false) and never serves its relays ``eq{n}`` to reader ``victim``."""
@@ -278,7 +313,8 @@ def store_bloat(mb: str) -> None:
 def apply(kind: str, rest: list[str]) -> None:
     """``withhold:R:V[:REGEX]`` (R never serves REGEX, default its relays, to reader V or ``low``), ``hide:R:V``
     (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS[:EQ_S]`` (R posts ``r{n}`` and
-    ``eq{n}`` SECONDS late, its relays EQ_S late when given), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`), ``fnote:R:TAG:V`` (:func:`false_note`),
+    ``eq{n}`` SECONDS late, its relays EQ_S late when given), ``xnote:R:FIRST:R_S:EQ_S`` (:func:`note_late`), ``fnote:R:TAG:V`` (:func:`false_note`), ``delay:R:V:REGEX:SECONDS`` (:func:`delay_for`),
+    ``endacc:R:TAG:V`` (:func:`end_accuse`),
     ``whyjunk:R:V`` / ``whydel:R:V`` (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`),
     ``whyread:R`` (:func:`why_read`), ``relaynote:R:V`` (:func:`relay_note`), ``slowfor:R:V`` (:func:`slow_for`),
     ``trickleall:R[:TAG[:mute]]`` (:func:`trickle_all`),
@@ -301,6 +337,10 @@ def apply(kind: str, rest: list[str]) -> None:
         return relay_note(rest[0])
     if kind == "fnote":
         return false_note(*rest)
+    if kind == "delay":
+        return delay_for(*rest)
+    if kind == "endacc":
+        return end_accuse(*rest)
     if kind == "xnote":
         return note_late(*map(float, rest))
     if kind == "withhold":

@@ -225,3 +225,22 @@ def test_a_relay_withheld_from_two_nodes_behind_a_false_note_gets_nobody_honest_
     assert "is out of the swarm" not in out and "declared failed by its peers in exchange 'r" not in out
     assert all("swarm/nodes_alive" not in r for r in got), got  # (nobody expelled: every node alive to the end)
     assert sum(_named(p, 3).get("accused", 0) for p in peers) >= 2, peers  # (nodes 1 and 2 of eq0)
+
+
+@pytest.mark.slow
+def test_fellows_released_at_different_times_are_never_accused_by_each_other(tmp_path, tiny_model_dir):
+    """Review r31m F2, against the first fix of r31l F2 (a fellow's wait capped at W): rank 3 serves false notes in eq0
+    and r1, serves its r1 to node 2 2.7 s late (so node 2 posts eq1 late and is never cut there), withholds its
+    relay eq1 from node 2 for good and from node 1 for 2.7 s (node 1, held past its relay post + E while node 2 was
+    still in eq1, records node 2 as its fellow), then says at once that it left r2 and accuses node 2 of r2. The two
+    victims enter r2 ~2.3 s apart, over W = 1.5 s: node 1 cut node 2 at W, node 0 (no witness left) a poll later,
+    and with rank 3 that expelled node 2 (7 of 9 review runs; 0 of 4 before the cap). Now a fellow is waited for as
+    any peer and never accused by the node it held: nobody is expelled."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=4", "eval.every=10", "eval.first=false"]
+    scenario = ("fnote:3:eq0:0,delay:3:2:^r1/data/:2.7,fnote:3:r1:0,withhold:3:2:^eq1/data/,"
+                "delay:3:1:^eq1/data/:2.7,endacc:3:r2:2")
+    results, got, peers = _run(tmp_path, args, scenario)
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    out = "".join(r.output for r in results)
+    assert "is out of the swarm" not in out and "declared failed by its peers in exchange 'r" not in out
+    assert all("swarm/nodes_alive" not in r for r in got), got

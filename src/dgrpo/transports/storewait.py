@@ -206,9 +206,7 @@ class StoreExchange:
                         witness.poll(end)
                     for peer in [p for p in pending if until[p] > now >= safe  # (a window W, in a swarm of 2: kept)
                                  and (p in extended or witness.others - {p})]:
-                        if peer in fellows:  # (held with this node in eq{n-1}: late as it is; its window W only)
-                            until[peer] = min(until[peer], max(now, base))
-                        elif not witness.held(peer):
+                        if not witness.held(peer):
                             until[peer] = now
                         elif tag.startswith("eq"):  # (held here: those still in are late into r{n+1} as this node is)
                             self.schedule.held_with(tag, witness.others - {peer} - witness.left)
@@ -256,9 +254,10 @@ class StoreExchange:
         if forged:  # (start-up only: addresses are never read again once the ranks checked them)
             raise PeerFailure(f"node {self.rank} refused {'; '.join(forged)}; another rank wrote over it (until "
                               f"{self.wait.limit_name}={self.wait.timeout_s:g}s); stopping before round 0")
-        for peer in pending:
-            self.refuse(peer, f"missing payload: its server did not serve exchange {tag!r}")
-            self.ledger.accuse(peer, tag)
+        for peer in pending:  # (a fellow, held with this node in eq{n-1}, is late by the withholder's doing: named,
+            self.refuse(peer, f"missing payload: its server did not serve exchange {tag!r}")  # never accused by it)
+            if peer not in fellows:
+                self.ledger.accuse(peer, tag)
         for peer in pending:  # (as last read; the rest at this node's next poll: the reads begin now)
             out = self.ledger.expelled(peer)
             if out is not None:

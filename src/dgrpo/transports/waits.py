@@ -29,9 +29,10 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
 * **A round payload likewise** (h31s). In ``r{n}``, past this node's ``eq{n-1}`` post + ``timeout_s`` - ``S``
   (:meth:`Schedule.safe`: a peer left ``eq{n-1}`` no earlier than it read that relay, so its round ``n`` ends no
   earlier than ``timeout_s`` after it; ``S`` is left for this node's relay), a peer, noted or not, is waited for only
-  while enough other peers are still in ``r{n}``; but a peer that held this node in ``eq{n-1}`` past its post + ``E``
-  (still in it, waiting too) is late as this node is and keeps its window ``W`` (:meth:`Schedule.fellows_of`; review
-  r31l F2: two victims of one withheld relay, held to the round's end, cut each other). A node does not compensate a lateness it shared: one late into
+  while enough other peers are still in ``r{n}``; a peer that held this node in ``eq{n-1}`` past its post + ``E`` (still
+  in it, waiting too) is late by the same withholder's doing and is never accused by it (:meth:`Schedule.fellows_of`;
+  review r31l F2: two victims of one withheld relay cut each other). A node does not compensate a lateness it
+  shared: one late into
   ``r{n}`` for a withheld relay, whose withholder hid ``r{n}`` from it too behind a true note (the main rank late into
   ``r{n-1}``: every node, this one too, noted waiting for it), gave it ``E`` and posted ``eq{n}`` after its peers'
   round end (expelled, 2 of 2 runs); without the note, its window ``W`` counted from its own late post left its relay
@@ -351,10 +352,12 @@ class Schedule:
 
     def fellows_of(self, tag: str) -> set[int]:
         """For a round payload ``r{n}``: the peers still in ``eq{n-1}`` while this node was held there past
-        :meth:`safe` (:meth:`held_with`). They left it about when this node did, so they are late into ``r{n}`` as it
-        is, and their payloads are waited for within this node's window ``W``, never cut at :meth:`safe` (review r31l
-        F2: two nodes held to the round's end by one relay withheld behind a false note; the later one, cut there by
-        the other, was expelled by it, the on-time node and the withholder). Empty elsewhere."""
+        :meth:`safe` (:meth:`held_with`). Held by the same withholder, they are late into ``r{n}`` by its doing, as
+        this node is: this node waits for them as for any peer, but never accuses one it misses (review r31l F2: two
+        nodes held to the round's end by one relay withheld behind a false note; the later one, cut by the other
+        at :meth:`safe`, was expelled by it, the on-time node and the withholder). Not a longer wait: the withholder
+        chooses when each victim leaves ``eq{n-1}`` (review r31m F2: capping a fellow at ``W`` cut one that left
+        ``eq{n-1}`` more than ``W`` after this node, and it was expelled). Empty elsewhere."""
         kind, n = _parts(tag)
         return set(self.fellows.get(f"eq{n - 1}", ())) if kind == "r" else set()
 

@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from typing import TYPE_CHECKING
 
@@ -80,7 +79,6 @@ log = logging.getLogger("dgrpo.transports.storewait")
 
 _NOTE_LINES = 64  # most lines read from one note
 _WHY_BYTES = 1 << 18  # a stop reason in the store: bytes read (every line in it with a canonical signature is checked)
-_SIG = re.compile(r"[0-9a-f]{128}")  # (an Ed25519 signature as this node writes it: identity.canonical_hex)
 _POLL_S = 0.25  # a relay exchange entered at its round's end still reads once (one poll)
 _KEEP = 6  # this node's notes kept served (its peers read those of the last two exchanges)
 
@@ -225,6 +223,8 @@ class WaitNotes:
         (:class:`~dgrpo.swarm.identity.SignatureVerifier`), so re-reading the same junk costs no signature."""
         if self.store.keys is None:
             return None
+        from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
+
         items, seen = [], set()
         for line in raw[:_WHY_BYTES].splitlines():
             try:
@@ -232,7 +232,7 @@ class WaitNotes:
             except (ValueError, RecursionError):
                 continue
             if (isinstance(item, dict) and isinstance(item.get("why"), str) and isinstance(item.get("sig"), str)
-                    and _SIG.fullmatch(item["sig"]) and (item["why"], item["sig"]) not in seen):
+                    and canonical_hex(item["sig"], SIGNATURE_HEX) is not None and (item["why"], item["sig"]) not in seen):
                 seen.add((item["why"], item["sig"]))
                 items.append(item)
         order = [x for pair in zip(items, reversed(items)) for x in pair][: len(items)]  # (first, last, second, …)

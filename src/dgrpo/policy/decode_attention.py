@@ -90,14 +90,24 @@ def single_query_attention(model: PreTrainedModel, shared: int = 0) -> Iterator[
             single-query step inside the context (a common prompt prefix, copied to each row), so
             their scores are computed once for all rows (module docstring); 0: no such prefix.
     """
-    config = model.config
-    if getattr(config, "_attn_implementation", None) != "sdpa":
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
         yield
         return
-    config._attn_implementation = NAME
-    token = _SHARED.set(shared)
+    with attention_implementation(model, NAME, _SHARED, shared):
+        yield
+
+
+@contextlib.contextmanager
+def attention_implementation(model: PreTrainedModel, name: str, var: ContextVar, value) -> Iterator[None]:
+    """Run ``model``'s attention through the registered implementation ``name`` with ``var`` set to ``value`` while
+    the context is open; the previous implementation and value come back on exit (also used by
+    :func:`dgrpo.policy.packing.block_attention`)."""
+    config = model.config
+    saved = config._attn_implementation
+    config._attn_implementation = name
+    token = var.set(value)
     try:
         yield
     finally:
-        _SHARED.reset(token)
-        config._attn_implementation = "sdpa"
+        var.reset(token)
+        config._attn_implementation = saved

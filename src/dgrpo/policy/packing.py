@@ -29,6 +29,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
+from dgrpo.policy.decode_attention import attention_implementation
 from dgrpo.policy.onednn import onednn_linears
 from dgrpo.policy.prefix import SharedPrefix
 
@@ -67,15 +68,8 @@ ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, lambda *args, **kwargs: None)  # the
 @contextlib.contextmanager
 def block_attention(model: PreTrainedModel, blocks: list[tuple[int, int, torch.Tensor]]) -> Iterator[None]:
     """Use :func:`blocks_attention` with ``blocks`` in ``model`` while the context is open."""
-    config = model.config
-    saved = config._attn_implementation
-    config._attn_implementation = NAME
-    token = _BLOCKS.set(blocks)
-    try:
+    with attention_implementation(model, NAME, _BLOCKS, blocks):
         yield
-    finally:
-        _BLOCKS.reset(token)
-        config._attn_implementation = saved
 
 
 def _block(rest: int, lengths: list[int], prefix: int, dtype: torch.dtype, device) -> torch.Tensor:

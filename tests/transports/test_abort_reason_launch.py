@@ -56,8 +56,11 @@ def test_a_stopping_rank_serves_its_reason_until_each_peer_read_it_or_stopped_to
     """In-process ranks: node 0 stops, its readers nodes 1 and 2. Node 1 has stopped already (it serves its own
     signed reason: it will not read node 0's), node 2 reads node 0's 0.5 s later: node 0 stops serving then, not
     after ``wait_s``. A reason node 1 did not sign (another rank's key) does not count as its stop: node 0 waits it
-    out (``wait_s``)."""
+    out (``wait_s``). (Here the servers of nodes 1 and 2 keep no pushed reason, as if the push never reached them:
+    the served copy is all they get; test_a_stopping_rank_stops_serving_once_each_peers_server_holds_its_reason.)"""
     ts, _ = _ranks(n=3, timeout_s=0.3)
+    for k in (1, 2):
+        ts[k].chan.told_why = lambda reader, raw: None
     notes = [t.exchanger.notes for t in ts]
     notes[1].say_stop("node 2 sent nothing", readers=[], wait_s=0.0)
     threading.Timer(0.5, lambda: notes[2].stop_of(0, time.monotonic() + 1)).start()
@@ -72,6 +75,30 @@ def test_a_stopping_rank_serves_its_reason_until_each_peer_read_it_or_stopped_to
     assert 0.95 < time.monotonic() - start < 2.5
 
 
+def test_a_stopping_rank_stops_serving_once_each_peers_server_holds_its_reason():
+    """Review r31m F1: node 0 stops, its readers nodes 1 and 2; it pushes its signed reason to their servers, which
+    keep it and serve it back (why/0): node 0 is done at once, not after ``wait_s`` (8 s), and both quote it with
+    node 0's served copy and the store's gone. A server that keeps no push (node 2's, as if the push never reached
+    it) leaves node 0 serving until node 2 reads it (0.5 s later)."""
+    ts, _ = _ranks(n=3, timeout_s=0.3)
+    notes = [t.exchanger.notes for t in ts]
+    start = time.monotonic()
+    notes[0].say_stop("node 2 sent nothing", readers=[1, 2], wait_s=8.0)
+    assert time.monotonic() - start < 4.0  # (not wait_s: the pushes are answered in milliseconds here)
+    assert ts[1].chan.whys == ts[2].chan.whys == {0: "node 2 sent nothing"}
+    ts[0].chan.delete_key("why")
+    ts[0].store.delete_key("why/0")
+    assert [notes[k].stop_of(0, time.monotonic() + 1) for k in (1, 2)] == ["node 2 sent nothing"] * 2
+    ts, _ = _ranks(n=3, timeout_s=0.3)
+    ts[2].chan.told_why = lambda reader, raw: None
+    notes = [t.exchanger.notes for t in ts]
+    threading.Timer(0.5, lambda: notes[2].stop_of(0, time.monotonic() + 1)).start()
+    start = time.monotonic()
+    notes[0].say_stop("node 2 sent nothing", readers=[1, 2], wait_s=8.0)
+    assert 0.45 < time.monotonic() - start < 4.0
+    assert ts[1].chan.whys == {0: "node 2 sent nothing"} and ts[2].chan.whys == {}
+
+
 def test_a_read_of_the_stop_reason_counts_only_with_the_readers_signed_acknowledgement():
     """Review r31f H5: node 2 GETs node 0's served reason every 20 ms in the names of nodes 1 and 2 (the
     X-Dgrpo-Reader header; without an acknowledgement, with junk, with one node 2 signed naming node 1 as reader,
@@ -81,6 +108,8 @@ def test_a_read_of_the_stop_reason_counts_only_with_the_readers_signed_acknowled
     import http.client
 
     ts, _ = _ranks(n=3, timeout_s=0.3)
+    for k in (1, 2):  # (no pushed copy kept: the served copy and its acknowledgements are all there is)
+        ts[k].chan.told_why = lambda reader, raw: None
     host, port = ts[0].chan.address.rsplit(":", 1)
     acks = ["", "00" * 64, ts[2].signed_store.sign("read|0|why"), ts[1].signed_store.sign("read|2|why")]
     stop = threading.Event()

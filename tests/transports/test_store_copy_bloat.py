@@ -50,7 +50,8 @@ def test_junk_over_copy_cap_around_a_stop_reason_hides_nothing(where):
 def test_small_junk_on_both_sides_of_a_stop_reason_hides_nothing():
     """Review r31l F1: rank 2 puts 40 well-formed reasons with bad signatures in why/1 before node 1 appends its
     signed reason and 40 more after it (6.5 KiB in all: no cap involved). Before, 64 signatures were checked, 32 from
-    each end, and the 41st line never: node 0 named node 1 alone. Now every line with a canonical signature is."""
+    each end, and the 41st line never: node 0 named node 1 alone. Now every line with a canonical signature is, and
+    node 1 also pushed its reason to node 0's server (review r31m F1)."""
     ts, _ = _ranks(n=3, timeout_s=0.3)
     for t in ts:
         t.exchanger.on_peer_failure = "abort"
@@ -146,3 +147,62 @@ def test_junk_over_copy_cap_around_a_leave_mark_hides_nothing(where):
         ts[2].store.append("r0/status/1", PAD * 80)
     raw = ts[0].chan.copies.read(1, "r0/status/1", far)
     assert ts[0].signed_store.status("r0", 1, far, raw) == "left"
+
+
+def _junk(signer, first, count):
+    """``count`` distinct well-formed reasons claiming to be node 1's, each signed (a real signature) by ``signer``'s
+    own key: each costs a reader a full verification, none verifies as node 1's (review r31m's x_whysand)."""
+    return [json.dumps({"why": f"node 0 sent nothing for exchange 'r0' ({i})",
+                        "sig": signer.sign(f"why|1|node 0 sent nothing for exchange 'r0' ({i})")}).encode() + b"\n"
+            for i in range(first, first + count)]
+
+
+def test_junk_over_32_kib_on_both_sides_of_the_stores_copy_hides_no_pushed_reason():
+    """Review r31m F1: rank 2 puts 250 distinct junk reasons (real signatures, its own key) in why/1 before node 1
+    appends its signed reason and 250 more after it: over COPY_CAP / 2 on each side, so StoreCopies returns the first
+    and last 32 KiB and the reason in the middle is never parsed; node 1's own server no longer serves it. Before,
+    node 0 named node 1 alone ("node 1 sent nothing"); now node 1 pushed its reason to node 0's server as it stopped
+    (X-Dgrpo-Why, PeerChannel.told_why), where rank 2 can neither bury nor delete it, and node 0 quotes it."""
+    ts, _ = _ranks(n=3, timeout_s=0.3)
+    for t in ts:
+        t.exchanger.on_peer_failure = "abort"
+    before, after = _junk(ts[2].signed_store, 0, 250), _junk(ts[2].signed_store, 250, 250)
+    ts[2].store.append("why/1", b"".join(before))
+    with pytest.raises(PeerFailure):
+        ts[1].collect("r0", [2])  # node 2 never posts for node 1: node 1 stops, saying why
+    ts[2].store.append("why/1", b"".join(after))
+    ts[1].chan.delete_key("why")  # (its server no longer serves it)
+    value = ts[0].store.get("why/1")
+    at = value.index(b"node 2 sent nothing")
+    assert len(value) > COPY_CAP and at > COPY_CAP // 2 and len(value) - at > COPY_CAP // 2  # (the middle: never read)
+    assert b"node 2 sent nothing" not in ts[0].chan.copies.read(1, "why/1", time.monotonic() + 5)
+    ts[0].chan.copies.junk.clear()  # (that read started the family's wait: the collect below reads it again)
+    with pytest.raises(PeerFailure) as then:
+        ts[0].collect("eq0", [1])
+    assert QUOTE in str(then.value), str(then.value)
+
+
+def test_a_pushed_stop_reason_is_kept_only_signed_by_its_owner_for_this_launch():
+    """PeerChannel.told_why keeps a reason pushed in X-Dgrpo-Why under the reader it names only if that node's key
+    signed it for this run and launch: rank 2 pushing, as node 1, a reason it signed itself, junk, or node 1's own
+    reason of an earlier launch (same roster) changes nothing; node 1's push is kept, and its first only."""
+    ts, keys = _ranks(n=3)
+    far, chan = time.monotonic() + 5, ts[2].chan
+
+    def push(line, reader="1"):
+        chan.fetch(0, "why/1", 256, far, 2.0, extra={"X-Dgrpo-Reader": reader, "X-Dgrpo-Why": line})
+
+    def line(t, why, owner=1):
+        return json.dumps({"why": why, "sig": t.signed_store.sign(f"why|{owner}|{why}")})
+
+    old, _ = _ranks(n=3, keys=keys)  # (the same roster, another launch)
+    push(line(ts[2], "node 0 sent nothing"))  # (rank 2's key, as node 1)
+    push('{"why": "node 0 sent nothing", "sig": "' + "ab" * 64 + '"}')
+    push("junk")
+    push(line(old[1], "node 0 sent nothing"))
+    push(line(ts[2], "node 1 sent nothing", owner=2), reader="2")  # (rank 2's own, honest in form: kept)
+    assert ts[0].chan.whys == {2: "node 1 sent nothing"}
+    push(line(ts[1], "node 2 sent nothing"))
+    push(line(ts[1], "node 0 sent nothing"))
+    assert ts[0].chan.whys == {2: "node 1 sent nothing", 1: "node 2 sent nothing"}
+    assert ts[0].exchanger.notes.stop_of(1, far) == "node 2 sent nothing"  # (read first, before any other copy)

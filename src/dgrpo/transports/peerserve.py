@@ -26,6 +26,9 @@ says why, signed for its server's launch (:meth:`PeerChannel.announce_stop`: pus
 ``X-Dgrpo-Stop``, where nobody else can delete it, and put in ``stop/{k}``), so its peers name it and its reason at
 once instead of "node k sent nothing", also when its start-up check failed after theirs passed (without a roster
 file, ``unsafe_key_exchange``, each record carries its signer's fresh public key: :meth:`AddressKeys.trial`).
+A rank that stops later, on a peer failure under ``abort``, pushes its signed reason the same way (``X-Dgrpo-Why``,
+kept by each peer's server per owner once its signature for the run and launch verifies: :meth:`PeerChannel.told_why`;
+review r31m F1: junk on both sides of it buried the store's copy ``why/{k}``).
 A read of a key a rank serves only until its peers read it (``why``, ``done/data/{k}``: :data:`ACKED`) counts as
 that peer's only with its acknowledgement in ``X-Dgrpo-Ack``, signed by the reader for the run, its launch, the
 owner and the key (:meth:`PeerChannel.acked`); the ``X-Dgrpo-Reader`` header alone is anyone's claim (review r31f
@@ -65,6 +68,8 @@ def _respond(chan: "PeerChannel"):
     how long a connection may take to send its request and to read the answer)."""
 
     def respond(path: str, headers: dict):
+        if "x-dgrpo-why" in headers:  # (first: a reason kept is served back at once, why/{owner})
+            chan.told_why(headers.get("x-dgrpo-reader", ""), headers["x-dgrpo-why"])
         key = unquote(path[3:]) if path.startswith("/v/") else None
         value = None if key is None else chan.serve(key, headers.get("x-dgrpo-reader", ""))
         if value is not None and "x-dgrpo-ack" in headers:
@@ -122,6 +127,7 @@ class PeerChannel(AddressBook):
         self.lock = threading.Lock()
         self._book()  # addrs, launches, offers, unproved, bad_addr (AddressBook)
         self.stops: dict[int, str] = {}  # owner → why it stopped, as it told this server (told_stop)
+        self.whys: dict[int, str] = {}  # owner → why it stopped on a peer failure, as it told this server (told_why)
         self.stopped = False  # this rank said it stops at start-up (announce_stop)
         self.readers: dict[str, set[int]] = {}  # key of ACKED → the peers whose signed acknowledgement came (acked)
         self.acks = None  # signs and checks read acknowledgements: a SignedStore (sign, valid); StoreExchange sets it
@@ -151,6 +157,8 @@ class PeerChannel(AddressBook):
                 return out
         if key.startswith("hello/") and self.keys is not None and key[6:].isalnum() and len(key) <= 70:
             return self.keys.hello(self.nonce, key[6:])
+        if key.startswith("why/") and key[4:].isdigit() and len(key) < 12 and int(key[4:]) in self.whys:
+            return self.whys[int(key[4:])].encode()  # (a peer's stop reason it pushed here and this server kept)
         with self.lock:
             return self.values.get(key)
 
@@ -209,13 +217,22 @@ class PeerChannel(AddressBook):
             except Exception:  # noqa: BLE001 - the store is gone: the pushes still tell its peers
                 pass
         end = time.monotonic() + budget
-        pushes = [threading.Thread(target=self.fetch, args=(n, f"stop/{self.rank}", 256, end, budget),
-                                   kwargs={"extra": {"X-Dgrpo-Stop": rec}}, daemon=True)
-                  for n in sorted(self.addrs) if n != self.rank]
-        for t in pushes:
-            t.start()
-        for t in pushes:
+        for t in self.push(sorted(self.addrs), f"stop/{self.rank}", {"X-Dgrpo-Stop": rec}, end)[0]:
             t.join(max(0.0, end - time.monotonic()))
+
+    def push(self, nodes, key: str, headers: dict, end: float) -> tuple[list[threading.Thread], dict[int, bytes | None]]:
+        """Send ``headers`` to each of ``nodes`` (this rank apart) on one request each for ``key``, each in a thread
+        of its own ended by ``end``; returns the threads, started (the caller joins them), and node → its server's
+        answer (at most 4 KiB; filled in as the threads end)."""
+        got: dict[int, bytes | None] = {}
+
+        def one(n: int) -> None:
+            got[n] = self.fetch(n, key, 4096, end, max(0.0, end - time.monotonic()), extra=headers)[0]
+
+        out = [threading.Thread(target=one, args=(n,), daemon=True) for n in nodes if n != self.rank]
+        for t in out:
+            t.start()
+        return out, got
 
     def told_stop(self, reader: str, raw: str) -> None:
         """A peer's stop notice pushed to this server (:meth:`announce_stop`): kept if its owner's key signed it for
@@ -224,6 +241,28 @@ class PeerChannel(AddressBook):
         why = self._stop_text(int(reader), raw) if reader.isdigit() and len(raw) <= 4096 else None
         if why is not None:
             self.stops.setdefault(int(reader), why)
+
+    def told_why(self, reader: str, raw: str) -> None:
+        """A peer's stop reason on a peer failure pushed to this server (``X-Dgrpo-Why``:
+        :meth:`StopReasons.say_stop <dgrpo.transports.stopwhy.StopReasons.say_stop>`, review r31m F1): kept, the first
+        per owner, if it is ``{"why": …, "sig": …}`` with ``sig`` the owner's signature of ``why|{owner}|{why}`` for
+        the run and the launch it signed its start-up record for (:attr:`acks`); anything else is ignored (forged,
+        another launch's, before the keys exist, over 4 KiB). Nobody but its owner's key can put one here, and nobody
+        can delete or bury it (unlike ``why/{k}`` in the store). Served back as ``why/{owner}``, so its owner knows
+        this server holds it."""
+        acks = self.acks
+        if None in (acks, getattr(acks, "keys", None), getattr(acks, "signer", None)) or len(raw) > 4096:
+            return
+        try:
+            owner, item = int(reader), json.loads(raw)
+            if owner == self.rank or owner in self.whys or not isinstance(item["why"], str):
+                return
+            ok = acks.valid(owner, f"why|{owner}|{item['why']}", item["sig"])
+        except Exception:  # noqa: BLE001 - junk
+            return
+        if ok:
+            with self.lock:
+                self.whys.setdefault(owner, peer_text(item["why"]))
 
     def _stop_text(self, owner: int, raw) -> str | None:
         nonce = self.launches.get(owner)

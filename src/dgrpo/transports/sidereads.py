@@ -22,7 +22,9 @@ write made every honest retry pull them through the store (F7). Now:
   first and last ``COPY_CAP / 2`` bytes are returned, so the owner's signed lines are still found whether junk was
   put before them (an appended line is last) or after them (review r31k F4: before, the value was dropped and that
   key family of its owner never read again, so 65 KiB of junk appended once to ``why/{k}`` hid the owner's stop
-  reason for the run); and that family of that owner is read again no sooner than ``_BLOATED_FIRST_S`` later,
+  reason for the run), though not both: of junk over ``COPY_CAP / 2`` on each side the middle is never read (review
+  r31m F1; a stop reason is pushed to its peers' servers too, where no rank can bury it: :mod:`dgrpo.transports.stopwhy`);
+  and that family of that owner is read again no sooner than ``_BLOATED_FIRST_S`` later,
   the wait doubling at each oversized read up to ``_BLOATED_MAX_S`` (a read of it asked sooner is None). The store
   has no ranged get and cannot say a value's size first, so an oversized read is pulled whole: that is the cost the
   wait bounds (review r31j F7: bloated keys read whole on every retry stretched rounds), per reader, owner and

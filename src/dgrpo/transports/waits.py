@@ -69,7 +69,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from dgrpo.errors import peer_text
+from dgrpo.transports.stopwhy import StopReasons
 
 if TYPE_CHECKING:
     from dgrpo.transports.peerserve import PeerChannel
@@ -78,7 +78,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("dgrpo.transports.storewait")
 
 _NOTE_LINES = 64  # most lines read from one note
-_WHY_BYTES = 1 << 18  # a stop reason in the store: bytes read (every line in it with a canonical signature is checked)
 _POLL_S = 0.25  # a relay exchange entered at its round's end still reads once (one poll)
 _KEEP = 6  # this node's notes kept served (its peers read those of the last two exchanges)
 
@@ -113,8 +112,9 @@ def extension_s(timeout_s: float) -> float:
     return window_s(timeout_s) + slack_s(timeout_s)
 
 
-class WaitNotes:
-    """This node's signed wait notes (served as ``wait/{tag}``) and its reading of its peers'.
+class WaitNotes(StopReasons):
+    """This node's signed wait notes (served as ``wait/{tag}``) and its reading of its peers'; its stop reason and its
+    peers' (:class:`~dgrpo.transports.stopwhy.StopReasons`).
 
     Args:
         rank: this node.
@@ -124,10 +124,9 @@ class WaitNotes:
     """
 
     def __init__(self, rank: int, chan: "PeerChannel", store: "SignedStore"):
-        self.rank, self.chan, self.store = rank, chan, store
+        super().__init__(rank, chan, store)
         self._served: list[str] = []  # this node's note keys, oldest first
         self._ends: list[str] = []  # this node's `end/{tag}` keys, oldest first
-        self._stops: dict[int, str] = {}  # peer → the signed stop reason read of it (its server may go once read)
         self._seen: dict[tuple[int, str], list[int]] = {}  # (peer, tag) → nodes it noted waiting for (positive only)
         self.mine: dict[str, set[int]] = {}  # exchange → the peers this node noted waiting for there
 
@@ -167,81 +166,6 @@ class WaitNotes:
                     self._seen[(peer, tag)] = hit
             if hit:
                 return tag, hit
-        return None
-
-    def say_stop(self, why: str, readers=(), wait_s: float = 0.0) -> None:
-        """Before this node stops on a peer failure (``on_peer_failure=abort``): serve ``why`` (``why`` on its own
-        server, where no other rank can delete or pre-fill it: review r31e G2) and append it to ``why/{rank}`` in
-        the store, signed for the run and its launch, so that peers that then find this node missing quote its
-        reason instead of naming it alone (review r31d F2); then keep serving it until every node of ``readers``
-        read it or serves a signed stop reason of its own (it stopped too: it will not read), at most ``wait_s``
-        seconds (the longest a peer may still wait for this node: a rank that deletes the store's copy leaves the
-        served one only; review r31e G2 in a launch)."""
-        why = " ".join(str(why).split())[:600]
-        line = (json.dumps({"why": why, "sig": self.store.sign(f"why|{self.rank}|{why}")}) + "\n").encode()
-        self.chan.set("why", line)
-        try:
-            self.store.append(f"why/{self.rank}", line)
-        except Exception:  # noqa: BLE001 - the store is gone: its peers find that out too
-            pass
-        end, waiting = time.monotonic() + wait_s, set(readers)
-        while time.monotonic() < end and waiting:
-            waiting = {p for p in waiting if not self.chan.read_by("why", [p])
-                       and self._why(p, self.chan.fetch(p, "why", 4096, end, 1.0)[0] or b"") is None}
-            time.sleep(0.05 if waiting else 0.0)
-
-    def stop_of(self, peer: int, deadline: float, budget: float = 1.0) -> str | None:
-        """Why ``peer`` said it stopped (:meth:`say_stop`, signed by it for this run and launch): as read before (once
-        read, its server may stop serving it), else as its own server serves it (``budget`` seconds at most; the read
-        is acknowledged, signed: :meth:`PeerChannel.acked`), else the first valid line of ``why/{peer}`` in the store
-        (:class:`~dgrpo.transports.sidereads.StoreCopies`: of a value over ``COPY_CAP`` bytes its first and last
-        ``COPY_CAP / 2``; every line with a canonically spelled signature checked, alternately from the first line and
-        the last: junk before it, after it or both hides nothing, :meth:`_why`); None (nothing there, junk, or another key's or
-        launch's line: a claim nobody signed counts for nothing)."""
-        if peer in self._stops:
-            return self._stops[peer]
-        end = max(deadline, time.monotonic() + budget)
-        raw, _ = self.chan.fetch(peer, "why", 4096, end, budget)
-        why = self._why(peer, raw or b"")
-        if why is None:
-            try:
-                copies = self.chan.copies  # (bounded: transports/sidereads.py)
-                raw = copies.read(peer, f"why/{peer}", end) if copies is not None else self.store.read(f"why/{peer}", end)
-                why = self._why(peer, raw or b"")
-            except Exception:  # noqa: BLE001 - the store is gone
-                return None
-        if why is not None:
-            self._stops[peer] = why
-        return why
-
-    def _why(self, peer: int, raw: bytes) -> str | None:
-        """The first valid reason among the lines of ``raw`` (at most ``_WHY_BYTES`` of it) that look like one (a
-        ``why`` string and a signature spelled as 128 lower-case hex digits), checked alternately from the first and
-        the last, each once: junk before it hides nothing, nor junk appended after it (review r31k F4), nor both
-        (review r31l F1: 40 lines on each side hid it from 64 checks). Every such line is checked: at most
-        ``_WHY_BYTES`` / 150 bytes a line, ~0.1 ms a signature, and a line once checked is cached
-        (:class:`~dgrpo.swarm.identity.SignatureVerifier`), so re-reading the same junk costs no signature."""
-        if self.store.keys is None:
-            return None
-        from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
-
-        items, seen = [], set()
-        for line in raw[:_WHY_BYTES].splitlines():
-            try:
-                item = json.loads(line)
-            except (ValueError, RecursionError):
-                continue
-            if (isinstance(item, dict) and isinstance(item.get("why"), str) and isinstance(item.get("sig"), str)
-                    and canonical_hex(item["sig"], SIGNATURE_HEX) is not None and (item["why"], item["sig"]) not in seen):
-                seen.add((item["why"], item["sig"]))
-                items.append(item)
-        order = [x for pair in zip(items, reversed(items)) for x in pair][: len(items)]  # (first, last, second, …)
-        for item in order:
-            try:
-                if self.store.valid(peer, f"why|{peer}|{item['why']}", item["sig"]):
-                    return peer_text(item["why"])  # (as shown: its signer may have signed anything)
-            except (ValueError, TypeError):
-                continue
         return None
 
     def _parse(self, peer: int, tag: str, raw: bytes) -> list[int]:

@@ -92,6 +92,21 @@ def test_copies_are_recognised_by_the_signed_content_and_verified_once(task, mod
     assert all(verifier.valid(0, b"x", m.signature) is False for _ in range(3)) and verifier.verified - before == 2
 
 
+def test_a_check_out_of_the_cache_gives_the_same_answer_and_leaves_the_cache_as_it_was():
+    """Review r31m F3: what anyone can make up at will (junk stop reasons) is verified with ``cache=False``: the same
+    answer, a verification each time, nothing added to the cache the message path relies on (emptied when full);
+    an entry already there still answers without a verification."""
+    from dgrpo.swarm.identity import Signer
+
+    keys = generate_keys(2)
+    verifier, signer = SignatureVerifier(Roster.of(keys), "ctx"), Signer(0, keys[0], "ctx")
+    good, bad = signer.sign_bytes(b"x"), signer.sign_bytes(b"y")
+    assert [verifier.valid(0, b"x", sig, cache=False) for sig in (good, bad, good)] == [True, False, True]
+    assert verifier.verified == 3 and verifier._cache == {}
+    assert verifier.valid(0, b"x", good) is True and verifier.verified == 4 and len(verifier._cache) == 1
+    assert verifier.valid(0, b"x", good, cache=False) is True and verifier.verified == 4  # (cached already)
+
+
 @pytest.mark.parametrize("carried", [True, False], ids=["delivered by its signer", "no carrier known"])
 def test_copies_of_a_signers_own_messages_are_named_and_not_counted_as_read(task, model, tokenizer, carried):
     """Review L1: 100 copies of node 3's own 2 messages. Before, a copy delivered by its own signer was named nowhere

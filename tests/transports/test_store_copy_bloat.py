@@ -49,9 +49,9 @@ def test_junk_over_copy_cap_around_a_stop_reason_hides_nothing(where):
 
 def test_small_junk_on_both_sides_of_a_stop_reason_hides_nothing():
     """Review r31l F1: rank 2 puts 40 well-formed reasons with bad signatures in why/1 before node 1 appends its
-    signed reason and 40 more after it (6.5 KiB in all: no cap involved). Before, 64 signatures were checked, 32 from
-    each end, and the 41st line never: node 0 named node 1 alone. Now every line with a canonical signature is, and
-    node 1 also pushed its reason to node 0's server (review r31m F1)."""
+    signed reason and 40 more after it (6.5 KiB in all: no byte cap involved). Before r31l, 64 signatures were checked,
+    32 from each end, and the 41st line never: node 0 named node 1 alone. A store read checks 64 again (review r31m
+    F3), so the store's copy alone would still hide it; node 1 pushed its reason to node 0's server (review r31m F1)."""
     ts, _ = _ranks(n=3, timeout_s=0.3)
     for t in ts:
         t.exchanger.on_peer_failure = "abort"
@@ -206,3 +206,29 @@ def test_a_pushed_stop_reason_is_kept_only_signed_by_its_owner_for_this_launch()
     push(line(ts[1], "node 0 sent nothing"))
     assert ts[0].chan.whys == {2: "node 1 sent nothing", 1: "node 2 sent nothing"}
     assert ts[0].exchanger.notes.stop_of(1, far) == "node 2 sent nothing"  # (read first, before any other copy)
+
+
+def test_junk_why_lines_are_checked_outside_the_shared_signature_cache_at_most_64_a_read():
+    """Review r31m F3: each distinct junk reason entered the SignatureVerifier cache the message path relies on
+    (emptied when full: 65,536), and every line of a read was checked (~430 in what StoreCopies returns). Now a read
+    checks at most 64 lines (32 from each end, alternately), out of the shared cache; a line checked once is not
+    checked again (a small cache of its own). Node 1's line after 300 junk lines is found at the 2nd check, before
+    300 others at the 1st (checked already: no signature); between 300 and 300, 64 checks and not found (the store's
+    copy alone is buried: its limit, docs/distributed.md); read again, none; the shared cache never grows."""
+    ts, _ = _ranks(n=3)
+    notes, verifier = ts[0].exchanger.notes, ts[0].signed_store.keys
+    honest = json.dumps({"why": "node 2 sent nothing", "sig": ts[1].signed_store.sign("why|1|node 2 sent nothing")})
+    honest = honest.encode() + b"\n"
+    size, count = len(verifier._cache), verifier.verified
+    assert notes._why(1, b"".join(_junk(ts[2].signed_store, 0, 300)) + honest) == "node 2 sent nothing"
+    assert verifier.verified - count == 2 and len(verifier._cache) == size
+    count = verifier.verified
+    assert notes._why(1, honest + b"".join(_junk(ts[2].signed_store, 1000, 300))) == "node 2 sent nothing"
+    assert verifier.verified - count == 0  # (the first line checked: node 1's, checked already)
+    count = verifier.verified
+    sandwich = b"".join(_junk(ts[2].signed_store, 2000, 300)) + honest + b"".join(_junk(ts[2].signed_store, 3000, 300))
+    assert notes._why(1, sandwich) is None
+    assert verifier.verified - count == 64
+    count = verifier.verified
+    assert notes._why(1, sandwich) is None and verifier.verified == count  # (the same lines: checked already)
+    assert len(verifier._cache) == size

@@ -246,10 +246,10 @@ class PeerChannel(AddressBook):
         """A peer's stop reason on a peer failure pushed to this server (``X-Dgrpo-Why``:
         :meth:`StopReasons.say_stop <dgrpo.transports.stopwhy.StopReasons.say_stop>`, review r31m F1): kept, the first
         per owner, if it is ``{"why": …, "sig": …}`` with ``sig`` the owner's signature of ``why|{owner}|{why}`` for
-        the run and the launch it signed its start-up record for (:attr:`acks`); anything else is ignored (forged,
-        another launch's, before the keys exist, over 4 KiB). Nobody but its owner's key can put one here, and nobody
-        can delete or bury it (unlike ``why/{k}`` in the store). Served back as ``why/{owner}``, so its owner knows
-        this server holds it."""
+        the run and the launch it signed its start-up record for (:attr:`acks`; checked out of the verifier's cache);
+        anything else is ignored (forged, another launch's, before the keys exist, over 4 KiB). Nobody but its owner's
+        key can put one here, and nobody can delete or bury it (unlike ``why/{k}`` in the store). Served back as
+        ``why/{owner}``, so its owner knows this server holds it."""
         acks = self.acks
         if None in (acks, getattr(acks, "keys", None), getattr(acks, "signer", None)) or len(raw) > 4096:
             return
@@ -257,7 +257,7 @@ class PeerChannel(AddressBook):
             owner, item = int(reader), json.loads(raw)
             if owner == self.rank or owner in self.whys or not isinstance(item["why"], str):
                 return
-            ok = acks.valid(owner, f"why|{owner}|{item['why']}", item["sig"])
+            ok = acks.valid(owner, f"why|{owner}|{item['why']}", item["sig"], cache=False)
         except Exception:  # noqa: BLE001 - junk
             return
         if ok:

@@ -165,12 +165,13 @@ class SignedStore:
             return ""
         return self.signer.sign_bytes(f"dgrpo/{what}|{self.bound(self.rank) if bound else ''}".encode())
 
-    def valid(self, node: int, what: str, sig, bound: bool = True) -> bool:
+    def valid(self, node: int, what: str, sig, bound: bool = True, cache: bool = True) -> bool:
         """Whether ``sig`` is node's signature of ``what`` (``bound``: for this run context and the launch
-        nonce ``node`` published at the start-up check); always, before the keys exist."""
+        nonce ``node`` published at the start-up check); always, before the keys exist. ``cache=False``: not kept
+        in the verifier's cache (:meth:`SignatureVerifier.valid <dgrpo.swarm.identity.SignatureVerifier.valid>`)."""
         if self.signer is None or self.keys is None:
             return True
-        return self.keys.valid(node, f"dgrpo/{what}|{self.bound(node) if bound else ''}".encode(), sig)
+        return self.keys.valid(node, f"dgrpo/{what}|{self.bound(node) if bound else ''}".encode(), sig, cache=cache)
 
     def bound(self, node: int) -> str:
         """What a bound signature of ``node`` covers: the run context and node's launch nonce ("" while

@@ -1,5 +1,5 @@
 """A node's stop reason under ``on_peer_failure=abort``, said so that no other rank can hide it (issue 31, review
-r31d F2, r31e G2, r31k F4, r31l F1, r31m F1: :class:`StopReasons`, the base of
+r31d F2, r31e G2, r31k F4, r31l F1, r31m F1/F3: :class:`StopReasons`, the base of
 :class:`~dgrpo.transports.waits.WaitNotes`).
 
 A node that stops on a peer failure says why (:meth:`StopReasons.say_stop`), one line signed for the run and its
@@ -16,9 +16,9 @@ It leaves three copies, read in this order (:meth:`StopReasons.stop_of`):
   ``why/{k}``), or the peer read it (a signed acknowledgement) or stopped too, as long as a peer may wait for it
   (review r31e G2, r31f H5);
 * **in the store**, appended to ``why/{k}``: the fallback, for a peer the stopping node could not reach. Any rank can
-  delete it or bury it (junk over ``COPY_CAP`` / 2 bytes on each side of it); the store cannot say who. A peer that
-  the stopping node reached neither by its push nor by its server (no route to it at all) and that finds that copy
-  buried or deleted names it alone.
+  delete it or bury it (junk over ``COPY_CAP`` / 2 bytes, or over ``_WHY_LINES`` / 2 lines with well-formed
+  signatures, on each side of it); the store cannot say who. A peer that the stopping node reached neither by its push
+  nor by its server (no route to it at all) and that finds that copy buried or deleted names it alone.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from dgrpo.transports.peerserve import PeerChannel
     from dgrpo.transports.signedstore import SignedStore
 
-_WHY_BYTES = 1 << 18  # a stop reason in the store: bytes read (every line in it with a canonical signature is checked)
+_WHY_BYTES = 1 << 18  # a stop reason in the store: bytes read
+_WHY_LINES = 64  # a stop reason in the store: most lines checked a read (StopReasons._why)
+_CHECKED = 256  # why-lines whose check is remembered (StopReasons._checked)
 _PUSH_S = 2.0  # the push of a stop reason to every peer's server: seconds in all
 
 
@@ -50,6 +52,7 @@ class StopReasons:
     def __init__(self, rank: int, chan: "PeerChannel", store: "SignedStore"):
         self.rank, self.chan, self.store = rank, chan, store
         self._stops: dict[int, str] = {}  # peer → the signed stop reason read of it (its server may go once read)
+        self._checked: dict[tuple[int, str, str], bool] = {}  # (peer, why, sig) → valid: why-lines checked (_why)
 
     def say_stop(self, why: str, readers=(), wait_s: float = 0.0) -> None:
         """Before this node stops on a peer failure (``on_peer_failure=abort``): say ``why``, signed for the run and its
@@ -87,7 +90,7 @@ class StopReasons:
         the read is acknowledged, signed: :meth:`PeerChannel.acked`), else a valid line of ``why/{peer}`` in the store
         (:class:`~dgrpo.transports.sidereads.StoreCopies`: of a value over ``COPY_CAP`` bytes its first and last
         ``COPY_CAP / 2``; :meth:`_why`). The store's copy is the fallback only: any rank can bury it (over ``COPY_CAP``
-        / 2 bytes of junk on each side) or delete it, so a peer that
+        / 2 bytes, or ``_WHY_LINES`` / 2 well-formed lines, of junk on each side) or delete it, so a peer that
         ``peer`` could not reach at all (neither pushed to nor served) may name it alone. None: nothing found, junk, or
         another key's or launch's line (a claim nobody signed counts for nothing)."""
         if peer in self._stops:
@@ -110,10 +113,13 @@ class StopReasons:
     def _why(self, peer: int, raw: bytes) -> str | None:
         """The first valid reason among the lines of ``raw`` (at most ``_WHY_BYTES`` of it) that look like one (a
         ``why`` string and a signature spelled as 128 lower-case hex digits), checked alternately from the first and
-        the last, each once: junk before it hides nothing, nor junk appended after it (review r31k F4), nor both
-        (review r31l F1: 40 lines on each side hid it from 64 checks). Every such line is checked: at most
-        ``_WHY_BYTES`` / 150 bytes a line, ~0.1 ms a signature, and a line once checked is cached
-        (:class:`~dgrpo.swarm.identity.SignatureVerifier`), so re-reading the same junk costs no signature."""
+        the last: junk on one side of the owner's line hides nothing (review r31k F4). At most ``_WHY_LINES`` (64)
+        distinct lines are checked a read: an honest owner writes one line a launch, and what hides its line in the
+        store's copy is cheap anyway (junk over ``COPY_CAP`` / 2 bytes on each side: review r31m F1), so checking
+        every line (up to ~430 in what StoreCopies returns, 50 ms with real signatures of other text; review r31m F3)
+        only bought the attacker a reader's CPU; the owner's pushed copy (:meth:`PeerChannel.told_why`) is what junk
+        cannot bury. Signatures are checked out of the verifier's shared cache (junk made up at will must not empty
+        it for the message path: review r31m F3), in a small one of this node's (``_checked``, ``_CHECKED`` lines)."""
         if self.store.keys is None:
             return None
         from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
@@ -128,11 +134,16 @@ class StopReasons:
                     and canonical_hex(item["sig"], SIGNATURE_HEX) is not None and (item["why"], item["sig"]) not in seen):
                 seen.add((item["why"], item["sig"]))
                 items.append(item)
-        order = [x for pair in zip(items, reversed(items)) for x in pair][: len(items)]  # (first, last, second, …)
-        for item in order:
-            try:
-                if self.store.valid(peer, f"why|{peer}|{item['why']}", item["sig"]):
-                    return peer_text(item["why"])  # (as shown: its signer may have signed anything)
-            except (ValueError, TypeError):
-                continue
+        order = [x for pair in zip(items, reversed(items)) for x in pair][: min(len(items), _WHY_LINES)]
+        for item in order:  # (first, last, second, …)
+            key = (peer, item["why"], item["sig"])
+            if key not in self._checked:
+                if len(self._checked) >= _CHECKED:
+                    self._checked.clear()
+                try:
+                    self._checked[key] = self.store.valid(peer, f"why|{peer}|{item['why']}", item["sig"], cache=False)
+                except (ValueError, TypeError):  # (a lone surrogate in it, …)
+                    self._checked[key] = False
+            if self._checked[key]:
+                return peer_text(item["why"])  # (as shown: its signer may have signed anything)
         return None

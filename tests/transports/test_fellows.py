@@ -1,0 +1,92 @@
+"""The fellows rule (transports/waits.py: ``Schedule.held_with``, ``Schedule.fellows_of``; review r31l F2, r31m F2) by
+hand-worked numbers, without a launch: a peer still in ``eq{n-1}`` while this node was held there past its relay post +
+E is its fellow, waited for in ``r{n}`` as any peer and never accused by it; one that did not hold it is accused as
+before; a wait that ends exactly at the relay post + E holds nobody. (The launch tests of the attack are in
+test_round_deadlines.py, slow set.)
+
+``timeout_s = 5``: ``S = min(5 / 5, 0.5 + 1) = 1``, ``W = (5 - 2 S) / 2 = 1.5``, ``E = W + S = 2.5`` (all exact in
+binary, so the times below compare exactly)."""
+
+import math
+import time
+
+from dgrpo.transports.waits import Schedule, extension_s, slack_s, window_s
+
+from signed_ranks import _ranks
+
+T = 5.0
+
+
+def test_the_schedules_numbers_at_timeout_5():
+    assert (slack_s(T), window_s(T), extension_s(T)) == (1.0, 1.5, 2.5)
+    s = Schedule(T)
+    for tag in ("r0", "eq0"):
+        s.enter(tag)
+    s.posted.update({"r0": 100.0, "eq0": 101.0})
+    assert s.safe("eq0") == 103.5  # (its relay post + E)
+    assert s.safe("r1") == 105.0  # (its relay post + timeout_s - S)
+    assert s.base("r1", 200.0) == 195.0 + 1.5  # (not posted yet: the deadline - timeout_s, + W)
+
+
+def test_fellows_of_r_n_are_the_peers_held_with_in_eq_n_minus_1_and_nothing_else():
+    s = Schedule(T)
+    for tag in ("r0", "eq0"):
+        s.enter(tag)
+    assert s.fellows_of("r1") == set()
+    s.held_with("eq0", {2})
+    s.held_with("eq0", [3])
+    assert s.fellows_of("r1") == {2, 3}
+    assert s.fellows_of("eq0") == s.fellows_of("eq1") == s.fellows_of("r2") == s.fellows_of("r0") == set()
+    assert s.fellows_of("rec0") == set()
+    s.fellows_of("r1").add(4)  # (a copy: the record is not changed through it)
+    assert s.fellows_of("r1") == {2, 3}
+    for n in range(1, 5):  # (the last 8 exchanges are kept: eq0 and its fellows go with it)
+        s.enter(f"r{n}")
+        s.enter(f"eq{n}")
+    assert "eq0" not in s.history and s.fellows_of("r1") == set()
+
+
+def _eq0_then_r1(relay_post_after_r0: float):
+    """Node 0 of 3 (timeout_s=5) posted r0 at p and its relay eq0 at p + ``relay_post_after_r0``, p a multiple of 0.25
+    s with p + timeout_s (the round's end) 0.75-1 s from now; node 1 withholds its relay eq0, node 2 serves its relay
+    but says nothing of leaving eq0 (no ``end/eq0``: still in it). Node 0's wait for node 1 in eq0 ends at the round's
+    end, p + 5 (min(now + S, p + timeout_s); no note, so no extension); node 2's relay is read at once, at least
+    0.25 s before safe (a peer still awaited past safe would be recorded as a fellow too). Then node 0 posts r1 and
+    nobody else does: it waits W = 1.5 s for both. Returns (node 0's transport, its fellows of r1, whom it accused of
+    r1, refusals of r1)."""
+    ts, _ = _ranks(n=3, timeout_s=T)
+    a, sched = ts[0], ts[0].exchanger.schedule
+    ts[2].chan.set("eq0/data/2", b"relay two")
+    p = math.floor(4 * time.monotonic()) / 4 - 4.0
+    sched.enter("r0")
+    sched.enter("eq0")
+    sched.posted.update({"r0": p, "eq0": p + relay_post_after_r0})
+    assert sched.base("eq0", p + 2 * T) == p + T  # (node 0's deadline for node 1's relay: the round's end)
+    assert a.exchanger.collect("eq0", [1, 2], p + 2 * T, 1 << 20) == {2: b"relay two"}
+    fellows = sched.fellows_of("r1")
+    a.rejected = []
+    a.exchanger.post("r1", b"mine")
+    assert a.exchanger.collect("r1", [1, 2], time.monotonic() + T, 1 << 20) == {}
+    accused = {peer for peer in (1, 2) if "r1" in a.ledger.accusations(peer)}
+    return a, fellows, accused, sorted((n, r.split(":")[0]) for n, r in a.rejected)
+
+
+def test_a_peer_that_held_this_node_in_eq_past_its_relay_post_plus_e_is_never_accused_in_the_next_round():
+    """Relay posted at p + 2: safe = p + 2 + E = p + 4.5 (0.25-0.5 s after eq0's wait begins), and node 0 waits for
+    node 1 to p + 5 while node 2 is still in eq0 (it holds node 0: Witnesses, 1 of the 2 others needed): node 2 is a
+    fellow. In r1 it misses its window W (served nothing 1.5 s after node 0's post), is named (missing payload) and
+    never accused by node 0; node 1, which held nobody, is accused as before."""
+    _, fellows, accused, refused = _eq0_then_r1(2.0)
+    assert fellows == {2}
+    assert accused == {1}
+    assert refused == [(1, "missing payload"), (2, "missing payload")]
+
+
+def test_a_wait_that_ends_exactly_at_the_relay_post_plus_e_makes_no_fellow():
+    """The boundary: relay posted at p + 2.5, so safe = p + 2.5 + E = p + 5, exactly the end of node 0's wait for
+    node 1 in eq0: it was never held past safe (a wait past it is ``until > now >= safe``), so node 2 is no fellow and
+    in r1 both are accused as before the rule."""
+    _, fellows, accused, refused = _eq0_then_r1(2.5)
+    assert fellows == set()
+    assert accused == {1, 2}
+    assert refused == [(1, "missing payload"), (2, "missing payload")]

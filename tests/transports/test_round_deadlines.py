@@ -244,3 +244,28 @@ def test_fellows_released_at_different_times_are_never_accused_by_each_other(tmp
     out = "".join(r.output for r in results)
     assert "is out of the swarm" not in out and "declared failed by its peers in exchange 'r" not in out
     assert all("swarm/nodes_alive" not in r for r in got), got
+
+
+@pytest.mark.slow
+def test_a_victim_made_late_then_held_until_its_note_names_the_others_is_not_expelled(tmp_path, tiny_model_dir):
+    """Review r31n G2 (timeout_s=10: W=3.5 s, S=1.5 s, E=5 s): rank 3 serves its relay eq1 to node 2 1.5 s late (node
+    2 notes waiting for it in eq1 and posts r2 late: nodes 0 and 1 truly note waiting for node 2 in r2), its r2 to
+    node 2 3 s late, and to nodes 0 and 1 only once node 2's note of eq2 is up (so it names them beside rank 3, whose
+    relay eq2 it never serves node 2); every note rank 3 serves names node 1 only; it accuses node 2 of r3. Node 2
+    waits for that relay to its relay post + E and posts r3 ~4 s after nodes 0 and 1. Before, they refused node 2's
+    note of eq2 its extension (it named them, and they had noted waiting for node 2 in r2: review r31e G1's rule), cut
+    it at W and with rank 3 expelled it (exit code 3; 3 of 3 review runs). Now a note naming this node still buys the
+    extension when this node had noted waiting for someone else there too (rank 3) or the writer's own lateness was a
+    noted wait (node 2's note of eq1): nobody honest is expelled."""
+    t = 10
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=5", "eval.every=10", "eval.first=false",
+            f"swarm.timeout_s={t}"]
+    scenario = ("sticky:3:1,delay:3:2:^eq1/data/:1.5,delay:3:2:^r2/data/:3.0,afternote:3:0.1:^r2/data/:2:eq2:8.4,"
+                "withhold:3:2:^eq2/data/,accat:3:r3:2")
+    results, got, peers = _run(tmp_path, args, scenario, timeout=240)
+    assert [r.returncode for r in results[:3]] == [0, 0, 0], [r.output[-2000:] for r in results]
+    out = "".join(r.output for r in results)
+    assert "node 2 is out of the swarm" not in out and "node 2 was declared failed" not in out
+    assert all("swarm/nodes_alive" not in r for r in got), got  # (nobody expelled: rank 3's accusations are lone)
+    assert all("missing payload" not in _named(p, 2) for p in peers), peers  # (node 2 is named `waited` at most)
+    assert max(r["time/exchange"] for r in got[:5]) <= t + POLL

@@ -120,7 +120,8 @@ class SideReads:
         self.ex, self.tag, self.submit, self.end = ex, tag, submit, end
         self.notes: dict[int, tuple[Future, float]] = {}  # peer → (its note read in flight, that read's deadline)
         self.note_at: dict[int, float] = {}  # peer → when to read its notes again
-        self.hits: dict[int, tuple[tuple[str, list[int]], str | None]] = {}  # peer → (its note, its stop reason)
+        self.hits: dict[int, tuple[tuple[str, list[int]], str | None, bool]] = {}  # peer → (its note, its stop
+        #                                                                  reason, whether it names a wait of its own doing)
         self.gone: dict[int, Future] = {}  # peer → its stop notice / leave mark read in flight
         self.gone_at: dict[int, float] = {}
         self.held: dict[int, Future] = {}  # the main rank → the read of its note of rec{n-1} (ask_held)
@@ -145,22 +146,22 @@ class SideReads:
         for peer in [p for p, (f, _) in self.notes.items() if f.done()]:
             fut, _ = self.notes.pop(peer)
             try:
-                why, stop = fut.result()
+                why, stop, own = fut.result()
             except Exception:  # noqa: BLE001 - the store is gone (a stop reason's copy): no note
-                why, stop = None, None
+                why, stop, own = None, None, False
             if why is not None:
-                self.hits[peer] = (why, stop)
+                self.hits[peer] = (why, stop, own)
             else:
                 self.note_at[peer] = time.monotonic() + _NOTE_GAP_S
 
     def note(self, peer: int) -> tuple[str, list[int]] | None:
         """``peer``'s note as found (:attr:`hits`: exchange, whom it says it waited for), or None where it buys
-        nothing from this node (transports/waits.py): it names this node, which had noted waiting for it just before
-        (its own doing, review r31e G1); a relay late for this node's round payload alone, served since its post (an
-        honest node late to post gave its withholder the extension: expelled at its next post); or, under
-        ``abort``, it serves a signed stop reason (it stopped)."""
-        (why, stop), ex = self.hits[peer], self.ex
-        if ex.rank in why[1] and any(peer in ex.notes.mine.get(t, ()) for t in ex.schedule.before(why[0])):
+        nothing from this node (transports/waits.py): a wait of its own doing (:func:`own_doing`; review r31e G1,
+        r31n G2); a relay late for this node's round payload alone, served since its post (an honest node late to
+        post gave its withholder the extension: expelled at its next post); or, under ``abort``, it serves a signed
+        stop reason (it stopped)."""
+        (why, stop, own), ex = self.hits[peer], self.ex
+        if own:
             return None
         if self.tag.startswith("eq") and why[0] == f"r{self.tag[2:]}" and set(why[1]) <= {ex.rank}:
             return None
@@ -207,12 +208,32 @@ class SideReads:
 
 
 def _notes_of(ex, peer: int, tags: list[str], end: float):
-    """(peer's note, its signed stop reason under ``abort``, else None), read in the pool by ``end``."""
+    """(peer's note, its signed stop reason under ``abort``, else None, whether the note names a wait of its own doing:
+    :func:`own_doing`), read in the pool by ``end``."""
     why = ex.notes.waited(peer, tags, end, min(1.0, max(0.05, end - time.monotonic())))
     stop = None
     if why is not None and ex.on_peer_failure == "abort":
         stop = ex.notes.stop_of(peer, end, max(0.05, min(0.25, end - time.monotonic())))
-    return why, stop
+    return why, stop, why is not None and own_doing(ex, peer, why, end)
+
+
+def own_doing(ex, peer: int, why: tuple[str, list[int]], end: float) -> bool:
+    """Whether ``peer``'s note ``why`` (exchange, whom it says it waited for there) claims a wait of its own doing,
+    which buys it nothing from this node (review r31e G1, narrowed by r31n G2; transports/waits.py): it names this
+    node; this node had noted waiting for ``peer`` in one of the two exchanges before ``why``'s and for nobody else
+    there (this node's lateness, which ``peer`` then waited for, was ``peer``'s alone); and ``peer`` served no note
+    of the exchange just before each of those (its own lateness there was no noted wait). Before r31n G2 the first
+    two were enough: an attacker that made the writer late (a relay withheld: this node then waited for the writer)
+    and held this node until the writer's note named it got the writer's extension refused and the writer expelled.
+    Reads ``peer``'s notes of those exchanges by ``end`` (none found in time: its own doing, as before)."""
+    if ex.rank not in why[1]:
+        return False
+    mine = ex.notes.mine
+    waits = [t for t in ex.schedule.before(why[0]) if peer in mine.get(t, ())]
+    if not waits or any(mine[t] - {peer} for t in waits):
+        return False
+    prior = [b for t in waits for b in ex.schedule.before(t, 1)]
+    return not prior or ex.notes.waited(peer, prior, end, min(1.0, max(0.05, end - time.monotonic()))) is None
 
 
 def _gone(ex, tag: str, peer: int, deadline: float):

@@ -13,8 +13,13 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
 * **One extension per waiter and exchange.** A peer missing at this node's deadline in a round exchange whose note
   (read afresh then) says it waited in one of the two exchanges before this one gets ``extension_s`` more, once
   in that exchange: whoever made it wait made it late, and nobody gives up on a peer that only waited (as on
-  hivemind: docs/hivemind.md). A note naming this node buys nothing from it when this node had noted waiting for
-  the note's writer just before (whatever else it names), nor a relay's extension when it names this node alone
+  hivemind: docs/hivemind.md). A note naming this node buys nothing from it when the wait was the writer's own
+  doing (:func:`~dgrpo.transports.sidereads.own_doing`): this node had noted waiting for the writer just before and
+  for nobody else there, and the writer served no note of the exchange before that one (review r31e G1; r31n G2:
+  without the last two, a rank that made the writer late and then held this node until the writer's note named it
+  got an honest writer's extension refused and it expelled). A false note in every exchange passes it: it buys the
+  writer what a note naming a third node always did, ``E`` once an exchange within the round's end, cut past
+  :meth:`Schedule.safe` unless others are held, the writer named ``waited``. Nor a relay's extension when it names this node alone
   (its round payload was served since its post), nor anything from a peer that serves a signed stop reason (it
   stopped); only the note's writer is named for it (``waited``; review r31e G1). A peer may get an extension in
   both ``r{n}`` and ``eq{n}``: each ends by the round's end, so two never reach past it (review r31f H3: with one a

@@ -8,7 +8,10 @@ test_round_deadlines.py, slow set.)
 binary, so the times below compare exactly)."""
 
 import math
+import threading
 import time
+
+import pytest
 
 from dgrpo.transports.waits import Schedule, extension_s, slack_s, window_s
 
@@ -52,8 +55,8 @@ def _eq0_then_r1(relay_post_after_r0: float):
     but says nothing of leaving eq0 (no ``end/eq0``: still in it). Node 0's wait for node 1 in eq0 ends at the round's
     end, p + 5 (min(now + S, p + timeout_s); no note, so no extension); node 2's relay is read at once, at least
     0.25 s before safe (a peer still awaited past safe would be recorded as a fellow too). Then node 0 posts r1 and
-    nobody else does: it waits W = 1.5 s for both. Returns (node 0's transport, its fellows of r1, whom it accused of
-    r1, refusals of r1)."""
+    nobody else does: it waits W = 1.5 s for both. Returns (the ranks, node 0's fellows of r1, whom it accused of r1,
+    refusals of r1)."""
     ts, _ = _ranks(n=3, timeout_s=T)
     a, sched = ts[0], ts[0].exchanger.schedule
     ts[2].chan.set("eq0/data/2", b"relay two")
@@ -68,7 +71,7 @@ def _eq0_then_r1(relay_post_after_r0: float):
     a.exchanger.post("r1", b"mine")
     assert a.exchanger.collect("r1", [1, 2], time.monotonic() + T, 1 << 20) == {}
     accused = {peer for peer in (1, 2) if "r1" in a.ledger.accusations(peer)}
-    return a, fellows, accused, sorted((n, r.split(":")[0]) for n, r in a.rejected)
+    return ts, fellows, accused, sorted((n, r.split(":")[0]) for n, r in a.rejected)
 
 
 def test_a_peer_that_held_this_node_in_eq_past_its_relay_post_plus_e_is_never_accused_in_the_next_round():
@@ -90,3 +93,47 @@ def test_a_wait_that_ends_exactly_at_the_relay_post_plus_e_makes_no_fellow():
     assert fellows == set()
     assert accused == {1, 2}
     assert refused == [(1, "missing payload"), (2, "missing payload")]
+
+
+def test_the_withholder_this_node_waits_for_is_never_its_fellow():
+    """Node 0 of 4 (h31v, the neighbour of review r31n G1): nodes 1 and 2 withhold their relays eq0, node 3 serves its
+    relay and never says it left eq0. Past safe (p + 4.5) node 0 is held to the round's end (p + 5) by the others
+    still in eq0 (Witnesses: 4 - quorum(4) = 1 other needed). Before, every peer still in but the one waited for was
+    recorded, so each withholder was the other's witness and both became node 0's fellows: never accused in r1. Now a
+    peer whose relay this node has not received is no fellow: only node 3 is, and in r1 nodes 1 and 2 are accused."""
+    ts, _ = _ranks(n=4, timeout_s=T)
+    a, sched = ts[0], ts[0].exchanger.schedule
+    ts[3].chan.set("eq0/data/3", b"relay three")
+    p = math.floor(4 * time.monotonic()) / 4 - 4.0
+    sched.enter("r0")
+    sched.enter("eq0")
+    sched.posted.update({"r0": p, "eq0": p + 2.0})
+    assert a.exchanger.collect("eq0", [1, 2, 3], p + 2 * T, 1 << 20) == {3: b"relay three"}
+    assert sched.fellows_of("r1") == {3}
+    a.exchanger.post("r1", b"mine")
+    assert a.exchanger.collect("r1", [1, 2, 3], time.monotonic() + T, 1 << 20) == {}
+    assert {peer for peer in (1, 2, 3) if "r1" in a.ledger.accusations(peer)} == {1, 2}
+
+
+@pytest.mark.parametrize("served_late", [True, False])
+def test_a_fellow_missed_in_r1_is_accused_of_it_at_the_end_of_eq1_unless_its_round_payload_came(served_late):
+    """Review r31n G1: node 2 is node 0's fellow (as above: still in eq0 while node 0 was held past safe), and misses
+    r1 (node 0 names it, never accuses it there). In eq1 it serves its relay. Served late: its r1 comes during eq1
+    (a fellow late by the withholder's doing), and it is never accused. Never served (a rank posing as a fellow that
+    hid r1 from everyone): node 0 accuses it of r1 at the end of eq1. Before, it never did (nodes 0 and 1 of the
+    review's run never accused it: it was never expelled)."""
+    ts, fellows, accused, _ = _eq0_then_r1(2.0)
+    a = ts[0]
+    assert fellows == {2} and accused == {1}
+    ts[1].chan.set("eq1/data/1", b"relay one")
+
+    def serve():
+        if served_late:
+            ts[2].chan.set("r1/data/2", b"late two")
+        ts[2].chan.set("eq1/data/2", b"relay two")
+
+    threading.Timer(0.3, serve).start()
+    a.exchanger.post("eq1", b"relay")
+    assert sorted(a.exchanger.collect("eq1", [1, 2], time.monotonic() + T, 1 << 20)) == [1, 2]
+    assert ("r1" in a.ledger.accusations(2)) is not served_late
+    assert "r1" in a.ledger.accusations(1) and "eq1" not in a.ledger.accusations(2)

@@ -269,3 +269,28 @@ def test_a_victim_made_late_then_held_until_its_note_names_the_others_is_not_exp
     assert all("swarm/nodes_alive" not in r for r in got), got  # (nobody expelled: rank 3's accusations are lone)
     assert all("missing payload" not in _named(p, 2) for p in peers), peers  # (node 2 is named `waited` at most)
     assert max(r["time/exchange"] for r in got[:5]) <= t + POLL
+
+
+@pytest.mark.slow
+def test_a_rank_posing_as_a_fellow_that_withholds_its_round_payload_from_everyone_is_expelled(tmp_path, tiny_model_dir):
+    """Review r31n G1: rank 3 never serves `end/eq{r}` (the others' Witnesses count it as still in every relay
+    exchange), serves its r1 and r3 to node 2 3 s late (node 2 posts its relays late: nodes 0 and 1 wait for them past
+    their relay post + E, rank 3 "still in" eq1 and eq3 with them: their fellow), and serves its r2 and r4 to nobody;
+    every note it serves names node 0 only. Before, nodes 0 and 1 never accused their fellow of r2 or r4, node 2
+    alone did: never expelled (rounds of 3.3-4.2 s; the review's run, and exit codes [0, 0, 0, 0] here). Now a
+    fellow missed in r{r} is still accused by this node once its round payload has not come by the end of its relay
+    exchange eq{r} (a fellow late by the withholder's doing posts r{r} before its relay, and an honest node serves it
+    until it has finished r{r+1}): the quorum expels rank 3 at r2."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=5", "eval.every=10", "eval.first=false"]
+    scenario = ("sticky:3:0,delay:3:2:^r(1|3)/data/:3.0,noend:3:eq\\d+,withhold:3:0:^r(2|4)/data/,"
+                "withhold:3:1:^r(2|4)/data/,withhold:3:2:^r(2|4)/data/")
+    results, got, peers = _run(tmp_path, args, scenario, timeout=240)
+    assert [r.returncode for r in results] == [0, 0, 0, 3], [r.output[-2000:] for r in results]
+    assert "node 3 was declared failed by its peers in exchange 'r2'" in results[3].output
+    for r in results[:3]:
+        assert "node 3 is out of the swarm from exchange 'r2'" in r.output, r.output[-2000:]
+    # (nodes 0 and 1 accuse it at the end of eq2: counted from round 2's or 3's record on)
+    assert got[1].get("swarm/nodes_alive") is None and [r.get("swarm/nodes_alive") for r in got[3:5]] == [3, 3], got
+    # (rank 3 accuses honest nodes alone: named under both, no effect)
+    assert all(_named(p, n).get("accused", 0) <= _named(p, 3).get("accusation", 0) for p in peers for n in (0, 1, 2))
+    assert max(r["time/exchange"] for r in got[:5]) <= T + POLL

@@ -121,6 +121,7 @@ class DistributedTransport:
         self.signed_store = SignedStore(self.store, rank, self.alive, self.wait)
         # (key, _, framed) of this node's served payloads that peers may still read; deleted once they moved on
         self._own_keys: list[tuple[str, bytes, bool]] = []
+        self._older: list[tuple[str, bytes, bool]] = []  # those of the exchange before the last (exchange: why kept)
         self.chan = chan or PeerChannel(rank, self.store, keys=keys)  # this rank's own server of its round data
         self.ledger = AccusationLedger(rank, self.alive, self.chan, self.signed_store, self._refuse)
         self.exchanger = StoreExchange(rank, self.alive, self.failed, self.chan, self.signed_store, self.ledger,
@@ -228,10 +229,13 @@ class DistributedTransport:
         deadline = time.monotonic() + self.wait.timeout_s
         self._own_keys = stale + self._own_keys  # restored if deleted while peers may still read them
         got = {self.rank: payload, **self.collect(tag, range(self.world_size), deadline)}
-        # Every live peer has posted `tag`, so it is done reading what this node posted before.
+        # Every live peer has posted `tag`, so it is done reading what this node posted before; a round payload
+        # r{n} is kept one exchange more (to the end of r{n+1}): a peer that missed it as a fellow's reads it in
+        # eq{n} to tell late from missing (Schedule.owed_in; review r31n G1).
         self._own_keys = self._own_keys[len(stale):]
-        for key, _, _ in stale:
+        for key, _, _ in self._older:
             self.chan.delete_key(key)
+        self._older = stale
         return got
 
     def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:

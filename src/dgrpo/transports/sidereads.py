@@ -116,8 +116,10 @@ class SideReads:
         end: the round's end (None outside a round: no wait notes are read).
     """
 
-    def __init__(self, ex, tag: str, submit: Callable[..., Future], end: float | None):
-        self.ex, self.tag, self.submit, self.end = ex, tag, submit, end
+    def __init__(self, ex, tag: str, submit: Callable[..., Future], end: float | None, cap: int = 0):
+        self.ex, self.tag, self.submit, self.end, self.cap = ex, tag, submit, end, cap
+        self.owed = ex.schedule.owed_in(tag) if end is not None else set()  # fellows missed in r{n}: ask_owed
+        self.owe_reads: dict[int, tuple[Future, float]] = {}  # fellow → (its r{n} read in flight, when it began)
         self.notes: dict[int, tuple[Future, float]] = {}  # peer → (its note read in flight, that read's deadline)
         self.note_at: dict[int, float] = {}  # peer → when to read its notes again
         self.hits: dict[int, tuple[tuple[str, list[int]], str | None, bool]] = {}  # peer → (its note, its stop
@@ -167,6 +169,45 @@ class SideReads:
             return None
         return None if stop is not None else why
 
+    def ask_owed(self, now: float) -> None:
+        """In ``eq{n}``, read the round payload ``r{n}`` of each fellow this node missed there unaccused
+        (:meth:`~dgrpo.transports.waits.Schedule.owed_in`), one read each in flight, at most every 0.2 s; a fellow
+        whose ``r{n}`` is served (or found oversized) was late, not missing, and owes nothing."""
+        for peer, (fut, began) in list(self.owe_reads.items()):
+            if fut.done():
+                del self.owe_reads[peer]
+                data, problem = _result(fut)
+                if data is not None or (problem or "").startswith("oversize"):
+                    self.owed.discard(peer)
+                elif now - began < 0.2:
+                    self.owe_reads[peer] = (fut, began)  # (not asked again before 0.2 s)
+        for peer in sorted(self.owed - set(self.owe_reads)):
+            self.owe_reads[peer] = (self.submit(self.ex.chan.fetch, peer, f"r{self.tag[2:]}/data/{peer}", self.cap,
+                                                min(self.end, now + 0.5), 0.5), now)
+
+    def settle_owed(self) -> None:
+        """At the end of ``eq{n}``: read once more (within 1 s, at least one poll past the round's end) the round
+        payload ``r{n}`` of each live fellow still owing it, then accuse each whose payload never came of ``r{n}``
+        (review r31n G1; a quorum expels it as for any missing peer)."""
+        ex, n = self.ex, self.tag[2:]
+        owed = sorted(p for p in self.owed if p in ex.alive)
+        if not owed:
+            return
+        deadline = max(min(self.end, time.monotonic() + 1.0), time.monotonic() + 0.25)
+        futs = {p: self.submit(ex.chan.fetch, p, f"r{n}/data/{p}", self.cap, deadline, 1.0) for p in owed}
+        for peer, fut in futs.items():
+            try:
+                data, problem = fut.result(timeout=max(0.0, deadline - time.monotonic()) + 0.05)
+            except Exception:  # noqa: BLE001 - not in by then: not served
+                data, problem = None, None
+            if data is None and not (problem or "").startswith("oversize"):
+                log.warning("node %d: node %d, a fellow it missed in exchange 'r%s', never served it its round "
+                            "payload by the end of 'eq%s' (missing, not late): accused", ex.rank, peer, n, n)
+                ex.ledger.accuse(peer, f"r{n}")
+                out = ex.ledger.expelled(peer)
+                if out is not None:
+                    ex._expel(peer, *out)
+
     def ask_held(self, peer: int, late: float) -> None:
         """``peer``'s round payload came ``late`` seconds after this node's post: if it is the main rank this node
         reports to and over half the payload window late, read its wait note of ``rec{n-1}`` now (within 0.25 s), for
@@ -205,6 +246,14 @@ class SideReads:
             if found is not None:
                 out.append((peer, *found))
         return out
+
+
+def _result(fut: Future):
+    """A finished fetch's (data, problem); (None, None) if it raised (cancelled with the pool)."""
+    try:
+        return fut.result()
+    except Exception:  # noqa: BLE001 - cancelled or the channel closed: nothing served
+        return None, None
 
 
 def _notes_of(ex, peer: int, tags: list[str], end: float):

@@ -142,13 +142,13 @@ class StoreExchange:
         reads: dict[int, tuple[Future, float]] = {}  # peer → (its read in flight, when it began)
         last: dict[int, float] = {}  # peer → when its last finished read began
         retry: dict[int, float] = {}  # peer → when to ask again (not served yet)
-        pool = ThreadPoolExecutor(max_workers=max(1, len(pending) + len(self.alive)),
+        pool = ThreadPoolExecutor(max_workers=max(1, len(pending) + 2 * len(self.alive)),
                                   thread_name_prefix=f"dgrpo-read-{self.rank}")
         # (past safe, a peer is waited for only while others are held; fellows held this node in eq{n-1}: Schedule)
         fellows, safe = (set(), None) if startup else (self.schedule.fellows_of(tag), self.schedule.safe(tag))
         witness = None if safe is None else Witnesses(self.rank, self.chan, tag, self.ledger.roster_of(tag, self.rank),
                                                       pool.submit)
-        side = SideReads(self, tag, pool.submit, end)  # (notes, stop notices, leave marks: read in the pool)
+        side = SideReads(self, tag, pool.submit, end, cap)  # (notes, stop notices, leave marks, owed: in the pool)
         try:
             while pending:
                 self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
@@ -193,6 +193,7 @@ class StoreExchange:
                     noted = True  # (still waiting: say so, signed, before this node posts its next exchange late)
                     self.notes.note(tag, pending)
                 side.take_notes()  # (each pending peer's notes are read from just before its deadline: SideReads)
+                side.ask_owed(now)  # (eq{n}: the round payloads of fellows missed in r{n}, Schedule.owed_in)
                 for peer in [p for p in pending if p not in extended and end is not None and until[p] < end]:
                     side.ask_notes(peer, until[peer], now)  # (a round exchange with time left in its budget)
                 for peer in [p for p in pending if now >= until[p] and p in side.hits and p not in extended]:
@@ -209,7 +210,7 @@ class StoreExchange:
                         if not witness.held(peer):
                             until[peer] = now
                         elif tag.startswith("eq"):  # (held here: those still in are late into r{n+1} as this node is)
-                            self.schedule.held_with(tag, witness.others - {peer} - witness.left)
+                            self.schedule.held_with(tag, witness.others - {peer} - witness.left - set(pending))
                 now = time.monotonic()
                 out = [p for p in pending if now >= until[p] and p not in reads and last.get(p, -1.0) >= until[p]
                        and not side.note_busy(p)]  # (a note read in flight ends by the deadline, one poll at most)
@@ -225,6 +226,7 @@ class StoreExchange:
                         if out is not None:
                             pending.remove(peer)
                             self._expel(peer, *out)
+            side.settle_owed()  # (a fellow missed in r{n} whose r{n} never came: accused of it)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             if end is not None:
@@ -258,6 +260,7 @@ class StoreExchange:
             self.refuse(peer, f"missing payload: its server did not serve exchange {tag!r}")  # never accused by it)
             if peer not in fellows:
                 self.ledger.accuse(peer, tag)
+        self.schedule.owe(tag, set(pending) & fellows)  # (each accused at eq{n}'s end if r{n} never came: owed_in)
         for peer in pending:  # (as last read; the rest at this node's next poll: the reads begin now)
             out = self.ledger.expelled(peer)
             if out is not None:
@@ -272,10 +275,9 @@ class StoreExchange:
         return got
 
     def read_records(self, tag: str, peers: Iterable[int], cap: int) -> dict[int, bytes]:
-        """The main rank's read of its live ``peers``' round records ``rec{r}`` (each at most ``cap`` bytes, one read
-        per peer at a time in its own thread) until they are in or for :func:`~dgrpo.transports.waits.record_s`
-        (``W / 2``) after this call: the module docstring of :mod:`~dgrpo.transports.waits` says why. A record is metrics, not a message of the
-        protocol: one not served, oversized or too slow is only left out of the returned dict (its sender is named
+        """The main rank's read of its live ``peers``' round records ``rec{r}`` (at most ``cap`` bytes, a read per peer
+        at a time) until they are in or for :func:`~dgrpo.transports.waits.record_s` (``W / 2``; transports/waits.py
+        says why). A record is metrics, not a message: one not served, oversized or too slow is only left out (its sender is named
         ``missing record`` by the caller), never accused nor a failed peer under either ``on_peer_failure``
         (review r31g J5, J7). Still waiting after ``note_s``, it serves a signed wait note of ``tag`` naming the
         senders not in yet: its peers allow its next round payload ``record_s`` more before naming it ``late``, and a
@@ -331,11 +333,9 @@ class StoreExchange:
                                   f"{self.wait.timeout_s:g}s)")
 
     def _held(self, peer: int, tag: str, extended: dict[int, tuple[str, list[int]]], side: SideReads) -> bool:
-        """Whether ``peer`` is the main rank that this node posted its round record ``rec{n-1}`` for and says (its
-        signed wait note, read in the pool as its payload came: :meth:`SideReads.ask_held`, within 0.25 s and the
-        round's end) it still waited for records there before its round payload ``tag`` =
-        ``r{n}``: the main reads records up to ``record_s`` after its peers begin round n (review r31g Z5l: its peers
-        named it ``late`` for the time a reporter's withheld or late record held it)."""
+        """Whether ``peer`` is the main rank this node posted its round record ``rec{n-1}`` for and says (its signed
+        note, read as its payload came: :meth:`SideReads.ask_held`) it still waited for records before its ``tag`` =
+        ``r{n}`` (review r31g Z5l: its peers named it ``late`` for the time a withheld or late record held it)."""
         rec = f"rec{int(tag[1:]) - 1}"
         if peer != self.record_reader or rec not in self.schedule.history:
             return False

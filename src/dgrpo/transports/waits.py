@@ -35,8 +35,12 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
   (:meth:`Schedule.safe`: a peer left ``eq{n-1}`` no earlier than it read that relay, so its round ``n`` ends no
   earlier than ``timeout_s`` after it; ``S`` is left for this node's relay), a peer, noted or not, is waited for only
   while enough other peers are still in ``r{n}``; a peer that held this node in ``eq{n-1}`` past its post + ``E`` (still
-  in it, waiting too) is late by the same withholder's doing and is never accused by it (:meth:`Schedule.fellows_of`;
-  review r31l F2: two victims of one withheld relay cut each other). A node does not compensate a lateness it
+  in it, waiting too) is late by the same withholder's doing and is never accused by it in ``r{n}``
+  (:meth:`Schedule.fellows_of`; review r31l F2: two victims of one withheld relay cut each other), only once its
+  round payload has not come by the end of ``eq{n}`` (late, not missing, it posts ``r{n}`` before its relay, and an
+  honest node serves it until it has finished ``r{n+1}``: :meth:`Schedule.owed_in`; review r31n G1: a rank that never
+  served ``end/eq{n-1}`` posed as the fellow of every held node and hid ``r{n}`` from everyone, never expelled). A
+  peer whose relay this node had not received (the withholder it waits for) is no fellow. A node does not compensate a lateness it
   shared: one late into
   ``r{n}`` for a withheld relay, whose withholder hid ``r{n}`` from it too behind a true note (the main rank late into
   ``r{n-1}``: every node, this one too, noted waiting for it), gave it ``E`` and posted ``eq{n}`` after its peers'
@@ -206,6 +210,7 @@ class Schedule:
         self.posted: dict[str, float] = {}
         self.arrived: dict[str, dict[int, float]] = {}
         self.fellows: dict[str, set[int]] = {}
+        self.owed: dict[str, set[int]] = {}  # r{n} → fellows missed there, not accused (yet: owed_in)
 
     def enter(self, tag: str) -> None:
         """Record that this node entered exchange ``tag`` (its post or its first collect)."""
@@ -215,8 +220,9 @@ class Schedule:
                 self.posted.pop(old, None)
             for old in [t for t in self.arrived if t not in self.history]:
                 self.arrived.pop(old, None)
-            for old in [t for t in self.fellows if t not in self.history]:
-                self.fellows.pop(old, None)
+            for book in (self.fellows, self.owed):
+                for old in [t for t in book if t not in self.history]:
+                    book.pop(old, None)
 
     def before(self, tag: str, n: int = 2) -> list[str]:
         """The (at most ``n``) exchanges this node entered just before ``tag``, latest first."""
@@ -276,13 +282,30 @@ class Schedule:
 
     def held_with(self, tag: str, peers) -> None:
         """Record that in relay exchange ``tag`` this node waited past :meth:`safe` while ``peers`` were still in it
-        (they held it there: :class:`~dgrpo.transports.witnesses.Witnesses`)."""
+        (they held it there: :class:`~dgrpo.transports.witnesses.Witnesses`; the caller leaves out the peers whose
+        relay this node has not received: the withholder it waits for is no fellow)."""
         self.fellows.setdefault(tag, set()).update(peers)
+
+    def owe(self, tag: str, peers) -> None:
+        """Record the fellows this node missed in round payload ``tag`` and did not accuse (:meth:`fellows_of`)."""
+        if peers:
+            self.owed.setdefault(tag, set()).update(peers)
+
+    def owed_in(self, tag: str) -> set[int]:
+        """For a relay ``eq{n}``: the fellows this node missed in ``r{n}`` unaccused (:meth:`owe`). Each is accused of
+        ``r{n}`` once its round payload has not come by the end of ``eq{n}`` (review r31n G1: a rank that never said
+        it left ``eq{n-1}`` posed as a fellow and hid ``r{n}`` from everyone, unaccused by its "fellows"): a fellow
+        late by the withholder's doing posts ``r{n}`` before its relay, and an honest node serves its round payload
+        until it has finished ``r{n+1}`` (:meth:`DistributedTransport.exchange
+        <dgrpo.transports.distributed.DistributedTransport.exchange>`). Empty elsewhere."""
+        kind, n = _parts(tag)
+        return set(self.owed.get(f"r{n}", ())) if kind == "eq" else set()
 
     def fellows_of(self, tag: str) -> set[int]:
         """For a round payload ``r{n}``: the peers still in ``eq{n-1}`` while this node was held there past
         :meth:`safe` (:meth:`held_with`). Held by the same withholder, they are late into ``r{n}`` by its doing, as
-        this node is: this node waits for them as for any peer, but never accuses one it misses (review r31l F2: two
+        this node is: this node waits for them as for any peer, but never accuses one it misses there (only at the
+        end of ``eq{n}`` if its ``r{n}`` never came: :meth:`owed_in`, review r31n G1; review r31l F2: two
         nodes held to the round's end by one relay withheld behind a false note; the later one, cut by the other
         at :meth:`safe`, was expelled by it, the on-time node and the withholder). Not a longer wait: the withholder
         chooses when each victim leaves ``eq{n-1}`` (review r31m F2: capping a fellow at ``W`` cut one that left

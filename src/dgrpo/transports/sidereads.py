@@ -279,7 +279,7 @@ def own_doing(ex, peer: int, why: tuple[str, list[int]], end: float) -> bool:
         return False
     mine = ex.notes.mine
     waits = [t for t in ex.schedule.before(why[0]) if peer in mine.get(t, ())]
-    if not waits or any(mine[t] - {peer} for t in waits):
+    if not waits or any(mine.get(t, set()) - {peer} for t in waits):  # (.get: pruned meanwhile by note)
         return False
     prior = [b for t in waits for b in ex.schedule.before(t, 1)]
     return not prior or ex.notes.waited(peer, prior, end, min(1.0, max(0.05, end - time.monotonic()))) is None

@@ -310,6 +310,37 @@ def store_bloat(mb: str) -> None:
     D.join_group = join_group
 
 
+def selective_stop(victims: str, tag: str = "r0") -> None:
+    """Review r31n G5: as this rank posts exchange ``tag`` it pushes a signed start-up stop notice (as
+    ``PeerChannel.announce_stop`` does, signed for its launch) to the servers of ``victims`` (dot-separated) only,
+    writes none to the store, and never serves ``tag`` to them; every other peer is served as usual, never told."""
+    import threading
+
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.peerserve import PeerChannel
+
+    vs, post, serve = [int(v) for v in victims.split(".")], DistributedTransport.post, PeerChannel.serve
+
+    def p(self, t, payload, framed=False):
+        out = post(self, t, payload, framed)
+        if t == tag:
+            ch, why = self.chan, f"node {self.rank} could not load its model (start-up check failed)"
+            rec = json.dumps({"why": why, "nonce": ch.nonce, "sig": ch.keys.sign(f"stop|{ch.rank}|{why}|{ch.nonce}")})
+            end = time.monotonic() + 2.0
+            for v in vs:
+                threading.Thread(target=ch.fetch, args=(v, f"stop/{ch.rank}", 256, end, 2.0),
+                                 kwargs={"extra": {"X-Dgrpo-Stop": rec}}, daemon=True).start()
+            print(f"rank {self.rank}: pushed a signed stop notice to {vs} only", flush=True)
+        return out
+
+    def hide(self, key, reader):
+        if key.startswith(f"{tag}/data/") and reader.isdigit() and int(reader) in vs:
+            return None
+        return serve(self, key, reader)
+
+    DistributedTransport.post, PeerChannel.serve = p, hide
+
+
 def apply(kind: str, rest: list[str]) -> None:
     """``withhold:R:V[:REGEX]`` (R never serves REGEX, default its relays, to reader V or ``low``), ``hide:R:V``
     (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS[:EQ_S]`` (R posts ``r{n}`` and
@@ -318,7 +349,10 @@ def apply(kind: str, rest: list[str]) -> None:
     ``whyjunk:R:V`` / ``whydel:R:V`` (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`),
     ``whyread:R`` (:func:`why_read`), ``relaynote:R:V`` (:func:`relay_note`), ``slowfor:R:V`` (:func:`slow_for`),
     ``trickleall:R[:TAG[:mute]]`` (:func:`trickle_all`),
-    ``bloat:R:MB`` (:func:`store_bloat`), ``accjunk:R:V`` (:func:`accusation_junk`)."""
+    ``bloat:R:MB`` (:func:`store_bloat`), ``accjunk:R:V`` (:func:`accusation_junk`), ``selstop:R:V[.V…][:TAG]``
+    (:func:`selective_stop`)."""
+    if kind == "selstop":
+        return selective_stop(*rest)
     if kind == "accjunk":
         return accusation_junk(rest[0])
     if kind == "slowfor":

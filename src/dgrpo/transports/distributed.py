@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from dgrpo.config import RunConfig
 
 log = logging.getLogger(__name__)
+_HELD = 2  # exchanges whose keys this node keeps served while a live peer lags behind (exchange)
 torch = LazyModule("torch")  # imported on first use: a config naming this transport imports this module
 dist = LazyModule("torch.distributed")
 
@@ -121,7 +122,7 @@ class DistributedTransport:
         self.signed_store = SignedStore(self.store, rank, self.alive, self.wait)
         # (key, _, framed) of this node's served payloads that peers may still read; deleted once they moved on
         self._own_keys: list[tuple[str, bytes, bool]] = []
-        self._older: list[tuple[str, bytes, bool]] = []  # those of the exchange before the last (exchange: why kept)
+        self._held: list[list[tuple[str, bytes, bool]]] = []  # keys of earlier exchanges a lagging peer may still read
         self.chan = chan or PeerChannel(rank, self.store, keys=keys)  # this rank's own server of its round data
         self.ledger = AccusationLedger(rank, self.alive, self.chan, self.signed_store, self._refuse)
         self.exchanger = StoreExchange(rank, self.alive, self.failed, self.chan, self.signed_store, self.ledger,
@@ -229,13 +230,17 @@ class DistributedTransport:
         deadline = time.monotonic() + self.wait.timeout_s
         self._own_keys = stale + self._own_keys  # restored if deleted while peers may still read them
         got = {self.rank: payload, **self.collect(tag, range(self.world_size), deadline)}
-        # Every live peer has posted `tag`, so it is done reading what this node posted before; a round payload
-        # r{n} is kept one exchange more (to the end of r{n+1}): a peer that missed it as a fellow's reads it in
-        # eq{n} to tell late from missing (Schedule.owed_in; review r31n G1).
+        # A live peer that posted `tag` is done reading what this node posted before; one that did not (cut in this
+        # collect under on_peer_failure=continue, still live) may read it yet: kept for it, at most _HELD exchanges
+        # (review r31n G3: deleted at once, a lagging peer found this node's relay gone and accused it). Those of the
+        # exchange before are kept one exchange more in any case (a round payload r{n} to the end of r{n+1}): a peer
+        # that missed it as a fellow's reads it in eq{n} to tell late from missing (Schedule.owed_in; review r31n G1).
         self._own_keys = self._own_keys[len(stale):]
-        for key, _, _ in self._older:
-            self.chan.delete_key(key)
-        self._older = stale
+        self._held.append(stale)
+        lagging = any(p not in got for p in self.alive if p != self.rank)
+        while len(self._held) > (_HELD if lagging else 1):
+            for key, _, _ in self._held.pop(0):
+                self.chan.delete_key(key)
         return got
 
     def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:

@@ -231,10 +231,14 @@ class Schedule:
 
     def noted_in(self, tag: str) -> list[str]:
         """The exchanges where a peer missing in round exchange ``tag`` may have noted waiting, latest first: for a
-        relay ``eq{n}`` its round ``r{n}``; else the two entered just before ``tag``."""
+        relay ``eq{n}`` its round ``r{n}``; else the two round exchanges entered just before ``tag`` (``eq{n-1}``,
+        ``r{n-1}``): the main rank's ``rec{n-1}``, which its peers never enter, is not one (review r31n G3: the main
+        looked at ``rec{n-1}`` and ``eq{n-1}`` only, so a peer's note of ``r{n-1}`` bought nothing there, the main
+        cut two peers held in ``r{n-1}`` at ``W`` and was expelled by them and the withholder)."""
         if tag.startswith("eq"):
             return [f"r{tag[2:]}"]
-        return self.before(tag)
+        i = self.history.index(tag) if tag in self.history else len(self.history)
+        return [t for t in self.history[:i] if not t.startswith("rec")][-2:][::-1]
 
     def start(self, tag: str, deadline: float) -> float:
         """When round ``n`` of round exchange ``tag`` began here: this node's ``r{n}`` post, else ``deadline`` (its

@@ -19,8 +19,8 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
   without the last two, a rank that made the writer late and then held this node until the writer's note named it
   got an honest writer's extension refused and it expelled). A false note in every exchange passes it: it buys the
   writer what a note naming a third node always did, ``E`` once an exchange within the round's end, cut past
-  :meth:`Schedule.safe` unless others are held, the writer named ``waited``. Nor a relay's extension when it names this node alone
-  (its round payload was served since its post), nor anything from a peer that serves a signed stop reason (it
+  :meth:`Schedule.safe` unless others are held, the writer named ``waited``. Nor a relay's extension when it names
+  this node alone (its round payload was served since its post), nor anything from a peer that serves a signed stop reason (it
   stopped); only the note's writer is named for it (``waited``; review r31e G1). A peer may get an extension in
   both ``r{n}`` and ``eq{n}``: each ends by the round's end, so two never reach past it (review r31f H3: with one a
   round, a node late into ``r{n}`` for a withheld relay, then kept waiting for a round payload, had none left for
@@ -40,9 +40,8 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
   round payload has not come by the end of ``eq{n}`` (late, not missing, it posts ``r{n}`` before its relay, and an
   honest node serves it until it has finished ``r{n+1}``: :meth:`Schedule.owed_in`; review r31n G1: a rank that never
   served ``end/eq{n-1}`` posed as the fellow of every held node and hid ``r{n}`` from everyone, never expelled). A
-  peer whose relay this node had not received (the withholder it waits for) is no fellow. A node does not compensate a lateness it
-  shared: one late into
-  ``r{n}`` for a withheld relay, whose withholder hid ``r{n}`` from it too behind a true note (the main rank late into
+  peer whose relay this node had not received (the withholder it waits for) is no fellow. A node does not
+  compensate a lateness it shared: one late into ``r{n}`` for a withheld relay, whose withholder hid ``r{n}`` from it too behind a true note (the main rank late into
   ``r{n-1}``: every node, this one too, noted waiting for it), gave it ``E`` and posted ``eq{n}`` after its peers'
   round end (expelled, 2 of 2 runs); without the note, its window ``W`` counted from its own late post left its relay
   only ``S`` less two polls and the compute spread before its peers' round end. A false note fares no better. (In a

@@ -341,6 +341,33 @@ def selective_stop(victims: str, tag: str = "r0") -> None:
     DistributedTransport.post, PeerChannel.serve = p, hide
 
 
+def selective_leave(victims: str, tag: str = "r1") -> None:
+    """Review r31n G6: this rank serves its own signed leave mark of exchange ``tag`` (``{tag}/status/{rank}``,
+    ``left:`` + its signature, as ``SignedStore.leave`` writes it) to ``victims`` (dot-separated) only, writes none to
+    the store, and never serves ``{tag}/data/{rank}`` to them; it goes on playing honestly with everyone else."""
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.peerserve import PeerChannel
+
+    vs, post, serve, st = {int(v) for v in victims.split(".")}, DistributedTransport.post, PeerChannel.serve, {}
+
+    def p(self, t, payload, framed=False):
+        if "line" not in st and re.fullmatch(r"r\d+", t):
+            st["line"] = f"\nleft:{self.signed_store.sign(f'left|{tag}|{self.rank}')}\n".encode()
+            st["rank"] = self.rank
+        return post(self, t, payload, framed)
+
+    def hide(self, key, reader):
+        if reader.isdigit() and int(reader) in vs and "rank" in st:
+            if key == f"{tag}/status/{st['rank']}":
+                print(f"rank {st['rank']}: served its leave mark of {tag} to {reader}", flush=True)
+                return st["line"]
+            if key == f"{tag}/data/{st['rank']}":
+                return None
+        return serve(self, key, reader)
+
+    DistributedTransport.post, PeerChannel.serve = p, hide
+
+
 def apply(kind: str, rest: list[str]) -> None:
     """``withhold:R:V[:REGEX]`` (R never serves REGEX, default its relays, to reader V or ``low``), ``hide:R:V``
     (R never serves its round payloads ``r{n}`` to reader V), ``postlate:R:SECONDS[:EQ_S]`` (R posts ``r{n}`` and
@@ -350,9 +377,11 @@ def apply(kind: str, rest: list[str]) -> None:
     ``whyread:R`` (:func:`why_read`), ``relaynote:R:V`` (:func:`relay_note`), ``slowfor:R:V`` (:func:`slow_for`),
     ``trickleall:R[:TAG[:mute]]`` (:func:`trickle_all`),
     ``bloat:R:MB`` (:func:`store_bloat`), ``accjunk:R:V`` (:func:`accusation_junk`), ``selstop:R:V[.V…][:TAG]``
-    (:func:`selective_stop`)."""
+    (:func:`selective_stop`), ``selleave:R:V[.V…][:TAG]`` (:func:`selective_leave`)."""
     if kind == "selstop":
         return selective_stop(*rest)
+    if kind == "selleave":
+        return selective_leave(*rest)
     if kind == "accjunk":
         return accusation_junk(rest[0])
     if kind == "slowfor":

@@ -175,7 +175,7 @@ def test_a_start_up_stop_notice_shown_to_some_nodes_stops_no_honest_node(tmp_pat
     start together or not at all") while the others trained on with rank 3 (exit codes [3, 0, 0, 0], or [3, 3, 0, 0]
     with one honest node training alone with the attacker). Now a victim takes rank 3 out of its own view and goes on
     (``continue``): every honest rank trains both rounds, the victims get rank 3's round-0 messages through the
-    others' relays, and the honest nodes' metrics are equal to each other's (one run, homogeneous weights)."""
+    others' relays, and relay rank 3's signed notice in eq0, so every honest node has it out from round 1."""
     from test_store_attacks import ARGS, run
 
     results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS], f"selstop:3:{victims}")
@@ -186,5 +186,8 @@ def test_a_start_up_stop_notice_shown_to_some_nodes_stops_no_honest_node(tmp_pat
     from dgrpo.metrics.logger import read_metrics
 
     records = read_metrics(run_dir)
-    assert [r.get("swarm/messages") for r in records][:2] == [8, 8], records  # (rank 3's 2 a round included: relays)
+    # (round 0: rank 3's 2 included, through the others' relays; then every node has it out: the victims relayed
+    # its signed notice in eq0, transports/departures.py)
+    assert [r.get("swarm/messages") for r in records][:2] == [8, 6], records
+    assert [r.get("swarm/nodes_alive") for r in records][:2] == [3, 3], records  # (the main, a victim: out in r0)
     assert all("train/reward/node0" in r for r in records[:2]) and all(r["time/exchange"] <= 5.25 for r in records[:2])

@@ -62,7 +62,7 @@ from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fin
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
-from dgrpo.transports import ranklife
+from dgrpo.transports import departures, ranklife
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
@@ -291,10 +291,12 @@ class DistributedTransport:
         every node keeps :func:`dgrpo.swarm.protocol.merge_views` of the relays: the senders proved to
         equivocate dropped, and one list of the validly signed messages anyone read (a rank that replaced
         a sender that showed some readers other messages changes nothing), in one order, so every honest node
-        accepts the same messages and decides the same strikes and bans (docs/protocol.md).
+        accepts the same messages and decides the same strikes and bans (docs/protocol.md); and every node takes out of
+        its view a peer whose own signed departure any relay carries (:mod:`dgrpo.transports.departures`).
         """
         own_refusals = [[n, str(r)[:200]] for n, r in self.rejected[:256]]
-        relay = {"messages": [m.to_dict() for m in messages if m.signature is not None], "rejected": own_refusals}
+        relay = {"messages": [m.to_dict() for m in messages if m.signature is not None], "rejected": own_refusals,
+                 "departed": departures.relayed_departures(self.chan, self.world_size)}  # (review r31n G6)
         try:
             reports = self.exchange(f"eq{round_idx}", json.dumps(relay).encode())
         except (TypeError, ValueError):  # a field that is not JSON: its message fails in receive anyway
@@ -312,6 +314,7 @@ class DistributedTransport:
             log.warning("round %d: %d signed messages of nodes %s reached this node only through peers' relays "
                         "(their servers showed this node other messages?)", round_idx, len(recovered),
                         sorted({m.node for m in merged if id(m) in recovered}))
+        departures.act(self, f"eq{round_idx}", reports)  # (a peer's own signed "I stopped", shown to one node: all)
         return [m for m in merged if m.node not in caught]
 
     def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:

@@ -127,6 +127,8 @@ class PeerChannel(AddressBook):
         self.lock = threading.Lock()
         self._book()  # addrs, launches, offers, unproved, bad_addr (AddressBook)
         self.stops: dict[int, str] = {}  # owner → why it stopped, as it told this server (told_stop)
+        self.departed: dict[int, dict] = {}  # peer → its own signed word that it stopped or left, as read here (relayed
+        #                                        in this node's relays: DistributedTransport.cross_check, review r31n G5/G6)
         self.whys: dict[int, str] = {}  # owner → why it stopped on a peer failure, as it told this server (told_why)
         self.stopped = False  # this rank said it stops at start-up (announce_stop)
         self.readers: dict[str, set[int]] = {}  # key of ACKED → the peers whose signed acknowledgement came (acked)
@@ -241,6 +243,7 @@ class PeerChannel(AddressBook):
         why = self._stop_text(int(reader), raw) if reader.isdigit() and len(raw) <= 4096 else None
         if why is not None:
             self.stops.setdefault(int(reader), why)
+            self.departed.setdefault(int(reader), {"stop": raw})
 
     def told_why(self, reader: str, raw: str) -> None:
         """A peer's stop reason on a peer failure pushed to this server (``X-Dgrpo-Why``:
@@ -286,7 +289,10 @@ class PeerChannel(AddressBook):
         if self.store is None or self.keys is None or owner not in self.launches or owner not in self.down:
             return None  # (its server answers: it pushed its notice there; review r31j F7)
         raw = self.copies.read(owner, f"stop/{owner}", time.monotonic() + 1.0)  # (bounded: transports/sidereads.py)
-        return None if raw is None else self._stop_text(owner, raw[:4096])
+        why = None if raw is None else self._stop_text(owner, raw[:4096])
+        if why is not None:
+            self.departed.setdefault(owner, {"stop": raw[:4096].decode("utf-8", "replace")})
+        return why
 
     def reassert(self) -> None:
         """While addresses are still read (start-up): put this rank's record back if it was overwritten or deleted."""

@@ -296,4 +296,11 @@ def _gone(ex, tag: str, peer: int, deadline: float):
     raw, _ = chan.fetch(peer, key, 4096, max(deadline, time.monotonic() + 0.25), 0.5)  # (served by it, or)
     if raw is None and peer in chan.down and chan.copies is not None:  # (its server gone: the store's copy)
         raw = chan.copies.read(peer, key, deadline)
-    return ("left", None) if raw is not None and ex.store.status(tag, peer, deadline, raw) == "left" else None
+    if raw is None or ex.store.status(tag, peer, deadline, raw) != "left":
+        return None
+    lines = raw[:4096].decode(errors="replace").splitlines()[:16] + raw[-4096:].decode(errors="replace").splitlines()[-16:]
+    sig = next((x[5:] for x in lines if x.startswith("left:") and ex.store.valid(peer, f"left|{tag}|{peer}", x[5:])),
+               None)  # (the mark status() found, among the same lines)
+    if sig is not None:  # (its own signed word, relayed to every peer: DistributedTransport.cross_check, r31n G6)
+        chan.departed.setdefault(peer, {"tag": tag, "left": sig})
+    return "left", None

@@ -20,10 +20,9 @@ rank compares each confirmation with what it read itself:
   never signed, another set of ranks, or a launch id that is not that of its records names its signer (it signed a
   false statement, or its server served junk).
 
-A rank whose check fails says why, signed (:meth:`PeerChannel.announce_stop`); a peer still in the start-up
-exchanges stops too, naming it; one that already passed meets that notice in a round exchange, where the rank is
-out at once and the peer stops (``abort``) or goes on without it (``continue``; :meth:`StoreExchange._stopped`:
-review r31n G5, a notice shown to one node only stopped that node alone).
+A rank whose check fails says why, signed (:meth:`PeerChannel.announce_stop`); a peer that already passed meets that
+notice in its first round and stops too (:meth:`StoreExchange._stopped`), so the ranks either all start or all
+stop, and the line names the rank that made them stop.
 """
 
 from __future__ import annotations

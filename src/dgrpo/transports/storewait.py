@@ -76,6 +76,7 @@ class StoreExchange:
         chan.acks = store  # (a read of a stop reason or `done` counts only with the reader's signature: review r31f H5)
         store.serve = chan.append  # (its leave marks served by its own server too: peers read the store's once it is gone)
         self.schedule = Schedule(wait.timeout_s)  # the round's deadlines
+        self.started = False  # this node finished its first round exchange (a start-up stop no longer stops it)
         self.record_reader: int | None = None  # the main rank this node last posted a round record rec{n} for
 
     # ------------------------------------------------------------------ exchange
@@ -248,7 +249,8 @@ class StoreExchange:
             log.warning("node %d: exchange %r: node %d's server %s", self.rank, tag, peer, problem)
             self.refuse(peer, f"transport: exchange {tag!r}: {problem[:160]}")
         if stopped:  # (never "sent nothing": it said why it stopped, signed for its launch; review r31c F3)
-            self._stopped(tag, stopped, startup)
+            self._stopped(tag, stopped, startup, first=not self.started)
+        self.started = self.started or (not startup and tag.startswith("r") and tag[1:].isdigit())
         forged = [f"the server address of node {p} in the store (addr/{p}): it {self.chan.bad_addr[p]}" for p in pending
                   if p in self.chan.bad_addr and p not in self.chan.addrs]
         if forged:  # (start-up only: addresses are never read again once the ranks checked them)
@@ -341,18 +343,18 @@ class StoreExchange:
             return extended[peer][0] == rec
         return side.held_note(peer)
 
-    def _stopped(self, tag: str, stopped: dict[int, str], startup: bool) -> None:
-        """Peers that said they stopped at start-up (:meth:`PeerChannel.stop_of`): in a start-up exchange this rank
-        stops too (the ranks start together or not at all: :mod:`dgrpo.transports.startready`, review r31f H10); in a
-        round exchange, the first one included, they are out of the swarm at once, unaccused, and this rank stops
-        (``abort``) or goes on without them (``continue``), in one line naming each and its reason. (Review r31n G5:
-        in its first round exchange this rank stopped too under either policy, and a notice is its signer's to show
-        to whom it likes: shown to one node with its round payload hidden from it, that node alone exited while the
-        others trained on with the signer. A notice shown to one node now costs that node the signer's payload of
-        that exchange only, which the others' relays carry.)"""
+    def _stopped(self, tag: str, stopped: dict[int, str], startup: bool, first: bool = False) -> None:
+        """Peers that said they stopped at start-up (:meth:`PeerChannel.stop_of`): in a start-up exchange, or in this
+        rank's first round exchange (a peer whose start-up check or ready barrier failed after this rank's passed:
+        :mod:`dgrpo.transports.startready`; the ranks start together or not at all, review r31f H10), this rank stops
+        too; later (a stop notice said that late is no start-up stop) they are out of the swarm at once, unaccused,
+        and this rank stops (``abort``) or goes on without them, in one line naming each and its reason."""
         said = "; ".join(f"node {p} stopped at start-up ({why})" for p, why in sorted(stopped.items()))
         if startup:
             raise PeerFailure(f"{said}; node {self.rank} stops too, before round 0")
+        if first:
+            raise PeerFailure(f"{said}; node {self.rank} stops too in exchange {tag!r}, its first (the ranks start "
+                              "together or not at all)")
         for peer in stopped:
             self._expel(peer, tag, [], why="it stopped at start-up")
         if self.on_peer_failure == "abort":

@@ -49,6 +49,20 @@ def test_fellows_of_r_n_are_the_peers_held_with_in_eq_n_minus_1_and_nothing_else
     assert "eq0" not in s.history and s.fellows_of("r1") == set()
 
 
+def _in_eq0(n: int, serving: int, relay_post_after_r0: float):
+    """``n`` ranks (timeout_s=T); node ``serving`` serves its relay eq0 ("relay two"/"relay three"…), node 0 entered r0
+    and eq0, having posted r0 at p (a multiple of 0.25 s, 4 s ago) and eq0 ``relay_post_after_r0`` later. Returns
+    (the ranks, node 0's transport, its schedule, p)."""
+    ts, _ = _ranks(n=n, timeout_s=T)
+    a, sched = ts[0], ts[0].exchanger.schedule
+    ts[serving].chan.set(f"eq0/data/{serving}", f"relay {['zero', 'one', 'two', 'three'][serving]}".encode())
+    p = math.floor(4 * time.monotonic()) / 4 - 4.0
+    sched.enter("r0")
+    sched.enter("eq0")
+    sched.posted.update({"r0": p, "eq0": p + relay_post_after_r0})
+    return ts, a, sched, p
+
+
 def _eq0_then_r1(relay_post_after_r0: float):
     """Node 0 of 3 (timeout_s=5) posted r0 at p and its relay eq0 at p + ``relay_post_after_r0``, p a multiple of 0.25
     s with p + timeout_s (the round's end) 0.75-1 s from now; node 1 withholds its relay eq0, node 2 serves its relay
@@ -57,13 +71,7 @@ def _eq0_then_r1(relay_post_after_r0: float):
     0.25 s before safe (a peer still awaited past safe would be recorded as a fellow too). Then node 0 posts r1 and
     nobody else does: it waits W = 1.5 s for both. Returns (the ranks, node 0's fellows of r1, whom it accused of r1,
     refusals of r1)."""
-    ts, _ = _ranks(n=3, timeout_s=T)
-    a, sched = ts[0], ts[0].exchanger.schedule
-    ts[2].chan.set("eq0/data/2", b"relay two")
-    p = math.floor(4 * time.monotonic()) / 4 - 4.0
-    sched.enter("r0")
-    sched.enter("eq0")
-    sched.posted.update({"r0": p, "eq0": p + relay_post_after_r0})
+    ts, a, sched, p = _in_eq0(3, 2, relay_post_after_r0)
     assert sched.base("eq0", p + 2 * T) == p + T  # (node 0's deadline for node 1's relay: the round's end)
     assert a.exchanger.collect("eq0", [1, 2], p + 2 * T, 1 << 20) == {2: b"relay two"}
     fellows = sched.fellows_of("r1")
@@ -101,13 +109,7 @@ def test_the_withholder_this_node_waits_for_is_never_its_fellow():
     still in eq0 (Witnesses: 4 - quorum(4) = 1 other needed). Before, every peer still in but the one waited for was
     recorded, so each withholder was the other's witness and both became node 0's fellows: never accused in r1. Now a
     peer whose relay this node has not received is no fellow: only node 3 is, and in r1 nodes 1 and 2 are accused."""
-    ts, _ = _ranks(n=4, timeout_s=T)
-    a, sched = ts[0], ts[0].exchanger.schedule
-    ts[3].chan.set("eq0/data/3", b"relay three")
-    p = math.floor(4 * time.monotonic()) / 4 - 4.0
-    sched.enter("r0")
-    sched.enter("eq0")
-    sched.posted.update({"r0": p, "eq0": p + 2.0})
+    ts, a, sched, p = _in_eq0(4, 3, 2.0)
     assert a.exchanger.collect("eq0", [1, 2, 3], p + 2 * T, 1 << 20) == {3: b"relay three"}
     assert sched.fellows_of("r1") == {3}
     a.exchanger.post("r1", b"mine")

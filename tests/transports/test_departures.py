@@ -28,3 +28,30 @@ def test_a_departure_shown_to_one_node_takes_its_signer_out_at_every_node_alike(
     assert [r.get("swarm/messages") for r in records][:3] == [8, 8, 6], records  # (r1: rank 3's, through the relays)
     out = "".join(r.output for r in results[:3])
     assert not any(f"node {k} is out of the swarm" in out or f"node {k} was declared failed" in out for k in (0, 1, 2))
+
+
+def test_a_relayed_departure_counts_only_signed_by_the_node_itself_for_this_launch():
+    """No launch (transports/departures.py): node 1's own leave mark of r1 takes it out; the same mark signed by node
+    3's key, for another exchange than it names, or of an earlier launch of the run, and malformed relays, count for
+    nothing, so relaying can take out only a node that said it stopped."""
+    import json
+
+    from signed_ranks import _ranks
+
+    from dgrpo.transports import departures
+
+    old, keys = _ranks(n=4)
+    stale = old[1].signed_store.sign("left|r1|1")  # (an earlier launch of the same run and roster)
+    ts, _ = _ranks(n=4, keys=keys)
+    own, forged = ts[1].signed_store.sign("left|r1|1"), ts[3].signed_store.sign("left|r1|1")
+    assert departures.valid(ts[2], 1, {"tag": "r1", "left": own}) == "it left the swarm (its signed leave mark)"
+    for ev in ({"tag": "r1", "left": forged}, {"tag": "r2", "left": own}, {"tag": "r1", "left": stale}):
+        assert departures.valid(ts[2], 1, ev) is None
+    relay = json.dumps({"departed": {"1": {"tag": "r1", "left": own}, "x": {}, "2": {"tag": "r1; rm", "left": own},
+                                     "3": {"stop": "y" * 5000}}}).encode()
+    assert departures.parse(relay, 4) == {1: {"tag": "r1", "left": own}}
+    assert departures.parse(b"junk", 4) == {} and departures.parse(b'{"departed": [1]}', 4) == {}
+    departures.act(ts[2], "eq1", {0: relay})
+    assert ts[2].alive == {0, 2, 3} and ts[2].failed == {1: "eq1"}
+    departures.act(ts[0], "eq1", {2: json.dumps({"departed": {"1": {"tag": "r1", "left": forged}}}).encode()})
+    assert ts[0].alive == {0, 1, 2, 3}

@@ -268,7 +268,7 @@ def _attack_messages(setup: Setup, overrides: list[str], n_poisoned: int):
             seen = _honest_messages(setup, [s.problem for s in slots], ROUND - 1, range(G // 2), swarm.sign)
             swarm.restore_replay_memory(ROUND - 1, seen)
         sent = swarm.route(sent, 0, ROUND)
-    labels = {id(m): swarm.routed_labels.get(m) or swarm.labels.get(m.key, "honest") for m in sent}
+    labels = {id(m): swarm.label(m) for m in sent}
     return sent, labels, admitted(swarm, setup.policy, sent), attack, slots
 
 

@@ -81,6 +81,18 @@ class Swarm:
         # proofs of the hidden states behind each completion, built by honest nodes while sampling and by
         # attackers by prefilling what they send (dgrpo.policy.proofs)
         self.prover = None
+        # every malicious node of the run (swarm.malicious; the build sets it), not only those hosted here: a message
+        # of a malicious sender that reached this process without its own label (relayed: the label is taken only
+        # from the signer's own server) is "malicious", never counted honest (review r31o H6)
+        self.malicious: frozenset[int] = frozenset(attacks)
+
+    def label(self, msg: Message) -> str:
+        """The simulation's truth for ``msg`` (metrics only: ``honest`` / ``poisoned`` / ``malicious``): the label
+        route() or the signer's own server gave it, else ``honest`` for an honest sender's and ``malicious`` for a
+        malicious sender's (left out of both a defense's detection and its false-positive rate; review r31o H6:
+        a rank that hid its payload from the main made its poisons count as honest rejections there)."""
+        known = self.routed_labels.get(msg) or self.labels.get(msg.key)
+        return known or ("malicious" if msg.node in self.malicious else "honest")
 
     @property
     def hosted(self) -> list[int]:
@@ -232,7 +244,7 @@ class Swarm:
         its reason) of every message, for ``policy``; what passes becomes a rollout, not yet rewarded.
         The round always completes: any exception on the way is a refusal (``decode: ...``)."""
         admission = Admission(self.protocol, policy, round_idx, self.problems, self.limits, self.run_seed, self.task,
-                              lambda msg: self.routed_labels.get(msg) or self.labels.get(msg.key, "honest"))
+                              self.label)
         received = admit(admission, messages, self.carriers)
         self.last_received[policy] = received
         return received

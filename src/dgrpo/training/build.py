@@ -223,6 +223,7 @@ def build_swarm(cfg: RunConfig, task: Task, local_nodes: list[int]) -> Swarm:
             attacks[n] = build_attack(cfg.attack, cfg)
     swarm = Swarm(task, policies, attacks, attacker_policies, learners, {}, cfg.seed, cfg.swarm.group_size,
                   Limits.for_completions(cfg.sampling.max_new_tokens), cfg.swarm.mode)
+    swarm.malicious = frozenset(malicious)  # every rank's, hosted here or not (Swarm.label)
     for owner, policy in swarm.trained.items():  # a mirror runs the honest defenses too: same update
         swarm.defenses[owner] = [build_defense(d, cfg, policy, task) for d in cfg.defenses]
     swarm.prover = next((p for d in cfg.defenses if (p := d.sender_proof()) is not None), None)

@@ -295,7 +295,9 @@ class DistributedTransport:
         its view a peer whose own signed departure any relay carries (:mod:`dgrpo.transports.departures`).
         """
         own_refusals = [[n, str(r)[:200]] for n, r in self.rejected[:256]]
-        relay = {"messages": [m.to_dict() for m in messages if m.signature is not None], "rejected": own_refusals,
+        signed = [m for m in messages if m.signature is not None]
+        relay = {"messages": [m.to_dict() for m in signed], "rejected": own_refusals,
+                 "labels": payload_codec.relay_labels(signed, self.labels, self.honest),  # (metrics only; r31o H6)
                  "departed": departures.relayed_departures(self.chan, self.world_size)}  # (review r31n G6)
         try:
             reports = self.exchange(f"eq{round_idx}", json.dumps(relay).encode())
@@ -306,6 +308,8 @@ class DistributedTransport:
         self.peer_views = {n: relay_refusals(raw) for n, raw in reports.items() if n != self.rank}
         caught, merged = merge_views(self.rank, views, self.verifier, round_idx)
         recovered = {id(m) for m in merged} - {id(m) for m in messages}
+        payload_codec.take_relayed_labels({n: r for n, r in reports.items() if n != self.rank}, merged, self.labels,
+                                          self.honest)
         for node, reason in caught.items():
             log.warning("rejected every message from node %d in round %d: %s", node, round_idx, reason)
             self.rejected.append((node, reason))

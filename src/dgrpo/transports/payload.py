@@ -47,7 +47,7 @@ def decode(sender: int, payload: bytes, *, caps: KeyCaps, max_messages: int, lab
         refuse(reason)
     for data in bodies:
         raws, served = data["messages"], data.get("labels")
-        served = served if isinstance(served, list) and len(served) == len(raws) else ["honest"] * len(raws)
+        served = served if isinstance(served, list) and len(served) == len(raws) else [None] * len(raws)
         if len(raws) > max_messages:
             refuse(f"size: {len(raws)} messages (limit {max_messages}); the excess is dropped")
             raws = raws[: max_messages]
@@ -56,8 +56,8 @@ def decode(sender: int, payload: bytes, *, caps: KeyCaps, max_messages: int, lab
             if msg is None:
                 refuse(reason)
                 continue
-            if msg.key not in labels and labels_from(sender, msg, verifier):  # (metrics only)
-                labels[msg.key] = label if isinstance(label, str) and label in LABELS else "honest"
+            if msg.key not in labels and labels_from(sender, msg, verifier) and str(label) in LABELS:  # (metrics only;
+                labels[msg.key] = label  # none served or not a label: Swarm.label's default, by the sender's role)
             out.append(msg)
             carriers[id(msg)] = sender  # who delivered it (accounting only: Swarm.carriers)
     return out
@@ -70,3 +70,34 @@ def labels_from(sender: int, msg: Message, verifier: object | None) -> bool:
     verification is cached, so receive does not repeat it). ``verifier``: the run's
     :class:`dgrpo.swarm.identity.SignatureVerifier`, or None when the run signs nothing."""
     return sender == msg.node and (verifier is None or verifier.identify(msg)[1] is None)
+
+
+def relay_labels(messages: list[Message], labels: dict[tuple, str], honest) -> list[str | None]:
+    """The labels this node's relay carries beside ``messages``: those it holds for messages of a node not in
+    ``honest`` (an attacker rank's own claim, as its server served it), None for the rest (metrics only)."""
+    return [labels.get(m.key) if m.node not in honest else None for m in messages]
+
+
+def take_relayed_labels(reports: dict[int, bytes], merged: list[Message], labels: dict[tuple, str], honest) -> None:
+    """Labels of the signed messages of non-honest nodes in ``merged`` that this node got only from peers' relays
+    (review r31o H6: a rank that hid its payload from the main rank alone left its poisons unlabelled there, counted
+    as honest: a false-positive rate of 0.25 and no detection rate where the clean run has 0 and 1.0). Only
+    ``poisoned`` / ``malicious`` are taken, and only for a non-honest signer's message, so no relay can relabel an
+    honest node's message; ``labels`` is updated in place (metrics only)."""
+    wanted = {m.key for m in merged if m.node not in honest and m.key not in labels}
+    for raw in (reports[n] for n in sorted(reports)):
+        if not wanted:
+            return
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue
+        raws, served = (data.get("messages"), data.get("labels")) if isinstance(data, dict) else (None, None)
+        if not (isinstance(raws, list) and isinstance(served, list) and len(raws) == len(served)):
+            continue
+        for one, label in zip(raws, served):
+            if str(label) in ("poisoned", "malicious") and isinstance(one, dict):
+                key = tuple(one.get(f) for f in ("node", "round", "prompt_id", "index"))
+                if all(isinstance(v, (int, str)) for v in key) and key in wanted:
+                    labels[key] = label
+                    wanted.discard(key)

@@ -34,12 +34,14 @@ def _resolved(ts):
 @pytest.mark.parametrize("policy", ["continue", "abort"])
 @pytest.mark.parametrize("first", [True, False])
 def test_a_rank_whose_start_up_check_failed_is_out_at_once_and_accused_by_nobody(policy, first, caplog):
-    """In this rank's first round exchange a peer's start-up stop stops it too, under either policy (the ranks
-    start together or not at all: review r31f H10); in a later one (a notice said that late is no start-up stop)
-    the peer is out at once, and this rank goes on (``continue``) or stops (``abort``); nobody is accused."""
+    """In this rank's first round exchange a peer's start-up stop only holds the peer (out of this exchange,
+    unaccused) under either policy: whether every node stops is decided once the round's relays are in
+    (transports/startstops.py; review r31n G5: stopping here at once let one rank stop whom it liked); in a later
+    one (a notice said that late is no start-up stop) the peer is out at once, and this rank goes on
+    (``continue``) or stops (``abort``); nobody is accused."""
     ts = _resolved(_ranks(timeout_s=20)[0])
     ts[2].exchanger.on_peer_failure = policy
-    ts[2].exchanger.started = not first  # (a round exchange already done)
+    ts[2].exchanger.first = None if first else "r5"  # (a round exchange already done)
     ts[1].chan.announce_stop(WHY)  # (node 1's check failed: DistributedTransport.check_startup)
     ts[3].store.delete_key("stop/1")  # (b: the copy in the store is gone; node 2's server was told directly)
     assert ts[2].chan.stops == {1: WHY} and ts[0].chan.stops == {1: WHY}
@@ -47,20 +49,21 @@ def test_a_rank_whose_start_up_check_failed_is_out_at_once_and_accused_by_nobody
         t.post("r0", b"x")
     start = time.monotonic()
     with caplog.at_level(logging.WARNING):
-        if policy == "abort" or first:
+        if policy == "abort" and not first:
             with pytest.raises(PeerFailure) as err:
                 ts[2].collect("r0", range(4))
-            assert str(err.value) == (f"node 1 stopped at start-up ({WHY}); node 2 stops too in exchange 'r0'" +
-                                      (", its first (the ranks start together or not at all)" if first else
-                                       " (swarm.on_peer_failure=abort)"))
+            assert str(err.value) == (f"node 1 stopped at start-up ({WHY}); node 2 stops too in exchange 'r0'"
+                                      " (swarm.on_peer_failure=abort)")
+            assert ts[0].chan.whys == {2: str(err.value)}  # (said, signed, like any stop: review r31n G5)
         else:
             assert sorted(ts[2].collect("r0", range(4))) == [0, 3]
-            assert (f"node 1 stopped at start-up ({WHY}); going on without it from exchange 'r0' "
-                    "(swarm.on_peer_failure=continue)") in caplog.text
+            assert (f"node 1 stopped at start-up ({WHY})" + ("; going on without it from exchange 'r0' "
+                    "(swarm.on_peer_failure=continue)" if not first else ", as this node read in exchange 'r0', its "
+                    "first round: held until the relays of this round")) in caplog.text
     assert time.monotonic() - start < 3  # (timeout_s=20: never waited out)
-    if not first:
-        assert ts[2].alive == {0, 2, 3} and ts[2].failed == {1: "r0"}
+    assert ts[2].alive == {0, 2, 3} and ts[2].failed == {1: "r0"}
     assert ts[2].rejected == [] and "sent nothing" not in caplog.text and "leave mark" not in caplog.text
+    assert ("is out of the swarm" in caplog.text) is not first  # (held: named once the relays are in)
     assert ts[2].ledger.accusations(1, time.monotonic() + 5) == {}  # nobody accused node 1
 
 
@@ -169,3 +172,35 @@ def test_a_start_up_stop_reason_is_shown_on_one_line_and_bounded_whatever_its_si
     assert ts[2].chan.fetch(1, "r0/data/1", 64, time.monotonic() + 1) == (None, None) and 1 in ts[2].chan.down
     start = "node 0 lied [2Kdgrpo: error: 'node 0' "
     assert ts[2].chan.stop_of(1) == start + "y" * (599 - len(start)) + "…"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victims, policy", [("0", "continue"), ("0.1", "continue"), ("0", "abort")])
+def test_a_start_up_stop_notice_shown_to_some_nodes_stops_no_honest_node(tmp_path, tiny_model_dir, victims, policy):
+    """Review r31n G5: as it posts r0, rank 3 pushes its signed start-up stop notice to ``victims`` only and hides r0
+    from them, serving r0 to the others as usual. Before, each victim stopped in its first round exchange ("the ranks
+    start together or not at all") while the others trained on with rank 3: exit codes [3, 0, 0, 0], [3, 3, 0, 0]
+    (one honest node alone with the attacker); under abort every rank stopped, the others naming node 0 "sent
+    nothing". Now a victim holds the notice and relays it in eq0; the others' relays carry rank 3's signed round-0
+    messages, so every honest node finds that rank 3 said it stopped and sent (equivocation): rank 3 is named, its
+    messages dropped and it is out at every honest node, and nobody honest stops."""
+    from test_store_attacks import ARGS, peers, run
+
+    from dgrpo.metrics.logger import read_metrics
+
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, f"swarm.on_peer_failure={policy}"],
+                           f"selstop:3:{victims}")
+    assert "pushed a signed stop notice" in results[3].output, results[3].output[-3000:]
+    assert [r.returncode for r in results[:3]] == [0, 0, 0], [r.output[-2000:] for r in results[:3]]
+    for r in results[:3]:
+        said = "equivocation: node 3 said (signed) it stopped at start-up"
+        assert said in r.output, r.output[-3000:]
+        assert "stops too" not in r.output and "sent nothing" not in r.output, r.output[-3000:]
+    log = peers(run_dir)
+    assert log[0]["peers"]["3"]["transport"].get("equivocation") == 1, log[0]
+    others = [p for rec in log for n, p in rec["peers"].items() if n != "3"]
+    assert all(not p["transport"] and not p["rejected"] for p in others), log
+    records = read_metrics(run_dir)
+    # (rank 3's 2 messages a round dropped: round 0 by every node's cross-check, round 1 out of the swarm)
+    assert [r.get("swarm/messages") for r in records][:2] == [6, 6], records
+    assert [r.get("swarm/nodes_alive") for r in records][:2] == [3, 3], records

@@ -3,18 +3,21 @@
 A start-up stop notice (:meth:`PeerChannel.announce_stop <dgrpo.transports.peerserve.PeerChannel.announce_stop>`) and a
 leave mark (``{tag}/status/{k}``: :meth:`SignedStore.leave <dgrpo.transports.signedstore.SignedStore.leave>`) are
 claims their signer makes about itself: "I stopped". A node that reads one for a peer missing from an exchange takes
-the peer out of its own view at once, unaccused (:meth:`StoreExchange._stopped`, ``left``). Its signer can show the
-claim to whom it likes, though: shown to one node only, that node alone took the signer out, the live rosters of the
-honest nodes differed (one counted quorums of 3, the others of 4), and the signer, still in the others' view,
+the peer out of its own view at once, unaccused (:func:`~dgrpo.transports.startstops.met`, ``left``). Its signer can
+show the claim to whom it likes, though: shown to one node only, that node alone took the signer out, the live rosters
+of the honest nodes differed (one counted quorums of 3, the others of 4), and the signer, still in the others' view,
 withheld its payloads from everyone and was never expelled (review r31n G6; G5 with a stop notice).
 
 So each node relays, in its relay ``eq{r}`` (:meth:`DistributedTransport.cross_check
 <dgrpo.transports.distributed.DistributedTransport.cross_check>`), the departures it read (:attr:`PeerChannel.departed
 <dgrpo.transports.peerserve.PeerChannel.departed>`: the signed record), and takes out of its view every peer whose own
 signed departure a relay carries: a claim shown to one honest node reaches them all in the same round, and every
-honest node drops its signer alike. Only the signer's own signature counts (for this run and its launch: a notice
-or mark of an earlier launch, forged, or in another's name verifies for nobody and changes nothing), so relaying
-can take out only a node that said it stopped. Under ``abort`` a node that learns so stops too, naming it.
+honest node drops its signer alike. A relay counts only for what its sender read of others (the signer's own relay
+could be served to some nodes only). In the first round a start-up stop notice is decided before this, by
+:mod:`dgrpo.transports.startstops` (every node stops, or the signer equivocated). Only the signer's own signature
+counts (for this run and its launch: a notice or mark of an earlier launch, forged, or in another's name verifies for
+nobody and changes nothing), so relaying can take out only a node that said it stopped. Under ``abort`` a node that
+learns so stops too, naming it.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ def act(t, tag: str, reports: dict[int, bytes]) -> None:
         if sender == t.rank:
             continue
         for node, ev in parse(raw, t.world_size).items():
-            if node == t.rank or node not in t.alive:
+            if node in (t.rank, sender) or node not in t.alive:  # (its own relay: it may show it to some nodes only)
                 continue
             what = valid(t, node, ev)
             if what is None:

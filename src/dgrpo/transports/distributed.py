@@ -62,7 +62,7 @@ from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fin
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
-from dgrpo.transports import departures, ranklife
+from dgrpo.transports import departures, ranklife, startstops
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
@@ -292,7 +292,9 @@ class DistributedTransport:
         equivocate dropped, and one list of the validly signed messages anyone read (a rank that replaced
         a sender that showed some readers other messages changes nothing), in one order, so every honest node
         accepts the same messages and decides the same strikes and bans (docs/protocol.md); and every node takes out of
-        its view a peer whose own signed departure any relay carries (:mod:`dgrpo.transports.departures`).
+        its view a peer whose own signed departure any relay carries (:mod:`dgrpo.transports.departures`); in its
+        first round, a peer's start-up stop notice that a relay carries stops every node unless a relay carries the
+        peer's messages of that round (then it is an equivocator: :mod:`dgrpo.transports.startstops`).
         """
         own_refusals = [[n, str(r)[:200]] for n, r in self.rejected[:256]]
         signed = [m for m in messages if m.signature is not None]
@@ -307,6 +309,8 @@ class DistributedTransport:
         views = {n: messages if n == self.rank else relayed(raw, limit) for n, raw in reports.items()}
         self.peer_views = {n: relay_refusals(raw) for n, raw in reports.items() if n != self.rank}
         caught, merged = merge_views(self.rank, views, self.verifier, round_idx)
+        if self.exchanger.first == f"r{round_idx}":  # (a start-up stop notice met in the first round: all stop alike,
+            caught.update(startstops.decide(self, round_idx, reports, views))  # or its signer sent: equivocation)
         recovered = {id(m) for m in merged} - {id(m) for m in messages}
         payload_codec.take_relayed_labels({n: r for n, r in reports.items() if n != self.rank}, merged, self.labels,
                                           self.honest)

@@ -21,8 +21,9 @@ rank compares each confirmation with what it read itself:
   false statement, or its server served junk).
 
 A rank whose check fails says why, signed (:meth:`PeerChannel.announce_stop`); a peer that already passed meets that
-notice in its first round and stops too (:meth:`StoreExchange._stopped`), so the ranks either all start or all
-stop, and the line names the rank that made them stop.
+notice in its first round, relays it, and once the round's relays are in every node stops too unless a node read a
+message the signer sent that round (:mod:`dgrpo.transports.startstops`), so the ranks either all start or all stop,
+and the line names the rank that made them stop.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ Round data never goes through the shared c10d store, where any rank can delete o
 * ``{tag}/status/{k}`` in the store: k's signed leave marks (:mod:`dgrpo.transports.signedstore`): k stopped
   on an error and will not post ``tag``.
 * k's stop notice (:meth:`PeerChannel.stop_of`: pushed by k to this rank's server, or ``stop/{k}`` in the store),
-  signed for k's server's launch: k stopped at start-up, unaccused, named with its reason; in a start-up exchange or
-  this rank's first round exchange (k's start-up failed after this rank's passed) this rank stops too, later k is
-  out at once (:meth:`StoreExchange._stopped`).
+  signed for k's server's launch: k stopped at start-up, unaccused, named with its reason; in a start-up exchange this
+  rank stops too, in its first round exchange every node decides alike once the round's relays are in, later k is
+  out at once (:mod:`dgrpo.transports.startstops`).
 
 Every wait ends at the exchange's deadline: peers are polled at once with bounded reads
 (:meth:`PeerChannel.fetch`), and a round's exchanges (``r{n}``, ``eq{n}``, wait notes' extensions included) end
@@ -35,6 +35,7 @@ from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 
 from dgrpo.transports.alone import stop_if_alone
 from dgrpo.transports.framing import cap_of  # noqa: F401 (re-exported: distributed.py)
 from dgrpo.transports.sidereads import SideReads
+from dgrpo.transports.startstops import met
 from dgrpo.transports.waits import Schedule, WaitNotes, note_s, record_s, slack_s, window_s
 from dgrpo.transports.witnesses import Witnesses
 
@@ -76,7 +77,7 @@ class StoreExchange:
         chan.acks = store  # (a read of a stop reason or `done` counts only with the reader's signature: review r31f H5)
         store.serve = chan.append  # (its leave marks served by its own server too: peers read the store's once it is gone)
         self.schedule = Schedule(wait.timeout_s)  # the round's deadlines
-        self.started = False  # this node finished its first round exchange (a start-up stop no longer stops it)
+        self.first: str | None = None  # this node's first round exchange (a start-up stop met there: startstops.py)
         self.record_reader: int | None = None  # the main rank this node last posted a round record rec{n} for
 
     # ------------------------------------------------------------------ exchange
@@ -121,13 +122,14 @@ class StoreExchange:
         deadline = start + self.wait.timeout_s if deadline is None else deadline
         self.ledger.live_at(tag)
         self.schedule.enter(tag)
+        startup = self.wait.limit_name != "swarm.timeout_s"
+        self.first = self.first or (tag if not startup and tag.startswith("r") and tag[1:].isdigit() else None)
         pending = sorted((set(peers) & self.alive) - {self.rank})
         live = sorted(self.alive - {self.rank})  # (all gone and silent: this node is alone, alone_line)
         got: dict[int, bytes] = {}
         bad: dict[int, str] = {}
         left: list[int] = []
         stopped: dict[int, str] = {}  # start-up: peer → why it said it stopped (signed for its launch)
-        startup = self.wait.limit_name != "swarm.timeout_s"
         # (a round's schedule and the waiters' extensions: transports/waits.py; start-up waits need every rank)
         base = deadline if startup else self.schedule.base(tag, deadline)
         end = None if startup else self.schedule.cap(tag, deadline)  # (the round's end: no extension past it)
@@ -249,8 +251,7 @@ class StoreExchange:
             log.warning("node %d: exchange %r: node %d's server %s", self.rank, tag, peer, problem)
             self.refuse(peer, f"transport: exchange {tag!r}: {problem[:160]}")
         if stopped:  # (never "sent nothing": it said why it stopped, signed for its launch; review r31c F3)
-            self._stopped(tag, stopped, startup, first=not self.started)
-        self.started = self.started or (not startup and tag.startswith("r") and tag[1:].isdigit())
+            met(self, tag, stopped, startup)
         forged = [f"the server address of node {p} in the store (addr/{p}): it {self.chan.bad_addr[p]}" for p in pending
                   if p in self.chan.bad_addr and p not in self.chan.addrs]
         if forged:  # (start-up only: addresses are never read again once the ranks checked them)
@@ -343,23 +344,12 @@ class StoreExchange:
             return extended[peer][0] == rec
         return side.held_note(peer)
 
-    def _stopped(self, tag: str, stopped: dict[int, str], startup: bool, first: bool = False) -> None:
-        """Peers that said they stopped at start-up (:meth:`PeerChannel.stop_of`): in a start-up exchange, or in this
-        rank's first round exchange (a peer whose start-up check or ready barrier failed after this rank's passed:
-        :mod:`dgrpo.transports.startready`; the ranks start together or not at all, review r31f H10), this rank stops
-        too; later (a stop notice said that late is no start-up stop) they are out of the swarm at once, unaccused,
-        and this rank stops (``abort``) or goes on without them, in one line naming each and its reason."""
-        said = "; ".join(f"node {p} stopped at start-up ({why})" for p, why in sorted(stopped.items()))
-        if startup:
-            raise PeerFailure(f"{said}; node {self.rank} stops too, before round 0")
-        if first:
-            raise PeerFailure(f"{said}; node {self.rank} stops too in exchange {tag!r}, its first (the ranks start "
-                              "together or not at all)")
-        for peer in stopped:
-            self._expel(peer, tag, [], why="it stopped at start-up")
-        if self.on_peer_failure == "abort":
-            raise PeerFailure(f"{said}; node {self.rank} stops too in exchange {tag!r} (swarm.on_peer_failure=abort)")
-        log.warning("%s; going on without it from exchange %r (swarm.on_peer_failure=continue)", said, tag)
+    def say(self, text: str, readers=None) -> None:
+        """Before this node stops on a peer failure: ``text``, signed, served till ``readers`` (default: its live peers)
+        read it, as long as they may wait for this node (a peer's round may begin up to W + E after this one's and
+        lasts timeout_s, < 2 x timeout_s in all, and a read; the store's copy may be deleted): :class:`WaitNotes`."""
+        readers = self.alive - {self.rank} if readers is None else readers
+        self.notes.say_stop(text, readers, 2 * self.wait.timeout_s + slack_s(self.wait.timeout_s) + 1.0)
 
     def _expel(self, peer: int, tag: str, accusers: list[int], why: str = "") -> None:
         if peer not in self.alive:
@@ -391,9 +381,6 @@ class StoreExchange:
             hint = ("start every rank within it" if self.wait.limit_name != "swarm.timeout_s" else
                     "set swarm.on_peer_failure=continue to go on without it")
             if self.wait.limit_name == "swarm.timeout_s":
-                honest = self.alive - {self.rank} - set(peers) - set(empty)  # (its reason served till they read it,
-                # as long as they may wait for this node: a peer's round may begin up to W + E after this one's and
-                # lasts timeout_s (< 2 x timeout_s in all), and a read; the store's copy may be deleted)
-                self.notes.say_stop(text, honest, 2 * self.wait.timeout_s + slack_s(self.wait.timeout_s) + 1.0)
+                self.say(text, self.alive - {self.rank} - set(peers) - set(empty))
             raise PeerFailure(f"{text}; aborted ({hint})")
         log.warning("%s; continuing without it this round (swarm.on_peer_failure=continue)", text)

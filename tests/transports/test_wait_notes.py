@@ -111,6 +111,26 @@ def test_under_abort_a_peer_that_stopped_first_is_quoted_from_its_signed_reason(
     assert "stopped first" not in str(forged.value)
 
 
+def test_under_abort_a_missing_peer_still_waiting_itself_is_named_with_whom_its_signed_note_says_it_waits_for():
+    """Review r31n G4: node 2, held in eq2 by rank 3 (its relay withheld), is still waiting when node 0 cuts it in r3;
+    it has no stop reason yet (it stops later, naming rank 3), so node 0's line named node 2 alone. Now the line also
+    says whom node 2's signed note says it waited for, and where."""
+    ts, _ = _ranks(n=4, timeout_s=2.0)
+    a = ts[0]
+    a.exchanger.on_peer_failure = "abort"
+    for tag in ("r2", "eq2"):
+        a.exchanger.schedule.enter(tag)  # (r3's notes are looked for in eq2 and r2: Schedule.noted_in)
+    ts[2].exchanger.notes.note("eq2", [3])  # (node 2, signed: still waiting for node 3's relay eq2)
+    for t in (ts[1], ts[3]):
+        t.post("r3", b"x")
+    a.post("r3", b"mine")
+    with pytest.raises(PeerFailure) as err:
+        a.collect("r3", range(4))
+    assert str(err.value) == ("node 2 sent nothing for exchange 'r3' within swarm.timeout_s=2s (dead or stalled); "
+                              "node 2 said (signed) it was waiting for node 3 in exchange 'eq2'; aborted (set "
+                              "swarm.on_peer_failure=continue to go on without it)")
+
+
 def test_a_peer_that_waited_for_this_node_only_because_this_node_waited_for_it_gets_no_extension():
     """Node 1 hid r0 from node 0 (node 0 noted waiting for it), so node 0 relayed eq0 late and node 1 noted waiting
     for node 0 in eq0. That note buys node 1 nothing from node 0 in r1 (it caused the wait): node 0's r1 wait stays

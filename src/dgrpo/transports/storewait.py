@@ -373,8 +373,12 @@ class StoreExchange:
                          f"{self.wait.limit_name}={self.wait.timeout_s:g}s (refused)")
         if self.on_peer_failure == "abort" and self.wait.limit_name == "swarm.timeout_s":
             end = time.monotonic() + 1.0  # (a peer that stopped first: its signed reason, quoted; review r31d F2)
-            parts += [f'node {p} stopped first, saying (signed): "{why}"' for p in peers  # (its words: peer_text)
-                      if (why := self.notes.stop_of(p, end)) is not None]
+            for p in peers:  # (else, one still waiting itself: whom its signed note names; review r31n G4)
+                if (why := self.notes.stop_of(p, end)) is not None:
+                    parts.append(f'node {p} stopped first, saying (signed): "{why}"')  # (its words: peer_text)
+                elif (note := self.notes.waited(p, self.schedule.noted_in(tag), end, 0.5)) is not None:
+                    parts.append(f"node {p} said (signed) it was waiting for node{'s' if len(note[1]) > 1 else ''} "
+                                 f"{', '.join(map(str, note[1]))} in exchange {note[0]!r}")
         text = "; ".join(parts)
         if self.on_peer_failure == "abort" or self.wait.limit_name != "swarm.timeout_s":
             log.error("%s; aborting (swarm.on_peer_failure=%s)", text, self.on_peer_failure)

@@ -21,12 +21,13 @@ from signed_ranks import _ranks
 T = 2.0
 
 
-def _node0_after(mine_r2, notes_of_2):
-    """Four in-process ranks; node 0 entered eq1, r2, eq2, noted waiting in r2 for ``mine_r2``; node 2 serves the
+def _node0_after(mine_r2, notes_of_2, rec=False):
+    """Four in-process ranks; node 0 entered eq1, r2, eq2 (``rec``: eq1, rec1, r2, eq2, as the main rank or any node
+    of a heterogeneous swarm, which post round records), noted waiting in r2 for ``mine_r2``; node 2 serves the
     notes ``notes_of_2`` (exchange → whom). Returns the ranks."""
     ts, _ = _ranks(n=4, timeout_s=T)
     a = ts[0]
-    for tag in ("eq1", "r2"):
+    for tag in ("eq1", "rec1", "r2") if rec else ("eq1", "r2"):
         a.exchanger.schedule.enter(tag)
     a.exchanger.notes.note("r2", mine_r2)
     a.exchanger.schedule.enter("eq2")
@@ -53,9 +54,10 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("mine_r2, notes_of_2, own", CASES)
-def test_own_doing_by_hand(mine_r2, notes_of_2, own):
-    ts = _node0_after(mine_r2, notes_of_2)
+@pytest.mark.parametrize("rec", [False, True], ids=["peer", "reporting"])  # (review r31o H4: with rec1 in node 0's
+@pytest.mark.parametrize("mine_r2, notes_of_2, own", CASES)                 # history the first case was True before)
+def test_own_doing_by_hand(mine_r2, notes_of_2, own, rec):
+    ts = _node0_after(mine_r2, notes_of_2, rec)
     ex = ts[0].exchanger
     why = ex.notes.waited(2, ["eq2"], time.monotonic() + 1)
     assert why == ("eq2", sorted(notes_of_2["eq2"]))

@@ -224,9 +224,13 @@ class Schedule:
                     book.pop(old, None)
 
     def before(self, tag: str, n: int = 2) -> list[str]:
-        """The (at most ``n``) exchanges this node entered just before ``tag``, latest first."""
+        """The (at most ``n``) round exchanges (``r{n}``, ``eq{n}``) this node entered just before ``tag``, latest
+        first: a ``rec{n}`` this node entered (the main rank of a homogeneous swarm, every node of a heterogeneous
+        one) is not one, since a peer that reports nothing never enters or notes it (review r31o H4: the main rank
+        looked for a writer's note of ``rec{n-1}``, never found one, and the wait-note rule's second clause was void
+        there; the same slip as r31n G3's in :meth:`noted_in`)."""
         i = self.history.index(tag) if tag in self.history else len(self.history)
-        return self.history[max(0, i - n):i][::-1]
+        return [t for t in self.history[:i] if not t.startswith("rec")][-n:][::-1] if n > 0 else []
 
     def noted_in(self, tag: str) -> list[str]:
         """The exchanges where a peer missing in round exchange ``tag`` may have noted waiting, latest first: for a
@@ -236,8 +240,7 @@ class Schedule:
         cut two peers held in ``r{n-1}`` at ``W`` and was expelled by them and the withholder)."""
         if tag.startswith("eq"):
             return [f"r{tag[2:]}"]
-        i = self.history.index(tag) if tag in self.history else len(self.history)
-        return [t for t in self.history[:i] if not t.startswith("rec")][-2:][::-1]
+        return self.before(tag)
 
     def start(self, tag: str, deadline: float) -> float:
         """When round ``n`` of round exchange ``tag`` began here: this node's ``r{n}`` post, else ``deadline`` (its

@@ -63,18 +63,21 @@ def _in_eq0(n: int, serving: int, relay_post_after_r0: float):
     return ts, a, sched, p
 
 
-def _eq0_then_r1(relay_post_after_r0: float):
+def _eq0_then_r1(relay_post_after_r0: float, note: bool = False):
     """Node 0 of 3 (timeout_s=5) posted r0 at p and its relay eq0 at p + ``relay_post_after_r0``, p a multiple of 0.25
     s with p + timeout_s (the round's end) 0.75-1 s from now; node 1 withholds its relay eq0, node 2 serves its relay
     but says nothing of leaving eq0 (no ``end/eq0``: still in it). Node 0's wait for node 1 in eq0 ends at the round's
     end, p + 5 (min(now + S, p + timeout_s); no note, so no extension); node 2's relay is read at once, at least
     0.25 s before safe (a peer still awaited past safe would be recorded as a fellow too). Then node 0 posts r1 and
-    nobody else does: it waits W = 1.5 s for both. Returns (the ranks, node 0's fellows of r1, whom it accused of r1,
+    nobody else does: it waits W = 1.5 s for both (``note``: node 2 serves a note of eq0 naming node 1, which buys it
+    E, so node 0 waits W + E = 4 s for it). Returns (the ranks, node 0's fellows of r1, whom it accused of r1,
     refusals of r1)."""
     ts, a, sched, p = _in_eq0(3, 2, relay_post_after_r0)
     assert sched.base("eq0", p + 2 * T) == p + T  # (node 0's deadline for node 1's relay: the round's end)
     assert a.exchanger.collect("eq0", [1, 2], p + 2 * T, 1 << 20) == {2: b"relay two"}
     fellows = sched.fellows_of("r1")
+    if note:
+        ts[2].exchanger.notes.note("eq0", [1])
     a.rejected = []
     a.exchanger.post("r1", b"mine")
     assert a.exchanger.collect("r1", [1, 2], time.monotonic() + T, 1 << 20) == {}
@@ -117,16 +120,9 @@ def test_the_withholder_this_node_waits_for_is_never_its_fellow():
     assert {peer for peer in (1, 2, 3) if "r1" in a.ledger.accusations(peer)} == {1, 2}
 
 
-@pytest.mark.parametrize("served_late", [True, False])
-def test_a_fellow_missed_in_r1_is_accused_of_it_at_the_end_of_eq1_unless_its_round_payload_came(served_late):
-    """Review r31n G1: node 2 is node 0's fellow (as above: still in eq0 while node 0 was held past safe), and misses
-    r1 (node 0 names it, never accuses it there). In eq1 it serves its relay. Served late: its r1 comes during eq1
-    (a fellow late by the withholder's doing), and it is never accused. Never served (a rank posing as a fellow that
-    hid r1 from everyone): node 0 accuses it of r1 at the end of eq1. Before, it never did (nodes 0 and 1 of the
-    review's run never accused it: it was never expelled)."""
-    ts, fellows, accused, _ = _eq0_then_r1(2.0)
-    a = ts[0]
-    assert fellows == {2} and accused == {1}
+def _eq1(ts, served_late: bool) -> None:
+    """Node 0 (after :func:`_eq0_then_r1`) posts its relay eq1 and collects nodes 1's and 2's; node 2 serves its relay
+    0.3 s in and, ``served_late``, its r1 just before."""
     ts[1].chan.set("eq1/data/1", b"relay one")
 
     def serve():
@@ -135,7 +131,45 @@ def test_a_fellow_missed_in_r1_is_accused_of_it_at_the_end_of_eq1_unless_its_rou
         ts[2].chan.set("eq1/data/2", b"relay two")
 
     threading.Timer(0.3, serve).start()
-    a.exchanger.post("eq1", b"relay")
-    assert sorted(a.exchanger.collect("eq1", [1, 2], time.monotonic() + T, 1 << 20)) == [1, 2]
+    ts[0].exchanger.post("eq1", b"relay")
+    assert sorted(ts[0].exchanger.collect("eq1", [1, 2], time.monotonic() + T, 1 << 20)) == [1, 2]
+
+
+@pytest.mark.parametrize("served_late", [True, False])
+def test_a_fellow_whose_note_bought_it_time_is_accused_of_r1_at_the_end_of_eq1_unless_its_round_payload_came(
+        served_late):
+    """Review r31n G1: node 2 is node 0's fellow (as above: still in eq0 while node 0 was held past safe), serves a
+    note of eq0 (node 0 gives it E in r1) and misses r1 all the same (node 0 names it, never accuses it there). In eq1
+    it serves its relay. Served late: its r1 comes during eq1 (a fellow late by the withholder's doing), and it is
+    never accused. Never served (a rank posing as a fellow that hid r1 from everyone): node 0 accuses it of r1 at the
+    end of eq1. Before, it never did (nodes 0 and 1 of the review's run never accused it: it was never expelled)."""
+    ts, fellows, accused, refused = _eq0_then_r1(2.0, note=True)
+    a = ts[0]
+    assert fellows == {2} and accused == {1}
+    assert refused == [(1, "missing payload"), (2, "missing payload")]
+    assert a.exchanger.schedule.owed_in("eq1") == {2} and a.exchanger.schedule.unnoted_in("eq1") == set()
+    _eq1(ts, served_late)
     assert ("r1" in a.ledger.accusations(2)) is not served_late
     assert "r1" in a.ledger.accusations(1) and "eq1" not in a.ledger.accusations(2)
+
+
+@pytest.mark.parametrize("carried", [True, False])
+def test_a_fellow_that_served_no_note_owes_its_round_payload_as_carried_by_another_relay_not_as_served(carried):
+    """Review r31o H1: node 2 is node 0's fellow and serves it no note (a rank posing as a fellow served its notes to
+    another node only), misses r1 (named, not accused there) and serves its r1 during eq1, after node 0's cut: served,
+    yet used by nobody. Before, node 0 read it there ("late, not missing") and owed it nothing. Now a fellow whose note
+    bought it no time is accused of r1 once eq1's relays are merged unless another node's relay carries its messages
+    (``carried``: some node had them in time, so it was late for node 0 only); the served copy clears nothing."""
+    from dgrpo.transports.sidereads import settle_unnoted
+
+    ts, fellows, accused, _ = _eq0_then_r1(2.0)
+    a = ts[0]
+    assert fellows == {2} and accused == {1}
+    assert a.exchanger.schedule.owed_in("eq1") == set() and a.exchanger.schedule.unnoted_in("eq1") == {2}
+    _eq1(ts, served_late=True)
+    assert "r1" not in a.ledger.accusations(2)  # (at the end of eq1's collect: the relays are not merged yet)
+    settle_unnoted(a.exchanger, "eq1", {0, 1, 2} if carried else {0, 1})
+    assert ("r1" in a.ledger.accusations(2)) is not carried
+    assert "eq1" not in a.ledger.accusations(2)
+    settle_unnoted(a.exchanger, "eq2", set())  # (nothing owed in another round)
+    assert set(a.ledger.accusations(2)) == (set() if carried else {"r1"})

@@ -294,3 +294,26 @@ def test_a_rank_posing_as_a_fellow_that_withholds_its_round_payload_from_everyon
     # (rank 3 accuses honest nodes alone: named under both, no effect)
     assert all(_named(p, n).get("accused", 0) <= _named(p, 3).get("accusation", 0) for p in peers for n in (0, 1, 2))
     assert max(r["time/exchange"] for r in got[:5]) <= T + POLL
+
+
+@pytest.mark.slow
+def test_a_fellow_serving_its_round_payload_only_after_every_cut_is_expelled(tmp_path, tiny_model_dir):
+    """Review r31o H1, past r31n G1's fix: rank 3 poses as a fellow as in the test above (no `end/eq{r}`; its r1 and r3
+    served to node 2 3 s late, so nodes 0 and 1 are held past their relay post + E with rank 3 "still in" eq1 and
+    eq3), its wait notes (naming node 0) are served to node 2 only, and its r2 and r4 are served to nodes 0 and 1
+    2.0 s after they first ask (past their window W = 1.5 s: cut, unaccused, as a fellow's; inside their eq{r}: "late,
+    not missing") and never to node 2. Before, nodes 0 and 1 owed it nothing, node 2 alone accused it: never expelled,
+    its even-round messages reached no honest node, rounds of 3-4 s (exit codes [0, 0, 0, 0]). Now a fellow that
+    served this node no note buying it time owes its round payload as carried by another node's relay of eq{r} (a
+    relay of its own counts for nothing): nobody's carries it, so nodes 0 and 1 accuse it of r2 and the quorum
+    expels it there."""
+    args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=5", "eval.every=10", "eval.first=false"]
+    scenario = ("sticky:3:0,withhold:3:0:^wait/,withhold:3:1:^wait/,delay:3:2:^r(1|3)/data/:3.0,noend:3:eq\\d+,"
+                "withhold:3:2:^r(2|4)/data/,delay:3:0:^r(2|4)/data/:2.0,delay:3:1:^r(2|4)/data/:2.0")
+    results, got, peers = _run(tmp_path, args, scenario, timeout=240)
+    assert [r.returncode for r in results] == [0, 0, 0, 3], [r.output[-2000:] for r in results]
+    assert "node 3 was declared failed by its peers in exchange 'r2'" in results[3].output
+    for r in results[:3]:
+        assert "node 3 is out of the swarm from exchange 'r2'" in r.output, r.output[-2000:]
+    assert all(_named(p, n).get("accused", 0) <= _named(p, 3).get("accusation", 0) for p in peers for n in (0, 1, 2))
+    assert max(r["time/exchange"] for r in got[:5]) <= T + POLL

@@ -63,6 +63,7 @@ from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
 from dgrpo.transports import departures, ranklife, startstops
+from dgrpo.transports.sidereads import settle_unnoted
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
@@ -323,6 +324,8 @@ class DistributedTransport:
                         "(their servers showed this node other messages?)", round_idx, len(recovered),
                         sorted({m.node for m in merged if id(m) in recovered}))
         departures.act(self, f"eq{round_idx}", reports)  # (a peer's own signed "I stopped", shown to one node: all)
+        settle_unnoted(self.exchanger, f"eq{round_idx}", {m.node for m in merged})  # (review r31o H1: a fellow's
+        # round payload that no other node's relay carries reached nobody in time: Schedule.unnoted_in)
         return [m for m in merged if m.node not in caught]
 
     def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:

@@ -248,6 +248,24 @@ class SideReads:
         return out
 
 
+def settle_unnoted(ex, tag: str, carried: set[int]) -> None:
+    """At the end of relay exchange ``tag`` = ``eq{n}``, its relays merged: accuse of ``r{n}`` each live fellow this
+    node missed there whose note bought it no time (:meth:`~dgrpo.transports.waits.Schedule.unnoted_in`) and whose
+    round payload's messages no other node's relay carries (``carried``: the senders of the merged messages,
+    :func:`~dgrpo.swarm.protocol.merge_views`, where a relay's messages of its own reporter count for nothing): its
+    round payload reached nobody in time (review r31o H1: served to this node after its cut, it was "late, not
+    missing", yet used by nobody; a quorum expels it as for any missing peer)."""
+    n = tag[2:]
+    for peer in sorted(p for p in ex.schedule.unnoted_in(tag) if p in ex.alive and p not in carried):
+        log.warning("node %d: node %d, a fellow it missed in exchange 'r%s' that served it no note buying it time, "
+                    "had its round payload carried by no other node's relay of 'eq%s' (missing for everyone, not "
+                    "late for this node only): accused", ex.rank, peer, n, n)
+        ex.ledger.accuse(peer, f"r{n}")
+        out = ex.ledger.expelled(peer)
+        if out is not None:
+            ex._expel(peer, *out)
+
+
 def _result(fut: Future):
     """A finished fetch's (data, problem); (None, None) if it raised (cancelled with the pool)."""
     try:

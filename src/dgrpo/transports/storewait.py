@@ -261,7 +261,7 @@ class StoreExchange:
             self.refuse(peer, f"missing payload: its server did not serve exchange {tag!r}")  # never accused by it)
             if peer not in fellows:
                 self.ledger.accuse(peer, tag)
-        self.schedule.owe(tag, set(pending) & fellows)  # (each accused at eq{n}'s end if r{n} never came: owed_in)
+        self.schedule.owe(tag, set(pending) & fellows, extended)  # (accused at eq{n}'s end: owed_in, unnoted_in)
         for peer in pending:  # (as last read; the rest at this node's next poll: the reads begin now)
             out = self.ledger.expelled(peer)
             if out is not None:

@@ -210,6 +210,7 @@ class Schedule:
         self.arrived: dict[str, dict[int, float]] = {}
         self.fellows: dict[str, set[int]] = {}
         self.owed: dict[str, set[int]] = {}  # r{n} → fellows missed there, not accused (yet: owed_in)
+        self.unnoted: dict[str, set[int]] = {}  # r{n} → those of them no note bought time (yet: unnoted_in)
 
     def enter(self, tag: str) -> None:
         """Record that this node entered exchange ``tag`` (its post or its first collect)."""
@@ -219,7 +220,7 @@ class Schedule:
                 self.posted.pop(old, None)
             for old in [t for t in self.arrived if t not in self.history]:
                 self.arrived.pop(old, None)
-            for book in (self.fellows, self.owed):
+            for book in (self.fellows, self.owed, self.unnoted):
                 for old in [t for t in book if t not in self.history]:
                     book.pop(old, None)
 
@@ -292,20 +293,36 @@ class Schedule:
         relay this node has not received: the withholder it waits for is no fellow)."""
         self.fellows.setdefault(tag, set()).update(peers)
 
-    def owe(self, tag: str, peers) -> None:
-        """Record the fellows this node missed in round payload ``tag`` and did not accuse (:meth:`fellows_of`)."""
-        if peers:
-            self.owed.setdefault(tag, set()).update(peers)
+    def owe(self, tag: str, peers, noted=()) -> None:
+        """Record the fellows this node missed in round payload ``tag`` and did not accuse (:meth:`fellows_of`):
+        those whose signed note bought them this node's extension there (``noted``) owe their round payload as served
+        (:meth:`owed_in`), the others as carried by another node's relay (:meth:`unnoted_in`)."""
+        peers = set(peers)
+        if peers & set(noted):
+            self.owed.setdefault(tag, set()).update(peers & set(noted))
+        if peers - set(noted):
+            self.unnoted.setdefault(tag, set()).update(peers - set(noted))
 
     def owed_in(self, tag: str) -> set[int]:
-        """For a relay ``eq{n}``: the fellows this node missed in ``r{n}`` unaccused (:meth:`owe`). Each is accused of
-        ``r{n}`` once its round payload has not come by the end of ``eq{n}`` (review r31n G1: a rank that never said
-        it left ``eq{n-1}`` posed as a fellow and hid ``r{n}`` from everyone, unaccused by its "fellows"): a fellow
-        late by the withholder's doing posts ``r{n}`` before its relay, and an honest node serves its round payload
-        until it has finished ``r{n+1}`` (:meth:`DistributedTransport.exchange
+        """For a relay ``eq{n}``: the fellows this node missed in ``r{n}`` unaccused though their note bought them its
+        extension (:meth:`owe`). Each is accused of ``r{n}`` once its round payload has not come by the end of
+        ``eq{n}`` (review r31n G1: a rank that never said it left ``eq{n-1}`` posed as a fellow and hid ``r{n}`` from
+        everyone, unaccused by its "fellows"): a fellow late by the withholder's doing posts ``r{n}`` before its relay,
+        and an honest node serves its round payload until it has finished ``r{n+1}`` (:meth:`DistributedTransport.exchange
         <dgrpo.transports.distributed.DistributedTransport.exchange>`). Empty elsewhere."""
         kind, n = _parts(tag)
         return set(self.owed.get(f"r{n}", ())) if kind == "eq" else set()
+
+    def unnoted_in(self, tag: str) -> set[int]:
+        """For a relay ``eq{n}``: the fellows this node missed in ``r{n}`` unaccused whose note bought them no time
+        here (none read, or one refused: :meth:`SideReads.note <dgrpo.transports.sidereads.SideReads.note>`). Each is
+        accused of ``r{n}`` unless another node's relay of ``eq{n}`` carries its round payload's messages (some node
+        had them in time: late for this node only), as :func:`~dgrpo.swarm.protocol.merge_views` counts them
+        (review r31o H1: a rank posing as a fellow served its notes to one node and ``r{n}`` to the others only after
+        their cut, served yet used by nobody, and was never expelled). An honest fellow held in ``eq{n-1}`` past this
+        node's relay post + E has served its note of that wait from its own server long before. Empty elsewhere."""
+        kind, n = _parts(tag)
+        return set(self.unnoted.get(f"r{n}", ())) if kind == "eq" else set()
 
     def fellows_of(self, tag: str) -> set[int]:
         """For a round payload ``r{n}``: the peers still in ``eq{n-1}`` while this node was held there past

@@ -151,6 +151,12 @@ def test_a_fellow_whose_note_bought_it_time_is_accused_of_r1_at_the_end_of_eq1_u
     _eq1(ts, served_late)
     assert ("r1" in a.ledger.accusations(2)) is not served_late
     assert "r1" in a.ledger.accusations(1) and "eq1" not in a.ledger.accusations(2)
+    # (review r31o H1's rule leaves it be: a victim the withholder released late is cut by every honest node, as in
+    # r31m F2, and no relay carries its r1; its note of the wait it was held in vouches for it)
+    from dgrpo.transports.sidereads import settle_unnoted
+
+    settle_unnoted(a.exchanger, "eq1", {0, 1})
+    assert ("r1" in a.ledger.accusations(2)) is not served_late
 
 
 @pytest.mark.parametrize("carried", [True, False])

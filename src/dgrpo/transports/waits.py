@@ -39,7 +39,9 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
   (:meth:`Schedule.fellows_of`; review r31l F2: two victims of one withheld relay cut each other), only once its
   round payload has not come by the end of ``eq{n}`` (late, not missing, it posts ``r{n}`` before its relay, and an
   honest node serves it until it has finished ``r{n+1}``: :meth:`Schedule.owed_in`; review r31n G1: a rank that never
-  served ``end/eq{n-1}`` posed as the fellow of every held node and hid ``r{n}`` from everyone, never expelled). A
+  served ``end/eq{n-1}`` posed as the fellow of every held node and hid ``r{n}`` from everyone, never expelled), or,
+  where no note of its bought it this node's extension, once no other node's relay of ``eq{n}`` carries it
+  (:meth:`Schedule.unnoted_in`; review r31o H1: served to this node after its cut, it was used by nobody). A
   peer whose relay this node had not received (the withholder it waits for) is no fellow. A node does not
   compensate a lateness it shared: one late into ``r{n}`` for a withheld relay, whose withholder hid ``r{n}`` from it too behind a true note (the main rank late into
   ``r{n-1}``: every node, this one too, noted waiting for it), gave it ``E`` and posted ``eq{n}`` after its peers'
@@ -320,7 +322,10 @@ class Schedule:
         had them in time: late for this node only), as :func:`~dgrpo.swarm.protocol.merge_views` counts them
         (review r31o H1: a rank posing as a fellow served its notes to one node and ``r{n}`` to the others only after
         their cut, served yet used by nobody, and was never expelled). An honest fellow held in ``eq{n-1}`` past this
-        node's relay post + E has served its note of that wait from its own server long before. Empty elsewhere."""
+        node's relay post + E has served its note of that wait from its own server long before, and every node signs
+        at least one message a round (B·G/m). Not so for a fellow with a note (:meth:`owed_in`): the victim a
+        withholder released last is cut by every honest node (review r31m F2), so no relay carries it. Empty
+        elsewhere."""
         kind, n = _parts(tag)
         return set(self.unnoted.get(f"r{n}", ())) if kind == "eq" else set()
 
@@ -328,7 +333,8 @@ class Schedule:
         """For a round payload ``r{n}``: the peers still in ``eq{n-1}`` while this node was held there past
         :meth:`safe` (:meth:`held_with`). Held by the same withholder, they are late into ``r{n}`` by its doing, as
         this node is: this node waits for them as for any peer, but never accuses one it misses there (only at the
-        end of ``eq{n}`` if its ``r{n}`` never came: :meth:`owed_in`, review r31n G1; review r31l F2: two
+        end of ``eq{n}`` if its ``r{n}`` never came, :meth:`owed_in`, review r31n G1, or, unvouched by a note, if no
+        other node's relay carries it, :meth:`unnoted_in`, review r31o H1; review r31l F2: two
         nodes held to the round's end by one relay withheld behind a false note; the later one, cut by the other
         at :meth:`safe`, was expelled by it, the on-time node and the withholder). Not a longer wait: the withholder
         chooses when each victim leaves ``eq{n-1}`` (review r31m F2: capping a fellow at ``W`` cut one that left

@@ -49,6 +49,24 @@ def test_fellows_of_r_n_are_the_peers_held_with_in_eq_n_minus_1_and_nothing_else
     assert "eq0" not in s.history and s.fellows_of("r1") == set()
 
 
+def test_a_fellow_missed_in_r_n_owes_it_as_served_where_its_note_bought_time_else_as_carried_by_a_relay():
+    """Review r31o H1: of the fellows missed in r1, the one whose note bought this node's extension (3) owes its r1 as
+    served by the end of eq1 (owed_in), the other (2) as carried by another node's relay of eq1 (unnoted_in); a noted
+    peer that was no fellow missed there (1) owes nothing; nothing is owed in any other exchange."""
+    s = Schedule(T)
+    for tag in ("r0", "eq0", "r1"):
+        s.enter(tag)
+    s.owe("r1", {2, 3}, {1, 3})
+    s.owe("r1", set(), {1})
+    assert (s.owed_in("eq1"), s.unnoted_in("eq1")) == ({3}, {2})
+    assert s.owed_in("r1") == s.unnoted_in("r1") == s.owed_in("eq0") == s.unnoted_in("eq2") == set()
+    s.enter("eq1")
+    for n in range(2, 6):  # (kept while r1 is among the last 8 exchanges)
+        s.enter(f"r{n}")
+        s.enter(f"eq{n}")
+    assert "r1" not in s.history and s.owed_in("eq1") == s.unnoted_in("eq1") == set()
+
+
 def _in_eq0(n: int, serving: int, relay_post_after_r0: float):
     """``n`` ranks (timeout_s=T); node ``serving`` serves its relay eq0 ("relay two"/"relay three"…), node 0 entered r0
     and eq0, having posted r0 at p (a multiple of 0.25 s, 4 s ago) and eq0 ``relay_post_after_r0`` later. Returns

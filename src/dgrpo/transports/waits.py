@@ -295,7 +295,7 @@ class Schedule:
         relay this node has not received: the withholder it waits for is no fellow)."""
         self.fellows.setdefault(tag, set()).update(peers)
 
-    def owe(self, tag: str, peers, noted=()) -> None:
+    def owe(self, tag: str, peers, noted) -> None:
         """Record the fellows this node missed in round payload ``tag`` and did not accuse (:meth:`fellows_of`):
         those whose signed note bought them this node's extension there (``noted``) owe their round payload as served
         (:meth:`owed_in`), the others as carried by another node's relay (:meth:`unnoted_in`)."""

@@ -303,10 +303,10 @@ def test_a_fellow_serving_its_round_payload_only_after_every_cut_is_expelled(tmp
     eq3), its wait notes (naming node 0) are served to node 2 only, and its r2 and r4 are served to nodes 0 and 1
     2.0 s after they first ask (past their window W = 1.5 s: cut, unaccused, as a fellow's; inside their eq{r}: "late,
     not missing") and never to node 2. Before, nodes 0 and 1 owed it nothing, node 2 alone accused it: never expelled,
-    its even-round messages reached no honest node, rounds of 3-4 s (exit codes [0, 0, 0, 0]). Now a fellow that
-    served this node no note buying it time owes its round payload as carried by another node's relay of eq{r} (a
-    relay of its own counts for nothing): nobody's carries it, so nodes 0 and 1 accuse it of r2 and the quorum
-    expels it there."""
+    its even-round messages reached no honest node, rounds of 3-4 s (exit codes [0, 0, 0, 0], 2 of 2 runs here). Now a
+    fellow that served this node no note buying it time owes its round payload as carried by another node's relay of
+    eq{r} (a relay of its own counts for nothing): nobody's carries it, so nodes 0 and 1 accuse it of r2 and the
+    quorum expels it there (2 of 2 runs)."""
     args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=5", "eval.every=10", "eval.first=false"]
     scenario = ("sticky:3:0,withhold:3:0:^wait/,withhold:3:1:^wait/,delay:3:2:^r(1|3)/data/:3.0,noend:3:eq\\d+,"
                 "withhold:3:2:^r(2|4)/data/,delay:3:0:^r(2|4)/data/:2.0,delay:3:1:^r(2|4)/data/:2.0")

@@ -310,8 +310,9 @@ class Schedule:
         extension (:meth:`owe`). Each is accused of ``r{n}`` once its round payload has not come by the end of
         ``eq{n}`` (review r31n G1: a rank that never said it left ``eq{n-1}`` posed as a fellow and hid ``r{n}`` from
         everyone, unaccused by its "fellows"): a fellow late by the withholder's doing posts ``r{n}`` before its relay,
-        and an honest node serves its round payload until it has finished ``r{n+1}`` (:meth:`DistributedTransport.exchange
-        <dgrpo.transports.distributed.DistributedTransport.exchange>`). Empty elsewhere."""
+        and an honest node serves its round payload until it has finished ``r{n+1}``
+        (:meth:`DistributedTransport.exchange <dgrpo.transports.distributed.DistributedTransport.exchange>`). Empty
+        elsewhere."""
         kind, n = _parts(tag)
         return set(self.owed.get(f"r{n}", ())) if kind == "eq" else set()
 

@@ -55,3 +55,94 @@ def test_a_relayed_departure_counts_only_signed_by_the_node_itself_for_this_laun
     assert ts[2].alive == {0, 2, 3} and ts[2].failed == {1: "eq1"}
     departures.act(ts[0], "eq1", {2: json.dumps({"departed": {"1": {"tag": "r1", "left": forged}}}).encode()})
     assert ts[0].alive == {0, 1, 2, 3}
+
+
+def _leave_relay(t, tag):
+    """A relay carrying node ``t``'s own signed leave mark of ``tag`` (as PeerChannel.departed holds it)."""
+    import json
+
+    return json.dumps({"departed": {str(t.rank): {"tag": tag, "left": t.signed_store.sign(f"left|{tag}|{t.rank}")}}}
+                      ).encode()
+
+
+def test_under_abort_a_node_that_stops_on_a_relayed_departure_says_why_first():
+    """Review r31o H2: node 1 stops (abort) on node 3's signed leave mark relayed by node 0. Before, it raised unsaid:
+    its peers then found it gone and named honest node 1 alone ("node 1 sent nothing"), never node 3. Now it says its
+    reason first, signed and pushed to its live peers' servers (node 3, taken out, is not one), so they quote it; its
+    peers had left the exchange (``end/eq2``), so it does not linger."""
+    import time
+
+    import pytest
+    from signed_ranks import _ranks
+
+    from dgrpo.errors import PeerFailure
+    from dgrpo.transports import departures
+
+    ts, _ = _ranks(n=4, timeout_s=0.3)
+    ts[1].exchanger.on_peer_failure = "abort"
+    for k in (0, 2):
+        ts[k].chan.set("end/eq2", b"1")
+    with pytest.raises(PeerFailure) as err:
+        departures.act(ts[1], "eq2", {0: _leave_relay(ts[3], "eq1"), 1: b"{}"})
+    want = ("node 3 said (signed) it left the swarm (its signed leave mark), as node 0's relay carries it; node 1 stops "
+            "too in exchange 'eq2' (swarm.on_peer_failure=abort)")
+    assert str(err.value) == want
+    assert ts[0].chan.whys == ts[2].chan.whys == {1: want} and 1 not in ts[3].chan.whys
+    assert ts[2].exchanger.notes.stop_of(1, time.monotonic() + 1) == want
+
+
+def test_a_departure_in_this_node_s_own_relay_takes_its_signer_out_here_in_the_same_exchange():
+    """Review r31o H3: rank 3 pushed its signed stop notice to node 0 alone while it served everyone. Node 0's relay
+    eq1 carries it, so nodes 1 and 2 take rank 3 out at eq1; before, node 0 skipped its own relay and took rank 3 out
+    only at eq2, from their relays (live rosters of 4 at node 0, 3 at the others for a round). Now every node, node 0
+    included, takes it out at eq1."""
+    import json
+
+    from signed_ranks import _ranks
+
+    from dgrpo.transports import departures
+
+    ts, _ = _ranks(n=4)
+    assert all(t.chan.address_of(k) is not None for t in ts for k in range(4))  # (each peer's launch proved)
+    ch = ts[3].chan
+    why = "node 3 could not load its model (start-up check failed)"
+    ts[0].chan.told_stop("3", json.dumps({"why": why, "nonce": ch.nonce,
+                                          "sig": ch.keys.sign(f"stop|3|{why}|{ch.nonce}")}))
+    assert list(ts[0].chan.departed) == [3]
+    own = json.dumps({"departed": departures.relayed_departures(ts[0].chan, 4)}).encode()
+    reports = {0: own, 1: b"{}", 2: b"{}"}
+    for k in (0, 1, 2):
+        departures.act(ts[k], "eq1", reports)
+        assert ts[k].alive == {0, 1, 2} and ts[k].failed == {3: "eq1"}, k
+
+
+def test_a_leave_mark_read_while_collecting_a_relay_takes_its_signer_out_at_every_node_in_the_next_relay():
+    """Review r31o H3 (r31n's selleave with an eq tag): rank 3 serves node 0 its own signed leave mark of eq1 and
+    not its relay, after node 0 posted its own relay eq1; nodes 1, 2 got rank 3's relay. Before, node 0 took rank 3
+    out at eq1, the others only at eq2 (from node 0's relay): live rosters of 3 and 4 in round 2. Now node 0 does not
+    wait for rank 3 nor accuse it, keeps it in its view, and its relay eq2 carries the mark: every node, node 0
+    included, takes rank 3 out at eq2. Under abort node 0 does not stop alone at eq1 either."""
+    import json
+
+    from signed_ranks import _ranks
+
+    from dgrpo.transports import departures
+
+    for policy in ("continue", "abort"):
+        ts, _ = _ranks(n=4, timeout_s=1.0)
+        for t in ts:
+            t.exchanger.on_peer_failure = policy
+        for k in (1, 2):
+            ts[k].chan.set(f"eq1/data/{k}", b"{}")
+        ts[3].signed_store.leave(["eq1"])
+        got = ts[0].collect("eq1", range(4))
+        assert sorted(got) == [1, 2] and ts[0].alive == {0, 1, 2, 3} and ts[0].failed == {}, policy
+        assert ts[0].ledger._own == [] and not any("missing payload" in r for _, r in ts[0].rejected)
+        assert ts[0].chan.departed[3]["tag"] == "eq1"
+        if policy == "abort":
+            continue
+        reports = {0: json.dumps({"departed": departures.relayed_departures(ts[0].chan, 4)}).encode(), 1: b"{}",
+                   2: b"{}"}
+        for k in (0, 1, 2):
+            departures.act(ts[k], "eq2", reports)
+            assert ts[k].alive == {0, 1, 2} and ts[k].failed == {3: "eq2"}, k

@@ -11,13 +11,21 @@ withheld its payloads from everyone and was never expelled (review r31n G6; G5 w
 So each node relays, in its relay ``eq{r}`` (:meth:`DistributedTransport.cross_check
 <dgrpo.transports.distributed.DistributedTransport.cross_check>`), the departures it read (:attr:`PeerChannel.departed
 <dgrpo.transports.peerserve.PeerChannel.departed>`: the signed record), and takes out of its view every peer whose own
-signed departure a relay carries: a claim shown to one honest node reaches them all in the same round, and every
-honest node drops its signer alike. A relay counts only for what its sender read of others (the signer's own relay
-could be served to some nodes only). In the first round a start-up stop notice is decided before this, by
-:mod:`dgrpo.transports.startstops` (every node stops, or the signer equivocated). Only the signer's own signature
-counts (for this run and its launch: a notice or mark of an earlier launch, forged, or in another's name verifies for
-nobody and changes nothing), so relaying can take out only a node that said it stopped. Under ``abort`` a node that
-learns so stops too, naming it.
+signed departure a relay of that exchange carries, its own relay included (:func:`act`): a claim shown to one honest
+node reaches them all in the same exchange, and every honest node drops its signer there alike. A relay counts only for
+what its sender read of others (the signer's own relay could be served to some nodes only). A departure read while
+collecting ``eq{r}``, after this node posted its relay there, is only noted (:func:`later`): its signer is not waited
+for, and its reader takes it out with everyone else at ``eq{r+1}``, where its relay carries it (review r31o H3: taken
+out at once, its reader alone counted a live roster of 3 for a round while the others counted 4; likewise a notice
+pushed to one node while its signer served everyone: the others took it out an exchange before its reader). A
+departure read in a round exchange ``r{r}`` (the signer missing there) takes the signer out of its reader's view at
+once and of the others' at ``eq{r}``: every node counts the same live roster from ``r{r+1}``. In the first round a
+start-up stop notice is decided before this, by :mod:`dgrpo.transports.startstops` (every node stops, or the signer
+equivocated). Only the signer's own signature counts (for this run and its launch: a notice or mark of an earlier
+launch, forged, or in another's name verifies for nobody and changes nothing), so relaying can take out only a node
+that said it stopped. Under ``abort`` a node that learns so stops too, naming it, and says so first (signed, pushed to
+its peers: :func:`stop`), so a peer that finds it gone quotes its reason naming the signer instead of naming it alone
+(review r31o H2).
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 
 from dgrpo.errors import PeerFailure
+from dgrpo.transports.waits import slack_s
 
 log = logging.getLogger("dgrpo.transports.storewait")
 _TAG = re.compile(r"(r|eq|rec)\d{1,9}|done")
@@ -66,11 +76,10 @@ def valid(t, node: int, ev: dict) -> str | None:
 
 def act(t, tag: str, reports: dict[int, bytes]) -> None:
     """Take out of this node's view (``t``: the distributed transport) every live peer whose own signed departure a
-    peer's relay of exchange ``tag`` carries (module docstring); under ``abort``, then stop in one line naming it."""
+    relay of exchange ``tag`` carries, this node's own included (it carries what this node read before it posted:
+    what its peers read there too); under ``abort``, then stop in one line naming it (:func:`stop`)."""
     said = []
     for sender, raw in sorted(reports.items()):
-        if sender == t.rank:
-            continue
         for node, ev in parse(raw, t.world_size).items():
             if node in (t.rank, sender) or node not in t.alive:  # (its own relay: it may show it to some nodes only)
                 continue
@@ -81,4 +90,40 @@ def act(t, tag: str, reports: dict[int, bytes]) -> None:
             t.exchanger._expel(node, tag, [], why=f"{what}, as node {sender}'s relay carries it")
             said.append(f"node {node} said (signed) {what}, as node {sender}'s relay carries it")
     if said and t.exchanger.on_peer_failure == "abort":
-        raise PeerFailure(f"{'; '.join(said)}; node {t.rank} stops too in exchange {tag!r} (swarm.on_peer_failure=abort)")
+        stop(t, tag, f"{'; '.join(said)}; node {t.rank} stops too in exchange {tag!r} (swarm.on_peer_failure=abort)")
+
+
+def later(ex, tag: str, said: str) -> None:
+    """Departures (``said``: who said what, signed) read by ``ex`` (this node's
+    :class:`~dgrpo.transports.storewait.StoreExchange`) while collecting relay exchange ``tag``, after it posted its
+    relay there: not waited for, unaccused, still in its view; its next relay carries them (``chan.departed``) and
+    every node takes them out there alike (:func:`act`; review r31o H3)."""
+    nxt = f"eq{int(tag[2:]) + 1}"
+    log.warning("%s, as this node read in exchange %r after it posted its relay: out of the swarm at every node, this "
+                "one included, from exchange %r, whose relay of this node carries it", said, tag, nxt)
+
+
+def stop(t, tag: str, text: str) -> None:
+    """Under ``abort``, stop on a peer's departure relayed in ``tag``: keep serving this node's relay until its live
+    peers left the exchange (:func:`linger`: they read it and stop on the same evidence), say ``text`` (signed, pushed to
+    each live peer's server: :meth:`StoreExchange.say <dgrpo.transports.storewait.StoreExchange.say>`, so a peer that
+    finds this node gone quotes it: review r31o H2; before, it raised unsaid and its peers named it alone), then raise.
+
+    Raises:
+        PeerFailure: ``text``, always.
+    """
+    linger(t, tag, 2 * t.wait.timeout_s + slack_s(t.wait.timeout_s) + 1.0)
+    t.exchanger.say(text)
+    raise PeerFailure(text)
+
+
+def linger(t, tag: str, wait_s: float) -> None:
+    """Before this node stops on the relays of ``tag``: keep serving its own relay until each live peer says it left
+    the exchange (``end/{tag}``: :meth:`WaitNotes.ended <dgrpo.transports.waits.WaitNotes.ended>`) or its server is
+    gone, at most ``wait_s`` seconds, so that a slower peer reads it and stops on the same evidence instead of finding
+    this node gone ("sent nothing")."""
+    end, waiting = time.monotonic() + wait_s, set(t.alive) - {t.rank}
+    while waiting and time.monotonic() < end:
+        waiting = {p for p in sorted(waiting) if p not in t.chan.down and t.chan.fetch(
+            p, f"end/{tag}", 64, min(end, time.monotonic() + 0.5), 0.5)[0] is None}
+        time.sleep(0.05 if waiting else 0.0)

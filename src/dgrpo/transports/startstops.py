@@ -12,7 +12,9 @@ A rank whose start-up check or ready barrier fails says why, signed for its laun
   exit codes [3, 0, 0, 0]; with two victims one honest node trained alone with the attacker). Going on instead let
   a rank whose check an attacker failed stop alone (review r31h F6, [0, 3, 0]);
 * later (a notice said that late is no start-up stop) the signer is out at once, unaccused, and this node stops
-  (``abort``) or goes on without it.
+  (``abort``, its reason said first) or goes on without it; met in a relay exchange ``eq{n}``, after this node posted
+  its relay there, it is out at every node alike at ``eq{n+1}`` (:func:`departures.later
+  <dgrpo.transports.departures.later>`, review r31o H3).
 
 In the first round every node relays the notices it read in its relay ``eq{r}`` (:mod:`dgrpo.transports.departures`),
 and once the relays are in each decides (:func:`decide`) from what the relays of the nodes other than the signer carry
@@ -32,10 +34,9 @@ what the other nodes read and relayed.
 from __future__ import annotations
 
 import logging
-import time
 
 from dgrpo.errors import PeerFailure
-from dgrpo.transports.departures import parse
+from dgrpo.transports.departures import later, linger, parse
 from dgrpo.transports.waits import slack_s
 
 log = logging.getLogger("dgrpo.transports.storewait")
@@ -53,6 +54,8 @@ def met(ex, tag: str, stopped: dict[int, str], startup: bool) -> None:
         raise PeerFailure(f"{said}; node {ex.rank} stops too, before round 0")
     if ex.first in (None, tag):
         return hold(ex, tag, stopped, said)
+    if tag.startswith("eq"):  # (read after this node posted its relay: out at every node at eq{n+1}; r31o H3)
+        return later(ex, tag, said)
     for peer in stopped:
         ex._expel(peer, tag, [], why="it stopped at start-up")
     if ex.on_peer_failure == "abort":
@@ -87,18 +90,6 @@ def _sent(views: dict, signer: int, verifier, round_idx: int) -> int | None:
                                and verifier.identify(m) == (signer, None) for m in views[n]):
             return n
     return None
-
-
-def linger(t, tag: str, wait_s: float) -> None:
-    """Before this node stops on the relays of ``tag``: keep serving its own relay until each live peer says it left
-    the exchange (``end/{tag}``: :meth:`WaitNotes.ended <dgrpo.transports.waits.WaitNotes.ended>`) or its server is
-    gone, at most ``wait_s`` seconds, so that a slower peer reads it and stops on the same evidence instead of finding
-    this node gone ("sent nothing")."""
-    end, waiting = time.monotonic() + wait_s, set(t.alive) - {t.rank}
-    while waiting and time.monotonic() < end:
-        waiting = {p for p in sorted(waiting) if p not in t.chan.down and t.chan.fetch(
-            p, f"end/{tag}", 64, min(end, time.monotonic() + 0.5), 0.5)[0] is None}
-        time.sleep(0.05 if waiting else 0.0)
 
 
 def decide(t, round_idx: int, reports: dict[int, bytes], views: dict) -> dict[int, str]:

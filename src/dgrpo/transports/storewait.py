@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 (quorum: re-exported)
 from dgrpo.transports.alone import stop_if_alone
+from dgrpo.transports.departures import later
 from dgrpo.transports.framing import cap_of  # noqa: F401 (re-exported: distributed.py)
 from dgrpo.transports.sidereads import SideReads
 from dgrpo.transports.startstops import met
@@ -243,6 +244,9 @@ class StoreExchange:
         pending = sorted(missed + pending)
         if not startup:
             self._name_late(tag, start, got, arrived, extended, side)
+        if left and not startup and tag.startswith("eq"):  # (read after this node posted its relay: out at every
+            later(self, tag, "; ".join(f"node {p} left the swarm (its signed leave mark)" for p in left))  # node at
+            left = []  # eq{n+1}, where this node's relay carries it: departures.py, review r31o H3)
         for peer in left:
             self._expel(peer, tag, [], why="left the swarm (it stopped on an error)")
         if left and self.on_peer_failure == "abort":

@@ -310,10 +310,11 @@ def store_bloat(mb: str) -> None:
     D.join_group = join_group
 
 
-def selective_stop(victims: str, tag: str = "r0") -> None:
+def selective_stop(victims: str, tag: str = "r0", shown: str = "") -> None:
     """Review r31n G5: as this rank posts exchange ``tag`` it pushes a signed start-up stop notice (as
     ``PeerChannel.announce_stop`` does, signed for its launch) to the servers of ``victims`` (dot-separated) only,
-    writes none to the store, and never serves ``tag`` to them; every other peer is served as usual, never told."""
+    writes none to the store, and never serves ``tag`` to them (``shown``: serves it to them too, review r31o H3);
+    every other peer is served as usual, never told."""
     import threading
 
     from dgrpo.transports.distributed import DistributedTransport
@@ -334,7 +335,7 @@ def selective_stop(victims: str, tag: str = "r0") -> None:
         return out
 
     def hide(self, key, reader):
-        if key.startswith(f"{tag}/data/") and reader.isdigit() and int(reader) in vs:
+        if not shown and key.startswith(f"{tag}/data/") and reader.isdigit() and int(reader) in vs:
             return None
         return serve(self, key, reader)
 
@@ -376,7 +377,7 @@ def apply(kind: str, rest: list[str]) -> None:
     ``whyjunk:R:V`` / ``whydel:R:V`` (:func:`why_junk`, :func:`why_delete`), ``whyunserved:R`` (:func:`why_unserved`),
     ``whyread:R`` (:func:`why_read`), ``relaynote:R:V`` (:func:`relay_note`), ``slowfor:R:V`` (:func:`slow_for`),
     ``trickleall:R[:TAG[:mute]]`` (:func:`trickle_all`),
-    ``bloat:R:MB`` (:func:`store_bloat`), ``accjunk:R:V`` (:func:`accusation_junk`), ``selstop:R:V[.V…][:TAG]``
+    ``bloat:R:MB`` (:func:`store_bloat`), ``accjunk:R:V`` (:func:`accusation_junk`), ``selstop:R:V[.V…][:TAG[:shown]]``
     (:func:`selective_stop`), ``selleave:R:V[.V…][:TAG]`` (:func:`selective_leave`)."""
     if kind == "selstop":
         return selective_stop(*rest)

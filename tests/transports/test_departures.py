@@ -30,6 +30,62 @@ def test_a_departure_shown_to_one_node_takes_its_signer_out_at_every_node_alike(
     assert not any(f"node {k} is out of the swarm" in out or f"node {k} was declared failed" in out for k in (0, 1, 2))
 
 
+@pytest.mark.slow
+def test_a_stop_notice_pushed_to_one_node_while_its_signer_serves_everyone_takes_it_out_at_every_node_alike(
+        tmp_path, tiny_model_dir):
+    """Review r31o H3: rank 3 pushes its signed stop notice to node 0 alone as it posts r1 and goes on serving
+    everyone. Node 0's relay eq1 carries it. Before, nodes 1-2 took rank 3 out at eq1 and node 0, which skipped its own
+    relay, only at eq2 (from their relays): node 0 counted 4 live nodes in round 1's record, they 3. Now every honest
+    node takes it out at eq1, as node 0's relay carries it."""
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, "rounds=3"], "selstop:3:0:r1:shown")
+    assert [r.returncode for r in results[:3]] == [0, 0, 0], [r.output[-2000:] for r in results[:3]]
+    for k in (0, 1, 2):
+        assert ("node 3 is out of the swarm from exchange 'eq1': it stopped at start-up" in results[k].output
+                and "as node 0's relay carries it" in results[k].output), results[k].output[-3000:]
+    records = read_metrics(run_dir)
+    assert [r.get("swarm/nodes_alive") for r in records][:3] == [None, 3, 3], records
+
+
+@pytest.mark.slow
+def test_a_leave_mark_shown_to_one_node_in_a_relay_exchange_takes_its_signer_out_at_every_node_alike(
+        tmp_path, tiny_model_dir):
+    """Review r31o H3 (its d2 form): rank 3 hides its relay eq1 from node 0 and serves it its own signed leave mark
+    of eq1, read after node 0 posted its relay. Before, node 0 took rank 3 out at eq1, nodes 1-2 only at eq2 (from
+    node 0's relay): live rosters of 3 and 4 in round 2. Now node 0 notes it and every honest node takes rank 3 out at
+    eq2, where node 0's relay carries the mark; no honest node is taken out."""
+    results, run_dir = run(tmp_path, [f"model.name={tiny_model_dir}", *ARGS, "rounds=3"], "selleave:3:0:eq1")
+    assert [r.returncode for r in results[:3]] == [0, 0, 0], [r.output[-2000:] for r in results[:3]]
+    assert "rank 3: served its leave mark of eq1 to 0" in results[3].output  # (the attack took place)
+    for k in (0, 1, 2):
+        out = results[k].output
+        assert "node 3 is out of the swarm from exchange 'eq2': it left the swarm (its signed leave mark), as node 0's " \
+               "relay carries it" in out, out[-3000:]
+        assert "from exchange 'eq1'" not in out
+    records = read_metrics(run_dir)
+    assert [r.get("swarm/nodes_alive") for r in records][:3] == [None, None, 3], records
+    out = "".join(r.output for r in results[:3])
+    assert not any(f"node {k} is out of the swarm" in out or f"node {k} was declared failed" in out for k in (0, 1, 2))
+
+
+@pytest.mark.slow
+def test_under_abort_every_honest_node_stopping_on_a_relayed_stop_notice_names_its_signer(tmp_path, tiny_model_dir):
+    """Review r31o H2: under abort, rank 3 pushes its signed stop notice to node 0 alone as it posts r1 and serves
+    everyone. Before, nodes 1-2 stopped at eq1 on node 0's relay without saying why, node 0 went on and stopped in r2
+    naming honest nodes 1 and 2 alone ("nodes 1, 2 sent nothing"). Now every honest node stops in one line naming
+    rank 3 (each acts on node 0's relay eq1, its reason said first); a line that names an honest node missing quotes
+    that node's signed reason."""
+    args = [f"model.name={tiny_model_dir}", *ARGS, "rounds=3", "swarm.on_peer_failure=abort"]
+    results, _ = run(tmp_path, args, "selstop:3:0:r1:shown")
+    assert "pushed a signed stop notice to [0] only" in results[3].output  # (the attack took place)
+    assert [r.returncode for r in results[:3]] == [3, 3, 3], [r.output[-2000:] for r in results[:3]]
+    for k in (0, 1, 2):
+        errors = [x for x in results[k].output.splitlines() if x.startswith("dgrpo: error:")]
+        print(f"rank {k}: {errors}")
+        assert len(errors) == 1 and "node 3 said (signed) it stopped at start-up" in errors[0], errors
+        for j in (0, 1, 2):
+            assert f"node {j} sent nothing" not in errors[0] or f"node {j} stopped first, saying (signed)" in errors[0]
+
+
 def test_a_relayed_departure_counts_only_signed_by_the_node_itself_for_this_launch():
     """No launch (transports/departures.py): node 1's own leave mark of r1 takes it out; the same mark signed by node
     3's key, for another exchange than it names, or of an earlier launch of the run, and malformed relays, count for

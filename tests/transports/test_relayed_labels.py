@@ -53,6 +53,8 @@ def test_a_malicious_senders_unlabelled_message_is_malicious_never_honest():
     assert (swarm.label(evil), swarm.label(honest)) == ("malicious", "honest")
     swarm.labels[evil.key] = "poisoned"
     assert swarm.label(evil) == "poisoned"
+    swarm.labels[evil.key] = swarm.labels[honest.key] = "honest"  # (review r31p P1: served by a lying rank)
+    assert (swarm.label(evil), swarm.label(honest)) == ("malicious", "honest")
 
 
 @pytest.mark.slow

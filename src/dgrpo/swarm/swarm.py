@@ -88,11 +88,18 @@ class Swarm:
 
     def label(self, msg: Message) -> str:
         """The simulation's truth for ``msg`` (metrics only: ``honest`` / ``poisoned`` / ``malicious``): the label
-        route() or the signer's own server gave it, else ``honest`` for an honest sender's and ``malicious`` for a
-        malicious sender's (left out of both a defense's detection and its false-positive rate; review r31o H6:
-        a rank that hid its payload from the main made its poisons count as honest rejections there)."""
-        known = self.routed_labels.get(msg) or self.labels.get(msg.key)
-        return known or ("malicious" if msg.node in self.malicious else "honest")
+        route() gave it (this process's own attack), else the label its signer's server served, never ``honest``
+        for a malicious sender's (its claim: ``poisoned`` or filler, ``malicious``, which is left out of both a
+        defense's detection and its false-positive rate), else ``honest`` for an honest sender's and ``malicious``
+        for a malicious sender's. Review r31o H6: a rank that hid its payload from the main made its poisons count
+        as honest rejections there; r31p P1: a rank that served them labelled ``honest`` did the same."""
+        routed = self.routed_labels.get(msg)
+        if routed:
+            return routed
+        served = self.labels.get(msg.key)
+        if msg.node in self.malicious:
+            return served if served in ("poisoned", "malicious") else "malicious"
+        return served or "honest"
 
     @property
     def hosted(self) -> list[int]:

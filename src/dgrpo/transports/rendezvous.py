@@ -176,11 +176,13 @@ def address_keys(cfg: "RunConfig", rank: int):
 
 
 def agree_at_start(transport, rank: int, cfg: "RunConfig") -> list[int]:
-    """The honest nodes, from the role each rank declares, once every rank runs the same config (both
-    exchanged with ``transport.gather_values`` within ``swarm.startup_timeout_s``; ``rank``: this one).
+    """The honest nodes, once every rank runs the same config (roles and config fingerprints exchanged with
+    ``transport.gather_values`` within ``swarm.startup_timeout_s``; ``rank``: this one).
 
-    Each rank knows only whether it itself attacks (its own config); which ranks report metrics is
-    decided from what each declares, never from the others' entries of swarm.malicious. With a roster file each
+    ``swarm.malicious`` is part of the agreed config, so the honest nodes (who reports metrics, who is the main rank)
+    are those it leaves out; a declared role that contradicts it is named in the log and changes nothing (review r31p
+    P2: taken from the declarations, a malicious rank 0 that declared itself honest became the main rank and received
+    every honest node's round record, so no honest node wrote metrics). With a roster file each
     declaration is signed for its rank's server launch; the roles a rank read go into its signed start-up record
     (``transport.roles``), where one rank's two different signed roles are its proof of equivocation
     (:func:`~dgrpo.transports.startready.two_faced_roles`).
@@ -210,4 +212,9 @@ def agree_at_start(transport, rank: int, cfg: "RunConfig") -> list[int]:
     if odd:
         raise ConfigError(f"nodes {odd} run another config than node {min(prints)}: every rank needs the same "
                           "config and overrides (out_dir, threads, tensorboard and tracking may differ)")
-    return sorted(n for n, role in roles.items() if role == "honest")
+    malicious = set(sw.malicious)
+    for n, role in sorted(roles.items()):
+        if role != ("attacker" if n in malicious else "honest"):
+            log.warning("node %d declared its start-up role %r, but the agreed swarm.malicious=%s says otherwise: "
+                        "its declaration is ignored", n, str(role)[:20], sorted(malicious))
+    return sorted(n for n in roles if n not in malicious)

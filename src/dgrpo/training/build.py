@@ -324,6 +324,7 @@ class Run:
     transport: Transport
     logger: MetricsLogger
     start_round: int = 0
+    held_record: dict | None = None  # the main's round record held for a late reporter's (training/records.py)
 
 
 def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:

@@ -15,7 +15,7 @@ from dgrpo.metrics.plots import plot_run
 from dgrpo.training.build import Run
 from dgrpo.training.checkpoint import save_checkpoint
 from dgrpo.training.evaluate import evaluate
-from dgrpo.training.records import evaluates, share_record
+from dgrpo.training.records import evaluates, flush_held, share_record
 from dgrpo.training.run_dir import release
 
 OneRound = Callable[[Run, int], dict]  # (run, round) → the round's record ({} without an honest view)
@@ -25,6 +25,15 @@ def evaluation_round(cfg, r: int) -> bool:
     """Whether round ``r`` (before its update) is evaluated: every ``eval.every`` rounds, round 0 only
     with ``eval.first`` (the last evaluation, after the last round, always runs)."""
     return r % cfg.eval.every == 0 and (r > 0 or cfg.eval.first)
+
+
+def _log(run: Run, bar, records: list[dict]) -> None:
+    """Log ``records`` (round order) and show the last round's reward and accuracy on ``bar``."""
+    for rec in records:
+        run.logger.log(rec)
+        if bar is not None:
+            bar.set_postfix(reward=f"{rec.get('train/reward_honest') or 0:.2f}",
+                            acc=f"{rec['eval/accuracy']:.2f}" if "eval/accuracy" in rec else "-")
 
 
 def train(run: Run, one_round: OneRound) -> Path:
@@ -42,19 +51,15 @@ def train(run: Run, one_round: OneRound) -> Path:
     for r in bar:
         rec = evaluate(run, r, samples) if evaluation_round(cfg, r) and evaluates(run) else {}
         rec.update(one_round(run, r))
-        rec = share_record(run, rec)  # distributed: merged on the main process, None elsewhere
-        if rec is not None:
-            run.logger.log(rec)
-            bar.set_postfix(reward=f"{rec.get('train/reward_honest') or 0:.2f}",
-                            acc=f"{rec['eval/accuracy']:.2f}" if "eval/accuracy" in rec else "-")
-        if cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0 and r + 1 < cfg.rounds:
+        _log(run, bar, share_record(run, rec))  # distributed: merged on the main process (a round whose records are
+        if cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0 and r + 1 < cfg.rounds:  # not all in: held)
+            _log(run, bar, flush_held(run))  # (a checkpoint holds the log of every round before it)
             save_checkpoint(run, r + 1)
     if run.start_round < cfg.rounds or not (run.run_dir / "metrics.jsonl").exists():
         final = {"round": cfg.rounds, **(evaluate(run, cfg.rounds, samples) if evaluates(run) else {})}
-        final = share_record(run, final)
-        if final is not None:
-            run.logger.log(final)
+        _log(run, None, share_record(run, final))
     save_checkpoint(run, cfg.rounds)
+    _log(run, None, flush_held(run, final=True))  # (after the save: the last records' senders save theirs too)
     run.logger.close()
     main = run.transport.is_main  # (the main process may have changed after a peer failure)
     # distributed: wait until every live peer is done. Its peers wait for this node's `done` timeout_s at most, so

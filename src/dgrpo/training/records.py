@@ -281,35 +281,64 @@ def evaluates(run) -> bool:
     return bool(set(run.transport.local_nodes) & set(reporting_nodes(run)))
 
 
-def share_record(run, rec: dict) -> dict | None:
-    """The record to log on the main process, None on the others.
+def share_record(run, rec: dict) -> list[dict]:
+    """The records to log now on the main process (in round order), none on the others.
 
     Every process hosting a reporting node posts its record (JSON through the transport) and the main
     process merges them. A peer's record is what the peer says: the main parses it strictly against its own
     (:func:`dgrpo.training.peer_records.parse_peer_record`: only the keys it merges, within their rules), and a
-    record refused or missing (the transport's wait for it ended) is named in ``peers.jsonl`` under its sender
-    (:func:`log_record_refusals`; no strike) while the round's record goes on without it.
+    record refused is named in ``peers.jsonl`` under its sender (:func:`log_record_refusals`; no strike) while the
+    round's record goes on without it. A record not in when the main's short read ends (its sender held, e.g. by a
+    relay an attacker withheld from it) is still the round's metrics (review r31o H7): the round is held
+    (``run.held_record``) and logged at the main's next record, once that record is read again
+    (:meth:`~dgrpo.transports.base.Transport.late_records`; its sender posted it before its next round), or at
+    :func:`flush_held` (before a checkpoint, at the end); only a record still missing then is named ``missing
+    record``.
     """
     nodes = reporting_nodes(run)
     mine = sorted(set(run.transport.local_nodes) & set(nodes))
     if not mine:
-        return None
+        return []
+    out = flush_held(run, final=rec["round"] >= run.cfg.rounds)  # (the final record: no round payload came between)
     got = run.transport.collect_at_main(f"rec{rec['round']}", json.dumps(rec).encode(), nodes)
     if got is None:
-        return None
-    records, refused = {mine[0]: rec}, []
-    for node in sorted(set(got) & set(nodes) - set(mine)):
+        return out
+    run.held_record = {"rec": rec, "records": {mine[0]: rec}, "refused": [], "missing": sorted(set(nodes) - set(mine)),
+                       "alive": len(run.transport.alive) if run.transport.failed else None}
+    _take(run, got)
+    return out + (flush_held(run) if not run.held_record["missing"] else [])
+
+
+def _take(run, got: dict[int, bytes]) -> None:
+    """Parse the records ``got`` (node → JSON) of the held round into it (a refused one named with the round)."""
+    held = run.held_record
+    for node in sorted(set(got) & set(held["missing"])):
+        held["missing"].remove(node)
         try:
-            records[node] = parse_peer_record(got[node], rec, run.cfg.sampling.max_new_tokens)
+            held["records"][node] = parse_peer_record(got[node], held["rec"], run.cfg.sampling.max_new_tokens)
         except RecordRefused as err:
-            refused.append((node, str(err)))
-    refused += [(n, f"missing record: none came for exchange 'rec{rec['round']}' in time")
-                for n in sorted(set(nodes) - set(got) - set(mine))]
-    log_record_refusals(run, rec["round"], refused)
-    out = merge_records(records)  # (what the transport refused is named in peers.jsonl, not counted here)
-    if run.transport.failed:
-        out["swarm/nodes_alive"] = len(run.transport.alive)
-    return out
+            held["refused"].append((node, str(err)))
+
+
+def flush_held(run, final: bool = False) -> list[dict]:
+    """The held round's record (``[]`` without one), its missing records read again first (``final``: the last
+    record and the one before it, which no round payload follows: a bounded wait,
+    :meth:`~dgrpo.transports.base.Transport.late_records`) and those still missing named ``missing record``."""
+    held, run.held_record = run.held_record, None
+    if held is None:
+        return []
+    rnd = held["rec"]["round"]
+    if held["missing"]:
+        run.held_record = held
+        _take(run, run.transport.late_records(f"rec{rnd}", held["missing"], final=final))
+        run.held_record = None
+    refused = held["refused"] + [(n, f"missing record: none came for exchange 'rec{rnd}' in time")
+                                 for n in held["missing"]]
+    log_record_refusals(run, rnd, refused)
+    out = merge_records(held["records"])  # (what the transport refused is named in peers.jsonl, not counted here)
+    if held["alive"] is not None:
+        out["swarm/nodes_alive"] = held["alive"]
+    return [out]
 
 
 def log_record_refusals(run, round_idx: int, refused: Sequence[tuple[int, str]]) -> None:

@@ -75,6 +75,11 @@ class Transport(Protocol):
             Elsewhere: None (after posting this process's payload).
         """
 
+    def late_records(self, tag: str, senders: Iterable[int], final: bool = False) -> dict[int, bytes]:
+        """On the main process, read again the payloads of ``tag`` that :meth:`collect_at_main` missed (round records
+        a held sender posted late: still the round's metrics), briefly, or (``final``: the last record) for a bounded
+        wait; elsewhere ``{}``. A payload still missing fails nobody."""
+
     def check_startup(self, protocol, timeout_s: float) -> str:
         """Before round 0: stop the run (one line naming the rank) when the values every process must
         share (run context, roster, honest nodes) differ between processes. A transport whose peers

@@ -62,9 +62,10 @@ from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fin
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
-from dgrpo.transports import departures, ranklife, startstops
+from dgrpo.transports import departures, ranklife, recordreads, startstops
 from dgrpo.transports.sidereads import settle_unnoted
 from dgrpo.transports.storewait import StoreExchange, cap_of
+from dgrpo.transports.waits import extension_s
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
 
@@ -124,6 +125,8 @@ class DistributedTransport:
         # (key, _, framed) of this node's served payloads that peers may still read; deleted once they moved on
         self._own_keys: list[tuple[str, bytes, bool]] = []
         self._held: list[list[tuple[str, bytes, bool]]] = []  # keys of earlier exchanges a lagging peer may still read
+        self._records: list[str] = []  # keys of this node's last two round records (collect_at_main)
+        self._final_until: float | None = None  # the end of the main's reads of the run's last records (late_records)
         self.chan = chan or PeerChannel(rank, self.store, keys=keys)  # this rank's own server of its round data
         self.ledger = AccusationLedger(rank, self.alive, self.chan, self.signed_store, self._refuse)
         self.exchanger = StoreExchange(rank, self.alive, self.failed, self.chan, self.signed_store, self.ledger,
@@ -269,12 +272,30 @@ class DistributedTransport:
 
     def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
         """The main rank reads the round records ``tag`` (``rec{r}``) of live ``senders`` (a missing one fails nobody:
-        :meth:`StoreExchange.read_records`, review r31g J5/J7); any other rank posts its own and gets None."""
+        :func:`~dgrpo.transports.recordreads.read_records`, review r31g J5/J7); any other rank posts its own, keeps it
+        served until it posted its next two (the main may read a late one again at its next record: review r31o H7),
+        and gets None."""
         if not self.is_main:
             self.exchanger.record_reader = self.main  # (it may be held reading records: StoreExchange._held)
-            self.post(tag, payload)
+            self._records.append(self.exchanger.post(tag, payload))
+            while len(self._records) > 2:
+                self.chan.delete_key(self._records.pop(0))
             return None
-        return self.exchanger.read_records(tag, senders, cap_of(tag, self.caps, self.world_size))
+        return recordreads.read_records(self.exchanger, tag, senders, cap_of(tag, self.caps, self.world_size))
+
+    def late_records(self, tag: str, senders: Iterable[int], final: bool = False) -> dict[int, bytes]:
+        """The main rank's second read of the round records ``tag`` of live ``senders`` that :meth:`collect_at_main`
+        missed: one read (:data:`~dgrpo.transports.recordreads.LATE_READ_S`) at its next record, their senders posted
+        them before their next round payload; ``final`` (the last two records, no round payload follows them) until
+        ``E`` after its first such read, one read at least (:func:`~dgrpo.transports.waits.extension_s`, what a
+        withheld relay costs its victim; one ``E`` for both), so the main still posts ``done`` within its peers' wait
+        for it. One still missing fails nobody (review r31o H7)."""
+        if not self.is_main:
+            return {}
+        if final and self._final_until is None:  # (one E for the run's last records, whichever read they need)
+            self._final_until = time.monotonic() + extension_s(self.wait.timeout_s)
+        wait_s = max(recordreads.LATE_READ_S, self._final_until - time.monotonic() if final else 0.0)
+        return recordreads.read_late(self.exchanger, tag, senders, cap_of(tag, self.caps, self.world_size), wait_s)
 
     # ------------------------------------------------------------------ messages
     def encode(self, messages: list[Message]) -> bytes:

@@ -40,6 +40,9 @@ class InProcessTransport:
     def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
         return {}
 
+    def late_records(self, tag: str, senders: Iterable[int], final: bool = False) -> dict[int, bytes]:
+        return {}
+
     def check_startup(self, protocol, timeout_s: float) -> str:
         return secrets.token_hex(16)  # one process: its nodes share one config by construction; a fresh launch id
 

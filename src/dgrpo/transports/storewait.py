@@ -279,43 +279,6 @@ class StoreExchange:
             self._fail(pending, tag, "sent nothing", sorted(bad))
         return got
 
-    def read_records(self, tag: str, peers: Iterable[int], cap: int) -> dict[int, bytes]:
-        """The main rank's read of its live ``peers``' round records ``rec{r}`` (at most ``cap`` bytes, a read per peer
-        at a time) until they are in or for :func:`~dgrpo.transports.waits.record_s` (``W / 2``; transports/waits.py
-        says why). A record is metrics, not a message: one not served, oversized or too slow is only left out (its sender is named
-        ``missing record`` by the caller), never accused nor a failed peer under either ``on_peer_failure``
-        (review r31g J5, J7). Still waiting after ``note_s``, it serves a signed wait note of ``tag`` naming the
-        senders not in yet: its peers allow its next round payload ``record_s`` more before naming it ``late``, and a
-        note's extension if it misses their window (:meth:`_name_late`; review r31g Z5l)."""
-        start = time.monotonic()
-        deadline, noted = start + record_s(self.wait.timeout_s), False
-        self.schedule.enter(tag)
-        want, got = sorted((set(peers) & self.alive) - {self.rank}), {}
-        reads: dict[int, Future] = {}
-        retry: dict[int, float] = {}  # peer → when to ask again (not served yet)
-        with ThreadPoolExecutor(max_workers=max(1, len(want)), thread_name_prefix=f"dgrpo-rec-{self.rank}") as pool:
-            while len(got) < len(want):
-                now = time.monotonic()
-                for p in want:
-                    if p not in got and p not in reads and now < deadline and now >= retry.get(p, 0.0):
-                        reads[p] = pool.submit(self.chan.fetch, p, f"{tag}/data/{p}", cap, deadline)
-                if not reads and now >= deadline:
-                    break
-                if not noted and now - start >= note_s(self.wait.timeout_s):
-                    noted = True  # (still waiting: said, signed, before this node posts its next round late)
-                    self.notes.note(tag, [p for p in want if p not in got])
-                pause = min(0.05, max(0.01, deadline - now))
-                if reads:
-                    wait(list(reads.values()), timeout=pause, return_when=FIRST_COMPLETED)
-                else:
-                    time.sleep(pause)
-                for p in [p for p, f in reads.items() if f.done()]:
-                    data, _ = reads.pop(p).result()
-                    if data is not None:
-                        got[p] = data
-                    retry[p] = time.monotonic() + 0.05
-        return got
-
     def _name_late(self, tag: str, start: float, got: dict[int, bytes], arrived: dict[int, float],
                    extended: dict[int, tuple[str, list[int]]], side: SideReads) -> None:
         """Name (peers.jsonl, no strike) a round payload that came over half of the payload window W after this node

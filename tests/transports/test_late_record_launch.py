@@ -30,6 +30,7 @@ def test_four_ranks_a_relay_withheld_from_a_reporter_every_round_leaves_the_metr
                      scenario="withhold:3:2", timeout=300, log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
     assert "rank withholding ^eq\\d+/data/ from reader 2" in results[3].output
+    assert all(f"node 3 sent nothing for exchange 'eq{r}'" in results[2].output for r in range(3))  # (node 2 held)
     got = comparable(read_metrics(tmp_path / "d"))
     assert [r["round"] for r in got] == [0, 1, 2, 3]
     assert all("train/loss/node2" in r for r in got[:3]) and all("eval/accuracy/node2" in r for r in got)

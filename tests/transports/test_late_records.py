@@ -1,14 +1,14 @@
 """The main rank reads again a round record its first read (record_s) missed (review r31o H7: a reporter whose relay
 an attacker withheld posts its record ~E after the main moved on; it is still the round's metrics): a reporter keeps
 its last two records served, the main's late read between rounds is one short read, and its reads of the run's last
-records share one E. In-process ranks on one HashStore (``signed_ranks``)."""
+records share one budget. In-process ranks on one HashStore (``signed_ranks``)."""
 
 import time
 
 import pytest
 
 from dgrpo.transports.recordreads import LATE_READ_S
-from dgrpo.transports.waits import extension_s
+from dgrpo.transports.waits import extension_s, record_s
 
 from signed_ranks import _ranks
 
@@ -39,18 +39,20 @@ def test_a_record_that_never_comes_costs_one_short_read_between_rounds():
     assert ts[0].alive == {0, 1, 2} and ts[0].failed == {}
 
 
-def test_the_reads_of_the_last_two_records_share_one_extension():
-    """The record before the final one and the final one are read until E after the first such read, not E each, so
-    a main whose reporter never posts them still posts ``done`` within its peers' wait (timeout_s=1: E=0.5 s)."""
+def test_the_reads_of_the_last_two_records_share_one_budget():
+    """The record before the final one and the final one are read until record_s + E after the main entered the first
+    of them, not E each, so a main whose reporter never posts them still enters ``done`` within its peers' wait
+    (timeout_s=1: record_s=0.15 s, E=0.5 s)."""
     t = 1.0
     ts, _ = _ranks(n=3, timeout_s=t)
     start = time.monotonic()
+    assert ts[0].collect_at_main("rec1", b"", [0, 1, 2]) == {}
     assert ts[0].late_records("rec1", [1], final=True) == {}
-    assert extension_s(t) - 0.02 < time.monotonic() - start < extension_s(t) + 0.25
+    assert record_s(t) + extension_s(t) - 0.02 < time.monotonic() - start < record_s(t) + extension_s(t) + 0.25
     ts[1].collect_at_main("rec2", b"late", [0, 1, 2])
-    assert ts[0].late_records("rec2", [1], final=True) == {1: b"late"}  # (E spent: still one short read)
-    assert ts[0].late_records("rec2", [2], final=True) == {}  # (E spent: one short read)
-    assert time.monotonic() - start < extension_s(t) + 2 * LATE_READ_S + 0.25
+    assert ts[0].late_records("rec2", [1], final=True) == {1: b"late"}  # (budget spent: still one short read)
+    assert ts[0].late_records("rec2", [2], final=True) == {}  # (budget spent: one short read)
+    assert time.monotonic() - start < record_s(t) + extension_s(t) + 2 * LATE_READ_S + 0.25
 
 
 @pytest.mark.parametrize("final", [False, True])

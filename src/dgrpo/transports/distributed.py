@@ -65,7 +65,7 @@ from dgrpo.transports.signedstore import SignedStore, Wait
 from dgrpo.transports import departures, ranklife, recordreads, startstops
 from dgrpo.transports.sidereads import settle_unnoted
 from dgrpo.transports.storewait import StoreExchange, cap_of
-from dgrpo.transports.waits import extension_s
+from dgrpo.transports.waits import extension_s, record_s
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
 
@@ -127,6 +127,7 @@ class DistributedTransport:
         self._held: list[list[tuple[str, bytes, bool]]] = []  # keys of earlier exchanges a lagging peer may still read
         self._records: list[str] = []  # keys of this node's last two round records (collect_at_main)
         self._final_until: float | None = None  # the end of the main's reads of the run's last records (late_records)
+        self._entered: dict[str, float] = {}  # the main's last two record exchanges → when it entered them
         self.chan = chan or PeerChannel(rank, self.store, keys=keys)  # this rank's own server of its round data
         self.ledger = AccusationLedger(rank, self.alive, self.chan, self.signed_store, self._refuse)
         self.exchanger = StoreExchange(rank, self.alive, self.failed, self.chan, self.signed_store, self.ledger,
@@ -277,23 +278,29 @@ class DistributedTransport:
         and gets None."""
         if not self.is_main:
             self.exchanger.record_reader = self.main  # (it may be held reading records: StoreExchange._held)
-            self._records.append(self.exchanger.post(tag, payload))
+            before = len(self._own_keys)
+            self.post(tag, payload)
+            self._records += [key for key, _, _ in self._own_keys[before:]]  # (kept apart from the exchanges' keys)
+            del self._own_keys[before:]
             while len(self._records) > 2:
                 self.chan.delete_key(self._records.pop(0))
             return None
+        self._entered = {**dict(list(self._entered.items())[-1:]), tag: time.monotonic()}  # (late_records, final)
         return recordreads.read_records(self.exchanger, tag, senders, cap_of(tag, self.caps, self.world_size))
 
     def late_records(self, tag: str, senders: Iterable[int], final: bool = False) -> dict[int, bytes]:
         """The main rank's second read of the round records ``tag`` of live ``senders`` that :meth:`collect_at_main`
         missed: one read (:data:`~dgrpo.transports.recordreads.LATE_READ_S`) at its next record, their senders posted
         them before their next round payload; ``final`` (the last two records, no round payload follows them) until
-        ``E`` after its first such read, one read at least (:func:`~dgrpo.transports.waits.extension_s`, what a
-        withheld relay costs its victim; one ``E`` for both), so the main still posts ``done`` within its peers' wait
-        for it. One still missing fails nobody (review r31o H7)."""
+        ``record_s + E`` after the main entered the first of them read so (``E``:
+        :func:`~dgrpo.transports.waits.extension_s`, what a withheld relay costs its victim; one budget for both, one
+        read at least), so the main enters ``done`` at most ``W / 2 + S`` before its peers' wait for it ends. One
+        still missing fails nobody (review r31o H7)."""
         if not self.is_main:
             return {}
-        if final and self._final_until is None:  # (one E for the run's last records, whichever read they need)
-            self._final_until = time.monotonic() + extension_s(self.wait.timeout_s)
+        if final and self._final_until is None:  # (one budget for the run's last records, whichever read they need)
+            self._final_until = self._entered.get(tag, time.monotonic()) + record_s(self.wait.timeout_s) + \
+                extension_s(self.wait.timeout_s)
         wait_s = max(recordreads.LATE_READ_S, self._final_until - time.monotonic() if final else 0.0)
         return recordreads.read_late(self.exchanger, tag, senders, cap_of(tag, self.caps, self.world_size), wait_s)
 

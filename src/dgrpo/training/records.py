@@ -305,13 +305,12 @@ def share_record(run, rec: dict) -> list[dict]:
         return out
     run.held_record = {"rec": rec, "records": {mine[0]: rec}, "refused": [], "missing": sorted(set(nodes) - set(mine)),
                        "alive": len(run.transport.alive) if run.transport.failed else None}
-    _take(run, got)
+    _take(run, run.held_record, got)
     return out + (flush_held(run) if not run.held_record["missing"] else [])
 
 
-def _take(run, got: dict[int, bytes]) -> None:
-    """Parse the records ``got`` (node → JSON) of the held round into it (a refused one named with the round)."""
-    held = run.held_record
+def _take(run, held: dict, got: dict[int, bytes]) -> None:
+    """Parse the records ``got`` (node → JSON) of the ``held`` round into it (a refused one named with the round)."""
     for node in sorted(set(got) & set(held["missing"])):
         held["missing"].remove(node)
         try:
@@ -329,9 +328,7 @@ def flush_held(run, final: bool = False) -> list[dict]:
         return []
     rnd = held["rec"]["round"]
     if held["missing"]:
-        run.held_record = held
-        _take(run, run.transport.late_records(f"rec{rnd}", held["missing"], final=final))
-        run.held_record = None
+        _take(run, held, run.transport.late_records(f"rec{rnd}", held["missing"], final=final))
     refused = held["refused"] + [(n, f"missing record: none came for exchange 'rec{rnd}' in time")
                                  for n in held["missing"]]
     log_record_refusals(run, rnd, refused)

@@ -65,7 +65,6 @@ from dgrpo.transports.signedstore import SignedStore, Wait
 from dgrpo.transports import departures, ranklife, recordreads, startstops
 from dgrpo.transports.sidereads import settle_unnoted
 from dgrpo.transports.storewait import StoreExchange, cap_of
-from dgrpo.transports.waits import extension_s, record_s
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
 
@@ -289,20 +288,11 @@ class DistributedTransport:
         return recordreads.read_records(self.exchanger, tag, senders, cap_of(tag, self.caps, self.world_size))
 
     def late_records(self, tag: str, senders: Iterable[int], final: bool = False) -> dict[int, bytes]:
-        """The main rank's second read of the round records ``tag`` of live ``senders`` that :meth:`collect_at_main`
-        missed: one read (:data:`~dgrpo.transports.recordreads.LATE_READ_S`) at its next record, their senders posted
-        them before their next round payload; ``final`` (the last two records, no round payload follows them) until
-        ``record_s + E`` after the main entered the first of them read so (``E``:
-        :func:`~dgrpo.transports.waits.extension_s`, what a withheld relay costs its victim; one budget for both, one
-        read at least), so the main enters ``done`` at most ``W / 2 + S`` before its peers' wait for it ends. One
-        still missing fails nobody (review r31o H7)."""
+        """The main rank's second read of the round records ``tag`` it missed (review r31o H7): see
+        :func:`dgrpo.transports.recordreads.late_records`; {} at any other rank."""
         if not self.is_main:
             return {}
-        if final and self._final_until is None:  # (one budget for the run's last records, whichever read they need)
-            self._final_until = self._entered.get(tag, time.monotonic()) + record_s(self.wait.timeout_s) + \
-                extension_s(self.wait.timeout_s)
-        wait_s = max(recordreads.LATE_READ_S, self._final_until - time.monotonic() if final else 0.0)
-        return recordreads.read_late(self.exchanger, tag, senders, cap_of(tag, self.caps, self.world_size), wait_s)
+        return recordreads.late_records(self, tag, senders, cap_of(tag, self.caps, self.world_size), final)
 
     # ------------------------------------------------------------------ messages
     def encode(self, messages: list[Message]) -> bytes:

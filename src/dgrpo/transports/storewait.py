@@ -4,9 +4,10 @@ Round data never goes through the shared c10d store, where any rank can delete o
 (issue 31, review r31b). Each rank serves its own values from its own read-only server
 (:mod:`dgrpo.transports.peerserve`) and reads its peers' there:
 
-* ``{tag}/data/{k}``: node k's payload of exchange ``tag``, served by k. A payload not served by the deadline is k's
-  doing: k is accused (signed) and is a failed peer of that round under ``on_peer_failure``; one served over its byte
-  cap or slower than the time budget is named (``transport`` in ``peers.jsonl``, under k) and left out of that round.
+* ``{tag}/data/{k}``: node k's payload of exchange ``tag``, served by k. A payload not whole by the deadline (not
+  served, or too slowly at every read) is k's doing: k is accused (signed) and is a failed peer of that round under
+  ``on_peer_failure``; one over its byte cap is named (``transport``, under k), a round payload's accused
+  (:mod:`dgrpo.transports.unserved`).
 * ``accuse``: node j's own signed accusations, served by j (:mod:`dgrpo.transports.accusations`): k is expelled (left
   out of later exchanges, and told so when it posts) once more than half of the live roster of one exchange accused
   it in that exchange; a lone accusation expels nobody and is named under its signer.
@@ -38,6 +39,7 @@ from dgrpo.transports.framing import cap_of  # noqa: F401 (re-exported: distribu
 from dgrpo.transports.sidereads import SideReads
 from dgrpo.transports.startstops import met
 from dgrpo.transports.waits import Schedule, WaitNotes, note_s, record_s, slack_s, window_s
+from dgrpo.transports.unserved import blame_unserved
 from dgrpo.transports.witnesses import Witnesses
 
 if TYPE_CHECKING:
@@ -113,8 +115,9 @@ class StoreExchange:
     def collect(self, tag: str, peers: Iterable[int], deadline: float | None, cap: int) -> dict[int, bytes]:
         """Payloads of live ``peers`` in exchange ``tag`` (at most ``cap`` bytes each: :func:`cap_of`), fetched
         from each peer's own server until they are in or ``deadline`` (None: now + timeout_s). A peer whose server
-        did not serve it by then is accused (signed); one that served more than its cap, or too slowly, is named and
-        left out of this round; both are failed peers under ``on_peer_failure``; all gone: :func:`stop_if_alone`.
+        did not serve it whole by then is accused (signed); one that served more than its cap is named, accused for a
+        round payload (:func:`blame_unserved`); both are failed peers under ``on_peer_failure``; all gone:
+        :func:`stop_if_alone`.
 
         Raises:
             PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it).
@@ -128,7 +131,8 @@ class StoreExchange:
         pending = sorted((set(peers) & self.alive) - {self.rank})
         live = sorted(self.alive - {self.rank})  # (all gone and silent: this node is alone, alone_line)
         got: dict[int, bytes] = {}
-        bad: dict[int, str] = {}
+        bad: dict[int, str] = {}  # peer → why its answer was refused (oversize): named, a round payload accused
+        slow: dict[int, str] = {}  # peer → its last read's problem while its answers came too slowly (read again)
         left: list[int] = []
         stopped: dict[int, str] = {}  # start-up: peer → why it said it stopped (signed for its launch)
         # (a round's schedule and the waiters' extensions: transports/waits.py; start-up waits need every rank)
@@ -176,6 +180,10 @@ class StoreExchange:
                         arrived[peer] = time.monotonic()
                         side.ask_held(peer, arrived[peer] - start)  # (the main rank late: its note, _held)
                         pending.remove(peer)
+                        slow.pop(peer, None)
+                    elif problem is not None and problem.startswith("slow"):  # (read again: not whole by its deadline,
+                        slow[peer] = problem  # it is missing, accused: transports/unserved.py, review r31o H5)
+                        retry[peer] = time.monotonic() + delay
                     elif problem is not None:
                         bad[peer] = problem
                         pending.remove(peer)
@@ -261,16 +269,13 @@ class StoreExchange:
         if forged:  # (start-up only: addresses are never read again once the ranks checked them)
             raise PeerFailure(f"node {self.rank} refused {'; '.join(forged)}; another rank wrote over it (until "
                               f"{self.wait.limit_name}={self.wait.timeout_s:g}s); stopping before round 0")
-        for peer in pending:  # (a fellow, held with this node in eq{n-1}, is late by the withholder's doing: named,
-            self.refuse(peer, f"missing payload: its server did not serve exchange {tag!r}")  # never accused by it)
-            if peer not in fellows:
-                self.ledger.accuse(peer, tag)
+        accused = blame_unserved(self, tag, pending, bad, slow, fellows, startup)  # (a fellow: named, not accused)
         self.schedule.owe(tag, set(pending) & fellows, extended)  # (accused at eq{n}'s end: owed_in, unnoted_in)
-        for peer in pending:  # (as last read; the rest at this node's next poll: the reads begin now)
+        for peer in sorted(set(pending) | set(accused)):  # (as last read; the rest at this node's next poll)
             out = self.ledger.expelled(peer)
             if out is not None:
                 self._expel(peer, *out)
-        if pending:
+        if pending or accused:
             self.ledger.forget()
             self.ledger.refresh()
         if not startup:  # (the store gone with a peer missing, review r31k F8; every live peer gone: alone, F5)
@@ -336,7 +341,7 @@ class StoreExchange:
         empty = sorted(empty)
         if empty:
             who = f"node{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))}"
-            parts.append(f"{who} served exchange {tag!r} oversized or too slowly within "
+            parts.append(f"{who} served exchange {tag!r} over its byte cap within "
                          f"{self.wait.limit_name}={self.wait.timeout_s:g}s (refused)")
         if self.on_peer_failure == "abort" and self.wait.limit_name == "swarm.timeout_s":
             end = time.monotonic() + 1.0  # (a peer that stopped first: its signed reason, quoted; review r31d F2)

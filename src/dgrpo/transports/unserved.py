@@ -1,0 +1,48 @@
+"""Blame for a peer whose payload of an exchange did not come whole (issue 31, review r31o H5): named, and accused
+when it is its server's doing (:class:`~dgrpo.transports.storewait.StoreExchange`'s end of ``collect``).
+
+* Not served by its deadline (``missing payload``), or served too slowly every time it was read until then
+  (``transport``: ``slow``; a slow answer is read again, as one not served yet, so an honest server that was slow once
+  under load still gets its whole window): accused (signed), unless it is a *fellow*, held with this node in
+  ``eq{n-1}`` (late by the withholder's doing: named only, :meth:`~dgrpo.transports.waits.Schedule.owe`). A trickled
+  answer is so the same as a withheld one: before, a server that answered every read a byte every 0.9 s (under the
+  1 s silence a recv allows) was named ``slow`` and left out of each round, never accused: it kept its vote and
+  witness role while contributing nothing (review r31o H5).
+* A round payload ``r{n}`` served over its byte cap (``transport``: ``oversize``): accused at once. The cap is
+  ``CAP_FACTOR`` times the node's share at the largest message size (:class:`~dgrpo.transports.framing.KeyCaps`):
+  an honest node's own payload never reaches it, and the length is its server's own claim. A relay ``eq{n}`` over its
+  cap is named only: an honest relay carries what its peers sent it (their messages, refusals quoting them), so its
+  size is not its server's doing alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+log = logging.getLogger("dgrpo.transports.storewait")  # (one logger for the exchange and its blame)
+
+_ROUND = re.compile(r"r\d+")
+
+
+def blame_unserved(ex, tag: str, pending: list[int], bad: dict[int, str], slow: dict[int, str], fellows: set[int],
+                   startup: bool) -> list[int]:
+    """Name (``ex.refuse``) every peer still ``pending`` at the end of exchange ``tag`` (``slow``: peer → the problem
+    of its last slow read) and accuse those its server made miss it; also accuse each peer of ``bad`` (peer → its read's
+    problem, named already) whose round payload was ``oversize`` (not at start-up: ``startup``). ``ex``: the
+    :class:`~dgrpo.transports.storewait.StoreExchange`. Returns the peers accused now."""
+    accused = []
+    for peer in pending:
+        if peer in slow:
+            log.warning("node %d: exchange %r: node %d's server %s (read again until its deadline, never whole)",
+                        ex.rank, tag, peer, slow[peer])
+            ex.refuse(peer, f"transport: exchange {tag!r}: {slow[peer][:120]}; never whole by its deadline")
+        else:
+            ex.refuse(peer, f"missing payload: its server did not serve exchange {tag!r}")
+        if peer not in fellows:
+            accused.append(peer)
+    if not startup and _ROUND.fullmatch(tag):
+        accused += [p for p, why in sorted(bad.items()) if why.startswith("oversize")]
+    for peer in accused:
+        ex.ledger.accuse(peer, tag)
+    return accused

@@ -74,13 +74,17 @@ def test_a_relay_served_over_its_cap_is_named_only():
         assert _expelled(ts[r], 3) is None and ts[r].ledger.accusations(3) == {}
 
 
-def test_a_round_payload_trickled_until_its_deadline_is_accused_like_a_missing_one():
+def test_a_round_payload_trickled_until_its_deadline_is_accused_like_a_missing_one(caplog):
     """Rank 3 trickles r0 a byte every 0.5 s to every reader: each read ends `slow`, is read again until its
     deadline (the payload window W=1.5 s at timeout_s=5) and never comes whole: named `transport` (slow) and accused
     by each honest reader, a quorum. Before: named `slow` at the first read and left out, never accused."""
     ts, _ = _ranks(n=4, timeout_s=5.0)
     ts[3].chan.hook = lambda key, reader: _trickle() if key == "r0/data/3" else None
-    _collect_all(ts, "r0")
+    with caplog.at_level("WARNING"):
+        _collect_all(ts, "r0")
+    lines = [r.getMessage() for r in caplog.records]  # (the round's failed-peer line: too slow, not "sent nothing")
+    assert sum("node 3 served exchange 'r0' over its byte cap or too slowly" in x for x in lines) == 3, lines
+    assert not any("sent nothing" in x for x in lines), lines
     for r in (0, 1, 2):
         assert any(x.startswith("transport") and "slow: r0/data/3 not served" in x for x in _named(ts[r], 3)), \
             ts[r].rejected

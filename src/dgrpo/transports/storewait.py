@@ -281,7 +281,8 @@ class StoreExchange:
         if not startup:  # (the store gone with a peer missing, review r31k F8; every live peer gone: alone, F5)
             stop_if_alone(self, tag, live, pending, bool(got or bad))
         if pending or bad:
-            self._fail(pending, tag, "sent nothing", sorted(bad))
+            self._fail([p for p in pending if p not in slow], tag, "sent nothing",
+                       sorted(set(bad) | set(pending) & set(slow)))
         return got
 
     def _name_late(self, tag: str, start: float, got: dict[int, bytes], arrived: dict[int, float],
@@ -341,7 +342,7 @@ class StoreExchange:
         empty = sorted(empty)
         if empty:
             who = f"node{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))}"
-            parts.append(f"{who} served exchange {tag!r} over its byte cap within "
+            parts.append(f"{who} served exchange {tag!r} over its byte cap or too slowly within "
                          f"{self.wait.limit_name}={self.wait.timeout_s:g}s (refused)")
         if self.on_peer_failure == "abort" and self.wait.limit_name == "swarm.timeout_s":
             end = time.monotonic() + 1.0  # (a peer that stopped first: its signed reason, quoted; review r31d F2)

@@ -5,9 +5,13 @@ never dropped): a rank contributing nothing kept its vote in every quorum. Now t
 and it is expelled at r1; no honest node is accused; the metrics are those of a run where node 3 serves nothing from
 round 1 on. (Unit tests without a launch: test_unserved_blame.py.)"""
 
+import re
+
 import pytest
 from distributed_helpers import comparable
 from test_round_deadlines import COMMON, POLL, T, _named, _run
+
+from dgrpo.swarm.accounting import peer_strikes
 
 ARGS = [*COMMON, "rounds=3", "eval.every=10"]
 
@@ -15,7 +19,7 @@ ARGS = [*COMMON, "rounds=3", "eval.every=10"]
 def _outcome(tmp_path, tiny_model_dir, scenario):
     args = [f"model.name={tiny_model_dir}", *ARGS]
     (tmp_path / "mute").mkdir()
-    _, mute, _ = _run(tmp_path / "mute", args, "trickleall:3:eq0:mute")  # (node 3 serves nothing from r1 on)
+    _, mute, _ = _run(tmp_path / "mute", args, "trickleall:3:eq0:mute")  # (node 3 serves nothing once it posted eq0)
     results, got, peers = _run(tmp_path, args, scenario)
     assert [r.returncode for r in results[:3]] == [0, 0, 0], [r.output[-2000:] for r in results]
     out = "".join(r.output for r in results[:3])
@@ -26,10 +30,15 @@ def _outcome(tmp_path, tiny_model_dir, scenario):
     alive = [r.get("swarm/nodes_alive", 4) for r in got[:3]]
     assert alive[0] == 4 and alive[2] == 3, alive
     assert "transport" in str(peers[1]["peers"]["3"]), peers[1]
-    # (no honest node accused or named, on the main rank's lines or in honest nodes' relayed views, but `late`:
-    # the compute spread of a loaded machine, no strike)
-    assert all(set(_named(p, n)) <= {"late"} and set(p["views"].get(v, {}).get(str(n), {})) <= {"late"}
+    # (no honest node struck or banned; none named, on the main rank's lines or in honest nodes' relayed views, but
+    # `late` (the compute spread of a loaded machine), `accused` by node 3 alone (its lone word: it reads as an honest
+    # node does and may find a node that waited W for its payload late into eq{n}) or `accusation` of node 3 alone
+    # (one that had not counted the quorum of r1 yet accused it of eq1 too); no honest node accuses another)
+    ok = {"late", "accused", "accusation"}
+    assert all(set(_named(p, n)) <= ok and set(p["views"].get(v, {}).get(str(n), {})) <= ok
                for p in peers for v in ("1", "2") for n in (0, 1, 2)), peers
+    assert all(p["banned"] == {} and peer_strikes(p["peers"][str(n)]) == 0 for p in peers for n in (0, 1, 2))
+    assert re.search(r"accusation: node [012] accused node [012]", out) is None, out[-3000:]
     assert [{k: v for k, v in r.items() if k != "swarm/nodes_alive"} for r in comparable(got)] == [
         {k: v for k, v in r.items() if k != "swarm/nodes_alive"} for r in comparable(mute)]
     assert max(r["time/exchange"] for r in got[:3]) <= T + POLL, [r["time/exchange"] for r in got]

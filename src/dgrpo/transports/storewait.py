@@ -182,8 +182,9 @@ class StoreExchange:
                         pending.remove(peer)
                         slow.pop(peer, None)
                     elif problem is not None and problem.startswith("slow"):  # (read again: not whole by its deadline,
-                        slow[peer] = problem  # it is missing, accused: transports/unserved.py, review r31o H5)
-                        retry[peer] = time.monotonic() + delay
+                        slow[peer] = problem  # it is missing, accused: transports/unserved.py, review r31o H5; a read
+                        retry[peer] = time.monotonic() + delay  # that lasted till the deadline is the last one)
+                        last[peer] = until[peer] if time.monotonic() >= until[peer] else last[peer]
                     elif problem is not None:
                         bad[peer] = problem
                         pending.remove(peer)

@@ -271,6 +271,14 @@ def test_a_victim_made_late_then_held_until_its_note_names_the_others_is_not_exp
     assert max(r["time/exchange"] for r in got[:5]) <= t + POLL
 
 
+def _expelled_at_r2(results) -> None:
+    """Rank 3 alone exits (3), declared failed by its peers in r2, and every honest rank took it out there."""
+    assert [r.returncode for r in results] == [0, 0, 0, 3], [r.output[-2000:] for r in results]
+    assert "node 3 was declared failed by its peers in exchange 'r2'" in results[3].output
+    for r in results[:3]:
+        assert "node 3 is out of the swarm from exchange 'r2'" in r.output, r.output[-2000:]
+
+
 @pytest.mark.slow
 def test_a_rank_posing_as_a_fellow_that_withholds_its_round_payload_from_everyone_is_expelled(tmp_path, tiny_model_dir):
     """Review r31n G1: rank 3 never serves `end/eq{r}` (the others' Witnesses count it as still in every relay
@@ -285,10 +293,7 @@ def test_a_rank_posing_as_a_fellow_that_withholds_its_round_payload_from_everyon
     scenario = ("sticky:3:0,delay:3:2:^r(1|3)/data/:3.0,noend:3:eq\\d+,withhold:3:0:^r(2|4)/data/,"
                 "withhold:3:1:^r(2|4)/data/,withhold:3:2:^r(2|4)/data/")
     results, got, peers = _run(tmp_path, args, scenario, timeout=240)
-    assert [r.returncode for r in results] == [0, 0, 0, 3], [r.output[-2000:] for r in results]
-    assert "node 3 was declared failed by its peers in exchange 'r2'" in results[3].output
-    for r in results[:3]:
-        assert "node 3 is out of the swarm from exchange 'r2'" in r.output, r.output[-2000:]
+    _expelled_at_r2(results)
     # (nodes 0 and 1 accuse it at the end of eq2: counted from round 2's or 3's record on)
     assert got[1].get("swarm/nodes_alive") is None and [r.get("swarm/nodes_alive") for r in got[3:5]] == [3, 3], got
     # (rank 3 accuses honest nodes alone: named under both, no effect)
@@ -311,9 +316,6 @@ def test_a_fellow_serving_its_round_payload_only_after_every_cut_is_expelled(tmp
     scenario = ("sticky:3:0,withhold:3:0:^wait/,withhold:3:1:^wait/,delay:3:2:^r(1|3)/data/:3.0,noend:3:eq\\d+,"
                 "withhold:3:2:^r(2|4)/data/,delay:3:0:^r(2|4)/data/:2.0,delay:3:1:^r(2|4)/data/:2.0")
     results, got, peers = _run(tmp_path, args, scenario, timeout=240)
-    assert [r.returncode for r in results] == [0, 0, 0, 3], [r.output[-2000:] for r in results]
-    assert "node 3 was declared failed by its peers in exchange 'r2'" in results[3].output
-    for r in results[:3]:
-        assert "node 3 is out of the swarm from exchange 'r2'" in r.output, r.output[-2000:]
+    _expelled_at_r2(results)
     assert all(_named(p, n).get("accused", 0) <= _named(p, 3).get("accusation", 0) for p in peers for n in (0, 1, 2))
     assert max(r["time/exchange"] for r in got[:5]) <= T + POLL

@@ -19,7 +19,8 @@ def _members(protocol) -> set[str]:
 def test_the_protocol_names_what_the_run_uses():
     assert _members(Transport) == {"local_nodes", "alive", "failed", "rejected", "carriers", "peer_views", "labels", "first_round",
                                    "verifier", "is_main",
-                                   "all_gather", "gather_values", "agree", "collect_at_main", "late_records", "check_startup", "exchanged_keys", "announce_stop", "close"}
+                                   "all_gather", "gather_values", "agree", "collect_at_main", "late_records", "last_records",
+                                   "check_startup", "exchanged_keys", "announce_stop", "close"}
 
 
 @pytest.mark.parametrize("transport", [InProcessTransport, DistributedTransport, HivemindTransport])
@@ -39,5 +40,5 @@ def test_in_process_every_node_is_here():
     assert (t.local_nodes, t.alive, t.failed, t.rejected, t.is_main, t.first_round) == ([0, 1, 2], {0, 1, 2}, {}, [], True, 0)
     assert t.agree("name", "run-1") == "run-1" and t.gather_values("resume", "4") == {0: "4"}
     assert t.collect_at_main("rec0", b"{}", [0, 1]) == {}  # nobody elsewhere to collect from
-    assert t.late_records("rec0", [0, 1], final=True) == {}
+    assert t.late_records("rec0", [0, 1]) == {} and t.last_records({"rec0": [0, 1]}) == {"rec0": {}}
     t.close()

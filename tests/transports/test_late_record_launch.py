@@ -5,7 +5,10 @@ and dropped it: every round's metrics lacked node 2 (``train/*/node2``, ``eval/a
 3 nodes, ``swarm/invalid`` short) and peers.jsonl named honest node 2 ``missing record``; with nodes 1 and 2 both
 victims the pooled evaluation was the main's alone. Training was untouched.
 Now the main holds the round and reads the record again at its next record (or at the end): the metrics equal a
-clean in-process run's (every key but time/*) and nobody is named for a record."""
+clean in-process run's (every key but time/*) and nobody is named for a record. Two victims are held together to their
+round's end, so their records of the last round and the final one came after the main's old fixed budget (record_s + E
+from its entry: both missing in rounds 2-3, a strict xfail); the main now posts its ``done`` first and reads them until
+they come or their sender's ``done`` is served (transports/recordreads.py, last_records)."""
 
 import json
 
@@ -17,10 +20,7 @@ from dgrpo.metrics.logger import read_metrics
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("victims", [[2], pytest.param([1, 2], marks=pytest.mark.xfail(strict=True, reason=(
-    "open: two victims are held together to their round's end, so their records of the last round and the final "
-    "one come after the main's bounded wait (record_s + E from its entry): both missing in rounds 2-3; rounds 0-1 "
-    "are whole (docs/distributed.md)")))], ids=["one victim", "two victims"])
+@pytest.mark.parametrize("victims", [[2], [1, 2]], ids=["one victim", "two victims"])
 def test_four_ranks_a_relay_withheld_from_a_reporter_every_round_leaves_the_metrics_whole(
         tmp_path, tiny_model_dir, tiny_model_dir_b, victims):
     models = (f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, "

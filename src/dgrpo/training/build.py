@@ -6,7 +6,7 @@ import logging
 import random
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -324,7 +324,7 @@ class Run:
     transport: Transport
     logger: MetricsLogger
     start_round: int = 0
-    held_record: dict | None = None  # the main's round record held for a late reporter's (training/records.py)
+    held_records: list[dict] = field(default_factory=list)  # the main's round records held for late reporters' (records.py)
 
 
 def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:

@@ -59,7 +59,8 @@ def train(run: Run, one_round: OneRound) -> Path:
         final = {"round": cfg.rounds, **(evaluate(run, cfg.rounds, samples) if evaluates(run) else {})}
         _log(run, None, share_record(run, final))
     save_checkpoint(run, cfg.rounds)
-    _log(run, None, flush_held(run, final=True))  # (after the save: the last records' senders save theirs too)
+    _log(run, None, flush_held(run, final=True))  # (after the save: distributed, the main's done is posted before the
+    # last records are read, until they come or their sender's done is served: transports/recordreads.py)
     run.logger.close()
     main = run.transport.is_main  # (the main process may have changed after a peer failure)
     # distributed: wait until every live peer is done. Its peers wait for this node's `done` timeout_s at most, so

@@ -290,52 +290,60 @@ def share_record(run, rec: dict) -> list[dict]:
     record refused is named in ``peers.jsonl`` under its sender (:func:`log_record_refusals`; no strike) while the
     round's record goes on without it. A record not in when the main's short read ends (its sender held, e.g. by a
     relay an attacker withheld from it) is still the round's metrics (review r31o H7): the round is held
-    (``run.held_record``) and logged at the main's next record, once that record is read again
+    (``run.held_records``) and logged at the main's next record, once that record is read again
     (:meth:`~dgrpo.transports.base.Transport.late_records`; its sender posted it before its next round), or at
-    :func:`flush_held` (before a checkpoint, at the end); only a record still missing then is named ``missing
+    :func:`flush_held` (before a checkpoint, at the end); the final record (``round == rounds``) reads none again:
+    the round before it, if held, stays held with it, and both are read at the end
+    (:meth:`~dgrpo.transports.base.Transport.last_records`). Only a record still missing then is named ``missing
     record``.
     """
     nodes = reporting_nodes(run)
     mine = sorted(set(run.transport.local_nodes) & set(nodes))
     if not mine:
         return []
-    out = flush_held(run, final=rec["round"] >= run.cfg.rounds)  # (the final record: no round payload came between)
+    out = [] if rec["round"] >= run.cfg.rounds else flush_held(run)  # (no round payload comes before the final one)
     got = run.transport.collect_at_main(f"rec{rec['round']}", json.dumps(rec).encode(), nodes)
     if got is None:
         return out
-    run.held_record = {"rec": rec, "records": {mine[0]: rec}, "refused": [], "missing": sorted(set(nodes) - set(mine)),
-                       "alive": len(run.transport.alive) if run.transport.failed else None}
-    _take(run, run.held_record, got)
-    return out + (flush_held(run) if not run.held_record["missing"] else [])
+    held = {"rec": rec, "records": {mine[0]: rec}, "refused": [], "missing": sorted(set(nodes) - set(mine)),
+            "alive": len(run.transport.alive) if run.transport.failed else None}
+    _take(held, got, run.cfg.sampling.max_new_tokens)
+    run.held_records.append(held)
+    return out + (flush_held(run) if not any(h["missing"] for h in run.held_records) else [])
 
 
-def _take(run, held: dict, got: dict[int, bytes]) -> None:
+def _take(held: dict, got: dict[int, bytes], max_new_tokens: int) -> None:
     """Parse the records ``got`` (node → JSON) of the ``held`` round into it (a refused one named with the round)."""
     for node in sorted(set(got) & set(held["missing"])):
         held["missing"].remove(node)
         try:
-            held["records"][node] = parse_peer_record(got[node], held["rec"], run.cfg.sampling.max_new_tokens)
+            held["records"][node] = parse_peer_record(got[node], held["rec"], max_new_tokens)
         except RecordRefused as err:
             held["refused"].append((node, str(err)))
 
 
 def flush_held(run, final: bool = False) -> list[dict]:
-    """The held round's record (``[]`` without one), its missing records read again first (``final``: the last
-    record and the one before it, which no round payload follows: a bounded wait,
-    :meth:`~dgrpo.transports.base.Transport.late_records`) and those still missing named ``missing record``."""
-    held, run.held_record = run.held_record, None
-    if held is None:
-        return []
-    rnd = held["rec"]["round"]
-    if held["missing"]:
-        _take(run, held, run.transport.late_records(f"rec{rnd}", held["missing"], final=final))
-    refused = held["refused"] + [(n, f"missing record: none came for exchange 'rec{rnd}' in time")
-                                 for n in held["missing"]]
-    log_record_refusals(run, rnd, refused)
-    out = merge_records(held["records"])  # (what the transport refused is named in peers.jsonl, not counted here)
-    if held["alive"] is not None:
-        out["swarm/nodes_alive"] = held["alive"]
-    return [out]
+    """The held rounds' records, in round order (``[]`` without one), their missing records read again first (one
+    short read, :meth:`~dgrpo.transports.base.Transport.late_records`; ``final``, at the run's end: the last records,
+    :meth:`~dgrpo.transports.base.Transport.last_records`), and those still missing named ``missing record``."""
+    helds, run.held_records = run.held_records, []
+    wanted = {f"rec{h['rec']['round']}": h["missing"] for h in helds if h["missing"]}
+    if wanted and final:
+        late = run.transport.last_records(wanted)
+    else:
+        late = {tag: run.transport.late_records(tag, senders) for tag, senders in wanted.items()}
+    out = []
+    for held in helds:
+        rnd = held["rec"]["round"]
+        _take(held, late.get(f"rec{rnd}", {}), run.cfg.sampling.max_new_tokens)
+        refused = held["refused"] + [(n, f"missing record: none came for exchange 'rec{rnd}' in time")
+                                     for n in held["missing"]]
+        log_record_refusals(run, rnd, refused)
+        rec = merge_records(held["records"])  # (what the transport refused is named in peers.jsonl, not counted here)
+        if held["alive"] is not None:
+            rec["swarm/nodes_alive"] = held["alive"]
+        out.append(rec)
+    return out
 
 
 def log_record_refusals(run, round_idx: int, refused: Sequence[tuple[int, str]]) -> None:

@@ -75,10 +75,16 @@ class Transport(Protocol):
             Elsewhere: None (after posting this process's payload).
         """
 
-    def late_records(self, tag: str, senders: Iterable[int], final: bool = False) -> dict[int, bytes]:
-        """On the main process, read again the payloads of ``tag`` that :meth:`collect_at_main` missed (round records
-        a held sender posted late: still the round's metrics), briefly, or (``final``: the last record) for a bounded
-        wait; elsewhere ``{}``. A payload still missing fails nobody."""
+    def late_records(self, tag: str, senders: Iterable[int]) -> dict[int, bytes]:
+        """On the main process, read again, briefly, the payloads of ``tag`` that :meth:`collect_at_main` missed (round
+        records a held sender posted late: still the round's metrics); elsewhere ``{}``. A payload still missing fails
+        nobody."""
+
+    def last_records(self, wanted: dict[str, Iterable[int]]) -> dict[str, dict[int, bytes]]:
+        """At the run's end, on the main process: the run's last round records that :meth:`collect_at_main` missed
+        (``wanted``: tag → senders), read for a bounded wait (distributed: after posting this process's ``done``, until
+        each sender's are in or its own ``done`` is served, at most ``timeout_s``); tag → sender → payload, ``{}``
+        elsewhere. A payload still missing fails nobody."""
 
     def check_startup(self, protocol, timeout_s: float) -> str:
         """Before round 0: stop the run (one line naming the rank) when the values every process must

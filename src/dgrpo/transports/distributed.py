@@ -125,8 +125,8 @@ class DistributedTransport:
         self._own_keys: list[tuple[str, bytes, bool]] = []
         self._held: list[list[tuple[str, bytes, bool]]] = []  # keys of earlier exchanges a lagging peer may still read
         self._records: list[str] = []  # keys of this node's last two round records (collect_at_main)
-        self._final_until: float | None = None  # the end of the main's reads of the run's last records (late_records)
-        self._entered: dict[str, float] = {}  # the main's last two record exchanges → when it entered them
+        self.done_at: float | None = None  # when this node posted its done (ranklife.post_done), None: not yet
+        self.done_got: dict[int, bytes] = {}  # peer → its done, read with the main's last records (recordreads)
         self.chan = chan or PeerChannel(rank, self.store, keys=keys)  # this rank's own server of its round data
         self.ledger = AccusationLedger(rank, self.alive, self.chan, self.signed_store, self._refuse)
         self.exchanger = StoreExchange(rank, self.alive, self.failed, self.chan, self.signed_store, self.ledger,
@@ -284,15 +284,19 @@ class DistributedTransport:
             while len(self._records) > 2:
                 self.chan.delete_key(self._records.pop(0))
             return None
-        self._entered = {**dict(list(self._entered.items())[-1:]), tag: time.monotonic()}  # (late_records, final)
         return recordreads.read_records(self.exchanger, tag, senders, cap_of(tag, self.caps, self.world_size))
 
-    def late_records(self, tag: str, senders: Iterable[int], final: bool = False) -> dict[int, bytes]:
+    def late_records(self, tag: str, senders: Iterable[int]) -> dict[int, bytes]:
         """The main rank's second read of the round records ``tag`` it missed (review r31o H7): see
         :func:`dgrpo.transports.recordreads.late_records`; {} at any other rank."""
         if not self.is_main:
             return {}
-        return recordreads.late_records(self, tag, senders, cap_of(tag, self.caps, self.world_size), final)
+        return recordreads.late_records(self, tag, senders, cap_of(tag, self.caps, self.world_size))
+
+    def last_records(self, wanted: dict[str, Iterable[int]]) -> dict[str, dict[int, bytes]]:
+        """The main's read of the run's last records (:func:`dgrpo.transports.recordreads.last_records`); {} elsewhere."""
+        caps = {tag: cap_of(tag, self.caps, self.world_size) for tag in wanted}
+        return recordreads.last_records(self, wanted, caps) if self.is_main else {tag: {} for tag in wanted}
 
     # ------------------------------------------------------------------ messages
     def encode(self, messages: list[Message]) -> bytes:

@@ -90,7 +90,6 @@ class HivemindTransport:
         self.verifier = None  # set by the run's build; signatures are checked by the swarm
         self.caps, self.carriers = caps, {}  # (payload.decode's caps, from the share; who delivered)
         self.seals: dict[str, dict[int, bytes]] = {}  # exchange tag → node → record signature of the payload kept
-        self.final_until: float | None = None  # the end of the main's reads of the run's last records (late_records)
         self.peer_views, self.roster = {}, dict(roster or {})  # (peer_views: not shared over the DHT)
         self.fixed_roster = fixed_roster  # a roster file: no key is ever learnt from the DHT
         self.namespace, self.fingerprint = namespace, ""  # the config's fingerprint, set at launch
@@ -246,16 +245,19 @@ class HivemindTransport:
             return None
         return self._read_records(tag, senders, deadline)
 
-    def late_records(self, tag: str, senders: Iterable[int], final: bool = False) -> dict[int, bytes]:
+    def late_records(self, tag: str, senders: Iterable[int]) -> dict[int, bytes]:
         """The main node's second read of records ``tag`` :meth:`collect_at_main` missed (a held sender's, review r31o
-        H7; kept in the DHT for ``retention_s``): 0.25 s at its next record; ``final`` (the last two records) until
-        ``timeout_s`` / :data:`RECORD_SHARE` after the first such read (the main's ``done`` at most ``timeout_s`` / 4
-        late, as at a round's record)."""
+        H7; kept in the DHT for ``retention_s``): 0.25 s at its next record."""
+        return self._read_records(tag, senders, time.monotonic() + 0.25) if self.is_main else {}
+
+    def last_records(self, wanted: dict[str, Iterable[int]]) -> dict[str, dict[int, bytes]]:
+        """The main node's read of the run's last records (``wanted``: tag → senders, no round payload between them)
+        :meth:`collect_at_main` missed: one wait for all, ``timeout_s`` / :data:`RECORD_SHARE` (the main's ``done`` at
+        most ``timeout_s`` / 4 late, as at a round's record)."""
         if not self.is_main:
-            return {}
-        if final:  # (one wait for the run's last two records, no round payload between them)
-            self.final_until = self.final_until or time.monotonic() + self.timeout_s / RECORD_SHARE
-        return self._read_records(tag, senders, self.final_until if final else time.monotonic() + 0.25)
+            return {tag: {} for tag in wanted}
+        deadline = time.monotonic() + self.timeout_s / RECORD_SHARE
+        return {tag: self._read_records(tag, senders, deadline) for tag, senders in wanted.items()}
 
     def _read_records(self, tag: str, senders: Iterable[int], deadline: float) -> dict[int, bytes]:
         want, got, delay = (set(senders) & self.alive) - {self.rank}, {}, 0.02

@@ -40,8 +40,11 @@ class InProcessTransport:
     def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
         return {}
 
-    def late_records(self, tag: str, senders: Iterable[int], final: bool = False) -> dict[int, bytes]:
+    def late_records(self, tag: str, senders: Iterable[int]) -> dict[int, bytes]:
         return {}
+
+    def last_records(self, wanted: dict[str, Iterable[int]]) -> dict[str, dict[int, bytes]]:
+        return {tag: {} for tag in wanted}
 
     def check_startup(self, protocol, timeout_s: float) -> str:
         return secrets.token_hex(16)  # one process: its nodes share one config by construction; a fresh launch id

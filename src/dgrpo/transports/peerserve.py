@@ -304,12 +304,14 @@ class PeerChannel(AddressBook):
             pass
 
     def fetch(self, owner: int, key: str, cap: int, deadline: float, budget: float = 2.0,
-              extra: dict | None = None) -> tuple[bytes | None, str | None]:
+              extra: dict | None = None, ack: bool = True) -> tuple[bytes | None, str | None]:
         """``owner``'s value of ``key``: (bytes, None); (None, None) not served (yet) or unreachable;
         (None, problem) it served more than ``cap`` bytes or too slowly (``budget`` seconds at most);
-        ``extra``: more request headers (a stop notice). Ends by ``min(deadline, now + budget)`` whatever the peer
-        sends or withholds (:class:`~dgrpo.transports.peerget.Connection`: connect, request, status line, headers and
-        body under one total deadline); an answer begun and unfinished then is ``slow`` (review r31h F1)."""
+        ``extra``: more request headers (a stop notice); ``ack=False``: a read of an :data:`ACKED` key without this
+        rank's acknowledgement (a look that leaves the owner serving it: the main's last record reads). Ends by
+        ``min(deadline, now + budget)`` whatever the peer sends or withholds
+        (:class:`~dgrpo.transports.peerget.Connection`: connect, request, status line, headers and body under one
+        total deadline); an answer begun and unfinished then is ``slow`` (review r31h F1)."""
         if owner == self.rank:
             with self.lock:
                 return self.values.get(key), None
@@ -326,7 +328,7 @@ class PeerChannel(AddressBook):
             headers = {"X-Dgrpo-Reader": str(self.rank)}
             if self.keys is not None and not self.frozen:  # (its own signed record: offer)
                 headers["X-Dgrpo-Addr"] = self._record.decode()
-            if self.acks is not None and ACKED.fullmatch(key):  # (this rank's signed acknowledgement: acked)
+            if ack and self.acks is not None and ACKED.fullmatch(key):  # (its signed acknowledgement: acked)
                 headers["X-Dgrpo-Ack"] = self.acks.sign(f"read|{owner}|{key}")
             headers.update(extra or {})
             conn.request("GET", "/v/" + quote(key, safe=""), headers=headers)

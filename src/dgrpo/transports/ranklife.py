@@ -8,7 +8,8 @@ per rank around the rounds, on the same :class:`~dgrpo.transports.distributed.Di
   (:mod:`dgrpo.transports.startready`); a rank whose check fails says why, signed, before it raises
   (:func:`stop_at_start`);
 * :func:`close`: the clean end (a ``done`` exchange, then serving it until every live peer read it, at most
-  ``min(timeout_s, 10)`` s: :func:`serve_until_read`) and the process group's teardown;
+  ``min(timeout_s, 10)`` s: :func:`serve_until_read`) and the process group's teardown; a main rank reading its peers'
+  last records posts its ``done`` before them (:func:`post_done`);
 * :func:`leave_on_exit`: at interpreter exit after an error, signed leave marks for this rank's next exchanges, so
   its peers stop waiting for it at once.
 """
@@ -95,14 +96,35 @@ def serve_until_read(t: "DistributedTransport", key: str) -> None:
         time.sleep(0.02)
 
 
+def post_done(t: "DistributedTransport") -> None:
+    """Serve this rank's ``done`` mark now (once; ``t.done_at``: when): it has nothing more to send, and still reads
+    (the main rank, its peers' last records: :func:`~dgrpo.transports.recordreads.last_records`); :func:`close`
+    then waits for its peers' until ``timeout_s`` after this post. Not posted (``done_at`` stays None) if a quorum
+    expelled this node: its ``close`` then tries the ``done`` exchange and says why, as it did before."""
+    if t.done_at is not None:
+        return
+    try:
+        t.post("done", b"1")
+    except PeerFailure:  # (expelled by a quorum: out of the swarm, no main any more; close says so, at shutdown)
+        return
+    t.done_at = time.monotonic()
+
+
 def close(t: "DistributedTransport") -> None:
-    """Clean end of the run: wait (up to timeout_s) until every live peer is done too, then tear the process
-    group down (a peer or the store already gone is logged, not raised).
+    """Clean end of the run: wait (up to timeout_s after its ``done`` post) until every live peer is done too, then
+    tear the process group down (a peer or the store already gone is logged, not raised). A main rank that posted its
+    ``done`` before reading its peers' last records (:func:`post_done`) waits for the ``done`` marks it did not read
+    then (``t.done_got``) until the same deadline.
 
     Without torchrun, rank 0 hosts the store; leaving first would cut the others off it.
     """
     try:
-        t.exchange("done", b"1")
+        if t.done_at is None:
+            t.exchange("done", b"1")
+        else:
+            rest = [p for p in range(t.world_size) if p != t.rank and p not in t.done_got]
+            if rest:
+                t.collect("done", rest, t.done_at + t.wait.timeout_s)
         serve_until_read(t, f"done/data/{t.rank}")
     except PeerFailure as err:
         log.warning("at shutdown: %s", err)

@@ -3,10 +3,13 @@
 
 A record is metrics, not a message of the protocol. The main reads a round's records once for
 :func:`~dgrpo.transports.waits.record_s` (``W / 2``) after entering ``rec{r}`` (:func:`read_records`), which keeps it
-within its peers' payload window; a record still missing then is read again later (:func:`read_late`): a reporter
-whose relay an attacker withheld posts its record up to ``E`` after the main moved on, and that record is still the
-round's metrics (review r31o H7). Its sender keeps it served until it posted its next two records
-(:meth:`DistributedTransport.collect_at_main <dgrpo.transports.distributed.DistributedTransport.collect_at_main>`).
+within its peers' payload window; a record still missing then is read again later: a reporter whose relay an attacker
+withheld posts its record up to the round's end after the main moved on, and that record is still the round's metrics
+(review r31o H7). At the main's next record one short read (:func:`read_late`); the run's last two records, which no
+round payload follows, after the main posted its ``done``, until each sender's are in or its own ``done`` is served
+(:func:`last_records`). A sender keeps its records served until it posted its next two
+(:meth:`DistributedTransport.collect_at_main <dgrpo.transports.distributed.DistributedTransport.collect_at_main>`),
+its last ones until it leaves.
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Iterable
 
-from dgrpo.transports.waits import extension_s, note_s, record_s
+from dgrpo.transports.ranklife import post_done
+from dgrpo.transports.waits import note_s, record_s
 
 if TYPE_CHECKING:
     from dgrpo.transports.distributed import DistributedTransport
     from dgrpo.transports.storewait import StoreExchange
 
 LATE_READ_S = 0.25  # a record read again between rounds: one read (its sender posted it before its next round payload)
+DONE_CAP = 64  # bytes read of a peer's done mark (b"1")
 
 
 def read_records(ex: "StoreExchange", tag: str, peers: Iterable[int], cap: int) -> dict[int, bytes]:
@@ -74,17 +79,84 @@ def _read(ex: "StoreExchange", tag: str, peers: Iterable[int], cap: int, wait_s:
     return got
 
 
-def late_records(t: "DistributedTransport", tag: str, senders: Iterable[int], cap: int,
-                 final: bool = False) -> dict[int, bytes]:
+def late_records(t: "DistributedTransport", tag: str, senders: Iterable[int], cap: int) -> dict[int, bytes]:
     """The main rank ``t``'s second read of the round records ``tag`` of live ``senders`` that :meth:`collect_at_main`
-    missed: one read (:data:`~dgrpo.transports.recordreads.LATE_READ_S`) at its next record, their senders posted
-    them before their next round payload; ``final`` (the last two records, no round payload follows them) until
-    ``record_s + E`` after the main entered the first of them read so (``E``:
-    :func:`~dgrpo.transports.waits.extension_s`, what a withheld relay costs its victim; one budget for both, one
-    read at least), so the main enters ``done`` at most ``W / 2 + S`` before its peers' wait for it ends. One
-    still missing fails nobody (review r31o H7)."""
-    if final and t._final_until is None:  # (one budget for the run's last records, whichever read they need)
-        t._final_until = t._entered.get(tag, time.monotonic()) + record_s(t.wait.timeout_s) + \
-            extension_s(t.wait.timeout_s)
-    wait_s = max(LATE_READ_S, t._final_until - time.monotonic() if final else 0.0)
-    return read_late(t.exchanger, tag, senders, cap, wait_s)
+    missed, at its next record: one read (:data:`LATE_READ_S`), their senders posted them before their next round
+    payload. One still missing fails nobody (review r31o H7)."""
+    return read_late(t.exchanger, tag, senders, cap, LATE_READ_S)
+
+
+def last_records(t: "DistributedTransport", wanted: dict[str, Iterable[int]],
+                 caps: dict[str, int]) -> dict[str, dict[int, bytes]]:
+    """The main rank ``t``'s read of the run's last round records that :meth:`collect_at_main` missed (``wanted``: tag
+    → senders; ``caps``: tag → bytes), which no round payload follows: it posts its ``done`` first
+    (:func:`~dgrpo.transports.ranklife.post_done`: it has nothing more to send, so no peer waits for it), then reads
+    each sender's records until they are in or the sender's own ``done`` is served (an honest node posts its records
+    before it, so then none more comes: read once more, never later), at most ``timeout_s`` after that post (the
+    ``done`` exchange's own budget, which :func:`~dgrpo.transports.ranklife.close` keeps) plus one read. Meanwhile it
+    reads, acknowledged, the ``done`` of every other live peer (kept in ``t.done_got``: a peer serves it until each
+    live peer acknowledged it, at most ``min(timeout_s, 10)`` s, so one the main reads later may be gone); a sender's
+    ``done`` is looked at unacknowledged until its records are settled (it keeps serving them). Review r31o H7: two
+    victims of a withheld relay, held to their round's end, posted the last two records after a fixed budget."""
+    post_done(t)
+    if t.done_at is None:  # (expelled at that post: no reads, close says why)
+        return {tag: {} for tag in wanted}
+    ex, chan = t.exchanger, t.chan
+    end = t.done_at + t.wait.timeout_s
+    live = sorted(ex.alive - {ex.rank})
+    owed = {p: tags for p in live if (tags := [tag for tag, s in wanted.items() if p in set(s)])}
+    got: dict[str, dict[int, bytes]] = {tag: {} for tag in wanted}
+    reads: dict[int, Future] = {}
+    retry: dict[int, float] = {}  # peer → when to ask again
+    pool = ThreadPoolExecutor(max_workers=max(1, len(live)), thread_name_prefix=f"dgrpo-last-{ex.rank}")
+    try:
+        while owed or reads:
+            now = time.monotonic()
+            for p in live if now < end and owed else ():
+                if p in reads or now < retry.get(p, 0.0) or p not in owed and p in t.done_got:
+                    continue
+                reads[p] = (pool.submit(_owed, chan, p, owed[p], caps, end) if p in owed else
+                            pool.submit(chan.fetch, p, f"done/data/{p}", DONE_CAP, end))
+            if not reads and (now >= end or not owed):
+                break
+            if reads:
+                wait(list(reads.values()), timeout=0.05, return_when=FIRST_COMPLETED)
+            else:
+                time.sleep(min(0.05, max(0.01, end - now)))
+            for p in [p for p, f in reads.items() if f.done()]:
+                result = reads.pop(p).result()
+                retry[p] = time.monotonic() + 0.05
+                if p not in owed:
+                    if result[0] is not None:
+                        t.done_got[p] = result[0]
+                    continue
+                recs, settled = result
+                for tag, data in recs.items():
+                    got[tag][p] = data
+                owed[p] = [tag for tag in owed[p] if tag not in recs]
+                if settled or not owed[p]:
+                    del owed[p]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return got
+
+
+def _owed(chan, p: int, tags: list[str], caps: dict[str, int], end: float) -> tuple[dict[str, bytes], bool]:
+    """One look at peer ``p``'s records ``tags``: (those served, whether the rest never comes: its ``done`` is served,
+    looked at without acknowledgement, and a read after it found them missing still)."""
+    recs = {}
+    for tag in tags:
+        data, _ = chan.fetch(p, f"{tag}/data/{p}", caps[tag], end)
+        if data is not None:
+            recs[tag] = data
+    if len(recs) == len(tags):
+        return recs, True
+    done, _ = chan.fetch(p, f"done/data/{p}", DONE_CAP, end, ack=False)
+    if done is None:
+        return recs, False
+    last = max(end, time.monotonic() + LATE_READ_S)  # (posted before its done: in now if ever; one read past end)
+    for tag in [x for x in tags if x not in recs]:
+        data, _ = chan.fetch(p, f"{tag}/data/{p}", caps[tag], last)
+        if data is not None:
+            recs[tag] = data
+    return recs, True

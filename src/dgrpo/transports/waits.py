@@ -60,9 +60,10 @@ node's relay post (review r31d F3: not ``timeout_s`` after the relay post), a pe
 ``timeout_s``). ``E = W + S`` is what a node loses when a relay is withheld from it (it waits ``W + S``), so its
 peers still read its next payload in their window plus its extension while honest compute differs by less
 than ``W``. The main rank reads its peers' round records ``rec{r}`` (the final record included) for at most
-``W / 2`` after it entered ``rec{r}`` (:func:`record_s`; review r31g J5, J7): a record not in by then is named
-``missing record``, never a failed peer. A reporting node posts its record and begins its next round at once, so
-a main held for a withheld record posts ``r{r+1}`` (or enters ``done``) up to ``W / 2`` later than it would have:
+``W / 2`` after it entered ``rec{r}`` (:func:`record_s`; review r31g J5, J7): a record not in by then is read again
+later (:mod:`dgrpo.transports.recordreads`: the run's last ones after the main's ``done`` post, within that
+exchange's ``timeout_s``) and named ``missing record`` only if it never comes, never a failed peer. A reporting
+node posts its record and begins its next round at once, so a main held for a withheld record posts ``r{r+1}`` (or enters ``done``) up to ``W / 2`` later than it would have:
 while the honest compute spread stays under ``W / 2`` its peers still read it within their window ``W``, and an
 honest record (its sender at most that spread behind the main) is in within ``W / 2``. A main still waiting for
 records after ``note_s`` serves a signed note of ``rec{r}``: a reporter then allows its ``r{r+1}`` ``record_s`` more

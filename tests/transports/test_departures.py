@@ -202,3 +202,71 @@ def test_a_leave_mark_read_while_collecting_a_relay_takes_its_signer_out_at_ever
         for k in (0, 1, 2):
             departures.act(ts[k], "eq2", reports)
             assert ts[k].alive == {0, 1, 2} and ts[k].failed == {3: "eq2"}, k
+
+
+def test_a_leave_mark_read_in_a_round_exchange_takes_its_signer_out_at_every_node_at_that_round_s_relay():
+    """Review r31o H3's remnant (task h31q3): rank 3 serves node 0 its own signed leave mark of r1 and no r1 payload.
+    Before, node 0 took rank 3 out at once (at r1), nodes 1, 2 only at eq1 from node 0's relay: in eq1 node 0 counted a
+    live roster of 3 (quorum 2, rank 3's accusations not counted) while the others counted 4 (quorum 3). Now node 0
+    only notes it: not waited for in r1 nor in eq1, unaccused, still in its view (the roster of nodes 1, 2), and every
+    node, node 0 included, takes rank 3 out at eq1, where node 0's relay carries the mark. Under abort node 0 does not
+    stop alone at r1: every node stops at eq1 naming rank 3."""
+    import json
+
+    import pytest
+    from signed_ranks import _ranks
+
+    from dgrpo.errors import PeerFailure
+    from dgrpo.transports import departures
+
+    for policy in ("continue", "abort"):
+        ts, _ = _ranks(n=4, timeout_s=1.0)
+        for t in ts:
+            t.exchanger.on_peer_failure = policy
+        for k in (1, 2):
+            ts[k].chan.set(f"r1/data/{k}", b"{}")
+        ts[3].signed_store.leave(["r1"])
+        assert sorted(ts[0].collect("r1", range(4))) == [1, 2], policy
+        assert ts[0].alive == ts[1].alive == {0, 1, 2, 3} and ts[0].failed == {}, policy  # (one roster: 4 nodes)
+        assert ts[0].chan.departed[3]["tag"] == "r1" and ts[0].exchanger.leaving == {3}
+        for k in (1, 2):
+            ts[k].chan.set(f"eq1/data/{k}", b"{}")
+        assert sorted(ts[0].collect("eq1", range(4))) == [1, 2], policy  # (no eq1 mark: not waited for all the same)
+        assert ts[0].alive == {0, 1, 2, 3} and ts[0].failed == {}, policy
+        assert ts[0].ledger._own == [] and not any("missing payload" in r for _, r in ts[0].rejected), policy
+        reports = {0: json.dumps({"departed": departures.relayed_departures(ts[0].chan, 4)}).encode(), 1: b"{}",
+                   2: b"{}"}
+        for k in (0, 1, 2):
+            ts[k].chan.set("end/eq1", b"1")  # (its peers left eq1: nobody to linger for under abort)
+        for k in (0, 1, 2):
+            if policy == "abort":
+                with pytest.raises(PeerFailure, match="node 3 said \\(signed\\) it left the swarm \\(its signed leave "
+                                   f"mark\\), as node 0's relay carries it; node {k} stops too in exchange 'eq1'"):
+                    departures.act(ts[k], "eq1", reports)
+            else:
+                departures.act(ts[k], "eq1", reports)
+            assert ts[k].alive == {0, 1, 2} and ts[k].failed == {3: "eq1"}, (policy, k)
+
+
+def test_a_departure_noted_in_the_last_relay_exchange_is_not_waited_for_at_shutdown(caplog):
+    """Task h31q3: a departure node 0 reads in the run's last relay exchange (eq1 of 2 rounds) is never acted on (no
+    relay follows: every node counts its signer in the last round alike). At shutdown (``done``) node 0 does not wait
+    for the signer (it said, signed, that it left) nor name it "sent nothing"; before, it waited the whole timeout_s for
+    a signer that left no mark of ``done`` and named it."""
+    import logging
+
+    from signed_ranks import _ranks
+
+    ts, _ = _ranks(n=4, timeout_s=1.0)
+    for t in ts:
+        t.exchanger.on_peer_failure = "continue"
+    for k in (1, 2):
+        ts[k].chan.set(f"eq1/data/{k}", b"{}")
+    ts[3].signed_store.leave(["eq1"])  # (its mark of eq1 only: none of done)
+    assert sorted(ts[0].collect("eq1", range(4))) == [1, 2] and ts[0].chan.departed[3]["tag"] == "eq1"
+    assert ts[0].alive == {0, 1, 2, 3}  # (noted, never acted on: no relay follows)
+    for k in (1, 2):
+        ts[k].chan.set(f"done/data/{k}", b"1")
+    with caplog.at_level(logging.WARNING):
+        assert sorted(ts[0].collect("done", range(4))) == [1, 2]
+    assert "node 3 sent nothing" not in caplog.text and ts[0].ledger._own == [], caplog.text

@@ -271,6 +271,7 @@ def test_decode_refuses_bad_payloads_without_raising():
 
 def test_a_node_stopping_on_an_error_is_not_waited_for():
     from dgrpo.swarm.identity import Roster, SignatureVerifier, Signer, generate_keys
+    from dgrpo.transports import departures
 
     a, b = _pair(timeout_s=30)
     keys = generate_keys(2)  # (a leave mark counts only signed by its node: the keys exist from check_startup on)
@@ -278,8 +279,11 @@ def test_a_node_stopping_on_an_error_is_not_waited_for():
         t.signed_store.signer, t.signed_store.keys = Signer(t.rank, keys[t.rank], "run|fp"), SignatureVerifier(Roster.of(keys), "run|fp")
     b._exit()  # what runs at interpreter exit after an exception
     start = time.monotonic()
-    with pytest.raises(PeerFailure, match="node 1 sent nothing for exchange 'r0'"):
-        a.exchange("r0", b"a")
+    assert a.exchange("r0", b"a") == {0: b"a"}  # (its leave mark noted: out at the relay eq0 that carries it)
+    relay = json.dumps({"departed": departures.relayed_departures(a.chan, 2)}).encode()
+    with pytest.raises(PeerFailure, match="node 1 said \\(signed\\) it left the swarm \\(its signed leave mark\\), as "
+                       "node 0's relay carries it; node 0 stops too in exchange 'eq0'"):
+        departures.act(a, "eq0", {0: relay})
     assert time.monotonic() - start < 5
 
 

@@ -111,13 +111,13 @@ def test_without_a_roster_file_the_records_are_taken_unsigned():
 def test_junk_written_first_does_not_keep_a_leave_mark_out():
     """Node 2 writes junk under node 1's round-0 status key before node 1 stops on an error; node 1's signed
     leave mark is appended behind it, so node 0 stops waiting at once (the old compare_set left the junk
-    in place and node 0 waited its whole timeout_s=30)."""
+    in place and node 0 waited its whole timeout_s=30), and notes the mark for its relay eq0 (departures.py)."""
     ts, _ = _ranks(n=3, timeout_s=30)
     ts[2].store.set("r0/status/1", b"failed")
     ts[1].signed_store.leave(["r0"])
     start = time.monotonic()
     assert ts[0].collect("r0", [1]) == {} and time.monotonic() - start < 3
-    assert ts[0].failed == {1: "r0"}
+    assert ts[0].exchanger.leaving == {1} and ts[0].chan.departed[1]["tag"] == "r0"
 
 
 def test_a_leave_mark_not_signed_by_its_node_is_refused_and_named_once(caplog):

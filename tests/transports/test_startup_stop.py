@@ -3,7 +3,8 @@ torch.distributed). In-process ranks on one HashStore, then 4-rank runs on loopb
 
 * A rank whose start-up check fails after its peers' passed (a peer's server showed it alone a junk record)
   never binds the launch: its leave marks verify for nobody. It pushes a stop notice signed for its server's
-  launch to its peers' servers, and they go on (or stop) at once naming it and its reason, accusing nobody.
+  launch to its peers' servers; they stop waiting for it at once, and every node takes it out (or stops, naming it
+  and its reason) at the same relay exchange, accusing nobody.
 * The notice is kept by each peer's own server, so deleting ``stop/{k}`` from the store changes nothing.
 * A reader keeps one pushed address record per owner, the newest by the date in its launch nonce, so a peer
   holding any number of the owner's older records cannot cycle the owner's own out.
@@ -33,12 +34,16 @@ def _resolved(ts):
 
 @pytest.mark.parametrize("policy", ["continue", "abort"])
 @pytest.mark.parametrize("first", [True, False])
-def test_a_rank_whose_start_up_check_failed_is_out_at_once_and_accused_by_nobody(policy, first, caplog):
-    """In this rank's first round exchange a peer's start-up stop only holds the peer (out of this exchange,
-    unaccused) under either policy: whether every node stops is decided once the round's relays are in
-    (transports/startstops.py; review r31n G5: stopping here at once let one rank stop whom it liked); in a later
-    one (a notice said that late is no start-up stop) the peer is out at once, and this rank goes on
-    (``continue``) or stops (``abort``); nobody is accused."""
+def test_a_rank_whose_start_up_check_failed_is_not_waited_for_and_accused_by_nobody(policy, first, caplog):
+    """A peer's start-up stop met in a round exchange is only noted there, under either policy: not waited for,
+    unaccused, and still in this rank's view (its live roster is its peers'). In this rank's first round whether every
+    node stops is decided once the round's relays are in (transports/startstops.py; review r31n G5: stopping here at
+    once let one rank stop whom it liked); in a later one (a notice said that late is no start-up stop) every node
+    takes the peer out at the round's relay exchange, where this rank's relay carries it, and goes on (``continue``)
+    or stops naming it (``abort``) there (review r31o H3: taken out at once, this rank alone counted a live roster of
+    3 in its relay exchange while its peers counted 4). Nobody is accused."""
+    from dgrpo.transports import departures
+
     ts = _resolved(_ranks(timeout_s=20)[0])
     ts[2].exchanger.on_peer_failure = policy
     ts[2].exchanger.first = None if first else "r5"  # (a round exchange already done)
@@ -49,22 +54,30 @@ def test_a_rank_whose_start_up_check_failed_is_out_at_once_and_accused_by_nobody
         t.post("r0", b"x")
     start = time.monotonic()
     with caplog.at_level(logging.WARNING):
-        if policy == "abort" and not first:
-            with pytest.raises(PeerFailure) as err:
-                ts[2].collect("r0", range(4))
-            assert str(err.value) == (f"node 1 stopped at start-up ({WHY}); node 2 stops too in exchange 'r0'"
-                                      " (swarm.on_peer_failure=abort)")
-            assert ts[0].chan.whys == {2: str(err.value)}  # (said, signed, like any stop: review r31n G5)
-        else:
-            assert sorted(ts[2].collect("r0", range(4))) == [0, 3]
-            assert (f"node 1 stopped at start-up ({WHY})" + ("; going on without it from exchange 'r0' "
-                    "(swarm.on_peer_failure=continue)" if not first else ", as this node read in exchange 'r0', its "
-                    "first round: held until the relays of this round")) in caplog.text
+        assert sorted(ts[2].collect("r0", range(4))) == [0, 3]
+        assert (f"node 1 stopped at start-up ({WHY})" + (", as this node read in exchange 'r0', its first round: held "
+                "until the relays of this round" if first else ", as this node read in exchange 'r0' before its relay: "
+                "not waited for; out of the swarm at every node, this one included, from exchange 'eq0'")) in caplog.text
     assert time.monotonic() - start < 3  # (timeout_s=20: never waited out)
-    assert ts[2].alive == {0, 2, 3} and ts[2].failed == {1: "r0"}
+    assert ts[2].alive == {0, 1, 2, 3} and ts[2].failed == {} and ts[2].exchanger.leaving == {1}
     assert ts[2].rejected == [] and "sent nothing" not in caplog.text and "leave mark" not in caplog.text
-    assert ("is out of the swarm" in caplog.text) is not first  # (held: named once the relays are in)
+    assert "is out of the swarm" not in caplog.text  # (noted, or held: named once the relays are in)
     assert ts[2].ledger.accusations(1, time.monotonic() + 5) == {}  # nobody accused node 1
+    if first:
+        return
+    relay = json.dumps({"departed": departures.relayed_departures(ts[2].chan, 4)}).encode()  # (its relay eq0)
+    for k in (0, 2, 3):
+        ts[k].chan.set("end/eq0", b"1")  # (its peers left eq0: nobody to linger for)
+    if policy == "abort":
+        with pytest.raises(PeerFailure) as err:
+            departures.act(ts[2], "eq0", {2: relay, 0: b"{}", 3: b"{}"})
+        assert str(err.value) == (f"node 1 said (signed) it stopped at start-up ({WHY}), as node 2's relay carries it; "
+                                  "node 2 stops too in exchange 'eq0' (swarm.on_peer_failure=abort)")
+    for k in ((0, 3) if policy == "abort" else (0, 2, 3)):  # (every node, the reader included, at the same relay)
+        departures.act(ts[k], "eq0", {2: relay, 0: b"{}", 3: b"{}"})
+    for k in (0, 2, 3):
+        assert ts[k].alive == {0, 2, 3} and ts[k].failed == {1: "eq0"}, k
+    assert ts[2].ledger.accusations(1, time.monotonic() + 5) == {}
 
 
 def test_a_stop_notice_is_taken_only_signed_by_its_node_for_the_launch_its_server_proved():

@@ -396,7 +396,8 @@ def test_only_a_leave_mark_signed_by_its_node_ends_the_wait_for_it():
     ts = _swarm_of(n=2, timeout_s=30)
     ts[1].signed_store.leave(["r0"])
     start = time.monotonic()
-    assert ts[0].collect("r0", [1]) == {} and time.monotonic() - start < 2 and ts[0].failed == {1: "r0"}
+    assert ts[0].collect("r0", [1]) == {} and time.monotonic() - start < 2 and ts[0].exchanger.leaving == {1}
+    assert ts[0].chan.departed[1]["tag"] == "r0"  # (noted: out at its relay eq0, with every node: departures.py)
 
 
 def test_accusations_of_an_earlier_exchange_need_a_quorum_of_that_exchange_s_live_nodes():

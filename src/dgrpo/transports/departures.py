@@ -13,15 +13,20 @@ So each node relays, in its relay ``eq{r}`` (:meth:`DistributedTransport.cross_c
 <dgrpo.transports.peerserve.PeerChannel.departed>`: the signed record), and takes out of its view every peer whose own
 signed departure a relay of that exchange carries, its own relay included (:func:`act`): a claim shown to one honest
 node reaches them all in the same exchange, and every honest node drops its signer there alike. A relay counts only for
-what its sender read of others (the signer's own relay could be served to some nodes only). A departure read while
-collecting ``eq{r}``, after this node posted its relay there, is only noted (:func:`later`): its signer is not waited
-for, and its reader takes it out with everyone else at ``eq{r+1}``, where its relay carries it (review r31o H3: taken
-out at once, its reader alone counted a live roster of 3 for a round while the others counted 4; likewise a notice
-pushed to one node while its signer served everyone: the others took it out an exchange before its reader). A
-departure read in a round exchange ``r{r}`` (the signer missing there) takes the signer out of its reader's view at
-once and of the others' at ``eq{r}``: every node counts the same live roster from ``r{r+1}``. In the first round a
-start-up stop notice is decided before this, by :mod:`dgrpo.transports.startstops` (every node stops, or the signer
-equivocated). Only the signer's own signature counts (for this run and its launch: a notice or mark of an earlier
+what its sender read of others (the signer's own relay could be served to some nodes only). A departure its reader
+read while collecting an exchange is only noted there (:func:`later`): its signer is not waited for (then or later),
+nor accused, but stays in its reader's view until the first relay of its reader that carries it: ``eq{r}`` for one
+read in ``r{r}``, ``eq{r+1}`` for one read in ``eq{r}`` after its reader posted its relay there. So one point decides
+for every node, whatever exchange the departure was first read in: the first relay exchange in which an honest node's
+relay carries it (every honest node reads every honest relay, or accuses its sender), and the honest nodes' live
+rosters, and so their quorums, never differ (review r31o H3: a departure read in ``eq{r}`` taken out at once, or one
+read in ``r{r}``, made its reader alone count a live roster of 3 for an exchange or a round while the others counted
+4; likewise a notice pushed to one node while its signer served everyone). A departure read in the run's last relay
+exchange (or in ``done``, the shutdown's exchange) is never acted on: no relay follows; it costs nothing, there is no
+round left whose roster or quorum it would change, and every node counts the signer in the last round's record alike
+(a ``done`` exchange takes a departed peer out at once, unwaited: its reader's view ends there). In the first round a
+start-up stop notice is decided by :mod:`dgrpo.transports.startstops` at that round's relays (every node stops, or the
+signer equivocated). Only the signer's own signature counts (for this run and its launch: a notice or mark of an earlier
 launch, forged, or in another's name verifies for nobody and changes nothing), so relaying can take out only a node
 that said it stopped. Under ``abort`` a node that learns so stops too, naming it, and says so first (signed, pushed to
 its peers: :func:`stop`), so a peer that finds it gone quotes its reason naming the signer instead of naming it alone
@@ -93,14 +98,24 @@ def act(t, tag: str, reports: dict[int, bytes]) -> None:
         stop(t, tag, f"{'; '.join(said)}; node {t.rank} stops too in exchange {tag!r} (swarm.on_peer_failure=abort)")
 
 
-def later(ex, tag: str, said: str) -> None:
-    """Departures (``said``: who said what, signed) read by ``ex`` (this node's
-    :class:`~dgrpo.transports.storewait.StoreExchange`) while collecting relay exchange ``tag``, after it posted its
-    relay there: not waited for, unaccused, still in its view; its next relay carries them (``chan.departed``) and
-    every node takes them out there alike (:func:`act`; review r31o H3)."""
-    nxt = f"eq{int(tag[2:]) + 1}"
-    log.warning("%s, as this node read in exchange %r after it posted its relay: out of the swarm at every node, this "
-                "one included, from exchange %r, whose relay of this node carries it", said, tag, nxt)
+def later(ex, tag: str, said: dict[int, str]) -> None:
+    """Departures (``said``: peer → what it said of itself, signed) read by ``ex`` (this node's
+    :class:`~dgrpo.transports.storewait.StoreExchange`) while collecting exchange ``tag``: only noted
+    (``ex.leaving``): not waited for in this exchange or the next ones (:meth:`StoreExchange.collect
+    <dgrpo.transports.storewait.StoreExchange.collect>`), unaccused, still in its view (its live roster and quorums
+    are its peers'), until the first relay of this node that carries it (``chan.departed``): ``eq{n}`` for one read in
+    ``r{n}``, ``eq{n+1}`` for one read in ``eq{n}`` (after it posted its relay there); every node takes it out there
+    alike (:func:`act`; review r31o H3). Each peer is noted (and logged) once."""
+    new = {p: what for p, what in sorted(said.items()) if p not in ex.leaving}
+    if not new:
+        return
+    ex.leaving.update(new)
+    relay = tag.startswith("eq")
+    nxt = f"eq{int(tag[2:]) + 1}" if relay else f"eq{int(tag[1:])}"
+    log.warning("%s, as this node read in exchange %r %s: not waited for; out of the swarm at every node, this one "
+                "included, from exchange %r, whose relay of this node carries it",
+                "; ".join(f"node {p} {what}" for p, what in new.items()), tag,
+                "after it posted its relay" if relay else "before its relay", nxt)
 
 
 def stop(t, tag: str, text: str) -> None:
@@ -122,7 +137,7 @@ def linger(t, tag: str, wait_s: float) -> None:
     the exchange (``end/{tag}``: :meth:`WaitNotes.ended <dgrpo.transports.waits.WaitNotes.ended>`) or its server is
     gone, at most ``wait_s`` seconds, so that a slower peer reads it and stops on the same evidence instead of finding
     this node gone ("sent nothing")."""
-    end, waiting = time.monotonic() + wait_s, set(t.alive) - {t.rank}
+    end, waiting = time.monotonic() + wait_s, set(t.alive) - {t.rank} - t.exchanger.leaving  # (noted: said it left)
     while waiting and time.monotonic() < end:
         waiting = {p for p in sorted(waiting) if p not in t.chan.down and t.chan.fetch(
             p, f"end/{tag}", 64, min(end, time.monotonic() + 0.5), 0.5)[0] is None}

@@ -92,7 +92,8 @@ def serve_until_read(t: "DistributedTransport", key: str) -> None:
     before leaving, so that a slower peer still reads it (a peer that never does only logs at its own shutdown, or
     names this node's stop notice)."""
     end = time.monotonic() + min(t.wait.timeout_s, 10.0)
-    while time.monotonic() < end and not t.chan.read_by(key, t.alive - {t.rank}):
+    while time.monotonic() < end and not t.chan.read_by(key, t.alive - {t.rank} - t.exchanger.leaving):  # (leaving:
+        # a peer whose signed departure this node read and no relay acted on yet, as in the run's last relay exchange)
         time.sleep(0.02)
 
 

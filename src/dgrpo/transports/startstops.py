@@ -5,16 +5,18 @@ A rank whose start-up check or ready barrier fails says why, signed for its laun
 <dgrpo.transports.peerserve.PeerChannel.announce_stop>`). Its peers meet that notice in an exchange (:func:`met`):
 
 * in a start-up exchange they stop too (the ranks start together or not at all);
-* in their first round exchange (its check failed after theirs passed) they only hold it: the signer is out of this
-  node's view of that exchange, unaccused (:func:`hold`). Stopping there at once let one rank stop whom it liked: a
+* in their first round exchange (its check failed after theirs passed) they only hold it: the signer is not waited
+  for, unaccused, and still in this node's view, as in its peers' (:func:`hold`). Stopping there at once let one rank stop whom it liked: a
   notice is its signer's to show to whom it likes, and rank 3 pushing its notice to node 0 alone as it posted ``r0``
   (its ``r0`` hidden from node 0) made node 0 stop alone while the others trained on with rank 3 (review r31n G5,
   exit codes [3, 0, 0, 0]; with two victims one honest node trained alone with the attacker). Going on instead let
   a rank whose check an attacker failed stop alone (review r31h F6, [0, 3, 0]);
-* later (a notice said that late is no start-up stop) the signer is out at once, unaccused, and this node stops
-  (``abort``, its reason said first) or goes on without it; met in a relay exchange ``eq{n}``, after this node posted
-  its relay there, it is out at every node alike at ``eq{n+1}`` (:func:`departures.later
-  <dgrpo.transports.departures.later>`, review r31o H3).
+* later (a notice said that late is no start-up stop) the signer is noted, unaccused and not waited for, and taken
+  out at every node alike at the first relay of this node that carries it: ``eq{n}`` if met in ``r{n}``, ``eq{n+1}``
+  if met in ``eq{n}`` after this node posted its relay there (:func:`departures.later
+  <dgrpo.transports.departures.later>`, review r31o H3: taken out at once, its reader alone counted a smaller live
+  roster for an exchange); there every node stops (``abort``, its reason said first) or goes on without it
+  (:func:`departures.act <dgrpo.transports.departures.act>`).
 
 In the first round every node relays the notices it read in its relay ``eq{r}`` (:mod:`dgrpo.transports.departures`),
 and once the relays are in each decides (:func:`decide`) from what the relays of the nodes other than the signer carry
@@ -54,8 +56,8 @@ def met(ex, tag: str, stopped: dict[int, str], startup: bool) -> None:
         raise PeerFailure(f"{said}; node {ex.rank} stops too, before round 0")
     if ex.first in (None, tag):
         return hold(ex, tag, stopped, said)
-    if tag.startswith("eq"):  # (read after this node posted its relay: out at every node at eq{n+1}; r31o H3)
-        return later(ex, tag, said)
+    if tag != "done":  # (out at every node, this one included, at this node's next relay: eq{n}, or eq{n+1} if read
+        return later(ex, tag, {p: f"stopped at start-up ({why})" for p, why in stopped.items()})  # in eq{n}; r31o H3)
     for peer in stopped:
         ex._expel(peer, tag, [], why="it stopped at start-up")
     if ex.on_peer_failure == "abort":
@@ -64,11 +66,10 @@ def met(ex, tag: str, stopped: dict[int, str], startup: bool) -> None:
 
 
 def hold(ex, tag: str, stopped: dict[int, str], said: str) -> None:
-    """In this node's first round exchange: each peer of ``stopped`` out of this node's view, unaccused and unnamed
-    yet, until :func:`decide` (the round's relays) says whether every node stops or the peer equivocated."""
-    for peer in stopped:
-        ex.alive.discard(peer)
-        ex.failed[peer] = tag
+    """In this node's first round exchange: each peer of ``stopped`` noted (``ex.leaving``: not waited for, unaccused,
+    unnamed yet, still in this node's view, so its live roster and quorums are its peers' in the round's relay exchange:
+    review r31o H3), until :func:`decide` (the round's relays) says whether every node stops or the peer equivocated."""
+    ex.leaving.update(p for p in stopped)
     log.warning("%s, as this node read in exchange %r, its first round: held until the relays of this round (all "
                 "stop, unless the signer's messages of this round are relayed: equivocation)", said, tag)
 

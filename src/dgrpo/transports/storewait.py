@@ -81,6 +81,7 @@ class StoreExchange:
         store.serve = chan.append  # (its leave marks served by its own server too: peers read the store's once it is gone)
         self.schedule = Schedule(wait.timeout_s)  # the round's deadlines
         self.first: str | None = None  # this node's first round exchange (a start-up stop met there: startstops.py)
+        self.leaving: set[int] = set()  # peers whose signed departure this node read, noted until a relay acts on it
         self.record_reader: int | None = None  # the main rank this node last posted a round record rec{n} for
 
     # ------------------------------------------------------------------ exchange
@@ -191,6 +192,8 @@ class StoreExchange:
                     elif (why := self.chan.stops.get(peer)) is not None:  # (pushed to this server: signed, checked)
                         stopped[peer] = why
                         pending.remove(peer)
+                    elif peer in self.leaving and not startup:  # (its departure read before, not acted on yet: not
+                        pending.remove(peer)  # waited for, unaccused; every node acts on it at one relay: departures)
                     else:  # (its stop notice or leave mark: read in the pool, SideReads; a check of the store here, whose
                         retry[peer] = time.monotonic() + delay  # answer is a bool: a store gone is one line, as before)
                         self.store.probe(f"{tag}/status/{peer}", startup)  # (store gone: raised below if one is missing)
@@ -253,9 +256,9 @@ class StoreExchange:
         pending = sorted(missed + pending)
         if not startup:
             self._name_late(tag, start, got, arrived, extended, side)
-        if left and not startup and tag.startswith("eq"):  # (read after this node posted its relay: out at every
-            later(self, tag, "; ".join(f"node {p} left the swarm (its signed leave mark)" for p in left))  # node at
-            left = []  # eq{n+1}, where this node's relay carries it: departures.py, review r31o H3)
+        if left and not startup and tag != "done":  # (out at every node, this one included, at the first relay of
+            later(self, tag, {p: "left the swarm (its signed leave mark)" for p in left})  # this node that carries
+            left = []  # it: eq{n} for a mark read in r{n}, eq{n+1} for one read in eq{n}; departures.py, r31o H3)
         for peer in left:
             self._expel(peer, tag, [], why="left the swarm (it stopped on an error)")
         if left and self.on_peer_failure == "abort":

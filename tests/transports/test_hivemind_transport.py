@@ -123,6 +123,26 @@ def test_a_peer_that_said_bye_is_not_waited_for(dhts):
     assert a.failed == {1: "r0"} and time.monotonic() - start < 10
 
 
+def test_an_abort_is_said_in_the_aborting_node_s_bye_and_quoted_by_the_peer_that_finds_it_gone(dhts):
+    """Task h31q3: node 0 aborts on node 2, silent in r0. Before, its bye said only "bye", and node 1, finding it gone
+    in r1, named node 0 alone ("node 0 left the swarm during exchange 'r1' (stopped on an error)"), never node 2 nor
+    why. Now node 0's bye carries its abort's line (signed by its key, as every record) and node 1's line quotes it."""
+    from types import SimpleNamespace
+
+    ts = transports(dhts, 3, timeout_s=3.0, on_peer_failure="abort")
+    ts[1].post("r0", b"y")
+    with pytest.raises(PeerFailure) as err:
+        ts[0].exchange("r0", b"x")
+    why = "node 2 sent nothing for exchange 'r0' within swarm.timeout_s=3s (dead or stalled)"
+    assert str(err.value).startswith(why + "; aborted")
+    ts[0].dht, ts[0]._closed = SimpleNamespace(shutdown=lambda: None), False  # (the shared DHT lives on)
+    ts[0]._exit()  # (at interpreter exit after the error: its bye)
+    with pytest.raises(PeerFailure) as err:
+        ts[1].collect("r1", [0])
+    assert str(err.value) == (f"node 0 left the swarm during exchange 'r1' (stopped on an error); node 0 stopped first, "
+                              f"saying (signed): \"{why}\"; aborted (set swarm.on_peer_failure=continue to go on without it)")
+
+
 # The commit step (a payload one peer missed, equivocation, lone views): test_hivemind_attacks.py.
 
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
+from dgrpo.transports.dht import byes
 from dgrpo.transports.dht.config import check_fresh_join
 from dgrpo.transports.dht.recordio import SignedRecords
 from dgrpo.transports.dht.rounds import call_limit
@@ -97,7 +98,7 @@ class HivemindTransport:
         self.public_key = dht_records.public_hex(signing_key)
         self.agreed: dict[str, str] = {}  # tag → the value agreed (agree), published in the launch record
         self.signed = SignedRecords(dht, rank, signing_key, namespace, self.roster, self._refuse)
-        self.last_round, self._closed = None, False  # (the round of the last all-gather)
+        self.last_round, self._closed, self.stop_why = None, False, None  # (stop_why: said in its bye, dht/byes.py)
         atexit.register(self._exit)
 
     # ------------------------------------------------------------------ construction
@@ -156,16 +157,17 @@ class HivemindTransport:
         """
         deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
         want = (set(peers) & self.alive) - {self.rank}
-        got, left = {}, set()  # node → (its key, payload, record signature); nodes that said bye
+        got, left = {}, {}  # node → (its key, payload, record signature); node that said bye → its stop reason
         delay, next_bye = 0.02, time.monotonic() + 1.0
-        while want - got.keys() - left:
+        while want - got.keys() - left.keys():
             for node, rec in self.signed.read(self.signed.key(tag), want, call_limit(deadline)).items():
                 got.setdefault(node, rec)  # the first payload seen; the commit compares it with the peers'
             now = time.monotonic()
-            if not want - got.keys() - left or now >= deadline:
+            if not want - got.keys() - left.keys() or now >= deadline:
                 break
             if now >= next_bye:
-                left |= set(self.signed.read(self.signed.key("bye"), want - got.keys(), call_limit(deadline)))
+                left |= {n: byes.why_of(b) for n, (_, b, _) in self.signed.read(self.signed.key("bye"), want - got.keys(),
+                                                                               call_limit(deadline)).items()}
                 next_bye = now + 1.0
             if on_wait is not None:
                 on_wait()
@@ -177,20 +179,16 @@ class HivemindTransport:
             self.declare_failed(missing, tag, left, limit=limit)
         return {n: body for n, (_, body, _) in got.items()}
 
-    def declare_failed(self, peers: list[int], tag: str, left: set[int] = frozenset(), why: str = "",
+    def declare_failed(self, peers: list[int], tag: str, left: dict[int, str | None] | None = None, why: str = "",
                        limit: str | None = None) -> None:
-        """Take ``peers`` out of :attr:`alive` (failed in exchange ``tag``; ``left``: said bye; ``why``: what
-        they did; ``limit``: the wait they missed, default ``swarm.timeout_s=…s``), then raise :class:`PeerFailure`
-        (``on_peer_failure=abort``, names them) or go on."""
+        """Take ``peers`` out of :attr:`alive` (failed in exchange ``tag``; ``left``: said bye → the stop reason its bye
+        carries, quoted; ``why``: what they did; ``limit``: the wait they missed, default ``swarm.timeout_s=…s``), then
+        raise :class:`PeerFailure` (``on_peer_failure=abort``, names them; the line is said in this node's bye too:
+        :mod:`dgrpo.transports.dht.byes`) or go on."""
         self.leave_out(peers, tag)
-        what = f"node{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
-        if why:
-            text = f"{what} {why} in exchange {tag!r}"
-        elif set(peers) <= set(left):
-            text = f"{what} left the swarm during exchange {tag!r} (stopped on an error)"
-        else:
-            text = f"{what} sent nothing for exchange {tag!r} within {limit or f'{self.limit_name}={self.timeout_s:g}s'} (dead or stalled)"
+        text = byes.failed_line(peers, tag, left or {}, why, limit or f"{self.limit_name}={self.timeout_s:g}s")
         if self.on_peer_failure == "abort":
+            self.stop_why = self.stop_why or text
             log.error("%s; aborting (swarm.on_peer_failure=abort)", text)
             raise PeerFailure(f"{text}; aborted (set swarm.on_peer_failure=continue to go on without it)")
         log.warning("%s; continuing without it (swarm.on_peer_failure=continue)", text)
@@ -328,7 +326,11 @@ class HivemindTransport:
         self.rejected, self.carriers, self.seals = [] if self.last_round is not None else self.rejected, {}, {}
         self.last_round = round_idx
         self.alive |= {n for n, r in self.join.items() if r == round_idx and n not in self.failed}  # joiners from now on
-        payloads = dht_rounds.message_round(self, round_idx, self.encode(mine), clock)
+        try:
+            payloads = dht_rounds.message_round(self, round_idx, self.encode(mine), clock)
+        except PeerFailure as err:  # (left out by its peers, or their payload unreadable: said in its bye, byes.py)
+            self.stop_why = self.stop_why or str(err)
+            raise
         self.rejected += launch.dht_rejections(self, wait_s=clock.rest())  # (two local calls: milliseconds, before
         launch.publish_launch(self, round_idx, wait_s=clock.rest())  # the stop; a store not confirmed goes on in the DHT)
         out: list[Message] = []
@@ -350,7 +352,8 @@ class HivemindTransport:
         return None
 
     def announce_stop(self, reason: str) -> None:
-        """Nothing: a refusing node says bye at exit (:meth:`close`), so its peers stop waiting for it."""
+        """Said in this node's bye at exit (:meth:`_exit`), so its peers stop waiting for it and quote ``reason``."""
+        self.stop_why = self.stop_why or reason
 
     def close(self, wait: bool = True) -> None:
         """Clean end of the run: wait (up to timeout_s) until every live peer is done, then stop the DHT.
@@ -375,7 +378,7 @@ class HivemindTransport:
         self._closed = True
         try:
             if self.run_id:
-                self.signed.store(self.signed.key("bye"), b"bye", self.retention_s, wait_s=3.0)  # (read by collect)
+                self.signed.store(self.signed.key("bye"), byes.body(self.stop_why), self.retention_s, wait_s=3.0)  # (collect)
             self.dht.shutdown()
         except Exception:  # noqa: BLE001 - the DHT may be gone already; peers then time out
             pass

@@ -110,8 +110,8 @@ def later(ex, tag: str, said: dict[int, str]) -> None:
     if not new:
         return
     ex.leaving.update(new)
-    relay = tag.startswith("eq")
-    nxt = f"eq{int(tag[2:]) + 1}" if relay else f"eq{int(tag[1:])}"
+    relay, n = tag.startswith("eq"), re.sub(r"\D", "", tag)  # (r{n}, eq{n}; another tag: its next relay)
+    nxt = (f"eq{int(n) + 1}" if relay else f"eq{n}") if n else "its next relay"
     log.warning("%s, as this node read in exchange %r %s: not waited for; out of the swarm at every node, this one "
                 "included, from exchange %r, whose relay of this node carries it",
                 "; ".join(f"node {p} {what}" for p, what in new.items()), tag,
@@ -137,7 +137,7 @@ def linger(t, tag: str, wait_s: float) -> None:
     the exchange (``end/{tag}``: :meth:`WaitNotes.ended <dgrpo.transports.waits.WaitNotes.ended>`) or its server is
     gone, at most ``wait_s`` seconds, so that a slower peer reads it and stops on the same evidence instead of finding
     this node gone ("sent nothing")."""
-    end, waiting = time.monotonic() + wait_s, set(t.alive) - {t.rank} - t.exchanger.leaving  # (noted: said it left)
+    end, waiting = time.monotonic() + wait_s, set(t.alive) - {t.rank} - t.exchanger.leaving  # (leaving: said so)
     while waiting and time.monotonic() < end:
         waiting = {p for p in sorted(waiting) if p not in t.chan.down and t.chan.fetch(
             p, f"end/{tag}", 64, min(end, time.monotonic() + 0.5), 0.5)[0] is None}

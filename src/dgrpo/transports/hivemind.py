@@ -166,8 +166,8 @@ class HivemindTransport:
             if not want - got.keys() - left.keys() or now >= deadline:
                 break
             if now >= next_bye:
-                left |= {n: byes.why_of(b) for n, (_, b, _) in self.signed.read(self.signed.key("bye"), want - got.keys(),
-                                                                               call_limit(deadline)).items()}
+                said = self.signed.read(self.signed.key("bye"), want - got.keys(), call_limit(deadline))
+                left |= {n: byes.why_of(body) for n, (_, body, _) in said.items()}  # (its stop reason: dht/byes.py)
                 next_bye = now + 1.0
             if on_wait is not None:
                 on_wait()
@@ -181,10 +181,10 @@ class HivemindTransport:
 
     def declare_failed(self, peers: list[int], tag: str, left: dict[int, str | None] | None = None, why: str = "",
                        limit: str | None = None) -> None:
-        """Take ``peers`` out of :attr:`alive` (failed in exchange ``tag``; ``left``: said bye → the stop reason its bye
-        carries, quoted; ``why``: what they did; ``limit``: the wait they missed, default ``swarm.timeout_s=…s``), then
-        raise :class:`PeerFailure` (``on_peer_failure=abort``, names them; the line is said in this node's bye too:
-        :mod:`dgrpo.transports.dht.byes`) or go on."""
+        """Take ``peers`` out of :attr:`alive` (failed in exchange ``tag``; ``left``: said bye → the stop reason
+        its bye carries, quoted; ``why``: what they did; ``limit``: the wait they missed, default
+        ``swarm.timeout_s=…s``), then raise :class:`PeerFailure` (``on_peer_failure=abort``, names them; the line is
+        said in this node's bye too: :mod:`dgrpo.transports.dht.byes`) or go on."""
         self.leave_out(peers, tag)
         text = byes.failed_line(peers, tag, left or {}, why, limit or f"{self.limit_name}={self.timeout_s:g}s")
         if self.on_peer_failure == "abort":
@@ -378,7 +378,8 @@ class HivemindTransport:
         self._closed = True
         try:
             if self.run_id:
-                self.signed.store(self.signed.key("bye"), byes.body(self.stop_why), self.retention_s, wait_s=3.0)  # (collect)
+                bye = byes.body(self.stop_why)  # (read by collect; its stop reason, if any: dht/byes.py)
+                self.signed.store(self.signed.key("bye"), bye, self.retention_s, wait_s=3.0)
             self.dht.shutdown()
         except Exception:  # noqa: BLE001 - the DHT may be gone already; peers then time out
             pass

@@ -6,11 +6,11 @@ A rank whose start-up check or ready barrier fails says why, signed for its laun
 
 * in a start-up exchange they stop too (the ranks start together or not at all);
 * in their first round exchange (its check failed after theirs passed) they only hold it: the signer is not waited
-  for, unaccused, and still in this node's view, as in its peers' (:func:`hold`). Stopping there at once let one rank stop whom it liked: a
-  notice is its signer's to show to whom it likes, and rank 3 pushing its notice to node 0 alone as it posted ``r0``
-  (its ``r0`` hidden from node 0) made node 0 stop alone while the others trained on with rank 3 (review r31n G5,
-  exit codes [3, 0, 0, 0]; with two victims one honest node trained alone with the attacker). Going on instead let
-  a rank whose check an attacker failed stop alone (review r31h F6, [0, 3, 0]);
+  for, unaccused, and still in this node's view, as in its peers' (:func:`hold`). Stopping there at once let one rank
+  stop whom it liked: a notice is its signer's to show to whom it likes, and rank 3 pushing its notice to node 0 alone
+  as it posted ``r0`` (its ``r0`` hidden from node 0) made node 0 stop alone while the others trained on with rank 3
+  (review r31n G5, exit codes [3, 0, 0, 0]; with two victims one honest node trained alone with the attacker). Going
+  on instead let a rank whose check an attacker failed stop alone (review r31h F6, [0, 3, 0]);
 * later (a notice said that late is no start-up stop) the signer is noted, unaccused and not waited for, and taken
   out at every node alike at the first relay of this node that carries it: ``eq{n}`` if met in ``r{n}``, ``eq{n+1}``
   if met in ``eq{n}`` after this node posted its relay there (:func:`departures.later

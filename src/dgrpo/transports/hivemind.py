@@ -10,9 +10,8 @@ model are in docs/hivemind.md ("How a round moves"); in short:
   is a missing peer, never an exception;
 * the launch (hellos → roster, config check, launch id) is in :mod:`dgrpo.transports.dht.launch`, joining (a
   quorum of the nodes' launch records, never one node's) in :mod:`dgrpo.transports.dht.joining`;
-* an exchange posts, then reads until every expected live peer is in or its deadline has passed
-  (later peers are named; ``on_peer_failure`` aborts or continues); a node stopping on an error says
-  ``bye`` on its way out;
+* an exchange posts, then reads until every expected live peer is in or its deadline has passed (later peers are
+  named; ``on_peer_failure`` aborts or continues); a node stopping on an error says ``bye`` on its way out;
 * a message round ends with a commit: every node publishes the signed digest of each payload it kept,
   then relays the views it read, so the honest nodes decide alike on the same views: a payload missed
   by most views is dropped by all (its late node leaves), a sender with two signed digests (or views)

@@ -47,7 +47,6 @@ exit) is :mod:`dgrpo.transports.ranklife`.
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import time
@@ -62,7 +61,7 @@ from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fin
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
-from dgrpo.transports import departures, ranklife, recordreads, startstops
+from dgrpo.transports import departures, ranklife, recordreads, relay, startstops
 from dgrpo.transports.sidereads import settle_unnoted
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
@@ -319,13 +318,13 @@ class DistributedTransport:
         first round, a peer's start-up stop notice that a relay carries stops every node unless a relay carries the
         peer's messages of that round (then it is an equivocator: :mod:`dgrpo.transports.startstops`).
         """
-        own_refusals = [[n, str(r)[:200]] for n, r in self.rejected[:256]]
         signed = [m for m in messages if m.signature is not None]
-        relay = {"messages": [m.to_dict() for m in signed], "rejected": own_refusals,
-                 "labels": payload_codec.relay_labels(signed, self.labels, self.honest),  # (metrics only; r31o H6)
-                 "departed": departures.relayed_departures(self.chan, self.world_size)}  # (review r31n G6)
-        try:
-            reports = self.exchange(f"eq{round_idx}", json.dumps(relay).encode())
+        labels = payload_codec.relay_labels(signed, self.labels, self.honest)  # (metrics only; review r31o H6)
+        try:  # (within its readers' cap whatever peers sent: transports/relay.py; departures: review r31n G6)
+            raw = relay.build(self.rank, signed, labels, self.carriers, self.rejected,
+                              departures.relayed_departures(self.chan, self.world_size), self.caps, self.world_size,
+                              f"eq{round_idx}")
+            reports = self.exchange(f"eq{round_idx}", raw)
         except (TypeError, ValueError):  # a field that is not JSON: its message fails in receive anyway
             return messages
         limit = self.max_messages * self.world_size

@@ -92,17 +92,28 @@ def test_a_round_payload_trickled_until_its_deadline_is_accused_like_a_missing_o
         assert _expelled(ts[r], 3) == ("r0", [0, 1, 2])
 
 
-def test_a_server_slow_once_then_whole_within_its_window_is_neither_named_nor_accused():
-    """An honest server slow at one read (load) but whole at a later one within its window: its payload is taken, it is
-    neither accused nor named but `late` (no strike: true, it came over W/2 after the reader's post). Before: its first
-    slow read left it out of the round (named `transport`)."""
-    ts, _ = _ranks(n=3, timeout_s=10.0)  # (W = 3.5 s: the first read ends at its 2 s budget, inside it)
+def _stall():
+    yield b"{"  # (one byte, then silence past a reader's 1 s recv timeout: that read ends, not served)
+    time.sleep(3.0)
+
+
+def _steady(payload: bytes, gap: float = 0.25):
+    for i in range(len(payload)):  # (a byte every 0.25 s: whole after 12 x 0.25 = 3 s, past the old 2 s read budget)
+        time.sleep(gap)
+        yield payload[i:i + 1]
+
+
+def test_a_server_stalled_once_then_whole_within_its_window_is_neither_named_nor_accused():
+    """An honest server that stalled at one read (load: a byte, then silent past the reader's 1 s recv timeout) and
+    served whole at a later one within its window: its payload is taken, it is neither accused nor named but `late`
+    (no strike: true, it came over W/2 after the reader's post)."""
+    ts, _ = _ranks(n=3, timeout_s=10.0)  # (W = 3.5 s)
     first = set()
 
-    def once(key, reader):  # (each reader's first read of r0/data/2 trickles; the next ones are served whole)
+    def once(key, reader):  # (each reader's first read of r0/data/2 stalls; the next ones are served whole)
         if key == "r0/data/2" and reader not in first:
             first.add(reader)
-            return _trickle()
+            return _stall()
         return None
 
     ts[2].chan.hook = once
@@ -110,3 +121,16 @@ def test_a_server_slow_once_then_whole_within_its_window_is_neither_named_nor_ac
     assert got[0] == {1: b"payload of 1", 2: b"payload of 2"} and got[1][2] == b"payload of 2"
     assert all(x.startswith("late") for r in (0, 1) for x in _named(ts[r], 2)), (ts[0].rejected, ts[1].rejected)
     assert _expelled(ts[0], 2) is None and ts[0].ledger.accusations(2) == {}
+
+
+def test_a_payload_that_takes_longer_than_a_read_budget_but_comes_whole_by_its_deadline_is_taken():
+    """Every read of node 2's r0 is answered steadily, a byte every 0.25 s, whole after 3 s (a loaded server's large
+    payload: the read keeps receiving): read to its deadline (W = 8.5 s at timeout_s=20), it is taken, its server
+    neither accused nor named but `late`. Before (task h31q2): each read was cut `slow` at its 2 s budget and begun
+    again, never whole: node 2 accused by both readers (a quorum of 3: expelled) and its payload lost."""
+    ts, _ = _ranks(n=3, timeout_s=20.0)
+    ts[2].chan.hook = lambda key, reader: _steady(b"payload of 2") if key == "r0/data/2" else None
+    got = _collect_all(ts, "r0", readers=(0, 1))
+    assert got[0] == {1: b"payload of 1", 2: b"payload of 2"} and got[1] == {0: b"payload of 0", 2: b"payload of 2"}
+    assert all(x.startswith("late") for r in (0, 1) for x in _named(ts[r], 2)), (ts[0].rejected, ts[1].rejected)
+    assert all(_expelled(ts[r], 2) is None and ts[r].ledger.accusations(2) == {} for r in (0, 1))

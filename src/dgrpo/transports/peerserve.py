@@ -342,7 +342,7 @@ class PeerChannel(AddressBook):
             out = bytearray()
             while True:
                 if time.monotonic() > end:
-                    return None, f"slow: {key} not served within {budget:g} s"
+                    return None, f"slow: {key} not served within {budget:.3g} s"
                 chunk = resp.read1(_CHUNK) if hasattr(resp, "read1") else resp.read(_CHUNK)
                 if not chunk:
                     break
@@ -351,7 +351,7 @@ class PeerChannel(AddressBook):
                     return None, f"oversize: served more than {cap} bytes under {key}"
             return bytes(out), None
         except Late:  # (its answer began and was not whole by the end: a trickled status line, head or body)
-            return None, f"slow: {key} not served within {budget:g} s"
+            return None, f"slow: {key} not served within {budget:.3g} s"
         except (OSError, http.client.HTTPException, ValueError) as err:
             self.down.update({owner: time.monotonic()} if isinstance(err, OSError) else {})  # (refused, reset, silent)
             return None, None

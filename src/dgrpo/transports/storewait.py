@@ -148,6 +148,7 @@ class StoreExchange:
         # One read per peer at a time, each in its own thread, so a slow server holds up only its own reads; a peer is
         # missed once a read begun at or after its deadline found nothing (one poll, at most 0.25 s, past it).
         reads: dict[int, tuple[Future, float]] = {}  # peer → (its read in flight, when it began)
+        ends: dict[int, float] = {}  # peer → when its read in flight ends (its deadline then)
         last: dict[int, float] = {}  # peer → when its last finished read began
         retry: dict[int, float] = {}  # peer → when to ask again (not served yet)
         pool = ThreadPoolExecutor(max_workers=max(1, len(pending) + 2 * len(self.alive)),
@@ -161,10 +162,10 @@ class StoreExchange:
             while pending:
                 self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
                 now = time.monotonic()
-                for p in pending:
-                    if p not in reads and (now >= retry.get(p, 0.0) or now >= until[p]):
-                        reads[p] = (pool.submit(self.chan.fetch, p, f"{tag}/data/{p}", cap,
-                                                max(until[p], now + _SLICE_S)), now)
+                for p in pending:  # (each read runs to its peer's deadline: one that keeps receiving is not slow;
+                    if p not in reads and (now >= retry.get(p, 0.0) or now >= until[p]):  # task h31q2)
+                        ends[p] = max(until[p], now + _SLICE_S)
+                        reads[p] = (pool.submit(self.chan.fetch, p, f"{tag}/data/{p}", cap, ends[p], ends[p] - now), now)
                 soonest = min(until[p] for p in pending) - now  # (past it, every late peer's last read is in flight)
                 busy = [f for f, _ in reads.values()]
                 pause = delay if soonest <= 0 else min(delay, soonest)
@@ -224,6 +225,8 @@ class StoreExchange:
                                  and (p in extended or witness.others - {p})]:
                         if not witness.held(peer):
                             until[peer] = now
+                            if ends.get(peer, now) > now + _SLICE_S:  # (its read runs to the later deadline: not
+                                reads.pop(peer, None)  # waited for; one more read, begun now, is its last)
                         elif tag.startswith("eq"):  # (held here: those still in are late into r{n+1} as this node is)
                             self.schedule.held_with(tag, witness.others - {peer} - witness.left - set(pending))
                 now = time.monotonic()

@@ -75,8 +75,8 @@ def test_a_relay_served_over_its_cap_is_named_only():
 
 
 def test_a_round_payload_trickled_until_its_deadline_is_accused_like_a_missing_one(caplog):
-    """Rank 3 trickles r0 a byte every 0.5 s to every reader: each read ends `slow`, is read again until its
-    deadline (the payload window W=1.5 s at timeout_s=5) and never comes whole: named `transport` (slow) and accused
+    """Rank 3 trickles r0 a byte every 0.5 s to every reader: the read runs until its deadline (the payload window
+    W=1.5 s at timeout_s=5) and never comes whole, `slow`: named `transport` (slow) and accused
     by each honest reader, a quorum. Before: named `slow` at the first read and left out, never accused."""
     ts, _ = _ranks(n=4, timeout_s=5.0)
     ts[3].chan.hook = lambda key, reader: _trickle() if key == "r0/data/3" else None

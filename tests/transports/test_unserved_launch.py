@@ -55,6 +55,6 @@ def test_a_rank_serving_oversized_round_payloads_is_accused_and_expelled(tmp_pat
 @pytest.mark.slow
 def test_a_rank_trickling_its_round_payloads_is_accused_and_expelled(tmp_path, tiny_model_dir):
     """From r1 rank 3 streams r{n}/data/3 and eq{n}/data/3 a byte every 0.9 s (under the 1 s recv silence, past the
-    2 s read budget): read again until its deadline, never whole."""
+    old 2 s read budget): read until its deadline, never whole."""
     out = _outcome(tmp_path, tiny_model_dir, "trickle:3:1")
     assert "exchange 'r1': node 3's server slow: r1/data/3 not served within" in out

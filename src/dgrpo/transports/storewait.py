@@ -5,7 +5,7 @@ Round data never goes through the shared c10d store, where any rank can delete o
 (:mod:`dgrpo.transports.peerserve`) and reads its peers' there:
 
 * ``{tag}/data/{k}``: node k's payload of exchange ``tag``, served by k. A payload not whole by the deadline (not
-  served, or too slowly at every read) is k's doing: k is accused (signed) and is a failed peer of that round under
+  served, or its answer unfinished then: each read runs to the deadline) is k's doing: k is accused (signed) and is a failed peer of that round under
   ``on_peer_failure``; one over its byte cap is named (``transport``, under k), a round payload's accused
   (:mod:`dgrpo.transports.unserved`).
 * ``accuse``: node j's own signed accusations, served by j (:mod:`dgrpo.transports.accusations`): k is expelled (left

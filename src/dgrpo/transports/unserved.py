@@ -1,18 +1,18 @@
 """Blame for a peer whose payload of an exchange did not come whole (issue 31, review r31o H5): named, and accused
 when it is its server's doing (:class:`~dgrpo.transports.storewait.StoreExchange`'s end of ``collect``).
 
-* Not served by its deadline (``missing payload``), or served too slowly every time it was read until then
-  (``transport``: ``slow``; a slow answer is read again, as one not served yet, so an honest server that was slow once
-  under load still gets its whole window): accused (signed), unless it is a *fellow*, held with this node in
-  ``eq{n-1}`` (late by the withholder's doing: named only, :meth:`~dgrpo.transports.waits.Schedule.owe`). A trickled
-  answer is so the same as a withheld one: before, a server that answered every read a byte every 0.9 s (under the
-  1 s silence a recv allows) was named ``slow`` and left out of each round, never accused: it kept its vote and
+* Not served by its deadline (``missing payload``), or its answer not whole by then (``transport``: ``slow``; a
+  read runs until the peer's deadline, so one that keeps receiving is not slow and an honest payload slow under load
+  is taken if whole by then, task h31q2; a read silent for 1 s ends and is begun again): accused (signed), unless it
+  is a *fellow*, held with this node in ``eq{n-1}`` (late by the withholder's doing: named only,
+  :meth:`~dgrpo.transports.waits.Schedule.owe`). A trickled answer is so the same as a withheld one, and costs the
+  round the same (the read ends at the deadline): before, a server that answered every read a byte every 0.9 s (under
+  the 1 s silence a recv allows) was named ``slow`` and left out of each round, never accused: it kept its vote and
   witness role while contributing nothing (review r31o H5).
 * A round payload ``r{n}`` served over its byte cap (``transport``: ``oversize``): accused at once. The cap is
   ``CAP_FACTOR`` times the node's share at the largest message size (:class:`~dgrpo.transports.framing.KeyCaps`):
   an honest node's own payload never reaches it, and the length is its server's own claim. A relay ``eq{n}`` over its
-  cap is named only: an honest relay carries what its peers sent it (their messages, refusals quoting them), so its
-  size is not its server's doing alone.
+  cap is named only (an honest relay is built within it whatever its peers sent: :mod:`dgrpo.transports.relay`).
 """
 
 from __future__ import annotations

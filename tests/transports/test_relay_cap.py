@@ -130,3 +130,21 @@ def test_refusals_past_what_the_cap_leaves_are_counted_not_relayed():
     assert got["messages"] == [own.to_dict()]
     assert 100 < len(refused) < 256 and all(quoted[0][1].startswith(r) and n == 1 for n, r in refused)
     assert got["dropped"] == {"rejected": 300 - len(refused)}
+
+
+def test_a_refusal_is_cut_to_its_longest_prefix_within_200_characters_and_400_bytes_of_json():
+    """Against ``json.dumps`` itself, over every kind of character it escapes differently (ASCII, quote, backslash,
+    control, DEL, 2-byte, 3-byte, 4-byte): the cut text is a prefix of at most 200 characters and 400 bytes, and one
+    character more would pass one of the two (new in task h31q2: main has no cut)."""
+    import random
+
+    from dgrpo.transports.relay import cut
+
+    rng = random.Random(7)
+    kinds = ["a", '"', "\\", "\n", "\x01", "\x7f", "\u00e9", "\u4e2d", ASTRAL]
+    for _ in range(300):
+        text = "".join(rng.choice(kinds) for _ in range(rng.randint(0, 260)))
+        got = cut(text)
+        assert text.startswith(got) and len(got) <= 200 and len(json.dumps(got)) <= 400
+        more = text[:len(got) + 1]
+        assert more == got or len(more) > 200 or len(json.dumps(more)) > 400

@@ -92,7 +92,7 @@ def build(rank: int, messages: list[Message], labels: list, carriers: dict[int, 
         d = msg.to_dict()
         n = _size(d) + _size(label) + 4  # (each with its ", ")
         carrier = carriers.get(id(msg), rank)
-        if used[carrier] + n > per:
+        if used[carrier] + n > per or sum(used.values()) + n > cap - _FRAME:  # (a carrier past world: still bounded)
             dropped["messages"] += 1
             continue
         used[carrier] += n

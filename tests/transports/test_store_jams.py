@@ -100,8 +100,8 @@ def test_a_rank_whose_own_server_misbehaves_is_bounded_and_named(tmp_path, tiny_
     assert re.search(r"accusation: node [012] accused node [012]", out) is None
     honest = [[row for row in rnd if row[0] != 3] for rnd in clean]
     assert views(tmp_path, range(3)) == [honest] * 3
-    if mode in ("slow", "head"):  # each read of it ends after its time budget; its accusations are refused for the run
-        assert "exchange 'r0': node 3's server slow: r0/data/3 not served within 2 s" in out
+    if mode in ("slow", "head"):  # each read of it ends at its deadline (h31q2); its accusations are refused for the run
+        assert re.search(r"exchange 'r0': node 3's server slow: r0/data/3 not served within [\d.]+ s", out), out[-3000:]
         assert "accusation: node 3 serves junk as its accusations (slow: accuse not served" in out
     elif mode == "huge":
         assert "exchange 'r0': node 3's server oversize: served more than" in out

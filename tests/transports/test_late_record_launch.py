@@ -45,3 +45,29 @@ def test_four_ranks_a_relay_withheld_from_a_reporter_every_round_leaves_the_metr
     lines = [json.loads(line) for line in (tmp_path / "d" / "peers.jsonl").read_text().splitlines()]
     assert [line["records"] for line in lines if "records" in line] == []  # (before: each victim `missing record`)
     assert "left out of the metrics" not in results[0].output
+
+
+@pytest.mark.slow
+def test_a_reporter_that_withholds_its_last_records_and_holds_the_main_in_the_last_relay_gets_no_honest_node_failed(
+        tmp_path, tiny_model_dir):
+    """Review r31q Q1: rank 3 (a reporter) never serves the main its records of the last round and the final
+    evaluation, serves a signed wait note of the last round naming the main and its last relay to the main 2.4 s late
+    (within the note's extension: nobody fails, even under abort). Before, the main spent record_s + E on the held record, then read the
+    final records, and posted ``done`` 1.3-3 s after its peers stopped waiting: nodes 1 and 2 named it ``sent
+    nothing for exchange 'done'``, a quorum declared it failed, and under abort they left with their final records
+    unread (6 of 7 review runs; this test failed 1 of 2 on the code before). Now the main posts ``done`` before it
+    reads the last records."""
+    models = f"swarm.models=[{', '.join([f'{{name: {tiny_model_dir}}}'] * 4)}]"  # (heterogeneous: every node reports)
+    args = ["run", models, "swarm.nodes=4", "swarm.prompts_per_round=2", "rounds=4", "threads=1",
+            "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=10", "eval.n_prompts=2", "task.n_train=20",
+            "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true", "swarm.timeout_s=5",
+            "swarm.on_peer_failure=abort", f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"]
+    results = launch(4, args, scenario="withhold:3:0:^rec[34]/,fnote:3:r3:0,delay:3:0:^eq3/data/:2.4",
+                     timeout=300, log_dir=str(tmp_path))
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    out = "".join(r.output for r in results[:3])
+    assert "declared failed" not in out and "sent nothing for exchange 'done'" not in out
+    got = read_metrics(tmp_path / "d")
+    assert [r["round"] for r in got] == [0, 1, 2, 3, 4]
+    assert all(f"eval/accuracy/node{v}" in got[-1] for v in (0, 1, 2))  # (the honest reporters' final evaluations)
+    assert all(f"train/loss/node{v}" in got[3] for v in (1, 2)) and "train/loss/node3" not in got[3]

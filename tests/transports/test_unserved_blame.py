@@ -63,15 +63,17 @@ def test_a_round_payload_served_over_its_cap_is_accused_and_its_server_expelled_
         assert all(_expelled(ts[r], n) is None for n in (0, 1, 2))
 
 
-def test_a_relay_served_over_its_cap_is_named_only():
-    """An honest relay eq{n} carries what its peers sent it (their messages, refusals quoting them), so its size is not
-    its server's doing alone: one over its cap is named, never accused (unserved.py)."""
+def test_a_relay_served_over_its_cap_is_accused_like_a_round_payload():
+    """An honest relay eq{n} is built within its readers' cap whatever its peers sent (transports/relay.py,
+    tests/transports/test_relay_cap.py), so one over it is its server's doing: named ``oversize`` and accused by each
+    honest reader, a quorum. Before (while refusals quoting a peer's text could make an honest relay pass its cap) it
+    was named only, never accused."""
     ts, _ = _ranks(n=4, timeout_s=5.0)
-    ts[3].chan.hook = lambda key, reader: b"\0" * (1 << 20) if key == "eq0/data/3" else None
+    ts[3].chan.hook = lambda key, reader: b"\0" * (CAP + 1) if key == "eq0/data/3" else None  # (a byte over it)
     _collect_all(ts, "eq0")
     for r in (0, 1, 2):
         assert any("oversize" in x for x in _named(ts[r], 3))
-        assert _expelled(ts[r], 3) is None and ts[r].ledger.accusations(3) == {}
+        assert _expelled(ts[r], 3) == ("eq0", [0, 1, 2])
 
 
 def test_a_round_payload_trickled_until_its_deadline_is_accused_like_a_missing_one(caplog):

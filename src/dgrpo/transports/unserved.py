@@ -9,10 +9,12 @@ when it is its server's doing (:class:`~dgrpo.transports.storewait.StoreExchange
   round the same (the read ends at the deadline): before, a server that answered every read a byte every 0.9 s (under
   the 1 s silence a recv allows) was named ``slow`` and left out of each round, never accused: it kept its vote and
   witness role while contributing nothing (review r31o H5).
-* A round payload ``r{n}`` served over its byte cap (``transport``: ``oversize``): accused at once. The cap is
-  ``CAP_FACTOR`` times the node's share at the largest message size (:class:`~dgrpo.transports.framing.KeyCaps`):
-  an honest node's own payload never reaches it, and the length is its server's own claim. A relay ``eq{n}`` over its
-  cap is named only (an honest relay is built within it whatever its peers sent: :mod:`dgrpo.transports.relay`).
+* A round payload ``r{n}`` or a relay ``eq{n}`` served over its byte cap (``transport``: ``oversize``): accused at
+  once. The cap is ``CAP_FACTOR`` times the node's share at the largest message size
+  (:class:`~dgrpo.transports.framing.KeyCaps`; a relay's: :func:`~dgrpo.transports.framing.cap_of`): an honest
+  node's own payload never reaches it, an honest relay is built within it whatever its peers sent
+  (:mod:`dgrpo.transports.relay`), and the length is its server's own claim. (Before the relay was built within its
+  cap, a relay over it was named only: refusals quoting a peer's text could make an honest one pass it.)
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ import re
 
 log = logging.getLogger("dgrpo.transports.storewait")  # (one logger for the exchange and its blame)
 
-_ROUND = re.compile(r"r\d+")
+_CAPPED = re.compile(r"(?:r|eq)\d+")  # (exchanges whose payload over its cap is its server's doing)
 
 
 def blame_unserved(ex, tag: str, pending: list[int], bad: dict[int, str], slow: dict[int, str], fellows: set[int],
                    startup: bool) -> list[int]:
     """Name (``ex.refuse``) every peer still ``pending`` at the end of exchange ``tag`` (``slow``: peer → the problem
     of its last slow read) and accuse those its server made miss it; also accuse each peer of ``bad`` (peer → its read's
-    problem, named already) whose round payload was ``oversize`` (not at start-up: ``startup``). ``ex``: the
+    problem, named already) whose round payload or relay was ``oversize`` (not at start-up: ``startup``). ``ex``: the
     :class:`~dgrpo.transports.storewait.StoreExchange`. Returns the peers accused now."""
     accused = []
     for peer in pending:
@@ -41,7 +43,7 @@ def blame_unserved(ex, tag: str, pending: list[int], bad: dict[int, str], slow: 
             ex.refuse(peer, f"missing payload: its server did not serve exchange {tag!r}")
         if peer not in fellows:
             accused.append(peer)
-    if not startup and _ROUND.fullmatch(tag):
+    if not startup and _CAPPED.fullmatch(tag):
         accused += [p for p, why in sorted(bad.items()) if why.startswith("oversize")]
     for peer in accused:
         ex.ledger.accuse(peer, tag)

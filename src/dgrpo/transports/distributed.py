@@ -10,14 +10,12 @@ Why not the c10d store either: any rank can delete or overwrite any key there, s
 there could be withheld from some readers or padded by any rank and nobody could say who (issue 31,
 review r31b). So each rank serves its own round data from its own read-only HTTP server
 (:mod:`dgrpo.transports.peerserve`) and reads its peers' with bounded requests; the store keeps the
-start-up rendezvous (check-in, each rank's server address, signed leave marks). Only bytes move:
-payloads are JSON, never pickles, and every peer message is schema-checked (:mod:`dgrpo.transports.payload`);
-the swarm's receive verifies each message's signature against the roster
-(:mod:`dgrpo.swarm.identity`) before anything else, then applies the protocol's rules
-(:mod:`dgrpo.swarm.protocol`).
+start-up rendezvous (check-in, each rank's server address, signed leave marks). Only bytes move: payloads are JSON,
+never pickles, and every peer message is schema-checked (:mod:`dgrpo.transports.payload`); the swarm's receive
+verifies each message's signature against the roster (:mod:`dgrpo.swarm.identity`) before anything else, then
+applies the protocol's rules (:mod:`dgrpo.swarm.protocol`).
 
-The process group itself (gloo on CPU, NCCL when every local rank has a GPU) is initialised for
-whatever needs collectives later (e.g. robust aggregation of shared updates); no round waits on it.
+The process group (gloo on CPU, NCCL when every local rank has a GPU) is set up for later collectives; no round waits on it.
 
 Exchange protocol, for an exchange named ``tag`` (``r{round}`` for messages; :mod:`storewait`):
 
@@ -63,6 +61,7 @@ from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
 from dgrpo.transports import departures, ranklife, recordreads, relay, startstops
 from dgrpo.transports.sidereads import settle_unnoted
+from dgrpo.transports.startagree import CHECKED, checked_values
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
@@ -250,13 +249,15 @@ class DistributedTransport:
         """Every live node's ``value`` (a small string), e.g. to agree on a run name or check configs.
 
         ``timeout_s``: a start-up wait (``swarm.startup_timeout_s``, named so in errors; every rank is
-        needed); default ``swarm.timeout_s``.
+        needed); default ``swarm.timeout_s``. A start-up ``config`` or ``resume`` value is signed and compared (startagree).
         """
         saved = self.wait.timeout_s, self.wait.limit_name
         if timeout_s is not None:
             self.wait.timeout_s, self.wait.limit_name = timeout_s, "swarm.startup_timeout_s"
         try:
-            return {n: b.decode(errors="replace") for n, b in self.exchange(tag, value.encode()).items()}
+            def plain(tg: str, text: str) -> dict[int, str]:
+                return {n: b.decode(errors="replace") for n, b in self.exchange(tg, text.encode()).items()}
+            return checked_values(self, tag, value, plain) if timeout_s is not None and tag in CHECKED else plain(tag, value)
         except PeerFailure as err:
             if timeout_s is not None:  # a start-up stop: its peers read why (signed) instead of "sent nothing"
                 self.chan.announce_stop(str(err))

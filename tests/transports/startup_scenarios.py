@@ -1,4 +1,4 @@
-"""Two-faced start-up attacks a rank of a test swarm plays (review r31f H4, H6, H9; dispatched by
+"""Two-faced start-up attacks a rank of a test swarm plays (review r31f H4, H6, H9, r31q Q2; dispatched by
 ``rank_scenarios.apply_scenario``). Each patches only the attacking rank's own process: what its server serves to
 one reader; everything it serves is validly signed by its own key (or, for a role, what it declares)."""
 
@@ -102,8 +102,28 @@ def split_ready(victim: str, mode: str) -> None:
     ranklife.barrier = barrier
 
 
+def serve_other(victim: str, key: str, value: str, signed: str = "") -> None:
+    """``serveother:R:V:KEY:VALUE[:signed]`` (review r31q Q2): R's server serves node V its value ``KEY``
+    (``config/data/R``: its config fingerprint; ``resume/data/R``: its resume round) as ``VALUE``; with ``signed``,
+    ``VALUE|SIG`` signed by R's key for its server's launch as R signs its real value
+    (:func:`dgrpo.transports.startagree.checked_values`), else the bare text. Every other reader gets the real one."""
+    from dgrpo.transports.peerserve import PeerChannel
+
+    serve, tag = PeerChannel.serve, key.split("/")[0]
+
+    def two_faced(self, k, reader):
+        if k == key and reader == victim and serve(self, k, reader) is not None:
+            print(f"rank {self.rank}: serving node {victim} {key} as {value!r}", flush=True)
+            if signed and self.keys is not None:
+                return f"{value}|{self.keys.sign(f'{tag}|{self.rank}|{value}|{self.nonce}')}".encode()
+            return value.encode()
+        return serve(self, k, reader)
+
+    PeerChannel.serve = two_faced
+
+
 def apply(kind: str, rest: list[str]) -> None:
-    """``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` / ``tworeadies:R:V:MODE`` (:func:`split_record`,
-    :func:`split_view`, :func:`split_role`, :func:`split_ready`)."""
+    """``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` / ``tworeadies:R:V:MODE`` / ``serveother:R:V:KEY:VALUE[:signed]``
+    (:func:`split_record`, :func:`split_view`, :func:`split_role`, :func:`split_ready`, :func:`serve_other`)."""
     return {"startsplit": split_record, "twoview": split_view, "tworole": split_role,
-            "tworeadies": split_ready}[kind](*rest)
+            "tworeadies": split_ready, "serveother": serve_other}[kind](*rest)

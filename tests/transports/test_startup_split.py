@@ -96,3 +96,34 @@ def test_a_two_faced_role_stops_every_rank_naming_its_signer(tmp_path, tiny_mode
         assert "node 3 declared two different start-up roles, both signed by its key" in line, (r.rank, line)
         assert "run with another" not in line and "wrote over" not in line, line
     assert not _trained(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signed", ["", "signed"])
+def test_a_config_fingerprint_shown_differently_to_one_rank_stops_every_honest_rank_naming_its_server(tmp_path,
+                                                                                                    tiny_model_dir,
+                                                                                                    signed):
+    """Review r31q Q2: rank 3's server serves node 2 its config fingerprint (``config/data/3``) as ``deadbeef``: the
+    bare text (the reviewer's repro), or signed with node 3's key as it signs its real one. Before: exit codes
+    [3, 3, 2, 3] after startup_timeout_s, node 2 alone said ``nodes [3] run another config`` (no signed notice) and
+    nodes 0 and 1 named honest node 2 ``sent nothing for exchange 'startup'``. Now every honest rank's line names node
+    3 (signed: its two signed fingerprints, read by node 2 and by the others; bare: node 2 names it, nodes 0 and 1
+    quote node 2's signed reason), at the fingerprint exchange: startup_timeout_s=300 outlasts the launch's 150 s,
+    so a rank that waited it out would be killed (-9) and fail here."""
+    results = launch(4, ["run", f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path), f"out_dir={tmp_path}",
+                         "name=d", "swarm.transport=distributed", "swarm.startup_timeout_s=300"],
+                     scenario=f"serveother:3:2:config/data/3:deadbeef{':' + signed if signed else ''}", timeout=150,
+                     log_dir=str(tmp_path))
+    assert [r.returncode for r in results][:3] == [3, 3, 3], [r.output[-2000:] for r in results]
+    lines = [one_error_line(r.output) for r in results[:3]]
+    if signed:
+        for k, line in enumerate(lines):
+            assert "node 3 signed two different start-up values of exchange 'config'" in line, (k, line)
+            assert "'deadbeef' read by node 2" in line, (k, line)
+    else:
+        said = "node 3 served a start-up value of exchange 'config' that its key did not sign"
+        assert lines[2].startswith(f"dgrpo: error: {said}"), lines[2]
+        for k in (0, 1):
+            assert f"node 2 stopped at start-up ({said}" in lines[k], (k, lines[k])
+    assert not any("sent nothing" in r.output or "run another config" in r.output for r in results[:3])
+    assert not _trained(tmp_path)

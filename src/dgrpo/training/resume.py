@@ -156,7 +156,8 @@ def restore(run, rewrite_config: bool) -> None:
         keep_rounds_before(run.run_dir / own, run.start_round)
     if first:  # a joiner: the swarm is running; it does not wait at the resume barrier
         return
-    # also a barrier: nobody logs before the main process has truncated
+    # also a barrier: nobody logs before the main process has truncated (distributed: each round signed by its rank
+    # and echoed, so a rank that shows one reader another round is named by every rank there: review r31q Q2)
     rounds = run.transport.gather_values("resume", str(run.start_round), timeout_s=run.cfg.swarm.startup_timeout_s)
     if len(set(rounds.values())) > 1:
         raise ConfigError(f"nodes resume from different rounds {rounds}: their checkpoints disagree")

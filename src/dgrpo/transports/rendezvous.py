@@ -185,12 +185,14 @@ def agree_at_start(transport, rank: int, cfg: "RunConfig") -> list[int]:
     every honest node's round record, so no honest node wrote metrics). With a roster file each
     declaration is signed for its rank's server launch; the roles a rank read go into its signed start-up record
     (``transport.roles``), where one rank's two different signed roles are its proof of equivocation
-    (:func:`~dgrpo.transports.startready.two_faced_roles`).
+    (:func:`~dgrpo.transports.startready.two_faced_roles`). The fingerprints are signed too, and every rank echoes
+    those it read (:func:`~dgrpo.transports.startagree.checked_values`, review r31q Q2), so a mismatch left here is
+    one every rank read alike.
 
     Raises:
         ConfigError: the ranks' config fingerprints differ (names the ranks).
-        PeerFailure: a rank did not serve its values in time (:meth:`DistributedTransport.gather_values`), or served a
-            role its key did not sign.
+        PeerFailure: a rank did not serve its values in time (:meth:`DistributedTransport.gather_values`), served a
+            role or fingerprint its key did not sign, or signed two fingerprints (names it).
     """
     sw = cfg.swarm
     chan = transport.chan  # with a roster file each role is signed for its server's launch (review r31f H9)

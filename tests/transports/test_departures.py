@@ -182,17 +182,10 @@ def test_a_leave_mark_read_while_collecting_a_relay_takes_its_signer_out_at_ever
     included, takes rank 3 out at eq2. Under abort node 0 does not stop alone at eq1 either."""
     import json
 
-    from signed_ranks import _ranks
-
     from dgrpo.transports import departures
 
     for policy in ("continue", "abort"):
-        ts, _ = _ranks(n=4, timeout_s=1.0)
-        for t in ts:
-            t.exchanger.on_peer_failure = policy
-        for k in (1, 2):
-            ts[k].chan.set(f"eq1/data/{k}", b"{}")
-        ts[3].signed_store.leave(["eq1"])
+        ts = _four_with_a_leave_mark(policy, "eq1")
         got = ts[0].collect("eq1", range(4))
         assert sorted(got) == [1, 2] and ts[0].alive == {0, 1, 2, 3} and ts[0].failed == {}, policy
         assert ts[0].ledger._own == [] and not any("missing payload" in r for _, r in ts[0].rejected)
@@ -216,18 +209,12 @@ def test_a_leave_mark_read_in_a_round_exchange_takes_its_signer_out_at_every_nod
     import json
 
     import pytest
-    from signed_ranks import _ranks
 
     from dgrpo.errors import PeerFailure
     from dgrpo.transports import departures
 
     for policy in ("continue", "abort"):
-        ts, _ = _ranks(n=4, timeout_s=1.0)
-        for t in ts:
-            t.exchanger.on_peer_failure = policy
-        for k in (1, 2):
-            ts[k].chan.set(f"r1/data/{k}", b"{}")
-        ts[3].signed_store.leave(["r1"])
+        ts = _four_with_a_leave_mark(policy, "r1")
         assert sorted(ts[0].collect("r1", range(4))) == [1, 2], policy
         assert ts[0].alive == ts[1].alive == {0, 1, 2, 3} and ts[0].failed == {}, policy  # (one roster: 4 nodes)
         assert ts[0].chan.departed[3]["tag"] == "r1" and ts[0].exchanger.leaving == {3}
@@ -272,3 +259,16 @@ def test_a_departure_noted_in_the_last_relay_exchange_is_not_waited_for_at_shutd
     with caplog.at_level(logging.WARNING):
         assert sorted(ts[0].collect("done", range(4))) == [1, 2]
     assert "node 3 sent nothing" not in caplog.text and ts[0].ledger._own == [], caplog.text
+
+
+def _four_with_a_leave_mark(policy: str, tag: str):
+    """4 in-process ranks under ``policy``: nodes 1 and 2 serve exchange ``tag``, rank 3 its signed leave mark of it."""
+    from signed_ranks import _ranks
+
+    ts, _ = _ranks(n=4, timeout_s=1.0)
+    for t in ts:
+        t.exchanger.on_peer_failure = policy
+    for k in (1, 2):
+        ts[k].chan.set(f"{tag}/data/{k}", b"{}")
+    ts[3].signed_store.leave([tag])
+    return ts

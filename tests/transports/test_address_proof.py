@@ -11,7 +11,6 @@ import pytest
 
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.peeraddr import AddressKeys
-from dgrpo.transports import peerresolve
 from dgrpo.transports.peerresolve import RETRY_S
 
 from signed_ranks import _ranks
@@ -36,16 +35,13 @@ def silent():
 
 
 @pytest.mark.parametrize("where", ["silent listener", "unreachable host"])
-def test_an_earlier_launch_record_whose_address_does_not_answer_is_never_taken(where, silent, caplog, monkeypatch):
+def test_an_earlier_launch_record_whose_address_does_not_answer_is_never_taken(where, silent, caplog):
     """Node 3 writes node 0's record of an earlier launch over addr/0, its address a silent listener or an
     address nothing answers from (192.0.2.1, TEST-NET-1). Before, node 1 took it as node 0's current address (the
     challenge got no answer: "up but busy") with the old nonce as node 0's launch, for the run. Now node 1 keeps
     nothing, names nobody, says once in the log that the record is unproved (not counted against node 0), does
     not challenge it again for RETRY_S, and takes node 0's real address as soon as node 0 challenges node 1's
     server (its request carries node 0's own record), the old record still in the store."""
-    # (a pause that outlasts a loaded machine's stalls: a -n 2 run once took > 3 s between the two reads below and
-    # challenged again; the pause itself is the next test's)
-    monkeypatch.setattr(peerresolve, "RETRY_S", 30.0)
     ts, keys = _ranks()
     addr = silent if where == "silent listener" else "192.0.2.1:4242"
     old = _old_record(keys, 0, addr)
@@ -58,14 +54,16 @@ def test_an_earlier_launch_record_whose_address_does_not_answer_is_never_taken(w
     unproved = (f"is signed by node 0 but its server at {addr} did not answer a challenge for that record's launch "
                 "(unproved, not kept: a record of an earlier launch at an address that no longer answers, or a server "
                 "too busy or unreachable from here; read again; not counted against node 0)")
-    if where == "unreachable host" and ts[1].chan.bad_addr[0] != unproved:  # (a host with no route to TEST-NET-1
-        unproved = (f"is signed by node 0 but its server at {addr} does not answer for that record's launch (a "  # refuses
-                    "record of an earlier run or launch, or a dead server; not counted against node 0)")  # at once)
+    refused = where == "unreachable host" and ts[1].chan.bad_addr[0] != unproved  # (a host with no route to
+    if refused:  # TEST-NET-1 refuses at once: a stale record, not paused, challenged again at its next read)
+        unproved = (f"is signed by node 0 but its server at {addr} does not answer for that record's launch (a "
+                    "record of an earlier run or launch, or a dead server; not counted against node 0)")
     assert ts[1].chan.bad_addr[0] == unproved
     assert [r.getMessage() for r in caplog.records if "server address" in r.getMessage()] == [
         f"node 1: refused the server address of node 0 in the store (addr/0): it {unproved}"]
     start = time.monotonic()
-    assert ts[1].chan.address_of(0) is None and time.monotonic() - start < 0.5  # (not challenged again yet)
+    assert ts[1].chan.address_of(0) is None  # (an unproved record is not challenged again yet; a refused one is, and
+    assert refused or time.monotonic() - start < 0.5  # under the suite's load (ICMP rate limits) that read took 2 s)
     assert ts[0].chan.address_of(1) == ts[1].chan.address  # node 0 proves node 1: its challenge carries its record
     assert ts[3].store.get("addr/0") == old
     assert ts[1].chan.address_of(0) == ts[0].chan.address and ts[1].chan.launches[0] == ts[0].chan.nonce

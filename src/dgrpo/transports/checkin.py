@@ -42,6 +42,7 @@ from dgrpo.errors import PeerFailure
 from dgrpo.registry import LazyModule
 from dgrpo.transports.accusations import quorum
 from dgrpo.transports.checkin_claims import JOIN, ConfigClaims, config_key  # noqa: F401 (config_key re-exported)
+from dgrpo.transports.launchproof import Proofs, settle
 
 log = logging.getLogger("dgrpo.transports.rendezvous")
 dist = LazyModule("torch.distributed")
@@ -77,6 +78,7 @@ class CheckIn:
         self._seen_keys: set[int] = set()  # ranks whose mark key this rank saw in the store
         self.two_faced: dict[int, list[list[int]]] = {}  # rank → the different views its key signed (a proof)
         self.claims = ConfigClaims(self)
+        self.proofs = Proofs(chan) if chan is not None and keys is not None else None  # (launches it proved: launchproof)
 
     # ------------------------------------------------------------------ store
     def _call(self, fn, *args):
@@ -256,7 +258,14 @@ class CheckIn:
             self.claims.settle()  # (a challenge begun before this rank's view may end after it)
             view, counted = self.decide()
             if view is not None:
-                return self._finish(view, counted)
+                if mine is None and self.rank not in view:  # (decided on others' views: its own written and
+                    mine = view  # served all the same, so every honest reader holds the honest views; review r31r R1)
+                    self._vote(mine)
+                joined = self._finish(view, counted)
+                settle(self, joined.absent)  # (one launch per owner: launchproof)
+                return joined
+            if mine is not None and self.proofs is not None:
+                self.proofs.refresh(time.monotonic() + 1.0)  # (its peers' answers to its challenge, served early)
             now = time.monotonic()
             if mine is None:
                 missing = tuple(k for k in range(self.world) if not self.is_marked(k))

@@ -68,7 +68,7 @@ def check_startup(t: "DistributedTransport", protocol, timeout_s: float) -> str:
         stop_at_start(t, PeerFailure(two_faced_roles(t.signed_store, values, records, chan) or err), "startup")
     readies = barrier(t, ready_record(t.signed_store), timeout_s)
     try:
-        check_ready(t.signed_store, values, readies, servers)
+        check_ready(t.signed_store, values, readies, servers, chan)
     except PeerFailure as err:
         stop_at_start(t, err, "ready")
     return t.signed_store.launch_id()

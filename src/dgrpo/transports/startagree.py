@@ -31,6 +31,7 @@ import json
 import time
 
 from dgrpo.errors import PeerFailure
+from dgrpo.transports.launchproof import line, other_launch
 
 CHECKED = ("config", "resume")  # start-up tags whose values are signed and compared here
 LINGER_S = 1.0  # how long a rank that found a proof keeps serving its echo before it stops (its reads unsigned then)
@@ -79,7 +80,7 @@ def checked_values(t, tag: str, value: str, gather) -> dict[int, str]:
                           f"{'their' if len(bad) > 1 else 'its'} server's launch ({read[bad[0]][0][:20]!r} read by node "
                           f"{rank}): stopping before round 0")
     seen = gather(f"{tag}_seen", json.dumps({str(n): v for n, v in sorted(read.items())}))
-    proofs, false = {}, {}
+    proofs, false, launches, maps = {}, {}, [], {}
     for j, raw in sorted(seen.items()):
         if j == rank:
             continue
@@ -93,10 +94,13 @@ def checked_values(t, tag: str, value: str, gather) -> dict[int, str]:
                 continue
             if _ok(chan, tag, k, v, s):  # k signed both: its proof, whoever shows it
                 proofs.setdefault(k, (read[k][0], v, j))
+            elif (two := other_launch(chan, j, k, maps)) is not None:  # (j proved k another launch: k's doing, R2)
+                launches.append(two)
             else:
                 false.setdefault(j, f"quotes a value of node {k} that node {k} never signed ({v[:20]!r})")
-    if proofs or false:
-        why = "; ".join([*(f"node {k} signed two different start-up values of exchange {tag!r} ({a[:20]!r} read by "
+    if proofs or false or launches:
+        why = "; ".join([*([line(launches, rank)] if launches else []),
+                         *(f"node {k} signed two different start-up values of exchange {tag!r} ({a[:20]!r} read by "
                            f"node {rank}, {b[:20]!r} read by node {j}; both verify under node {k}'s key for its "
                            "server's launch: it showed its peers different values)" for k, (a, b, j) in sorted(proofs.items())),
                          *(f"node {j}'s echo of exchange {tag!r} {w}" for j, w in sorted(false.items()))])

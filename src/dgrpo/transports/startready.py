@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import fetch_all
+from dgrpo.transports.launchproof import line, other_launch
 
 if TYPE_CHECKING:
     from dgrpo.transports.distributed import DistributedTransport
@@ -160,19 +161,23 @@ def ready_record(store: "SignedStore") -> str:
     return json.dumps({"launch": launch, "records": records, "sig": store.sign(_text(store.rank, launch, records))})
 
 
-def check_ready(store: "SignedStore", values: dict, readies: dict[int, str], servers: dict[int, str] | None) -> None:
+def check_ready(store: "SignedStore", values: dict, readies: dict[int, str], servers: dict[int, str] | None,
+                chan=None) -> None:
     """Compare every rank's ready confirmation (node → :func:`ready_record` as its server served it) with the
     start-up records this rank read (``values``: this rank's start-up values; ``servers``: node → its server's
-    launch nonce as this rank proved it, or None without a roster file).
+    launch nonce as this rank proved it, or None without a roster file; ``chan``: this rank's PeerChannel, whose
+    peers' maps of proved launches tell a record quoted for another launch of its rank from a false quote:
+    :mod:`~dgrpo.transports.launchproof`).
 
     Raises:
-        PeerFailure: one line naming the rank that signed two start-up records (both nonces: the proof), else the
-            ranks whose confirmation is unsigned or false.
+        PeerFailure: one line naming the rank that signed two start-up records (both nonces: the proof), or that
+            answered for two launches, else the ranks whose confirmation is unsigned or false.
     """
     body = json.dumps(values, sort_keys=True)
     mine = {str(n): list(r) for n, r in store.records.items()}
     proofs: dict[int, tuple[str, str, int]] = {}
     false: dict[int, str] = {}
+    launches, maps = [], {}
     for node, raw in sorted(readies.items()):
         if node == store.rank:
             continue
@@ -195,10 +200,14 @@ def check_ready(store: "SignedStore", values: dict, readies: dict[int, str], ser
             ok = store._record_ok(int(k), body, nonce, server, quoted, servers)
             if ok:  # node k signed both: a proof, whoever shows it
                 proofs.setdefault(int(k), (mine[k][0], nonce, node))
+            elif chan is not None and (two := other_launch(chan, node, int(k), maps)) is not None:  # (k's doing, R2)
+                launches.append(two)
             else:
                 false[node] = f"quotes a start-up record of node {k} that node {k} never signed"
         if node not in false and launch != _launch(records):
             false[node] = f"names launch {launch[:12]}…, not that of the records it quotes"
+    if launches:
+        raise PeerFailure(f"{line(launches, store.rank)}; stopping before round 0 rather than splitting the swarm")
     if proofs:
         raise PeerFailure("; ".join(
             f"node {k} signed two different start-up records for this launch (launch nonce {a[:12]}… read by node "
@@ -216,7 +225,7 @@ def two_faced_roles(store: "SignedStore", values: dict, records: dict[int, str],
     (``values["roles"]``: ``str(node)`` → [role, signature]). With a roster file a role that differs from this
     rank's read and is signed by its rank (for its server's launch) is that rank's proof of equivocation; without
     one (nothing is signed at that point) the line says it cannot tell who."""
-    mine, seen = values.get("roles") or {}, {}
+    mine, seen, maps = values.get("roles") or {}, {}, {}
     for node in sorted(store.nonces):
         try:
             theirs = json.loads(records[node])["values"]["roles"]
@@ -234,4 +243,6 @@ def two_faced_roles(store: "SignedStore", values: dict, records: dict[int, str],
             return (f"node {k} declared two different start-up roles, both signed by its key for its server's launch "
                     f"({mine[str(k)][0]!r} read by node {store.rank}, {role!r} read by node {node}: it showed its peers "
                     "different roles); stopping before round 0 rather than splitting the swarm")
+        if (two := other_launch(chan, node, k, maps)) is not None:  # (node proved k another launch: k's doing, R2)
+            return f"{line([two], store.rank)}; stopping before round 0 rather than splitting the swarm"
     return None

@@ -122,8 +122,115 @@ def serve_other(victim: str, key: str, value: str, signed: str = "") -> None:
     PeerChannel.serve = two_faced
 
 
+def view_only(readers: str, slow: str, slow_s: str) -> None:
+    """``viewonly:R:READERS:SLOW:SLOW_S`` (review r31r R1, the reviewer's ``x_viewonly``): R writes its check-in view
+    to no store key and serves it to ``READERS`` (dot-separated) only, and leaves the challenges of ``SLOW`` unanswered
+    for its first ``SLOW_S`` seconds (they see it checked in last). One launch, one honest signed view."""
+    import time
+
+    from dgrpo.transports.checkin import CheckIn
+    from dgrpo.transports.peerserve import PeerChannel
+
+    rs, sl, serve, start = set(readers.split(".")), set(slow.split(".")), PeerChannel.serve, []
+
+    def _vote(self, view):
+        csv, nonce = ",".join(map(str, view)), self.chan.nonce
+        sig = self._sig(f"join/view|{self.rank}|{csv}|{nonce}")
+        self.chan.set("join/view", json.dumps({"absent": list(view), "nonce": nonce, "sig": sig}) + "\n")
+        print(f"rank {self.rank}: view {list(view)} served to nodes {sorted(rs)} only, none in the store", flush=True)
+
+    def withholding(self, key, reader):
+        if key.startswith("hello/") and reader in sl:
+            start[:] = start or [time.monotonic()]
+            if time.monotonic() - start[0] < float(slow_s):
+                return None
+        if key == "join/view" and reader not in rs:
+            return None
+        return serve(self, key, reader)
+
+    CheckIn._vote, PeerChannel.serve = _vote, withholding
+
+
+def two_launches(victims: str, views: str = "0") -> None:
+    """``twolaunch:R:VICTIMS[:VIEWS]`` (review r31r R2, the reviewer's ``x_twolaunch``): R's server proves a second
+    launch nonce L2 (a second signed address record, pushed to ``VICTIMS`` in its requests) to ``VICTIMS`` and its true
+    one to the others, and signs for L2 what it serves them: its role, config value, own entry of its config echo, start-up
+    record and ready confirmation (and, ``VIEWS=1``, its check-in view). Every value is the same; only the launch it is
+    bound to differs per reader."""
+    import time
+
+    from dgrpo.transports import peerresolve, startready
+    from dgrpo.transports.peeraddr import launch_nonce
+    from dgrpo.transports.peerserve import PeerChannel
+    from dgrpo.transports.signedstore import SignedStore
+
+    vs, st = set(victims.split(".")), {}
+    init, serve, answers, record = PeerChannel.__init__, PeerChannel.serve, peerresolve.answers, SignedStore.startup_record
+
+    def __init__(self, rank, *a, **k):
+        init(self, rank, *a, **k)
+        if self.keys is not None and "chan" not in st:
+            time.sleep(0.002)  # (L2 dated after L1: a reader keeps the newest record pushed)
+            st.update(L2=launch_nonce(), chan=self)
+            st["R2"] = self.keys.record(self.address, st["L2"])
+            print(f"rank {rank}: second launch {st['L2']} (true {self.nonce}) for nodes {sorted(vs)}", flush=True)
+
+    def _signed(self, key, out, l2):
+        tag = key.split("/")[0]
+        if key in (f"role/data/{self.rank}", f"config/data/{self.rank}", f"resume/data/{self.rank}"):
+            val = out.decode().partition("|")[0]
+            return f"{val}|{self.keys.sign(f'{tag}|{self.rank}|{val}|{l2}')}".encode()
+        if key in (f"config_seen/data/{self.rank}", f"resume_seen/data/{self.rank}"):
+            rec = json.loads(out)
+            v = rec[str(self.rank)][0]
+            rec[str(self.rank)] = [v, self.keys.sign(f"{tag.split('_')[0]}|{self.rank}|{v}|{l2}")]
+            return json.dumps(rec).encode()
+        if key == "join/view" and views == "1":
+            lines = []
+            for line in out.decode().splitlines():
+                rec = json.loads(line)
+                rec["nonce"] = l2
+                rec["sig"] = self.keys.sign(f"join/view|{self.rank}|{','.join(map(str, rec['absent']))}|{l2}")
+                lines.append(json.dumps(rec))
+            return ("\n".join(lines) + "\n").encode()
+        if key == f"startup/data/{self.rank}" and "ss" in st:
+            rec = json.loads(out)
+            body = json.dumps(rec["values"], sort_keys=True)
+            rec["server"], rec["sig"] = l2, st["ss"].sign(f"startup|{body}|{rec['nonce']}|{l2}", bound=False)
+            st["mine2"] = [rec["nonce"], l2, rec["sig"]]
+            return json.dumps(rec).encode()
+        if key == f"ready/data/{self.rank}" and "mine2" in st:
+            rec = json.loads(out)
+            rec["records"][str(self.rank)] = st["mine2"]
+            rec["sig"] = st["ss"].sign(startready._text(self.rank, rec["launch"], rec["records"]))
+            return json.dumps(rec).encode()
+        return out
+
+    def two_faced(self, key, reader):
+        if reader not in vs or self is not st.get("chan"):
+            return serve(self, key, reader)
+        if key.startswith("hello/"):
+            return self.keys.hello(st["L2"], key[6:])
+        out = serve(self, key, reader)
+        return None if out is None else _signed(self, key, out, st["L2"])
+
+    def pushed(keys, owner, addr, nonce, reader=-1, end=None, record=None):
+        if str(owner) in vs and "R2" in st and record is not None:
+            record = st["R2"]
+        return answers(keys, owner, addr, nonce, reader, end, record)
+
+    def startup_record(self, values, server=""):
+        st["ss"] = self
+        return record(self, values, server)
+
+    PeerChannel.__init__, PeerChannel.serve, peerresolve.answers = __init__, two_faced, pushed
+    SignedStore.startup_record = startup_record
+
+
 def apply(kind: str, rest: list[str]) -> None:
     """``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` / ``tworeadies:R:V:MODE`` / ``serveother:R:V:KEY:VALUE[:signed]``
-    (:func:`split_record`, :func:`split_view`, :func:`split_role`, :func:`split_ready`, :func:`serve_other`)."""
+    / ``viewonly:R:READERS:SLOW:SLOW_S`` / ``twolaunch:R:VICTIMS[:VIEWS]`` (:func:`split_record`, :func:`split_view`,
+    :func:`split_role`, :func:`split_ready`, :func:`serve_other`, :func:`view_only`, :func:`two_launches`)."""
     return {"startsplit": split_record, "twoview": split_view, "tworole": split_role,
-            "tworeadies": split_ready, "serveother": serve_other}[kind](*rest)
+            "tworeadies": split_ready, "serveother": serve_other, "viewonly": view_only,
+            "twolaunch": two_launches}[kind](*rest)

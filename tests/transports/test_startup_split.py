@@ -127,3 +127,37 @@ def test_a_config_fingerprint_shown_differently_to_one_rank_stops_every_honest_r
             assert f"node 2 stopped at start-up ({said}" in lines[k], (k, lines[k])
     assert not any("sent nothing" in r.output or "run another config" in r.output for r in results[:3])
     assert not _trained(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_check_in_view_shown_to_one_rank_alone_keeps_no_rank_short_of_a_quorum(tmp_path, tiny_model_dir):
+    """Review r31r R1 (``x_viewonly:3:1:1:4``): rank 3 serves its signed check-in view to node 1 only (none in the
+    store) and leaves node 1's challenges unanswered for 4 s, so node 1 sees it checked in last and finds the views of
+    nodes 0, 2 and 3 equal before it votes. Before: node 1 never wrote its view, nodes 0 and 2 held two views each and
+    stopped at their give-up (``the ranks' views of who is absent (node 0: [], node 2: []) did not agree``), nodes 1
+    and 3 died in the group set-up: exit codes [3, 3, 3, 3], nobody named. Now node 1 writes and serves the view it
+    decided on, and every rank trains."""
+    results = _run(tmp_path, tiny_model_dir, "viewonly:3:1:1:4", "swarm.startup_timeout_s=20")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    assert _trained(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keys", ["roster", "unsafe"])
+def test_a_second_launch_proved_to_one_rank_is_named_by_every_honest_rank(tmp_path, tiny_model_dir, keys):
+    """Review r31r R2 (``x_twolaunch:3:2:1``): rank 3 proves a second launch nonce to node 2 and its true one to nodes 0
+    and 1, and signs its check-in view, role, config value, config echo, start-up record and ready confirmation for
+    each reader's launch (every value the same). Before: every rank stopped at the config echo naming an honest rank
+    (``node 2's echo of exchange 'config' quotes a value of node 3 that node 3 never signed``; at node 2: ``node 0's
+    echo ...; node 1's echo ...``), node 3 named by nobody. Now every honest rank's line names node 3 (its two
+    launches, each answered under its key for a challenge bound to this start-up), and none names an honest rank."""
+    args = ["run", f"model.name={tiny_model_dir}", *ARGS, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed",
+            *(_roster(tmp_path) if keys == "roster" else []), "swarm.startup_timeout_s=20"]
+    results = launch(4, args, scenario="twolaunch:3:2:1", timeout=120, log_dir=str(tmp_path))
+    assert [r.returncode for r in results][:3] == [3, 3, 3], [r.output[-2000:] for r in results]
+    for r in results[:3]:
+        line = one_error_line(r.output)
+        assert "node 3 answered for two launches at start-up" in line, (r.rank, line)
+        assert not any(f"node {k}'s" in line or f"nodes [{k}" in line for k in (0, 1, 2)), (r.rank, line)
+        assert "never signed" not in line and "sent nothing" not in line, (r.rank, line)
+    assert not _trained(tmp_path)

@@ -10,7 +10,11 @@ view (or the old unsigned ``dgrpo/join/abandoned`` list) is named under its writ
 quorum found absent leaves in one line; the others go on without it under ``on_peer_failure=continue`` (under
 ``abort`` each rank that timed out stops, naming the missing ranks and what of them it lacked). A rank whose key
 signed two views is counted for neither, and named (in the stop line too, when no view reached a quorum); a rank the
-check-in stops says why, signed (:meth:`PeerChannel.announce_stop`), so a rank that went on quotes it.
+check-in stops says why, signed (:meth:`PeerChannel.announce_stop`), so a rank that went on quotes it. A rank that
+finds a quorum before it wrote its own view writes and serves the view it decided on before it leaves (review r31r
+R1: before, it wrote none, and a view shown to it alone left the others one view short); and it serves the launches it
+proved with its peers' answers to a challenge bound to them, so one owner's two launches stop every rank naming it
+(:mod:`~dgrpo.transports.launchproof`, R2).
 
 With a roster file (:class:`~dgrpo.transports.peerserve.AddressKeys`) a rank has joined when its server answers a
 fresh challenge for the launch nonce of its signed address record (read from the store, or pushed by the rank itself

@@ -16,7 +16,9 @@ So with the rank's keys (a roster file, or the unsafe key exchange) :func:`check
 2. then serves what it read from every rank (``{tag}_seen``: ``str(node)`` → [value, signature]) and reads every
    rank's: a value of rank k quoted by any reader with another value that k's key signed is k's signed proof of
    equivocation, and every rank that reads it (every honest rank reads every honest rank's) stops in one line naming k;
-   a quoted value that k never signed, or a malformed echo, names the echo's server.
+   a quoted value that k never signed, or a malformed echo, names the echo's server, unless the echo's server proved
+   another launch of k at the check-in (:func:`~dgrpo.transports.launchproof.other_launch`: k answered for two
+   launches, k's doing; review r31r R2: the honest quoter was named).
 
 A rank that stops says why, signed (its peers still waiting for it quote it, :meth:`PeerChannel.announce_stop
 <dgrpo.transports.peerserve.PeerChannel.announce_stop>`, through ``gather_values``), after serving its echo for

@@ -150,3 +150,35 @@ def test_a_rank_proving_a_second_launch_to_one_reader_is_named_by_every_honest_r
         line = str(out[k])
         assert "node 3 answered for two launches at start-up" in line, (k, line)
         assert "echo" not in line and "never signed" not in line and "sent nothing" not in line, (k, line)
+
+
+def test_a_rank_that_withholds_its_answer_to_one_reader_s_challenge_is_named_by_that_reader():
+    """R2's next step: rank 3 proves its launch to node 2 once, then leaves node 2's challenge bound to its map of
+    launches unanswered (so node 2 holds no fresh proof of the launch it proved, and could not show it). Node 2 stops
+    after ``startup_timeout_s / 2`` naming node 3, says so signed; nodes 0 and 1, answered, pass."""
+    from dgrpo.transports.launchproof import settle
+
+    ts, _ = _ranks(4)
+    three, serve, asked = ts[3].chan, ts[3].chan.serve, []
+
+    def once(key, reader):
+        if key.startswith("hello/") and reader == "2":
+            asked.append(key)
+            if len(asked) > 1:
+                return None
+        return serve(key, reader)
+
+    three.serve = once
+    out = {}
+    for k in (2, 0, 1):
+        try:
+            settle(ts[k].chan, {0, 1, 2, 3} - {k}, 2.0)
+            out[k] = None
+        except PeerFailure as err:
+            out[k] = str(err)
+    for t in ts:
+        t.chan.close()
+    assert out[0] is None and out[1] is None, out
+    assert out[2] == ("node 3 did not answer node 2's challenge for its launch within 1s (stalled or gone, or its server "
+                      "withheld the answer from node 2): stopping before round 0"), out[2]
+    assert ts[2].chan.stopped  # (said to its peers, signed)

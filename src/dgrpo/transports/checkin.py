@@ -14,7 +14,7 @@ check-in stops says why, signed (:meth:`PeerChannel.announce_stop`), so a rank t
 finds a quorum before it wrote its own view writes and serves the view it decided on before it leaves (review r31r
 R1: before, it wrote none, and a view shown to it alone left the others one view short); and it serves the launches it
 proved with its peers' answers to a challenge bound to them, so one owner's two launches stop every rank naming it
-(:mod:`~dgrpo.transports.launchproof`, R2).
+(:mod:`~dgrpo.transports.launchproof`, R2; checked after the group's set-up, where a rank that stops is quoted).
 
 With a roster file (:class:`~dgrpo.transports.peerserve.AddressKeys`) a rank has joined when its server answers a
 fresh challenge for the launch nonce of its signed address record (read from the store, or pushed by the rank itself
@@ -46,7 +46,7 @@ from dgrpo.errors import PeerFailure
 from dgrpo.registry import LazyModule
 from dgrpo.transports.accusations import quorum
 from dgrpo.transports.checkin_claims import JOIN, ConfigClaims, config_key  # noqa: F401 (config_key re-exported)
-from dgrpo.transports.launchproof import Proofs, settle
+from dgrpo.transports.launchproof import Proofs
 
 log = logging.getLogger("dgrpo.transports.rendezvous")
 dist = LazyModule("torch.distributed")
@@ -265,9 +265,9 @@ class CheckIn:
                 if mine is None and self.rank not in view:  # (decided on others' views: its own written and
                     mine = view  # served all the same, so every honest reader holds the honest views; review r31r R1)
                     self._vote(mine)
-                joined = self._finish(view, counted)
-                settle(self, joined.absent)  # (one launch per owner: launchproof)
-                return joined
+                if self.proofs is not None:
+                    self.proofs.refresh(time.monotonic() + 1.0)  # (served: its peers check it after the group set-up)
+                return self._finish(view, counted)
             if mine is not None and self.proofs is not None:
                 self.proofs.refresh(time.monotonic() + 1.0)  # (its peers' answers to its challenge, served early)
             now = time.monotonic()

@@ -14,8 +14,8 @@ own launch nonce (16 random bytes it drew at its start): so the peer's server an
 reader started, and a proof cannot be replayed from an earlier run or launch. A launch another rank proved fresh for
 owner k, other than the one this rank proved, is then k's signed proof that it answered for two launches during this
 start-up (two servers of one key: an equivocation, or k restarted during its start-up): every rank that sees it
-stops in one line naming k with both nonces (:func:`line`), as for two signed views or roles. The check-in looks at
-every live rank's map before it ends (:func:`settle`), and every later start-up check that meets a value of k quoted
+stops in one line naming k with both nonces (:func:`line`), as for two signed views or roles. Each rank looks at
+every live rank's map once the group is set up (:func:`settle`), and every later start-up check that meets a value of k quoted
 for a launch it cannot verify looks at the quoter's map (:func:`other_launch`) before it names the quoter. Only an
 owner's own signatures name it; a map (unsigned) with a proof that does not verify, or that does not hold this
 rank's nonce, proves nothing and names nobody.
@@ -30,7 +30,6 @@ import time
 from dgrpo.errors import PeerFailure
 
 KEY = "join/launches"  # served by each rank: {"launches": {rank: nonce}, "proofs": {rank: hello signature}}
-WAIT_S = 10.0  # most seconds a rank waits, once the check-in decided, for its peers' answers to its challenge
 _CAP = 1 << 20  # bytes read of one rank's map
 
 
@@ -116,35 +115,41 @@ def other_launch(chan, writer: int, owner: int, cache: dict | None = None) -> tu
     return next((c for c in conflicts(chan, writer, cache[writer]) if c[0] == owner), None)
 
 
-def settle(ci, absent) -> None:
-    """The end of a signed check-in ``ci`` (:class:`~dgrpo.transports.checkin.CheckIn`) that decided ``absent``:
-    every live peer's answer to this rank's challenge in its served map (waited for up to :data:`WAIT_S`, within
-    ``ci.timeout_s``), then every live peer's map read once: a launch one proves fresh for an owner, other than this
-    rank's, stops the start-up naming that owner.
+def settle(chan, live, timeout_s: float) -> None:
+    """After the check-in and the group's set-up (``live``: the peers the check-in kept; ``timeout_s``:
+    ``swarm.startup_timeout_s``): every live peer's answer to this rank's challenge in its served map (waited for up to
+    ``timeout_s / 2``: a rank that stops for a missing answer is quoted by its peers well within their own wait in the
+    first start-up exchange, and a busy server has as long as any start-up value), then every live peer's map read once: a launch one proves fresh for an owner,
+    other than this rank's, stops the start-up naming that owner. Here, not in the check-in: a rank that stops says
+    why, signed, and its peers, already in the first start-up exchange, quote it (in the check-in they would wait for
+    it in the group's set-up and fail there naming nobody).
 
     Raises:
         PeerFailure: an owner answered for two launches (both nonces); a live peer's server did not answer this
-            rank's challenge in time (names it: the start-up needs every live rank).
+            rank's challenge in time (names it: the start-up needs every live rank). Said to the peers first, signed.
     """
-    chan = ci.chan
-    if chan is None or ci.keys is None:
+    if chan.keys is None:
         return
-    live = [k for k in range(ci.world) if k not in absent and k != ci.rank]
-    end = time.monotonic() + min(ci.timeout_s, WAIT_S)
+    proofs, wait_s = Proofs(chan), timeout_s / 2
+    end = time.monotonic() + wait_s
     while True:
-        ci.proofs.refresh(min(end, time.monotonic() + 2.0))
-        if not ci.proofs.missing(live) or time.monotonic() >= end:
+        for k in sorted(live):  # (each proved at the check-in already; else its server is challenged now)
+            chan.address_of(k, min(end, time.monotonic() + 2.0))
+        proofs.refresh(min(end, time.monotonic() + 2.0))
+        if not proofs.missing(live) or time.monotonic() >= end:
             break
         time.sleep(0.2)
     from dgrpo.transports.accusations import fetch_all
 
-    found = [c for k, (raw, _) in fetch_all(chan, live, lambda k: KEY, _CAP, time.monotonic() + 2.0).items()
+    found = [c for k, (raw, _) in fetch_all(chan, sorted(live), lambda k: KEY, _CAP, time.monotonic() + 2.0).items()
              if raw is not None for c in conflicts(chan, k, raw)]
+    late, why = proofs.missing(live), ""
     if found:
-        raise PeerFailure(f"{line(found, ci.rank)}: stopping before round 0 rather than splitting the swarm")
-    late = ci.proofs.missing(live)
-    if late:
-        raise PeerFailure(f"node{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} did not answer node "
-                          f"{ci.rank}'s challenge for {'their' if len(late) > 1 else 'its'} launch within "
-                          f"{min(ci.timeout_s, WAIT_S):g}s of the check-in's end (stalled or gone, or its server "
-                          f"withheld the answer from node {ci.rank}): stopping before round 0")
+        why = f"{line(found, chan.rank)}: stopping before round 0 rather than splitting the swarm"
+    elif late:
+        why = (f"node{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} did not answer node {chan.rank}'s "
+               f"challenge for {'their' if len(late) > 1 else 'its'} launch within {wait_s:g}s (stalled or gone, or "
+               f"its server withheld the answer from node {chan.rank}): stopping before round 0")
+    if why:
+        chan.announce_stop(why)
+        raise PeerFailure(why)

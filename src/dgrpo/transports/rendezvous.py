@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule
 from dgrpo.transports.checkin import ABANDONED, Joined, check_in  # noqa: F401 (re-exported)
+from dgrpo.transports.launchproof import settle
 from dgrpo.transports.fingerprint import config_fingerprint  # noqa: F401 (the one fingerprint of every transport)
 from dgrpo.transports.signedstore import seconds
 
@@ -196,6 +197,7 @@ def agree_at_start(transport, rank: int, cfg: "RunConfig") -> list[int]:
     """
     sw = cfg.swarm
     chan = transport.chan  # with a roster file each role is signed for its server's launch (review r31f H9)
+    settle(chan, transport.alive - {rank}, sw.startup_timeout_s)  # (one launch per owner: review r31r R2)
     role = "attacker" if rank in set(sw.malicious) else "honest"
     sig = chan.keys.sign(f"role|{rank}|{role}|{chan.nonce}") if chan.keys is not None else ""
     said = {n: (v.split("|", 1) + [""])[:2] for n, v in transport.gather_values(

@@ -182,3 +182,87 @@ def test_a_rank_that_withholds_its_answer_to_one_reader_s_challenge_is_named_by_
     assert out[2] == ("node 3 did not answer node 2's challenge for its launch within 1s (stalled or gone, or its server "
                       "withheld the answer from node 2): stopping before round 0"), out[2]
     assert ts[2].chan.stopped  # (said to its peers, signed)
+
+
+def _two_launch_ranks():
+    """Four in-process ranks after the check-in: rank 3 proved launch L2 to node 2 and L1 to nodes 0 and 1
+    (:func:`_second_launch`), every rank's map of proved launches served (launchproof.Proofs)."""
+    try:
+        from dgrpo.transports.launchproof import Proofs
+    except ImportError:  # (the code before review r31r's fix: no maps; the test then shows what it named)
+        Proofs = None
+    ts, _ = _ranks(4, timeout_s=STARTUP_S)
+    ts[2].chan.offer("3", _second_launch(ts[3], "2").decode())
+    for t in ts:
+        for k in range(4):
+            t.chan.address_of(k)
+    for t in ts if Proofs is not None else ():
+        Proofs(t.chan).refresh(time.monotonic() + 5.0)
+    assert ts[2].chan.launches[3] != ts[0].chan.launches[3] == ts[1].chan.launches[3]
+    return ts
+
+
+def _in_threads(ts, body):
+    out = {}
+
+    def one(k):
+        try:
+            out[k] = body(ts[k])
+        except Exception as err:  # noqa: BLE001 - the outcome under test
+            out[k] = err
+
+    threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(len(ts))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(STARTUP_S + 20)
+    return out
+
+
+def test_the_config_echo_names_the_owner_of_two_launches_not_the_rank_that_quotes_it():
+    """The echo's own rule (startagree.checked_values), with no check of the maps before it: node 2 quotes node 3's
+    fingerprint signed for L2, which nodes 0 and 1 cannot verify for L1. On the old code every honest rank named an
+    honest one (``node 2's echo of exchange 'config' quotes a value of node 3 that node 3 never signed``); now node 2's
+    map proves L2 fresh, so every honest rank names node 3."""
+    ts = _two_launch_ranks()
+    out = _in_threads(ts, lambda t: t.gather_values("config", "fp", timeout_s=STARTUP_S))
+    for t in ts:
+        t.chan.close()
+    for k in (0, 1, 2):
+        line = str(out[k])
+        assert isinstance(out[k], PeerFailure) and "node 3 answered for two launches at start-up" in line, (k, line)
+        assert "echo" not in line and "never signed" not in line, (k, line)
+
+
+def test_the_roles_check_and_the_ready_check_name_the_owner_of_two_launches():
+    """startready.two_faced_roles and check_ready, given node 2's start-up record or ready confirmation quoting node 3's
+    role or record signed for L2: on the old code the roles check found no proof (None: the caller named node 2,
+    ``nodes [2] run with another roles``) and check_ready named node 2 (``quotes a start-up record of node 3 that
+    node 3 never signed``); now both name node 3 and its two launches."""
+    from dgrpo.transports.startready import check_ready, ready_record, two_faced_roles
+
+    ts = _two_launch_ranks()
+    roles = {k: {str(n): ["honest", ts[n].chan.keys.sign(f"role|{n}|honest|{t.chan.launches[n]}")] for n in range(4)}
+             for k, t in enumerate(ts)}
+    values = {k: {"context": "run|fp", "honest": [0, 1, 2, 3], "roster": "r", "roles": roles[k]} for k in range(4)}
+    store3 = ts[3].signed_store
+    records = {k: {n: ts[n].signed_store.startup_record(values[n], ts[n].chan.launches[n] if n != 3 else
+                                                        t.chan.launches[3]) for n in range(4)} for k, t in enumerate(ts)}
+    for t in ts:
+        t.signed_store.nonces = {n: store3.nonce if n == 3 else ts[n].signed_store.nonce for n in range(4)}
+    found = two_faced_roles(ts[0].signed_store, values[0], {n: records[2][n] if n == 2 else records[0][n]
+                                                            for n in range(4)}, ts[0].chan)
+    assert found is not None and found.startswith("node 3 answered for two launches at start-up"), found
+    body = {k: {**values[0], "roles": {}} for k in range(4)}
+    for k, t in enumerate(ts):  # (every rank read the same values; node 2 read node 3's record for L2)
+        recs = {n: ts[n].signed_store.startup_record(body[n], t.chan.launches[n]) for n in range(4)}
+        t.signed_store.check_records(body[k], recs, dict(t.chan.launches))
+    readies = {t.rank: ready_record(t.signed_store) for t in ts}
+    for k in (0, 1):
+        try:
+            check_ready(ts[k].signed_store, body[k], readies, dict(ts[k].chan.launches), ts[k].chan)
+            raise AssertionError("passed")
+        except PeerFailure as err:
+            assert str(err).startswith("node 3 answered for two launches at start-up"), (k, str(err))
+    for t in ts:
+        t.chan.close()

@@ -193,7 +193,9 @@ def agree_at_start(transport, rank: int, cfg: "RunConfig") -> list[int]:
     Raises:
         ConfigError: the ranks' config fingerprints differ (names the ranks).
         PeerFailure: a rank did not serve its values in time (:meth:`DistributedTransport.gather_values`), served a
-            role or fingerprint its key did not sign, or signed two fingerprints (names it).
+            role or fingerprint its key did not sign, or signed two fingerprints, or answered for two launches, or
+            did not answer this rank's challenge bound to its map of launches (names it:
+            :func:`~dgrpo.transports.launchproof.settle`, first).
     """
     sw = cfg.swarm
     chan = transport.chan  # with a roster file each role is signed for its server's launch (review r31f H9)

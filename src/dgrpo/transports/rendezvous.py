@@ -199,7 +199,8 @@ def agree_at_start(transport, rank: int, cfg: "RunConfig") -> list[int]:
     """
     sw = cfg.swarm
     chan = transport.chan  # with a roster file each role is signed for its server's launch (review r31f H9)
-    settle(chan, transport.alive - {rank}, sw.startup_timeout_s)  # (one launch per owner: review r31r R2)
+    if chan.keys is not None:  # (one launch per owner: review r31r R2)
+        settle(chan, transport.alive - {rank}, sw.startup_timeout_s)
     role = "attacker" if rank in set(sw.malicious) else "honest"
     sig = chan.keys.sign(f"role|{rank}|{role}|{chan.nonce}") if chan.keys is not None else ""
     said = {n: (v.split("|", 1) + [""])[:2] for n, v in transport.gather_values(

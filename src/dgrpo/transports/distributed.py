@@ -50,7 +50,6 @@ import os
 import time
 from typing import TYPE_CHECKING, Iterable
 
-from dgrpo.errors import PeerFailure
 from dgrpo.registry import LazyModule, register
 from dgrpo.swarm.protocol import merge_views
 from dgrpo.transports import payload as payload_codec
@@ -59,9 +58,8 @@ from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fin
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
-from dgrpo.transports import departures, ranklife, recordreads, relay, startstops
+from dgrpo.transports import departures, ranklife, recordreads, relay, startgather, startstops
 from dgrpo.transports.sidereads import settle_unnoted
-from dgrpo.transports.startagree import CHECKED, checked_values
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
@@ -246,24 +244,9 @@ class DistributedTransport:
         return got
 
     def gather_values(self, tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
-        """Every live node's ``value`` (a small string), e.g. to agree on a run name or check configs.
-
-        ``timeout_s``: a start-up wait (``swarm.startup_timeout_s``, named so in errors; every rank is
-        needed); default ``swarm.timeout_s``. A start-up ``config`` or ``resume`` value is signed and compared (startagree).
-        """
-        saved = self.wait.timeout_s, self.wait.limit_name
-        if timeout_s is not None:
-            self.wait.timeout_s, self.wait.limit_name = timeout_s, "swarm.startup_timeout_s"
-        try:
-            def plain(tg: str, text: str) -> dict[int, str]:
-                return {n: b.decode(errors="replace") for n, b in self.exchange(tg, text.encode()).items()}
-            return checked_values(self, tag, value, plain) if timeout_s is not None and tag in CHECKED else plain(tag, value)
-        except PeerFailure as err:
-            if timeout_s is not None:  # a start-up stop: its peers read why (signed) instead of "sent nothing"
-                self.chan.announce_stop(str(err))
-            raise
-        finally:
-            self.wait.timeout_s, self.wait.limit_name = saved
+        """Every live node's ``value`` (a small string), e.g. to agree on a run name or check configs: see
+        :func:`dgrpo.transports.startgather.gather` (``timeout_s``: a start-up wait, ``swarm.startup_timeout_s``)."""
+        return startgather.gather(self, tag, value, timeout_s)
 
     def agree(self, tag: str, value: str) -> str:
         """The lowest live node's ``value``: the one all nodes use (run names differ by start second)."""

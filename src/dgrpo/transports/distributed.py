@@ -60,6 +60,7 @@ from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
 from dgrpo.transports import departures, ranklife, recordreads, relay, startgather, startstops
 from dgrpo.transports.sidereads import settle_unnoted
+from dgrpo.transports.startgather import StartBudget
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
 from dgrpo.types import Message
@@ -115,6 +116,7 @@ class DistributedTransport:
         self.first_round = 0  # every rank starts together (a world of fixed size)
         self.roles: dict[str, list[str]] = {}  # node → [its declared role, its signature] (rendezvous.agree_at_start)
         self.verifier = None
+        self.start_budget = StartBudget()  # this rank's start-up waits, summed (startgather: review r31r R3)
         self.equivocators: dict[int, int] = {}
         self.signed_store = SignedStore(self.store, rank, self.alive, self.wait)
         # (key, _, framed) of this node's served payloads that peers may still read; deleted once they moved on
@@ -222,12 +224,13 @@ class DistributedTransport:
         """
         return self.exchanger.collect(tag, peers, deadline, cap_of(tag, self.caps, self.world_size))
 
-    def exchange(self, tag: str, payload: bytes, framed: bool = False) -> dict[int, bytes]:
-        """Post ``payload`` and collect every live peer's (own payload included, under this rank)."""
+    def exchange(self, tag: str, payload: bytes, framed: bool = False, until: float | None = None) -> dict[int, bytes]:
+        """Post ``payload`` and collect every live peer's (own payload included, under this rank), until timeout_s
+        after the post or ``until`` (monotonic), the earlier."""
         stale = self._own_keys
         self._own_keys = []
         self.post(tag, payload, framed)
-        deadline = time.monotonic() + self.wait.timeout_s
+        deadline = min(time.monotonic() + self.wait.timeout_s, until if until is not None else float("inf"))
         self._own_keys = stale + self._own_keys  # restored if deleted while peers may still read them
         got = {self.rank: payload, **self.collect(tag, range(self.world_size), deadline)}
         # A live peer that posted `tag` is done reading what this node posted before; one that did not (cut in this

@@ -66,7 +66,9 @@ def check_startup(t: "DistributedTransport", protocol, timeout_s: float) -> str:
         t.signed_store.check_records(values, records, servers)
     except PeerFailure as err:  # (a rank that showed its peers different roles: named, signed proof)
         stop_at_start(t, PeerFailure(two_faced_roles(t.signed_store, values, records, chan) or err), "startup")
-    readies = barrier(t, ready_record(t.signed_store), timeout_s)
+    budget = t.start_budget  # (the ready barrier too ends within what is left of the start-up's one budget: startgather)
+    with budget.waiting():
+        readies = barrier(t, ready_record(t.signed_store), timeout_s, until=time.monotonic() + budget.left(timeout_s))
     try:
         check_ready(t.signed_store, values, readies, servers, chan)
     except PeerFailure as err:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import TYPE_CHECKING
 
 from dgrpo.errors import ConfigError, PeerFailure
@@ -82,6 +83,7 @@ def join_group(cfg: "RunConfig"):
         raise PeerFailure(f"{err} (nodes {early} had written their views of who joined before node {rank} checked in: "
                           "it started after they stopped waiting for it, and their servers may be gone)") from err
     absent = joined.absent
+    chan.checked_in = time.monotonic()  # (its start-up waits from here on add up to startup_timeout_s: startgather)
     backend = pick_backend(sw.backend)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

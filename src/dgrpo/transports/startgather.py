@@ -6,10 +6,25 @@ name, or a start-up value (role, config fingerprint, resume round, start-up reco
 A start-up exchange needs every rank that joined (named so in its errors); a ``config`` or ``resume`` value is signed
 and compared (:mod:`dgrpo.transports.startagree`); a rank that stops in one says why, signed, so its peers quote it
 instead of calling it silent.
+
+**One start-up budget** (review r31r R3). Before, each start-up exchange waited up to ``swarm.startup_timeout_s`` from
+this rank's own post, so one rank serving one value late to one reader in each of three exchanges (16 s each, under
+``startup_timeout_s=20``) held every rank 48 s, ~2.4 x the setting, and nobody was named. Now a rank's waits after its
+check-in (the process group's join, every start-up exchange, the ready barrier: :class:`StartBudget`) add up to at most
+``swarm.startup_timeout_s`` in all; the time it spends on its own work in between (loading its model) is not counted,
+so honest ranks of unequal speed start as before. And a start-up value that reached this rank more than
+:data:`LATE_S` after it posted its own names its rank (:func:`name_late`: a WARNING line and, with the first round's
+refusals, ``peers.jsonl``): ``late``, or ``waited`` when the value says (unchecked) that its rank was itself held in
+its previous start-up exchange; such a claim is named under its writer only, never under those it names, as after
+start-up (:meth:`StoreExchange._name_late <dgrpo.transports.storewait.StoreExchange._name_late>`).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import time
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from dgrpo.errors import PeerFailure
@@ -18,27 +33,136 @@ from dgrpo.transports.startagree import CHECKED, checked_values
 if TYPE_CHECKING:
     from dgrpo.transports.distributed import DistributedTransport
 
+log = logging.getLogger("dgrpo.transports.distributed")
+
+LATE_S = 5.0  # a start-up value that came more than this after this rank posted its own names its rank
+HELD = "\n@held "  # in a start-up value, after the value: [exchange, seconds, nodes] its rank waited for before it
+
+
+class StartBudget:
+    """One rank's start-up waits, summed: each start-up exchange's deadline is at most what is left of
+    ``swarm.startup_timeout_s`` (review r31r R3).
+
+    Attributes:
+        spent: seconds waited so far (None before the first start-up exchange; then from the check-in's end, so the
+            process group's join counts too).
+        held: (exchange, seconds, nodes) of this rank's last start-up exchange when a value came over :data:`LATE_S`
+            late (told to its peers with its next start-up value, :data:`HELD`), else None.
+    """
+
+    def __init__(self):
+        self.spent: float | None = None
+        self.held: tuple[str, float, list[int]] | None = None
+
+    def begin(self, since: float | None) -> None:
+        """Start counting (once): from ``since`` (the check-in's end, monotonic) if given, else from now."""
+        if self.spent is None:
+            self.spent = 0.0 if since is None else max(0.0, time.monotonic() - since)
+
+    def left(self, timeout_s: float) -> float:
+        """Seconds this rank may still wait at start-up (``timeout_s``: ``swarm.startup_timeout_s``)."""
+        return max(0.0, timeout_s - (self.spent or 0.0))
+
+    @contextmanager
+    def waiting(self):
+        """Count the time spent inside as waited."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.spent = (self.spent or 0.0) + time.monotonic() - start
+
+    def note(self) -> str:
+        """What this rank says, with its next start-up value, of its last wait (empty: it waited no longer than
+        :data:`LATE_S`)."""
+        return "" if self.held is None else HELD + json.dumps([self.held[0], round(self.held[1], 1), self.held[2]])
+
+
+def _claim(note: str) -> tuple[str, float, list[int]] | None:
+    """A peer's :data:`HELD` note as (exchange, seconds, nodes), None if absent or malformed."""
+    try:
+        tag, secs, nodes = json.loads(note)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    if not (isinstance(tag, str) and isinstance(secs, (int, float)) and isinstance(nodes, list)
+            and all(isinstance(n, int) for n in nodes)):
+        return None
+    return tag[:40], float(secs), nodes[:64]
+
+
+def name_late(rank: int, tag: str, texts: dict[int, str], posted: float, arrived: dict[int, float],
+              budget: StartBudget) -> tuple[dict[int, str], list[tuple[int, str]]]:
+    """The values of start-up exchange ``tag`` (node → what it served: the value, then its :data:`HELD` note if any)
+    and who is named for lateness.
+
+    Args:
+        rank: this rank; ``posted``: when it posted its own value; ``arrived``: node → when its value came (monotonic).
+        budget: this rank's :class:`StartBudget`; its ``held`` becomes this exchange's wait if one came late.
+
+    Returns:
+        (node → value, without the note; [(node, reason)] for each value that came over :data:`LATE_S` after
+        ``posted``: ``late``, or ``waited`` quoting the unchecked note of a rank that says it was held itself).
+    """
+    values, named, late_by = {}, [], {}
+    for node, raw in sorted(texts.items()):
+        values[node], _, note = raw.partition(HELD)
+        late = arrived.get(node, posted) - posted
+        if node == rank or late <= LATE_S:
+            continue
+        late_by[node] = late
+        claim = _claim(note)
+        if claim is not None:
+            named.append((node, f"waited: served start-up exchange {tag!r} {late:.1f}s after this node posted, saying "
+                                f"it waited {claim[1]:.1f}s for nodes {claim[2]} in exchange {claim[0]!r}"))
+        else:
+            named.append((node, f"late: served start-up exchange {tag!r} {late:.1f}s after this node posted (over "
+                                f"{LATE_S:g}s: it held its value back from this node, or came to the exchange late)"))
+    budget.held = (tag, max(late_by.values()), sorted(late_by)) if late_by else None
+    return values, named
+
 
 def gather(t: "DistributedTransport", tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
     """Every live node's ``value`` in exchange ``tag`` (node → text, this rank's included).
 
-    ``timeout_s``: a start-up wait (``swarm.startup_timeout_s``, named so in errors; every rank is needed); default
-    ``swarm.timeout_s``.
+    ``timeout_s``: a start-up wait (``swarm.startup_timeout_s``, named so in errors; every rank is needed; within
+    what is left of this rank's :class:`StartBudget`, and a value over :data:`LATE_S` late named: :func:`name_late`);
+    default ``swarm.timeout_s``.
 
     Raises:
         PeerFailure: a peer missed the exchange (start-up: always; later: under ``abort``), or a start-up value is
             unsigned, two-faced or falsely echoed (:func:`~dgrpo.transports.startagree.checked_values`).
     """
+    if timeout_s is None:
+        return {n: b.decode(errors="replace") for n, b in t.exchange(tag, value.encode()).items()}
     saved = t.wait.timeout_s, t.wait.limit_name
-    if timeout_s is not None:
-        t.wait.timeout_s, t.wait.limit_name = timeout_s, "swarm.startup_timeout_s"
+    t.wait.timeout_s, t.wait.limit_name = timeout_s, "swarm.startup_timeout_s"
+    budget = t.start_budget
+    budget.begin(t.chan.checked_in)
+    cut = []  # (waited before, deadline) of an exchange whose deadline the budget brought forward
+
+    def plain(tg: str, text: str) -> dict[int, str]:
+        left = budget.left(timeout_s)
+        cut[:] = [(timeout_s - left, time.monotonic() + left)] if left < timeout_s else []
+        start = time.monotonic()
+        with budget.waiting():
+            got = t.exchange(tg, (text + budget.note()).encode(), until=cut[0][1] if cut else None)
+        sched = t.exchanger.schedule
+        values, named = name_late(t.rank, tg, {n: b.decode(errors="replace") for n, b in got.items()},
+                                  max(sched.posted.get(tg, start), start), sched.arrived.get(tg, {}), budget)
+        for node, why in named:
+            log.warning("node %d: node %d %s", t.rank, node, why)
+        t._notes.extend(named)  # (refusals of the first all-gather: peers.jsonl)
+        return values
+
     try:
-        def plain(tg: str, text: str) -> dict[int, str]:
-            return {n: b.decode(errors="replace") for n, b in t.exchange(tg, text.encode()).items()}
-        return checked_values(t, tag, value, plain) if timeout_s is not None and tag in CHECKED else plain(tag, value)
-    except PeerFailure as err:
-        if timeout_s is not None:  # a start-up stop: its peers read why (signed) instead of "sent nothing"
+        return checked_values(t, tag, value, plain) if tag in CHECKED else plain(tag, value)
+    except PeerFailure as err:  # a start-up stop: its peers read why (signed) instead of "sent nothing"
+        if not (cut and time.monotonic() >= cut[0][1]):  # (not at a deadline the budget brought forward)
             t.chan.announce_stop(str(err))
-        raise
+            raise
+        text = (f"{err}; a rank's start-up waits add up to at most swarm.startup_timeout_s={timeout_s:g}s (one "
+                f"budget: node {t.rank} had waited {cut[0][0]:.1f}s of it before this exchange)")
+        t.chan.announce_stop(text)
+        raise PeerFailure(text) from None
     finally:
         t.wait.timeout_s, t.wait.limit_name = saved

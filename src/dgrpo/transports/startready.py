@@ -100,8 +100,9 @@ def _signed(store: "SignedStore", node: int, raw) -> bool:
     return store.valid(node, _text(node, launch, records), sig)
 
 
-def barrier(transport: "DistributedTransport", own: str, timeout_s: float) -> dict[int, str]:
-    """Serve this rank's confirmation ``own`` and wait, up to ``timeout_s`` (``swarm.startup_timeout_s``), for every
+def barrier(transport: "DistributedTransport", own: str, timeout_s: float, until: float | None = None) -> dict[int, str]:
+    """Serve this rank's confirmation ``own`` and wait, up to ``timeout_s`` (``swarm.startup_timeout_s``; at most till
+    ``until``, monotonic: the start-up's one budget, :mod:`dgrpo.transports.startgather`), for every
     live rank's: from its own server, or relayed by any rank that holds them all (a confirmation another rank
     relays counts only signed by its rank), so a rank whose server withholds its confirmation from one reader
     cannot keep that reader out alone. Once it holds them all this rank relays them (``ready/all``) and returns
@@ -114,7 +115,7 @@ def barrier(transport: "DistributedTransport", own: str, timeout_s: float) -> di
     """
     chan, rank, store = transport.chan, transport.rank, transport.signed_store
     chan.set(f"ready/data/{rank}", own)  # (served to the end: a slower peer still reads it)
-    got, deadline = {rank: own}, time.monotonic() + timeout_s
+    got, deadline = {rank: own}, min(time.monotonic() + timeout_s, until if until is not None else float("inf"))
     live = sorted(transport.alive - {rank})
     pending, delay = list(live), 0.01
     while pending:

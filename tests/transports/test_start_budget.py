@@ -1,0 +1,105 @@
+"""One start-up budget, and the rank that made a reader wait named (review r31r R3; transports/startgather.py).
+
+Before, each start-up exchange waited up to ``swarm.startup_timeout_s`` from this rank's own post: rank 3 serving one
+value late to one reader in each of three exchanges (16 s under ``startup_timeout_s=20``) held every rank 48 s and
+nobody was named. Now a rank's start-up waits add up to at most ``startup_timeout_s``, and a value that came over
+``LATE_S`` after this rank posted names its rank (``late``; ``waited`` for a rank that says it was held itself)."""
+
+import threading
+import time
+
+from signed_ranks import _ranks
+
+from dgrpo.errors import PeerFailure
+from dgrpo.transports.startgather import HELD, LATE_S, StartBudget, name_late
+
+
+def test_a_value_over_late_s_after_this_rank_posted_names_its_rank_late():
+    budget = StartBudget()
+    values, named = name_late(2, "role", {0: "a", 1: "b", 2: "c", 3: "d"}, 100.0,
+                              {0: 100.2, 1: 100.0 + LATE_S - 0.5, 3: 116.0}, budget)
+    assert values == {0: "a", 1: "b", 2: "c", 3: "d"}
+    assert named == [(3, f"late: served start-up exchange 'role' 16.0s after this node posted (over {LATE_S:g}s: it "
+                         "held its value back from this node, or came to the exchange late)")]
+    assert budget.held == ("role", 16.0, [3]) and budget.note() == HELD + '["role", 16.0, [3]]'
+
+
+def test_a_rank_that_says_it_was_held_is_named_waited_under_its_own_name_only():
+    """Its note (unchecked) is quoted under its writer; the nodes it names are not named for it."""
+    budget = StartBudget()
+    values, named = name_late(0, "config", {0: "x", 2: "fp|sig" + HELD + '["role", 16.1, [3]]'}, 50.0, {2: 66.0},
+                              budget)
+    assert values == {0: "x", 2: "fp|sig"}  # (the note is no part of the value)
+    assert named == [(2, "waited: served start-up exchange 'config' 16.0s after this node posted, saying it waited "
+                         "16.1s for nodes [3] in exchange 'role'")]
+    _, named = name_late(0, "config", {2: "fp" + HELD + "not json"}, 50.0, {2: 66.0}, budget)
+    assert named[0][1].startswith("late: ")  # (a malformed note is no claim)
+
+
+def test_values_in_time_name_nobody_and_clear_the_hold():
+    budget = StartBudget()
+    budget.held = ("role", 9.0, [3])
+    assert name_late(1, "config", {0: "a", 3: "b"}, 10.0, {0: 10.1, 3: 10.0 + LATE_S}, budget)[1] == []
+    assert budget.held is None and budget.note() == ""
+
+
+def test_the_budget_counts_waits_only_from_the_check_in_s_end():
+    budget = StartBudget()
+    budget.begin(time.monotonic() - 3.0)  # (the process group's join took 3 s)
+    budget.begin(time.monotonic() - 100.0)  # (once)
+    assert 16.9 < budget.left(20.0) <= 17.0
+    with budget.waiting():
+        time.sleep(0.2)
+    assert budget.left(20.0) <= 16.8 and budget.left(1.0) == 0.0
+
+
+def _serve_late(t, key: str, reader: str, seconds: float) -> None:
+    """Rank ``t``'s server serves ``key`` to ``reader`` only ``seconds`` after it first refused it (as the review's
+    ``x_delay``): every other reader at once."""
+    serve, first = t.chan.serve, {}
+
+    def slow(k, r):
+        if k == key and r == reader and time.monotonic() - first.setdefault(k, time.monotonic()) < seconds:
+            return None
+        return serve(k, r)
+
+    t.chan.serve = slow
+
+
+def test_values_held_back_from_one_reader_in_two_exchanges_stop_it_within_one_budget_naming_the_holder():
+    """Rank 3 serves node 2 its ``role`` 6 s late, then its ``startup`` 6 s late, under ``startup_timeout_s=9``. Each
+    hold fits one exchange's old bound, so before node 2 waited 12 s and went on, nobody named. Now node 2's waits
+    add up past its one budget: it stops in ``startup`` naming node 3 (and the budget), and it named node 3 ``late``
+    for ``role``; the others, who read node 2's ``startup`` value 6 s late, name node 2 ``waited`` quoting its claim
+    (never node 3 on its word)."""
+    limit = 9.0
+    ts, _ = _ranks(timeout_s=limit)
+    _serve_late(ts[3], "role/data/3", "2", 6.0)
+    _serve_late(ts[3], "startup/data/3", "2", 6.0)
+    out = {}
+
+    def one(t):
+        try:
+            out[t.rank] = [t.gather_values(tag, f"{tag} of {t.rank}", timeout_s=limit) for tag in ("role", "startup")]
+        except Exception as err:  # noqa: BLE001 - the outcome under test
+            out[t.rank] = err
+
+    threads = [threading.Thread(target=one, args=(t,), daemon=True) for t in ts]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(3 * limit + 10)
+    for t in ts:
+        t.chan.close()
+    assert isinstance(out[2], PeerFailure), out
+    line = str(out[2])
+    assert line.startswith("node 3 sent nothing for exchange 'startup' within swarm.startup_timeout_s=9s"), line
+    assert "a rank's start-up waits add up to at most swarm.startup_timeout_s=9s (one budget: node 2 had waited" in line
+    assert [n for n, why in ts[2]._notes] == [3] and ts[2]._notes[0][1].startswith("late: served start-up exchange "
+                                                                                   "'role' ")
+    for k in (0, 1, 3):
+        assert out[k] == [{n: f"role of {n}" for n in range(4)}, {n: f"startup of {n}" for n in range(4)}], (k, out[k])
+        assert [n for n, _ in ts[k]._notes] == [2], (k, ts[k]._notes)
+        why = ts[k]._notes[0][1]
+        assert why.startswith("waited: served start-up exchange 'startup' ") and why.endswith(
+            "s for nodes [3] in exchange 'role'"), why

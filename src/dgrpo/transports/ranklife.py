@@ -68,7 +68,8 @@ def check_startup(t: "DistributedTransport", protocol, timeout_s: float) -> str:
         stop_at_start(t, PeerFailure(two_faced_roles(t.signed_store, values, records, chan) or err), "startup")
     budget = t.start_budget  # (the ready barrier too ends within what is left of the start-up's one budget: startgather)
     with budget.waiting():
-        readies = barrier(t, ready_record(t.signed_store), timeout_s, until=time.monotonic() + budget.left(timeout_s))
+        until = time.monotonic() + budget.wait_s("ready", timeout_s)
+        readies = barrier(t, ready_record(t.signed_store), timeout_s, until=until)
     try:
         check_ready(t.signed_store, values, readies, servers, chan)
     except PeerFailure as err:

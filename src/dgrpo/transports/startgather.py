@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.startagree import CHECKED, checked_values
+from dgrpo.transports.storewait import STOP_GRACE_S
 
 if TYPE_CHECKING:
     from dgrpo.transports.distributed import DistributedTransport
@@ -37,6 +38,8 @@ log = logging.getLogger("dgrpo.transports.distributed")
 
 LATE_S = 5.0  # a start-up value that came more than this after this rank posted its own names its rank
 HELD = "\n@held "  # in a start-up value, after the value: [exchange, seconds, nodes] its rank waited for before it
+ORDER = ("role", "config", "config_seen", "startup", "ready", "resume", "resume_seen")  # the start-up exchanges in turn
+STEP_S = STOP_GRACE_S  # a start-up exchange's deadline past the budget's end: this much more than the one before it
 
 
 class StartBudget:
@@ -62,6 +65,14 @@ class StartBudget:
     def left(self, timeout_s: float) -> float:
         """Seconds this rank may still wait at start-up (``timeout_s``: ``swarm.startup_timeout_s``)."""
         return max(0.0, timeout_s - (self.spent or 0.0))
+
+    def wait_s(self, tag: str, timeout_s: float) -> float:
+        """How long start-up exchange ``tag`` may wait from now: what is left of the budget, plus :data:`STEP_S` for
+        each start-up exchange before it (:data:`ORDER`), at most ``timeout_s``. A rank held in one exchange so long
+        that its budget ends there stops (after :data:`STOP_GRACE_S`, looking for its holder's stop notice) and says
+        why before its peers, who wait for it in the next exchange, give up on it: they quote its reason instead of
+        calling it silent."""
+        return min(timeout_s, self.left(timeout_s) + STEP_S * (ORDER.index(tag) if tag in ORDER else 0))
 
     @contextmanager
     def waiting(self):
@@ -96,7 +107,8 @@ def name_late(rank: int, tag: str, texts: dict[int, str], posted: float, arrived
     and who is named for lateness.
 
     Args:
-        rank: this rank; ``posted``: when it posted its own value; ``arrived``: node → when its value came (monotonic).
+        rank: this rank; ``posted``: when it posted its own value; ``arrived``: node → when its value came
+            (monotonic).
         budget: this rank's :class:`StartBudget`; its ``held`` becomes this exchange's wait if one came late.
 
     Returns:
@@ -141,8 +153,8 @@ def gather(t: "DistributedTransport", tag: str, value: str, timeout_s: float | N
     cut = []  # (waited before, deadline) of an exchange whose deadline the budget brought forward
 
     def plain(tg: str, text: str) -> dict[int, str]:
-        left = budget.left(timeout_s)
-        cut[:] = [(timeout_s - left, time.monotonic() + left)] if left < timeout_s else []
+        left = budget.wait_s(tg, timeout_s)
+        cut[:] = [(timeout_s - budget.left(timeout_s), time.monotonic() + left)] if left < timeout_s else []
         start = time.monotonic()
         with budget.waiting():
             got = t.exchange(tg, (text + budget.note()).encode(), until=cut[0][1] if cut else None)

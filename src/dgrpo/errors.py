@@ -36,6 +36,12 @@ class PeerFailure(RuntimeError):
     """A peer (named in the message) sent nothing in time, or this node was excluded by its peers."""
 
 
+class StartupStop(PeerFailure):
+    """The ranks stopped together in their first round's relays, before anything was trained (a start-up stop notice
+    met there: :mod:`dgrpo.transports.startstops`); a run folder this process made holding nothing but its config
+    is removed (:func:`dgrpo.training.run_dir.drop_unused`)."""
+
+
 class SandboxUnavailable(RuntimeError):
     """The OS sandbox for model-written programs cannot run here (bwrap, user namespaces or libseccomp
     missing); the message names the fix. Never a 0 reward: the code reward refuses to run."""

@@ -49,10 +49,11 @@ def test_a_proposed_name_a_local_name_could_not_be_is_refused_naming_its_propose
 def test_four_ranks_refuse_an_absolute_run_name_from_node_0_at_start_up(tmp_path, tiny_model_dir):
     """Node 0 proposes an absolute path (``name`` unset, as in the README's commands; a roster file, as a deployment
     has): every rank stops at start-up in one line naming node 0 as its proposer (a rank still reading a peer that
-    stopped first quotes that peer's signed reason, never "sent nothing"), and nothing is written there nor under
-    out_dir but, at most, one run folder holding a config.yaml alone: a rank that met node 0's stop notice during the
-    name exchange holds it to round 0's relays (review r31n G5: a notice shown to some nodes must not stop them alone),
-    so it agreed on node 1's name and made that folder before every rank stopped (seen 3 of 3 runs, 2026-12-06)."""
+    stopped first quotes that peer's signed reason, never "sent nothing"), and nothing is left there nor under
+    out_dir. A rank that met node 0's stop notice during the name exchange holds it to round 0's relays (review r31n
+    G5: a notice shown to some nodes must not stop them alone), so it agrees on node 1's name and makes that folder
+    before every rank stops; that stop (``StartupStop``) removes the folder it made, holding its config.yaml alone
+    (before, it stayed behind: 3 of 3 runs, 2026-12-06; training/run_dir.py ``drop_unused``)."""
     escaped, keys = tmp_path / "ESCAPED", tmp_path / "keys"
     write_keys(keys, 4)
     args = _launch_args(tiny_model_dir, keys, tmp_path, startup_timeout_s=30)
@@ -66,7 +67,31 @@ def test_four_ranks_refuse_an_absolute_run_name_from_node_0_at_start_up(tmp_path
     assert sum(r.returncode == 2 for r in results) >= 1  # (at least one refused it itself: the others may quote it)
     assert not escaped.exists()
     made = [p for p in (tmp_path / "out").glob("*")] if (tmp_path / "out").exists() else []
-    assert len(made) <= 1 and all(sorted(os.listdir(p)) == ["config.yaml"] for p in made), made
+    assert made == [], [(p, sorted(os.listdir(p))) for p in made]
+
+
+@pytest.mark.slow
+def test_ranks_that_met_node_0_s_refusal_in_the_name_exchange_leave_no_run_folder(tmp_path, tiny_model_dir):
+    """Review r31n G5's leftover, made certain: node 0 proposes an absolute path and its server serves its name to
+    nobody for 4 s, so it refuses its own proposal and stops before any peer read it; nodes 1-3 meet its signed stop
+    notice in the name exchange, hold it (a notice shown to some nodes must not stop them alone), agree on node 1's
+    name and make that run folder (a config.yaml alone), then stop at start-up quoting node 0's reason. Before, that
+    folder stayed behind; now the start-up stop removes it (training/run_dir.py ``drop_unused``)."""
+    escaped, keys = tmp_path / "ESCAPED", tmp_path / "keys"
+    write_keys(keys, 4)
+    args = _launch_args(tiny_model_dir, keys, tmp_path, startup_timeout_s=30)
+    hide = ",".join(f"delay:0:{k}:^name/data/0:4" for k in (1, 2, 3))
+    results = launch(4, args, scenario=f"propose:0:{escaped},{hide}", timeout=120, log_dir=str(tmp_path))
+    assert [r.returncode for r in results] == [2, 3, 3, 3], [r.output[-2000:] for r in results]
+    refusal = (f"the run name {str(escaped)!r} proposed by node 0, the lowest live node, whose value every node takes, "
+               f"is refused: name must be one folder name inside out_dir")
+    for r in results:
+        lines = [line for line in r.output.splitlines() if line.startswith("dgrpo: error:")]
+        assert len(lines) == 1 and refusal in lines[0] and "sent nothing" not in lines[0], r.output[-2000:]
+        assert r.rank == 0 or "node 0 stopped at start-up" in lines[0], lines[0]
+    assert not escaped.exists()
+    made = [p for p in (tmp_path / "out").glob("*")] if (tmp_path / "out").exists() else []
+    assert made == [], [(p, sorted(os.listdir(p))) for p in made]
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import logging
 import random
 import shutil
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from dgrpo import config_yaml
 from dgrpo.attacks import build_attack
 from dgrpo.config import NODE_OVERRIDES, ModelConfig, NodeModelConfig, RunConfig
 from dgrpo.defenses import build_defense
-from dgrpo.errors import ConfigError
+from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.grpo.learner import GRPOParams, Learner
 from dgrpo.metrics.logger import MetricsLogger
 from dgrpo.policy.loading import load_policy
@@ -31,7 +32,7 @@ from dgrpo.swarm.swarm import Swarm
 from dgrpo.swarm.validation import Limits
 from dgrpo.tasks.base import Task
 from dgrpo.training.heap import keep_freed_memory
-from dgrpo.training.run_dir import check_paths, claim, release
+from dgrpo.training.run_dir import check_paths, claim, drop_unused, made, release
 from dgrpo.training.run_files import record_roster
 from dgrpo.transports.base import Transport
 
@@ -122,7 +123,11 @@ def build_run_dir(cfg: RunConfig, name: str | None = None, owner: bool = True) -
     try:
         held = (run_dir / "metrics.jsonl").exists()
         if not held:
-            run_dir.mkdir(parents=True, exist_ok=True)
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            with suppress(FileExistsError):  # (another process's, or a file in the way: then raised below)
+                run_dir.mkdir()
+                made.add(run_dir.resolve())  # (this process created it: a start-up stop may remove it, drop_unused)
+            run_dir.mkdir(exist_ok=True)
     except OSError as err:  # (read-only, no permission, a file in the way, a name too long: one line, not a traceback)
         raise ConfigError(f"out_dir={cfg.out_dir}: cannot create the run folder {run_dir} ({err.strerror}); "
                           "choose an out_dir this user can write (or another name)") from None
@@ -350,12 +355,16 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
         swarm.protocol = build_protocol(cfg, task, transport, run_dir)
         # distributed: ranks sign what they run with; every transport: messages are signed for this launch only
         swarm.protocol.bind_launch(transport.check_startup(swarm.protocol, cfg.swarm.startup_timeout_s))
-    except BaseException:
+    except BaseException as err:
         # nothing was run: leave no empty run directory, unless peers in other processes may go on in it (ranks
-        # on one machine share it: a rank whose start-up check failed must not delete the survivors' folder)
+        # on one machine share it: a rank whose start-up check failed must not delete the survivors' folder). A
+        # start-up stop (PeerFailure) stops every rank (they start together or not at all): a folder this process
+        # made holding its config alone goes (drop_unused)
         alone = len(transport.local_nodes) == cfg.swarm.nodes
         if fresh and alone and not (run_dir / "metrics.jsonl").exists():
             shutil.rmtree(run_dir, ignore_errors=True)
+        if fresh and isinstance(err, PeerFailure):
+            drop_unused(run_dir)
         release(run_dir)
         raise
     if fresh and transport.is_main:  # the roster history (a resume records its own start: training.resume)

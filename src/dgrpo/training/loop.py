@@ -16,7 +16,8 @@ from dgrpo.training.build import Run
 from dgrpo.training.checkpoint import save_checkpoint
 from dgrpo.training.evaluate import evaluate
 from dgrpo.training.records import evaluates, flush_held, share_record
-from dgrpo.training.run_dir import release
+from dgrpo.errors import StartupStop
+from dgrpo.training.run_dir import drop_unused, release
 
 OneRound = Callable[[Run, int], dict]  # (run, round) → the round's record ({} without an honest view)
 
@@ -48,13 +49,17 @@ def train(run: Run, one_round: OneRound) -> Path:
     cfg, samples = run.cfg, run.run_dir / "samples.jsonl"
     bar = tqdm(range(run.start_round, cfg.rounds), desc="rounds", unit="round", initial=run.start_round,
                total=cfg.rounds, disable=not run.transport.is_main)  # a resumed run counts on: 3/4, 4/4
-    for r in bar:
-        rec = evaluate(run, r, samples) if evaluation_round(cfg, r) and evaluates(run) else {}
-        rec.update(one_round(run, r))
-        _log(run, bar, share_record(run, rec))  # distributed: merged on the main process (a round whose records are
-        if cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0 and r + 1 < cfg.rounds:  # not all in: held)
-            _log(run, bar, flush_held(run))  # (a checkpoint holds the log of every round before it)
-            save_checkpoint(run, r + 1)
+    try:
+        for r in bar:
+            rec = evaluate(run, r, samples) if evaluation_round(cfg, r) and evaluates(run) else {}
+            rec.update(one_round(run, r))
+            _log(run, bar, share_record(run, rec))  # distributed: merged on the main process (a round whose records
+            if cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0 and r + 1 < cfg.rounds:  # are not all
+                _log(run, bar, flush_held(run))  # in: held; a checkpoint holds the log of every round before it)
+                save_checkpoint(run, r + 1)
+    except StartupStop:  # (every rank stopped in its first round's relays, nothing trained: review r31n G5)
+        drop_unused(run.run_dir)  # (a folder this process made holding its config alone; anything else is kept)
+        raise
     if run.start_round < cfg.rounds or not (run.run_dir / "metrics.jsonl").exists():
         final = {"round": cfg.rounds, **(evaluate(run, cfg.rounds, samples) if evaluates(run) else {})}
         _log(run, None, share_record(run, final))

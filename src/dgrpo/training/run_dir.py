@@ -21,6 +21,7 @@ from dgrpo.errors import ConfigError
 LOCK = ".lock"
 _held: dict[Path, int] = {}  # claimed folder → descriptor of its lock file
 last_claimed: list[Path] = []  # the folder this process claimed last (named by a later disk-full error)
+made: set[Path] = set()  # the run folders this process created (mkdir): a start-up stop may remove them (drop_unused)
 
 
 def claim(run_dir: Path) -> None:
@@ -78,6 +79,35 @@ def release(run_dir: Path) -> None:
     fd = _held.pop(Path(run_dir).resolve(), None)
     if fd is not None:
         os.close(fd)
+
+
+def drop_unused(run_dir: Path) -> bool:
+    """After a start-up stop (nothing trained): release ``run_dir`` and remove it if this process created it
+    (:data:`made`) and it holds nothing but ``config.yaml`` (and the lock file of this process's own claim). A folder
+    it did not create (a resumed run's, another process's) or that holds anything else is kept whole: its files are
+    removed one by one and the folder last, which fails if anything else came meanwhile (review r31n G5: a rank that
+    agreed on node 1's name made its folder before every rank stopped, and left it behind).
+
+    Returns:
+        whether the folder was removed.
+    """
+    key = Path(run_dir).resolve()
+    ours = key in _held
+    release(run_dir)
+    try:
+        names = set(os.listdir(key))
+    except OSError:
+        return False
+    if key not in made or not names <= {"config.yaml", *([LOCK] if ours else [])}:
+        return False
+    try:
+        for name in names:
+            (key / name).unlink()
+        key.rmdir()  # (not empty: something came meanwhile; the folder stays)
+    except OSError:
+        return False
+    made.discard(key)
+    return True
 
 
 # (dotted key, "file" or "folder") of every path a run reads; a list item is written N

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 
-from dgrpo.errors import PeerFailure
+from dgrpo.errors import PeerFailure, StartupStop
 from dgrpo.transports.departures import later, linger, parse
 from dgrpo.transports.waits import slack_s
 
@@ -74,13 +74,13 @@ def hold(ex, tag: str, stopped: dict[int, str], said: str) -> None:
                 "stop, unless the signer's messages of this round are relayed: equivocation)", said, tag)
 
 
-def say(ex, text: str) -> None:
+def say(ex, text: str, error: type[PeerFailure] = PeerFailure) -> None:
     """Under ``abort``: say ``text`` as this node's stop reason (signed, :meth:`StopReasons.say_stop
     <dgrpo.transports.stopwhy.StopReasons.say_stop>`: its live peers quote it instead of naming it alone), then raise
-    it. Under ``continue`` only raise."""
+    it (as ``error``). Under ``continue`` only raise."""
     if ex.on_peer_failure == "abort":
         ex.say(text)
-    raise PeerFailure(text)
+    raise error(text)
 
 
 def _sent(views: dict, signer: int, verifier, round_idx: int) -> int | None:
@@ -120,7 +120,7 @@ def decide(t, round_idx: int, reports: dict[int, bytes], views: dict) -> dict[in
         via = "; ".join(f"node {s}'s signed notice read by node {notices[s][1]} and no round-{round_idx} message of "
                         f"node {s} read by any node" for s in stop)
         say(t.exchanger, f"{said}; node {t.rank} stops too in exchange {tag!r}, its first round's relays (the ranks "
-                         f"start together or not at all: {via})")
+                         f"start together or not at all: {via})", StartupStop)  # (its run folder: run_dir.drop_unused)
     out = {}
     for s, n in sorted(sent.items()):
         why, by = notices[s]

@@ -11,7 +11,8 @@ import time
 from signed_ranks import _ranks
 
 from dgrpo.errors import PeerFailure
-from dgrpo.transports.startgather import HELD, LATE_S, StartBudget, name_late
+from dgrpo.transports.startgather import HELD, LATE_S, ORDER, STEP_S, StartBudget, name_late
+from dgrpo.transports.storewait import STOP_GRACE_S
 
 
 def test_a_value_over_late_s_after_this_rank_posted_names_its_rank_late():
@@ -51,6 +52,16 @@ def test_the_budget_counts_waits_only_from_the_check_in_s_end():
     with budget.waiting():
         time.sleep(0.2)
     assert budget.left(20.0) <= 16.8 and budget.left(1.0) == 0.0
+
+
+def test_each_later_start_up_exchange_may_end_one_step_later_past_the_budget():
+    """So a rank held in one exchange until its budget ends stops (and says why) before its peers waiting for it in the
+    next exchange give up on it; never past ``timeout_s`` from the exchange's start."""
+    budget = StartBudget()
+    budget.begin(None)
+    budget.spent = 18.0
+    assert [budget.wait_s(tag, 20.0) for tag in ORDER] == [2.0, 5.0, 8.0, 11.0, 14.0, 17.0, 20.0]  # (STEP_S: 3 s)
+    assert budget.wait_s("name", 20.0) == 2.0 and STEP_S >= STOP_GRACE_S  # (an exchange of no order: no step)
 
 
 def _serve_late(t, key: str, reader: str, seconds: float) -> None:

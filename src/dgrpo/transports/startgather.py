@@ -12,7 +12,10 @@ this rank's own post, so one rank serving one value late to one reader in each o
 ``startup_timeout_s=20``) held every rank 48 s, ~2.4 x the setting, and nobody was named. Now a rank's waits after its
 check-in (the process group's join, every start-up exchange, the ready barrier: :class:`StartBudget`) add up to at most
 ``swarm.startup_timeout_s`` in all; the time it spends on its own work in between (loading its model) is not counted,
-so honest ranks of unequal speed start as before. And a start-up value that reached this rank more than
+so honest ranks of unequal speed start as before. Each start-up exchange in turn (:data:`ORDER`) may end
+:data:`STEP_S` later than the one before past the budget's end (:meth:`StartBudget.wait_s`), so a rank held until its
+budget ends stops before the peers waiting for it in the next exchange give up on it (at most 18 s more in all). And
+a start-up value that reached this rank more than
 :data:`LATE_S` after it posted its own names its rank (:func:`name_late`: a WARNING line and, with the first round's
 refusals, ``peers.jsonl``): ``late``, or ``waited`` when the value says (unchecked) that its rank was itself held in
 its previous start-up exchange; such a claim is named under its writer only, never under those it names, as after

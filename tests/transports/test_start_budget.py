@@ -8,6 +8,7 @@ nobody was named. Now a rank's start-up waits add up to at most ``startup_timeou
 import threading
 import time
 
+import pytest
 from signed_ranks import _ranks
 
 from dgrpo.errors import PeerFailure
@@ -60,8 +61,10 @@ def test_each_later_start_up_exchange_may_end_one_step_later_past_the_budget():
     budget = StartBudget()
     budget.begin(None)
     budget.spent = 18.0
-    assert [budget.wait_s(tag, 20.0) for tag in ORDER] == [2.0, 5.0, 8.0, 11.0, 14.0, 17.0, 20.0]  # (STEP_S: 3 s)
-    assert budget.wait_s("name", 20.0) == 2.0 and STEP_S >= STOP_GRACE_S  # (an exchange of no order: no step)
+    assert [budget.wait_s(tag, 20.0) for tag in ORDER] == [5.0, 8.0, 11.0, 14.0, 17.0, 20.0, 20.0]  # (STEP_S: 3 s)
+    assert budget.wait_s("name", 20.0) == 5.0 and STEP_S >= STOP_GRACE_S  # (an exchange of no order: one step)
+    budget.spent = 25.0  # (spent: e.g. the process group's join held that long; each exchange still gets a step)
+    assert budget.wait_s("role", 20.0) == STEP_S
 
 
 def _serve_late(t, key: str, reader: str, seconds: float) -> None:
@@ -77,22 +80,13 @@ def _serve_late(t, key: str, reader: str, seconds: float) -> None:
     t.chan.serve = slow
 
 
-def test_values_held_back_from_one_reader_in_two_exchanges_stop_it_within_one_budget_naming_the_holder():
-    """Rank 3 serves node 2 its ``role`` 7 s late, then its ``config`` 7 s late, under ``startup_timeout_s=10``. Each
-    hold fits one exchange's old bound, so before node 2 waited 14 s and went on, nobody named. Now node 2's waits add
-    up past its one budget (plus one STEP_S for ``config``, the second start-up exchange): it stops in ``config``
-    naming node 3 and the budget, after naming node 3 ``late`` for ``role``. The others read node 2's ``config`` 7 s
-    late (named ``waited``, quoting its claim under its own name: never node 3 on its word) and, waiting for node 2's
-    echo, quote its signed reason instead of calling it silent."""
-    limit = 10.0
-    ts, _ = _ranks(timeout_s=limit)
-    _serve_late(ts[3], "role/data/3", "2", 7.0)
-    _serve_late(ts[3], "config/data/3", "2", 7.0)
+def _gather_all(ts, tags, limit):
+    """Every rank gathers ``tags`` in turn (each in a thread): rank → the values, or what it raised."""
     out = {}
 
     def one(t):
         try:
-            out[t.rank] = [t.gather_values(tag, f"{tag} of {t.rank}", timeout_s=limit) for tag in ("role", "config")]
+            out[t.rank] = [t.gather_values(tag, f"{tag} of {t.rank}", timeout_s=limit) for tag in tags]
         except Exception as err:  # noqa: BLE001 - the outcome under test
             out[t.rank] = err
 
@@ -100,13 +94,47 @@ def test_values_held_back_from_one_reader_in_two_exchanges_stop_it_within_one_bu
     for th in threads:
         th.start()
     for th in threads:
-        th.join(3 * limit + 20)
+        th.join(3 * limit + 30)
     for t in ts:
         t.chan.close()
+    return out
+
+
+def test_a_rank_whose_budget_is_spent_waits_one_step_for_a_value_held_back_and_names_its_holder():
+    """Node 2 has spent its start-up budget (``startup_timeout_s=10``) in earlier waits; rank 3 serves it its ``role``
+    5 s late. Node 2 waits one STEP_S (3 s), not 10 s, and stops naming node 3 and the budget; the others, served at
+    once, go on."""
+    limit = 10.0
+    ts, _ = _ranks(timeout_s=limit)
+    ts[2].start_budget.begin(None)
+    ts[2].start_budget.spent = limit
+    _serve_late(ts[3], "role/data/3", "2", 5.0)
+    out = _gather_all(ts, ["role"], limit)
+    assert isinstance(out[2], PeerFailure), out
+    line = str(out[2])
+    assert line.startswith("node 3 sent nothing for exchange 'role' within swarm.startup_timeout_s=10s"), line
+    assert "a rank's start-up waits add up to at most swarm.startup_timeout_s=10s (one budget: node 2 had waited 10.0s" in line
+    for k in (0, 1, 3):
+        assert out[k] == [{n: f"role of {n}" for n in range(4)}], (k, out[k])
+
+
+@pytest.mark.slow
+def test_values_held_back_from_one_reader_in_two_exchanges_stop_it_within_one_budget_naming_the_holder():
+    """Rank 3 serves node 2 its ``role`` 11 s late, then its ``config`` 11 s late, under ``startup_timeout_s=14``.
+    Each hold fits one exchange's old bound, so before node 2 waited 22 s and went on, nobody named. Now node 2's
+    waits add up past its one budget (plus two STEP_S for ``config``, the second start-up exchange): it stops in
+    ``config`` naming node 3 and the budget, after naming node 3 ``late`` for ``role``. The others read node 2's
+    ``config`` 11 s late (named ``waited``, quoting its claim under its own name: never node 3 on its word) and,
+    waiting for node 2's echo, quote its signed reason instead of calling it silent."""
+    limit = 14.0
+    ts, _ = _ranks(timeout_s=limit)
+    _serve_late(ts[3], "role/data/3", "2", 11.0)
+    _serve_late(ts[3], "config/data/3", "2", 11.0)
+    out = _gather_all(ts, ["role", "config"], limit)
     assert all(isinstance(out[k], PeerFailure) for k in (0, 1, 2)), out
     line = str(out[2])
-    assert line.startswith("node 3 sent nothing for exchange 'config' within swarm.startup_timeout_s=10s"), line
-    assert "a rank's start-up waits add up to at most swarm.startup_timeout_s=10s (one budget: node 2 had waited" in line
+    assert line.startswith("node 3 sent nothing for exchange 'config' within swarm.startup_timeout_s=14s"), line
+    assert "a rank's start-up waits add up to at most swarm.startup_timeout_s=14s (one budget: node 2 had waited" in line
     assert [n for n, _ in ts[2]._notes] == [3] and ts[2]._notes[0][1].startswith("late: served start-up exchange "
                                                                                    "'role' ")
     for k in (0, 1):

@@ -12,9 +12,10 @@ this rank's own post, so one rank serving one value late to one reader in each o
 ``startup_timeout_s=20``) held every rank 48 s, ~2.4 x the setting, and nobody was named. Now a rank's waits after its
 check-in (the process group's join, every start-up exchange, the ready barrier: :class:`StartBudget`) add up to at most
 ``swarm.startup_timeout_s`` in all; the time it spends on its own work in between (loading its model) is not counted,
-so honest ranks of unequal speed start as before. Each start-up exchange in turn (:data:`ORDER`) may end
-:data:`STEP_S` later than the one before past the budget's end (:meth:`StartBudget.wait_s`), so a rank held until its
-budget ends stops before the peers waiting for it in the next exchange give up on it (at most 18 s more in all). And
+so honest ranks of unequal speed start as before. Each start-up exchange may end :data:`STEP_S` past the budget's
+end and each later one (:data:`ORDER`) :data:`STEP_S` later than the one before (:meth:`StartBudget.wait_s`), so a
+rank held until its budget ends stops before the peers waiting for it in the next exchange give up on it (at most
+21 s more in all). And
 a start-up value that reached this rank more than
 :data:`LATE_S` after it posted its own names its rank (:func:`name_late`: a WARNING line and, with the first round's
 refusals, ``peers.jsonl``): ``late``, or ``waited`` when the value says (unchecked) that its rank was itself held in
@@ -71,11 +72,12 @@ class StartBudget:
 
     def wait_s(self, tag: str, timeout_s: float) -> float:
         """How long start-up exchange ``tag`` may wait from now: what is left of the budget, plus :data:`STEP_S` for
-        each start-up exchange before it (:data:`ORDER`), at most ``timeout_s``. A rank held in one exchange so long
-        that its budget ends there stops (after :data:`STOP_GRACE_S`, looking for its holder's stop notice) and says
-        why before its peers, who wait for it in the next exchange, give up on it: they quote its reason instead of
-        calling it silent."""
-        return min(timeout_s, self.left(timeout_s) + STEP_S * (ORDER.index(tag) if tag in ORDER else 0))
+        it and each start-up exchange before it (:data:`ORDER`), at most ``timeout_s``. A rank held in one exchange so
+        long that its budget ends there stops (after :data:`STOP_GRACE_S`, looking for its holder's stop notice) and
+        says why before its peers, who wait for it in the next exchange, give up on it: they quote its reason instead
+        of calling it silent. And no exchange gets less than :data:`STEP_S` (a rank that held the process group's join
+        until the budget was nearly spent cannot leave the honest ranks milliseconds to exchange their roles)."""
+        return min(timeout_s, self.left(timeout_s) + STEP_S * (ORDER.index(tag) + 1 if tag in ORDER else 1))
 
     @contextmanager
     def waiting(self):

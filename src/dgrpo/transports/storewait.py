@@ -40,7 +40,7 @@ from dgrpo.transports.sidereads import SideReads
 from dgrpo.transports.startstops import met
 from dgrpo.transports.waits import Schedule, WaitNotes, note_s, record_s, slack_s, window_s
 from dgrpo.transports.unserved import blame_unserved
-from dgrpo.transports.witnesses import Witnesses
+from dgrpo.transports.witnesses import HeldBefore, Witnesses
 
 if TYPE_CHECKING:
     from dgrpo.transports.peerserve import PeerChannel
@@ -158,6 +158,7 @@ class StoreExchange:
         witness = None if safe is None else Witnesses(self.rank, self.chan, tag, self.ledger.roster_of(tag, self.rank),
                                                       pool.submit)
         side = SideReads(self, tag, pool.submit, end, cap)  # (notes, stop notices, leave marks, owed: in the pool)
+        prev = HeldBefore(self.rank, self.chan, tag, self.ledger.roster_of(tag, self.rank), pool.submit)  # (r31q Q3)
         try:
             while pending:
                 self.chan.reassert()  # (start-up: this rank's signed address back in the store if overwritten)
@@ -210,13 +211,16 @@ class StoreExchange:
                     self.notes.note(tag, pending)
                 side.take_notes()  # (each pending peer's notes are read from just before its deadline: SideReads)
                 side.ask_owed(now)  # (eq{n}: the round payloads of fellows missed in r{n}, Schedule.owed_in)
+                if pending and not startup:  # (who is still in eq{n-1} with another: HeldBefore)
+                    prev.poll(end)
                 for peer in [p for p in pending if p not in extended and end is not None and until[p] < end]:
                     side.ask_notes(peer, until[peer], now)  # (a round exchange with time left in its budget)
                 for peer in [p for p in pending if now >= until[p] and p in side.hits and p not in extended]:
                     why = side.note(peer)  # (its signed note, unless it buys nothing here: SideReads.note)
                     if why is not None:  # it only waited: more time, once an exchange, never past the round's end
                         extended[peer] = why
-                        until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline)
+                        until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline, prev.held(peer))
+                        end = side.end = self.schedule.cap(tag, deadline)  # (held_bound may move the round's end)
                 if witness is not None and any(until[p] > safe for p in pending):
                     now = time.monotonic()  # (held past Schedule.safe: a relay, review r31f, the limit h31y left; a
                     if now >= safe - _WITNESS_S:  # round payload, the open case of h31s; only while others are held)
@@ -248,6 +252,7 @@ class StoreExchange:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             if end is not None:
+                self.schedule.left[tag] = time.monotonic()
                 self.notes.ended(tag)  # (its peers' Witnesses: this node left the round exchange)
         heard = [p for p in missed if p in self.chan.launches] if self.chan.keys is not None else []
         if startup and heard and not stopped:  # (a peer that stopped at its own deadline: its signed reason, not

@@ -214,6 +214,8 @@ class Schedule:
         self.fellows: dict[str, set[int]] = {}
         self.owed: dict[str, set[int]] = {}  # r{n} → fellows missed there, not accused (yet: owed_in)
         self.unnoted: dict[str, set[int]] = {}  # r{n} → those of them no note bought time (yet: unnoted_in)
+        self.left: dict[str, float] = {}  # exchange → when this node left it
+        self.stretch: dict[str, float] = {}  # r{n} → its round's end, past r{n} post + timeout_s (held_bound)
 
     def enter(self, tag: str) -> None:
         """Record that this node entered exchange ``tag`` (its post or its first collect)."""
@@ -221,9 +223,7 @@ class Schedule:
             self.history = (self.history + [tag])[-8:]
             for old in [t for t in self.posted if t not in self.history]:
                 self.posted.pop(old, None)
-            for old in [t for t in self.arrived if t not in self.history]:
-                self.arrived.pop(old, None)
-            for book in (self.fellows, self.owed, self.unnoted):
+            for book in (self.arrived, self.fellows, self.owed, self.unnoted, self.left, self.stretch):
                 for old in [t for t in book if t not in self.history]:
                     book.pop(old, None)
 
@@ -255,20 +255,21 @@ class Schedule:
     def cap(self, tag: str, deadline: float) -> float | None:
         """The round's end for round exchange ``tag`` (``r{n}`` post + timeout_s: no wait of it, extensions and
         slack included, ends later); None outside a round (``deadline`` then bounds it)."""
-        kind, _ = _parts(tag)
-        return self.start(tag, deadline) + self.timeout_s if kind in ("r", "eq") else None
+        kind, n = _parts(tag)
+        end = self.start(tag, deadline) + self.timeout_s
+        return max(end, self.stretch.get(f"r{n}", end)) if kind in ("r", "eq") else None
 
     def base(self, tag: str, deadline: float) -> float:
         """This node's deadline for every peer of exchange ``tag`` (``deadline``: its entry + timeout_s): ``r{n}``: its
         post + W; ``eq{n}``: S past the later of that and now (its relay post), within the round's end (at least one
         poll); else ``deadline`` (round records are read apart: :func:`record_s`)."""
         kind, n = _parts(tag)
-        t, w, s, now = self.timeout_s, window_s(self.timeout_s), slack_s(self.timeout_s), time.monotonic()
+        w, s, now = window_s(self.timeout_s), slack_s(self.timeout_s), time.monotonic()
         if kind == "r":
             return self.start(tag, deadline) + w
         if kind == "eq" and f"r{n}" in self.posted:
             p = self.posted[f"r{n}"]
-            return max(min(max(p + w, now) + s, p + t), now + _POLL_S)
+            return max(min(max(p + w, now) + s, self.cap(tag, deadline)), now + _POLL_S)
         return deadline
 
     def safe(self, tag: str) -> float | None:
@@ -344,16 +345,36 @@ class Schedule:
         kind, n = _parts(tag)
         return set(self.fellows.get(f"eq{n - 1}", ())) if kind == "r" else set()
 
-    def extended(self, tag: str, peer: int, base: float, waited_in: str, deadline: float) -> float:
+    def held_bound(self, tag: str, peer: int) -> float | None:
+        """For a round payload ``r{n}``: the latest an honest ``peer`` held in ``eq{n-1}`` to its round's end posts
+        it: its round n-1 ends by its ``r{n-1}`` arrival here + timeout_s, and it then computes as this node did from
+        leaving ``eq{n-1}`` to its ``r{n}`` post, within the honest spread W; at most this node's ``r{n}`` post +
+        timeout_s + W (it left ``eq{n-1}`` after that arrival). None where this node lacks those times."""
+        kind, n = _parts(tag)
+        a = self.arrived.get(f"r{(n or 0) - 1}", {}).get(peer)
+        p, gone, t = self.posted.get(tag), self.left.get(f"eq{(n or 0) - 1}"), self.timeout_s
+        if kind != "r" or a is None or p is None or gone is None:
+            return None
+        return min(a + t + max(0.0, p - gone) + window_s(t), p + t + window_s(t))
+
+    def extended(self, tag: str, peer: int, base: float, waited_in: str, deadline: float, held: bool = False) -> float:
         """The deadline of ``peer``, which noted waiting in exchange ``waited_in``: for a relay, its round payload's
         arrival + W + E + S (it posts its relay once it stopped waiting there, and it may have given a waiter there its
         extension); else ``base`` + E. Never past the round's end (:meth:`cap`; review r31e G1: extensions chained
-        to ~4 × timeout_s)."""
+        to ~4 × timeout_s). A round payload ``r{n}`` of a peer that noted waiting in ``eq{n-1}`` and was ``held`` there
+        with another (both still in it at this node's window: :class:`~dgrpo.transports.witnesses.Witnesses`) is
+        waited for to :meth:`held_bound` if later, and the round's end moves to that + S (review r31q Q3: two victims
+        held to their round's end posted ``r{n}`` ~S past this node's W + E; cut, they trained on sets of their own)."""
         t = self.timeout_s
         if tag.startswith("eq") and waited_in == f"r{tag[2:]}" and peer in self.arrived.get(waited_in, {}):
             out = max(base, self.arrived[waited_in][peer] + t)  # (W + E + S = timeout_s)
         else:
             out = base + extension_s(t)
+            kind, n = _parts(tag)
+            far = self.held_bound(tag, peer) if held and kind == "r" and waited_in == f"eq{n - 1}" else None
+            if far is not None and far > out:
+                out = far
+                self.stretch[tag] = max(self.stretch.get(tag, 0.0), far + slack_s(t))
         return max(base, min(out, self.cap(tag, deadline)))
 
 

@@ -32,6 +32,7 @@ class Witnesses:
         self.others = set(roster) - {rank}
         self.need = len(set(roster) | {rank}) - quorum(len(set(roster) | {rank}))  # (others held: the rest < quorum)
         self.left: set[int] = set()
+        self.asked: set[int] = set()  # peers whose server answered at least one read (HeldBefore)
         self.reads: dict[int, tuple["Future", float]] = {}  # peer → (its read in flight, when it began)
 
     def poll(self, deadline: float) -> None:
@@ -39,6 +40,8 @@ class Witnesses:
         read within 0.5 s and ``deadline``)."""
         now = time.monotonic()
         for peer, (fut, _) in [(p, r) for p, r in self.reads.items() if r[0].done()]:
+            if peer not in self.chan.down:  # (its server answered)
+                self.asked.add(peer)
             if fut.result()[0] is not None:
                 self.left.add(peer)
         self.reads = {p: r for p, r in self.reads.items() if not r[0].done() or now - r[1] < 0.2}
@@ -51,3 +54,27 @@ class Witnesses:
         are short of a quorum of the roster (a peer whose server does not say counts as still in: a dead one accuses
         nobody)."""
         return len(self.others - {peer} - self.left) >= self.need
+
+
+class HeldBefore:
+    """In a round payload exchange ``r{n}`` (n > 0): which peers are still in ``eq{n-1}`` with another (review r31q Q3;
+    :meth:`~dgrpo.transports.waits.Schedule.extended`): two victims of a relay withheld behind a note are held there to
+    their round's end, and this node, which had every relay, waits for their ``r{n}`` to
+    :meth:`~dgrpo.transports.waits.Schedule.held_bound`. A peer alone in ``eq{n-1}`` (the withholder posing as held)
+    gets nothing from it; a peer counts as still in only once a read of its ``end/eq{n-1}`` came back without it (a
+    server that does not answer proves nothing here). Read from the exchange's start while a peer is awaited."""
+
+    def __init__(self, rank: int, chan: "PeerChannel", tag: str, roster, submit: Callable[..., "Future"]):
+        n = tag[1:]
+        on = tag.startswith("r") and n.isdigit() and int(n) > 0
+        self.prev = Witnesses(rank, chan, f"eq{int(n) - 1}", roster, submit) if on else None
+
+    def poll(self, end: float | None) -> None:
+        """Read again (at most every 0.2 s, each read within 0.5 s and ``end``)."""
+        if self.prev is not None and end is not None:
+            self.prev.poll(end)
+
+    def held(self, peer: int) -> bool:
+        """Whether ``peer`` and enough others (it apart) are still in ``eq{n-1}``, each as its server said."""
+        w = self.prev
+        return w is not None and peer in w.asked - w.left and len(w.asked - w.left - {peer}) >= w.need

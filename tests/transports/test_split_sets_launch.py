@@ -15,9 +15,6 @@ from test_round_deadlines import COMMON
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="open (review r31q Q3): the second victim of the two-victim hold trains on "
-                   "its own round messages, which no other honest node has (split 2 of 3 runs here: not strict, a "
-                   "loaded -n 2 run once kept the sets equal; run with --runxfail to see it)")
 def test_the_two_victim_hold_leaves_every_honest_rank_the_same_message_set(tmp_path, tiny_model_dir):
     rounds = 4
     scenario = ",".join([*(f"fnote:3:r{r}:0.1" for r in range(rounds)), "withhold:3:0", "withhold:3:1"])

@@ -151,7 +151,7 @@ class StoreExchange:
         ends: dict[int, float] = {}  # peer → when its read in flight ends (its deadline then)
         last: dict[int, float] = {}  # peer → when its last finished read began
         retry: dict[int, float] = {}  # peer → when to ask again (not served yet)
-        pool = ThreadPoolExecutor(max_workers=max(1, len(pending) + 2 * len(self.alive)),
+        pool = ThreadPoolExecutor(max_workers=max(1, len(pending) + 3 * len(self.alive)),
                                   thread_name_prefix=f"dgrpo-read-{self.rank}")
         # (past safe, a peer is waited for only while others are held; fellows held this node in eq{n-1}: Schedule)
         fellows, safe = (set(), None) if startup else (self.schedule.fellows_of(tag), self.schedule.safe(tag))
@@ -211,8 +211,8 @@ class StoreExchange:
                     self.notes.note(tag, pending)
                 side.take_notes()  # (each pending peer's notes are read from just before its deadline: SideReads)
                 side.ask_owed(now)  # (eq{n}: the round payloads of fellows missed in r{n}, Schedule.owed_in)
-                if pending and not startup:  # (who is still in eq{n-1} with another: HeldBefore)
-                    prev.poll(end)
+                if any(p not in extended and now >= until[p] - 0.5 for p in pending):  # (still in eq{n-1} with
+                    prev.poll(end)  # another, read from 0.5 s before a deadline where a note may extend: HeldBefore)
                 for peer in [p for p in pending if p not in extended and end is not None and until[p] < end]:
                     side.ask_notes(peer, until[peer], now)  # (a round exchange with time left in its budget)
                 for peer in [p for p in pending if now >= until[p] and p in side.hits and p not in extended]:

@@ -50,7 +50,8 @@ expels an honest node that only waited (review r31d F1). Two rules close it:
   swarm of 2, with no other peer to say, only an extension is cut there, never the window ``W``.)
 
 **The round's budget is ``timeout_s``** (issue 31: every wait of round r ends by this node's ``r{r}`` post +
-``timeout_s``, plus at most one poll). It is carved (:class:`Schedule`) into a payload window ``W``
+``timeout_s``, plus at most one poll; ``timeout_s`` + E where two peers held together in ``eq{r-1}`` are waited for to
+:meth:`Schedule.held_bound`, review r31q Q3: cut at W + E, each trained on a message set of its own). It is carved (:class:`Schedule`) into a payload window ``W``
 (:func:`window_s`), one extension ``E = W + S`` (:func:`extension_s`) and a relay slack ``S``
 (:func:`slack_s`), ``W + E + S = timeout_s``: a round payload ``r{r}`` is waited for until ``W`` after this
 node's post (a noted waiter: ``W + E``); every honest node posts its relay as soon as it holds every round

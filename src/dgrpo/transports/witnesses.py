@@ -62,7 +62,7 @@ class HeldBefore:
     their round's end, and this node, which had every relay, waits for their ``r{n}`` to
     :meth:`~dgrpo.transports.waits.Schedule.held_bound`. A peer alone in ``eq{n-1}`` (the withholder posing as held)
     gets nothing from it; a peer counts as still in only once a read of its ``end/eq{n-1}`` came back without it (a
-    server that does not answer proves nothing here). Read from the exchange's start while a peer is awaited."""
+    server that does not answer proves nothing here). Read from 0.5 s before a deadline a note may extend."""
 
     def __init__(self, rank: int, chan: "PeerChannel", tag: str, roster, submit: Callable[..., "Future"]):
         n = tag[1:]

@@ -1,12 +1,12 @@
-"""Review r31q Q3 (open, HIGH): the two-victim hold splits the honest message sets. Rank 3 serves a false wait note
+"""Review r31q Q3 (HIGH): the two-victim hold split the honest message sets. Rank 3 serves a false wait note
 in every ``r{n}`` naming nodes 0 and 1 and never serves them its relay ``eq{n}`` (r31l F2's attack): nobody is
-expelled (test_round_deadlines), but the two victims leave ``eq{n}`` a fraction of a second apart, the first is past
-its cut (``Schedule.safe``) and drops the second, node 2 drops both at ``W + E``, and the second victim's round
-payload reaches no other honest node: it trains on its own messages alone (``merge_views`` counts a node's own view
-whole). In the review 4 of 4 runs split in rounds 1-3 (homogeneous copies 0.043 apart with a learning reward).
-A threshold on relays does not close it (the attacker's relay becomes the deciding vote for a message one honest
-node had): one relay exchange gives no agreement once the attacker makes an honest node late; docs/distributed.md
-("Message sets under the two-victim hold")."""
+expelled (test_round_deadlines), but the two victims, held to their round's end, posted ``r{n+1}`` ~S after node 2 cut
+them at W + E, the first victim out (past ``Schedule.safe``, nobody else left in ``r{n+1}``) cut the second, and the
+second trained on its own round payload alone (``merge_views`` counts a node's own view whole): node 0 {0, 1, 2, 3},
+node 1 {1, 2, 3}, node 2 {2, 3} in round 1, in about 2 of 3 runs. Now node 2, seeing both still in ``eq{n}`` at its
+window, waits for them to ``Schedule.held_bound`` and, still in ``r{n+1}``, is the witness that keeps each victim
+waiting for the other: every honest rank holds every honest round payload (docs/distributed.md "Nodes held together
+are waited for together")."""
 
 import pytest
 from distributed_helpers import launch

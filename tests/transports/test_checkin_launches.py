@@ -11,6 +11,8 @@ import json
 import threading
 import time
 
+import pytest
+
 from signed_ranks import _ranks
 from test_checkin_signed import _chan, _check_ins, _signed_view
 
@@ -266,3 +268,40 @@ def test_the_roles_check_and_the_ready_check_name_the_owner_of_two_launches():
             assert str(err).startswith("node 3 answered for two launches at start-up"), (k, str(err))
     for t in ts:
         t.chan.close()
+
+
+def test_an_answer_held_back_from_one_reader_is_timed_and_the_wait_ends_within_the_budget_given():
+    """Review r31s S1, S2: rank 3 answers node 1's launch challenge late. ``settle`` returns when each answer came
+    (node 1's caller names an answer over LATE_S late: test_start_budget), and waits no longer than the ``wait_s`` its
+    caller gives (what is left of its start-up budget), naming the holder; before, it waited ``startup_timeout_s / 2``
+    outside the budget and timed nothing, so the held honest rank was the one named late by its peers."""
+    from dgrpo.transports.launchproof import settle
+
+    def held_back(t3, hold_s):
+        serve, until = t3.chan.serve, time.monotonic() + hold_s
+
+        def late(key, reader):
+            if key.startswith("hello/") and reader == "1" and time.monotonic() < until:
+                return None
+            return serve(key, reader)
+        t3.chan.serve = late
+
+    ts, _ = _ranks(4)
+    held_back(ts[3], 1.5)
+    came = settle(ts[1].chan, {0, 2, 3}, 20.0)
+    others = settle(ts[0].chan, {1, 2, 3}, 20.0)
+    for t in ts:
+        t.chan.close()
+    assert came[3] >= 1.5 and max(came[0], came[2]) < 1.5, came
+    assert set(came) == {0, 2, 3} and max(others.values()) < 1.5, others
+
+    ts, _ = _ranks(4)
+    held_back(ts[3], 30.0)
+    start = time.monotonic()
+    with pytest.raises(PeerFailure) as err:
+        settle(ts[1].chan, {0, 2, 3}, 20.0, 0.8)
+    took = time.monotonic() - start
+    for t in ts:
+        t.chan.close()
+    assert str(err.value).startswith("node 3 did not answer node 1's challenge for its launch within 0.8s"), err.value
+    assert took < 0.8 + 4.5, took  # (not startup_timeout_s / 2 = 10 s; one read's 2 s bound and the map read past it)

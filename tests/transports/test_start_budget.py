@@ -143,3 +143,24 @@ def test_values_held_back_from_one_reader_in_two_exchanges_stop_it_within_one_bu
         why = ts[k]._notes[0][1]
         assert why.startswith("waited: served start-up exchange 'config' ") and why.endswith(
             "s for nodes [3] in exchange 'role'"), why
+
+
+def test_a_launch_answer_held_back_names_its_holder_and_the_held_rank_says_so_with_its_role():
+    """Review r31s S1: rank 3 answered node 1's launch challenge 9 s late. Node 1 names node 3 ``late`` (a WARNING line
+    and round 0's peers.jsonl), and its role value carries the hold, so its peers name node 1 ``waited`` under its own
+    name only, never ``late``; before, node 3 was named by nobody and node 1 ``late`` by every other rank."""
+    from types import SimpleNamespace
+
+    from dgrpo.transports.startgather import name_slow_answers
+
+    one = SimpleNamespace(rank=1, _notes=[], start_budget=StartBudget())
+    name_slow_answers(one, {0: 0.1, 2: LATE_S - 0.1, 3: 9.04})
+    assert one._notes == [(3, f"late: answered node 1's launch challenge 9.0s after it was asked (over {LATE_S:g}s: its "
+                              "server held the answer back from this node)")]
+    note = one.start_budget.note()
+    assert note == HELD + '["launch", 9.0, [3]]'
+    _, named = name_late(0, "role", {0: "honest|s0", 1: "honest|s1" + note}, 20.0, {1: 29.2}, StartBudget())
+    assert named == [(1, "waited: served start-up exchange 'role' 9.2s after this node posted, saying it waited 9.0s "
+                         "for nodes [3] in exchange 'launch'")]
+    name_slow_answers(one, {0: 0.1, 3: LATE_S})  # (answers in time clear the hold)
+    assert one.start_budget.held is None and one._notes[1:] == []

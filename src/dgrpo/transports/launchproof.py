@@ -48,7 +48,7 @@ class Proofs:
     """This rank's map of proved launches and its peers' answers to its challenge, served under :data:`KEY`."""
 
     def __init__(self, chan):
-        self.chan, self.launches, self.proofs = chan, {}, {}
+        self.chan, self.launches, self.proofs, self.came = chan, {}, {}, {}
 
     def refresh(self, end: float) -> None:
         """Challenge every peer proved so far whose answer to this map's digest is missing (reads end by ``end``);
@@ -66,6 +66,7 @@ class Proofs:
                 sig = (raw or b"").decode(errors="replace")
                 if _answered(chan.keys, k, now[k], d, sig):
                     self.proofs[k] = sig
+                    self.came.setdefault(k, time.monotonic())  # (when its first answer came: settle names it late)
         chan.set(KEY, json.dumps({"launches": {str(k): v for k, v in sorted(now.items())},
                                   "proofs": {str(k): v for k, v in sorted(self.proofs.items())}}))
 
@@ -115,7 +116,7 @@ def other_launch(chan, writer: int, owner: int, cache: dict | None = None) -> tu
     return next((c for c in conflicts(chan, writer, cache[writer]) if c[0] == owner), None)
 
 
-def settle(chan, live, timeout_s: float) -> None:
+def settle(chan, live, timeout_s: float, wait_s: float | None = None) -> dict[int, float]:
     """After the check-in and the group's set-up (``live``: the peers the check-in kept; ``timeout_s``:
     ``swarm.startup_timeout_s``): every live peer's answer to this rank's challenge in its served map (waited for up to
     ``timeout_s / 2``: a rank that stops for a missing answer is quoted by its peers well within their own wait in the
@@ -124,14 +125,21 @@ def settle(chan, live, timeout_s: float) -> None:
     why, signed, and its peers, already in the first start-up exchange, quote it (in the check-in they would wait for
     it in the group's set-up and fail there naming nobody).
 
+    ``wait_s``: the wait for the answers instead of ``timeout_s / 2`` (the caller's start-up budget: review r31s S2).
+
+    Returns:
+        owner → seconds after this wait began that its answer came (every live peer's; its caller names one over
+        ``startgather.LATE_S`` late: review r31s S1).
+
     Raises:
         PeerFailure: an owner answered for two launches (both nonces); a live peer's server did not answer this
             rank's challenge in time (names it: the start-up needs every live rank). Said to the peers first, signed.
     """
     if chan.keys is None:
-        return
-    proofs, wait_s = Proofs(chan), timeout_s / 2
-    end = time.monotonic() + wait_s
+        return {}
+    proofs, wait_s = Proofs(chan), timeout_s / 2 if wait_s is None else wait_s
+    start = time.monotonic()
+    end = start + wait_s
     while True:
         for k in sorted(live):  # (each proved at the check-in already; else its server is challenged now)
             chan.address_of(k, min(end, time.monotonic() + 2.0))
@@ -148,8 +156,9 @@ def settle(chan, live, timeout_s: float) -> None:
         why = f"{line(found, chan.rank)}: stopping before round 0 rather than splitting the swarm"
     elif late:
         why = (f"node{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} did not answer node {chan.rank}'s "
-               f"challenge for {'their' if len(late) > 1 else 'its'} launch within {wait_s:g}s (stalled or gone, or "
+               f"challenge for {'their' if len(late) > 1 else 'its'} launch within {wait_s:.3g}s (stalled or gone, or "
                f"its server withheld the answer from node {chan.rank}): stopping before round 0")
     if why:
         chan.announce_stop(why)
         raise PeerFailure(why)
+    return {k: at - start for k, at in proofs.came.items() if k in live}

@@ -16,6 +16,7 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule
 from dgrpo.transports.checkin import ABANDONED, Joined, check_in  # noqa: F401 (re-exported)
 from dgrpo.transports.launchproof import settle
+from dgrpo.transports.startgather import STEP_S, name_slow_answers
 from dgrpo.transports.fingerprint import config_fingerprint  # noqa: F401 (the one fingerprint of every transport)
 from dgrpo.transports.signedstore import seconds
 
@@ -202,7 +203,15 @@ def agree_at_start(transport, rank: int, cfg: "RunConfig") -> list[int]:
     sw = cfg.swarm
     chan = transport.chan  # with a roster file each role is signed for its server's launch (review r31f H9)
     if chan.keys is not None:  # (one launch per owner: review r31r R2)
-        settle(chan, transport.alive - {rank}, sw.startup_timeout_s)
+        budget = getattr(transport, "start_budget", None)
+        if budget is None:
+            settle(chan, transport.alive - {rank}, sw.startup_timeout_s)
+        else:  # (within the start-up's one budget, the holder named: review r31s S1, S2)
+            budget.begin(chan.checked_in)
+            with budget.waiting():
+                came = settle(chan, transport.alive - {rank}, sw.startup_timeout_s,
+                              min(sw.startup_timeout_s / 2, max(budget.left(sw.startup_timeout_s), STEP_S)))
+            name_slow_answers(transport, came)
     role = "attacker" if rank in set(sw.malicious) else "honest"
     sig = chan.keys.sign(f"role|{rank}|{role}|{chan.nonce}") if chan.keys is not None else ""
     said = {n: (v.split("|", 1) + [""])[:2] for n, v in transport.gather_values(

@@ -138,6 +138,21 @@ def name_late(rank: int, tag: str, texts: dict[int, str], posted: float, arrived
     return values, named
 
 
+def name_slow_answers(t: "DistributedTransport", came: dict[int, float]) -> None:
+    """Name each peer whose answer to this rank's launch challenge came over :data:`LATE_S` after it was asked
+    (``came``: owner → seconds, :func:`~dgrpo.transports.launchproof.settle`): a WARNING line and a ``late`` refusal in
+    round 0's ``peers.jsonl``, and this rank's next start-up value says it was held (:data:`HELD`), so its peers name
+    it ``waited`` under its own name, never ``late`` (review r31s S1: before, the holder was named by nobody and the
+    held honest rank ``late`` by every other)."""
+    late = {k: s for k, s in sorted(came.items()) if k != t.rank and s > LATE_S}
+    for k, secs in late.items():
+        why = (f"late: answered node {t.rank}'s launch challenge {secs:.1f}s after it was asked (over {LATE_S:g}s: its "
+               f"server held the answer back from this node)")
+        log.warning("node %d: node %d %s", t.rank, k, why)
+        t._notes.append((k, why))
+    t.start_budget.held = ("launch", max(late.values()), sorted(late)) if late else None
+
+
 def gather(t: "DistributedTransport", tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
     """Every live node's ``value`` in exchange ``tag`` (node → text, this rank's included).
 

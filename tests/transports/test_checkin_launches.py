@@ -15,6 +15,7 @@ import pytest
 
 from signed_ranks import _ranks
 from test_checkin_signed import _chan, _check_ins, _signed_view
+from test_start_values import _run_all
 
 from dgrpo.config import load_config
 from dgrpo.errors import PeerFailure
@@ -129,23 +130,13 @@ def test_a_rank_proving_a_second_launch_to_one_reader_is_named_by_every_honest_r
     record2 = _second_launch(ts[3], "2")
     ts[2].chan.offer("3", record2.decode())  # (pushed in rank 3's requests to node 2's server: X-Dgrpo-Addr)
     cfg = load_config(None, ["swarm.nodes=4", f"swarm.startup_timeout_s={STARTUP_S:g}"])
-    store, out = ts[0].store.underlying_store, {}
+    store = ts[0].store.underlying_store
 
     def one(k):
-        t = ts[k]
-        try:
-            check_in(store, k, 4, 5.0, go_on=True, keys=t.chan.keys, chan=t.chan)
-            out[k] = agree_at_start(t, k, cfg)
-        except Exception as err:  # noqa: BLE001 - the outcome under test
-            out[k] = err
+        check_in(store, k, 4, 5.0, go_on=True, keys=ts[k].chan.keys, chan=ts[k].chan)
+        return agree_at_start(ts[k], k, cfg)
 
-    threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(STARTUP_S + 20)
-    for t in ts:
-        t.chan.close()
+    out = _run_all(ts, one)  # (each rank in its thread, an error its outcome; the channels closed)
     assert ts[2].chan.launches[3] != ts[0].chan.launches[3] == ts[1].chan.launches[3]  # (the two launches proved)
     for k in (0, 1, 2):
         assert isinstance(out[k], PeerFailure), (k, out[k])

@@ -86,7 +86,7 @@ def split_ready(victim: str, mode: str) -> None:
 
     original = ranklife.barrier
 
-    def barrier(t, own, timeout_s):
+    def barrier(t, own, timeout_s, **kw):  # (kw: ``until``, the start-up budget's end: startgather)
         real, store = json.loads(own), t.signed_store
         launch, records = real["launch"], real["records"]
         if mode == "launch":
@@ -97,7 +97,7 @@ def split_ready(victim: str, mode: str) -> None:
                             "sig": store.sign(startready._text(t.rank, launch, records))}).encode()
         t.chan.hook = lambda k, reader: other if k == f"ready/data/{t.rank}" and reader == victim else None
         print(f"rank {t.rank}: serving node {victim} a second ready confirmation ({mode})", flush=True)
-        return original(t, own, timeout_s)
+        return original(t, own, timeout_s, **kw)
 
     ranklife.barrier = barrier
 

@@ -3,7 +3,7 @@
 Node 3 (declared honest, so a reporting node) posts no record of round 0, ``[]`` as its record of round 1 and none
 after. Before: the main waited ``timeout_s`` for rec0 outside the round clock, started round 1 over ``timeout_s``/4
 late and was dropped (exit 3), then the next main; and ``[]`` crashed every honest main in turn (exit 1). Now the
-main waits at most ``timeout_s``/8 (``RECORD_SHARE``), names node 3 in peers.jsonl and goes on."""
+main waits at most ``timeout_s``/8 (``dht.roundrecords.RECORD_SHARE``), names node 3 in peers.jsonl and goes on."""
 
 import json
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule, register
-from dgrpo.transports.dht import byes
+from dgrpo.transports.dht import byes, roundrecords
 from dgrpo.transports.dht.config import check_fresh_join
 from dgrpo.transports.dht.recordio import SignedRecords
 from dgrpo.transports.dht.rounds import call_limit
@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 dht_records = LazyModule("dgrpo.transports.dht.records")  # (import hivemind: loaded when the transport starts)
 launch, dht_commit = LazyModule("dgrpo.transports.dht.launch"), LazyModule("dgrpo.transports.dht.commit")
 dht_rounds = LazyModule("dgrpo.transports.dht.rounds")
-RECORD_SHARE = 8  # a round record's wait: timeout_s / RECORD_SHARE (collect_at_main; half the payload phase)
 
 class HivemindTransport:
     """All-gather of a round's messages through a hivemind DHT, one swarm node per process.
@@ -226,47 +225,17 @@ class HivemindTransport:
         return self.agreed[tag]
 
     def collect_at_main(self, tag: str, payload: bytes, senders: Iterable[int]) -> dict[int, bytes] | None:
-        """The main node reads the payloads of live ``senders`` (round records ``rec{r}``); any other node posts its
-        own and gets None. Both wait at most ``timeout_s`` / :data:`RECORD_SHARE` (review r31f H2).
-
-        A record is metrics, not a message of the protocol: a sender whose record is not in by then is left out of
-        the returned dict (the caller names it, ``missing record``) and never declared failed, under either
-        ``on_peer_failure``. The wait is bounded because the reporting nodes start their next round as soon as
-        they posted: a main that waited ``timeout_s`` for a record withheld started its next round that much
-        later and was dropped (over ``timeout_s``/4 late: the no-split precondition, docs/hivemind.md); at most
-        ``timeout_s``/8 keeps it within the precondition while the honest nodes' spread stays under ``timeout_s``/8.
-        """
-        deadline = time.monotonic() + self.timeout_s / RECORD_SHARE
-        if not self.is_main:
-            self.post(tag, payload, deadline)
-            return None
-        return self._read_records(tag, senders, deadline)
+        """The main node reads the round records ``tag`` of live ``senders``, any other posts its own and gets None,
+        both for at most ``timeout_s`` / 8 (:func:`dgrpo.transports.dht.roundrecords.collect_at_main`)."""
+        return roundrecords.collect_at_main(self, tag, payload, senders)
 
     def late_records(self, tag: str, senders: Iterable[int]) -> dict[int, bytes]:
-        """The main node's second read of records ``tag`` :meth:`collect_at_main` missed (a held sender's, review r31o
-        H7; kept in the DHT for ``retention_s``): 0.25 s at its next record."""
-        return self._read_records(tag, senders, time.monotonic() + 0.25) if self.is_main else {}
+        """The main node's second read of records ``tag`` (:func:`dgrpo.transports.dht.roundrecords.late_records`)."""
+        return roundrecords.late_records(self, tag, senders)
 
     def last_records(self, wanted: dict[str, Iterable[int]]) -> dict[str, dict[int, bytes]]:
-        """The main node's read of the run's last records (``wanted``: tag → senders, no round payload between them)
-        :meth:`collect_at_main` missed: one wait for all, ``timeout_s`` / :data:`RECORD_SHARE` (the main's ``done`` at
-        most ``timeout_s`` / 4 late, as at a round's record)."""
-        if not self.is_main:
-            return {tag: {} for tag in wanted}
-        deadline = time.monotonic() + self.timeout_s / RECORD_SHARE
-        return {tag: self._read_records(tag, senders, deadline) for tag, senders in wanted.items()}
-
-    def _read_records(self, tag: str, senders: Iterable[int], deadline: float) -> dict[int, bytes]:
-        want, got, delay = (set(senders) & self.alive) - {self.rank}, {}, 0.02
-        while want - got.keys():
-            for node, (_, body, _) in self.signed.read(self.signed.key(tag), want - got.keys(), call_limit(deadline)).items():
-                got.setdefault(node, body)
-            now = time.monotonic()
-            if not want - got.keys() or now >= deadline:
-                break
-            time.sleep(min(delay, max(0.0, deadline - now)))
-            delay = min(delay * 1.5, 0.25)
-        return got
+        """The main node's read of the run's last records (:func:`dgrpo.transports.dht.roundrecords.last_records`)."""
+        return roundrecords.last_records(self, wanted)
 
     # ------------------------------------------------------------------ membership (the helpers' way in)
     def enter_launch(self, run_id: str, fingerprint: str, roster: dict[int, str], alive: Iterable[int] | None = None,

@@ -97,6 +97,7 @@ class HivemindTransport:
         self.agreed: dict[str, str] = {}  # tag → the value agreed (agree), published in the launch record
         self.signed = SignedRecords(dht, rank, signing_key, namespace, self.roster, self._refuse)
         self.last_round, self._closed, self.stop_why = None, False, None  # (stop_why: said in its bye, dht/byes.py)
+        self.done_at: float | None = None  # time.monotonic() when this node posted its done (post_done)
         atexit.register(self._exit)
 
     # ------------------------------------------------------------------ construction
@@ -324,7 +325,8 @@ class HivemindTransport:
         self.stop_why = self.stop_why or reason
 
     def close(self, wait: bool = True) -> None:
-        """Clean end of the run: wait (up to timeout_s) until every live peer is done, then stop the DHT.
+        """Clean end of the run: post ``done`` (:meth:`post_done`, if not yet) and wait until every live peer is done or
+        ``timeout_s`` after that post, then stop the DHT.
 
         A node that leaves takes its DHT storage with it; waiting keeps the last records readable.
         ``wait=False``: stop at once, saying nothing (a launch that failed: no peer counts on this node).
@@ -334,10 +336,18 @@ class HivemindTransport:
         self._closed = True
         try:
             if wait:
-                self.exchange("done", b"1")
+                self.collect("done", range(self.world_size), self.post_done() + self.timeout_s)
         except PeerFailure as err:
             log.warning("at shutdown: %s", err)
         self.dht.shutdown()
+
+    def post_done(self) -> float:
+        """Post this node's ``done`` (once: the main posts it before its last records' read, :meth:`last_records`);
+        ``time.monotonic()`` when it was first posted: :meth:`close` waits for its peers' until ``timeout_s`` after."""
+        if self.done_at is None:
+            self.done_at = time.monotonic()
+            self.post("done", b"1", self.done_at + self.timeout_s)
+        return self.done_at
 
     def _exit(self) -> None:
         """At interpreter exit without :meth:`close` (an error): say bye so peers stop waiting at once."""

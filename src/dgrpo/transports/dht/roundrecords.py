@@ -4,7 +4,8 @@ moved out of :mod:`dgrpo.transports.hivemind`, whose exchanges blame a missing p
 A record is metrics, not a message of the protocol (docs/hivemind.md, "Round records"). A reporting node posts its
 record and starts its next round at once; the main reads the records for at most ``timeout_s`` / :data:`RECORD_SHARE`
 (:func:`collect_at_main`), and one not in by then is read again at the main's next record (:func:`late_records`, its
-sender posted it before its next round payload) or, for the run's last records, at the end (:func:`last_records`). A record still missing then is named ``missing record`` by the caller
+sender posted it before its next round payload) or, for the run's last records, after the main posts its ``done``,
+until each sender's are in or its ``done`` is (:func:`last_records`). A record still missing then is named ``missing record`` by the caller
 (:mod:`dgrpo.training.records`); its sender is never declared failed for it.
 
 Light, as the transport: the DHT is reached through the transport's ``signed`` records only.
@@ -49,13 +50,36 @@ def late_records(t: "HivemindTransport", tag: str, senders: Iterable[int]) -> di
 
 
 def last_records(t: "HivemindTransport", wanted: dict[str, Iterable[int]]) -> dict[str, dict[int, bytes]]:
-    """The main node's read of the run's last records (``wanted``: tag → senders, no round payload between them)
-    :func:`collect_at_main` missed: one wait for all, ``timeout_s`` / :data:`RECORD_SHARE` (the main's ``done`` at
-    most ``timeout_s`` / 4 late, as at a round's record)."""
+    """The main node ``t``'s read of the run's last records (``wanted``: tag → senders) that :func:`collect_at_main`
+    missed, which no round payload follows, by the rule of ``torch.distributed`` (h31q1, docs/distributed.md "The
+    record and the end of the run"): the main posts its ``done`` first (:meth:`HivemindTransport.post_done
+    <dgrpo.transports.hivemind.HivemindTransport.post_done>`: it has nothing more to send, so no peer waits for it),
+    then reads each sender's records until they are in or its own signed ``done`` (or ``bye``) is in (an honest node
+    posts its records before it: a read after it that still misses them is the last), at most ``timeout_s`` after
+    that post, the ``done`` exchange's own budget, which :meth:`~dgrpo.transports.hivemind.HivemindTransport.close`
+    keeps. Before, a fixed ``timeout_s`` / 8: a reporter held late (a withheld payload, two victims held together)
+    posted its last records after it and lost them at the main (``missing record``)."""
     if not t.is_main:
         return {tag: {} for tag in wanted}
-    deadline = time.monotonic() + t.timeout_s / RECORD_SHARE
-    return {tag: read_records(t, tag, senders, deadline) for tag, senders in wanted.items()}
+    end = t.post_done() + t.timeout_s
+    owed = {p: {tag for tag, s in wanted.items() if p in set(s)} for p in sorted(t.alive - {t.rank})}
+    owed = {p: tags for p, tags in owed.items() if tags}
+    got: dict[str, dict[int, bytes]] = {tag: {} for tag in wanted}
+    delay = 0.02
+    while owed:
+        said = {n for tag in ("done", "bye") for n in t.signed.read(t.signed.key(tag), set(owed), call_limit(end))}
+        for tag in sorted(set().union(*owed.values())):  # (read after the done marks: a record posted before is in)
+            for node, (_, body, _) in t.signed.read(t.signed.key(tag), {p for p in owed if tag in owed[p]},
+                                                    call_limit(end)).items():
+                got[tag][node] = body
+                owed[node].discard(tag)
+        owed = {p: tags for p, tags in owed.items() if tags and p not in said}
+        now = time.monotonic()
+        if not owed or now >= end:
+            break
+        time.sleep(min(delay, max(0.0, end - now)))
+        delay = min(delay * 1.5, 0.25)
+    return got
 
 
 def read_records(t: "HivemindTransport", tag: str, senders: Iterable[int], deadline: float) -> dict[int, bytes]:

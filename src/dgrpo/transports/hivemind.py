@@ -36,7 +36,7 @@ from dgrpo.registry import LazyModule, register
 from dgrpo.transports.dht import byes, roundrecords
 from dgrpo.transports.dht.config import check_fresh_join
 from dgrpo.transports.dht.recordio import SignedRecords
-from dgrpo.transports.dht.rounds import call_limit
+from dgrpo.transports.dht.rounds import HeldStops, call_limit
 from dgrpo.transports import payload as payload_codec
 from dgrpo.transports.framing import OPEN, KeyCaps
 from dgrpo.types import Message
@@ -69,6 +69,8 @@ class HivemindTransport:
         signed: its :class:`~dgrpo.transports.dht.recordio.SignedRecords` (``key``, ``store``, ``records``, ``read``,
             ``reject``: every record stored or read goes through it; it reads :attr:`roster`, the same dict, so the
             roster is changed in place, never replaced).
+        stops: a message round's aborts held to its commit and the byes it read, which this node's view relays
+            (:class:`~dgrpo.transports.dht.rounds.HeldStops`); done_at: when it posted ``done`` (:meth:`post_done`).
         public_key, agreed, last_round: this node's record key (hex), the values :meth:`agree` agreed
             (a joiner's from a quorum of the launch records), the round of the last all-gather (None before it).
     The launch and commit helpers (:mod:`dgrpo.transports.dht`) read public members and change this node's
@@ -98,6 +100,7 @@ class HivemindTransport:
         self.signed = SignedRecords(dht, rank, signing_key, namespace, self.roster, self._refuse)
         self.last_round, self._closed, self.stop_why = None, False, None  # (stop_why: said in its bye, dht/byes.py)
         self.done_at: float | None = None  # time.monotonic() when this node posted its done (post_done)
+        self.stops = HeldStops()  # (a message round: an abort held to its commit; the byes read, relayed in its view)
         atexit.register(self._exit)
 
     # ------------------------------------------------------------------ construction
@@ -167,6 +170,7 @@ class HivemindTransport:
             if now >= next_bye:
                 said = self.signed.read(self.signed.key("bye"), want - got.keys(), call_limit(deadline))
                 left |= {n: byes.why_of(body) for n, (_, body, _) in said.items()}  # (its stop reason: dht/byes.py)
+                self.stops.byes.update({n: (body, sig) for n, (_, body, sig) in said.items()})  # (the view relays them)
                 next_bye = now + 1.0
             if on_wait is not None:
                 on_wait()
@@ -183,14 +187,23 @@ class HivemindTransport:
         """Take ``peers`` out of :attr:`alive` (failed in exchange ``tag``; ``left``: said bye → the stop reason
         its bye carries, quoted; ``why``: what they did; ``limit``: the wait they missed, default
         ``swarm.timeout_s=…s``), then raise :class:`PeerFailure` (``on_peer_failure=abort``, names them; the line is
-        said in this node's bye too: :mod:`dgrpo.transports.dht.byes`) or go on."""
+        said in this node's bye too: :mod:`dgrpo.transports.dht.byes`) or go on. In a message round an abort is
+        held to its commit (:attr:`stops`, :meth:`settle`)."""
         self.leave_out(peers, tag)
         text = byes.failed_line(peers, tag, left or {}, why, limit or f"{self.limit_name}={self.timeout_s:g}s")
-        if self.on_peer_failure == "abort":
+        if self.on_peer_failure != "abort":
+            return log.warning("%s; continuing without it (swarm.on_peer_failure=continue)", text)
+        if not self.stops.hold(peers, text):  # (in a message round: acted on at its commit, alike at every honest node)
+            self.settle(text)
+
+    def settle(self, text: str | None = None) -> None:
+        """Stop on ``text`` (raise :class:`PeerFailure`; said in this node's bye), or, with none, on the failures of the
+        message round held to its commit that the commit left failed (:class:`~dgrpo.transports.dht.rounds.HeldStops`)."""
+        text = text or self.stops.settle(self.failed)
+        if text:
             self.stop_why = self.stop_why or text
             log.error("%s; aborting (swarm.on_peer_failure=abort)", text)
             raise PeerFailure(f"{text}; aborted (set swarm.on_peer_failure=continue to go on without it)")
-        log.warning("%s; continuing without it (swarm.on_peer_failure=continue)", text)
 
     def exchange(self, tag: str, payload: bytes, on_wait=None, deadline: float | None = None,
                  limit: str | None = None) -> dict[int, bytes]:
@@ -263,6 +276,7 @@ class HivemindTransport:
         """Node ``node`` takes part again (this node missed it; its peers kept its payload)."""
         self.alive.add(node)
         self.failed.pop(node, None)
+        self.stops.pending.pop(node, None)
 
     def leave(self) -> None:
         """This node leaves the swarm (its peers dropped it): it no longer counts itself live."""

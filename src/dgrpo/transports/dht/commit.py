@@ -7,7 +7,8 @@ equivocation) or time a record to reach some nodes in time and others not. So af
 come two rounds of views (an authenticated broadcast of the views, as Dolev and Strong's with one faulty node):
 
 1. ``v{round}``, the views: for each payload a node kept, the body's SHA-256 and the sender's record signature over
-   it (:func:`dgrpo.transports.dht.records.signed_digest`), so a view can only list what the sender signed for that key.
+   it (:func:`dgrpo.transports.dht.records.signed_digest`), so a view can only list what the sender signed for that key;
+   under ``"bye"`` the same of each signed ``bye`` it read in the payload phase (task h31t3: the relay of byes).
 2. ``e{round}``, the echo: every node relays each view it read with its voter's record signature (zlib-packed; the
    body left out when it is malformed or above :func:`view_limit`). A node takes a view from the echo of any node
    but the view's own voter, so a view that one honest node read reaches every honest node, and every honest node
@@ -18,6 +19,9 @@ Each node then decides for every sender ``n`` from those views of the nodes othe
 view entry that does not verify counts as absent and is named under the view's sender):
 
 * two different digests signed by ``n``: ``n`` equivocated (the proof travels in the views), dropped;
+* a ``bye`` signed by ``n``: it left, failed at every honest node alike; with its payload listed too, it said bye to
+  some and sent to others (``equivocation``), dropped (before, only the node that read the bye acted on it, at once:
+  under ``abort`` it stopped alone);
 * missed by at least two of those views (one, when there is only one) and by more than half of them:
   ``n`` was late, dropped; a node that finds itself so dropped leaves the swarm;
 * otherwise ``n`` is kept; each node that holds its payload relays it (``r{round}x{n}``) and a node that missed
@@ -49,6 +53,7 @@ import zlib
 from typing import TYPE_CHECKING
 
 from dgrpo.errors import PeerFailure
+from dgrpo.transports.dht import byes
 from dgrpo.transports.dht.records import signed_digest
 from dgrpo.transports.dht.rounds import RoundClock, call_limit
 
@@ -59,8 +64,14 @@ log = logging.getLogger(__name__)
 
 
 def view_limit(nodes: int) -> int:
-    """Bytes of the largest well-formed view of a swarm of ``nodes``: ``"n": ["digest", "signature"]`` per node."""
-    return 256 * nodes + 64
+    """Bytes of the largest well-formed view of a swarm of ``nodes``: ``"n": ["digest", "signature"]`` per node, for
+    its payload and for its bye (under ``"bye"``)."""
+    return 512 * nodes + 96
+
+
+def _node_id(key: str) -> int:
+    """A view's node key as a node id, -1 for anything else (not int('²'))."""
+    return int(key) if key.isascii() and key.isdigit() and len(key) < 7 else -1
 
 
 def _sha(body: bytes) -> str:
@@ -200,10 +211,13 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
     """
     tag, seals = f"r{round_idx}", t.seals.get(f"r{round_idx}", {})
     key, vkey = t.signed.key(tag), t.signed.key(f"v{round_idx}")
-    mine = {str(n): [_sha(b), seals[n].hex()] for n, b in payloads.items() if n in seals}
+    mine: dict = {str(n): [_sha(b), seals[n].hex()] for n, b in payloads.items() if n in seals}
+    if t.stops.byes:  # (relayed, so that every honest node acts on a bye here, alike: task h31t3)
+        mine["bye"] = {str(n): [_sha(body), sig.hex()] for n, (body, sig) in sorted(t.stops.byes.items())}
     clock = clock or RoundClock.now(t.timeout_s)
     raws = t.exchange(f"v{round_idx}", json.dumps(mine).encode(), deadline=clock.end("views"), limit=clock.limit("views"))
     views, dropped, silent = agreed_views(t, round_idx, raws, clock)
+    said, quotes = _byes(t, views, tag), {}  # (node → voter → digest of its signed bye; node → its stop reason)
 
     def listed(voter: int, node: int) -> str | None:
         entry = views[voter].get(str(node))
@@ -222,6 +236,11 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
         misses = [v for v in voters if v not in digests]
         if node in dropped:
             pass
+        elif node in said and node != t.rank:  # (it said bye: out at every honest node; with a payload, equivocation)
+            readers, quotes[node] = sorted(said[node]), _reason(t, node, said[node], clock)
+            dropped[node] = ("equivocation", f"said bye (signed; read by nodes {readers}) while its payload reached "
+                                             f"nodes {sorted(digests)}") if digests else \
+                ("missing payload", f"left the swarm (its signed bye read by nodes {readers})")
         elif not digests and node not in payloads and node != t.rank:  # nobody holds it
             if t.failed.get(node) == tag:  # declared failed when it was missed in this round: named
                 t.signed.reject(key, f"dropped{node}", node, f"missing payload: it sent nothing for exchange {tag!r} within "
@@ -248,8 +267,8 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
         payloads[node] = _read_again(t, key, node, digest, tag, clock)
     for node, (rule, why) in sorted(dropped.items()):
         t.signed.reject(key, f"dropped{node}", node, f"{rule}: it {why} in exchange {tag!r}")
-        if node in t.alive:
-            t.declare_failed([node], tag, why=why)
+        if node in t.alive or node in t.stops.pending:  # (pending: missed here, its abort held to this decision)
+            t.declare_failed([node], tag, quotes, why=why)
     etag = f"e{round_idx}"
     for peer in sorted(silent - dropped.keys()):  # no echo: failed in e{round} at every honest node (payload stands)
         if peer in t.alive:
@@ -258,6 +277,34 @@ def commit(t: "HivemindTransport", round_idx: int, payloads: dict[int, bytes], c
             t.signed.reject(t.signed.key(etag), f"missing{peer}", peer,
                             f"missing echo: it sent no echo of exchange {tag!r} within {clock.limit('echo')}")
     return {n: b for n, b in payloads.items() if n not in dropped}
+
+
+def _byes(t: "HivemindTransport", views: dict[int, dict], tag: str) -> dict[int, dict[int, str]]:
+    """node → {voter: digest} of the byes the agreed ``views`` relay that their node signed (a voter's own counts for
+    nothing: it could show it to some only); an entry its node did not sign is named under the voter (``view``)."""
+    bkey, vkey, out = t.signed.key("bye"), t.signed.key(f"v{tag[1:]}"), {}
+    for voter, view in sorted(views.items()):
+        entries = view.get("bye", {})
+        for node, entry in (entries.items() if isinstance(entries, dict) else [("?", None)]):
+            n = _node_id(node)
+            if n in (voter, t.rank) and n in t.roster:
+                continue
+            if n in t.roster and isinstance(entry, list) and len(entry) == 2 and signed_digest(bkey, n, t.roster[n], *entry):
+                out.setdefault(n, {})[voter] = entry[0]
+            else:
+                t.signed.reject(vkey, f"bye{voter}>{node[:8]}", voter, f"view: its view of exchange {tag!r} relays a bye "
+                                                                       f"node {node[:8]} did not sign")
+    return out
+
+
+def _reason(t: "HivemindTransport", node: int, digests: dict[int, str], clock: RoundClock) -> str | None:
+    """The stop reason node ``node``'s bye carries (:func:`dgrpo.transports.dht.byes.why_of`), from this node's read
+    of it or one more (its body is not in the views), if its digest is one the views relay; else None."""
+    body = t.stops.byes.get(node, (None,))[0]
+    if body is None:
+        rec = t.signed.read(t.signed.key("bye"), {node}, clock.left("read again")).get(node)
+        body = rec[1] if rec is not None else None
+    return byes.why_of(body) if body is not None and _sha(body) in digests.values() else None
 
 
 def _read_again(t: "HivemindTransport", key: str, node: int, digest: str, tag: str, clock: RoundClock) -> bytes:

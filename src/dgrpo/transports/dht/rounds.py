@@ -5,6 +5,9 @@
 :func:`message_round`; its two local calls after the commit (the DHT's refusals, the launch record) wait what is
 left of the round, at least 0.1 s each.
 
+Under ``on_peer_failure=abort`` a failure read in the round stops this node only once the commit has decided it
+(:class:`HeldStops`), so a payload, view or bye one honest node missed or read alone stops every honest node or none.
+
 A round is four phases, each ending at a fixed share of ``timeout_s`` counted from the moment this node starts the
 round (``all_gather`` is called, before its post), so no phase can push the next one later:
 
@@ -44,6 +47,7 @@ calls and the local ones could run 0.4 s past ``timeout_s``.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -51,6 +55,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from dgrpo.transports.hivemind import HivemindTransport
 
+log = logging.getLogger("dgrpo.transports.hivemind")  # (the transport's log)
 SHARES = {"payloads": 1, "views": 2, "echo": 3, "read again": 4}  # phase → its end, in quarters of timeout_s
 LAST_CALL_S = 0.2  # seconds: the shortest limit of one DHT call (a read made at a phase's end still gets an answer)
 TAIL_S = 2 * LAST_CALL_S + 0.1  # seconds carved out of the last phase: its last read of a payload and of its relays,
@@ -114,10 +119,53 @@ def message_round(t: "HivemindTransport", round_idx: int, payload: bytes, clock:
         PeerFailure: see :meth:`~dgrpo.transports.hivemind.HivemindTransport.collect` and the commit.
     """
     clock = clock or RoundClock.now(t.timeout_s)
-    with t.signed.until(clock.stop):  # (every DHT wait of the round ends by then)
-        got = t.exchange(f"r{round_idx}", payload, on_wait=joiner_beacon(t, round_idx), deadline=clock.end("payloads"),
-                         limit=clock.limit("payloads"))
-        return t.commit(round_idx, got, clock)
+    t.stops.open()  # (under abort: a failure stops this node once the commit decided it, alike at every honest node)
+    try:
+        with t.signed.until(clock.stop):  # (every DHT wait of the round ends by then)
+            got = t.exchange(f"r{round_idx}", payload, on_wait=joiner_beacon(t, round_idx),
+                             deadline=clock.end("payloads"), limit=clock.limit("payloads"))
+            kept = t.commit(round_idx, got, clock)
+    finally:
+        t.stops.close()
+    t.settle()
+    return kept
+
+
+class HeldStops:
+    """A message round's failures under ``on_peer_failure=abort``, held to its commit, and the byes it read (task
+    h31t3). A payload, view or bye one honest node missed or read alone is decided by the commit's views alike at
+    every honest node (a payload kept is read again and its node readmitted; a signed bye relayed in a view fails its
+    node at all: :mod:`dgrpo.transports.dht.commit`); only then does a node stop, in
+    :meth:`HivemindTransport.settle <dgrpo.transports.hivemind.HivemindTransport.settle>`, on what is failed still.
+    Before, the node that missed a payload or read a bye stopped alone at once (docs/hivemind.md, Churn).
+
+    Attributes:
+        on: within a message round (:func:`message_round`; outside it an abort stops at once).
+        pending: failed node → the line naming it (dropped when the node is readmitted).
+        byes: node → (body, record signature) of each signed bye read in this round, relayed in this node's view.
+    """
+
+    def __init__(self) -> None:
+        self.on, self.pending, self.byes = False, {}, {}
+
+    def open(self) -> None:
+        self.on, self.pending, self.byes = True, {}, {}
+
+    def close(self) -> None:
+        self.on = False
+
+    def hold(self, peers: list[int], text: str) -> bool:
+        """Hold the abort on ``peers`` (named by ``text``) to the commit, within a round; False outside one."""
+        if self.on:
+            self.pending.update(dict.fromkeys(peers, text))
+            log.warning("%s; the round's commit decides (swarm.on_peer_failure=abort)", text)
+        return self.on
+
+    def settle(self, failed: dict[int, str]) -> str | None:
+        """The lines of the held nodes still ``failed`` (the transport's), joined; None if none. Forgets them."""
+        lines = list(dict.fromkeys(line for n, line in sorted(self.pending.items()) if n in failed))
+        self.pending = {}
+        return "; ".join(lines) or None
 
 
 def joiner_beacon(t: "HivemindTransport", round_idx: int):

@@ -8,6 +8,8 @@ of its payload phase; nodes 0 and 2 then missed node 1's view and stopped naming
 
 Real DHT nodes in this process (:mod:`hivemind_swarm`), node 3 the attacker."""
 
+import re
+
 import pytest
 
 pytest.importorskip("hivemind")
@@ -39,16 +41,19 @@ def test_a_bye_shown_to_one_honest_node_and_a_payload_to_the_others_is_decided_a
     says_bye(ts[3])
     seen_by(ts[1], 3, "r0")  # (node 1 never reads node 3's payload: it reads its bye instead)
     out, _ = in_threads([lambda t=t: honest_round(t) for t in ts])
-    proof = "node 3 said bye (signed; read by nodes [1]) while its payload reached nodes [0, 2] in exchange 'r0'"
+    # (node 1 reads the bye 1 s into its payload phase; nodes 0 and 2 read the payload at once, unless a loaded machine
+    # holds their reads past 1 s: then they read the bye too, and the views say so, alike at every honest node)
+    proof = re.compile(r"node 3 said bye \(signed; read by nodes \[(0, )?1(, 2)?\]\) while its payload reached nodes "
+                       r"\[0?(, )?2?\] in exchange 'r0'; node 3 stopped first, saying \(signed\): \"" + re.escape(WHY) + r'"; aborted')
+    if on_peer_failure == "abort":  # every honest node stops, on node 3, in the same line, quoting its bye
+        assert all(isinstance(got, PeerFailure) for got in out[:3]), out
+        assert len({str(got) for got in out[:3]}) == 1 and proof.match(str(out[0])), out[:3]
+        assert "node 1 sent" not in str(out[0]) and "node 1 left" not in str(out[0])
     for t, got in zip(ts[:3], out[:3]):
-        if on_peer_failure == "abort":  # every honest node stops, on node 3, quoting its bye
-            assert isinstance(got, PeerFailure), (t.rank, got)
-            assert str(got).startswith(f'{proof}; node 3 stopped first, saying (signed): "{WHY}"; aborted'), str(got)
-            assert "node 1 sent" not in str(got) and "node 1 left" not in str(got)
-        else:  # every honest node drops node 3 (its payload too) and goes on: one message set
+        if on_peer_failure == "continue":  # every honest node drops node 3 (its payload too) and goes on: one message set
             assert got == {k: PAYLOADS[k] for k in (0, 1, 2)}, (t.rank, got)
             assert t.failed == {3: "r0"} and {0, 1, 2} <= t.alive
-        assert named(t, 3, "equivocation: it said bye (signed; read by nodes [1])"), (t.rank, t.rejected)
+        assert named(t, 3, "equivocation: it said bye (signed; read by nodes ["), (t.rank, t.rejected)
         assert not [r for s, r in t.rejected if s in (0, 1, 2)], (t.rank, t.rejected)
 
 

@@ -16,7 +16,9 @@
    round, the expected round of the ban and the expected gain over sending honestly, in closed form and
    simulated with the real checker and ban list, at the default setting (spot_fraction 0.1,
    position_fraction 1, ban_after 1, 8 messages a round, 12 rounds, a poison worth 2 honest messages),
-   and the gain over a grid of f and ban_after.
+   and the gain over a grid of f and ban_after; and a cheater honest until its last k rounds that then poisons
+   every message (``hit_and_run``: its gain per k, closed form and simulated; per f the best k's gain, the poisons
+   one roster identity gets accepted, and the f from which its last round stops paying).
 
 Writes ``spot_checks.json`` and ``spot_checks.png`` under ``--out``.
 """
@@ -142,8 +144,9 @@ def measured_regenerate(repeats: int, model_name: str) -> list[dict]:
 
 
 def cheater(trials: int) -> dict:
-    from dgrpo.defenses.spot_analysis import (DEFAULT, break_even_benefit, caught_per_round, expected_ban_round,
-                                            expected_gain, simulate)
+    from dgrpo.defenses.spot_analysis import (DEFAULT, break_even_benefit, caught_per_round, deterring_fraction,
+                                            expected_ban_round, expected_gain, hit_and_run_gain, poisons_per_identity,
+                                            simulate)
 
     rows = []
     for p in POISON_RATES:
@@ -155,7 +158,17 @@ def cheater(trials: int) -> dict:
              "gain": expected_gain(p, dataclasses.replace(DEFAULT, fraction=f, ban_after=b)),
              "ban_round": expected_ban_round(p, dataclasses.replace(DEFAULT, fraction=f, ban_after=b))}
             for f in FRACTIONS for b in (1, 2, 3) for p in (0.05, 0.25, 1.0)]
-    return {"default": dataclasses.asdict(DEFAULT), "trials": trials, "rows": rows, "grid": grid}
+    # a cheater honest until its last k rounds, then poisoning every message (review u36 A): the gain per k, closed
+    # form and simulated, and per spot_fraction the best k's gain and the poisons one identity gets accepted
+    hit_and_run = [{"k": k, "gain": hit_and_run_gain(k, DEFAULT),
+                    "gain_sim": simulate(1.0, DEFAULT, trials, seed=37 + k, start=DEFAULT.horizon - k)["gain"]}
+                   for k in (1, 2, 3, 6, 12)]
+    by_fraction = [{"spot_fraction": f, "best_k_gain": max(hit_and_run_gain(k, s) for k in range(1, s.horizon + 1)),
+                    "poisons_per_identity": poisons_per_identity(s)}
+                   for f in FRACTIONS for s in [dataclasses.replace(DEFAULT, fraction=f)]]
+    return {"default": dataclasses.asdict(DEFAULT), "trials": trials, "rows": rows, "grid": grid,
+            "hit_and_run": {"rows": hit_and_run, "by_fraction": by_fraction,
+                            "deterring_fraction": deterring_fraction(DEFAULT)}}
 
 
 def plot(report: dict, path: Path) -> None:

@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from dgrpo.defenses.spot_analysis import (DEFAULT, Setting, break_even_benefit, caught_per_round, expected_ban_round,
-                                        expected_gain, simulate, strike_probability)
+from dgrpo.defenses.spot_analysis import (DEFAULT, Setting, best_hit_and_run, break_even_benefit, caught_per_round,
+                                        deterring_fraction, expected_ban_round, expected_gain, hit_and_run_gain,
+                                        poisons_per_identity, simulate, strike_probability)
 
 
 def test_closed_forms_on_hand_computed_cases():
@@ -45,3 +46,26 @@ def test_bad_setting_refused():
         Setting(fraction=0)
     with pytest.raises(ValueError, match="ban_after must be"):
         Setting(ban_after=0)
+
+
+def test_a_cheater_that_poisons_only_its_last_rounds_gains_at_the_default_setting():
+    """Review u36 A: honest until its last round, then every message poisoned, the cheater forfeits nothing after
+    a ban: 8 messages, each accepted with 0.9 and worth 2, against 8 honest ones."""
+    assert hit_and_run_gain(1, DEFAULT) == pytest.approx(8 * (0.9 * 2 - 1))  # +6.4
+    # two last rounds: the second is played only if none of the first round's 8 messages was caught (0.9^8)
+    assert hit_and_run_gain(2, DEFAULT) == pytest.approx(8 * 0.9 * 2 * (1 + 0.9 ** 8) - 16)
+    assert best_hit_and_run(DEFAULT) == (1, pytest.approx(6.4))
+    # it stops paying at f = b / (1 + b) = 0.5 (every position checked): (1 - 0.5) * 2 = 1
+    assert deterring_fraction(DEFAULT) == pytest.approx(0.5)
+    assert hit_and_run_gain(1, dataclasses.replace(DEFAULT, fraction=0.5)) == pytest.approx(0.0)
+    assert deterring_fraction(dataclasses.replace(DEFAULT, position_fraction=0.25)) == math.inf  # 0.5 / 0.25 > 1
+    # what stays bounded: poisons accepted per identity = 8 * 0.9 * E[ban round] = 7.2 / (1 - 0.9^8)
+    assert poisons_per_identity(DEFAULT) == pytest.approx(7.2 / (1 - 0.9 ** 8))
+    with pytest.raises(ValueError, match="k must be in 1..12"):
+        hit_and_run_gain(13, DEFAULT)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_hit_and_run_closed_form_matches_the_simulation_with_the_real_checker(k):
+    sim = simulate(1.0, DEFAULT, trials=1500, seed=5, start=DEFAULT.horizon - k)
+    assert abs(sim["gain"]["mean"] - hit_and_run_gain(k, DEFAULT)) < 4 * sim["gain"]["se"]

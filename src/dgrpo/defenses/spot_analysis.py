@@ -21,6 +21,14 @@ sending honestly is
     Σ_{r=1}^{H} a_r · n · ((1 − p) + p · (1 − f·c)(1 + benefit))  −  n · H.
 
 It is below zero when the value lost after the ban outweighs what the unchecked poison adds before it.
+
+A cheater that chooses *when* to poison (review u36 A) is not held by that: honest until its last ``k`` rounds
+(the rounds before it means to leave, or the run's last), it poisons every message of them and forfeits only
+those rounds' value after a ban. Its gain is Σ_{i=1}^{k} a_i(p = 1) · n · (1 − f·c)(1 + b) − n · k
+(:func:`hit_and_run_gain`; k = 1: n((1 − f·c)(1 + b) − 1), +6.4 at the default setting), below zero only for
+f·c ≥ b / (1 + b) (:func:`deterring_fraction`). What spot checks bound against it is the number of poisons a
+roster identity gets accepted, whenever it sends them: n (1 − f·c) Σ_{i≥1} a_i(p = 1)
+(:func:`poisons_per_identity`; 12.6 at the default setting, one receiver).
 """
 
 from __future__ import annotations
@@ -123,13 +131,46 @@ def break_even_benefit(p: float, s: Setting) -> float:
     return math.inf if slope == 0 else -at_zero / slope
 
 
-def simulate(p: float, s: Setting, trials: int, seed: int = 0, rounds: int | None = None) -> dict:
+def hit_and_run_gain(k: int, s: Setting) -> float:
+    """The expected gain over sending honestly of a cheater honest until its last ``k`` rounds of the horizon
+    (1 ≤ k ≤ H) that poisons every message of those (module docstring), in honest-message units.
+
+    Raises:
+        ValueError: ``k`` outside 1..H.
+    """
+    if not 1 <= k <= s.horizon:
+        raise ValueError(f"hit_and_run_gain: k must be in 1..{s.horizon} (the horizon), got {k!r}")
+    per_round = s.messages * (1 - s.fraction * caught_if_checked(s)) * (1 + s.benefit)
+    return sum(admitted(1.0, s, i) * per_round for i in range(1, k + 1)) - s.messages * k
+
+
+def best_hit_and_run(s: Setting) -> tuple[int, float]:
+    """(k, gain): the number of last rounds to poison that pays a hit-and-run cheater best, and its gain."""
+    return max(((k, hit_and_run_gain(k, s)) for k in range(1, s.horizon + 1)), key=lambda kg: kg[1])
+
+
+def deterring_fraction(s: Setting) -> float:
+    """The smallest ``spot_fraction`` f at which poisoning one last round does not pay:
+    (1 − f·c)(1 + b) ≤ 1, i.e. f ≥ b / ((1 + b) c); inf where no f ≤ 1 reaches it (c too small)."""
+    need = s.benefit / ((1 + s.benefit) * caught_if_checked(s))
+    return need if need <= 1 else math.inf
+
+
+def poisons_per_identity(s: Setting) -> float:
+    """Expected poisoned messages a cheater that poisons every message gets accepted before its ban (one roster
+    identity, whenever it starts): n (1 − f·c) · E[ban round] at p = 1 (inf when nothing is ever caught)."""
+    return s.messages * (1 - s.fraction * caught_if_checked(s)) * expected_ban_round(1.0, s)
+
+
+def simulate(p: float, s: Setting, trials: int, seed: int = 0, rounds: int | None = None, start: int = 0) -> dict:
     """Play the model with the real checker (:class:`dgrpo.verify.spot.SpotChecker`, a fresh secret per
     trial and receiver) and ban list (:class:`dgrpo.swarm.protocol.BanList`, catches shared).
 
     Args:
         rounds: rounds played per trial for the ban round (default ``s.horizon``; a trial not banned by
             then counts as banned at ``rounds`` + 1, so give a long one to estimate the expectation).
+        start: the 0-based round from which the cheater poisons at rate ``p`` (honest before: a hit-and-run
+            cheater over its last k rounds has ``start`` = H − k and p = 1).
 
     Returns:
         ``gain`` (mean and standard error over trials, over the horizon), ``caught_per_round`` (share of
@@ -144,12 +185,12 @@ def simulate(p: float, s: Setting, trials: int, seed: int = 0, rounds: int | Non
     level = ban_log.level
     ban_log.setLevel(logging.ERROR)  # (a ban warning per trial otherwise)
     try:
-        return _play(p, s, trials, rounds, rng, BanList, SpotChecker, rollout_digest)
+        return _play(p, s, trials, rounds, rng, BanList, SpotChecker, rollout_digest, start)
     finally:
         ban_log.setLevel(level)
 
 
-def _play(p, s, trials, rounds, rng, BanList, SpotChecker, rollout_digest) -> dict:
+def _play(p, s, trials, rounds, rng, BanList, SpotChecker, rollout_digest, start=0) -> dict:
     gains, bans, caught_rounds, live_rounds = [], [], 0, 0
     for trial in range(trials):
         checkers = [SpotChecker(s.fraction, s.position_fraction, seed=rng.getrandbits(62)) for _ in range(s.receivers)]
@@ -159,7 +200,7 @@ def _play(p, s, trials, rounds, rng, BanList, SpotChecker, rollout_digest) -> di
                 break
             strikes = 0
             for i in range(s.messages):
-                poisoned = rng.random() < p
+                poisoned = r >= start and rng.random() < p
                 ids = [rng.getrandbits(16) for _ in range(4)]
                 digest = rollout_digest((7, r, f"t{trial}", i), i, ids)
                 bad = set(rng.sample(range(32), s.bad_positions))  # where a 32-token poisoned message departs

@@ -29,3 +29,16 @@ def test_a_spot_checked_run_counts_checks_rejects_what_it_checks_and_bans(tmp_pa
     # a strike bans the attacker at ban_after 1: later rounds refuse it before any defense
     assert peers[0]["banned"] == {"1": 0} and peers[1]["peers"]["1"]["rejected"] == {"banned": 4}
     assert records[1]["defense/poisoned_received"] == 0
+
+
+def test_a_spot_seed_is_refused_where_peers_are_other_processes(tmp_path, capsys):
+    """Review u36 D: a spot_seed in a config a peer can read tells it which messages are checked (every one of 93
+    poisons went through a seeded receiver unchecked); with separate processes it is refused before anything loads,
+    in-process (simulations, these tests) it stays."""
+    for transport, more in (("distributed", []), ("hivemind", ["swarm.hivemind.node=0"])):
+        rc = main(["run", f"out_dir={tmp_path}", f"swarm.transport={transport}", *more,
+                   "defenses=[{kind: tolerant_replay, spot_fraction: 0.1, spot_seed: 7}]"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "spot_seed=7" in err and f"swarm.transport={transport} remove spot_seed" in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # nothing written

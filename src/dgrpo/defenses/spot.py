@@ -21,7 +21,15 @@ class SpotDefenseConfig(ExactDefenseConfig):
 
     spot_fraction: float = Field(1.0, gt=0, le=1, description="Share of each peer's messages this node checks, each chosen with probability spot_fraction from the node's own secret and the message's digest (1 = every message). An unchecked message is accepted; a cheater poisoning a share p of n messages a round is caught in it with probability 1 − (1 − spot_fraction·p)^n (docs/verification.md, spot checks).")
     position_fraction: float = Field(1.0, gt=0, le=1, description="Share of the token positions of a checked message that are checked, each with this probability (1 = every position). Below 1 a poisoned message with j departing tokens is caught with probability 1 − (1 − position_fraction)^j: a one-token edit only with position_fraction itself.")
-    spot_seed: int | None = Field(None, description="Derive the spot-check secret from this seed (reproducible simulations and tests only: a seed in a config the peers can read tells a cheater which messages are checked). None = 32 random bytes from the OS, drawn when the defense is built.")
+    spot_seed: int | None = Field(None, description="Derive the spot-check secret from this seed (reproducible simulations and tests only: a seed in a config the peers can read tells a cheater which messages are checked; refused with swarm.transport distributed or hivemind). None = 32 random bytes from the OS, drawn when the defense is built.")
+
+    def check(self, run) -> None:
+        super().check(run)
+        if self.spot_seed is not None and run.swarm.transport != "inprocess":  # (review u36 D)
+            raise ValueError(f"defenses: {self.kind}'s spot_seed={self.spot_seed} makes which messages this node checks "
+                             f"readable from its config, so a cheater can poison exactly the unchecked ones; with "
+                             f"swarm.transport={run.swarm.transport} remove spot_seed (each node then draws its secret "
+                             "from the OS)")
 
     @model_validator(mode="after")
     def _spot_method(self):

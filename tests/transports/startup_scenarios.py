@@ -1,6 +1,7 @@
-"""Two-faced start-up attacks a rank of a test swarm plays (review r31f H4, H6, H9, r31q Q2; dispatched by
-``rank_scenarios.apply_scenario``). Each patches only the attacking rank's own process: what its server serves to
-one reader; everything it serves is validly signed by its own key (or, for a role, what it declares)."""
+"""Start-up attacks a rank of a test swarm plays, most of them two-faced (review r31f H4, H6, H9, r31q Q2, r31s S3;
+dispatched by ``rank_scenarios.apply_scenario``). Each patches only the attacking rank's own process: what its server
+serves to one reader (everything it serves is validly signed by its own key, or, for a role, what it declares), or
+when it enters the process group's join."""
 
 from __future__ import annotations
 
@@ -227,10 +228,34 @@ def two_launches(victims: str, views: str = "0") -> None:
     SignedStore.startup_record = startup_record
 
 
+def join_late(seconds: str, where: str = "torch") -> None:
+    """This rank enters the process group's set-up (after its check-in) ``seconds`` late (review r31s S3): inside
+    torch's ``init_process_group`` (``where="torch"``, the review kit's ``x_joinlate``), or before it in the rank's own
+    start-up (``where="before"``: as a rank that comes to the join late)."""
+    import time
+
+    import torch.distributed as dist
+
+    from dgrpo.transports import rendezvous
+
+    owner, name = (dist, "init_process_group") if where == "torch" else (rendezvous, "join_process_group")
+    if not hasattr(owner, name):  # (the code before review r31s S3: its join ran in the rank's start-up itself)
+        owner, name = dist, "init_process_group"
+    original = getattr(owner, name)
+
+    def late(*args, **kwargs):
+        print(f"attacker: joining the process group {seconds}s late ({where})", flush=True)
+        time.sleep(float(seconds))
+        return original(*args, **kwargs)
+
+    setattr(owner, name, late)
+
+
 def apply(kind: str, rest: list[str]) -> None:
     """``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` / ``tworeadies:R:V:MODE`` / ``serveother:R:V:KEY:VALUE[:signed]``
-    / ``viewonly:R:READERS:SLOW:SLOW_S`` / ``twolaunch:R:VICTIMS[:VIEWS]`` (:func:`split_record`, :func:`split_view`,
-    :func:`split_role`, :func:`split_ready`, :func:`serve_other`, :func:`view_only`, :func:`two_launches`)."""
+    / ``viewonly:R:READERS:SLOW:SLOW_S`` / ``twolaunch:R:VICTIMS[:VIEWS]`` / ``joinlate:R:SECONDS[:before]`` (:func:`split_record`,
+    :func:`split_view`, :func:`split_role`, :func:`split_ready`, :func:`serve_other`, :func:`view_only`,
+    :func:`two_launches`, :func:`join_late`)."""
     return {"startsplit": split_record, "twoview": split_view, "tworole": split_role,
             "tworeadies": split_ready, "serveother": serve_other, "viewonly": view_only,
-            "twolaunch": two_launches}[kind](*rest)
+            "twolaunch": two_launches, "joinlate": join_late}[kind](*rest)

@@ -56,3 +56,44 @@ def test_a_start_up_value_held_back_within_the_budget_names_its_rank_in_peers_js
     # (node 2, held, then came to `config` 8 s late: named `waited` under its own name, its claim quoted, never `late`)
     assert main["peers"]["2"]["transport"] == {"waited": 1} and main["peers"]["3"]["transport"] == {}, main
     assert all(view.get("2") == {"waited": 1} for rank, view in main["views"].items() if rank != "2"), main
+
+
+
+def _no_start_up_names(main: dict, nodes=("0", "1", "2")) -> bool:
+    """Whether round 0's peers.jsonl names none of ``nodes`` ``late`` or ``waited``, in any rank's view."""
+    views = [main["peers"].get(k, {}).get("transport", {}) for k in nodes]
+    views += [view.get(k, {}) for view in main["views"].values() for k in nodes]
+    return not any(v.get("late") or v.get("waited") for v in views)
+
+
+@pytest.mark.slow
+def test_a_rank_that_comes_to_the_process_group_s_join_15_s_late_is_named_late_and_the_run_trains(tmp_path,
+                                                                                                   tiny_model_dir):
+    """Review r31s S3: rank 3 comes to the process group's join 15 s after its check-in. Before, every rank waited
+    there for it (15 s of its one budget), the run trained and nobody was named. Now each honest rank gives the join
+    up after ``JOIN_S`` (5 s) and goes on without a process group (no round uses it); rank 3's ``role`` comes ~10 s
+    after theirs, so each names it ``late`` (a WARNING line and round 0's peers.jsonl), and no honest rank is named."""
+    results = _run(tmp_path, tiny_model_dir, "joinlate:3:15:before")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    for r in results[:3]:
+        assert f"node {r.rank}: the process group's join did not finish within 5s of this node entering it (still " \
+               "waiting for the address of node 3 in the store)" in r.output, r.output[-3000:]
+        assert f"node {r.rank}: node 3 late: served start-up exchange 'role' " in r.output, r.output[-3000:]
+    main = json.loads((tmp_path / "d" / "peers.jsonl").read_text().splitlines()[0])
+    assert main["round"] == 0 and all(main["views"][k]["3"] == {"late": 1} for k in ("1", "2")), main
+    assert _no_start_up_names(main), main
+
+
+@pytest.mark.slow
+def test_a_rank_that_holds_torch_s_join_15_s_holds_its_peers_there_join_s_at_most_and_the_run_trains(tmp_path,
+                                                                                                      tiny_model_dir):
+    """The review's own scenario (``sd2c``: rank 3 sleeps 15 s inside ``init_process_group``). That join now runs
+    beside each rank's start-up and is waited for ``JOIN_S`` (5 s) at most: no more than a start-up value may come
+    late unnamed, so nobody is named, and the run trains (before: every rank held 15 s, unnamed)."""
+    results = _run(tmp_path, tiny_model_dir, "joinlate:3:15")
+    assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
+    for r in results[:3]:
+        assert f"node {r.rank}: the process group's join did not finish within 5s of this node entering it (still " \
+               "waiting for the address of node 3 in the store)" in r.output, r.output[-3000:]
+    main = json.loads((tmp_path / "d" / "peers.jsonl").read_text().splitlines()[0])
+    assert _no_start_up_names(main), main

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from dgrpo.errors import PeerFailure
 from dgrpo.registry import LazyModule
-from dgrpo.transports.startready import barrier, check_ready, ready_record, two_faced_roles
+from dgrpo.transports.startready import barrier, check_ready, name_late_readies, ready_record, two_faced_roles
 
 if TYPE_CHECKING:
     from dgrpo.transports.distributed import DistributedTransport
@@ -67,9 +67,11 @@ def check_startup(t: "DistributedTransport", protocol, timeout_s: float) -> str:
     except PeerFailure as err:  # (a rank that showed its peers different roles: named, signed proof)
         stop_at_start(t, PeerFailure(two_faced_roles(t.signed_store, values, records, chan) or err), "startup")
     budget = t.start_budget  # (the ready barrier too ends within what is left of the start-up's one budget: startgather)
+    came: dict[int, float] = {}
     with budget.waiting():
         until = time.monotonic() + budget.wait_s("ready", timeout_s)
-        readies = barrier(t, ready_record(t.signed_store), timeout_s, until=until)
+        readies = barrier(t, ready_record(t.signed_store, budget.held), timeout_s, until=until, came=came)
+    name_late_readies(t, readies, came)  # (a confirmation over LATE_S late names its rank)
     try:
         check_ready(t.signed_store, values, readies, servers, chan)
     except PeerFailure as err:
@@ -132,7 +134,9 @@ def close(t: "DistributedTransport") -> None:
         serve_until_read(t, f"done/data/{t.rank}")
     except PeerFailure as err:
         log.warning("at shutdown: %s", err)
-    if dist.is_initialized():
+    from dgrpo.transports.rendezvous import group_joining
+
+    if dist.is_initialized() and not group_joining():  # (a join this rank stopped waiting for: left to gloo's timeout)
         try:
             dist.destroy_process_group()
         except (dist.DistError, RuntimeError) as err:  # a peer or the store is gone already

@@ -16,7 +16,7 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.registry import LazyModule
 from dgrpo.transports.checkin import ABANDONED, Joined, check_in  # noqa: F401 (re-exported)
 from dgrpo.transports.launchproof import settle
-from dgrpo.transports.startgather import STEP_S, name_slow_answers
+from dgrpo.transports.startgather import name_slow_answers
 from dgrpo.transports.fingerprint import config_fingerprint  # noqa: F401 (the one fingerprint of every transport)
 from dgrpo.transports.signedstore import seconds
 
@@ -90,13 +90,77 @@ def join_group(cfg: "RunConfig"):
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if not dist.is_initialized() and not absent:  # (the group's set-up is collective: not without them;
         # no round uses it, DistributedTransport.from_env takes the absent ranks out of the swarm)
+        chan.group_wait = join_process_group(store, backend, rank, world)
+    return store, rank, world, backend, joined, chan
+
+
+_JOINING: list = []  # this process's group join, once begun (a thread: close tears no group down while it runs)
+
+
+def group_joining() -> bool:
+    """Whether this process's group join (:func:`join_process_group`) still runs, after its rank went on."""
+    return bool(_JOINING) and _JOINING[0].is_alive()
+
+
+def join_process_group(store, backend: str, rank: int, world: int) -> tuple[float, list[int]]:
+    """Set up the process group, waiting for it at most :data:`~dgrpo.transports.startgather.JOIN_S` (review r31s S3).
+
+    Its wait is torch's, which tells nobody who came last, and the store keys it waits for are unsigned (any rank can
+    delete one, so they cannot name anyone); no round uses the group. So a rank that enters it late holds its peers
+    there at most ``JOIN_S`` (as long as a start-up value may come late unnamed): they go on without a process group
+    (a WARNING line), and the rest of a late rank's lateness shows, named, in its first start-up value
+    (:func:`~dgrpo.transports.startgather.name_late`). It runs in a thread this rank stops waiting for at the deadline
+    (gloo's own timeout, ``JOIN_S - 0.5`` s, ends its waits in the store; a rank that comes to the join after its
+    peers left it can hang in gloo's connect several times that: not this rank's start-up). A rank held there over
+    half of ``LATE_S`` says so with its next start-up value (:meth:`StartBudget.joined
+    <dgrpo.transports.startgather.StartBudget.joined>`), so it is named ``waited``, never ``late``, if it was held there
+    alone.
+
+    Returns:
+        (seconds this rank waited there, the ranks it still waited for when it gave up: as the store's timeout names
+        them, unchecked, [] if it joined or cannot tell).
+
+    Raises:
+        PeerFailure: the store's host died during the group's set-up.
+    """
+    import datetime
+    import re
+    import threading
+
+    from dgrpo.transports.startgather import JOIN_S
+
+    out: dict = {}
+
+    def run() -> None:
         try:
             dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
-                                    timeout=startup)
-        except dist.DistError as err:  # the store's host or a peer died during the group's set-up
-            raise PeerFailure(f"node {rank} lost the rendezvous store or a peer while joining the process group: "
-                              f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}") from err
-    return store, rank, world, backend, joined, chan
+                                    timeout=datetime.timedelta(seconds=JOIN_S - 0.5))
+            out["joined"] = True
+        except RuntimeError as err:  # (DistError included: a store wait that timed out, or a peer gone from the join)
+            out["err"] = err
+
+    start = time.monotonic()
+    _JOINING[:] = [threading.Thread(target=run, name="dgrpo-group-join", daemon=True)]
+    _JOINING[0].start()
+    _JOINING[0].join(JOIN_S)
+    waited, err = time.monotonic() - start, out.get("err")
+    if out.get("joined"):
+        return waited, []
+    if err is not None:
+        try:
+            store.check(["pg/up"])  # (the store's host died during the group's set-up: as before, a stop)
+        except (dist.DistError, RuntimeError) as gone:
+            raise PeerFailure(f"node {rank} lost the rendezvous store while joining the process group: "
+                              f"{type(gone).__name__}: {(str(gone).splitlines() or [''])[0][:200]}") from gone
+    text = " ".join(str(err).split()) if err is not None else "still joining"
+    missing = sorted({int(k) for k in re.findall(r"/pg/\S*?/(\d+)(?=[\s,]|$)", text) if int(k) != rank and
+                      int(k) < world}) if "keys:" in text else []
+    log.warning("node %d: the process group's join did not finish within %gs of this node entering it (%s): going on "
+                "without a process group (no round uses it; a rank that entered it late shows as late in the first "
+                "start-up exchange and is named there)", rank, JOIN_S,
+                f"still waiting for the address of node{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(map(str, missing))} in the store" if missing else text[:160])
+    return waited, missing
 
 
 def _views_before(store, rank: int, world: int) -> list[int]:
@@ -209,9 +273,10 @@ def agree_at_start(transport, rank: int, cfg: "RunConfig") -> list[int]:
         else:  # (within the start-up's one budget, the holder named: review r31s S1, S2)
             budget.begin(chan.checked_in)
             with budget.waiting():
-                came = settle(chan, transport.alive - {rank}, sw.startup_timeout_s,
-                              min(sw.startup_timeout_s / 2, max(budget.left(sw.startup_timeout_s), STEP_S)))
+                came = settle(chan, transport.alive - {rank}, sw.startup_timeout_s, budget.settle_s(sw.startup_timeout_s))
             name_slow_answers(transport, came)
+            if chan.group_wait is not None:  # (held in the group's join: review r31s S3)
+                budget.joined(*chan.group_wait)
     role = "attacker" if rank in set(sw.malicious) else "honest"
     sig = chan.keys.sign(f"role|{rank}|{role}|{chan.nonce}") if chan.keys is not None else ""
     said = {n: (v.split("|", 1) + [""])[:2] for n, v in transport.gather_values(

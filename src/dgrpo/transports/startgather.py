@@ -44,6 +44,7 @@ LATE_S = 5.0  # a start-up value that came more than this after this rank posted
 HELD = "\n@held "  # in a start-up value, after the value: [exchange, seconds, nodes] its rank waited for before it
 ORDER = ("role", "config", "config_seen", "startup", "ready", "resume", "resume_seen")  # the start-up exchanges in turn
 STEP_S = STOP_GRACE_S  # a start-up exchange's deadline past the budget's end: this much more than the one before it
+JOIN_S = LATE_S  # the process group's join is given up this long after this rank entered it (review r31s S3)
 
 
 class StartBudget:
@@ -78,6 +79,21 @@ class StartBudget:
         of calling it silent. And no exchange gets less than :data:`STEP_S` (a rank that held the process group's join
         until the budget was nearly spent cannot leave the honest ranks milliseconds to exchange their roles)."""
         return min(timeout_s, self.left(timeout_s) + STEP_S * (ORDER.index(tag) + 1 if tag in ORDER else 1))
+
+    def settle_s(self, timeout_s: float) -> float:
+        """How long the launch-proof wait (:func:`~dgrpo.transports.launchproof.settle`, before the first start-up
+        exchange) may wait for its peers' answers: what is left of the budget, at least :data:`STEP_S`, at most
+        ``timeout_s / 2`` (a rank that stops there for a missing answer is quoted by its peers within their own wait
+        in the first start-up exchange; review r31s S2)."""
+        return min(timeout_s / 2, max(self.left(timeout_s), STEP_S))
+
+    def joined(self, seconds: float | None, missing: list[int] | None = None) -> None:
+        """This rank waited ``seconds`` in the process group's join (None: it did not join one). Over half of
+        :data:`LATE_S` there (the join gives up after :data:`JOIN_S`) and its next start-up value says it was held
+        (:data:`HELD`: ``["join", seconds, missing]``, ``missing``: the ranks it still waited for, as the store said,
+        unchecked), so its peers name it ``waited``, never ``late``, if a rank held it there alone (review r31s S3)."""
+        if seconds is not None and seconds > LATE_S / 2 and self.held is None:  # (a launch hold names its holder:
+            self.held = ("join", seconds, sorted(missing or []))  # it goes first)
 
     @contextmanager
     def waiting(self):
@@ -145,12 +161,16 @@ def name_slow_answers(t: "DistributedTransport", came: dict[int, float]) -> None
     it ``waited`` under its own name, never ``late`` (review r31s S1: before, the holder was named by nobody and the
     held honest rank ``late`` by every other)."""
     late = {k: s for k, s in sorted(came.items()) if k != t.rank and s > LATE_S}
-    for k, secs in late.items():
-        why = (f"late: answered node {t.rank}'s launch challenge {secs:.1f}s after it was asked (over {LATE_S:g}s: its "
-               f"server held the answer back from this node)")
-        log.warning("node %d: node %d %s", t.rank, k, why)
-        t._notes.append((k, why))
+    report(t, [(k, f"late: answered node {t.rank}'s launch challenge {secs:.1f}s after it was asked (over {LATE_S:g}s: "
+                   "its server held the answer back from this node)") for k, secs in late.items()])
     t.start_budget.held = ("launch", max(late.values()), sorted(late)) if late else None
+
+
+def report(t: "DistributedTransport", named: list[tuple[int, str]]) -> None:
+    """Each (node, reason) of ``named``: a WARNING line and a refusal in round 0's ``peers.jsonl``."""
+    for node, why in named:
+        log.warning("node %d: node %d %s", t.rank, node, why)
+    t._notes.extend(named)  # (refusals of the first all-gather: peers.jsonl)
 
 
 def gather(t: "DistributedTransport", tag: str, value: str, timeout_s: float | None = None) -> dict[int, str]:
@@ -181,9 +201,7 @@ def gather(t: "DistributedTransport", tag: str, value: str, timeout_s: float | N
         sched = t.exchanger.schedule
         values, named = name_late(t.rank, tg, {n: b.decode(errors="replace") for n, b in got.items()},
                                   max(sched.posted.get(tg, start), start), sched.arrived.get(tg, {}), budget)
-        for node, why in named:
-            log.warning("node %d: node %d %s", t.rank, node, why)
-        t._notes.extend(named)  # (refusals of the first all-gather: peers.jsonl)
+        report(t, named)
         return values
 
     try:

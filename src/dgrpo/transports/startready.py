@@ -100,13 +100,15 @@ def _signed(store: "SignedStore", node: int, raw) -> bool:
     return store.valid(node, _text(node, launch, records), sig)
 
 
-def barrier(transport: "DistributedTransport", own: str, timeout_s: float, until: float | None = None) -> dict[int, str]:
+def barrier(transport: "DistributedTransport", own: str, timeout_s: float, until: float | None = None,
+            came: dict[int, float] | None = None) -> dict[int, str]:
     """Serve this rank's confirmation ``own`` and wait, up to ``timeout_s`` (``swarm.startup_timeout_s``; at most till
     ``until``, monotonic: the start-up's one budget, :mod:`dgrpo.transports.startgather`), for every
     live rank's: from its own server, or relayed by any rank that holds them all (a confirmation another rank
     relays counts only signed by its rank), so a rank whose server withholds its confirmation from one reader
     cannot keep that reader out alone. Once it holds them all this rank relays them (``ready/all``) and returns
-    node → confirmation.
+    node → confirmation; ``came`` (if given) gets node → when (monotonic) its confirmation first reached this rank,
+    this rank's own: when it served it (:func:`name_late_readies`).
 
     Raises:
         PeerFailure: a rank stopped at start-up (names it and its signed reason), or a confirmation is missing at the
@@ -116,19 +118,23 @@ def barrier(transport: "DistributedTransport", own: str, timeout_s: float, until
     chan, rank, store = transport.chan, transport.rank, transport.signed_store
     chan.set(f"ready/data/{rank}", own)  # (served to the end: a slower peer still reads it)
     got, deadline = {rank: own}, min(time.monotonic() + timeout_s, until if until is not None else float("inf"))
+    came = {} if came is None else came
+    came[rank] = time.monotonic()
     live = sorted(transport.alive - {rank})
     pending, delay = list(live), 0.01
     while pending:
         for peer, (raw, _) in fetch_all(chan, pending, lambda p: f"ready/data/{p}", _CAP, deadline).items():
             if raw is not None:
-                got[peer] = raw.decode(errors="replace")
+                got[peer], came[peer] = raw.decode(errors="replace"), time.monotonic()
         relays = fetch_all(chan, [p for p in live if p in got], lambda p: "ready/all", _CAP, deadline)
         for raw, _ in relays.values():
             try:
                 relayed = {int(k): str(v) for k, v in json.loads(raw or b"{}").items()}
             except (ValueError, RecursionError, TypeError, AttributeError):
                 continue
-            got.update({k: v for k, v in relayed.items() if k not in got and k in live and _signed(store, k, v)})
+            fresh = {k: v for k, v in relayed.items() if k not in got and k in live and _signed(store, k, v)}
+            got.update(fresh)
+            came.update(dict.fromkeys(fresh, time.monotonic()))
         pending = [p for p in live if p not in got]
         stopped = {p: why for p in pending if (why := chan.stop_of(p)) is not None}
         if stopped:
@@ -153,13 +159,34 @@ def _stop(chan, why: str, hint: str = "; aborted (start every rank within it)") 
     raise PeerFailure(f"{why}{hint}")
 
 
-def ready_record(store: "SignedStore") -> str:
+def ready_record(store: "SignedStore", held: tuple[str, float, list[int]] | None = None) -> str:
     """This rank's signed ready confirmation (JSON): its launch id and every rank's start-up record as it read
     it (``str(node)`` → [nonce, server nonce, signature]; :attr:`SignedStore.records`), signed bound to the run
-    context and this rank's launch nonce (:meth:`SignedStore.sign`), so it verifies in this launch only."""
+    context and this rank's launch nonce (:meth:`SignedStore.sign`), so it verifies in this launch only; with
+    ``held`` (its start-up budget's last hold: :attr:`StartBudget.held <dgrpo.transports.startgather.StartBudget>`)
+    under ``"held"``, unsigned and unchecked like every start-up value's ``@held`` note (:func:`name_late_readies`)."""
     records = {str(n): list(r) for n, r in sorted(store.records.items())}
     launch = store.launch_id()
-    return json.dumps({"launch": launch, "records": records, "sig": store.sign(_text(store.rank, launch, records))})
+    rec = {"launch": launch, "records": records, "sig": store.sign(_text(store.rank, launch, records))}
+    return json.dumps(rec if held is None else {**rec, "held": [held[0], round(held[1], 1), held[2]]})
+
+
+def name_late_readies(t: "DistributedTransport", readies: dict[int, str], came: dict[int, float]) -> None:
+    """Name each rank whose ready confirmation reached this rank over ``LATE_S`` after this rank served its own
+    (``came``: :func:`barrier`'s), as in every start-up exchange (:func:`~dgrpo.transports.startgather.name_late`:
+    ``late``, or ``waited`` when its confirmation's ``"held"`` says it was held itself; a WARNING line and round 0's
+    ``peers.jsonl``). Its own server serves it, and any rank that holds them all relays it, so a late one is its
+    rank's doing: it came to the barrier late, or withheld it from this rank and from every relayer."""
+    from dgrpo.transports.startgather import HELD, name_late, report
+
+    notes = {}
+    for node, raw in readies.items():
+        try:
+            held = json.loads(raw).get("held")
+        except (ValueError, RecursionError, AttributeError):
+            held = None
+        notes[node] = "" if held is None else HELD + json.dumps(held)[:4096]
+    report(t, name_late(t.rank, "ready", notes, came.get(t.rank, 0.0), came, t.start_budget)[1])
 
 
 def check_ready(store: "SignedStore", values: dict, readies: dict[int, str], servers: dict[int, str] | None,

@@ -38,7 +38,8 @@ def pick_backend(choice: str) -> str:
 
 def join_group(cfg: "RunConfig"):
     """Rendezvous through torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and
-    initialise the process group (gloo, or NCCL with ``cuda:$LOCAL_RANK``).
+    initialise the process group (gloo, or NCCL with ``cuda:$LOCAL_RANK``), waiting for that at most
+    :data:`~dgrpo.transports.startgather.JOIN_S` (:func:`join_process_group`; how long: ``chan.group_wait``).
 
     Returns:
         (store, rank, world size, backend name, :class:`~dgrpo.transports.checkin.Joined`: the ranks a quorum
@@ -47,8 +48,8 @@ def join_group(cfg: "RunConfig"):
 
     Raises:
         ConfigError: not launched by torchrun, or world size ≠ ``swarm.nodes``.
-        PeerFailure: the store is unreachable within ``swarm.startup_timeout_s``, or its host or a
-            peer died while the group was set up.
+        PeerFailure: the store is unreachable within ``swarm.startup_timeout_s``, or its host died while the
+            group was set up.
     """
     sw = cfg.swarm
     missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
@@ -133,6 +134,8 @@ def join_process_group(store, backend: str, rank: int, world: int) -> tuple[floa
 
     def run() -> None:
         try:
+            if backend == "nccl":  # (a thread's CUDA device is its own: as join_group set it for the rank)
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
                                     timeout=datetime.timedelta(seconds=JOIN_S - 0.5))
             out["joined"] = True

@@ -35,7 +35,7 @@ def test_the_launch_proof_wait_is_half_the_setting_at_most_and_what_is_left_of_t
     assert budget.settle_s(20.0) == 3.0 and budget.settle_s(4.0) == 2.0  # (never over half the setting)
 
 
-def test_a_rank_held_over_half_of_late_s_in_the_group_s_join_says_so_with_its_next_value():
+def test_a_rank_held_over_half_of_late_s_in_the_group_s_join_or_whose_join_failed_says_so_with_its_next_value():
     budget = StartBudget()
     budget.joined(LATE_S / 2, [3])
     assert budget.held is None  # (a join of at most half LATE_S: nothing to say)
@@ -50,6 +50,9 @@ def test_a_rank_held_over_half_of_late_s_in_the_group_s_join_says_so_with_its_ne
     held.held = ("launch", 9.0, [2])  # (a launch answer held back names its holder: that note goes first)
     held.joined(5.0, [3])
     assert held.held == ("launch", 9.0, [2])
+    short = StartBudget()
+    short.joined(0.02, [], finished=False)  # (came after its peers gave up: held before it, at its check-in)
+    assert short.held == ("join", 0.02, []) and short.note() == HELD + '["join", 0.0, []]'
 
 
 _ALONE = """
@@ -59,8 +62,8 @@ from dgrpo.transports import rendezvous, startgather
 startgather.JOIN_S = 1.0
 store = dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False)  # (its wait names the key)
 start = time.monotonic()
-waited, missing = rendezvous.join_process_group(store, "gloo", 0, 3)
-print(json.dumps({"waited": waited, "missing": missing, "took": time.monotonic() - start,
+waited, missing, joined = rendezvous.join_process_group(store, "gloo", 0, 3)
+print(json.dumps({"waited": waited, "missing": missing, "joined": joined, "took": time.monotonic() - start,
                   "initialized": dist.is_initialized()}))
 """
 
@@ -73,7 +76,7 @@ def test_a_join_whose_peers_never_enter_is_given_up_after_join_s_and_the_rank_go
                               "GLOO_SOCKET_IFNAME": "lo", "TORCH_CPP_LOG_LEVEL": "ERROR"})
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["initialized"] is False and got["waited"] >= 0.5, got  # (gloo gives up its store wait at JOIN_S - 0.5)
+    assert got["initialized"] is False and got["joined"] is False and got["waited"] >= 0.5, got  # (gloo gives up its store wait at JOIN_S - 0.5)
     assert got["missing"] and set(got["missing"]) <= {1, 2}, got  # (gloo waits for its peers' addresses in turn)
     assert "the process group's join did not finish within 1s of this node entering it (still waiting for the " \
            "address of node" in out.stderr, out.stderr[-2000:]
@@ -117,9 +120,9 @@ def test_a_join_that_hangs_holds_this_rank_join_s_at_most_and_is_left_running(mo
     monkeypatch.setattr(rendezvous, "dist", SimpleNamespace(init_process_group=hang, PrefixStore=lambda p, s: s,
                                                             DistError=RuntimeError))
     try:
-        waited, missing = rendezvous.join_process_group(Store(), "gloo", 2, 4)
+        waited, missing, joined = rendezvous.join_process_group(Store(), "gloo", 2, 4)
         assert rendezvous.group_joining() and not release.is_set()  # (returned while torch's join still ran)
-        assert waited >= 0.6 and missing == []
+        assert waited >= 0.6 and missing == [] and not joined
     finally:
         release.set()
     rendezvous._JOINING[0].join(10)

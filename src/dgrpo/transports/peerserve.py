@@ -135,7 +135,7 @@ class PeerChannel(AddressBook):
         self.acks = None  # signs and checks read acknowledgements: a SignedStore (sign, valid); StoreExchange sets it
         self.frozen = False  # after the signed start-up check: addresses are never read again
         self.checked_in: float | None = None  # when this rank's check-in ended (join_group): its start-up budget's start
-        self.group_wait: tuple[float, list[int]] | None = None  # (seconds, ranks missing) in the group's join (join_group)
+        self.group_wait: tuple[float, list[int], bool] | None = None  # (seconds, ranks missing, joined): join_group
         self.hook = None  # tests: hook(key, reader) -> bytes | None overrides what is served (an attacker's server)
         self.copies = None if store is None else StoreCopies(rank, store)  # (peers' values in the store, bounded)
         self.down: dict[int, float] = {}  # owner → when its server last failed to answer (fetch), till it answers

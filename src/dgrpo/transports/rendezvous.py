@@ -103,7 +103,7 @@ def group_joining() -> bool:
     return bool(_JOINING) and _JOINING[0].is_alive()
 
 
-def join_process_group(store, backend: str, rank: int, world: int) -> tuple[float, list[int]]:
+def join_process_group(store, backend: str, rank: int, world: int) -> tuple[float, list[int], bool]:
     """Set up the process group, waiting for it at most :data:`~dgrpo.transports.startgather.JOIN_S` (review r31s S3).
 
     Its wait is torch's, which tells nobody who came last, and the store keys it waits for are unsigned (any rank can
@@ -113,13 +113,13 @@ def join_process_group(store, backend: str, rank: int, world: int) -> tuple[floa
     (:func:`~dgrpo.transports.startgather.name_late`). It runs in a thread this rank stops waiting for at the deadline
     (gloo's own timeout, ``JOIN_S - 0.5`` s, ends its waits in the store; a rank that comes to the join after its
     peers left it can hang in gloo's connect several times that: not this rank's start-up). A rank held there over
-    half of ``LATE_S`` says so with its next start-up value (:meth:`StartBudget.joined
-    <dgrpo.transports.startgather.StartBudget.joined>`), so it is named ``waited``, never ``late``, if it was held there
-    alone.
+    half of ``LATE_S``, or whose join did not finish (it may have come after its peers gave up, because another rank
+    held it at its check-in), says so with its next start-up value (:meth:`StartBudget.joined
+    <dgrpo.transports.startgather.StartBudget.joined>`), so it is named ``waited``, never ``late``, if it comes late.
 
     Returns:
         (seconds this rank waited there, the ranks it still waited for when it gave up: as the store's timeout names
-        them, unchecked, [] if it joined or cannot tell).
+        them, unchecked, [] if it joined or cannot tell; whether it joined).
 
     Raises:
         PeerFailure: the store's host died during the group's set-up.
@@ -148,7 +148,7 @@ def join_process_group(store, backend: str, rank: int, world: int) -> tuple[floa
     _JOINING[0].join(JOIN_S)
     waited, err = time.monotonic() - start, out.get("err")
     if out.get("joined"):
-        return waited, []
+        return waited, [], True
     if err is not None:
         try:
             store.check(["pg/up"])  # (the store's host died during the group's set-up: as before, a stop)
@@ -163,7 +163,7 @@ def join_process_group(store, backend: str, rank: int, world: int) -> tuple[floa
                 "start-up exchange and is named there)", rank, JOIN_S,
                 f"still waiting for the address of node{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(map(str, missing))} in the store" if missing else text[:160])
-    return waited, missing
+    return waited, missing, False
 
 
 def _views_before(store, rank: int, world: int) -> list[int]:

@@ -87,13 +87,14 @@ class StartBudget:
         in the first start-up exchange; review r31s S2)."""
         return min(timeout_s / 2, max(self.left(timeout_s), STEP_S))
 
-    def joined(self, seconds: float | None, missing: list[int] | None = None) -> None:
+    def joined(self, seconds: float | None, missing: list[int] | None = None, finished: bool = True) -> None:
         """This rank waited ``seconds`` in the process group's join (None: it did not join one). Over half of
-        :data:`LATE_S` there (the join gives up after :data:`JOIN_S`) and its next start-up value says it was held
+        :data:`LATE_S` there (the join gives up after :data:`JOIN_S`), or a join that did not finish (this rank may
+        have come after its peers gave up on it, held at its check-in), and its next start-up value says it was held
         (:data:`HELD`: ``["join", seconds, missing]``, ``missing``: the ranks it still waited for, as the store said,
-        unchecked), so its peers name it ``waited``, never ``late``, if a rank held it there alone (review r31s S3)."""
-        if seconds is not None and seconds > LATE_S / 2 and self.held is None:  # (a launch hold names its holder:
-            self.held = ("join", seconds, sorted(missing or []))  # it goes first)
+        unchecked), so its peers name it ``waited``, never ``late``, if it comes late (review r31s S3)."""
+        if seconds is not None and (seconds > LATE_S / 2 or not finished) and self.held is None:  # (a launch hold
+            self.held = ("join", seconds, sorted(missing or []))  # names its holder: it goes first)
 
     @contextmanager
     def waiting(self):

@@ -44,8 +44,8 @@ def test_a_rank_held_over_half_of_late_s_in_the_group_s_join_or_whose_join_faile
     budget.joined(5.04, [3])
     assert budget.held == ("join", 5.04, [3]) and budget.note() == HELD + '["join", 5.0, [3]]'
     _, named = name_late(0, "role", {0: "honest|s0", 1: "honest|s1" + budget.note()}, 10.0, {1: 15.5}, StartBudget())
-    assert named == [(1, "waited: served start-up exchange 'role' 5.5s after this node posted, saying it waited 5.0s for "
-                         "nodes [3] in exchange 'join'")]
+    assert named == [(1, "waited: served start-up exchange 'role' 5.5s after this node posted, saying it waited 5.0s "
+                         "for nodes [3] in exchange 'join'")]
     held = StartBudget()
     held.held = ("launch", 9.0, [2])  # (a launch answer held back names its holder: that note goes first)
     held.joined(5.0, [3])
@@ -76,7 +76,8 @@ def test_a_join_whose_peers_never_enter_is_given_up_after_join_s_and_the_rank_go
                               "GLOO_SOCKET_IFNAME": "lo", "TORCH_CPP_LOG_LEVEL": "ERROR"})
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["initialized"] is False and got["joined"] is False and got["waited"] >= 0.5, got  # (gloo gives up its store wait at JOIN_S - 0.5)
+    assert got["initialized"] is False and got["joined"] is False, got
+    assert got["waited"] >= 0.5, got  # (gloo gives up its store wait at JOIN_S - 0.5)
     assert got["missing"] and set(got["missing"]) <= {1, 2}, got  # (gloo waits for its peers' addresses in turn)
     assert "the process group's join did not finish within 1s of this node entering it (still waiting for the " \
            "address of node" in out.stderr, out.stderr[-2000:]

@@ -276,7 +276,8 @@ def agree_at_start(transport, rank: int, cfg: "RunConfig") -> list[int]:
         else:  # (within the start-up's one budget, the holder named: review r31s S1, S2)
             budget.begin(chan.checked_in)
             with budget.waiting():
-                came = settle(chan, transport.alive - {rank}, sw.startup_timeout_s, budget.settle_s(sw.startup_timeout_s))
+                came = settle(chan, transport.alive - {rank}, sw.startup_timeout_s,
+                              budget.settle_s(sw.startup_timeout_s))
             name_slow_answers(transport, came)
             if chan.group_wait is not None:  # (held in the group's join: review r31s S3)
                 budget.joined(*chan.group_wait)

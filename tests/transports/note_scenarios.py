@@ -86,7 +86,24 @@ def no_end(pattern: str) -> None:
     WaitNotes.ended = lambda self, tag: None if pat.fullmatch(tag) else ended(self, tag)
 
 
+def skip_read(victim: str, first: str = "1") -> None:
+    """Task h31t2: this rank never reads ``victim``'s round payloads ``r{n}`` for n >= ``first`` (so its relays never
+    carry ``victim``'s messages to anyone; it does not accuse ``victim`` of them either)."""
+    from dgrpo.transports.distributed import DistributedTransport
+
+    collect, v = DistributedTransport.collect, int(victim)
+
+    def skipping(self, tag, peers, deadline=None):
+        if re.fullmatch(r"r\d+", tag) and int(tag[1:]) >= int(first):
+            peers = [p for p in peers if p != v]
+        return collect(self, tag, peers, deadline)
+
+    DistributedTransport.collect = skipping
+
+
 def apply(kind: str, rest: list[str]) -> None:
     """``sticky:R:WHOM`` (:func:`sticky_note`), ``afternote:R:READERS:REGEX:V:TAG:MAX`` (:func:`after_note`),
-    ``accat:R:TAG:V`` (:func:`accuse_at`), ``noend:R:REGEX`` (:func:`no_end`)."""
-    return {"sticky": sticky_note, "afternote": after_note, "accat": accuse_at, "noend": no_end}[kind](*rest)
+    ``accat:R:TAG:V`` (:func:`accuse_at`), ``noend:R:REGEX`` (:func:`no_end`), ``skipread:R:V[:FIRST]``
+    (:func:`skip_read`)."""
+    return {"sticky": sticky_note, "afternote": after_note, "accat": accuse_at, "noend": no_end,
+            "skipread": skip_read}[kind](*rest)

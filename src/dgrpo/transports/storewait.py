@@ -40,7 +40,7 @@ from dgrpo.transports.sidereads import SideReads
 from dgrpo.transports.startstops import met
 from dgrpo.transports.waits import Schedule, WaitNotes, note_s, record_s, slack_s, window_s
 from dgrpo.transports.unserved import blame_unserved
-from dgrpo.transports.witnesses import HeldBefore, Witnesses
+from dgrpo.transports.witnesses import HeldBefore, Witnesses, fellow_hold
 
 if TYPE_CHECKING:
     from dgrpo.transports.peerserve import PeerChannel
@@ -198,6 +198,7 @@ class StoreExchange:
                         pending.remove(peer)  # waited for, unaccused; every node acts on it at one relay: departures)
                     else:  # (its stop notice or leave mark: read in the pool, SideReads; a check of the store here, whose
                         retry[peer] = time.monotonic() + delay  # answer is a bool: a store gone is one line, as before)
+                        self.schedule.absent.setdefault(tag, {})[peer] = last[peer]  # (not served yet: fellow_hold)
                         self.store.probe(f"{tag}/status/{peer}", startup)  # (store gone: raised below if one is missing)
                         side.ask_gone(peer, time.monotonic(), until[peer])
                 for peer, kind, why in side.take_gone():
@@ -227,7 +228,11 @@ class StoreExchange:
                         witness.poll(end)
                     for peer in [p for p in pending if until[p] > now >= safe  # (a window W, in a swarm of 2: kept)
                                  and (p in extended or witness.others - {p})]:
-                        if not witness.held(peer):
+                        if not witness.held(peer) and now < fellow_hold(self.schedule, tag, peer, witness.others):
+                            if not noted:  # (a fellow in a swarm of 3: its relay's extension, fellow_hold)
+                                noted = True
+                                self.notes.note(tag, pending)
+                        elif not witness.held(peer):
                             until[peer] = now
                             if ends.get(peer, now) > now + _SLICE_S:  # (its read runs to the later deadline: not
                                 reads.pop(peer, None)  # waited for; one more read, begun now, is its last)

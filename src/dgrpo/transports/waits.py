@@ -217,6 +217,7 @@ class Schedule:
         self.unnoted: dict[str, set[int]] = {}  # r{n} → those of them no note bought time (yet: unnoted_in)
         self.left: dict[str, float] = {}  # exchange → when this node left it
         self.stretch: dict[str, float] = {}  # r{n} → its round's end, past r{n} post + timeout_s (held_bound)
+        self.absent: dict[str, dict[int, float]] = {}  # exchange → peer → when a read last found it not served
 
     def enter(self, tag: str) -> None:
         """Record that this node entered exchange ``tag`` (its post or its first collect)."""
@@ -224,7 +225,7 @@ class Schedule:
             self.history = (self.history + [tag])[-8:]
             for old in [t for t in self.posted if t not in self.history]:
                 self.posted.pop(old, None)
-            for book in (self.arrived, self.fellows, self.owed, self.unnoted, self.left, self.stretch):
+            for book in (self.arrived, self.fellows, self.owed, self.unnoted, self.left, self.stretch, self.absent):
                 for old in [t for t in book if t not in self.history]:
                     book.pop(old, None)
 

@@ -7,11 +7,13 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from dgrpo.transports.accusations import quorum
+from dgrpo.transports.waits import window_s
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from dgrpo.transports.peerserve import PeerChannel
+    from dgrpo.transports.waits import Schedule
 
 
 class Witnesses:
@@ -78,3 +80,24 @@ class HeldBefore:
         """Whether ``peer`` and enough others (it apart) are still in ``eq{n-1}``, each as its server said."""
         w = self.prev
         return w is not None and peer in w.asked - w.left and len(w.asked - w.left - {peer}) >= w.need
+
+
+def fellow_hold(schedule: "Schedule", tag: str, peer: int, others) -> float:
+    """In a swarm of 3, the time until which this node waits in round payload ``tag`` = ``r{n}`` for ``peer``, a fellow
+    (:meth:`~dgrpo.transports.waits.Schedule.fellows_of`: it held this node in ``eq{n-1}``), past
+    :meth:`~dgrpo.transports.waits.Schedule.safe` whatever the one other peer ``x`` says (task h31t2): the last time a
+    read of ``x``'s relay ``eq{n-1}`` here found it not served, plus W. ``x`` alone decides there (``n - quorum(n)``
+    = 1, :class:`Witnesses`): where ``x`` is the withholder of the two-victim hold it says at once it left ``r{n}`` and
+    the first victim out cut the second, which trained on its own round payload alone (a split). Safe for this node
+    whichever of ``peer``, ``x`` is honest: an honest ``x`` posted ``eq{n-1}`` after that read, so its ``r{n}`` and
+    ``eq{n}`` posts come later, and it waits for this node's relay (whose note of ``r{n}`` it reads) until at least its
+    own relay post + E; stopping W after the read leaves this node's relay S (E = W + S). The time is within this
+    node's ``r{n}`` post + W (it left ``eq{n-1}`` after that read): the round's budget is unchanged. 0.0 where the
+    rule does not apply (not a fellow, another swarm size, no such read)."""
+    n = tag[1:]
+    rest = set(others) - {peer}
+    if not (tag.startswith("r") and n.isdigit() and int(n) > 0 and len(rest) == 1
+            and peer in schedule.fellows_of(tag)):
+        return 0.0
+    seen = schedule.absent.get(f"eq{int(n) - 1}", {}).get(next(iter(rest)))
+    return 0.0 if seen is None else seen + window_s(schedule.timeout_s)

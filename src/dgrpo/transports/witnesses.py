@@ -1,5 +1,7 @@
 """Which peers are still in a round exchange, as their servers say (issue 31, h31s: the waits past
-:meth:`~dgrpo.transports.waits.Schedule.safe`; the rule is in transports/waits.py's module docstring)."""
+:meth:`~dgrpo.transports.waits.Schedule.safe`; the rule is in transports/waits.py's module docstring), and in a swarm
+of 3, where the one other peer decides alone, how long a fellow is waited for past it (:func:`fellow_hold`, task
+h31t2)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from dgrpo.transports.accusations import quorum
-from dgrpo.transports.waits import window_s
+from dgrpo.transports.waits import slack_s, window_s
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -85,19 +87,24 @@ class HeldBefore:
 def fellow_hold(schedule: "Schedule", tag: str, peer: int, others) -> float:
     """In a swarm of 3, the time until which this node waits in round payload ``tag`` = ``r{n}`` for ``peer``, a fellow
     (:meth:`~dgrpo.transports.waits.Schedule.fellows_of`: it held this node in ``eq{n-1}``), past
-    :meth:`~dgrpo.transports.waits.Schedule.safe` whatever the one other peer ``x`` says (task h31t2): the last time a
-    read of ``x``'s relay ``eq{n-1}`` here found it not served, plus W. ``x`` alone decides there (``n - quorum(n)``
-    = 1, :class:`Witnesses`): where ``x`` is the withholder of the two-victim hold it says at once it left ``r{n}`` and
-    the first victim out cut the second, which trained on its own round payload alone (a split). Safe for this node
-    whichever of ``peer``, ``x`` is honest: an honest ``x`` posted ``eq{n-1}`` after that read, so its ``r{n}`` and
-    ``eq{n}`` posts come later, and it waits for this node's relay (whose note of ``r{n}`` it reads) until at least its
-    own relay post + E; stopping W after the read leaves this node's relay S (E = W + S). The time is within this
-    node's ``r{n}`` post + W (it left ``eq{n-1}`` after that read): the round's budget is unchanged. 0.0 where the
-    rule does not apply (not a fellow, another swarm size, no such read)."""
+    :meth:`~dgrpo.transports.waits.Schedule.safe` whatever the one other peer ``x`` says (task h31t2): this node's
+    ``r{n}`` post + W, at most ``timeout_s`` - 2 S after its last read that found ``x``'s relay ``eq{n-1}`` not served
+    (``Schedule.absent``). ``x`` alone decides there (``n - quorum(n)`` = 1, :class:`Witnesses`): where ``x`` is the
+    withholder of the two-victim hold it says at once it left ``r{n}``, and the first victim out cut the second, which
+    trained on its own round payload alone (a split). Safe for this node whichever of ``peer``, ``x`` is honest (one
+    node cannot tell: a rank posing as a fellow, review r31n G1, holds this node in ``eq{n-1}`` behind an honest ``x``'s
+    late relay): an honest ``x`` posted ``eq{n-1}`` after that read, so its ``r{n}`` post came later still. Where it
+    read this node's ``r{n}`` it posted ``eq{n}`` after this node's post and waits for this node's relay (whose note of
+    ``r{n}``, served at the latest as this wait begins, it reads) to at least the earlier of its ``r{n}`` post +
+    ``timeout_s`` and its relay post + E; where it cut it (unaccused, or this node is expelled anyway), it posted its
+    relay no earlier than W after the read (its own W or ``safe``) and waits E more. Either way until at least the
+    earlier of this node's post + E and the read + ``timeout_s`` - S: stopping S before leaves this node's relay S, as
+    ``safe`` does. Within this node's window: the round's budget is unchanged. 0.0 where the rule does not apply (not a fellow,
+    another swarm size, no such read)."""
     n = tag[1:]
     rest = set(others) - {peer}
-    if not (tag.startswith("r") and n.isdigit() and int(n) > 0 and len(rest) == 1
+    if not (tag.startswith("r") and n.isdigit() and int(n) > 0 and len(rest) == 1 and tag in schedule.posted
             and peer in schedule.fellows_of(tag)):
         return 0.0
-    seen = schedule.absent.get(f"eq{int(n) - 1}", {}).get(next(iter(rest)))
-    return 0.0 if seen is None else seen + window_s(schedule.timeout_s)
+    seen, t = schedule.absent.get(f"eq{int(n) - 1}", {}).get(next(iter(rest))), schedule.timeout_s
+    return 0.0 if seen is None else min(seen + t - 2 * slack_s(t), schedule.posted[tag] + window_s(t))

@@ -14,7 +14,7 @@ from dgrpo.registry import register
 from dgrpo.types import ACCEPT, Verdict
 
 # the defaults of dgrpo.verify.tolerant (TIE, THRESHOLD, EPS), repeated: this module loads without torch
-TIE, THRESHOLD, EPS = 1e-2, 2e-2, 1e-6
+TIE, THRESHOLD, EPS = 1e-4, 2e-4, 1e-6
 
 
 class TolerantReplayDefenseConfig(SpotDefenseConfig):

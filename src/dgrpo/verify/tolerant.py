@@ -29,9 +29,12 @@ d_t = max(0, z_(0) − z_c).
 A completion is rejected when max_t d_t > ``threshold`` (or its length breaks the stopping rules);
 the count of tokens with d_t > ``eps`` is reported beside it. What ``tie`` and ``threshold`` give an
 attacker: at a position where two top-k logits lie within ``tie``, or the runner-up's perturbed score
-within ``threshold`` of the winner's, it may claim either token. Defaults (tie 1e-2, threshold 2e-2,
-in logit/τ units) are calibrated in ``results/nondeterminism/`` (honest scores across kernel paths on
-SmolLM2-135M) and docs/verification.md.
+within ``threshold`` of the winner's, it may claim either token (:func:`free_alternatives` counts those
+choices). Defaults (tie 1e-4, threshold 2e-4, in logit/τ units): 35× the largest honest score measured
+across CPU kernel paths on SmolLM2-135M (5.7e-6, ``results/nondeterminism/``), and small enough that 2 of
+16,036 honest positions offer a sender another token, where the first defaults (tie 1e-2, threshold 2e-2)
+offered 176, digits and operators among them (review u36 I; ``results/tolerant_capacity/``,
+docs/verification.md).
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ import torch
 from dgrpo.policy.sampling import SamplingParams, gumbel_table
 from dgrpo.verify.replay import length_problem  # the stopping rules exact replay checks too
 
-TIE = 1e-2
-THRESHOLD = 2e-2
+TIE = 1e-4
+THRESHOLD = 2e-4
 EPS = 1e-6
 
 
@@ -87,6 +90,38 @@ def token_divergence(logits: torch.Tensor, ids: list[int], seed: int, params: Sa
     claim = torch.where(own, score, torch.full_like(score, float("-inf"))).max(-1).values
     d = (score.max(-1).values - claim).clamp(min=0)
     return torch.where(inside, d, torch.full_like(d, float("inf")))
+
+
+def free_alternatives(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams,
+                      tie: float = TIE, threshold: float = THRESHOLD) -> torch.Tensor:
+    """How many other top-k tokens a sender holding the weights and the bound seed could claim at each position
+    and still pass (divergence ≤ ``threshold`` under ``tie``): the tolerance's room for an adaptive edit (review
+    u36 I: a one-token edit of an equation, the rest sampled from the seed, passes wherever this is > 0).
+
+    Args: as :func:`token_divergence` (sampling only: ``params.temperature`` > 0).
+
+    Returns:
+        (n,) int64: per position, the count of top-k tokens other than ``ids[t]`` that would pass there.
+
+    Raises:
+        ValueError: greedy params, ``ids`` longer than ``logits`` or than ``params.max_new_tokens``, or ``tie`` < 0.
+    """
+    n, k = len(ids), params.top_k
+    if params.temperature <= 0:
+        raise ValueError("free_alternatives: greedy decoding has no seeded ranks; pass sampling params (temperature > 0)")
+    if n > logits.shape[0] or n > params.max_new_tokens:
+        raise ValueError(f"free_alternatives: {n} ids but {logits.shape[0]} logit rows and max_new_tokens="
+                         f"{params.max_new_tokens}; pass the completion's own logits")
+    if tie < 0:
+        raise ValueError(f"free_alternatives: tie must be ≥ 0, got {tie}")
+    z = logits[:n].float()
+    top_v, top_i = z.topk(k, dim=-1)  # (n, k)
+    score = top_v / params.temperature + gumbel_table(seed, params.max_new_tokens, k)[:n].to(z.device)
+    own = (top_v[:, :, None] - top_v[:, None, :]).abs() <= tie  # (n, k, k): ranks the token at rank j could hold
+    claim = torch.where(own, score[:, None, :], torch.full_like(own, float("-inf"), dtype=score.dtype)).max(-1).values
+    passes = score.max(-1, keepdim=True).values - claim <= threshold  # (n, k): claiming rank j's token passes
+    other = top_i != torch.tensor(ids, device=z.device, dtype=torch.long)[:, None]
+    return (passes & other).sum(-1)
 
 
 def required_tie(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams,

@@ -141,6 +141,7 @@ class StoreExchange:
         end = None if startup else self.schedule.cap(tag, deadline)  # (the round's end: no extension past it)
         until = {p: base for p in pending}
         extended: dict[int, tuple[str, list[int]]] = {}
+        held: dict[int, float] = {}  # peer waited for to held_bound → its deadline without (HeldBefore.suspects)
         missed: list[int] = []
         noted = startup  # (a wait note once per exchange)
         arrived = self.schedule.arrived.setdefault(tag, {})
@@ -219,20 +220,28 @@ class StoreExchange:
                 for peer in [p for p in pending if now >= until[p] and p in side.hits and p not in extended]:
                     why = side.note(peer)  # (its signed note, unless it buys nothing here: SideReads.note)
                     if why is not None:  # it only waited: more time, once an exchange, never past the round's end
-                        extended[peer] = why
-                        until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline, prev.held(peer))
+                        extended[peer] = why  # (a suspect's held wait, once its victims' notes name it: undone)
+                        plain = self.schedule.extended(tag, peer, until[peer], why[0], deadline)
+                        until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline,
+                                                             prev.held(peer, prev.suspects(side.hits)))
+                        held.update({peer: plain} if until[peer] > plain else {})
                         end = side.end = self.schedule.cap(tag, deadline)  # (held_bound may move the round's end)
+                for peer in [p for p in held if p in pending and p in prev.suspects(side.hits)]:
+                    until[peer] = held.pop(peer)
+                    if ends.get(peer, 0.0) > until[peer] + _SLICE_S:  # (its read runs to the held deadline: one more)
+                        reads.pop(peer, None)
                 if witness is not None and any(until[p] > safe for p in pending):
                     now = time.monotonic()  # (held past Schedule.safe: a relay, review r31f, the limit h31y left; a
                     if now >= safe - _WITNESS_S:  # round payload, the open case of h31s; only while others are held)
                         witness.poll(end)
                     for peer in [p for p in pending if until[p] > now >= safe  # (a window W, in a swarm of 2: kept)
                                  and (p in extended or witness.others - {p})]:
-                        if not witness.held(peer) and now < fellow_hold(self.schedule, tag, peer, witness.others):
+                        besides = () if peer in fellows else fellows  # (r31t T1)
+                        if not witness.held(peer, besides) and now < fellow_hold(self.schedule, tag, peer, witness.others):
                             if not noted:  # (a fellow in a swarm of 3: its relay's extension, fellow_hold)
                                 noted = True
                                 self.notes.note(tag, pending)
-                        elif not witness.held(peer):
+                        elif not witness.held(peer, besides):
                             until[peer] = now
                             if ends.get(peer, now) > now + _SLICE_S:  # (its read runs to the later deadline: not
                                 reads.pop(peer, None)  # waited for; one more read, begun now, is its last)

@@ -53,11 +53,13 @@ class Witnesses:
             self.reads[peer] = (self.submit(self.chan.fetch, peer, f"end/{self.tag}", 64, min(deadline, now + 0.5),
                                             0.5), now)
 
-    def held(self, peer: int) -> bool:
-        """Whether enough other peers (``peer`` apart) are still in the exchange that those that left, with ``peer``,
-        are short of a quorum of the roster (a peer whose server does not say counts as still in: a dead one accuses
-        nobody)."""
-        return len(self.others - {peer} - self.left) >= self.need
+    def held(self, peer: int, besides=()) -> bool:
+        """Whether enough other peers (``peer`` and ``besides`` apart) are still in the exchange that those that left,
+        with ``peer``, are short of a quorum of the roster (a peer whose server does not say counts as still in: a dead
+        one accuses nobody). ``besides``: in ``r{n}``, this node's fellows when ``peer`` is none (review r31t T1: two
+        victims held together in ``eq{n-1}`` kept each other waiting for the withholder's ``r{n}`` after the on-time
+        nodes had left, took it and relayed it past their round's end: a split)."""
+        return len(self.others - {peer} - self.left - set(besides)) >= self.need
 
 
 class HeldBefore:
@@ -78,10 +80,25 @@ class HeldBefore:
         if self.prev is not None and end is not None:
             self.prev.poll(end)
 
-    def held(self, peer: int) -> bool:
-        """Whether ``peer`` and enough others (it apart) are still in ``eq{n-1}``, each as its server said."""
-        w = self.prev
-        return w is not None and peer in w.asked - w.left and len(w.asked - w.left - {peer}) >= w.need
+    def held(self, peer: int, suspects=()) -> bool:
+        """Whether ``peer`` and enough others (it apart) are still in ``eq{n-1}``, each as its server said; a suspect
+        (:meth:`suspects`) is never held, nor counted."""
+        w, out = self.prev, set(suspects)
+        return w is not None and peer in w.asked - w.left - out and len(w.asked - w.left - {peer} - out) >= w.need
+
+    def suspects(self, hits) -> set[int]:
+        """The peers that at least two other peers' signed notes of ``eq{n-1}`` name as the one they waited for there
+        (``hits``: peer → ((exchange, whom it noted waiting for), ...), :attr:`SideReads.hits
+        <dgrpo.transports.sidereads.SideReads.hits>`): a withholder, held by nobody (review r31t T1: it served its
+        ``end/eq{n-1}`` to one on-time node only; the other counted it held with its victims, waited for its
+        ``r{n}`` to :meth:`~dgrpo.transports.waits.Schedule.held_bound` and kept them waiting for it, a carrier
+        of what the first cut). Two, so that the withholder's own false note cannot make an honest victim one."""
+        named: dict[int, set[int]] = {}
+        for q, hit in (hits.items() if self.prev is not None else ()):
+            if hit[0][0] == self.prev.tag:
+                for p in hit[0][1]:
+                    named.setdefault(p, set()).add(q)
+        return {p for p, by in named.items() if len(by - {p}) >= 2}
 
 
 def fellow_hold(schedule: "Schedule", tag: str, peer: int, others) -> float:

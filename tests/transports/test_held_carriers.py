@@ -38,17 +38,19 @@ def _late(ts, ks, at):
 
 
 def test_a_victim_stops_waiting_for_a_non_fellow_once_only_its_fellows_are_still_in():
-    """Node 0 of 4 is a victim: held in eq0 with node 1 (its fellow) to its round's end, it is in r1 past
-    ``Schedule.safe`` (its eq0 post + T - S, set 4.5 s back). Node 2, the on-time node, served r1 and left it; node 1
-    served r1 and is still in it (waiting, as node 0 is); node 3, the withholder, serves a note of eq0 naming node 2
-    and its r1 3.0 s after node 0's post. Before, node 1 alone kept node 0 waiting for node 3 (``need`` = 1) and node 0
-    took node 3's r1 at 3.0 s, past node 2's round; now only non-fellows count as witnesses for a non-fellow: none is
-    left in r1, so node 0 cuts node 3 at once (read within a poll of end/r1) and has nodes 1 and 2 only."""
+    """Node 0 of 4 is a victim: held in eq0 with node 1 (its fellow) to its round's end by node 3's relay, which never
+    came, it is in r1 past ``Schedule.safe`` (its eq0 post + T - S, set 4.5 s back). Node 2, the on-time node, served
+    r1 and left it; node 1 served r1 and is still in it (waiting, as node 0 is); node 3, the withholder, serves a note
+    of eq0 naming node 2 and its r1 3.0 s after node 0's post. Before, node 1 alone kept node 0 waiting for node 3
+    (``need`` = 1) and node 0 took node 3's r1 at 3.0 s, past node 2's round; now only non-fellows count as witnesses
+    for a peer whose relay of eq0 never came: none is left in r1, so node 0 cuts node 3 at once (read within a poll of
+    end/r1) and has nodes 1 and 2 only."""
     ts, _ = _ranks(n=4, timeout_s=T)
     a = ts[0].exchanger
     _round0(ts, 0)
     a.schedule.posted["eq0"] -= 4.5  # (held in eq0 to the round's end: past safe for r1 at once)
     a.schedule.fellows["eq0"] = {1}
+    a.schedule.arrived["eq0"].pop(3)  # (node 3's relay eq0 never came: withheld from the victims)
     ts[3].exchanger.notes.note("eq0", [2])
     for k in (1, 2):
         ts[k].chan.set(f"r1/data/{k}", b"r1")
@@ -92,11 +94,18 @@ def test_a_peer_noted_by_two_victims_of_eq0_is_not_held_with_them():
 
 
 def test_suspects_by_hand():
-    """Named as the peer waited for in eq0 by two other peers' notes: a suspect; by one (the withholder's own false
-    note naming an honest victim), or in notes of another exchange: not."""
+    """Named as the peer waited for in eq0 by the notes of two other peers still in eq0, while this node had its relay
+    in time: a suspect. Not so where one of them left eq0, for one noter (the withholder's own false note naming an
+    honest victim), for notes of another exchange, or where this node too noted waiting for it in eq0 (an honest relay
+    late for everyone: its writer made late by the withholder, test_round_deadlines' r31m F2 scenario)."""
     prev = HeldBefore(0, None, "r1", range(5), None)
+    prev.prev.asked = {1, 2, 3, 4}
     hit = lambda tag, names: ((tag, names), None, False)  # noqa: E731 - SideReads.hits' shape
-    assert prev.suspects({1: hit("eq0", [4]), 2: hit("eq0", [4]), 4: hit("eq0", [1])}) == {4}
-    assert prev.suspects({1: hit("eq0", [4]), 4: hit("eq0", [1])}) == set()
-    assert prev.suspects({1: hit("r0", [4]), 2: hit("r0", [4])}) == set()
-    assert HeldBefore(0, None, "eq1", range(5), None).suspects({1: hit("eq0", [4]), 2: hit("eq0", [4])}) == set()
+    two = {1: hit("eq0", [4]), 2: hit("eq0", [4]), 4: hit("eq0", [1])}
+    assert prev.suspects(two, {}) == {4}
+    assert prev.suspects(two, {"eq0": {4}}) == set() and prev.suspects(two, {"r0": {4}}) == {4}
+    assert prev.suspects({1: hit("eq0", [4]), 4: hit("eq0", [1])}, {}) == set()
+    assert prev.suspects({1: hit("r0", [4]), 2: hit("r0", [4])}, {}) == set()
+    prev.prev.left = {2}
+    assert prev.suspects(two, {}) == set()
+    assert HeldBefore(0, None, "eq1", range(5), None).suspects(two, {}) == set()

@@ -156,6 +156,8 @@ class StoreExchange:
                                   thread_name_prefix=f"dgrpo-read-{self.rank}")
         # (past safe, a peer is waited for only while others are held; fellows held this node in eq{n-1}: Schedule)
         fellows, safe = (set(), None) if startup else (self.schedule.fellows_of(tag), self.schedule.safe(tag))
+        prior = f"eq{int(tag[1:]) - 1}" if fellows else ""  # (fellows only in r{n}, n > 0; r31t T1: the witnesses)
+        withheld = set(pending) - fellows - set(self.schedule.arrived.get(prior, {}))  # (its eq{n-1} never came here)
         witness = None if safe is None else Witnesses(self.rank, self.chan, tag, self.ledger.roster_of(tag, self.rank),
                                                       pool.submit)
         side = SideReads(self, tag, pool.submit, end, cap)  # (notes, stop notices, leave marks, owed: in the pool)
@@ -222,11 +224,12 @@ class StoreExchange:
                     if why is not None:  # it only waited: more time, once an exchange, never past the round's end
                         extended[peer] = why  # (a suspect's held wait, once its victims' notes name it: undone)
                         plain = self.schedule.extended(tag, peer, until[peer], why[0], deadline)
+                        sus = prev.suspects(side.hits, self.notes.mine)
                         until[peer] = self.schedule.extended(tag, peer, until[peer], why[0], deadline,
-                                                             prev.held(peer, prev.suspects(side.hits)))
+                                                             prev.held(peer, sus))
                         held.update({peer: plain} if until[peer] > plain else {})
                         end = side.end = self.schedule.cap(tag, deadline)  # (held_bound may move the round's end)
-                for peer in [p for p in held if p in pending and p in prev.suspects(side.hits)]:
+                for peer in [p for p in held if p in pending and p in prev.suspects(side.hits, self.notes.mine)]:
                     until[peer] = held.pop(peer)
                     if ends.get(peer, 0.0) > until[peer] + _SLICE_S:  # (its read runs to the held deadline: one more)
                         reads.pop(peer, None)
@@ -236,7 +239,7 @@ class StoreExchange:
                         witness.poll(end)
                     for peer in [p for p in pending if until[p] > now >= safe  # (a window W, in a swarm of 2: kept)
                                  and (p in extended or witness.others - {p})]:
-                        besides = () if peer in fellows else fellows  # (r31t T1)
+                        besides = fellows if peer in withheld else ()  # (r31t T1)
                         if not witness.held(peer, besides) and now < fellow_hold(self.schedule, tag, peer, witness.others):
                             if not noted:  # (a fellow in a swarm of 3: its relay's extension, fellow_hold)
                                 noted = True

@@ -56,9 +56,10 @@ class Witnesses:
     def held(self, peer: int, besides=()) -> bool:
         """Whether enough other peers (``peer`` and ``besides`` apart) are still in the exchange that those that left,
         with ``peer``, are short of a quorum of the roster (a peer whose server does not say counts as still in: a dead
-        one accuses nobody). ``besides``: in ``r{n}``, this node's fellows when ``peer`` is none (review r31t T1: two
-        victims held together in ``eq{n-1}`` kept each other waiting for the withholder's ``r{n}`` after the on-time
-        nodes had left, took it and relayed it past their round's end: a split)."""
+        one accuses nobody). ``besides``: in ``r{n}``, this node's fellows when ``peer`` is none and its relay of
+        ``eq{n-1}`` never came here (review r31t T1: two victims held together in ``eq{n-1}`` kept each other waiting
+        for the withholder's ``r{n}`` after the on-time nodes had left, took it and relayed it past their round's end:
+        a split; a peer whose relay came late, itself held by the withholder, is waited for as before: r31m F2)."""
         return len(self.others - {peer} - self.left - set(besides)) >= self.need
 
 
@@ -86,19 +87,25 @@ class HeldBefore:
         w, out = self.prev, set(suspects)
         return w is not None and peer in w.asked - w.left - out and len(w.asked - w.left - {peer} - out) >= w.need
 
-    def suspects(self, hits) -> set[int]:
-        """The peers that at least two other peers' signed notes of ``eq{n-1}`` name as the one they waited for there
-        (``hits``: peer → ((exchange, whom it noted waiting for), ...), :attr:`SideReads.hits
-        <dgrpo.transports.sidereads.SideReads.hits>`): a withholder, held by nobody (review r31t T1: it served its
-        ``end/eq{n-1}`` to one on-time node only; the other counted it held with its victims, waited for its
-        ``r{n}`` to :meth:`~dgrpo.transports.waits.Schedule.held_bound` and kept them waiting for it, a carrier
-        of what the first cut). Two, so that the withholder's own false note cannot make an honest victim one."""
-        named: dict[int, set[int]] = {}
-        for q, hit in (hits.items() if self.prev is not None else ()):
-            if hit[0][0] == self.prev.tag:
+    def suspects(self, hits, mine) -> set[int]:
+        """The peers that the signed notes of ``eq{n-1}`` of at least two other peers still in it (as their servers
+        said) name as the one they waited for there, while this node did not wait for them there (``mine``: exchange →
+        the peers this node noted waiting for, :attr:`WaitNotes.mine <dgrpo.transports.waits.WaitNotes.mine>`;
+        ``hits``: peer → ((exchange, whom it noted waiting for), ...), :attr:`SideReads.hits
+        <dgrpo.transports.sidereads.SideReads.hits>`): a withholder, its relay served here in time and not to them,
+        held by nobody (review r31t T1: it served its ``end/eq{n-1}`` to one on-time node only; the other counted it
+        held with its victims, waited for its ``r{n}`` to :meth:`~dgrpo.transports.waits.Schedule.held_bound` and
+        kept them waiting for it, a carrier of what the first cut). Two, so that the withholder's own false note
+        cannot make an honest victim one; still in, and not late here, so that notes of an honest relay that was late
+        for everyone (its writer made late by the withholder: test_round_deadlines, r31m F2) do not either."""
+        w, named = self.prev, {}
+        if w is None:
+            return set()
+        for q, hit in hits.items():
+            if hit[0][0] == w.tag and q in w.asked - w.left:
                 for p in hit[0][1]:
                     named.setdefault(p, set()).add(q)
-        return {p for p, by in named.items() if len(by - {p}) >= 2}
+        return {p for p, by in named.items() if len(by - {p}) >= 2 and p not in mine.get(w.tag, ())}
 
 
 def fellow_hold(schedule: "Schedule", tag: str, peer: int, others) -> float:

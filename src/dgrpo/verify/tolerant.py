@@ -92,6 +92,18 @@ def token_divergence(logits: torch.Tensor, ids: list[int], seed: int, params: Sa
     return torch.where(inside, d, torch.full_like(d, float("inf")))
 
 
+def _sampled_inputs(name: str, logits: torch.Tensor, ids: list[int], params: SamplingParams) -> tuple[int, int]:
+    """(n, k) for a seeded-rank function ``name``; ValueError for greedy params or ``ids`` longer than ``logits`` or
+    than ``params.max_new_tokens``."""
+    n, k = len(ids), params.top_k
+    if params.temperature <= 0:
+        raise ValueError(f"{name}: greedy decoding has no seeded ranks; pass sampling params (temperature > 0)")
+    if n > logits.shape[0] or n > params.max_new_tokens:
+        raise ValueError(f"{name}: {n} ids but {logits.shape[0]} logit rows and max_new_tokens="
+                         f"{params.max_new_tokens}; pass the completion's own logits")
+    return n, k
+
+
 def free_alternatives(logits: torch.Tensor, ids: list[int], seed: int, params: SamplingParams,
                       tie: float = TIE, threshold: float = THRESHOLD) -> torch.Tensor:
     """How many other top-k tokens a sender holding the weights and the bound seed could claim at each position
@@ -106,12 +118,7 @@ def free_alternatives(logits: torch.Tensor, ids: list[int], seed: int, params: S
     Raises:
         ValueError: greedy params, ``ids`` longer than ``logits`` or than ``params.max_new_tokens``, or ``tie`` < 0.
     """
-    n, k = len(ids), params.top_k
-    if params.temperature <= 0:
-        raise ValueError("free_alternatives: greedy decoding has no seeded ranks; pass sampling params (temperature > 0)")
-    if n > logits.shape[0] or n > params.max_new_tokens:
-        raise ValueError(f"free_alternatives: {n} ids but {logits.shape[0]} logit rows and max_new_tokens="
-                         f"{params.max_new_tokens}; pass the completion's own logits")
+    n, k = _sampled_inputs("free_alternatives", logits, ids, params)
     if tie < 0:
         raise ValueError(f"free_alternatives: tie must be ≥ 0, got {tie}")
     z = logits[:n].float()
@@ -142,12 +149,7 @@ def required_tie(logits: torch.Tensor, ids: list[int], seed: int, params: Sampli
         ValueError: greedy params (the tie does not enter greedy's score), or ``ids`` longer than ``logits``
             or than ``params.max_new_tokens``.
     """
-    n, k = len(ids), params.top_k
-    if params.temperature <= 0:
-        raise ValueError("required_tie: greedy decoding has no seeded ranks; pass sampling params (temperature > 0)")
-    if n > logits.shape[0] or n > params.max_new_tokens:
-        raise ValueError(f"required_tie: {n} ids but {logits.shape[0]} logit rows and max_new_tokens="
-                         f"{params.max_new_tokens}; pass the completion's own logits")
+    n, k = _sampled_inputs("required_tie", logits, ids, params)
     z = logits[:n].float()
     z_c = z.gather(1, torch.tensor(ids, device=z.device, dtype=torch.long)[:, None])  # (n, 1)
     top_v, _ = z.topk(k, dim=-1)  # (n, k)

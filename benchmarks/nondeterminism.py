@@ -89,7 +89,11 @@ def parse(argv: list[str] | None):
     parser.add_argument("--pairings", help="comma-separated; default: every pairing of --device (module docstring)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--out")
+    parser.add_argument("--combine", nargs="+", metavar="PART.json",
+                        help="join runs made in parts (--start): --combine a.json b.json ... --out all.json, first on the line")
     args = parser.parse_args(argv)
+    if args.combine:
+        sys.exit("nondeterminism: --combine goes first on the line: --combine a.json b.json ... --out all.json")
     for name in ("prompts", "group", "max_new_tokens", "sender_rows", "verifier_rows", "threads", "small_prompts"):
         if getattr(args, name) < 1:
             sys.exit(f"nondeterminism: --{name.replace('_', '-')}={getattr(args, name)}; use a whole number ≥ 1")

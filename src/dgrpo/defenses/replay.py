@@ -52,7 +52,7 @@ class ReplayDefense(Defense):
         self.stage = "logits" if cfg.method == "fast" else "rollouts"
         self.spot = SpotSelection(cfg)
         if not self.spot.checker.full:
-            self.counters = self.spot.counters  # (logged per round as defense/replay/spot_checked, ...)
+            self.counters = self.spot.counters  # (cumulative: defense/replay/spot_checked, ... in each round record)
 
     def inspect(self, rollouts: Sequence, logits=None) -> list[Verdict]:
         """One verdict per rollout; ``logits`` is the group's (G, T, V) float32 logits for ``fast``."""

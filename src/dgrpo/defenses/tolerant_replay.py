@@ -52,7 +52,7 @@ class TolerantReplayDefense(Defense):
         self.eos_id = policy.tokenizer.eos_token_id
         self.spot = SpotSelection(cfg)
         if not self.spot.checker.full:
-            self.counters = self.spot.counters  # (logged per round as defense/tolerant_replay/spot_checked, ...)
+            self.counters = self.spot.counters  # (cumulative: defense/tolerant_replay/spot_checked, ...)
 
     def inspect(self, rollouts: Sequence, logits=None) -> list[Verdict]:
         """One verdict per rollout; ``logits`` is the group's (G, T, V) float32 logits."""

@@ -73,3 +73,45 @@ def test_matrix_rows_tolerant_replay_catches_what_replay_catches(tmp_path, tiny_
             assert row["detection"][tolerant]["rejected"] == row["detection"][exact]["rejected"], (name, exact)
         caught += row["detection"]["replay_bound"]["rejected"]
     assert caught > 0
+
+
+def test_settings_that_leave_it_unsound_are_cautioned_once_and_the_wide_tie_really_frees_every_top_k_token(
+        model, tokenizer, caplog):
+    """Review u36 C: ``swarm.protocol.bind_seeds=false`` and ``tie: 100`` were accepted without a word. Both
+    are valid (the matrix measures unbound columns on purpose), so each gets one WARNING line; the premise of
+    the tie caution is checked with ``free_alternatives``: at tie 100 every other top-k token of every
+    position passes (k − 1 = 9 each), at the defaults far fewer do."""
+    from dgrpo.verify.tolerant import free_alternatives
+
+    def cautions(*overrides):
+        cfg = load_config(overrides=["sampling.max_new_tokens=16", *overrides])
+        return cfg, cfg.defenses[0].cautions(cfg)
+
+    assert cautions("defenses=[{kind: tolerant_replay}]")[1] == []
+    assert cautions("defenses=[{kind: tolerant_replay, tie: 0.001, threshold: 0.002}]")[1] == []  # the range's edge
+    assert cautions("defenses=[{kind: replay}]")[1] == []
+    unbound = cautions("swarm.protocol.bind_seeds=false", "defenses=[{kind: replay}]")[1]
+    assert len(unbound) == 1 and "swarm.protocol.bind_seeds=true" in unbound[0]
+    assert cautions("swarm.protocol.bind_seeds=false", "defenses=[{kind: topk}]")[1] == []  # top-k reads no seed
+    cfg, wide = cautions("defenses=[{kind: tolerant_replay, tie: 100}]")
+    assert len(wide) == 1 and "tie=100 is wider" in wide[0] and "threshold" not in wide[0].split("is wider")[0]
+    assert "tie=0.01 and threshold=0.02" in cautions("defenses=[{kind: tolerant_replay, tie: 0.01, threshold: 0.02}]")[1][0]
+
+    import dgrpo.defenses as defenses
+
+    defenses._CAUTIONED.discard(wide[0])
+    policy = Policy("tiny", model, tokenizer, PARAMS)
+    with caplog.at_level("WARNING", logger="dgrpo.defenses"):
+        build_defense(cfg.defenses[0], cfg, policy, task=None)
+        build_defense(cfg.defenses[0], cfg, policy, task=None)  # a second node of the same process
+    assert [r.getMessage() for r in caplog.records if r.name == "dgrpo.defenses"] == wide
+
+    eos = tokenizer.eos_token_id
+    prompt, seed = [5, 6, 7, 8], 3
+    ids = list(sample(model, [prompt], [seed], PARAMS, eos, eos)[0])
+    with torch.no_grad():
+        logits = group_logits(model, prompt, [ids], eos)[0]
+    n = len(ids)
+    free_wide = free_alternatives(logits, ids, seed, PARAMS, tie=100, threshold=cfg.defenses[0].threshold)
+    assert free_wide.tolist() == [PARAMS.top_k - 1] * n
+    assert int(free_alternatives(logits, ids, seed, PARAMS).sum()) < n  # the defaults: far from every token

@@ -7,11 +7,15 @@ runs it. Defense modules import torch and models inside their methods: config ch
 
 from __future__ import annotations
 
+import logging
+
 from dgrpo.defenses.base import STAGES, Defense, DefenseConfig, defend, defense_counters
 from dgrpo.errors import ConfigError
 from dgrpo.registry import Table, lookup
 
 DEFENSES = Table("defense")  # defense kind → builder
+log = logging.getLogger(__name__)
+_CAUTIONED: set[str] = set()  # each caution logged once a process (a swarm builds one defense per node)
 
 
 def build_defense(defense_cfg: DefenseConfig, run_cfg, policy, task) -> Defense:
@@ -24,6 +28,10 @@ def build_defense(defense_cfg: DefenseConfig, run_cfg, policy, task) -> Defense:
             would never run it).
     """
     defense = lookup("defense", defense_cfg.kind).builder(defense_cfg, run_cfg, policy, task)
+    for line in defense_cfg.cautions(run_cfg):
+        if line not in _CAUTIONED:
+            _CAUTIONED.add(line)
+            log.warning(line)
     if not isinstance(defense, Defense):
         raise ConfigError(f"defense kind={defense_cfg.kind}: {type(defense).__name__} does not subclass "
                           "dgrpo.defenses.base.Defense; declare it as `class "

@@ -74,6 +74,16 @@ class DefenseConfig(KindConfig):
     """A completion's verdict depends on the other completions of its group (a z-score), so it is
     judged inside its whole group, not alone."""
 
+    def cautions(self, run) -> list[str]:
+        """Warnings, one line each, about a valid setting of ``run`` that leaves this defense unsound
+        against an adaptive sender (:func:`dgrpo.defenses.build_defense` logs each once a process): a kind
+        that ``needs_bound_seed`` in a run that does not bind seeds (review u36 C: accepted silently)."""
+        if self.needs_bound_seed and not run.swarm.protocol.bind_seeds:
+            return [f"the {self.kind} defense takes each message's claimed sampling seed as given and "
+                    "swarm.protocol.bind_seeds=false: a sender that grinds seeds passes it (docs/verification.md); "
+                    "set swarm.protocol.bind_seeds=true"]
+        return []
+
     def sender_proof(self):
         """What every sender must attach to its messages for this defense to check, or None (nothing):
         ``toploc`` returns its :class:`dgrpo.policy.proofs.ProofParams`, and senders then prove each

@@ -15,6 +15,7 @@ from dgrpo.types import ACCEPT, Verdict
 
 # the defaults of dgrpo.verify.tolerant (TIE, THRESHOLD, EPS), repeated: this module loads without torch
 TIE, THRESHOLD, EPS = 1e-4, 2e-4, 1e-6
+WIDE = 1e-3  # a tie above this (a threshold above twice it) lets an adaptive sender swap digits: cautioned
 
 
 class TolerantReplayDefenseConfig(SpotDefenseConfig):
@@ -25,10 +26,23 @@ class TolerantReplayDefenseConfig(SpotDefenseConfig):
 
     kind: Literal["tolerant_replay"] = "tolerant_replay"
     threshold: float = Field(THRESHOLD, ge=0, description="Reject a completion when any token's divergence (logit/temperature units) exceeds this; calibrated in results/nondeterminism/.")
-    tie: float = Field(TIE, ge=0, description="Top-k logits closer than this (logit units) may have swapped rank on the sender's kernel path, and with it their Gumbel noise.")
+    tie: float = Field(TIE, ge=0, description="Top-k logits closer than this (logit units) may have swapped rank on the sender's kernel path, and with it their Gumbel noise. Above 1e-3 (threshold above 2e-3) the run logs a WARNING: an adaptive sender can then claim digits and operators where logits are that close (results/tolerant_capacity).")
     eps: float = Field(EPS, ge=0, description="Tokens with divergence above eps are counted in the rejection's reason (a diagnostic; it rejects nothing).")
 
     needs_bound_seed: ClassVar[bool] = True  # a ground seed reproduces its own sample: only binding stops it
+
+    def cautions(self, run) -> list[str]:
+        """Also a ``tie`` or ``threshold`` wider than :data:`WIDE` (review u36 C: ``tie: 100`` was accepted
+        silently and accepts any top-k token): measured on 512 honest SmolLM2 completions, at tie 1e-3 a
+        sender could claim another token at 14 of 16,036 positions, a digit swap among them, at 1e-2 at 176,
+        digit and operator swaps among them (results/tolerant_capacity)."""
+        wide = [f"{name}={value:g}" for name, value, limit in (("tie", self.tie, WIDE), ("threshold", self.threshold, 2 * WIDE))
+                if value > limit]
+        return super().cautions(run) + ([
+            f"the tolerant_replay defense's {' and '.join(wide)} is wider than the calibrated range (tie ≤ {WIDE:g}, "
+            f"threshold ≤ {2 * WIDE:g}): an adaptive sender can then claim another top-k token, digits and operators "
+            "among them, where the logits are that close (results/tolerant_capacity); keep them in range unless an "
+            "honest pairing measured with benchmarks/nondeterminism.py needs more"] if wide else [])
 
 
 @register("defense", "tolerant_replay", config=TolerantReplayDefenseConfig)

@@ -51,15 +51,13 @@ import time
 from typing import TYPE_CHECKING, Iterable
 
 from dgrpo.registry import LazyModule, register
-from dgrpo.swarm.protocol import merge_views
 from dgrpo.transports import payload as payload_codec
-from dgrpo.transports.framing import OPEN, KeyCaps, frame, relay_refusals, relayed
+from dgrpo.transports.framing import OPEN, KeyCaps, frame
 from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fingerprint, join_group, pick_backend  # noqa: F401 (re-exported)
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
-from dgrpo.transports import departures, ranklife, recordreads, relay, startgather, startstops
-from dgrpo.transports.sidereads import settle_unnoted
+from dgrpo.transports import crosscheck, ranklife, recordreads, startgather
 from dgrpo.transports.startgather import StartBudget
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
@@ -305,36 +303,7 @@ class DistributedTransport:
         first round, a peer's start-up stop notice that a relay carries stops every node unless a relay carries the
         peer's messages of that round (then it is an equivocator: :mod:`dgrpo.transports.startstops`).
         """
-        signed = [m for m in messages if m.signature is not None]
-        labels = payload_codec.relay_labels(signed, self.labels, self.honest)  # (metrics only; review r31o H6)
-        try:  # (within its readers' cap whatever peers sent: transports/relay.py; departures: review r31n G6)
-            raw = relay.build(self.rank, signed, labels, self.carriers, self.rejected,
-                              departures.relayed_departures(self.chan, self.world_size), self.caps, self.world_size,
-                              f"eq{round_idx}")
-            reports = self.exchange(f"eq{round_idx}", raw)
-        except (TypeError, ValueError):  # a field that is not JSON: its message fails in receive anyway
-            return messages
-        limit = self.max_messages * self.world_size
-        views = {n: messages if n == self.rank else relayed(raw, limit) for n, raw in reports.items()}
-        self.peer_views = {n: relay_refusals(raw) for n, raw in reports.items() if n != self.rank}
-        caught, merged = merge_views(self.rank, views, self.verifier, round_idx)
-        if self.exchanger.first == f"r{round_idx}":  # (a start-up stop notice met in the first round: all stop alike,
-            caught.update(startstops.decide(self, round_idx, reports, views))  # or its signer sent: equivocation)
-        recovered = {id(m) for m in merged} - {id(m) for m in messages}
-        payload_codec.take_relayed_labels({n: r for n, r in reports.items() if n != self.rank}, merged, self.labels,
-                                          self.honest)
-        for node, reason in caught.items():
-            log.warning("rejected every message from node %d in round %d: %s", node, round_idx, reason)
-            self.rejected.append((node, reason))
-            self.equivocators.setdefault(node, round_idx)
-        if recovered:
-            log.warning("round %d: %d signed messages of nodes %s reached this node only through peers' relays "
-                        "(their servers showed this node other messages?)", round_idx, len(recovered),
-                        sorted({m.node for m in merged if id(m) in recovered}))
-        departures.act(self, f"eq{round_idx}", reports)  # (a peer's own signed "I stopped", shown to one node: all)
-        settle_unnoted(self.exchanger, f"eq{round_idx}", {m.node for m in merged})  # (review r31o H1: a fellow's
-        # round payload that no other node's relay carries reached nobody in time: Schedule.unnoted_in)
-        return [m for m in merged if m.node not in caught]
+        return crosscheck.cross_check(self, round_idx, messages)
 
     def all_gather(self, local: dict[int, list[Message]]) -> list[Message]:
         """Alg.1 L6 / Alg.2 L7: every live node's messages, ordered by node id then by sending order.

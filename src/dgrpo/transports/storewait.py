@@ -36,9 +36,10 @@ from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 
 from dgrpo.transports.alone import stop_if_alone
 from dgrpo.transports.departures import later
 from dgrpo.transports.framing import cap_of  # noqa: F401 (re-exported: distributed.py)
+from dgrpo.transports.latenames import name_late
 from dgrpo.transports.sidereads import SideReads
 from dgrpo.transports.startstops import met
-from dgrpo.transports.waits import Schedule, WaitNotes, note_s, record_s, slack_s, window_s
+from dgrpo.transports.waits import Schedule, WaitNotes, note_s, slack_s
 from dgrpo.transports.unserved import blame_unserved
 from dgrpo.transports.witnesses import HeldBefore, Witnesses, fellow_hold
 
@@ -184,7 +185,7 @@ class StoreExchange:
                     if data is not None:
                         got[peer] = data
                         arrived[peer] = time.monotonic()
-                        side.ask_held(peer, arrived[peer] - start)  # (the main rank late: its note, _held)
+                        side.ask_held(peer, arrived[peer] - start)  # (the main rank late: its note, latenames)
                         pending.remove(peer)
                         slow.pop(peer, None)
                     elif problem is not None and problem.startswith("slow"):  # (read again: not whole by its deadline,
@@ -280,7 +281,7 @@ class StoreExchange:
             missed = [p for p in missed if p not in stopped]
         pending = sorted(missed + pending)
         if not startup:
-            self._name_late(tag, start, got, arrived, extended, side)
+            name_late(self, tag, start, got, arrived, extended, side)
         if left and not startup and tag != "done":  # (out at every node, this one included, at the first relay of
             later(self, tag, {p: "left the swarm (its signed leave mark)" for p in left})  # this node that carries
             left = []  # it: eq{n} for a mark read in r{n}, eq{n+1} for one read in eq{n}; departures.py, r31o H3)
@@ -313,38 +314,6 @@ class StoreExchange:
             self._fail([p for p in pending if p not in slow], tag, "sent nothing",
                        sorted(set(bad) | set(pending) & set(slow)))
         return got
-
-    def _name_late(self, tag: str, start: float, got: dict[int, bytes], arrived: dict[int, float],
-                   extended: dict[int, tuple[str, list[int]]], side: SideReads) -> None:
-        """Name (peers.jsonl, no strike) a round payload that came over half of the payload window W after this node
-        posted its own (``late``), and every note that bought a peer more time, under its writer (``waited``, naming
-        whom it says it waited for; a note alone never names those ``late``: review r31e G1)."""
-        half = window_s(self.wait.timeout_s) / 2
-        rnd = tag.startswith("r") and tag[1:].isdigit()
-        for peer in sorted(got):
-            late = arrived.get(peer, start) - start
-            allowed = half + (record_s(self.wait.timeout_s) if rnd and late > half and self._held(peer, tag, extended, side)
-                              else 0.0)
-            if peer in extended:
-                waited_in, whom = extended[peer]
-                if late > allowed or not tag.startswith("r"):  # (a claim nobody can check: named under its writer
-                    self.refuse(peer, f"waited: served {tag!r} {late:.1f}s late, saying (signed note) nodes {whom} "
-                                      f"kept it waiting in exchange {waited_in!r}")  # only, never `late` under those)
-            elif late > allowed and rnd:
-                self.refuse(peer, f"late: served exchange {tag!r} {late:.1f}s after this node posted (over half "
-                                  f"of the payload window, {2 * half:.3g}s of {self.wait.limit_name}="
-                                  f"{self.wait.timeout_s:g}s)")
-
-    def _held(self, peer: int, tag: str, extended: dict[int, tuple[str, list[int]]], side: SideReads) -> bool:
-        """Whether ``peer`` is the main rank this node posted its round record ``rec{n-1}`` for and says (its signed
-        note, read as its payload came: :meth:`SideReads.ask_held`) it still waited for records before its ``tag`` =
-        ``r{n}`` (review r31g Z5l: its peers named it ``late`` for the time a withheld or late record held it)."""
-        rec = f"rec{int(tag[1:]) - 1}"
-        if peer != self.record_reader or rec not in self.schedule.history:
-            return False
-        if peer in extended:
-            return extended[peer][0] == rec
-        return side.held_note(peer)
 
     def say(self, text: str, readers=None) -> None:
         """Before this node stops on a peer failure: ``text``, signed, served till ``readers`` (default: its live peers)

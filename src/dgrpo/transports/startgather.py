@@ -20,7 +20,7 @@ a start-up value that reached this rank more than
 :data:`LATE_S` after it posted its own names its rank (:func:`name_late`: a WARNING line and, with the first round's
 refusals, ``peers.jsonl``): ``late``, or ``waited`` when the value says (unchecked) that its rank was itself held in
 its previous start-up exchange; such a claim is named under its writer only, never under those it names, as after
-start-up (:meth:`StoreExchange._name_late <dgrpo.transports.storewait.StoreExchange._name_late>`).
+start-up (:func:`dgrpo.transports.latenames.name_late`).
 """
 
 from __future__ import annotations

@@ -101,9 +101,34 @@ def skip_read(victim: str, first: str = "1") -> None:
     DistributedTransport.collect = skipping
 
 
+def serve_at(readers: str, pattern: str, at: str, first: str = "1") -> None:
+    """Review r31t's s4n2ev2 (task h31u1): keys matching ``pattern`` (their leading ``r{n}``/``eq{n}`` naming the
+    exchange) are served to ``readers`` (ranks joined by ``.``) only ``at`` seconds after this rank posted that exchange
+    (one moment for every listed reader: released together), from round ``first`` on; other readers as usual."""
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.peerserve import PeerChannel
+
+    pat, serve, post, rs, st = re.compile(pattern), PeerChannel.serve, DistributedTransport.post, set(readers.split(".")), {}
+
+    def posted(self, tag, payload, framed=False):
+        st[tag] = time.monotonic()
+        return post(self, tag, payload, framed)
+
+    def later(self, key, reader):
+        m = re.match(r"^((?:r|eq)(\d+))/", key)
+        if not (pat.match(key) and reader in rs and m and int(m.group(2)) >= int(first)):
+            return serve(self, key, reader)
+        live = serve(self, key, reader)
+        st.update({"v:" + key: live} if live is not None else {})  # (kept: its own later rounds delete the key)
+        t = st.get(m.group(1))
+        return None if t is None or time.monotonic() < t + float(at) else live or st.get("v:" + key)
+
+    DistributedTransport.post, PeerChannel.serve = posted, later
+
+
 def apply(kind: str, rest: list[str]) -> None:
     """``sticky:R:WHOM`` (:func:`sticky_note`), ``afternote:R:READERS:REGEX:V:TAG:MAX`` (:func:`after_note`),
     ``accat:R:TAG:V`` (:func:`accuse_at`), ``noend:R:REGEX`` (:func:`no_end`), ``skipread:R:V[:FIRST]``
-    (:func:`skip_read`)."""
+    (:func:`skip_read`), ``serveat:R:READERS:REGEX:SECONDS[:FIRST]`` (:func:`serve_at`)."""
     return {"sticky": sticky_note, "afternote": after_note, "accat": accuse_at, "noend": no_end,
-            "skipread": skip_read}[kind](*rest)
+            "skipread": skip_read, "serveat": serve_at}[kind](*rest)

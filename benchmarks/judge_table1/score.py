@@ -11,7 +11,9 @@ per judgment, appended as it comes, so a stopped run resumes after its last line
 skipped; a ``failed`` judgment, no answer from the server, is not written, so a resumed run asks again, and three
 in a row stop the run). ``--per-set N`` judges at most N evenly spaced rows of each set (``--sets`` to choose sets,
 ``--keys`` to judge only listed rows); ``--fill N`` judges evenly spaced rows not yet judged under ``--tag`` until
-N rows of each set are.
+N rows of each set are. ``--granularity step`` asks about one step at a time (dgrpo.verify.judge_steps; a step
+prompt such as ``--prompt step``): ``score`` is the lowest step score and ``steps`` records every step asked with
+its score.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ def main(argv=None) -> int:
     ap.add_argument("--split-version", choices=("v1", "v2"), default="v1", help="which dev / held-out split (sets.py)")
     ap.add_argument("--fill", type=int, default=None,
                     help="judge evenly spaced not-yet-judged rows of each set until N of its rows carry this tag")
+    ap.add_argument("--granularity", choices=("completion", "step"), default="completion",
+                    help="step: one question per step, the lowest step score is the completion's (dgrpo.verify.judge_steps)")
+    ap.add_argument("--max-steps", type=int, default=8, help="with --granularity step: steps asked at most per completion")
     ap.add_argument("--keys", type=Path, default=None, help="a file of row keys, one a line: judge only those rows")
     args = ap.parse_args(argv)
     rows = [r for r in judge_sets.load(args.gsm8k, split=args.split_version) if r["split"] == args.split]
@@ -86,7 +91,8 @@ def main(argv=None) -> int:
     todo = [r for r in chosen if (r["key"], args.tag) not in done]
     print(f"{len(chosen)} rows chosen, {len(todo)} to judge", file=sys.stderr, flush=True)
     judge = OpenAIJudge(JudgeConfig(args.url, args.model, api_key_env=None, timeout_s=args.timeout_s, max_retries=1,
-                                    max_concurrency=1, max_tokens=1, threshold=0.5, prompt=args.prompt))
+                                    max_concurrency=1, max_tokens=1, threshold=0.5, prompt=args.prompt,
+                                    granularity=args.granularity, max_steps=args.max_steps))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     start, failures = time.perf_counter(), 0
     with args.out.open("a") as f:
@@ -103,9 +109,11 @@ def main(argv=None) -> int:
                     return 1
                 continue
             failures = 0
-            f.write(json.dumps({"key": r["key"], "set": r["set"], "split": r["split"], "honest": r["honest"],
-                                "right": r["right"], "tag": args.tag, "status": j.status, "score": j.score,
-                                "seconds": round(j.seconds, 3), "reason": j.reason}) + "\n")
+            row = {"key": r["key"], "set": r["set"], "split": r["split"], "honest": r["honest"], "right": r["right"],
+                   "tag": args.tag, "status": j.status, "score": j.score, "seconds": round(j.seconds, 3), "reason": j.reason}
+            if args.granularity == "step":
+                row["steps"] = [[text, score] for text, score in j.steps]
+            f.write(json.dumps(row) + "\n")
             f.flush()
             if i % 20 == 19:
                 print(f"{i + 1}/{len(todo)} {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)

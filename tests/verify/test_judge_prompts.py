@@ -44,7 +44,7 @@ def test_relevant_is_its_own_rule_with_the_same_cleaned_solution():
 def test_an_unknown_prompt_is_one_line():
     with pytest.raises(ValueError, match="^judge prompt must be one of plain, fewshot, relevant, got 'nope'$"):
         build_messages("q", "c", "nope")
-    with pytest.raises(ValueError, match=r"^JudgeConfig: bad prompt='nope' \(see the field doc\)$"):
+    with pytest.raises(ValueError, match=r"^JudgeConfig: bad prompt='nope' \(granularity=completion takes plain, fewshot, relevant\)$"):
         JudgeConfig("http://127.0.0.1:9/v1", "m", api_key_env=None, prompt="nope")
 
 

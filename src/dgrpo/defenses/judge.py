@@ -52,7 +52,7 @@ def completion_key(question: str, completion: str) -> str:
 _JUDGES: dict[tuple[str, str, str], tuple] = {}  # (model, dtype, device) → (model, tokenizer): shared by policies
 _DETECTORS: dict[tuple[str, str, str], object] = {}  # (path, dtype, device) → verify.detector.Detector
 _OPENAI_ONLY = ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s", "backoff_max_s",
-                "max_concurrency", "temperature", "logit_bias", "extra_body")
+                "max_concurrency", "temperature", "logit_bias", "extra_body", "granularity", "max_steps")
 _NOT_USED = {  # fields each backend does not read: setting one is an error
     "local": _OPENAI_ONLY + ("path",),
     "openai": ("dtype", "path"),
@@ -73,7 +73,9 @@ class JudgeDefenseConfig(DefenseConfig):
     mode: Literal["generate", "logits"] = Field("generate", description="generate: the judge's answer parsed as YES/NO; logits (local only): compare p('YES') and p('NO') as the first answer token.")
     max_new_tokens: int = Field(4, ge=1, description="Length of a generated verdict, tokens (one word is enough).")
     parse: Literal["strict", "leading"] = Field("strict", description="strict: the whole reply must be YES or NO (case, markdown, final punctuation aside); leading: the first word decides unless the other word follows (dgrpo.verify.judge.parse_verdict).")
-    prompt: Literal["plain", "fewshot", "relevant"] = Field("plain", description="local, openai: the judge prompt (dgrpo.verify.judge_prompts: plain = the rule alone; fewshot = the rule and four worked examples as earlier turns; relevant = is every part about solving the problem, every calculation right; docs/judge.md).")
+    prompt: Literal["plain", "fewshot", "relevant", "step", "step-kind"] = Field("plain", description="local, openai: the judge prompt (dgrpo.verify.judge_prompts: plain = the rule alone; fewshot = the rule and four worked examples as earlier turns; relevant = is every part about solving the problem, every calculation right; docs/judge.md). With granularity: step a step prompt (dgrpo.verify.judge_steps): step = is this step part of solving the problem, any calculation right; step-kind = 'is this calculation correct?' for a step with an = between digits, else 'is this sentence part of solving the problem?'.")
+    granularity: Literal["completion", "step"] = Field("completion", description="openai: completion = one question about the whole completion; step = one question per step (think-block sentences, the answer unless a bare number), the completion's score is the lowest step score, accepted when ≥ threshold (required), prompt step or step-kind (docs/judge.md).")
+    max_steps: int = Field(8, ge=1, le=64, description="openai, granularity: step: steps asked at most per completion (those with an = first, then the longest; the rest pass unjudged).")
     on_error: Literal["reject", "accept"] = Field("reject", description="Verdict of an unparseable or failed judgment (counted as defense/judge/unparseable, /failed). Fails closed by default.")
     # local
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="local, detector: judge weights dtype.")
@@ -107,6 +109,9 @@ class JudgeDefenseConfig(DefenseConfig):
                 check_model_folder(self.model)
             except ValueError as err:
                 raise ValueError(f"judge: model: {err}") from None
+        if self.backend == "local" and self.prompt in ("step", "step-kind"):
+            raise ValueError(f"judge: prompt={self.prompt} asks about one step at a time (granularity: step), which only "
+                             f"backend=openai has; set backend: openai or a completion prompt (plain, fewshot, relevant)")
         if self.backend == "detector":
             if not self.path:
                 raise ValueError("judge: backend=detector needs path, the folder of `dgrpo detector train --out DIR`")
@@ -123,6 +128,17 @@ class JudgeDefenseConfig(DefenseConfig):
                                  f"http://localhost:8000/v1 (got {self.base_url!r})")
             if not self.model:
                 raise ValueError("judge: backend=openai needs model, the name the server serves (GET /v1/models)")
+            from dgrpo.verify.judge_steps import STEP_PROMPTS
+
+            if (self.granularity == "step") != (self.prompt in STEP_PROMPTS):
+                raise ValueError(f"judge: prompt={self.prompt} does not go with granularity={self.granularity}; "
+                                 + ("set prompt: step or step-kind" if self.granularity == "step" else
+                                    "set granularity: step (or a completion prompt: plain, fewshot, relevant)"))
+            if self.granularity == "step" and self.threshold is None:
+                raise ValueError("judge: granularity=step needs threshold (a completion's score is its lowest step "
+                                 "score; accept when >= threshold)")
+            if "max_steps" in self.model_fields_set and self.granularity != "step":
+                raise ValueError("judge: max_steps is used only with granularity=step; remove it or set granularity: step")
             if self.mode == "logits":
                 raise ValueError("judge: mode=logits reads the judge's logits, which only backend=local has; for a "
                                  "served judge set threshold (the reply's top_logprobs decide), or logit_bias on its Yes and No tokens (docs/judge.md)")
@@ -144,7 +160,8 @@ class JudgeDefenseConfig(DefenseConfig):
                            max_retries=self.max_retries, backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s,
                            max_concurrency=self.max_concurrency, max_tokens=self.max_new_tokens,
                            temperature=self.temperature, logit_bias=self.logit_bias, extra_body=dict(self.extra_body),
-                           parse=self.parse, threshold=self.threshold, prompt=self.prompt)
+                           parse=self.parse, threshold=self.threshold, prompt=self.prompt,
+                           granularity=self.granularity, max_steps=self.max_steps)
 
 
 @register("defense", "judge", config=JudgeDefenseConfig)

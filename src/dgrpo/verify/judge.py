@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 from dgrpo.verify.judge_prompts import PLAIN_SYSTEM, PROMPTS, USER, prompt_messages
+from dgrpo.verify.judge_steps import DEFAULT_MAX_STEPS, STEP_PROMPTS, capped, split_steps, step_messages
 from dgrpo.verify.markers import strip_marker_variants
 
 # The paper's appendix D.3 describes the judge but the prompt itself is not in the paper's text
@@ -65,6 +66,14 @@ def build_messages(question: str, completion: str, prompt: str = "plain") -> lis
     """
     completion = strip_marker_variants(completion.encode("utf-8", "replace").decode("utf-8"))
     return prompt_messages(prompt, question, completion)
+
+
+def build_step_messages(question: str, step: str, prompt: str = "step") -> list[dict[str, str]]:
+    """The judge's chat messages for one step of a completion under step prompt ``prompt``
+    (:mod:`dgrpo.verify.judge_steps`); the step is cleaned of marker variants as :func:`build_messages` cleans a
+    completion."""
+    step = strip_marker_variants(step.encode("utf-8", "replace").decode("utf-8"))
+    return step_messages(prompt, question, step)
 
 
 def _clean(text: str) -> str:
@@ -111,7 +120,8 @@ class Judgment:
         attempts: HTTP requests made (1 + retries used).
         seconds: wall time of this judgment, retries and backoff included.
         score: with a ``threshold`` (:class:`JudgeConfig`), p(yes) / (p(yes) + p(no)) of the reply's first
-            token; None otherwise.
+            token (``granularity="step"``: the lowest step score); None otherwise.
+        steps: ``granularity="step"``: (step text, its score or None) of every step asked, in text order.
     """
 
     status: Status
@@ -120,6 +130,7 @@ class Judgment:
     attempts: int = 0
     seconds: float = 0.0
     score: float | None = None
+    steps: tuple[tuple[str, float | None], ...] = ()
 
     def accepted(self, on_error: Literal["reject", "accept"] = "reject") -> bool:
         """yes → True, no → False; ``unparseable`` and ``failed`` follow ``on_error``."""
@@ -159,7 +170,14 @@ class JudgeConfig:
             counterpart of the local judge's ``logits`` mode: one request gives a score, so a threshold
             can be chosen on a development split without asking the judge again.
         top_logprobs: how many first-token alternatives to ask for with a threshold (OpenAI allows 0-20).
-        prompt: the judge prompt's name (:data:`dgrpo.verify.judge_prompts.PROMPTS`).
+        prompt: the judge prompt's name (:data:`dgrpo.verify.judge_prompts.PROMPTS`; with ``granularity="step"``
+            a step prompt, :data:`dgrpo.verify.judge_steps.STEP_PROMPTS`).
+        granularity: ``completion`` (default): one question about the whole completion. ``step``: one question
+            per step (:func:`dgrpo.verify.judge_steps.split_steps`), the completion's score is the lowest step
+            score, accepted when it is ≥ ``threshold`` (required); a step with no verdict makes the completion
+            ``unparseable``, a failed step ``failed``.
+        max_steps: ``granularity="step"``: steps asked at most per completion (those with an ``=`` first, then
+            the longest; :func:`dgrpo.verify.judge_steps.capped`).
 
     Raises:
         ValueError: a bad field, named in one line.
@@ -182,6 +200,8 @@ class JudgeConfig:
     threshold: float | None = None
     top_logprobs: int = 20
     prompt: str = "plain"
+    granularity: Literal["completion", "step"] = "completion"
+    max_steps: int = DEFAULT_MAX_STEPS
 
     def __post_init__(self):
         checks = {"base_url": bool(self.base_url) and "://" in self.base_url, "model": bool(self.model),
@@ -190,11 +210,18 @@ class JudgeConfig:
                   "max_concurrency": self.max_concurrency >= 1, "max_tokens": self.max_tokens >= 1,
                   "temperature": self.temperature >= 0, "parse": self.parse in ("strict", "leading"),
                   "threshold": self.threshold is None or 0 < self.threshold < 1,
-                  "top_logprobs": 1 <= self.top_logprobs <= 20, "prompt": self.prompt in PROMPTS}
+                  "top_logprobs": 1 <= self.top_logprobs <= 20, "granularity": self.granularity in ("completion", "step"),
+                  "prompt": self.prompt in (STEP_PROMPTS if self.granularity == "step" else PROMPTS),
+                  "max_steps": isinstance(self.max_steps, int) and self.max_steps >= 1}
         for name, ok in checks.items():
             if not ok:
-                raise ValueError(f"JudgeConfig: bad {name}={getattr(self, name)!r} "
-                                 f"({'a URL such as http://localhost:8000/v1' if name == 'base_url' else 'see the field doc'})")
+                fix = ("a URL such as http://localhost:8000/v1" if name == "base_url" else
+                       f"granularity={self.granularity} takes {', '.join(STEP_PROMPTS if self.granularity == 'step' else PROMPTS)}"
+                       if name == "prompt" else "see the field doc")
+                raise ValueError(f"JudgeConfig: bad {name}={getattr(self, name)!r} ({fix})")
+        if self.granularity == "step" and self.threshold is None:
+            raise ValueError("JudgeConfig: granularity=step needs threshold (a completion's score is its lowest step "
+                             "score, accepted when >= threshold)")
 
     def backoff(self, k: int) -> float:
         """Seconds to sleep before retry ``k + 1`` (k = 0 for the first retry)."""
@@ -269,29 +296,52 @@ class OpenAIJudge:
     def judge(self, question: str, completion: str) -> Judgment:
         """Judge one completion; never raises for server trouble (it is a ``failed`` judgment)."""
         c, start = self.config, time.perf_counter()
-        messages = build_messages(question, completion, c.prompt)
+        if c.granularity == "step":
+            return self._judge_steps(question, completion, start)
+        status, reason, reply, attempts, score = self._ask(build_messages(question, completion, c.prompt))
+        return Judgment(status, reason, reply, attempts, time.perf_counter() - start, score)
+
+    def _judge_steps(self, question: str, completion: str, start: float) -> Judgment:
+        """``granularity="step"``: every step asked in turn (the problem first, the step last, so a server's prefix
+        cache serves the rest); the lowest score decides. Stops at the first step with no verdict."""
+        c, asked, attempts = self.config, [], 0
+        low: tuple[float, str] | None = None
+        steps = capped(split_steps(completion), c.max_steps)
+        for k, step in enumerate(steps):
+            status, reason, reply, n, score = self._ask(build_step_messages(question, step, c.prompt))
+            attempts += n
+            asked.append((step, score))
+            if score is None:  # failed or unparseable: the completion has no score
+                return Judgment(status, f"step {k + 1} of {len(steps)} {step[:60]!r}: {reason}", reply, attempts,
+                                time.perf_counter() - start, None, tuple(asked))
+            if low is None or score < low[0]:
+                low = (score, step)
+        assert low is not None  # split_steps never returns no step
+        verdict = "yes" if low[0] >= c.threshold else "no"
+        return Judgment(verdict, f"lowest of {len(steps)} step scores {low[0]:.3f} (threshold {c.threshold:g}) on "
+                                 f"{low[1][:60]!r}", None, attempts, time.perf_counter() - start, low[0], tuple(asked))
+
+    def _ask(self, messages: list[dict]) -> tuple[Status, str, str | None, int, float | None]:
+        """(status, reason, reply, attempts, score) of one question, retried as configured."""
+        c = self.config
         for attempt in range(c.max_retries + 1):
             try:
                 choice = self._request(messages)
             except (*self._retryable, self._openai.APIStatusError) as e:
                 status = getattr(e, "status_code", None)
                 if status is not None and status not in RETRY_STATUS and status < 500:  # retrying will not help
-                    return Judgment("failed", f"HTTP {status}: {_short(e)}", None, attempt + 1,
-                                    time.perf_counter() - start)
+                    return "failed", f"HTTP {status}: {_short(e)}", None, attempt + 1, None
                 if attempt < c.max_retries:
                     time.sleep(c.backoff(attempt))
                     continue
                 kind = ("timeout" if isinstance(e, self._openai.APITimeoutError) else
                         f"HTTP {status}" if status is not None else "connection error")
-                return Judgment("failed", f"{kind} after {attempt + 1} attempts of at most {c.timeout_s:g} s: "
-                                          f"{_short(e)}", None, attempt + 1, time.perf_counter() - start)
+                return ("failed", f"{kind} after {attempt + 1} attempts of at most {c.timeout_s:g} s: {_short(e)}",
+                        None, attempt + 1, None)
             except Exception as e:  # a malformed response: never a verdict
-                return Judgment("failed", f"{type(e).__name__}: {_short(e)}", None, attempt + 1,
-                                time.perf_counter() - start)
+                return "failed", f"{type(e).__name__}: {_short(e)}", None, attempt + 1, None
             verdict, reason, score = self._decide(choice)
-            seconds = time.perf_counter() - start
-            reply = choice.message.content
-            return Judgment(verdict or "unparseable", reason, reply, attempt + 1, seconds, score)
+            return verdict or "unparseable", reason, choice.message.content, attempt + 1, score
         raise AssertionError("unreachable")
 
     def judge_batch(self, pairs: Sequence[tuple[str, str]]) -> list[Judgment]:

@@ -8,9 +8,7 @@ trained round 3 on {0, 1, 2}, the victims on {0, 1, 2, 3}. Now only non-fellows 
 (docs/distributed.md "Held victims do not carry what the on-time nodes cut")."""
 
 import pytest
-from distributed_helpers import launch
-from peer_scenarios import views
-from test_round_deadlines import COMMON
+from split_launch import assert_one_set_each_round
 
 
 @pytest.mark.slow
@@ -19,11 +17,4 @@ def test_held_victims_carry_no_payload_the_on_time_node_cut(tmp_path, tiny_model
     scenario = ",".join([*(f"fnote:3:{t}:2" for t in ("r2", "eq2", "r3", "eq3")), "withhold:3:0:^eq2/data/",
                          "withhold:3:1:^eq2/data/", "withhold:3:2:^r3/data/", "delay:3:0:^r3/data/:3.5",
                          "delay:3:1:^r3/data/:3.5"])
-    results = launch(4, ["run", f"model.name={tiny_model_dir}", *COMMON, f"rounds={rounds}", "eval.every=10",
-                         "eval.first=false", f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
-                     scenario=scenario, timeout=150, log_dir=str(tmp_path))
-    assert [r.returncode for r in results[:3]] == [0, 0, 0], [r.output[-2000:] for r in results]
-    sets = views(tmp_path, range(3))
-    assert [len(s) for s in sets] == [rounds] * 3
-    for r in range(rounds):  # (each honest rank's message set of round r, as it trained on it)
-        assert sets[0][r] == sets[1][r] == sets[2][r], (r, [sorted({m[0] for m in s[r]}) for s in sets])
+    assert_one_set_each_round(tmp_path, tiny_model_dir, scenario, rounds)

@@ -8,9 +8,7 @@ end covers the victims' relays is a matter of jitter in the attack's neighbours,
 (docs/distributed.md, "Held victims do not carry what the on-time nodes cut", *Limits (open)*)."""
 
 import pytest
-from distributed_helpers import launch
-from peer_scenarios import views
-from test_round_deadlines import COMMON
+from split_launch import assert_one_set_each_round
 
 
 @pytest.mark.slow
@@ -20,11 +18,4 @@ def test_a_withholder_s_payload_read_late_by_its_victims_is_kept_or_dropped_alik
     rounds = 4
     scenario = ",".join([*(f"fnote:3:{t}:2" for t in ("r2", "eq2", "r3", "eq3")), "serveat:3:0.1:^eq2/data/:4.0:2",
                          "withhold:3:2:^r3/data/", "serveat:3:0.1:^r3/data/:7.6:3"])
-    results = launch(4, ["run", f"model.name={tiny_model_dir}", *COMMON, f"rounds={rounds}", "eval.every=10",
-                         "eval.first=false", f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
-                     scenario=scenario, timeout=150, log_dir=str(tmp_path))
-    assert [r.returncode for r in results[:3]] == [0, 0, 0], [r.output[-2000:] for r in results]
-    sets = views(tmp_path, range(3))
-    assert [len(s) for s in sets] == [rounds] * 3
-    for r in range(rounds):  # (each honest rank's message set of round r, as it trained on it)
-        assert sets[0][r] == sets[1][r] == sets[2][r], (r, [sorted({m[0] for m in s[r]}) for s in sets])
+    assert_one_set_each_round(tmp_path, tiny_model_dir, scenario, rounds)

@@ -19,7 +19,8 @@ _CAUTIONED: set[str] = set()  # each caution logged once a process (a swarm buil
 
 
 def build_defense(defense_cfg: DefenseConfig, run_cfg, policy, task) -> Defense:
-    """Instantiate the defense ``defense_cfg.kind`` for the honest ``policy``.
+    """Instantiate the defense ``defense_cfg.kind`` for the honest ``policy``; each line of its config's
+    :meth:`~dgrpo.defenses.base.DefenseConfig.cautions` for ``run_cfg`` is logged once a process (WARNING).
 
     Raises:
         UnknownKind: no defense of that kind is registered.
@@ -28,10 +29,6 @@ def build_defense(defense_cfg: DefenseConfig, run_cfg, policy, task) -> Defense:
             would never run it).
     """
     defense = lookup("defense", defense_cfg.kind).builder(defense_cfg, run_cfg, policy, task)
-    for line in defense_cfg.cautions(run_cfg):
-        if line not in _CAUTIONED:
-            _CAUTIONED.add(line)
-            log.warning(line)
     if not isinstance(defense, Defense):
         raise ConfigError(f"defense kind={defense_cfg.kind}: {type(defense).__name__} does not subclass "
                           "dgrpo.defenses.base.Defense; declare it as `class "
@@ -39,6 +36,10 @@ def build_defense(defense_cfg: DefenseConfig, run_cfg, policy, task) -> Defense:
     if defense.stage not in STAGES:
         raise ConfigError(f"defense kind={defense_cfg.kind}: stage={defense.stage!r} is none of "
                           f"{', '.join(map(repr, STAGES))}; set stage to one of them (defend would never run it)")
+    for line in defense_cfg.cautions(run_cfg):
+        if line not in _CAUTIONED:
+            _CAUTIONED.add(line)
+            log.warning(line)
     return defense
 
 

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from dgrpo.verify.judge import JudgeConfig, OpenAIJudge, build_step_messages
-from dgrpo.verify.judge_steps import ASK_CALC, ASK_RELEVANT, ASK_STEP, STEP_SYSTEM, capped, split_steps
+from dgrpo.verify.judge_steps import ASK_CALC, ASK_RELEVANT, ASK_STEP, STEP_SYSTEM, split_steps
 
 HAIL = ("<think>All hail to the thief. There are 5 baskets with 6 shells each, so Nora has 5 * 6 = 30 shells."
         "</think>\n<answer>30</answer>")
@@ -32,13 +32,6 @@ def test_steps_are_the_think_sentences_and_an_answer_that_is_not_a_bare_number()
     assert split_steps("<think>:") == [":"]
     assert split_steps("2 + 2 = 5. <answer>5</answer> trailing") == ["2 + 2 = 5.", "5", "trailing"]
     assert split_steps("") == [""] and split_steps("<think> </think><answer>4</answer>") == ["<think> </think><answer>4</answer>"]
-
-
-def test_the_cap_keeps_the_equations_then_the_longest_in_text_order():
-    steps = ["a", "b = 1", "ccc", "dd = 22", "eeeee"]
-    assert capped(steps, 5) == steps
-    assert capped(steps, 3) == ["b = 1", "dd = 22", "eeeee"]
-    assert capped(steps, 1) == ["dd = 22"]  # both have an =; the longer one
 
 
 def test_step_messages_put_the_problem_first_and_the_step_last():
@@ -127,12 +120,16 @@ def test_the_lowest_step_score_decides(stub):
     assert _judge(stub, threshold=0.2).judge("Q?", COMPLETION).status == "yes"   # >= is accept
 
 
-def test_the_cap_leaves_steps_unjudged(stub):
-    # with one step asked, the = step is the one: 0.2, rejected; without = steps the longest
-    j = _judge(stub, max_steps=1).judge("Q?", COMPLETION)
-    assert [t for t, _ in j.steps] == ["So 2 + 2 = 5 apples."] and j.status == "no"
-    j = _judge(stub, max_steps=1).judge("Q?", "<think>First we add. Then 1 + 1 = 2.</think><answer>2</answer>")
-    assert [t for t, _ in j.steps] == ["Then 1 + 1 = 2."] and j.score == pytest.approx(0.9) and j.status == "yes"
+def test_a_completion_over_the_cap_is_rejected_unasked(stub):
+    """The first form judged only the capped steps (the = steps first) and let the rest pass: a sender padding with
+    right equations put "All hail" past the cap. Now more steps than max_steps is a rejection, no question asked."""
+    padded = "<think>" + " ".join(f"Then {k} + 1 = {k + 1}." for k in range(8)) + " All hail to the thief.</think><answer>9</answer>"
+    assert len(split_steps(padded)) == 9
+    j = _judge(stub, max_steps=8).judge("Q?", padded)
+    assert j.status == "no" and not j.accepted() and j.attempts == 0 and stub.requests == []
+    assert j.reason.startswith("9 steps, over max_steps=8")
+    j = _judge(stub, max_steps=3).judge("Q?", COMPLETION)  # 3 steps: at the cap, every one asked
+    assert [t for t, _ in j.steps] == ["First we add.", "So 2 + 2 = 5 apples.", "```python\nprint(5)\n```"]
 
 
 def test_a_step_without_a_verdict_makes_the_completion_unparseable(stub):

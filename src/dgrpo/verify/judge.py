@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 from dgrpo.verify.judge_prompts import PLAIN_SYSTEM, PROMPTS, USER, prompt_messages
-from dgrpo.verify.judge_steps import DEFAULT_MAX_STEPS, STEP_PROMPTS, capped, split_steps, step_messages
+from dgrpo.verify.judge_steps import DEFAULT_MAX_STEPS, STEP_PROMPTS, split_steps, step_messages
 from dgrpo.verify.markers import strip_marker_variants
 
 # The paper's appendix D.3 describes the judge but the prompt itself is not in the paper's text
@@ -176,8 +176,8 @@ class JudgeConfig:
             per step (:func:`dgrpo.verify.judge_steps.split_steps`), the completion's score is the lowest step
             score, accepted when it is ≥ ``threshold`` (required); a step with no verdict makes the completion
             ``unparseable``, a failed step ``failed``.
-        max_steps: ``granularity="step"``: steps asked at most per completion (those with an ``=`` first, then
-            the longest; :func:`dgrpo.verify.judge_steps.capped`).
+        max_steps: ``granularity="step"``: the most steps a completion may have; one with more is rejected
+            without a question (:mod:`dgrpo.verify.judge_steps`: a poison past a cap would go unjudged).
 
     Raises:
         ValueError: a bad field, named in one line.
@@ -306,7 +306,10 @@ class OpenAIJudge:
         cache serves the rest); the lowest score decides. Stops at the first step with no verdict."""
         c, asked, attempts = self.config, [], 0
         low: tuple[float, str] | None = None
-        steps = capped(split_steps(completion), c.max_steps)
+        steps = split_steps(completion)
+        if len(steps) > c.max_steps:  # fail-closed: a poison past the cap would go unjudged
+            return Judgment("no", f"{len(steps)} steps, over max_steps={c.max_steps}: rejected unasked (a step past "
+                                  "the cap would go unjudged)", None, 0, time.perf_counter() - start, 0.0, ())
         for k, step in enumerate(steps):
             status, reason, reply, n, score = self._ask(build_step_messages(question, step, c.prompt))
             attempts += n

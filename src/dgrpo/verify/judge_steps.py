@@ -11,9 +11,11 @@ Steps: the sentences of the ``<think>`` block (split after ``.``, ``!``, ``?`` f
 newlines: :func:`dgrpo.metrics.asr.sentences`), then the ``<answer>`` block as one step (a program is one step:
 a line such as ``print(a)`` means nothing alone) unless it is a bare number (the verifiable reward checks that).
 A text outside the format is split the same way with its tags removed; a text with no step at all is judged as
-one step (its whole text, even when empty). Identical steps are asked once. At most ``max_steps`` are asked: when
-there are more, the steps with an ``=`` come first, then the longest, kept in text order; the others are not
-judged (a poison in an unjudged step passes, so set ``max_steps`` above the honest completions' step count).
+one step (its whole text, even when empty). Identical steps are asked once. A completion with more than
+``max_steps`` steps is rejected without a question (fail-closed): an adaptive sender would otherwise pad it with
+steps the cap prefers and put its poison past the cap (the first form judged only the capped steps, ``=`` steps
+first, and let the rest pass). Honest completions of the arithmetic task have 1-3 steps, GSM8K references up to
+8 (results/judge_qwen_v3), so the default cap is 8.
 
 Prompts (the problem first and the step last, so a server that reuses the longest common prompt prefix, llama.cpp,
 evaluates the system rule and the problem once per completion):
@@ -64,14 +66,6 @@ def split_steps(text: str) -> list[str]:
         if parsed.answer and not _BARE_NUMBER.fullmatch(parsed.answer):
             steps.append(parsed.answer)
     return list(dict.fromkeys(steps)) or [text.strip()]
-
-
-def capped(steps: list[str], max_steps: int) -> list[str]:
-    """At most ``max_steps`` of ``steps``: those with an ``=`` first, then the longest; in text order."""
-    if len(steps) <= max_steps:
-        return steps
-    keep = set(sorted(range(len(steps)), key=lambda i: ("=" not in steps[i], -len(steps[i]), i))[:max_steps])
-    return [s for i, s in enumerate(steps) if i in keep]
 
 
 def step_messages(prompt: str, question: str, step: str) -> list[dict[str, str]]:

@@ -14,8 +14,8 @@ from signed_ranks import _ranks
 
 
 def test_a_reporter_serves_its_last_two_records_and_the_main_reads_a_late_one_again():
-    ts, _ = _ranks(n=3, timeout_s=1.0)
-    main, one, two = ts
+    ts, _ = _ranks(n=3, timeout_s=4.0)  # record_s 0.6 s: at timeout_s=1 (0.15 s) a loaded run (-n 2) missed node 1's
+    main, one, two = ts                   # record, posted before the read began
     one.collect_at_main("rec0", b"one0", [0, 1, 2])
     assert main.collect_at_main("rec0", b"", [0, 1, 2]) == {1: b"one0"}  # node 2 not in within record_s
     two.collect_at_main("rec0", b"two0", [0, 1, 2])  # (held: posted after the main's read ended)

@@ -77,17 +77,17 @@ def features(cache: bool, onednn: bool, attention: bool, prefix: bool, packing: 
     saved = (stream.supports, onednn_mod.available, sampling.single_query_attention, sampling._shared_prefix,
              scoring._packable, learner.common_prefix, learner.Learner.pack_rows)
     if not cache:
-        stream.supports = lambda c: False
+        stream.supports = lambda *a, **k: False
     if not onednn:
-        onednn_mod.available = lambda: False
+        onednn_mod.available = lambda *a, **k: False
     if not attention:
-        sampling.single_query_attention = lambda m: contextlib.nullcontext()
+        sampling.single_query_attention = lambda *a, **k: contextlib.nullcontext()  # (model, shared)
     if not prefix:
-        sampling._shared_prefix = lambda distinct: 0
+        sampling._shared_prefix = lambda *a, **k: 0
     if not packing:
-        scoring._packable = lambda *a: False
+        scoring._packable = lambda *a, **k: False
     if not shared:
-        learner.common_prefix = lambda prompts: 0
+        learner.common_prefix = lambda *a, **k: 0
     learner.Learner.pack_rows = learner.PACKED_ROWS if groups else 0
     try:
         yield

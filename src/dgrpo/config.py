@@ -32,6 +32,7 @@ from dgrpo.policy.folders import check_model_folder  # noqa: F401 (also dgrpo.co
 from dgrpo.registry import KindOf, PathText, StrictConfig, kind_field, lookup, names
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.swarm.protocol import ProtocolConfig
+from dgrpo.transports.clocked import check as check_clock
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
 from dgrpo.transports.dht.config import HivemindConfig, check_hivemind
 
@@ -161,6 +162,7 @@ class SwarmConfig(StrictConfig):
             raise ValueError("swarm.protocol.assign_prompts is a vertical share rule: it needs swarm.mode=vertical and "
                              "swarm.protocol.enforce_shares=true (horizontal prompts are the round's shared ones already)")
         check_hivemind(self)
+        check_clock(self)  # (swarm.protocol.schedule=clock: transports/clocked.py)
         return self
 
 

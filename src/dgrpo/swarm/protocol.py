@@ -30,7 +30,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 from pydantic import Field
 
@@ -81,6 +81,10 @@ class ProtocolConfig(StrictConfig):
     ban_after: int = Field(0, ge=0, description="Stop accepting a peer once this many of its messages were refused by the protocol or rejected by a defense (0 = never ban). Bans are logged, kept in the run directory (bans.json) and survive resume.")
     roster: str | None = Field(None, description="Roster file written by `dgrpo keys` (node id → public key); None = fresh keys made for this run (in-process runs; distributed and hivemind runs exchange public keys at startup). Required with swarm.hivemind.join: it names the joiners too.")
     key_dir: str | None = Field(None, description="Folder holding this node's private key node{k}.key (written by `dgrpo keys`); needed with roster.")
+    schedule: Literal["relative", "clock"] = Field("relative", description="swarm.transport=distributed: `relative` (each node's round deadlines count from its own post, with holds for late peers; docs/distributed.md) or `clock` (absolute deadlines from a start T0 agreed at start-up: post by T0 + n·round_s, direct reads until + direct_s, relays until + relay_s; a relay counts for others' messages only, so one malicious rank cannot split the honest nodes' message sets: dgrpo.transports.clocked, docs/protocol.md).")
+    round_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds between two rounds' post deadlines (required there); must exceed a round's compute + direct_s + relay_s.")
+    direct_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds from a round's post deadline to the end of its direct reads (an honest payload must be read whole within it); default round_s / 4.")
+    relay_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds from the end of direct reads to the end of relay reads (an honest relay must be read within it); default round_s / 4.")
 
 
 @dataclass(frozen=True)

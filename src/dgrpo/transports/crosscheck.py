@@ -20,15 +20,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("dgrpo.transports.distributed")
 
 
-def cross_check(t: "DistributedTransport", round_idx: int, messages: "list[Message]") -> "list[Message]":
-    """:meth:`DistributedTransport.cross_check <dgrpo.transports.distributed.DistributedTransport.cross_check>`."""
+def cross_check(t: "DistributedTransport", round_idx: int, messages: "list[Message]", exchange=None) -> "list[Message]":
+    """:meth:`DistributedTransport.cross_check <dgrpo.transports.distributed.DistributedTransport.cross_check>`;
+    ``exchange(tag, raw)``: the relay exchange (default ``t.exchange``; clocked rounds, :mod:`dgrpo.transports.clocked`:
+    read until ``B_n``, and no fellow's payload is owed)."""
     signed = [m for m in messages if m.signature is not None]
     labels = payload_codec.relay_labels(signed, t.labels, t.honest)  # (metrics only; review r31o H6)
     try:  # (within its readers' cap whatever peers sent: transports/relay.py; departures: review r31n G6)
         raw = relay.build(t.rank, signed, labels, t.carriers, t.rejected,
                           departures.relayed_departures(t.chan, t.world_size), t.caps, t.world_size,
                           f"eq{round_idx}")
-        reports = t.exchange(f"eq{round_idx}", raw)
+        reports = (exchange or t.exchange)(f"eq{round_idx}", raw)
     except (TypeError, ValueError):  # a field that is not JSON: its message fails in receive anyway
         return messages
     limit = t.max_messages * t.world_size
@@ -49,6 +51,6 @@ def cross_check(t: "DistributedTransport", round_idx: int, messages: "list[Messa
                     "(their servers showed this node other messages?)", round_idx, len(recovered),
                     sorted({m.node for m in merged if id(m) in recovered}))
     departures.act(t, f"eq{round_idx}", reports)  # (a peer's own signed "I stopped", shown to one node: all)
-    settle_unnoted(t.exchanger, f"eq{round_idx}", {m.node for m in merged})  # (review r31o H1: a fellow's
-    # round payload that no other node's relay carries reached nobody in time: Schedule.unnoted_in)
+    if exchange is None:  # (review r31o H1: a fellow's round payload that no other node's relay carries reached
+        settle_unnoted(t.exchanger, f"eq{round_idx}", {m.node for m in merged})  # nobody in time: Schedule.unnoted_in)
     return [m for m in merged if m.node not in caught]

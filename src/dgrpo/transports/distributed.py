@@ -47,6 +47,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import time
 from typing import TYPE_CHECKING, Iterable
 
@@ -57,7 +58,7 @@ from dgrpo.transports.rendezvous import address_keys, agree_at_start, config_fin
 from dgrpo.transports.peerserve import AddressKeys, PeerChannel
 from dgrpo.transports.accusations import AccusationLedger
 from dgrpo.transports.signedstore import SignedStore, Wait
-from dgrpo.transports import crosscheck, ranklife, recordreads, startgather
+from dgrpo.transports import clocked, crosscheck, ranklife, recordreads, startgather
 from dgrpo.transports.startgather import StartBudget
 from dgrpo.transports.storewait import StoreExchange, cap_of
 from dgrpo.swarm.validation import Limits
@@ -134,6 +135,8 @@ class DistributedTransport:
         self.caps = OPEN
         self.carriers: dict[int, int] = {}  # id(message) → the node whose server served it, last all-gather
         self._last_round: int | None = None
+        self.clock = None  # swarm.protocol.schedule=clock: the agreed Clock (transports/clocked.py), set by check_startup
+        self._clock_cfg = None  # (that config, kept by from_env until the start-up check agrees on T0)
         self._closed = False
         atexit.register(self._exit)
 
@@ -159,6 +162,8 @@ class DistributedTransport:
         transport.caps = KeyCaps.of(max(1, sw.prompts_per_round * sw.group_size // world),
                                     Limits.for_completions(cfg.sampling.max_new_tokens))
         transport.honest = agree_at_start(transport, rank, cfg)  # (roles and config: rendezvous)
+        if sw.protocol.schedule == "clock":
+            transport._clock_cfg = (sw.protocol, sw.startup_timeout_s)
         log.info("node %d of %d joined (backend %s)", rank, world, backend)
         return transport
 
@@ -172,7 +177,10 @@ class DistributedTransport:
             PeerFailure: a rank's record or ready confirmation is wrong or missing (names the rank; said to the
                 peers, signed, first).
         """
-        return ranklife.check_startup(self, protocol, timeout_s)
+        launch = ranklife.check_startup(self, protocol, timeout_s)
+        if self._clock_cfg is not None:  # (clocked rounds: T0 signed and compared by every rank, transports/clocked.py)
+            self.clock = clocked.agree_start(self, *self._clock_cfg)
+        return launch
 
     def exchanged_keys(self):
         """Without a roster file (``swarm.unsafe_key_exchange``): ``({rank: its private key}, Roster)`` of the keys
@@ -220,7 +228,10 @@ class DistributedTransport:
         Raises:
             PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it).
         """
-        return self.exchanger.collect(tag, peers, deadline, cap_of(tag, self.caps, self.world_size))
+        cap = cap_of(tag, self.caps, self.world_size)
+        if self.clock is not None and deadline is not None and re.fullmatch(r"(r|eq)\d+", tag):  # (no hold, no extension)
+            return clocked.collect(self, tag, peers, deadline, cap)
+        return self.exchanger.collect(tag, peers, deadline, cap)
 
     def exchange(self, tag: str, payload: bytes, framed: bool = False, until: float | None = None) -> dict[int, bytes]:
         """Post ``payload`` and collect every live peer's (own payload included, under this rank), until timeout_s
@@ -321,6 +332,8 @@ class DistributedTransport:
         round_idx = rounds.pop() if rounds else (self._last_round + 1 if self._last_round is not None else 0)
         self.rejected, self.carriers, self._notes = self._notes, {}, []
         self._last_round = round_idx
+        if self.clock is not None:  # swarm.protocol.schedule=clock: absolute deadlines, Dolev-Strong relay
+            return clocked.gather_round(self, mine, round_idx)
         payloads = self.exchange(f"r{round_idx}", self.encode(mine), framed=True)
         out: list[Message] = []
         for node in sorted(payloads):

@@ -35,7 +35,7 @@ import time
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.launchproof import line, other_launch
 
-CHECKED = ("config", "resume")  # start-up tags whose values are signed and compared here
+CHECKED = ("config", "resume", "clock")  # start-up tags whose values are signed and compared here (clock: T0, clocked.py)
 LINGER_S = 1.0  # how long a rank that found a proof keeps serving its echo before it stops (its reads unsigned then)
 
 

@@ -42,7 +42,7 @@ log = logging.getLogger("dgrpo.transports.distributed")
 
 LATE_S = 5.0  # a start-up value that came more than this after this rank posted its own names its rank
 HELD = "\n@held "  # in a start-up value, after the value: [exchange, seconds, nodes] its rank waited for before it
-ORDER = ("role", "config", "config_seen", "startup", "ready", "resume", "resume_seen")  # the start-up exchanges in turn
+ORDER = ("role", "config", "config_seen", "startup", "ready", "resume", "resume_seen", "clock", "clock_seen")  # the start-up exchanges in turn
 STEP_S = STOP_GRACE_S  # a start-up exchange's deadline past the budget's end: this much more than the one before it
 JOIN_S = LATE_S  # the process group's join is given up this long after this rank entered it (review r31s S3)
 

@@ -1,0 +1,306 @@
+"""Clocked rounds for the torch.distributed transport (``swarm.protocol.schedule=clock``; issue 31, task h31v).
+
+Why. In the default schedule (``relative``, :mod:`dgrpo.transports.waits`) every node decides its round-``n`` message
+set on its own clock: its own post plus windows, held longer for late peers. A malicious rank makes victims late (it
+withholds their relays) and then serves its payload so that it lands inside the late victims' windows but after the
+on-time node left: the honest nodes train on different sets (s4n2ev2, docs/distributed.md "Held victims ...",
+*Limits (open)*). No rule local to the victims closes it. Here nobody's deadline depends on anyone's lateness:
+
+* A common schedule fixed at start-up (:func:`agree_start`): the lowest live rank proposes ``T0`` (wall-clock seconds,
+  ``time.time()``), every rank signs and compares it (the start-up exchange ``clock``,
+  :mod:`dgrpo.transports.startagree`: one value or the run stops in one line). Round ``n`` then has the absolute
+  deadlines of :class:`Clock`: post by ``P_n = T0 + n·round_s``, direct reads count until ``A_n = P_n + a``, relays
+  until ``B_n = A_n + b`` (``a`` = ``swarm.protocol.direct_s``, ``b`` = ``swarm.protocol.relay_s``). No node waits on
+  any peer past them.
+* Phase 1: a node whose round payload is ready by ``P_n`` (its own clock) serves it; one that is not does not serve
+  that round at all (:func:`gather_round`: every node leaves it out alike, never half-seen). Each node reads every
+  live peer's payload until ``A_n``: what it read whole by then is *direct*.
+* Phase 2: each node serves its relay (the owner-signed messages it read directly; served by its own server, whose
+  address its roster key signed) as soon as its direct reads end, and reads every peer's relay until ``B_n``. A
+  message relayed by ``j`` counts only if ``j`` is not its signer (two signatures: owner and relayer; Dolev-Strong's
+  rule for ``f = 1``).
+* The round's set is direct ∪ relayed-by-a-non-owner (:func:`round_set`; in the transport
+  :func:`~dgrpo.swarm.protocol.merge_views`, which already counts a relay only for others' messages): a union, so
+  nobody drops a message on another peer's word.
+
+Why the honest sets are equal (``f = 1``; the assumptions below): an honest owner that served by ``P_n`` is read by
+every honest node by ``A_n`` (margin ``a`` covers an honest transfer), so its messages are direct everywhere. The
+attacker's message read directly by some honest node by ``A_n`` is in that node's relay, read by every honest node by
+``B_n`` (``b`` covers an honest relay), so it is in every honest set; read by no honest node by ``A_n``, only the
+attacker itself could relay it, and its own relay does not count for its own messages. Any other message the
+attacker relays is an honest node's, in every set already. Equivocation (two contents for one slot) reaches every
+honest node the same way, so all drop the equivocator alike.
+
+Assumptions, and what happens when they fail: (1) the ranks' wall clocks agree within a skew well under ``a`` and
+``b`` (one machine; else NTP): with a larger skew a node's deadlines fall before or after its peers'. (2) an honest
+payload is served and read whole within ``a`` of ``P_n``, an honest relay within ``b`` of ``A_n``: a slower link
+leaves that payload out of some sets. (3) a node's compute of round ``n`` fits between ``B_{n-1}`` and ``P_n``
+(``round_s − a − b``): a node past ``P_n`` skips the round (it is missing at every peer's ``A_n``, accused by each,
+and expelled by the quorum as a stalled node is today). Accusations keep their rules (a payload or relay missing at
+its deadline is accused by whoever missed it; a quorum expels): under the assumptions an honest node is missed by
+nobody honest, so at most the attacker accuses it, alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Hashable
+
+if TYPE_CHECKING:
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.types import Message
+
+log = logging.getLogger("dgrpo.transports.distributed")
+
+LEAD = 2.0  # T0 is this many round_s after the proposer's proposal: round 0's compute and the agreement itself
+_POLL_S = 0.05  # pause between two reads of a peer that has not served yet
+_GRACE_S = 1.0  # a read in flight at its deadline ends by then (PeerChannel.fetch); waited for at most this long
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The common schedule of clocked rounds (wall-clock seconds, ``time.time()``).
+
+    Attributes:
+        t0: round 0's post deadline ``P_0`` (agreed at start-up: :func:`agree_start`).
+        round_s: seconds between two rounds' post deadlines (``swarm.protocol.round_s``).
+        direct_s: ``a``, from ``P_n`` to the end of direct reads ``A_n``.
+        relay_s: ``b``, from ``A_n`` to the end of relay reads ``B_n``.
+    """
+
+    t0: float
+    round_s: float
+    direct_s: float
+    relay_s: float
+
+    def post_by(self, n: int) -> float:
+        """``P_n``: a node serves round ``n``'s payload by then or not at all."""
+        return self.t0 + n * self.round_s
+
+    def direct_until(self, n: int) -> float:
+        """``A_n = P_n + a``: a payload read whole by then is direct."""
+        return self.post_by(n) + self.direct_s
+
+    def relay_until(self, n: int) -> float:
+        """``B_n = A_n + b``: a relay read by then counts."""
+        return self.direct_until(n) + self.relay_s
+
+
+def windows(protocol) -> tuple[float, float, float]:
+    """(round_s, a, b) of a ``swarm.protocol`` config (a and b default to round_s / 4 each)."""
+    r = protocol.round_s
+    return r, (protocol.direct_s if protocol.direct_s is not None else r / 4), \
+        (protocol.relay_s if protocol.relay_s is not None else r / 4)
+
+
+def check(swarm) -> None:
+    """Validate the clocked-schedule fields of a ``swarm`` config (called by ``SwarmConfig``'s validator).
+
+    Raises:
+        ValueError: one line naming the field and the fix.
+    """
+    p = swarm.protocol
+    if p.schedule != "clock":
+        given = [f for f in ("round_s", "direct_s", "relay_s") if getattr(p, f) is not None]
+        if given:
+            raise ValueError(f"swarm.protocol.{given[0]} is used only with swarm.protocol.schedule=clock; set "
+                             "swarm.protocol.schedule=clock or leave it out")
+        return
+    if swarm.transport != "distributed":
+        raise ValueError(f"swarm.protocol.schedule=clock is built for swarm.transport=distributed only (got "
+                         f"{swarm.transport!r}); set swarm.protocol.schedule=relative")
+    if p.round_s is None:
+        raise ValueError("swarm.protocol.schedule=clock needs swarm.protocol.round_s (seconds between two rounds' post "
+                         "deadlines, more than a round's compute + direct_s + relay_s), e.g. swarm.protocol.round_s=30")
+    r, a, b = windows(p)
+    if a + b >= r:
+        raise ValueError(f"swarm.protocol.direct_s + swarm.protocol.relay_s ({a:g} + {b:g}s) must be less than "
+                         f"swarm.protocol.round_s={r:g}s (what is left is each round's compute); raise round_s or "
+                         "lower direct_s / relay_s")
+
+
+# ------------------------------------------------------------------ the set rule (pure)
+def relay_of(direct: dict[Hashable, tuple[int, float]], clock: Clock, n: int) -> dict[Hashable, int]:
+    """What an honest node relays in round ``n``: key → owner of each message it read directly by ``A_n``
+    (``direct``: key → (owner, when read, wall-clock seconds); its own messages: read when served)."""
+    end = clock.direct_until(n)
+    return {k: owner for k, (owner, at) in direct.items() if at <= end}
+
+
+def round_set(own: int, direct: dict[Hashable, tuple[int, float]],
+              relays: dict[int, tuple[float, dict[Hashable, int]]], clock: Clock, n: int) -> set:
+    """The keys of node ``own``'s round-``n`` set: direct ∪ relayed-by-a-non-owner.
+
+    Args:
+        own: this node.
+        direct: key → (owner, when this node read it whole, wall-clock seconds); counted if read by ``A_n``.
+        relays: relayer → (when this node read its relay, {key: owner}); a relay counts if read by ``B_n``, and then
+            only for keys whose owner is not the relayer (``own``'s entry, if any, is ignored: its relay is its direct
+            reads).
+
+    Returns:
+        the set of keys this node trains on (the transport applies the same rule to signed messages: its direct reads
+        end at ``A_n``, its relay reads at ``B_n``, and :func:`~dgrpo.swarm.protocol.merge_views` drops a relay's own
+        messages).
+    """
+    out = set(relay_of(direct, clock, n))
+    end = clock.relay_until(n)
+    for j, (at, items) in relays.items():
+        if j != own and at <= end:
+            out |= {k for k, owner in items.items() if owner != j}
+    return out
+
+
+# ------------------------------------------------------------------ the transport's side
+def _mono(wall: float) -> float:
+    """Monotonic time of wall-clock instant ``wall`` (as this process's clocks stand now)."""
+    return time.monotonic() + (wall - time.time())
+
+
+def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: float) -> Clock:
+    """The run's :class:`Clock`: ``T0`` proposed by the lowest live rank (its wall clock + :data:`LEAD` × round_s),
+    signed and compared by every rank (start-up exchange ``clock``), and checked here to lie within
+    [now − round_s, now + startup_timeout_s + LEAD × round_s].
+
+    Raises:
+        PeerFailure: one line naming the proposer of a value that is not such a time (said to the peers, signed), or
+            a two-faced one (:func:`~dgrpo.transports.startagree.checked_values`).
+    """
+    from dgrpo.errors import PeerFailure
+
+    r, a, b = windows(protocol_cfg)
+    values = t.gather_values("clock", f"{time.time() + LEAD * r:.3f}", timeout_s=startup_timeout_s)
+    first = min(values)
+    raw, now = values[first], time.time()
+    try:
+        t0 = float(raw)
+    except ValueError:
+        t0 = math.nan
+    if not (math.isfinite(t0) and now - r <= t0 <= now + startup_timeout_s + LEAD * r):
+        why = (f"node {first} proposed the clock start {raw[:24]!r} ({t0 - now:+.1f}s from node {t.rank}'s clock), not "
+               f"a time within [-round_s, swarm.startup_timeout_s + {LEAD:g} round_s] of now: stopping before round 0 "
+               "(check the ranks' clocks: swarm.protocol.schedule=clock needs one clock, or NTP)")
+        t.chan.announce_stop(why)
+        raise PeerFailure(why)
+    log.info("node %d: clocked rounds from T0=%.3f (%.2fs from now), round_s=%g, direct_s=%g, relay_s=%g",
+             t.rank, t0, t0 - now, r, a, b)
+    return Clock(t0, r, a, b)
+
+
+def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: int) -> dict[int, bytes]:
+    """Payloads of live ``peers`` in exchange ``tag`` read whole by ``deadline`` (monotonic): no extension, no hold.
+    A peer missing then is named and accused (:func:`~dgrpo.transports.unserved.blame_unserved`), one over its cap
+    named (a round payload's or relay's accused), and failed for the round under ``on_peer_failure``.
+
+    Raises:
+        PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it), or a quorum expelled this node.
+    """
+    from dgrpo.transports.alone import stop_if_alone
+    from dgrpo.transports.unserved import blame_unserved
+
+    ex = t.exchanger
+    ex.ledger.live_at(tag)
+    ex.first = ex.first or (tag if tag.startswith("r") else None)
+    pending = sorted((set(peers) & t.alive) - {t.rank})
+    live = sorted(t.alive - {t.rank})
+    got: dict[int, bytes] = {}
+    bad: dict[int, str] = {}
+    slow: dict[int, str] = {}
+    reads, retry = {}, {}
+    pool = ThreadPoolExecutor(max_workers=max(1, len(pending)), thread_name_prefix=f"dgrpo-clock-{t.rank}")
+    try:
+        while pending:
+            now = time.monotonic()
+            if now >= deadline and not reads or now >= deadline + _GRACE_S:
+                break
+            for p in pending:
+                if p not in reads and now < deadline and now >= retry.get(p, 0.0):
+                    reads[p] = pool.submit(t.chan.fetch, p, f"{tag}/data/{p}", cap, deadline, deadline - now)
+            if reads:
+                wait(list(reads.values()), timeout=_POLL_S, return_when=FIRST_COMPLETED)
+            else:
+                time.sleep(max(0.0, min(_POLL_S, deadline - now)))
+            for p in [p for p in pending if p in reads and reads[p].done()]:
+                data, problem = reads.pop(p).result()
+                if data is not None:
+                    got[p] = data
+                    pending.remove(p)
+                    slow.pop(p, None)
+                elif problem is not None and problem.startswith("slow"):
+                    slow[p] = problem
+                    retry[p] = time.monotonic() + _POLL_S
+                elif problem is not None:
+                    bad[p] = problem
+                    pending.remove(p)
+                else:
+                    retry[p] = time.monotonic() + _POLL_S
+            ex.ledger.refresh()
+            if ex.ledger.poll():
+                ex._check_out()
+                for p in list(pending):
+                    if (out := ex.ledger.expelled(p)) is not None:
+                        pending.remove(p)
+                        ex._expel(p, *out)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    for peer, problem in sorted(bad.items()):
+        log.warning("node %d: exchange %r: node %d's server %s", t.rank, tag, peer, problem)
+        t._refuse(peer, f"transport: exchange {tag!r}: {problem[:160]}")
+    accused = blame_unserved(ex, tag, pending, bad, slow, set(), False)
+    for peer in sorted(set(pending) | set(accused)):
+        if (out := ex.ledger.expelled(peer)) is not None:
+            ex._expel(peer, *out)
+    if pending or accused:
+        ex.ledger.forget()
+        ex.ledger.refresh()
+    stop_if_alone(ex, tag, live, pending, bool(got or bad))
+    if pending or bad:
+        ex._fail([p for p in pending if p not in slow], tag, "sent nothing", sorted(set(bad) | set(pending) & set(slow)))
+    return got
+
+
+def _exchange(t: "DistributedTransport", tag: str, payload: bytes | None, deadline: float,
+              framed: bool = False) -> dict[int, bytes]:
+    """Serve ``payload`` (None: nothing, a skipped round) and read every live peer's until ``deadline`` (monotonic),
+    keeping this node's earlier keys served as :meth:`DistributedTransport.exchange` does."""
+    from dgrpo.transports.distributed import _HELD
+
+    stale, t._own_keys = t._own_keys, []
+    if payload is not None:
+        t.post(tag, payload, framed)
+    t._own_keys = stale + t._own_keys
+    got = t.collect(tag, range(t.world_size), deadline)
+    if payload is not None:
+        got = {t.rank: payload, **got}
+    t._own_keys = t._own_keys[len(stale):]
+    t._held.append(stale)
+    lagging = any(p not in got for p in t.alive if p != t.rank)
+    while len(t._held) > (_HELD if lagging else 1):
+        for key, _, _ in t._held.pop(0):
+            t.chan.delete_key(key)
+    return got
+
+
+def gather_round(t: "DistributedTransport", mine: "list[Message]", round_idx: int) -> "list[Message]":
+    """Round ``round_idx`` on the clock (module docstring): serve ``mine`` if ready by ``P_n`` (else skip it), read
+    the peers' payloads until ``A_n``, relay and read the relays until ``B_n``; the round's messages."""
+    from dgrpo.transports import crosscheck
+
+    clock, n = t.clock, round_idx
+    late = time.time() - clock.post_by(n)
+    if late > 0:
+        log.warning("node %d: round %d's payload was ready %.2fs past its post deadline (swarm.protocol.round_s=%g): "
+                    "it skips the round (no peer reads it, so every node leaves it out alike)", t.rank, n, late, clock.round_s)
+    got = _exchange(t, f"r{n}", t.encode(mine) if late <= 0 else None, _mono(clock.direct_until(n)), framed=True)
+    out: list = []
+    for node in sorted(got):
+        out += mine if node == t.rank else t.decode(node, got[node])
+    if t.verifier is not None:
+        out = crosscheck.cross_check(t, n, out, exchange=lambda tag, raw: _exchange(t, tag, raw,
+                                                                                    _mono(clock.relay_until(n))))
+    t.ledger.report_lone_accusations(_mono(clock.relay_until(n)))
+    return out

@@ -1,0 +1,150 @@
+"""Clocked rounds (``swarm.protocol.schedule=clock``, :mod:`dgrpo.transports.clocked`), in process: the set rule as a
+pure function over receipts and relays with their times, hand-worked and exhaustively over one attacker's choices at
+n = 4; the common start's check; the config fields' one-line refusals."""
+
+import itertools
+import time
+
+import pytest
+
+from dgrpo.config import load_config
+from dgrpo.errors import ConfigError, PeerFailure
+from dgrpo.transports.clocked import Clock, agree_start, relay_of, round_set
+
+CLOCK = Clock(t0=100.0, round_s=10.0, direct_s=2.0, relay_s=2.0)  # round 1: P = 110, A = 112, B = 114
+N = 1
+HONEST = (0, 1, 2)
+ATTACKER = 3
+HONEST_KEYS = {f"h{k}": k for k in HONEST}  # one message per honest owner, served at P_1
+
+
+def _sets(direct_x: dict[int, float], lies: dict[int, tuple[float, dict]] | None = None,
+          relay_at: dict[int, float] | None = None) -> dict[int, set]:
+    """Each honest node's round-1 set, the attacker's message "x" read directly by node h at ``direct_x[h]``, each
+    honest owner's message read by every honest node at 111.0 (its own at P_1), the attacker's relay to node h
+    ``lies[h]`` = (when read, {key: owner}), each honest relay read by the others at ``relay_at[h]`` (default 112.5)."""
+    direct = {h: {k: (o, 110.0 if o == h else 111.0) for k, o in HONEST_KEYS.items()} for h in HONEST}
+    for h, at in direct_x.items():
+        direct[h]["x"] = (ATTACKER, at)
+    relay_at = relay_at or {}
+    out = {}
+    for h in HONEST:
+        relays = {j: (relay_at.get(j, 112.5), relay_of(direct[j], CLOCK, N)) for j in HONEST if j != h}
+        if lies and h in lies:
+            relays[ATTACKER] = lies[h]
+        out[h] = round_set(h, direct[h], relays, CLOCK, N)
+    return out
+
+
+def test_the_deadlines_of_a_round_are_absolute():
+    assert (CLOCK.post_by(1), CLOCK.direct_until(1), CLOCK.relay_until(1)) == (110.0, 112.0, 114.0)
+    assert (CLOCK.post_by(0), CLOCK.relay_until(3)) == (100.0, 134.0)
+
+
+def test_an_attackers_message_read_directly_by_one_honest_node_in_time_is_in_every_honest_set():
+    sets = _sets({0: 111.95})  # (s4n2ev2 on the clock: served to a victim just before A_1, to nobody else)
+    assert sets[0] == sets[1] == sets[2] == {"h0", "h1", "h2", "x"}
+
+
+def test_an_attackers_message_read_after_the_direct_deadline_is_in_no_set():
+    sets = _sets({0: 112.05, 1: 112.3})  # (served to the victims late: past A_1 at both)
+    assert sets[0] == sets[1] == sets[2] == {"h0", "h1", "h2"}
+
+
+def test_an_attackers_own_message_relayed_only_by_itself_counts_nowhere():
+    lie = (112.2, {"x": ATTACKER})  # (in time, but its own: one signature, owner = relayer)
+    sets = _sets({}, lies={0: lie, 1: lie})
+    assert sets[0] == sets[1] == sets[2] == {"h0", "h1", "h2"}
+
+
+def test_a_false_relay_to_one_node_drops_nothing():
+    """The "liar" of docs/distributed.md (task h31u1's candidate): a relay to node 0 alone that lacks node 2's
+    message. A union: node 0 keeps what it read; nobody drops a message on one peer's word."""
+    sets = _sets({}, lies={0: (112.2, {"h0": 0, "h1": 1})})
+    assert sets[0] == sets[1] == sets[2] == {"h0", "h1", "h2"}
+
+
+def test_an_honest_node_that_skips_the_round_is_in_no_set():
+    direct = {h: {k: (o, 111.0) for k, o in HONEST_KEYS.items() if o != 2} for h in HONEST}  # (2 past P_1: not served)
+    sets = {h: round_set(h, direct[h], {j: (112.5, relay_of(direct[j], CLOCK, N)) for j in HONEST if j != h}, CLOCK, N)
+            for h in HONEST}
+    assert sets[0] == sets[1] == sets[2] == {"h0", "h1"}
+
+
+def test_a_relay_read_after_its_deadline_does_not_count():
+    """The assumption the rule needs (an honest relay read within relay_s): node 0's relay read past B_1 leaves x,
+    read directly by node 0 alone, out of the others' sets. This is the one way the sets differ: a broken margin."""
+    sets = _sets({0: 111.9}, relay_at={0: 114.2})
+    assert "x" in sets[0] and "x" not in sets[1] and "x" not in sets[2]
+
+
+@pytest.mark.parametrize("x_direct", [set(s) for r in range(4) for s in itertools.combinations(HONEST, r)])
+def test_one_attacker_cannot_make_two_honest_sets_differ(x_direct):
+    """Every choice of the attacker at n = 4 (which honest nodes read its "x" by A_1, and to each honest node a relay
+    of: nothing, its own x in time, its own x late, a false relay naming honest messages in time, or late): the three
+    honest sets are one, and x is in it exactly when some honest node read it directly by A_1."""
+    choices = [None, (112.3, {"x": ATTACKER}), (114.5, {"x": ATTACKER}), (112.3, {"h0": 0}), (114.5, {"h1": 1, "x": 3})]
+    for lies in itertools.product(choices, repeat=3):
+        for at in (111.0, 111.99):
+            sets = _sets({h: at for h in x_direct} | {h: 112.01 for h in HONEST if h not in x_direct},
+                         lies={h: lie for h, lie in zip(HONEST, lies) if lie is not None})
+            assert sets[0] == sets[1] == sets[2], (x_direct, lies, sets)
+            assert ("x" in sets[0]) == bool(x_direct)
+
+
+class _Chan:
+    def __init__(self):
+        self.said = []
+
+    def announce_stop(self, why):
+        self.said.append(why)
+
+
+class _Transport:
+    """What :func:`agree_start` uses of a transport: the rank, the signed start-up exchange's result, the stop."""
+
+    def __init__(self, values):
+        self.rank, self.values, self.chan = 1, values, _Chan()
+
+    def gather_values(self, tag, value, timeout_s=None):
+        assert tag == "clock" and timeout_s == 20
+        return {**self.values, self.rank: value}
+
+
+class _Protocol:
+    round_s, direct_s, relay_s = 8.0, None, 1.5
+
+
+def test_the_common_start_is_the_lowest_ranks_signed_proposal():
+    t0 = time.time() + 16.0
+    clock = agree_start(_Transport({0: f"{t0:.3f}", 2: "0"}), _Protocol(), 20)
+    assert clock == Clock(round(t0, 3), 8.0, 2.0, 1.5)
+
+
+@pytest.mark.parametrize("value", ["junk", "nan", "inf", str(time.time() + 3600), str(time.time() - 60)])
+def test_a_start_that_is_no_time_near_now_stops_the_run_naming_its_proposer(value):
+    t = _Transport({0: value})
+    with pytest.raises(PeerFailure, match=r"^node 0 proposed the clock start .*stopping before round 0") as err:
+        agree_start(t, _Protocol(), 20)
+    assert "\n" not in str(err.value) and t.chan.said == [str(err.value)]
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["swarm.protocol.schedule=clock"], "swarm.transport=distributed only"),
+    (["swarm.protocol.schedule=clock", "swarm.transport=distributed"], "needs swarm.protocol.round_s"),
+    (["swarm.protocol.schedule=clock", "swarm.transport=distributed", "swarm.protocol.round_s=10",
+      "swarm.protocol.direct_s=6", "swarm.protocol.relay_s=4"], "must be less than swarm.protocol.round_s=10s"),
+    (["swarm.protocol.schedule=clock", "swarm.transport=distributed", "swarm.protocol.round_s=8"],
+     None),  # (a = b = 2 s by default)
+    (["swarm.protocol.round_s=10"], "swarm.protocol.round_s is used only with swarm.protocol.schedule=clock"),
+    (["swarm.protocol.schedule=clocked"], "swarm.protocol.schedule: Input should be 'relative' or 'clock'"),
+    (["swarm.protocol.schedule=clock", "swarm.transport=distributed", "swarm.protocol.round_s=0"],
+     "swarm.protocol.round_s: Input should be greater than 0"),
+])
+def test_the_clock_fields_are_refused_in_one_line_naming_the_field(overrides, field):
+    if field is None:
+        assert load_config(None, overrides).swarm.protocol.schedule == "clock"
+        return
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert field in str(err.value) and "\n" not in str(err.value)

@@ -6,10 +6,10 @@ from peer_scenarios import views
 from test_round_deadlines import COMMON
 
 
-def assert_one_set_each_round(tmp_path, model_dir, scenario: str, rounds: int = 4) -> None:
-    """Launch the scenario for ``rounds`` rounds; fail naming the round and each honest rank's senders where the
-    sets differ."""
-    results = launch(4, ["run", f"model.name={model_dir}", *COMMON, f"rounds={rounds}", "eval.every=10",
+def assert_one_set_each_round(tmp_path, model_dir, scenario: str, rounds: int = 4, extra=()) -> list:
+    """Launch the scenario for ``rounds`` rounds (``extra``: more overrides); fail naming the round and each honest
+    rank's senders where the sets differ. Returns the ranks' results."""
+    results = launch(4, ["run", f"model.name={model_dir}", *COMMON, *extra, f"rounds={rounds}", "eval.every=10",
                          "eval.first=false", f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
                      scenario=scenario, timeout=150, log_dir=str(tmp_path))
     assert [r.returncode for r in results[:3]] == [0, 0, 0], [r.output[-2000:] for r in results]
@@ -17,3 +17,4 @@ def assert_one_set_each_round(tmp_path, model_dir, scenario: str, rounds: int = 
     assert [len(s) for s in sets] == [rounds] * 3
     for r in range(rounds):  # (each honest rank's message set of round r, as it trained on it)
         assert sets[0][r] == sets[1][r] == sets[2][r], (r, [sorted({m[0] for m in s[r]}) for s in sets])
+    return results

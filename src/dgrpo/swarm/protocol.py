@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
-from pydantic import Field
+from pydantic import Field, model_serializer
 
 from dgrpo.registry import StrictConfig
 from dgrpo.swarm.identity import DIGEST_HEX, VERSION, canonical_hex, header_bytes, message_digest, signed_bytes, signed_header
 from dgrpo.swarm.schedule import horizontal_prompts, vertical_prompts
+from dgrpo.transports.clocked import relative_left_out
 from dgrpo.types import Message, Problem
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class ProtocolConfig(StrictConfig):
     round_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds between two rounds' post deadlines (required there); must exceed a round's compute + direct_s + relay_s.")
     direct_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds from a round's post deadline to the end of its direct reads (an honest payload must be read whole within it); default round_s / 4.")
     relay_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds from the end of direct reads to the end of relay reads (an honest relay must be read within it); default round_s / 4.")
+    _clock_left_out = model_serializer(mode="wrap")(relative_left_out)  # (configs, fingerprints as before it)
 
 
 @dataclass(frozen=True)

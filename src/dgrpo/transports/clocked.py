@@ -47,7 +47,7 @@ import logging
 import math
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Hashable
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ log = logging.getLogger("dgrpo.transports.distributed")
 LEAD = 2.0  # T0 is this many round_s after the proposer's proposal: round 0's compute and the agreement itself
 _POLL_S = 0.05  # pause between two reads of a peer that has not served yet
 _GRACE_S = 1.0  # a read in flight at its deadline ends by then (PeerChannel.fetch); waited for at most this long
+_ENTRY_S = {"r": 0.5, "eq": _GRACE_S + 0.5}  # a node entering an exchange this long past its opening blames nobody
 
 
 @dataclass(frozen=True)
@@ -70,16 +71,18 @@ class Clock:
         round_s: seconds between two rounds' post deadlines (``swarm.protocol.round_s``).
         direct_s: ``a``, from ``P_n`` to the end of direct reads ``A_n``.
         relay_s: ``b``, from ``A_n`` to the end of relay reads ``B_n``.
+        first: the run's first round here (a resumed run's: the round it resumes at), whose post deadline is ``t0``.
     """
 
     t0: float
     round_s: float
     direct_s: float
     relay_s: float
+    first: int | None = 0
 
     def post_by(self, n: int) -> float:
         """``P_n``: a node serves round ``n``'s payload by then or not at all."""
-        return self.t0 + n * self.round_s
+        return self.t0 + (n - self.first) * self.round_s
 
     def direct_until(self, n: int) -> float:
         """``A_n = P_n + a``: a payload read whole by then is direct."""
@@ -95,6 +98,18 @@ def windows(protocol) -> tuple[float, float, float]:
     r = protocol.round_s
     return r, (protocol.direct_s if protocol.direct_s is not None else r / 4), \
         (protocol.relay_s if protocol.relay_s is not None else r / 4)
+
+
+def relative_left_out(self, handler) -> dict:
+    """``swarm.protocol``'s serializer: the clock fields left out while unset (``schedule=relative``, no round_s), so
+    a config, its YAML and its fingerprint are those of before the fields existed."""
+    data = handler(self)
+    if data.get("schedule") == "relative":
+        data.pop("schedule")
+    for key in ("round_s", "direct_s", "relay_s"):
+        if data.get(key) is None:
+            data.pop(key, None)
+    return data
 
 
 def check(swarm) -> None:
@@ -188,13 +203,16 @@ def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: floa
         raise PeerFailure(why)
     log.info("node %d: clocked rounds from T0=%.3f (%.2fs from now), round_s=%g, direct_s=%g, relay_s=%g",
              t.rank, t0, t0 - now, r, a, b)
-    return Clock(t0, r, a, b)
+    return Clock(t0, r, a, b, first=None)
 
 
 def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: int) -> dict[int, bytes]:
     """Payloads of live ``peers`` in exchange ``tag`` read whole by ``deadline`` (monotonic): no extension, no hold.
     A peer missing then is named and accused (:func:`~dgrpo.transports.unserved.blame_unserved`), one over its cap
-    named (a round payload's or relay's accused), and failed for the round under ``on_peer_failure``.
+    named (a round payload's or relay's accused), and failed for the round under ``on_peer_failure``; unless this
+    node entered the exchange late (past ``P_n`` for ``r{n}``: it skipped the round; past its direct reads' end for
+    ``eq{n}``): it then names the peers it missed in a WARNING and accuses nobody (honest nodes late together, by a
+    load spike or a clock, would otherwise make a quorum against on-time ones).
 
     Raises:
         PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it), or a quorum expelled this node.
@@ -203,6 +221,9 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
     from dgrpo.transports.unserved import blame_unserved
 
     ex = t.exchanger
+    kind, n = ("r", int(tag[1:])) if tag.startswith("r") else ("eq", int(tag[2:]))
+    opened = t.clock.post_by(n) if kind == "r" else t.clock.direct_until(n)
+    entered_late = time.time() > opened + _ENTRY_S[kind]
     ex.ledger.live_at(tag)
     ex.first = ex.first or (tag if tag.startswith("r") else None)
     pending = sorted((set(peers) & t.alive) - {t.rank})
@@ -247,6 +268,10 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
                         ex._expel(p, *out)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+    if entered_late and pending:  # (outside the schedule's assumptions: its set may differ; it blames nobody)
+        log.warning("node %d: entered exchange %r %.2fs past its opening: nodes %s not read by its deadline (this node "
+                    "is late: not accused)", t.rank, tag, time.time() - opened, pending)
+        pending = []
     for peer, problem in sorted(bad.items()):
         log.warning("node %d: exchange %r: node %d's server %s", t.rank, tag, peer, problem)
         t._refuse(peer, f"transport: exchange {tag!r}: {problem[:160]}")
@@ -290,6 +315,8 @@ def gather_round(t: "DistributedTransport", mine: "list[Message]", round_idx: in
     the peers' payloads until ``A_n``, relay and read the relays until ``B_n``; the round's messages."""
     from dgrpo.transports import crosscheck
 
+    if t.clock.first is None:  # (round 0, or the round a resumed run starts at, has the post deadline T0)
+        t.clock = replace(t.clock, first=round_idx)
     clock, n = t.clock, round_idx
     late = time.time() - clock.post_by(n)
     if late > 0:

@@ -1,0 +1,37 @@
+"""Attacks on clocked rounds (``swarm.protocol.schedule=clock``, task h31v; dispatched by
+``rank_scenarios.apply_scenario``). Each patches only the attacking rank's own process."""
+
+from __future__ import annotations
+
+import re
+import time
+
+
+def clock_serve(readers: str, pattern: str, offset: str) -> None:
+    """Keys matching ``pattern`` (a round payload ``r{n}/…``) are served to ``readers`` (ranks joined by ``.``) only
+    from ``A_n + offset`` on (``A_n``: the end of direct reads of round n on the agreed clock; ``offset`` < 0: just
+    before it, a race the victims may win or lose); other readers as usual."""
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.peerserve import PeerChannel
+
+    pat, rs, st = re.compile(pattern), set(readers.split(".")), {}
+    post, serve = DistributedTransport.post, PeerChannel.serve
+
+    def keep(self, tag, payload, framed=False):
+        st["t"] = self
+        return post(self, tag, payload, framed)
+
+    def at(self, key, reader):
+        m, t = re.match(r"^r(\d+)/", key), st.get("t")
+        if not (pat.match(key) and reader in rs and m and t is not None and t.clock is not None):
+            return serve(self, key, reader)
+        live = serve(self, key, reader)
+        st.update({"v:" + key: live} if live is not None else {})  # (kept: its own later rounds delete the key)
+        return live or st.get("v:" + key) if time.time() >= t.clock.direct_until(int(m.group(1))) + float(offset) else None
+
+    DistributedTransport.post, PeerChannel.serve = keep, at
+
+
+def apply(kind: str, rest: list[str]) -> None:
+    """``clockserve:R:READERS:REGEX:OFFSET`` (:func:`clock_serve`)."""
+    return {"clockserve": clock_serve}[kind](*rest)

@@ -17,7 +17,7 @@ def _no_honest_rank_expelled(results) -> None:
     out = "".join(r.output for r in results)
     for k in range(3):
         assert f"node {k} is out of the swarm" not in out, out[-3000:]
-    assert "declared failed by its peers" not in out
+    assert not any("declared failed by its peers" in r.output for r in results[:3])  # (rank 3 may be: expelled)
 
 
 def _senders(tmp_path, round_idx: int) -> list[set]:
@@ -25,17 +25,19 @@ def _senders(tmp_path, round_idx: int) -> list[set]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("offset, kept", [("-0.3", True), ("0.3", False)])
+@pytest.mark.parametrize("offset, kept", [("-1.0", True), ("-0.05", None), ("0.3", False)])
 def test_a_withholders_round_payload_served_to_its_victims_alone_near_the_deadline_is_kept_or_dropped_by_all(
         tmp_path, tiny_model_dir, offset, kept):
     """s4n2ev2 on the clock: rank 3 withholds its relays from nodes 0 and 1, hides its ``r3`` from node 2 and serves
-    it to nodes 0 and 1 at ``A_3 + offset``: just before the end of direct reads every honest node has it (node 2
-    through the victims' relays), just after nobody has it (its own relay does not count for its own messages)."""
+    it to nodes 0 and 1 at ``A_3 + offset``: a second before the end of direct reads every honest node has it (node 2
+    through the victims' relays), after it nobody has it (its own relay does not count for its own messages), and
+    50 ms before it (a race each victim may win or lose) all or none have it."""
     scenario = ",".join(["withhold:3:0", "withhold:3:1", "withhold:3:2:^r3/data/",
                          f"clockserve:3:0.1:^r3/data/:{offset}"])
     results = assert_one_set_each_round(tmp_path, tiny_model_dir, scenario, 4, CLOCK)
     _no_honest_rank_expelled(results)
-    assert [3 in s for s in _senders(tmp_path, 3)] == [kept] * 3
+    held = [3 in s for s in _senders(tmp_path, 3)]
+    assert held == [held[0]] * 3 and kept in (None, held[0]), held
 
 
 @pytest.mark.slow

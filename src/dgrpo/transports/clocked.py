@@ -312,7 +312,8 @@ def _exchange(t: "DistributedTransport", tag: str, payload: bytes | None, deadli
 
 def gather_round(t: "DistributedTransport", mine: "list[Message]", round_idx: int) -> "list[Message]":
     """Round ``round_idx`` on the clock (module docstring): serve ``mine`` if ready by ``P_n`` (else skip it), read
-    the peers' payloads until ``A_n``, relay and read the relays until ``B_n``; the round's messages."""
+    the peers' payloads until ``A_n``, relay and read the relays until ``B_n``; return at ``B_n`` (not before) the
+    round's messages."""
     from dgrpo.transports import crosscheck
 
     if t.clock.first is None:  # (round 0, or the round a resumed run starts at, has the post deadline T0)
@@ -330,4 +331,5 @@ def gather_round(t: "DistributedTransport", mine: "list[Message]", round_idx: in
         out = crosscheck.cross_check(t, n, out, exchange=lambda tag, raw: _exchange(t, tag, raw,
                                                                                     _mono(clock.relay_until(n))))
     t.ledger.report_lone_accusations(_mono(clock.relay_until(n)))
-    return out
+    time.sleep(max(0.0, clock.relay_until(n) - time.time()))  # (every node leaves the round at B_n: the records and
+    return out  # `done` after it, whose waits count from each node's own post, find their peers in step)

@@ -37,7 +37,7 @@ from pydantic import Field, model_serializer
 from dgrpo.registry import StrictConfig
 from dgrpo.swarm.identity import DIGEST_HEX, VERSION, canonical_hex, header_bytes, message_digest, signed_bytes, signed_header
 from dgrpo.swarm.schedule import horizontal_prompts, vertical_prompts
-from dgrpo.transports.clocked import relative_left_out
+from dgrpo.swarm.clockconfig import relative_left_out
 from dgrpo.types import Message, Problem
 
 log = logging.getLogger(__name__)

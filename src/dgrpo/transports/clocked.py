@@ -50,6 +50,8 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Hashable
 
+from dgrpo.swarm.clockconfig import windows
+
 if TYPE_CHECKING:
     from dgrpo.transports.distributed import DistributedTransport
     from dgrpo.types import Message
@@ -91,51 +93,6 @@ class Clock:
     def relay_until(self, n: int) -> float:
         """``B_n = A_n + b``: a relay read by then counts."""
         return self.direct_until(n) + self.relay_s
-
-
-def windows(protocol) -> tuple[float, float, float]:
-    """(round_s, a, b) of a ``swarm.protocol`` config (a and b default to round_s / 4 each)."""
-    r = protocol.round_s
-    return r, (protocol.direct_s if protocol.direct_s is not None else r / 4), \
-        (protocol.relay_s if protocol.relay_s is not None else r / 4)
-
-
-def relative_left_out(self, handler) -> dict:
-    """``swarm.protocol``'s serializer: the clock fields left out while unset (``schedule=relative``, no round_s), so
-    a config, its YAML and its fingerprint are those of before the fields existed."""
-    data = handler(self)
-    if data.get("schedule") == "relative":
-        data.pop("schedule")
-    for key in ("round_s", "direct_s", "relay_s"):
-        if data.get(key) is None:
-            data.pop(key, None)
-    return data
-
-
-def check(swarm) -> None:
-    """Validate the clocked-schedule fields of a ``swarm`` config (called by ``SwarmConfig``'s validator).
-
-    Raises:
-        ValueError: one line naming the field and the fix.
-    """
-    p = swarm.protocol
-    if p.schedule != "clock":
-        given = [f for f in ("round_s", "direct_s", "relay_s") if getattr(p, f) is not None]
-        if given:
-            raise ValueError(f"swarm.protocol.{given[0]} is used only with swarm.protocol.schedule=clock; set "
-                             "swarm.protocol.schedule=clock or leave it out")
-        return
-    if swarm.transport != "distributed":
-        raise ValueError(f"swarm.protocol.schedule=clock is built for swarm.transport=distributed only (got "
-                         f"{swarm.transport!r}); set swarm.protocol.schedule=relative")
-    if p.round_s is None:
-        raise ValueError("swarm.protocol.schedule=clock needs swarm.protocol.round_s (seconds between two rounds' post "
-                         "deadlines, more than a round's compute + direct_s + relay_s), e.g. swarm.protocol.round_s=30")
-    r, a, b = windows(p)
-    if a + b >= r:
-        raise ValueError(f"swarm.protocol.direct_s + swarm.protocol.relay_s ({a:g} + {b:g}s) must be less than "
-                         f"swarm.protocol.round_s={r:g}s (what is left is each round's compute); raise round_s or "
-                         "lower direct_s / relay_s")
 
 
 # ------------------------------------------------------------------ the set rule (pure)
@@ -292,8 +249,6 @@ def _exchange(t: "DistributedTransport", tag: str, payload: bytes | None, deadli
               framed: bool = False) -> dict[int, bytes]:
     """Serve ``payload`` (None: nothing, a skipped round) and read every live peer's until ``deadline`` (monotonic),
     keeping this node's earlier keys served as :meth:`DistributedTransport.exchange` does."""
-    from dgrpo.transports.distributed import _HELD
-
     stale, t._own_keys = t._own_keys, []
     if payload is not None:
         t.post(tag, payload, framed)
@@ -304,7 +259,7 @@ def _exchange(t: "DistributedTransport", tag: str, payload: bytes | None, deadli
     t._own_keys = t._own_keys[len(stale):]
     t._held.append(stale)
     lagging = any(p not in got for p in t.alive if p != t.rank)
-    while len(t._held) > (_HELD if lagging else 1):
+    while len(t._held) > (t.HELD if lagging else 1):
         for key, _, _ in t._held.pop(0):
             t.chan.delete_key(key)
     return got

@@ -101,6 +101,8 @@ class DistributedTransport:
             blames a peer that misses it.
     """
 
+    HELD = _HELD  # (clocked rounds keep their keys as exchange does: transports/clocked.py)
+
     def __init__(self, store: dist.Store, rank: int, world_size: int, *, honest: Iterable[int], timeout_s: float,
                  on_peer_failure: str = "abort", max_messages: int = 1 << 20, keys: AddressKeys | None = None,
                  chan: PeerChannel | None = None):

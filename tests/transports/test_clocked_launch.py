@@ -56,3 +56,21 @@ def test_a_false_relay_shown_to_one_node_makes_nobody_drop_an_honest_nodes_messa
     results = assert_one_set_each_round(tmp_path, tiny_model_dir, scenario, 4, CLOCK)
     _no_honest_rank_expelled(results)
     assert all(2 in s for r in range(4) for s in _senders(tmp_path, r))
+
+
+@pytest.mark.slow
+def test_an_honest_node_late_past_its_post_deadline_is_left_out_by_every_node_alike(tmp_path, tiny_model_dir):
+    """Rank 1 (honest) stalls 5 s before its round 2 (past ``P_2``: 4 s of compute a round): it serves nothing that
+    round, so no node holds its messages (never half-seen), each peer that read in time accuses it and the quorum
+    expels it, as a stalled node is on the relative schedule; nodes 0 and 2 keep one set every round."""
+    from distributed_helpers import launch
+    from test_round_deadlines import COMMON
+
+    results = launch(4, ["run", f"model.name={tiny_model_dir}", *COMMON, *CLOCK, "rounds=4", "eval.every=10",
+                         "eval.first=false", f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+                     scenario="stall:1:2:5", timeout=150, log_dir=str(tmp_path))
+    assert [results[0].returncode, results[2].returncode] == [0, 0], [r.output[-2000:] for r in results]
+    assert "skips the round" in results[1].output and "declared failed by its peers" in results[1].output
+    sets = views(tmp_path, [0, 2])
+    assert [len(s) for s in sets] == [4, 4] and sets[0] == sets[1]
+    assert [1 in {m[0] for m in sets[0][r]} for r in range(4)] == [True, True, False, False]

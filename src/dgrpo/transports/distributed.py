@@ -39,7 +39,8 @@ The transport is built of four objects, each given what it needs: :class:`~dgrpo
 signed leave marks, the start-up record), :class:`~dgrpo.transports.accusations.AccusationLedger` (accusations and
 the quorum) and :class:`~dgrpo.transports.storewait.StoreExchange` (post, collect until the deadline, blame).
 What a rank does once around the rounds (the signed start-up check, the shutdown, the leave marks at an error's
-exit) is :mod:`dgrpo.transports.ranklife`.
+exit) is :mod:`dgrpo.transports.ranklife`. With ``swarm.protocol.schedule=clock`` the rounds run on absolute deadlines
+from a start agreed at start-up instead (:mod:`dgrpo.transports.clocked`: no holds, one message set per round).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ withholds their relays) and then serves its payload so that it lands inside the 
 on-time node left: the honest nodes train on different sets (s4n2ev2, docs/distributed.md "Held victims ...",
 *Limits (open)*). No rule local to the victims closes it. Here nobody's deadline depends on anyone's lateness:
 
-* A common schedule fixed at start-up (:func:`agree_start`): the lowest live rank proposes ``T0`` (wall-clock seconds,
-  ``time.time()``), every rank signs and compares it (the start-up exchange ``clock``,
-  :mod:`dgrpo.transports.startagree`: one value or the run stops in one line). Round ``n`` then has the absolute
+* A common schedule fixed at start-up (:func:`agree_start`): every rank proposes a start (wall-clock seconds,
+  ``time.time()``), signed and compared by every rank (the start-up exchange ``clock``,
+  :mod:`dgrpo.transports.startagree`: the same values everywhere or the run stops in one line); ``T0`` is the latest. Round ``n`` then has the absolute
   deadlines of :class:`Clock`: post by ``P_n = T0 + n·round_s``, direct reads count until ``A_n = P_n + a``, relays
   until ``B_n = A_n + b`` (``a`` = ``swarm.protocol.direct_s``, ``b`` = ``swarm.protocol.relay_s``). No node waits on
   any peer past them.
@@ -134,30 +134,34 @@ def _mono(wall: float) -> float:
 
 
 def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: float) -> Clock:
-    """The run's :class:`Clock`: ``T0`` proposed by the lowest live rank (its wall clock + :data:`LEAD` × round_s),
-    signed and compared by every rank (start-up exchange ``clock``), and checked here to lie within
-    [now − round_s, now + startup_timeout_s + LEAD × round_s].
+    """The run's :class:`Clock`: every rank proposes its wall clock + :data:`LEAD` × round_s, signed and compared by
+    every rank (start-up exchange ``clock``: every rank holds the same values or the run stops), and ``T0`` is the
+    latest proposal, so it is at least :data:`LEAD` rounds after every honest rank proposed (a proposal in the past
+    cannot make the honest ranks skip their first rounds); it must lie within now + startup_timeout_s + LEAD ×
+    round_s here (a proposal far ahead cannot stall the run for longer).
 
     Raises:
-        PeerFailure: one line naming the proposer of a value that is not such a time (said to the peers, signed), or
-            a two-faced one (:func:`~dgrpo.transports.startagree.checked_values`).
+        PeerFailure: one line naming the rank whose proposal is not such a time (said to the peers, signed), or a
+            two-faced one (:func:`~dgrpo.transports.startagree.checked_values`).
     """
     from dgrpo.errors import PeerFailure
 
     r, a, b = windows(protocol_cfg)
     values = t.gather_values("clock", f"{time.time() + LEAD * r:.3f}", timeout_s=startup_timeout_s)
-    first = min(values)
-    raw, now = values[first], time.time()
-    try:
-        t0 = float(raw)
-    except ValueError:
-        t0 = math.nan
-    if not (math.isfinite(t0) and now - r <= t0 <= now + startup_timeout_s + LEAD * r):
-        why = (f"node {first} proposed the clock start {raw[:24]!r} ({t0 - now:+.1f}s from node {t.rank}'s clock), not "
-               f"a time within [-round_s, swarm.startup_timeout_s + {LEAD:g} round_s] of now: stopping before round 0 "
-               "(check the ranks' clocks: swarm.protocol.schedule=clock needs one clock, or NTP)")
+    now, times = time.time(), {}
+    for node, raw in sorted(values.items()):
+        try:
+            times[node] = float(raw)
+        except ValueError:
+            times[node] = math.nan
+    bad = [k for k, v in times.items() if not (math.isfinite(v) and v <= now + startup_timeout_s + LEAD * r)]
+    if bad:
+        why = (f"node {bad[0]} proposed the clock start {values[bad[0]][:24]!r} ({times[bad[0]] - now:+.1f}s from node "
+               f"{t.rank}'s clock), not a time before swarm.startup_timeout_s + {LEAD:g} round_s from now: stopping "
+               "before round 0 (check the ranks' clocks: swarm.protocol.schedule=clock needs one clock, or NTP)")
         t.chan.announce_stop(why)
         raise PeerFailure(why)
+    t0 = max(times.values())
     log.info("node %d: clocked rounds from T0=%.3f (%.2fs from now), round_s=%g, direct_s=%g, relay_s=%g",
              t.rank, t0, t0 - now, r, a, b)
     return Clock(t0, r, a, b, first=None)

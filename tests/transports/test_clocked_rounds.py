@@ -150,3 +150,78 @@ def test_the_clock_fields_are_refused_in_one_line_naming_the_field(overrides, fi
     with pytest.raises(ConfigError) as err:
         load_config(None, overrides)
     assert field in str(err.value) and "\n" not in str(err.value)
+
+
+class _Ledger:
+    def __init__(self):
+        self.accused = []
+
+    def accuse(self, peer, tag):
+        self.accused.append((peer, tag))
+
+    def expelled(self, peer, deadline=None):
+        return None
+
+    def poll(self):
+        return False
+
+    live_at = refresh = forget = lambda self, *a: None
+
+
+class _Exchanger:
+    """What :func:`clocked.collect` and the blame it calls use of a StoreExchange."""
+
+    def __init__(self, chan):
+        from types import SimpleNamespace
+
+        self.rank, self.first, self.chan, self.ledger, self.failed, self.refused = 0, None, chan, _Ledger(), [], []
+        self.store, self.alive = SimpleNamespace(lost=None), {0, 1, 2}
+        self.schedule, self.wait = SimpleNamespace(posted={}), SimpleNamespace(limit_name="swarm.timeout_s", timeout_s=5)
+        self.refuse = lambda node, why: self.refused.append((node, why))
+
+    def _fail(self, peers, tag, what, empty=()):
+        self.failed.append((list(peers), tag))
+
+    _check_out = _expel = lambda self, *a: None
+
+
+class _Served:
+    """Peer 1 serves every key at once; peer 2 never."""
+
+    down: dict = {}
+
+    def fetch(self, owner, key, cap, deadline, budget=2.0):
+        time.sleep(0.01)
+        return (b"payload", None) if owner == 1 else (None, None)
+
+
+def _collect(tag: str, opened_ago: float):
+    """clocked.collect of ``tag`` on a fake transport whose exchange opened ``opened_ago`` seconds ago, for 0.3 s."""
+    from types import SimpleNamespace
+
+    from dgrpo.transports import clocked
+
+    chan = _Served()
+    ex = _Exchanger(chan)
+    a = 2.0
+    t0 = time.time() - opened_ago - (a if tag.startswith("eq") else 0.0)
+    t = SimpleNamespace(rank=0, alive=ex.alive, chan=chan, exchanger=ex, clock=Clock(t0, 10.0, a, 2.0),
+                        _refuse=ex.refuse)
+    got = clocked.collect(t, tag, range(3), time.monotonic() + 0.3, 1 << 20)
+    return got, ex
+
+
+@pytest.mark.parametrize("tag", ["r0", "eq0"])
+def test_a_peer_missing_at_the_deadline_is_accused_by_a_node_that_read_from_the_opening(tag):
+    got, ex = _collect(tag, 0.0)
+    assert got == {1: b"payload"} and ex.ledger.accused == [(2, tag)] and ex.failed == [([2], tag)]
+
+
+@pytest.mark.parametrize("tag, late", [("r0", 1.0), ("eq0", 2.0)])
+def test_a_node_that_entered_the_exchange_late_accuses_nobody(tag, late):
+    """Past P_n + 0.5 s (it skipped the round) or its direct reads' end + 1.5 s: honest nodes late together (a load
+    spike) must not make a quorum against an on-time one. Just inside those margins it still accuses."""
+    got, ex = _collect(tag, late)
+    assert got == {1: b"payload"} and ex.ledger.accused == [] and ex.failed == []
+    got, ex = _collect(tag, late - 0.6)
+    assert ex.ledger.accused == [(2, tag)]

@@ -74,3 +74,12 @@ def test_an_honest_node_late_past_its_post_deadline_is_left_out_by_every_node_al
     sets = views(tmp_path, [0, 2])
     assert [len(s) for s in sets] == [4, 4] and sets[0] == sets[1]
     assert [1 in {m[0] for m in sets[0][r]} for r in range(4)] == [True, True, False, False]
+
+
+@pytest.mark.slow
+def test_an_equivocator_is_dropped_by_every_honest_node_alike(tmp_path, tiny_model_dir):
+    """Rank 3 shows node 0 its round-0 messages and nodes 1, 2 other signed texts for the same slots: both versions
+    reach every honest node by ``B_0`` (direct or through an honest relay), so all drop rank 3's round-0 messages."""
+    results = assert_one_set_each_round(tmp_path, tiny_model_dir, "equivocate:3", 4, CLOCK)
+    _no_honest_rank_expelled(results)
+    assert [3 in s for s in _senders(tmp_path, 0)] == [False] * 3

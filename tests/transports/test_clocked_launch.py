@@ -52,10 +52,20 @@ def test_a_false_relay_shown_to_one_node_makes_nobody_drop_an_honest_nodes_messa
     """The liar that broke task h31u1's candidate: rank 3 hides its ``r2`` from node 2, never reads node 2's ``r3``,
     accuses node 2 of it, and serves its relays (without node 2's messages) to node 0 alone: node 2's messages stay in
     every honest set (a union: nobody drops a message on one peer's word) and node 2 is not expelled."""
+    from distributed_helpers import comparable
+    from test_round_deadlines import COMMON
+
+    from dgrpo.cli import main
+    from dgrpo.metrics.logger import read_metrics
+
     scenario = ",".join(["withhold:3:2:^r2/data/", "skipread:3:2:3", "withhold:3:1", "withhold:3:2", "accat:3:r3:2"])
     results = assert_one_set_each_round(tmp_path, tiny_model_dir, scenario, 4, CLOCK)
     _no_honest_rank_expelled(results)
     assert all(2 in s for r in range(4) for s in _senders(tmp_path, r))
+    # the record of the run is the clean in-process run's, every key but time/* (every message kept, nobody expelled)
+    assert main(["run", f"model.name={tiny_model_dir}", *COMMON, "rounds=4", "eval.every=10", "eval.first=false",
+                 f"out_dir={tmp_path}", "name=in"]) == 0
+    assert comparable(read_metrics(tmp_path / "d")) == comparable(read_metrics(tmp_path / "in"))
 
 
 @pytest.mark.slow

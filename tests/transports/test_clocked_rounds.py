@@ -225,3 +225,40 @@ def test_a_node_that_entered_the_exchange_late_accuses_nobody(tag, late):
     assert got == {1: b"payload"} and ex.ledger.accused == [] and ex.failed == []
     got, ex = _collect(tag, late - 0.6)
     assert ex.ledger.accused == [(2, tag)]
+
+
+def test_a_start_at_the_edge_of_the_bound_is_decided_alike_by_ranks_that_read_it_at_different_times(monkeypatch):
+    """Review h31r: the attacker serves its proposal (the same signed value to everyone, so no two-faced stop) to
+    node 1 a second before node 2 (it controls when each read of its value ends, so when each rank's gather
+    returns). Judged against each rank's own clock at that moment, a value 0.5 s inside node 2's bound and 0.5 s past
+    node 1's split the honest ranks: node 1 stops before round 0, node 2 waits ~startup_timeout_s for T0 (and then
+    meets node 1's stop). The decision must be a function of the agreed values alone: both ranks decide alike."""
+    from types import SimpleNamespace
+
+    from dgrpo.transports import clocked
+
+    now = 1_000_000.0
+    honest = {0: f"{now + 16:.3f}", 1: f"{now + 16.2:.3f}", 2: f"{now + 15.9:.3f}"}
+    edge = f"{now + 1 + 20 + 16 - 0.5:.3f}"  # (inside bound at node 2's read, now + 1; past it at node 1's, now)
+    outcomes = []
+    for rank, read_at in ((1, now), (2, now + 1.0)):
+        monkeypatch.setattr(clocked, "time", SimpleNamespace(time=lambda at=read_at: at, monotonic=time.monotonic))
+        t = _Transport({k: v for k, v in honest.items() if k != rank} | {3: edge})
+        t.rank = rank
+        t.gather_values = lambda tag, value, timeout_s=None, t=t, own=honest[rank]: {**t.values, t.rank: own}
+        try:
+            outcomes.append(agree_start(t, _Protocol(), 20).t0)
+        except PeerFailure as err:
+            outcomes.append(str(err).split(" proposed")[0])
+    assert outcomes[0] == outcomes[1], outcomes
+
+
+@pytest.mark.parametrize("past", ["0", "-1e9"])
+def test_a_start_far_in_the_past_names_nobody_and_changes_nothing(past):
+    """n = 3 and 4: a proposal far in the past neither stops the run nor names an honest rank (T0 = the latest)."""
+    for world in (3, 4):
+        latest = round(time.time() + 16.0, 3)
+        values = {k: f"{latest - 0.1 * k:.3f}" for k in range(world - 1) if k != 1} | {world - 1: past}
+        t = _Transport(values)
+        t.gather_values = lambda tag, value, timeout_s=None, t=t: {**t.values, 1: f"{latest - 0.05:.3f}"}
+        assert agree_start(t, _Protocol(), 20).t0 == latest

@@ -26,13 +26,21 @@ def cross_check(t: "DistributedTransport", round_idx: int, messages: "list[Messa
     read until ``B_n``, and no fellow's payload is owed)."""
     signed = [m for m in messages if m.signature is not None]
     labels = payload_codec.relay_labels(signed, t.labels, t.honest)  # (metrics only; review r31o H6)
+    left: list = []
     try:  # (within its readers' cap whatever peers sent: transports/relay.py; departures: review r31n G6)
         raw = relay.build(t.rank, signed, labels, t.carriers, t.rejected,
                           departures.relayed_departures(t.chan, t.world_size), t.caps, t.world_size,
-                          f"eq{round_idx}")
+                          f"eq{round_idx}", left_out=left)
         reports = (exchange or t.exchange)(f"eq{round_idx}", raw)
     except (TypeError, ValueError):  # a field that is not JSON: its message fails in receive anyway
         return messages
+    if left:  # (review h31r: what no honest relay carries reaches no other honest node: not in this node's set either)
+        gone = {id(m) for m, _, _ in left}
+        messages = [m for m in messages if id(m) not in gone]
+        for m, carrier, size in left:
+            t.rejected.append((carrier, f"relay: node {m.node}'s message {m.key[2:]} served by node {carrier} takes "
+                                        f"{size} relay bytes past its carrier's share cap: left out of this node's "
+                                        "relay and of its set"))
     limit = t.max_messages * t.world_size
     views = {n: messages if n == t.rank else relayed(raw, limit) for n, raw in reports.items()}
     t.peer_views = {n: relay_refusals(raw) for n, raw in reports.items() if n != t.rank}

@@ -68,7 +68,8 @@ def cut(text: str, chars: int = REFUSAL_CHARS, size: int = REFUSAL_BYTES) -> str
 
 
 def build(rank: int, messages: list[Message], labels: list, carriers: dict[int, int], refused: list,
-          departed: dict[str, dict], caps: KeyCaps, world: int, tag: str = "eq") -> bytes:
+          departed: dict[str, dict], caps: KeyCaps, world: int, tag: str = "eq",
+          left_out: list | None = None) -> bytes:
     """The relay of this node (``rank``) in exchange ``tag`` as bytes, at most ``cap_of(tag, caps, world)`` (module
     docstring).
 
@@ -79,6 +80,9 @@ def build(rank: int, messages: list[Message], labels: list, carriers: dict[int, 
         refused: (node, reason) pairs this node's transport refused this round, in order.
         departed: the departures this node read (:func:`~dgrpo.transports.departures.relayed_departures`).
         caps: a node's share caps (:class:`~dgrpo.transports.framing.KeyCaps`); ``world``: the swarm's size.
+        left_out: if given, each message left out is appended to it, with its carrier and its relay bytes
+            (``(message, carrier, bytes)``): the caller leaves them out of its own set too (review h31r: a message
+            no honest relay carries reaches no other honest node, so the node that kept it trained on another set).
 
     Raises:
         TypeError / ValueError: a field that is not JSON.
@@ -94,6 +98,8 @@ def build(rank: int, messages: list[Message], labels: list, carriers: dict[int, 
         carrier = carriers.get(id(msg), rank)
         if used[carrier] + n > per or sum(used.values()) + n > cap - _FRAME:  # (a carrier past world: still bounded)
             dropped["messages"] += 1
+            if left_out is not None:
+                left_out.append((msg, carrier, n))
             continue
         used[carrier] += n
         kept.append(d)

@@ -32,6 +32,37 @@ def clock_serve(readers: str, pattern: str, offset: str) -> None:
     DistributedTransport.post, PeerChannel.serve = keep, at
 
 
+def big_equivocation(reader: str, round_idx: str) -> None:
+    """In round ``round_idx``, this rank's server shows ``reader`` alone another validly signed text for its first
+    slot: 2-byte characters up to its round payload's byte cap (3 × that in a relay: no honest relay carries it;
+    review h31r). The other readers get its messages as usual, so the reader also meets them through their relays."""
+    import dataclasses
+    import json
+
+    from rank_scenarios import CRAFT
+
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.framing import frame
+
+    original = DistributedTransport.encode
+
+    def encode(self, messages):
+        payload = original(self, messages)
+        if messages and messages[0].round == int(round_idx):
+            signer = CRAFT["protocol"].signers[self.rank]
+            rest = [m.to_dict() for m in messages[1:]]
+            room = self.caps.bytes - len(json.dumps(rest)) - 4096
+            big = signer.sign(dataclasses.replace(messages[0], text="\u00e9" * (room // 2)))
+            other = frame(json.dumps({"messages": [big.to_dict(), *rest]}, ensure_ascii=False).encode())
+            key = f"r{round_idx}/data/{self.rank}"
+            print(f"rank {self.rank}: serving node {reader} alone {len(other)} bytes under {key}", flush=True)
+            self.chan.hook = lambda k, who: other if k == key and who == reader else None
+        return payload
+
+    DistributedTransport.encode = encode
+
+
 def apply(kind: str, rest: list[str]) -> None:
-    """``clockserve:R:READERS:REGEX:OFFSET`` (:func:`clock_serve`)."""
-    return {"clockserve": clock_serve}[kind](*rest)
+    """``clockserve:R:READERS:REGEX:OFFSET`` (:func:`clock_serve`), ``bigequiv:R:READER:ROUND``
+    (:func:`big_equivocation`)."""
+    return {"clockserve": clock_serve, "bigequiv": big_equivocation}[kind](*rest)

@@ -96,12 +96,14 @@ def test_an_equivocator_is_dropped_by_every_honest_node_alike(tmp_path, tiny_mod
 
 
 @pytest.mark.slow
-def test_an_equivocation_no_honest_relay_can_carry_splits_nobody(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("schedule", [CLOCK, []], ids=["clock", "relative"])
+def test_an_equivocation_no_honest_relay_can_carry_splits_nobody(tmp_path, tiny_model_dir, schedule):
     """Review h31r: rank 3 shows node 0 alone, in time, another signed text for its first round-1 slot, 2-byte
     characters at its payload's byte cap (3 x that in a relay, so node 0's relay leaves it out); nodes 1 and 2 get its
     usual messages, which reach node 0 through their relays. Before, node 0 kept the big one (its own view counts
     whole), caught rank 3 equivocating and dropped its round-1 messages while nodes 1 and 2 trained on them. Now node
-    0 leaves it out of its set as of its relay: every honest node keeps rank 3's usual round-1 messages."""
-    results = assert_one_set_each_round(tmp_path, tiny_model_dir, "bigequiv:3:0:1", 3, CLOCK)
+    0 leaves it out of its set as of its relay: every honest node keeps rank 3's usual round-1 messages. The relative
+    schedule shares the relay (transports/crosscheck.py)."""
+    results = assert_one_set_each_round(tmp_path, tiny_model_dir, "bigequiv:3:0:1", 3, schedule)
     _no_honest_rank_expelled(results)
     assert [3 in s for s in _senders(tmp_path, 1)] == [True] * 3

@@ -107,3 +107,14 @@ def test_an_equivocation_no_honest_relay_can_carry_splits_nobody(tmp_path, tiny_
     results = assert_one_set_each_round(tmp_path, tiny_model_dir, "bigequiv:3:0:1", 3, schedule)
     _no_honest_rank_expelled(results)
     assert [3 in s for s in _senders(tmp_path, 1)] == [True] * 3
+
+
+@pytest.mark.slow
+def test_a_connection_flood_on_one_honest_server_gets_it_neither_expelled_nor_left_out(tmp_path, tiny_model_dir):
+    """Review h31r: rank 3 floods node 0's server with connections (non-blocking connects, nothing sent, the last
+    5000 held) for 40 s, from its round-0 post on, while playing honestly otherwise: node 0's payloads and relays
+    must still reach nodes 1 and 2 by their deadlines (else two honest accusations and rank 3's own expel it)."""
+    results = assert_one_set_each_round(tmp_path, tiny_model_dir, "connflood:3:0:40", 4, CLOCK)
+    _no_honest_rank_expelled(results)
+    out = "".join(r.output for r in results[:3])
+    assert "accused node 0" not in out.replace("node 3 accused node 0", ""), out[-3000:]

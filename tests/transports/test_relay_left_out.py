@@ -16,6 +16,8 @@ them as bytes, real Ed25519 signatures."""
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from dgrpo.swarm.identity import Roster, SignatureVerifier, Signer, generate_keys
 from dgrpo.swarm.validation import Limits
 from dgrpo.transports import crosscheck
@@ -23,9 +25,9 @@ from dgrpo.transports.distributed import DistributedTransport
 from dgrpo.transports.framing import KeyCaps, frame
 from dgrpo.types import Message
 
-WORLD, ATTACKER, HONEST, CTX = 4, 3, (0, 1, 2), "run|fp"
-KEYS = generate_keys(WORLD)
-SIGNERS = {n: Signer(n, KEYS[n], CTX) for n in range(WORLD)}
+CTX = "run|fp"
+KEYS = generate_keys(5)
+SIGNERS = {n: Signer(n, KEYS[n], CTX) for n in range(5)}
 CAPS = KeyCaps.of(1, Limits.for_completions(8))  # (a run's limits: 8192 characters, 256 tokens; 1 slot)
 
 
@@ -38,11 +40,11 @@ def _payload(messages: list[Message]) -> bytes:
     return frame(json.dumps({"messages": [m.to_dict() for m in messages]}, ensure_ascii=False).encode())
 
 
-def _transport(rank: int, relays: dict[int, bytes] | None, sent: dict):
+def _transport(world: int, rank: int, relays: dict[int, bytes] | None, sent: dict):
     t = object.__new__(DistributedTransport)
-    t.rank, t.world_size, t.caps, t.max_messages, t.alive = rank, WORLD, CAPS, 4, set(range(WORLD))
-    t.labels, t.rejected, t.carriers, t.honest, t.equivocators = {}, [], {}, list(HONEST), {}
-    t.verifier = SignatureVerifier(Roster.of(KEYS), CTX)
+    t.rank, t.world_size, t.caps, t.max_messages, t.alive = rank, world, CAPS, world, set(range(world))
+    t.labels, t.rejected, t.carriers, t.honest, t.equivocators = {}, [], {}, list(range(world - 1)), {}
+    t.verifier = SignatureVerifier(Roster.of({n: KEYS[n] for n in range(world)}), CTX)
     t.chan = SimpleNamespace(departed={})
     t.exchanger = SimpleNamespace(first=None, on_peer_failure="continue")
 
@@ -53,41 +55,60 @@ def _transport(rank: int, relays: dict[int, bytes] | None, sent: dict):
     return t, exchange
 
 
-def _round(served_to: dict[int, bytes]) -> dict[int, list[tuple]]:
-    """Each honest node's round-1 set (message keys, in order): every honest payload read by every honest node, the
-    attacker's payload by the nodes in ``served_to`` (what each was served)."""
-    own = {n: [_msg(n, 0, f"answer {n}")] for n in HONEST}
+def _round(world: int, served_to: dict[int, bytes]) -> dict[int, list[tuple]]:
+    """Each honest node's round-1 set (message keys, in order) in a swarm of ``world``, the last rank the attacker:
+    every honest payload read by every honest node, the attacker's by the nodes in ``served_to`` (what each was
+    served)."""
+    honest, attacker = range(world - 1), world - 1
+    own = {n: [_msg(n, 0, f"answer {n}")] for n in honest}
 
     def read(rank, t):
         out = list(own[rank])
-        for n in HONEST:
+        for n in honest:
             if n != rank:
                 out += t.decode(n, _payload(own[n]))
         if rank in served_to:
             assert len(served_to[rank]) <= CAPS.bytes  # (within what a reader takes of one round payload)
-            out += t.decode(ATTACKER, served_to[rank])
+            out += t.decode(attacker, served_to[rank])
         return out
 
     sent: dict[int, bytes] = {}
-    for rank in HONEST:  # (first pass: each honest node's relay as it serves it)
-        t, exchange = _transport(rank, None, sent)
+    for rank in honest:  # (first pass: each honest node's relay as it serves it)
+        t, exchange = _transport(world, rank, None, sent)
         crosscheck.cross_check(t, 1, read(rank, t), exchange=exchange)
     sets = {}
-    for rank in HONEST:  # (second pass: each reads every honest relay, by B_n)
-        t, exchange = _transport(rank, sent, {})
+    for rank in honest:  # (second pass: each reads every honest relay, by B_n)
+        t, exchange = _transport(world, rank, sent, {})
         sets[rank] = [m.key for m in crosscheck.cross_check(t, 1, read(rank, t), exchange=exchange)]
     return sets
 
 
-def test_a_message_left_out_of_an_honest_relay_is_in_no_honest_set():
-    big = _msg(ATTACKER, 0, "\u00e9" * ((CAPS.bytes - 4096) // 2))  # (raw: 2 bytes a character; relayed: 6)
-    payload = _payload([big])
-    sets = _round({0: payload})
-    assert sets[0] == sets[1] == sets[2], sets
-    assert (ATTACKER, 1, "p", 0) not in sets[0]
+def _one(sets: dict[int, list]) -> list:
+    first = next(iter(sets.values()))
+    assert all(s == first for s in sets.values()), sets
+    return first
 
 
-def test_the_attackers_message_that_fits_a_relay_is_still_in_every_honest_set():
+@pytest.mark.parametrize("world", [3, 4, 5])
+def test_a_message_left_out_of_an_honest_relay_is_in_no_honest_set(world):
+    attacker = world - 1
+    big = _msg(attacker, 0, "\u00e9" * ((CAPS.bytes - 4096) // 2))  # (raw: 2 bytes a character; relayed: 6)
+    assert (attacker, 1, "p", 0) not in _one(_round(world, {0: _payload([big])}))
+
+
+@pytest.mark.parametrize("world", [3, 4, 5])
+def test_a_second_text_no_honest_relay_carries_makes_nobody_drop_the_senders_round(world):
+    """The launch's equivocation (test_clocked_launch.py, ``bigequiv``): node 0 alone is shown the big second text
+    for the attacker's slot 0, every other honest node its usual one. Before, node 0 caught an equivocator and dropped
+    the sender's messages while the others kept them."""
+    attacker, usual = world - 1, _msg(world - 1, 0, "answer")
+    big = _msg(attacker, 0, "\u00e9" * ((CAPS.bytes - 4096) // 2))
+    served = {0: _payload([big]), **{h: _payload([usual]) for h in range(1, world - 1)}}
+    assert (attacker, 1, "p", 0) in _one(_round(world, served))
+
+
+@pytest.mark.parametrize("world", [3, 4, 5])
+def test_the_attackers_message_that_fits_a_relay_is_still_in_every_honest_set(world):
     """The other side: a message of the attacker's read by node 0 alone, in time, that its relay carries."""
-    sets = _round({0: _payload([_msg(ATTACKER, 0, "\u00e9" * 1000)])})
-    assert sets[0] == sets[1] == sets[2] and (ATTACKER, 1, "p", 0) in sets[0], sets
+    attacker = world - 1
+    assert (attacker, 1, "p", 0) in _one(_round(world, {0: _payload([_msg(attacker, 0, "\u00e9" * 1000)])}))

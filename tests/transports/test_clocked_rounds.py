@@ -264,3 +264,36 @@ def test_a_start_far_in_the_past_names_nobody_and_changes_nothing(past):
         t = _Transport(values)
         t.gather_values = lambda tag, value, timeout_s=None, t=t: {**t.values, 1: f"{latest - 0.05:.3f}"}
         assert agree_start(t, _Protocol(), 20).t0 == latest
+
+
+def _exchange_round(payload: bytes | None, past_post: float):
+    """clocked._exchange of ``r0`` (``payload`` None: this node skipped the round) on a fake transport that entered it
+    ``past_post`` seconds past ``P_0``, reading for 0.3 s (peer 1 serves, peer 2 never)."""
+    from types import SimpleNamespace
+
+    from dgrpo.transports import clocked
+    from dgrpo.transports.framing import KeyCaps
+
+    chan = _Served()
+    chan.delete_key = lambda key: None
+    ex = _Exchanger(chan)
+    t = SimpleNamespace(rank=0, alive=ex.alive, chan=chan, exchanger=ex, clock=Clock(time.time() - past_post, 10.0, 2.0,
+                        2.0), _refuse=ex.refuse, _own_keys=[], _held=[], HELD=2, world_size=3,
+                        caps=KeyCaps(1, 1, 1 << 20))
+    t.post = lambda tag, raw, framed=False: t._own_keys.append((f"{tag}/data/0", raw, framed))
+    t.collect = lambda tag, peers, deadline=None: clocked.collect(t, tag, peers, deadline, 1 << 20)  # (the path
+    # _exchange took before review h31r2, blind to the skip)
+    got = clocked._exchange(t, "r0", payload, time.monotonic() + 0.3, framed=True)
+    return got, ex
+
+
+def test_a_node_that_skipped_the_round_accuses_nobody_even_inside_the_entry_margin():
+    """Review h31r2: the attacker's completions at the length cap (in every honest set alike) make the honest nodes'
+    compute longer alike, so they miss P_n together by less than the 0.5 s entry margin: each skipped (served
+    nothing) and accused the other late ones, which with the attacker's word was a quorum against each (3 of 4 for
+    each of two late nodes at n = 4). A node that skipped the round is outside the assumptions itself: it names what it
+    missed and accuses nobody. One that served in time and entered its reads as late still accuses."""
+    got, ex = _exchange_round(None, 0.2)
+    assert got == {1: b"payload"} and ex.ledger.accused == [] and ex.failed == []
+    got, ex = _exchange_round(b"mine", 0.2)
+    assert got == {0: b"mine", 1: b"payload"} and ex.ledger.accused == [(2, "r0")]

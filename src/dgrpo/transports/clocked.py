@@ -51,6 +51,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Hashable
 
 from dgrpo.swarm.clockconfig import windows
+from dgrpo.transports.framing import cap_of
 
 if TYPE_CHECKING:
     from dgrpo.transports.distributed import DistributedTransport
@@ -174,13 +175,16 @@ def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: floa
     return Clock(t0, r, a, b, first=None)
 
 
-def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: int) -> dict[int, bytes]:
+def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: int,
+            skipped: bool = False) -> dict[int, bytes]:
     """Payloads of live ``peers`` in exchange ``tag`` read whole by ``deadline`` (monotonic): no extension, no hold.
     A peer missing then is named and accused (:func:`~dgrpo.transports.unserved.blame_unserved`), one over its cap
     named (a round payload's or relay's accused), and failed for the round under ``on_peer_failure``; unless this
-    node entered the exchange late (past ``P_n`` for ``r{n}``: it skipped the round; past its direct reads' end for
-    ``eq{n}``): it then names the peers it missed in a WARNING and accuses nobody (honest nodes late together, by a
-    load spike or a clock, would otherwise make a quorum against on-time ones).
+    node entered the exchange late (past ``P_n`` + 0.5 s for ``r{n}``; past its direct reads' end + 1.5 s for
+    ``eq{n}``) or ``skipped`` round ``n`` (its payload was not ready by ``P_n``: it serves none): it then names the
+    peers it missed in a WARNING and accuses nobody (honest nodes late together, by a load spike, a clock, or the
+    attacker's completions at the length cap that lengthen every honest node's compute alike, would otherwise make a
+    quorum against on-time ones or, late by less than the margin, against each other: review h31r2).
 
     Raises:
         PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it), or a quorum expelled this node.
@@ -191,7 +195,7 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
     ex = t.exchanger
     kind, n = ("r", int(tag[1:])) if tag.startswith("r") else ("eq", int(tag[2:]))
     opened = t.clock.post_by(n) if kind == "r" else t.clock.direct_until(n)
-    entered_late = time.time() > opened + _ENTRY_S[kind]
+    entered_late = skipped or time.time() > opened + _ENTRY_S[kind]
     ex.ledger.live_at(tag)
     ex.first = ex.first or (tag if tag.startswith("r") else None)
     pending = sorted((set(peers) & t.alive) - {t.rank})
@@ -237,8 +241,8 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     if entered_late and pending:  # (outside the schedule's assumptions: its set may differ; it blames nobody)
-        log.warning("node %d: entered exchange %r %.2fs past its opening: nodes %s not read by its deadline (this node "
-                    "is late: not accused)", t.rank, tag, time.time() - opened, pending)
+        log.warning("node %d: %s exchange %r %.2fs past its opening: nodes %s not read by its deadline (this node is "
+                    "late: not accused)", t.rank, "skipped" if skipped else "entered", tag, time.time() - opened, pending)
         pending = []
     for peer, problem in sorted(bad.items()):
         log.warning("node %d: exchange %r: node %d's server %s", t.rank, tag, peer, problem)
@@ -264,7 +268,7 @@ def _exchange(t: "DistributedTransport", tag: str, payload: bytes | None, deadli
     if payload is not None:
         t.post(tag, payload, framed)
     t._own_keys = stale + t._own_keys
-    got = t.collect(tag, range(t.world_size), deadline)
+    got = collect(t, tag, range(t.world_size), deadline, cap_of(tag, t.caps, t.world_size), skipped=payload is None)
     if payload is not None:
         got = {t.rank: payload, **got}
     t._own_keys = t._own_keys[len(stale):]

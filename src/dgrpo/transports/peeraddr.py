@@ -127,6 +127,23 @@ class AddressKeys:
         """The roster node whose key signed ``addr`` as ``node``'s address (``node`` first), else None."""
         return self.signed_by(node, f"addr|{node}|{addr}", sig)
 
+    def verifies(self, node: int, what: str, sig) -> bool:
+        """Whether ``node``'s key alone signed ``what`` (bound as :meth:`sign` binds it): one verification, where
+        only that key can count (review h31r2: :meth:`signed_by` tries every roster key, a junk notice pushed to a
+        server cost its serving loop ``world`` verifications)."""
+        from cryptography.exceptions import InvalidSignature
+
+        from dgrpo.swarm.identity import SIGNATURE_HEX, canonical_hex
+
+        raw, pub = canonical_hex(sig, SIGNATURE_HEX), self.roster.public(node)
+        if raw is None or pub is None:
+            return False
+        try:
+            pub.verify(raw, self._bound(what))
+            return True
+        except InvalidSignature:
+            return False
+
     def signed_by(self, node: int, what: str, sig) -> int | None:
         """The roster node whose key signed ``what`` (bound as :meth:`sign` binds it; ``node``'s key tried
         first), else None (malformed or foreign)."""

@@ -276,7 +276,7 @@ class PeerChannel(AddressBook):
         try:
             rec = json.loads(raw)
             why = str(rec["why"])
-            ok = rec["nonce"] == nonce and self.keys.signed_by(owner, f"stop|{owner}|{why}|{nonce}", rec["sig"]) == owner
+            ok = rec["nonce"] == nonce and self.keys.verifies(owner, f"stop|{owner}|{why}|{nonce}", rec["sig"])
         except Exception:  # noqa: BLE001 - junk
             return None
         return peer_text(why) if ok else None

@@ -297,3 +297,26 @@ def test_a_node_that_skipped_the_round_accuses_nobody_even_inside_the_entry_marg
     assert got == {1: b"payload"} and ex.ledger.accused == [] and ex.failed == []
     got, ex = _exchange_round(b"mine", 0.2)
     assert got == {0: b"mine", 1: b"payload"} and ex.ledger.accused == [(2, "r0")]
+
+
+@pytest.mark.parametrize("clocked", [True, False])
+def test_the_mains_record_read_on_the_clock_is_one_short_read(monkeypatch, clocked):
+    """Review h31r2: the main read its peers' round records for record_s(timeout_s) = W / 2 (224 s at the default
+    timeout_s=900) after its update, inside the clock's compute window: a reporter that withholds its record
+    (metrics: it blames nobody) held the main that long every round, so it missed its next P_n, skipped, and the
+    others' accusations with the attacker's were a quorum against it. On the clock the first read is one short read
+    (LATE_READ_S); a record not in then is held and read again at the next record, as a late one is."""
+    from types import SimpleNamespace
+
+    from dgrpo.transports import recordreads
+    from dgrpo.transports.distributed import DistributedTransport
+    from dgrpo.transports.framing import KeyCaps
+    from dgrpo.transports.waits import record_s
+
+    seen = []
+    monkeypatch.setattr(recordreads, "_read", lambda ex, tag, peers, cap, wait_s, note: seen.append(wait_s) or {})
+    ex = SimpleNamespace(schedule=SimpleNamespace(enter=lambda tag: None), wait=SimpleNamespace(timeout_s=900.0))
+    t = SimpleNamespace(is_main=True, exchanger=ex, caps=KeyCaps(1, 1, 1 << 20), world_size=4,
+                        clock=Clock(time.time(), 30.0, 5.0, 5.0) if clocked else None)
+    assert DistributedTransport.collect_at_main(t, "rec0", b"{}", [0, 1, 2, 3]) == {}
+    assert seen == [recordreads.LATE_READ_S if clocked else record_s(900.0)]

@@ -282,7 +282,8 @@ class DistributedTransport:
             while len(self._records) > 2:
                 self.chan.delete_key(self._records.pop(0))
             return None
-        return recordreads.read_records(self.exchanger, tag, senders, cap_of(tag, self.caps, self.world_size))
+        return recordreads.read_records(self.exchanger, tag, senders, cap_of(tag, self.caps, self.world_size),
+                                        None if self.clock is None else recordreads.LATE_READ_S)  # (review h31r2)
 
     def late_records(self, tag: str, senders: Iterable[int]) -> dict[int, bytes]:
         """The main rank's second read of the round records ``tag`` it missed (review r31o H7): see

@@ -29,16 +29,20 @@ LATE_READ_S = 0.25  # a record read again between rounds: one read (its sender p
 DONE_CAP = 64  # bytes read of a peer's done mark (b"1")
 
 
-def read_records(ex: "StoreExchange", tag: str, peers: Iterable[int], cap: int) -> dict[int, bytes]:
+def read_records(ex: "StoreExchange", tag: str, peers: Iterable[int], cap: int,
+                 wait_s: float | None = None) -> dict[int, bytes]:
     """The main rank's read of its live ``peers``' round records ``tag`` = ``rec{r}`` (at most ``cap`` bytes, a read
     per peer at a time) until they are in or for :func:`~dgrpo.transports.waits.record_s` (``W / 2``;
     transports/waits.py says why). One not served, oversized or too slow is only left out here (read again later: :func:`read_late`; named
     ``missing record`` by the caller if it never comes), never accused nor a failed peer under either
     ``on_peer_failure`` (review r31g J5, J7). Still waiting after ``note_s``, the main serves a signed wait note of
     ``tag`` naming the senders not in yet: its peers allow its next round payload ``record_s`` more before naming it
-    ``late``, and a note's extension if it misses their window (review r31g Z5l)."""
+    ``late``, and a note's extension if it misses their window (review r31g Z5l). ``wait_s``: read that long instead
+    (clocked rounds: :data:`LATE_READ_S`, review h31r2: the read lies in the clock's compute window, where a reporter
+    that withheld its record held the main ``W / 2``, 224 s at the default timeout_s, every round, past its next post
+    deadline: it skipped the round and was expelled; a record not in is read again later, as here)."""
     ex.schedule.enter(tag)
-    return _read(ex, tag, peers, cap, record_s(ex.wait.timeout_s), note=True)
+    return _read(ex, tag, peers, cap, record_s(ex.wait.timeout_s) if wait_s is None else wait_s, note=wait_s is None)
 
 
 def read_late(ex: "StoreExchange", tag: str, peers: Iterable[int], cap: int, wait_s: float) -> dict[int, bytes]:

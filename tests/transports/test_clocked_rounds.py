@@ -207,8 +207,8 @@ def _collect(tag: str, opened_ago: float):
     ex = _Exchanger(chan)
     a = 2.0
     t0 = time.time() - opened_ago - (a if tag.startswith("eq") else 0.0)
-    t = SimpleNamespace(rank=0, alive=ex.alive, chan=chan, exchanger=ex, clock=Clock(t0, 10.0, a, 2.0),
-                        _refuse=ex.refuse)
+    t = SimpleNamespace(rank=0, alive=ex.alive, chan=chan, exchanger=ex, clock=Clock(t0, 10.0, a, 4.0),
+                        _refuse=ex.refuse)  # (relay_s = 4 s: the eq margin is its 1.5 s, not half the window)
     got = clocked.collect(t, tag, range(3), time.monotonic() + 0.3, 1 << 20)
     return got, ex
 
@@ -320,3 +320,21 @@ def test_the_mains_record_read_on_the_clock_is_one_short_read(monkeypatch, clock
                         clock=Clock(time.time(), 30.0, 5.0, 5.0) if clocked else None)
     assert DistributedTransport.collect_at_main(t, "rec0", b"{}", [0, 1, 2, 3]) == {}
     assert seen == [recordreads.LATE_READ_S if clocked else record_s(900.0)]
+
+
+def test_a_node_left_less_than_half_its_relay_window_accuses_nobody():
+    """Review h31r2: the eq{n} entry margin was 1.5 s whatever relay_s (the config allows any relay_s > 0): with
+    relay_s = 1 s, two honest nodes that entered eq{n} 0.8 s past A_n (a load spike, or the attacker's payload at its
+    cap served to them just before A_n) had 0.2 s to read the relays, missed the on-time honest node's and accused it:
+    with the attacker's word a quorum against a node that did nothing wrong. The margin is at most half the window."""
+    from types import SimpleNamespace
+
+    from dgrpo.transports import clocked
+
+    chan = _Served()
+    ex = _Exchanger(chan)
+    t0 = time.time() - 0.8 - 2.0  # (A_0 = t0 + 2 s: this node enters eq0 0.8 s past it; B_0 = A_0 + 1 s)
+    t = SimpleNamespace(rank=0, alive=ex.alive, chan=chan, exchanger=ex, clock=Clock(t0, 10.0, 2.0, 1.0),
+                        _refuse=ex.refuse)
+    got = clocked.collect(t, "eq0", range(3), time.monotonic() + 0.2, 1 << 20)
+    assert got == {1: b"payload"} and ex.ledger.accused == [] and ex.failed == []

@@ -63,6 +63,7 @@ LEAD = 2.0  # T0 is this many round_s after the proposer's proposal: round 0's c
 _POLL_S = 0.05  # pause between two reads of a peer that has not served yet
 _GRACE_S = 1.0  # a read in flight at its deadline ends by then (PeerChannel.fetch); waited for at most this long
 _ENTRY_S = {"r": 0.5, "eq": _GRACE_S + 0.5}  # a node entering an exchange this long past its opening blames nobody
+# (or past half its window, direct_s or relay_s, if less: review h31r2)
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,8 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
     A peer missing then is named and accused (:func:`~dgrpo.transports.unserved.blame_unserved`), one over its cap
     named (a round payload's or relay's accused), and failed for the round under ``on_peer_failure``; unless this
     node entered the exchange late (past ``P_n`` + 0.5 s for ``r{n}``; past its direct reads' end + 1.5 s for
-    ``eq{n}``) or ``skipped`` round ``n`` (its payload was not ready by ``P_n``: it serves none): it then names the
+    ``eq{n}``; or past half of ``direct_s`` / ``relay_s`` if less: with less than half its window left it read too
+    little to blame anyone, review h31r2) or ``skipped`` round ``n`` (its payload was not ready by ``P_n``: it serves none): it then names the
     peers it missed in a WARNING and accuses nobody (honest nodes late together, by a load spike, a clock, or the
     attacker's completions at the length cap that lengthen every honest node's compute alike, would otherwise make a
     quorum against on-time ones or, late by less than the margin, against each other: review h31r2).
@@ -195,7 +197,8 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
     ex = t.exchanger
     kind, n = ("r", int(tag[1:])) if tag.startswith("r") else ("eq", int(tag[2:]))
     opened = t.clock.post_by(n) if kind == "r" else t.clock.direct_until(n)
-    entered_late = skipped or time.time() > opened + _ENTRY_S[kind]
+    margin = min(_ENTRY_S[kind], (t.clock.direct_s if kind == "r" else t.clock.relay_s) / 2)
+    entered_late = skipped or time.time() > opened + margin
     ex.ledger.live_at(tag)
     ex.first = ex.first or (tag if tag.startswith("r") else None)
     pending = sorted((set(peers) & t.alive) - {t.rank})

@@ -6,8 +6,9 @@ one honest node alone, in time, a round payload within its byte cap whose one me
 the node's relay leaves it out, so no other honest node can get it (the attacker's own relay does not count for its
 own messages). Before, the node kept it in its own set (``merge_views`` counts a node's own view whole): the honest
 sets differed, and the message (text past the size limit) was struck at that node alone, so with ``ban_after`` the
-ban lists split too. Now the node takes it out of its own set as well, refused ``flood`` under its carrier: every
-honest node ends the round with one set.
+ban lists split too. Now the node takes it out of its own set as well, refused ``relay`` under its carrier (never a
+strike: an honest carrier's relay can leave out what an attacker served it): every honest node ends the round with
+one set.
 
 Built as a clocked round builds it: each honest transport's own ``decode`` and ``cross_check`` (its relay exchange
 that of transports/clocked.py), the relays passed between
@@ -18,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from dgrpo.swarm.protocol import DROPPED, REFUSED, STRIKES
 from dgrpo.swarm.identity import Roster, SignatureVerifier, Signer, generate_keys
 from dgrpo.swarm.validation import Limits
 from dgrpo.transports import crosscheck
@@ -112,3 +114,16 @@ def test_the_attackers_message_that_fits_a_relay_is_still_in_every_honest_set(wo
     """The other side: a message of the attacker's read by node 0 alone, in time, that its relay carries."""
     attacker = world - 1
     assert (attacker, 1, "p", 0) in _one(_round(world, {0: _payload([_msg(attacker, 0, "\u00e9" * 1000)])}))
+
+
+def test_what_a_relay_leaves_out_is_refused_under_its_carrier_by_a_rule_that_is_never_a_strike():
+    """The carrier of the left-out message may be honest (a peer's relay that carried the attacker's text): the
+    refusal names it with the rule ``relay``, which is no strike (nor a drop or refusal rule the blame table counts)."""
+    attacker, world = 3, 4
+    big = _msg(attacker, 0, "\u00e9" * ((CAPS.bytes - 4096) // 2))
+    t, exchange = _transport(world, 0, None, {})
+    kept = crosscheck.cross_check(t, 1, [_msg(0, 0, "answer 0"), *t.decode(attacker, _payload([big]))], exchange=exchange)
+    assert [m.key for m in kept] == [(0, 1, "p", 0)]
+    relay_refusals = [(carrier, why) for carrier, why in t.rejected if why.startswith("relay:")]
+    assert [carrier for carrier, _ in relay_refusals] == [attacker]
+    assert "relay" not in STRIKES | DROPPED | REFUSED

@@ -173,11 +173,13 @@ def numeric_host(host: str) -> bool:
     return True
 
 
-def read_address(keys: AddressKeys | None, owner: int, raw: bytes) -> tuple[str | None, str | None]:
+def read_address(keys: AddressKeys | None, owner: int, raw: bytes, named: bool = True) -> tuple[str | None, str | None]:
     """(``host:port|nonce``, None) from ``owner``'s record in the store, or (None, why it is refused):
     without ``keys`` (no roster file) any well-formed record is taken. The host must be an IP literal: a name,
     even signed by ``owner``, is refused naming ``owner`` (its readers would wait on a resolver with no deadline,
-    review r31i F1; ``DGRPO_SERVE_HOST`` is resolved once at start-up: :func:`~dgrpo.transports.peerserve.local_host`)."""
+    review r31i F1; ``DGRPO_SERVE_HOST`` is resolved once at start-up: :func:`~dgrpo.transports.peerserve.local_host`).
+    ``named=False``: only ``owner``'s key is tried (one verification; a record signed by another key is refused
+    without naming its signer: a pushed record, review h31r2)."""
     try:
         rec = json.loads(raw)
         addr, sig, nonce = rec["addr"], rec["sig"], rec.get("nonce", "")
@@ -187,7 +189,10 @@ def read_address(keys: AddressKeys | None, owner: int, raw: bytes) -> tuple[str 
             raise ValueError(nonce)
     except (ValueError, KeyError, TypeError, RecursionError, AttributeError):
         return None, f"is not a signed address record ({ascii(raw[:40])}; unsigned: its writer cannot be named)"
-    by = None if keys is None else keys.signer(owner, f"{addr}|{nonce}", sig)
+    if keys is None or named:
+        by = None if keys is None else keys.signer(owner, f"{addr}|{nonce}", sig)
+    else:
+        by = owner if keys.verifies(owner, f"addr|{owner}|{addr}|{nonce}", sig) else None
     if keys is None or by == owner:
         host = addr.rpartition(":")[0].strip("[]")
         if not numeric_host(host):

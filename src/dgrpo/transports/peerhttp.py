@@ -28,7 +28,9 @@ connections when its deadline passes; a task (with its timer) is made only for a
 fit the socket's buffer. (The first asyncio server made two tasks, a timer and an asyncio reader per
 accepted connection and accepted 32 per pass: under one process's flood on loopback it accepted 12k of
 104k connections in 8 s, the kernel dropped 93k, and 1-2 of 12 honest reads missed a 5 s deadline;
-this one accepted 79k of 81k: results/peerserve_flood_h31d.) The counts are logged every 10 s.
+this one accepted 79k of 81k: results/peerserve_flood_h31d.) The counts are logged every 10 s. An answer another
+thread makes (a request whose pushed headers are checked off the loop: :mod:`dgrpo.transports.pushcheck`) is
+awaited by a task, ``write_s`` at most, as one being sent is.
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ import socket
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import Future
 from typing import Callable, Iterable
 
 log = logging.getLogger("dgrpo.transports.peerserve")
 
-Respond = Callable[[str, dict], "tuple[int, bytes | Iterable[bytes]]"]
+Respond = Callable[[str, dict, str], "tuple[int, bytes | Iterable[bytes] | Future]"]
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found"}
 
 
@@ -63,9 +66,12 @@ class BoundedServer:
     Args:
         server_address: ``(host, port)`` to bind (port 0: one the OS picks; ``server_address`` is then the
             bound one).
-        respond: ``respond(path, headers) -> (status, body)``, called on the loop thread (keep it quick):
-            ``headers`` maps lower-case names to values; ``body`` is bytes (sent with Content-Length) or an
-            iterable of bytes chunks (tests: an attacker's server; each ``next`` runs in a thread).
+        respond: ``respond(path, headers, host) -> (status, body)``, called on the loop thread (keep it quick):
+            ``headers`` maps lower-case names to values, ``host`` is the connection's source address; ``body`` is
+            bytes (sent with Content-Length), an iterable of bytes chunks (tests: an attacker's server; each
+            ``next`` runs in a thread), or a :class:`concurrent.futures.Future` of ``(status, body)`` made in
+            another thread (the answer waits for it, ``write_s`` at most, without holding the loop:
+            :mod:`dgrpo.transports.pushcheck`).
 
     :meth:`serve_forever` runs the loop (in a thread of the caller's); :meth:`shutdown` stops it and waits;
     :meth:`server_close` frees the socket. Attributes ``max_pending``, ``per_address``, ``request_s``,
@@ -178,14 +184,29 @@ class BoundedServer:
         conn.state = 2
         try:
             path, headers = _head(conn.buf)
-            status, body = self.respond(path, headers) if path else (400, b"")
+            status, body = self.respond(path, headers, conn.host) if path else (400, b"")
         except ValueError:  # not an HTTP request
             self.refused += 1
             return self._end(conn)
         except Exception:  # noqa: BLE001 - a respond hook that failed: the reader gets nothing
             return self._end(conn)
+        if isinstance(body, Future):  # (answered once another thread made it: pushcheck)
+            conn.task = self.loop.create_task(self._later(conn, body))
+            self.tasks.add(conn.task)
+            conn.task.add_done_callback(self.tasks.discard)
+            return None
         self._answer(conn, status, body)
         return None
+
+    async def _later(self, conn: _Conn, fut: Future) -> None:
+        try:
+            status, body = await asyncio.wait_for(asyncio.wrap_future(fut), self.write_s)
+        except BaseException:  # noqa: BLE001 - not made in time, or the connection was evicted (cancelled)
+            fut.cancel()
+            self._end(conn)
+            return
+        conn.task = None
+        self._answer(conn, status, body)
 
     def _answer(self, conn: _Conn, status: int, body) -> None:
         """Send the answer: in this pass when it fits the socket's buffer, else from a task (``write_s``)."""

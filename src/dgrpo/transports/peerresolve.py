@@ -89,25 +89,29 @@ class AddressBook:
                             self.rank, owner, owner, problem)
         return None
 
-    def offer(self, reader: str, raw: str) -> None:
+    def offer(self, reader: str, raw: str) -> bool | None:
         """A peer's own address record, pushed in a request it sent this server (``X-Dgrpo-Addr``), so an address
         kept overwritten in the store still resolves once its owner read or challenged this rank (review r31c F3).
         Kept if it verifies under that owner's key and its nonce is dated (:func:`launch_time`) no earlier than the
         one kept: one record per owner, the newest launch's, so records of earlier launches, however many a peer
         holds and pushes in the owner's name, never displace the owner's own (issue 31); whether it is of this
-        launch is proved as a store record's is (:meth:`address_of`, which tries it first)."""
+        launch is proved as a store record's is (:meth:`address_of`, which tries it first). Only ``owner``'s key is
+        tried (one verification: review h31r2). Returns whether it verified (None: not checked)."""
         if self.frozen or self.keys is None or not reader.isdigit() or len(raw) > 1024:
-            return
+            return None
         owner, rec = int(reader), raw.encode("latin-1", "replace")
         if owner in self.addrs or owner == self.rank or not self.keys.knows(owner):
-            return
-        addr = read_address(self.keys.trial(owner, rec), owner, rec)[0]  # (unsafe: with the key it carries)
+            return None
+        if self.offers.get(owner, (0, b""))[1] == rec:  # (the one kept, pushed again: verified once)
+            return True
+        addr = read_address(self.keys.trial(owner, rec), owner, rec, named=False)[0]  # (unsafe: the key it carries)
         when = None if addr is None else launch_time(addr.rsplit("|", 1)[1])
         if when is None:
-            return
+            return False
         with self.lock:
             if owner not in self.offers or when >= self.offers[owner][0]:
                 self.offers[owner] = (when, rec)
+        return True
 
     def _stale(self, owner: int, addr: str, nonce: str, keys: AddressKeys | None,
                end: float | None = None) -> str | None | bool:

@@ -32,7 +32,8 @@ review r31m F1: junk on both sides of it buried the store's copy ``why/{k}``).
 A read of a key a rank serves only until its peers read it (``why``, ``done/data/{k}``: :data:`ACKED`) counts as
 that peer's only with its acknowledgement in ``X-Dgrpo-Ack``, signed by the reader for the run, its launch, the
 owner and the key (:meth:`PeerChannel.acked`); the ``X-Dgrpo-Reader`` header alone is anyone's claim (review r31f
-H5: a rank "read" a stopping node's reason in its peers' names, so it stopped serving it at once).
+H5: a rank "read" a stopping node's reason in its peers' names, so it stopped serving it at once). Pushed headers are
+checked off the serving loop, a bounded queue per sender (:mod:`dgrpo.transports.pushcheck`, review h31r2 item e).
 Host: ``DGRPO_SERVE_HOST`` or the local address that reaches ``MASTER_ADDR`` (127.0.0.1 on loopback);
 port: ``DGRPO_SERVE_PORT`` (+ ``LOCAL_RANK``) or one the OS picks.
 """
@@ -55,6 +56,7 @@ from dgrpo.transports.peeraddr import (AddressKeys, answers, launch_nonce, launc
 from dgrpo.transports.peerget import Connection, Late
 from dgrpo.transports.peerhttp import BoundedServer
 from dgrpo.transports.peerresolve import AddressBook
+from dgrpo.transports.pushcheck import PushChecks, wanted
 from dgrpo.transports.sidereads import StoreCopies
 
 _CHUNK = 1 << 16
@@ -64,21 +66,28 @@ log = logging.getLogger(__name__)
 
 def _respond(chan: "PeerChannel"):
     """The server's answer to ``GET {path}``: ``(200, value)`` for ``/v/{quoted key}`` this rank serves, else
-    ``(404, b"")`` (run on the server's loop: :class:`~dgrpo.transports.peerhttp.BoundedServer`, which bounds
-    how long a connection may take to send its request and to read the answer)."""
+    ``(404, b"")``; run on the server's loop (:class:`~dgrpo.transports.peerhttp.BoundedServer`, which bounds how
+    long a connection may take to send its request and to read the answer), which checks no signature: a request
+    pushing headers (:data:`~dgrpo.transports.pushcheck.PUSHED`) is answered once the server's checks' thread
+    checked them (:class:`~dgrpo.transports.pushcheck.PushChecks`, review h31r2 item e)."""
 
-    def respond(path: str, headers: dict):
-        if "x-dgrpo-why" in headers:  # (first: a reason kept is served back at once, why/{owner})
-            chan.told_why(headers.get("x-dgrpo-reader", ""), headers["x-dgrpo-why"])
+    def answer(path: str, headers: dict):
         key = unquote(path[3:]) if path.startswith("/v/") else None
         value = None if key is None else chan.serve(key, headers.get("x-dgrpo-reader", ""))
-        if value is not None and "x-dgrpo-ack" in headers:
-            chan.acked(key, headers.get("x-dgrpo-reader", ""), headers["x-dgrpo-ack"])
-        if "x-dgrpo-addr" in headers:
-            chan.offer(headers.get("x-dgrpo-reader", ""), headers["x-dgrpo-addr"])
-        if "x-dgrpo-stop" in headers:
-            chan.told_stop(headers.get("x-dgrpo-reader", ""), headers["x-dgrpo-stop"])
         return (404, b"") if value is None else (200, value)
+
+    def check(name: str, sender: str, key: str | None, raw: str):  # (first the reason: served back at once)
+        if name == "x-dgrpo-why":
+            return chan.told_why(sender, raw)
+        if name == "x-dgrpo-stop":
+            return chan.told_stop(sender, raw)
+        return chan.offer(sender, raw) if name == "x-dgrpo-addr" else chan.acked(key or "", sender, raw)
+
+    chan.checks = PushChecks(chan.rank, check, answer, lambda name, sender, key: wanted(chan, name, sender, key))
+
+    def respond(path: str, headers: dict, host: str = ""):
+        fut, plain = chan.checks.submit(host, path, headers)
+        return (200, fut) if fut is not None else answer(path, plain)
 
     return respond
 
@@ -166,16 +175,19 @@ class PeerChannel(AddressBook):
         with self.lock:
             return self.values.get(key)
 
-    def acked(self, key: str, reader: str, sig: str) -> None:
-        """Count a read of ``key`` (one of :data:`ACKED`, served just now) as ``reader``'s if ``sig`` is its signature
-        of ``read|{this rank}|{key}`` for this run and its launch (:meth:`fetch` sends it); anything else counts for
-        nothing (run on the server's loop: one signature check per acknowledged read of such a key)."""
+    def acked(self, key: str, reader: str, sig: str) -> bool | None:
+        """Count a read of ``key`` (one of :data:`ACKED`, served now) as ``reader``'s if ``sig`` is its signature of
+        ``read|{this rank}|{key}`` for this run and its launch (:meth:`fetch` sends it); anything else counts for
+        nothing (run on the server's checks' thread: one signature check per digest, in the verifier's cache).
+        Returns whether it verified (None: not checked)."""
         if self.acks is None or not ACKED.fullmatch(key) or not reader.isdigit() or len(sig) > 512:
-            return
-        if self.acks.valid(int(reader), f"read|{self.rank}|{key}", sig):
+            return None
+        ok = self.acks.valid(int(reader), f"read|{self.rank}|{key}", sig)
+        if ok:
             with self.lock:
                 if key in self.values:
                     self.readers.setdefault(key, set()).add(int(reader))
+        return ok
 
     def read_by(self, key: str, nodes) -> bool:
         """Whether every node in ``nodes`` read ``key`` (one of :data:`ACKED`), as its signed acknowledgement says
@@ -199,6 +211,7 @@ class PeerChannel(AddressBook):
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        self.checks.close()
 
     # ------------------------------------------------------------------ peers: address_of, offer (AddressBook)
 
@@ -238,36 +251,44 @@ class PeerChannel(AddressBook):
             t.start()
         return out, got
 
-    def told_stop(self, reader: str, raw: str) -> None:
+    def told_stop(self, reader: str, raw: str) -> bool | None:
         """A peer's stop notice pushed to this server (:meth:`announce_stop`): kept if its owner's key signed it for
         the launch this rank proved its server has (:attr:`launches`); anything else is ignored (a notice of an
-        earlier launch, forged, or of a peer whose server this rank never resolved)."""
-        why = self._stop_text(int(reader), raw) if reader.isdigit() and len(raw) <= 4096 else None
+        earlier launch, forged, or of a peer whose server this rank never resolved). Returns whether it was kept
+        (None: not checked, its owner's launch not proved yet)."""
+        if not reader.isdigit() or len(raw) > 4096:
+            return False
+        if self.keys is None or int(reader) not in self.launches:
+            return None
+        why = self._stop_text(int(reader), raw)
         if why is not None:
             self.stops.setdefault(int(reader), why)
             self.departed.setdefault(int(reader), {"stop": raw})
+        return why is not None
 
-    def told_why(self, reader: str, raw: str) -> None:
+    def told_why(self, reader: str, raw: str) -> bool | None:
         """A peer's stop reason on a peer failure pushed to this server (``X-Dgrpo-Why``:
         :meth:`StopReasons.say_stop <dgrpo.transports.stopwhy.StopReasons.say_stop>`, review r31m F1): kept, the first
         per owner, if it is ``{"why": …, "sig": …}`` with ``sig`` the owner's signature of ``why|{owner}|{why}`` for
         the run and the launch it signed its start-up record for (:attr:`acks`; checked out of the verifier's cache);
         anything else is ignored (forged, another launch's, before the keys exist, over 4 KiB). Nobody but its owner's
         key can put one here, and nobody can delete or bury it (unlike ``why/{k}`` in the store). Served back as
-        ``why/{owner}``, so its owner knows this server holds it."""
+        ``why/{owner}``, so its owner knows this server holds it. Returns whether it was kept (None: not checked)."""
         acks = self.acks
         if None in (acks, getattr(acks, "keys", None), getattr(acks, "signer", None)) or len(raw) > 4096:
-            return
+            return None
         try:
             owner, item = int(reader), json.loads(raw)
-            if owner == self.rank or owner in self.whys or not isinstance(item["why"], str):
-                return
-            ok = acks.valid(owner, f"why|{owner}|{item['why']}", item["sig"], cache=False)
+            if owner == self.rank or owner in self.whys:
+                return None
+            ok = isinstance(item["why"], str) and acks.valid(owner, f"why|{owner}|{item['why']}", item["sig"],
+                                                             cache=False)
         except Exception:  # noqa: BLE001 - junk
-            return
+            return False
         if ok:
             with self.lock:
                 self.whys.setdefault(owner, peer_text(item["why"]))
+        return ok
 
     def _stop_text(self, owner: int, raw) -> str | None:
         nonce = self.launches.get(owner)

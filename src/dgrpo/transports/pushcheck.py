@@ -1,0 +1,182 @@
+"""Headers a peer pushes to a rank's server are checked off the serving loop, in a bounded queue per sender (issue 31
+point 3, review h31r2 item e).
+
+A request to a rank's server (:class:`~dgrpo.transports.peerserve.PeerChannel`) may carry what its sender pushes:
+a stop reason (``X-Dgrpo-Why``), a start-up stop notice (``X-Dgrpo-Stop``), its address record (``X-Dgrpo-Addr``)
+and its acknowledgement of a read (``X-Dgrpo-Ack``), each kept only once its signature verifies. Those checks ran on
+the server's one event loop (:class:`~dgrpo.transports.peerhttp.BoundedServer`), about 0.15-1 ms of Ed25519 a header
+(up to four a request), so a peer pushing junk headers as fast as the loop answered them held the loop that serves
+this rank's own round payload: its honest readers could miss it at their deadline and accuse it. Now
+(:class:`PushChecks`):
+
+* the loop does O(1) work for a pushed header: a few dictionary lookups (:func:`wanted`: a header that could change
+  nothing is dropped unread, e.g. a second stop reason of an owner whose first is kept) and a SHA-256 of at most 4 KiB
+  (a copy of a header refused once is dropped: a signature is verified once per digest); it verifies nothing;
+* a request with a header left is put in the queue of its (source address, claimed sender), at most
+  :attr:`PushChecks.per_sender` pending each and :attr:`PushChecks.max_queues` queues; one over a bound is answered
+  at once without its pushed headers (dropped), named once per queue in a log line and counted against nobody (no
+  strike: the ``X-Dgrpo-Reader`` name is anyone's claim; from its own host, it is that node's doing);
+* one thread of the server's own checks the queues in turn, one request of each queue at a time (a flooding sender
+  delays another sender's check by one of its own), then answers the request from the loop (the answer says whether
+  the header was kept, e.g. ``why/{owner}`` served back); it runs at most :attr:`PushChecks.share` of the time (it
+  sleeps the rest, 0.1 s at most a request), so under a flood the loop keeps most of the interpreter's time.
+
+What this does not bound: on one host every peer has the same source address, so a peer pushing in another node's
+name there fills that node's queue and the node's own pushes to this server are dropped meanwhile (the stop reason
+and notice have their copies in the store; an acknowledgement dropped keeps the owner serving that key until its
+wait ends); on hosts of their own, the claim fills the claimer's queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from concurrent.futures import Future
+from typing import Callable
+
+log = logging.getLogger("dgrpo.transports.peerserve")
+
+PUSHED = ("x-dgrpo-why", "x-dgrpo-stop", "x-dgrpo-addr", "x-dgrpo-ack")  # checked in this order, then served
+_LIMITS = {"x-dgrpo-why": 4096, "x-dgrpo-stop": 4096, "x-dgrpo-addr": 1024, "x-dgrpo-ack": 512}  # bytes
+
+
+def wanted(chan, name: str, sender: str, key: str | None) -> bool:
+    """Whether pushed header ``name`` from claimed ``sender`` could change anything at ``chan`` (no verification, no
+    lock: run on the loop): it names a roster node, is within its size, and its owner's slot is open (no reason or
+    notice kept yet, an address not proved yet, a served key that counts reads by acknowledgement)."""
+    from dgrpo.transports.peerserve import ACKED
+
+    if not sender.isdigit() or len(sender) > 6 or int(sender) == chan.rank:
+        return False
+    node = int(sender)
+    if chan.keys is not None and not chan.keys.knows(node):
+        return False
+    if name == "x-dgrpo-why":
+        return chan.acks is not None and node not in chan.whys
+    if name == "x-dgrpo-stop":
+        return chan.keys is not None and node in chan.launches and node not in chan.stops
+    if name == "x-dgrpo-addr":
+        return chan.keys is not None and not chan.frozen and node not in chan.addrs
+    return chan.acks is not None and key is not None and ACKED.fullmatch(key) is not None and key in chan.values
+
+
+class PushChecks:
+    """The queue of requests whose pushed headers wait for their check, and the thread that checks them (module
+    docstring).
+
+    Args:
+        rank: the server's node (named in log lines).
+        check: ``check(name, sender, key, value) -> bool | None``, run on the checks' thread: True kept, False
+            refused (its digest is kept: a copy is dropped unread), None undecided (checked again if pushed again).
+        answer: ``answer(path, headers) -> (status, body)``, the request's answer once its headers are checked (on
+            the checks' thread).
+        want: ``want(name, sender, key) -> bool`` (:func:`wanted`), on the loop.
+
+    Counts: :attr:`dropped` ((source, sender) → requests answered without their pushed headers, over a bound),
+    :attr:`checked` (requests checked), :attr:`copies` (headers dropped as copies of a refused one).
+    """
+
+    per_sender = 8  # requests with pushed headers pending per (source address, claimed sender)
+    max_queues = 64  # queues at once
+    share = 0.25  # the checks' thread runs at most this share of the time (it sleeps the rest)
+    refused_max = 4096  # digests of refused headers kept (emptied when full)
+
+    def __init__(self, rank: int, check: Callable, answer: Callable, want: Callable):
+        self.rank, self.check, self.answer, self.want = rank, check, answer, want
+        self.queues: OrderedDict[tuple[str, str], deque] = OrderedDict()  # (source, sender) → pending, in turn
+        self.refused: dict[bytes, None] = {}
+        self.dropped: dict[tuple[str, str], int] = {}
+        self.checked = self.copies = 0
+        self.closed = False
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name=f"dgrpo-push-{rank}", daemon=True)
+        self.thread.start()
+
+    def submit(self, host: str, path: str, headers: dict) -> tuple[Future | None, dict]:
+        """On the loop: (a future of the answer, None) if ``headers`` push something to check (queued), else (None,
+        ``headers`` without their pushed ones: answer at once). O(1): no verification."""
+        if not any(h in headers for h in PUSHED):
+            return None, headers
+        sender = headers.get("x-dgrpo-reader", "")
+        key = _key(path)
+        plain = {h: v for h, v in headers.items() if h not in PUSHED}
+        keep = {}
+        for h in PUSHED:
+            if h in headers and len(headers[h]) <= _LIMITS[h] and self.want(h, sender, key):
+                if _digest(h, sender, key, headers[h]) in self.refused:
+                    self.copies += 1
+                else:
+                    keep[h] = headers[h]
+        if not keep:
+            return None, plain
+        q = (host, sender)
+        with self.cond:
+            queue = self.queues.get(q)
+            if self.closed or (len(queue) >= self.per_sender if queue is not None else
+                               len(self.queues) >= self.max_queues):
+                self._drop(q)
+                return None, plain
+            fut: Future = Future()
+            self.queues.setdefault(q, deque()).append((fut, path, sender, key, keep, plain))
+            self.cond.notify()
+        return fut, None
+
+    def _drop(self, q: tuple[str, str]) -> None:
+        self.dropped[q] = self.dropped.get(q, 0) + 1
+        if self.dropped[q] == 1:
+            log.warning("node %d: requests claiming node %s from %s pushed headers faster than this server checks "
+                        "them (%d pending at most): the excess is answered without them (dropped, counted against "
+                        "nobody: the name is anyone's claim; from node %s's own host, its own doing)", self.rank,
+                        q[1][:8], q[0], self.per_sender, q[1][:8])
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.queues and not self.closed:
+                    self.cond.wait()
+                if self.closed:
+                    return
+                q, queue = next(iter(self.queues.items()))  # (in turn: its first request, then the queue goes last)
+                fut, path, sender, key, keep, plain = queue.popleft()
+                del self.queues[q]
+                if queue:
+                    self.queues[q] = queue
+            if not fut.set_running_or_notify_cancel():  # (the loop gave up on it: its connection is gone)
+                continue
+            began = time.perf_counter()
+            try:
+                for h, value in keep.items():
+                    if self.check(h, sender, key, value) is False:
+                        if len(self.refused) >= self.refused_max:
+                            self.refused.clear()
+                        self.refused[_digest(h, sender, key, value)] = None
+                out = self.answer(path, plain)
+            except Exception:  # noqa: BLE001 - a check or hook that failed: the reader gets nothing
+                out = (404, b"")
+            self.checked += 1
+            fut.set_result(out)
+            time.sleep(min(0.1, (time.perf_counter() - began) * (1 - self.share) / self.share))
+
+    def close(self) -> None:
+        """Stop the checks' thread; pending requests are cancelled (their connections closed by the loop)."""
+        with self.cond:
+            self.closed = True
+            for queue in self.queues.values():
+                for item in queue:
+                    item[0].cancel()
+            self.queues.clear()
+            self.cond.notify()
+
+
+def _key(path: str) -> str | None:
+    from urllib.parse import unquote
+
+    return unquote(path[3:]) if path.startswith("/v/") else None
+
+
+def _digest(name: str, sender: str, key: str | None, value: str) -> bytes:
+    return hashlib.sha256(f"{name}\0{sender}\0{key if name == 'x-dgrpo-ack' else ''}\0{value}".encode(
+        "utf-8", "surrogateescape")).digest()

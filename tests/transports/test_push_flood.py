@@ -1,0 +1,131 @@
+"""Headers pushed to a rank's server are checked off its serving loop, in a bounded queue per sender
+(transports/pushcheck.py; issue 31 point 3, review h31r2 item e: a peer pushing junk ``X-Dgrpo-Why``, stop notices,
+address records and read acknowledgements cost the loop that serves the owner's own round payload one Ed25519
+verification each)."""
+
+import http.client
+import json
+import logging
+import secrets
+import threading
+import time
+
+from signed_ranks import _ranks
+
+from dgrpo.transports.peeraddr import launch_nonce
+
+
+class _Counting:
+    """A roster whose public keys record the thread of each verification."""
+
+    def __init__(self, roster, threads: list):
+        self.roster, self.keys, self.threads = roster, roster.keys, threads
+
+    def public(self, node):
+        pub, threads = self.roster.public(node), self.threads
+
+        class _Pub:
+            def verify(self, sig, data):
+                threads.append(threading.current_thread().name)
+                return pub.verify(sig, data)
+
+        return None if pub is None else _Pub()
+
+
+def _junk(nonce: str, i: int) -> dict:
+    """Every header a peer can push, well formed, each with a fresh signature that verifies for nobody."""
+    sig = secrets.token_hex(64)
+    return {"X-Dgrpo-Reader": "3", "X-Dgrpo-Why": json.dumps({"why": f"junk {i}", "sig": sig}),
+            "X-Dgrpo-Stop": json.dumps({"why": f"junk {i}", "nonce": nonce, "sig": sig}),
+            "X-Dgrpo-Addr": json.dumps({"addr": "127.0.0.1:9", "nonce": launch_nonce(), "sig": sig}),
+            "X-Dgrpo-Ack": secrets.token_hex(64)}
+
+
+def test_a_flood_of_pushed_headers_costs_the_serving_loop_no_verification(caplog):
+    """Rank 3 pushes every kind of header (a fresh junk signature each, so no cache answers it) to node 0's server
+    from 16 connections at once, 640 requests, while node 1 reads node 0's round payload and node 2 pushes its own
+    signed stop reason. Every verification runs on the server's checks' thread, none on its serving loop (before: 4
+    a request there); node 1 reads the payload every time; node 2's reason is kept and served back to it (its queue
+    is its own); rank 3's excess is dropped and named once, and its junk costs node 0's verifier at most one
+    verification a header (fewer: what is over its queue is never checked)."""
+    ts, _ = _ranks(n=4)
+    owner = ts[0].chan
+    threads: list[str] = []
+    verifier = ts[0].signed_store.keys
+    verifier.roster = _Counting(verifier.roster, threads)  # (stop reasons, acknowledgements)
+    owner.keys.roster = _Counting(owner.keys.roster, threads)  # (stop notices, address records)
+    owner.launches[3] = ts[3].chan.nonce  # (its server proved: its stop notices are checked)
+    owner.set("r0/data/0", b"payload" * 1000)
+    owner.set("why", b"node 0's own reason\n")  # (a key whose reads count by acknowledgement)
+    host, port = owner.address.rsplit(":", 1)
+    answered, reads = [], []
+
+    def flood(k: int) -> None:
+        for i in range(40):
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            try:
+                conn.request("GET", "/v/why", headers=_junk(ts[3].chan.nonce, 100 * k + i))
+                answered.append(conn.getresponse().status)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    def read() -> None:
+        for _ in range(30):
+            reads.append(ts[1].chan.fetch(0, "r0/data/0", 1 << 16, time.monotonic() + 10, 10.0)[0])
+
+    caplog.set_level(logging.WARNING, logger="dgrpo.transports.peerserve")
+    attackers = [threading.Thread(target=flood, args=(k,)) for k in range(16)]
+    reader = threading.Thread(target=read)
+    for t in [*attackers, reader]:
+        t.start()
+    line = json.dumps({"why": "node 1 sent nothing", "sig": ts[2].signed_store.sign("why|2|node 1 sent nothing")})
+    pushes, got = ts[2].chan.push([0], "why/2", {"X-Dgrpo-Why": line}, time.monotonic() + 20)
+    for t in [*pushes, *attackers, reader]:
+        t.join(60)
+    assert len(threads) > 1 and threads.count("dgrpo-serve-0") == 0, {n: threads.count(n) for n in set(threads)}
+    assert reads == [b"payload" * 1000] * 30
+    assert owner.whys == {2: "node 1 sent nothing"} and got == {0: b"node 1 sent nothing"}
+    dropped = owner.checks.dropped.get(("127.0.0.1", "3"), 0)
+    assert dropped > 0 and answered == [200] * 640  # (dropped ones are answered at once, their headers unread)
+    assert len([r for r in caplog.records if "claiming node 3" in r.getMessage()]) == 1
+    assert threads.count("dgrpo-push-0") <= 3 + 4 * (640 - dropped)  # (node 2's reason, nodes 1-2 records; 4 a junk)
+    owner.close()
+
+
+def test_the_queue_is_bounded_per_sender_checked_in_turn_and_refused_digests_are_not_checked_again(caplog):
+    """PushChecks alone, its thread held in the first check: 10 more requests from one (address, sender) queue 8
+    and drop 2 (named once), another sender's request is checked right after the first (in turn, not after the
+    flooder's 8), a request whose connection went away (cancelled) is never checked, and 50 copies of a header
+    refused once are dropped unread at submit (a signature is verified once per digest)."""
+    from dgrpo.transports.pushcheck import PushChecks
+
+    held, calls = threading.Event(), []
+
+    def check(name, sender, key, value):
+        calls.append((sender, value))
+        held.wait(10)
+        return False
+
+    checks = PushChecks(0, check, lambda path, headers: (200, b"ok"), lambda name, sender, key: True)
+    caplog.set_level(logging.WARNING, logger="dgrpo.transports.peerserve")
+    push = {"x-dgrpo-reader": "3", "x-dgrpo-why": "first"}
+    first, _ = checks.submit("h", "/v/x", push)
+    while not calls:
+        time.sleep(0.01)
+    futs = [checks.submit("h", "/v/x", {**push, "x-dgrpo-why": f"junk {i}"})[0] for i in range(10)]
+    assert [f is None for f in futs] == [False] * 8 + [True] * 2 and checks.dropped == {("h", "3"): 2}
+    assert [r.getMessage().count("claiming node 3 from h") for r in caplog.records] == [1]
+    other, _ = checks.submit("h", "/v/x", {"x-dgrpo-reader": "1", "x-dgrpo-why": "node 1's"})
+    futs[7].cancel()
+    held.set()
+    assert first.result(10) == (200, b"ok") and other.result(10) == (200, b"ok")
+    assert all(f.result(10) == (200, b"ok") for f in futs[:7])
+    assert [c[0] for c in calls[:3]] == ["3", "3", "1"] and ("3", "junk 7") not in calls and len(calls) == 9
+    fut, plain = checks.submit("h", "/v/x", {**push, "x-dgrpo-why": "junk 3"})
+    assert fut is None and plain == {"x-dgrpo-reader": "3"}  # (refused once: answered at once, unread)
+    for _ in range(50):
+        checks.submit("h2", "/v/x", {**push, "x-dgrpo-why": "junk 3"})
+    assert checks.copies == 51 and len(calls) == 9
+    checks.close()

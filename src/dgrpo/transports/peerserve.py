@@ -44,7 +44,6 @@ import http.client
 import json
 import logging
 import os
-import re
 import socket
 import threading
 import time
@@ -56,11 +55,10 @@ from dgrpo.transports.peeraddr import (AddressKeys, answers, launch_nonce, launc
 from dgrpo.transports.peerget import Connection, Late
 from dgrpo.transports.peerhttp import BoundedServer
 from dgrpo.transports.peerresolve import AddressBook
-from dgrpo.transports.pushcheck import PushChecks, wanted
+from dgrpo.transports.pushcheck import ACKED, PushChecks, wanted
 from dgrpo.transports.sidereads import StoreCopies
 
 _CHUNK = 1 << 16
-ACKED = re.compile(r"why|done/data/\d+")  # keys whose reads count only with the reader's signed acknowledgement
 log = logging.getLogger(__name__)
 
 

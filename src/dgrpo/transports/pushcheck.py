@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict, deque
@@ -39,6 +40,7 @@ from typing import Callable
 
 log = logging.getLogger("dgrpo.transports.peerserve")
 
+ACKED = re.compile(r"why|done/data/\d+")  # keys whose reads count only with the reader's signed acknowledgement
 PUSHED = ("x-dgrpo-why", "x-dgrpo-stop", "x-dgrpo-addr", "x-dgrpo-ack")  # checked in this order, then served
 _LIMITS = {"x-dgrpo-why": 4096, "x-dgrpo-stop": 4096, "x-dgrpo-addr": 1024, "x-dgrpo-ack": 512}  # bytes
 
@@ -47,8 +49,6 @@ def wanted(chan, name: str, sender: str, key: str | None) -> bool:
     """Whether pushed header ``name`` from claimed ``sender`` could change anything at ``chan`` (no verification, no
     lock: run on the loop): it names a roster node, is within its size, and its owner's slot is open (no reason or
     notice kept yet, an address not proved yet, a served key that counts reads by acknowledgement)."""
-    from dgrpo.transports.peerserve import ACKED
-
     if not sender.isdigit() or len(sender) > 6 or int(sender) == chan.rank:
         return False
     node = int(sender)

@@ -230,10 +230,14 @@ def address_replay(victim: str, seconds: str = "40") -> None:
     D.join_group = join_group
 
 
-def connection_flood(victim: str, seconds: str = "15") -> None:
-    """``connflood:R:V``: from its first round on, this rank opens connections to node V's server as fast as it
-    can for ``seconds`` (non-blocking connects, nothing sent, the last 5000 held), while it plays its part
-    honestly otherwise."""
+def connection_flood(victim: str, seconds: str = "15", push: str = "") -> None:
+    """``connflood:R:V[:SECONDS[:push]]``: from its first round on, this rank opens connections to node V's server as
+    fast as it can for ``seconds`` (non-blocking connects, nothing sent, the last 5000 held), while it plays its part
+    honestly otherwise; ``push``: 12 more threads send node V's server requests pushing junk stop reasons and notices
+    in its own name (a fresh signature each: review h31r2 item e), as fast as it answers them."""
+    import http.client
+    import os
+    import secrets
     import socket
     import threading
     import time
@@ -255,11 +259,26 @@ def connection_flood(victim: str, seconds: str = "15") -> None:
             if len(held) % 50 == 0:
                 time.sleep(0.005)  # (leaves this rank's own round some CPU)
 
+    def pushes(host: str, port: int, nonce: str):
+        end = time.monotonic() + float(seconds)
+        while time.monotonic() < end:
+            sig, conn = secrets.token_hex(64), http.client.HTTPConnection(host, port, timeout=5)
+            try:
+                conn.request("GET", "/v/why", headers={"X-Dgrpo-Reader": os.environ["RANK"], "X-Dgrpo-Why": json.dumps(
+                    {"why": "junk", "sig": sig}), "X-Dgrpo-Stop": json.dumps({"why": "j", "nonce": nonce, "sig": sig})})
+                conn.getresponse().read()
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.01)
+            finally:
+                conn.close()
+
     def post(self, tag, payload, framed=False):
         if tag == "r0" and not getattr(self, "_flooding", False):
             self._flooding = True
             host, _, port = self.chan.address_of(int(victim)).rpartition(":")
             threading.Thread(target=flood, args=(host, int(port)), daemon=True).start()
+            for _ in range(12 if push else 0):
+                threading.Thread(target=pushes, args=(host, int(port), self.chan.nonce), daemon=True).start()
         return original(self, tag, payload, framed)
 
     DistributedTransport.post = post

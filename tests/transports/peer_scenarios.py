@@ -233,7 +233,7 @@ def address_replay(victim: str, seconds: str = "40") -> None:
 def connection_flood(victim: str, seconds: str = "15", push: str = "") -> None:
     """``connflood:R:V[:SECONDS[:push]]``: from its first round on, this rank opens connections to node V's server as
     fast as it can for ``seconds`` (non-blocking connects, nothing sent, the last 5000 held), while it plays its part
-    honestly otherwise; ``push``: 12 more threads send node V's server requests pushing junk stop reasons and notices
+    honestly otherwise; ``push``: 24 more threads send node V's server requests pushing junk stop reasons and notices
     in its own name (a fresh signature each: review h31r2 item e), as fast as it answers them."""
     import http.client
     import os
@@ -277,7 +277,7 @@ def connection_flood(victim: str, seconds: str = "15", push: str = "") -> None:
             self._flooding = True
             host, _, port = self.chan.address_of(int(victim)).rpartition(":")
             threading.Thread(target=flood, args=(host, int(port)), daemon=True).start()
-            for _ in range(12 if push else 0):
+            for _ in range(24 if push else 0):
                 threading.Thread(target=pushes, args=(host, int(port), self.chan.nonce), daemon=True).start()
         return original(self, tag, payload, framed)
 

@@ -115,7 +115,7 @@ def test_a_connection_and_header_flood_on_one_honest_server_gets_it_neither_expe
     """Review h31r: rank 3 floods node 0's server with connections (non-blocking connects, nothing sent, the last
     5000 held) for 40 s, from its round-0 post on, while playing honestly otherwise; review h31r2 item e: and with
     requests pushing junk stop reasons and notices (a fresh signature each: checked off node 0's serving loop,
-    transports/pushcheck.py) from 12 threads, more than node 0 queues for one sender (named once): node 0's payloads and relays must still reach nodes 1 and 2 by their
+    transports/pushcheck.py) from 24 threads, more than node 0 queues for one sender (named once): node 0's payloads and relays must still reach nodes 1 and 2 by their
     deadlines (else two honest accusations and rank 3's own expel it)."""
     results = assert_one_set_each_round(tmp_path, tiny_model_dir, "connflood:3:0:40:push", 4, CLOCK)
     _no_honest_rank_expelled(results)

@@ -13,9 +13,9 @@ this rank's own round payload: its honest readers could miss it at their deadlin
   nothing is dropped unread, e.g. a second stop reason of an owner whose first is kept) and a SHA-256 of at most 4 KiB
   (a copy of a header refused once is dropped: a signature is verified once per digest); it verifies nothing;
 * a request with a header left is put in the queue of its (source address, claimed sender), at most
-  :attr:`PushChecks.per_sender` pending each and :attr:`PushChecks.max_queues` queues; one over a bound is answered
-  at once without its pushed headers (dropped), named once per queue in a log line and counted against nobody (no
-  strike: the ``X-Dgrpo-Reader`` name is anyone's claim; from its own host, it is that node's doing);
+  :attr:`PushChecks.per_sender` pending each and :attr:`PushChecks.max_queues` queues (an honest node has a few
+  requests to one server at once); one over a bound is answered at once without its pushed headers (dropped), named
+  once per queue in a log line and counted against nobody (no strike: the ``X-Dgrpo-Reader`` name is anyone's claim);
 * one thread of the server's own checks the queues in turn, one request of each queue at a time (a flooding sender
   delays another sender's check by one of its own), then answers the request from the loop (the answer says whether
   the header was kept, e.g. ``why/{owner}`` served back); it runs at most :attr:`PushChecks.share` of the time (it
@@ -79,7 +79,7 @@ class PushChecks:
     :attr:`checked` (requests checked), :attr:`copies` (headers dropped as copies of a refused one).
     """
 
-    per_sender = 8  # requests with pushed headers pending per (source address, claimed sender)
+    per_sender = 16  # requests with pushed headers pending per (source address, claimed sender)
     max_queues = 64  # queues at once
     share = 0.25  # the checks' thread runs at most this share of the time (it sleeps the rest)
     refused_max = 4096  # digests of refused headers kept (emptied when full)
@@ -129,8 +129,7 @@ class PushChecks:
         if self.dropped[q] == 1:
             log.warning("node %d: requests claiming node %s from %s pushed headers faster than this server checks "
                         "them (%d pending at most): the excess is answered without them (dropped, counted against "
-                        "nobody: the name is anyone's claim; from node %s's own host, its own doing)", self.rank,
-                        q[1][:8], q[0], self.per_sender, q[1][:8])
+                        "nobody: the name in a request is anyone's claim)", self.rank, q[1][:8], q[0], self.per_sender)
 
     def _run(self) -> None:
         while True:

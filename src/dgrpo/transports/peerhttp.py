@@ -29,8 +29,8 @@ fit the socket's buffer. (The first asyncio server made two tasks, a timer and a
 accepted connection and accepted 32 per pass: under one process's flood on loopback it accepted 12k of
 104k connections in 8 s, the kernel dropped 93k, and 1-2 of 12 honest reads missed a 5 s deadline;
 this one accepted 79k of 81k: results/peerserve_flood_h31d.) The counts are logged every 10 s. An answer another
-thread makes (a request whose pushed headers are checked off the loop: :mod:`dgrpo.transports.pushcheck`) is
-awaited by a task, ``write_s`` at most, as one being sent is.
+thread makes (a request whose pushed headers are checked off the loop: :mod:`dgrpo.transports.pushcheck`) is sent
+by the loop as soon as it is made (one callback, no task), ``write_s`` at most after the request.
 """
 
 from __future__ import annotations
@@ -52,11 +52,12 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found"}
 
 
 class _Conn:
-    __slots__ = ("cid", "host", "sock", "state", "buf", "end", "watched", "task", "closed")
+    __slots__ = ("cid", "host", "sock", "state", "buf", "end", "watched", "task", "closed", "wait")
 
     def __init__(self, cid: int, host: str, sock: socket.socket, end: float):
         self.cid, self.host, self.sock, self.end = cid, host, sock, end  # end: the request's deadline
         self.state, self.buf, self.watched, self.task, self.closed = 0, b"", False, None, False
+        self.wait: Future | None = None  # an answer another thread makes (respond returned a Future)
         # state: 0 no byte, 1 part of a request, 2 being answered
 
 
@@ -70,7 +71,7 @@ class BoundedServer:
             ``headers`` maps lower-case names to values, ``host`` is the connection's source address; ``body`` is
             bytes (sent with Content-Length), an iterable of bytes chunks (tests: an attacker's server; each
             ``next`` runs in a thread), or a :class:`concurrent.futures.Future` of ``(status, body)`` made in
-            another thread (the answer waits for it, ``write_s`` at most, without holding the loop:
+            another thread (the answer is sent once it is made, ``write_s`` at most, without holding the loop:
             :mod:`dgrpo.transports.pushcheck`).
 
     :meth:`serve_forever` runs the loop (in a thread of the caller's); :meth:`shutdown` stops it and waits;
@@ -100,6 +101,7 @@ class BoundedServer:
         self.byfd: dict[int, _Conn] = {}  # connection costs one register, none of asyncio's bookkeeping)
         self.open = 0
         self.tasks: set[asyncio.Task] = set()
+        self.waiting: dict[int, _Conn] = {}  # connections whose answer another thread makes
         self.evicted = self.refused = self.idle = self.slow = 0
         self._warned, self._ids = 0.0, 0
         self._stop: asyncio.Event | None = None
@@ -127,7 +129,7 @@ class BoundedServer:
             self.loop.remove_reader(self.socket.fileno())
             self.loop.remove_reader(self.epoll.fileno())
             self._sweeper.cancel()
-            for conn in list(self.parked.values()):
+            for conn in [*self.parked.values(), *self.waiting.values()]:
                 self._end(conn)
             tasks = list(self.tasks)  # (the evicted ones too, until they ended)
             for t in tasks:
@@ -190,23 +192,31 @@ class BoundedServer:
             return self._end(conn)
         except Exception:  # noqa: BLE001 - a respond hook that failed: the reader gets nothing
             return self._end(conn)
-        if isinstance(body, Future):  # (answered once another thread made it: pushcheck)
-            conn.task = self.loop.create_task(self._later(conn, body))
-            self.tasks.add(conn.task)
-            conn.task.add_done_callback(self.tasks.discard)
+        if isinstance(body, Future):  # (answered once another thread made it, in one hop: pushcheck)
+            conn.wait = body
+            self.waiting[conn.cid] = conn
+            self.loop.call_later(self.write_s, self._deliver, conn, None)
+            body.add_done_callback(lambda f: self._hop(self._deliver, conn, f))
             return None
         self._answer(conn, status, body)
         return None
 
-    async def _later(self, conn: _Conn, fut: Future) -> None:
+    def _hop(self, fn, *args) -> None:
         try:
-            status, body = await asyncio.wait_for(asyncio.wrap_future(fut), self.write_s)
-        except BaseException:  # noqa: BLE001 - not made in time, or the connection was evicted (cancelled)
-            fut.cancel()
-            self._end(conn)
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # (the loop is closed: the server stopped)
+            pass
+
+    def _deliver(self, conn: _Conn, fut: Future | None) -> None:
+        """Send the answer ``fut`` made for ``conn``; None: ``write_s`` passed without one (closed)."""
+        if conn.closed or conn.wait is None:
             return
-        conn.task = None
-        self._answer(conn, status, body)
+        if fut is None or fut.cancelled() or fut.exception() is not None:
+            return self._end(conn)
+        self.waiting.pop(conn.cid, None)
+        conn.wait = None
+        self._answer(conn, *fut.result())
+        return None
 
     def _answer(self, conn: _Conn, status: int, body) -> None:
         """Send the answer: in this pass when it fits the socket's buffer, else from a task (``write_s``)."""
@@ -269,6 +279,10 @@ class BoundedServer:
     def _end(self, conn: _Conn, close: bool = True) -> None:
         """``conn`` no longer counts as open; its socket is closed (``close``; else by its task as it ends)."""
         self._unpark(conn, closing=close and not conn.closed)
+        if conn.wait is not None:  # (an answer another thread makes: not needed now)
+            conn.wait.cancel()
+            conn.wait = None
+            self.waiting.pop(conn.cid, None)
         conns = self.conns.get(conn.host, {})
         if conns.pop(conn.cid, None) is not None:
             self.open -= 1

@@ -5,16 +5,18 @@ checked by a :class:`~dgrpo.transports.signedstore.SignedStore` armed as after t
 own) serves a round payload of ``--payload-kib`` KiB. Node 3 (``--attackers`` processes, ``--conns`` connections
 each, one selector loop) sends requests as fast as the server answers them, each pushing every header a peer can push
 (``X-Dgrpo-Why``, ``-Stop``, ``-Addr``, ``-Ack`` on a key read by acknowledgement), with a fresh junk signature each
-(no cache answers it), for ``--seconds``, from ``--sources`` loopback addresses. Node 1 (this process) reads the payload as ``collect`` does (one fetch, a
-2 s budget) every 50 ms, first with no flood (``quiet``) then during it (``flood``), and node 2 pushes its signed stop
-reason during the flood (``push``: until its server answers that it kept it).
+(no cache answers it), for ``--seconds``, from ``--sources`` loopback addresses. Node 1 (this process) reads the
+payload as ``collect`` does (one fetch, a 2 s budget) every 50 ms, first with no flood (``quiet``) then during it
+(``flood``), and node 2 pushes its signed stop reason during the flood (``push``: until its server answers that it
+kept it).
 
 Run it against any source tree (before/after: the same command, PYTHONPATH=<tree>/src):
 
-    PYTHONPATH=src nice -n 15 python benchmarks/push_flood.py > benchmarks/results/push_flood_after.jsonl
+    PYTHONPATH=src nice -n 15 python benchmarks/push_flood.py [--attackers 2 | --conns 256 --sources 4]
+    (the committed runs: BENCHMARKS.md, "Pushed headers flooded at an honest rank's server")
 
 Prints JSON lines: per phase {"phase", "reads", "missed", "p50_s", "p99_s", "max_s"}; {"phase": "push", "seconds",
-"kept"}; the server's counts {"phase": "server", "flood_requests", "verifications": {thread name: count}, ...}.
+"kept", "tries_s"}; the server's counts {"phase": "server", "flood_requests", "verifications": {thread name: count}, ...}.
 """
 
 from __future__ import annotations
@@ -179,7 +181,8 @@ def main() -> None:
     reader.addrs[0] = pusher.addrs[0] = address
     print(json.dumps(_summary("quiet", _reads(reader, 3.0))), flush=True)
     flood = [subprocess.Popen([*me, "--role", "attacker", "--address", address, "--conns", str(a.conns), "--seconds",
-                               str(a.seconds), "--sources", str(a.sources)], stdout=subprocess.PIPE, text=True) for _ in range(a.attackers)]
+                               str(a.seconds), "--sources", str(a.sources)], stdout=subprocess.PIPE, text=True)
+             for _ in range(a.attackers)]
     time.sleep(1.0)
     times = _reads(reader, a.seconds - 4.0)
     why = "node 1 sent nothing"

@@ -45,9 +45,10 @@ def test_a_flood_of_pushed_headers_costs_the_serving_loop_no_verification(caplog
     """Rank 3 pushes every kind of header (a fresh junk signature each, so no cache answers it) to node 0's server
     from 32 connections at once, 640 requests, while node 1 reads node 0's round payload and node 2 pushes its own
     signed stop reason. Every verification runs on the server's checks' thread, none on its serving loop (before: 7
-    a request there, a junk address record tried under every roster key: 4,514 for these 640); node 1 reads the payload every time; node 2's reason is kept and served back to it (its queue
-    is its own); rank 3's excess is dropped and named once, and its junk costs node 0's verifier at most one
-    verification a header (fewer: what is over its queue is never checked)."""
+    a request there, a junk address record tried under every roster key: 4,514 for these 640); node 1 reads the
+    payload every time; node 2's reason is kept and served back to it (its queue is its own); rank 3's excess is
+    dropped and named once, and its junk costs node 0's verifier at most one verification a header (fewer: what is
+    over its queue is never checked)."""
     ts, _ = _ranks(n=4)
     owner = ts[0].chan
     threads: list[str] = []

@@ -4,6 +4,8 @@ does is :mod:`dgrpo.transports.clocked`."""
 
 from __future__ import annotations
 
+MIN_RELAY_S = 2.0  # the least relay_s accepted: an honest relay's build after a cap-size payload read just before A_n
+
 
 def windows(protocol) -> tuple[float, float, float]:
     """(round_s, a, b) of a ``swarm.protocol`` config (a and b default to round_s / 4 each)."""
@@ -48,3 +50,8 @@ def check(swarm) -> None:
         raise ValueError(f"swarm.protocol.direct_s + swarm.protocol.relay_s ({a:g} + {b:g}s) must be less than "
                          f"swarm.protocol.round_s={r:g}s (what is left is each round's compute); raise round_s or "
                          "lower direct_s / relay_s")
+    if b < MIN_RELAY_S:
+        raise ValueError(f"swarm.protocol.relay_s={b:g}s is below {MIN_RELAY_S:g}s: an attacker can serve one node a "
+                         "payload at its byte cap just before A_n, whose decode delays that node's relay past B_n "
+                         f"(docs/distributed.md, Clocked rounds); set swarm.protocol.relay_s={MIN_RELAY_S:g} or more "
+                         "(unset, it is round_s / 4)")

@@ -21,14 +21,15 @@ def stop_if_alone(ex, tag: str, live: list[int], missing: list[int], got: bool) 
     and none served anything (``got``); this node then leaves ``ex.alive``."""
     if missing and ex.store.lost is not None:
         raise ex.store.lost
-    line = None if missing != live else alone_line(ex.rank, tag, live, ex.chan.down, got, ex.schedule.posted, ex.wait)
+    line = None if missing != live else alone_line(ex.rank, tag, live, ex.chan.down, got, ex.schedule.posted, ex.wait,
+                                                   ex.bound(tag), ex.bound(None))
     if line is not None:
         ex.alive.discard(ex.rank)
         raise PeerFailure(line)
 
 
 def alone_line(rank: int, tag: str, peers: list[int], down: dict[int, float], got: bool, posted: dict[str, float],
-               wait) -> str | None:
+               wait, within: tuple[str, float] | None = None, stall: tuple[str, float] | None = None) -> str | None:
     """The line this node stops with if it is alone in exchange ``tag``, else None.
 
     Args:
@@ -38,14 +39,19 @@ def alone_line(rank: int, tag: str, peers: list[int], down: dict[int, float], go
         posted: exchange → when this node posted it (:attr:`Schedule.posted`): a gap between its two newest posts
             longer than the timeout is a stall.
         wait: the transport's :class:`~dgrpo.transports.signedstore.Wait` (``timeout_s``, ``limit_name``).
+        within: (setting, seconds) that bounds ``tag`` (default: the wait's; clocked rounds: ``direct_s`` or
+            ``relay_s``, :meth:`StoreExchange.bound`).
+        stall: (setting, seconds) a gap between two posts must exceed to be a stall (default: the wait's; clocked
+            rounds: ``round_s``).
     """
     if not peers or got or any(p not in down for p in peers):
         return None
-    limit, timeout_s, posts = wait.limit_name, wait.timeout_s, sorted(posted.values())
+    (limit, timeout_s), posts = within or (wait.limit_name, wait.timeout_s), sorted(posted.values())
+    stall_name, stall_s = stall or (wait.limit_name, wait.timeout_s)
     gap_s = posts[-1] - posts[-2] if len(posts) > 1 else None
     who = f"node{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
-    if gap_s is not None and gap_s > timeout_s:  # (it stalled past its peers' deadline: they most likely expelled it)
-        why = (f"node {rank} stalled {gap_s:.0f} s between two posts, more than {limit}={timeout_s:g}s: its peers "
+    if gap_s is not None and gap_s > stall_s:  # (it stalled past its peers' deadline: they most likely expelled it)
+        why = (f"node {rank} stalled {gap_s:.0f} s between two posts, more than {stall_name}={stall_s:g}s: its peers "
                "most likely declared it failed and finished without it (their proofs unread here)")
     else:
         why = f"{who} crashed or left"

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -95,6 +96,17 @@ class Clock:
     def relay_until(self, n: int) -> float:
         """``B_n = A_n + b``: a relay read by then counts."""
         return self.direct_until(n) + self.relay_s
+
+
+def bound_of(clock: Clock, tag: str | None) -> tuple[str, float] | None:
+    """(setting, seconds) that bounds exchange ``tag`` on the clock, as failure lines name it: ``r{n}``:
+    ``swarm.protocol.direct_s`` (read from ``P_n``), ``eq{n}``: ``swarm.protocol.relay_s`` (from ``A_n``), None (a
+    round, post to post): ``swarm.protocol.round_s``; any other exchange (records, ``done``): None, ``swarm.timeout_s``
+    still bounds it (task h31k: every clocked line said ``within swarm.timeout_s``)."""
+    if tag is None:
+        return "swarm.protocol.round_s", clock.round_s
+    kind = "r" if re.fullmatch(r"r\d+", tag) else "eq" if re.fullmatch(r"eq\d+", tag) else None
+    return {"r": ("swarm.protocol.direct_s", clock.direct_s), "eq": ("swarm.protocol.relay_s", clock.relay_s)}.get(kind)
 
 
 # ------------------------------------------------------------------ the set rule (pure)

@@ -183,6 +183,7 @@ class DistributedTransport:
         launch = ranklife.check_startup(self, protocol, timeout_s)
         if self._clock_cfg is not None:  # (clocked rounds: T0 signed and compared by every rank, transports/clocked.py)
             self.clock = clocked.agree_start(self, *self._clock_cfg)
+            self.exchanger.bounds = lambda tag: clocked.bound_of(self.clock, tag)  # (named in failure lines)
         return launch
 
     def exchanged_keys(self):

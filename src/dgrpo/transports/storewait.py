@@ -78,12 +78,26 @@ class StoreExchange:
         self.rank, self.alive, self.failed, self.chan = rank, alive, failed, chan
         self.store, self.ledger, self.wait, self.on_peer_failure, self.refuse = store, ledger, wait, on_peer_failure, refuse
         self.notes = WaitNotes(rank, chan, store)  # signed notes of whom this node waits for (transports/waits.py)
+        self.bounds: Callable[[str | None], tuple[str, float] | None] | None = None  # clocked rounds: exchange →
+        # (the setting that bounds it, seconds), named in failure lines (clocked.bound_of); None: the wait's
         chan.acks = store  # (a read of a stop reason or `done` counts only with the reader's signature: review r31f H5)
         store.serve = chan.append  # (its leave marks served by its own server too: peers read the store's once it is gone)
         self.schedule = Schedule(wait.timeout_s)  # the round's deadlines
         self.first: str | None = None  # this node's first round exchange (a start-up stop met there: startstops.py)
         self.leaving: set[int] = set()  # peers whose signed departure this node read, noted until a relay acts on it
         self.record_reader: int | None = None  # the main rank this node last posted a round record rec{n} for
+
+    def bound(self, tag: str | None) -> tuple[str, float]:
+        """(setting, seconds) that bounds exchange ``tag`` (None: a round, post to post), as failure lines name it:
+        ``swarm.timeout_s`` (or the start-up limit), or on the clock ``swarm.protocol.direct_s`` / ``relay_s`` /
+        ``round_s`` (task h31k: the clocked lines said ``within swarm.timeout_s``)."""
+        named = None if self.bounds is None else self.bounds(tag)
+        return named if named is not None else (self.wait.limit_name, self.wait.timeout_s)
+
+    def limit(self, tag: str | None) -> str:
+        """``setting=seconds`` of :meth:`bound`."""
+        name, value = self.bound(tag)
+        return f"{name}={value:g}s"
 
     # ------------------------------------------------------------------ exchange
     def post(self, tag: str, value: bytes) -> str:
@@ -111,7 +125,7 @@ class StoreExchange:
         if out is not None:
             self.alive.discard(self.rank)
             raise PeerFailure(f"node {self.rank} was declared failed by its peers in exchange {out[0]!r}: nodes "
-                              f"{out[1]} did not receive its messages within {self.wait.limit_name}={self.wait.timeout_s:g}s "
+                              f"{out[1]} did not receive its messages within {self.limit(out[0])} "
                               "(stalled?); leaving the swarm")
 
     def collect(self, tag: str, peers: Iterable[int], deadline: float | None, cap: int) -> dict[int, bytes]:
@@ -335,13 +349,13 @@ class StoreExchange:
         parts = []
         if peers:
             who = f"node{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
-            parts.append(f"{who} {what} for exchange {tag!r} within {self.wait.limit_name}={self.wait.timeout_s:g}s "
+            parts.append(f"{who} {what} for exchange {tag!r} within {self.limit(tag)} "
                          "(dead or stalled)")
         empty = sorted(empty)
         if empty:
             who = f"node{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))}"
             parts.append(f"{who} served exchange {tag!r} over its byte cap or too slowly within "
-                         f"{self.wait.limit_name}={self.wait.timeout_s:g}s (refused)")
+                         f"{self.limit(tag)} (refused)")
         if self.on_peer_failure == "abort" and self.wait.limit_name == "swarm.timeout_s":
             end = time.monotonic() + 1.0  # (a peer that stopped first: its signed reason, quoted; review r31d F2)
             for p in peers:  # (else, one still waiting itself: whom its signed note names; review r31n G4)

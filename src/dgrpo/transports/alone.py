@@ -11,7 +11,11 @@ reported as a success). :func:`alone_line` is the one line it stops with, under 
 
 from __future__ import annotations
 
+import logging
+
 from dgrpo.errors import PeerFailure
+
+log = logging.getLogger("dgrpo.transports.storewait")  # (one logger for the exchange and its blame)
 
 
 def stop_if_alone(ex, tag: str, live: list[int], missing: list[int], got: bool) -> None:
@@ -58,3 +62,29 @@ def alone_line(rank: int, tag: str, peers: list[int], down: dict[int, float], go
     return (f"node {rank} is alone in exchange {tag!r}: no server of its live peers ({who}) answers and none served "
             f"the exchange within {limit}={timeout_s:g}s; {why}; node {rank} is no longer in a swarm and stops rather "
             "than train alone")
+
+
+def lone_accuser(ex, tag: str, accusers: list[int]) -> None:
+    """In an exchange ``tag`` of 2 live nodes, where the one peer is the quorum (:func:`~dgrpo.transports.accusations.
+    quorum`), that peer accused this node: its word against this node's, and nothing tells them apart (issue 31 point
+    5: a lone accusation is attributed to its signer; task h31k item 2). This node takes the accuser for the failed
+    peer: named under it (``accusation`` in peers.jsonl), out of ``ex.alive`` (:class:`~dgrpo.transports.storewait.
+    StoreExchange`), and this node goes on alone under ``continue``, or stops in one line naming it under
+    ``abort``. Before, the honest node of a swarm of 2 whose peer accused it left the swarm ("declared failed by its
+    peers", exit 3) and the accuser was named nowhere. An honest accuser of a node that really stalled meets the same
+    rule there: each goes on alone (a swarm of 2 cannot tell a stalled node from a false accuser).
+
+    Raises:
+        PeerFailure: ``on_peer_failure`` is ``abort`` (names the accuser).
+    """
+    for accuser in accusers:
+        if accuser not in ex.alive or accuser == ex.rank:
+            continue
+        why = (f"node {accuser} accused node {ex.rank} of missing exchange {tag!r} alone in a swarm of 2, where one "
+               f"accuser is the quorum: its word against node {ex.rank}'s; node {ex.rank} takes node {accuser} for "
+               "the failed peer")
+        log.warning("%s", why)
+        ex.refuse(accuser, f"accusation: {why}")
+        ex._expel(accuser, tag, [], why=f"it accused node {ex.rank} alone in a swarm of 2")
+        if ex.on_peer_failure == "abort":
+            raise PeerFailure(f"{why}; aborted (set swarm.on_peer_failure=continue to go on without it)")

@@ -249,8 +249,8 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
             ex.ledger.refresh()
             if ex.ledger.poll():
                 ex._check_out()
-                for p in list(pending):
-                    if (out := ex.ledger.expelled(p)) is not None:
+                for p in list(pending):  # (one out already: a lone accuser in a swarm of 2, alone.lone_accuser)
+                    if (out := ex.ledger.expelled(p) if p in t.alive else (tag, [])) is not None:
                         pending.remove(p)
                         ex._expel(p, *out)
     finally:

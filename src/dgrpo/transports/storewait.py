@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from dgrpo.errors import PeerFailure
 from dgrpo.transports.accusations import AccusationLedger, quorum  # noqa: F401 (quorum: re-exported)
-from dgrpo.transports.alone import stop_if_alone
+from dgrpo.transports.alone import lone_accuser, stop_if_alone
 from dgrpo.transports.departures import later
 from dgrpo.transports.framing import cap_of  # noqa: F401 (re-exported: distributed.py)
 from dgrpo.transports.latenames import name_late
@@ -120,9 +120,12 @@ class StoreExchange:
         return data_key
 
     def _check_out(self) -> None:
-        """Raise if a quorum of its peers expelled this node, as their accusations were last read."""
+        """Raise if a quorum of its peers expelled this node, as their accusations were last read; in an exchange of 2
+        live nodes, the lone accuser is the failed peer instead (:func:`~dgrpo.transports.alone.lone_accuser`)."""
         out = self.ledger.expelled(self.rank)
-        if out is not None:
+        if out is not None and len(self.ledger.roster_of(out[0], self.rank)) <= 2:
+            lone_accuser(self, *out)
+        elif out is not None:
             self.alive.discard(self.rank)
             raise PeerFailure(f"node {self.rank} was declared failed by its peers in exchange {out[0]!r}: nodes "
                               f"{out[1]} did not receive its messages within {self.limit(out[0])} "
@@ -276,8 +279,8 @@ class StoreExchange:
                 if self.ledger.poll() and not startup:  # peers others already expelled are not waited for
                     self._check_out()
                     for peer in list(pending):
-                        out = self.ledger.expelled(peer)
-                        if out is not None:
+                        out = self.ledger.expelled(peer) if peer in self.alive else (tag, [])  # (not alive: a lone
+                        if out is not None:  # accuser in a swarm of 2, out already)
                             pending.remove(peer)
                             self._expel(peer, *out)
             side.settle_owed()  # (a fellow missed in r{n} whose r{n} never came: accused of it)

@@ -144,6 +144,7 @@ def test_a_start_that_is_no_time_near_now_stops_the_run_naming_its_proposer(valu
       "swarm.protocol.relay_s=1.5"], "swarm.protocol.relay_s=1.5s is below 2s"),  # (a cap-size payload's decode)
     (["swarm.protocol.schedule=clock", "swarm.transport=distributed", "swarm.protocol.round_s=6"],
      "swarm.protocol.relay_s=1.5s is below 2s"),  # (the default round_s / 4)
+    (["swarm.protocol.max_skips=3"], "swarm.protocol.max_skips is used only with swarm.protocol.schedule=clock"),
     (["swarm.protocol.round_s=10"], "swarm.protocol.round_s is used only with swarm.protocol.schedule=clock"),
     (["swarm.protocol.schedule=clocked"], "swarm.protocol.schedule: Input should be 'relative' or 'clock'"),
     (["swarm.protocol.schedule=clock", "swarm.transport=distributed", "swarm.protocol.round_s=0"],

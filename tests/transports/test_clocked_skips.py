@@ -42,3 +42,90 @@ def test_the_bounds_of_the_clock():
     assert clocked.bound_of(clock, "eq4") == ("swarm.protocol.relay_s", 3.0)
     assert clocked.bound_of(clock, None) == ("swarm.protocol.round_s", 8.0)
     assert clocked.bound_of(clock, "rec4") is None and clocked.bound_of(clock, "done") is None
+
+
+# ------------------------------------------------------------------ signed skip notices (task h31k item 1)
+def _skipping(max_skips=2, t0_ago=0.05):
+    """3 ranks on one clock (``P_0`` ``t0_ago`` seconds ago, direct_s = relay_s = 2 s), each with its Skips; nodes 0
+    and 1 served their ``r0``; node 2's watcher serves its notice at ``P_0`` (its payload not ready)."""
+    from dgrpo.transports.skips import Skips
+
+    ts, _ = _ranks(n=3)
+    _clocked(ts, time.time() - t0_ago)
+    for t in ts:
+        t.skips = Skips(t, max_skips)
+    a, b, c = ts
+    c.skips.watch(0)
+    for t in (a, b):
+        t.skips.claim(0, True)
+        t.exchanger.post("r0", f"r0 of {t.rank}".encode())
+    return ts
+
+
+def _accused(t) -> list:
+    return list(t.ledger._own)
+
+
+def test_an_honest_node_late_alone_serves_a_signed_notice_and_nobody_accuses_it():
+    """Before: node 2 (its compute past P_0) served nothing, nodes 0 and 1 missed it at A_0 and accused it, 2 of 3:
+    expelled for computing slowly. Now its watcher serves a signed notice at P_0: not accused of r0 nor of eq0, not
+    failed, still live; its payload is in no set (nobody read one)."""
+    a, b, c = _skipping()
+    for t in (a, b):
+        got = clocked.collect(t, "r0", range(3), time.monotonic() + 0.6, 1 << 20)
+        assert set(got) == {1 - t.rank} and _accused(t) == [] and t.skips.held == {0: {2}}
+        assert t.alive == {0, 1, 2} and t.failed == {}
+    assert c.skips.claim(0, True) is False  # (its payload, ready now, is not served: the notice was)
+    b.exchanger.post("eq0", b"relay of 1")
+    got = clocked.collect(a, "eq0", range(3), time.monotonic() + 0.4, 1 << 20)
+    assert set(got) == {1} and _accused(a) == [] and a.alive == {0, 1, 2}
+
+
+def test_a_node_missing_from_the_sets_past_max_skips_rounds_is_accused_whatever_it_was_shown():
+    """The bound is counted on the round sets (one at every honest node), never on the notices a reader was shown: a
+    rank that shows its notice to one honest node a round, in turn, is refused alike by all once its messages were
+    in none of the last max_skips sets."""
+    a, b, c = _skipping(max_skips=2)
+    for t in (a, b):  # (round 0: within the first max_skips rounds: honoured)
+        clocked.collect(t, "r0", range(3), time.monotonic() + 0.4, 1 << 20)
+        t.skips.settle(0, {0, 1})
+    assert a.skips.honoured(2, 1) and not a.skips.honoured(2, 2)  # (rounds 0, 1 out of the sets: round 2 is not)
+    assert b.skips.honoured(2, 1) and not b.skips.honoured(2, 2)
+    a.skips.held.clear()  # (node 0 was never shown a notice: the same decision)
+    assert not a.skips.honoured(2, 2) and a.skips.honoured(2, 1)
+    a.skips.settle(1, {0, 1, 2})  # (node 2's messages in round 1's set: two more rounds)
+    assert a.skips.honoured(2, 3) and not a.skips.honoured(2, 4)
+
+
+def test_a_notice_past_max_skips_is_a_missing_payload():
+    a, b, c = _skipping(max_skips=0)  # (0: no notice honoured: the clock as before)
+    got = clocked.collect(a, "r0", range(3), time.monotonic() + 0.4, 1 << 20)
+    assert set(got) == {1} and _accused(a) == [(2, "r0")] and a.skips.held == {0: {2}}
+
+
+def test_a_notice_in_another_name_or_of_another_round_is_a_payload_not_a_notice():
+    from dgrpo.transports.skips import notice, read_notice
+
+    a, b, c = _skipping(t0_ago=-60)  # (P_0 a minute ahead: the watcher serves nothing)
+    mine = notice(c, 0)
+    assert read_notice(a, 2, 0, mine) and not read_notice(a, 2, 1, mine)  # (a replay for round 1)
+    assert not read_notice(a, 1, 0, mine)  # (node 2's notice served as node 1's)
+    forged = mine.replace(b'"by": 2', b'"by": 1')  # (node 2's signature in node 1's name)
+    assert not read_notice(a, 1, 0, forged) and not read_notice(a, 2, 0, mine[:-3] + b"00}")
+    c.skips.stop()
+
+
+def test_payload_or_notice_is_decided_once_never_both():
+    a, b, c = _skipping(t0_ago=-60)
+    assert c.skips.claim(0, True) is True  # (ready before P_0: its payload; the watcher serves no notice then)
+    assert c.skips.claim(0, False) is True
+    c.skips.stop()
+
+
+def test_a_notice_and_messages_of_one_round_under_one_key_are_named_two_faced_never_struck():
+    a, b, c = _skipping(t0_ago=-60)
+    a.skips.held[0] = {2}
+    a.skips.settle(0, {0, 1, 2})  # (node 2's round-0 messages reached node 0's set through a relay)
+    assert [(n, why.split(":")[0]) for n, why in a.rejected] == [(2, "skip")]
+    assert "signed a skip notice for round 0 and round-0 messages" in a.rejected[0][1]
+    c.skips.stop()

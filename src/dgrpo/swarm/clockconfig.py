@@ -1,6 +1,6 @@
-"""The clocked schedule's config fields (``swarm.protocol.schedule``, ``round_s``, ``direct_s``, ``relay_s``; task
-h31v): their defaults, their one-line checks, and the serializer that leaves them out while unset. What the schedule
-does is :mod:`dgrpo.transports.clocked`."""
+"""The clocked schedule's config fields (``swarm.protocol.schedule``, ``round_s``, ``direct_s``, ``relay_s``: task
+h31v; ``max_skips``: task h31k): their defaults, their one-line checks, and the serializer that leaves them out while
+unset. What the schedule does is :mod:`dgrpo.transports.clocked`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def relative_left_out(self, handler) -> dict:
     data = handler(self)
     if data.get("schedule") == "relative":
         data.pop("schedule")
-    for key in ("round_s", "direct_s", "relay_s"):
+    for key in ("round_s", "direct_s", "relay_s", "max_skips"):
         if data.get(key) is None:
             data.pop(key, None)
     return data
@@ -34,7 +34,8 @@ def check(swarm) -> None:
     """
     p = swarm.protocol
     if p.schedule != "clock":
-        given = [f for f, v in (("round_s", p.round_s), ("direct_s", p.direct_s), ("relay_s", p.relay_s)) if v is not None]
+        given = [f for f, v in (("round_s", p.round_s), ("direct_s", p.direct_s), ("relay_s", p.relay_s),
+                                ("max_skips", p.max_skips)) if v is not None]
         if given:
             raise ValueError(f"swarm.protocol.{given[0]} is used only with swarm.protocol.schedule=clock; set "
                              "swarm.protocol.schedule=clock or leave it out")

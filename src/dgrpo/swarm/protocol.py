@@ -85,6 +85,7 @@ class ProtocolConfig(StrictConfig):
     round_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds between two rounds' post deadlines (required there); must exceed a round's compute + direct_s + relay_s.")
     direct_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds from a round's post deadline to the end of its direct reads (an honest payload must be read whole within it); default round_s / 4.")
     relay_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds from the end of direct reads to the end of relay reads (an honest relay must be read within it); default round_s / 4.")
+    max_skips: int | None = Field(None, ge=0, le=10**6, description="schedule=clock: a node whose payload is not ready by a round's post deadline serves a signed skip notice; peers do not accuse it while it had messages in one of their last max_skips round sets (then it is accused as missing, and a quorum expels it); 0: no notice honoured. Default 2 (dgrpo.transports.skips).")
     _clock_left_out = model_serializer(mode="wrap")(relative_left_out)  # (configs, fingerprints as before it)
 
 

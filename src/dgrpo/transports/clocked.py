@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Hashable
 
 from dgrpo.swarm.clockconfig import windows
 from dgrpo.transports.framing import cap_of
+from dgrpo.transports.skips import Skips, read_notice
 
 if TYPE_CHECKING:
     from dgrpo.transports.distributed import DistributedTransport
@@ -215,6 +216,8 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
     ex.first = ex.first or (tag if tag.startswith("r") else None)
     pending = sorted((set(peers) & t.alive) - {t.rank})
     live = sorted(t.alive - {t.rank})
+    skips = getattr(t, "skips", None)  # (signed skip notices: transports/skips.py)
+    unexcused: list[int] = []  # peers whose notice of round n is not honoured (past max_skips): missing
     got: dict[int, bytes] = {}
     bad: dict[int, str] = {}
     slow: dict[int, str] = {}
@@ -234,7 +237,13 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
                 time.sleep(max(0.0, min(_POLL_S, deadline - now)))
             for p in [p for p in pending if p in reads and reads[p].done()]:
                 data, problem = reads.pop(p).result()
-                if data is not None:
+                if data is not None and kind == "r" and skips is not None and read_notice(t, p, n, data):
+                    pending.remove(p)  # (it skips round n, signed: no payload of it anywhere, accused only past
+                    if not skips.hold(p, n):  # max_skips rounds out of the sets, alike at every honest node)
+                        unexcused.append(p)
+                    log.info("node %d: node %d skips round %d (signed notice; %s)", t.rank, p, n,
+                             "honoured" if p not in unexcused else f"past swarm.protocol.max_skips={skips.max_skips}")
+                elif data is not None:
                     got[p] = data
                     pending.remove(p)
                     slow.pop(p, None)
@@ -255,6 +264,11 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
                         ex._expel(p, *out)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+    pending = sorted(pending + unexcused)
+    if kind == "eq" and skips is not None and (excused := skips.excused(n) & set(pending)):
+        log.info("node %d: exchange %r: nodes %s skipped round %d (signed notices): not accused of its relay", t.rank,
+                 tag, sorted(excused), n)
+        pending = [p for p in pending if p not in excused]
     if entered_late and pending:  # (outside the schedule's assumptions: its set may differ; it blames nobody)
         log.warning("node %d: %s exchange %r %.2fs past its opening: nodes %s not read by its deadline (this node is "
                     "late: not accused)", t.rank, "skipped" if skipped else "entered", tag, time.time() - opened, pending)
@@ -304,17 +318,24 @@ def gather_round(t: "DistributedTransport", mine: "list[Message]", round_idx: in
     if t.clock.first is None:  # (round 0, or the round a resumed run starts at, has the post deadline T0)
         t.clock = replace(t.clock, first=round_idx)
     clock, n = t.clock, round_idx
+    if getattr(t, "skips", None) is None:
+        t.skips = Skips(t)
+    raw = t.encode(mine)
     late = time.time() - clock.post_by(n)
-    if late > 0:
+    if not t.skips.claim(n, late <= 0):  # (payload or signed notice, decided once: transports/skips.py)
         log.warning("node %d: round %d's payload was ready %.2fs past its post deadline (swarm.protocol.round_s=%g): "
-                    "it skips the round (no peer reads it, so every node leaves it out alike)", t.rank, n, late, clock.round_s)
-    got = _exchange(t, f"r{n}", t.encode(mine) if late <= 0 else None, _mono(clock.direct_until(n)), framed=True)
+                    "it skips the round, its signed skip notice served instead (no peer reads its payload, so every "
+                    "node leaves it out alike)", t.rank, n, late, clock.round_s)
+        raw = None
+    got = _exchange(t, f"r{n}", raw, _mono(clock.direct_until(n)), framed=True)
     out: list = []
     for node in sorted(got):
         out += mine if node == t.rank else t.decode(node, got[node])
     if t.verifier is not None:
         out = crosscheck.cross_check(t, n, out, exchange=lambda tag, raw: _exchange(t, tag, raw,
                                                                                     _mono(clock.relay_until(n))))
+    t.skips.settle(n, {m.node for m in out})
+    t.skips.watch(n + 1)  # (its notice at P_{n+1} if its payload is not served by then)
     t.ledger.report_lone_accusations(_mono(clock.relay_until(n)))
     time.sleep(max(0.0, clock.relay_until(n) - time.time()))  # (every node leaves the round at B_n: the records and
     return out  # `done` after it, whose waits count from each node's own post, find their peers in step)

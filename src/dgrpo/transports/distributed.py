@@ -140,6 +140,7 @@ class DistributedTransport:
         self._last_round: int | None = None
         self.clock = None  # swarm.protocol.schedule=clock: the agreed Clock (transports/clocked.py), set by check_startup
         self._clock_cfg = None  # (that config, kept by from_env until the start-up check agrees on T0)
+        self.skips = None  # clocked rounds: this node's signed skip notices and its peers' (transports/skips.py)
         self._closed = False
         atexit.register(self._exit)
 
@@ -184,6 +185,7 @@ class DistributedTransport:
         if self._clock_cfg is not None:  # (clocked rounds: T0 signed and compared by every rank, transports/clocked.py)
             self.clock = clocked.agree_start(self, *self._clock_cfg)
             self.exchanger.bounds = lambda tag: clocked.bound_of(self.clock, tag)  # (named in failure lines)
+            self.skips = clocked.Skips(self, self._clock_cfg[0].max_skips)
         return launch
 
     def exchanged_keys(self):
@@ -355,6 +357,8 @@ class DistributedTransport:
 
     def close(self) -> None:
         """Clean end of the run (:func:`ranklife.close`: every live peer done too, within timeout_s); once."""
+        if self.skips is not None:  # (no notice once the run ends)
+            self.skips.stop()
         if not self._closed:
             self._closed = True
             ranklife.close(self)

@@ -50,3 +50,28 @@ def test_with_three_live_nodes_one_accuser_expels_nobody_and_two_expel_the_accus
     assert set(a.exchange("r0", b"r0 of 0")) == {0, 1} and a.alive == {0, 1}  # (node 2 expelled: 2 of 3)
     b.ledger.accuse(0, "eq0")
     assert a.exchange("eq0", b"eq0 of 0") == {0: b"eq0 of 0"} and a.alive == {0}  # (1 of the 2 live in eq0)
+
+
+@pytest.mark.slow
+def test_two_ranks_the_honest_one_accused_by_its_peer_finishes_and_names_it(tmp_path, tiny_model_dir):
+    """2 ranks on loopback (continue): rank 1 accuses node 0 of missing r0 (signed, alone; ``accuse:1:0``). Before,
+    node 0 left the swarm, "declared failed by its peers", exit code 3, and node 1 was named nowhere. Now node 0 takes
+    node 1 for the failed peer, names it (``accusation`` in peers.jsonl) and finishes every round, exit code 0."""
+    import json
+
+    from distributed_helpers import launch
+    from test_distributed import B2, COMMON
+
+    from dgrpo.metrics.logger import read_metrics
+
+    args = ["run", f"model.name={tiny_model_dir}", "swarm.nodes=2", *COMMON, B2, "rounds=2", "eval.every=10",
+            "swarm.timeout_s=5", "swarm.startup_timeout_s=10", "swarm.on_peer_failure=continue", f"out_dir={tmp_path}",
+            "name=d", "swarm.transport=distributed"]
+    results = launch(2, args, scenario="accuse:1:0", timeout=120, log_dir=str(tmp_path))
+    assert results[0].returncode == 0, results[0].output[-3000:]
+    assert "declared failed" not in results[0].output
+    assert "node 1 accused node 0 of missing exchange 'r0' alone in a swarm of 2" in results[0].output
+    peers = [json.loads(line) for line in (tmp_path / "d" / "peers.jsonl").read_text().splitlines()]
+    assert sum(p["peers"].get("1", {}).get("transport", {}).get("accusation", 0) for p in peers) == 1, peers
+    assert all(p["peers"].get("0", {}).get("transport", {}) == {} for p in peers)  # (node 0 named for nothing)
+    assert [r["round"] for r in read_metrics(tmp_path / "d")] == [0, 1, 2]

@@ -35,8 +35,9 @@ Assumptions, and what happens when they fail: (1) the ranks' wall clocks agree w
 ``b`` (one machine; else NTP): with a larger skew a node's deadlines fall before or after its peers'. (2) an honest
 payload is served and read whole within ``a`` of ``P_n``, an honest relay within ``b`` of ``A_n``: a slower link
 leaves that payload out of some sets. (3) a node's compute of round ``n`` fits between ``B_{n-1}`` and ``P_n``
-(``round_s − a − b``): a node past ``P_n`` skips the round (it is missing at every peer's ``A_n``, accused by each,
-and expelled by the quorum as a stalled node is today). Accusations keep their rules (a payload or relay missing at
+(``round_s − a − b``): a node past ``P_n`` skips the round; it serves a signed skip notice instead
+(:mod:`dgrpo.transports.skips`), and is accused by nobody while its messages were in one of the last ``max_skips``
+round sets (before, it was missing at every peer's ``A_n``, accused by each and expelled by the quorum: task h31k). Accusations keep their rules (a payload or relay missing at
 its deadline is accused by whoever missed it; a quorum expels): under the assumptions an honest node is missed by
 nobody honest, so at most the attacker accuses it, alone.
 """
@@ -199,7 +200,10 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
     little to blame anyone, review h31r2) or ``skipped`` round ``n`` (its payload was not ready by ``P_n``: it serves none): it then names the
     peers it missed in a WARNING and accuses nobody (honest nodes late together, by a load spike, a clock, or the
     attacker's completions at the length cap that lengthen every honest node's compute alike, would otherwise make a
-    quorum against on-time ones or, late by less than the margin, against each other: review h31r2).
+    quorum against on-time ones or, late by less than the margin, against each other: review h31r2). A peer that
+    served its valid skip notice of round ``n`` (:func:`~dgrpo.transports.skips.read_notice`) is not accused of ``r{n}``
+    nor ``eq{n}`` while :meth:`Skips.honoured <dgrpo.transports.skips.Skips.honoured>`; past ``max_skips`` it is a
+    missing payload.
 
     Raises:
         PeerFailure: a peer failed and ``on_peer_failure`` is ``abort`` (names it), or a quorum expelled this node.
@@ -310,7 +314,9 @@ def _exchange(t: "DistributedTransport", tag: str, payload: bytes | None, deadli
 
 
 def gather_round(t: "DistributedTransport", mine: "list[Message]", round_idx: int) -> "list[Message]":
-    """Round ``round_idx`` on the clock (module docstring): serve ``mine`` if ready by ``P_n`` (else skip it), read
+    """Round ``round_idx`` on the clock (module docstring): serve ``mine`` if ready by ``P_n`` (else skip it: its signed
+    notice served instead, :class:`~dgrpo.transports.skips.Skips`, whose watcher serves the next round's at ``P_{n+1}``
+    if this node is not ready by then), read
     the peers' payloads until ``A_n``, relay and read the relays until ``B_n``; return at ``B_n`` (not before) the
     round's messages."""
     from dgrpo.transports import crosscheck

@@ -73,7 +73,7 @@ def test_an_honest_node_late_alone_serves_a_signed_notice_and_nobody_accuses_it(
     a, b, c = _skipping()
     for t in (a, b):
         got = clocked.collect(t, "r0", range(3), time.monotonic() + 0.6, 1 << 20)
-        assert set(got) == {1 - t.rank} and _accused(t) == [] and t.skips.held == {0: {2}}
+        assert set(got) == {1 - t.rank} and _accused(t) == [] and set(t.skips.held[0]) == {2}
         assert t.alive == {0, 1, 2} and t.failed == {}
     assert c.skips.claim(0, True) is False  # (its payload, ready now, is not served: the notice was)
     b.exchanger.post("eq0", b"relay of 1")
@@ -100,7 +100,7 @@ def test_a_node_missing_from_the_sets_past_max_skips_rounds_is_accused_whatever_
 def test_a_notice_past_max_skips_is_a_missing_payload():
     a, b, c = _skipping(max_skips=0)  # (0: no notice honoured: the clock as before)
     got = clocked.collect(a, "r0", range(3), time.monotonic() + 0.4, 1 << 20)
-    assert set(got) == {1} and _accused(a) == [(2, "r0")] and a.skips.held == {0: {2}}
+    assert set(got) == {1} and _accused(a) == [(2, "r0")] and set(a.skips.held[0]) == {2}
 
 
 def test_a_notice_in_another_name_or_of_another_round_is_a_payload_not_a_notice():
@@ -122,10 +122,26 @@ def test_payload_or_notice_is_decided_once_never_both():
     c.skips.stop()
 
 
-def test_a_notice_and_messages_of_one_round_under_one_key_are_named_two_faced_never_struck():
+def test_a_notice_and_messages_of_one_round_are_equivocation_for_every_honest_node_alike():
+    """Rank 2 shows node 0 its notice of round 0 and node 1 its payload: node 0 relays the notice (``skipped`` in its
+    eq0), so node 1 holds both as node 0 does, and both drop rank 2's round-0 messages (``equivocation``), as two
+    signed contents for one slot. A notice relayed only by its own signer, or read by nobody, counts nowhere."""
+    import json
+    from types import SimpleNamespace
+
+    from dgrpo.transports import relay
+    from dgrpo.transports.framing import KeyCaps
+    from dgrpo.transports.skips import PREFIX, notice
+
     a, b, c = _skipping(t0_ago=-60)
-    a.skips.held[0] = {2}
-    a.skips.settle(0, {0, 1, 2})  # (node 2's round-0 messages reached node 0's set through a relay)
-    assert [(n, why.split(":")[0]) for n, why in a.rejected] == [(2, "skip")]
-    assert "signed a skip notice for round 0 and round-0 messages" in a.rejected[0][1]
+    a.skips.hold(2, 0, notice(c, 0))  # (node 0 read rank 2's notice by A_0; node 1 read its payload)
+    merged = [SimpleNamespace(node=k) for k in (0, 1, 2)]  # (rank 2's messages in both sets: node 1 relayed them)
+    raw = relay.build(0, [], [], {}, [], {}, KeyCaps(1, 1, 1 << 20), 3, "eq0", skipped=a.skips.relayed(0))
+    assert set(json.loads(raw)["skipped"]) == {"2"}
+    for t, reports in ((a, {1: b"{}"}), (b, {0: raw})):
+        why = t.skips.two_faced(0, reports, merged)
+        assert list(why) == [2] and why[2].startswith("equivocation: node 2 signed a skip notice for round 0"), why
+    own = relay.build(2, [], [], {}, [], {}, KeyCaps(1, 1, 1 << 20), 3, "eq0", skipped={"2": notice(c, 0)[len(PREFIX):].decode()})
+    assert b.skips.two_faced(0, {2: own}, merged) == {}  # (its own relay vouches for nothing of its own)
+    assert b.skips.two_faced(0, {0: raw}, merged[:2]) == {}  # (a notice and no messages: a skip)
     c.skips.stop()

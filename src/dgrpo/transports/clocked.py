@@ -243,7 +243,7 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
                 data, problem = reads.pop(p).result()
                 if data is not None and kind == "r" and skips is not None and read_notice(t, p, n, data):
                     pending.remove(p)  # (it skips round n, signed: no payload of it anywhere, accused only past
-                    if not skips.hold(p, n):  # max_skips rounds out of the sets, alike at every honest node)
+                    if not skips.hold(p, n, data):  # max_skips rounds out of the sets, alike at every honest node)
                         unexcused.append(p)
                     log.info("node %d: node %d skips round %d (signed notice; %s)", t.rank, p, n,
                              "honoured" if p not in unexcused else f"past swarm.protocol.max_skips={skips.max_skips}")

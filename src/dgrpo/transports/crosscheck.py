@@ -30,7 +30,8 @@ def cross_check(t: "DistributedTransport", round_idx: int, messages: "list[Messa
     try:  # (within its readers' cap whatever peers sent: transports/relay.py; departures: review r31n G6)
         raw = relay.build(t.rank, signed, labels, t.carriers, t.rejected,
                           departures.relayed_departures(t.chan, t.world_size), t.caps, t.world_size,
-                          f"eq{round_idx}", left_out=left)
+                          f"eq{round_idx}", left_out=left,
+                          skipped=None if getattr(t, "skips", None) is None else t.skips.relayed(round_idx))
         reports = (exchange or t.exchange)(f"eq{round_idx}", raw)
     except (TypeError, ValueError):  # a field that is not JSON: its message fails in receive anyway
         return messages
@@ -47,6 +48,8 @@ def cross_check(t: "DistributedTransport", round_idx: int, messages: "list[Messa
     caught, merged = merge_views(t.rank, views, t.verifier, round_idx)
     if t.exchanger.first == f"r{round_idx}":  # (a start-up stop notice met in the first round: all stop alike,
         caught.update(startstops.decide(t, round_idx, reports, views))  # or its signer sent: equivocation)
+    if getattr(t, "skips", None) is not None:  # (a signed skip notice and messages of one round: clocked rounds)
+        caught.update({k: why for k, why in t.skips.two_faced(round_idx, reports, merged).items() if k not in caught})
     recovered = {id(m) for m in merged} - {id(m) for m in messages}
     payload_codec.take_relayed_labels({n: r for n, r in reports.items() if n != t.rank}, merged, t.labels,
                                       t.honest)

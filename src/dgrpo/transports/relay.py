@@ -69,7 +69,7 @@ def cut(text: str, chars: int = REFUSAL_CHARS, size: int = REFUSAL_BYTES) -> str
 
 def build(rank: int, messages: list[Message], labels: list, carriers: dict[int, int], refused: list,
           departed: dict[str, dict], caps: KeyCaps, world: int, tag: str = "eq",
-          left_out: list | None = None) -> bytes:
+          left_out: list | None = None, skipped: dict[str, str] | None = None) -> bytes:
     """The relay of this node (``rank``) in exchange ``tag`` as bytes, at most ``cap_of(tag, caps, world)`` (module
     docstring).
 
@@ -80,6 +80,9 @@ def build(rank: int, messages: list[Message], labels: list, carriers: dict[int, 
         refused: (node, reason) pairs this node's transport refused this round, in order.
         departed: the departures this node read (:func:`~dgrpo.transports.departures.relayed_departures`).
         caps: a node's share caps (:class:`~dgrpo.transports.framing.KeyCaps`); ``world``: the swarm's size.
+        skipped: clocked rounds: node → its signed skip notice of this round that this node read
+            (:meth:`~dgrpo.transports.skips.Skips.relayed`), carried under ``skipped`` while they fit (each a few
+            hundred bytes, within ``RESERVE``).
         left_out: if given, each message left out is appended to it, with its carrier and its relay bytes
             (``(message, carrier, bytes)``): the caller leaves them out of its own set too (review h31r: a message
             no honest relay carries reaches no other honest node, so the node that kept it trained on another set).
@@ -113,6 +116,11 @@ def build(rank: int, messages: list[Message], labels: list, carriers: dict[int, 
         keep.add(k)
         room -= sizes[k]
     dropped["departed"] = len(departed) - len(keep)
+    notices = {}
+    for k, line in sorted((skipped or {}).items()):
+        if _size(k) + _size(line) + 4 <= room:
+            room -= _size(k) + _size(line) + 4
+            notices[k] = line
     out_refused = []
     for node, reason in refused[:MAX_REFUSALS]:
         item = [node, cut(reason)]
@@ -124,6 +132,8 @@ def build(rank: int, messages: list[Message], labels: list, carriers: dict[int, 
     dropped["rejected"] = len(refused) - len(out_refused)
     relay = {"messages": kept, "rejected": out_refused, "labels": kept_labels,
              "departed": {str(k): ev for k, ev in departed.items() if k in keep}}
+    if notices:
+        relay["skipped"] = notices
     dropped = Counter({k: v for k, v in dropped.items() if v})
     if dropped:
         relay["dropped"] = dict(dropped)

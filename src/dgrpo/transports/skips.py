@@ -24,9 +24,11 @@ The rule.
   nothing: its payload, wherever read by ``A_n``, reaches every honest set through the relays (the union rule is
   unchanged: a notice removes no message); the accusations of those that missed it are signed and read by every node,
   so the quorum's decision is one. A notice and messages of the same round under one key (payload shown to some
-  readers, notice to others) is two-faced: every holder of both names it (``skip`` under its signer in
-  ``peers.jsonl``, the notice's round), never a strike (only the holders of the notice know; ban lists must stay one)
-  and keeps the messages (the others do).
+  readers, notice to others) is equivocation (:meth:`Skips.two_faced`): a node relays the notices it read by ``A_n``
+  (``skipped`` in its relay ``eq{n}``, never vouching for its own), so a notice read by one honest node reaches every
+  honest node by ``B_n`` as the messages do, and every honest node drops the signer's round alike, as two signed
+  contents for one slot (``equivocation`` under it; a notice read by no honest node in time, or relayed only by its
+  signer, counts nowhere).
 
 Not covered: a run's first round here (no watcher yet; its compute has ``LEAD`` rounds before ``T0``).
 """
@@ -79,13 +81,13 @@ class Skips:
         max_skips: ``swarm.protocol.max_skips`` (None: :data:`MAX_SKIPS`; 0: no notice is honoured).
 
     Attributes:
-        held: round → the peers whose valid notice of it this node read.
+        held: round → peer → its valid notice of that round as this node read it (the JSON after :data:`PREFIX`).
         last_in: peer → the last round whose set (this node's) held its messages.
     """
 
     def __init__(self, t: "DistributedTransport", max_skips: int | None = None):
         self.t, self.max_skips = t, MAX_SKIPS if max_skips is None else max_skips
-        self.held: dict[int, set[int]] = {}
+        self.held: dict[int, dict[int, str]] = {}  # round → peer → its notice as read (the JSON after PREFIX)
         self.last_in: dict[int, int] = {}
         self._claimed: dict[int, str] = {}  # round → "payload" or "skip" (this node's, decided once)
         self._next: int | None = None  # the round the watcher serves a notice for at its P_n, if unclaimed
@@ -150,24 +152,48 @@ class Skips:
         first = self.t.clock.first if self.t.clock.first is not None else n
         return n - self.last_in.get(peer, first - 1) <= self.max_skips
 
-    def hold(self, peer: int, n: int) -> bool:
-        """Record ``peer``'s valid notice of round ``n``; True if it is honoured (:meth:`honoured`)."""
-        self.held.setdefault(n, set()).add(peer)
+    def hold(self, peer: int, n: int, data: bytes) -> bool:
+        """Record ``peer``'s valid notice of round ``n`` (``data``, as read); True if it is honoured (:meth:`honoured`)."""
+        self.held.setdefault(n, {})[peer] = data[len(PREFIX):].decode()
         for m in [m for m in self.held if m < n - _KEPT]:
             del self.held[m]
         return self.honoured(peer, n)
 
     def excused(self, n: int) -> set[int]:
         """The peers whose notice of round ``n`` this node holds and honours (not accused of ``eq{n}`` either)."""
-        return {p for p in self.held.get(n, ()) if self.honoured(p, n)}
+        return {p for p in self.held.get(n, {}) if self.honoured(p, n)}
+
+    def relayed(self, n: int) -> dict[str, str]:
+        """The notices of round ``n`` this node read (node → its JSON), carried in its relay ``eq{n}``
+        (:func:`~dgrpo.transports.relay.build`): every honest node reads them by ``B_n``."""
+        return {str(p): line for p, line in sorted(self.held.get(n, {}).items())}
+
+    def two_faced(self, n: int, reports: dict[int, bytes], merged) -> dict[int, str]:
+        """Node → why (``equivocation: …``) for every node with messages in ``merged`` (this node's round-``n`` set
+        before the equivocators are dropped) whose valid notice of round ``n`` this node read by ``A_n`` or a relay
+        ``reports[j]`` of another node ``j`` carries (a relay never vouches for its server's own notice, as for its
+        messages). Both signed by one key: dropped from the round by every honest node alike, as two contents for one
+        slot are (the notice read by an honest node by ``A_n`` is in its relay, read by every honest node by ``B_n``)."""
+        found = {p: self.t.rank for p in self.held.get(n, {})}
+        for j, raw in sorted(reports.items()):
+            if j == self.t.rank:
+                continue
+            try:
+                items = json.loads(raw).get("skipped") or {}
+                items = items if isinstance(items, dict) else {}
+            except (ValueError, RecursionError, AttributeError):
+                continue
+            for k, line in list(items.items())[:64]:
+                p = int(k) if isinstance(k, str) and k.isdigit() else None
+                if (p is not None and p != j and p not in found and isinstance(line, str)
+                        and read_notice(self.t, p, n, PREFIX + line.encode())):
+                    found[p] = j
+        senders = {m.node for m in merged}
+        return {p: (f"equivocation: node {p} signed a skip notice for round {n} (read by node {by}) and round-{n} "
+                    "messages: both signed by its key (its payload shown to some readers, its notice to others)")
+                for p, by in sorted(found.items()) if p in senders and p != self.t.rank}
 
     def settle(self, n: int, senders: set[int]) -> None:
-        """At the end of round ``n``: ``senders`` had messages in this node's set; a holder of a notice of one of them
-        names it two-faced (``skip`` under its signer: a notice and messages of one round, both signed)."""
-        for p in sorted(self.held.get(n, set()) & senders):
-            reason = (f"skip: node {p} signed a skip notice for round {n} and round-{n} messages (two-faced: its "
-                      "payload shown to some readers, its notice to others; both signed)")
-            log.warning("node %d: %s", self.t.rank, reason)
-            self.t._refuse(p, reason)
+        """At the end of round ``n``: ``senders`` had messages in this node's set (its equivocators dropped)."""
         for p in senders:
             self.last_in[p] = max(n, self.last_in.get(p, n))

@@ -79,6 +79,7 @@ def test_an_honest_node_late_alone_serves_a_signed_notice_and_nobody_accuses_it(
     b.exchanger.post("eq0", b"relay of 1")
     got = clocked.collect(a, "eq0", range(3), time.monotonic() + 0.4, 1 << 20)
     assert set(got) == {1} and _accused(a) == [] and a.alive == {0, 1, 2}
+    c.skips.stop()
 
 
 def test_a_node_missing_from_the_sets_past_max_skips_rounds_is_accused_whatever_it_was_shown():
@@ -95,12 +96,14 @@ def test_a_node_missing_from_the_sets_past_max_skips_rounds_is_accused_whatever_
     assert not a.skips.honoured(2, 2) and a.skips.honoured(2, 1)
     a.skips.settle(1, {0, 1, 2})  # (node 2's messages in round 1's set: two more rounds)
     assert a.skips.honoured(2, 3) and not a.skips.honoured(2, 4)
+    c.skips.stop()
 
 
 def test_a_notice_past_max_skips_is_a_missing_payload():
     a, b, c = _skipping(max_skips=0)  # (0: no notice honoured: the clock as before)
     got = clocked.collect(a, "r0", range(3), time.monotonic() + 0.4, 1 << 20)
     assert set(got) == {1} and _accused(a) == [(2, "r0")] and set(a.skips.held[0]) == {2}
+    c.skips.stop()
 
 
 def test_a_notice_in_another_name_or_of_another_round_is_a_payload_not_a_notice():

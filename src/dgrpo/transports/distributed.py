@@ -366,6 +366,8 @@ class DistributedTransport:
     def _exit(self) -> None:
         """At interpreter exit without :meth:`close` (an error): :func:`ranklife.leave_on_exit` (signed leave marks,
         so peers stop waiting for it at once); nothing after a start-up stop (its peers hold its signed notice)."""
+        if self.skips is not None:
+            self.skips.stop()
         if not (self._closed or self.chan.stopped):
             self._closed = True
             ranklife.leave_on_exit(self, self._last_round)

@@ -121,7 +121,12 @@ def test_a_payload_hidden_from_one_reader_names_the_hider_and_changes_nothing(tm
     """Rank 3 never serves its round payload r{r} to reader 1 (continue). Node 1 accuses it alone each round. Before:
     peers.jsonl counted only node 1 (`accusation`), node 3 appeared in the views alone. Now node 3 is named
     `accused` beside it, nobody is expelled and the metrics are the clean run's (node 1 takes node 3's messages
-    from the relays)."""
+    from the relays). Rank 3 may accuse node 1 alone of its relay ``eq{r}`` (task h31k: under load, 1 of 1 beside two
+    busy loops): node 1 waited its window W for the hidden ``r{r}``, so it posts its relay that late, while rank 3,
+    whose own payload went out in time and which node 1's note names alone, grants no extension and waits for the
+    relay only S past its window (docs/distributed.md): a compute spread over S between the two, and rank 3's code
+    accuses it. That is the attacker's own word (it made node 1 late): named under both, no effect, as in the next
+    test; nodes 0 and 2, which node 1's note extends, never accuse."""
     args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=2", "eval.every=10"]
     assert main(["run", *args, f"out_dir={tmp_path}", "name=in"]) == 0
     want = comparable(read_metrics(tmp_path / "in"))
@@ -129,7 +134,9 @@ def test_a_payload_hidden_from_one_reader_names_the_hider_and_changes_nothing(tm
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
     assert "is out of the swarm" not in "".join(r.output for r in results)
     for p in peers:
-        assert _named(p, 3) == {"accused": 1} and _named(p, 1) == {"accusation": 1}, p
+        assert _named(p, 3).get("accused") == 1 and _named(p, 1).get("accusation") == 1, p
+        assert set(_named(p, 3)) <= {"accused", "accusation"} and set(_named(p, 1)) <= {"accusation", "accused"}, p
+        assert _named(p, 1).get("accused", 0) <= _named(p, 3).get("accusation", 0) <= 1, p  # (rank 3's lone word)
         assert _named(p, 0) == {} and _named(p, 2) == {}
     assert comparable(got) == want
     assert max(r["time/exchange"] for r in got[:2]) <= T + POLL

@@ -56,13 +56,19 @@ def test_a_reporter_that_withholds_its_last_records_and_holds_the_main_in_the_la
     final records, and posted ``done`` 1.3-3 s after its peers stopped waiting: nodes 1 and 2 named it ``sent
     nothing for exchange 'done'``, a quorum declared it failed, and under abort they left with their final records
     unread (6 of 7 review runs; this test failed 1 of 2 on the code before). Now the main posts ``done`` before it
-    reads the last records."""
+    reads the last records. timeout_s=10, the relay 3.8 s late (task h31k: timeout_s=5 and 2.4 s before). The main,
+    its peers gone from ``eq3``, waits for a noted relay until its relay post + E (E = 2.5 s at timeout_s=5: the
+    Witnesses cut, transports/waits.py), and the delay counts from its first read of ``eq3``, about that post: a 0.1 s
+    margin, which polls under load overran (the main stopped, exit code 3, "node 3 sent nothing for exchange 'eq3'";
+    reproduced beside 4 busy loops with timeout_s=10 and 4.8 s, E = 5 s). Now 1.2 s, and the old code's lateness
+    (record_s + E + the hold, against the peers' timeout_s wait for ``done``: 0.75 + 2.5 + 2.4 = 5.65 s against 5 s
+    before) is as far past it: 1.75 + 5 + 3.8 = 10.55 s against 10 s."""
     models = f"swarm.models=[{', '.join([f'{{name: {tiny_model_dir}}}'] * 4)}]"  # (heterogeneous: every node reports)
     args = ["run", models, "swarm.nodes=4", "swarm.prompts_per_round=2", "rounds=4", "threads=1",
             "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=10", "eval.n_prompts=2", "task.n_train=20",
-            "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true", "swarm.timeout_s=5",
+            "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true", "swarm.timeout_s=10",
             "swarm.on_peer_failure=abort", f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"]
-    results = launch(4, args, scenario="withhold:3:0:^rec[34]/,fnote:3:r3:0,delay:3:0:^eq3/data/:2.4",
+    results = launch(4, args, scenario="withhold:3:0:^rec[34]/,fnote:3:r3:0,delay:3:0:^eq3/data/:3.8",
                      timeout=300, log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]
     out = "".join(r.output for r in results[:3])

@@ -110,6 +110,7 @@ class GRPOConfig(StrictConfig):
     num_iterations: int = Field(1, ge=1, le=1000, description="μ: optimizer steps per generation (at most 1000). 1 = the paper's setting (ratio ≡ 1, no clipping).")
     epsilon: float = Field(0.2, gt=0, description="PPO clipping range ε, active when num_iterations > 1.")
     warmup_rounds: int = Field(0, ge=0, le=100_000, description="Linear learning-rate warm-up: round r trains at lr·min(1, (r+1)/warmup_rounds); 0 = none.")
+    update_kernel: Literal["auto", "onednn", "mkl"] = Field("auto", description="Float32 linear kernel of the update's own forwards and backwards (the packed groups, the shared prefix's run for them, the reference model); the sampler and every forward a defense reads stay on oneDNN. auto: MKL on a GenuineIntel CPU (/proc/cpuinfo), oneDNN elsewhere: the faster one on each CPU measured (docs/training.md), chosen by this fixed rule, never by a timing.")
     lora_rank: int = Field(0, ge=0, le=4096, description="LoRA rank r of the trained policies (peft, Hu et al. 2021); 0 = full fine-tuning. Only the adapters train and sit in the optimizer.")
     lora_alpha: float = Field(32.0, gt=0, le=1e6, description="LoRA scaling numerator α (the update is (α/r)·BA).")
     lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], min_length=1, description="Module names that get LoRA adapters (peft target_modules).")

@@ -3,7 +3,8 @@ log-probs, loss and gradients as one forward per group, to float32 rounding.
 
 Tolerance: ``torch.testing.assert_close``'s float32 defaults (rtol 1.3e-6, atol 1e-5): both paths add
 the same products, in another order (other GEMM shapes; the groups' gradients summed before the
-backward instead of after), so they differ by a few float32 ulps, not by any behaviour.
+backward instead of after), so they differ by a few float32 ulps, not by any behaviour. Each comparison runs
+with the update's linears forced on each kernel (``grpo.update_kernel``: oneDNN, MKL), both paths on the same one.
 """
 
 import copy
@@ -13,6 +14,7 @@ import torch
 
 from dgrpo.grpo import learner as learner_module
 from dgrpo.grpo.learner import GRPOParams, Learner
+from dgrpo.policy import onednn
 from dgrpo.policy.packing import groups_token_logprobs
 from dgrpo.policy.prefix import SharedPrefix
 from dgrpo.policy.scoring import group_token_logprobs
@@ -44,6 +46,7 @@ def _run(model, params, rollouts, pack_rows: int, shared: bool, monkeypatch):
     """Gradients at every optimizer step, the step's stats, and how many forwards the policy ran."""
     ref = copy.deepcopy(model) if params.beta > 0 else None
     learner = Learner(model, params, EOS, EOS, ref_model=ref)
+    assert learner.kernel == params.update_kernel
     learner.pack_rows = pack_rows
     if not shared:
         monkeypatch.setattr(learner_module, "common_prefix", lambda prompts: 0)
@@ -61,16 +64,17 @@ def _run(model, params, rollouts, pack_rows: int, shared: bool, monkeypatch):
     return grads, stats, calls
 
 
+@pytest.mark.parametrize("kernel", ["onednn", "mkl"])
 @pytest.mark.parametrize("order", ["grouped", "interleaved"])
 @pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize("pack_rows", [2048, 12])  # all groups in one forward; a forward every ~two groups
 @pytest.mark.parametrize("loss_type,scale,beta,iterations,reject", [
     ("grpo", "group", 0.0, 1, False), ("bnpo", "batch", 0.1, 2, False), ("dr_grpo", "none", 0.0, 2, True),
     ("grpo", "group", 0.1, 1, True)])
-def test_packed_groups_give_the_same_loss_and_gradients(model, monkeypatch, order, shared, pack_rows, loss_type,
-                                                        scale, beta, iterations, reject):
+def test_packed_groups_give_the_same_loss_and_gradients(model, monkeypatch, kernel, order, shared, pack_rows,
+                                                        loss_type, scale, beta, iterations, reject):
     params = GRPOParams(loss_type=loss_type, scale_rewards=scale, beta=beta, num_iterations=iterations, max_len=6,
-                        max_grad_norm=1e9, lr=1e-3)
+                        max_grad_norm=1e9, lr=1e-3, update_kernel=kernel)
     plain = copy.deepcopy(model)
     packed_grads, packed_stats, packed_calls = _run(model, params, _rollouts(order, reject), pack_rows, shared,
                                                     monkeypatch)
@@ -91,18 +95,19 @@ def test_packed_groups_give_the_same_loss_and_gradients(model, monkeypatch, orde
         assert len(packed_calls) == (2 if shared else 1) * iterations
 
 
-def test_groups_token_logprobs_match_one_group_at_a_time(model):
+@pytest.mark.parametrize("kernel", ["onednn", "mkl"])
+def test_groups_token_logprobs_match_one_group_at_a_time(model, kernel):
     """Log-probs of every group from one forward against group_token_logprobs per group, with and
-    without a shared prefix (whole prompts then run behind nothing)."""
+    without a shared prefix (whole prompts then run behind nothing), all on one kernel."""
     groups = {}
     for pid, ids, _ in SPECS:
         groups.setdefault(pid, []).append(ids)
     inputs = [(PROMPTS[pid], comps) for pid, comps in groups.items()]
-    for prefix in (None, SharedPrefix(model, SHARED, grad=False)):
+    for prefix in (None, SharedPrefix(model, SHARED, grad=False, kernel=kernel)):
         with torch.no_grad():
-            together = groups_token_logprobs(model, inputs, prefix)
+            together = groups_token_logprobs(model, inputs, prefix, kernel)
             for (prompt, comps), logp in zip(inputs, together):
-                alone = group_token_logprobs(model, prompt, comps, EOS, prefix)
+                alone = group_token_logprobs(model, prompt, comps, EOS, prefix, kernel)
                 assert logp.shape == alone.shape
                 torch.testing.assert_close(logp, alone)
 
@@ -112,3 +117,22 @@ def test_groups_token_logprobs_bad_input(model):
         groups_token_logprobs(model, [(PROMPTS["a"], [[]])])
     with pytest.raises(ValueError, match="prefix must be the start of every prompt"):
         groups_token_logprobs(model, [(PROMPTS["a"], [[5]]), ([1, 2, 3], [[5]])], SharedPrefix(model, SHARED, False))
+
+
+@pytest.mark.skipif(not onednn.available(), reason="this PyTorch has no oneDNN")
+@pytest.mark.parametrize("kernel", ["onednn", "mkl"])
+@pytest.mark.parametrize("pack_rows", [2048, 0])
+def test_the_update_runs_on_its_kernel_and_a_defense_read_on_onednn(model, monkeypatch, kernel, pack_rows):
+    """Every linear of an update (policy with grad, shared prefix, reference at β > 0, packed or per
+    group) on ``grpo.update_kernel``'s kernel; the forward a defense reads (``Group.logits``) on oneDNN."""
+    calls = []
+    real = onednn._gemm
+    monkeypatch.setattr(onednn, "_gemm", lambda *a: calls.append(1) or real(*a))
+    params = GRPOParams(beta=0.1, max_len=6, update_kernel=kernel)
+    learner = Learner(model, params, EOS, EOS, ref_model=copy.deepcopy(model))
+    learner.pack_rows = pack_rows
+    assert learner.step(learner.score(_rollouts("grouped"))).used > 0
+    assert bool(calls) == (kernel == "onednn")
+    calls.clear()
+    group = next(iter(learner.score(_rollouts("grouped")).groups))
+    assert group.logits.shape[0] == 3 and calls  # a defense's read: oneDNN whatever the update's kernel

@@ -19,7 +19,9 @@ by the summed loss denominator at the end, so the result equals the full-batch l
 Each group's prompt runs once for its G completions (:func:`dgrpo.policy.scoring.group_logits`), and
 the prefix all the batch's prompts share (a system prompt, worked examples) runs once per optimizer
 step, forward and backward (:class:`dgrpo.policy.prefix.SharedPrefix`; the reference model's once
-per update): the same loss and gradients up to float32 rounding.
+per update): the same loss and gradients up to float32 rounding. The update's own forwards and
+backwards run on ``grpo.update_kernel``'s float32 linear kernel (:func:`dgrpo.policy.onednn.update_kernel`:
+MKL on Intel CPUs, oneDNN elsewhere); a forward a defense reads stays on oneDNN, the sampler's.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from transformers import PreTrainedModel
 from dgrpo.grpo.advantages import ScaleRewards, group_advantages, reward_std
 from dgrpo.grpo.loss import LossType, loss_denominator, loss_terms, per_token_loss
 from dgrpo.policy.kv_cache import plain_layers
+from dgrpo.policy.onednn import update_kernel
 from dgrpo.policy.packing import groups_token_logprobs, packed_rows
 from dgrpo.policy.prefix import SharedPrefix, common_prefix
 from dgrpo.policy import scoring
@@ -57,6 +60,7 @@ class GRPOParams:
     warmup_rounds: int = 0
     max_len: int = 64  # dr_grpo's constant normaliser (max new tokens)
     reject_mode: Literal["drop", "zero"] = "drop"
+    update_kernel: Literal["auto", "onednn", "mkl"] = "auto"
 
 
 @dataclass
@@ -95,35 +99,37 @@ def has_signal(rewards: torch.Tensor) -> bool:
 
 class Prefix:
     """The prompt prefix the groups of one batch share, and its runs: the policy's (rebuilt after
-    each optimizer step, with grad when a group learns) and the reference model's (no grad).
+    each optimizer step, with grad when a group learns; one per float32 linear kernel asked for, the
+    oneDNN one for a defense's read, the update's for the update) and the reference model's (no grad).
 
     Attributes:
         ids: the shared prefix (empty: nothing shared, each group runs its whole prompt).
     """
 
     def __init__(self, ids: list[int]):
-        self.ids, self._policy, self._ref, self._with_grad = ids, None, None, False
+        self.ids, self._runs, self._ref = ids, {}, None  # _runs: kernel → (the policy's run, with grad)
 
-    def policy(self, model, grad: bool) -> SharedPrefix | None:
-        """The prefix run by the policy, with grad if ``grad`` (run now unless already run so)."""
+    def policy(self, model, grad: bool, kernel: str = "onednn") -> SharedPrefix | None:
+        """The prefix run by the policy on ``kernel``, with grad if ``grad`` (run now unless already run so)."""
         if not self.ids:
             return None
-        if self._policy is None or (grad and not self._with_grad):
-            self._policy, self._with_grad = SharedPrefix(model, self.ids, grad), grad
-        return self._policy
+        run = self._runs.get(kernel)
+        if run is None or (grad and not run[1]):
+            self._runs[kernel] = run = (SharedPrefix(model, self.ids, grad, kernel), grad)
+        return run[0]
 
-    def reference(self, model) -> SharedPrefix | None:
+    def reference(self, model, kernel: str = "onednn") -> SharedPrefix | None:
         """The prefix run by the reference model (no grad)."""
         if self.ids and self._ref is None:
-            self._ref = SharedPrefix(model, self.ids, grad=False)
+            self._ref = SharedPrefix(model, self.ids, grad=False, kernel=kernel)
         return self._ref
 
     def backward(self) -> None:
-        """Back-propagate the groups' gradients through the policy's prefix run, once, then drop that run
+        """Back-propagate the groups' gradients through the policy's prefix runs, once each, then drop them
         (the weights are about to change)."""
-        if self._policy is not None:
-            self._policy.backward()
-        self._policy = None
+        for run, _ in self._runs.values():
+            run.backward()
+        self._runs = {}
 
 
 class Group:
@@ -193,9 +199,11 @@ class Learner:
             forward per group. On by default since it measured faster on a quiet machine: a README round's update
             10.5 s against 11.5 s (medians of 6 interleaved repeats, faster in 6 of 6; BENCHMARKS.md, "The update
             packs its groups").
+        kernel: the float32 linear kernel of the update's own forwards and backwards, ``params.update_kernel``
+            resolved (:func:`dgrpo.policy.onednn.update_kernel`); a defense's read stays on oneDNN.
 
     Raises:
-        ValueError: beta > 0 without a reference model.
+        ValueError: beta > 0 without a reference model; an unknown ``params.update_kernel``.
     """
 
     pack_rows = PACKED_ROWS
@@ -205,6 +213,7 @@ class Learner:
         if params.beta > 0 and ref_model is None:
             raise ValueError("beta > 0 needs a reference model")
         self.model, self.params, self.eos_id, self.pad_id, self.ref_model = model, params, eos_id, pad_id, ref_model
+        self.kernel = update_kernel(params.update_kernel)
         self.parameters = [p for p in model.parameters() if p.requires_grad]  # all, or LoRA's adapters
         self.optimizer = torch.optim.AdamW(self.parameters, lr=params.lr, weight_decay=params.weight_decay)
 
@@ -307,13 +316,14 @@ class Learner:
             del logits
         else:  # the log-probs alone: no (G, T, V) logits (equal bit for bit, scoring.group_token_logprobs)
             with torch.set_grad_enabled(True):
-                shared = group.prefix.policy(self.model, True)
-                logp = group_token_logprobs(self.model, group.rollouts[0].prompt_ids, completions, self.pad_id, shared)
+                shared = group.prefix.policy(self.model, True, self.kernel)
+                logp = group_token_logprobs(self.model, group.rollouts[0].prompt_ids, completions, self.pad_id, shared,
+                                            self.kernel)
         if self.params.beta > 0 and group.ref_logp is None:
             with torch.no_grad():
-                ref_logits = group_logits(self.ref_model, group.rollouts[0].prompt_ids, completions, self.pad_id,
-                                          group.prefix.reference(self.ref_model))
-                group.ref_logp = token_logprobs(ref_logits, pad_right(completions, self.pad_id).to(logp.device))[idx]
+                group.ref_logp = group_token_logprobs(self.ref_model, group.rollouts[0].prompt_ids, completions,
+                                                      self.pad_id, group.prefix.reference(self.ref_model, self.kernel),
+                                                      self.kernel)[idx]
         num, den = self._loss(group, idx, adv, logp[idx])
         num.backward()
         return float(num.detach()), den
@@ -341,12 +351,13 @@ class Learner:
         groups = [g for g, _, _ in items]
         inputs = [(g.rollouts[0].prompt_ids, [r.completion_ids for r in g.rollouts]) for g in groups]
         with torch.set_grad_enabled(True):
-            logps = groups_token_logprobs(self.model, inputs, groups[0].prefix.policy(self.model, True))
+            logps = groups_token_logprobs(self.model, inputs, groups[0].prefix.policy(self.model, True, self.kernel),
+                                          self.kernel)
         missing = [i for i, g in enumerate(groups) if self.params.beta > 0 and g.ref_logp is None]
         if missing:
             with torch.no_grad():
                 refs = groups_token_logprobs(self.ref_model, [inputs[i] for i in missing],
-                                             groups[0].prefix.reference(self.ref_model))
+                                             groups[0].prefix.reference(self.ref_model, self.kernel), self.kernel)
             for i, ref in zip(missing, refs):
                 groups[i].ref_logp = ref[items[i][1]]
         total, den = None, 0.0

@@ -12,12 +12,28 @@ batch sizes in MKL.
 open; gradients flow through :class:`_OneDNNLinear` (backward GEMMs on oneDNN too), so a graph
 built inside the context back-propagates correctly after it closes. Tensors that are not float32
 on CPU, or a PyTorch without oneDNN, fall back to ``torch.nn.functional.linear``.
+
+**Which kernel the update uses** (``grpo.update_kernel``, :func:`update_kernel`, :func:`kernel_linears`).
+The sampler and every forward a defense reads stay on oneDNN whatever the CPU: their 32-row decoding
+GEMMs run 2.2x faster there on both hosts measured (132 against 60 GFLOP/s on the Intel Xeon), and
+exact replay compares the verifier's logits with the sampler's. The update alone (the packed groups'
+forward and backward, a group's own forward when no defense read it, the shared prefix's run for
+them, the reference model's log-probs) takes the kernel that is faster for its 512-row shapes on this
+CPU, chosen by a fixed rule, never by a timing taken at start-up (a run's float32 rounding must not
+depend on the load when it started): ``auto`` = MKL on ``GenuineIntel`` CPUs, where MKL takes its
+AVX-512 path (Intel Xeon @ 2.80 GHz, 2026-12-07: MKL 204-262 GFLOP/s on the update's shapes against
+oneDNN's 183-215; the update 20.2 s on MKL against 24.7 s on oneDNN, ``benchmarks/results/
+anchors_2026-12-07_quiet``), oneDNN elsewhere (AMD Zen 5: MKL runs its AVX2 path there, oneDNN
+2.2x faster; the update 10.2 against 15.3 s). The vendor is read once, from ``/proc/cpuinfo``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import functools
+import platform
+from pathlib import Path
+from typing import Iterator, Literal
 
 import torch
 from torch import nn
@@ -103,3 +119,66 @@ def onednn_linears(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     finally:
         for m in patched:
             del m.forward
+
+
+Kernel = Literal["onednn", "mkl"]
+KERNELS = ("auto", "onednn", "mkl")  # the values of grpo.update_kernel
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """This CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, …): the first ``vendor_id`` of
+    ``/proc/cpuinfo``, else ``platform.processor()``; "" when neither says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "vendor_id":
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor().strip()
+
+
+def update_kernel(setting: str, vendor: str | None = None) -> Kernel:
+    """The float32 linear kernel of the update for ``grpo.update_kernel = setting`` (module docstring).
+
+    Args:
+        setting: ``auto`` (MKL on a ``GenuineIntel`` CPU, oneDNN on any other), ``onednn`` or ``mkl``.
+        vendor: the CPU vendor string (None: :func:`cpu_vendor`, this machine's).
+
+    Returns:
+        "onednn" or "mkl".
+
+    Raises:
+        ValueError: a setting other than the three (one line naming the field and its values).
+    """
+    if setting not in KERNELS:
+        raise ValueError(f"grpo.update_kernel: {setting!r} is not one of auto, onednn, mkl")
+    if setting != "auto":
+        return setting  # type: ignore[return-value]
+    return "mkl" if (cpu_vendor() if vendor is None else vendor) == "GenuineIntel" else "onednn"
+
+
+@contextlib.contextmanager
+def kernel_linears(model: nn.Module, kernel: Kernel) -> Iterator[None]:
+    """Every ``nn.Linear`` of ``model`` on ``kernel`` inside the context: ``onednn`` as
+    :func:`onednn_linears`; ``mkl``: PyTorch's own float32 linear, also inside an open
+    :func:`onednn_linears` (whose routing is lifted for the context and put back after).
+
+    Raises:
+        ValueError: another kernel name.
+    """
+    if kernel == "onednn":
+        with onednn_linears(model):
+            yield
+        return
+    if kernel != "mkl":
+        raise ValueError(f"kernel_linears: kernel {kernel!r} is not onednn or mkl")
+    lifted = [m for m in model.modules() if type(m) is nn.Linear and getattr(m.__dict__.get("forward"), "__func__", None) is _forward]
+    for m in lifted:
+        del m.forward
+    try:
+        yield
+    finally:
+        for m in lifted:
+            m.forward = _forward.__get__(m)

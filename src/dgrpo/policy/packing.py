@@ -30,7 +30,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
 from dgrpo.policy.decode_attention import attention_implementation
-from dgrpo.policy.onednn import onednn_linears
+from dgrpo.policy.onednn import Kernel, kernel_linears
 from dgrpo.policy.prefix import SharedPrefix
 
 NAME = "dgrpo_blocks"
@@ -97,7 +97,7 @@ def packed_rows(lengths: Sequence[int], prompt_len: int, prefix_len: int) -> int
 
 
 def groups_token_logprobs(model: PreTrainedModel, groups: Sequence[tuple[list[int], list[list[int]]]],
-                          prefix: SharedPrefix | None = None) -> list[torch.Tensor]:
+                          prefix: SharedPrefix | None = None, kernel: Kernel = "onednn") -> list[torch.Tensor]:
     """log π(completions[g][t] | prompt, completions[g][:t]) of several groups, from one forward pass.
 
     The same values as :func:`dgrpo.policy.scoring.group_token_logprobs` per group, to float32
@@ -107,6 +107,8 @@ def groups_token_logprobs(model: PreTrainedModel, groups: Sequence[tuple[list[in
     Args:
         groups: (prompt, completions) per group; prompts non-empty, completions non-empty.
         prefix: a prefix of every prompt already run by ``model`` (shorter than each), or None.
+        kernel: the float32 linear kernel of the forward and its backward
+            (:func:`dgrpo.policy.onednn.kernel_linears`; the update passes ``grpo.update_kernel``'s).
 
     Returns:
         Per group, (G, T) log-probabilities, T = its longest completion, 0 past each completion's end;
@@ -132,7 +134,7 @@ def groups_token_logprobs(model: PreTrainedModel, groups: Sequence[tuple[list[in
         keep += range(start + len(rest), len(ids))
         blocks.append((start, len(ids), _block(len(rest), lengths, s, dtype, device)))
     cache = prefix.cache(model) if prefix is not None else None
-    with onednn_linears(model), block_attention(model, blocks):
+    with kernel_linears(model, kernel), block_attention(model, blocks):
         out = model(input_ids=torch.tensor([ids], device=device), position_ids=torch.tensor([positions], device=device),
                     cache=cache, use_cache=cache is not None,
                     logits_to_keep=torch.tensor(keep, device=device)).logits[0].float()  # (rows kept, V)

@@ -23,7 +23,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from dgrpo.policy.kv_cache import plain_layers
-from dgrpo.policy.onednn import onednn_linears
+from dgrpo.policy.onednn import Kernel, kernel_linears
 from dgrpo.policy.sampling import _shared_prefix
 
 
@@ -44,6 +44,8 @@ class SharedPrefix:
         ids: the prefix token ids (length S ≥ 1).
         grad: keep the forward's graph so the groups' gradients can flow back into the weights
             (:meth:`backward`); False for scoring without grad (a reference model, a defense).
+        kernel: the float32 linear kernel of the forward (and so of its backward):
+            :func:`dgrpo.policy.onednn.kernel_linears`; oneDNN, the sampler's, unless only the update reads it.
 
     Attributes:
         ids: the prefix.
@@ -55,7 +57,7 @@ class SharedPrefix:
         ValueError: an empty prefix, or a model whose layers are not plain attention.
     """
 
-    def __init__(self, model: PreTrainedModel, ids: Sequence[int], grad: bool):
+    def __init__(self, model: PreTrainedModel, ids: Sequence[int], grad: bool, kernel: Kernel = "onednn"):
         if not ids:
             raise ValueError("SharedPrefix needs a non-empty prefix")
         if not plain_layers(model.config):
@@ -63,7 +65,7 @@ class SharedPrefix:
         self.ids = list(ids)
         device = next(model.parameters()).device
         cache = DynamicCache(config=model.config)
-        with torch.set_grad_enabled(grad), onednn_linears(model):
+        with torch.set_grad_enabled(grad), kernel_linears(model, kernel):
             model(input_ids=torch.tensor([self.ids], device=device), cache=cache, use_cache=True, logits_to_keep=1)
         outputs = [(layer.keys, layer.values) for layer in cache.layers]
         self.grad = grad and any(t.requires_grad for pair in outputs for t in pair)

@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from dgrpo.policy.onednn import onednn_linears
+from dgrpo.policy.onednn import Kernel, kernel_linears, onednn_linears
 from dgrpo.policy.prefix import SharedPrefix, common_prefix
 
 
@@ -135,9 +135,10 @@ def _packable(model: PreTrainedModel, prompt_len: int, lengths: list[int]) -> bo
 
 
 def group_token_logprobs(model: PreTrainedModel, prompt: list[int], completions: list[list[int]], pad_id: int,
-                         prefix: SharedPrefix | None = None) -> torch.Tensor:
+                         prefix: SharedPrefix | None = None, kernel: Kernel = "onednn") -> torch.Tensor:
     """log π(completions[g][t] | prompt, completions[g][:t]) of a group: :func:`token_logprobs` of
-    :func:`group_logits`, without the (G, T, V) logits on the packed path.
+    :func:`group_logits`, without the (G, T, V) logits on the packed path; its linears on ``kernel``
+    (:func:`dgrpo.policy.onednn.kernel_linears`: the update passes ``grpo.update_kernel``'s).
 
     On the packed path the log-softmax and the gather run on the N = Σ lengths computed rows of logits
     only, and their (N,) results are placed in a (G, T) tensor: no (G, T, V) tensor is zero-filled,
@@ -157,7 +158,7 @@ def group_token_logprobs(model: PreTrainedModel, prompt: list[int], completions:
     if prefix is not None and not prefix.matches(prompt):
         raise ValueError("group_logits: prefix must be the start of the prompt, shorter than it (SharedPrefix.ids)")
     lengths = [len(c) for c in completions]
-    with onednn_linears(model):
+    with kernel_linears(model, kernel):
         if not _packable(model, len(prompt), lengths):
             logits = _padded_logits(model, prompt, completions, pad_id, prefix)
             return token_logprobs(logits, pad_right(completions, pad_id).to(logits.device))

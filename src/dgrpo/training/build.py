@@ -153,7 +153,8 @@ def grpo_params(cfg: RunConfig, **changes) -> GRPOParams:
     g = cfg.grpo
     params = dict(loss_type=g.loss_type, scale_rewards=g.scale_rewards, beta=g.beta, lr=g.lr,
                   weight_decay=g.weight_decay, max_grad_norm=g.max_grad_norm, num_iterations=g.num_iterations,
-                  epsilon=g.epsilon, warmup_rounds=g.warmup_rounds, max_len=cfg.sampling.max_new_tokens, reject_mode=cfg.swarm.reject_mode)
+                  epsilon=g.epsilon, warmup_rounds=g.warmup_rounds, max_len=cfg.sampling.max_new_tokens, reject_mode=cfg.swarm.reject_mode,
+                  update_kernel=g.update_kernel)
     return GRPOParams(**{**params, **changes})
 
 

@@ -24,10 +24,12 @@ worked examples, ``<think>`` prefill: about 227 tokens) × G completions, top-k 
    work) on the generated rollouts, ``before`` (padded group, MKL), ``+onednn`` (padded, oneDNN),
    ``+packing`` (packed group, oneDNN), ``+shared`` (+ the prompt prefix the groups share run
    once per step, forward and backward: issue 38) and ``after`` (+ the groups packed into one
-   forward and one backward, attention by group: ``dgrpo.policy.packing``), interleaved; tokens/s
+   forward and one backward, attention by group: ``dgrpo.policy.packing``), ``after_mkl`` (``after`` with
+   the update's linears on MKL: ``grpo.update_kernel=mkl``; every other variant forces ``onednn``, its
+   ``+onednn`` flag deciding whether oneDNN is there at all), interleaved; tokens/s
    (each group's prompt once + completion tokens / seconds) and the fraction of each matmul peak
    (6 × linear weights × the tokens the variant runs / seconds); then the seconds of ``+shared``
-   and ``after`` by phase (``PHASES``: the prefix's forward, the policy's forward and log-softmax,
+   ``after`` and ``after_mkl`` by phase (``PHASES``: the prefix's forward, the policy's forward and log-softmax,
    the reference's, the backward, the prefix's backward, clipping, AdamW, the rest).
    ``--only-update`` runs the peak, one sample call for the rollouts and this section.
 5. **Continuous batching** (issue 38): ``--stream-requests`` completions (n/G prompts × G) decoded
@@ -63,9 +65,11 @@ VARIANTS = {  # which speed-ups are on, added one at a time
     "+packing": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True, shared=False, groups=False),
     "+shared": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True, shared=True, groups=False),
     "after": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True, shared=True, groups=True),
+    "after_mkl": dict(cache=True, onednn=True, attention=True, prefix=True, packing=True, shared=True, groups=True),
 }
+KERNEL = {"after_mkl": "mkl"}  # the update's linears (Learner.kernel) per variant; the others: onednn
 GENERATION = ("before", "+cache", "+onednn", "+attention", "after")  # +packing, +shared, groups: the update only
-UPDATE = ("before", "+onednn", "+packing", "+shared", "after")
+UPDATE = ("before", "+onednn", "+packing", "+shared", "after", "after_mkl")
 
 
 @contextlib.contextmanager
@@ -234,6 +238,7 @@ def main() -> None:
 
         report["profile"] = {}
         for name in ("before", "after"):
+            learner.kernel = "onednn"
             with features(**VARIANTS[name]):
                 if not args.only_update:
                     with profile() as prof:
@@ -254,9 +259,12 @@ def update_section(args, learner, rollouts, prompts: list, tokens: int, weights:
     shared = prefix_mod.common_prefix(distinct)
     executed = scored - (len(distinct) - 1) * shared  # the shared prefix once for the whole batch
     upd = {name: {"seconds": [], "cpu_share": []} for name in UPDATE}
-    learner.step(rollouts())  # warm-up
+    for kernel in ("onednn", "mkl"):  # warm-up, each kernel
+        learner.kernel = kernel
+        learner.step(rollouts())
     for _ in range(args.update_repeats):
         for name in upd:
+            learner.kernel = KERNEL.get(name, "onednn")
             with features(**VARIANTS[name]):
                 _, wall, share = timed(lambda: learner.step(rollouts()), args.threads)
             upd[name]["seconds"].append(wall)
@@ -269,10 +277,13 @@ def update_section(args, learner, rollouts, prompts: list, tokens: int, weights:
         u.update(median_seconds=s, tokens_per_s=scored / s, executed_tokens=run,
                  fraction_of_peak={k: 6 * weights * run / s / 1e9 / peak[f"{k}_gflops"] for k in ("mkl", "onednn")})
     phases = {"keys": PHASES}
-    for name in ("+shared", "after"):
+    for name in ("+shared", "after", "after_mkl"):
+        learner.kernel = KERNEL.get(name, "onednn")
         with features(**VARIANTS[name]):
             phases[name] = [update_phases(learner, rollouts, args.threads) for _ in range(args.update_repeats)]
-    return {"scored_tokens": scored, "shared_prefix": shared, "executed_tokens_with_shared_prefix": executed,
+    from dgrpo.policy.onednn import cpu_vendor, update_kernel
+
+    return {"scored_tokens": scored, "cpu_vendor": cpu_vendor(), "auto_update_kernel": update_kernel("auto"), "shared_prefix": shared, "executed_tokens_with_shared_prefix": executed,
             "variants": upd, "phases": phases,
             "note": "fraction_of_peak: 6 x linear weights x the tokens the variant runs (LM head counted on every "
                     "position) / seconds / the same-run GEMM peak"}

@@ -46,3 +46,23 @@ def test_update_phases_name_what_runs(generation, model, beta, packed):
     # put back: the class's methods again, nothing left on the instances
     assert torch.Tensor.backward is original and "forward" not in vars(learner)
     assert "step" not in vars(learner.optimizer) and SharedPrefix.__init__.__name__ == "__init__"
+
+
+def test_update_section_times_after_mkl_on_mkl_and_the_others_on_onednn(generation, model):
+    """``after_mkl`` is ``after`` with the update's linears on MKL (grpo.update_kernel=mkl); every other
+    variant runs the update on oneDNN, interleaved, each repeat in UPDATE's order."""
+    from types import SimpleNamespace
+
+    learner = Learner(model, GRPOParams(max_len=6, lr=0.0), EOS, EOS)
+    kernels, step = [], learner.step
+    learner.step = lambda batch: kernels.append(learner.kernel) or step(batch)
+    prompts = [r.prompt_ids for r in _rollouts()]
+    tokens = sum(len(r.completion_ids) for r in _rollouts())
+    out = generation.update_section(SimpleNamespace(update_repeats=2, threads=1), learner, _rollouts, prompts, tokens,
+                                    weights=1000, peak={"mkl_gflops": 1.0, "onednn_gflops": 1.0})
+    assert list(out["variants"]) == list(generation.UPDATE) and "after_mkl" in out["variants"]
+    want = [generation.KERNEL.get(name, "onednn") for name in generation.UPDATE]
+    assert kernels[2 : 2 + 2 * len(want)] == want * 2  # after the two warm-up steps (onednn, mkl)
+    assert kernels[:2] == ["onednn", "mkl"] and want.count("mkl") == 1
+    assert set(out["phases"]) == {"keys", "+shared", "after", "after_mkl"}
+    assert out["auto_update_kernel"] in ("onednn", "mkl") and isinstance(out["cpu_vendor"], str)

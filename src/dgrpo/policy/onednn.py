@@ -15,16 +15,17 @@ on CPU, or a PyTorch without oneDNN, fall back to ``torch.nn.functional.linear``
 
 **Which kernel the update uses** (``grpo.update_kernel``, :func:`update_kernel`, :func:`kernel_linears`).
 The sampler and every forward a defense reads stay on oneDNN whatever the CPU: their 32-row decoding
-GEMMs run 2.2x faster there on both hosts measured (132 against 60 GFLOP/s on the Intel Xeon), and
+GEMMs run faster there on both hosts measured (132 against 60 GFLOP/s on the Intel Xeon), and
 exact replay compares the verifier's logits with the sampler's. The update alone (the packed groups'
 forward and backward, a group's own forward when no defense read it, the shared prefix's run for
 them, the reference model's log-probs) takes the kernel that is faster for its 512-row shapes on this
 CPU, chosen by a fixed rule, never by a timing taken at start-up (a run's float32 rounding must not
 depend on the load when it started): ``auto`` = MKL on ``GenuineIntel`` CPUs, where MKL takes its
 AVX-512 path (Intel Xeon @ 2.80 GHz, 2026-12-07: MKL 204-262 GFLOP/s on the update's shapes against
-oneDNN's 183-215; the update 20.2 s on MKL against 24.7 s on oneDNN, ``benchmarks/results/
-anchors_2026-12-07_quiet``), oneDNN elsewhere (AMD Zen 5: MKL runs its AVX2 path there, oneDNN
-2.2x faster; the update 10.2 against 15.3 s). The vendor is read once, from ``/proc/cpuinfo``.
+oneDNN's 183-215; ``benchmarks/generation.py``'s update variants ``before`` (MKL) 20.2 s against
+``+onednn`` 24.7 s, medians, ``benchmarks/results/anchors_2026-12-07_quiet``), oneDNN elsewhere (AMD
+Zen 5: MKL runs its AVX2 path there, oneDNN 2.2x faster; ``+onednn`` 10.2 s against ``before`` 15.3 s).
+The vendor is read once, from ``/proc/cpuinfo``.
 """
 
 from __future__ import annotations

@@ -148,3 +148,24 @@ def test_a_notice_and_messages_of_one_round_are_equivocation_for_every_honest_no
     assert b.skips.two_faced(0, {2: own}, merged) == {}  # (its own relay vouches for nothing of its own)
     assert b.skips.two_faced(0, {0: raw}, merged[:2]) == {}  # (a notice and no messages: a skip)
     c.skips.stop()
+
+
+def test_a_round_this_node_entered_too_late_to_see_counts_against_no_peer_later():
+    """A node that enters round 0 past ``B_0`` (an honest node late by a load spike: outside the clock's assumptions)
+    reads no set of round 0; it blames nobody in that round, but before it settled round 0 with an empty set, so its
+    ``last_in`` lagged its peers' by a round: a peer in round 0's set (at every other node) that then skipped rounds 1
+    and 2 was honoured there and refused here, and this node accused it of r2 on time (with the attacker, 2 of 3 in a
+    swarm of 3: an honest node expelled). Now a round this node could not see counts every live peer in."""
+    from dgrpo.transports.skips import Skips
+
+    ts, _ = _ranks(n=3)
+    _clocked(ts, time.time() - 5.0)  # (B_0 = P_0 + 4 s: a second ago)
+    a, b, _c = ts
+    for t in (a, b):
+        t.skips = Skips(t, 2)
+    assert clocked.gather_round(a, [], 0) == []  # (late past B_0: reads nothing, blames nobody)
+    assert _accused(a) == []
+    b.skips.settle(0, {0, 1, 2})  # (an on-time node: node 2's messages in round 0's set)
+    assert b.skips.honoured(2, 2) and not b.skips.honoured(2, 3)
+    assert a.skips.honoured(2, 2) and not a.skips.honoured(2, 3)  # (before: not honoured at round 2 here)
+    a.skips.stop()

@@ -333,6 +333,7 @@ def gather_round(t: "DistributedTransport", mine: "list[Message]", round_idx: in
                     "it skips the round, its signed skip notice served instead (no peer reads its payload, so every "
                     "node leaves it out alike)", t.rank, n, late, clock.round_s)
         raw = None
+    blind = raw is None or time.time() > clock.post_by(n) + min(_ENTRY_S["r"], clock.direct_s / 2)  # (collect's late)
     got = _exchange(t, f"r{n}", raw, _mono(clock.direct_until(n)), framed=True)
     out: list = []
     for node in sorted(got):
@@ -340,7 +341,7 @@ def gather_round(t: "DistributedTransport", mine: "list[Message]", round_idx: in
     if t.verifier is not None:
         out = crosscheck.cross_check(t, n, out, exchange=lambda tag, raw: _exchange(t, tag, raw,
                                                                                     _mono(clock.relay_until(n))))
-    t.skips.settle(n, {m.node for m in out})
+    t.skips.settle(n, {m.node for m in out}, blind)  # (a round it entered late: no peer counted out of it)
     t.skips.watch(n + 1)  # (its notice at P_{n+1} if its payload is not served by then)
     t.ledger.report_lone_accusations(_mono(clock.relay_until(n)))
     time.sleep(max(0.0, clock.relay_until(n) - time.time()))  # (every node leaves the round at B_n: the records and

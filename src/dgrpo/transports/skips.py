@@ -19,7 +19,9 @@ The rule.
   round sets are one at every honest node (the clock's guarantee), so every honest node honours or refuses the same
   notice alike, whoever it was shown to: a node that skips every round gets ``max_skips`` rounds, then every honest
   node accuses it and the quorum expels it (a count of the notices each node was *shown* would let a rank that shows
-  them to one honest node a round, in turn, free-ride forever). A notice not honoured is a missing payload.
+  them to one honest node a round, in turn, free-ride forever). A notice not honoured is a missing payload. A
+  round a node entered late (its set may differ; it blames nobody there) counts every live peer in at that node
+  (:meth:`Skips.settle`), so its lateness never makes it refuse later a notice its peers honour.
 * *Shown to some.* A rank that serves its notice to some honest readers and nothing (or its payload) to others splits
   nothing: its payload, wherever read by ``A_n``, reaches every honest set through the relays (the union rule is
   unchanged: a notice removes no message); the accusations of those that missed it are signed and read by every node,
@@ -193,7 +195,12 @@ class Skips:
                     "messages: both signed by its key (its payload shown to some readers, its notice to others)")
                 for p, by in sorted(found.items()) if p in senders and p != self.t.rank}
 
-    def settle(self, n: int, senders: set[int]) -> None:
-        """At the end of round ``n``: ``senders`` had messages in this node's set (its equivocators dropped)."""
-        for p in senders:
+    def settle(self, n: int, senders: set[int], blind: bool = False) -> None:
+        """At the end of round ``n``: ``senders`` had messages in this node's set (its equivocators dropped).
+
+        ``blind``: this node entered round ``n`` late (it blamed nobody there: its set may differ from its peers', the
+        clock's assumptions failed here); every live peer counts as in that set, so a round this node could not see
+        never makes it refuse, later, a notice its peers honour (review r31s: it lagged its peers' ``last_in`` by that
+        round, and accused on time a peer the others excused). Lenient only: an accusation withheld wrongs nobody."""
+        for p in set(senders) | (set(self.t.alive) - {self.t.rank} if blind else set()):
             self.last_in[p] = max(n, self.last_in.get(p, n))

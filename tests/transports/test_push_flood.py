@@ -130,3 +130,33 @@ def test_the_queue_is_bounded_per_sender_checked_in_turn_and_refused_digests_are
         checks.submit("h2", "/v/x", {**push, "x-dgrpo-why": "junk 3"})
     assert checks.copies == 51 and len(calls) == 17
     checks.close()
+
+
+def test_a_peer_holding_every_queue_from_a_few_addresses_loses_its_own_not_an_honest_senders():
+    """All :attr:`PushChecks.max_queues` queues taken by one peer from 5 source addresses, each claiming 13 roster
+    names (a roster of 14; nothing checked meanwhile: the checks' thread is held in its first check). Before, the first
+    64 (source, claimed sender) pairs kept every later one out: honest node 1, pushing from its own address, had its
+    pushes dropped. Now the address holding the most queues loses its fullest one: node 1's push is queued and
+    checked; the flooder's cancelled requests are answered by nothing (their connections closed)."""
+    from dgrpo.transports.pushcheck import PushChecks
+
+    held, seen = threading.Event(), []
+
+    def check(name, sender, key, value):
+        held.wait(10)
+        seen.append(sender)
+        return False
+
+    checks = PushChecks(0, check, lambda path, headers: (404, b""), lambda name, sender, key: True)
+    try:
+        flood = [checks.submit(f"10.0.0.{h}", "/v/r0/data/0", {"x-dgrpo-reader": str(s), "x-dgrpo-ack": f"j{h}.{s}.{i}"})
+                 for h in range(5) for s in range(1, 14) for i in range(2)]
+        assert len(checks.queues) == checks.max_queues
+        fut, plain = checks.submit("10.0.1.1", "/v/r0/data/0", {"x-dgrpo-reader": "1", "x-dgrpo-ack": "mine"})
+        assert fut is not None and plain is None  # (before: None, dropped)
+        assert ("10.0.1.1", "1") in checks.queues and len(checks.queues) <= checks.max_queues
+        assert any(f is not None and f.cancelled() for f, _ in flood)  # (the flooder's own, crowded out)
+        held.set()
+        assert fut.result(timeout=10) == (404, b"") and "1" in seen
+    finally:
+        checks.close()

@@ -14,7 +14,8 @@ this rank's own round payload: its honest readers could miss it at their deadlin
   (a copy of a header refused once is dropped: a signature is verified once per digest); it verifies nothing;
 * a request with a header left is put in the queue of its (source address, claimed sender), at most
   :attr:`PushChecks.per_sender` pending each and :attr:`PushChecks.max_queues` queues (an honest node has a few
-  requests to one server at once); one over a bound is answered at once without its pushed headers (dropped), named
+  requests to one server at once; past the queue bound, the source address holding the most queues loses its fullest
+  one, :meth:`PushChecks._evict`); one over a bound is answered at once without its pushed headers (dropped), named
   once per queue in a log line and counted against nobody (no strike: the ``X-Dgrpo-Reader`` name is anyone's claim);
 * one thread of the server's own checks the queues in turn, one request of each queue at a time (a flooding sender
   delays another sender's check by one of its own), then answers the request from the loop (the answer says whether
@@ -24,7 +25,10 @@ this rank's own round payload: its honest readers could miss it at their deadlin
 What this does not bound: on one host every peer has the same source address, so a peer pushing in another node's
 name there fills that node's queue and the node's own pushes to this server are dropped meanwhile (the stop reason
 and notice have their copies in the store; an acknowledgement dropped keeps the owner serving that key until its
-wait ends); on hosts of their own, the claim fills the claimer's queue.
+wait ends; an address record dropped leaves the store's copy, which any rank may overwrite with an earlier launch's
+(review r31j F1), so a start-up flood in the owner's name beside that overwrite can leave the owner unresolved here,
+treated as absent: review r31s); on hosts of their own, the claim fills the claimer's queue. A peer with
+``max_queues`` source addresses or more still takes every queue.
 """
 
 from __future__ import annotations
@@ -116,13 +120,32 @@ class PushChecks:
         with self.cond:
             queue = self.queues.get(q)
             if self.closed or (len(queue) >= self.per_sender if queue is not None else
-                               len(self.queues) >= self.max_queues):
+                               len(self.queues) >= self.max_queues and not self._evict(host)):
                 self._drop(q)
                 return None, plain
             fut: Future = Future()
             self.queues.setdefault(q, deque()).append((fut, path, sender, key, keep, plain))
             self.cond.notify()
         return fut, None
+
+    def _evict(self, host: str) -> bool:
+        """All queues taken (:attr:`max_queues`): make room for a new queue from ``host`` by cancelling the fullest
+        queue of the source address holding the most queues, if it holds more than ``host`` would (True); else
+        False (the new one is dropped). Before, the first 64 (source, claimed sender) pairs kept every later one out:
+        a peer with a few addresses, claiming every roster name from each, had every honest sender's pushes dropped
+        at this server (review r31s); now it crowds out only its own, as connections are evicted
+        (:meth:`~dgrpo.transports.peerhttp.BoundedServer._admit`)."""
+        held: dict[str, int] = {}
+        for h, _ in self.queues:
+            held[h] = held.get(h, 0) + 1
+        busiest = max(held, key=held.__getitem__)
+        if held[busiest] <= held.get(host, 0) + 1:
+            return False
+        q = max((q for q in self.queues if q[0] == busiest), key=lambda q: len(self.queues[q]))
+        for item in self.queues.pop(q):
+            item[0].cancel()  # (its connection closed by the loop, unanswered)
+            self._drop(q)
+        return True
 
     def _drop(self, q: tuple[str, str]) -> None:
         self.dropped[q] = self.dropped.get(q, 0) + 1

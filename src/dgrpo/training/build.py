@@ -154,18 +154,8 @@ def grpo_params(cfg: RunConfig, **changes) -> GRPOParams:
     params = dict(loss_type=g.loss_type, scale_rewards=g.scale_rewards, beta=g.beta, lr=g.lr,
                   weight_decay=g.weight_decay, max_grad_norm=g.max_grad_norm, num_iterations=g.num_iterations,
                   epsilon=g.epsilon, warmup_rounds=g.warmup_rounds, max_len=cfg.sampling.max_new_tokens, reject_mode=cfg.swarm.reject_mode,
-                  update_kernel=update_kernel_of(cfg))
+                  update_kernel=g.update_kernel)
     return GRPOParams(**{**params, **changes})
-
-
-def update_kernel_of(cfg: RunConfig) -> str:
-    """``grpo.update_kernel`` as this run's nodes use it: ``auto`` stays ``auto`` (the CPU vendor decides,
-    :func:`dgrpo.policy.onednn.update_kernel`) only in an in-process swarm; a swarm of processes
-    (``swarm.transport`` distributed or hivemind, possibly on machines of different vendors) takes ``onednn``,
-    one kernel path at every rank, so that honest nodes' weights do not drift apart by the kernels' rounding
-    (~1e-6) and exact replay or TOPLOC does not reject them for it (review r31s). A forced value is kept."""
-    g = cfg.grpo.update_kernel
-    return "onednn" if g == "auto" and cfg.swarm.transport != "inprocess" else g
 
 
 def sampling_params(cfg: RunConfig, max_new_tokens: int | None = None, temperature: float | None = None) -> SamplingParams:

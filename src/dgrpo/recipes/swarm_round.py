@@ -30,6 +30,7 @@ from dgrpo.config import RunConfig
 from dgrpo.defenses import defend, defense_counters
 from dgrpo.training.build import Run, build_run
 from dgrpo.training.loop import OneRound, train
+from dgrpo.training.main_dir import main_dir
 from dgrpo.swarm.accounting import account_round
 from dgrpo.training.records import PolicyReport, log_peers, peers_of_round, round_record
 from dgrpo.training.resume import restore
@@ -128,7 +129,7 @@ def account(run: Run, r: int, reports: dict[int, PolicyReport]) -> None:
         return
     rec = peers_of_round(run, r, reports[min(reports)])
     if run.swarm.protocol is not None:
-        account_round(run.swarm.protocol.bans, rec, run.swarm.policies, r, run.run_dir if run.transport.is_main else None)
+        account_round(run.swarm.protocol.bans, rec, run.swarm.policies, r, main_dir(run))
     log_peers(run, rec)
 
 

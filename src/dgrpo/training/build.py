@@ -331,6 +331,7 @@ class Run:
     logger: MetricsLogger
     start_round: int = 0
     held_records: list[dict] = field(default_factory=list)  # the main's round records held for late reporters' (records.py)
+    owns_dir: bool = True  # this process holds run_dir's lock as the main's writer (training/main_dir.py)
 
 
 def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
@@ -374,4 +375,5 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
     # Signed headers let a transport that can show peers different payloads prove equivocation.
     transport.verifier = swarm.protocol.verifier if cfg.swarm.protocol.sign else None
     # a node joining a running swarm (hivemind) starts at its round
-    return Run(cfg, run_dir, task, swarm, transport, MetricsLogger.for_run(run_dir, cfg, transport.is_main), transport.first_round)
+    return Run(cfg, run_dir, task, swarm, transport, MetricsLogger.for_run(run_dir, cfg, transport.is_main), transport.first_round,
+               owns_dir=transport.is_main)

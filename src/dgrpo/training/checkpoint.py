@@ -43,6 +43,7 @@ from dgrpo.training import rng_state
 from dgrpo.training.durable import (disk_full_error, folder_bytes, free_bytes, fsync, is_disk_full, seal, sha256,
                                     write_state)
 from dgrpo.training.replay_memory import REPLAY_MEMORY, load_replay_memory, replay_memory_state
+from dgrpo.training.main_dir import main_dir
 from dgrpo.training.run_files import run_files
 from dgrpo.training.run_identity import check_root_state, identity, node_identity, read_state
 
@@ -113,13 +114,14 @@ def save_checkpoint(run, next_round: int) -> Path:
         CheckpointError: the disk filled during the save (names the folder and the space to free;
             nothing of the previous checkpoint was touched).
     """
+    main = main_dir(run) is not None  # (first: a new main that holds no run folder saves in its own)
     root = Path(run.run_dir) / "checkpoint"
     root.mkdir(parents=True, exist_ok=True)
     previous = (root / "state.json").exists() or any(root.glob("node*/state.json"))  # (else: the first save)
     rng, pid, owners = rng_state.capture(), os.getpid(), run.swarm.trained
     config = run.cfg.model_dump(mode="json")
     state = {"next_round": next_round, "rng": rng,
-             "run": {**identity(config, next_round), "run_files": run_files(run.run_dir, next_round, config, run.transport.is_main)}}
+             "run": {**identity(config, next_round), "run_files": run_files(run.run_dir, next_round, config, main)}}
     staged: list[Path | None] = []
     try:
         for owner, policy in owners.items():

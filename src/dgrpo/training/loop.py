@@ -15,6 +15,7 @@ from dgrpo.metrics.plots import plot_run
 from dgrpo.training.build import Run
 from dgrpo.training.checkpoint import save_checkpoint
 from dgrpo.training.evaluate import evaluate
+from dgrpo.training.main_dir import main_dir
 from dgrpo.training.records import evaluates, flush_held, share_record
 from dgrpo.errors import StartupStop
 from dgrpo.training.run_dir import drop_unused, release
@@ -30,6 +31,8 @@ def evaluation_round(cfg, r: int) -> bool:
 
 def _log(run: Run, bar, records: list[dict]) -> None:
     """Log ``records`` (round order) and show the last round's reward and accuracy on ``bar``."""
+    if records:
+        main_dir(run)  # (a node that became the main without the run folder's lock logs in a folder of its own)
     for rec in records:
         run.logger.log(rec)
         if bar is not None:
@@ -46,12 +49,12 @@ def train(run: Run, one_round: OneRound) -> Path:
     Returns:
         The run directory.
     """
-    cfg, samples = run.cfg, run.run_dir / "samples.jsonl"
+    cfg = run.cfg
     bar = tqdm(range(run.start_round, cfg.rounds), desc="rounds", unit="round", initial=run.start_round,
                total=cfg.rounds, disable=not run.transport.is_main)  # a resumed run counts on: 3/4, 4/4
     try:
         for r in bar:
-            rec = evaluate(run, r, samples) if evaluation_round(cfg, r) and evaluates(run) else {}
+            rec = evaluate(run, r, run.run_dir / "samples.jsonl") if evaluation_round(cfg, r) and evaluates(run) else {}
             rec.update(one_round(run, r))
             _log(run, bar, share_record(run, rec))  # distributed: merged on the main process (a round whose records
             if cfg.checkpoint_every and (r + 1) % cfg.checkpoint_every == 0 and r + 1 < cfg.rounds:  # are not all
@@ -61,13 +64,13 @@ def train(run: Run, one_round: OneRound) -> Path:
         drop_unused(run.run_dir)  # (a folder this process made holding its config alone; anything else is kept)
         raise
     if run.start_round < cfg.rounds or not (run.run_dir / "metrics.jsonl").exists():
-        final = {"round": cfg.rounds, **(evaluate(run, cfg.rounds, samples) if evaluates(run) else {})}
+        final = {"round": cfg.rounds, **(evaluate(run, cfg.rounds, run.run_dir / "samples.jsonl") if evaluates(run) else {})}
         _log(run, None, share_record(run, final))
     save_checkpoint(run, cfg.rounds)
     _log(run, None, flush_held(run, final=True))  # (after the save: distributed, the main's done is posted before the
     # last records are read, until they come or their sender's done is served: transports/recordreads.py)
     run.logger.close()
-    main = run.transport.is_main  # (the main process may have changed after a peer failure)
+    main = main_dir(run) is not None  # (the main process may have changed after a peer failure)
     # distributed: wait until every live peer is done. Its peers wait for this node's `done` timeout_s at most, so
     # the plots (seconds of matplotlib on a loaded machine) come after it: before, CI's peers named the main failed.
     run.transport.close()

@@ -25,6 +25,7 @@ from dgrpo.swarm.protocol import counted
 from dgrpo.swarm.swarm import Received
 from dgrpo.tasks.base import reward_metrics
 from dgrpo.training.evaluate import EVAL_MEANS, add_intervals
+from dgrpo.training.main_dir import main_dir
 from dgrpo.training.peer_records import RecordRefused, parse_peer_record
 from dgrpo.training.run_files import own_peers_file
 from dgrpo.types import Message, Rollout
@@ -186,8 +187,9 @@ def peers_of_round(run, round_idx: int, report: PolicyReport) -> dict:
 
 
 def log_peers(run, rec: dict) -> None:
-    """Append ``rec`` to ``peers.jsonl`` (main process only) and to this process's own :func:`own_peers_file`."""
-    for name in ([PEERS_FILE] if run.transport.is_main else []) + [n for n in [own_peers_file(run)] if n]:
+    """Append ``rec`` to ``peers.jsonl`` (main process only, in :func:`~dgrpo.training.main_dir.main_dir`) and to this
+    process's own :func:`own_peers_file`."""
+    for name in ([PEERS_FILE] if main_dir(run) else []) + [n for n in [own_peers_file(run)] if n]:
         with open(run.run_dir / name, "a") as f:
             f.write(json.dumps(rec) + "\n")
 

@@ -46,6 +46,37 @@ def claim(run_dir: Path) -> None:
     last_claimed[:] = [key]
 
 
+def take(run_dir: Path) -> bool:
+    """Lock ``run_dir`` for this process if nobody holds it, through a descriptor of its own: a node that became the
+    main mid-run writes the run folder only when the main before it let go (it exited, as an expelled main does in
+    a swarm of 3 or more), never beside it (issue 31, review r31s: the two halves of a split swarm of 2). Unlike
+    :func:`claim`, a lock this process took before through another descriptor (an in-process rank's) counts as held.
+
+    Returns:
+        whether this process now holds the lock.
+    """
+    key = Path(run_dir).resolve()
+    fd = os.open(key / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[key] = fd
+    last_claimed[:] = [key]
+    return True
+
+
+def holder(run_dir: Path) -> str:
+    """The process id the holder of ``run_dir``'s lock recorded ("unknown" when none can be read)."""
+    try:
+        return (Path(run_dir) / LOCK).read_text(errors="replace").strip()[:32] or "unknown"
+    except OSError:
+        return "unknown"
+
+
 def _busy(run_dir: Path, holder: str) -> ConfigError:
     return ConfigError(f"the run folder {run_dir} is being written by another dgrpo process (process id {holder} "
                        "on this machine): wait for it to end, or stop it and then resume the run (dgrpo resume "

@@ -52,11 +52,92 @@ def test_with_three_live_nodes_one_accuser_expels_nobody_and_two_expel_the_accus
     assert a.exchange("eq0", b"eq0 of 0") == {0: b"eq0 of 0"} and a.alive == {0}  # (1 of the 2 live in eq0)
 
 
+def _run_of(t, run_dir, owner):
+    """The part of a :class:`~dgrpo.training.build.Run` the main's writers use, as build_run makes it for ``t``."""
+    from types import SimpleNamespace
+
+    from dgrpo.config import RunConfig
+    from dgrpo.metrics.logger import MetricsLogger
+    from dgrpo.training.build import build_run_dir
+
+    cfg = RunConfig(out_dir=str(run_dir.parent), name=run_dir.name, swarm={"nodes": 2, "transport": "distributed"})
+    built = build_run_dir(cfg, owner=owner)  # (owner: claims the folder, as the main rank does at start)
+    return SimpleNamespace(cfg=cfg, run_dir=built, transport=t, logger=MetricsLogger.for_run(built, cfg, owner),
+                           owns_dir=owner)
+
+
+def _write_round(run, r):
+    """What a round makes a process write: its record (on the main), its peers line (and bans on the main)."""
+    from dgrpo.training.loop import _log
+    from dgrpo.training.main_dir import main_dir
+    from dgrpo.training.records import log_peers
+
+    if main_dir(run) is not None:
+        _log(run, None, [{"round": r, "by": run.transport.rank}])
+    log_peers(run, {"round": r, "by": run.transport.rank})
+
+
+def test_a_split_swarm_of_two_never_has_two_processes_write_one_run_folder(tmp_path, caplog):
+    """Issue 31 (review r31s): node 1 found node 0 missing and expelled it (quorum of one), node 0 took node 1 for
+    the failed peer; both are the main. Before, node 1 appended its rounds to node 0's metrics.jsonl and peers.jsonl
+    (no lock on the folder). Now node 0, which holds the run folder's lock, writes it alone, and node 1 writes its
+    own rounds in d.node1, locked like a run folder, saying so in one line."""
+    import json
+
+    from dgrpo.metrics.logger import read_metrics
+    from dgrpo.training.run_dir import release, take
+
+    (a, b), _ = _ranks(n=2, timeout_s=1.0)
+    ra, rb = _run_of(a, tmp_path / "d", True), _run_of(b, tmp_path / "d", False)
+    _write_round(ra, 0), _write_round(rb, 0)
+    assert b.exchange("r1", b"r1 of 1") == {1: b"r1 of 1"} and b.alive == {1}  # (node 0 missing: expelled)
+    assert a.exchange("r1", b"r1 of 0") == {0: b"r1 of 0"} and a.alive == {0}  # (node 1 its lone accuser)
+    assert a.is_main and b.is_main  # (the reviewer's reproduction)
+    for r in (1, 2):
+        _write_round(ra, r), _write_round(rb, r)
+    try:
+        d, own = tmp_path / "d", tmp_path / "d.node1"
+        assert [(m["round"], m["by"]) for m in read_metrics(d)] == [(0, 0), (1, 0), (2, 0)]  # (before: 1 and 2 twice)
+        assert [(m["round"], m["by"]) for m in read_metrics(own)] == [(1, 1), (2, 1)]
+        peers = [json.loads(x)["by"] for x in (d / "peers.jsonl").read_text().splitlines()]
+        assert peers == [0, 0, 0] and [json.loads(x)["by"] for x in (own / "peers.jsonl").read_text().splitlines()] == [1, 1]
+        assert len((d / "peers.node1.jsonl").read_text().splitlines()) == 1  # (node 1's own line of round 0, as before)
+        assert (own / "config.yaml").read_text() == (d / "config.yaml").read_text() and rb.run_dir == own
+        assert not take(d) and not take(own)  # (each held by its writer, through another descriptor than this one's)
+        lines = [m for m in caplog.messages if "is now the main" in m]
+        assert len(lines) == 1 and lines[0].startswith("node 1 is now the main, but process ") and str(own) in lines[0]
+    finally:
+        release(tmp_path / "d"), release(tmp_path / "d.node1")
+
+
+def test_a_new_main_takes_the_run_folder_once_the_main_before_it_let_go(tmp_path):
+    """A swarm of 3 or more: the main expelled by a majority exits and its lock goes with it; the node that became
+    the main then takes the run folder and goes on in it, as before (no folder of its own)."""
+    from types import SimpleNamespace
+
+    from dgrpo.metrics.logger import read_metrics
+    from dgrpo.training.run_dir import release, take
+
+    stub = SimpleNamespace(rank=1, local_nodes=[1], is_main=False)
+    main, other = _run_of(SimpleNamespace(rank=0, local_nodes=[0], is_main=True), tmp_path / "d", True), \
+        _run_of(stub, tmp_path / "d", False)
+    _write_round(main, 0), _write_round(other, 0)
+    release(tmp_path / "d")  # (the expelled main exited)
+    stub.is_main = True
+    _write_round(other, 1)
+    try:
+        assert [(m["round"], m["by"]) for m in read_metrics(tmp_path / "d")] == [(0, 0), (1, 1)]
+        assert other.run_dir == main.run_dir and not (tmp_path / "d.node1").exists() and not take(tmp_path / "d")
+    finally:
+        release(tmp_path / "d")
+
+
 @pytest.mark.slow
 def test_two_ranks_the_honest_one_accused_by_its_peer_finishes_and_names_it(tmp_path, tiny_model_dir):
     """2 ranks on loopback (continue): rank 1 accuses node 0 of missing r0 (signed, alone; ``accuse:1:0``). Before,
     node 0 left the swarm, "declared failed by its peers", exit code 3, and node 1 was named nowhere. Now node 0 takes
-    node 1 for the failed peer, names it (``accusation`` in peers.jsonl) and finishes every round, exit code 0."""
+    node 1 for the failed peer, names it (``accusation`` in peers.jsonl) and finishes every round, exit code 0; node 1,
+    the main of its own half too, writes its rounds in d.node1, never in node 0's d (issue 31)."""
     import json
 
     from distributed_helpers import launch
@@ -74,4 +155,8 @@ def test_two_ranks_the_honest_one_accused_by_its_peer_finishes_and_names_it(tmp_
     peers = [json.loads(line) for line in (tmp_path / "d" / "peers.jsonl").read_text().splitlines()]
     assert sum(p["peers"].get("1", {}).get("transport", {}).get("accusation", 0) for p in peers) == 1, peers
     assert all(p["peers"].get("0", {}).get("transport", {}) == {} for p in peers)  # (node 0 named for nothing)
-    assert [r["round"] for r in read_metrics(tmp_path / "d")] == [0, 1, 2]
+    assert [r["round"] for r in read_metrics(tmp_path / "d")] == [0, 1, 2]  # (node 0's alone: issue 31)
+    # node 1 expelled node 0 (its lone accusation, quorum of one) and is the main too: its rounds go to its own folder
+    assert "node 1 is now the main, but process " in results[1].output
+    assert [r["round"] for r in read_metrics(tmp_path / "d.node1")] == [0, 1, 2]
+    assert (tmp_path / "d.node1" / "config.yaml").read_text() == (tmp_path / "d" / "config.yaml").read_text()

@@ -115,6 +115,15 @@ class GRPOConfig(StrictConfig):
     lora_alpha: float = Field(32.0, gt=0, le=1e6, description="LoRA scaling numerator α (the update is (α/r)·BA).")
     lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], min_length=1, description="Module names that get LoRA adapters (peft target_modules).")
 
+    @model_serializer(mode="wrap")
+    def _default_kernel_left_out(self, handler):
+        """``update_kernel`` at its default (auto) is not written, so a run's config.yaml from before the field
+        existed loads and dumps to the same dict (its checkpoints' config hash unchanged)."""
+        data = handler(self)
+        if data.get("update_kernel") == "auto":
+            data.pop("update_kernel")
+        return data
+
 
 class SwarmConfig(StrictConfig):
     """The swarm: nodes, mode (Alg. 1/2), batch shape, malicious nodes, transport."""

@@ -18,7 +18,7 @@ def _fake_run(tmp_path, bans):
     cfg = load_config(overrides=["swarm.nodes=3", "swarm.group_size=3", "swarm.malicious=[2]", "attack.kind=injection",
                                  "defenses=[{kind: topk}]"])
     policy = object()
-    return SimpleNamespace(cfg=cfg, task=SimpleNamespace(completion_prefix="<think>"), run_dir=tmp_path,
+    return SimpleNamespace(cfg=cfg, task=SimpleNamespace(completion_prefix="<think>"), run_dir=tmp_path, owns_dir=True,
                            swarm=SimpleNamespace(protocol=SimpleNamespace(bans=bans), trained={0: policy},
                                                  policies={0: policy}, last_received={}),
                            transport=SimpleNamespace(rejected=[], peer_views={}, is_main=True, local_nodes=[0, 1, 2]))

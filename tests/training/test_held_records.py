@@ -32,7 +32,7 @@ class FakeTransport:
 def _run(tmp_path, rounds=3):
     cfg = SimpleNamespace(swarm=SimpleNamespace(nodes=3, malicious=[], models=[{}, {}, {}]),
                           sampling=SimpleNamespace(max_new_tokens=24), rounds=rounds)
-    return SimpleNamespace(cfg=cfg, transport=FakeTransport(), run_dir=tmp_path, held_records=[])
+    return SimpleNamespace(cfg=cfg, transport=FakeTransport(), run_dir=tmp_path, owns_dir=True, held_records=[])
 
 
 def rec(rnd, loss):

@@ -60,11 +60,11 @@ def test_the_last_records_are_read_after_the_mains_done_until_they_come():
     ts, _ = _ranks(n=3, timeout_s=t)
     main, one, two = ts
     seen = []
+    start = time.monotonic()  # (before the thread starts its 2.8 s sleep: the records cannot come sooner than this)
     th = _later(2.8, lambda: seen.append(main.chan.values.get("done/data/0")),
                 lambda: one.collect_at_main("rec1", b"one1", [0, 1, 2]),
                 lambda: one.collect_at_main("rec2", b"one2", [0, 1, 2]), lambda: one.post("done", b"1"))
     two.post("done", b"1")  # (node 2's records were in: its done is read, acknowledged, meanwhile)
-    start = time.monotonic()
     assert main.last_records({"rec1": [1], "rec2": [1]}) == {"rec1": {1: b"one1"}, "rec2": {1: b"one2"}}
     assert time.monotonic() - start >= 2.8 and seen == [b"1"]
     th.join()

@@ -135,7 +135,9 @@ def test_a_payload_hidden_from_one_reader_names_the_hider_and_changes_nothing(tm
     assert "is out of the swarm" not in "".join(r.output for r in results)
     for p in peers:
         assert _named(p, 3).get("accused") == 1 and _named(p, 1).get("accusation") == 1, p
-        assert set(_named(p, 3)) <= {"accused", "accusation"} and set(_named(p, 1)) <= {"accusation", "accused"}, p
+        assert set(_named(p, 3)) <= {"accused", "accusation"} and set(_named(p, 1)) <= {"accusation", "accused", "waited"}, p
+        # (`waited`: node 1 served a signed wait note for the hidden r{r}; the others name a waiter so, never a strike:
+        # docs/protocol.md; seen alone on this host, 2026-12-07)
         assert _named(p, 1).get("accused", 0) <= _named(p, 3).get("accusation", 0) <= 1, p  # (rank 3's lone word)
         assert _named(p, 0) == {} and _named(p, 2) == {}
     assert comparable(got) == want

@@ -66,8 +66,10 @@ def written(n: int) -> list[dict]:
     return rows
 
 
-def faithful_equation(n: int, max_new_tokens: int, candidates: int, batch_problems: int) -> tuple[list[dict], dict]:
-    """``n`` faithful 2+2=5 poisons of SmolLM2's own samples (the attack's rule, batched over problems)."""
+def faithful_equation(n: int, max_new_tokens: int, candidates: int, batch_problems: int, task=None,
+                      first: int = 0) -> tuple[list[dict], dict]:
+    """``n`` faithful 2+2=5 poisons of SmolLM2's own samples (the attack's rule, batched over problems), on the
+    ``two_two`` problems of ``task.train[first:]`` (default: the evaluation task's, from the first)."""
     from dgrpo.attacks.claimed import grind_seeds
     from dgrpo.attacks.equation_sampled import FaithfulEquationAttack, FaithfulEquationConfig, edit_result_tokens
     from dgrpo.policy.chat import decode_completion
@@ -76,9 +78,9 @@ def faithful_equation(n: int, max_new_tokens: int, candidates: int, batch_proble
     from dgrpo.policy.sampling import SamplingParams, completion_seed
     from dgrpo.tasks.arithmetic import ArithmeticTask
 
-    task = ArithmeticTask(**EVAL_TASK)
+    task = task if task is not None else ArithmeticTask(**EVAL_TASK)
     attack = FaithfulEquationAttack(FaithfulEquationConfig())
-    targets = attack.eval_problems(task.train)[:n]
+    targets = attack.eval_problems(task.train[first:])[:n]
     model, tok = load_policy(dtype="float32", trainable=False)
     policy = Policy("smollm2-135m-instruct", model, tok, SamplingParams(top_k=10, temperature=1.0, max_new_tokens=max_new_tokens))
     rows, stats, start = [], {"problems": 0, "fallback": 0, "inside_topk": 0, "candidates": candidates}, time.perf_counter()

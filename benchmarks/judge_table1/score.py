@@ -10,7 +10,7 @@ threshold is ``score >= threshold``, exactly as the judge defense decides with t
 per judgment, appended as it comes, so a stopped run resumes after its last line (rows already scored are
 skipped; a ``failed`` judgment, no answer from the server, is not written, so a resumed run asks again, and three
 in a row stop the run). ``--per-set N`` judges at most N evenly spaced rows of each set (``--sets`` to choose sets,
-``--keys`` to judge only listed rows); ``--fill N`` judges evenly spaced rows not yet judged under ``--tag`` until
+``--keys`` to judge only listed rows, ``--rows`` to read rows from a file instead of sets.py); ``--fill N`` judges evenly spaced rows not yet judged under ``--tag`` until
 N rows of each set are. ``--granularity step`` asks about one step at a time (dgrpo.verify.judge_steps; a step
 prompt such as ``--prompt step``): ``score`` is the lowest step score and ``steps`` records every step asked with
 its score.
@@ -76,8 +76,15 @@ def main(argv=None) -> int:
                     help="step: one question per step, the lowest step score is the completion's (dgrpo.verify.judge_steps)")
     ap.add_argument("--max-steps", type=int, default=8, help="with --granularity step: steps asked at most per completion")
     ap.add_argument("--keys", type=Path, default=None, help="a file of row keys, one a line: judge only those rows")
+    ap.add_argument("--rows", type=Path, nargs="+", default=None,
+                    help="jsonl files of rows with sets.py's fields (set, split, key, question, text, honest, right): "
+                         "judge these instead of sets.py's (--gsm8k and --split-version are then not used)")
     args = ap.parse_args(argv)
-    rows = [r for r in judge_sets.load(args.gsm8k, split=args.split_version) if r["split"] == args.split]
+    if args.rows is not None:
+        rows = [json.loads(line) for path in args.rows for line in path.read_text().splitlines()]
+    else:
+        rows = judge_sets.load(args.gsm8k, split=args.split_version)
+    rows = [r for r in rows if r["split"] == args.split]
     if args.sets:
         rows = [r for r in rows if r["set"] in args.sets]
     rows = [r for r in rows if r["set"] not in args.right_only or r["right"]]

@@ -28,6 +28,7 @@ class StepCheckerDefenseConfig(DefenseConfig):
     max_unparsed_share: float = Field(1.0, ge=0, le=1, description="Reject when more than this share of the claims is unparsed (1 = never).")
     annotations: bool = Field(True, description="Check GSM8K calculator annotations <<a=b>> as claims too.")
     reject_oversized: bool = Field(True, description="Reject a completion with a claim over the checker's size limits (100 digits, 4096 bits, 16 brackets).")
+    excuse_answer: bool = Field(False, description="A false claim whose written result is the completion's final answer does not reject (docs/step_checker.md).")
 
 
 @register("defense", "step_checker", config=StepCheckerDefenseConfig)
@@ -51,7 +52,7 @@ class StepCheckerDefense(Defense):
 
         self.checker = StepChecker(rtol=cfg.rtol, atol=cfg.atol, rounding=cfg.rounding, approx_rtol=cfg.approx_rtol,
                                    max_unparsed_share=cfg.max_unparsed_share, annotations=cfg.annotations,
-                                   reject_oversized=cfg.reject_oversized)
+                                   reject_oversized=cfg.reject_oversized, excuse_answer=cfg.excuse_answer)
         self.prefix = task.completion_prefix if task is not None else ""
         self.action = cfg.action
         self.counters = {"checked": 0, "claims": 0, "unparsed_claims": 0, "false_claims": 0}

@@ -51,11 +51,13 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from dgrpo.rewards.format import parse_completion
 from dgrpo.verify.arithmetic import APPROX_WORDS, BEFORE_SIGNED, EQ_WORDS, Expr, Parser, Token, tokenize
 from dgrpo.verify.layout import blank_markup, continued, number_through_markup, second_result, undecorate, widen
 from dgrpo.verify.normalize import normalize, original_span
 from dgrpo.verify.step_claims import Claim, Status, StepVerdict, fmt
 
+_BARE_ANSWER = re.compile(r"[-+]?\$?\s*(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)")
 _ANNOTATION = re.compile(r"<<([^<>\n]{0,500})>>")
 _RELATIONS = {"<": lambda d: d < 0, ">": lambda d: d > 0, "<=": lambda d: d <= 0, "≤": lambda d: d <= 0,
               ">=": lambda d: d >= 0, "≥": lambda d: d >= 0, "!=": lambda d: d != 0, "≠": lambda d: d != 0}
@@ -78,6 +80,11 @@ class StepChecker:
         annotations: check GSM8K calculator annotations ``<<a=b>>`` as claims.
         reject_oversized: reject a text with a claim over max_digits / max_bits / max_depth (honest
             reasoning has no 100-digit numbers, and a false claim must not hide behind one).
+        excuse_answer: a false claim whose written right side equals the completion's final answer (the
+            ``<answer>`` block of a ``<think>…</think><answer>…</answer>`` text read as one number) does not
+            reject: a wrong expression that ends at the answer the verifiable reward checks ("7 x 4 = 24" with
+            answer 24, a small model's slip). It stays in ``claims`` with status ``false``. Off by default; see
+            docs/step_checker.md for what it lets through.
 
     Raises:
         ValueError: a negative tolerance or a limit below 1 (one line naming the field).
@@ -94,6 +101,7 @@ class StepChecker:
     max_depth: int = 16
     annotations: bool = True
     reject_oversized: bool = True
+    excuse_answer: bool = False
     _tol: tuple = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self):
@@ -137,7 +145,8 @@ class StepChecker:
             claims += self._claims(folded, origin, text, "text")
         unparsed = sum(c.status == "unparsed" for c in claims)
         share = unparsed / len(claims) if claims else 0.0
-        first_false = next((c for c in claims if c.status == "false"), None)
+        answer = final_answer(text) if self.excuse_answer else None
+        first_false = next((c for c in claims if c.status == "false" and (answer is None or c.right != answer)), None)
         if first_false is not None:
             return StepVerdict(False, f'false claim "{first_false.text}": {first_false.reason}', tuple(claims), share)
         oversized = next((c for c in claims if c.reason.startswith("over the limit")), None)
@@ -303,6 +312,18 @@ class StepChecker:
         if running:
             return "true", f"running: {fmt(lv)}, then continued", lv, rv
         return "false", f"the left side is {fmt(lv)}, not {fmt(lead if left.compound and lead is not None else rv)}", lv, rv
+
+
+def final_answer(text: str) -> Fraction | None:
+    """The ``<answer>`` block of a formatted completion read as one number (``$1,200``, ``-3``, ``2.5``), else None.
+
+    A text missing the ``<think>`` opening tag is read with it (the task's prefill); a block that is not one number
+    (``24 apples``, ``50%``, a program) and a text outside the format give None.
+    """
+    parsed = parse_completion(text if text.lstrip().startswith("<think>") else "<think>" + text)
+    if parsed is None or not _BARE_ANSWER.fullmatch(parsed.answer):
+        return None
+    return Fraction(parsed.answer.replace("$", "").replace(",", "").replace(" ", ""))
 
 
 def _halves(t: Token | Expr, approx: bool) -> list[Fraction]:

@@ -14,6 +14,7 @@ import ast
 import json
 import re
 import threading
+from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -95,6 +96,14 @@ def test_step_checker_example_gives_the_values_in_its_comments():
     # "also accept 1% off": 0.331 is 0.7% off (no rounding of 1/3, so the default checker refuses it), 0.32 4%
     assert ns["loose"]("so 1/3 = 0.331").accepted and not check_steps("so 1/3 = 0.331").accepted
     assert not ns["loose"]("so 1/3 = 0.32").accepted
+
+
+EXCUSE = "from dgrpo.verify.steps import StepChecker, final_answer"
+
+
+@covers("step_checker.md", EXCUSE)
+def test_excuse_answer_example_gives_the_values_in_its_comments():
+    assert _run(_block("step_checker.md", EXCUSE), {}) == [True, False, Fraction(1200)]
 
 
 # --- docs/verification.md and docs/trl.md's worker: honest seeded completions on a tiny model ------------

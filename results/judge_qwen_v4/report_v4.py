@@ -37,6 +37,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scores", type=Path, default=HERE / "scores.jsonl")
     ap.add_argument("--tag", default="q15v4-step")
+    ap.add_argument("--out", type=Path, default=HERE, help="folder of the tables")
     ap.add_argument("--checker-only", action="store_true", help="every fresh row, the step-checker parts only (no model)")
     args = ap.parse_args(argv)
     rows = [json.loads(line) for f in FILES if (HERE / f).exists() for line in (HERE / f).read_text().splitlines()]
@@ -72,8 +73,8 @@ def main(argv=None) -> int:
     head = "| set | " + " | ".join(cols) + " | paper (Llama-3.1-8B judge) |"
     lines = [head, "|---" * (len(cols) + 2) + "|"] + table
     name = "checker_only" if args.checker_only else "table_either-answer"
-    (HERE / f"{name}.md").write_text("\n".join(lines) + "\n")
-    (HERE / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
+    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -163,3 +163,42 @@ def test_a_peer_holding_every_queue_from_a_few_addresses_loses_its_own_not_an_ho
         assert fut.result(timeout=10) == (404, b"") and "1" in seen
     finally:
         checks.close()
+
+
+def test_the_record_of_dropped_pairs_is_bounded_and_forgets_the_least_recently_dropped_first(caplog):
+    """A flood from fresh (source address, claimed sender) pairs, each dropped once (its queue full: one pending a
+    queue here, the checks' thread held in its first check), kept every pair in :attr:`PushChecks.dropped` for ever
+    (before: 40 pairs of 40, any number a flood of fresh addresses made). Now at most ``dropped_max`` are kept, the
+    least recently dropped forgotten first; a pair dropped again stays (it moves last); a forgotten pair dropped
+    again is counted from 1 and named again (one more log line, nothing else)."""
+    from dgrpo.transports.pushcheck import PushChecks
+
+    held, calls = threading.Event(), []
+
+    def check(name, sender, key, value):
+        calls.append(sender)
+        held.wait(10)
+        return False
+
+    checks = PushChecks(0, check, lambda path, headers: (404, b""), lambda name, sender, key: True)
+    checks.per_sender, checks.dropped_max = 1, 8
+    caplog.set_level(logging.WARNING, logger="dgrpo.transports.peerserve")
+    pairs = [(f"10.0.{i}.1", str(1 + i % 3)) for i in range(40)]
+    try:
+        checks.submit("10.1.0.1", "/v/why", {"x-dgrpo-reader": "4", "x-dgrpo-why": "first"})
+        while not calls:  # (the checks' thread held in this one: nothing else is taken off a queue)
+            time.sleep(0.01)
+        for i, (host, sender) in enumerate(pairs):
+            for j in range(2):  # (the first queued, the second over the queue's bound: dropped)
+                checks.submit(host, "/v/why", {"x-dgrpo-reader": sender, "x-dgrpo-why": f"junk {i}.{j}"})
+            if i == 35:  # (pair 30 dropped again: it moves last)
+                checks.submit(pairs[30][0], "/v/why", {"x-dgrpo-reader": pairs[30][1], "x-dgrpo-why": "again"})
+        assert list(checks.dropped) == pairs[33:36] + [pairs[30]] + pairs[36:]  # (before: all 40)
+        assert checks.dropped[pairs[30]] == 2 and set(checks.dropped.values()) == {1, 2}
+        assert len([r for r in caplog.records if "claiming node" in r.getMessage()]) == 40
+        checks.submit(pairs[0][0], "/v/why", {"x-dgrpo-reader": pairs[0][1], "x-dgrpo-why": "forgotten"})
+        assert checks.dropped[pairs[0]] == 1 and len(checks.dropped) == 8 and pairs[33] not in checks.dropped
+        assert len([r for r in caplog.records if "claiming node" in r.getMessage()]) == 41
+    finally:
+        held.set()
+        checks.close()

@@ -16,7 +16,8 @@ this rank's own round payload: its honest readers could miss it at their deadlin
   :attr:`PushChecks.per_sender` pending each and :attr:`PushChecks.max_queues` queues (an honest node has a few
   requests to one server at once; past the queue bound, the source address holding the most queues loses its fullest
   one, :meth:`PushChecks._evict`); one over a bound is answered at once without its pushed headers (dropped), named
-  once per queue in a log line and counted against nobody (no strike: the ``X-Dgrpo-Reader`` name is anyone's claim);
+  once per queue in a log line and counted against nobody (no strike: the ``X-Dgrpo-Reader`` name is anyone's claim;
+  the pairs named are remembered up to :attr:`PushChecks.dropped_max`, the least recently dropped forgotten first);
 * one thread of the server's own checks the queues in turn, one request of each queue at a time (a flooding sender
   delays another sender's check by one of its own), then answers the request from the loop (the answer says whether
   the header was kept, e.g. ``why/{owner}`` served back); it runs at most :attr:`PushChecks.share` of the time (it
@@ -79,20 +80,22 @@ class PushChecks:
             the checks' thread).
         want: ``want(name, sender, key) -> bool`` (:func:`wanted`), on the loop.
 
-    Counts: :attr:`dropped` ((source, sender) → requests answered without their pushed headers, over a bound),
-    :attr:`checked` (requests checked), :attr:`copies` (headers dropped as copies of a refused one).
+    Counts: :attr:`dropped` ((source, sender) → requests answered without their pushed headers, over a bound; the
+    :attr:`dropped_max` pairs dropped last: a pair not dropped since is forgotten first, and only logged again if it
+    is dropped again), :attr:`checked` (requests checked), :attr:`copies` (headers dropped as copies of a refused one).
     """
 
     per_sender = 16  # requests with pushed headers pending per (source address, claimed sender)
     max_queues = 64  # queues at once
     share = 0.25  # the checks' thread uses at most this share of a CPU (it sleeps 3 x its CPU time a request)
     refused_max = 4096  # digests of refused headers kept (emptied when full)
+    dropped_max = 1024  # (source, sender) pairs whose drops are counted (and named once): the last dropped kept
 
     def __init__(self, rank: int, check: Callable, answer: Callable, want: Callable):
         self.rank, self.check, self.answer, self.want = rank, check, answer, want
         self.queues: OrderedDict[tuple[str, str], deque] = OrderedDict()  # (source, sender) → pending, in turn
         self.refused: dict[bytes, None] = {}
-        self.dropped: dict[tuple[str, str], int] = {}
+        self.dropped: OrderedDict[tuple[str, str], int] = OrderedDict()  # (least recently dropped first)
         self.checked = self.copies = 0
         self.closed = False
         self.cond = threading.Condition()
@@ -148,7 +151,12 @@ class PushChecks:
         return True
 
     def _drop(self, q: tuple[str, str]) -> None:
-        self.dropped[q] = self.dropped.get(q, 0) + 1
+        """Count a request of ``q`` dropped, naming ``q`` in a log line the first time. At most :attr:`dropped_max`
+        pairs are kept, the least recently dropped forgotten first (before, every pair ever dropped was kept: a flood
+        from fresh source addresses or claimed names grew it without bound)."""
+        self.dropped[q] = self.dropped.pop(q, 0) + 1
+        while len(self.dropped) > self.dropped_max:
+            self.dropped.popitem(last=False)
         if self.dropped[q] == 1:
             log.warning("node %d: requests claiming node %s from %s pushed headers faster than this server checks "
                         "them (%d pending at most): the excess is answered without them (dropped, counted against "

@@ -8,15 +8,18 @@ each, one selector loop) sends requests as fast as the server answers them, each
 (no cache answers it), for ``--seconds``, from ``--sources`` loopback addresses. Node 1 (this process) reads the
 payload as ``collect`` does (one fetch, a 2 s budget) every 50 ms, first with no flood (``quiet``) then during it
 (``flood``), and node 2 pushes its signed stop reason during the flood (``push``: until its server answers that it
-kept it).
+kept it). ``--challenges``: node 3's requests ask for challenge answers instead (``GET /v/hello/{fresh}``, no pushed
+header: each answer is node 0's Ed25519 signature), node 2 challenges node 0's address during the flood
+(``challenge``: until an answer verifies), and the server counts its signatures by thread (task h31m).
 
 Run it against any source tree (before/after: the same command, PYTHONPATH=<tree>/src):
 
-    PYTHONPATH=src nice -n 15 python benchmarks/push_flood.py [--attackers 2 | --conns 256 --sources 4]
+    PYTHONPATH=src nice -n 15 python benchmarks/push_flood.py [--attackers 2 | --conns 256 --sources 4] [--challenges]
     (the committed runs: BENCHMARKS.md, "Pushed headers flooded at an honest rank's server")
 
 Prints JSON lines: per phase {"phase", "reads", "missed", "p50_s", "p99_s", "max_s"}; {"phase": "push", "seconds",
-"kept", "tries_s"}; the server's counts {"phase": "server", "flood_requests", "verifications": {thread name: count}, ...}.
+"kept", "tries_s"} (``--challenges``: {"phase": "challenge", "seconds", "proved", "tries_s"}); the server's counts
+{"phase": "server", "flood_requests", "verifications": {thread name: count}, "signatures": {thread name: count}, ...}.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def server(payload_kib: int) -> None:
     from dgrpo.transports.signedstore import SignedStore, Wait
 
     keys = _keys()
-    roster, counts = Roster.of(keys), {}
+    roster, counts, signs = Roster.of(keys), {}, {}
 
     class Counting:  # (a roster whose public keys count their verifications by thread)
         def __init__(self, inner):
@@ -68,8 +71,17 @@ def server(payload_kib: int) -> None:
 
             return None if pub is None else Pub()
 
+    class Signing:  # (its private key: counts its signatures by thread)
+        def __init__(self, inner):
+            self.inner = inner
+
+        def sign(self, data):
+            name = threading.current_thread().name
+            signs[name] = signs.get(name, 0) + 1
+            return self.inner.sign(data)
+
     chan = PeerChannel(0, host="127.0.0.1", keys=AddressKeys(0, keys[0], roster, "fp"))
-    chan.keys.roster = Counting(roster)
+    chan.keys.roster, chan.keys.key = Counting(roster), Signing(keys[0])
     acks = SignedStore(None, 0, set(range(4)), Wait(5.0))
     acks.signer, acks.keys = Signer(0, keys[0], CONTEXT), SignatureVerifier(Counting(roster), CONTEXT)
     acks.nonce, acks.nonces = NONCES[0], dict(NONCES)
@@ -77,18 +89,18 @@ def server(payload_kib: int) -> None:
     chan.launches[3] = NONCES[3]  # (node 3's server proved: its stop notices are checked)
     chan.set("r0/data/0", os.urandom(payload_kib << 10))
     chan.set("why", b"node 0's own reason\n")  # (a key whose reads count by acknowledgement)
-    print(chan.address, flush=True)
+    print(chan.address, chan.nonce, flush=True)
     sys.stdin.read()
     srv, checks = chan.server, getattr(chan, "checks", None)
-    print(json.dumps({"phase": "server", "verifications": counts, "evicted": srv.evicted, "refused": srv.refused,
+    print(json.dumps({"phase": "server", "verifications": counts, "signatures": signs, "evicted": srv.evicted, "refused": srv.refused,
                       "idle": srv.idle, "slow": srv.slow,
                       "dropped": None if checks is None else sum(checks.dropped.values()),
                       "checked": None if checks is None else checks.checked}), flush=True)
 
 
-def attacker(address: str, conns: int, seconds: float, sources: int = 1) -> None:
-    """Node 3: ``conns`` connections at once, each a request pushing every header, then the next; prints how many
-    were answered. ``sources`` > 1: the connections come from that many loopback addresses in turn (127.0.0.2, …),
+def attacker(address: str, conns: int, seconds: float, sources: int = 1, challenges: bool = False) -> None:
+    """Node 3: ``conns`` connections at once, each a request pushing every header (``challenges``: asking for a
+    challenge answer), then the next; prints how many were answered. ``sources`` > 1: the connections come from that many loopback addresses in turn (127.0.0.2, …),
     past the server's 64 connections per source address (a peer with several addresses: 256 open at most)."""
     import secrets
 
@@ -98,6 +110,8 @@ def attacker(address: str, conns: int, seconds: float, sources: int = 1) -> None
     def request() -> bytes:
         nonlocal i
         i += 1
+        if challenges:
+            return f"GET /v/hello/{secrets.token_hex(16)} HTTP/1.1\r\nHost: x\r\nX-Dgrpo-Reader: 3\r\n\r\n".encode()
         sig = secrets.token_hex(64)
         heads = {"X-Dgrpo-Reader": "3", "X-Dgrpo-Why": json.dumps({"why": f"junk {i}", "sig": sig}),
                  "X-Dgrpo-Stop": json.dumps({"why": f"junk {i}", "nonce": NONCES[3], "sig": sig}),
@@ -163,28 +177,32 @@ def main() -> None:
     ap.add_argument("--conns", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--sources", type=int, default=1)
+    ap.add_argument("--challenges", action="store_true", help="flood challenge requests, not pushed headers")
     ap.add_argument("--role", default="main", help=argparse.SUPPRESS)
     ap.add_argument("--address", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.role == "server":
         return server(a.payload_kib)
     if a.role == "attacker":
-        return attacker(a.address, a.conns, a.seconds, a.sources)
+        return attacker(a.address, a.conns, a.seconds, a.sources, a.challenges)
     from dgrpo.swarm.identity import Signer
     from dgrpo.transports.peerserve import PeerChannel
 
     me = [sys.executable, __file__]
     srv = subprocess.Popen([*me, "--role", "server", "--payload-kib", str(a.payload_kib)], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
-    address = srv.stdout.readline().strip()
+    address, nonce = srv.stdout.readline().split()
     reader, pusher = PeerChannel(1, host="127.0.0.1"), PeerChannel(2, host="127.0.0.1")
     reader.addrs[0] = pusher.addrs[0] = address
     print(json.dumps(_summary("quiet", _reads(reader, 3.0))), flush=True)
     flood = [subprocess.Popen([*me, "--role", "attacker", "--address", address, "--conns", str(a.conns), "--seconds",
-                               str(a.seconds), "--sources", str(a.sources)], stdout=subprocess.PIPE, text=True)
+                               str(a.seconds), "--sources", str(a.sources), *(["--challenges"] if a.challenges else [])],
+                              stdout=subprocess.PIPE, text=True)
              for _ in range(a.attackers)]
     time.sleep(1.0)
     times = _reads(reader, a.seconds - 4.0)
+    if a.challenges:
+        return _challenge(a, srv, flood, times, address, nonce, reader, pusher)
     why = "node 1 sent nothing"
     line = json.dumps({"why": why, "sig": Signer(2, _keys()[2], CONTEXT).sign_bytes(
         f"dgrpo/why|2|{why}|{CONTEXT}|{NONCES[2]}".encode())})
@@ -202,6 +220,33 @@ def main() -> None:
     srv.wait(10)
     print(json.dumps({**counts, "flood_requests": answered, "flood_s": a.seconds, "attackers": a.attackers,
                       "conns": a.conns, "sources": a.sources, "payload_kib": a.payload_kib,
+                      "load": [round(x, 2) for x in os.getloadavg()]}), flush=True)
+    reader.close()
+    pusher.close()
+
+
+def _challenge(a, srv, flood, times, address, nonce, reader, pusher) -> None:
+    """``--challenges``: node 2 challenges node 0's address during the flood (as a peer resolving it does: again while
+    unanswered, 2 s at most each), then the counts."""
+    from dgrpo.swarm.identity import Roster
+    from dgrpo.transports.peeraddr import AddressKeys, answers
+
+    keys = _keys()
+    mine = AddressKeys(2, keys[2], Roster.of(keys), "fp")
+    t0, proved, tries = time.monotonic(), None, []
+    while proved is None and time.monotonic() < t0 + 10.0:
+        t1 = time.monotonic()
+        proved = answers(mine, 0, address, nonce, 2)
+        tries.append(round(time.monotonic() - t1, 5))
+    took = time.monotonic() - t0
+    answered = sum(int(p.communicate(timeout=a.seconds + 30)[0] or 0) for p in flood)
+    print(json.dumps(_summary("flood", times)), flush=True)
+    print(json.dumps({"phase": "challenge", "seconds": round(took, 5), "proved": proved, "tries_s": tries}), flush=True)
+    srv.stdin.close()
+    counts = json.loads(srv.stdout.readline())
+    srv.wait(10)
+    print(json.dumps({**counts, "flood_requests": answered, "flood_s": a.seconds, "attackers": a.attackers,
+                      "conns": a.conns, "sources": a.sources, "payload_kib": a.payload_kib, "challenges": True,
                       "load": [round(x, 2) for x in os.getloadavg()]}), flush=True)
     reader.close()
     pusher.close()

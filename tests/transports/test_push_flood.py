@@ -202,3 +202,72 @@ def test_the_record_of_dropped_pairs_is_bounded_and_forgets_the_least_recently_d
     finally:
         held.set()
         checks.close()
+
+
+class _Signing:
+    """A private key that records the thread of each signature it makes."""
+
+    def __init__(self, key, threads: list):
+        self.key, self.threads = key, threads
+
+    def sign(self, data):
+        self.threads.append(threading.current_thread().name)
+        return self.key.sign(data)
+
+    def __getattr__(self, name):
+        return getattr(self.key, name)
+
+
+def test_a_flood_of_challenges_makes_the_serving_loop_sign_nothing():
+    """Rank 3 asks node 0's server for challenge answers (``GET /v/hello/{fresh}``, each answer node 0's signature
+    of its launch nonce for it) from 32 connections at once, 640 requests, while node 1 reads node 0's round payload
+    and node 2 challenges node 0's address. Before: the serving loop signed every one (640 signatures there, one a
+    request, ~0.07 ms each; nothing bounded them per source). Now it signs none: a challenge is answered from the
+    checks' thread, in the queue of its (source, claimed reader) as a pushed header is checked (pushcheck.py);
+    one over its queue's bound is closed unanswered (which proves nothing: its reader asks again). Node 2's challenge
+    is answered, node 1 reads the payload every time, and no flood request costs more than one signature."""
+    from dgrpo.transports.peeraddr import answers
+
+    ts, _ = _ranks(n=4)
+    owner = ts[0].chan
+    threads: list[str] = []
+    owner.keys.key = _Signing(owner.keys.key, threads)
+    owner.set("r0/data/0", b"payload" * 1000)
+    host, port = owner.address.rsplit(":", 1)
+    answered, reads, problems = [], [], []
+
+    def flood(k: int) -> None:
+        for _ in range(20):
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            try:
+                conn.request("GET", f"/v/hello/{secrets.token_hex(16)}", headers={"X-Dgrpo-Reader": "3"})
+                answered.append(conn.getresponse().status)
+            except (OSError, http.client.HTTPException):
+                answered.append(None)  # (closed unanswered: over its queue's bound)
+            finally:
+                conn.close()
+
+    def read() -> None:
+        for _ in range(30):
+            value, problem = ts[1].chan.fetch(0, "r0/data/0", 1 << 16, time.monotonic() + 30, 30.0)
+            reads.append(value)
+            if problem:
+                problems.append(problem)
+
+    attackers = [threading.Thread(target=flood, args=(k,)) for k in range(32)]
+    reader = threading.Thread(target=read)
+    for t in [*attackers, reader]:
+        t.start()
+    proved = []
+    for _ in range(20):  # (an unanswered challenge proves nothing: asked again, as peerresolve does)
+        proved.append(answers(ts[2].chan.keys, 0, owner.address, owner.nonce, 2))
+        if proved[-1] is not None:
+            break
+    for t in [*attackers, reader]:
+        t.join(60)
+    on_loop = threads.count("dgrpo-serve-0")
+    assert on_loop == 0, {n: threads.count(n) for n in set(threads)}  # (before: 640)
+    assert proved[-1] is True and reads == [b"payload" * 1000] * 30, (proved, problems)
+    assert len(answered) == 640 and set(answered) <= {200, None}
+    assert answered.count(200) <= len(threads) - 1 and len(threads) <= 640 + len(proved)  # (one a challenge at most)
+    owner.close()

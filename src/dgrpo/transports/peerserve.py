@@ -55,7 +55,7 @@ from dgrpo.transports.peeraddr import (AddressKeys, answers, launch_nonce, launc
 from dgrpo.transports.peerget import Connection, Late
 from dgrpo.transports.peerhttp import BoundedServer
 from dgrpo.transports.peerresolve import AddressBook
-from dgrpo.transports.pushcheck import ACKED, PushChecks, wanted
+from dgrpo.transports.pushcheck import ACKED, PushChecks, challenged, wanted
 from dgrpo.transports.sidereads import StoreCopies
 
 _CHUNK = 1 << 16
@@ -81,7 +81,8 @@ def _respond(chan: "PeerChannel"):
             return chan.told_stop(sender, raw)
         return chan.offer(sender, raw) if name == "x-dgrpo-addr" else chan.acked(key or "", sender, raw)
 
-    chan.checks = PushChecks(chan.rank, check, answer, lambda name, sender, key: wanted(chan, name, sender, key))
+    chan.checks = PushChecks(chan.rank, check, answer, lambda name, sender, key: wanted(chan, name, sender, key),
+                             lambda key: challenged(chan, key))
 
     def respond(path: str, headers: dict, host: str = ""):
         fut, plain = chan.checks.submit(host, path, headers)
@@ -166,7 +167,7 @@ class PeerChannel(AddressBook):
             out = self.hook(key, reader)
             if out is not None:
                 return out
-        if key.startswith("hello/") and self.keys is not None and key[6:].isalnum() and len(key) <= 70:
+        if challenged(self, key):  # (on the server's checks' thread: PushChecks.submit queues it)
             return self.keys.hello(self.nonce, key[6:])
         if key.startswith("why/") and key[4:].isdigit() and len(key) < 12 and int(key[4:]) in self.whys:
             return self.whys[int(key[4:])].encode()  # (a peer's stop reason it pushed here and this server kept)

@@ -1,5 +1,5 @@
-"""Headers a peer pushes to a rank's server are checked off the serving loop, in a bounded queue per sender (issue 31
-point 3, review h31r2 item e).
+"""Headers a peer pushes to a rank's server are checked, and challenges signed, off the serving loop, in a bounded queue
+per sender (issue 31 point 3, review h31r2 item e, task h31m).
 
 A request to a rank's server (:class:`~dgrpo.transports.peerserve.PeerChannel`) may carry what its sender pushes:
 a stop reason (``X-Dgrpo-Why``), a start-up stop notice (``X-Dgrpo-Stop``), its address record (``X-Dgrpo-Addr``)
@@ -18,6 +18,10 @@ this rank's own round payload: its honest readers could miss it at their deadlin
   one, :meth:`PushChecks._evict`); one over a bound is answered at once without its pushed headers (dropped), named
   once per queue in a log line and counted against nobody (no strike: the ``X-Dgrpo-Reader`` name is anyone's claim;
   the pairs named are remembered up to :attr:`PushChecks.dropped_max`, the least recently dropped forgotten first);
+* a challenge (``GET /v/hello/{challenge}``, answered with this rank's signature of its launch nonce for it:
+  :func:`challenged`) is queued the same way, under its (source address, claimed reader), and signed on the checks'
+  thread (task h31m: the loop signed each, one Ed25519 signature a request, however many a source sent); one over a
+  bound is closed unanswered, which proves nothing (its reader asks again, :mod:`~dgrpo.transports.peerresolve`);
 * one thread of the server's own checks the queues in turn, one request of each queue at a time (a flooding sender
   delays another sender's check by one of its own), then answers the request from the loop (the answer says whether
   the header was kept, e.g. ``why/{owner}`` served back); it runs at most :attr:`PushChecks.share` of the time (it
@@ -68,6 +72,13 @@ def wanted(chan, name: str, sender: str, key: str | None) -> bool:
     return chan.acks is not None and key is not None and ACKED.fullmatch(key) is not None and key in chan.values
 
 
+def challenged(chan, key: str | None) -> bool:
+    """Whether ``chan`` answers ``key`` with a signature (a challenge ``hello/{challenge}``, at most 64 letters or
+    digits: :meth:`~dgrpo.transports.peeraddr.AddressKeys.hello`): answered on the checks' thread, never on the loop."""
+    return (key is not None and chan.keys is not None and key.startswith("hello/") and len(key) <= 70
+            and key[6:].isalnum())
+
+
 class PushChecks:
     """The queue of requests whose pushed headers wait for their check, and the thread that checks them (module
     docstring).
@@ -79,6 +90,8 @@ class PushChecks:
         answer: ``answer(path, headers) -> (status, body)``, the request's answer once its headers are checked (on
             the checks' thread).
         want: ``want(name, sender, key) -> bool`` (:func:`wanted`), on the loop.
+        signs: ``signs(key) -> bool`` (:func:`challenged`), on the loop: whether ``answer`` signs for ``key``
+            (queued as a pushed header is, so the loop signs nothing; default: never).
 
     Counts: :attr:`dropped` ((source, sender) → requests answered without their pushed headers, over a bound; the
     :attr:`dropped_max` pairs dropped last: a pair not dropped since is forgotten first, and only logged again if it
@@ -91,8 +104,9 @@ class PushChecks:
     refused_max = 4096  # digests of refused headers kept (emptied when full)
     dropped_max = 1024  # (source, sender) pairs whose drops are counted (and named once): the last dropped kept
 
-    def __init__(self, rank: int, check: Callable, answer: Callable, want: Callable):
+    def __init__(self, rank: int, check: Callable, answer: Callable, want: Callable, signs: Callable | None = None):
         self.rank, self.check, self.answer, self.want = rank, check, answer, want
+        self.signs = signs or (lambda key: False)
         self.queues: OrderedDict[tuple[str, str], deque] = OrderedDict()  # (source, sender) → pending, in turn
         self.refused: dict[bytes, None] = {}
         self.dropped: OrderedDict[tuple[str, str], int] = OrderedDict()  # (least recently dropped first)
@@ -103,12 +117,16 @@ class PushChecks:
         self.thread.start()
 
     def submit(self, host: str, path: str, headers: dict) -> tuple[Future | None, dict]:
-        """On the loop: (a future of the answer, None) if ``headers`` push something to check (queued), else (None,
-        ``headers`` without their pushed ones: answer at once). O(1): no verification."""
-        if not any(h in headers for h in PUSHED):
+        """On the loop: (a future of the answer, None) if ``headers`` push something to check or ``path`` asks for a
+        signed answer (a challenge, ``signs``): queued; else (None, ``headers`` without their pushed ones: answer at
+        once). A challenge over a bound gets a cancelled future: its connection is closed unanswered (an unanswered
+        challenge proves nothing, its reader asks again; an answer without the signature would say the owner's server
+        is not there). O(1): no verification, no signature."""
+        key = _key(path)
+        signs = self.signs(key)
+        if not signs and not any(h in headers for h in PUSHED):
             return None, headers
         sender = headers.get("x-dgrpo-reader", "")
-        key = _key(path)
         plain = {h: v for h, v in headers.items() if h not in PUSHED}
         keep = {}
         for h in PUSHED:
@@ -117,14 +135,18 @@ class PushChecks:
                     self.copies += 1
                 else:
                     keep[h] = headers[h]
-        if not keep:
+        if not keep and not signs:
             return None, plain
-        q = (host, sender)
+        q = (host, sender if sender.isdigit() and len(sender) <= 6 else "?")  # (a challenger's name is unchecked)
         with self.cond:
             queue = self.queues.get(q)
             if self.closed or (len(queue) >= self.per_sender if queue is not None else
                                len(self.queues) >= self.max_queues and not self._evict(host)):
                 self._drop(q)
+                if signs:
+                    gone: Future = Future()
+                    gone.cancel()
+                    return gone, None
                 return None, plain
             fut: Future = Future()
             self.queues.setdefault(q, deque()).append((fut, path, sender, key, keep, plain))
@@ -158,9 +180,10 @@ class PushChecks:
         while len(self.dropped) > self.dropped_max:
             self.dropped.popitem(last=False)
         if self.dropped[q] == 1:
-            log.warning("node %d: requests claiming node %s from %s pushed headers faster than this server checks "
-                        "them (%d pending at most): the excess is answered without them (dropped, counted against "
-                        "nobody: the name in a request is anyone's claim)", self.rank, q[1][:8], q[0], self.per_sender)
+            log.warning("node %d: requests claiming node %s from %s pushed headers or challenges faster than this "
+                        "server checks or signs them (%d pending at most): the excess is dropped (answered without its "
+                        "headers; a challenge closed unanswered), counted against nobody: the name in a request is "
+                        "anyone's claim", self.rank, q[1][:8], q[0], self.per_sender)
 
     def _run(self) -> None:
         while True:

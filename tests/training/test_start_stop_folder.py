@@ -60,7 +60,7 @@ def test_a_stop_in_the_first_round_s_relays_removes_the_folder_only_for_a_start_
     cfg = _cfg(tmp_path)
     run_dir = build_run_dir(cfg, "d", owner=False)
     run = SimpleNamespace(cfg=cfg, start_round=0, run_dir=run_dir,
-                          transport=SimpleNamespace(is_main=False, local_nodes=[1]))
+                          transport=SimpleNamespace(is_main=False, local_nodes=[1], starts_at=lambda first: None))
 
     def one_round(run, r):
         raise error("node 1 stopped at start-up (...); node 2 stops too in exchange 'eq0', its first round's relays")

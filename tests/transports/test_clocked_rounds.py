@@ -120,7 +120,7 @@ def test_the_common_start_is_the_latest_signed_proposal():
     make the honest ranks skip their first rounds."""
     latest = round(time.time() + 20.0, 3)
     clock = agree_start(_Transport({0: f"{latest:.3f}", 2: "0"}), _Protocol(), 20)
-    assert clock == Clock(latest, 8.0, 2.0, 1.5, first=None)  # (first: the round gather_round meets first)
+    assert clock == Clock(latest, 8.0, 2.0, 1.5, first=None)  # (first: set by starts_at before the first round)
 
 
 @pytest.mark.parametrize("value", ["junk", "nan", "inf", "an hour ahead"])

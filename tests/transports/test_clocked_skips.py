@@ -169,3 +169,59 @@ def test_a_round_this_node_entered_too_late_to_see_counts_against_no_peer_later(
     assert b.skips.honoured(2, 2) and not b.skips.honoured(2, 3)
     assert a.skips.honoured(2, 2) and not a.skips.honoured(2, 3)  # (before: not honoured at round 2 here)
     a.skips.stop()
+
+
+# ------------------------------------------------------------------ the run's first round (task h31m item 3)
+@pytest.mark.parametrize("first", [0, 5])  # (a fresh run; a run resumed at round 5)
+def test_a_node_late_alone_in_the_runs_first_round_serves_its_notice_and_nobody_accuses_it(first):
+    """Before, the watcher started after the run's first round here: node 2, still in its first compute at ``T0`` (its
+    first evaluation, a first compile, a slower host), served nothing; nodes 0 and 1 missed it at ``A_first`` and
+    accused it, 2 of 3: expelled. Now the training loop's ``starts_at(first)`` arms the watcher for round ``first``
+    (``T0`` its post deadline): node 2 serves its signed notice at ``T0``, is accused by nobody and its payload, ready
+    later, is not served. The notice counts as any other: rounds before ``first`` count as rounds node 2 was in, so
+    it has ``max_skips`` rounds from the start, then every honest node refuses its notice alike."""
+    from dgrpo.transports.skips import PREFIX, Skips
+
+    ts, _ = _ranks(n=3)
+    t0 = time.time() + 0.3  # (the agreed T0, ahead: every node is still in its first compute)
+    for t in ts:
+        t.clock = Clock(t0, 10.0, 1.0, 2.0, first=None)  # (as agree_start returns it: the first round not yet known)
+        t.exchanger.bounds = lambda tag, t=t: clocked.bound_of(t.clock, tag)
+        t.skips = Skips(t, 2)  # (as check_startup makes it)
+        t.starts_at(first)  # (as the training loop does, before the first round's evaluation)
+    a, b, c = ts
+    assert [t.clock.post_by(first) for t in ts] == [t0] * 3
+    for t in (a, b):  # (on time)
+        assert t.skips.claim(first, True)
+        t.exchanger.post(f"r{first}", f"r{first} of {t.rank}".encode())
+    for t in (a, b):  # (node 2's main thread never comes: its watcher alone serves at T0)
+        got = clocked.collect(t, f"r{first}", range(3), clocked._mono(t.clock.direct_until(first)), 1 << 20)
+        assert set(got) == {1 - t.rank} and _accused(t) == [] and set(t.skips.held[first]) == {2}  # (before: [(2, r)])
+        assert t.alive == {0, 1, 2} and t.failed == {}
+    assert c.chan.values[f"r{first}/data/2"].startswith(PREFIX) and c.skips.claim(first, True) is False
+    for t in (a, b):  # (round `first` settled without node 2: its rounds first, first + 1 honoured, first + 2 not)
+        t.skips.settle(first, {0, 1})
+        assert t.skips.honoured(2, first + 1) and not t.skips.honoured(2, first + 2)
+    c.skips.stop()
+
+
+def test_the_training_loop_arms_the_transport_for_its_first_round_before_anything_else(tmp_path):
+    """``train`` tells the transport its first round (a resumed run's: ``run.start_round``) before that round's
+    evaluation and compute, once."""
+    from types import SimpleNamespace
+
+    from dgrpo.config import load_config
+    from dgrpo.training.loop import train
+
+    calls = []
+    cfg = load_config(overrides=[f"out_dir={tmp_path}", "rounds=5", "eval.every=10", "eval.first=false"])
+    run = SimpleNamespace(cfg=cfg, start_round=3, run_dir=tmp_path,
+                          transport=SimpleNamespace(is_main=False, local_nodes=[1], starts_at=calls.append))
+
+    def one_round(run, r):
+        calls.append(("round", r))
+        raise PeerFailure("stop here")
+
+    with pytest.raises(PeerFailure):
+        train(run, one_round)
+    assert calls == [3, ("round", 3)]

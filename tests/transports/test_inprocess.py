@@ -20,7 +20,7 @@ def test_the_protocol_names_what_the_run_uses():
     assert _members(Transport) == {"local_nodes", "alive", "failed", "rejected", "carriers", "peer_views", "labels", "first_round",
                                    "verifier", "is_main",
                                    "all_gather", "gather_values", "agree", "collect_at_main", "late_records", "last_records",
-                                   "check_startup", "exchanged_keys", "announce_stop", "close"}
+                                   "check_startup", "starts_at", "exchanged_keys", "announce_stop", "close"}
 
 
 @pytest.mark.parametrize("transport", [InProcessTransport, DistributedTransport, HivemindTransport])

@@ -52,6 +52,7 @@ def train(run: Run, one_round: OneRound) -> Path:
     cfg = run.cfg
     bar = tqdm(range(run.start_round, cfg.rounds), desc="rounds", unit="round", initial=run.start_round,
                total=cfg.rounds, disable=not run.transport.is_main)  # a resumed run counts on: 3/4, 4/4
+    run.transport.starts_at(run.start_round)  # (clocked rounds: a node late in its first round serves its skip notice)
     try:
         for r in bar:
             rec = evaluate(run, r, run.run_dir / "samples.jsonl") if evaluation_round(cfg, r) and evaluates(run) else {}

@@ -102,6 +102,13 @@ class Transport(Protocol):
             PeerFailure: a peer's values differ or do not verify (distributed).
         """
 
+    def starts_at(self, first: int) -> None:
+        """The run's first round in this process is ``first`` (a fresh run's :attr:`first_round`, a resumed run's
+        agreed round); called once, before its evaluation and compute. Distributed clocked rounds
+        (``swarm.protocol.schedule=clock``): round ``first`` has the agreed start ``T0`` as its post deadline, and this
+        node's skip-notice watcher is armed for it, so a node still computing then serves its signed notice
+        (:mod:`dgrpo.transports.skips`). Elsewhere nothing."""
+
     def exchanged_keys(self):
         """Without a roster file: ``({node: its private key} for this process's nodes, Roster)`` of the keys the
         transport exchanged at start-up, which the run's messages are signed and checked with; None when it

@@ -313,6 +313,21 @@ def _exchange(t: "DistributedTransport", tag: str, payload: bytes | None, deadli
     return got
 
 
+def start_at(t: "DistributedTransport", first: int) -> None:
+    """Before the run's first round here (``first``: 0, or the round a resumed run resumes at, agreed by every rank):
+    round ``first`` has the post deadline ``T0``, and this node's watcher serves its signed skip notice at ``T0`` if
+    its payload is not served by then (:meth:`Skips.watch`). Before, the watcher started after the first round (task
+    h31k), so a node still in its first compute at ``T0`` (its first evaluation, a first compile, a slower host)
+    served nothing, every peer accused it at ``A_first`` and the quorum expelled it (task h31m). The notice is honoured
+    as any other: rounds before ``first`` count as rounds its messages were in (:meth:`Skips.honoured`), so a node
+    skipping from the start gets ``max_skips`` rounds, as later, counted alike at every honest node."""
+    if t.clock.first is None:
+        t.clock = replace(t.clock, first=first)
+    if getattr(t, "skips", None) is None:
+        t.skips = Skips(t)
+    t.skips.watch(t.clock.first)
+
+
 def gather_round(t: "DistributedTransport", mine: "list[Message]", round_idx: int) -> "list[Message]":
     """Round ``round_idx`` on the clock (module docstring): serve ``mine`` if ready by ``P_n`` (else skip it: its signed
     notice served instead, :class:`~dgrpo.transports.skips.Skips`, whose watcher serves the next round's at ``P_{n+1}``
@@ -321,11 +336,9 @@ def gather_round(t: "DistributedTransport", mine: "list[Message]", round_idx: in
     round's messages."""
     from dgrpo.transports import crosscheck
 
-    if t.clock.first is None:  # (round 0, or the round a resumed run starts at, has the post deadline T0)
-        t.clock = replace(t.clock, first=round_idx)
+    if t.clock.first is None or getattr(t, "skips", None) is None:  # (no starts_at: this is the first round here)
+        start_at(t, round_idx)
     clock, n = t.clock, round_idx
-    if getattr(t, "skips", None) is None:
-        t.skips = Skips(t)
     raw = t.encode(mine)
     late = time.time() - clock.post_by(n)
     if not t.skips.claim(n, late <= 0):  # (payload or signed notice, decided once: transports/skips.py)

@@ -188,6 +188,13 @@ class DistributedTransport:
             self.skips = clocked.Skips(self, self._clock_cfg[0].max_skips)
         return launch
 
+    def starts_at(self, first: int) -> None:
+        """Clocked rounds: round ``first`` is posted by ``T0``, and this node's skip-notice watcher serves its signed
+        notice then if its payload is not served (:func:`clocked.start_at`; before, the watcher started after the first
+        round: a node still computing at ``T0`` served nothing and its peers' quorum expelled it). Else nothing."""
+        if self.clock is not None:
+            clocked.start_at(self, first)
+
     def exchanged_keys(self):
         """Without a roster file (``swarm.unsafe_key_exchange``): ``({rank: its private key}, Roster)`` of the keys
         exchanged at the check-in (each live rank's, learned from its address record: :class:`AddressKeys`), which

@@ -329,6 +329,9 @@ class HivemindTransport:
     def check_startup(self, protocol, timeout_s: float) -> str:
         return self.run_id  # the run's agreed settings are checked at launch (dgrpo.transports.dht.launch)
 
+    def starts_at(self, first: int) -> None:
+        """Nothing: hivemind keeps no clocked rounds."""
+
     # ------------------------------------------------------------------ shutdown
     def exchanged_keys(self):
         """None: hivemind's keys come from the roster file or its own key exchange (docs/hivemind.md)."""

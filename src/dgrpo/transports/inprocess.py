@@ -49,6 +49,9 @@ class InProcessTransport:
     def check_startup(self, protocol, timeout_s: float) -> str:
         return secrets.token_hex(16)  # one process: its nodes share one config by construction; a fresh launch id
 
+    def starts_at(self, first: int) -> None:
+        """Nothing: one process, no clock to keep."""
+
     def exchanged_keys(self):
         """None: one process makes every node's key (:func:`dgrpo.training.build.build_protocol`)."""
         return None

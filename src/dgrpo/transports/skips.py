@@ -32,7 +32,13 @@ The rule.
   contents for one slot (``equivocation`` under it; a notice read by no honest node in time, or relayed only by its
   signer, counts nowhere).
 
-Not covered: a run's first round here (no watcher yet; its compute has ``LEAD`` rounds before ``T0``).
+*The first round.* The watcher is armed before the run's first round here (a fresh run's 0, a resumed run's agreed
+round: :func:`~dgrpo.transports.clocked.start_at`, from the training loop's ``starts_at``), so a node still in its
+first compute at ``T0`` (its first evaluation, a first compile, a slower host) serves its notice as in any later round
+(task h31m; before, nothing until its main thread came back, and every peer accused it). Its notice is honoured by the
+same count: rounds before the first count as rounds it was in, so a node that skips from the start has ``max_skips``
+rounds, as after any round it was in, decided alike at every honest node (the first round is the same at every rank: 0, or the resumed run's, signed and
+compared in the ``resume`` exchange).
 """
 
 from __future__ import annotations

@@ -93,6 +93,28 @@ def test_an_honest_node_late_past_its_post_deadline_is_left_out_by_every_node_al
 
 
 @pytest.mark.slow
+def test_an_honest_node_late_alone_in_round_0_serves_its_notice_and_is_not_expelled(tmp_path, tiny_model_dir):
+    """Rank 1 (honest) stalls 18 s before its round 0 (a first evaluation, a first compile, a slower host): past ``T0``,
+    which lies 2 ``round_s`` (16 s) after the start proposals. Before (task h31m), its watcher started only after its
+    first round: it served nothing at ``T0``, nodes 0, 2 and 3 missed it at ``A_0``, accused it and expelled it. Now the
+    training loop arms the watcher before round 0 (``starts_at``): its signed notice is served at ``T0``, nobody
+    accuses it, no node holds its round-0 messages, and it is back within ``max_skips`` rounds."""
+    from distributed_helpers import launch
+    from test_round_deadlines import COMMON
+
+    results = launch(4, ["run", f"model.name={tiny_model_dir}", *COMMON, *CLOCK, "rounds=4", "eval.every=10",
+                         "eval.first=false", f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+                     scenario="stall:1:0:18", timeout=180, log_dir=str(tmp_path))
+    assert [r.returncode for r in results[:3]] == [0, 0, 0], [r.output[-2000:] for r in results]
+    assert "round 0's payload not ready by its post deadline" in results[1].output
+    out = "".join(r.output for r in results)
+    assert "declared failed by its peers" not in out and "node 1 is out of the swarm" not in out, out[-3000:]
+    sets = views(tmp_path, [0, 2])
+    assert [len(s) for s in sets] == [4, 4] and sets[0] == sets[1]
+    assert 1 not in {m[0] for m in sets[0][0]} and 1 in {m[0] for m in sets[0][3]}
+
+
+@pytest.mark.slow
 def test_an_equivocator_is_dropped_by_every_honest_node_alike(tmp_path, tiny_model_dir):
     """Rank 3 shows node 0 its round-0 messages and nodes 1, 2 other signed texts for the same slots: both versions
     reach every honest node by ``B_0`` (direct or through an honest relay), so all drop rank 3's round-0 messages."""

@@ -10,8 +10,7 @@ payload as ``collect`` does (one fetch, a 2 s budget) every 50 ms, first with no
 (``flood``), and node 2 pushes its signed stop reason during the flood (``push``: until its server answers that it
 kept it). ``--challenges``: node 3's requests ask for challenge answers instead (``GET /v/hello/{fresh}``, no pushed
 header: each answer is node 0's Ed25519 signature), node 2 challenges node 0's address during the flood
-(``challenge``: until an answer verifies), and the server counts its signatures by thread (task h31m); ``--claim 2``:
-node 3's requests claim node 2's name (``X-Dgrpo-Reader``), as a peer on node 2's host can.
+(``challenge``: until an answer verifies), and the server counts its signatures by thread (task h31m).
 
 Run it against any source tree (before/after: the same command, PYTHONPATH=<tree>/src):
 
@@ -93,18 +92,16 @@ def server(payload_kib: int) -> None:
     print(chan.address, chan.nonce, flush=True)
     sys.stdin.read()
     srv, checks = chan.server, getattr(chan, "checks", None)
-    print(json.dumps({"phase": "server", "verifications": counts, "signatures": signs, "evicted": srv.evicted,
-                      "refused": srv.refused, "idle": srv.idle, "slow": srv.slow,
+    print(json.dumps({"phase": "server", "verifications": counts, "signatures": signs, "evicted": srv.evicted, "refused": srv.refused,
+                      "idle": srv.idle, "slow": srv.slow,
                       "dropped": None if checks is None else sum(checks.dropped.values()),
                       "checked": None if checks is None else checks.checked}), flush=True)
 
 
-def attacker(address: str, conns: int, seconds: float, sources: int = 1, challenges: bool = False,
-             claim: str = "3") -> None:
+def attacker(address: str, conns: int, seconds: float, sources: int = 1, challenges: bool = False) -> None:
     """Node 3: ``conns`` connections at once, each a request pushing every header (``challenges``: asking for a
-    challenge answer, claiming ``claim``'s name), then the next; prints how many were answered. ``sources`` > 1: the
-    connections come from that many loopback addresses in turn (127.0.0.2, …), past the server's 64 connections per
-    source address (a peer with several addresses: 256 open at most)."""
+    challenge answer), then the next; prints how many were answered. ``sources`` > 1: the connections come from that many loopback addresses in turn (127.0.0.2, …),
+    past the server's 64 connections per source address (a peer with several addresses: 256 open at most)."""
     import secrets
 
     host, port = address.rsplit(":", 1)
@@ -114,8 +111,7 @@ def attacker(address: str, conns: int, seconds: float, sources: int = 1, challen
         nonlocal i
         i += 1
         if challenges:
-            return (f"GET /v/hello/{secrets.token_hex(16)} HTTP/1.1\r\nHost: x\r\nX-Dgrpo-Reader: {claim}\r\n"
-                    "\r\n").encode()
+            return f"GET /v/hello/{secrets.token_hex(16)} HTTP/1.1\r\nHost: x\r\nX-Dgrpo-Reader: 3\r\n\r\n".encode()
         sig = secrets.token_hex(64)
         heads = {"X-Dgrpo-Reader": "3", "X-Dgrpo-Why": json.dumps({"why": f"junk {i}", "sig": sig}),
                  "X-Dgrpo-Stop": json.dumps({"why": f"junk {i}", "nonce": NONCES[3], "sig": sig}),
@@ -182,14 +178,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--sources", type=int, default=1)
     ap.add_argument("--challenges", action="store_true", help="flood challenge requests, not pushed headers")
-    ap.add_argument("--claim", default="3", help="the attacker's X-Dgrpo-Reader (--challenges)")
     ap.add_argument("--role", default="main", help=argparse.SUPPRESS)
     ap.add_argument("--address", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.role == "server":
         return server(a.payload_kib)
     if a.role == "attacker":
-        return attacker(a.address, a.conns, a.seconds, a.sources, a.challenges, a.claim)
+        return attacker(a.address, a.conns, a.seconds, a.sources, a.challenges)
     from dgrpo.swarm.identity import Signer
     from dgrpo.transports.peerserve import PeerChannel
 
@@ -201,8 +196,7 @@ def main() -> None:
     reader.addrs[0] = pusher.addrs[0] = address
     print(json.dumps(_summary("quiet", _reads(reader, 3.0))), flush=True)
     flood = [subprocess.Popen([*me, "--role", "attacker", "--address", address, "--conns", str(a.conns), "--seconds",
-                               str(a.seconds), "--sources", str(a.sources),
-                               *(["--challenges", "--claim", a.claim] if a.challenges else [])],
+                               str(a.seconds), "--sources", str(a.sources), *(["--challenges"] if a.challenges else [])],
                               stdout=subprocess.PIPE, text=True)
              for _ in range(a.attackers)]
     time.sleep(1.0)
@@ -253,7 +247,6 @@ def _challenge(a, srv, flood, times, address, nonce, reader, pusher) -> None:
     srv.wait(10)
     print(json.dumps({**counts, "flood_requests": answered, "flood_s": a.seconds, "attackers": a.attackers,
                       "conns": a.conns, "sources": a.sources, "payload_kib": a.payload_kib, "challenges": True,
-                      "claim": a.claim,
                       "load": [round(x, 2) for x in os.getloadavg()]}), flush=True)
     reader.close()
     pusher.close()

@@ -20,11 +20,8 @@ this rank's own round payload: its honest readers could miss it at their deadlin
   the pairs named are remembered up to :attr:`PushChecks.dropped_max`, the least recently dropped forgotten first);
 * a challenge (``GET /v/hello/{challenge}``, answered with this rank's signature of its launch nonce for it:
   :func:`challenged`) is queued the same way, under its (source address, claimed reader), and signed on the checks'
-  thread (task h31m: the loop signed each, one Ed25519 signature a request, however many a source sent); one over its
-  queue's bound takes the place of a pending challenge drawn at random, the other closed unanswered, which proves
-  nothing (its reader asks again, :mod:`~dgrpo.transports.peerresolve`), and a queue is served in random order: a
-  flood claiming an honest challenger's name from its own source address (one host) delays its answer by a few tries
-  instead of closing every one (closing the newest, the flood refilled the queue as it emptied);
+  thread (task h31m: the loop signed each, one Ed25519 signature a request, however many a source sent); one over a
+  bound is closed unanswered, which proves nothing (its reader asks again, :mod:`~dgrpo.transports.peerresolve`);
 * one thread of the server's own checks the queues in turn, one request of each queue at a time (a flooding sender
   delays another sender's check by one of its own), then answers the request from the loop (the answer says whether
   the header was kept, e.g. ``why/{owner}`` served back); it runs at most :attr:`PushChecks.share` of the time (it
@@ -35,17 +32,14 @@ name there fills that node's queue and the node's own pushes to this server are 
 and notice have their copies in the store; an acknowledgement dropped keeps the owner serving that key until its
 wait ends; an address record dropped leaves the store's copy, which any rank may overwrite with an earlier launch's
 (review r31j F1), so a start-up flood in the owner's name beside that overwrite can leave the owner unresolved here,
-treated as absent: review r31s); on hosts of their own, the claim fills the claimer's queue. A challenge of that
-node there waits for a random turn (:meth:`PushChecks._replace`): each try is answered with a chance of about one in
-(1 + the flood's requests per answer), 2 tries measured under the most one address may keep open (BENCHMARKS.md). A
-peer with ``max_queues`` source addresses or more still takes every queue.
+treated as absent: review r31s); on hosts of their own, the claim fills the claimer's queue. A peer with
+``max_queues`` source addresses or more still takes every queue.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import random
 import re
 import threading
 import time
@@ -113,7 +107,6 @@ class PushChecks:
     def __init__(self, rank: int, check: Callable, answer: Callable, want: Callable, signs: Callable | None = None):
         self.rank, self.check, self.answer, self.want = rank, check, answer, want
         self.signs = signs or (lambda key: False)
-        self.rng = random.Random()  # (which pending challenge a new one replaces, which request of a queue goes next)
         self.queues: OrderedDict[tuple[str, str], deque] = OrderedDict()  # (source, sender) → pending, in turn
         self.refused: dict[bytes, None] = {}
         self.dropped: OrderedDict[tuple[str, str], int] = OrderedDict()  # (least recently dropped first)
@@ -126,10 +119,9 @@ class PushChecks:
     def submit(self, host: str, path: str, headers: dict) -> tuple[Future | None, dict]:
         """On the loop: (a future of the answer, None) if ``headers`` push something to check or ``path`` asks for a
         signed answer (a challenge, ``signs``): queued; else (None, ``headers`` without their pushed ones: answer at
-        once). A challenge over its queue's bound takes a random pending challenge's place (:meth:`_replace`), else it
-        gets a cancelled future: its connection is closed unanswered (an unanswered challenge proves nothing, its reader
-        asks again; an answer without the signature would say the owner's server is not there). O(1) (a queue holds at
-        most :attr:`per_sender`): no verification, no signature."""
+        once). A challenge over a bound gets a cancelled future: its connection is closed unanswered (an unanswered
+        challenge proves nothing, its reader asks again; an answer without the signature would say the owner's server
+        is not there). O(1): no verification, no signature."""
         key = _key(path)
         signs = self.signs(key)
         if not signs and not any(h in headers for h in PUSHED):
@@ -151,30 +143,15 @@ class PushChecks:
             if self.closed or (len(queue) >= self.per_sender if queue is not None else
                                len(self.queues) >= self.max_queues and not self._evict(host)):
                 self._drop(q)
-                if not signs:
-                    return None, plain
-                out = None if self.closed or queue is None else self._replace(queue, path, sender, key, keep, plain)
-                if out is None:
-                    out = Future()
-                    out.cancel()
-                return out, None
+                if signs:
+                    gone: Future = Future()
+                    gone.cancel()
+                    return gone, None
+                return None, plain
             fut: Future = Future()
             self.queues.setdefault(q, deque()).append((fut, path, sender, key, keep, plain))
             self.cond.notify()
         return fut, None
-
-    def _replace(self, queue: deque, path, sender, key, keep, plain) -> Future | None:
-        """A challenge over its full queue takes the place of a pending challenge drawn at random (cancelled: its
-        connection closed unanswered), and the queue is served in random order (:meth:`_run`), so a challenger whose
-        name a flood on its own source address claims still gets its answer after a few tries (with the newest
-        dropped, it never did: the flood refills the queue as it empties); None: no challenge pending (closed)."""
-        held = [i for i, item in enumerate(queue) if self.signs(item[3])]
-        if not held:
-            return None
-        i = self.rng.choice(held)
-        queue[i][0].cancel()
-        queue[i] = (fut := Future(), path, sender, key, keep, plain)
-        return fut
 
     def _evict(self, host: str) -> bool:
         """All queues taken (:attr:`max_queues`): make room for a new queue from ``host`` by cancelling the fullest
@@ -215,10 +192,8 @@ class PushChecks:
                     self.cond.wait()
                 if self.closed:
                     return
-                q, queue = next(iter(self.queues.items()))  # (in turn: one request, then the queue goes last)
-                i = self.rng.randrange(len(queue))  # (in random order: _replace)
-                fut, path, sender, key, keep, plain = queue[i]
-                del queue[i]
+                q, queue = next(iter(self.queues.items()))  # (in turn: its first request, then the queue goes last)
+                fut, path, sender, key, keep, plain = queue.popleft()
                 del self.queues[q]
                 if queue:
                     self.queues[q] = queue

@@ -7,9 +7,11 @@ import http.client
 import json
 import logging
 import secrets
+import socket
 import threading
 import time
 
+import pytest
 from signed_ranks import _ranks
 
 from dgrpo.transports.peeraddr import launch_nonce
@@ -271,3 +273,58 @@ def test_a_flood_of_challenges_makes_the_serving_loop_sign_nothing():
     assert len(answered) == 640 and set(answered) <= {200, None}
     assert answered.count(200) <= len(threads) - 1 and len(threads) <= 640 + len(proved)  # (one a challenge at most)
     owner.close()
+
+
+def _hold_first_answer(owner):
+    """Hold node 0's checks' thread in the first answer it makes (as a flood's work keeps it busy), until released."""
+    held, began, answer = threading.Event(), threading.Event(), owner.checks.answer
+
+    def slow(path, headers):
+        if not began.is_set():
+            began.set()
+            held.wait(10)
+        return answer(path, headers)
+
+    owner.checks.answer = slow
+    return held, began
+
+
+def _pending(host: str, port: str, reader: str) -> socket.socket:
+    """A challenge of node 0's server claiming ``reader``, sent and left open, unread (it waits in its queue)."""
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(f"GET /v/hello/{secrets.token_hex(16)} HTTP/1.1\r\nHost: x\r\nX-Dgrpo-Reader: {reader}\r\n\r\n".encode())
+    return s
+
+
+@pytest.mark.parametrize("claims", ["the honest reader's name", "64 other names"])
+def test_a_flood_claiming_names_from_one_host_does_not_close_an_honest_readers_challenge(claims):
+    """Review r31m F1 (c1b60c5). On one host every peer's source address is 127.0.0.1, so the (source, claimed
+    reader) queue of a challenge is anyone's: rank 3 sends node 0's server 16 challenges claiming node 2's name (or
+    one claiming each of 64 other names, taking every queue: on one address ``_evict`` frees none) while its checks'
+    thread is busy. Node 2's own challenge of node 0 is then closed unanswered at once (``answers`` -> None), every
+    time the flood keeps the queue full; in ``launchproof.settle`` node 2 then stops the start-up naming the honest
+    node 0 ("did not answer node 2's challenge ... or its server withheld the answer"). Wanted: node 2's challenge
+    waits its turn and is answered once the thread is free (here 0.5 s later, well inside its 2 s)."""
+    from dgrpo.transports.peeraddr import answers
+
+    ts, _ = _ranks(n=4)
+    owner = ts[0].chan
+    host, port = owner.address.rsplit(":", 1)
+    held, began = _hold_first_answer(owner)
+    socks = [_pending(host, port, "3")]
+    try:
+        assert began.wait(10)
+        names = ["2"] * 16 if claims == "the honest reader's name" else [str(100 + i) for i in range(64)]
+        socks += [_pending(host, port, name) for name in names]
+        deadline = time.monotonic() + 10
+        while sum(map(len, owner.checks.queues.values())) < len(names) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sum(map(len, owner.checks.queues.values())) == len(names)
+        threading.Timer(0.5, held.set).start()
+        proved = answers(ts[2].chan.keys, 0, owner.address, owner.nonce, 2)
+        assert proved is True, (proved, owner.checks.dropped)  # (now: None, closed unanswered at once)
+    finally:
+        held.set()
+        for s in socks:
+            s.close()
+        owner.close()

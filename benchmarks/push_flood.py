@@ -98,10 +98,13 @@ def server(payload_kib: int) -> None:
                       "checked": None if checks is None else checks.checked}), flush=True)
 
 
-def attacker(address: str, conns: int, seconds: float, sources: int = 1, challenges: bool = False) -> None:
+def attacker(address: str, conns: int, seconds: float, sources: int = 1, challenges: bool = False,
+             claim: str = "3", spread: int = 0) -> None:
     """Node 3: ``conns`` connections at once, each a request pushing every header (``challenges``: asking for a
     challenge answer), then the next; prints how many were answered. ``sources`` > 1: the connections come from that many loopback addresses in turn (127.0.0.2, …),
-    past the server's 64 connections per source address (a peer with several addresses: 256 open at most)."""
+    past the server's 64 connections per source address (a peer with several addresses: 256 open at most).
+    ``claim``: the reader its challenges claim to be; ``spread`` > 0: every other challenge claims one of ``spread``
+    other names instead (100, 101, …: each a queue of its own at the server; review r31m F1)."""
     import secrets
 
     host, port = address.rsplit(":", 1)
@@ -111,7 +114,8 @@ def attacker(address: str, conns: int, seconds: float, sources: int = 1, challen
         nonlocal i
         i += 1
         if challenges:
-            return f"GET /v/hello/{secrets.token_hex(16)} HTTP/1.1\r\nHost: x\r\nX-Dgrpo-Reader: 3\r\n\r\n".encode()
+            name = str(100 + i % spread) if spread and i % 2 == 0 else claim
+            return f"GET /v/hello/{secrets.token_hex(16)} HTTP/1.1\r\nHost: x\r\nX-Dgrpo-Reader: {name}\r\n\r\n".encode()
         sig = secrets.token_hex(64)
         heads = {"X-Dgrpo-Reader": "3", "X-Dgrpo-Why": json.dumps({"why": f"junk {i}", "sig": sig}),
                  "X-Dgrpo-Stop": json.dumps({"why": f"junk {i}", "nonce": NONCES[3], "sig": sig}),
@@ -178,13 +182,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--sources", type=int, default=1)
     ap.add_argument("--challenges", action="store_true", help="flood challenge requests, not pushed headers")
+    ap.add_argument("--claim", default="3", help="the reader node 3's challenges claim (2: node 2's name)")
+    ap.add_argument("--spread", type=int, default=0, help="every other challenge claims one of this many names")
+    ap.add_argument("--pace", type=float, default=0.0, help="seconds node 2 waits between its tries (settle: 0.2)")
     ap.add_argument("--role", default="main", help=argparse.SUPPRESS)
     ap.add_argument("--address", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.role == "server":
         return server(a.payload_kib)
     if a.role == "attacker":
-        return attacker(a.address, a.conns, a.seconds, a.sources, a.challenges)
+        return attacker(a.address, a.conns, a.seconds, a.sources, a.challenges, a.claim, a.spread)
     from dgrpo.swarm.identity import Signer
     from dgrpo.transports.peerserve import PeerChannel
 
@@ -196,7 +203,8 @@ def main() -> None:
     reader.addrs[0] = pusher.addrs[0] = address
     print(json.dumps(_summary("quiet", _reads(reader, 3.0))), flush=True)
     flood = [subprocess.Popen([*me, "--role", "attacker", "--address", address, "--conns", str(a.conns), "--seconds",
-                               str(a.seconds), "--sources", str(a.sources), *(["--challenges"] if a.challenges else [])],
+                               str(a.seconds), "--sources", str(a.sources), "--claim", a.claim, "--spread",
+                               str(a.spread), *(["--challenges"] if a.challenges else [])],
                               stdout=subprocess.PIPE, text=True)
              for _ in range(a.attackers)]
     time.sleep(1.0)
@@ -238,10 +246,14 @@ def _challenge(a, srv, flood, times, address, nonce, reader, pusher) -> None:
         t1 = time.monotonic()
         proved = answers(mine, 0, address, nonce, 2)
         tries.append(round(time.monotonic() - t1, 5))
+        if proved is None:
+            time.sleep(a.pace)
     took = time.monotonic() - t0
     answered = sum(int(p.communicate(timeout=a.seconds + 30)[0] or 0) for p in flood)
     print(json.dumps(_summary("flood", times)), flush=True)
-    print(json.dumps({"phase": "challenge", "seconds": round(took, 5), "proved": proved, "tries_s": tries}), flush=True)
+    print(json.dumps({"phase": "challenge", "seconds": round(took, 5), "proved": proved, "tries": len(tries),
+                      "tries_s": tries[-50:], "flood_left_s": round(a.seconds - 1.0 - max(0.0, a.seconds - 4.0), 3)}),
+          flush=True)
     srv.stdin.close()
     counts = json.loads(srv.stdout.readline())
     srv.wait(10)

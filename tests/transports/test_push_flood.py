@@ -328,3 +328,40 @@ def test_a_flood_claiming_names_from_one_host_does_not_close_an_honest_readers_c
         for s in socks:
             s.close()
         owner.close()
+
+
+def test_a_flood_rotating_more_pairs_than_the_record_keeps_does_not_log_a_line_a_request(caplog):
+    """Review r31m F3 (61dbd1a). The record of dropped (source, claimed sender) pairs forgets the least recently dropped
+    first, and a pair forgotten is named again. A flood that rotates through one pair more than the record keeps
+    (``dropped_max`` + 1; a claimed name is any number of up to 6 digits, so one address has 10^6) makes every drop a
+    first one: one warning line a request, written from the serving loop (about 330 bytes: at a flood's few thousand
+    requests a second, about 1 MB of log a second, for as long as it lasts). Wanted: the lines naming pairs are
+    bounded per interval (the counts go on)."""
+    from dgrpo.transports.pushcheck import PushChecks
+
+    held, calls = threading.Event(), []
+
+    def check(name, sender, key, value):
+        calls.append(sender)
+        held.wait(10)
+        return False
+
+    checks = PushChecks(0, check, lambda path, headers: (404, b""), lambda name, sender, key: True)
+    checks.per_sender, checks.dropped_max = 1, 8
+    caplog.set_level(logging.WARNING, logger="dgrpo.transports.peerserve")
+    pairs = [("127.0.0.1", str(100 + i)) for i in range(checks.dropped_max + 1)]
+    try:
+        checks.submit("127.0.0.1", "/v/why", {"x-dgrpo-reader": "4", "x-dgrpo-why": "first"})
+        while not calls:
+            time.sleep(0.01)
+        for i, (host, sender) in enumerate(pairs):  # (each queue holds one: the next of its pair is dropped)
+            checks.submit(host, "/v/why", {"x-dgrpo-reader": sender, "x-dgrpo-why": f"queued {i}"})
+        for i in range(50):
+            for host, sender in pairs:
+                checks.submit(host, "/v/why", {"x-dgrpo-reader": sender, "x-dgrpo-why": f"junk {i}"})
+        lines = [r for r in caplog.records if "claiming node" in r.getMessage()]
+        assert len(checks.dropped) == checks.dropped_max
+        assert len(lines) <= getattr(checks, "lines_max", 32), len(lines)  # (before: 450, one a drop)
+    finally:
+        held.set()
+        checks.close()

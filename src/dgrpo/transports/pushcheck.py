@@ -103,6 +103,7 @@ class PushChecks:
     share = 0.25  # the checks' thread uses at most this share of a CPU (it sleeps 3 x its CPU time a request)
     refused_max = 4096  # digests of refused headers kept (emptied when full)
     dropped_max = 1024  # (source, sender) pairs whose drops are counted (and named once): the last dropped kept
+    lines_max, lines_s = 64, 10.0  # at most this many lines naming pairs per this many seconds (review r31m F3)
 
     def __init__(self, rank: int, check: Callable, answer: Callable, want: Callable, signs: Callable | None = None):
         self.rank, self.check, self.answer, self.want = rank, check, answer, want
@@ -111,6 +112,7 @@ class PushChecks:
         self.refused: dict[bytes, None] = {}
         self.dropped: OrderedDict[tuple[str, str], int] = OrderedDict()  # (least recently dropped first)
         self.checked = self.copies = 0
+        self._window, self._lines, self._unnamed = float("-inf"), 0, 0  # (the log lines' window: _drop)
         self.closed = False
         self.cond = threading.Condition()
         self.thread = threading.Thread(target=self._run, name=f"dgrpo-push-{rank}", daemon=True)
@@ -175,11 +177,24 @@ class PushChecks:
     def _drop(self, q: tuple[str, str]) -> None:
         """Count a request of ``q`` dropped, naming ``q`` in a log line the first time. At most :attr:`dropped_max`
         pairs are kept, the least recently dropped forgotten first (before, every pair ever dropped was kept: a flood
-        from fresh source addresses or claimed names grew it without bound)."""
+        from fresh source addresses or claimed names grew it without bound). At most :attr:`lines_max` lines name pairs
+        every :attr:`lines_s` seconds, the rest summed up in one line (a flood rotating through more pairs than are
+        kept made every drop a first one: a line a request from the loop, review r31m F3)."""
         self.dropped[q] = self.dropped.pop(q, 0) + 1
         while len(self.dropped) > self.dropped_max:
             self.dropped.popitem(last=False)
         if self.dropped[q] == 1:
+            now = time.monotonic()
+            if now - self._window >= self.lines_s:
+                if self._unnamed:
+                    log.warning("node %d: %d more (source address, claimed sender) pairs had requests dropped in %g s, "
+                                "not named (%d lines at most every %g s)", self.rank, self._unnamed, self.lines_s,
+                                self.lines_max, self.lines_s)
+                self._window, self._lines, self._unnamed = now, 0, 0
+            if self._lines >= self.lines_max:
+                self._unnamed += 1
+                return
+            self._lines += 1
             log.warning("node %d: requests claiming node %s from %s pushed headers or challenges faster than this "
                         "server checks or signs them (%d pending at most): the excess is dropped (answered without its "
                         "headers; a challenge closed unanswered), counted against nobody: the name in a request is "

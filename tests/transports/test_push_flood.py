@@ -220,13 +220,14 @@ class _Signing:
         return getattr(self.key, name)
 
 
-def test_a_flood_of_challenges_makes_the_serving_loop_sign_nothing():
+def test_a_flood_of_challenges_makes_the_serving_loop_sign_only_what_the_queues_do_not_hold():
     """Rank 3 asks node 0's server for challenge answers (``GET /v/hello/{fresh}``, each answer node 0's signature
     of its launch nonce for it) from 32 connections at once, 640 requests, while node 1 reads node 0's round payload
     and node 2 challenges node 0's address. Before: the serving loop signed every one (640 signatures there, one a
-    request, ~0.07 ms each; nothing bounded them per source). Now it signs none: a challenge is answered from the
-    checks' thread, in the queue of its (source, claimed reader) as a pushed header is checked (pushcheck.py);
-    one over its queue's bound is closed unanswered (which proves nothing: its reader asks again). Node 2's challenge
+    request, ~0.07 ms each; nothing bounded them per source). Now a challenge is answered from the checks' thread, in
+    the queue of its (source, claimed reader) as a pushed header is checked (pushcheck.py); only one over its queue's
+    bound is signed on the loop (review r31m F1: closed unanswered, one claiming an honest reader's name from the
+    same address kept that reader's challenge out), one signature each. Node 2's challenge
     is answered, node 1 reads the payload every time, and no flood request costs more than one signature."""
     from dgrpo.transports.peeraddr import answers
 
@@ -268,10 +269,12 @@ def test_a_flood_of_challenges_makes_the_serving_loop_sign_nothing():
     for t in [*attackers, reader]:
         t.join(60)
     on_loop = threads.count("dgrpo-serve-0")
-    assert on_loop == 0, {n: threads.count(n) for n in set(threads)}  # (before: 640)
+    dropped = sum(owner.checks.dropped.values())  # (over their queue's bound: signed on the loop, one each)
+    assert on_loop == dropped < 640, ({n: threads.count(n) for n in set(threads)}, dropped)  # (before h31m: 640)
     assert proved[-1] is True and reads == [b"payload" * 1000] * 30, (proved, problems)
     assert len(answered) == 640 and set(answered) <= {200, None}
-    assert answered.count(200) <= len(threads) - 1 and len(threads) <= 640 + len(proved)  # (one a challenge at most)
+    # (one a challenge at most: the flood's, node 2's, and node 1's own of node 0's address before its first read)
+    assert answered.count(200) <= len(threads) - 1 and len(threads) <= 640 + len(proved) + 1
     owner.close()
 
 

@@ -21,7 +21,10 @@ this rank's own round payload: its honest readers could miss it at their deadlin
 * a challenge (``GET /v/hello/{challenge}``, answered with this rank's signature of its launch nonce for it:
   :func:`challenged`) is queued the same way, under its (source address, claimed reader), and signed on the checks'
   thread (task h31m: the loop signed each, one Ed25519 signature a request, however many a source sent); one over a
-  bound is closed unanswered, which proves nothing (its reader asks again, :mod:`~dgrpo.transports.peerresolve`);
+  bound is signed on the loop, as every challenge was before (review r31m F1: closed unanswered, on one host, where
+  every peer has one source address, a flood claiming a reader's name kept that reader's challenges unanswered for
+  as long as it lasted, and its start-up stopped naming the honest server; the loop signs only what the queues do
+  not hold, one signature a request, as before task h31m);
 * one thread of the server's own checks the queues in turn, one request of each queue at a time (a flooding sender
   delays another sender's check by one of its own), then answers the request from the loop (the answer says whether
   the header was kept, e.g. ``why/{owner}`` served back); it runs at most :attr:`PushChecks.share` of the time (it
@@ -91,7 +94,7 @@ class PushChecks:
             the checks' thread).
         want: ``want(name, sender, key) -> bool`` (:func:`wanted`), on the loop.
         signs: ``signs(key) -> bool`` (:func:`challenged`), on the loop: whether ``answer`` signs for ``key``
-            (queued as a pushed header is, so the loop signs nothing; default: never).
+            (queued as a pushed header is; signed on the loop only over a bound; default: never).
 
     Counts: :attr:`dropped` ((source, sender) → requests answered without their pushed headers, over a bound; the
     :attr:`dropped_max` pairs dropped last: a pair not dropped since is forgotten first, and only logged again if it
@@ -121,9 +124,9 @@ class PushChecks:
     def submit(self, host: str, path: str, headers: dict) -> tuple[Future | None, dict]:
         """On the loop: (a future of the answer, None) if ``headers`` push something to check or ``path`` asks for a
         signed answer (a challenge, ``signs``): queued; else (None, ``headers`` without their pushed ones: answer at
-        once). A challenge over a bound gets a cancelled future: its connection is closed unanswered (an unanswered
-        challenge proves nothing, its reader asks again; an answer without the signature would say the owner's server
-        is not there). O(1): no verification, no signature."""
+        once). A challenge over a bound is answered at once too (signed on the loop: closed unanswered, an honest
+        reader's challenge could be kept out by requests claiming its name, review r31m F1). Else O(1): no
+        verification, no signature."""
         key = _key(path)
         signs = self.signs(key)
         if not signs and not any(h in headers for h in PUSHED):
@@ -145,11 +148,7 @@ class PushChecks:
             if self.closed or (len(queue) >= self.per_sender if queue is not None else
                                len(self.queues) >= self.max_queues and not self._evict(host)):
                 self._drop(q)
-                if signs:
-                    gone: Future = Future()
-                    gone.cancel()
-                    return gone, None
-                return None, plain
+                return None, plain  # (a challenge: signed on the loop, as before task h31m: review r31m F1)
             fut: Future = Future()
             self.queues.setdefault(q, deque()).append((fut, path, sender, key, keep, plain))
             self.cond.notify()
@@ -197,7 +196,7 @@ class PushChecks:
             self._lines += 1
             log.warning("node %d: requests claiming node %s from %s pushed headers or challenges faster than this "
                         "server checks or signs them (%d pending at most): the excess is dropped (answered without its "
-                        "headers; a challenge closed unanswered), counted against nobody: the name in a request is "
+                        "headers; a challenge signed at once), counted against nobody: the name in a request is "
                         "anyone's claim", self.rank, q[1][:8], q[0], self.per_sender)
 
     def _run(self) -> None:

@@ -167,12 +167,9 @@ def test_a_peer_holding_every_queue_from_a_few_addresses_loses_its_own_not_an_ho
         checks.close()
 
 
-def test_the_record_of_dropped_pairs_is_bounded_and_forgets_the_least_recently_dropped_first(caplog):
-    """A flood from fresh (source address, claimed sender) pairs, each dropped once (its queue full: one pending a
-    queue here, the checks' thread held in its first check), kept every pair in :attr:`PushChecks.dropped` for ever
-    (before: 40 pairs of 40, any number a flood of fresh addresses made). Now at most ``dropped_max`` are kept, the
-    least recently dropped forgotten first; a pair dropped again stays (it moves last); a forgotten pair dropped
-    again is counted from 1 and named again (one more log line, nothing else)."""
+def _held_checks(caplog):
+    """PushChecks with one pending a queue, a record of 8 dropped pairs and a check that records its sender and holds
+    the checks' thread until ``held`` is set: (checks, held, calls)."""
     from dgrpo.transports.pushcheck import PushChecks
 
     held, calls = threading.Event(), []
@@ -185,6 +182,16 @@ def test_the_record_of_dropped_pairs_is_bounded_and_forgets_the_least_recently_d
     checks = PushChecks(0, check, lambda path, headers: (404, b""), lambda name, sender, key: True)
     checks.per_sender, checks.dropped_max = 1, 8
     caplog.set_level(logging.WARNING, logger="dgrpo.transports.peerserve")
+    return checks, held, calls
+
+
+def test_the_record_of_dropped_pairs_is_bounded_and_forgets_the_least_recently_dropped_first(caplog):
+    """A flood from fresh (source address, claimed sender) pairs, each dropped once (its queue full: one pending a
+    queue here, the checks' thread held in its first check), kept every pair in :attr:`PushChecks.dropped` for ever
+    (before: 40 pairs of 40, any number a flood of fresh addresses made). Now at most ``dropped_max`` are kept, the
+    least recently dropped forgotten first; a pair dropped again stays (it moves last); a forgotten pair dropped
+    again is counted from 1 and named again (one more log line, nothing else)."""
+    checks, held, calls = _held_checks(caplog)
     pairs = [(f"10.0.{i}.1", str(1 + i % 3)) for i in range(40)]
     try:
         checks.submit("10.1.0.1", "/v/why", {"x-dgrpo-reader": "4", "x-dgrpo-why": "first"})
@@ -340,18 +347,7 @@ def test_a_flood_rotating_more_pairs_than_the_record_keeps_does_not_log_a_line_a
     first one: one warning line a request, written from the serving loop (about 330 bytes: at a flood's few thousand
     requests a second, about 1 MB of log a second, for as long as it lasts). Wanted: the lines naming pairs are
     bounded per interval (the counts go on)."""
-    from dgrpo.transports.pushcheck import PushChecks
-
-    held, calls = threading.Event(), []
-
-    def check(name, sender, key, value):
-        calls.append(sender)
-        held.wait(10)
-        return False
-
-    checks = PushChecks(0, check, lambda path, headers: (404, b""), lambda name, sender, key: True)
-    checks.per_sender, checks.dropped_max = 1, 8
-    caplog.set_level(logging.WARNING, logger="dgrpo.transports.peerserve")
+    checks, held, calls = _held_checks(caplog)
     pairs = [("127.0.0.1", str(100 + i)) for i in range(checks.dropped_max + 1)]
     try:
         checks.submit("127.0.0.1", "/v/why", {"x-dgrpo-reader": "4", "x-dgrpo-why": "first"})

@@ -4,7 +4,7 @@
 #   nice -n 10 bash results/judge_qwen_v4/heldout.sh 18:00        # DEADLINE (UTC): no judgment starts after it
 # SAMPLES=0 skips the two SmolLM2-135M sampling stages (fresh SmolLM2 right answers, faithful 2+2=5): ~95 min on one
 # thread. Judging: nested stages of 50, 100, 200, 400 evenly spaced rows per set (supersets, nothing judged twice);
-# about 4.7 h for every stage at v3's per-set cost (6.5 h at 8.2 s per completion), one thread, niced.
+# about 5.0 h for every stage at v3's per-set cost (7.0 h at 8.2 s per completion), one thread, niced.
 set -u
 DEADLINE=$(date -u -d "$1" +%s)
 R=results/judge_qwen_v4; B=benchmarks/judge_table1; S=$R/scores.jsonl
@@ -13,11 +13,12 @@ for f in rule_either-answer.json README.md fresh.py; do
   git ls-files --error-unmatch $R/$f > /dev/null 2>&1 || { echo "$R/$f not committed: commit the plan first"; exit 1; }
 done
 [ -f $R/fresh_written.jsonl ] || python $R/fresh.py written || exit 1
+[ -f $R/fresh_adaptive.jsonl ] || python $R/fresh.py adaptive || exit 1   # README "Amendment": false step at the answer
 if [ "${SAMPLES:-1}" != 0 ]; then
   [ -f $R/fresh_samples.jsonl ] || OMP_NUM_THREADS=$THREADS python $R/fresh.py samples || exit 1
   [ -f $R/fresh_faithful.jsonl ] || OMP_NUM_THREADS=$THREADS python $R/fresh.py faithful || exit 1
 fi
-ROWS=$(ls $R/fresh_written.jsonl $R/fresh_samples.jsonl $R/fresh_faithful.jsonl 2>/dev/null)
+ROWS=$(ls $R/fresh_written.jsonl $R/fresh_adaptive.jsonl $R/fresh_samples.jsonl $R/fresh_faithful.jsonl 2>/dev/null)
 for N in 50 100 200 400; do
   [ $(( DEADLINE - $(date -u +%s) )) -gt 60 ] || break
   bash $B/serve_and_score.sh qwen2.5-coder-1.5b-instruct --out $S --split heldout --rows $ROWS --stop-at $DEADLINE \

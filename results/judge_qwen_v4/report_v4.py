@@ -23,7 +23,9 @@ from dgrpo.verify.steps import StepChecker  # noqa: E402
 RULE = json.loads((HERE / "rule_either-answer.json").read_text())
 THRESHOLD = RULE["step_judge"]["threshold"]
 CHECKER, PLAIN = StepChecker(excuse_answer=True), StepChecker()
-FILES = ("fresh_written.jsonl", "fresh_samples.jsonl", "fresh_faithful.jsonl")
+FILES = ("fresh_written.jsonl", "fresh_samples.jsonl", "fresh_faithful.jsonl", "fresh_adaptive.jsonl")
+ADAPTIVE = "equation_at_answer"  # README "Amendment": the false step ends at the answer (fresh.py at_answer)
+TITLES, POISONS = {**TITLES, ADAPTIVE: "false step at the answer, adaptive"}, POISON + (ADAPTIVE,)
 
 
 def fmt(k: int, n: int) -> str:
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
             ["**either-answer (frozen)**", "step judge", "step checker, excuse_answer", "either (plain checker, A)",
              "seconds per completion"])
     table, out = [], {}
-    for s in POISON + HONEST:
+    for s in POISONS + HONEST:
         mine = [r for r in rows if r["set"] == s]
         if not mine:
             continue
@@ -68,7 +70,7 @@ def main(argv=None) -> int:
                      f"{sec:.2f}"]
             out[s] = {"n": n, "rule": sum(rule), "judge": sum(jd), "excuse_answer": sum(chk),
                       "either_plain": sum(a or b for a, b in zip(jd, plain)), "seconds_per_completion": sec}
-        kind = "detection" if s in POISON else "false positives"
+        kind = "detection" if s in POISONS else "false positives"
         table.append(f"| {TITLES[s]} ({kind}) | " + " | ".join(cells) + f" | {PAPER.get(s, '–')} |")
     head = "| set | " + " | ".join(cols) + " | paper (Llama-3.1-8B judge) |"
     lines = [head, "|---" * (len(cols) + 2) + "|"] + table

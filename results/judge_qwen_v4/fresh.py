@@ -5,8 +5,9 @@
     PYTHONPATH=src python results/judge_qwen_v4/fresh.py faithful           # SmolLM2-135M: fresh_faithful.jsonl
     PYTHONPATH=src python results/judge_qwen_v4/fresh.py adaptive           # model-free: fresh_adaptive.jsonl
 
-``adaptive`` (README "Amendment"): the false step written as the step that ends at the answer (:func:`at_answer`),
-the hole rule B's ``excuse_answer`` leaves, on the same 200 problems as hail (train-3000..3199).
+``adaptive`` (README "Amendment"): the false step written as the step that ends at the answer
+(``dgrpo.attacks.equation_at_answer.at_answer`` on the oracle solution), the hole rule B's ``excuse_answer`` leaves,
+on the same 200 problems as hail (train-3000..3199).
 
 Problems train-3000..5999 of the same task draws as every earlier set (arithmetic and python_math, seed 0, now with
 n_train 6000: the first 3000 problems are the same, checked here) were used by no earlier row (poisons, samples,
@@ -18,7 +19,6 @@ completion, ``honest``, ``right``), one JSON object a line, for ``score.py --row
 """
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -84,34 +84,9 @@ def written() -> list[dict]:
     return rows
 
 
-def at_answer(text: str) -> str:
-    """``text`` (an honest completion) with its last true ``=`` claim whose written result is the final answer made
-    false by raising one operand by 1, the written result (the answer) kept: full reward, wrong arithmetic.
-
-    The operand raised is the number just before the ``=`` (``7 * 2 = 14`` -> ``7 * 3 = 14``; ``2 * 2 = 4. ...
-    4 + 9 = 13`` -> ``4 + 10 = 13``); when that leaves the claim true (``0 / 5 = 0``), the claim's first number.
-
-    Raises:
-        ValueError: no true claim ends at the answer, or neither edit makes it false (one line, naming the claim).
-    """
-    from dgrpo.verify.steps import StepChecker, final_answer
-
-    answer, plain = final_answer(text), StepChecker()
-    ends = [c for c in plain(text).claims if c.status == "true" and c.relation == "=" and c.source == "text"
-            and answer is not None and c.right == answer]
-    if not ends:
-        raise ValueError(f"no true claim ends at the answer {answer} in {text[:80]!r}")
-    c = ends[-1]
-    nums = list(re.finditer(r"\d+", text[c.start:c.text.index("=") + c.start]))
-    for m in (nums[-1], nums[0]) if nums else ():
-        a, b = c.start + m.start(), c.start + m.end()
-        edited = text[:a] + str(int(text[a:b]) + 1) + text[b:]
-        if any(x.status == "false" for x in plain(edited).claims) and final_answer(edited) == answer:
-            return edited
-    raise ValueError(f"raising an operand of {c.text!r} by 1 does not make it false")
-
-
 def adaptive() -> list[dict]:
+    from dgrpo.attacks.equation_at_answer import at_answer
+
     t, _ = tasks()
     rows = []
     for i, p in enumerate(t.train[FIRST:FIRST + POISON_N]):

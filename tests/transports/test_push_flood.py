@@ -364,3 +364,33 @@ def test_a_flood_rotating_more_pairs_than_the_record_keeps_does_not_log_a_line_a
     finally:
         held.set()
         checks.close()
+
+
+def test_the_record_of_refused_digests_is_bounded_and_forgets_the_oldest_first():
+    """Refused header digests are kept so that a copy is dropped unread (a signature verified once per digest). The
+    record was emptied whole when full: 4,096 fresh junk headers made every digest refused before checked again. Now
+    at most ``refused_max`` are kept, the oldest forgotten first: with a bound of 3 and 5 headers refused in turn
+    (v0 … v4), copies of v2, v3, v4 are dropped unread and copies of v0, v1 are checked again (hand-counted: 5 + 2
+    checks, 3 copies; before: v3 emptied the record, and only copies of v3, v4 were dropped). The kept copies are
+    pushed first: a re-check of v0 refuses it again and forgets v2."""
+    from dgrpo.transports.pushcheck import PushChecks
+
+    calls = []
+
+    def check(name, sender, key, value):
+        calls.append(value)
+        return False
+
+    checks = PushChecks(0, check, lambda path, headers: (200, b"ok"), lambda name, sender, key: True)
+    checks.refused_max = 3
+    try:
+        for i in range(5):
+            fut, _ = checks.submit("h", "/v/x", {"x-dgrpo-reader": "3", "x-dgrpo-why": f"v{i}"})
+            assert fut.result(10) == (200, b"ok")
+        assert len(checks.refused) == 3 and calls == [f"v{i}" for i in range(5)]
+        again = [checks.submit("h", "/v/x", {"x-dgrpo-reader": "3", "x-dgrpo-why": f"v{i}"})[0] for i in (2, 3, 4, 0, 1)]
+        assert [f is None for f in again] == [True, True, True, False, False] and checks.copies == 3
+        assert all(f.result(10) == (200, b"ok") for f in again[3:])
+        assert calls == [f"v{i}" for i in range(5)] + ["v0", "v1"] and len(checks.refused) == 3
+    finally:
+        checks.close()

@@ -104,7 +104,7 @@ class PushChecks:
     per_sender = 16  # requests with pushed headers pending per (source address, claimed sender)
     max_queues = 64  # queues at once
     share = 0.25  # the checks' thread uses at most this share of a CPU (it sleeps 3 x its CPU time a request)
-    refused_max = 4096  # digests of refused headers kept (emptied when full)
+    refused_max = 4096  # digests of refused headers kept (the oldest forgotten first)
     dropped_max = 1024  # (source, sender) pairs whose drops are counted (and named once): the last dropped kept
     lines_max, lines_s = 64, 10.0  # at most this many lines naming pairs per this many seconds (review r31m F3)
 
@@ -217,8 +217,8 @@ class PushChecks:
             try:
                 for h, value in keep.items():
                     if self.check(h, sender, key, value) is False:
-                        if len(self.refused) >= self.refused_max:
-                            self.refused.clear()
+                        while len(self.refused) >= self.refused_max:  # (the oldest refused forgotten first: a
+                            self.refused.pop(next(iter(self.refused)), None)  # bound, not a reset of every digest)
                         self.refused[_digest(h, sender, key, value)] = None
                 out = self.answer(path, plain)
             except Exception:  # noqa: BLE001 - a check or hook that failed: the reader gets nothing

@@ -80,6 +80,9 @@ def _text_for(annotation: Any, value: Any) -> str | None:
     types_ = _scalar_types(annotation)
     if types_ is None or not _has(value, str, types_) or any(isinstance(a, Strict) and a.strict for a in _leaf_types(annotation)):
         return None
+    if isinstance(value, str) and any(value in typing.get_args(a) for a in _leaf_types(annotation)
+                                      if typing.get_origin(a) is typing.Literal):
+        return None  # (a number or a word: `round_s: auto`)
     try:
         _adapter(annotation).validate_python(value)
     except (ValueError, TypeError):

@@ -4,14 +4,39 @@ unset. What the schedule does is :mod:`dgrpo.transports.clocked`."""
 
 from __future__ import annotations
 
+import math
+
 MIN_RELAY_S = 2.0  # the least relay_s accepted: an honest relay's build after a cap-size payload read just before A_n
 
 
-def windows(protocol) -> tuple[float, float, float]:
-    """(round_s, a, b) of a ``swarm.protocol`` config (a and b default to round_s / 4 each)."""
+AUTO_WINDOW_S = 4.0  # direct_s and relay_s unset with round_s=auto: sized for a transfer, not for the round (below)
+
+
+def windows(protocol, round_s: float | None = None) -> tuple[float, float, float]:
+    """(round_s, a, b) of a ``swarm.protocol`` config, seconds. ``a`` and ``b`` default to round_s / 4 each; with
+    ``round_s: auto`` to :data:`AUTO_WINDOW_S` each (a window must hold an honest transfer, a payload at its byte cap
+    or a relay, and its decode, which does not grow with the round's compute: a quarter of an agreed 120 s round
+    would be 30 s of waiting per window), and ``round_s`` is the agreed value passed in (None before the agreement:
+    nan)."""
     r = protocol.round_s
-    return r, (protocol.direct_s if protocol.direct_s is not None else r / 4), \
-        (protocol.relay_s if protocol.relay_s is not None else r / 4)
+    auto = r == "auto"
+    if auto:
+        r = math.nan if round_s is None else round_s
+    default = AUTO_WINDOW_S if auto else r / 4
+    return r, (protocol.direct_s if protocol.direct_s is not None else default), \
+        (protocol.relay_s if protocol.relay_s is not None else default)
+
+
+def round_s_value(cls, value):
+    """``swarm.protocol.round_s`` as given: None, ``auto`` or a number in (0, a week] are passed on; anything else is
+    one line (pydantic names each member of the union apart: a number or a word)."""
+    if value is None or value == "auto":
+        return value
+    if isinstance(value, str):
+        raise ValueError(f"Input should be a number of seconds or auto (got {value[:40]!r})")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 < value <= 7 * 86400:
+        raise ValueError(f"Input should be greater than 0 and at most a week, 604800 s (got {value:g})")
+    return value
 
 
 def relative_left_out(self, handler) -> dict:
@@ -47,7 +72,11 @@ def check(swarm) -> None:
         raise ValueError("swarm.protocol.schedule=clock needs swarm.protocol.round_s (seconds between two rounds' post "
                          "deadlines, more than a round's compute + direct_s + relay_s), e.g. swarm.protocol.round_s=30")
     r, a, b = windows(p)
-    if a + b >= r:
+    if p.round_s == "auto" and a + b >= swarm.timeout_s:
+        raise ValueError(f"swarm.protocol.round_s=auto takes at most swarm.timeout_s={swarm.timeout_s:g}s a round, "
+                         f"which must exceed swarm.protocol.direct_s + swarm.protocol.relay_s ({a:g} + {b:g}s); raise "
+                         "swarm.timeout_s or lower direct_s / relay_s")
+    if p.round_s != "auto" and a + b >= r:
         raise ValueError(f"swarm.protocol.direct_s + swarm.protocol.relay_s ({a:g} + {b:g}s) must be less than "
                          f"swarm.protocol.round_s={r:g}s (what is left is each round's compute); raise round_s or "
                          "lower direct_s / relay_s")

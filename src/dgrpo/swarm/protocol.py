@@ -29,15 +29,15 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Sequence
+from typing import Annotated, Literal, Mapping, Sequence
 
-from pydantic import Field, model_serializer
+from pydantic import Field, field_validator, model_serializer
 
 from dgrpo.registry import StrictConfig
 from dgrpo.swarm.banlist import BanList  # (split out; still importable from here)
 from dgrpo.swarm.identity import DIGEST_HEX, VERSION, canonical_hex, header_bytes, message_digest, signed_bytes, signed_header
 from dgrpo.swarm.schedule import horizontal_prompts, vertical_prompts
-from dgrpo.swarm.clockconfig import relative_left_out
+from dgrpo.swarm.clockconfig import relative_left_out, round_s_value
 from dgrpo.types import Message, Problem
 
 log = logging.getLogger(__name__)
@@ -82,10 +82,11 @@ class ProtocolConfig(StrictConfig):
     roster: str | None = Field(None, description="Roster file written by `dgrpo keys` (node id → public key); None = fresh keys made for this run (in-process runs; distributed and hivemind runs exchange public keys at startup). Required with swarm.hivemind.join: it names the joiners too.")
     key_dir: str | None = Field(None, description="Folder holding this node's private key node{k}.key (written by `dgrpo keys`); needed with roster.")
     schedule: Literal["relative", "clock"] = Field("relative", description="swarm.transport=distributed: `relative` (each node's round deadlines count from its own post, with holds for late peers; docs/distributed.md) or `clock` (absolute deadlines from a start T0 agreed at start-up: post by T0 + n·round_s, direct reads until + direct_s, relays until + relay_s; a relay counts for others' messages only, so one malicious rank cannot split the honest nodes' message sets: dgrpo.transports.clocked, docs/protocol.md).")
-    round_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds between two rounds' post deadlines (required there); must exceed a round's compute + direct_s + relay_s.")
-    direct_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds from a round's post deadline to the end of its direct reads (an honest payload must be read whole within it); default round_s / 4.")
-    relay_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds from the end of direct reads to the end of relay reads (an honest relay must be read within it); default round_s / 4.")
+    round_s: Annotated[float, Field(gt=0, le=7 * 86400)] | Literal["auto"] | None = Field(None, description="schedule=clock: seconds between two rounds' post deadlines (required there); must exceed a round's compute + direct_s + relay_s. `auto`: each rank times its worst-case round compute at start-up (dgrpo.training.roundtime), proposes it signed beside its start, and every rank takes the largest proposal, at most swarm.timeout_s (dgrpo.transports.clockauto; docs/distributed.md, `round_s: auto`).")
+    direct_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds from a round's post deadline to the end of its direct reads (an honest payload must be read whole within it); default round_s / 4 (with round_s=auto: 4 s, sized for a transfer, not the round).")
+    relay_s: float | None = Field(None, gt=0, le=7 * 86400, description="schedule=clock: seconds from the end of direct reads to the end of relay reads (an honest relay must be read within it); default round_s / 4 (with round_s=auto: 4 s).")
     max_skips: int | None = Field(None, ge=0, le=10**6, description="schedule=clock: a node whose payload is not ready by a round's post deadline serves a signed skip notice; peers do not accuse it while it had messages in one of their last max_skips round sets (then it is accused as missing, and a quorum expels it); 0: no notice honoured. Default 2 (dgrpo.transports.skips).")
+    _round_s_in_one_line = field_validator("round_s", mode="before")(round_s_value)  # (not pydantic's two union lines)
     _clock_left_out = model_serializer(mode="wrap")(relative_left_out)  # (configs, fingerprints as before it)
 
 

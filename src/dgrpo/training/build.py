@@ -313,6 +313,17 @@ def in_process_protocol(cfg: RunConfig, task: Task, name: str) -> Protocol:
                        BanList(cfg.swarm.protocol.ban_after))
 
 
+def auto_round_s(cfg: RunConfig, swarm: Swarm, task: Task) -> float:
+    """``swarm.protocol.round_s: auto``: this rank's proposal, seconds (:func:`dgrpo.training.roundtime.propose` on the
+    first policy this process trains, and its learner; its direct_s + relay_s added)."""
+    from dgrpo.swarm.clockconfig import windows
+    from dgrpo.training.roundtime import propose
+
+    policy = next(iter([*swarm.trained.values(), *swarm.policies.values(), *swarm.attacker_policies.values()]))
+    _, a, b = windows(cfg.swarm.protocol, 0.0)
+    return propose(cfg, policy, swarm.learners.get(policy), task, a + b)
+
+
 def build_transport(cfg: RunConfig, resuming: bool = False) -> Transport:
     """The registered transport ``swarm.transport`` (in-process by default); ``resuming``: the run
     continues from a checkpoint (a node joining a homogeneous hivemind swarm must)."""
@@ -355,6 +366,8 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
                         cfg.eval.n_prompts, len(task.val), len(task.val))
         swarm = build_swarm(cfg, task, transport.local_nodes)
         swarm.protocol = build_protocol(cfg, task, transport, run_dir)
+        if cfg.swarm.protocol.round_s == "auto":  # (clocked rounds: this rank's round_s, timed here, agreed at the check)
+            transport.round_estimate = auto_round_s(cfg, swarm, task)
         # distributed: ranks sign what they run with; every transport: messages are signed for this launch only
         swarm.protocol.bind_launch(transport.check_startup(swarm.protocol, cfg.swarm.startup_timeout_s))
     except BaseException as err:

@@ -149,26 +149,42 @@ def _mono(wall: float) -> float:
     return time.monotonic() + (wall - time.time())
 
 
-def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: float) -> Clock:
+def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: float, bound_s: float | None = None) -> Clock:
     """The run's :class:`Clock`: every rank proposes its wall clock + :data:`LEAD` × round_s, signed and compared by
     every rank (start-up exchange ``clock``: every rank holds the same values or the run stops), and ``T0`` is the
     latest proposal, so it is at least :data:`LEAD` rounds after every honest rank proposed (a proposal in the past
     cannot make the honest ranks skip their first rounds); it must lie within startup_timeout_s of the second-latest
     proposal (of 3 ranks or more; with 2, of this rank's now + LEAD × round_s), so a proposal far ahead cannot stall
-    the run for longer, and every rank decides it from the same values alike.
+    the run for longer, and every rank decides it from the same values alike. With ``round_s: auto`` each proposal
+    also carries its rank's round_s (``t.round_estimate``, seconds), the agreed one is the largest, at most
+    ``bound_s`` (``swarm.timeout_s``), and ``T0`` leaves every honest proposer LEAD agreed rounds
+    (:mod:`dgrpo.transports.clockauto`).
 
     Raises:
-        PeerFailure: one line naming the rank whose proposal is not such a time (said to the peers, signed), or a
-            two-faced one (:func:`~dgrpo.transports.startagree.checked_values`).
+        PeerFailure: one line naming the rank whose proposal is not such a time, or (auto) not in the one form
+            (said to the peers, signed), or a two-faced one (:func:`~dgrpo.transports.startagree.checked_values`).
     """
     from dgrpo.errors import PeerFailure
+    from dgrpo.transports import clockauto
 
-    r, a, b = windows(protocol_cfg)
-    values = t.gather_values("clock", f"{time.time() + LEAD * r:.3f}", timeout_s=startup_timeout_s)
-    now, times = time.time(), {}
+    auto = protocol_cfg.round_s == "auto"
+    r = t.round_estimate if auto else windows(protocol_cfg)[0]
+    mine = clockauto.proposal(time.time() + LEAD * r, r) if auto else f"{time.time() + LEAD * r:.3f}"
+    values = t.gather_values("clock", mine, timeout_s=startup_timeout_s)
+    now, times, props = time.time(), {}, {}
+    if auto:
+        props, malformed = clockauto.parse(values)
+        if malformed:
+            why = (f"node {malformed[0]} proposed the clock start and round_s {values[malformed[0]][:40]!r}, not "
+                   "'{start:.3f} {round_s:.3f}' with round_s > 0 (swarm.protocol.round_s=auto): stopping before round 0")
+            t.chan.announce_stop(why)
+            raise PeerFailure(why)
+        agreed = clockauto.agree(props, bound_s)
+        clockauto.say(t.rank, agreed, props, bound_s)
+        r = agreed.round_s
     for node, raw in sorted(values.items()):
         try:
-            times[node] = float(raw)
+            times[node] = props[node][0] if auto else float(raw)
         except ValueError:
             times[node] = math.nan
     # (the bound is a function of the agreed values alone, so every honest rank decides alike, review h31r: judged
@@ -184,7 +200,8 @@ def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: floa
                "before round 0 (check the ranks' clocks: swarm.protocol.schedule=clock needs one clock, or NTP)")
         t.chan.announce_stop(why)
         raise PeerFailure(why)
-    t0 = max(times.values())
+    t0 = clockauto.start(props, r, LEAD) if auto else max(times.values())
+    _, a, b = windows(protocol_cfg, r)
     log.info("node %d: clocked rounds from T0=%.3f (%.2fs from now), round_s=%g, direct_s=%g, relay_s=%g",
              t.rank, t0, t0 - now, r, a, b)
     return Clock(t0, r, a, b, first=None)

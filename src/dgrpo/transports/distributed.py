@@ -140,6 +140,7 @@ class DistributedTransport:
         self._last_round: int | None = None
         self.clock = None  # swarm.protocol.schedule=clock: the agreed Clock (transports/clocked.py), set by check_startup
         self._clock_cfg = None  # (that config, kept by from_env until the start-up check agrees on T0)
+        self.round_estimate = None  # round_s=auto: this rank's proposal, seconds (training.roundtime, before the check)
         self.skips = None  # clocked rounds: this node's signed skip notices and its peers' (transports/skips.py)
         self._closed = False
         atexit.register(self._exit)
@@ -167,7 +168,7 @@ class DistributedTransport:
                                     Limits.for_completions(cfg.sampling.max_new_tokens))
         transport.honest = agree_at_start(transport, rank, cfg)  # (roles and config: rendezvous)
         if sw.protocol.schedule == "clock":
-            transport._clock_cfg = (sw.protocol, sw.startup_timeout_s)
+            transport._clock_cfg = (sw.protocol, sw.startup_timeout_s, sw.timeout_s)
         log.info("node %d of %d joined (backend %s)", rank, world, backend)
         return transport
 

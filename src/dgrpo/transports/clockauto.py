@@ -1,0 +1,96 @@
+"""``swarm.protocol.round_s: auto``: one round length for clocked rounds, measured and agreed (issue 31 (a), task h31p).
+
+Why. A hand-set ``round_s`` must exceed the slowest honest node's round compute, sized for what an attacker can
+force (its completions at the length cap lengthen every honest node's update), plus ``direct_s + relay_s``; a user
+cannot size it, and a wrong value either wastes time or makes every honest node skip. With ``auto`` each rank times
+its own worst-case round compute at start-up (:mod:`dgrpo.training.roundtime`) and proposes
+``its estimate + direct_s + relay_s`` beside its start ``T0`` in the start-up exchange ``clock`` (signed, compared by
+every rank: :mod:`dgrpo.transports.startagree`), as ``"{start:.3f} {round_s:.3f}"`` (:func:`proposal`): one form,
+anything else stops the run in one line naming its proposer (:func:`parse`).
+
+The rule (:func:`agree`, a function of the agreed proposals alone, so the same at every honest rank): the largest
+proposal, at most ``bound`` (``swarm.timeout_s``: "every round ends within timeout_s"); its proposer (the lowest rank
+among equal ones) is named in one log line at every rank, and a proposal above the bound in a WARNING.
+
+Why the largest and not a robust statistic (``f = 1``). The second-largest drops one extreme value, but it lets the
+attacker shrink the round: with the attacker proposing a small value, the second-largest is below the slowest honest
+node's need whenever that node's proposal is the largest; that node then misses every ``P_n``, skips, and is expelled
+past ``swarm.protocol.max_skips`` (the attacker has turned a timing into a ban of an honest node). The largest can only
+be stretched: the attacker makes every round last up to the bound, which costs time, not correctness (issue 31 allows
+a round to last up to ``timeout_s``), and the log names it. Below the bound, every honest node's compute fits.
+
+The start (:func:`start`): ``T0 = max_i (start_i + LEAD · max(0, R − round_i))``, so for every honest proposer ``i``
+(``start_i = now_i + LEAD · round_i``) ``T0 ≥ now_i + LEAD · R``: round 0 has at least ``LEAD`` agreed rounds after it
+proposed, whatever round length it proposed itself. The attacker's term is at most its start (bounded as before by
+:func:`~dgrpo.transports.clocked.agree_start`) + ``LEAD · bound``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+log = logging.getLogger("dgrpo.transports.distributed")
+
+_FORM = re.compile(r"(0|[1-9][0-9]{0,11})\.[0-9]{3} (0|[1-9][0-9]{0,8})\.[0-9]{3}")  # "{start:.3f} {round_s:.3f}"
+
+
+def proposal(start: float, round_s: float) -> str:
+    """A rank's proposal as served: its start (wall-clock seconds) and its round_s (seconds), 3 decimals each."""
+    return f"{start:.3f} {round_s:.3f}"
+
+
+def parse(values: dict[int, str]) -> tuple[dict[int, tuple[float, float]], list[int]]:
+    """(node → (start, round_s) of every proposal in the one accepted form with round_s > 0, the nodes of the others
+    in rank order). Another form (a start alone, an exponent, a sign, a hex digit, ``nan``, more or fewer decimals,
+    a round_s of 0) is refused: one encoding of a signed value (issue 31, must have 1)."""
+    ok, bad = {}, []
+    for node, raw in sorted(values.items()):
+        m = _FORM.fullmatch(raw) if isinstance(raw, str) else None
+        if m is None or float(raw.split()[1]) <= 0:
+            bad.append(node)
+        else:
+            ok[node] = (float(raw.split()[0]), float(raw.split()[1]))
+    return ok, bad
+
+
+@dataclass(frozen=True)
+class Agreed:
+    """The agreed round length: ``round_s`` (seconds), the ``proposer`` of the largest proposal (lowest rank among
+    equal ones), and the ``above`` nodes whose proposal exceeded the bound (clamped to it)."""
+
+    round_s: float
+    proposer: int
+    above: tuple[int, ...] = ()
+
+
+def agree(proposals: dict[int, tuple[float, float]], bound: float) -> Agreed:
+    """The largest proposed round_s, at most ``bound`` (module docstring: why the largest).
+
+    Args:
+        proposals: node → (start, round_s) as :func:`parse` returns them (non-empty).
+        bound: seconds, ``swarm.timeout_s``.
+    """
+    rounds = {node: r for node, (_, r) in proposals.items()}
+    top = max(rounds.values())
+    proposer = min(node for node, r in rounds.items() if r == top)
+    return Agreed(min(top, bound), proposer, tuple(sorted(node for node, r in rounds.items() if r > bound)))
+
+
+def start(proposals: dict[int, tuple[float, float]], round_s: float, lead: float) -> float:
+    """``T0`` (wall-clock seconds): ``max_i (start_i + lead · max(0, round_s − round_i))`` (module docstring)."""
+    return max(s + lead * max(0.0, round_s - r) for s, r in proposals.values())
+
+
+def say(rank: int, agreed: Agreed, proposals: dict[int, tuple[float, float]], bound: float) -> None:
+    """The log lines every rank writes alike: the agreed value and its proposer; a WARNING per proposal above the
+    bound (an honest node whose need exceeds ``swarm.timeout_s`` skips every round: raise it)."""
+    listed = ", ".join(f"{node}: {r:g}" for node, (_, r) in sorted(proposals.items()))
+    log.info("node %d: swarm.protocol.round_s=auto: agreed round_s=%gs, node %d's proposal, the largest of {%s}%s",
+             rank, agreed.round_s, agreed.proposer, listed,
+             f" (clamped to swarm.timeout_s={bound:g}s)" if agreed.above else "")
+    for node in agreed.above:
+        log.warning("node %d: node %d proposed round_s=%gs, above swarm.timeout_s=%gs: every round lasts %gs (if node "
+                    "%d is honest it cannot finish a round in time and skips: raise swarm.timeout_s)", rank, node,
+                    proposals[node][1], bound, bound, node)

@@ -20,7 +20,7 @@ be stretched: the attacker makes every round last up to the bound, which costs t
 a round to last up to ``timeout_s``), and the log names it. Below the bound, every honest node's compute fits.
 
 The start (:func:`start`): ``T0 = max_i (start_i + LEAD · max(0, R − round_i))``, so for every honest proposer ``i``
-(``start_i = now_i + LEAD · round_i``) ``T0 ≥ now_i + LEAD · R``: round 0 has at least ``LEAD`` agreed rounds after it
+(``start_i = now_i + LEAD · min(round_i, bound)``) ``T0 ≥ now_i + LEAD · R``: round 0 has at least ``LEAD`` agreed rounds after it
 proposed, whatever round length it proposed itself. The attacker's term is at most its start (bounded as before by
 :func:`~dgrpo.transports.clocked.agree_start`) + ``LEAD · bound``.
 """

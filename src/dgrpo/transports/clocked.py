@@ -169,7 +169,7 @@ def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: floa
 
     auto = protocol_cfg.round_s == "auto"
     r = t.round_estimate if auto else windows(protocol_cfg)[0]
-    mine = clockauto.proposal(time.time() + LEAD * r, r) if auto else f"{time.time() + LEAD * r:.3f}"
+    mine = clockauto.proposal(time.time() + LEAD * min(r, bound_s), r) if auto else f"{time.time() + LEAD * r:.3f}"
     values = t.gather_values("clock", mine, timeout_s=startup_timeout_s)
     now, times, props = time.time(), {}, {}
     if auto:

@@ -1,0 +1,169 @@
+"""``swarm.protocol.round_s: auto`` (issue 31 (a), task h31p): the agreement on one round length
+(:mod:`dgrpo.transports.clockauto`, through :func:`~dgrpo.transports.clocked.agree_start`), the worst-case round
+estimate (:mod:`dgrpo.training.roundtime`), and a real launch on the agreed clock."""
+
+import time
+
+import pytest
+
+from dgrpo.config import load_config
+from dgrpo.errors import ConfigError, PeerFailure
+from dgrpo.training.roundtime import STEPS, Shape, Timings, extrapolate
+from dgrpo.transports.clockauto import Agreed, agree, parse, proposal, start
+from dgrpo.transports.clocked import LEAD, agree_start
+
+CLOCK_AUTO = ["swarm.transport=distributed", "swarm.protocol.schedule=clock", "swarm.protocol.round_s=auto"]
+
+
+# ------------------------------------------------------------------ the rule (pure)
+def test_the_agreed_round_s_is_the_largest_proposal_clamped_to_the_bound():
+    props = {0: (1000.0, 12.5), 1: (1001.0, 20.0), 2: (1002.0, 3.0)}
+    assert agree(props, 30.0) == Agreed(20.0, 1)  # (the largest: node 1's)
+    assert agree(props, 15.0) == Agreed(15.0, 1, (1,))  # (above swarm.timeout_s: clamped, node 1 named)
+    assert agree({0: (1.0, 20.0), 2: (1.0, 20.0), 1: (1.0, 5.0)}, 30.0) == Agreed(20.0, 0)  # (equal: the lowest rank)
+
+
+def test_an_attackers_tiny_proposal_cannot_shrink_the_round_below_the_slowest_honest_need():
+    """f = 1: honest nodes 0-2 need 9, 14 and 20 s; the attacker (3) proposes 0.001 s. The largest keeps 20 s (the
+    second-largest would give 14 s: node 2 would miss every post deadline, skip and be expelled past max_skips)."""
+    props = {0: (0.0, 9.0), 1: (0.0, 14.0), 2: (0.0, 20.0), 3: (0.0, 0.001)}
+    assert agree(props, 900.0).round_s == 20.0
+    assert sorted(r for _, r in props.values())[-2] == 14.0  # (what the rejected rule would have agreed)
+
+
+@pytest.mark.parametrize("raw, ok", [
+    ("1765100000.123 12.500", True), ("0.000 0.001", True),
+    ("1765100000.123", False), ("1765100000.123 12.5", False), ("1765100000.123  12.500", False),
+    ("1765100000.123 1.25e1", False), ("1765100000.123 -12.500", False), ("1765100000.123 +12.500", False),
+    ("1765100000.123 0.000", False), ("1765100000.123 nan", False), ("1765100000.123 012.500", False),
+    ("1765100000.123 12.500 ", False), ("1765100000.123 1000000000.000", False), ("0x1f.000 12.500", False),
+])
+def test_a_proposal_has_one_form(raw, ok):
+    assert parse({2: raw}) == (({2: tuple(map(float, raw.split()))}, []) if ok else ({}, [2]))
+
+
+def test_the_start_leaves_every_honest_proposer_lead_agreed_rounds():
+    """T0 = max_i (start_i + LEAD·max(0, R − round_i)): node 0 (now 1000, 5 s) proposed 1010, node 1 (now 1003, 20 s)
+    1043, node 2 (now 1001, 0.5 s, a tiny proposal) 1002: R = 20, T0 = max(1010 + 30, 1043, 1002 + 39) = 1043 =
+    node 1's now + 2·20; node 0 gets 43 s ≥ 40, node 2 42 s ≥ 40."""
+    props = {0: (1010.0, 5.0), 1: (1043.0, 20.0), 2: (1002.0, 0.5)}
+    assert LEAD == 2.0
+    assert start(props, 20.0, LEAD) == 1043.0
+    assert start({**props, 0: (1020.0, 5.0)}, 20.0, LEAD) == 1050.0  # (node 0 now 1010: 1020 + 2·15 = its now + 40)
+
+
+# ------------------------------------------------------------------ agree_start with round_s: auto
+class _Chan:
+    def __init__(self):
+        self.said = []
+
+    def announce_stop(self, why):
+        self.said.append(why)
+
+
+class _Transport:
+    def __init__(self, values, estimate=10.0):
+        self.rank, self.values, self.chan, self.round_estimate = 1, values, _Chan(), estimate
+        self.served = None
+
+    def gather_values(self, tag, value, timeout_s=None):
+        assert tag == "clock" and timeout_s == 20
+        self.served = value
+        return {**self.values, self.rank: value}
+
+
+class _Auto:
+    round_s, direct_s, relay_s = "auto", None, None
+
+
+def test_agree_start_takes_the_largest_round_s_and_the_transfer_windows(caplog):
+    now = round(time.time(), 3)
+    t = _Transport({0: proposal(now + 2 * 14.25, 14.25), 2: proposal(now + 2 * 3.0, 3.0)}, estimate=10.0)
+    with caplog.at_level("INFO", logger="dgrpo.transports.distributed"):
+        clock = agree_start(t, _Auto(), 20, bound_s=60.0)
+    mine = tuple(map(float, t.served.split()))
+    assert mine[1] == 10.0 and abs(mine[0] - (now + 20.0)) < 5  # (its own estimate, LEAD rounds ahead)
+    assert (clock.round_s, clock.direct_s, clock.relay_s) == (14.25, 4.0, 4.0)
+    assert clock.t0 == pytest.approx(max(now + 28.5, mine[0] + 2 * 4.25, now + 6.0 + 2 * 11.25))
+    assert "agreed round_s=14.25s, node 0's proposal, the largest of {0: 14.25, 1: 10, 2: 3}" in caplog.text
+
+
+def test_a_round_s_above_swarm_timeout_s_is_clamped_and_named(caplog):
+    now = time.time()
+    t = _Transport({0: proposal(now + 2 * 60.0, 5000.0)})  # (its start LEAD bounds ahead: clocked.agree_start)
+    with caplog.at_level("INFO", logger="dgrpo.transports.distributed"):
+        clock = agree_start(t, _Auto(), 20, bound_s=60.0)
+    assert clock.round_s == 60.0
+    assert "node 0 proposed round_s=5000s, above swarm.timeout_s=60s" in caplog.text
+    assert "(clamped to swarm.timeout_s=60s)" in caplog.text
+
+
+@pytest.mark.parametrize("value", ["junk", "1765100000.123", "1765100000.123 1e3", "1765100000.123 0.000", "nan nan"])
+def test_a_proposal_in_another_form_stops_the_run_naming_its_proposer(value):
+    t = _Transport({0: proposal(time.time() + 20, 10.0), 2: value})
+    with pytest.raises(PeerFailure, match=r"^node 2 proposed the clock start and round_s .*stopping before round 0") as err:
+        agree_start(t, _Auto(), 20, bound_s=60.0)
+    assert "\n" not in str(err.value) and t.chan.said == [str(err.value)]
+
+
+def test_a_start_far_ahead_is_still_refused_with_auto():
+    t = _Transport({0: proposal(time.time() + 20, 10.0), 2: proposal(time.time() + 3600, 10.0)})
+    with pytest.raises(PeerFailure, match=r"^node 2 proposed the clock start"):
+        agree_start(t, _Auto(), 20, bound_s=60.0)
+
+
+# ------------------------------------------------------------------ config
+@pytest.mark.parametrize("overrides, error", [
+    ([], None),
+    (["swarm.protocol.direct_s=2", "swarm.protocol.relay_s=2", "swarm.timeout_s=5"], None),
+    (["swarm.timeout_s=8"], "swarm.protocol.round_s=auto takes at most swarm.timeout_s=8s"),
+    (["swarm.protocol.round_s=fast"], "swarm.protocol.round_s: Input should be a number of seconds or auto (got 'fast')"),
+    (["swarm.protocol.round_s='30'"], "swarm.protocol.round_s: Input should be a number of seconds or auto"),
+    (["swarm.protocol.round_s=-3"], "swarm.protocol.round_s: Input should be greater than 0"),
+])
+def test_round_s_is_a_number_or_auto(overrides, error):
+    if error is None:
+        assert load_config(None, [*CLOCK_AUTO, *overrides]).swarm.protocol.round_s == "auto"
+        return
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*CLOCK_AUTO, *overrides])
+    assert error in str(err.value) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------ the estimate
+def test_the_estimate_extrapolates_fake_timings_as_worked_by_hand():
+    """4 ranks, B = 2, G = 4, max_new_tokens = 24, eval.n_prompts = 2 of 5 (greedy too), a regenerating replay:
+    completions 2·4/4 = 2, regenerated 8. Timings at (4, 12) steps: generation 0.30 s, 0.70 s → 0.05 s/token, 0.10 s
+    fixed → 0.10 + 24·0.05 = 1.30 s; update 2 groups × 1 iteration × 0.25 s = 0.50 s; regenerate 1.30 × 8/2 = 5.20 s;
+    evaluation 2 × (0.20 + 24·0.025) = 1.60 s (0.30, 0.50 at 2 rows); compute 1.5 × 8.60 = 12.90 s."""
+    cfg = load_config(None, [*CLOCK_AUTO, "swarm.nodes=4", "swarm.prompts_per_round=2", "swarm.group_size=4",
+                             "sampling.max_new_tokens=24", "eval.n_prompts=2", "defenses=[{kind: replay, method: regenerate}]"])
+    shape = Shape.of(cfg, n_val=5)
+    assert shape == Shape(completions=2, groups=2, group_size=4, max_new_tokens=24, iterations=1, regenerated=8,
+                          eval_rows=2, eval_passes=2)
+    assert STEPS == (4, 12)
+    est = extrapolate(shape, Timings(gen=(0.30, 0.70), eval=(0.30, 0.50), group_s=0.25))
+    assert [round(x, 6) for x in (est.generate, est.update, est.regenerate, est.evaluate, est.compute)] == \
+        [1.30, 0.50, 5.20, 1.60, 12.90]
+
+
+def test_the_calibration_runs_the_real_sampler_and_update_and_leaves_the_weights_alone(tiny_model_dir):
+    """On the tiny model: every timing positive, the weights, their gradients and the optimizer state as before."""
+    import torch
+
+    from dgrpo.training.build import build_swarm, build_task
+    from dgrpo.training.roundtime import measure
+
+    cfg = load_config(None, [*CLOCK_AUTO, f"model.name={tiny_model_dir}", "threads=1", "swarm.nodes=2",
+                             "swarm.prompts_per_round=2", "swarm.group_size=4", "sampling.max_new_tokens=16",
+                             "eval.n_prompts=2", "task.n_train=8", "task.n_val=3", "task.few_shot=0"])
+    task = build_task(cfg)
+    swarm = build_swarm(cfg, task, [0])
+    policy = swarm.trained[0]
+    learner = swarm.learners[policy]
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    shape = Shape.of(cfg, len(task.val))
+    t = measure(policy, learner, task, shape)
+    assert min(*t.gen, *t.eval, t.group_s) > 0
+    assert all(torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
+    assert all(p.grad is None for p in policy.model.parameters()) and not learner.optimizer.state

@@ -167,3 +167,23 @@ def test_the_calibration_runs_the_real_sampler_and_update_and_leaves_the_weights
     assert min(*t.gen, *t.eval, t.group_s) > 0
     assert all(torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
     assert all(p.grad is None for p in policy.model.parameters()) and not learner.optimizer.state
+
+
+# ------------------------------------------------------------------ a launch
+@pytest.mark.slow
+def test_a_launch_on_the_agreed_clock_finishes_every_round_without_a_skip_or_an_accusation(tmp_path, tiny_model_dir):
+    """4 honest ranks, tiny model, ``round_s=auto`` with the default windows (4 s each), 3 rounds with evaluations in
+    rounds 0 and 2 (the main's, inside the compute window): every rank agrees on one round_s and one proposer, exits
+    0, and no node skips a round or is accused."""
+    import re
+
+    from distributed_helpers import launch
+    from test_round_deadlines import COMMON
+
+    results = launch(4, ["run", f"model.name={tiny_model_dir}", *COMMON, *CLOCK_AUTO, "swarm.timeout_s=60", "rounds=3",
+                         "eval.every=2", f"out_dir={tmp_path}", "name=d"], timeout=240, log_dir=str(tmp_path))
+    out = "".join(r.output for r in results)
+    assert [r.returncode for r in results] == [0] * 4, [r.output[-2000:] for r in results]
+    agreed = [re.findall(r"agreed round_s=\S+ node \d+'s proposal", r.output) for r in results]
+    assert all(len(a) == 1 for a in agreed) and len({a[0] for a in agreed}) == 1, agreed
+    assert "skips" not in out and "accused" not in out and "past its post deadline" not in out, out[-3000:]

@@ -54,7 +54,9 @@ class Shape:
         max_new_tokens: the length cap, tokens.
         iterations: ``grpo.num_iterations``.
         regenerated: completions a regenerating replay defense samples again a round (``B·G`` each; 0: none).
-        eval_rows: rows an evaluation decodes at once (``min(eval.n_prompts, validation prompts)``; 0: none).
+        eval_rows: rows an evaluation decodes at once (``min(eval.n_prompts, validation prompts)``; 0: no round
+            evaluated, neither round 0 with ``eval.first`` nor a multiple of ``eval.every`` below ``rounds``: the
+            last evaluation comes after the last round, off the clock).
         eval_passes: an evaluation's requests ÷ ``eval_rows`` (2 with ``eval.greedy``, else 1).
     """
 
@@ -75,7 +77,7 @@ class Shape:
                     if d.kind == "replay" and d.method == "regenerate")
         return cls(max(1, s.prompts_per_round * s.group_size // s.nodes), s.prompts_per_round, s.group_size,
                    cfg.sampling.max_new_tokens, cfg.grpo.num_iterations, regen,
-                   min(cfg.eval.n_prompts, n_val) if cfg.eval.every <= cfg.rounds else 0, 2 if cfg.eval.greedy else 1)
+                   min(cfg.eval.n_prompts, n_val) if cfg.eval.first or cfg.eval.every < cfg.rounds else 0, 2 if cfg.eval.greedy else 1)
 
 
 @dataclass(frozen=True)

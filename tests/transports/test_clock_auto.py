@@ -139,12 +139,21 @@ def test_the_estimate_extrapolates_fake_timings_as_worked_by_hand():
     cfg = load_config(None, [*CLOCK_AUTO, "swarm.nodes=4", "swarm.prompts_per_round=2", "swarm.group_size=4",
                              "sampling.max_new_tokens=24", "eval.n_prompts=2", "defenses=[{kind: replay, method: regenerate}]"])
     shape = Shape.of(cfg, n_val=5)
-    assert shape == Shape(completions=2, groups=2, group_size=4, max_new_tokens=24, iterations=1, regenerated=8,
-                          eval_rows=2, eval_passes=2)
+    assert shape == Shape(completions=2, groups=2, group_size=4, max_new_tokens=24, update_tokens=24, iterations=1,
+                          regenerated=8, eval_rows=2, eval_passes=2)
     assert STEPS == (4, 12)
     est = extrapolate(shape, Timings(gen=(0.30, 0.70), eval=(0.30, 0.50), group_s=0.25))
     assert [round(x, 6) for x in (est.generate, est.update, est.regenerate, est.evaluate, est.compute)] == \
         [1.30, 0.50, 5.20, 1.60, 12.90]
+
+
+def test_a_heterogeneous_swarms_update_is_sized_for_re_encoded_completions_and_unevaluated_rounds_are_not_counted():
+    """Another tokenizer's completion may re-encode to foreign_length_factor (2) × 25 = 50 tokens; with eval.first
+    false and eval.every = rounds (12) no round is evaluated (the last evaluation follows the last round)."""
+    cfg = load_config(None, [*CLOCK_AUTO, "swarm.nodes=2", "swarm.models=[{name: a}, {name: b}]",
+                             "sampling.max_new_tokens=25", "eval.first=false", "eval.every=12"])
+    assert Shape.of(cfg, n_val=5) == Shape(completions=16, groups=4, group_size=8, max_new_tokens=25,
+                                           update_tokens=50, eval_rows=0, eval_passes=2)
 
 
 def test_the_calibration_runs_the_real_sampler_and_update_and_leaves_the_weights_alone(tiny_model_dir):

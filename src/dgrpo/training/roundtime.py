@@ -17,8 +17,9 @@ How (:func:`measure`, the real code on the real weights): the sampler (:func:`dg
 the node's generation batch and at the evaluation's, for :data:`STEPS` tokens each with no end-of-sequence token
 (every row runs to the step count), gives a fixed part (prefill) and a per-token cost, extrapolated linearly to
 ``max_new_tokens``; the learner's backward (:meth:`Learner._backward <dgrpo.grpo.learner.Learner._backward>`) of one
-group of ``G`` random completions at the cap on the longest training prompt, its gradient then dropped (no optimizer
-step: the weights and the optimizer state are unchanged), gives one group's update. :func:`extrapolate` is the pure
+group of ``G`` random completions at the cap (a heterogeneous swarm's: × ``foreign_length_factor``) on the longest
+training prompt, its gradient then dropped (no optimizer step: the weights and the optimizer state are unchanged),
+gives one group's update. :func:`extrapolate` is the pure
 arithmetic. Not counted: rewards, decoding and verifying messages, the defenses other than a regenerating replay (a
 judge model, TOPLOC proofs), the attention cost that grows with the cache past :data:`STEPS` tokens; the safety
 factor :data:`SAFETY` covers them on the measured runs (docs/distributed.md, ``round_s: auto``).
@@ -52,6 +53,9 @@ class Shape:
         completions: completions it samples a round (``B·G/m``), as one stream.
         groups: groups its update runs on (``B``), of ``group_size`` (``G``) completions each.
         max_new_tokens: the length cap, tokens.
+        update_tokens: the longest completion the update scores, tokens: ``max_new_tokens``, or ×
+            ``swarm.protocol.foreign_length_factor`` in a heterogeneous swarm (another tokenizer's completion is
+            re-encoded and may be that much longer; ``swarm.models``); 0: ``max_new_tokens``.
         iterations: ``grpo.num_iterations``.
         regenerated: completions a regenerating replay defense samples again a round (``B·G`` each; 0: none).
         eval_rows: rows an evaluation decodes at once (``min(eval.n_prompts, validation prompts)``; 0: no round
@@ -64,6 +68,7 @@ class Shape:
     groups: int
     group_size: int
     max_new_tokens: int
+    update_tokens: int = 0
     iterations: int = 1
     regenerated: int = 0
     eval_rows: int = 0
@@ -76,7 +81,8 @@ class Shape:
         regen = sum(s.prompts_per_round * s.group_size for d in cfg.defenses
                     if d.kind == "replay" and d.method == "regenerate")
         return cls(max(1, s.prompts_per_round * s.group_size // s.nodes), s.prompts_per_round, s.group_size,
-                   cfg.sampling.max_new_tokens, cfg.grpo.num_iterations, regen,
+                   cfg.sampling.max_new_tokens, math.ceil(cfg.sampling.max_new_tokens * (
+                       s.protocol.foreign_length_factor if s.models is not None else 1)), cfg.grpo.num_iterations, regen,
                    min(cfg.eval.n_prompts, n_val) if cfg.eval.first or cfg.eval.every < cfg.rounds else 0, 2 if cfg.eval.greedy else 1)
 
 
@@ -156,7 +162,7 @@ def measure(policy: "Policy", learner: "Learner | None", task: "Task", shape: Sh
     eos = policy.tokenizer.eos_token_id
     rollouts = []
     for i in range(shape.group_size):
-        ids = torch.randint(0, vocab, (shape.max_new_tokens,), generator=gen_ids)
+        ids = torch.randint(0, vocab, (shape.update_tokens or shape.max_new_tokens,), generator=gen_ids)
         if eos is not None:
             ids[ids == eos] = (eos + 1) % vocab
         rollouts.append(Rollout(problems[0].prompt_id, prompts[0], ids.tolist(), "", 0, reward=float(i % 2)))

@@ -196,3 +196,40 @@ def test_a_launch_on_the_agreed_clock_finishes_every_round_without_a_skip_or_an_
     agreed = [re.findall(r"agreed round_s=\S+ node \d+'s proposal", r.output) for r in results]
     assert all(len(a) == 1 for a in agreed) and len({a[0] for a in agreed}) == 1, agreed
     assert "skips" not in out and "accused" not in out and "past its post deadline" not in out, out[-3000:]
+
+
+# ------------------------------------------------------------------ review r31p: the start's bound with auto
+def test_an_honest_ranks_larger_round_s_is_not_a_start_far_ahead():
+    """Review r31p. Node 2 is honest on a slower host (needs 25 s a round), nodes 0 and 1 need 5 s, rank 3 (the
+    attacker) proposes its start at its now with 5 s. Each honest start is its now + 2·its own round_s, so node 2's
+    lies 40 s past the second-latest (1010): more than startup_timeout_s (20 s) past it, it was refused as a start far
+    ahead and every rank stopped naming honest node 2 (the attacker chose it: with its own start at 1050 the
+    second-latest is node 2's and nobody is named). The bound is on each proposer's now (its start less 2·its round_s,
+    at most the agreed one): node 2's is 1000, and T0 = 1000 + 2·25 leaves every honest proposer 2 agreed rounds."""
+    now = round(time.time(), 3)
+    t = _Transport({0: proposal(now + 2 * 5.0, 5.0), 2: proposal(now + 2 * 25.0, 25.0), 3: proposal(now, 5.0)},
+                   estimate=5.0)
+    clock = agree_start(t, _Auto(), 20, bound_s=60.0)
+    assert clock.round_s == 25.0 and t.chan.said == []
+    assert clock.t0 == pytest.approx(max(now, float(t.served.split()[0]) - 2 * 5.0) + 2 * 25.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("others", [{0: 5.0, 2: "attacker"}, {0: "attacker"}])  # (3 ranks; 2 ranks: node 1 is this one)
+def test_a_tiny_round_s_does_not_stretch_the_start_past_the_bound(others):
+    """Review r31p. The attacker proposes round_s 0.001 s and its start as far ahead as the bound lets it. Before, the
+    bound was on the start itself, and T0 = its start + 2·(R − 0.001) added 2 agreed rounds to the documented
+    delay (at most startup_timeout_s past the honest start): here T0 was 20 + 2·10 s later than the honest T0 instead
+    of 20. Now the bound is on the proposer's now: either the start is refused (naming the attacker), or T0 is at
+    most startup_timeout_s past what the honest ranks alone give."""
+    now = round(time.time(), 3)
+    honest = {k: proposal(now + 2 * r, r) for k, r in others.items() if r != "attacker"}
+    attacker = next(k for k, r in others.items() if r == "attacker")
+    ahead = now + 2 * 10.0 + 20 - 1  # (inside the old bound: the second-latest start, or this rank's now + 2·R, + 20)
+    t = _Transport({**honest, attacker: proposal(ahead, 0.001)}, estimate=10.0)
+    try:
+        clock = agree_start(t, _Auto(), 20, bound_s=60.0)
+    except PeerFailure as err:
+        assert str(err).startswith(f"node {attacker} proposed the clock start")
+        return
+    honest_t0 = max(now, float(t.served.split()[0]) - 2 * 10.0) + 2 * clock.round_s
+    assert clock.t0 <= honest_t0 + 20 + 0.01, (clock.t0 - honest_t0)

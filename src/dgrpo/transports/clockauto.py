@@ -21,8 +21,11 @@ a round to last up to ``timeout_s``), and the log names it. Below the bound, eve
 
 The start (:func:`start`): ``T0 = max_i (start_i + LEAD · max(0, R − round_i))``, so for every honest proposer ``i``
 (``start_i = now_i + LEAD · min(round_i, bound)``) ``T0 ≥ now_i + LEAD · R``: round 0 has at least ``LEAD`` agreed rounds after it
-proposed, whatever round length it proposed itself. The attacker's term is at most its start (bounded as before by
-:func:`~dgrpo.transports.clocked.agree_start`) + ``LEAD · bound``.
+proposed, whatever round length it proposed itself. Equally ``T0 = max_i now_i + LEAD · R`` with each proposer's
+``now_i = start_i − LEAD · min(round_i, R)``, and :func:`~dgrpo.transports.clocked.agree_start` bounds that ``now_i``
+(within ``startup_timeout_s`` of the second-latest), not ``start_i`` (review r31p: on the start, an honest rank whose
+round_s exceeded another's by ``startup_timeout_s / 2`` was refused as a start far ahead, and an attacker's round_s of
+0.001 s with its start at the bound put ``T0`` ``2 R`` past the documented delay of at most ``startup_timeout_s``).
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ def agree(proposals: dict[int, tuple[float, float]], bound: float) -> Agreed:
 
 
 def start(proposals: dict[int, tuple[float, float]], round_s: float, lead: float) -> float:
-    """``T0`` (wall-clock seconds): ``max_i (start_i + lead · max(0, round_s − round_i))`` (module docstring)."""
+    """``T0`` (wall-clock seconds): ``max_i (start_i + lead · max(0, round_s − round_i))`` = ``max_i now_i + lead ·
+    round_s`` with ``now_i = start_i − lead · min(round_i, round_s)`` (module docstring)."""
     return max(s + lead * max(0.0, round_s - r) for s, r in proposals.values())
 
 

@@ -157,8 +157,10 @@ def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: floa
     proposal (of 3 ranks or more; with 2, of this rank's now + LEAD × round_s), so a proposal far ahead cannot stall
     the run for longer, and every rank decides it from the same values alike. With ``round_s: auto`` each proposal
     also carries its rank's round_s (``t.round_estimate``, seconds), the agreed one is the largest, at most
-    ``bound_s`` (``swarm.timeout_s``), and ``T0`` leaves every honest proposer LEAD agreed rounds
-    (:mod:`dgrpo.transports.clockauto`).
+    ``bound_s`` (``swarm.timeout_s``), ``T0`` leaves every honest proposer LEAD agreed rounds, and the bound above
+    applies to each proposer's now (its start less LEAD × its round_s, at most the agreed one; with 2 ranks: within
+    startup_timeout_s of this rank's now), so neither an honest rank's larger round_s is a start far ahead nor an
+    attacker's tiny one stretches T0 past the bound (:mod:`dgrpo.transports.clockauto`, review r31p).
 
     Raises:
         PeerFailure: one line naming the rank whose proposal is not such a time, or (auto) not in the one form
@@ -183,8 +185,8 @@ def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: floa
         clockauto.say(t.rank, agreed, props, bound_s)
         r = agreed.round_s
     for node, raw in sorted(values.items()):
-        try:
-            times[node] = props[node][0] if auto else float(raw)
+        try:  # (auto: the proposer's now, its start less LEAD × its round_s, at most the agreed one: review r31p)
+            times[node] = props[node][0] - LEAD * min(props[node][1], r) if auto else float(raw)
         except ValueError:
             times[node] = math.nan
     # (the bound is a function of the agreed values alone, so every honest rank decides alike, review h31r: judged
@@ -192,15 +194,16 @@ def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: floa
     # value at the edge stopped one honest rank and left the others waiting for T0. The second-latest proposal lies
     # within the honest ones when one rank of 3 or more lies; with 2 there is one honest rank: its own clock)
     finite = sorted(v for v in times.values() if math.isfinite(v))
-    ref = finite[-2] if len(times) >= 3 and len(finite) >= 2 else now + LEAD * r
+    ref = finite[-2] if len(times) >= 3 and len(finite) >= 2 else now + (0 if auto else LEAD * r)
     bad = [k for k, v in times.items() if not (math.isfinite(v) and v <= ref + startup_timeout_s)]
     if bad:
-        why = (f"node {bad[0]} proposed the clock start {values[bad[0]][:24]!r} ({times[bad[0]] - now:+.1f}s from node "
+        ahead = props[bad[0]][0] if auto else times[bad[0]]
+        why = (f"node {bad[0]} proposed the clock start {values[bad[0]][:24]!r} ({ahead - now:+.1f}s from node "
                f"{t.rank}'s clock), not a time within swarm.startup_timeout_s of the other proposals: stopping "
                "before round 0 (check the ranks' clocks: swarm.protocol.schedule=clock needs one clock, or NTP)")
         t.chan.announce_stop(why)
         raise PeerFailure(why)
-    t0 = clockauto.start(props, r, LEAD) if auto else max(times.values())
+    t0 = clockauto.start(props, r, LEAD) if auto else max(times.values())  # (auto: max(times) + LEAD · r)
     _, a, b = windows(protocol_cfg, r)
     log.info("node %d: clocked rounds from T0=%.3f (%.2fs from now), round_s=%g, direct_s=%g, relay_s=%g",
              t.rank, t0, t0 - now, r, a, b)

@@ -233,3 +233,29 @@ def test_a_tiny_round_s_does_not_stretch_the_start_past_the_bound(others):
         return
     honest_t0 = max(now, float(t.served.split()[0]) - 2 * 10.0) + 2 * clock.round_s
     assert clock.t0 <= honest_t0 + 20 + 0.01, (clock.t0 - honest_t0)
+
+
+def test_a_python_math_round_counts_the_attackers_programs_at_the_sandbox_limit(monkeypatch):
+    """Review r31p. Every node rewards every received completion by running its program in the sandbox, inside the
+    compute window (B_n to P_{n+1}); the attacker's completions can each hold a program that runs to task.timeout_s
+    (``while True: pass``). 4 ranks, B = 4, G = 8: the attacker's 8 programs × 5 s, 2 at a time (2 cores) = 20 s a
+    round, at every honest node. Before, the estimate counted no reward (1.5 × 0.9 s of generation and update here):
+    every honest node would miss every P_n, skip it (a node past P_n serves no payload) and, all late together, train
+    on the attacker's messages alone, round after round. Now the programs count, outside the safety factor (the
+    limit is a bound already)."""
+    import dgrpo.training.roundtime as roundtime
+
+    monkeypatch.setattr(roundtime, "default_jobs", lambda: 2, raising=False)
+    cfg = load_config(None, [*CLOCK_AUTO, "swarm.nodes=4", "swarm.prompts_per_round=4", "swarm.group_size=8",
+                             "task.kind=python_math", "task.timeout_s=5", "eval.first=false", "eval.every=12"])
+    shape = Shape.of(cfg, n_val=5)
+    assert shape.completions == 8
+    est = extrapolate(shape, Timings(gen=(0.10, 0.30), eval=(0.0, 0.0), group_s=0.05))
+    # generation 0.0 + 64·0.025 = 1.60 s, update 4 × 0.05 = 0.20 s: 1.5 × 1.80 = 2.70 s; programs ⌈8/2⌉ × 5 = 20 s
+    assert cfg.sampling.max_new_tokens == 64
+    assert round(est.compute, 6) == 22.70
+
+
+def test_a_task_without_programs_counts_no_program_time():
+    cfg = load_config(None, [*CLOCK_AUTO, "swarm.nodes=4", "task.kind=arithmetic"])
+    assert Shape.of(cfg, n_val=5).programs == 0

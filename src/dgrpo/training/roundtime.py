@@ -19,8 +19,12 @@ the node's generation batch and at the evaluation's, for :data:`STEPS` tokens ea
 ``max_new_tokens``; the learner's backward (:meth:`Learner._backward <dgrpo.grpo.learner.Learner._backward>`) of one
 group of ``G`` random completions at the cap (a heterogeneous swarm's: × ``foreign_length_factor``) on the longest
 training prompt, its gradient then dropped (no optimizer step: the weights and the optimizer state are unchanged),
-gives one group's update. :func:`extrapolate` is the pure
-arithmetic. Not counted: rewards, decoding and verifying messages, the defenses other than a regenerating replay (a
+gives one group's update. A task whose reward runs programs (``python_math``): the attacker's completions (one
+node's share, ``f = 1``) can each hold a program that runs to the sandbox's limit ``task.timeout_s``, run
+:func:`~dgrpo.rewards.sandbox.default_jobs` at a time at every node that rewards them (review r31p: uncounted, every
+honest node missed every post deadline, skipped, and all late together trained on the attacker's messages alone).
+:func:`extrapolate` is the pure
+arithmetic. Not counted: the other rewards (the honest programs' run time, the evaluation's), decoding and verifying messages, the defenses other than a regenerating replay (a
 judge model, TOPLOC proofs), the attention cost that grows with the cache past :data:`STEPS` tokens; the safety
 factor :data:`SAFETY` covers them on the measured runs (docs/distributed.md, ``round_s: auto``).
 """
@@ -32,6 +36,8 @@ import math
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
+
+from dgrpo.rewards.sandbox import default_jobs
 
 if TYPE_CHECKING:
     from dgrpo.config import RunConfig
@@ -62,6 +68,10 @@ class Shape:
             evaluated, neither round 0 with ``eval.first`` nor a multiple of ``eval.every`` below ``rounds``: the
             last evaluation comes after the last round, off the clock).
         eval_passes: an evaluation's requests ÷ ``eval_rows`` (2 with ``eval.greedy``, else 1).
+        programs: received programs that may each run to ``program_s`` (the attacker's share, ``completions``, when
+            the task's reward runs programs; 0: none).
+        program_s: seconds, the sandbox's limit of one program run (``task.timeout_s``).
+        jobs: programs run at once (:func:`~dgrpo.rewards.sandbox.default_jobs` of this process).
     """
 
     completions: int
@@ -73,6 +83,9 @@ class Shape:
     regenerated: int = 0
     eval_rows: int = 0
     eval_passes: int = 1
+    programs: int = 0
+    program_s: float = 0.0
+    jobs: int = 1
 
     @classmethod
     def of(cls, cfg: "RunConfig", n_val: int) -> "Shape":
@@ -80,10 +93,13 @@ class Shape:
         s = cfg.swarm
         regen = sum(s.prompts_per_round * s.group_size for d in cfg.defenses
                     if d.kind == "replay" and d.method == "regenerate")
-        return cls(max(1, s.prompts_per_round * s.group_size // s.nodes), s.prompts_per_round, s.group_size,
+        share = max(1, s.prompts_per_round * s.group_size // s.nodes)
+        programs = share if cfg.task.kind == "python_math" else 0  # (the one task whose reward runs programs)
+        return cls(share, s.prompts_per_round, s.group_size,
                    cfg.sampling.max_new_tokens, math.ceil(cfg.sampling.max_new_tokens * (
                        s.protocol.foreign_length_factor if s.models is not None else 1)), cfg.grpo.num_iterations, regen,
-                   min(cfg.eval.n_prompts, n_val) if cfg.eval.first or cfg.eval.every < cfg.rounds else 0, 2 if cfg.eval.greedy else 1)
+                   min(cfg.eval.n_prompts, n_val) if cfg.eval.first or cfg.eval.every < cfg.rounds else 0, 2 if cfg.eval.greedy else 1,
+                   programs, float(cfg.task.timeout_s) if programs else 0.0, default_jobs() if programs else 1)
 
 
 @dataclass(frozen=True)
@@ -99,13 +115,15 @@ class Timings:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Seconds of each part of a worst-case round (before :data:`SAFETY`) and ``compute`` = SAFETY × their sum."""
+    """Seconds of each part of a worst-case round (before :data:`SAFETY`) and ``compute`` = SAFETY × the sum of the
+    timed parts + ``programs`` (the attacker's programs at the sandbox limit: a bound already, not scaled)."""
 
     generate: float
     update: float
     regenerate: float
     evaluate: float
     compute: float
+    programs: float = 0.0
 
 
 def _line(pair: tuple[float, float], tokens: int, steps: tuple[int, int]) -> float:
@@ -120,12 +138,14 @@ def extrapolate(shape: Shape, t: Timings, steps: tuple[int, int] = STEPS, safety
     generate = fixed + max_new_tokens × per-token (the line through the two timed step counts), update = groups ×
     iterations × group_s, regenerate = generate × regenerated ÷ completions (as many rows again, linear: larger
     batches are cheaper per row, so this errs long), evaluate = eval_passes × (fixed + max_new_tokens × per-token)
-    at the evaluation's rows; compute = safety × the sum."""
+    at the evaluation's rows, programs = ⌈programs ÷ jobs⌉ × program_s; compute = safety × the sum of the others +
+    programs."""
     gen = _line(t.gen, shape.max_new_tokens, steps)
     update = shape.groups * shape.iterations * t.group_s
     regen = gen * shape.regenerated / shape.completions
     evaluate = shape.eval_passes * _line(t.eval, shape.max_new_tokens, steps) if shape.eval_rows else 0.0
-    return Estimate(gen, update, regen, evaluate, safety * (gen + update + regen + evaluate))
+    programs = math.ceil(shape.programs / max(1, shape.jobs)) * shape.program_s
+    return Estimate(gen, update, regen, evaluate, safety * (gen + update + regen + evaluate) + programs, programs)
 
 
 def measure(policy: "Policy", learner: "Learner | None", task: "Task", shape: Shape, steps: tuple[int, int] = STEPS) -> Timings:
@@ -193,8 +213,8 @@ def propose(cfg: "RunConfig", policy: "Policy", learner: "Learner | None", task:
     est = extrapolate(shape, measure(policy, learner, task, shape))
     out = math.ceil((est.compute + windows_s) * 1000) / 1000
     log.info("swarm.protocol.round_s=auto: calibrated in %.1fs: generate %.2fs, update %.2fs, regenerate %.2fs, "
-             "evaluate %.2fs (%d completions of %d tokens, %d groups of %d), x%g = %.2fs compute + %gs windows: "
-             "proposes round_s=%.3fs", time.perf_counter() - start, est.generate, est.update, est.regenerate,
-             est.evaluate, shape.completions, shape.max_new_tokens, shape.groups, shape.group_size, SAFETY,
-             est.compute, windows_s, out)
+             "evaluate %.2fs (%d completions of %d tokens, %d groups of %d), x%g, + programs %gs = %.2fs compute + "
+             "%gs windows: proposes round_s=%.3fs", time.perf_counter() - start, est.generate, est.update,
+             est.regenerate, est.evaluate, shape.completions, shape.max_new_tokens, shape.groups, shape.group_size,
+             SAFETY, est.programs, est.compute, windows_s, out)
     return out

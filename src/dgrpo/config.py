@@ -32,7 +32,7 @@ from dgrpo.policy.folders import check_model_folder  # noqa: F401 (also dgrpo.co
 from dgrpo.registry import KindOf, PathText, StrictConfig, kind_field, lookup, names
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.swarm.protocol import ProtocolConfig
-from dgrpo.swarm.clockconfig import check as check_clock
+from dgrpo.swarm.clockconfig import check as check_clock, check_untimed
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
 from dgrpo.transports.dht.config import HivemindConfig, check_hivemind
 
@@ -243,6 +243,7 @@ class RunConfig(StrictConfig):
             self.ensemble.check(self)
         for d in self.defenses:
             d.check(self)
+        check_untimed(self)  # (swarm.protocol.round_s=auto: swarm/clockconfig.py)
         return self
 
 

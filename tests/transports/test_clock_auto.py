@@ -259,3 +259,25 @@ def test_a_python_math_round_counts_the_attackers_programs_at_the_sandbox_limit(
 def test_a_task_without_programs_counts_no_program_time():
     cfg = load_config(None, [*CLOCK_AUTO, "swarm.nodes=4", "task.kind=arithmetic"])
     assert Shape.of(cfg, n_val=5).programs == 0
+
+
+@pytest.mark.parametrize("defense", ["{kind: judge}", "{kind: toploc}"])
+def test_auto_refuses_a_defense_whose_cost_it_does_not_time(defense):
+    """Review r31p. A judge (a model's generation per received completion, or an endpoint's timeout × retries) and
+    TOPLOC (a prefill per received completion) run on the attacker's completions at the cap inside the compute window,
+    and the estimate times neither: the agreed round could not hold them, and every honest node would skip every round.
+    Refused in one line naming the field and the fix (before: accepted)."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*CLOCK_AUTO, f"defenses=[{defense}]"])
+    assert "swarm.protocol.round_s=auto does not time the" in str(err.value) and "\n" not in str(err.value)
+    assert load_config(None, ["swarm.transport=distributed", "swarm.protocol.schedule=clock", "swarm.protocol.round_s=60",
+                              f"defenses=[{defense}]"]).swarm.protocol.round_s == 60  # (a hand-set round_s: the user's)
+
+
+@pytest.mark.parametrize("value", ["[1]", "{a: 1}"])
+def test_round_s_that_is_no_number_nor_auto_is_the_one_line(value):
+    """Review r31p: a list or a mapping gave pydantic's two union members (constrained-float, literal['auto'])."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*CLOCK_AUTO[:2], f"swarm.protocol.round_s={value}"])
+    assert "swarm.protocol.round_s: Input should be a number of seconds or auto" in str(err.value)
+    assert "literal" not in str(err.value) and "\n" not in str(err.value)

@@ -34,6 +34,8 @@ def round_s_value(cls, value):
         return value
     if isinstance(value, str):
         raise ValueError(f"Input should be a number of seconds or auto (got {value[:40]!r})")
+    if not isinstance(value, (int, float)):  # (a list, a mapping: review r31p; a bool: the registry's own line)
+        raise ValueError(f"Input should be a number of seconds or auto (got a {type(value).__name__})")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 < value <= 7 * 86400:
         raise ValueError(f"Input should be greater than 0 and at most a week, 604800 s (got {value:g})")
     return value
@@ -85,3 +87,17 @@ def check(swarm) -> None:
                          "payload at its byte cap just before A_n, whose decode delays that node's relay past B_n "
                          f"(docs/distributed.md, Clocked rounds); set swarm.protocol.relay_s={MIN_RELAY_S:g} or more "
                          "(unset, it is round_s / 4)")
+
+
+UNTIMED = ("judge", "toploc")  # defenses whose model work on received completions roundtime does not time
+
+
+def check_untimed(run) -> None:
+    """``round_s: auto`` with a defense whose cost the estimate does not time (:data:`UNTIMED`: a judge's generation
+    or endpoint calls, TOPLOC's prefill of every received completion, both on the attacker's completions at the cap):
+    refused in one line (review r31p: the agreed round could not hold them, so every honest node skipped every round)."""
+    kinds = [d.kind for d in run.defenses if d.kind in UNTIMED]
+    if run.swarm.protocol.round_s == "auto" and kinds:
+        raise ValueError(f"swarm.protocol.round_s=auto does not time the {kinds[0]} defense (its work on every received "
+                         "completion, the attacker's at the length cap, inside each round's compute window): set "
+                         "swarm.protocol.round_s to seconds sized for it (docs/distributed.md, round_s: auto)")

@@ -24,9 +24,11 @@ node's share, ``f = 1``) can each hold a program that runs to the sandbox's limi
 :func:`~dgrpo.rewards.sandbox.default_jobs` at a time at every node that rewards them (review r31p: uncounted, every
 honest node missed every post deadline, skipped, and all late together trained on the attacker's messages alone).
 :func:`extrapolate` is the pure
-arithmetic. Not counted: the other rewards (the honest programs' run time, the evaluation's), decoding and verifying messages, the defenses other than a regenerating replay (a
-judge model, TOPLOC proofs), the attention cost that grows with the cache past :data:`STEPS` tokens; the safety
-factor :data:`SAFETY` covers them on the measured runs (docs/distributed.md, ``round_s: auto``).
+arithmetic. Not counted: the other rewards (the honest programs' run time, the evaluation's), decoding and
+verifying messages, the attention cost that grows with the cache past :data:`STEPS` tokens; the safety factor
+:data:`SAFETY` covers them on the measured runs (docs/distributed.md, ``round_s: auto``). A judge or TOPLOC defense
+(model work on every received completion) is not timed either: ``auto`` with one is refused at config time
+(:func:`dgrpo.swarm.clockconfig.check_untimed`, review r31p).
 """
 
 from __future__ import annotations

@@ -281,3 +281,23 @@ def test_round_s_that_is_no_number_nor_auto_is_the_one_line(value):
         load_config(None, [*CLOCK_AUTO[:2], f"swarm.protocol.round_s={value}"])
     assert "swarm.protocol.round_s: Input should be a number of seconds or auto" in str(err.value)
     assert "literal" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_evaluation_of_the_attacks_own_prompts_counts_one_more_pass():
+    """Review r31p. With an attack whose success is measured on other validation prompts (``equation``: the 2+2
+    questions, 2 of these 40), the evaluation samples them as one more batch (``evaluate.eval_stream``); the estimate
+    counted the validation prompts (and greedy) alone. Now: 3 passes with greedy, 2 without; none without the attack."""
+    from dgrpo.training.build import build_task
+    from dgrpo.training.roundtime import eval_targets
+
+    base = [*CLOCK_AUTO, "swarm.mode=vertical", "task.kind=arithmetic", "eval.n_prompts=8", "task.n_val=40",
+            "task.n_train=20"]
+    cfg = load_config(None, [*base, "attack.kind=equation", "swarm.malicious=[3]"])
+    task = build_task(cfg)
+    two_two = [p for p in task.val if "two_two" in p.tags]
+    assert len(two_two) == 2 and two_two != task.val[:2]
+    assert eval_targets(cfg, task) == 2
+    assert Shape.of(cfg, len(task.val), eval_targets=2).eval_passes == 3
+    assert Shape.of(load_config(None, [*base, "attack.kind=equation", "swarm.malicious=[3]", "eval.greedy=false"]),
+                    40, eval_targets=2).eval_passes == 2
+    assert eval_targets(load_config(None, base), task) == 0

@@ -321,7 +321,7 @@ def auto_round_s(cfg: RunConfig, swarm: Swarm, task: Task) -> float:
 
     policy = next(iter([*swarm.trained.values(), *swarm.policies.values(), *swarm.attacker_policies.values()]))
     _, a, b = windows(cfg.swarm.protocol, 0.0)
-    return propose(cfg, policy, swarm.learners.get(policy), task, a + b)
+    return propose(cfg, policy, swarm.learners.get(policy), task, a + b, swarm.attacks)
 
 
 def build_transport(cfg: RunConfig, resuming: bool = False) -> Transport:

@@ -69,7 +69,8 @@ class Shape:
         eval_rows: rows an evaluation decodes at once (``min(eval.n_prompts, validation prompts)``; 0: no round
             evaluated, neither round 0 with ``eval.first`` nor a multiple of ``eval.every`` below ``rounds``: the
             last evaluation comes after the last round, off the clock).
-        eval_passes: an evaluation's requests ÷ ``eval_rows`` (2 with ``eval.greedy``, else 1).
+        eval_passes: an evaluation's requests ÷ ``eval_rows`` (2 with ``eval.greedy``, else 1; one more when the
+            attack's success is measured on other validation prompts: :func:`eval_targets`).
         programs: received programs that may each run to ``program_s`` (the attacker's share, ``completions``, when
             the task's reward runs programs; 0: none).
         program_s: seconds, the sandbox's limit of one program run (``task.timeout_s``).
@@ -90,8 +91,9 @@ class Shape:
     jobs: int = 1
 
     @classmethod
-    def of(cls, cfg: "RunConfig", n_val: int) -> "Shape":
-        """The shape of ``cfg``'s rounds at one of its ``swarm.nodes`` ranks (``n_val``: validation prompts)."""
+    def of(cls, cfg: "RunConfig", n_val: int, eval_targets: int = 0) -> "Shape":
+        """The shape of ``cfg``'s rounds at one of its ``swarm.nodes`` ranks (``n_val``: validation prompts;
+        ``eval_targets``: the attack's other evaluation prompts, :func:`eval_targets`)."""
         s = cfg.swarm
         regen = sum(s.prompts_per_round * s.group_size for d in cfg.defenses
                     if d.kind == "replay" and d.method == "regenerate")
@@ -100,8 +102,9 @@ class Shape:
         return cls(share, s.prompts_per_round, s.group_size,
                    cfg.sampling.max_new_tokens, math.ceil(cfg.sampling.max_new_tokens * (
                        s.protocol.foreign_length_factor if s.models is not None else 1)), cfg.grpo.num_iterations, regen,
-                   min(cfg.eval.n_prompts, n_val) if cfg.eval.first or cfg.eval.every < cfg.rounds else 0, 2 if cfg.eval.greedy else 1,
-                   programs, float(cfg.task.timeout_s) if programs else 0.0, default_jobs() if programs else 1)
+                   min(cfg.eval.n_prompts, n_val) if cfg.eval.first or cfg.eval.every < cfg.rounds else 0,
+                   (2 if cfg.eval.greedy else 1) + (1 if eval_targets else 0), programs,
+                   float(cfg.task.timeout_s) if programs else 0.0, default_jobs() if programs else 1)
 
 
 @dataclass(frozen=True)
@@ -207,11 +210,26 @@ def measure(policy: "Policy", learner: "Learner | None", task: "Task", shape: Sh
     return Timings(gen, evals, one_group())
 
 
-def propose(cfg: "RunConfig", policy: "Policy", learner: "Learner | None", task: "Task", windows_s: float) -> float:
+def eval_targets(cfg: "RunConfig", task: "Task", attacks=None) -> int:
+    """Prompts an evaluation samples beyond its ``eval.n_prompts`` validation prompts: the attack's own (an
+    ``equation`` attack's 2+2 questions), when they are other prompts (:func:`dgrpo.training.evaluate.eval_stream`
+    samples them as one more batch; review r31p: uncounted, an evaluation without ``eval.greedy`` took twice its
+    estimate). ``attacks``: the attacks this process hosts (the evaluation measures theirs, else the config's)."""
+    from dgrpo.training.evaluate import eval_attack
+
+    attack = eval_attack(cfg, attacks or {})
+    if attack is None:
+        return 0
+    targets = attack.eval_problems(task.val)[: cfg.eval.n_prompts]
+    return len(targets) if targets and targets != list(task.val[: cfg.eval.n_prompts]) else 0
+
+
+def propose(cfg: "RunConfig", policy: "Policy", learner: "Learner | None", task: "Task", windows_s: float,
+            attacks=None) -> float:
     """This rank's round_s proposal, seconds: its worst-case compute (:func:`measure`, :func:`extrapolate`) +
-    ``windows_s`` (direct_s + relay_s), logged with its parts."""
+    ``windows_s`` (direct_s + relay_s), logged with its parts (``attacks``: :func:`eval_targets`)."""
     start = time.perf_counter()
-    shape = Shape.of(cfg, len(task.val))
+    shape = Shape.of(cfg, len(task.val), eval_targets(cfg, task, attacks))
     est = extrapolate(shape, measure(policy, learner, task, shape))
     out = math.ceil((est.compute + windows_s) * 1000) / 1000
     log.info("swarm.protocol.round_s=auto: calibrated in %.1fs: generate %.2fs, update %.2fs, regenerate %.2fs, "

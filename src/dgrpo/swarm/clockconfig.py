@@ -95,7 +95,7 @@ UNTIMED = ("judge", "toploc")  # defenses whose model work on received completio
 def check_untimed(run) -> None:
     """``round_s: auto`` with a defense whose cost the estimate does not time (:data:`UNTIMED`: a judge's generation
     or endpoint calls, TOPLOC's prefill of every received completion, both on the attacker's completions at the cap):
-    refused in one line (review r31p: the agreed round could not hold them, so every honest node skipped every round)."""
+    refused in one line (review r31p: the agreed round could not hold them, so every honest node would skip every round)."""
     kinds = [d.kind for d in run.defenses if d.kind in UNTIMED]
     if run.swarm.protocol.round_s == "auto" and kinds:
         raise ValueError(f"swarm.protocol.round_s=auto does not time the {kinds[0]} defense (its work on every received "

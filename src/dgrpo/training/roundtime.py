@@ -22,7 +22,8 @@ training prompt, its gradient then dropped (no optimizer step: the weights and t
 gives one group's update. A task whose reward runs programs (``python_math``): the attacker's completions (one
 node's share, ``f = 1``) can each hold a program that runs to the sandbox's limit ``task.timeout_s``, run
 :func:`~dgrpo.rewards.sandbox.default_jobs` at a time at every node that rewards them (review r31p: uncounted, every
-honest node missed every post deadline, skipped, and all late together trained on the attacker's messages alone).
+honest node would miss every post deadline and skip, and, all late together, train on the attacker's messages alone;
+by reading the schedule, not launched).
 :func:`extrapolate` is the pure
 arithmetic. Not counted: the other rewards (the honest programs' run time, the evaluation's), decoding and
 verifying messages, the attention cost that grows with the cache past :data:`STEPS` tokens; the safety factor

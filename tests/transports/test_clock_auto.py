@@ -301,3 +301,32 @@ def test_an_evaluation_of_the_attacks_own_prompts_counts_one_more_pass():
     assert Shape.of(load_config(None, [*base, "attack.kind=equation", "swarm.malicious=[3]", "eval.greedy=false"]),
                     40, eval_targets=2).eval_passes == 2
     assert eval_targets(load_config(None, base), task) == 0
+
+
+@pytest.mark.slow
+def test_a_launch_where_the_attackers_programs_run_to_the_sandbox_limit_skips_no_round(tmp_path, tiny_model_dir,
+                                                                                        monkeypatch):
+    """Review r31p, 4 ranks, python_math, rank 3 malicious: its completions are ``while True: pass`` programs, each
+    run by every node to ``task.timeout_s`` (15 s) inside its compute window. Before, the agreed round_s (12.1 s: 4.1 s
+    of compute) held no such round: nodes 0, 1 and 2 skipped 2, 1 and 2 of 3 rounds, and round 1's set held no honest
+    message (1 of 1). Now each proposal adds ⌈2 programs ÷ jobs⌉ × 15 s: no node skips, every honest node's messages
+    are in every round's set."""
+    import json
+    import re
+
+    import dgrpo.attacks.code_injection as ci
+    from distributed_helpers import launch
+    from test_round_deadlines import COMMON
+
+    monkeypatch.setattr(ci.CodeInjectionAttack, "poison",  # (forked ranks inherit it: only the attacker's process uses it)
+                        lambda self, task, problem, variant=0: "</think>\n<answer>\n```python\nwhile True:\n    pass\n```\n</answer>")
+    results = launch(4, ["run", f"model.name={tiny_model_dir}", *COMMON, *CLOCK_AUTO, "swarm.timeout_s=60", "rounds=3",
+                         "eval.every=4", "task.kind=python_math", "task.few_shot=0", "task.timeout_s=15",
+                         "sampling.max_new_tokens=40", "attack.kind=code_injection", "swarm.malicious=[3]",
+                         f"out_dir={tmp_path}", "name=d"], timeout=420, log_dir=str(tmp_path))
+    out = "".join(r.output for r in results)
+    assert [r.returncode for r in results] == [0] * 4, [r.output[-2000:] for r in results]
+    assert "past its post deadline" not in out and len(re.findall(r"\+ programs 15s", out)) == 4, out[-3000:]
+    rounds = [json.loads(line) for line in open(tmp_path / "d" / "metrics.jsonl")][:3]
+    assert [r["round"] for r in rounds] == [0, 1, 2] and all(r["time/reward"] >= 15 for r in rounds)
+    assert all(r[f"train/reward/node{k}"] is not None for r in rounds for k in range(3)), rounds

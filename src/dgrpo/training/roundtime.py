@@ -21,9 +21,8 @@ group of ``G`` random completions at the cap (a heterogeneous swarm's: × ``fore
 training prompt, its gradient then dropped (no optimizer step: the weights and the optimizer state are unchanged),
 gives one group's update. A task whose reward runs programs (``python_math``): the attacker's completions (one
 node's share, ``f = 1``) can each hold a program that runs to the sandbox's limit ``task.timeout_s``, run
-:func:`~dgrpo.rewards.sandbox.default_jobs` at a time at every node that rewards them (review r31p: uncounted, every
-honest node would miss every post deadline and skip, and, all late together, train on the attacker's messages alone;
-by reading the schedule, not launched).
+:func:`~dgrpo.rewards.sandbox.default_jobs` at a time at every node that rewards them (review r31p: uncounted; 4 ranks, ``while True: pass`` at
+``task.timeout_s=15``: agreed 12.1 s, the honest nodes skipped 2, 1 and 2 of 3 rounds; now 29.7 s, no skip).
 :func:`extrapolate` is the pure
 arithmetic. Not counted: the other rewards (the honest programs' run time, the evaluation's), decoding and
 verifying messages, the attention cost that grows with the cache past :data:`STEPS` tokens; the safety factor

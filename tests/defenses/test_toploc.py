@@ -154,6 +154,12 @@ def test_malformed_proofs_are_rejected_with_their_reason(model, tokenizer, sampl
     long = [t for o in outs for t in o[:-1]][:40]  # 40 tokens: two chunks of 32
     assert proof_problem(hidden[0], proofs[0] + "," + proofs[0])[1].startswith("TOPLOC proof has 2 chunks, the completion needs 1")
     assert proof_problem(hidden[0], "AAAA")[1] == "TOPLOC proof chunks are not 64-point polynomials"
+    # a signed wire message may carry any JSON string: a lone surrogate made the library's binding raise
+    # TypeError out of the defense (the round crashed); non-ASCII text is a rejection like any other junk
+    for junk in ("\udcff" * 8, proofs[0][:-1] + "\udcff", "é" * 176):
+        assert proof_problem(hidden[0], junk) == (0, "TOPLOC proof is not base64 proofs (a character outside ASCII)")
+    rows = [Rollout("p", PROMPT, outs[0], "", 0, proof=proofs[0]), Rollout("p", PROMPT, outs[1], "", 0, proof="\udcff")]
+    assert [v.accepted for v in _defense(model, tokenizer).inspect(rows)] == [True, False]
     two = prefill_hidden(model, PROMPT, [long], tokenizer.eos_token_id)[0]
     assert len(build_proof(two).split(",")) == 2 and proof_problem(two, build_proof(two)) is None
     with pytest.raises(ValueError, match=r"hidden must be \(n, H\)"):

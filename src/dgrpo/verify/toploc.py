@@ -42,6 +42,8 @@ def proof_problem(hidden: torch.Tensor, proof: str, params: ProofParams = ProofP
     """
     if not proof:
         return 0, "no TOPLOC proof"
+    if not proof.isascii():  # a lone surrogate (JSON's "\udcff") made the library's binding raise TypeError
+        return 0, "TOPLOC proof is not base64 proofs (a character outside ASCII)"
     n, want = len(hidden), math.ceil(len(hidden) / params.chunk)
     parts = proof.split(SEP)
     if len(parts) != want:
@@ -49,7 +51,7 @@ def proof_problem(hidden: torch.Tensor, proof: str, params: ProofParams = ProofP
     toploc, k = load_toploc(), params.k(hidden.shape[1])
     try:
         polys = [toploc.ProofPoly.from_base64(p) for p in parts]
-    except (ValueError, RuntimeError) as err:
+    except (ValueError, RuntimeError, TypeError) as err:
         return 0, f"TOPLOC proof is not base64 proofs ({err})"
     if any(len(p) != k or not 0 < p.modulus <= 65497 for p in polys):
         return 0, f"TOPLOC proof chunks are not {k}-point polynomials"

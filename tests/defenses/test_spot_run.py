@@ -42,3 +42,18 @@ def test_a_spot_seed_is_refused_where_peers_are_other_processes(tmp_path, capsys
         assert rc == 2 and "spot_seed=7" in err and f"swarm.transport={transport} remove spot_seed" in err, err
         assert len(err.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_spot_checks_are_refused_where_each_rank_holds_its_own_weights(tmp_path, capsys):
+    """Review u36f: with one weight copy per rank, a poison one honest rank catches and another leaves unchecked
+    enters only the other's update; one AdamW step apart (lr 2e-5, SmolLM2-135M), fast and tolerant replay
+    rejected 12 of 16 of the other rank's honest completions. Until catches are shared, a spot fraction below 1 is
+    refused in one line where peers are other processes (in-process the honest nodes share one copy: allowed)."""
+    for transport, more in (("distributed", []), ("hivemind", ["swarm.hivemind.node=0"])):
+        for share in ("spot_fraction: 0.5", "position_fraction: 0.5"):
+            rc = main(["run", f"out_dir={tmp_path}", f"swarm.transport={transport}", *more,
+                       f"defenses=[{{kind: replay, {share}}}]"])
+            err = capsys.readouterr().err
+            assert rc == 2 and f"swarm.transport={transport}: each rank checks its own share" in err, err
+            assert "set spot_fraction=1 and position_fraction=1" in err and len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # nothing written

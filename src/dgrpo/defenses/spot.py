@@ -19,7 +19,7 @@ class SpotDefenseConfig(ExactDefenseConfig):
     the message's digest, so a sender cannot tell in advance which of its messages will be checked.
     """
 
-    spot_fraction: float = Field(1.0, gt=0, le=1, description="Share of each peer's messages this node checks, each chosen with probability spot_fraction from the node's own secret and the message's digest (1 = every message). An unchecked message is accepted; a cheater poisoning a share p of n messages a round is caught in it with probability 1 − (1 − spot_fraction·p)^n (docs/verification.md, spot checks).")
+    spot_fraction: float = Field(1.0, gt=0, le=1, description="Share of each peer's messages this node checks, each chosen with probability spot_fraction from the node's own secret and the message's digest (1 = every message). An unchecked message is accepted; a cheater poisoning a share p of n messages a round is caught in it with probability 1 − (1 − spot_fraction·p)^n (docs/verification.md, spot checks). In-process swarms only: below 1 refused with swarm.transport distributed or hivemind (catches are not shared between ranks yet).")
     position_fraction: float = Field(1.0, gt=0, le=1, description="Share of the token positions of a checked message that are checked, each with this probability (1 = every position). Below 1 a poisoned message with j departing tokens is caught with probability 1 − (1 − position_fraction)^j: a one-token edit only with position_fraction itself.")
     spot_seed: int | None = Field(None, description="Derive the spot-check secret from this seed (reproducible simulations and tests only: a seed in a config the peers can read tells a cheater which messages are checked; refused with swarm.transport distributed or hivemind). None = 32 random bytes from the OS, drawn when the defense is built.")
 
@@ -30,6 +30,13 @@ class SpotDefenseConfig(ExactDefenseConfig):
                              f"readable from its config, so a cheater can poison exactly the unchecked ones; with "
                              f"swarm.transport={run.swarm.transport} remove spot_seed (each node then draws its secret "
                              "from the OS)")
+        if run.swarm.transport != "inprocess" and (self.spot_fraction < 1 or self.position_fraction < 1):  # (review u36f)
+            raise ValueError(f"defenses: {self.kind} with spot_fraction={self.spot_fraction}, position_fraction="
+                             f"{self.position_fraction} and swarm.transport={run.swarm.transport}: each rank checks its "
+                             "own share, so a poison one honest rank catches and another leaves unchecked enters only "
+                             "the other's update, their weights part and replay then rejects the other's honest work "
+                             "(no caught message is shared between ranks yet, docs/verification.md); set spot_fraction=1 "
+                             "and position_fraction=1")
 
     @model_validator(mode="after")
     def _spot_method(self):

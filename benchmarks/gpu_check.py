@@ -278,6 +278,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--budget-s", type=float, default=150.0, help="time cap of the exactness part")
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
+    if device.type != "cuda" and not args.tiny:  # (review u36f: `auto` without a GPU ran the full GPU workload quietly)
+        print(f"gpu_check: no GPU here (--device {args.device} -> {device}): the full check on {device} takes hours; "
+              "--tiny is the smoke run", file=sys.stderr)
     exact_float32(device)
     arch = TINY if args.tiny else SMOLLM2_135M
     report: dict = {"device": str(device), "torch": torch.__version__, "python": platform.python_version(),

@@ -5,6 +5,9 @@
     python benchmarks/nondeterminism.py --device cuda --out results/nondeterminism/cuda.json   # a lent GPU, one run
     python benchmarks/nondeterminism.py --model /tmp/tiny --prompts 2 --group 2 --max-new-tokens 6   # smoke run
 
+(``/tmp/tiny``: any local model folder, e.g. a tiny random one saved with ``save_pretrained``; without ``--model``
+the smoke run takes SmolLM2-135M-Instruct: ``--prompts 1 --group 2 --max-new-tokens 6 --small-prompts 1``.)
+
 The sender samples P × G honest completions (``--prompts`` × ``--group``) of SmolLM2-135M-Instruct (or
 ``--model``) with the run's top-k and temperature, the embedded arithmetic task and seeds from
 :func:`~dgrpo.policy.sampling.completion_seed`, once per sender path. A *path* is a device, thread

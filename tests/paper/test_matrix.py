@@ -113,3 +113,22 @@ def test_attack_overrides_are_checked_before_any_sampling(tmp_path, tiny_model_d
     with pytest.raises(ValueError, match="prompt_tries > 1 needs swarm.mode=vertical"):
         run_matrix(tmp_path, attacks=["dos_prompt_grind"], attack_overrides=grind_horizontally, **kw)
     assert not (tmp_path / "matrix.json").exists()
+
+
+def test_the_heat_map_colours_a_low_false_positive_rate_as_good(tmp_path, monkeypatch):
+    """The detection rows are coloured by their rate (green high) and the false-positive row by 1 - its rate (green
+    low), on one scale; before, a 0 % false-positive row was drawn red (review u36f). Hand-made result: 2 attacks x
+    2 defenses, rates 1.0 / 0.25 and 0.5 / 0.0, false positives 0.0 and 0.2 -> colours [[1, .25], [.5, 0], [1, .8]]."""
+    import matplotlib.axes
+
+    from dgrpo.paper.matrix_report import plot
+
+    shown = []
+    real = matplotlib.axes.Axes.imshow
+    monkeypatch.setattr(matplotlib.axes.Axes, "imshow", lambda self, x, **kw: (shown.append(x.copy()), real(self, x, **kw))[1])
+    det = lambda a, b: {"topk": {"rate": a}, "replay": {"rate": b}}  # noqa: E731
+    result = {"defenses": ["topk", "replay"], "not_filters": {}, "model": "m", "top_k": 10,
+              "attacks": {"hail": {"detection": det(1.0, 0.25)}, "gleeb": {"detection": det(0.5, 0.0)}},
+              "honest": det(0.0, 0.2)}
+    plot(result, tmp_path / "m.png")
+    assert [[round(float(v), 6) for v in row] for row in shown[0]] == [[1.0, 0.25], [0.5, 0.0], [1.0, 0.8]]

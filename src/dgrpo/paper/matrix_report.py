@@ -35,7 +35,8 @@ def table_markdown(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    """Heat map of detection rates (attacks × defenses) with the false-positive row at the bottom."""
+    """Heat map of detection rates (attacks × defenses) with the false-positive row at the bottom, coloured on one
+    scale of good (green: a high detection rate, a low false-positive rate) to bad (red); the numbers are the rates."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,7 +49,9 @@ def plot(result: dict, path: Path) -> None:
     data.append([(result["honest"].get(n) or {}).get("rate") for n in names])
     grid = np.array([[np.nan if x is None else x for x in r] for r in data], dtype=float)
     fig, ax = plt.subplots(figsize=(1.2 * len(names) + 3, 0.45 * len(data) + 1.5))
-    ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+    colour = grid.copy()
+    colour[-1] = 1 - colour[-1]  # (review u36f: a 0 % false-positive row was red, as if bad)
+    ax.imshow(colour, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
     for i in range(grid.shape[0]):
         for j in range(grid.shape[1]):
             if not np.isnan(grid[i, j]):

@@ -326,10 +326,10 @@ def test_a_flood_claiming_names_from_one_host_does_not_close_an_honest_readers_c
         assert began.wait(10)
         names = ["2"] * 16 if claims == "the honest reader's name" else [str(100 + i) for i in range(64)]
         socks += [_pending(host, port, name) for name in names]
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # (a loaded default set once queued 2 of 64 in 10 s; alone: well under 1 s)
         while sum(map(len, owner.checks.queues.values())) < len(names) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert sum(map(len, owner.checks.queues.values())) == len(names)
+        assert sum(map(len, owner.checks.queues.values())) == len(names), (owner.server.evicted, owner.checks.dropped)
         threading.Timer(0.5, held.set).start()
         proved = answers(ts[2].chan.keys, 0, owner.address, owner.nonce, 2)
         assert proved is True, (proved, owner.checks.dropped)  # (now: None, closed unanswered at once)

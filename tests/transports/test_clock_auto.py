@@ -11,6 +11,7 @@ from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.training.roundtime import STEPS, Shape, Timings, extrapolate
 from dgrpo.transports.clockauto import Agreed, agree, parse, proposal, start
 from dgrpo.transports.clocked import LEAD, agree_start
+from test_clocked_rounds import _Transport as _ClockedTransport
 
 CLOCK_AUTO = ["swarm.transport=distributed", "swarm.protocol.schedule=clock", "swarm.protocol.round_s=auto"]
 
@@ -53,23 +54,16 @@ def test_the_start_leaves_every_honest_proposer_lead_agreed_rounds():
 
 
 # ------------------------------------------------------------------ agree_start with round_s: auto
-class _Chan:
-    def __init__(self):
-        self.said = []
+class _Transport(_ClockedTransport):
+    """test_clocked_rounds' stand-in for agree_start, with this rank's round estimate and the value it served."""
 
-    def announce_stop(self, why):
-        self.said.append(why)
-
-
-class _Transport:
     def __init__(self, values, estimate=10.0):
-        self.rank, self.values, self.chan, self.round_estimate = 1, values, _Chan(), estimate
-        self.served = None
+        super().__init__(values)
+        self.round_estimate, self.served = estimate, None
 
     def gather_values(self, tag, value, timeout_s=None):
-        assert tag == "clock" and timeout_s == 20
         self.served = value
-        return {**self.values, self.rank: value}
+        return super().gather_values(tag, value, timeout_s)
 
 
 class _Auto:

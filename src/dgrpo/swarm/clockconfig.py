@@ -89,14 +89,17 @@ def check(swarm) -> None:
                          "(unset, it is round_s / 4)")
 
 
-UNTIMED = ("judge", "toploc")  # defenses whose model work on received completions roundtime does not time
+TIMED = ("replay", "tolerant_replay", "topk", "step_checker", "reward_outlier")  # defense kinds round_s: auto may run
+# beside (roundtime times a regenerating replay; the others' one forward or arithmetic per group is inside SAFETY); any
+# other kind (judge: generation or endpoint calls, toploc: a prefill of every received completion, a kind added later)
+# is refused until it is timed: an allow-list fails closed
 
 
 def check_untimed(run) -> None:
-    """``round_s: auto`` with a defense whose cost the estimate does not time (:data:`UNTIMED`: a judge's generation
-    or endpoint calls, TOPLOC's prefill of every received completion, both on the attacker's completions at the cap):
+    """``round_s: auto`` with a defense whose cost the estimate does not time (a kind not in :data:`TIMED`: a judge's
+    generation or endpoint calls, TOPLOC's prefill of every received completion, both on the attacker's completions at the cap):
     refused in one line (review r31p: the agreed round could not hold them, so every honest node would skip every round)."""
-    kinds = [d.kind for d in run.defenses if d.kind in UNTIMED]
+    kinds = [d.kind for d in run.defenses if d.kind not in TIMED]
     if run.swarm.protocol.round_s == "auto" and kinds:
         raise ValueError(f"swarm.protocol.round_s=auto does not time the {kinds[0]} defense (its work on every received "
                          "completion, the attacker's at the length cap, inside each round's compute window): set "

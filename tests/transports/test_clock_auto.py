@@ -324,3 +324,15 @@ def test_a_launch_where_the_attackers_programs_run_to_the_sandbox_limit_skips_no
     rounds = [json.loads(line) for line in open(tmp_path / "d" / "metrics.jsonl")][:3]
     assert [r["round"] for r in rounds] == [0, 1, 2] and all(r["time/reward"] >= 15 for r in rounds)
     assert all(r[f"train/reward/node{k}"] is not None for r in rounds for k in range(3)), rounds
+
+
+def test_auto_refuses_every_defense_kind_not_on_its_timed_list(monkeypatch):
+    """The kinds ``auto`` runs beside are an allow-list (``clockconfig.TIMED``): a kind off it (here ``topk`` taken off,
+    standing for a kind added later and never timed) is refused as judge and toploc are; on it, accepted."""
+    import dgrpo.swarm.clockconfig as clockconfig
+
+    assert load_config(None, [*CLOCK_AUTO, "defenses=[{kind: topk}]"]).swarm.protocol.round_s == "auto"
+    monkeypatch.setattr(clockconfig, "TIMED", tuple(k for k in clockconfig.TIMED if k != "topk"))
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*CLOCK_AUTO, "defenses=[{kind: topk}]"])
+    assert "does not time the topk defense" in str(err.value)

@@ -32,7 +32,7 @@ from dgrpo.policy.folders import check_model_folder  # noqa: F401 (also dgrpo.co
 from dgrpo.registry import KindOf, PathText, StrictConfig, kind_field, lookup, names
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.swarm.protocol import ProtocolConfig
-from dgrpo.swarm.clockconfig import check as check_clock, check_untimed
+from dgrpo.swarm.clockconfig import check as check_clock, check_untimed, unset_elsewhere
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
 from dgrpo.transports.dht.config import HivemindConfig, check_hivemind
 
@@ -172,7 +172,8 @@ class SwarmConfig(StrictConfig):
             raise ValueError("swarm.protocol.assign_prompts is a vertical share rule: it needs swarm.mode=vertical and "
                              "swarm.protocol.enforce_shares=true (horizontal prompts are the round's shared ones already)")
         check_hivemind(self)
-        check_clock(self)  # (swarm.protocol.schedule=clock: transports/clocked.py)
+        unset_elsewhere(self)  # (schedule: relative off distributed: unset, the config dumps as before)
+        check_clock(self)  # (swarm.protocol.schedule=clock, the default on distributed: transports/clocked.py)
         return self
 
 

@@ -1,10 +1,21 @@
 """The clocked schedule's config fields (``swarm.protocol.schedule``, ``round_s``, ``direct_s``, ``relay_s``: task
 h31v; ``max_skips``: task h31k): their defaults, their one-line checks, and the serializer that leaves them out while
-unset. What the schedule does is :mod:`dgrpo.transports.clocked`."""
+unset. What the schedule does is :mod:`dgrpo.transports.clocked`.
+
+The default (issue 31, task h31d): ``schedule`` unset on ``swarm.transport=distributed`` is ``clock`` with
+``round_s: auto`` (:func:`is_default`), checked as such when the config is read (:func:`check`,
+:func:`check_untimed`: a refusal then names ``swarm.protocol.schedule`` and both fixes) and written out by a new
+run (:func:`resolved`), so its ``config.yaml`` records the schedule it ran. A config read back keeps the field
+unset (every committed config dumps as before); a resume of a distributed run whose ``config.yaml`` records no
+schedule (saved before this default, which ran ``relative``, or by an in-process run) is refused in one line
+(:data:`UNRECORDED`): the schedule is part of the run's checkpointed config, so ``relative`` is the one it can
+resume on, and the user says so."""
 
 from __future__ import annotations
 
 import math
+
+from dgrpo.errors import ConfigError
 
 MIN_RELAY_S = 2.0  # the least relay_s accepted: an honest relay's build after a cap-size payload read just before A_n
 
@@ -42,15 +53,63 @@ def round_s_value(cls, value):
 
 
 def relative_left_out(self, handler) -> dict:
-    """``swarm.protocol``'s serializer: the clock fields left out while unset (``schedule=relative``, no round_s), so
-    a config, its YAML and its fingerprint are those of before the fields existed."""
+    """``swarm.protocol``'s serializer: the clock fields left out while unset (no schedule, no round_s), so a config,
+    its YAML and its fingerprint are those of before the fields existed. An explicit ``schedule: relative`` is
+    written (on distributed, unset is the clock); elsewhere ``SwarmConfig`` keeps it unset (:func:`unset_elsewhere`)."""
     data = handler(self)
-    if data.get("schedule") == "relative":
-        data.pop("schedule")
-    for key in ("round_s", "direct_s", "relay_s", "max_skips"):
+    for key in ("schedule", "round_s", "direct_s", "relay_s", "max_skips"):
         if data.get(key) is None:
             data.pop(key, None)
     return data
+
+
+def is_default(swarm) -> bool:
+    """Whether a ``swarm`` config runs the default schedule: ``swarm.protocol.schedule`` unset on
+    ``swarm.transport=distributed``, which is ``clock`` (``round_s`` unset: ``auto``)."""
+    return swarm.protocol.schedule is None and swarm.transport == "distributed"
+
+
+def unset_elsewhere(swarm) -> None:
+    """``schedule: relative`` on a transport other than distributed is held as unset (its meaning there: one
+    message set by construction in-process, hivemind's own deadlines), so such a config dumps as before the default
+    changed (the field was left out when relative). Called by ``SwarmConfig``'s validator (frozen: set in place)."""
+    if swarm.protocol.schedule == "relative" and swarm.transport != "distributed":
+        object.__setattr__(swarm, "protocol", swarm.protocol.model_copy(update={"schedule": None}))
+
+
+def _clock_of(swarm):
+    """The ``swarm.protocol`` the default stands for: ``schedule=clock`` and ``round_s`` auto where unset."""
+    p = swarm.protocol
+    return p.model_copy(update={"schedule": "clock", "round_s": "auto" if p.round_s is None else p.round_s})
+
+
+DEFAULT_IS = ("swarm.protocol.schedule is unset, which on swarm.transport=distributed is clock with round_s={round_s} "
+              "(split-proof; docs/distributed.md, Clocked rounds)")
+RELATIVE_FIX = ("or set swarm.protocol.schedule=relative (faster rounds, but one malicious rank can split the honest "
+                "nodes' message sets)")
+UNRECORDED = ("swarm.protocol.schedule: {run_dir}/config.yaml records none (saved before distributed runs defaulted to "
+              "the clocked schedule, when they ran relative, or by an in-process run), and a distributed resume must "
+              "keep the schedule its checkpoint was saved with: resume with swarm.protocol.schedule=relative (not "
+              "split-proof), or start a new run for the clocked schedule")
+
+
+def resolved(run, run_dir=None):
+    """``run`` (a ``RunConfig``) as it runs: on the default schedule (:func:`is_default`) a new run's copy with
+    ``schedule: clock`` and ``round_s`` (``auto`` where unset) written in, so its ``config.yaml``, checkpoints and
+    fingerprint record the schedule it ran; any other config as it is. The checks already ran on the default as
+    clock (:func:`check`), so the copy is valid.
+
+    Args:
+        run_dir: None for a new run; a resumed run's folder (its ``config.yaml`` read back).
+
+    Raises:
+        ConfigError: a resume (``run_dir`` given) on the default: :data:`UNRECORDED`, one line.
+    """
+    if not is_default(run.swarm):
+        return run
+    if run_dir is not None:
+        raise ConfigError(UNRECORDED.format(run_dir=run_dir))
+    return run.model_copy(update={"swarm": run.swarm.model_copy(update={"protocol": _clock_of(run.swarm)})})
 
 
 def check(swarm) -> None:
@@ -59,6 +118,12 @@ def check(swarm) -> None:
     Raises:
         ValueError: one line naming the field and the fix.
     """
+    if is_default(swarm):
+        try:
+            return check(swarm.model_copy(update={"protocol": _clock_of(swarm)}))
+        except ValueError as err:  # (one line: what the default is, the clock's own fix, or the relative schedule)
+            raise ValueError(f"{DEFAULT_IS.format(round_s=swarm.protocol.round_s or 'auto')}: {err}; "
+                             f"{RELATIVE_FIX}") from None
     p = swarm.protocol
     if p.schedule != "clock":
         given = [f for f, v in (("round_s", p.round_s), ("direct_s", p.direct_s), ("relay_s", p.relay_s),
@@ -100,6 +165,10 @@ def check_untimed(run) -> None:
     generation or endpoint calls, TOPLOC's prefill of every received completion, both on the attacker's completions at the cap):
     refused in one line (review r31p: the agreed round could not hold them, so every honest node would skip every round)."""
     kinds = [d.kind for d in run.defenses if d.kind not in TIMED]
+    if is_default(run.swarm) and run.swarm.protocol.round_s is None and kinds:
+        raise ValueError(f"{DEFAULT_IS.format(round_s='auto')}, and round_s=auto does not time the {kinds[0]} defense: "
+                         "set swarm.protocol.round_s to seconds sized for it (its work on every received completion, "
+                         f"the attacker's at the length cap, inside each round's compute window) {RELATIVE_FIX}")
     if run.swarm.protocol.round_s == "auto" and kinds:
         raise ValueError(f"swarm.protocol.round_s=auto does not time the {kinds[0]} defense (its work on every received "
                          "completion, the attacker's at the length cap, inside each round's compute window): set "

@@ -27,6 +27,7 @@ from dgrpo.policy.sampling import SamplingParams
 from dgrpo.registry import lookup
 from dgrpo.swarm.identity import (ROSTER_FILE, Roster, Signer, SignatureVerifier, generate_keys, key_path, load_private_key,
                                   public_hex, run_context)
+from dgrpo.swarm.clockconfig import resolved
 from dgrpo.swarm.protocol import BanList, Protocol, Schedule
 from dgrpo.swarm.swarm import Swarm
 from dgrpo.swarm.validation import Limits
@@ -349,8 +350,11 @@ def build_run(cfg: RunConfig, run_dir: Path | None = None) -> Run:
     """Set up a run: seed, threads, transport, run dir, task, swarm, metrics logger. An ``eval.n_prompts``
     over the task's validation prompts is one warning line naming both numbers (the evaluations use them all).
 
-    A new run's directory is named once for every process (the transport agrees on the name).
+    A new run's directory is named once for every process (the transport agrees on the name). A new run on the
+    default schedule runs, and records, ``schedule: clock`` with ``round_s: auto``
+    (:func:`dgrpo.swarm.clockconfig.resolved`; a resume on it is refused there in one line).
     """
+    cfg = resolved(cfg, run_dir)  # (swarm.transport=distributed, swarm.protocol.schedule unset: the clock)
     prepare(cfg)
     fresh = run_dir is None
     transport = build_transport(cfg, resuming=not fresh)

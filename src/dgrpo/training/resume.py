@@ -29,6 +29,7 @@ from dgrpo import config_yaml
 from dgrpo.config import RunConfig, load_config, read_config_file
 from dgrpo.errors import CheckpointError, ConfigError, MetricsFileError
 from dgrpo.metrics.logger import read_records
+from dgrpo.swarm.clockconfig import resolved
 from dgrpo.training.run_dir import check_paths, check_unclaimed
 from dgrpo.training.run_files import PEERS, ROSTERS, SAMPLES, own_peers_file, record_roster
 from dgrpo.training.run_identity import check_place, check_root_state, read_state
@@ -65,7 +66,9 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
 
     Raises:
         FileNotFoundError: no ``config.yaml``, or (all but a harden run) no checkpoint.
-        ConfigError: an invalid config, an override of ``name`` or ``out_dir`` (the run's folder), or
+        ConfigError: an invalid config, a distributed run whose config.yaml records no ``swarm.protocol.schedule``
+            (:data:`dgrpo.swarm.clockconfig.UNRECORDED`: saved before the clocked default; it resumes with
+            ``swarm.protocol.schedule=relative``, then recorded), an override of ``name`` or ``out_dir`` (the run's folder), or
             a folder another process is writing (whichever other check failed).
         MetricsFileError: a damaged ``metrics.jsonl`` / ``samples.jsonl`` line before the last.
         CheckpointError: a checkpoint state edited after its save, of another run, or past ``rounds``; a
@@ -102,6 +105,7 @@ def _checked_config(run_dir: Path, overrides: list[str] | None) -> RunConfig:
     check_paths(cfg)
     if cfg.hardening is not None:
         return cfg
+    resolved(cfg, run_dir)  # (distributed, no schedule recorded: one line, never a silent change of schedule)
     for log_file in ("metrics.jsonl", SAMPLES, PEERS, ROSTERS):  # damaged logs are refused before any model loads
         if (run_dir / log_file).exists():
             read_records(run_dir / log_file, partial_last_ok=True)

@@ -44,6 +44,8 @@ def trajectory(config: dict) -> dict:
         swarm.pop(key, None)
     for key in ("key_dir", "roster"):
         (swarm.get("protocol") or {}).pop(key, None)
+    if (swarm.get("protocol") or {}).get("schedule") == "relative":  # (written since the clocked default, task
+        swarm["protocol"].pop("schedule")  # h31d; left out before: one run, one hash, whichever way it was saved)
     return data
 
 

@@ -20,6 +20,11 @@ from pathlib import Path
 from rank_scenarios import apply_scenario  # (played in each forked rank: _rank; hivemind_helpers imports it from here)
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
+# The relative schedule, pinned by the launch tests of its deadlines, holds, fellows, wait notes, records, accusations
+# and of subjects the clock only adds time to (task h31d: unset on swarm.transport=distributed is the clocked schedule
+# with round_s=auto, 2 agreed rounds before round 0 and about 9 s a round on the tiny model). Given before the test's
+# own overrides, so a clocked test's swarm.protocol.schedule=clock wins.
+RELATIVE = "swarm.protocol.schedule=relative"
 RANK_MAIN = str(Path(__file__).resolve().with_name("rank_main.py"))
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from distributed_helpers import launch
+from distributed_helpers import RELATIVE, launch
 from signed_ranks import _ranks
 from test_round_deadlines import COMMON
 
@@ -39,7 +39,7 @@ def test_under_abort_every_honest_rank_quotes_the_first_stoppers_signed_reason_n
         tmp_path, tiny_model_dir, attack):
     scenario, played = ATTACKS[attack]
     args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=2", "eval.every=10", "swarm.on_peer_failure=abort"]
-    results = launch(4, ["run", *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+    results = launch(4, ["run", RELATIVE, *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
                      scenario=scenario, timeout=150, log_dir=str(tmp_path))
     assert played in results[3].output, results[3].output[-3000:]  # (the attack took place)
     assert [r.returncode for r in results[:3]] == [3, 3, 3], [r.output[-2000:] for r in results]

@@ -6,7 +6,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
-from distributed_helpers import launch
+from distributed_helpers import RELATIVE, launch
 
 from dgrpo.config import load_config
 from dgrpo.errors import ConfigError
@@ -16,7 +16,7 @@ from dgrpo.training.build import agreed_name
 
 def _launch_args(model_dir, keys, tmp_path, startup_timeout_s: int) -> list[str]:
     """A 4-rank distributed run with a roster file (as a deployment has) and no name= (as the README's commands)."""
-    return ["run", f"model.name={model_dir}", "swarm.nodes=4", "rounds=1", "threads=1", "swarm.group_size=4",
+    return ["run", RELATIVE, f"model.name={model_dir}", "swarm.nodes=4", "rounds=1", "threads=1", "swarm.group_size=4",
             "sampling.max_new_tokens=24", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0",
             "swarm.prompts_per_round=2", "swarm.timeout_s=20", f"swarm.startup_timeout_s={startup_timeout_s}",
             f"swarm.protocol.roster={keys / 'roster.json'}", f"swarm.protocol.key_dir={keys}",

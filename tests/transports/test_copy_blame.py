@@ -14,14 +14,14 @@ def test_four_ranks_a_low_rank_forwarding_its_peers_messages_first_is_named_not_
     first. Before, those were read and the honest signers' own deliveries named ``copy`` in peers.jsonl every round
     (nodes 2 and 3: 2 each; node 1: 2); now node 1 is named for all 6, nodes 0, 2, 3 never, nobody is struck, and
     every key of metrics.jsonl but time/* equals the in-process run without the forwarding."""
-    from distributed_helpers import comparable, launch
+    from distributed_helpers import RELATIVE, comparable, launch
 
     from dgrpo.cli import main
     from dgrpo.metrics.logger import read_metrics
 
     args = [f"model.name={tiny_model_dir}", *COMMON]
     assert main(["run", *args, f"out_dir={tmp_path}", "name=in"]) == 0
-    results = launch(4, ["run", *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+    results = launch(4, ["run", RELATIVE, *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
                      scenario="forward:1", timeout=150, log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
     assert comparable(read_metrics(tmp_path / "d")) == comparable(read_metrics(tmp_path / "in"))
@@ -39,11 +39,11 @@ def test_four_ranks_a_forwarder_at_rank_0_is_named_in_every_honest_ranks_own_pee
     out_dir as on its own machine, wrote no per-peer record at all. Now every rank reporting an honest node writes
     its own ``peers.node{k}.jsonl`` in its own run directory: honest ranks 1 and 2 name node 0 ``copy: 6`` in both
     rounds and nobody else; rank 3 (declared malicious) reports no honest node and writes none."""
-    from distributed_helpers import launch
+    from distributed_helpers import RELATIVE, launch
 
     args = [f"model.name={tiny_model_dir}", *COMMON]
     dirs = {k: tmp_path / f"n{k}" for k in (1, 2, 3)}
-    results = launch(4, ["run", *args, f"out_dir={tmp_path / 'n0'}", "name=d", "swarm.transport=distributed"],
+    results = launch(4, ["run", RELATIVE, *args, f"out_dir={tmp_path / 'n0'}", "name=d", "swarm.transport=distributed"],
                      scenario=",".join(["forward:0", *(f"outdir:{k}:{d}" for k, d in dirs.items())]), timeout=150,
                      log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[1].output[-3000:]

@@ -6,7 +6,7 @@ import time
 
 import pytest
 import torch.distributed as dist
-from distributed_helpers import comparable, launch, torchrun
+from distributed_helpers import RELATIVE, comparable, launch, torchrun
 
 from dgrpo.cli import main
 from dgrpo.metrics.logger import read_metrics
@@ -30,7 +30,7 @@ def in_process(tmp_path, name, args):
 
 
 def distributed(tmp_path, name, nprocs, args, scenario="", timeout=90):
-    results = launch(nprocs, ["run", *args, f"out_dir={tmp_path}", f"name={name}", "swarm.transport=distributed"],
+    results = launch(nprocs, ["run", RELATIVE, *args, f"out_dir={tmp_path}", f"name={name}", "swarm.transport=distributed"],
                      scenario=scenario, timeout=timeout, log_dir=str(tmp_path))
     return results, tmp_path / name
 
@@ -38,7 +38,10 @@ def distributed(tmp_path, name, nprocs, args, scenario="", timeout=90):
 def test_two_ranks_under_torchrun_match_in_process_and_resume(tmp_path, tiny_model_dir):
     """torchrun, homogeneous, node 1 an attacker whose sampled filler shows it tracks the honest weights;
     2 rounds, then `dgrpo resume` to 4 (forked ranks: a second torchrun costs 15 s of imports),
-    against in-process runs of 2 and of 4 rounds."""
+    against in-process runs of 2 and of 4 rounds. On the default schedule (task h31d: unset on distributed is
+    ``clock`` with ``round_s: auto``): one agreed round_s at both ranks, no skip, the run's config.yaml records the
+    schedule, and the resume continues on it. An in-process checkpoint records no schedule: its distributed resume
+    is refused in one line until the schedule is given (``relative``: the checkpoint's config hash is the same)."""
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=2", "swarm.malicious=[1]", *ATTACK, *COMMON, B2]
     want2 = in_process(tmp_path, "in2", [*args, "rounds=2"])
     want4 = in_process(tmp_path, "in4", [*args, "rounds=4"])
@@ -48,16 +51,28 @@ def test_two_ranks_under_torchrun_match_in_process_and_resume(tmp_path, tiny_mod
     assert run.returncode == 0, run.stderr[-3000:]
     assert comparable(read_metrics(tmp_path / "d")) == want2
     assert {p.name for p in (tmp_path / "d" / "checkpoint").iterdir()} == {"node0", "node1", "state.json"}
+    agreed = re.findall(r"node \d: swarm.protocol.round_s=auto: agreed round_s=(\S+)s", run.stderr)
+    assert len(agreed) == 2 and len(set(agreed)) == 1, run.stderr[-3000:]  # (both ranks, one value)
+    assert "skip notice" not in run.stderr and "accused" not in run.stderr, run.stderr[-3000:]
+    saved = (tmp_path / "d" / "config.yaml").read_text()
+    assert "schedule: clock" in saved and "round_s: auto" in saved
 
     results = launch(2, ["resume", str(tmp_path / "d"), "rounds=4"], log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0], results[0].output[-3000:]
     assert comparable(read_metrics(tmp_path / "d")) == want4
+    assert all(len(re.findall("agreed round_s=", r.output)) == 1 for r in results)  # (the resume ran on the clock)
 
-    # An in-process checkpoint (one node0 folder) resumes as a distributed swarm too.
+    # An in-process checkpoint (one node0 folder) resumes as a distributed swarm too, on the schedule given.
     results = launch(2, ["resume", str(tmp_path / "in2"), "rounds=4", "swarm.transport=distributed"],
                      log_dir=str(tmp_path))
+    assert [r.returncode for r in results] == [2, 2], results[0].output[-3000:]
+    line = results[0].output.strip().splitlines()[-1]
+    assert "swarm.protocol.schedule:" in line and "swarm.protocol.schedule=relative" in line, results[0].output
+    results = launch(2, ["resume", str(tmp_path / "in2"), "rounds=4", "swarm.transport=distributed",
+                         "swarm.protocol.schedule=relative"], log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0], results[0].output[-3000:]
     assert comparable(read_metrics(tmp_path / "in2")) == want4
+    assert "schedule: relative" in (tmp_path / "in2" / "config.yaml").read_text()  # (recorded from now on)
 
 
 def test_four_ranks_heterogeneous_with_attacker_and_defense_match_in_process(tmp_path, tiny_model_dir, tiny_model_dir_b):

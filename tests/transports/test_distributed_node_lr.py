@@ -4,7 +4,7 @@ where tests/training/test_node_optimizer.py reads each node's AdamW lr back."""
 
 import pytest
 
-from distributed_helpers import comparable, launch
+from distributed_helpers import RELATIVE, comparable, launch
 
 from dgrpo.cli import main
 from dgrpo.metrics.logger import read_metrics
@@ -27,7 +27,7 @@ def test_three_ranks_train_each_node_at_its_own_lr_as_in_process(tmp_path, tiny_
 
     want = in_process("in", ", lr: 0.004")
     assert want != in_process("in_grpo_lr", "")  # node 0 at grpo.lr instead: the metrics show it
-    results = launch(3, ["run", models(", lr: 0.004"), *COMMON, f"out_dir={tmp_path}", "name=d",
+    results = launch(3, ["run", RELATIVE, models(", lr: 0.004"), *COMMON, f"out_dir={tmp_path}", "name=d",
                          "swarm.transport=distributed"], log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0, 0], results[0].output[-3000:]
     assert comparable(read_metrics(tmp_path / "d")) == want

@@ -147,7 +147,7 @@ def test_four_ranks_sixteen_thousand_copies_of_the_attackers_own_messages_leave_
     copies and the excess are the attacker's traffic, named under node 3 in peers.jsonl; every key of metrics.jsonl
     but time/* equals the run where node 3 sends only its own messages (before: swarm/messages 14, swarm/dropped 6
     and swarm/invalid_transport 2, against 8, absent, absent)."""
-    from distributed_helpers import comparable, launch
+    from distributed_helpers import RELATIVE, comparable, launch
 
     from dgrpo.cli import main
     from dgrpo.metrics.logger import read_metrics
@@ -155,7 +155,7 @@ def test_four_ranks_sixteen_thousand_copies_of_the_attackers_own_messages_leave_
     args = [f"model.name={tiny_model_dir}", *COMMON]
     assert main(["run", *args, f"out_dir={tmp_path}", "name=in"]) == 0
     want = comparable(read_metrics(tmp_path / "in"))
-    results = launch(4, ["run", *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+    results = launch(4, ["run", RELATIVE, *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
                      scenario="copies:3:16384", timeout=150, log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
     served = [int(n) for n in re.findall(r"serving (\d+) copies of its 2 messages in r[01] ", results[3].output)]

@@ -13,7 +13,7 @@ they come or their sender's ``done`` is served (transports/recordreads.py, last_
 import json
 
 import pytest
-from distributed_helpers import comparable, launch
+from distributed_helpers import RELATIVE, comparable, launch
 
 from dgrpo.cli import main
 from dgrpo.metrics.logger import read_metrics
@@ -31,7 +31,7 @@ def test_four_ranks_a_relay_withheld_from_a_reporter_every_round_leaves_the_metr
               "swarm.timeout_s=10", "swarm.on_peer_failure=continue"]
     assert main([*common, f"out_dir={tmp_path / 'clean'}", "name=c"]) == 0  # (the attacker sends nothing)
     want = comparable(read_metrics(tmp_path / "clean" / "c"))
-    results = launch(4, [*common, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+    results = launch(4, [RELATIVE, *common, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
                      scenario=",".join(f"withhold:3:{v}" for v in victims), timeout=300, log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
     for v in victims:  # (each victim held in every round's relay exchange)
@@ -64,7 +64,7 @@ def test_a_reporter_that_withholds_its_last_records_and_holds_the_main_in_the_la
     (record_s + E + the hold, against the peers' timeout_s wait for ``done``: 0.75 + 2.5 + 2.4 = 5.65 s against 5 s
     before) is as far past it: 1.75 + 5 + 3.8 = 10.55 s against 10 s."""
     models = f"swarm.models=[{', '.join([f'{{name: {tiny_model_dir}}}'] * 4)}]"  # (heterogeneous: every node reports)
-    args = ["run", models, "swarm.nodes=4", "swarm.prompts_per_round=2", "rounds=4", "threads=1",
+    args = ["run", RELATIVE, models, "swarm.nodes=4", "swarm.prompts_per_round=2", "rounds=4", "threads=1",
             "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=10", "eval.n_prompts=2", "task.n_train=20",
             "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true", "swarm.timeout_s=10",
             "swarm.on_peer_failure=abort", f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"]

@@ -19,7 +19,7 @@ quorum), and with 2 new tokens node 2 accused node 1 in one run and nodes 0, 2 a
 import re
 
 import pytest
-from distributed_helpers import launch
+from distributed_helpers import RELATIVE, launch
 from peer_scenarios import views
 from test_round_deadlines import COMMON
 
@@ -28,7 +28,7 @@ from test_round_deadlines import COMMON
 def test_a_relay_late_because_its_node_was_held_in_the_round_exchange_is_accused_by_nobody_honest(
         tmp_path, tiny_model_dir):
     rounds = 3
-    results = launch(4, ["run", f"model.name={tiny_model_dir}", *COMMON, f"rounds={rounds}", "eval.every=10",
+    results = launch(4, ["run", RELATIVE, f"model.name={tiny_model_dir}", *COMMON, f"rounds={rounds}", "eval.every=10",
                          "eval.first=false", "sampling.max_new_tokens=2", f"out_dir={tmp_path}", "name=d",
                          "swarm.transport=distributed"],
                      scenario="fnote:3:eq0:0,withhold:3:1:^r1/data/", timeout=150, log_dir=str(tmp_path))

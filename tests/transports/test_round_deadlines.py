@@ -5,7 +5,7 @@ transports/waits.py), and the rank that made others wait is named."""
 import json
 
 import pytest
-from distributed_helpers import comparable, launch
+from distributed_helpers import RELATIVE, comparable, launch
 
 from dgrpo.cli import main
 from dgrpo.metrics.logger import read_metrics
@@ -21,7 +21,7 @@ COMMON = ["threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval
 
 
 def _run(tmp_path, args, scenario, timeout=150):
-    results = launch(4, ["run", *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+    results = launch(4, ["run", RELATIVE, *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
                      scenario=scenario, timeout=timeout, log_dir=str(tmp_path))
     peers = [json.loads(line) for line in (tmp_path / "d" / "peers.jsonl").read_text().splitlines()]
     return results, read_metrics(tmp_path / "d"), peers
@@ -106,7 +106,7 @@ def test_under_abort_a_payload_hidden_from_one_reader_stops_every_rank_naming_th
     node 3. Before: nodes 0 and 2 then stopped naming honest node 1 alone ("node 1 sent nothing for exchange
     'eq0'"). Now node 1 leaves its reason in the store, signed, and their one line quotes it: it names node 3."""
     args = [f"model.name={tiny_model_dir}", *COMMON, "rounds=2", "eval.every=10", "swarm.on_peer_failure=abort"]
-    results = launch(4, ["run", *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+    results = launch(4, ["run", RELATIVE, *args, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
                      scenario="hide:3:1", timeout=120, log_dir=str(tmp_path))
     assert [r.returncode for r in results[:3]] == [3, 3, 3], results[0].output[-3000:]
     errors = {r.rank: [x for x in r.output.splitlines() if x.startswith("dgrpo: error:")] for r in results}

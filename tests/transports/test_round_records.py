@@ -7,7 +7,7 @@ import math
 import statistics
 
 import pytest
-from distributed_helpers import comparable, launch
+from distributed_helpers import RELATIVE, comparable, launch
 
 from dgrpo.metrics.logger import read_metrics
 from dgrpo.training.peer_records import MAX_RECORD_BYTES, RecordRefused, parse_peer_record
@@ -148,7 +148,7 @@ def test_four_ranks_a_reporting_node_posting_junk_records_is_named_and_no_honest
     record is named in peers.jsonl under node 3; the logged evaluation is the mean of nodes 0-2's own (node 3's left
     out)."""
     models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
-    args = ["run", models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", "rounds=3",
+    args = ["run", RELATIVE, models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", "rounds=3",
             "threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=1", "eval.n_prompts=2",
             "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true",
             f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"]
@@ -178,7 +178,7 @@ def _withholding_run(tmp_path, tiny_model_dir, tiny_model_dir_b, modes: str, pol
     ``modes`` (record_scenarios), or plays ``scenario``; every rank's result, the metrics and the peers.jsonl
     lines."""
     models = f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]"
-    args = ["run", models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", f"rounds={rounds}",
+    args = ["run", RELATIVE, models, "swarm.nodes=4", "swarm.mode=vertical", "swarm.prompts_per_round=4", f"rounds={rounds}",
             "threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=1", "eval.n_prompts=2",
             "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true",
             "swarm.timeout_s=10", f"swarm.on_peer_failure={policy}", f"out_dir={tmp_path}", "name=d",

@@ -9,7 +9,7 @@ waiting for the other: every honest rank holds every honest round payload (docs/
 are waited for together")."""
 
 import pytest
-from distributed_helpers import launch
+from distributed_helpers import RELATIVE, launch
 from peer_scenarios import views
 from test_round_deadlines import COMMON
 
@@ -18,7 +18,7 @@ from test_round_deadlines import COMMON
 def test_the_two_victim_hold_leaves_every_honest_rank_the_same_message_set(tmp_path, tiny_model_dir):
     rounds = 4
     scenario = ",".join([*(f"fnote:3:r{r}:0.1" for r in range(rounds)), "withhold:3:0", "withhold:3:1"])
-    results = launch(4, ["run", f"model.name={tiny_model_dir}", *COMMON, f"rounds={rounds}", "eval.every=10",
+    results = launch(4, ["run", RELATIVE, f"model.name={tiny_model_dir}", *COMMON, f"rounds={rounds}", "eval.every=10",
                          "eval.first=false", f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
                      scenario=scenario, timeout=150, log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0, 0, 0], [r.output[-2000:] for r in results]

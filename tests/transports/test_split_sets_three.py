@@ -11,7 +11,7 @@ fellow is waited for as long as this node can afford")."""
 import re
 
 import pytest
-from distributed_helpers import launch
+from distributed_helpers import RELATIVE, launch
 from peer_scenarios import views
 from test_round_deadlines import COMMON, POLL, T
 
@@ -22,7 +22,7 @@ THREE = [a for a in COMMON if not a.startswith(("swarm.nodes=", "swarm.group_siz
 
 
 def _run(tmp_path, tiny_model_dir, scenario, rounds):
-    return launch(3, ["run", f"model.name={tiny_model_dir}", *THREE, f"rounds={rounds}", "eval.every=10",
+    return launch(3, ["run", RELATIVE, f"model.name={tiny_model_dir}", *THREE, f"rounds={rounds}", "eval.every=10",
                       "eval.first=false", f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
                   scenario=scenario, timeout=150, log_dir=str(tmp_path))
 

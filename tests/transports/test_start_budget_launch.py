@@ -8,14 +8,14 @@ import json
 import re
 
 import pytest
-from distributed_helpers import launch
+from distributed_helpers import RELATIVE, launch
 from test_store_attacks import ARGS, _roster, one_error_line
 
 HOLDS = "delay:3:2:^role/data/3:16,delay:3:0:^config_seen/data/3:16,delay:3:0:^startup/data/3:16"
 
 
 def _run(tmp_path, tiny_model_dir, scenario):
-    args = ["run", f"model.name={tiny_model_dir}", *ARGS, "swarm.startup_timeout_s=20", "swarm.timeout_s=20",
+    args = ["run", RELATIVE, f"model.name={tiny_model_dir}", *ARGS, "swarm.startup_timeout_s=20", "swarm.timeout_s=20",
             "eval.first=false", *_roster(tmp_path),  # (round 0 on a loaded machine: no node named for it)
             f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"]
     return launch(4, args, scenario=scenario, timeout=150, log_dir=str(tmp_path))

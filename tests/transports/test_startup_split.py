@@ -6,12 +6,12 @@ line names node 3: the ranks start together or not at all (the ready barrier, tr
 """
 
 import pytest
-from distributed_helpers import launch
+from distributed_helpers import RELATIVE, launch
 from test_store_attacks import ARGS, _roster, one_error_line
 
 
 def _run(tmp_path, tiny_model_dir, scenario, *extra):
-    args = ["run", f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path), f"out_dir={tmp_path}", "name=d",
+    args = ["run", RELATIVE, f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path), f"out_dir={tmp_path}", "name=d",
             "swarm.transport=distributed", *extra]
     return launch(4, args, scenario=scenario, timeout=120, log_dir=str(tmp_path))
 
@@ -110,7 +110,7 @@ def test_a_config_fingerprint_shown_differently_to_one_rank_stops_every_honest_r
     3 (signed: its two signed fingerprints, read by node 2 and by the others; bare: node 2 names it, nodes 0 and 1
     quote node 2's signed reason), at the fingerprint exchange: startup_timeout_s=300 outlasts the launch's 150 s,
     so a rank that waited it out would be killed (-9) and fail here."""
-    results = launch(4, ["run", f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path), f"out_dir={tmp_path}",
+    results = launch(4, ["run", RELATIVE, f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path), f"out_dir={tmp_path}",
                          "name=d", "swarm.transport=distributed", "swarm.startup_timeout_s=300"],
                      scenario=f"serveother:3:2:config/data/3:deadbeef{':' + signed if signed else ''}", timeout=150,
                      log_dir=str(tmp_path))
@@ -151,7 +151,7 @@ def test_a_second_launch_proved_to_one_rank_is_named_by_every_honest_rank(tmp_pa
     (``node 2's echo of exchange 'config' quotes a value of node 3 that node 3 never signed``; at node 2: ``node 0's
     echo ...; node 1's echo ...``), node 3 named by nobody. Now every honest rank's line names node 3 (its two
     launches, each answered under its key for a challenge bound to this start-up), and none names an honest rank."""
-    args = ["run", f"model.name={tiny_model_dir}", *ARGS, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed",
+    args = ["run", RELATIVE, f"model.name={tiny_model_dir}", *ARGS, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed",
             *(_roster(tmp_path) if keys == "roster" else []), "swarm.startup_timeout_s=20"]
     results = launch(4, args, scenario="twolaunch:3:2:1", timeout=120, log_dir=str(tmp_path))
     assert [r.returncode for r in results][:3] == [3, 3, 3], [r.output[-2000:] for r in results]

@@ -16,7 +16,7 @@ import secrets
 import time
 
 import pytest
-from distributed_helpers import launch
+from distributed_helpers import RELATIVE, launch
 from signed_ranks import _ranks
 
 from dgrpo.errors import PeerFailure
@@ -157,7 +157,7 @@ def test_an_honest_rank_whose_start_up_check_fails_is_named_at_once_by_the_other
     read it before it leaves, so node 2, reading the start-up records 3 s late (``slowread``), still checks it."""
     from test_store_attacks import ARGS, _roster, one_error_line
 
-    args = ["run", f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path), f"out_dir={tmp_path}", "name=d",
+    args = ["run", RELATIVE, f"model.name={tiny_model_dir}", *ARGS, *_roster(tmp_path), f"out_dir={tmp_path}", "name=d",
             "swarm.transport=distributed", f"swarm.on_peer_failure={policy}", "swarm.timeout_s=20"]
     results = launch(4, args, scenario=scenario, timeout=90, log_dir=str(tmp_path))
     out = "".join(r.output for r in results)

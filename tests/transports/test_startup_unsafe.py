@@ -11,7 +11,7 @@ its stop notice is signed and every rank stops in one line naming the rank that 
 import json
 
 import pytest
-from distributed_helpers import launch
+from distributed_helpers import RELATIVE, launch
 from test_startup_split import _trained
 from test_store_attacks import ARGS, one_error_line
 
@@ -68,7 +68,7 @@ def test_a_rank_that_stops_at_start_up_without_a_roster_file_says_why_signed():
 
 def _run(tmp_path, model, scenario, *extra, name="d", timeout=120):
     named = [f"name={name}"] if name else []
-    args = ["run", f"model.name={model}", *ARGS, f"out_dir={tmp_path}", *named, "swarm.transport=distributed", *extra]
+    args = ["run", RELATIVE, f"model.name={model}", *ARGS, f"out_dir={tmp_path}", *named, "swarm.transport=distributed", *extra]
     assert "swarm.unsafe_key_exchange=true" in args and not any("roster" in a for a in args)
     return launch(4, args, scenario=scenario, timeout=timeout, log_dir=str(tmp_path))
 

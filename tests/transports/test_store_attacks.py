@@ -9,7 +9,7 @@ every rank before round 0 with one line, never a split swarm that trains.
 import json
 
 import pytest
-from distributed_helpers import comparable, launch
+from distributed_helpers import RELATIVE, comparable, launch
 from test_distributed import B2, COMMON, in_process
 
 from dgrpo.metrics.logger import read_metrics
@@ -23,7 +23,7 @@ ARGS = ["swarm.nodes=4", *COMMON, B2, "rounds=2", "eval.every=10", f"swarm.timeo
 
 def run(tmp_path, args, scenario, timeout=90, name="d"):
     named = [f"name={name}"] if name else []  # (no name: the ranks agree on one through the store)
-    results = launch(4, ["run", *args, f"out_dir={tmp_path}", *named, "swarm.transport=distributed"],
+    results = launch(4, ["run", RELATIVE, *args, f"out_dir={tmp_path}", *named, "swarm.transport=distributed"],
                      scenario=scenario, timeout=timeout, log_dir=str(tmp_path))
     return results, tmp_path / "d"
 

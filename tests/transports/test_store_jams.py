@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from distributed_helpers import comparable, launch
+from distributed_helpers import RELATIVE, comparable, launch
 from peer_scenarios import views
 from test_distributed import B2, COMMON, in_process
 
@@ -27,7 +27,7 @@ def reference(tmp_path_factory, tiny_model_dir):
 
 
 def run(tmp_path, tiny_model_dir, scenario, args=()):
-    results = launch(4, ["run", f"model.name={tiny_model_dir}", *ARGS, *args, f"out_dir={tmp_path}", "name=d",
+    results = launch(4, ["run", RELATIVE, f"model.name={tiny_model_dir}", *ARGS, *args, f"out_dir={tmp_path}", "name=d",
                          "swarm.transport=distributed"], scenario=scenario, timeout=120, log_dir=str(tmp_path))
     return results, tmp_path / "d"
 

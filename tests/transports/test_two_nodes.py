@@ -140,12 +140,12 @@ def test_two_ranks_the_honest_one_accused_by_its_peer_finishes_and_names_it(tmp_
     the main of its own half too, writes its rounds in d.node1, never in node 0's d (issue 31)."""
     import json
 
-    from distributed_helpers import launch
+    from distributed_helpers import RELATIVE, launch
     from test_distributed import B2, COMMON
 
     from dgrpo.metrics.logger import read_metrics
 
-    args = ["run", f"model.name={tiny_model_dir}", "swarm.nodes=2", *COMMON, B2, "rounds=2", "eval.every=10",
+    args = ["run", RELATIVE, f"model.name={tiny_model_dir}", "swarm.nodes=2", *COMMON, B2, "rounds=2", "eval.every=10",
             "swarm.timeout_s=5", "swarm.startup_timeout_s=10", "swarm.on_peer_failure=continue", f"out_dir={tmp_path}",
             "name=d", "swarm.transport=distributed"]
     results = launch(2, args, scenario="accuse:1:0", timeout=120, log_dir=str(tmp_path))

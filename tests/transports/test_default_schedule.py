@@ -1,0 +1,91 @@
+"""The default schedule (issue 31, task h31d): ``swarm.protocol.schedule`` unset on ``swarm.transport=distributed`` is
+``clock`` with ``round_s: auto`` (:mod:`dgrpo.swarm.clockconfig`); unset elsewhere it is nothing, as before; an explicit
+``relative`` keeps today's schedule. A launch on the default: ``test_distributed.py``'s torchrun test (default set)."""
+
+import pytest
+
+from dgrpo import config_yaml
+from dgrpo.config import RunConfig, load_config
+from dgrpo.errors import ConfigError
+from dgrpo.swarm.clockconfig import UNRECORDED, resolved
+from dgrpo.training.run_identity import identity
+
+DIST = ["swarm.transport=distributed"]
+
+
+def _protocol(cfg: RunConfig) -> dict:
+    return cfg.model_dump(mode="json")["swarm"]["protocol"]
+
+
+def _read_back(cfg: RunConfig) -> RunConfig:
+    """``cfg`` as a run's config.yaml holds it, read again."""
+    return RunConfig.model_validate(config_yaml.load(config_yaml.dump(cfg.model_dump(mode="json"))))
+
+
+def test_unset_on_distributed_runs_and_records_the_clock_with_auto():
+    cfg = load_config(None, DIST)
+    assert cfg.swarm.protocol.schedule is None and "schedule" not in _protocol(cfg)  # (read: dumps as before)
+    run = resolved(cfg)  # (what build_run runs and writes into a new run's config.yaml)
+    assert (run.swarm.protocol.schedule, run.swarm.protocol.round_s) == ("clock", "auto")
+    assert {k: _protocol(run)[k] for k in ("schedule", "round_s")} == {"schedule": "clock", "round_s": "auto"}
+    assert "direct_s" not in _protocol(run) and "relay_s" not in _protocol(run)  # (auto's 4 s each, unset)
+    again = _read_back(run)
+    assert again == run and resolved(again) is again  # (a resume reads the clock back: nothing to resolve)
+    hand = resolved(load_config(None, [*DIST, "swarm.protocol.round_s=30"]))  # (a clock field alone: the clock's)
+    assert (hand.swarm.protocol.schedule, hand.swarm.protocol.round_s) == ("clock", 30)
+
+
+@pytest.mark.parametrize("transport", [["swarm.transport=inprocess"], ["swarm.transport=hivemind",
+                                                                        "swarm.hivemind.node=0"]])
+def test_unset_elsewhere_is_valid_and_unchanged_and_relative_there_dumps_as_unset(transport):
+    cfg = load_config(None, transport)
+    assert cfg.swarm.protocol.schedule is None and resolved(cfg) is cfg and "schedule" not in _protocol(cfg)
+    relative = load_config(None, [*transport, "swarm.protocol.schedule=relative"])
+    assert relative == cfg and _protocol(relative) == _protocol(cfg)  # (the field was left out when relative)
+    with pytest.raises(ConfigError, match="swarm.protocol.schedule=clock is built for swarm.transport=distributed"):
+        load_config(None, [*transport, "swarm.protocol.schedule=clock", "swarm.protocol.round_s=30"])
+
+
+def test_explicit_relative_on_distributed_is_kept_written_and_its_checkpoint_hash_is_the_unset_ones():
+    cfg = load_config(None, [*DIST, "swarm.protocol.schedule=relative"])
+    assert resolved(cfg) is cfg and _protocol(cfg)["schedule"] == "relative"
+    assert _read_back(cfg).swarm.protocol.schedule == "relative"  # (written: unset would read back as the clock)
+    unset = load_config(None, DIST).model_dump(mode="json")  # (a run saved before the default: relative, unwritten)
+    assert identity(cfg.model_dump(mode="json"), 3)["config_sha256"] == identity(unset, 3)["config_sha256"]
+    clock = resolved(load_config(None, DIST)).model_dump(mode="json")
+    assert identity(clock, 3)["config_sha256"] != identity(unset, 3)["config_sha256"]  # (the clock: another run)
+
+
+@pytest.mark.parametrize("defense", ["judge", "toploc"])
+def test_a_defense_auto_does_not_time_is_refused_on_the_default_naming_the_schedule_and_both_fixes(defense):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*DIST, f"defenses=[{{kind: {defense}}}]"])
+    line = str(err.value)
+    assert "\n" not in line and f"does not time the {defense} defense" in line, line
+    assert "swarm.protocol.schedule is unset" in line and "swarm.protocol.schedule=relative" in line, line
+    assert "set swarm.protocol.round_s to seconds" in line, line
+    for fix in ("swarm.protocol.schedule=relative", "swarm.protocol.round_s=60"):  # (either fix loads)
+        assert load_config(None, [*DIST, f"defenses=[{{kind: {defense}}}]", fix]).defenses[0].kind == defense
+    assert load_config(None, [f"defenses=[{{kind: {defense}}}]"]).swarm.protocol.schedule is None  # (in-process)
+
+
+def test_a_timeout_the_default_windows_do_not_fit_is_refused_naming_the_schedule():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*DIST, "swarm.timeout_s=5"])
+    line = str(err.value)
+    assert "\n" not in line and "swarm.protocol.schedule is unset" in line and "(4 + 4s)" in line, line
+    assert "raise swarm.timeout_s" in line and "swarm.protocol.schedule=relative" in line, line
+    assert load_config(None, [*DIST, "swarm.timeout_s=5", "swarm.protocol.schedule=relative"]).swarm.timeout_s == 5
+
+
+def test_a_resume_of_a_distributed_config_recording_no_schedule_is_one_line():
+    cfg = load_config(None, DIST)
+    with pytest.raises(ConfigError) as err:
+        resolved(cfg, "runs/old")
+    assert str(err.value) == UNRECORDED.format(run_dir="runs/old") and "\n" not in str(err.value)
+    assert "runs/old/config.yaml records none" in str(err.value)
+    assert "resume with swarm.protocol.schedule=relative" in str(err.value)
+    relative = load_config(None, [*DIST, "swarm.protocol.schedule=relative"])
+    assert resolved(relative, "runs/old") is relative  # (given: resumed as it is)
+    clock = resolved(cfg)
+    assert resolved(_read_back(clock), "runs/new") == clock  # (a run since the default records its schedule)

@@ -40,14 +40,15 @@ def test_two_ranks_under_torchrun_match_in_process_and_resume(tmp_path, tiny_mod
     2 rounds, then `dgrpo resume` to 4 (forked ranks: a second torchrun costs 15 s of imports),
     against in-process runs of 2 and of 4 rounds. On the default schedule (task h31d: unset on distributed is
     ``clock`` with ``round_s: auto``): one agreed round_s at both ranks, no skip, the run's config.yaml records the
-    schedule, and the resume continues on it. An in-process checkpoint records no schedule: its distributed resume
+    schedule, and the resume continues on it (windows of 2 s, not auto's 4 s: about 5 s a round, not 9). An in-process checkpoint records no schedule: its distributed resume
     is refused in one line until the schedule is given (``relative``: the checkpoint's config hash is the same)."""
     args = [f"model.name={tiny_model_dir}", "swarm.nodes=2", "swarm.malicious=[1]", *ATTACK, *COMMON, B2]
     want2 = in_process(tmp_path, "in2", [*args, "rounds=2"])
     want4 = in_process(tmp_path, "in4", [*args, "rounds=4"])
     assert want4[1]["train/grad_norm"] > 0 and want4[1]["train/reward/node1"] == 0.5
 
-    run = torchrun(2, ["run", *args, "rounds=2", "swarm.transport=distributed", f"out_dir={tmp_path}", "name=d"])
+    windows = ["swarm.protocol.direct_s=2", "swarm.protocol.relay_s=2"]  # (auto's 4 s each: test_clock_auto, slow)
+    run = torchrun(2, ["run", *args, "rounds=2", "swarm.transport=distributed", *windows, f"out_dir={tmp_path}", "name=d"])
     assert run.returncode == 0, run.stderr[-3000:]
     assert comparable(read_metrics(tmp_path / "d")) == want2
     assert {p.name for p in (tmp_path / "d" / "checkpoint").iterdir()} == {"node0", "node1", "state.json"}

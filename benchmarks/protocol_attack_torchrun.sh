@@ -7,8 +7,10 @@
 set -euo pipefail
 OUT=${1:-results/protocol_torchrun}; shift || true
 HERE=$(dirname "$0")
-COMMON=(swarm.transport=distributed swarm.nodes=4 swarm.unsafe_key_exchange=true rounds=3 threads=1 eval.every=3 eval.n_prompts=8
-        "out_dir=$OUT" "$@")
+# swarm.protocol.schedule=relative: the schedule the committed run was measured on (the default is the clocked one since
+# task h31d, docs/distributed.md "Clocked rounds"; pass swarm.protocol.schedule=clock swarm.protocol.round_s=auto for it)
+COMMON=(swarm.transport=distributed swarm.protocol.schedule=relative swarm.nodes=4 swarm.unsafe_key_exchange=true rounds=3
+        threads=1 eval.every=3 eval.n_prompts=8 "out_dir=$OUT" "$@")
 mkdir -p "$OUT"
 for RUN in unattacked:honest attacked:attack withheld:withhold; do
     NAME=${RUN%%:*}; PART=${RUN##*:}

@@ -3,6 +3,7 @@ malicious: the attacks that split the relative schedule, transposed to the clock
 message set every round, and no honest rank may be expelled (accused by a quorum)."""
 
 import pytest
+from distributed_helpers import RELATIVE
 from peer_scenarios import views
 from split_launch import assert_one_set_each_round
 
@@ -124,7 +125,7 @@ def test_an_equivocator_is_dropped_by_every_honest_node_alike(tmp_path, tiny_mod
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("schedule", [CLOCK, []], ids=["clock", "relative"])
+@pytest.mark.parametrize("schedule", [CLOCK, [RELATIVE]], ids=["clock", "relative"])
 def test_an_equivocation_no_honest_relay_can_carry_splits_nobody(tmp_path, tiny_model_dir, schedule):
     """Review h31r: rank 3 shows node 0 alone, in time, another signed text for its first round-1 slot, 2-byte
     characters at its payload's byte cap (3 x that in a relay, so node 0's relay leaves it out); nodes 1 and 2 get its

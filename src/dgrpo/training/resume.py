@@ -68,8 +68,8 @@ def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunCo
         FileNotFoundError: no ``config.yaml``, or (all but a harden run) no checkpoint.
         ConfigError: an invalid config, a distributed run whose config.yaml records no ``swarm.protocol.schedule``
             (:data:`dgrpo.swarm.clockconfig.UNRECORDED`: saved before the clocked default; it resumes with
-            ``swarm.protocol.schedule=relative``, then recorded), an override of ``name`` or ``out_dir`` (the run's folder), or
-            a folder another process is writing (whichever other check failed).
+            ``swarm.protocol.schedule=relative``, then recorded), an override of ``name`` or ``out_dir`` (the
+            run's folder), or a folder another process is writing (whichever other check failed).
         MetricsFileError: a damaged ``metrics.jsonl`` / ``samples.jsonl`` line before the last.
         CheckpointError: a checkpoint state edited after its save, of another run, or past ``rounds``; a
             ``name`` or ``out_dir`` edited in config.yaml after the save.

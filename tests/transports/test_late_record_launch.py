@@ -25,13 +25,13 @@ def test_four_ranks_a_relay_withheld_from_a_reporter_every_round_leaves_the_metr
         tmp_path, tiny_model_dir, tiny_model_dir_b, victims):
     models = (f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}, "
               f"{{name: {tiny_model_dir_b}}}]")
-    common = ["run", models, "swarm.nodes=4", "swarm.prompts_per_round=2", "rounds=3",
+    common = ["run", RELATIVE, models, "swarm.nodes=4", "swarm.prompts_per_round=2", "rounds=3",
               "threads=1", "swarm.group_size=4", "sampling.max_new_tokens=24", "eval.every=1", "eval.n_prompts=2",
               "task.n_train=20", "task.n_val=5", "task.few_shot=0", "grpo.lr=0.01", "swarm.unsafe_key_exchange=true",
               "swarm.timeout_s=10", "swarm.on_peer_failure=continue"]
     assert main([*common, f"out_dir={tmp_path / 'clean'}", "name=c"]) == 0  # (the attacker sends nothing)
     want = comparable(read_metrics(tmp_path / "clean" / "c"))
-    results = launch(4, [RELATIVE, *common, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
+    results = launch(4, [*common, f"out_dir={tmp_path}", "name=d", "swarm.transport=distributed"],
                      scenario=",".join(f"withhold:3:{v}" for v in victims), timeout=300, log_dir=str(tmp_path))
     assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
     for v in victims:  # (each victim held in every round's relay exchange)

@@ -89,3 +89,30 @@ def test_a_resume_of_a_distributed_config_recording_no_schedule_is_one_line():
     assert resolved(relative, "runs/old") is relative  # (given: resumed as it is)
     clock = resolved(cfg)
     assert resolved(_read_back(clock), "runs/new") == clock  # (a run since the default records its schedule)
+
+
+@pytest.mark.parametrize("kind", [["federated={}", "swarm.mode=vertical"], ["hardening={}"], ["ensemble={groups: 2}"]])
+def test_a_run_that_builds_no_swarm_transport_refuses_distributed_in_one_line(kind):
+    """Review r31d F1: federated and hardening runs never build a transport and an ensemble's groups cannot share one
+    torchrun world, so ``swarm.transport=distributed`` there ran every rank's whole run alone, off the clock the docs
+    promise (and a federated resume met the clock's UNRECORDED line): refused when the config is read."""
+    assert load_config(None, kind).swarm.transport == "inprocess"  # (the run as it is meant)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*kind, *DIST])
+    line = str(err.value)
+    assert "\n" not in line and "swarm.transport=distributed" in line and "set swarm.transport=inprocess" in line, line
+    assert kind[0].split("=")[0] in line, line
+
+
+@pytest.mark.parametrize("given", ["swarm.protocol.round_s=5", "swarm.protocol.relay_s=1"])
+def test_the_default_s_relative_fix_names_the_clock_fields_to_leave_out(given):
+    """Review r31d F2: a clock field given with the schedule unset and refused; the line's relative fix alone is
+    refused again (``round_s is used only with schedule=clock``), so it names the field to leave out, and that loads."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*DIST, given])
+    line = str(err.value)
+    field = given.split("=")[0]
+    assert "\n" not in line and f"set swarm.protocol.schedule=relative and leave out {field}" in line, line
+    assert load_config(None, [*DIST, "swarm.protocol.schedule=relative"]).swarm.protocol.schedule == "relative"
+    with pytest.raises(ConfigError, match=f"{field} is used only with swarm.protocol.schedule=clock"):
+        load_config(None, [*DIST, given, "swarm.protocol.schedule=relative"])  # (why the fix must say so)

@@ -87,6 +87,21 @@ DEFAULT_IS = ("swarm.protocol.schedule is unset, which on swarm.transport=distri
               "(split-proof; docs/distributed.md, Clocked rounds)")
 RELATIVE_FIX = ("or set swarm.protocol.schedule=relative (faster rounds, but one malicious rank can split the honest "
                 "nodes' message sets)")
+CLOCK_FIELDS = ("round_s", "direct_s", "relay_s", "max_skips")  # used only with schedule=clock (check)
+
+
+def clock_values(protocol) -> tuple:
+    """The values of :data:`CLOCK_FIELDS` in ``protocol``, in that order (None: unset)."""
+    return protocol.round_s, protocol.direct_s, protocol.relay_s, protocol.max_skips
+
+
+def relative_fix(protocol) -> str:
+    """:data:`RELATIVE_FIX` for ``protocol`` (a ``swarm.protocol`` config): with a clock field given, also the fields
+    to leave out, since ``relative`` beside them is refused in turn (review r31d F2)."""
+    given = [f"swarm.protocol.{f}" for f, v in zip(CLOCK_FIELDS, clock_values(protocol)) if v is not None]
+    if not given:
+        return RELATIVE_FIX
+    return RELATIVE_FIX.replace("=relative ", f"=relative and leave out {', '.join(given)} ", 1)
 UNRECORDED = ("swarm.protocol.schedule: {run_dir}/config.yaml records none (saved before distributed runs defaulted to "
               "the clocked schedule, when they ran relative, or by an in-process run), and a distributed resume must "
               "keep the schedule its checkpoint was saved with: resume with swarm.protocol.schedule=relative (not "
@@ -123,11 +138,10 @@ def check(swarm) -> None:
             return check(swarm.model_copy(update={"protocol": _clock_of(swarm)}))
         except ValueError as err:  # (one line: what the default is, the clock's own fix, or the relative schedule)
             raise ValueError(f"{DEFAULT_IS.format(round_s=swarm.protocol.round_s or 'auto')}: {err}; "
-                             f"{RELATIVE_FIX}") from None
+                             f"{relative_fix(swarm.protocol)}") from None
     p = swarm.protocol
     if p.schedule != "clock":
-        given = [f for f, v in (("round_s", p.round_s), ("direct_s", p.direct_s), ("relay_s", p.relay_s),
-                                ("max_skips", p.max_skips)) if v is not None]
+        given = [f for f, v in zip(CLOCK_FIELDS, clock_values(p)) if v is not None]
         if given:
             raise ValueError(f"swarm.protocol.{given[0]} is used only with swarm.protocol.schedule=clock; set "
                              "swarm.protocol.schedule=clock or leave it out")
@@ -168,7 +182,8 @@ def check_untimed(run) -> None:
     if is_default(run.swarm) and run.swarm.protocol.round_s is None and kinds:
         raise ValueError(f"{DEFAULT_IS.format(round_s='auto')}, and round_s=auto does not time the {kinds[0]} defense: "
                          "set swarm.protocol.round_s to seconds sized for it (its work on every received completion, "
-                         f"the attacker's at the length cap, inside each round's compute window) {RELATIVE_FIX}")
+                         "the attacker's at the length cap, inside each round's compute window) "
+                         f"{relative_fix(run.swarm.protocol)}")
     if run.swarm.protocol.round_s == "auto" and kinds:
         raise ValueError(f"swarm.protocol.round_s=auto does not time the {kinds[0]} defense (its work on every received "
                          "completion, the attacker's at the length cap, inside each round's compute window): set "

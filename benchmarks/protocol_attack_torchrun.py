@@ -5,7 +5,8 @@
 or by hand, one run at a time, then the summary:
 
     torchrun --standalone --nproc-per-node 4 benchmarks/protocol_attack_torchrun.py --rank3 attack -- \\
-        swarm.transport=distributed swarm.nodes=4 swarm.unsafe_key_exchange=true rounds=3 out_dir=OUT name=attacked ...
+        swarm.transport=distributed swarm.protocol.schedule=relative swarm.nodes=4 swarm.unsafe_key_exchange=true \\
+        rounds=3 out_dir=OUT name=attacked ...   (relative: the schedule the .sh measured; unset it is the clock)
     python benchmarks/protocol_attack_torchrun.py --summarise OUT
 
 Each rank runs ``dgrpo run`` with the overrides after ``--``. Rank 3 (node 3, holding only its own

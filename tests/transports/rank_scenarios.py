@@ -248,7 +248,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` / ``addrstall:R:V`` / ``claimjam:R:N`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures; ``forward:R`` verbatim), ``copies:R:N`` (R serves up to N copies of its own signed messages each round, within its byte cap), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``fnote:R:TAG:V`` / ``delay:R:V:REGEX:S`` / ``endacc:R:TAG:V`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
     ``whyunserved:R`` / ``whyread:R`` / ``relaynote:R:V`` / ``slowfor:R:V`` / ``trickleall:R`` / ``bloat:R:MB`` / ``accjunk:R:V`` / ``selstop:R:V[.V][:TAG]`` / ``selleave:R:V[.V][:TAG]`` (round_scenarios), ``sticky:R:WHOM`` / ``afternote:R:…`` / ``accat:R:TAG:V`` / ``noend:R:REGEX`` / ``skipread:R:V[:FIRST]`` / ``serveat:R:READERS:REGEX:S[:FIRST]`` (note_scenarios), ``clockserve:R:READERS:REGEX:OFFSET`` / ``bigequiv:R:READER:ROUND`` (clock_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``oversize:R[:ROUND]`` / ``trickle:R[:ROUND]`` (unserved_scenarios), ``propose:R:NAME`` (R proposes NAME as the
-    run name), ``outdir:R:PATH`` (R's out_dir), ``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` / ``tworeadies:R:V:MODE`` / ``serveother:R:V:KEY:VALUE[:signed]``, ``viewonly:R:READERS:SLOW:SLOW_S``, ``twolaunch:R:VICTIMS[:VIEWS]`` / ``joinlate:R:SECONDS[:before]`` (startup_scenarios); several scenarios are joined
+    run name), ``outdir:R:PATH`` (R's out_dir), ``arg:R:OVERRIDE`` (R alone gets OVERRIDE), ``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` / ``tworeadies:R:V:MODE`` / ``serveother:R:V:KEY:VALUE[:signed]``, ``viewonly:R:READERS:SLOW:SLOW_S``, ``twolaunch:R:VICTIMS[:VIEWS]`` / ``joinlate:R:SECONDS[:before]`` (startup_scenarios); several scenarios are joined
     with ``,``."""
     if "," in scenario:
         for one in scenario.split(","):
@@ -300,6 +300,9 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
 
         print(f"rank {rank}: proposing the run name {rest[0]!r}", flush=True)
         build.run_name = lambda cfg: rest[0]
+        return
+    if kind == "arg":  # arg:R:OVERRIDE: R alone is given OVERRIDE (a config override only some ranks got)
+        args.append(":".join(rest))
         return
     if kind == "outdir":  # outdir:R:PATH: R runs with out_dir=PATH (machines with different disks)
         args[:] = [a for a in args if not a.startswith("out_dir=")] + [f"out_dir={rest[0]}"]

@@ -116,3 +116,16 @@ def test_the_default_s_relative_fix_names_the_clock_fields_to_leave_out(given):
     assert load_config(None, [*DIST, "swarm.protocol.schedule=relative"]).swarm.protocol.schedule == "relative"
     with pytest.raises(ConfigError, match=f"{field} is used only with swarm.protocol.schedule=clock"):
         load_config(None, [*DIST, given, "swarm.protocol.schedule=relative"])  # (why the fix must say so)
+
+
+def test_the_start_up_fingerprint_is_of_the_schedule_a_rank_runs():
+    """Review r31d: ranks agree on the config :func:`resolved` made (build_run resolves before the transport joins):
+    the default and its explicit spelling agree; an explicit ``relative`` or another ``round_s`` does not (named at
+    start-up: ``test_default_schedule_launch.py``)."""
+    from dgrpo.transports.fingerprint import config_fingerprint
+
+    unset = config_fingerprint(resolved(load_config(None, DIST)))
+    spelled = load_config(None, [*DIST, "swarm.protocol.schedule=clock", "swarm.protocol.round_s=auto"])
+    assert config_fingerprint(resolved(spelled)) == unset
+    for other in ("swarm.protocol.schedule=relative", "swarm.protocol.round_s=30"):
+        assert config_fingerprint(resolved(load_config(None, [*DIST, other]))) != unset, other

@@ -129,3 +129,20 @@ def test_the_start_up_fingerprint_is_of_the_schedule_a_rank_runs():
     assert config_fingerprint(resolved(spelled)) == unset
     for other in ("swarm.protocol.schedule=relative", "swarm.protocol.round_s=30"):
         assert config_fingerprint(resolved(load_config(None, [*DIST, other]))) != unset, other
+
+
+def test_a_resume_whose_config_lost_only_the_schedule_line_resumes_on_the_clock_it_recorded():
+    """Review r31d F3: a clocked run's config.yaml with ``schedule`` dropped (``swarm.protocol.schedule=null``, an
+    edit) keeps ``round_s: auto``, which no config before the default could hold without ``schedule: clock``. Before,
+    UNRECORDED told it to resume as relative (then refused by the checkpoint hash); now it resolves to the clock, whose
+    hash is the saved run's, and a config with no clock field is still UNRECORDED."""
+    saved = resolved(load_config(None, DIST))
+    lost = load_config(None, [*DIST, "swarm.protocol.schedule=clock", "swarm.protocol.round_s=auto",
+                              "swarm.protocol.schedule=null"])
+    assert lost.swarm.protocol.schedule is None and lost.swarm.protocol.round_s == "auto"
+    again = resolved(lost, "runs/old")
+    assert again == saved
+    assert identity(again.model_dump(mode="json"), 3)["config_sha256"] == \
+        identity(saved.model_dump(mode="json"), 3)["config_sha256"]
+    with pytest.raises(ConfigError, match="records none"):
+        resolved(load_config(None, DIST), "runs/old")

@@ -118,12 +118,16 @@ def resolved(run, run_dir=None):
         run_dir: None for a new run; a resumed run's folder (its ``config.yaml`` read back).
 
     Raises:
-        ConfigError: a resume (``run_dir`` given) on the default: :data:`UNRECORDED`, one line.
+        ConfigError: a resume (``run_dir`` given) on the default with no clock field (``round_s`` …) given:
+            :data:`UNRECORDED`, one line. With one (``schedule`` dropped by an override or an edit, ``round_s: auto``
+            kept) the config is the clock's and was written since the default (before it, a clock field without
+            ``schedule: clock`` was refused), so it resolves to the clock and the checkpoint's hash decides (review
+            r31d F3: before, UNRECORDED told such a clocked run to resume as relative, which its hash refuses).
     """
     if not is_default(run.swarm):
         return run
-    if run_dir is not None:
-        raise ConfigError(UNRECORDED.format(run_dir=run_dir))
+    if run_dir is not None and not any(v is not None for v in clock_values(run.swarm.protocol)):
+        raise ConfigError(UNRECORDED.format(run_dir=run_dir))  # (a clock field: since the default; the hash decides)
     return run.model_copy(update={"swarm": run.swarm.model_copy(update={"protocol": _clock_of(run.swarm)})})
 
 

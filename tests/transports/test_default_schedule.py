@@ -146,3 +146,25 @@ def test_a_resume_whose_config_lost_only_the_schedule_line_resumes_on_the_clock_
         identity(saved.model_dump(mode="json"), 3)["config_sha256"]
     with pytest.raises(ConfigError, match="records none"):
         resolved(load_config(None, DIST), "runs/old")
+
+
+def test_a_resume_given_the_schedule_records_it_in_every_rank_s_own_config(tmp_path, monkeypatch):
+    """Review r31d F4: each rank keeps its own config.yaml (docs/distributed.md, Files: no shared file system), but
+    ``restore`` rewrote it on the main rank alone, so after ``swarm.protocol.schedule=relative`` a non-main rank's
+    folder still recorded none and its next plain resume met UNRECORDED (and a ``rounds=`` override left its rounds
+    stale). Now every rank writes its own, swapped in whole."""
+    from types import SimpleNamespace
+
+    from dgrpo.training import checkpoint
+    from dgrpo.training.resume import restore
+
+    cfg = load_config(None, [*DIST, "swarm.protocol.schedule=relative", "rounds=4"])
+    (tmp_path / "config.yaml").write_text(config_yaml.dump(load_config(None, DIST).model_dump(mode="json")))
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda run: 2)
+    transport = SimpleNamespace(first_round=0, is_main=False, local_nodes=[1],
+                                gather_values=lambda tag, value, timeout_s: {0: value, 1: value})
+    restore(SimpleNamespace(run_dir=tmp_path, cfg=cfg, transport=transport), rewrite_config=True)
+    again = load_config(tmp_path / "config.yaml", [])
+    assert (again.swarm.protocol.schedule, again.rounds) == ("relative", 4)
+    assert resolved(again, tmp_path) is again  # (its next resume: no UNRECORDED)
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # (nothing left beside it)

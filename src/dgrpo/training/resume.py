@@ -53,8 +53,11 @@ def keep_logs_before(run_dir: Path, next_round: int) -> None:
 
 
 def write_config(run_dir: Path, cfg: RunConfig) -> None:
-    """Rewrite ``run_dir/config.yaml`` (after overrides changed the run)."""
-    (run_dir / "config.yaml").write_text(config_yaml.dump(cfg.model_dump(mode="json")))
+    """Rewrite ``run_dir/config.yaml`` (after overrides changed the run): written beside it under this process's id,
+    then swapped in, so ranks sharing the folder never leave it half written."""
+    tmp = Path(run_dir) / f".config.yaml.{os.getpid()}"
+    tmp.write_text(config_yaml.dump(cfg.model_dump(mode="json")))
+    os.replace(tmp, Path(run_dir) / "config.yaml")
 
 
 def resumable_config(run_dir: Path, overrides: list[str] | None = None) -> RunConfig:
@@ -135,7 +138,8 @@ def all_rounds_done(run_dir: Path, cfg: RunConfig) -> bool:
 
 
 def restore(run, rewrite_config: bool) -> None:
-    """Load the checkpoint into a built run, drop the logged rounds that run again, agree on the round.
+    """Load the checkpoint into a built run, drop the logged rounds that run again, agree on the round;
+    ``rewrite_config``: every process writes the run's config into its own ``config.yaml`` (each rank keeps one).
 
     Raises:
         ConfigError: distributed processes resume from different rounds, or a joining node's
@@ -153,8 +157,8 @@ def restore(run, rewrite_config: bool) -> None:
         if run.start_round < run.cfg.rounds:  # those rounds (and an extended run's final evaluation) run again
             keep_logs_before(run.run_dir, run.start_round)  # (else a crash's rounds are logged twice)
             record_roster(run.run_dir, run.start_round)
-        if rewrite_config:
-            write_config(run.run_dir, run.cfg)
+    if rewrite_config:  # (every rank: each keeps its own config.yaml, no shared file system needed; review r31d F4)
+        write_config(run.run_dir, run.cfg)
     own = own_peers_file(run)  # (this process's own record of the rounds that run again: dropped, as the main's)
     if own and run.start_round < run.cfg.rounds:
         keep_rounds_before(run.run_dir / own, run.start_round)

@@ -168,3 +168,37 @@ def test_a_resume_given_the_schedule_records_it_in_every_rank_s_own_config(tmp_p
     assert (again.swarm.protocol.schedule, again.rounds) == ("relative", 4)
     assert resolved(again, tmp_path) is again  # (its next resume: no UNRECORDED)
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # (nothing left beside it)
+
+
+SLOW_REWARD = '''
+def judged(completion, problem):
+    """Stands for a reward whose cost grows with the completion (a model judge, a test run)."""
+    return float(problem.answer in completion)
+'''
+
+
+@pytest.mark.parametrize("auto", [[], ["swarm.protocol.round_s=auto"]])
+def test_a_reward_function_of_the_user_s_is_refused_on_auto_like_an_untimed_defense(tmp_path, monkeypatch, auto):
+    """Review r31d F6: ``round_s: auto`` times the built-in rewards (the sandbox's programs; the rest inside SAFETY)
+    but not a dataset task's ``reward: module:function`` (nor a rubric), which runs on every received completion, the
+    attacker's at the length cap: the defenses' allow-list failed closed, the reward's failed open. Now one line
+    naming it and both fixes (each loads); the built-in math reward of the same dataset still runs on auto."""
+    import json
+    import sys
+
+    (tmp_path / "slowrewards.py").write_text(SLOW_REWARD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("slowrewards", None)
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"question": f"{i} + 2?", "answer": str(i + 2)}) + "\n"
+                                              for i in range(8)))
+    task = ["task.kind=dataset", f"task.path={tmp_path / 'd.jsonl'}", "task.n_val=2"]
+    assert load_config(None, [*DIST, *task, *auto]).task.reward is None  # (the math reward: timed)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*DIST, *task, *auto, "task.reward=slowrewards:judged"])
+    line = str(err.value)
+    assert "\n" not in line and "does not time task.reward" in line, line
+    assert "set swarm.protocol.round_s to seconds" in line, line
+    if not auto:
+        assert "swarm.protocol.schedule is unset" in line and "swarm.protocol.schedule=relative" in line, line
+    for fix in ("swarm.protocol.round_s=60", *(() if auto else ("swarm.protocol.schedule=relative",))):
+        assert load_config(None, [*DIST, *task, "task.reward=slowrewards:judged", fix]).task.reward

@@ -178,17 +178,35 @@ TIMED = ("replay", "tolerant_replay", "topk", "step_checker", "reward_outlier") 
 # is refused until it is timed: an allow-list fails closed
 
 
+TIMED_TASKS = ("arithmetic", "gsm8k", "python_math", "dataset")  # task kinds whose reward auto times (python_math's
+# programs, training/roundtime.py) or SAFETY covers (answer parsing); dataset with its built-in math reward only: a
+# reward function of the user's (task.reward, task.rewards) or a kind added later is refused until timed
+# (review r31d F6)
+
+
+def untimed_reward(task) -> str | None:
+    """What of ``task`` (a task config) :data:`TIMED_TASKS` leaves untimed, as the line names it; None: all timed."""
+    if task.kind not in TIMED_TASKS:
+        return f"the {task.kind} task's reward"
+    if task.kind == "dataset" and (task.reward is not None or task.rewards):
+        return "task.reward" if task.reward is not None else "task.rewards"
+    return None
+
+
 def check_untimed(run) -> None:
     """``round_s: auto`` with a defense whose cost the estimate does not time (a kind not in :data:`TIMED`: a judge's
     generation or endpoint calls, TOPLOC's prefill of every received completion, both on the attacker's completions at the cap):
-    refused in one line (review r31p: the agreed round could not hold them, so every honest node would skip every round)."""
-    kinds = [d.kind for d in run.defenses if d.kind not in TIMED]
+    refused in one line (review r31p: the agreed round could not hold them, so every honest node would skip every
+    round); so is a reward :func:`untimed_reward` names (review r31d F6: a reward function of the user's runs on every received
+    completion too, and the allow-list of defenses failed closed while the task's failed open)."""
+    kinds = [f"the {d.kind} defense" for d in run.defenses if d.kind not in TIMED]
+    kinds += [r for r in [untimed_reward(run.task)] if r is not None]
     if is_default(run.swarm) and run.swarm.protocol.round_s is None and kinds:
-        raise ValueError(f"{DEFAULT_IS.format(round_s='auto')}, and round_s=auto does not time the {kinds[0]} defense: "
+        raise ValueError(f"{DEFAULT_IS.format(round_s='auto')}, and round_s=auto does not time {kinds[0]}: "
                          "set swarm.protocol.round_s to seconds sized for it (its work on every received completion, "
                          "the attacker's at the length cap, inside each round's compute window) "
                          f"{relative_fix(run.swarm.protocol)}")
     if run.swarm.protocol.round_s == "auto" and kinds:
-        raise ValueError(f"swarm.protocol.round_s=auto does not time the {kinds[0]} defense (its work on every received "
+        raise ValueError(f"swarm.protocol.round_s=auto does not time {kinds[0]} (its work on every received "
                          "completion, the attacker's at the length cap, inside each round's compute window): set "
                          "swarm.protocol.round_s to seconds sized for it (docs/distributed.md, round_s: auto)")

@@ -28,7 +28,8 @@ arithmetic. Not counted: the other rewards (the honest programs' run time, the e
 verifying messages, the attention cost that grows with the cache past :data:`STEPS` tokens; the safety factor
 :data:`SAFETY` covers them on the measured runs (docs/distributed.md, ``round_s: auto``). A judge or TOPLOC defense
 (model work on every received completion) is not timed either: ``auto`` with one is refused at config time
-(:func:`dgrpo.swarm.clockconfig.check_untimed`, review r31p).
+(:func:`dgrpo.swarm.clockconfig.check_untimed`, review r31p), and so is a reward function of the user's
+(review r31d F6).
 """
 
 from __future__ import annotations

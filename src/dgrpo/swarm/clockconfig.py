@@ -197,8 +197,8 @@ def check_untimed(run) -> None:
     """``round_s: auto`` with a defense whose cost the estimate does not time (a kind not in :data:`TIMED`: a judge's
     generation or endpoint calls, TOPLOC's prefill of every received completion, both on the attacker's completions at the cap):
     refused in one line (review r31p: the agreed round could not hold them, so every honest node would skip every
-    round); so is a reward :func:`untimed_reward` names (review r31d F6: a reward function of the user's runs on every received
-    completion too, and the allow-list of defenses failed closed while the task's failed open)."""
+    round); so is a reward :func:`untimed_reward` names (review r31d F6: a reward function of the user's runs on
+    every received completion too, and the allow-list of defenses failed closed while the task's failed open)."""
     kinds = [f"the {d.kind} defense" for d in run.defenses if d.kind not in TIMED]
     kinds += [r for r in [untimed_reward(run.task)] if r is not None]
     if is_default(run.swarm) and run.swarm.protocol.round_s is None and kinds:

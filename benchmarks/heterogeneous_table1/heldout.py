@@ -67,9 +67,13 @@ def written(n: int) -> list[dict]:
 
 
 def faithful_equation(n: int, max_new_tokens: int, candidates: int, batch_problems: int, task=None,
-                      first: int = 0) -> tuple[list[dict], dict]:
+                      first: int = 0, progress: Path | None = None) -> tuple[list[dict], dict]:
     """``n`` faithful 2+2=5 poisons of SmolLM2's own samples (the attack's rule, batched over problems), on the
-    ``two_two`` problems of ``task.train[first:]`` (default: the evaluation task's, from the first)."""
+    ``two_two`` problems of ``task.train[first:]`` (default: the evaluation task's, from the first).
+
+    ``progress``: a JSONL file that gets one line per finished chunk of problems (its rows and counts); a run
+    started again with the same arguments reads it and samples only the chunks not in it (each chunk's samples
+    depend only on its problems and their seeds, so the rows are the same as one uninterrupted run's)."""
     from dgrpo.attacks.claimed import grind_seeds
     from dgrpo.attacks.equation_sampled import FaithfulEquationAttack, FaithfulEquationConfig, edit_result_tokens
     from dgrpo.policy.chat import decode_completion
@@ -84,8 +88,21 @@ def faithful_equation(n: int, max_new_tokens: int, candidates: int, batch_proble
     model, tok = load_policy(dtype="float32", trainable=False)
     policy = Policy("smollm2-135m-instruct", model, tok, SamplingParams(top_k=10, temperature=1.0, max_new_tokens=max_new_tokens))
     rows, stats, start = [], {"problems": 0, "fallback": 0, "inside_topk": 0, "candidates": candidates}, time.perf_counter()
+    done, before = {}, 0.0
+    if progress is not None and progress.exists():
+        for line in progress.read_text().splitlines():
+            if line.strip():
+                d = json.loads(line)
+                done[d["b"]] = d
     for b in range(0, len(targets), batch_problems):
         chunk = targets[b : b + batch_problems]
+        if b in done:  # (a chunk a stopped run finished: its rows and counts as recorded)
+            rows += done[b]["rows"]
+            for key in ("problems", "fallback", "inside_topk"):
+                stats[key] += done[b][key]
+            before += done[b]["seconds"]
+            continue
+        t0, n_rows, counts = time.perf_counter(), len(rows), dict(stats)
         seeds = {p.prompt_id: grind_seeds(completion_seed(0, 0, 3, p.prompt_id, 0), candidates) for p in chunk}
         outs = policy.generate(task, [p for p in chunk for _ in range(candidates)], [s for p in chunk for s in seeds[p.prompt_id]])
         for k, p in enumerate(chunk):
@@ -103,10 +120,14 @@ def faithful_equation(n: int, max_new_tokens: int, candidates: int, batch_proble
             stats["inside_topk"] += inside[j]
             rows.append(_row("equation_sampled", p, decode_completion(tok, found[j][0]), seed=found[j][1],
                              inside_topk=bool(inside[j]), tokens=len(found[j][0])))
+        if progress is not None:
+            with progress.open("a") as f:
+                f.write(json.dumps({"b": b, "rows": rows[n_rows:], "seconds": time.perf_counter() - t0,
+                                    **{k: stats[k] - counts[k] for k in ("problems", "fallback", "inside_topk")}}) + "\n")
         print(f"equation_sampled {stats['problems']}/{len(targets)} ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
     stats["sent"] = len(rows)
     stats["inside_topk_rate"] = stats["inside_topk"] / len(rows) if rows else None
-    stats["seconds"] = time.perf_counter() - start
+    stats["seconds"] = time.perf_counter() - start + before
     return rows, stats
 
 

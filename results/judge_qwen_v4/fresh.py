@@ -116,7 +116,8 @@ def faithful() -> list[dict]:
     import heldout
 
     t, _ = tasks()
-    rows, stats = heldout.faithful_equation(1000, 64, 8, 16, task=t, first=FIRST)  # every two_two problem from 3000
+    rows, stats = heldout.faithful_equation(1000, 64, 8, 16, task=t, first=FIRST,  # every two_two problem from 3000
+                                            progress=OUT / "fresh_faithful_raw.jsonl")  # (a stopped run resumes)
     (OUT / "fresh_faithful_stats.json").write_text(json.dumps(stats, indent=1) + "\n")
     by_id = {p.prompt_id: p for p in t.train}
     return [row("equation_sampled", f"v4/equation_sampled/{r['prompt_id']}", by_id[r["prompt_id"]], r["text"], False,

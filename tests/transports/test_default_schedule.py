@@ -202,3 +202,31 @@ def test_a_reward_function_of_the_user_s_is_refused_on_auto_like_an_untimed_defe
         assert "swarm.protocol.schedule is unset" in line and "swarm.protocol.schedule=relative" in line, line
     for fix in ("swarm.protocol.round_s=60", *(() if auto else ("swarm.protocol.schedule=relative",))):
         assert load_config(None, [*DIST, *task, "task.reward=slowrewards:judged", fix]).task.reward
+
+
+def test_a_resume_whose_config_lost_only_the_schedule_line_is_checked_against_its_checkpoint_on_the_clock(
+        tmp_path, monkeypatch):
+    """Task u31g: the rule above held in ``resolved`` but ``dgrpo resume`` checked the checkpoints against the config
+    as read (its result dropped), so a clocked run's config.yaml without its ``schedule`` line was refused as "saved by
+    another run (swarm.protocol.schedule: 'clock' at the save, '(unset)' now)" on 4 ranks (docs/distributed.md says it
+    resumes on the clock). The checkpoint states must be checked against the config build_run runs: the clock's."""
+    from dgrpo.training import resume
+
+    saved = resolved(load_config(None, DIST))  # (what a new clocked run wrote and sealed into its checkpoints)
+    dumped = saved.model_dump(mode="json")
+    del dumped["swarm"]["protocol"]["schedule"]  # (the edit: round_s: auto kept)
+    (tmp_path / "config.yaml").write_text(config_yaml.dump(dumped))
+    (tmp_path / "checkpoint" / "node0").mkdir(parents=True)
+    (tmp_path / "checkpoint" / "node0" / "state.json").write_text("{}")
+    seen = []
+    monkeypatch.setattr(resume, "read_state", lambda path, rounds, config, run_dir: seen.append(config) or
+                        {"next_round": 1})
+    monkeypatch.setattr(resume, "check_place", lambda *a: None)
+    cfg = resume._checked_config(tmp_path, None)
+    assert (cfg.swarm.protocol.schedule, cfg.swarm.protocol.round_s) == ("clock", "auto")
+    assert [identity(c, 1)["config_sha256"] for c in seen] == [identity(dumped | {"swarm": saved.model_dump(
+        mode="json")["swarm"]}, 1)["config_sha256"]]
+    del dumped["swarm"]["protocol"]["round_s"]  # (no clock field left: a run from before the default, one line)
+    (tmp_path / "config.yaml").write_text(config_yaml.dump(dumped))
+    with pytest.raises(ConfigError, match="records none"):
+        resume._checked_config(tmp_path, None)

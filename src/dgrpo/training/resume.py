@@ -108,7 +108,8 @@ def _checked_config(run_dir: Path, overrides: list[str] | None) -> RunConfig:
     check_paths(cfg)
     if cfg.hardening is not None:
         return cfg
-    resolved(cfg, run_dir)  # (distributed, no schedule recorded: one line, never a silent change of schedule)
+    cfg = resolved(cfg, run_dir)  # (distributed, no schedule recorded: one line, never a silent change of schedule;
+    # a clock field kept, the clock: checked against the checkpoint as build_run runs it, task u31g)
     for log_file in ("metrics.jsonl", SAMPLES, PEERS, ROSTERS):  # damaged logs are refused before any model loads
         if (run_dir / log_file).exists():
             read_records(run_dir / log_file, partial_last_ok=True)

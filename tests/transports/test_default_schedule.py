@@ -44,6 +44,11 @@ def test_unset_elsewhere_is_valid_and_unchanged_and_relative_there_dumps_as_unse
     assert relative == cfg and _protocol(relative) == _protocol(cfg)  # (the field was left out when relative)
     with pytest.raises(ConfigError, match="swarm.protocol.schedule=clock is built for swarm.transport=distributed"):
         load_config(None, [*transport, "swarm.protocol.schedule=clock", "swarm.protocol.round_s=30"])
+    for extra in ([], ["swarm.protocol.schedule=relative"]):  # (a clock field there: leave it out; clock is no fix,
+        with pytest.raises(ConfigError) as err:                # it is refused in turn, task u31g)
+            load_config(None, [*transport, *extra, "swarm.protocol.round_s=auto"])
+        assert "round_s is used only with swarm.protocol.schedule=clock; leave it out" in str(err.value)
+        assert "set swarm.protocol.schedule=clock" not in str(err.value)
 
 
 def test_explicit_relative_on_distributed_is_kept_written_and_its_checkpoint_hash_is_the_unset_ones():

@@ -147,8 +147,9 @@ def check(swarm) -> None:
     if p.schedule != "clock":
         given = [f for f, v in zip(CLOCK_FIELDS, clock_values(p)) if v is not None]
         if given:
-            raise ValueError(f"swarm.protocol.{given[0]} is used only with swarm.protocol.schedule=clock; set "
-                             "swarm.protocol.schedule=clock or leave it out")
+            fix = ("set swarm.protocol.schedule=clock or leave it out" if swarm.transport == "distributed" else
+                   f"leave it out (swarm.transport={swarm.transport} has no clocked schedule)")  # (task u31g)
+            raise ValueError(f"swarm.protocol.{given[0]} is used only with swarm.protocol.schedule=clock; {fix}")
         return
     if swarm.transport != "distributed":
         raise ValueError(f"swarm.protocol.schedule=clock is built for swarm.transport=distributed only (got "

@@ -54,16 +54,23 @@ def _keep_protocol() -> None:
 def _before_reading(tag: str, action) -> None:
     """Run ``action(transport)`` in this rank's main thread just before it reads its peers' payloads
     of exchange ``tag`` (a store client is not shared between threads)."""
+    from dgrpo.transports import clocked
     from dgrpo.transports.distributed import DistributedTransport
 
-    original = DistributedTransport.collect
+    original, on_clock, fired = DistributedTransport.collect, clocked.collect, []
 
     def collect(self, tag_, peers, deadline=None):
-        if tag_ == tag:
-            action(self)
+        if tag_ == tag and not fired:
+            fired.append(action(self))
         return original(self, tag_, peers, deadline)
 
+    def collect_on_clock(t, tag_, *args, **kwargs):  # (the clocked rounds read through clocked.collect: task u31g)
+        if tag_ == tag and not fired:
+            fired.append(action(t))
+        return on_clock(t, tag_, *args, **kwargs)
+
     DistributedTransport.collect = collect
+    clocked.collect = collect_on_clock
 
 
 def _forge(victim: int, replace: bool = False) -> None:

@@ -1,6 +1,7 @@
 """Bad input found by a fresh-user review: each gets a clear error naming the problem."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -94,3 +95,17 @@ def test_resume_of_an_empty_checkpoint_fails_before_loading_a_model(tmp_path, ca
     assert main(["resume", str(run)]) == 2
     err = capsys.readouterr().err
     assert "holds no saved node" in err and "no such model folder" not in err
+
+
+@pytest.mark.parametrize("argv", [["run", "--help"], ["--help"]])
+def test_help_into_a_closed_pipe_exits_quietly(argv):
+    # `dgrpo run --help | head -1`: the reader is gone before the write (its end closed first, so every write fails,
+    # whatever the pipe's buffer); before the fix a BrokenPipeError traceback went to stderr
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-m", "dgrpo", *argv], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, "")  # (argparse's own help exits 0 into a closed pipe)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 import logging
 import sys
@@ -189,8 +190,20 @@ class _FieldsHelp(argparse.Action):
         from dgrpo.config_doc import help_text
 
         parser.print_help()
-        print("\n" + help_text())
+        try:
+            print("\n" + help_text(), flush=True)
+        except BrokenPipeError:  # (`dgrpo run --help | head`: argparse's own help ignores it and exits 0; so here)
+            _quiet_stdout()
         parser.exit()
+
+
+def _quiet_stdout() -> None:
+    """After a ``BrokenPipeError`` on stdout (its reader left): send what is left to devnull, so the interpreter's
+    exit flush prints no second error (Python's docs, signal module, "Note on SIGPIPE")."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # (a stdout without a file descriptor)
+        pass
 
 
 def _config(args) -> int:
@@ -287,6 +300,15 @@ def _disk_full(err: BaseException) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``dgrpo`` command: its exit status (0 done, 1 its output's reader left early, 2 bad input, 3 a peer)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # (a reader of stdout that left early, outside a command's own one-line errors)
+        _quiet_stdout()
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "set_overrides", None):
         args.overrides = [*args.overrides, *args.set_overrides]

@@ -12,7 +12,7 @@ from test_protocol import CTX, SEED, honest_round, make, refusals, resign
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.sampling import completion_seed
 from dgrpo.swarm.identity import Roster, SignatureVerifier, canonical_hex, generate_keys, message_digest, public_hex, signed_header
-from dgrpo.swarm.protocol import (DROPPED, FLOOD_FACTOR, REFUSED, STRIKES, UNAUTHENTICATED, BanList, compare_views, equivocators,
+from dgrpo.swarm.protocol import (DROPPED, FLOOD_FACTOR, NAMED, REFUSED, STRIKES, UNAUTHENTICATED, BanList, compare_views, equivocators,
                                   merge_views)
 from dgrpo.tasks.arithmetic import ArithmeticTask
 from dgrpo.swarm.accounting import peer_strikes
@@ -170,13 +170,14 @@ def test_equivocation_and_relays_ignore_another_run_and_another_spelling(task, m
 
 # ---------------------------------------------------------------------- must-have 2: the strike table
 def test_the_strike_table_in_the_docs_is_the_one_the_code_applies():
-    rows = re.findall(r"^\| `([a-z ]+)` \| (dropped|refused|strike)", DOCS.read_text(), re.M)
+    rows = re.findall(r"^\| `([a-z ]+)` \| (dropped|refused|strike|named)", DOCS.read_text(), re.M)
     assert rows, "docs/protocol.md has no strike table"
     table = dict(rows)
     assert {r for r, c in table.items() if c == "dropped"} == DROPPED
     assert {r for r, c in table.items() if c == "strike"} == STRIKES
     assert {r for r, c in table.items() if c == "refused"} == REFUSED
-    assert not (DROPPED & REFUSED or DROPPED & STRIKES or REFUSED & STRIKES)
+    assert {r for r, c in table.items() if c == "named"} == NAMED
+    assert not (DROPPED & REFUSED or DROPPED & STRIKES or REFUSED & STRIKES or NAMED & (DROPPED | REFUSED | STRIKES))
 
 
 def test_the_rules_the_docs_leave_out_of_the_record_are_the_ones_the_code_leaves_out():

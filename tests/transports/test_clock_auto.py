@@ -9,7 +9,7 @@ import pytest
 from dgrpo.config import load_config
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.training.roundtime import STEPS, Shape, Timings, extrapolate
-from dgrpo.transports.clockauto import Agreed, agree, parse, proposal, start
+from dgrpo.transports.clockauto import Agreed, agree, parse, proposal, slow, start
 from dgrpo.transports.clocked import LEAD, agree_start
 from test_clocked_rounds import _Transport as _ClockedTransport
 
@@ -30,6 +30,44 @@ def test_an_attackers_tiny_proposal_cannot_shrink_the_round_below_the_slowest_ho
     props = {0: (0.0, 9.0), 1: (0.0, 14.0), 2: (0.0, 20.0), 3: (0.0, 0.001)}
     assert agree(props, 900.0).round_s == 20.0
     assert sorted(r for _, r in props.values())[-2] == 14.0  # (what the rejected rule would have agreed)
+
+
+def _named(rounds: dict[int, float], bound: float) -> list[int]:
+    props = {node: (0.0, r) for node, r in rounds.items()}
+    return [node for node, _ in slow(agree(props, bound), props, bound)]
+
+
+@pytest.mark.parametrize("rounds, bound, named", [
+    ({0: 10.0, 1: 10.0, 2: 12.0, 3: 1e6}, 30.0, [3]),     # clamped to the bound (median 11: factor too)
+    ({0: 10.0, 1: 10.0, 2: 12.0, 3: 25.0}, 900.0, [3]),   # median (10 + 12) / 2 = 11; 25 > 2 x 11 = 22
+    ({0: 10.0, 1: 10.0, 2: 12.0, 3: 21.0}, 900.0, []),    # 21 < 22: within the factor, nobody
+    ({0: 10.0, 1: 12.0, 2: 24.0}, 900.0, []),             # median 12; 24 = 2 x 12 is not more than twice: nobody
+    ({0: 10.0, 1: 12.0, 2: 24.001}, 900.0, [2]),          # just above twice the median
+    ({0: 10.0, 1: 12.0, 2: 0.001}, 900.0, []),            # the attacker's tiny value: median 10, top 12 not named
+    ({0: 10.0, 1: 31.0}, 30.0, [1]),                      # 2 ranks: above the bound (median 20.5: 31 < 41)
+    ({0: 10.0, 1: 35.0, 2: 40.0}, 30.0, [1, 2]),          # every node above the bound, each once
+    ({0: 10.0, 1: 10.0, 2: 10.0, 3: 10.0}, 30.0, []),     # a clean run: nobody
+])
+def test_a_proposal_that_stands_out_is_named_at_a_documented_factor(rounds, bound, named):
+    """task h31h: above ``swarm.timeout_s``, or the agreed one above SLOW_FACTOR (2) x the median of all proposals."""
+    assert _named(rounds, bound) == named
+
+
+def test_agree_start_names_the_slow_proposer_in_peers_jsonl_never_a_strike():
+    from dgrpo.swarm.accounting import peer_strikes
+    from dgrpo.swarm.protocol import NAMED
+    from dgrpo.training.records import PolicyReport, peer_record
+
+    now = time.time()
+    t = _Transport({0: proposal(now + 2 * 10.0, 10.0), 2: proposal(now + 2 * 30.0, 1e6)})
+    clock = agree_start(t, _Auto(), 20, bound_s=30.0)
+    assert clock.round_s == 30.0 and [n for n, _ in t._notes] == [2]
+    assert t._notes[0][1].startswith("slow proposal: node 2 proposed round_s=1e+06s, above swarm.timeout_s=30s")
+    rec = peer_record(0, PolicyReport([], []), None, t._notes)["peers"]  # (the path of the first all-gather)
+    assert rec["2"]["transport"] == {"slow proposal": 1} and "slow proposal" in NAMED and peer_strikes(rec["2"]) == 0
+    honest = _Transport({0: proposal(now + 2 * 10.0, 10.0), 2: proposal(now + 2 * 11.0, 11.0)})
+    agree_start(honest, _Auto(), 20, bound_s=30.0)
+    assert honest._notes == []
 
 
 @pytest.mark.parametrize("raw, ok", [
@@ -60,6 +98,7 @@ class _Transport(_ClockedTransport):
     def __init__(self, values, estimate=10.0):
         super().__init__(values)
         self.round_estimate, self.served = estimate, None
+        self._notes = []  # (refusals for the first all-gather's peers.jsonl, as DistributedTransport's)
 
     def gather_values(self, tag, value, timeout_s=None):
         self.served = value

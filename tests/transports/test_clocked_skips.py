@@ -75,6 +75,8 @@ def test_an_honest_node_late_alone_serves_a_signed_notice_and_nobody_accuses_it(
         got = clocked.collect(t, "r0", range(3), time.monotonic() + 0.6, 1 << 20)
         assert set(got) == {1 - t.rank} and _accused(t) == [] and set(t.skips.held[0]) == {2}
         assert t.alive == {0, 1, 2} and t.failed == {}
+        assert t.rejected == [(2, "skip: node 2 served its signed skip notice of round 0, honoured "
+                                  "(swarm.protocol.max_skips=2)")]  # (named in peers.jsonl, never a strike: task h31h)
     assert c.skips.claim(0, True) is False  # (its payload, ready now, is not served: the notice was)
     b.exchanger.post("eq0", b"relay of 1")
     got = clocked.collect(a, "eq0", range(3), time.monotonic() + 0.4, 1 << 20)
@@ -103,6 +105,7 @@ def test_a_notice_past_max_skips_is_a_missing_payload():
     a, b, c = _skipping(max_skips=0)  # (0: no notice honoured: the clock as before)
     got = clocked.collect(a, "r0", range(3), time.monotonic() + 0.4, 1 << 20)
     assert set(got) == {1} and _accused(a) == [(2, "r0")] and set(a.skips.held[0]) == {2}
+    assert not [r for _, r in a.rejected if r.startswith("skip")]  # (past max_skips: accused as missing, not a skip)
     c.skips.stop()
 
 

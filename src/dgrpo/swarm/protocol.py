@@ -50,6 +50,11 @@ DROPPED = frozenset({"schema", "malformed", "signature", "run", "round", "copy",
 # Refused but never a strike: an honest node can break these rules by itself (its sampler drew a special token
 # id, two bound samples have one text) or the refusal follows from data anyone could remove (``incomplete``).
 REFUSED = frozenset({"special token", "duplicate", "incomplete"})
+# Named in peers.jsonl under the node (its ``transport`` column), never a strike nor a refused message: what
+# slowed every honest node within the bounds (docs/distributed.md, "Clocked rounds"): a clocked round_s proposal
+# that stands out (transports/clockauto.slow), an honoured signed skip notice (transports/skips.py). An honest
+# slow machine can do either (task h31h).
+NAMED = frozenset({"slow proposal", "skip"})
 STRIKES = frozenset({"identity", "flood", "tokenizer", "prompt", "size", "vocabulary", "consistency", "seed",
                      "share", "length", "decode"})
 # What the round's record counts (docs/protocol.md, "The round's record under attack"): a refusal by one of these

@@ -183,6 +183,7 @@ def agree_start(t: "DistributedTransport", protocol_cfg, startup_timeout_s: floa
             raise PeerFailure(why)
         agreed = clockauto.agree(props, bound_s)
         clockauto.say(t.rank, agreed, props, bound_s)
+        t._notes.extend(clockauto.slow(agreed, props, bound_s))  # (peers.jsonl of the first round here: task h31h)
         r = agreed.round_s
     for node, raw in sorted(values.items()):
         try:  # (auto: the proposer's now, its start less LEAD × its round_s, at most the agreed one: review r31p)
@@ -267,6 +268,9 @@ def collect(t: "DistributedTransport", tag: str, peers, deadline: float, cap: in
                         unexcused.append(p)
                     log.info("node %d: node %d skips round %d (signed notice; %s)", t.rank, p, n,
                              "honoured" if p not in unexcused else f"past swarm.protocol.max_skips={skips.max_skips}")
+                    if p not in unexcused:  # (named, never a strike: peers.jsonl, task h31h; past it: accused)
+                        t._refuse(p, f"skip: node {p} served its signed skip notice of round {n}, honoured "
+                                     f"(swarm.protocol.max_skips={skips.max_skips})")
                 elif data is not None:
                     got[p] = data
                     pending.remove(p)

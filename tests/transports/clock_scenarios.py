@@ -62,7 +62,15 @@ def big_equivocation(reader: str, round_idx: str) -> None:
     DistributedTransport.encode = encode
 
 
+def round_estimate(seconds: str) -> None:
+    """``round_s: auto``: this rank proposes ``seconds`` as its round_s (its start-up timing left out; task h31h)."""
+    from dgrpo.training import build
+
+    print(f"proposing round_s={seconds}", flush=True)
+    build.auto_round_s = lambda cfg, swarm, task: float(seconds)
+
+
 def apply(kind: str, rest: list[str]) -> None:
     """``clockserve:R:READERS:REGEX:OFFSET`` (:func:`clock_serve`), ``bigequiv:R:READER:ROUND``
-    (:func:`big_equivocation`)."""
-    return {"clockserve": clock_serve, "bigequiv": big_equivocation}[kind](*rest)
+    (:func:`big_equivocation`), ``roundest:R:SECONDS`` (:func:`round_estimate`)."""
+    return {"clockserve": clock_serve, "bigequiv": big_equivocation, "roundest": round_estimate}[kind](*rest)

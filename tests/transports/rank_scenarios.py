@@ -254,7 +254,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
     ``rename:R`` / ``rekey:R:V`` (R overwrites node 0's run name / V's public key, in its address record, in the store),
     ``late:R:SECONDS`` (R starts late), ``store:R:MODE:V`` / ``serve:R:MODE`` / ``addr:R:V`` / ``addrreplay:R:V`` / ``connflood:R:V`` / ``startjunk:R:V[:wipe]`` / ``addrcycle:R:V`` / ``addrwipe:R`` / ``addrstall:R:V`` / ``claimjam:R:N`` (store_scenarios, peer_scenarios), ``respell:R`` (R re-sends its peers' messages with upper-case
     signatures; ``forward:R`` verbatim), ``copies:R:N`` (R serves up to N copies of its own signed messages each round, within its byte cap), ``withhold:R:V`` / ``hide:R:V`` / ``postlate:R:SECONDS`` / ``xnote:R:...`` / ``fnote:R:TAG:V`` / ``delay:R:V:REGEX:S`` / ``endacc:R:TAG:V`` / ``whyjunk:R:V`` / ``whydel:R:V`` /
-    ``whyunserved:R`` / ``whyread:R`` / ``relaynote:R:V`` / ``slowfor:R:V`` / ``trickleall:R`` / ``bloat:R:MB`` / ``accjunk:R:V`` / ``selstop:R:V[.V][:TAG]`` / ``selleave:R:V[.V][:TAG]`` (round_scenarios), ``sticky:R:WHOM`` / ``afternote:R:…`` / ``accat:R:TAG:V`` / ``noend:R:REGEX`` / ``skipread:R:V[:FIRST]`` / ``serveat:R:READERS:REGEX:S[:FIRST]`` (note_scenarios), ``clockserve:R:READERS:REGEX:OFFSET`` / ``bigequiv:R:READER:ROUND`` (clock_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``oversize:R[:ROUND]`` / ``trickle:R[:ROUND]`` (unserved_scenarios), ``propose:R:NAME`` (R proposes NAME as the
+    ``whyunserved:R`` / ``whyread:R`` / ``relaynote:R:V`` / ``slowfor:R:V`` / ``trickleall:R`` / ``bloat:R:MB`` / ``accjunk:R:V`` / ``selstop:R:V[.V][:TAG]`` / ``selleave:R:V[.V][:TAG]`` (round_scenarios), ``sticky:R:WHOM`` / ``afternote:R:…`` / ``accat:R:TAG:V`` / ``noend:R:REGEX`` / ``skipread:R:V[:FIRST]`` / ``serveat:R:READERS:REGEX:S[:FIRST]`` (note_scenarios), ``clockserve:R:READERS:REGEX:OFFSET`` / ``bigequiv:R:READER:ROUND`` / ``roundest:R:SECONDS`` (clock_scenarios), ``rec:R:MODE+MODE…`` (record_scenarios: R's round records, by round), ``oversize:R[:ROUND]`` / ``trickle:R[:ROUND]`` (unserved_scenarios), ``propose:R:NAME`` (R proposes NAME as the
     run name), ``outdir:R:PATH`` (R's out_dir), ``arg:R:OVERRIDE`` (R alone gets OVERRIDE), ``startsplit:R:V`` / ``twoview:R:V`` / ``tworole:R:V`` / ``tworeadies:R:V:MODE`` / ``serveother:R:V:KEY:VALUE[:signed]``, ``viewonly:R:READERS:SLOW:SLOW_S``, ``twolaunch:R:VICTIMS[:VIEWS]`` / ``joinlate:R:SECONDS[:before]`` (startup_scenarios); several scenarios are joined
     with ``,``."""
     if "," in scenario:
@@ -294,7 +294,7 @@ def apply_scenario(scenario: str, rank: int, args: list[str]) -> None:
         from unserved_scenarios import apply as unserved_attack
 
         return unserved_attack(kind, rest)
-    if kind in ("clockserve", "bigequiv"):
+    if kind in ("clockserve", "bigequiv", "roundest"):
         from clock_scenarios import apply as clock_attack
 
         return clock_attack(kind, rest)

@@ -2,6 +2,7 @@
 (:mod:`dgrpo.transports.clockauto`, through :func:`~dgrpo.transports.clocked.agree_start`), the worst-case round
 estimate (:mod:`dgrpo.training.roundtime`), and a real launch on the agreed clock."""
 
+import json
 import time
 
 import pytest
@@ -229,6 +230,11 @@ def test_a_launch_on_the_agreed_clock_finishes_every_round_without_a_skip_or_an_
     agreed = [re.findall(r"agreed round_s=\S+ node \d+'s proposal", r.output) for r in results]
     assert all(len(a) == 1 for a in agreed) and len({a[0] for a in agreed}) == 1, agreed
     assert "skips" not in out and "accused" not in out and "past its post deadline" not in out, out[-3000:]
+    from dgrpo.swarm.protocol import NAMED  # (task h31h: a clean run names nobody in peers.jsonl)
+
+    lines = [json.loads(x) for f in sorted((tmp_path / "d").glob("peers*.jsonl")) for x in f.read_text().splitlines()]
+    assert lines and not {r for x in lines for p in x["peers"].values() for r in p["transport"]} & NAMED, lines
+    assert not {r for x in lines for v in x.get("views", {}).values() for p in v.values() for r in p} & NAMED, lines
 
 
 # ------------------------------------------------------------------ review r31p: the start's bound with auto

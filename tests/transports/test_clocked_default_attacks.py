@@ -41,3 +41,27 @@ def test_a_case_of_issue_31_on_the_default_clock_leaves_the_clean_run(tmp_path, 
               for k, v in p["rejected"].items()}  # (a re-spelled copy is `malformed` under `unsigned`: no signer's)
     assert set(honest) <= {"special token"}, honest  # (refused, never a strike: docs/protocol.md)
     assert comparable(read_metrics(tmp_path / "d")) == reference
+
+
+@pytest.mark.slow
+def test_a_rank_that_stretches_every_round_and_skips_one_is_named_by_every_honest_rank(tmp_path, tiny_model_dir):
+    """task h31h: rank 3 proposes round_s=1e6 (clamped to swarm.timeout_s=30: every round lasts 30 s) and stalls
+    25 s in round 1 (its signed skip notice served and honoured): before, both only in log lines; now every honest
+    rank's own peers file names node 3 (``slow proposal`` in round 0, ``skip`` in round 1), no honest node is named
+    by either rule, struck or banned, and every rank exits 0."""
+    from dgrpo.swarm.protocol import NAMED
+
+    results = launch(4, ["run", f"model.name={tiny_model_dir}", *ARGS, f"out_dir={tmp_path}", "name=d",
+                         "swarm.transport=distributed"], scenario="roundest:3:1000000,stall:3:1:25", timeout=420,
+                     log_dir=str(tmp_path))
+    assert [r.returncode for r in results] == [0, 0, 0, 0], results[0].output[-3000:]
+    assert all("agreed round_s=30s, node 3's proposal" in r.output for r in results)
+    assert "out of the swarm" not in "".join(r.output for r in results)
+    for k in (0, 1, 2):
+        log = [json.loads(line) for line in (tmp_path / "d" / f"peers.node{k}.jsonl").read_text().splitlines()]
+        assert log[0]["peers"]["3"]["transport"].get("slow proposal") == 1, (k, log[0])
+        assert log[1]["peers"]["3"]["transport"].get("skip") == 1, (k, log[1])
+        named = {rule for line in log for n, p in line["peers"].items() if n != "3" for rule in p["transport"]}
+        assert not named & NAMED and all(p["banned"] == {} for p in log), (k, log)
+        honest = {r for line in log for n, p in line["peers"].items() if n in ("0", "1", "2") for r in p["rejected"]}
+        assert honest <= {"special token"}, (k, honest)  # (refused, never a strike: docs/protocol.md)

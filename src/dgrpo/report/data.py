@@ -108,14 +108,18 @@ def peer_totals(run: RunData) -> dict[str, dict]:
 
 
 def peer_series(run: RunData) -> dict[str, tuple[list[int], list[int]]]:
-    """Per sender: (rounds, messages refused by the protocol or rejected by a defense in that round)."""
+    """Per sender: (rounds, messages refused by the protocol or rejected by a defense in that round). The transport's
+    ``protocol.NAMED`` entries (a slow round_s proposal, an honoured skip notice) name a sender but refuse no message:
+    not counted."""
+    from dgrpo.swarm.protocol import NAMED
+
     out: dict[str, tuple[list[int], list[int]]] = {}
     for rec in run.peers:
         for who, p in rec.get("peers", {}).items():
             xs, ys = out.setdefault(who, ([], []))
             xs.append(rec["round"])
             ys.append(sum(p.get("rejected", {}).values()) + sum(p.get("defense", {}).values())
-                      + sum(p.get("transport", {}).values()))
+                      + sum(v for k, v in p.get("transport", {}).items() if k not in NAMED))
     return out
 
 

@@ -175,7 +175,7 @@ def _peer_table(run: RunData) -> str:
         f'<td>{"–" if t["banned"] is None else "round " + esc(t["banned"])}</td></tr>'
         for who, t in totals.items())
     head = ('<tr><th class="l">sender (signing key)</th><th>received</th><th>accepted</th><th class="l">refused, by rule</th>'
-            '<th class="l">rejected, by defense</th><th>duplicates</th><th class="l">refused by the transport</th><th>banned</th></tr>')
+            '<th class="l">rejected, by defense</th><th>duplicates</th><th class="l">by the transport (refused; named: skip, slow proposal)</th><th>banned</th></tr>')
     return f'<table class="peers">{head}{rows}</table>'
 
 

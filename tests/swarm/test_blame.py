@@ -5,9 +5,10 @@ import dataclasses
 import json
 import re
 from pathlib import Path
+from typing import Callable
 
 import pytest
-from test_protocol import CTX, SEED, honest_round, make, refusals, resign
+from test_protocol import SEED, honest_round, make, refusals, resign
 
 from dgrpo.policy.chat import encode_completion
 from dgrpo.policy.sampling import completion_seed
@@ -15,7 +16,7 @@ from dgrpo.swarm.identity import Roster, SignatureVerifier, canonical_hex, gener
 from dgrpo.swarm.protocol import (DROPPED, FLOOD_FACTOR, NAMED, REFUSED, STRIKES, UNAUTHENTICATED, BanList, compare_views, equivocators,
                                   merge_views)
 from dgrpo.tasks.arithmetic import ArithmeticTask
-from dgrpo.swarm.accounting import peer_strikes
+from dgrpo.swarm.accounting import apply_bans, peer_strikes
 from dgrpo.training.records import PolicyReport, peer_record
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
@@ -39,9 +40,7 @@ def account(swarm, received, round_idx, carrier=None, sent=()):
         received = swarm.last_received[next(iter(swarm.last_received))]
     rec = peer_record(round_idx, PolicyReport(received.rollouts, received.invalid), received)["peers"]
     strikes = {who: peer_strikes(p) for who, p in rec.items()}
-    for who, n in strikes.items():
-        if who.isdigit():
-            swarm.protocol.bans.strike(int(who), n, round_idx)
+    apply_bans(swarm.protocol.bans, rec, (), round_idx)  # (what swarm/accounting.py applies after the round's record)
     return rec, strikes
 
 
@@ -195,55 +194,171 @@ def _text(tokenizer, text="<think>1 + 1 = 2</think>"):
     return dict(text=text, token_ids=tuple(encode_completion(tokenizer, text)))
 
 
-def _cases(keys, out, tokenizer, old, other_run):
-    """rule → (the messages node 3 delivers, who the refusals are attributed to); node 3's own cheats use its key."""
-    m0, m3 = out[0][0], out[3][0]
-    seeded = lambda prompt, index: completion_seed(SEED, 1, 3, prompt, index)  # noqa: E731
-    return {
-        "malformed": [dataclasses.replace(m0, signature=m0.signature.upper())] * 3,
-        "signature": [dataclasses.replace(m0, text=m0.text + " forged")],  # node 0's signature on other content
-        "run": other_run,                           # node 0's messages signed for a previous run under its key
-        "round": old,                               # node 0's messages of round 0, re-sent in round 1
-        "copy": [m0] * 5,
-        "identity": [resign(keys, 3, m3, node=0)],
-        "seed": [resign(keys, 3, m3, seed=7)],
-        "share": [resign(keys, 3, m3, index=0, seed=seeded(m3.prompt_id, 0))],
-        "prompt": [resign(keys, 3, m3, prompt_id="nope")],
-        "consistency": [resign(keys, 3, m3, text=m3.text + " 2 + 2 = 5")],
-        "length": [resign(keys, 3, m3, **_text(tokenizer, " ".join(["apples"] * 40)))],
-        "size": [resign(keys, 3, m3, text="a" * 9000)],
-    }
+def strike_table() -> dict[str, tuple[str, str]]:
+    """docs/protocol.md's strike table as written: each rule named in a row's first cell → (its consequence cell,
+    its "attributed to" cell)."""
+    text = DOCS.read_text().split("## The strike table", 1)[1]
+    body = text.split("\n| rule | consequence | attributed to | why |\n|---|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in body.splitlines():
+        first, consequence, blamed = (cell.strip() for cell in line.split(" | ")[:3])
+        for rule in re.findall(r"`([a-z ]+)`", first):
+            rows[rule] = (consequence, blamed)
+    return rows
 
 
-@pytest.mark.parametrize("rule", ["malformed", "signature", "run", "round", "copy", "identity", "seed", "share",
-                                  "prompt", "consistency", "length", "size"])
+def _blamed(cell: str) -> str:
+    """The table's "attributed to" cell in one word: unsigned, signer (its signer), deliverer (who delivered it)."""
+    for start, word in (("`unsigned`", "unsigned"), ("its signer", "signer"), ("who delivered it", "deliverer")):
+        if cell.startswith(start):
+            return word
+    return cell
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """What this test expects of one row of the strike table (written here, not read from the code's sets): the
+    row's consequence and whom it blames (compared with the docs' table), and a message breaking that rule alone.
+
+    Attributes:
+        attack: (keys, out, old, other_run, tokenizer) → what node 3 delivers in round 1 in the place of its first
+            slot's message (``out``: round 1's honest messages by node; ``old``: node 0's of round 0;
+            ``other_run``: node 0's round-1 messages signed for another run under its key).
+        signer: the node whose key signed the attack (None: no roster key).
+        rules: the ``swarm.protocol`` rules on for the case; ``G``: the group size (``duplicate``: 2 slots of a prompt).
+        setup: applied to the swarm before the receive (a ban in force, a homogeneous swarm).
+        refusals: how many refusals of this rule (default: one per attack message).
+        others: node 3's refusals by other rules that the case needs (a flood: distinct messages up to the cap).
+        strikes: node 3's strikes (default: ``refusals`` for a strike row, else 0).
+    """
+
+    consequence: str
+    blamed: str
+    attack: Callable
+    signer: int | None = 3
+    rules: dict = dataclasses.field(default_factory=dict)
+    G: int = 4
+    setup: Callable = lambda swarm: None  # noqa: E731
+    refusals: int | None = None
+    others: dict = dataclasses.field(default_factory=dict)
+    strikes: int | None = None
+
+
+def _special(tokenizer):
+    return next(t for t in tokenizer.all_special_ids if t != tokenizer.eos_token_id)
+
+
+def _specials(keys, m3, tokenizer, n):
+    """n distinct messages of node 3 for its first slot, each with special token ids inside (``special token``)."""
+    return [resign(keys, 3, m3, token_ids=(_special(tokenizer),) * i + m3.token_ids) for i in range(1, n + 1)]
+
+
+def _twin(keys, out, *_):
+    """Node 3's first slot with the text of its other slot of the same prompt (sent before it)."""
+    m3 = out[3][0]
+    o = next(m for m in out[3][1:] if m.prompt_id == m3.prompt_id)
+    return [resign(keys, 3, m3, text=o.text, token_ids=o.token_ids)]
+
+
+def _seeded(m):
+    return completion_seed(SEED, 1, 3, m.prompt_id, 0)
+
+
+SURROGATE = dict(text="\ud800 2 + 2 = 4", token_ids=(1, 2, 3), tokenizer="Other:x:50000")  # encode raises TypeError
+CAP = 4 * 2  # FLOOD_FACTOR (4) × node 3's 2 slots: distinct messages it may sign in a round; its own second slot is one
+ROWS = {
+    "schema": Row("dropped", "unsigned", lambda k, o, *_: [resign(k, 3, o[3][0], index=True)], signer=None),
+    "malformed": Row("dropped", "unsigned", lambda k, o, *_: [dataclasses.replace(o[0][0], signature=o[0][0].signature.upper())] * 3,
+                     signer=None),
+    "signature": Row("dropped", "unsigned", lambda k, o, *_: [dataclasses.replace(o[0][0], text=o[0][0].text + " forged")],
+                     signer=None),  # node 0's signature on other content
+    "run": Row("dropped", "signer", lambda k, o, old, other, *_: other, signer=0),  # node 0's, signed for a previous run
+    "round": Row("dropped", "signer", lambda k, o, old, *_: old, signer=0),  # node 0's of round 0, re-sent in round 1
+    "copy": Row("dropped", "deliverer", lambda k, o, *_: [dataclasses.replace(o[0][0]) for _ in range(5)], signer=0),
+    "flooded": Row("dropped", "deliverer", lambda k, o, old, other, tok: _specials(k, o[3][0], tok, CAP + 5),
+                   refusals=5, others={"special token": CAP - 1, "flood": 1}, strikes=1),  # (the one flood strike)
+    "banned": Row("dropped", "signer", lambda k, o, *_: [o[3][0]], refusals=2,  # its second slot's message too
+                  setup=lambda swarm: setattr(swarm.protocol, "bans", BanList(1, banned={3: 0}))),
+    "special token": Row("refused", "signer", lambda k, o, old, other, tok: _specials(k, o[3][0], tok, 1)),
+    "duplicate": Row("refused", "signer", _twin, rules=dict(drop_duplicates=True), G=16),
+    "incomplete": Row("refused", "signer", lambda *_: [], rules=dict(complete_shares=True), refusals=1),  # a slot left out
+    "identity": Row("strike", "signer", lambda k, o, *_: [resign(k, 3, o[3][0], node=0)]),
+    "flood": Row("strike", "signer", lambda k, o, old, other, tok: _specials(k, o[3][0], tok, CAP),
+                 refusals=1, others={"special token": CAP - 1}),
+    "tokenizer": Row("strike", "signer", lambda k, o, *_: [resign(k, 3, o[3][0], tokenizer="Other:x:50000")],
+                     setup=lambda swarm: setattr(swarm, "protocol", dataclasses.replace(swarm.protocol, homogeneous=True))),
+    "prompt": Row("strike", "signer", lambda k, o, *_: [resign(k, 3, o[3][0], prompt_id="nope")]),
+    "size": Row("strike", "signer", lambda k, o, *_: [resign(k, 3, o[3][0], text="a" * 9000)]),
+    "vocabulary": Row("strike", "signer", lambda k, o, old, other, tok: [resign(k, 3, o[3][0], token_ids=(len(tok) + 7, *o[3][0].token_ids))]),
+    "consistency": Row("strike", "signer", lambda k, o, *_: [resign(k, 3, o[3][0], text=o[3][0].text + " 2 + 2 = 5")]),
+    "seed": Row("strike", "signer", lambda k, o, *_: [resign(k, 3, o[3][0], seed=7)]),
+    "share": Row("strike", "signer", lambda k, o, *_: [resign(k, 3, o[3][0], index=0, seed=_seeded(o[3][0]))]),  # another's slot
+    "length": Row("strike", "signer", lambda k, o, old, other, tok: [resign(k, 3, o[3][0], **_text(tok, " ".join(["apples"] * 40)))],
+                  rules=dict(enforce_length=True)),
+    "decode": Row("strike", "signer", lambda k, o, *_: [resign(k, 3, o[3][0], **SURROGATE)]),
+}
+# Rows that are no message rule, tested where their path is: rule → (test file, test name); each must exist and name it.
+ELSEWHERE = {
+    "record": ("tests/training/test_held_records.py",
+               "test_the_last_two_records_are_read_together_at_the_end_and_a_refused_one_is_named_with_its_round"),
+    "missing record": ("tests/training/test_held_records.py",
+                       "test_a_record_still_missing_at_the_next_record_is_named_then_under_its_round"),
+}
+NOT_IN_THE_RECORD = {"schema", "malformed", "signature", "run", "round", "identity", "copy", "flooded"}  # (docs: "The round's record under attack")
+
+
+def test_every_row_of_the_strike_table_has_a_case_here_and_the_same_consequence():
+    """docs/protocol.md's claim that this file tests each row: a row added there without a case (in ROWS, or a test
+    of its own path in ELSEWHERE) fails here, and so does a row whose consequence or attribution the docs change."""
+    table = strike_table()
+    assert len(table) >= 22
+    assert set(table) == set(ROWS) | set(ELSEWHERE), f"rows without a case here: {sorted(set(table) - set(ROWS) - set(ELSEWHERE))}"
+    assert {r: (c, _blamed(b)) for r, (c, b) in table.items() if r in ROWS} == {r: (x.consequence, x.blamed) for r, x in ROWS.items()}
+    root = DOCS.parents[1]
+    for rule, (path, name) in ELSEWHERE.items():
+        source = (root / path).read_text()
+        test = source.split(f"\ndef {name}(", 1)[1].split("\ndef ", 1)[0]
+        assert f"{rule}: " in test and "metrics" in table[rule][0], (rule, path, name)
+
+
+@pytest.mark.parametrize("rule", sorted(ROWS))
 def test_each_row_of_the_strike_table(task, model, tokenizer, rule):
-    """Round 1: every honest node's messages, and what node 3 delivers for ``rule``. ban_after=2. A dropped
-    row strikes nobody (node 0's replayed messages cost node 0 nothing); a strike row strikes node 3 only."""
-    swarm, policy, keys, _ = four(task, model, tokenizer, enforce_length=True)
-    old = honest_round(swarm, task, 0, nodes=4, G=4)[0]
-    out = honest_round(swarm, task, 1, nodes=4, G=4)
+    """Round 1: every honest node's messages, and what node 3 delivers for ``rule`` through the real receive and
+    the round's accounting (ban_after=1: one strike is a ban). A dropped or refused row strikes nobody (node 0's
+    replayed messages cost node 0 nothing); a strike row strikes and bans node 3 only; each refusal is attributed as
+    the table says (``unsigned``, its signer, or named under node 3, who delivered it)."""
+    row = ROWS[rule]
+    swarm, policy, keys = make(task, model, tokenizer, nodes=4, G=row.G, ban_after=1, **row.rules)
+    row.setup(swarm)
+    old = honest_round(swarm, task, 0, nodes=4, G=row.G)[0]
+    out = honest_round(swarm, task, 1, nodes=4, G=row.G)
     other_run = [swarm.protocol.signers[0].for_context("run-b|fp0").sign(m) for m in out[0]]
-    attack = _cases(keys, out, tokenizer, old, other_run)[rule]
+    attack = row.attack(keys, out, old, other_run, tokenizer)
+    assert rule != "decode" or attack[0].tokenizer != policy.tokenizer_id
     honest = [m for n in (0, 1, 2) for m in out[n]]
     received = receive(swarm, policy, [*honest, *out[3][1:], *attack], 1, carried=attack)
+    banned_before = dict(swarm.protocol.bans.banned)
     rec, strikes = account(swarm, received, 1)
-    assert [r.sender for r in received.rollouts].count(0) == 2  # the honest messages are all accepted
-    assert all(strikes.get(str(n), 0) == 0 for n in (0, 1, 2)) and not set(swarm.protocol.bans.banned) & {0, 1, 2}
-    if rule in STRIKES:
-        assert rec["3"]["rejected"] == {rule: 1} and strikes["3"] == 1  # the cheater's score: -1
+    senders = [r.sender for r in received.rollouts]
+    assert [senders.count(n) for n in (0, 1, 2)] == [len(out[n]) for n in (0, 1, 2)]  # the honest messages all accepted
+    assert not any(m is a for a in attack for m in received.admitted)
+    n = len(attack) if row.refusals is None else row.refusals
+    who = "unsigned" if row.signer is None else str(row.signer)
+    if row.blamed == "deliverer":
+        assert rec["3"]["transport"] == {rule: n} and all(rule not in p["rejected"] for p in rec.values())
     else:
-        assert rule in DROPPED and strikes.get("3", 0) == 0
-        assert rec["3"]["transport"] == {rule: len(attack)}  # the attacker is named as the one who delivered
-        assert received.copies == (5 if rule == "copy" else 0)
-        if rule in ("run", "round"):
-            assert rec["0"]["rejected"] == {rule: len(attack)}  # node 0 signed them, once, elsewhere: no strike
-    # The round's record (swarm/messages: read, swarm/invalid: refused) counts a refusal only of a message node 3 signed
-    # for its own slot of this run and round (a strike row but identity, which claims node 0's slot): what anyone
-    # could send (a replay, a re-spelled or forged signature, a copy) leaves it as the round without it (before: counted)
-    own = int(rule in STRIKES and rule != "identity")
+        assert rec[who]["rejected"] == ({rule: n, **row.others} if who == "3" else {rule: n})
+        assert rec["3"]["transport"] == ({} if who == "3" else {rule: n})  # another's message: node 3 delivered it
+    struck = row.strikes if row.strikes is not None else (n if row.consequence == "strike" else 0)
+    assert {who: strikes.get(who, 0) for who in "0123"} == {"0": 0, "1": 0, "2": 0, "3": struck}
+    assert swarm.protocol.bans.banned == ({**banned_before, 3: 1} if struck else banned_before)  # ban_after=1
+    # The round's record (swarm/messages: read, swarm/invalid: refused) counts a refusal only of a message its signer
+    # signed for its own slot of this run and round (banned included): what anyone could send (a replay, a re-spelled or
+    # forged signature, a copy) or a key signing for another's slot leaves it as the round without it
     report = PolicyReport(received.rollouts, received.invalid)
-    assert report.read == len(honest) + len(out[3]) - 1 + own and len(report.refused) == own
+    own = (0 if rule in NOT_IN_THE_RECORD else n) + sum(row.others.values())
+    assert len(report.refused) == own and report.read == len(received.rollouts) + own
+    assert len(received.rollouts) == len(honest) + len(out[3]) - 1 - (rule in ("banned", "incomplete"))
 
 
 def test_a_flood_of_distinct_signed_messages_is_refused_once_and_the_rest_dropped_unread(task, model, tokenizer):

@@ -8,6 +8,7 @@ from dgrpo.attacks import build_attack
 from dgrpo.attacks.equation import manipulate
 from dgrpo.attacks.equation_sampled import edit_result_tokens
 from dgrpo.config import load_config
+from dgrpo.errors import ConfigError
 from dgrpo.policy.chat import decode_completion, encode_completion
 from dgrpo.policy.policy import Policy
 from dgrpo.policy.sampling import SamplingParams, completion_seed, sample
@@ -199,3 +200,34 @@ def test_send_labels_what_the_attacker_sends_each_receiver():
     sent = build_attack(cfg.attack, cfg).send(wire(current=[*own, theirs]))
     assert [(s.message.node, s.label, s.as_signed) for s in sent[0]] == [
         (3, "poisoned", False), (3, "malicious", False), (0, None, True)]
+
+
+ROUTED = {"forged_identity", "flooding", "replayed_round", "equivocation", "replay"}  # (dgrpo.attacks.protocol)
+TRANSPORT = {"distributed": [], "hivemind": ["swarm.hivemind.node=3"]}
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORT))
+@pytest.mark.parametrize("kind", sorted(ROUTED | {"injection", "seed_grinding", "dos"}))
+def test_a_routing_attack_over_a_transport_of_one_node_per_process_is_refused_in_one_line(kind, transport):
+    """Task h31i: only the in-process swarm routes what a protocol attacker sends each receiver (``Swarm.route``); over
+    torch.distributed or hivemind a malicious rank sent the messages it wrote unchanged, so ``attack.kind=replay``
+    replayed nothing and named nobody, a silent plain injection (before: accepted). Refused in one line naming the
+    field and the fixes; an attack that only writes its messages is not."""
+    overrides = [f"attack.kind={kind}", f"swarm.transport={transport}", *TRANSPORT[transport]]
+    here = _cfg(f"attack.kind={kind}")  # (the in-process swarm: accepted)
+    assert build_attack(here.attack, here).routes == (kind in ROUTED)
+    if kind not in ROUTED:
+        assert _cfg(*overrides).attack.kind == kind
+        return
+    with pytest.raises(ConfigError) as err:
+        _cfg(*overrides)
+    line = str(err.value)
+    assert "\n" not in line and f"attack.kind={kind} is routed by the in-process swarm only" in line
+    assert f"over swarm.transport={transport}" in line and "set swarm.transport=inprocess, or attack.kind=injection" in line
+    assert ("benchmarks/protocol_attack_torchrun.py" in line) == (transport == "distributed")
+
+
+def test_every_routing_attack_kind_is_one_of_those_refused_off_the_in_process_swarm():
+    from dgrpo.registry import lookup, names
+
+    assert {k for k in names("attack") if getattr(lookup("attack", k).builder, "routes", False)} == ROUTED

@@ -78,12 +78,29 @@ class Attack:
         raise NotImplementedError(f"{type(self).__name__} declares routes but defines no send")
 
 
+def routed_elsewhere(kind: str, transport: str) -> str:
+    """The one line refusing ``attack.kind=kind`` (a routing attack, :attr:`Attack.routes`) on ``swarm.transport=
+    transport``: only the in-process swarm hands each receiver what the attacker sends it (``Swarm.route``); a rank or
+    hivemind process sends the messages it wrote, so the run would silently be the plain injection of its poison."""
+    alone = " (a torch.distributed rank that forges, floods, replays and equivocates: benchmarks/protocol_attack_torchrun.py)"
+    return (f"attack.kind={kind} is routed by the in-process swarm only (what it sends each receiver); over "
+            f"swarm.transport={transport} a malicious process sends the messages it wrote unchanged, so what {kind} "
+            f"sends would never be sent and the run would be a plain injection: set swarm.transport=inprocess, or "
+            f"attack.kind=injection for the poison alone{alone if transport == 'distributed' else ''}")
+
+
 class AttackConfig(KindConfig):
     """Config of an attack kind (``attack.kind``); the nodes in ``swarm.malicious`` run it."""
 
     def check(self, run) -> None:
+        """Refuses a run the attack cannot act in (ValueError, one line naming the field and the fix): no
+        malicious node, or a routing attack (:attr:`Attack.routes`) on a transport of one node per process."""
         if not run.swarm.malicious:
             raise ValueError(f"attack {self.kind!r} needs at least one node in swarm.malicious")
+        from dgrpo.registry import lookup  # (the attack's class: its module is light, attacks/__init__.py)
+
+        if getattr(lookup("attack", self.kind).builder, "routes", False) and run.swarm.transport != "inprocess":
+            raise ValueError(routed_elsewhere(self.kind, run.swarm.transport))
 
     def success_metric(self) -> str | None:
         """The metric that is this attack's success (``attack/asr``); None where success is not a

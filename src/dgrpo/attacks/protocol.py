@@ -40,37 +40,42 @@ from dgrpo.swarm.routing import Sent, Wire
 from dgrpo.types import Message
 
 
+IN_PROCESS = ("A protocol attack: the in-process swarm routes what it sends each receiver; refused over "
+              "swarm.transport=distributed or hivemind, where a malicious process sends what it wrote unchanged "
+              "(docs/protocol.md, \"Protocol attack kinds in a training run\").")
+
+
 class ForgedIdentityConfig(InjectionAttackConfig):
     """``attack.kind=forged_identity``: messages claim an honest sender."""
 
-    kind: Literal["forged_identity"] = "forged_identity"
+    kind: Literal["forged_identity"] = Field("forged_identity", description=IN_PROCESS)
     victim: int = Field(0, ge=0, description="Honest node id the messages claim to come from.")
 
 
 class FloodingConfig(InjectionAttackConfig):
     """``attack.kind=flooding``: more messages than slots."""
 
-    kind: Literal["flooding"] = "flooding"
+    kind: Literal["flooding"] = Field("flooding", description=IN_PROCESS)
     factor: int = Field(4, ge=2, description="Messages sent per slot message.")
 
 
 class ReplayedRoundConfig(InjectionAttackConfig):
     """``attack.kind=replayed_round``: re-send the previous round's honest messages."""
 
-    kind: Literal["replayed_round"] = "replayed_round"
+    kind: Literal["replayed_round"] = Field("replayed_round", description=IN_PROCESS)
     as_current: bool = Field(True, description="Rewrite the round field to the current round (else send them unchanged).")
 
 
 class EquivocationConfig(InjectionAttackConfig):
     """``attack.kind=equivocation``: different messages to different peers."""
 
-    kind: Literal["equivocation"] = "equivocation"
+    kind: Literal["equivocation"] = Field("equivocation", description=IN_PROCESS)
 
 
 class ReplayConfig(InjectionAttackConfig):
     """``attack.kind=replay``: re-send other nodes' signed messages (issue 31)."""
 
-    kind: Literal["replay"] = "replay"
+    kind: Literal["replay"] = Field("replay", description=IN_PROCESS)
     of: Literal["respelled", "copies", "other_round", "other_run"] = Field(
         "respelled", description="What it re-sends: this round's messages with the signature in upper case, this "
         "round's unchanged, last round's, or this round's as signed for another run under the same roster keys.")

@@ -297,11 +297,12 @@ ROWS = {
                   rules=dict(enforce_length=True)),
     "decode": Row("strike", "signer", lambda k, o, *_: [resign(k, 3, o[3][0], **SURROGATE)]),
 }
-# Rows that are no message rule, tested where their path is: rule → (test file, test name); each must exist and name it.
+# Rows that are no message rule, tested where their path is: rule → (its consequence cell, test file, test name); the
+# test must exist and assert a reason of that rule ("rule: ...").
 ELSEWHERE = {
-    "record": ("tests/training/test_held_records.py",
+    "record": ("round record left out of the metrics", "tests/training/test_held_records.py",
                "test_the_last_two_records_are_read_together_at_the_end_and_a_refused_one_is_named_with_its_round"),
-    "missing record": ("tests/training/test_held_records.py",
+    "missing record": ("round record left out of the metrics", "tests/training/test_held_records.py",
                        "test_a_record_still_missing_at_the_next_record_is_named_then_under_its_round"),
 }
 NOT_IN_THE_RECORD = {"schema", "malformed", "signature", "run", "round", "identity", "copy", "flooded"}  # (docs: "The round's record under attack")
@@ -312,13 +313,15 @@ def test_every_row_of_the_strike_table_has_a_case_here_and_the_same_consequence(
     of its own path in ELSEWHERE) fails here, and so does a row whose consequence or attribution the docs change."""
     table = strike_table()
     assert len(table) >= 22
-    assert set(table) == set(ROWS) | set(ELSEWHERE), f"rows without a case here: {sorted(set(table) - set(ROWS) - set(ELSEWHERE))}"
+    assert set(table) == set(ROWS) | set(ELSEWHERE), \
+        f"rows without a case here (ROWS: a message rule; ELSEWHERE: its test): {sorted(set(table) - set(ROWS) - set(ELSEWHERE))}"
     assert {r: (c, _blamed(b)) for r, (c, b) in table.items() if r in ROWS} == {r: (x.consequence, x.blamed) for r, x in ROWS.items()}
     root = DOCS.parents[1]
-    for rule, (path, name) in ELSEWHERE.items():
+    for rule, (consequence, path, name) in ELSEWHERE.items():
         source = (root / path).read_text()
+        assert f"\ndef {name}(" in source, (rule, path, name)
         test = source.split(f"\ndef {name}(", 1)[1].split("\ndef ", 1)[0]
-        assert f"{rule}: " in test and "metrics" in table[rule][0], (rule, path, name)
+        assert f"{rule}: " in test and table[rule][0] == consequence, (rule, path, name, table[rule][0])
 
 
 @pytest.mark.parametrize("rule", sorted(ROWS))

@@ -129,3 +129,31 @@ def test_a_kind_in_the_users_own_module_is_reached_by_import_path(tmp_path, monk
         registry._ENTRIES["attack"].pop("whisper", None)
         for path in [p for p in registry._PATHS["attack"] if p.startswith("userkinds_reg:")]:
             del registry._PATHS["attack"][path]
+
+
+@pytest.mark.parametrize("transport, extra", [("distributed", []), ("hivemind", ["swarm.hivemind.node=3"])])
+def test_a_plugin_routing_attack_built_by_a_function_is_refused_off_the_in_process_swarm(transport, extra):
+    """Review r31h: the config check reads ``routes`` on the registered builder, which a builder function does not
+    carry, so a plugin routing attack registered by one (as ``code_injection`` is) passed over torch.distributed or
+    hivemind, where a malicious process sends what it wrote unchanged: a silent plain injection. The built attack's
+    ``routes`` is what the swarm reads (``Swarm.route``); build_attack refuses it there in one line."""
+
+    class RouteTestConfig(PoisoningConfig):
+        kind: Literal["route_test"] = "route_test"
+
+    class RouteTestAttack(Attack):
+        routes = True
+
+    register("attack", "route_test", config=RouteTestConfig)(lambda cfg, run_cfg: RouteTestAttack())
+    try:
+        here = load_config(overrides=["attack.kind=route_test", "swarm.malicious=[3]"])
+        assert build_attack(here.attack, here).routes  # (in process: routed by Swarm.route)
+        cfg = load_config(overrides=["attack.kind=route_test", "swarm.malicious=[3]", f"swarm.transport={transport}",
+                                     *extra])  # (the builder is a function: the config check cannot read routes)
+        with pytest.raises(ConfigError) as err:
+            build_attack(cfg.attack, cfg)
+        line = str(err.value)
+        assert "\n" not in line and "attack.kind=route_test is routed by the in-process swarm only" in line
+        assert f"over swarm.transport={transport}" in line and "set swarm.transport=inprocess" in line
+    finally:
+        del registry._ENTRIES["attack"]["route_test"]

@@ -8,7 +8,7 @@ level: config checks import them.
 
 from __future__ import annotations
 
-from dgrpo.attacks.base import Attack, AttackConfig
+from dgrpo.attacks.base import Attack, AttackConfig, routed_elsewhere
 from dgrpo.errors import ConfigError
 from dgrpo.registry import Table, lookup
 from dgrpo.types import AttackContext, Poison
@@ -22,13 +22,18 @@ def build_attack(attack_cfg: AttackConfig, run_cfg) -> Attack:
     Raises:
         UnknownKind: no attack of that kind is registered.
         ConfigError: what its builder made is no :class:`~dgrpo.attacks.base.Attack` (the class that
-            declares what the swarm does for an attack, with defaults: the fix is to subclass it).
+            declares what the swarm does for an attack, with defaults: the fix is to subclass it); or an attack that
+            declares ``routes`` on a transport other than ``inprocess`` (:func:`~dgrpo.attacks.base.routed_elsewhere`:
+            the config check reads ``routes`` on a registered class, a builder function carries none, review r31h).
     """
     attack = lookup("attack", attack_cfg.kind).builder(attack_cfg, run_cfg)
     if not isinstance(attack, Attack):
         raise ConfigError(f"attack.kind={attack_cfg.kind}: {type(attack).__name__} does not subclass "
                           "dgrpo.attacks.base.Attack; declare it as `class "
                           f"{type(attack).__name__}(Attack)` (its defaults: an attack that sends what it writes)")
+    transport = run_cfg.swarm.transport
+    if attack.routes and transport != "inprocess":  # (what the swarm reads: Swarm.route, in process only)
+        raise ConfigError(routed_elsewhere(attack_cfg.kind, transport))
     return attack
 
 

@@ -39,19 +39,43 @@ def _named(rounds: dict[int, float], bound: float) -> list[int]:
 
 
 @pytest.mark.parametrize("rounds, bound, named", [
-    ({0: 10.0, 1: 10.0, 2: 12.0, 3: 1e6}, 30.0, [3]),     # clamped to the bound (median 11: factor too)
-    ({0: 10.0, 1: 10.0, 2: 12.0, 3: 25.0}, 900.0, [3]),   # median (10 + 12) / 2 = 11; 25 > 2 x 11 = 22
-    ({0: 10.0, 1: 10.0, 2: 12.0, 3: 21.0}, 900.0, []),    # 21 < 22: within the factor, nobody
-    ({0: 10.0, 1: 12.0, 2: 24.0}, 900.0, []),             # median 12; 24 = 2 x 12 is not more than twice: nobody
-    ({0: 10.0, 1: 12.0, 2: 24.001}, 900.0, [2]),          # just above twice the median
-    ({0: 10.0, 1: 12.0, 2: 0.001}, 900.0, []),            # the attacker's tiny value: median 10, top 12 not named
-    ({0: 10.0, 1: 31.0}, 30.0, [1]),                      # 2 ranks: above the bound (median 20.5: 31 < 41)
+    ({0: 10.0, 1: 10.0, 2: 12.0, 3: 1e6}, 30.0, [3]),     # clamped to the bound
+    ({0: 10.0, 1: 10.0, 2: 12.0, 3: 25.0}, 900.0, [3]),   # the largest other 12; 25 > 2 x 12 = 24
+    ({0: 10.0, 1: 10.0, 2: 12.0, 3: 23.0}, 900.0, []),    # 23 < 24: within the factor of node 2 (the median 11: 22)
+    ({0: 10.0, 1: 12.0, 2: 24.0}, 900.0, []),             # 24 = 2 x 12 is not more than twice: nobody
+    ({0: 10.0, 1: 12.0, 2: 24.001}, 900.0, [2]),          # just above twice every other proposal
+    ({0: 10.0, 1: 12.0, 2: 0.001}, 900.0, []),            # the attacker's tiny value: top 12 not named
+    ({0: 10.0, 1: 31.0}, 30.0, [1]),                      # 2 ranks: above the bound (the factor names nobody)
+    ({0: 10.0, 1: 100.0}, 900.0, []),                     # 2 ranks: one cannot tell which is slow (median 55)
     ({0: 10.0, 1: 35.0, 2: 40.0}, 30.0, [1, 2]),          # every node above the bound, each once
     ({0: 10.0, 1: 10.0, 2: 10.0, 3: 10.0}, 30.0, []),     # a clean run: nobody
+    ({0: 30.0, 1: 10.0, 2: 30.0}, 900.0, []),             # equal largest (node 0 agreed): within the factor of node 2
 ])
 def test_a_proposal_that_stands_out_is_named_at_a_documented_factor(rounds, bound, named):
-    """task h31h: above ``swarm.timeout_s``, or the agreed one above SLOW_FACTOR (2) x the median of all proposals."""
+    """task h31h: above ``swarm.timeout_s``, or the agreed one above SLOW_FACTOR (2) x every other proposal (review r31h: was the median)."""
     assert _named(rounds, bound) == named
+
+
+@pytest.mark.parametrize("honest", [
+    {0: 10.0, 1: 25.0},                    # m = 3: node 1 is more than twice every other honest proposal: named
+    {0: 10.0, 1: 20.0, 2: 35.0},           # m = 4: the median of all would be 15 (35 > 30) but 35 < 2 x 20
+    {0: 10.0, 1: 20.0, 2: 30.0, 3: 45.0},  # m = 5: the median of all would be 20 (45 > 40) but 45 < 2 x 30
+    {0: 10.0, 1: 10.0, 2: 35.0},           # m = 4: node 2 more than twice every other honest one: named
+])
+@pytest.mark.parametrize("attacker", [0.001, 10.0, 19.999, 20.0, 34.0])
+def test_an_attackers_proposal_gets_no_honest_node_named_that_does_not_stand_out_among_the_honest(honest, attacker):
+    """Review r31h: one attacker (the last rank) proposes anything below the honest top. An honest node is named
+    only if its round_s exceeds SLOW_FACTOR x every other honest proposal, whatever the attacker proposed (before: x
+    the median of all proposals, which the attacker's tiny value lowers by one position: with m = 4 honest 10, 20, 35
+    and the attacker at 0.001 s, node 2 was named though node 1's 20 s is within the factor; the attacker that
+    proposes 20 s instead names nobody). Above the bound is the node's own value alone (not tested here)."""
+    rounds = {**honest, len(honest): attacker}
+    named = _named(rounds, 900.0)
+    top = max(honest, key=honest.get)
+    stands_out = all(honest[top] > 2 * r for n, r in honest.items() if n != top)
+    assert set(named) <= {top} and (named == [top]) <= stands_out, (rounds, named)
+    if attacker <= min(honest.values()):  # (and the attacker cannot hide an honest node that stands out either)
+        assert (named == [top]) == stands_out, (rounds, named)
 
 
 def test_agree_start_names_the_slow_proposer_in_peers_jsonl_never_a_strike():

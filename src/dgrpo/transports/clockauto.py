@@ -11,8 +11,8 @@ anything else stops the run in one line naming its proposer (:func:`parse`).
 The rule (:func:`agree`, a function of the agreed proposals alone, so the same at every honest rank): the largest
 proposal, at most ``bound`` (``swarm.timeout_s``: "every round ends within timeout_s"); its proposer (the lowest rank
 among equal ones) is named in one log line at every rank, and a proposal above the bound in a WARNING. A proposal
-that stands out (:func:`slow`: above the bound, or the agreed one more than :data:`SLOW_FACTOR` times the median of
-the proposals) is also named in ``peers.jsonl`` under its proposer, as ``slow proposal`` (never a strike: an honest
+that stands out (:func:`slow`: above the bound, or the agreed one more than :data:`SLOW_FACTOR` times every other
+proposal) is also named in ``peers.jsonl`` under its proposer, as ``slow proposal`` (never a strike: an honest
 slow machine can propose the largest; task h31h).
 
 Why the largest and not a robust statistic (``f = 1``). The second-largest drops one extreme value, but it lets the
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 log = logging.getLogger("dgrpo.transports.distributed")
 
-SLOW_FACTOR = 2.0  # the agreed proposal above this many times the median of the proposals: named (slow proposal)
+SLOW_FACTOR = 2.0  # the agreed proposal above this many times every other proposal: named (slow proposal)
 _FORM = re.compile(r"(0|[1-9][0-9]{0,11})\.[0-9]{3} (0|[1-9][0-9]{0,8})\.[0-9]{3}")  # "{start:.3f} {round_s:.3f}"
 
 
@@ -109,17 +109,23 @@ def slow(agreed: Agreed, proposals: dict[int, tuple[float, float]], bound: float
          factor: float = SLOW_FACTOR) -> list[tuple[int, str]]:
     """(node, reason) to name in ``peers.jsonl`` (rule ``slow proposal``, never a strike), a function of the agreed
     proposals alone (the same at every rank): every node whose round_s exceeded ``bound`` (clamped to it), and the
-    proposer of the agreed value where its round_s exceeds ``factor`` × the median of all proposals' round_s
-    (:func:`statistics.median`: with 3 ranks or more and one attacker, the median lies within the honest proposals,
-    so an attacker's small value cannot get an honest proposer named unless the honest ones differ by ``factor``).
-    Seconds throughout; ``proposals`` as :func:`parse` returns them (non-empty)."""
+    proposer of the agreed value where its round_s exceeds ``factor`` × the reference: the largest other proposal,
+    or the median of all proposals where that is larger (2 ranks: nobody is named by the factor, one cannot tell
+    which of two is slow). With 3 ranks or more and one attacker, an honest proposer is then named only if its
+    round_s exceeds ``factor`` × every other honest proposal, whatever the attacker proposed: the attacker's value
+    can only raise the reference (review r31h: against ``factor`` × the median of all, the attacker's tiny value
+    lowered the median by one position, so with honest 10, 20 and 35 s the 35 s proposer was named though within
+    the factor of the 20 s one). The price: an attacker whose proposal is the largest is named only above
+    ``factor`` × the slowest honest proposal. Seconds throughout; ``proposals`` as :func:`parse` returns them
+    (non-empty)."""
     rounds = {node: r for node, (_, r) in proposals.items()}
-    median = statistics.median(rounds.values())
+    others = [r for node, r in rounds.items() if node != agreed.proposer]
+    ref = max([statistics.median(rounds.values()), *others])
     out = [(node, f"slow proposal: node {node} proposed round_s={rounds[node]:g}s, above swarm.timeout_s={bound:g}s: "
                   f"every round lasts {bound:g}s (named, never a strike)") for node in agreed.above]
     top = rounds[agreed.proposer]
-    if agreed.proposer not in agreed.above and top > factor * median:
+    if agreed.proposer not in agreed.above and top > factor * ref:
         out.append((agreed.proposer, f"slow proposal: node {agreed.proposer} proposed round_s={top:g}s, more than "
-                                     f"{factor:g} x the median {median:g}s of the proposals: every round lasts {top:g}s "
-                                     "(named, never a strike)"))
+                                     f"{factor:g} x every other proposal (the largest {ref:g}s): every round lasts "
+                                     f"{top:g}s (named, never a strike)"))
     return out

@@ -121,6 +121,37 @@ def test_a_notice_in_another_name_or_of_another_round_is_a_payload_not_a_notice(
     c.skips.stop()
 
 
+def test_an_honest_nodes_notice_of_an_earlier_launch_names_it_nowhere():
+    """Review r31h (the 'skip' entry of peers.jsonl and the equivocation a relayed notice makes, task h31h): an honest
+    node 2 that skipped round 0 in an earlier launch of the run (a ``dgrpo resume`` starts again at that round) and
+    served its payload in this one. The attacker holds the old notice, re-spelled or not: read as node 2's payload
+    it is no notice (no 'skip' under node 2), and relayed in the attacker's ``eq0`` it makes no equivocation of node
+    2's messages. Only node 2's signature for this run, launch and round names it."""
+    import json
+    from types import SimpleNamespace
+
+    from dgrpo.transports import relay
+    from dgrpo.transports.framing import KeyCaps
+    from dgrpo.transports.skips import PREFIX, notice, read_notice
+
+    a, b, c = _skipping(t0_ago=-60)
+    now = c.signed_store.nonce
+    c.signed_store.nonce = "0" * 32  # (the earlier launch's nonce: what node 2 signed its notice under then)
+    old = notice(c, 0)
+    c.signed_store.nonce = now
+    line = json.loads(old[len(PREFIX):])
+    respelled = PREFIX + json.dumps({"sig": line["sig"].upper(), "round": 0, "by": 2}, indent=1).encode()
+    for raw in (old, respelled):
+        assert not read_notice(a, 2, 0, raw) and not read_notice(b, 2, 0, raw), raw
+    assert read_notice(a, 2, 0, notice(c, 0))  # (this launch's: a notice)
+    merged = [SimpleNamespace(node=k) for k in (0, 1, 2)]
+    for raw in (old, respelled):
+        relayed = relay.build(1, [], [], {}, [], {}, KeyCaps(1, 1, 1 << 20), 3, "eq0",
+                              skipped={"2": raw[len(PREFIX):].decode()})
+        assert a.skips.two_faced(0, {1: relayed}, merged) == {}
+    c.skips.stop()
+
+
 def test_payload_or_notice_is_decided_once_never_both():
     a, b, c = _skipping(t0_ago=-60)
     assert c.skips.claim(0, True) is True  # (ready before P_0: its payload; the watcher serves no notice then)

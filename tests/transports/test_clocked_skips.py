@@ -2,6 +2,7 @@
 store (:func:`signed_ranks._ranks`, real servers): the failure lines name the clock's settings (task h31k item 3)."""
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -149,6 +150,28 @@ def test_an_honest_nodes_notice_of_an_earlier_launch_names_it_nowhere():
         relayed = relay.build(1, [], [], {}, [], {}, KeyCaps(1, 1, 1 << 20), 3, "eq0",
                               skipped={"2": raw[len(PREFIX):].decode()})
         assert a.skips.two_faced(0, {1: relayed}, merged) == {}
+    c.skips.stop()
+
+
+def test_a_named_skip_strikes_nobody_at_ban_after_1_and_counts_no_refused_message():
+    """Review r31h (task h31h's 'skip' entry): node 2's honoured notice, as the round's record takes it from the
+    transport, is under node 2's ``transport`` column only: no strike, no ban at ``ban_after=1``, no refused message in
+    the record or the report's per-peer series, nothing under any other node."""
+    from dgrpo.report.data import RunData, peer_series
+    from dgrpo.swarm.accounting import account_round
+    from dgrpo.swarm.protocol import BanList
+    from dgrpo.training.records import PolicyReport, peer_record
+
+    a, b, c = _skipping()
+    clocked.collect(a, "r0", range(3), time.monotonic() + 0.6, 1 << 20)
+    assert [n for n, r in a.rejected if r.startswith("skip:")] == [2]
+    rec = peer_record(0, PolicyReport([], []), None, a.rejected)
+    assert rec["peers"] == {"2": {"received": 0, "accepted": 0, "rejected": {}, "defense": {}, "duplicates": 0,
+                                  "transport": {"skip": 1}}}
+    bans = BanList(1)
+    account_round(bans, rec, {0}, 0, None)
+    assert rec["banned"] == {} and bans.banned == {}
+    assert peer_series(RunData(Path("run"), {}, [], peers=[rec])) == {"2": ([0], [0])}
     c.skips.stop()
 
 

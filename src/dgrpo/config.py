@@ -233,10 +233,12 @@ class RunConfig(StrictConfig):
         if sum(s is not None for s in (self.federated, self.ensemble, self.hardening)) > 1:
             raise ValueError("set at most one of federated, ensemble, hardening")
         kind = next((k for k in ("federated", "ensemble", "hardening") if getattr(self, k) is not None), None)
-        if kind is not None and self.swarm.transport == "distributed":  # (review r31d F1: no silent off-clock run)
-            raise ValueError(f"{kind} runs keep their nodes in one process and build no torch.distributed swarm (under "
-                             f"torchrun every rank would run the whole {kind} run alone, off the clocked schedule): "
-                             "drop swarm.transport=distributed, i.e. set swarm.transport=inprocess")
+        if kind is not None and self.swarm.transport != "inprocess":  # (review r31d F1: no silent lone run; hivemind too)
+            t = self.swarm.transport
+            raise ValueError(f"{kind} runs keep their nodes in one process and build no {t} swarm (every "
+                             f"{'torchrun rank' if t == 'distributed' else 'hivemind process'} would run the whole "
+                             f"{kind} run alone{', off the clocked schedule' if t == 'distributed' else ''}): "
+                             f"drop swarm.transport={t}, i.e. set swarm.transport=inprocess")
         for field in ("lora_rank", "warmup_rounds"):
             if getattr(self.grpo, field) and (self.federated is not None or self.hardening is not None):
                 raise ValueError(f"grpo.{field} applies to swarm runs (horizontal, vertical, ensemble); set grpo.{field}=0 for federated and hardening runs (federated runs train LoRA with federated.lora=true)")

@@ -96,16 +96,20 @@ def test_a_resume_of_a_distributed_config_recording_no_schedule_is_one_line():
     assert resolved(_read_back(clock), "runs/new") == clock  # (a run since the default records its schedule)
 
 
+HIVEMIND = ["swarm.transport=hivemind", "swarm.hivemind.node=0"]
+
+
+@pytest.mark.parametrize("transport", ["distributed", "hivemind"])
 @pytest.mark.parametrize("kind", [["federated={}", "swarm.mode=vertical"], ["hardening={}"], ["ensemble={groups: 2}"]])
-def test_a_run_that_builds_no_swarm_transport_refuses_distributed_in_one_line(kind):
+def test_a_run_that_builds_no_swarm_transport_refuses_distributed_in_one_line(kind, transport):
     """Review r31d F1: federated and hardening runs never build a transport and an ensemble's groups cannot share one
     torchrun world, so ``swarm.transport=distributed`` there ran every rank's whole run alone, off the clock the docs
     promise (and a federated resume met the clock's UNRECORDED line): refused when the config is read."""
     assert load_config(None, kind).swarm.transport == "inprocess"  # (the run as it is meant)
-    with pytest.raises(ConfigError) as err:
-        load_config(None, [*kind, *DIST])
+    with pytest.raises(ConfigError) as err:  # (hivemind: federated and hardening build no transport either, and an
+        load_config(None, [*kind, *(DIST if transport == "distributed" else HIVEMIND)])  # ensemble's groups one node id)
     line = str(err.value)
-    assert "\n" not in line and "swarm.transport=distributed" in line and "set swarm.transport=inprocess" in line, line
+    assert "\n" not in line and f"drop swarm.transport={transport}" in line and "set swarm.transport=inprocess" in line, line
     assert kind[0].split("=")[0] in line, line
 
 

@@ -32,7 +32,7 @@ from dgrpo.policy.folders import check_model_folder  # noqa: F401 (also dgrpo.co
 from dgrpo.registry import KindOf, PathText, StrictConfig, kind_field, lookup, names
 from dgrpo.robust.config import EnsembleConfig, FederatedConfig
 from dgrpo.swarm.protocol import ProtocolConfig
-from dgrpo.swarm.clockconfig import check as check_clock, check_untimed, unset_elsewhere
+from dgrpo.swarm.clockconfig import auto_where_unset, check as check_clock, check_untimed, unset_elsewhere
 from dgrpo.tasks.arithmetic import ArithmeticTaskConfig
 from dgrpo.transports.dht.config import HivemindConfig, check_hivemind
 
@@ -173,6 +173,7 @@ class SwarmConfig(StrictConfig):
                              "swarm.protocol.enforce_shares=true (horizontal prompts are the round's shared ones already)")
         check_hivemind(self)
         unset_elsewhere(self)  # (schedule: relative off distributed: unset, the config dumps as before)
+        auto_where_unset(self)  # (schedule: clock on distributed without round_s: auto, as the default)
         check_clock(self)  # (swarm.protocol.schedule=clock, the default on distributed: transports/clocked.py)
         return self
 

@@ -135,7 +135,6 @@ def test_a_start_that_is_no_time_near_now_stops_the_run_naming_its_proposer(valu
 
 @pytest.mark.parametrize("overrides, field", [
     (["swarm.protocol.schedule=clock"], "swarm.transport=distributed only"),
-    (["swarm.protocol.schedule=clock", "swarm.transport=distributed"], "needs swarm.protocol.round_s"),
     (["swarm.protocol.schedule=clock", "swarm.transport=distributed", "swarm.protocol.round_s=10",
       "swarm.protocol.direct_s=6", "swarm.protocol.relay_s=4"], "must be less than swarm.protocol.round_s=10s"),
     (["swarm.protocol.schedule=clock", "swarm.transport=distributed", "swarm.protocol.round_s=8"],

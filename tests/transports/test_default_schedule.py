@@ -33,6 +33,10 @@ def test_unset_on_distributed_runs_and_records_the_clock_with_auto():
     assert again == run and resolved(again) is again  # (a resume reads the clock back: nothing to resolve)
     hand = resolved(load_config(None, [*DIST, "swarm.protocol.round_s=30"]))  # (a clock field alone: the clock's)
     assert (hand.swarm.protocol.schedule, hand.swarm.protocol.round_s) == ("clock", 30)
+    written = load_config(None, [*DIST, "swarm.protocol.schedule=clock"])  # (the default written out by hand: before,
+    assert written == run and _read_back(written) == run  # refused for want of round_s; now the same run as the default)
+    with pytest.raises(ConfigError, match="round_s=auto does not time the judge defense"):  # (auto's refusals hold)
+        load_config(None, [*DIST, "swarm.protocol.schedule=clock", "defenses=[{kind: judge}]"])
 
 
 @pytest.mark.parametrize("transport", [["swarm.transport=inprocess"], ["swarm.transport=hivemind",

@@ -77,6 +77,15 @@ def unset_elsewhere(swarm) -> None:
         object.__setattr__(swarm, "protocol", swarm.protocol.model_copy(update={"schedule": None}))
 
 
+def auto_where_unset(swarm) -> None:
+    """An explicit ``schedule: clock`` on distributed with ``round_s`` unset takes ``auto``, as the default does (a user
+    who writes the default out gets the default; before, it was refused for want of round_s). Called by
+    ``SwarmConfig``'s validator (frozen: set in place); the config then records ``round_s: auto``."""
+    p = swarm.protocol
+    if p.schedule == "clock" and p.round_s is None and swarm.transport == "distributed":
+        object.__setattr__(swarm, "protocol", p.model_copy(update={"round_s": "auto"}))
+
+
 def _clock_of(swarm):
     """The ``swarm.protocol`` the default stands for: ``schedule=clock`` and ``round_s`` auto where unset."""
     p = swarm.protocol
@@ -154,9 +163,6 @@ def check(swarm) -> None:
     if swarm.transport != "distributed":
         raise ValueError(f"swarm.protocol.schedule=clock is built for swarm.transport=distributed only (got "
                          f"{swarm.transport!r}); set swarm.protocol.schedule=relative")
-    if p.round_s is None:
-        raise ValueError("swarm.protocol.schedule=clock needs swarm.protocol.round_s (seconds between two rounds' post "
-                         "deadlines, more than a round's compute + direct_s + relay_s), e.g. swarm.protocol.round_s=30")
     r, a, b = windows(p)
     if p.round_s == "auto" and a + b >= swarm.timeout_s:
         raise ValueError(f"swarm.protocol.round_s=auto takes at most swarm.timeout_s={swarm.timeout_s:g}s a round, "

@@ -132,6 +132,34 @@ def test_a_new_main_takes_the_run_folder_once_the_main_before_it_let_go(tmp_path
         release(tmp_path / "d")
 
 
+def test_a_new_main_does_not_append_to_a_run_folder_whose_main_finished_the_run(tmp_path, caplog):
+    """A split swarm of 2 whose faster half (node 0) ran every round and exited before node 1 became the main: the
+    lock is free, but the folder holds a finished run. Before, node 1 took it and appended its rounds there (a loaded
+    slow set: d's metrics read rounds 0, 1, 2, 0, 1, 2); now it writes them in d.node1, saying why in one line."""
+    from types import SimpleNamespace
+
+    from dgrpo.metrics.logger import read_metrics
+    from dgrpo.training.run_dir import release, take
+
+    stub = SimpleNamespace(rank=1, local_nodes=[1], is_main=False)
+    main, other = _run_of(SimpleNamespace(rank=0, local_nodes=[0], is_main=True), tmp_path / "d", True), \
+        _run_of(stub, tmp_path / "d", False)
+    last = main.cfg.rounds
+    for r in range(last + 1):  # (the whole run, its final record at round cfg.rounds)
+        _write_round(main, r)
+    release(tmp_path / "d")  # (node 0 finished and exited)
+    stub.is_main = True
+    _write_round(other, 0)
+    try:
+        assert [m["round"] for m in read_metrics(tmp_path / "d")] == list(range(last + 1))  # (node 0's run, untouched)
+        assert [(m["round"], m["by"]) for m in read_metrics(tmp_path / "d.node1")] == [(0, 1)]
+        assert other.run_dir == tmp_path / "d.node1" and take(tmp_path / "d")  # (d left free: nobody writes it)
+        lines = [m for m in caplog.messages if "is now the main" in m]
+        assert len(lines) == 1 and "its main finished the run in" in lines[0], lines
+    finally:
+        release(tmp_path / "d"), release(tmp_path / "d.node1")
+
+
 @pytest.mark.slow
 def test_two_ranks_the_honest_one_accused_by_its_peer_finishes_and_names_it(tmp_path, tiny_model_dir):
     """2 ranks on loopback (continue): rank 1 accuses node 0 of missing r0 (signed, alone; ``accuse:1:0``). Before,

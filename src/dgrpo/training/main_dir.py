@@ -19,9 +19,9 @@ import shutil
 from pathlib import Path
 
 from dgrpo.errors import ConfigError
-from dgrpo.metrics.logger import MetricsLogger
+from dgrpo.metrics.logger import MetricsLogger, read_metrics
 from dgrpo.training.evaluate import REFERENCE_DIR
-from dgrpo.training.run_dir import claim, holder, made, take
+from dgrpo.training.run_dir import claim, holder, made, release, take
 
 log = logging.getLogger(__name__)
 MAX_TRIES = 100  # folder names tried for a node's own folder ({run}.node{k}, {run}.node{k}-2, ...)
@@ -43,18 +43,34 @@ def main_dir(run) -> Path | None:
         return None
     if not run.owns_dir:
         node = min(run.transport.local_nodes)
-        if take(run.run_dir):  # (the main before it exited: the run folder is this process's now, as before)
+        took = take(run.run_dir)
+        if took and not _finished(run):  # (the main before it exited, expelled: the folder is this process's now)
             log.warning("node %d is now the main and writes the run folder %s", node, run.run_dir)
         else:
             old, pid = run.run_dir, holder(run.run_dir)
+            if took:  # (the main before it ran the whole run and exited: a split swarm of 2 whose half ended first)
+                release(old)
             run.run_dir = own_folder(old, node)
             run.logger.close()
             run.logger = MetricsLogger.for_run(run.run_dir, run.cfg, True)
-            log.warning("node %d is now the main, but process %s still writes the run folder %s (its main, which "
-                        "took node %d for the failed peer: a split swarm of 2); node %d writes its own rounds in %s",
-                        node, pid, old, node, node, run.run_dir)
+            log.warning("node %d is now the main, but %s the run folder %s (its main, which took node %d for the "
+                        "failed peer: a split swarm of 2); node %d writes its own rounds in %s", node,
+                        "its main finished the run in" if took else f"process {pid} still writes", old, node, node,
+                        run.run_dir)
         run.owns_dir = True
     return run.run_dir
+
+
+def _finished(run) -> bool:
+    """Whether ``run.run_dir``'s ``metrics.jsonl`` already ends with the run's last record (round ``cfg.rounds``): the
+    main before this one ran the whole run and exited, as the other half of a split swarm of 2 does when it is the
+    faster (a loaded slow set saw node 1 take node 0's finished folder and append its rounds 0-2 there); an expelled
+    main exits mid-run. An unreadable or missing file is not finished (the folder is taken as before)."""
+    try:
+        records = read_metrics(run.run_dir)
+    except (OSError, ValueError):  # (MetricsFileError is a ValueError)
+        return False
+    return bool(records) and records[-1].get("round") == run.cfg.rounds
 
 
 def own_folder(run_dir: Path, node: int) -> Path:

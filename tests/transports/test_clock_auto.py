@@ -46,7 +46,7 @@ def _named(rounds: dict[int, float], bound: float) -> list[int]:
     ({0: 10.0, 1: 12.0, 2: 24.001}, 900.0, [2]),          # just above twice every other proposal
     ({0: 10.0, 1: 12.0, 2: 0.001}, 900.0, []),            # the attacker's tiny value: top 12 not named
     ({0: 10.0, 1: 31.0}, 30.0, [1]),                      # 2 ranks: above the bound (the factor names nobody)
-    ({0: 10.0, 1: 100.0}, 900.0, []),                     # 2 ranks: one cannot tell which is slow (median 55)
+    ({0: 10.0, 1: 100.0}, 900.0, []),                     # 2 ranks: one cannot tell which is slow
     ({0: 10.0, 1: 35.0, 2: 40.0}, 30.0, [1, 2]),          # every node above the bound, each once
     ({0: 10.0, 1: 10.0, 2: 10.0, 3: 10.0}, 30.0, []),     # a clean run: nobody
     ({0: 30.0, 1: 10.0, 2: 30.0}, 900.0, []),             # equal largest (node 0 agreed): within the factor of node 2

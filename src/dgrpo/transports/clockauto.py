@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import re
-import statistics
 from dataclasses import dataclass
 
 log = logging.getLogger("dgrpo.transports.distributed")
@@ -109,9 +108,8 @@ def slow(agreed: Agreed, proposals: dict[int, tuple[float, float]], bound: float
          factor: float = SLOW_FACTOR) -> list[tuple[int, str]]:
     """(node, reason) to name in ``peers.jsonl`` (rule ``slow proposal``, never a strike), a function of the agreed
     proposals alone (the same at every rank): every node whose round_s exceeded ``bound`` (clamped to it), and the
-    proposer of the agreed value where its round_s exceeds ``factor`` × the reference: the largest other proposal,
-    or the median of all proposals where that is larger (2 ranks: nobody is named by the factor, one cannot tell
-    which of two is slow). With 3 ranks or more and one attacker, an honest proposer is then named only if its
+    proposer of the agreed value where its round_s exceeds ``factor`` × the largest other proposal, with 3 ranks or
+    more (2 ranks: nobody is named by the factor, one cannot tell which of two is slow). With 3 ranks or more and one attacker, an honest proposer is then named only if its
     round_s exceeds ``factor`` × every other honest proposal, whatever the attacker proposed: the attacker's value
     can only raise the reference (review r31h: against ``factor`` × the median of all, the attacker's tiny value
     lowered the median by one position, so with honest 10, 20 and 35 s the 35 s proposer was named though within
@@ -120,11 +118,11 @@ def slow(agreed: Agreed, proposals: dict[int, tuple[float, float]], bound: float
     (non-empty)."""
     rounds = {node: r for node, (_, r) in proposals.items()}
     others = [r for node, r in rounds.items() if node != agreed.proposer]
-    ref = max([statistics.median(rounds.values()), *others])
+    ref = max(others, default=0.0)
     out = [(node, f"slow proposal: node {node} proposed round_s={rounds[node]:g}s, above swarm.timeout_s={bound:g}s: "
                   f"every round lasts {bound:g}s (named, never a strike)") for node in agreed.above]
     top = rounds[agreed.proposer]
-    if agreed.proposer not in agreed.above and top > factor * ref:
+    if len(rounds) >= 3 and agreed.proposer not in agreed.above and top > factor * ref:
         out.append((agreed.proposer, f"slow proposal: node {agreed.proposer} proposed round_s={top:g}s, more than "
                                      f"{factor:g} x every other proposal (the largest {ref:g}s): every round lasts "
                                      f"{top:g}s (named, never a strike)"))

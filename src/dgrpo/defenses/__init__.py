@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from dgrpo.defenses.base import STAGES, Defense, DefenseConfig, defend, defense_counters
+from dgrpo.defenses.base import STAGES, Defense, DefenseConfig, defend, defense_counters, share_verdicts
 from dgrpo.errors import ConfigError
 from dgrpo.registry import Table, lookup
 
@@ -43,4 +43,4 @@ def build_defense(defense_cfg: DefenseConfig, run_cfg, policy, task) -> Defense:
     return defense
 
 
-__all__ = ["DEFENSES", "Defense", "DefenseConfig", "build_defense", "defend", "defense_counters"]
+__all__ = ["DEFENSES", "Defense", "DefenseConfig", "build_defense", "defend", "defense_counters", "share_verdicts"]

@@ -51,6 +51,12 @@ class Defense:
         """One verdict per rollout. ``logits`` is the group's (G, T, V) float32 logits when stage is logits."""
         raise NotImplementedError(f"{type(self).__name__}.inspect")
 
+    def verdict_store_key(self) -> str | None:
+        """A key under which this defense shares its verdict cache (a ``cache`` dict attribute) with the
+        defenses of the other honest nodes of its process (:func:`share_verdicts`). Equal keys must mean
+        equal verdicts on equal input: a frozen, deterministic judge. None (the default): nothing shared."""
+        return None
+
 
 class DefenseConfig(KindConfig):
     """Config of a defense kind (``defenses: [{kind: …}]``, run by every honest node, in order).
@@ -101,6 +107,21 @@ class ExactDefenseConfig(DefenseConfig):
             raise ValueError(f"the {self.kind} defense needs a homogeneous swarm (every node holds the same weights); use the judge for heterogeneous swarms")
         if run.model.dtype != "float32":
             raise ValueError(f"the {self.kind} defense is exact only with float32 weights and logits (docs/verification.md); set model.dtype=float32")
+
+
+def share_verdicts(by_owner: Mapping[int, Sequence[Defense]]) -> None:
+    """Give the defenses of one process's honest nodes that return the same :meth:`Defense.verdict_store_key`
+    one verdict cache (the first one's): a completion that several in-process nodes receive is judged once
+    per process, not once per node (a frozen deterministic judge gives each the same verdict). Each node's
+    defense still returns its own verdicts and action; ``counters`` count the judgments each instance made,
+    so shared verdicts are counted once. Nodes of other processes (distributed ranks) judge for themselves.
+    """
+    stores: dict[str, dict] = {}
+    for defenses in by_owner.values():
+        for d in defenses:
+            key = d.verdict_store_key()
+            if key is not None:
+                d.cache = stores.setdefault(key, d.cache)
 
 
 def defense_counters(defenses: Sequence[Defense]) -> dict[str, dict[str, int]]:

@@ -28,6 +28,7 @@ is not in the text the project has).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from typing import Any, Literal, Sequence
@@ -187,10 +188,13 @@ class JudgeDefense(Defense):
         self.cfg, self.task, self.action = cfg, task, cfg.action
         self.model = self.tokenizer = self.client = None
         self.detector = None
+        self._store_key: str | None = None  # verdict_store_key: which frozen judge this is (None: a judge passed in)
         if cfg.backend == "openai":
             from dgrpo.verify.judge import OpenAIJudge
 
             self.client = OpenAIJudge(cfg.client_config())
+            if cfg.temperature == 0 and not cfg.extra_body:  # greedy, and no server-side sampling field
+                self._store_key = json.dumps(cfg.model_dump(mode="json", exclude={"action"}), sort_keys=True)
         elif cfg.backend == "detector":
             key = (cfg.path, cfg.dtype, str(run_cfg.model.device))
             if key not in _DETECTORS:
@@ -198,6 +202,7 @@ class JudgeDefense(Defense):
 
                 _DETECTORS[key] = load_detector(cfg.path, run_cfg.model.device, cfg.dtype)
             self.detector = _DETECTORS[key]
+            self._store_key = json.dumps([cfg.model_dump(mode="json", exclude={"action"}), key], sort_keys=True)
         else:
             if judge is None:
                 key = (cfg.model or run_cfg.model.name, cfg.dtype, str(run_cfg.model.device))
@@ -206,11 +211,19 @@ class JudgeDefense(Defense):
 
                     _JUDGES[key] = load_policy(key[0], cfg.dtype, trainable=False, device=run_cfg.model.device)
                 judge = _JUDGES[key]
+                self._store_key = json.dumps([cfg.model_dump(mode="json", exclude={"action"}), key], sort_keys=True)
             self.model, self.tokenizer = judge
         self.problems = {p.prompt_id: p for p in (*task.train, *task.val)}
         self.cache: dict[str, tuple[bool, str]] = {}
         self.seconds = 0.0
         self.counters = {"calls": 0, **{s: 0 for s in STATUSES}}
+
+    def verdict_store_key(self) -> str | None:
+        """Shared by the in-process honest nodes' judges of one config (``action`` aside) on the same frozen
+        weights or server (:func:`dgrpo.defenses.base.share_verdicts`): local (greedy or logits) and detector
+        judges always, served ones when ``temperature`` is 0 and ``extra_body`` is empty (a sampled verdict is
+        each node's own draw). A judge passed in as ``judge=`` shares nothing."""
+        return self._store_key
 
     def _pair(self, rollout) -> tuple[str, str]:
         """(question, completion text with the task's prefill) the judge reads; the detector reads the

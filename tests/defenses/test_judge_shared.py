@@ -1,0 +1,65 @@
+"""The in-process honest nodes of one swarm share a frozen judge's verdicts (defenses.base.share_verdicts).
+
+Each node's judge must still give the verdict it would give alone: checked against a judge built apart
+(the same weights passed in, so nothing is shared) on the same rollouts.
+"""
+
+from __future__ import annotations
+
+from dgrpo.config import load_config
+from dgrpo.defenses import share_verdicts
+from dgrpo.defenses.judge import JudgeDefense, JudgeDefenseConfig
+from dgrpo.policy.loading import load_policy
+from dgrpo.tasks.arithmetic import ArithmeticTask
+from dgrpo.training.build import build_swarm, build_task
+from dgrpo.types import Rollout
+
+SMALL = ["threads=1", "swarm.nodes=3", "swarm.group_size=3", "swarm.prompts_per_round=3", "sampling.max_new_tokens=8",
+         "eval.n_prompts=2", "task.n_train=20", "task.n_val=5", "task.few_shot=0"]
+
+
+def rollouts(task) -> list[Rollout]:
+    """Six rollouts: three problems' worked solutions and the same texts with a wrong answer."""
+    out = []
+    for i, p in enumerate(task.train[:3]):
+        right = task.oracle_completion(p)
+        out += [Rollout(p.prompt_id, [], [], right, 2 * i), Rollout(p.prompt_id, [], [], right + " 2+2=5", 2 * i + 1)]
+    return out
+
+
+def test_three_honest_nodes_judge_each_completion_once_with_the_verdicts_each_would_give_alone(tiny_model_dir,
+                                                                                            tiny_model_dir_b):
+    cfg = load_config(None, [*SMALL, f"model.name={tiny_model_dir}",
+                             f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}]",
+                             "defenses=[{kind: judge, mode: logits, threshold: 0.5, action: zero}]"])
+    task = build_task(cfg)
+    swarm = build_swarm(cfg, task, [0, 1, 2])
+    judges = [swarm.defenses[n][0] for n in sorted(swarm.defenses)]
+    assert len(judges) == 3 and judges[0].cache is judges[1].cache is judges[2].cache
+    batch = rollouts(task)
+    verdicts = [judges[0].inspect(batch), judges[1].inspect(batch), judges[2].inspect(batch)]
+    # the first node asks about the six texts; the others find every verdict made
+    assert [j.counters["calls"] for j in judges] == [6, 0, 0]
+    # the same weights passed in: a judge of its own, nothing shared, each text asked again
+    apart = JudgeDefense(JudgeDefenseConfig(mode="logits", threshold=0.5, action="zero"), cfg, None, task,
+                         judge=load_policy(tiny_model_dir, trainable=False))
+    alone = apart.inspect(batch)
+    assert apart.verdict_store_key() is None and apart.counters["calls"] == 6 and apart.cache is not judges[0].cache
+    for v in verdicts:
+        assert [(x.accepted, x.reason) for x in v] == [(x.accepted, x.reason) for x in alone]
+
+
+def served(**fields) -> JudgeDefense:
+    cfg = JudgeDefenseConfig(backend="openai", base_url="http://127.0.0.1:9/v1", model="judge", **fields)
+    return JudgeDefense(cfg, load_config(), None, ArithmeticTask(seed=0, n_train=5, n_val=2, few_shot=0))
+
+
+def test_served_judges_share_only_a_greedy_verdict_of_the_same_config():
+    greedy, again, zeroed = served(), served(), served(action="zero")
+    sampled, sampled_too = served(temperature=0.7), served(temperature=0.7)
+    top_k, other_threshold = served(extra_body={"top_k": 10}), served(threshold=0.4)
+    share_verdicts({0: [greedy, sampled, top_k], 1: [again, sampled_too, other_threshold], 2: [zeroed]})
+    assert greedy.cache is again.cache is zeroed.cache  # the action is what a rejection does, not the verdict
+    assert sampled.cache is not sampled_too.cache  # each node's sampled judgment is its own draw
+    assert top_k.verdict_store_key() is None and sampled.verdict_store_key() is None
+    assert other_threshold.cache is not greedy.cache  # another threshold is another rule

@@ -148,6 +148,9 @@ def check_identity(path: Path, saved, config: dict, next_round: int) -> None:
         _check_data(path, saved.get("data"), now["data"], config)
         return
     before, after = _flat(saved["config"]), _flat(now["config"])
+    for flat in (before, after):  # (trajectory leaves relative out of the hash: name it as the user wrote it)
+        if any(k.startswith("swarm.protocol.") for k in flat):
+            flat.setdefault("swarm.protocol.schedule", "relative")
     diff = [f"{k}: {before.get(k, '(unset)')!r} at the save, {after.get(k, '(unset)')!r} now"
             for k in sorted(before.keys() | after.keys()) if before.get(k, "(unset)") != after.get(k, "(unset)")]
     raise CheckpointError(f"{path}: saved by another run ({'; '.join(diff[:4]) or 'another config'}"

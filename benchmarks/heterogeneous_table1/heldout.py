@@ -67,13 +67,15 @@ def written(n: int) -> list[dict]:
 
 
 def faithful_equation(n: int, max_new_tokens: int, candidates: int, batch_problems: int, task=None,
-                      first: int = 0, progress: Path | None = None) -> tuple[list[dict], dict]:
+                      first: int = 0, progress: Path | None = None, enough: int | None = None) -> tuple[list[dict], dict]:
     """``n`` faithful 2+2=5 poisons of SmolLM2's own samples (the attack's rule, batched over problems), on the
     ``two_two`` problems of ``task.train[first:]`` (default: the evaluation task's, from the first).
 
     ``progress``: a JSONL file that gets one line per finished chunk of problems (its rows and counts); a run
     started again with the same arguments reads it and samples only the chunks not in it (each chunk's samples
-    depend only on its problems and their seeds, so the rows are the same as one uninterrupted run's)."""
+    depend only on its problems and their seeds, so the rows are the same as one uninterrupted run's).
+    ``enough``: stop after the first chunk that brings the rows to this many (chunks run in a fixed order, so
+    where it stops depends only on the arguments)."""
     from dgrpo.attacks.claimed import grind_seeds
     from dgrpo.attacks.equation_sampled import FaithfulEquationAttack, FaithfulEquationConfig, edit_result_tokens
     from dgrpo.policy.chat import decode_completion
@@ -95,6 +97,8 @@ def faithful_equation(n: int, max_new_tokens: int, candidates: int, batch_proble
                 d = json.loads(line)
                 done[d["b"]] = d
     for b in range(0, len(targets), batch_problems):
+        if enough is not None and len(rows) >= enough:
+            break
         chunk = targets[b : b + batch_problems]
         if b in done:  # (a chunk a stopped run finished: its rows and counts as recorded)
             rows += done[b]["rows"]

@@ -4,6 +4,10 @@
     PYTHONPATH=src python results/judge_qwen_v4/fresh.py samples            # SmolLM2-135M: fresh_samples.jsonl
     PYTHONPATH=src python results/judge_qwen_v4/fresh.py faithful           # SmolLM2-135M: fresh_faithful.jsonl
     PYTHONPATH=src python results/judge_qwen_v4/fresh.py adaptive           # model-free: fresh_adaptive.jsonl
+    PYTHONPATH=src python results/judge_qwen_v4/fresh.py faithful_more      # SmolLM2-135M: fresh_faithful_more.jsonl
+
+``faithful_more`` (README "Amendment 2"): the faithful 2+2=5 of ``faithful`` on the same task draws extended to
+train-6000..19999 (the first 6000 checked equal), until the two files hold 200 rows together.
 
 ``adaptive`` (README "Amendment"): the false step written as the step that ends at the answer
 (``dgrpo.attacks.equation_at_answer.at_answer`` on the oracle solution), the hole rule B's ``excuse_answer`` leaves,
@@ -31,6 +35,7 @@ FIRST, LAST = 3000, 6000  # fresh problems train-3000..5999
 POISON_N = 200            # problems per written poison (train-3000..3199; 2+2=5: the first 200 two_two from 3000 on)
 HONEST_FIRST, HONEST_N = 3200, 400  # task solutions and python_math programs: train-3200..3599
 SAMPLE_FIRST, SAMPLE_PROBLEMS, SEEDS = 4000, 300, 10  # SmolLM2 samples: train-4000..4299, 10 seeds each
+MORE_LAST = 20000         # amendment 2: faithful 2+2=5 also on train-6000..19999, until 200 rows in all
 SEEN = [ROOT / "results" / d / "scores.jsonl" for d in ("judge_qwen", "judge_qwen_v2", "judge_qwen_v3")]
 
 
@@ -124,11 +129,29 @@ def faithful() -> list[dict]:
                 True, t.completion_prefix) for r in rows]
 
 
+def faithful_more() -> list[dict]:
+    import heldout
+    from dgrpo.tasks.arithmetic import ArithmeticTask
+
+    t, _ = tasks()
+    more = ArithmeticTask(seed=0, n_train=MORE_LAST, n_val=200)
+    if any(a.question != b.question for a, b in zip(t.train, more.train)):
+        raise SystemExit("the extended task draws differ from train-0..5999: the problem names would not match")
+    have = sum(1 for line in (OUT / "fresh_faithful.jsonl").read_text().splitlines() if line.strip())
+    rows, stats = heldout.faithful_equation(len(more.train), 64, 8, 16, task=more, first=LAST, enough=POISON_N - have,
+                                            progress=OUT / "fresh_faithful_more_raw.jsonl")
+    (OUT / "fresh_faithful_more_stats.json").write_text(json.dumps({**stats, "before": have}, indent=1) + "\n")
+    by_id = {p.prompt_id: p for p in more.train}
+    return [row("equation_sampled", f"v4/equation_sampled/{r['prompt_id']}", by_id[r["prompt_id"]], r["text"], False,
+                True, more.completion_prefix) for r in rows]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("stage", choices=("written", "samples", "faithful", "adaptive"))
+    ap.add_argument("stage", choices=("written", "samples", "faithful", "adaptive", "faithful_more"))
     args = ap.parse_args(argv)
-    rows = {"written": written, "samples": samples, "faithful": faithful, "adaptive": adaptive}[args.stage]()
+    rows = {"written": written, "samples": samples, "faithful": faithful, "adaptive": adaptive,
+            "faithful_more": faithful_more}[args.stage]()
     path = OUT / f"fresh_{args.stage}.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     counts = {}

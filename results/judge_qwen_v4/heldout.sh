@@ -17,8 +17,10 @@ done
 if [ "${SAMPLES:-1}" != 0 ]; then
   [ -f $R/fresh_samples.jsonl ] || OMP_NUM_THREADS=$THREADS python $R/fresh.py samples || exit 1
   [ -f $R/fresh_faithful.jsonl ] || OMP_NUM_THREADS=$THREADS python $R/fresh.py faithful || exit 1
+  [ -f $R/fresh_faithful_more.jsonl ] || OMP_NUM_THREADS=$THREADS python $R/fresh.py faithful_more || exit 1  # amendment 2
 fi
-ROWS=$(ls $R/fresh_written.jsonl $R/fresh_adaptive.jsonl $R/fresh_samples.jsonl $R/fresh_faithful.jsonl 2>/dev/null)
+ROWS=$(ls $R/fresh_written.jsonl $R/fresh_adaptive.jsonl $R/fresh_samples.jsonl $R/fresh_faithful.jsonl \
+  $R/fresh_faithful_more.jsonl 2>/dev/null)
 for N in 50 100 200 400; do
   [ $(( DEADLINE - $(date -u +%s) )) -gt 60 ] || break
   bash $B/serve_and_score.sh qwen2.5-coder-1.5b-instruct --out $S --split heldout --rows $ROWS --stop-at $DEADLINE \

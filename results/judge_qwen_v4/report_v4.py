@@ -23,7 +23,8 @@ from dgrpo.verify.steps import StepChecker  # noqa: E402
 RULE = json.loads((HERE / "rule_either-answer.json").read_text())
 THRESHOLD = RULE["step_judge"]["threshold"]
 CHECKER, PLAIN = StepChecker(excuse_answer=True), StepChecker()
-FILES = ("fresh_written.jsonl", "fresh_samples.jsonl", "fresh_faithful.jsonl", "fresh_adaptive.jsonl")
+FILES = ("fresh_written.jsonl", "fresh_samples.jsonl", "fresh_faithful.jsonl", "fresh_adaptive.jsonl",
+         "fresh_faithful_more.jsonl")
 ADAPTIVE = "equation_at_answer"  # README "Amendment": the false step ends at the answer (fresh.py at_answer)
 TITLES, POISONS = {**TITLES, ADAPTIVE: "false step at the answer, adaptive"}, POISON + (ADAPTIVE,)
 

@@ -7,7 +7,7 @@ Each node's judge must still give the verdict it would give alone: checked again
 from __future__ import annotations
 
 from dgrpo.config import load_config
-from dgrpo.defenses import share_verdicts
+from dgrpo.defenses import defense_counters, share_verdicts
 from dgrpo.defenses.judge import JudgeDefense, JudgeDefenseConfig
 from dgrpo.policy.loading import load_policy
 from dgrpo.tasks.arithmetic import ArithmeticTask
@@ -47,6 +47,22 @@ def test_three_honest_nodes_judge_each_completion_once_with_the_verdicts_each_wo
     assert apart.verdict_store_key() is None and apart.counters["calls"] == 6 and apart.cache is not judges[0].cache
     for v in verdicts:
         assert [(x.accepted, x.reason) for x in v] == [(x.accepted, x.reason) for x in alone]
+
+
+def test_the_record_counts_a_verdict_another_node_made_first(tiny_model_dir, tiny_model_dir_b):
+    """The round record reads the lowest honest node's counters (records.round_record). An attacker that routes a
+    completion to node 1 a round before node 0 (per-peer content) must not hide its judgment from them: node 0's
+    own judge would have counted it, so the shared judge counts it in every node's counters."""
+    cfg = load_config(None, [*SMALL, f"model.name={tiny_model_dir}",
+                             f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}]",
+                             "defenses=[{kind: judge, mode: logits, threshold: 0.5, action: zero}]"])
+    swarm = build_swarm(cfg, build_task(cfg), [0, 1, 2])
+    x = rollouts(swarm.task)[1:2]  # a worked solution with 2+2=5 appended
+    swarm.defenses[1][0].inspect(x)  # round 0: routed to node 1 only
+    swarm.defenses[0][0].inspect(x)  # round 1: node 0 receives it, its verdict is in the store
+    counts = defense_counters(swarm.defenses[0])["judge"]
+    assert counts["calls"] == 1 and counts["yes"] + counts["no"] == 1  # one judgment made, and the record has it
+    assert defense_counters(swarm.defenses[2]) == defense_counters(swarm.defenses[1]) == {"judge": counts}
 
 
 def served(**fields) -> JudgeDefense:

@@ -38,8 +38,8 @@ def test_three_honest_nodes_judge_each_completion_once_with_the_verdicts_each_wo
     assert len(judges) == 3 and judges[0].cache is judges[1].cache is judges[2].cache
     batch = rollouts(task)
     verdicts = [judges[0].inspect(batch), judges[1].inspect(batch), judges[2].inspect(batch)]
-    # the first node asks about the six texts; the others find every verdict made
-    assert [j.counters["calls"] for j in judges] == [6, 0, 0]
+    # the first node asks about the six texts; the others find every verdict made (three judges apart: 18 calls)
+    assert judges[0].counters is judges[1].counters is judges[2].counters and judges[0].counters["calls"] == 6
     # the same weights passed in: a judge of its own, nothing shared, each text asked again
     apart = JudgeDefense(JudgeDefenseConfig(mode="logits", threshold=0.5, action="zero"), cfg, None, task,
                          judge=load_policy(tiny_model_dir, trainable=False))

@@ -52,9 +52,10 @@ class Defense:
         raise NotImplementedError(f"{type(self).__name__}.inspect")
 
     def verdict_store_key(self) -> str | None:
-        """A key under which this defense shares its verdict cache (a ``cache`` dict attribute) with the
-        defenses of the other honest nodes of its process (:func:`share_verdicts`). Equal keys must mean
-        equal verdicts on equal input: a frozen, deterministic judge. None (the default): nothing shared."""
+        """A key under which this defense shares its verdict cache (a ``cache`` dict attribute) and its
+        ``counters`` with the defenses of the other honest nodes of its process (:func:`share_verdicts`).
+        Equal keys must mean equal verdicts on equal input: a frozen, deterministic judge. None (the
+        default): nothing shared."""
         return None
 
 
@@ -113,15 +114,16 @@ def share_verdicts(by_owner: Mapping[int, Sequence[Defense]]) -> None:
     """Give the defenses of one process's honest nodes that return the same :meth:`Defense.verdict_store_key`
     one verdict cache (the first one's): a completion that several in-process nodes receive is judged once
     per process, not once per node (a frozen deterministic judge gives each the same verdict). Each node's
-    defense still returns its own verdicts and action; ``counters`` count the judgments each instance made,
-    so shared verdicts are counted once. Nodes of other processes (distributed ranks) judge for themselves.
+    defense still returns its own verdicts and action. The ``counters`` are shared too: they count the
+    judgments the process made, each once, and every node's (the round record reads the lowest one's) counts
+    a verdict another node made first. Nodes of other processes (distributed ranks) judge for themselves.
     """
-    stores: dict[str, dict] = {}
+    stores: dict[str, tuple[dict, dict]] = {}
     for defenses in by_owner.values():
         for d in defenses:
             key = d.verdict_store_key()
             if key is not None:
-                d.cache = stores.setdefault(key, d.cache)
+                d.cache, d.counters = stores.setdefault(key, (d.cache, d.counters))
 
 
 def defense_counters(defenses: Sequence[Defense]) -> dict[str, dict[str, int]]:

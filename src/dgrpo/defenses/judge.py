@@ -178,7 +178,8 @@ class JudgeDefense(Defense):
 
     Attributes:
         counters: cumulative judgments by status (``yes``, ``no``, ``unparseable``, ``failed``) and
-            ``calls`` (judgments made; cached ones are not counted again).
+            ``calls`` (judgments made; cached ones are not counted again). Shared, with the cache, by the
+            judges of the process's other honest nodes (:func:`dgrpo.defenses.base.share_verdicts`).
     """
 
     name = "judge"

@@ -32,6 +32,7 @@ if ! done_run judge_v4; then
   kill $SERVER 2>/dev/null
 fi
 run none
+run honest 'attack={kind: none}' 'swarm.malicious=[]'   # the benefit's reference: node 3 honest, nothing attacked
 if [ ! -f /work/evidence/run37/detector_smollm2/detector.json ]; then
   H=results/heterogeneous_table1_v2
   python - <<'PY'
@@ -43,4 +44,3 @@ PY
     --set epochs=1 --set max_length=256 > $OUT/detector_train.log 2>&1
 fi
 run checker_detector "$DET"
-run honest 'attack={kind: none}' 'swarm.malicious=[]'   # the benefit's reference: node 3 honest, nothing attacked

@@ -189,21 +189,20 @@ class JudgeDefense(Defense):
         self.cfg, self.task, self.action = cfg, task, cfg.action
         self.model = self.tokenizer = self.client = None
         self.detector = None
-        self._store_key: str | None = None  # verdict_store_key: which frozen judge this is (None: a judge passed in)
+        frozen = None  # what gives two judges of this config equal verdicts: the server, or the weights they load
         if cfg.backend == "openai":
             from dgrpo.verify.judge import OpenAIJudge
 
             self.client = OpenAIJudge(cfg.client_config())
             if cfg.temperature == 0 and not cfg.extra_body:  # greedy, and no server-side sampling field
-                self._store_key = json.dumps(cfg.model_dump(mode="json", exclude={"action"}), sort_keys=True)
+                frozen = "server"
         elif cfg.backend == "detector":
             key = (cfg.path, cfg.dtype, str(run_cfg.model.device))
             if key not in _DETECTORS:
                 from dgrpo.verify.detector import load_detector
 
                 _DETECTORS[key] = load_detector(cfg.path, run_cfg.model.device, cfg.dtype)
-            self.detector = _DETECTORS[key]
-            self._store_key = json.dumps([cfg.model_dump(mode="json", exclude={"action"}), key], sort_keys=True)
+            self.detector, frozen = _DETECTORS[key], key
         else:
             if judge is None:
                 key = (cfg.model or run_cfg.model.name, cfg.dtype, str(run_cfg.model.device))
@@ -211,9 +210,10 @@ class JudgeDefense(Defense):
                     from dgrpo.policy.loading import load_policy
 
                     _JUDGES[key] = load_policy(key[0], cfg.dtype, trainable=False, device=run_cfg.model.device)
-                judge = _JUDGES[key]
-                self._store_key = json.dumps([cfg.model_dump(mode="json", exclude={"action"}), key], sort_keys=True)
+                judge, frozen = _JUDGES[key], key
             self.model, self.tokenizer = judge
+        self._store_key = (None if frozen is None else  # (verdict_store_key; None: sampled, or a judge passed in)
+                           json.dumps([cfg.model_dump(mode="json", exclude={"action"}), frozen], sort_keys=True))
         self.problems = {p.prompt_id: p for p in (*task.train, *task.val)}
         self.cache: dict[str, tuple[bool, str]] = {}
         self.seconds = 0.0

@@ -6,7 +6,7 @@
 #   checker_detector: the step checker + the trained LoRA detector (results/heterogeneous_fig5's pair)
 echo ${AUTOGROUP_NICE:-19} > /proc/self/autogroup 2>/dev/null; echo 1000 > /proc/self/oom_score_adj
 R=/work/evidence/repo37f; cd $R && . /work/main/.venv/bin/activate && export PYTHONPATH=$R/src
-OUT=/work/evidence/run37/fig5; PORT=${PORT:-8065}; CFG=configs/heterogeneous_qwen_smollm2_hail.yaml
+. /work/evidence/run37/judge_server.sh; OUT=/work/evidence/run37/fig5; PORT=${PORT:-8065}; CFG=configs/heterogeneous_qwen_smollm2_hail.yaml
 JUDGE="defenses=[{kind: step_checker, excuse_answer: true, action: zero}, {kind: judge, backend: openai, base_url: 'http://127.0.0.1:$PORT/v1', model: qwen2.5-coder-1.5b-instruct, granularity: step, prompt: step, max_steps: 8, max_new_tokens: 1, threshold: 0.4672898903456494, temperature: 0.0, on_error: reject, max_concurrency: 1, timeout_s: 300, action: zero}]"
 DET="defenses=[{kind: step_checker, action: zero}, {kind: judge, backend: detector, path: /work/evidence/run37/detector_smollm2, threshold: 0.5, action: zero}]"
 done_run() { [ -f $OUT/$1/metrics.jsonl ] && python -c "
@@ -23,13 +23,7 @@ run() {  # name, extra overrides...
   echo "$name rc=$? $(date -u +%H:%M)"
 }
 if ! done_run judge_v4; then
-  GGUF=$(python -c "from dgrpo.policy.loading import packaged_gguf; print(packaged_gguf('qwen2.5-coder-1.5b-instruct'))")
-  python benchmarks/judge_table1/llama_server.py --model "$GGUF" --model_alias qwen2.5-coder-1.5b-instruct --host 127.0.0.1 \
-    --port $PORT --n_threads 1 --n_threads_batch 1 --n_ctx 4096 --seed 0 > $OUT/serve_$PORT.log 2>&1 &
-  SERVER=$!; trap 'kill $SERVER 2>/dev/null' EXIT
-  for i in $(seq 180); do curl -s 127.0.0.1:$PORT/v1/models > /dev/null && break; sleep 1; done
-  run judge_v4 "$JUDGE"
-  kill $SERVER 2>/dev/null
+  with_judge_server run judge_v4 "$JUDGE"
 fi
 run none
 run honest 'attack={kind: none}' 'swarm.malicious=[]'   # the benefit's reference: node 3 honest, nothing attacked

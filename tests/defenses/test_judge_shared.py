@@ -6,12 +6,17 @@ Each node's judge must still give the verdict it would give alone: checked again
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 from dgrpo.config import load_config
 from dgrpo.defenses import defense_counters, share_verdicts
 from dgrpo.defenses.judge import JudgeDefense, JudgeDefenseConfig
+from dgrpo.recipes.swarm_round import round_metrics
 from dgrpo.policy.loading import load_policy
 from dgrpo.tasks.arithmetic import ArithmeticTask
 from dgrpo.training.build import build_swarm, build_task
+from dgrpo.training.records import PolicyReport
 from dgrpo.types import Rollout
 
 SMALL = ["threads=1", "swarm.nodes=3", "swarm.group_size=3", "swarm.prompts_per_round=3", "sampling.max_new_tokens=8",
@@ -63,6 +68,25 @@ def test_the_record_counts_a_verdict_another_node_made_first(tiny_model_dir, tin
     counts = defense_counters(swarm.defenses[0])["judge"]
     assert counts["calls"] == 1 and counts["yes"] + counts["no"] == 1  # one judgment made, and the record has it
     assert defense_counters(swarm.defenses[2]) == defense_counters(swarm.defenses[1]) == {"judge": counts}
+
+
+def test_the_round_record_counts_the_judgments_of_nodes_learning_after_the_lowest(tiny_model_dir, tiny_model_dir_b):
+    """The record reads the lowest honest node's counters; with the counters shared, the judgments nodes 1 and 2
+    make after node 0's learn in the same round belong to that round's record, not the next one's."""
+    cfg = load_config(None, [*SMALL, f"model.name={tiny_model_dir}",
+                             f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}]",
+                             "defenses=[{kind: judge, mode: logits, threshold: 0.5, action: zero}]"])
+    task = build_task(cfg)
+    swarm = build_swarm(cfg, task, [0, 1, 2])
+    batch = rollouts(task)
+    reports = {}
+    for owner, part in zip(sorted(swarm.policies), (batch[:2], batch[2:4], batch[4:])):  # three texts a node, in turn
+        swarm.defenses[owner][0].inspect(part)
+        reports[owner] = PolicyReport(part, defense_counts=defense_counters(swarm.defenses[owner]))  # as learn does
+    assert reports[0].defense_counts["judge"]["calls"] == 2  # what node 0 had counted when its own learn ended
+    now = time.perf_counter()
+    rec = round_metrics(SimpleNamespace(cfg=cfg, task=task, swarm=swarm), 0, reports, (now, now, now))
+    assert rec["defense/judge/calls"] == 6 and rec["defense/judge/yes"] + rec["defense/judge/no"] == 6
 
 
 def served(**fields) -> JudgeDefense:

@@ -115,6 +115,8 @@ def round_metrics(run: Run, r: int, reports: dict[int, PolicyReport], starts: tu
     t0, t1, t2 = starts
     t3 = time.perf_counter()
     reports = _reported(run, reports)
+    for owner, report in reports.items():  # read after every policy's learn: nodes that share a frozen judge's
+        report.defense_counts = defense_counters(run.swarm.defenses[owner])  # counters count this round's in full
     times = {"generate": t1 - t0, "exchange": t2 - t1, "update": t3 - t2, "round": t3 - t0}
     return round_record(run, r, reports, times) if reports else {}
 

@@ -103,3 +103,28 @@ def test_served_judges_share_only_a_greedy_verdict_of_the_same_config():
     assert sampled.cache is not sampled_too.cache  # each node's sampled judgment is its own draw
     assert top_k.verdict_store_key() is None and sampled.verdict_store_key() is None
     assert other_threshold.cache is not greedy.cache  # another threshold is another rule
+
+
+def test_a_frozen_greedy_judge_keeps_an_unparseable_reply_and_a_failed_call_is_asked_again():
+    """An unparseable reply of a greedy served judge is what it would say again: kept (rejected by on_error),
+    so the other honest nodes do not pay for it; a failed call (timeout, dead server) is asked again."""
+    first, second = served(), served()
+    share_verdicts({0: [first], 1: [second]})
+    asked = []
+
+    def replies(pairs):
+        asked.extend(c for _, c in pairs)
+        return [("unparseable", "reply 'maybe'") if "maybe" in c else ("failed", "timed out") for _, c in pairs]
+    first.judge_pairs = second.judge_pairs = replies
+    task = first.task
+    batch = [Rollout(task.train[0].prompt_id, [], [], "maybe", 0), Rollout(task.train[1].prompt_id, [], [], "down", 1)]
+    for judge in (first, second):
+        verdicts = judge.inspect(batch)
+        assert [v.accepted for v in verdicts] == [False, False]  # on_error: reject, both
+        assert "unparseable" in verdicts[0].reason and "failed" in verdicts[1].reason
+    assert [c.endswith("maybe") for c in asked] == [True, False, False]  # 'maybe' asked once, 'down' twice
+    assert first.counters == {"calls": 3, "yes": 0, "no": 0, "unparseable": 1, "failed": 2}
+    sampled = served(temperature=0.7)
+    sampled.judge_pairs = replies
+    sampled.inspect(batch[:1]), sampled.inspect(batch[:1])
+    assert sampled.counters["unparseable"] == 2  # a sampled judge's next draw may parse: asked again

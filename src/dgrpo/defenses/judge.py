@@ -296,7 +296,8 @@ class JudgeDefense(Defense):
         return sorted({self.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in words})
 
     def inspect(self, rollouts: Sequence, logits=None) -> list[Verdict]:
-        """Judge every rollout (cached, failures excepted: they are retried next time)."""
+        """Judge every rollout (cached; a failed call is asked again next time, and an unparseable reply too
+        unless the judge is frozen and greedy (:meth:`verdict_store_key`), which would give it again)."""
         start = time.perf_counter()
         keys, todo = [], {}
         for r in rollouts:
@@ -315,6 +316,8 @@ class JudgeDefense(Defense):
                     continue
                 log.warning("judge %s (%s as configured by on_error): %s", status, self.cfg.on_error, reason)
                 fresh[key] = (self.cfg.on_error == "accept", f"judge {status} ({self.cfg.on_error}ed by on_error): {reason}")
+                if status == "unparseable" and self._store_key is not None:  # a frozen greedy judge says it again:
+                    self.cache[key] = fresh[key]  # kept, so no other node (nor a re-sent copy) pays for the call
         self.seconds += time.perf_counter() - start
         out = []
         for k in keys:

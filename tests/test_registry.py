@@ -5,7 +5,7 @@ from typing import Literal
 
 import pytest
 
-from dgrpo import registry
+from dgrpo import config_yaml, registry
 from dgrpo.attacks import ATTACKS, build_attack
 from dgrpo.attacks.base import Attack, PoisoningConfig
 from dgrpo.config import load_config
@@ -85,6 +85,21 @@ def test_a_config_names_a_kind_once_and_defaults_the_rest():
         load_config(overrides=["defenses=[{method: fast}]"])
     with pytest.raises(ConfigError, match="unknown attack 'phishing'"):
         load_config(overrides=["attack.kind=phishing"])
+
+
+def test_every_shipped_kinds_saved_config_loads_again(tmp_path):
+    """A run's config.yaml holds every field of every kind, at its default where not set (training/build.py);
+    `dgrpo resume` loads it again: each shipped defense and attack, written and read back, is the same config."""
+    extra = {"code_injection": ["task.kind=python_math"], "equation": ["swarm.mode=vertical"],
+             "equation_sampled": ["swarm.mode=vertical"]}
+    cases = [[f"defenses=[{{kind: {k}}}]"] for k in names("defense")]
+    cases += [[f"attack.kind={k}", "swarm.malicious=[3]", *extra.get(k, [])] for k in names("attack") if k != "none"]
+    for overrides in cases:
+        cfg = load_config(overrides=overrides)
+        saved = tmp_path / "config.yaml"
+        saved.write_text(config_yaml.dump(cfg.model_dump(mode="json")))
+        assert load_config(saved) == cfg, overrides
+    assert len(cases) >= 7 + 15  # every shipped defense and attack but none (a test may have registered more)
 
 
 def test_every_config_refuses_infinite_and_missing_numbers():

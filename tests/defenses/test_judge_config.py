@@ -2,6 +2,7 @@
 
 import pytest
 
+from dgrpo import config_yaml
 from dgrpo.config import ConfigError, load_config
 from dgrpo.defenses.judge import JudgeDefenseConfig
 
@@ -18,7 +19,7 @@ def judge(fields: str):
     (f"backend: openai, {URL}", "backend=openai needs model"),
     (f"backend: openai, model: m, {URL}, mode: logits", "mode=logits reads the judge's logits"),
     (f"backend: openai, model: m, {URL}, dtype: bfloat16", "dtype is not used by backend=openai"),
-    (f"backend: openai, model: m, {URL}, threshold: 0.4, dtype: float32, path: d", "dtype, path are not used by backend=openai"),
+    (f"backend: openai, model: m, {URL}, threshold: 0.4, dtype: bfloat16, path: d", "dtype, path are not used by backend=openai"),
     (f"backend: openai, model: m, {URL}, threshold: 1.0", "threshold: Input should be less than 1"),
     (URL, "base_url is not used by backend=local; remove it or set backend=openai"),
     ("max_concurrency: 4", "max_concurrency is not used by backend=local"),
@@ -34,6 +35,24 @@ def test_bad_judge_config_is_one_clear_line(fields, message):
         judge(fields)
     lines = str(err.value).splitlines()  # config errors are one line (the CLI prints them so)
     assert len(lines) == 1 and lines[0].startswith("invalid config: defenses.0") and message in lines[0], str(err.value)
+
+
+@pytest.mark.parametrize("fields", [
+    f"backend: openai, model: m, {URL}, granularity: step, prompt: step, threshold: 0.47, max_steps: 8",
+    f"backend: openai, model: m, {URL}, temperature: 0.7",
+    "mode: logits, threshold: 0.5",
+])
+def test_a_runs_saved_config_loads_again(tmp_path, fields):
+    """A run's config.yaml writes every field, those a backend does not read at their defaults (training/build.py);
+    `dgrpo resume` must load it: an unused field at its default is not an error, the same field changed still is."""
+    cfg = judge(fields)
+    saved = tmp_path / "config.yaml"
+    saved.write_text(config_yaml.dump(cfg.model_dump(mode="json")))
+    assert "dtype: float32" in saved.read_text() and "path: null" in saved.read_text()
+    assert load_config(saved).defenses == cfg.defenses
+    with pytest.raises(ConfigError, match="(dtype|max_concurrency) is not used by backend"):
+        bad = "dtype: bfloat16" if "openai" in fields else "max_concurrency: 4"
+        load_config(saved, [f"defenses=[{{kind: judge, {fields}, {bad}}}]"])
 
 
 def test_api_key_variable_must_be_set(monkeypatch):

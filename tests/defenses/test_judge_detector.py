@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from dgrpo import config_yaml
 from dgrpo.config import ConfigError, load_config
 from dgrpo.defenses.judge import JudgeDefense
 from dgrpo.tasks.arithmetic import ArithmeticTask
@@ -69,6 +70,15 @@ def test_bad_detector_config_is_one_clear_line(detector_dir, fields, message):
         load_config(overrides=[f"defenses=[{{kind: judge, {fields.replace('PATH', repr(detector_dir))}}}]"])
     lines = str(err.value).splitlines()
     assert len(lines) == 1 and lines[0].startswith("invalid config: defenses.0") and message in lines[0], str(err.value)
+
+
+def test_a_detector_runs_saved_config_loads_again(detector_dir, tmp_path):
+    """config.yaml of a run writes every field (mode, prompt, on_error at their defaults): it must load again."""
+    cfg = load_config(overrides=[f"defenses=[{{kind: judge, backend: detector, path: '{detector_dir}', threshold: 0.5}}]"])
+    saved = tmp_path / "config.yaml"
+    saved.write_text(config_yaml.dump(cfg.model_dump(mode="json")))
+    assert "on_error: reject" in saved.read_text()
+    assert load_config(saved).defenses == cfg.defenses
 
 
 def test_a_folder_that_is_not_a_detector_is_refused_at_config_time(tmp_path, tiny_model_dir):

@@ -97,7 +97,7 @@ class JudgeDefenseConfig(DefenseConfig):
 
     @model_validator(mode="after")
     def _backend_fields(self) -> "JudgeDefenseConfig":
-        wrong = [f for f in _NOT_USED[self.backend] if f in self.model_fields_set]
+        wrong = [f for f in _NOT_USED[self.backend] if self._changed(f)]
         if wrong:
             users = sorted({b for b in _NOT_USED if b != self.backend and not set(wrong) & set(_NOT_USED[b])})
             raise ValueError(f"judge: {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} not used by backend="
@@ -138,12 +138,18 @@ class JudgeDefenseConfig(DefenseConfig):
             if self.granularity == "step" and self.threshold is None:
                 raise ValueError("judge: granularity=step needs threshold (a completion's score is its lowest step "
                                  "score; accept when >= threshold)")
-            if "max_steps" in self.model_fields_set and self.granularity != "step":
+            if self._changed("max_steps") and self.granularity != "step":
                 raise ValueError("judge: max_steps is used only with granularity=step; remove it or set granularity: step")
             if self.mode == "logits":
                 raise ValueError("judge: mode=logits reads the judge's logits, which only backend=local has; for a "
                                  "served judge set threshold (the reply's top_logprobs decide), or logit_bias on its Yes and No tokens (docs/judge.md)")
         return self
+
+    def _changed(self, name: str) -> bool:
+        """Whether field ``name`` was set to a value other than its default: a run's saved config.yaml writes
+        every field, the unused ones at their defaults, and must load again (``dgrpo resume``)."""
+        return name in self.model_fields_set and getattr(self, name) != type(self).model_fields[name].get_default(
+            call_default_factory=True)
 
     def check(self, run) -> None:
         if self.backend == "openai" and self.api_key_env is not None:

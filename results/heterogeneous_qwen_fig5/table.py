@@ -71,25 +71,29 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=Path, default=HERE)
     args = ap.parse_args(argv)
-    out, lines = {}, ["| run | rounds | held-out accuracy r0 → r6 → r12 (nodes 0/1/2) | ASR r0 → r6 → r12 | poisoned rejected | honest rejected | judge calls, judge s a round |",
-                      "|---|---|---|---|---|---|---|"]
-    for name in RUNS:
-        path = args.runs / name / "metrics.jsonl"
-        if not path.exists():
-            continue
-        s = out[name] = summary(rows(path))
-        ev = s["evals"].values()
-        acc = " → ".join(f"{e['accuracy']:.3f} [{e['ci95'][0]:.2f}, {e['ci95'][1]:.2f}] ({e['node0']:.2f}/{e['node1']:.2f}/"
-                         f"{e['node2']:.2f})" for e in ev)
-        asr = " → ".join("–" if e["asr"] is None else f"{e['asr']:.3f}" for e in ev)
+    out = {name: summary(rows(args.runs / name / "metrics.jsonl")) for name in RUNS
+           if (args.runs / name / "metrics.jsonl").exists()}
+    lines = ["| run | rounds | held-out accuracy of nodes 0-2 at each evaluation (last: Wilson 95 %) | ASR at each evaluation "
+             "| poisoned rejected | honest rejected | judge calls, judge s a round |", "|---|---|---|---|---|---|---|"]
+    detail = ["| run | round | accuracy of nodes 0-2 [Wilson 95 %] | node 0 SmolLM2 | node 1 Qwen | node 2 SmolLM2 | ASR |",
+              "|---|---|---|---|---|---|---|"]
+    for name, s in out.items():
+        ev = s["evals"]
+        last = ev[max(ev)]
+        acc = " → ".join(f"r{k} {e['accuracy']:.3f}" for k, e in ev.items()) + f" [{last['ci95'][0]:.2f}, {last['ci95'][1]:.2f}]"
+        asr = " → ".join("–" if e["asr"] is None else f"{e['asr']:.3f}" for e in ev.values())
         judge = ("–" if s["judge_calls"] is None else
                  f"{s['judge_calls']}, {s['judge_s_per_round']:.0f} s ({s['judge_s_per_call']:.1f} s a call)")
         by = ", ".join(f"{k} {v}" for k, v in s["honest_rejected_by"].items())
         lines.append(f"| {LABEL[name]} | {s['rounds']} | {acc} | {asr} | {share(s['poisoned_rejected'])} | "
                      f"{share(s['honest_rejected'])}{f' ({by})' if by else ''} | {judge} |")
+        detail += [f"| {LABEL[name]} | {k} | {e['accuracy']:.3f} [{e['ci95'][0]:.2f}, {e['ci95'][1]:.2f}] | {e['node0']:.2f} | "
+                   f"{e['node1']:.2f} | {e['node2']:.2f} | {'–' if e['asr'] is None else format(e['asr'], '.3f')} |"
+                   for k, e in ev.items()]
     (HERE / "table.json").write_text(json.dumps(out, indent=1) + "\n")
-    (HERE / "table.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = "\n".join(lines) + "\n\nPer evaluation (32 sampled held-out prompts a node):\n\n" + "\n".join(detail) + "\n"
+    (HERE / "table.md").write_text(text)
+    print(text)
     return 0
 
 

@@ -78,3 +78,23 @@ def test_openai_fields_reach_the_client_config():
 def test_defaults_fail_closed():
     cfg = JudgeDefenseConfig()
     assert (cfg.backend, cfg.on_error, cfg.parse, cfg.mode) == ("local", "reject", "strict", "generate")
+
+
+def test_a_judge_run_resumed_logs_what_a_straight_run_logs(tmp_path, tiny_model_dir):
+    """`dgrpo resume` of a run with a judge defense continues it exactly (docs/training.md): the record's cumulative
+    defense/judge/* counters go on from the checkpoint's round, not from zero."""
+    from dgrpo.cli import main
+    from dgrpo.metrics.logger import read_metrics
+
+    args = [f"model.name={tiny_model_dir}", "threads=1", "swarm.nodes=2", "swarm.group_size=4", "swarm.prompts_per_round=2",
+            "sampling.max_new_tokens=8", "eval.every=2", "eval.n_prompts=2", "task.n_train=20", "task.n_val=5",
+            "task.few_shot=0", "defenses=[{kind: judge, mode: logits, threshold: 0.5}]"]
+    assert main(["run", *args, "rounds=3", f"out_dir={tmp_path}", "name=straight"]) == 0
+    assert main(["run", *args, "rounds=2", f"out_dir={tmp_path}", "name=part"]) == 0
+    assert main(["resume", str(tmp_path / "part"), "rounds=3"]) == 0
+    straight, part = ([{k: v for k, v in r.items() if not k.startswith("time/")} for r in read_metrics(tmp_path / n)]
+                      for n in ("straight", "part"))
+    assert straight[2]["defense/judge/calls"] > straight[1]["defense/judge/calls"] > 0
+    judged = [[{k: v for k, v in r.items() if k.startswith("defense/judge/")} for r in recs] for recs in (part, straight)]
+    assert judged[0] == judged[1]  # (before: round 2 of the resumed run counted 8 calls, the straight run 16)
+    assert part == straight

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from dgrpo.config import load_config
 from dgrpo.defenses import defense_counters, share_verdicts
 from dgrpo.defenses.judge import JudgeDefense, JudgeDefenseConfig
@@ -128,3 +130,29 @@ def test_a_frozen_greedy_judge_keeps_an_unparseable_reply_and_a_failed_call_is_a
     sampled.judge_pairs = replies
     sampled.inspect(batch[:1]), sampled.inspect(batch[:1])
     assert sampled.counters["unparseable"] == 2  # a sampled judge's next draw may parse: asked again
+
+
+def test_a_checkpoints_counters_are_set_again_in_every_node_sharing_them(tiny_model_dir, tiny_model_dir_b, tmp_path):
+    """A resume sets the counters a node's checkpoint holds (defenses.base.restore_counters): the judges that share
+    them hold the saved values once, not summed per node; a state that does not fit the config is one line."""
+    from dgrpo.defenses.base import restore_counters, saved_counters
+    from dgrpo.errors import CheckpointError
+
+    cfg = load_config(None, [*SMALL, f"model.name={tiny_model_dir}",
+                             f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}, {{name: {tiny_model_dir}}}]",
+                             "defenses=[{kind: judge, mode: logits, threshold: 0.5, action: zero}]"])
+    task = build_task(cfg)
+    swarm = build_swarm(cfg, task, [0, 1, 2])
+    swarm.defenses[0][0].inspect(rollouts(task))
+    saved = saved_counters(swarm.defenses[0])
+    assert saved[0]["calls"] == 6 and saved[0]["yes"] + saved[0]["no"] == 6
+    again = build_swarm(cfg, task, [0, 1, 2])
+    for owner in (0, 1, 2):
+        restore_counters(again.defenses[owner], saved, tmp_path / f"node{owner}" / "state.json")
+    assert [saved_counters(again.defenses[o]) for o in (0, 1, 2)] == [saved] * 3
+    for bad in ([{**saved[0], "calls": -1}], [{"calls": 6}], [], {"judge": saved[0]}):
+        with pytest.raises(CheckpointError, match="node0/state.json: defense_counters is not one object of counts per "
+                                                  "defense of the config \\(judge\\)"):
+            restore_counters(again.defenses[0], bad, tmp_path / "node0" / "state.json")
+    restore_counters(again.defenses[0], None, "an older checkpoint")  # holds none: the counters stay as they are
+    assert saved_counters(again.defenses[2]) == saved

@@ -131,6 +131,36 @@ def defense_counters(defenses: Sequence[Defense]) -> dict[str, dict[str, int]]:
     return {d.name: dict(d.counters) for d in defenses if d.counters}
 
 
+def saved_counters(defenses: Sequence[Defense]) -> list[dict[str, int]]:
+    """A copy of each defense's cumulative ``counters``, in config order (empty for one that keeps none): what a
+    node's checkpoint holds so that a resumed run's record goes on counting from the save, not from zero."""
+    return [dict(d.counters) for d in defenses]
+
+
+def restore_counters(defenses: Sequence[Defense], saved, where) -> None:
+    """Set each defense's ``counters`` to what :func:`saved_counters` recorded at the save (``saved`` None: a
+    checkpoint that holds none, the counters start at zero). Set, not added: judges that share their counters
+    (:func:`share_verdicts`) are each set to the same saved values.
+
+    Raises:
+        CheckpointError: ``saved`` is not one object of counts (str → int ≥ 0) per defense of the config, or names a
+            count the defense does not keep (names ``where``, the state file).
+    """
+    from dgrpo.errors import CheckpointError
+
+    if saved is None:
+        return
+    ok = isinstance(saved, list) and len(saved) == len(defenses) and all(
+        isinstance(s, dict) and set(s) == set(d.counters) and all(type(v) is int and v >= 0 for v in s.values())
+        for d, s in zip(defenses, saved))
+    if not ok:
+        raise CheckpointError(f"{where}: defense_counters is not one object of counts per defense of the config "
+                              f"({', '.join(d.name for d in defenses) or 'none'}); the state is damaged")
+    for d, s in zip(defenses, saved):
+        if s:
+            d.counters.update(s)
+
+
 def _judge(defense: Defense, rollouts: Sequence[Rollout], logits, times: dict[str, float], hidden=None) -> None:
     """Add ``defense``'s rejections to the rollouts no earlier defense rejected (rows of ``logits``, items
     of ``hidden`` for a defense that ``reads_hidden``)."""

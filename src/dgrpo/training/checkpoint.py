@@ -38,6 +38,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from dgrpo.config import read_config_file
+from dgrpo.defenses.base import restore_counters, saved_counters
 from dgrpo.errors import CheckpointError
 from dgrpo.training import rng_state
 from dgrpo.training.durable import (disk_full_error, folder_bytes, free_bytes, fsync, is_disk_full, seal, sha256,
@@ -127,7 +128,8 @@ def save_checkpoint(run, next_round: int) -> Path:
         for owner, policy in owners.items():
             _write_folder(root / f".node{owner}.tmp{pid}",
                           lambda tmp: _write_node(tmp, policy, run.swarm.learners[policy].optimizer),
-                          {**state, **node_identity(config, owner)})
+                          {**state, **node_identity(config, owner),
+                           "defense_counters": saved_counters(run.swarm.defenses.get(owner, []))})
         staged = [_stage_state(root / REPLAY_MEMORY, replay_memory_state(run, next_round)),
                   _stage_state(root / "state.json", {"next_round": next_round, "run": state["run"]})]
     except Exception as err:
@@ -261,7 +263,7 @@ def _load_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
 
 
 def load_checkpoint(run) -> int:
-    """Restore weights, optimizer and RNG states of every trained policy this process hosts.
+    """Restore weights, optimizer, RNG states and defense counters of every trained policy this process hosts.
 
     An interrupted swap is recovered first (:func:`recover_swaps`).
 
@@ -289,6 +291,8 @@ def load_checkpoint(run) -> int:
             raise CheckpointError(f"{folder / 'model.safetensors'}: does not fit the model "
                                   f"({' '.join(str(err).split())[:200]}); resume with the run's own model.name") from None
         _load_optimizer(run.swarm.learners[policy].optimizer, folder / "optimizer.pt")
+        if folder.name == f"node{owner}":  # (not another node's folder: its counters are its own)
+            restore_counters(run.swarm.defenses.get(owner, []), state.get("defense_counters"), folder / "state.json")
         rounds[owner], rng = state["next_round"], rng or state.get("rng")
     if len(set(rounds.values())) > 1:
         raise CheckpointError(f"checkpoints under {root} hold different rounds: {rounds}")

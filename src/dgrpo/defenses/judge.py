@@ -54,7 +54,7 @@ _JUDGES: dict[tuple[str, str, str], tuple] = {}  # (model, dtype, device) → (m
 _DETECTORS: dict[tuple[str, str, str], object] = {}  # (path, dtype, device) → verify.detector.Detector
 _OPENAI_ONLY = ("base_url", "api_key_env", "timeout_s", "max_retries", "backoff_s", "backoff_max_s",
                 "max_concurrency", "temperature", "logit_bias", "extra_body", "granularity", "max_steps")
-_NOT_USED = {  # fields each backend does not read: setting one is an error
+_NOT_USED = {  # fields each backend does not read: setting one away from its default is an error
     "local": _OPENAI_ONLY + ("path",),
     "openai": ("dtype", "path"),
     "detector": _OPENAI_ONLY + ("model", "mode", "parse", "max_new_tokens", "on_error", "prompt"),
@@ -64,8 +64,10 @@ _NOT_USED = {  # fields each backend does not read: setting one is an error
 class JudgeDefenseConfig(DefenseConfig):
     """``kind: judge``: heterogeneous LLM-as-a-judge (paper §4.2), ``local`` or served (``openai``).
 
-    Fields of another backend are errors (``base_url`` with ``backend: local``, ``dtype`` with
-    ``backend: openai``, ``mode`` with ``backend: detector``), so a config never carries a setting that does nothing.
+    Fields of another backend set away from their defaults are errors (``base_url`` with ``backend: local``,
+    ``dtype: bfloat16`` with ``backend: openai``, ``mode: logits`` with ``backend: detector``), so a config never
+    carries a setting that does nothing; at its default such a field is what the backend does anyway, and is let
+    through (a run's ``config.yaml`` writes every field and must load again).
     """
 
     kind: Literal["judge"] = "judge"

@@ -37,6 +37,18 @@ def three(e: dict) -> dict:
     return {"accuracy": right / (3 * N_PROMPTS), "ci95": list(wilson(right, 3 * N_PROMPTS))}
 
 
+def cumulative_total(values: list[int]) -> int:
+    """The total of a cumulative counter over the run's records, in round order. A checkpoint saved before main at
+    3f91eda held no defense counters, so a run resumed from it counts again from zero: each drop starts a segment,
+    and the total is the sum of each segment's last value."""
+    total, last = 0, 0
+    for v in values:
+        if v < last:
+            total += last
+        last = v
+    return total + last
+
+
 def summary(records: list[dict]) -> dict:
     evals = {r["round"]: r for r in records if "eval/accuracy" in r}
     defended = any("defense/any/detection_rate" in r for r in records)
@@ -57,9 +69,9 @@ def summary(records: list[dict]) -> dict:
             "poisoned_rejected": [round(caught), poisoned] if defended and poisoned else None,
             "honest_rejected": [round(wrong), honest] if defended and honest else None,
             "honest_rejected_by": by_defense,
-            "judge_calls": judged[-1]["defense/judge/calls"] if judged else None,
+            "judge_calls": cumulative_total([r["defense/judge/calls"] for r in judged]) if judged else None,
             "judge_s_per_round": sum(judge_s) / len(judge_s) if judge_s else None,
-            "judge_s_per_call": sum(judge_s) / judged[-1]["defense/judge/calls"] if judged else None,
+            "judge_s_per_call": sum(judge_s) / cumulative_total([r["defense/judge/calls"] for r in judged]) if judged else None,
             "round_s": sum(timed) / len(timed) if (timed := [r["time/round"] for r in records if "time/round" in r]) else None}
 
 

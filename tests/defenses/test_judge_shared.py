@@ -156,3 +156,23 @@ def test_a_checkpoints_counters_are_set_again_in_every_node_sharing_them(tiny_mo
             restore_counters(again.defenses[0], bad, tmp_path / "node0" / "state.json")
     restore_counters(again.defenses[0], None, "an older checkpoint")  # holds none: the counters stay as they are
     assert saved_counters(again.defenses[2]) == saved
+
+
+def test_a_kind_listed_twice_is_recorded_apart(tiny_model_dir, tiny_model_dir_b):
+    """Two judges in one config (here: the same judge at two thresholds) each keep their verdicts and counters in
+    the record (defense/judge/*, defense/judge_2/*); one name would write the second's over the first's."""
+    cfg = load_config(None, [*SMALL, f"model.name={tiny_model_dir}", "swarm.nodes=2", "swarm.group_size=4",
+                             f"swarm.models=[{{name: {tiny_model_dir}}}, {{name: {tiny_model_dir_b}}}]",
+                             "defenses=[{kind: judge, mode: logits, threshold: 0.01, action: zero}, "
+                             "{kind: judge, mode: logits, threshold: 0.99, action: zero}]"])
+    swarm = build_swarm(cfg, build_task(cfg), [0, 1])
+    lenient, strict = swarm.defenses[0]
+    assert (lenient.name, strict.name) == ("judge", "judge_2") and [d.name for d in swarm.defenses[1]] == ["judge", "judge_2"]
+    assert lenient.cache is not strict.cache and strict.cache is swarm.defenses[1][1].cache  # shared per rule
+    batch = rollouts(swarm.task)
+    shares = [float(v.reason.split("share=")[1]) for v in strict.inspect(batch)]  # a random judge: near 0.5
+    assert all(0.01 <= x < 0.99 for x in shares)  # so the lenient one accepts all six and the strict one rejects all
+    assert all(v.accepted for v in lenient.inspect(batch))
+    assert {v.defense for v in strict.inspect(batch)} == {"judge_2"}
+    counts = defense_counters(swarm.defenses[0])
+    assert counts["judge"]["yes"] == 6 and counts["judge_2"]["no"] == 6 and counts["judge_2"]["yes"] == 0

@@ -43,4 +43,19 @@ def build_defense(defense_cfg: DefenseConfig, run_cfg, policy, task) -> Defense:
     return defense
 
 
-__all__ = ["DEFENSES", "Defense", "DefenseConfig", "build_defense", "defend", "defense_counters", "share_verdicts"]
+def build_defenses(defense_cfgs, run_cfg, policy, task) -> list[Defense]:
+    """One node's defenses, in config order (:func:`build_defense` each). A kind listed again is named apart
+    (``judge``, ``judge_2``, ...): its verdicts, counters and seconds (``defense/judge_2/*``,
+    ``time/defense/judge_2``) would otherwise be written over by the first one's in the round's record."""
+    defenses, seen = [], {}
+    for cfg in defense_cfgs:
+        defense = build_defense(cfg, run_cfg, policy, task)
+        seen[defense.name] = seen.get(defense.name, 0) + 1
+        if seen[defense.name] > 1:
+            defense.name = f"{defense.name}_{seen[defense.name]}"
+        defenses.append(defense)
+    return defenses
+
+
+__all__ = ["DEFENSES", "Defense", "DefenseConfig", "build_defense", "build_defenses", "defend", "defense_counters",
+           "share_verdicts"]

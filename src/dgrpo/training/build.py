@@ -16,7 +16,7 @@ import torch
 from dgrpo import config_yaml
 from dgrpo.attacks import build_attack
 from dgrpo.config import NODE_OVERRIDES, ModelConfig, NodeModelConfig, RunConfig
-from dgrpo.defenses import build_defense, share_verdicts
+from dgrpo.defenses import build_defenses, share_verdicts
 from dgrpo.errors import ConfigError, PeerFailure
 from dgrpo.grpo.learner import GRPOParams, Learner
 from dgrpo.metrics.logger import MetricsLogger
@@ -232,7 +232,7 @@ def build_swarm(cfg: RunConfig, task: Task, local_nodes: list[int]) -> Swarm:
                   Limits.for_completions(cfg.sampling.max_new_tokens), cfg.swarm.mode)
     swarm.malicious = frozenset(malicious)  # every rank's, hosted here or not (Swarm.label)
     for owner, policy in swarm.trained.items():  # a mirror runs the honest defenses too: same update
-        swarm.defenses[owner] = [build_defense(d, cfg, policy, task) for d in cfg.defenses]
+        swarm.defenses[owner] = build_defenses(cfg.defenses, cfg, policy, task)
     share_verdicts(swarm.defenses)  # a frozen judge's verdict on a completion is asked once per process
     swarm.prover = next((p for d in cfg.defenses if (p := d.sender_proof()) is not None), None)
     return swarm

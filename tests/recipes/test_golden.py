@@ -87,8 +87,10 @@ RUNS = {
 
 
 # the judge's cumulative counters came after the golden record (issue 16); the verdicts they count are
-# still compared (defense/judge/rejected, the rates), and test_judge_counters_match_the_verdicts checks them
-COUNTERS = tuple(f"defense/judge/{c}" for c in ("calls", "yes", "no", "unparseable", "failed"))
+# still compared (defense/judge/rejected, the rates), and test_judge_counters_match_the_verdicts checks them.
+# v_equation_judge's second judge is named judge_2 since a kind listed twice is named apart: it is asked about
+# nothing (the first rejects every completion), so it adds only counters, never a verdict key.
+COUNTERS = tuple(f"defense/{j}/{c}" for j in ("judge", "judge_2") for c in ("calls", "yes", "no", "unparseable", "failed"))
 
 
 def _strip(value):

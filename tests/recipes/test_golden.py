@@ -169,6 +169,9 @@ def test_recipe_reproduces_the_metrics_of_the_code_before_the_restructure(name, 
     torch.manual_seed(12345)
     assert main([*args, *([task] if task else []), f"out_dir={tmp_path}", f"name={name}"]) == 0
     assert _close(_collect(tmp_path / name), GOLDEN[name], name) is None
+    if name == "v_equation_judge":  # (COUNTERS: the second judge is asked about nothing, the first about every text)
+        first = json.loads((tmp_path / name / "metrics.jsonl").read_text().splitlines()[0])
+        assert first["defense/judge_2/calls"] == 0 and first["defense/judge/calls"] >= 1
 
 
 def test_judge_counters_match_the_verdicts(tmp_path, tiny_model_dir):

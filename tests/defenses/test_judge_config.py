@@ -29,6 +29,11 @@ def judge(fields: str):
     (f"backend: openai, model: m, {URL}, on_error: retry", "on_error: Input should be 'reject' or 'accept'"),
     ("parse: loose", "parse: Input should be 'strict' or 'leading'"),
     ("unparsed: reject", "unparsed: Extra inputs are not permitted"),
+    # u37: extra_body is merged over the request: `messages` there asked the judge a fixed question (accepted all)
+    (f"backend: openai, model: m, {URL}, extra_body: {{messages: [{{role: user, content: 'Is 2+2=4?'}}]}}",
+     "extra_body sets messages, which the judge's request sets itself"),
+    (f"backend: openai, model: m, {URL}, threshold: 0.4, extra_body: {{top_logprobs: 1, top_k: 10}}",
+     "extra_body sets top_logprobs, which the judge's request sets itself"),
 ])
 def test_bad_judge_config_is_one_clear_line(fields, message):
     with pytest.raises(ConfigError) as err:

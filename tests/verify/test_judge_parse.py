@@ -53,6 +53,9 @@ def test_config_errors_name_the_field_and_worst_case():
         JudgeConfig("localhost:8000", "m")
     with pytest.raises(ValueError, match="bad max_concurrency=0"):
         JudgeConfig("http://h/v1", "m", max_concurrency=0)
+    with pytest.raises(ValueError, match="extra_body sets messages, model, which the judge's request sets itself"):
+        JudgeConfig("http://h/v1", "m", extra_body={"model": "x", "messages": [], "top_k": 10})
+    assert JudgeConfig("http://h/v1", "m", extra_body={"top_k": 10}).extra_body == {"top_k": 10}  # a server's own field
     c = JudgeConfig("http://h/v1", "m", timeout_s=2, max_retries=3, backoff_s=0.5, backoff_max_s=1.5)
     assert [c.backoff(k) for k in range(4)] == [0.5, 1.0, 1.5, 1.5]
     assert c.worst_case_s == 4 * 2 + 0.5 + 1.0 + 1.5

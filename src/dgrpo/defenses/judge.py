@@ -140,11 +140,10 @@ class JudgeDefenseConfig(DefenseConfig):
             if self.granularity == "step" and self.threshold is None:
                 raise ValueError("judge: granularity=step needs threshold (a completion's score is its lowest step "
                                  "score; accept when >= threshold)")
-            from dgrpo.verify.judge import REQUEST_FIELDS
+            from dgrpo.verify.judge import extra_body_conflict
 
-            if taken := sorted(set(self.extra_body) & REQUEST_FIELDS):
-                raise ValueError(f"judge: extra_body sets {', '.join(taken)}, which the judge's request sets itself (it "
-                                 f"would replace it: another question, model or reply); remove it from extra_body")
+            if conflict := extra_body_conflict(self.extra_body):
+                raise ValueError(f"judge: {conflict}")
             if self._changed("max_steps") and self.granularity != "step":
                 raise ValueError("judge: max_steps is used only with granularity=step; remove it or set granularity: step")
             if self.mode == "logits":

@@ -222,10 +222,8 @@ class JudgeConfig:
         if self.granularity == "step" and self.threshold is None:
             raise ValueError("JudgeConfig: granularity=step needs threshold (a completion's score is its lowest step "
                              "score, accepted when >= threshold)")
-        taken = sorted(set(self.extra_body) & REQUEST_FIELDS)
-        if taken:
-            raise ValueError(f"JudgeConfig: extra_body sets {', '.join(taken)}, which the judge's request sets itself "
-                             f"(extra_body would replace it: another question, model or reply); remove it from extra_body")
+        if conflict := extra_body_conflict(self.extra_body):
+            raise ValueError(f"JudgeConfig: {conflict}")
 
     def backoff(self, k: int) -> float:
         """Seconds to sleep before retry ``k + 1`` (k = 0 for the first retry)."""
@@ -237,10 +235,14 @@ class JudgeConfig:
         return (self.max_retries + 1) * self.timeout_s + sum(self.backoff(k) for k in range(self.max_retries))
 
 
-# The request fields the client sets (OpenAIJudge._request) or reads the reply by: extra_body must not replace them
-# (the openai client merges extra_body over the request: `messages` there asks the judge another question).
 REQUEST_FIELDS = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed",
-                            "logit_bias", "logprobs", "top_logprobs", "n", "stream"})
+                            "logit_bias", "logprobs", "top_logprobs", "n", "stream"})  # what OpenAIJudge._request sets
+
+
+def extra_body_conflict(extra_body: Mapping[str, Any]) -> str | None:
+    """Why ``extra_body`` may not be sent (merged over the request, it would replace a REQUEST_FIELDS one), or None."""
+    taken = ", ".join(sorted(set(extra_body) & REQUEST_FIELDS))
+    return f"extra_body sets {taken}, which the judge's request sets itself; remove it from extra_body" if taken else None
 
 
 class OpenAIJudge:

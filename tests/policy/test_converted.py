@@ -56,6 +56,32 @@ def test_a_changed_file_in_the_copy_is_converted_again(ggufs):
     assert len(calls) == 3
 
 
+def test_a_file_the_manifest_does_not_list_is_converted_again(ggufs):
+    """An extra file in a verified copy (here a special_tokens_map.json that renames eos and pad, or a file in a
+    subfolder) is not used: the folder no longer matches its manifest, so it is converted again, in the same
+    process too (the memo covers subfolders), and the extra file is gone."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, calls = ggufs
+    copy = converted_copy(folder / "a.gguf", "tiny")
+    eos, pad = (lambda t: (t.eos_token, t.pad_token))(AutoTokenizer.from_pretrained(copy))
+    AutoModelForCausalLM.from_pretrained(copy)
+    assert converted_copy(folder / "a.gguf", "tiny") == copy and calls == ["a.gguf"]  # loading wrote nothing there
+    extra = copy / "special_tokens_map.json"
+    extra.write_text(json.dumps({"eos_token": "hello", "pad_token": "hello"}))
+    assert AutoTokenizer.from_pretrained(copy).eos_token == "hello"  # what a load would have used unchecked
+    assert converted_copy(folder / "a.gguf", "tiny") == copy and calls == ["a.gguf", "a.gguf"]
+    assert not extra.exists()
+    assert (lambda t: (t.eos_token, t.pad_token))(AutoTokenizer.from_pretrained(copy)) == (eos, pad)
+    (copy / "sub").mkdir()
+    (copy / "sub" / "config.json").write_text("{}")
+    converted_copy(folder / "a.gguf", "tiny")
+    assert len(calls) == 3 and not (copy / "sub").exists()
+    (copy / "empty").mkdir()  # an empty subfolder holds no file, but is not the conversion's either
+    converted_copy(folder / "a.gguf", "tiny")
+    assert len(calls) == 4 and not (copy / "empty").exists()
+
+
 def test_processes_starting_together_convert_once(ggufs):
     folder, calls = ggufs
     out = []

@@ -7,8 +7,10 @@ folder named after the GGUF file's sha256, so
 * the same file is never converted twice (not by later runs, not by processes that start at once:
   the first converts under a lock, the others wait and take its copy);
 * a copy made from other bytes (an updated package, another quantisation) is never taken for it;
-* a copy is used only when every file in it still has the sha256 its manifest
-  (``dgrpo-converted.json``) recorded at conversion, otherwise it is converted again;
+* a copy is used only when the files in it (subfolders included) are exactly those its manifest
+  (``dgrpo-converted.json``) recorded at conversion, each with the sha256 recorded, otherwise it is
+  converted again (a file added to the folder, such as a ``special_tokens_map.json`` that would rename
+  the tokenizer's eos, counts as a change);
 * a conversion is written to a temporary folder and renamed into place, so an interrupted one
   leaves nothing that a later load would trust.
 
@@ -57,20 +59,45 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _entries(folder: Path) -> list[Path]:
+    """Everything under ``folder`` (subfolders included, symlinks not followed), sorted."""
+    return sorted(folder.rglob("*")) if folder.is_dir() else []
+
+
 def _stamp(folder: Path) -> tuple:
-    files = sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
-    return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    def stamp(p: Path) -> tuple:
+        try:
+            st = p.stat()
+        except OSError:  # a dangling symlink: still an entry, so still part of the key
+            st = p.lstat()
+        return p.relative_to(folder).as_posix(), st.st_mode, st.st_size, st.st_mtime_ns
+
+    return tuple(stamp(p) for p in _entries(folder))
+
+
+def _listed(folder: Path) -> dict[str, Path]:
+    """The files under ``folder`` as a manifest names them (paths relative to it, ``/``-separated)."""
+    return {p.relative_to(folder).as_posix(): p for p in _entries(folder) if p.is_file() and not p.is_symlink()}
+
+
+def _exactly(folder: Path, files: dict) -> bool:
+    """True when the entries under ``folder`` are the manifest, the files it lists and their folders, nothing else."""
+    expected = {MANIFEST, *files}
+    expected |= {"/".join(name.split("/")[:i]) for name in files for i in range(1, name.count("/") + 1)}
+    return {p.relative_to(folder).as_posix() for p in _entries(folder)} == expected
 
 
 def verified(folder: Path, source_sha256: str) -> bool:
-    """True when ``folder`` holds a conversion of the file with ``source_sha256`` whose files all
-    still have the sha256 its manifest lists (memoised per process while the files are unchanged)."""
+    """True when ``folder`` holds a conversion of the file with ``source_sha256``: the files under it
+    (subfolders included) are exactly the manifest and the files it lists, each with the sha256 listed
+    (memoised per process while no entry under the folder changes)."""
     key = (str(folder), source_sha256, _stamp(folder))
     if key not in _checked:
         try:
             manifest = json.loads((folder / MANIFEST).read_text())
             files = manifest["files"]
             _checked[key] = (manifest.get("source_sha256") == source_sha256 and bool(files)
+                             and _exactly(folder, files) and set(_listed(folder)) == {MANIFEST, *files}
                              and all(file_sha256(folder / name) == digest for name, digest in files.items()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             _checked[key] = False
@@ -134,7 +161,7 @@ def convert_gguf(src: Path, target: Path, source_sha256: str | None = None) -> P
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    files = {name: file_sha256(p) for name, p in _listed(tmp).items()}
     (tmp / MANIFEST).write_text(json.dumps({"source": src.name, "source_sha256": source_sha256, "files": files},
                                            indent=1))
     shutil.rmtree(target, ignore_errors=True)
@@ -171,7 +198,8 @@ def converted_copy(src: Path, name: str, source_sha256: str | None = None) -> Pa
         if verified(target, digest):
             return target
         if target.exists():
-            log.warning("%s does not match its manifest; converting %s again", target, src.name)
+            log.warning("%s does not match its manifest (a file changed, missing, or not listed in it); converting %s again",
+                        target, src.name)
         convert_gguf(src, target, digest)
         if not verified(target, digest):
             raise OSError(f"{target}: the conversion just written does not match its manifest")

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 from dgrpo.verify.judge_prompts import PLAIN_SYSTEM, PROMPTS, USER, prompt_messages
+from dgrpo.verify.judge_request import extra_body_conflict
 from dgrpo.verify.judge_steps import DEFAULT_MAX_STEPS, STEP_PROMPTS, split_steps, step_messages
 from dgrpo.verify.markers import strip_marker_variants
 
@@ -233,16 +234,6 @@ class JudgeConfig:
     def worst_case_s(self) -> float:
         """Longest one judgment can take: every attempt times out, with every backoff slept."""
         return (self.max_retries + 1) * self.timeout_s + sum(self.backoff(k) for k in range(self.max_retries))
-
-
-REQUEST_FIELDS = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed",
-                            "logit_bias", "logprobs", "top_logprobs", "n", "stream"})  # what OpenAIJudge._request sets
-
-
-def extra_body_conflict(extra_body: Mapping[str, Any]) -> str | None:
-    """Why ``extra_body`` may not be sent (merged over the request, it would replace a REQUEST_FIELDS one), or None."""
-    taken = ", ".join(sorted(set(extra_body) & REQUEST_FIELDS))
-    return f"extra_body sets {taken}, which the judge's request sets itself; remove it from extra_body" if taken else None
 
 
 class OpenAIJudge:

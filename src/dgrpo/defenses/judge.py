@@ -88,7 +88,7 @@ class JudgeDefenseConfig(DefenseConfig):
     # openai
     base_url: str | None = Field(None, description="openai: the server's OpenAI-compatible root, e.g. http://localhost:8000/v1 (required).")
     api_key_env: str | None = Field(None, description="openai: environment variable holding the API key (None: the server needs none, e.g. a local one).")
-    timeout_s: float = Field(30.0, gt=0, description="openai: per-request timeout (connect + read), seconds.")
+    timeout_s: float = Field(30.0, gt=0, description="openai: each attempt's deadline (connect, request, the whole reply), seconds (docs/judge.md).")
     max_retries: int = Field(2, ge=0, le=10, description="openai: extra attempts after a timeout, a connection error, HTTP 408/409/429 or 5xx.")
     backoff_s: float = Field(0.5, ge=0, description="openai: sleep min(backoff_max_s, backoff_s × 2^k) before retry k + 1.")
     backoff_max_s: float = Field(8.0, ge=0, description="openai: the longest backoff sleep, seconds.")

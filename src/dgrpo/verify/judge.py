@@ -7,8 +7,8 @@ caller multiplies the verifiable reward by it: r = r_verifiable × r_judge (§4.
 
 People serve judges as services (vLLM, SGLang, llama.cpp, ``transformers serve``, hosted APIs), all
 behind the OpenAI chat API, so this client speaks only that API through the ``openai`` package:
-base URL, model name, an API key read from a named environment variable, a per-request timeout,
-retries with exponential backoff, and at most ``max_concurrency`` requests in flight (a thread
+base URL, model name, an API key read from a named environment variable, a deadline and a size cap
+per attempt (:mod:`dgrpo.verify.judge_reply`), retries with exponential backoff, and at most ``max_concurrency`` requests in flight (a thread
 pool). See docs/judge.md for each server.
 
 Every judgment ends in exactly one of four statuses, never a silent yes or no:
@@ -18,22 +18,22 @@ Every judgment ends in exactly one of four statuses, never a silent yes or no:
 - ``failed``: no answer (connection refused, timeout after the retries, HTTP error, empty choice).
 
 :meth:`Judgment.accepted` turns a judgment into accept/reject with the caller's rule for the last
-two. Worst-case wall time of one judgment: ``(max_retries + 1) × timeout_s`` plus the backoffs
-(:attr:`JudgeConfig.worst_case_s`).
+two. Worst-case wall time of one question: ``(max_retries + 1) × timeout_s`` plus the backoffs; of one judgment,
+that times ``max_steps`` with ``granularity="step"`` (:attr:`JudgeConfig.worst_case_s`).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 import time
-import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 from dgrpo.verify.judge_prompts import PLAIN_SYSTEM, PROMPTS, USER, prompt_messages
+from dgrpo.verify.judge_reply import (ReplyRefused, deadline, first_token_alternatives, http_client,  # noqa: F401
+                                      parse_verdict, reply_cap, reply_text, request_choice, verdict_probabilities)
 from dgrpo.verify.judge_request import extra_body_conflict
 from dgrpo.verify.judge_steps import DEFAULT_MAX_STEPS, STEP_PROMPTS, split_steps, step_messages
 from dgrpo.verify.markers import strip_marker_variants
@@ -49,10 +49,6 @@ PAPER_TOP_K = 10
 
 Status = Literal["yes", "no", "unparseable", "failed"]
 RETRY_STATUS = {408, 409, 429}  # and every 5xx
-_EDGE = " \t\r\n*_`'\".!:;"  # markdown emphasis, quotes and final punctuation around a one-word reply
-_THINK = re.compile(r"^\s*<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_LABEL = re.compile(r"^(?:final\s+answer|answer|verdict|decision)\s*[:\-]\s*", re.IGNORECASE)
-_WORD = re.compile(r"[a-z]+")
 
 
 def build_messages(question: str, completion: str, prompt: str = "plain") -> list[dict[str, str]]:
@@ -75,39 +71,6 @@ def build_step_messages(question: str, step: str, prompt: str = "step") -> list[
     completion."""
     step = strip_marker_variants(step.encode("utf-8", "replace").decode("utf-8"))
     return step_messages(prompt, question, step)
-
-
-def _clean(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text)
-    return "".join(c for c in text if unicodedata.category(c) not in ("Cf", "Mn", "Me")).casefold()
-
-
-def parse_verdict(text: str | None, mode: Literal["strict", "leading"] = "strict") -> Literal["yes", "no"] | None:
-    """The verdict in a judge's reply, or None when there is none.
-
-    ``strict`` (default): after Unicode NFKC folding, removal of invisible characters and
-    case-folding, the whole reply with surrounding spaces, markdown emphasis, quotes and final
-    punctuation stripped must be exactly ``yes`` or ``no``: ``"YES"``, ``"no."``, ``"**Yes**"`` parse;
-    ``"Yes, it is correct"``, ``"YESYES"``, ``"Yesterday"``, ``"Maybe"``, ``""`` do not.
-
-    ``leading``: a leading ``<think>...</think>`` block and an ``Answer:`` / ``Verdict:`` label are
-    dropped; the first word must be ``yes`` or ``no`` and the other word must not appear as a word
-    anywhere after it: ``"Yes, the steps are right"`` is yes, ``"No. Yes."`` and ``"Yes or no"`` are None.
-    """
-    if not text:
-        return None
-    t = _clean(text)
-    if mode == "strict":
-        t = t.strip(_EDGE)
-        return t if t in ("yes", "no") else None
-    if mode != "leading":
-        raise ValueError(f"parse_verdict: mode must be 'strict' or 'leading', got {mode!r}")
-    t = _LABEL.sub("", _THINK.sub("", t).lstrip(_EDGE)).lstrip(_EDGE)
-    words = _WORD.findall(t)
-    if not words or words[0] not in ("yes", "no") or not t.startswith(words[0]):
-        return None
-    other = "no" if words[0] == "yes" else "yes"
-    return None if other in words[1:] else words[0]
 
 
 @dataclass(frozen=True)
@@ -151,7 +114,7 @@ class JudgeConfig:
         model: the model name the server expects (vLLM: ``--served-model-name``; ``transformers serve``:
             the model id or folder it was started with).
         api_key_env: environment variable holding the API key; None for servers that need none.
-        timeout_s: per-request timeout (connect + read), seconds.
+        timeout_s: each attempt's deadline (connect, request, whole reply), seconds (:mod:`~dgrpo.verify.judge_reply`).
         max_retries: extra attempts after a timeout, a connection error, HTTP 408/409/429 or 5xx.
         backoff_s, backoff_max_s: sleep ``min(backoff_max_s, backoff_s × 2^k)`` before retry k + 1.
         max_concurrency: requests in flight at most.
@@ -231,9 +194,14 @@ class JudgeConfig:
         return min(self.backoff_max_s, self.backoff_s * 2**k)
 
     @property
-    def worst_case_s(self) -> float:
-        """Longest one judgment can take: every attempt times out, with every backoff slept."""
+    def question_worst_case_s(self) -> float:
+        """Longest one question can take: every attempt times out, with every backoff slept."""
         return (self.max_retries + 1) * self.timeout_s + sum(self.backoff(k) for k in range(self.max_retries))
+
+    @property
+    def worst_case_s(self) -> float:
+        """Longest one judgment can take: one question, or ``max_steps`` asked in turn with ``granularity="step"``."""
+        return (self.max_steps if self.granularity == "step" else 1) * self.question_worst_case_s
 
 
 class OpenAIJudge:
@@ -256,12 +224,17 @@ class OpenAIJudge:
             if not key:
                 raise ValueError(f"OpenAIJudge: environment variable {config.api_key_env} is not set (set it to the "
                                  f"server's API key; a local server accepts any value, or use api_key_env=None)")
-        # retries are ours (counted, with our backoff), so the client's own are off
-        self.client = openai.OpenAI(base_url=config.base_url, api_key=key, timeout=config.timeout_s, max_retries=0)
-        self._retryable = (openai.APITimeoutError, openai.APIConnectionError)  # and RETRY_STATUS
+        # retries are ours (counted, with our backoff), so the client's own are off; no compressed replies (a gzip
+        # bomb would pass the size cap); the HTTP client bounds each attempt (verify/judge_reply.py)
+        http, timeouts, transport_errors = http_client(openai)
+        self.client = openai.OpenAI(base_url=config.base_url, api_key=key, timeout=config.timeout_s, max_retries=0,
+                                    http_client=http, default_headers={"Accept-Encoding": "identity"})
+        self._timeouts = (openai.APITimeoutError, *timeouts)
+        self._retryable = (*self._timeouts, openai.APIConnectionError, *transport_errors, ReplyRefused)  # + RETRY_STATUS
+        self._cap = reply_cap(config.max_tokens, config.top_logprobs if config.threshold is not None else None)
 
-    def _request(self, messages: list[dict]):
-        """The first choice of the server's reply (its ``message.content``, and ``logprobs`` when asked)."""
+    def _request(self, messages: list[dict]) -> dict[str, Any]:
+        """The first choice of the server's reply, plain JSON (its ``message``, and ``logprobs`` when asked)."""
         c = self.config
         kwargs: dict[str, Any] = {"model": c.model, "messages": messages, "max_tokens": c.max_tokens,
                                   "temperature": c.temperature}
@@ -273,25 +246,24 @@ class OpenAIJudge:
             kwargs["extra_body"] = dict(c.extra_body)
         if c.threshold is not None:
             kwargs.update(logprobs=True, top_logprobs=c.top_logprobs)
-        response = self.client.chat.completions.create(**kwargs)
-        if not response.choices or response.choices[0].message is None:
-            raise ValueError("the response has no choice with a message")
-        return response.choices[0]
+        return request_choice(self.client, kwargs, self._cap)
 
-    def _decide(self, choice) -> tuple[Literal["yes", "no"] | None, str, float | None]:
-        """(verdict or None, reason, score) of one reply choice."""
-        c, reply = self.config, choice.message.content
+    def _decide(self, choice: dict[str, Any]) -> tuple[Literal["yes", "no"] | None, str, float | None]:
+        """(verdict or None, reason, score) of one reply choice; a malformed value is no verdict, never an error."""
+        c, reply = self.config, reply_text(choice)
+        if reply is None and choice["message"].get("content") is not None:
+            return None, f"the reply's content is not text: {_short(choice['message']['content'])[:80]}", None
         if c.threshold is None:
             verdict = parse_verdict(reply, c.parse)
             reason = (f"judge said {(reply or '').strip()[:40]!r}" if verdict else
                       f"reply is not a {c.parse} YES/NO: {(reply or '')[:80]!r}")
             return verdict, reason, None
-        first = getattr(getattr(choice, "logprobs", None), "content", None) or []
-        if not first or not first[0].top_logprobs:
-            return None, "the server returned no top_logprobs (threshold needs a server that does)", None
-        p = verdict_probabilities([(t.token, t.logprob) for t in first[0].top_logprobs])
+        top = first_token_alternatives(choice)
+        if isinstance(top, str):  # none returned, or malformed (a NaN score would pass every comparison)
+            return None, top, None
+        p = verdict_probabilities(top)
         if p["yes"] + p["no"] == 0:
-            return None, f"neither yes nor no among the first token's top {len(first[0].top_logprobs)}", None
+            return None, f"neither yes nor no among the first token's top {len(top)}", None
         score = p["yes"] / (p["yes"] + p["no"])
         verdict = "yes" if score >= c.threshold else "no"
         return verdict, f"judge p(yes)={p['yes']:.3f} p(no)={p['no']:.3f} share={score:.3f} (threshold {c.threshold:g})", score
@@ -317,7 +289,7 @@ class OpenAIJudge:
             status, reason, reply, n, score = self._ask(build_step_messages(question, step, c.prompt))
             attempts += n
             asked.append((step, score))
-            if score is None:  # failed or unparseable: the completion has no score
+            if score is None or not math.isfinite(score):  # failed or unparseable: the completion has no score
                 return Judgment(status, f"step {k + 1} of {len(steps)} {step[:60]!r}: {reason}", reply, attempts,
                                 time.perf_counter() - start, None, tuple(asked))
             if low is None or score < low[0]:
@@ -331,8 +303,11 @@ class OpenAIJudge:
         """(status, reason, reply, attempts, score) of one question, retried as configured."""
         c = self.config
         for attempt in range(c.max_retries + 1):
+            start = time.monotonic()
             try:
-                choice = self._request(messages)
+                with deadline(c.timeout_s):  # every socket operation of the attempt ends by then
+                    choice = self._request(messages)
+                verdict, reason, score = self._decide(choice)
             except (*self._retryable, self._openai.APIStatusError) as e:
                 status = getattr(e, "status_code", None)
                 if status is not None and status not in RETRY_STATUS and status < 500:  # retrying will not help
@@ -340,14 +315,14 @@ class OpenAIJudge:
                 if attempt < c.max_retries:
                     time.sleep(c.backoff(attempt))
                     continue
-                kind = ("timeout" if isinstance(e, self._openai.APITimeoutError) else
+                kind = ("timeout" if isinstance(e, self._timeouts) or time.monotonic() - start >= c.timeout_s else
+                        "refused reply" if isinstance(e, ReplyRefused) else
                         f"HTTP {status}" if status is not None else "connection error")
                 return ("failed", f"{kind} after {attempt + 1} attempts of at most {c.timeout_s:g} s: {_short(e)}",
                         None, attempt + 1, None)
             except Exception as e:  # a malformed response: never a verdict
                 return "failed", f"{type(e).__name__}: {_short(e)}", None, attempt + 1, None
-            verdict, reason, score = self._decide(choice)
-            return verdict or "unparseable", reason, choice.message.content, attempt + 1, score
+            return verdict or "unparseable", reason, reply_text(choice), attempt + 1, score
         raise AssertionError("unreachable")
 
     def judge_batch(self, pairs: Sequence[tuple[str, str]]) -> list[Judgment]:
@@ -364,19 +339,6 @@ class OpenAIJudge:
 
     def close(self) -> None:
         self.client.close()
-
-
-def verdict_probabilities(top: Sequence[tuple[str, float]]) -> dict[str, float]:
-    """p(yes) and p(no) from a first token's (token text, log-probability) alternatives: the sums of
-    exp(logprob) over the tokens that read ``yes`` / ``no`` after :func:`parse_verdict`'s folding (case,
-    surrounding spaces and punctuation). ``[("Yes", log 0.6), (" yes", log 0.1), ("No", log 0.2)]`` →
-    ``{"yes": 0.7, "no": 0.2}``."""
-    out = {"yes": 0.0, "no": 0.0}
-    for token, logprob in top:
-        word = parse_verdict(token, "strict")
-        if word is not None:
-            out[word] += math.exp(logprob)
-    return out
 
 
 def count(judgments: Sequence[Judgment]) -> dict[str, int]:

@@ -184,3 +184,49 @@ def test_worst_case_s_of_a_step_judgment_counts_every_step():
                         granularity="step", prompt="step", max_steps=8)
     assert one.question_worst_case_s == one.worst_case_s == 4.5
     assert steps.question_worst_case_s == 4.5 and steps.worst_case_s == 8 * 4.5
+
+
+def _raw(status: str, body: bytes, *headers: str) -> bytes:
+    head = [f"HTTP/1.1 {status}", "Content-Type: application/json", f"Content-Length: {len(body)}", *headers]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def test_an_error_reply_has_a_few_kib_of_its_body_read_and_is_not_retried_past_its_status(serve):
+    """openai read a whole error body (review r38 F1: 200 MB at 657 MiB more memory); now at most ERROR_BODY_BYTES
+    of it is read, its message kept, and the transfer cut. A 4xx is still not retried."""
+    body = b'{"error": {"message": "model m not found"}}' + b" " * (50 << 20)
+    s = serve(lambda step: (_raw("400 Bad Request", body), 0, "raw"))
+    start = time.monotonic()
+    j = OpenAIJudge(JudgeConfig(s.url, "m", api_key_env=None, timeout_s=10, max_retries=2)).judge("Q?", "4")
+    assert j.status == "failed" and j.attempts == 1 and j.reason.startswith("HTTP 400") and "model m not found" in j.reason
+    assert time.monotonic() - start < 5
+    time.sleep(0.5)
+    assert not s.finished and s.broken  # the 50 MB were not read
+
+
+def test_a_compressed_error_reply_is_not_inflated(serve):
+    """A 500 whose gzip body inflates to 200 MB (r38 F1: 204 kB on the wire, +600 MiB): refused unread, retried as a
+    5xx is, and the client's memory stays small."""
+    import gzip
+    import tracemalloc
+
+    bomb = gzip.compress(b"\0" * (200 << 20), 9)
+    s = serve(lambda step: (_raw("500 Internal Server Error", bomb, "Content-Encoding: gzip"), 0, "raw"))
+    judge = OpenAIJudge(JudgeConfig(s.url, "m", api_key_env=None, timeout_s=10, max_retries=1, backoff_s=0.05))
+    tracemalloc.start()
+    try:
+        j = judge.judge("Q?", "4")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert j.status == "failed" and j.attempts == 2 and "HTTP 500" in j.reason, j.reason
+    assert peak < 20 << 20, peak
+
+
+def test_a_redirect_is_not_followed(serve):
+    """r38 F3: a 307 re-sent the question and completion to another host, whose YES counted."""
+    other = serve(lambda step: (_nan_json(_reply("YES")), 0, {}))
+    s = serve(lambda step: (_raw("307 Temporary Redirect", b"", f"Location: {other.url}/chat/completions"), 0, "raw"))
+    j = OpenAIJudge(JudgeConfig(s.url, "m", api_key_env=None, max_retries=2)).judge("Q?", "4")
+    assert j.status == "failed" and not j.accepted() and j.attempts == 1 and j.reason.startswith("HTTP 307"), j.reason
+    assert other.headers == []  # the other host was never asked

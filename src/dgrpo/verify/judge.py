@@ -309,16 +309,20 @@ class OpenAIJudge:
                     choice = self._request(messages)
                 verdict, reason, score = self._decide(choice)
             except (*self._retryable, self._openai.APIStatusError) as e:
-                status = getattr(e, "status_code", None)
+                refused = e if isinstance(e, ReplyRefused) else e.__cause__  # (openai wraps a hook's refusal)
+                status = getattr(refused, "status", None) or getattr(e, "status_code", None)
                 if status is not None and status not in RETRY_STATUS and status < 500:  # retrying will not help
-                    return "failed", f"HTTP {status}: {_short(e)}", None, attempt + 1, None
+                    return "failed", _short(refused) if isinstance(refused, ReplyRefused) else f"HTTP {status}: {_short(e)}", \
+                        None, attempt + 1, None
                 if attempt < c.max_retries:
                     time.sleep(c.backoff(attempt))
                     continue
                 kind = ("timeout" if isinstance(e, self._timeouts) or time.monotonic() - start >= c.timeout_s else
-                        "refused reply" if isinstance(e, ReplyRefused) else
+                        f"HTTP {status}" if isinstance(refused, ReplyRefused) and status is not None else
+                        "refused reply" if isinstance(refused, ReplyRefused) else
                         f"HTTP {status}" if status is not None else "connection error")
-                return ("failed", f"{kind} after {attempt + 1} attempts of at most {c.timeout_s:g} s: {_short(e)}",
+                why = refused if isinstance(refused, ReplyRefused) else e
+                return ("failed", f"{kind} after {attempt + 1} attempts of at most {c.timeout_s:g} s: {_short(why)}",
                         None, attempt + 1, None)
             except Exception as e:  # a malformed response: never a verdict
                 return "failed", f"{type(e).__name__}: {_short(e)}", None, attempt + 1, None

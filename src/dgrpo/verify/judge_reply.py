@@ -41,8 +41,37 @@ _LABEL = re.compile(r"^(?:final\s+answer|answer|verdict|decision)\s*[:\-]\s*", r
 _WORD = re.compile(r"[a-z]+")
 
 
+ERROR_BODY_BYTES = 4096  # what is read of a reply that is not a plain 2xx (an HTTP error's message), at most
+
+
 class ReplyRefused(Exception):
-    """A reply over the size cap, or compressed: the attempt failed (retried as a timeout is)."""
+    """A reply over the size cap, compressed, or not a 2xx (``status``: its HTTP status; a redirect is not
+    followed): the attempt failed (retried as a timeout is, or by its status)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def _refuse_unread(response) -> None:
+    """httpx response hook, run before any of the body is read: a compressed reply is refused unread, a reply that
+    is not a 2xx (an error, a redirect) has at most :data:`ERROR_BODY_BYTES` of its body read, for its message
+    (review r38 F1: openai read and inflated a whole error body, 200 kB of gzip became 600 MiB; F3: a redirect
+    re-sent the question to another host and that host's YES counted)."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if response.status_code < 300 and encoding in ("", "identity"):
+        return
+    text = b""
+    if encoding in ("", "identity"):
+        for chunk in response.iter_raw():
+            text += chunk
+            if len(text) >= ERROR_BODY_BYTES:
+                break
+    response.close()
+    if response.status_code >= 300:
+        raise ReplyRefused(f"HTTP {response.status_code}: {show(text[:ERROR_BODY_BYTES].decode('utf-8', 'replace'), 200)}",
+                           response.status_code)
+    raise ReplyRefused(f"the reply is compressed (Content-Encoding: {encoding[:20]}), which the request refused")
 
 
 def reply_cap(max_tokens: int, top_logprobs: int | None = None) -> int:
@@ -117,7 +146,9 @@ class _Backend:
 def http_client(openai_module) -> tuple[Any, tuple[type[Exception], ...], tuple[type[Exception], ...]]:
     """(the openai client's HTTP client with its network backend bounded by :func:`deadline`, the HTTP library's
     timeout errors, its other transport errors). The library is the one the installed openai uses (httpx, or httpx2
-    for openai 3.x) and its httpcore. It connects directly (a transport of our own: proxy variables are not used).
+    for openai 3.x) and its httpcore. It connects directly (a transport of our own: proxy variables are not used),
+    follows no redirect, and reads no more than :data:`ERROR_BODY_BYTES` of a reply that is not a 2xx and nothing of
+    a compressed one (:func:`_refuse_unread`).
 
     Raises:
         RuntimeError: the HTTP library has no network backend where this expects it (one line).
@@ -130,7 +161,9 @@ def http_client(openai_module) -> tuple[Any, tuple[type[Exception], ...], tuple[
         raise RuntimeError(f"judge: {hx.__name__} {getattr(hx, '__version__', '?')} has no network backend to bound; "
                            "the judge's per-attempt deadline needs httpx 0.2x / httpx2 with httpcore's ConnectionPool")
     pool._network_backend = _Backend(pool._network_backend, importlib.import_module(type(pool).__module__.split(".")[0]))
-    return openai_module.DefaultHttpxClient(transport=transport), (hx.TimeoutException,), (hx.TransportError,)
+    client = openai_module.DefaultHttpxClient(transport=transport, follow_redirects=False,
+                                              event_hooks={"request": [], "response": [_refuse_unread]})
+    return client, (hx.TimeoutException,), (hx.TransportError,)
 
 
 def request_choice(client, kwargs: dict[str, Any], cap: int) -> dict[str, Any]:

@@ -34,6 +34,8 @@ FORCING = [
     # penalties count the context, which holds the judged completion: its own "NO"s would lower NO
     ({"repetition_penalty": 1.3, "top_k": 10}, "key repetition_penalty is not allowed"),
     ({"repeat_penalty": 1.1}, "key repeat_penalty is not allowed"),
+    ({"typical_p": 1e-6}, "key typical_p is not allowed"),  # review r38 F4: keeps YES alone where NO was likelier
+    ({"generation_config": json.dumps({"typical_p": 1e-6})}, "generation_config key typical_p is not allowed"),
     ({"generation_config": json.dumps({"do_sample": True, "repetition_penalty": 1.2})},
      "generation_config key repetition_penalty is not allowed"),
     # wrong types or ranges
@@ -67,10 +69,10 @@ def test_the_judge_defense_refuses_it_in_one_line(extra_body, message):
 
 
 def test_the_refusal_names_the_allowed_keys():
-    assert extra_body_conflict({"grammar": "x"}).endswith("allowed: min_p, top_k, top_p, typical_p, generation_config "
+    assert extra_body_conflict({"grammar": "x"}).endswith("allowed: min_p, top_k, top_p, generation_config "
                                                           "(docs/judge.md)")
     assert extra_body_conflict({"generation_config": '{"bad_words_ids": [[1]]}'}).endswith(
-        "allowed: do_sample, min_p, temperature, top_k, top_p, typical_p")
+        "allowed: do_sample, min_p, temperature, top_k, top_p")
 
 
 def _documented_extra_bodies() -> list[str]:
@@ -92,7 +94,7 @@ def test_every_documented_extra_body_is_accepted(written):
 
 
 @pytest.mark.parametrize("extra_body", [
-    {}, {"top_k": 10}, {"top_k": -1}, {"top_k": 0}, {"top_p": 0.9, "min_p": 0.05, "typical_p": 1.0},
+    {}, {"top_k": 10}, {"top_k": -1}, {"top_k": 0}, {"top_p": 0.9, "min_p": 0.05},
     {"generation_config": json.dumps({"do_sample": True, "top_k": 10, "temperature": 1.0, "top_p": 1, "min_p": 0})},
 ])
 def test_sampling_settings_are_accepted(extra_body):

@@ -95,7 +95,7 @@ class JudgeDefenseConfig(DefenseConfig):
     max_concurrency: int = Field(8, ge=1, le=256, description="openai: requests in flight at most.")
     temperature: float = Field(0.0, ge=0, description="openai: 0 = greedy; the paper samples with top-k 10 (pass it in extra_body, in the server's spelling).")
     logit_bias: dict[int, float] | None = Field(None, description="openai: token id → bias (+100 on the judge's Yes and No tokens with max_new_tokens: 1 forces a binary reply, docs/judge.md).")
-    extra_body: dict[str, Any] = Field(default_factory=dict, description="openai: sampling settings in the server's spelling, only top_k, top_p, min_p, typical_p, or transformers serve's generation_config JSON string of do_sample, temperature and those (vLLM {top_k: 10}; anything else is refused, docs/judge.md).")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="openai: sampling settings in the server's spelling, only top_k, top_p, min_p, or transformers serve's generation_config JSON string of do_sample, temperature and those (vLLM {top_k: 10}; anything else is refused, docs/judge.md).")
 
     @model_validator(mode="after")
     def _backend_fields(self) -> "JudgeDefenseConfig":

@@ -10,9 +10,10 @@ description in Qwen's system prompt: "always reply YES"), ``grammar: 'root ::= "
 
 So ``extra_body`` takes only settings that narrow sampling to the likeliest tokens, under the names
 servers read at the top level: ``top_k``, ``top_p``, ``min_p`` (vLLM, SGLang, llama.cpp's server,
-llama-cpp-python), ``typical_p`` (llama.cpp); and ``transformers serve``'s ``generation_config``, a JSON string whose keys
-are ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``typical_p``. None of them changes
-the messages or raises one token over a likelier one. Left out on purpose: repetition, presence and
+llama-cpp-python); and ``transformers serve``'s ``generation_config``, a JSON string whose keys are ``do_sample``,
+``temperature``, ``top_k``, ``top_p``, ``min_p``. None of them changes the messages or raises one token over a
+likelier one. ``typical_p`` is left out (review r38 F4): typical sampling keeps the tokens whose surprisal is
+nearest the entropy, not the likeliest, so ``typical_p: 1e-6`` can leave YES alone where NO was likelier. Left out on purpose: repetition, presence and
 frequency penalties (``repeat_penalty``, ``repetition_penalty``, ...): they lower the tokens found in the
 context, and the context holds the completion being judged (transformers' and vLLM's
 ``repetition_penalty`` count the prompt; llama.cpp's penalties the last 64 tokens), so a completion
@@ -38,8 +39,7 @@ _TOP_K = ("an integer >= -1 (0 or -1: off)", lambda v: isinstance(v, int) and no
 _SHARE = ("a number in (0, 1]", _number(lambda v: 0 < v <= 1))
 # key → (what it must be, check)
 SAMPLING_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "top_k": _TOP_K, "top_p": _SHARE, "min_p": ("a number in [0, 1]", _number(lambda v: 0 <= v <= 1)),
-    "typical_p": _SHARE}
+    "top_k": _TOP_K, "top_p": _SHARE, "min_p": ("a number in [0, 1]", _number(lambda v: 0 <= v <= 1))}
 GENERATION_CONFIG_KEYS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     **SAMPLING_FIELDS, "do_sample": ("true or false", lambda v: isinstance(v, bool)),
     "temperature": ("a number >= 0", _number(lambda v: v >= 0))}

@@ -4,7 +4,9 @@ against its manifest before use, rebuilt when a file in it changed, never shared
 import contextlib
 import hashlib
 import json
+import os
 import threading
+import time
 
 import pytest
 import torch
@@ -129,3 +131,41 @@ def test_parsing_the_file_once_writes_the_same_bytes(tmp_path, monkeypatch):
     assert names == sorted(p.name for p in fast.iterdir()) and "model.safetensors" in names
     for name in names:
         assert (fast / name).read_bytes() == (plain / name).read_bytes(), name
+
+
+def test_changed_bytes_with_size_and_mtime_put_back_are_seen_in_the_same_process(ggufs):
+    """review r38 F5: the memo's key was size and mtime, so bytes changed with os.utime putting mtime back passed
+    unhashed; ctime and inode are in the key now (utime cannot set ctime)."""
+    folder, calls = ggufs
+    copy = converted_copy(folder / "a.gguf", "tiny")
+    target = copy / "config.json"
+    st = target.stat()
+    data = target.read_bytes()
+    assert b" " in data
+    time.sleep(0.01)
+    target.write_bytes(data.replace(b" ", b"\t", 1))  # the same size, other bytes
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert target.stat().st_size == st.st_size and target.stat().st_mtime_ns == st.st_mtime_ns
+    converted_copy(folder / "a.gguf", "tiny")
+    assert calls == ["a.gguf", "a.gguf"]  # converted again, not taken on the memo
+
+
+@pytest.mark.parametrize("bad", ["deep", "fifo", "huge"])
+def test_a_hostile_manifest_means_a_fresh_conversion_not_a_crash_or_a_hang(ggufs, bad):
+    """review r38 F7: a manifest of 200,000 '[' raised RecursionError out of converted_copy, a FIFO blocked the
+    read forever, a link to /dev/zero filled memory. Each is now a folder that does not match: converted again."""
+    folder, calls = ggufs
+    copy = converted_copy(folder / "a.gguf", "tiny")
+    manifest = copy / "dgrpo-converted.json"
+    manifest.unlink()
+    if bad == "deep":
+        manifest.write_text("[" * 200_000)
+    elif bad == "fifo":
+        os.mkfifo(manifest)
+    else:
+        manifest.symlink_to("/dev/zero")
+    done = threading.Thread(target=converted_copy, args=(folder / "a.gguf", "tiny"), daemon=True)
+    done.start()
+    done.join(60)  # (the FIFO blocked forever before)
+    assert not done.is_alive()
+    assert calls == ["a.gguf", "a.gguf"] and manifest.is_file() and not manifest.is_symlink()

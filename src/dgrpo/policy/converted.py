@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +41,7 @@ import torch
 log = logging.getLogger(__name__)
 
 MANIFEST = "dgrpo-converted.json"
+MANIFEST_BYTES = 1 << 20  # a manifest lists a dozen files: a few KiB
 _checked: dict[tuple, bool] = {}  # (folder, source sha256, files' sizes and mtimes) -> verified
 _digests: dict[tuple, str] = {}  # (GGUF path, size, mtime) -> its sha256
 _patching = threading.Lock()  # one gguf_parsed_once block at a time in a process (it swaps module attributes)
@@ -70,7 +72,9 @@ def _stamp(folder: Path) -> tuple:
             st = p.stat()
         except OSError:  # a dangling symlink: still an entry, so still part of the key
             st = p.lstat()
-        return p.relative_to(folder).as_posix(), st.st_mode, st.st_size, st.st_mtime_ns
+        # (ctime and inode too: bytes changed with size and mtime put back, os.utime, or a file renamed over, change
+        # them, so the memo is not taken for a folder that changed; review r38 F5)
+        return p.relative_to(folder).as_posix(), st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
     return tuple(stamp(p) for p in _entries(folder))
 
@@ -94,12 +98,15 @@ def verified(folder: Path, source_sha256: str) -> bool:
     key = (str(folder), source_sha256, _stamp(folder))
     if key not in _checked:
         try:
-            manifest = json.loads((folder / MANIFEST).read_text())
+            st = (folder / MANIFEST).lstat()  # a regular file of a manifest's size (r38 F7: a FIFO blocked, a link
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MANIFEST_BYTES:  # to /dev/zero filled memory)
+                raise ValueError("not a manifest")
+            manifest = json.loads((folder / MANIFEST).read_bytes()[:MANIFEST_BYTES])
             files = manifest["files"]
             _checked[key] = (manifest.get("source_sha256") == source_sha256 and bool(files)
                              and _exactly(folder, files) and set(_listed(folder)) == {MANIFEST, *files}
                              and all(file_sha256(folder / name) == digest for name, digest in files.items()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):  # (deep JSON: r38 F7)
             _checked[key] = False
     return _checked[key]
 

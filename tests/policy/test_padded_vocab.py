@@ -7,7 +7,7 @@ so the sampler never draws one and the replay and top-k checks see the distribut
 
 import pytest
 import torch
-from conftest import build_model
+from tests.conftest import build_model
 
 from dgrpo.policy.chat import encode_prompt
 from dgrpo.policy.loading import load_policy, mask_padded_vocabulary

@@ -309,19 +309,17 @@ class OpenAIJudge:
                     choice = self._request(messages)
                 verdict, reason, score = self._decide(choice)
             except (*self._retryable, self._openai.APIStatusError) as e:
-                refused = e if isinstance(e, ReplyRefused) else e.__cause__  # (openai wraps a hook's refusal)
-                status = getattr(refused, "status", None) or getattr(e, "status_code", None)
+                cause = e if isinstance(e, ReplyRefused) else e.__cause__  # (openai wraps a hook's refusal)
+                refused = cause if isinstance(cause, ReplyRefused) else None
+                status = (refused.status if refused else None) or getattr(e, "status_code", None)
+                why = refused or e  # (a refusal's own line names its status)
                 if status is not None and status not in RETRY_STATUS and status < 500:  # retrying will not help
-                    return "failed", _short(refused) if isinstance(refused, ReplyRefused) else f"HTTP {status}: {_short(e)}", \
-                        None, attempt + 1, None
+                    return "failed", _short(why) if refused else f"HTTP {status}: {_short(e)}", None, attempt + 1, None
                 if attempt < c.max_retries:
                     time.sleep(c.backoff(attempt))
                     continue
                 kind = ("timeout" if isinstance(e, self._timeouts) or time.monotonic() - start >= c.timeout_s else
-                        f"HTTP {status}" if isinstance(refused, ReplyRefused) and status is not None else
-                        "refused reply" if isinstance(refused, ReplyRefused) else
-                        f"HTTP {status}" if status is not None else "connection error")
-                why = refused if isinstance(refused, ReplyRefused) else e
+                        f"HTTP {status}" if status is not None else "refused reply" if refused else "connection error")
                 return ("failed", f"{kind} after {attempt + 1} attempts of at most {c.timeout_s:g} s: {_short(why)}",
                         None, attempt + 1, None)
             except Exception as e:  # a malformed response: never a verdict

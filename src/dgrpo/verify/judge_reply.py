@@ -170,15 +170,12 @@ def request_choice(client, kwargs: dict[str, Any], cap: int) -> dict[str, Any]:
     """The first choice (plain JSON) of one chat completion request, its body read up to ``cap`` bytes.
 
     Raises:
-        ReplyRefused: the body is over ``cap`` bytes or compressed.
+        ReplyRefused: the body is over ``cap`` bytes, compressed, or not a 2xx (:func:`_refuse_unread`).
         ValueError: the body is not JSON or has no choice with a message.
         openai / httpx errors: as the client raises them (timeouts, connection errors, HTTP status).
     """
     with client.chat.completions.with_streaming_response.create(**kwargs) as response:
-        raw = response.http_response
-        encoding = raw.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            raise ReplyRefused(f"the reply is compressed (Content-Encoding: {encoding[:20]}), which the request refused")
+        raw = response.http_response  # (a compressed or non-2xx reply was refused unread: _refuse_unread)
         declared = raw.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > cap:
             raise ReplyRefused(f"the reply is over {cap} bytes (Content-Length {declared})")
